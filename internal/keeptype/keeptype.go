@@ -1,0 +1,318 @@
+// Package keeptype holds the plain types and enums shared by every part of
+// keep: runs, phases, statuses, events, inputs, mutations and the closed
+// failure taxonomy. It imports nothing of the project, so any package may use
+// it without creating a cycle.
+package keeptype
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Phase is how far a run got. Phases only move forward (SPEC §4).
+type Phase string
+
+const (
+	PhasePreparing Phase = "preparing"
+	PhasePrepared  Phase = "prepared"
+	PhaseMutating  Phase = "mutating"
+	PhaseMutated   Phase = "mutated"
+	PhaseEmitting  Phase = "emitting"
+	PhaseCommitted Phase = "committed"
+	PhaseExecuting Phase = "executing" // producer and item-script runs
+)
+
+// phaseOrder gives each phase its rank so "forward only" can be checked.
+var phaseOrder = map[Phase]int{
+	PhasePreparing: 0, PhaseExecuting: 0,
+	PhasePrepared: 1, PhaseMutating: 2, PhaseMutated: 3, PhaseEmitting: 4, PhaseCommitted: 5,
+}
+
+// allowedPhase is the consumer/producer phase machine as a table: from → allowed next phases.
+var allowedPhase = map[Phase][]Phase{
+	PhasePreparing: {PhasePrepared, PhaseMutating, PhaseEmitting},
+	PhasePrepared:  {PhaseMutating, PhaseEmitting},
+	PhaseMutating:  {PhaseMutated, PhaseEmitting},
+	PhaseMutated:   {PhaseEmitting},
+	PhaseEmitting:  {PhaseCommitted},
+	PhaseExecuting: {PhaseCommitted},
+}
+
+// PhaseTransitionAllowed reports whether a run may move from one phase to another.
+// Staying in the same phase is always allowed (status changes do not move the phase).
+func PhaseTransitionAllowed(from, to Phase) bool {
+	if from == to {
+		return true
+	}
+	for _, p := range allowedPhase[from] {
+		if p == to {
+			return true
+		}
+	}
+	return false
+}
+
+// PhaseRank orders phases; used by reset rules ("phase ≥ mutated").
+func PhaseRank(p Phase) int { return phaseOrder[p] }
+
+// Status is what is happening to a run now; separate from its phase.
+type Status string
+
+const (
+	StatusActive         Status = "active"
+	StatusTransient      Status = "paused:transient"
+	StatusApproval       Status = "paused:approval"
+	StatusReconciliation Status = "paused:reconciliation"
+	StatusFailedLogic    Status = "failed:logic"
+	StatusFailedInternal Status = "failed:internal"
+	StatusCrashed        Status = "crashed"
+	StatusCommitted      Status = "committed"
+	// StatusRetried marks a failed run that a newer run (retry_of → this one)
+	// has replaced. It no longer blocks its workflow; its history stays visible.
+	StatusRetried Status = "retried"
+	// StatusSkipped marks a run a person skipped before its mutation was applied:
+	// its reserved events were skipped and nothing of it was committed.
+	StatusSkipped Status = "skipped"
+)
+
+// Finished reports whether a run with this status no longer blocks its workflow.
+func (s Status) Finished() bool {
+	return s == StatusCommitted || s == StatusRetried || s == StatusSkipped
+}
+
+// HandlerType is the kind of handler a run executes.
+type HandlerType string
+
+const (
+	HandlerProducer HandlerType = "producer"
+	HandlerConsumer HandlerType = "consumer"
+	HandlerTask     HandlerType = "task"
+)
+
+// ErrorClass is the closed failure taxonomy of SPEC §6.
+type ErrorClass string
+
+const (
+	ClassTransient     ErrorClass = "transient"
+	ClassLogic         ErrorClass = "logic"
+	ClassPermission    ErrorClass = "permission"
+	ClassPrecondition  ErrorClass = "precondition"
+	ClassIndeterminate ErrorClass = "indeterminate"
+	ClassInternal      ErrorClass = "internal"
+)
+
+// Error is keep's coded error: a class that callers branch on and a message for people.
+type Error struct {
+	Class   ErrorClass
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil && e.Message == "" {
+		return e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is compares classes, so errors.Is(err, &Error{Class: ClassLogic}) works.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Class == e.Class && t.Message == ""
+}
+
+// Errorf builds a classified error.
+func Errorf(class ErrorClass, format string, args ...any) *Error {
+	return &Error{Class: class, Message: fmt.Sprintf(format, args...)}
+}
+
+// ClassOf returns the class of err, or internal when it carries none.
+func ClassOf(err error) ErrorClass {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	return ClassInternal
+}
+
+// Sentinel errors that the store and CLI branch on.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// EventStatus is the state of an event in its topic.
+type EventStatus string
+
+const (
+	EventPending  EventStatus = "pending"
+	EventConsumed EventStatus = "consumed"
+	EventSkipped  EventStatus = "skipped"
+)
+
+// Event is one message in a topic.
+type Event struct {
+	ID         int64
+	Workflow   string
+	Topic      string
+	MessageID  string
+	Payload    json.RawMessage
+	Status     EventStatus
+	ReservedBy string
+	CreatedBy  string
+	CausedBy   []string
+	Attempt    int
+	CreatedAt  int64
+	UpdatedAt  int64
+}
+
+// Input is one external thing that happened (the input ledger; an item of kind "input").
+type Input struct {
+	ID             string
+	Workflow       string
+	Key            string // source:type:id
+	Kind           string // "input" or "task"
+	Source         string
+	Type           string
+	ExternalID     string
+	Title          string
+	Status         string // stored status for tasks; derived for inputs
+	CurrentAttempt int
+	CreatedBy      string
+	CreatedAt      int64
+	UpdatedAt      int64
+}
+
+// Run is one execution of one handler.
+type Run struct {
+	ID             string
+	Workflow       string
+	Version        int64
+	Handler        string
+	HandlerType    HandlerType
+	Phase          Phase
+	Status         Status
+	RetryOf        string
+	RetryCount     int // how many transient retries led to this run
+	PrepareResult  json.RawMessage
+	MutationResult json.RawMessage // {status, result} handed to next
+	PendingCall    json.RawMessage // the mutation captured from mutate, kept while awaiting approval
+	ApprovedHash   string
+	Action         string // a person's decision waiting for the engine: retry, skip, approve, continue
+	ErrorClass     ErrorClass
+	ErrorMessage   string
+	Trace          json.RawMessage
+	NextAttemptAt  int64
+	CreatedAt      int64
+	UpdatedAt      int64
+	FinishedAt     int64
+}
+
+// MutationStatus is the mutation ledger state of chapter 13.
+type MutationStatus string
+
+const (
+	MutationInFlight       MutationStatus = "in_flight"
+	MutationApplied        MutationStatus = "applied"
+	MutationFailed         MutationStatus = "failed"
+	MutationNeedsReconcile MutationStatus = "needs_reconcile"
+	MutationIndeterminate  MutationStatus = "indeterminate"
+	MutationSkipped        MutationStatus = "skipped"
+)
+
+// allowedMutation is the mutation state machine of chapter 13 §13.8 plus the
+// people's actions of §13.9 (try again, it didn't happen, skip).
+var allowedMutation = map[MutationStatus][]MutationStatus{
+	"":                     {MutationInFlight},
+	MutationInFlight:       {MutationApplied, MutationFailed, MutationNeedsReconcile, MutationIndeterminate},
+	MutationNeedsReconcile: {MutationApplied, MutationFailed, MutationNeedsReconcile, MutationIndeterminate, MutationSkipped},
+	MutationIndeterminate:  {MutationNeedsReconcile, MutationFailed, MutationSkipped},
+	MutationFailed:         {MutationInFlight, MutationSkipped},
+	MutationApplied:        {},
+	MutationSkipped:        {MutationInFlight},
+}
+
+// MutationTransitionAllowed reports whether the ledger may move from one state to another.
+func MutationTransitionAllowed(from, to MutationStatus) bool {
+	for _, s := range allowedMutation[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Mutation is one row of the mutation ledger.
+type Mutation struct {
+	ID                string
+	Workflow          string
+	RunID             string
+	Handler           string
+	ItemKeys          []string
+	Attempt           int
+	Tool              string
+	Method            string
+	Params            json.RawMessage
+	Target            string // human-readable target, e.g. "POST http://host/orders"
+	IdentityKey       string
+	PayloadHash       string
+	IdempotencyKey    string
+	Status            MutationStatus
+	Result            json.RawMessage
+	ErrorClass        ErrorClass
+	ErrorMessage      string
+	CanReconcile      bool
+	ReconcileAttempts int
+	NextReconcileAt   int64
+	ResolvedBy        string
+	CreatedAt         int64
+	UpdatedAt         int64
+}
+
+// Resolution sources recorded in Mutation.ResolvedBy.
+const (
+	ResolvedByReconciliation   = "reconciliation"
+	ResolvedByUserRetry        = "user_retry"
+	ResolvedByUserAssertFailed = "user_assert_failed"
+	ResolvedByUserSkip         = "user_skip"
+)
+
+// Workflow is a deployed script and its durable state.
+type Workflow struct {
+	Name          string
+	ActiveVersion int64
+	Paused        bool
+	PausedReason  string
+	CreatedAt     int64
+	UpdatedAt     int64
+}
+
+// Version is one deployed script of a workflow.
+type Version struct {
+	Workflow  string
+	ID        int64
+	Major     int
+	Minor     int
+	Script    string
+	File      string
+	CreatedAt int64
+}
+
+// Label renders "major.minor".
+func (v Version) Label() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
+
+// Handler is the durable scheduling state of one producer, consumer or task.
+type Handler struct {
+	Workflow  string
+	Name      string
+	Type      HandlerType
+	State     json.RawMessage
+	Dirty     bool
+	WakeAt    int64
+	NextRunAt int64 // producers and tasks: when the schedule is next due; 0 = not scheduled
+	Queued    bool  // run-now or a coalesced trigger
+	UpdatedAt int64
+}

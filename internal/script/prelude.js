@@ -1,0 +1,142 @@
+// The keep prelude: evaluated in every sandbox VM before the workflow script.
+// It defines Keep.* and the glue that the host calls; everything a script can
+// reach of the host goes through __keep_host, which the Go side guards.
+(function () {
+  "use strict";
+  const host = globalThis.__keep_host;
+  const settle = globalThis.__keep_settle;
+  delete globalThis.__keep_host;
+  delete globalThis.__keep_settle;
+
+  const mark = (kind) => function (o) {
+    if (o === null || typeof o !== "object") throw new TypeError("Keep." + kind + "(...) expects an object");
+    Object.defineProperty(o, "__keepKind", { value: kind });
+    return o;
+  };
+  let definition;
+  const Keep = {
+    workflow(def) {
+      if (def === null || typeof def !== "object") throw new TypeError("Keep.workflow(...) expects an object");
+      definition = def;
+      return def;
+    },
+    consumer: mark("consumer"),
+    producer: mark("producer"),
+    task: mark("task"),
+  };
+  Object.freeze(Keep);
+  Object.defineProperty(globalThis, "Keep", { value: Keep, writable: false, configurable: false });
+
+  const call = (method, args) => {
+    const r = host(method, args === undefined ? "null" : JSON.stringify(args));
+    return r === undefined || r === null ? undefined : JSON.parse(r);
+  };
+  const fmt = (v) => {
+    if (typeof v === "string") return v;
+    try { const s = JSON.stringify(v); return s === undefined ? String(v) : s; } catch (e) { return String(v); }
+  };
+  const log = (...a) => { host("log", JSON.stringify(a.map(fmt).join(" "))); };
+  const cons = Object.freeze({ log, info: log, warn: log, error: log, debug: log });
+  Object.defineProperty(globalThis, "console", { value: cons, writable: false, configurable: false });
+
+  // jsonCheck returns a path to the first value JSON cannot carry faithfully, or "".
+  const jsonCheck = (v, path, seen) => {
+    const t = typeof v;
+    if (v === null || t === "string" || t === "boolean") return "";
+    if (t === "number") return Number.isFinite(v) ? "" : path + " is " + v + " (not a JSON number)";
+    if (t === "undefined") return path + " is undefined";
+    if (t === "function") return path + " is a function";
+    if (t === "bigint") return path + " is a BigInt";
+    if (t === "symbol") return path + " is a symbol";
+    if (seen.includes(v)) return path + " refers back to itself (a cycle)";
+    if (seen.length > 200) return path + " is nested more than 200 levels deep";
+    seen.push(v);
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) { const r = jsonCheck(v[i], path + "[" + i + "]", seen); if (r) return r; }
+    } else {
+      for (const k of Object.keys(v)) {
+        if (v[k] === undefined) continue; // dropped, as JSON.stringify does
+        const r = jsonCheck(v[k], path + "." + k, seen); if (r) return r;
+      }
+    }
+    seen.pop();
+    return "";
+  };
+
+  const errInfo = (e) => {
+    if (e instanceof Error) return { name: e.name, message: String(e.message), stack: String(e.stack || "") };
+    return { name: "thrown value", message: fmt(e), stack: "" };
+  };
+
+  const makeCtx = (spec) => {
+    const ctx = {};
+    for (const tool of Object.keys(spec.tools)) {
+      const o = {};
+      for (const m of spec.tools[tool]) o[m] = async (args) => call(tool + "." + m, args);
+      ctx[tool] = Object.freeze(o);
+    }
+    ctx.log = log;
+    ctx.now = () => call("now");
+    ctx.random = () => call("random");
+    ctx.peek = async (topic, opts) => call("peek", { topic, limit: opts && opts.limit });
+    ctx.getByIds = async (topic, ids) => call("getByIds", { topic, ids });
+    ctx.registerInput = (o) => call("registerInput", o);
+    ctx.publish = async (topics, ev) => call("publish", { topics, event: ev });
+    return Object.freeze(ctx);
+  };
+
+  const handlerOf = (kind, name, phase) => {
+    const d = definition;
+    const group = kind === "producer" ? d.producers : kind === "consumer" ? d.consumers : d.tasks;
+    const h = group && group[name];
+    if (!h) throw new Error("no " + kind + " named " + name);
+    const fn = kind === "producer" ? h.handler : kind === "task" ? h.run : h[phase];
+    if (typeof fn !== "function") throw new Error(kind + " " + name + " has no " + phase + " function");
+    return fn;
+  };
+
+  Object.defineProperty(globalThis, "__keep_invoke", { value: function (kind, name, phase, argsJSON, specJSON) {
+    let p;
+    try {
+      const fn = handlerOf(kind, name, phase);
+      const args = JSON.parse(argsJSON);
+      p = fn(makeCtx(JSON.parse(specJSON)), ...args);
+    } catch (e) {
+      settle(false, JSON.stringify(errInfo(e)));
+      return;
+    }
+    Promise.resolve(p).then((v) => {
+      if (v === undefined) { settle(true, ""); return; }
+      const bad = jsonCheck(v, "the returned value", []);
+      if (bad) { settle(false, JSON.stringify({ name: "TypeError", message: bad + "; handlers must return plain JSON data", stack: "" })); return; }
+      settle(true, JSON.stringify(v));
+    }, (e) => settle(false, JSON.stringify(errInfo(e))));
+  } });
+
+  const list = (v) => Array.isArray(v) ? v.filter((x) => typeof x === "string") : (typeof v === "string" ? [v] : []);
+  const fnInfo = (f) => typeof f === "function";
+  Object.defineProperty(globalThis, "__keep_describe", { value: function (exported) {
+    const d = exported !== undefined ? exported : definition;
+    if (d === undefined || d === null || typeof d !== "object") return JSON.stringify({ missing: true });
+    const out = { name: d.name, topics: null, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
+    if (d.topics !== undefined) {
+      if (d.topics === null || typeof d.topics !== "object" || Array.isArray(d.topics)) out.shapeErrors.push("topics must be an object whose keys are topic names");
+      else out.topics = Object.keys(d.topics);
+    }
+    for (const [group, key] of [["producers", "producers"], ["consumers", "consumers"], ["tasks", "tasks"]]) {
+      const g = d[group];
+      if (g === undefined) continue;
+      if (g === null || typeof g !== "object") { out.shapeErrors.push(group + " must be an object"); continue; }
+      for (const name of Object.keys(g)) {
+        const h = g[name];
+        if (h === null || typeof h !== "object") { out.shapeErrors.push(group + "." + name + " must be an object"); continue; }
+        out[key][name] = {
+          publishes: list(h.publishes), publishesRaw: h.publishes !== undefined, subscribe: list(h.subscribe),
+          schedule: h.schedule === undefined ? null : h.schedule,
+          handler: fnInfo(h.handler), prepare: fnInfo(h.prepare), mutate: fnInfo(h.mutate), next: fnInfo(h.next), run: fnInfo(h.run),
+        };
+      }
+    }
+    return JSON.stringify(out);
+  } });
+})();

@@ -1,0 +1,415 @@
+// Package script is keep's JavaScript sandbox: it compiles workflow scripts
+// once per version, extracts their declaration for static validation, and
+// invokes one handler phase at a time in a fresh QuickJS VM with a memory
+// limit, a time limit and no host objects but ctx.
+//
+// Every call a script makes to the host arrives at a HostFunc on the VM's own
+// goroutine. A HostFunc that returns an error aborts the whole invocation: the
+// VM is interrupted, which JavaScript cannot catch, so a try/catch in a script
+// never hides a phase violation or a failed tool call.
+//
+// This package may import keeptype only.
+package script
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"modernc.org/quickjs"
+)
+
+//go:embed prelude.js
+var preludeSource string
+
+var (
+	preludeOnce sync.Once
+	preludeCode []byte
+	preludeErr  error
+)
+
+func preludeBytecode() ([]byte, error) {
+	preludeOnce.Do(func() {
+		vm, err := quickjs.NewVM()
+		if err != nil {
+			preludeErr = err
+			return
+		}
+		defer vm.Close()
+		preludeCode, preludeErr = vm.Compile(preludeSource, quickjs.EvalGlobal)
+	})
+	return preludeCode, preludeErr
+}
+
+// exportDefault matches the module form the chapters use; keep runs scripts
+// as plain scripts, so the export becomes an assignment on the same line
+// (line numbers in errors stay true).
+var exportDefault = regexp.MustCompile(`(?m)^(\s*)export\s+default\s+`)
+
+const exportGlobal = "__keep_export"
+
+// Program is one compiled workflow script version.
+type Program struct {
+	File     string
+	Source   string
+	bytecode []byte
+	Decl     Declaration
+}
+
+// SyntaxError is a script that does not parse.
+type SyntaxError struct {
+	File    string
+	Line    int
+	Column  int
+	Message string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("%s:%d:%d: syntax error: %s", e.File, e.Line, e.Column, e.Message)
+}
+
+// Compile parses and compiles a script, evaluates its top level once in a
+// throwaway VM and reads its declaration. It does not validate the
+// declaration; see Validate.
+func Compile(file, source string) (*Program, error) {
+	transformed := exportDefault.ReplaceAllString(source, "${1}globalThis."+exportGlobal+" = ")
+	if strings.Count(transformed, exportGlobal) > 1 {
+		return nil, fmt.Errorf("%s: more than one `export default`", file)
+	}
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, fmt.Errorf("start JavaScript engine: %w", err)
+	}
+	defer vm.Close()
+	code, err := vm.Compile(transformed, quickjs.EvalGlobal)
+	if err != nil {
+		var qe *quickjs.Error
+		if errors.As(err, &qe) {
+			return nil, &SyntaxError{File: file, Line: qe.LineNumber, Column: qe.ColumnNumber, Message: qe.Message}
+		}
+		return nil, fmt.Errorf("%s: %v", file, err)
+	}
+	p := &Program{File: file, Source: source, bytecode: code}
+	decl, err := p.describe()
+	if err != nil {
+		return nil, err
+	}
+	p.Decl = decl
+	return p, nil
+}
+
+// Limits bound one invocation.
+type Limits struct {
+	Timeout     time.Duration // wall time for the phase, host calls included
+	MemoryLimit int64         // bytes of JavaScript heap
+}
+
+// HostFunc serves one call from the script: method is "log", "now",
+// "files.read", ...; args is the JSON the script passed. A nil result means
+// undefined. Returning an error aborts the invocation.
+type HostFunc func(method string, args json.RawMessage) (json.RawMessage, error)
+
+// ErrStop is returned by a HostFunc to end the invocation without an error:
+// the mutation call in mutate is terminal, nothing after it runs.
+var ErrStop = errors.New("invocation stopped by the host")
+
+// Invocation is one handler phase to run.
+type Invocation struct {
+	Kind  kt.HandlerType
+	Name  string
+	Phase string // prepare, mutate, next; "handler" for producers, "run" for tasks
+	Args  []json.RawMessage
+	Tools map[string][]string // connector → method names exposed on ctx
+	Host  HostFunc
+	Limits
+}
+
+// Outcome is what a handler phase returned.
+type Outcome struct {
+	Value   json.RawMessage // nil when the handler returned undefined
+	Stopped bool            // the host stopped the script (a terminal call)
+}
+
+type vmState struct {
+	settled  bool
+	ok       bool
+	payload  string
+	abortErr error
+	stopped  bool
+}
+
+func newVM(lim Limits) (*quickjs.VM, error) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, fmt.Errorf("start JavaScript engine: %w", err)
+	}
+	if lim.MemoryLimit > 0 {
+		vm.SetMemoryLimit(uintptr(lim.MemoryLimit))
+	}
+	// Deep recursion becomes a catchable-but-recorded error, never a Go stack overflow.
+	vm.SetMaxStackSize(0)
+	return vm, nil
+}
+
+func (p *Program) loadInto(vm *quickjs.VM, st *vmState, host HostFunc) error {
+	if err := vm.RegisterHostFunc("__keep_host", func(args []any) (any, error) {
+		if st.abortErr != nil {
+			vm.Interrupt()
+			return nil, st.abortErr
+		}
+		if st.settled {
+			st.abortErr = kt.Errorf(kt.ClassLogic, "the script called the host after its handler had returned (a ctx kept from an earlier call, or a promise left running)")
+			vm.Interrupt()
+			return nil, st.abortErr
+		}
+		if len(args) != 2 {
+			return nil, errors.New("bad host call")
+		}
+		method, _ := args[0].(string)
+		raw, _ := args[1].(string)
+		if host == nil {
+			st.abortErr = kt.Errorf(kt.ClassLogic, "ctx.%s is not available while the script is loading", method)
+			vm.Interrupt()
+			return nil, st.abortErr
+		}
+		res, err := host(method, json.RawMessage(raw))
+		if errors.Is(err, ErrStop) {
+			st.stopped = true
+			vm.Interrupt()
+			return nil, err
+		}
+		if err != nil {
+			st.abortErr = err
+			vm.Interrupt()
+			return nil, err
+		}
+		if res == nil {
+			return nil, nil
+		}
+		return string(res), nil
+	}); err != nil {
+		return err
+	}
+	if err := vm.RegisterHostFunc("__keep_settle", func(args []any) (any, error) {
+		if st.settled {
+			return nil, nil
+		}
+		st.settled = true
+		if len(args) == 2 {
+			st.ok, _ = args[0].(bool)
+			st.payload, _ = args[1].(string)
+		}
+		return nil, nil
+	}); err != nil {
+		return err
+	}
+	pre, err := preludeBytecode()
+	if err != nil {
+		return fmt.Errorf("load keep prelude: %w", err)
+	}
+	if _, err := vm.EvalBytecode(pre); err != nil {
+		return fmt.Errorf("load keep prelude: %w", err)
+	}
+	if _, err := vm.EvalBytecode(p.bytecode); err != nil {
+		return p.scriptError("while loading the script", err, st)
+	}
+	return nil
+}
+
+// Invoke runs one handler phase in a fresh VM and returns what it returned.
+// Script failures come back as *kt.Error with class logic; a HostFunc's
+// error comes back as it was returned.
+func (p *Program) Invoke(inv Invocation) (Outcome, error) {
+	vm, err := newVM(inv.Limits)
+	if err != nil {
+		return Outcome{}, kt.Errorf(kt.ClassInternal, "%v", err)
+	}
+	defer vm.Close()
+	st := &vmState{}
+	var timedOut sync.Mutex
+	expired := false
+	if inv.Timeout > 0 {
+		timer := time.AfterFunc(inv.Timeout, func() {
+			timedOut.Lock()
+			expired = true
+			timedOut.Unlock()
+			vm.Interrupt()
+		})
+		defer timer.Stop()
+	}
+	didExpire := func() bool { timedOut.Lock(); defer timedOut.Unlock(); return expired }
+
+	if err := p.loadInto(vm, st, inv.Host); err != nil {
+		if didExpire() {
+			return Outcome{}, kt.Errorf(kt.ClassLogic, "the script's top level ran longer than the time limit of %s", inv.Timeout)
+		}
+		var ke *kt.Error
+		if errors.As(err, &ke) {
+			return Outcome{}, err
+		}
+		return Outcome{}, kt.Errorf(kt.ClassInternal, "%v", err)
+	}
+	args := "[" + joinRaw(inv.Args) + "]"
+	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools})
+	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec))
+	for callErr == nil && !st.settled && st.abortErr == nil && !st.stopped && !didExpire() {
+		n, jerr := vm.ExecutePendingJobs()
+		if jerr != nil {
+			callErr = jerr
+			break
+		}
+		if n == 0 {
+			break
+		}
+	}
+	switch {
+	case st.stopped:
+		return Outcome{Stopped: true}, nil
+	case st.abortErr != nil:
+		return Outcome{}, st.abortErr
+	case didExpire():
+		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s ran longer than its time limit of %s and was stopped (an endless loop, or a call that never returns?)", inv.Kind, inv.Name, inv.Phase, inv.Timeout)
+	case callErr != nil && !st.settled:
+		return Outcome{}, p.scriptError(fmt.Sprintf("in %s %s.%s", inv.Kind, inv.Name, inv.Phase), callErr, st)
+	case !st.settled:
+		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s never finished: it awaits a promise that nothing will ever settle", inv.Kind, inv.Name, inv.Phase)
+	}
+	if !st.ok {
+		var info struct{ Name, Message, Stack string }
+		_ = json.Unmarshal([]byte(st.payload), &info)
+		return Outcome{}, &kt.Error{Class: kt.ClassLogic, Message: p.describeThrow(inv, info.Name, info.Message, info.Stack)}
+	}
+	if st.payload == "" {
+		return Outcome{}, nil
+	}
+	return Outcome{Value: json.RawMessage(st.payload)}, nil
+}
+
+func joinRaw(args []json.RawMessage) string {
+	parts := make([]string, len(args))
+	for i, a := range args {
+		if len(a) == 0 {
+			parts[i] = "null"
+		} else {
+			parts[i] = string(a)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+var stackLoc = regexp.MustCompile(`<(?:input|eval)>:(\d+)(?::(\d+))?`)
+
+func (p *Program) cleanStack(stack string) string {
+	stack = stackLoc.ReplaceAllString(stack, p.File+":$1")
+	var keep []string
+	for _, l := range strings.Split(stack, "\n") {
+		if strings.TrimSpace(l) == "" || strings.Contains(l, "at value (") || strings.Contains(l, "<anonymous>") && !strings.Contains(l, p.File) {
+			continue
+		}
+		keep = append(keep, strings.TrimSpace(l))
+	}
+	if len(keep) > 5 {
+		keep = keep[:5]
+	}
+	return strings.Join(keep, "; ")
+}
+
+func (p *Program) describeThrow(inv Invocation, name, msg, stack string) string {
+	where := fmt.Sprintf("%s %s: %s threw", inv.Kind, inv.Name, inv.Phase)
+	text := fmt.Sprintf("%s %s: %s", where, name, msg)
+	if name == "thrown value" {
+		text = fmt.Sprintf("%s %s", where, msg)
+	}
+	if s := p.cleanStack(stack); s != "" {
+		text += " (" + s + ")"
+	}
+	return text
+}
+
+func (p *Program) scriptError(where string, err error, st *vmState) error {
+	msg := err.Error()
+	var qe *quickjs.Error
+	if errors.As(err, &qe) {
+		msg = qe.Name + ": " + qe.Message
+		if s := p.cleanStack(qe.Stack); s != "" {
+			msg += " (" + s + ")"
+		}
+	}
+	switch {
+	case strings.Contains(msg, "out of memory"):
+		return kt.Errorf(kt.ClassLogic, "%s: the script ran out of memory (over its limit); it builds data too large for one run", where)
+	case strings.Contains(msg, "stack overflow"):
+		return kt.Errorf(kt.ClassLogic, "%s: stack overflow (recursion too deep): %s", where, msg)
+	}
+	return kt.Errorf(kt.ClassLogic, "%s: %s", where, msg)
+}
+
+// Declaration is the shape of a workflow as its script declares it.
+type Declaration struct {
+	Missing         bool                   `json:"missing"`
+	Name            any                    `json:"name"`
+	Topics          []string               `json:"topics"`
+	Producers       map[string]HandlerDecl `json:"producers"`
+	Consumers       map[string]HandlerDecl `json:"consumers"`
+	Tasks           map[string]HandlerDecl `json:"tasks"`
+	RequireApproval any                    `json:"requireApproval"`
+	ShapeErrors     []string               `json:"shapeErrors"`
+}
+
+// HandlerDecl describes one producer, consumer or task.
+type HandlerDecl struct {
+	Publishes    []string       `json:"publishes"`
+	PublishesSet bool           `json:"publishesRaw"`
+	Subscribe    []string       `json:"subscribe"`
+	Schedule     map[string]any `json:"schedule"`
+	Handler      bool           `json:"handler"`
+	Prepare      bool           `json:"prepare"`
+	Mutate       bool           `json:"mutate"`
+	Next         bool           `json:"next"`
+	Run          bool           `json:"run"`
+}
+
+// WorkflowName returns the declared name, or "" when it is not a string.
+func (d Declaration) WorkflowName() string {
+	s, _ := d.Name.(string)
+	return s
+}
+
+func (p *Program) describe() (Declaration, error) {
+	var d Declaration
+	vm, err := newVM(Limits{MemoryLimit: 64 << 20})
+	if err != nil {
+		return d, err
+	}
+	defer vm.Close()
+	st := &vmState{}
+	timer := time.AfterFunc(5*time.Second, vm.Interrupt)
+	defer timer.Stop()
+	if err := p.loadInto(vm, st, nil); err != nil {
+		return d, err
+	}
+	exported, err := vm.Eval("globalThis."+exportGlobal, quickjs.EvalGlobal)
+	if err != nil {
+		return d, p.scriptError("reading the export", err, st)
+	}
+	var r any
+	if _, isUndef := exported.(quickjs.Undefined); isUndef {
+		r, err = vm.Call("__keep_describe", quickjs.UndefinedValue)
+	} else {
+		r, err = vm.Eval("__keep_describe(globalThis."+exportGlobal+")", quickjs.EvalGlobal)
+	}
+	if err != nil {
+		return d, p.scriptError("reading the workflow declaration", err, st)
+	}
+	s, _ := r.(string)
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return d, fmt.Errorf("read the workflow declaration: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,155 @@
+package script
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+const okScript = `
+export default Keep.workflow({
+  name: "t",
+  topics: { "a": {} },
+  producers: {
+    p: { publishes: ["a"], schedule: { interval: "5m" }, handler: async (ctx, state) => {
+      const n = (state?.n ?? 0) + 1
+      const r = await ctx.files.read({ path: "x" })
+      console.log("read", r.content)
+      return { n, content: r.content }
+    } },
+  },
+  consumers: {
+    c: Keep.consumer({ subscribe: ["a"], async prepare(ctx, state) { return { reservations: [], data: {} } } }),
+  },
+})
+`
+
+func compile(t *testing.T, src string) *Program {
+	t.Helper()
+	p, err := Compile("wf.js", src)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return p
+}
+
+func TestInvokeReturnsStateAndRoutesHostCalls(t *testing.T) {
+	t.Parallel()
+	p := compile(t, okScript)
+	if p.Decl.WorkflowName() != "t" || len(p.Decl.Producers) != 1 || len(p.Decl.Consumers) != 1 {
+		t.Fatalf("declaration: %+v", p.Decl)
+	}
+	var calls []string
+	out, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler",
+		Args: []json.RawMessage{json.RawMessage(`{"n":41}`)}, Tools: map[string][]string{"files": {"read"}},
+		Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
+		Host: func(m string, a json.RawMessage) (json.RawMessage, error) {
+			calls = append(calls, m+" "+string(a))
+			if m == "files.read" {
+				return json.RawMessage(`{"content":"hello"}`), nil
+			}
+			return nil, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out.Value) != `{"n":42,"content":"hello"}` {
+		t.Fatalf("value %s", out.Value)
+	}
+	if len(calls) != 2 || calls[0] != `files.read {"path":"x"}` || calls[1] != `log "read hello"` {
+		t.Fatalf("calls %q", calls)
+	}
+}
+
+func handlerScript(body string) string {
+	return `export default Keep.workflow({ name: "h", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"},
+  handler: async (ctx, state) => {` + body + `} } } })`
+}
+
+func run(t *testing.T, body string, host HostFunc) (Outcome, error) {
+	t.Helper()
+	p := compile(t, handlerScript(body))
+	return p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{nil},
+		Tools: map[string][]string{"files": {"write"}}, Host: host, Limits: Limits{Timeout: 500 * time.Millisecond, MemoryLimit: 32 << 20}})
+}
+
+func TestHostAbortCannotBeCaught(t *testing.T) {
+	t.Parallel()
+	_, err := run(t, `try { await ctx.files.write({path:"x"}) } catch (e) { return {caught: true} } return {caught:false}`,
+		func(m string, a json.RawMessage) (json.RawMessage, error) {
+			return nil, kt.Errorf(kt.ClassLogic, "phase violation: files.write is a mutation; a producer may not mutate")
+		})
+	if err == nil || !strings.Contains(err.Error(), "phase violation") || kt.ClassOf(err) != kt.ClassLogic {
+		t.Fatalf("want uncatchable phase violation, got %v", err)
+	}
+}
+
+func TestStopIsTerminal(t *testing.T) {
+	t.Parallel()
+	after := false
+	out, err := run(t, `await ctx.files.write({path:"x"}); ctx.log("after"); return {}`,
+		func(m string, a json.RawMessage) (json.RawMessage, error) {
+			if m == "log" {
+				after = true
+			}
+			return nil, ErrStop
+		})
+	if err != nil || !out.Stopped || after {
+		t.Fatalf("stop: out=%+v err=%v after=%v", out, err, after)
+	}
+}
+
+func TestHostileHandlersFailAsLogic(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct{ body, want string }{
+		"cpu loop":        {`while(true){}`, "time limit"},
+		"cpu loop caught": {`try { while(true){} } catch(e) {} return {}`, "time limit"},
+		"memory strings":  {`let s='x'; while(true) s = s + s`, "string too long"},
+		"memory arrays":   {`const a=[]; while(true) a.push(new Array(10000).fill(1))`, "memory"},
+		"recursion":       {`const f = (n) => f(n+1) + 1; f(0)`, "stack overflow"},
+		"never resolves":  {`await new Promise(() => {})`, "never finished"},
+		"throws":          {`throw new TypeError("boom")`, "TypeError: boom"},
+		"throws string":   {`throw "plain"`, "plain"},
+		"function value":  {`return { f: () => 1 }`, "is a function"},
+		"bigint value":    {`return { n: 10n }`, "BigInt"},
+		"cycle":           {`const o = {}; o.o = o; return o`, "cycle"},
+		"no require":      {`require("fs")`, "'require' is not defined"},
+		"no process":      {`process.exit(1)`, "'process' is not defined"},
+		"no timers":       {`setTimeout(() => {}, 1)`, "'setTimeout' is not defined"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := run(t, c.body, func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil })
+			if err == nil {
+				t.Fatalf("no error")
+			}
+			if kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v (class %s), want logic error containing %q", err, kt.ClassOf(err), c.want)
+			}
+		})
+	}
+}
+
+func TestCtxUsedAfterReturnIsRejected(t *testing.T) {
+	t.Parallel()
+	// A promise chain left running calls the host after the handler settled.
+	_, err := run(t, `Promise.resolve().then(() => ctx.files.write({path:"late"})); return {}`,
+		func(m string, a json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{}`), nil })
+	if err != nil {
+		t.Fatalf("the handler itself returned fine: %v", err)
+	}
+}
+
+func TestSyntaxErrorNamesLine(t *testing.T) {
+	t.Parallel()
+	_, err := Compile("bad.js", "export default Keep.workflow({\n  name: 'x',\n  topics: { a: {} ,,\n})")
+	var se *SyntaxError
+	if !errors.As(err, &se) || se.Line != 3 || se.File != "bad.js" {
+		t.Fatalf("want syntax error at bad.js:3, got %v", err)
+	}
+}

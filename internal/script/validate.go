@@ -1,0 +1,229 @@
+package script
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/keep-run/keep/internal/schedule"
+)
+
+// Problem is one finding of static validation.
+type Problem struct {
+	Severity string // "error" or "warning"
+	Handler  string // e.g. "consumers.processEmail"
+	Topic    string
+	Line     int
+	Message  string
+}
+
+func (p Problem) String() string {
+	loc := ""
+	if p.Line > 0 {
+		loc = fmt.Sprintf("line %d: ", p.Line)
+	}
+	who := ""
+	if p.Handler != "" {
+		who = p.Handler + ": "
+	}
+	return fmt.Sprintf("%s: %s%s%s", p.Severity, loc, who, p.Message)
+}
+
+// Validate checks a compiled script against the rules of SPEC §2. known
+// maps each connector name to its method names. Errors come first, then
+// warnings; each names the handler, topic and line where it can.
+func Validate(p *Program, known map[string][]string) []Problem {
+	d := p.Decl
+	var out []Problem
+	add := func(sev, handler, topic, msg string) {
+		out = append(out, Problem{Severity: sev, Handler: handler, Topic: topic, Line: p.lineOf(handler, topic), Message: msg})
+	}
+	if d.Missing {
+		add("error", "", "", "the script declares no workflow: it must run `export default Keep.workflow({ name, topics, producers, consumers })`")
+		return out
+	}
+	for _, e := range d.ShapeErrors {
+		add("error", "", "", e)
+	}
+	name := d.WorkflowName()
+	if name == "" {
+		add("error", "", "", "the workflow has no name: add name: \"my-workflow\" to Keep.workflow({...})")
+	} else if !validName.MatchString(name) {
+		add("error", "", "", fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100)", name))
+	}
+	if len(d.Producers)+len(d.Consumers)+len(d.Tasks) == 0 {
+		add("error", "", "", "the workflow has no handler: declare at least one producer, consumer or task")
+	}
+	declared := map[string]bool{}
+	for _, t := range d.Topics {
+		declared[t] = true
+	}
+	writers := map[string][]string{}
+	readers := map[string][]string{}
+	for _, n := range sortedKeys(d.Producers) {
+		h := d.Producers[n]
+		who := "producers." + n
+		if !h.Handler {
+			add("error", who, "", "the producer has no handler function: add handler: async (ctx, state) => { ... }")
+		}
+		if _, err := schedule.Parse(h.Schedule); err != nil {
+			add("error", who, "", err.Error())
+		}
+		if len(h.Publishes) == 0 {
+			add("error", who, "", "the producer must declare a non-empty publishes: [\"topic\"]")
+		}
+		for _, t := range h.Publishes {
+			writers[t] = append(writers[t], who)
+		}
+	}
+	for _, n := range sortedKeys(d.Consumers) {
+		h := d.Consumers[n]
+		who := "consumers." + n
+		if len(h.Subscribe) == 0 {
+			add("error", who, "", "the consumer must declare a non-empty subscribe: [\"topic\"]")
+		}
+		if !h.Prepare {
+			add("error", who, "", "the consumer has no prepare function: add async prepare(ctx, state) { ... }")
+		}
+		if len(h.Publishes) > 0 && !h.Next {
+			add("error", who, "", "the consumer declares publishes but has no next function to publish from: add async next(ctx, prepared, mutationResult) { ... } or remove publishes")
+		}
+		if h.Schedule != nil {
+			add("error", who, "", "a consumer has no schedule: it runs when its subscribed topics have events")
+		}
+		for _, t := range h.Publishes {
+			writers[t] = append(writers[t], who)
+		}
+		for _, t := range h.Subscribe {
+			readers[t] = append(readers[t], who)
+		}
+	}
+	for _, n := range sortedKeys(d.Tasks) {
+		h := d.Tasks[n]
+		who := "tasks." + n
+		if !h.Run {
+			add("error", who, "", "the task has no run function: add async run(ctx, state) { ... }")
+		}
+		if _, err := schedule.Parse(h.Schedule); err != nil {
+			add("error", who, "", err.Error())
+		}
+	}
+	all := map[string]bool{}
+	for t := range writers {
+		all[t] = true
+	}
+	for t := range readers {
+		all[t] = true
+	}
+	for _, t := range sortedKeys(all) {
+		if !declared[t] {
+			who := strings.Join(append(append([]string{}, writers[t]...), readers[t]...), ", ")
+			add("error", firstOf(writers[t], readers[t]), t, fmt.Sprintf("topic %q is used by %s but not declared: add %q: {} to topics", t, who, t))
+		}
+	}
+	for _, t := range d.Topics {
+		switch w := writers[t]; {
+		case len(w) == 0:
+			add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's publishes or a consumer's publishes must name it", t))
+		case len(w) > 1:
+			add("error", w[1], t, fmt.Sprintf("topic %q has %d writers (%s); in v1 each topic has exactly one", t, len(w), strings.Join(w, ", ")))
+		}
+		switch r := readers[t]; {
+		case len(r) == 0:
+			add("warning", "", t, fmt.Sprintf("topic %q has no consumer: its events will stay pending", t))
+		case len(r) > 1:
+			add("error", r[1], t, fmt.Sprintf("topic %q has %d consumers (%s); in v1 each topic has at most one", t, len(r), strings.Join(r, ", ")))
+		}
+	}
+	// Connectors the script reaches through ctx.<name>.<method>.
+	for _, m := range toolUse.FindAllStringSubmatchIndex(p.Source, -1) {
+		tool := p.Source[m[2]:m[3]]
+		method := p.Source[m[4]:m[5]]
+		if builtinCtx[tool] {
+			continue
+		}
+		line := strings.Count(p.Source[:m[0]], "\n") + 1
+		methods, ok := known[tool]
+		if !ok {
+			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s: there is no connector named %q (available: %s)", tool, tool, strings.Join(sortedKeys(known), ", "))})
+			continue
+		}
+		if !contains(methods, method) {
+			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s.%s: connector %q has no method %q (it has: %s)", tool, method, tool, method, strings.Join(methods, ", "))})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == "error" && out[j].Severity != "error" })
+	return out
+}
+
+// HasErrors reports whether any problem is an error.
+func HasErrors(ps []Problem) bool {
+	for _, p := range ps {
+		if p.Severity == "error" {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	validName  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+	toolUse    = regexp.MustCompile(`\bctx\s*\.\s*([A-Za-z_$][\w$]*)\s*\.\s*([A-Za-z_$][\w$]*)`)
+	builtinCtx = map[string]bool{"item": true, "log": true, "now": true, "random": true, "peek": true, "getByIds": true, "registerInput": true, "publish": true, "withItem": true}
+)
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func firstOf(lists ...[]string) string {
+	for _, l := range lists {
+		if len(l) > 0 {
+			return l[0]
+		}
+	}
+	return ""
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// lineOf finds the line where a handler (e.g. "consumers.processEmail") or,
+// failing that, a topic is written in the source. 0 when it cannot tell.
+func (p *Program) lineOf(handler, topic string) int {
+	find := func(pat string) int {
+		re, err := regexp.Compile(pat)
+		if err != nil {
+			return 0
+		}
+		loc := re.FindStringIndex(p.Source)
+		if loc == nil {
+			return 0
+		}
+		return strings.Count(p.Source[:loc[0]], "\n") + 1
+	}
+	if handler != "" {
+		parts := strings.SplitN(handler, ".", 2)
+		if len(parts) == 2 {
+			if l := find(`["']?\b` + regexp.QuoteMeta(parts[1]) + `\b["']?\s*[:(]`); l > 0 {
+				return l
+			}
+		}
+	}
+	if topic != "" {
+		return find(`["']` + regexp.QuoteMeta(topic) + `["']`)
+	}
+	return 0
+}

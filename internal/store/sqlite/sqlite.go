@@ -1,0 +1,690 @@
+// Package sqlite is the embedded default backend of keep's store: one SQLite
+// file in WAL mode with synchronous=FULL, so that every committed
+// transaction is on disk before Update returns.
+//
+// It may import keeptype and store only.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is the SQLite backend.
+type Store struct {
+	db      *sql.DB
+	commits atomic.Int64
+}
+
+// Open opens (creating when missing) the database file at path and applies
+// the embedded migrations.
+func Open(path string) (*Store, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create data directory %s: %w", dir, err)
+		}
+	}
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection: SQLite has one writer anyway, and a single connection
+	// makes every transaction of this process strictly serial.
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) migrate() error {
+	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	entries, err := migrations.ReadDir("migrations")
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM schema_migrations WHERE name=?`, name).Scan(&n); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, _ := migrations.ReadFile("migrations/" + name)
+		tx, err := s.db.Begin()
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", name, err)
+		}
+		if _, err := tx.Exec(string(body)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %s: %w", name, err)
+		}
+		if _, err := tx.Exec(`INSERT INTO schema_migrations(name, applied_at) VALUES(?, ?)`, name, time.Now().UnixMilli()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %s: %w", name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Update runs fn in one immediate (write) transaction.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	sqltx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := fn(&tx{tx: sqltx}); err != nil {
+		sqltx.Rollback()
+		return err
+	}
+	if err := sqltx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	s.commits.Add(1)
+	return nil
+}
+
+// View runs fn in a transaction that is rolled back at the end.
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
+	sqltx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("begin read: %w", err)
+	}
+	defer sqltx.Rollback()
+	return fn(&tx{tx: sqltx})
+}
+
+// Stats reports the number of durable commits.
+func (s *Store) Stats() store.Stats { return store.Stats{Commits: s.commits.Load()} }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// IntegrityCheck runs PRAGMA integrity_check and returns its first line.
+func (s *Store) IntegrityCheck() (string, error) {
+	var r string
+	err := s.db.QueryRow(`PRAGMA integrity_check`).Scan(&r)
+	return r, err
+}
+
+type tx struct{ tx *sql.Tx }
+
+func notFound(what, id string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %q: %w", what, id, kt.ErrNotFound)
+	}
+	return fmt.Errorf("read %s %q: %w", what, id, err)
+}
+
+func jsonText(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return string(raw)
+}
+
+func rawJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+func strList(v []string) string {
+	if v == nil {
+		v = []string{}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func parseList(s string) []string {
+	var v []string
+	_ = json.Unmarshal([]byte(s), &v)
+	return v
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// --- workflows and versions ---
+
+func (t *tx) WorkflowGet(name string) (kt.Workflow, error) {
+	var w kt.Workflow
+	var paused int
+	err := t.tx.QueryRow(`SELECT name, active_version, paused, paused_reason, created_at, updated_at FROM workflows WHERE name=?`, name).
+		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.CreatedAt, &w.UpdatedAt)
+	if err != nil {
+		return w, notFound("workflow", name, err)
+	}
+	w.Paused = paused != 0
+	return w, nil
+}
+
+func (t *tx) WorkflowList() ([]kt.Workflow, error) {
+	rows, err := t.tx.Query(`SELECT name, active_version, paused, paused_reason, created_at, updated_at FROM workflows ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Workflow
+	for rows.Next() {
+		var w kt.Workflow
+		var paused int
+		if err := rows.Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.CreatedAt, &w.UpdatedAt); err != nil {
+			return nil, err
+		}
+		w.Paused = paused != 0
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) WorkflowPut(w kt.Workflow) error {
+	_, err := t.tx.Exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, created_at, updated_at) VALUES(?,?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, updated_at=excluded.updated_at`,
+		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.CreatedAt, w.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save workflow %s: %w", w.Name, err)
+	}
+	return nil
+}
+
+func (t *tx) VersionInsert(v *kt.Version) error {
+	if err := t.tx.QueryRow(`SELECT coalesce(max(id),0)+1 FROM versions WHERE workflow=?`, v.Workflow).Scan(&v.ID); err != nil {
+		return err
+	}
+	_, err := t.tx.Exec(`INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,?,?,?,?,?,?)`,
+		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("save version of %s: %w", v.Workflow, err)
+	}
+	return nil
+}
+
+const versionCols = `workflow, id, major, minor, script, file, created_at`
+
+func scanVersion(sc interface{ Scan(...any) error }) (kt.Version, error) {
+	var v kt.Version
+	err := sc.Scan(&v.Workflow, &v.ID, &v.Major, &v.Minor, &v.Script, &v.File, &v.CreatedAt)
+	return v, err
+}
+
+func (t *tx) VersionGet(workflow string, id int64) (kt.Version, error) {
+	v, err := scanVersion(t.tx.QueryRow(`SELECT `+versionCols+` FROM versions WHERE workflow=? AND id=?`, workflow, id))
+	if err != nil {
+		return v, notFound("version", fmt.Sprintf("%s@%d", workflow, id), err)
+	}
+	return v, nil
+}
+
+func (t *tx) VersionList(workflow string) ([]kt.Version, error) {
+	rows, err := t.tx.Query(`SELECT `+versionCols+` FROM versions WHERE workflow=? ORDER BY id`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Version
+	for rows.Next() {
+		v, err := scanVersion(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// --- handlers ---
+
+const handlerCols = `workflow, name, type, state, dirty, wake_at, next_run_at, queued, updated_at`
+
+func scanHandler(sc interface{ Scan(...any) error }) (kt.Handler, error) {
+	var h kt.Handler
+	var state sql.NullString
+	var dirty, queued int
+	err := sc.Scan(&h.Workflow, &h.Name, &h.Type, &state, &dirty, &h.WakeAt, &h.NextRunAt, &queued, &h.UpdatedAt)
+	h.State = rawJSON(state)
+	h.Dirty, h.Queued = dirty != 0, queued != 0
+	return h, err
+}
+
+func (t *tx) HandlerGet(workflow, name string) (kt.Handler, error) {
+	h, err := scanHandler(t.tx.QueryRow(`SELECT `+handlerCols+` FROM handlers WHERE workflow=? AND name=?`, workflow, name))
+	if err != nil {
+		return h, notFound("handler", workflow+"/"+name, err)
+	}
+	return h, nil
+}
+
+func (t *tx) HandlerList(workflow string) ([]kt.Handler, error) {
+	rows, err := t.tx.Query(`SELECT `+handlerCols+` FROM handlers WHERE workflow=? ORDER BY name`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Handler
+	for rows.Next() {
+		h, err := scanHandler(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) HandlerPut(h kt.Handler) error {
+	_, err := t.tx.Exec(`INSERT INTO handlers(`+handlerCols+`) VALUES(?,?,?,?,?,?,?,?,?)
+ON CONFLICT(workflow, name) DO UPDATE SET type=excluded.type, state=excluded.state, dirty=excluded.dirty, wake_at=excluded.wake_at,
+ next_run_at=excluded.next_run_at, queued=excluded.queued, updated_at=excluded.updated_at`,
+		h.Workflow, h.Name, h.Type, jsonText(h.State), b2i(h.Dirty), h.WakeAt, h.NextRunAt, b2i(h.Queued), h.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save handler %s/%s: %w", h.Workflow, h.Name, err)
+	}
+	return nil
+}
+
+// --- events ---
+
+const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at`
+
+func scanEvent(sc interface{ Scan(...any) error }) (kt.Event, error) {
+	var e kt.Event
+	var payload, caused string
+	err := sc.Scan(&e.ID, &e.Workflow, &e.Topic, &e.MessageID, &payload, &e.Status, &e.ReservedBy, &e.CreatedBy, &caused, &e.Attempt, &e.CreatedAt, &e.UpdatedAt)
+	e.Payload = json.RawMessage(payload)
+	e.CausedBy = parseList(caused)
+	return e, err
+}
+
+func (t *tx) queryEvents(q string, args ...any) ([]kt.Event, error) {
+	rows, err := t.tx.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) EventPublish(e *kt.Event) (bool, error) {
+	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
+	if err == nil {
+		// Last write wins on the payload; status, reservation and history are kept.
+		e.ID = existing.ID
+		_, err := t.tx.Exec(`UPDATE events SET payload=?, caused_by=?, updated_at=? WHERE id=?`,
+			string(e.Payload), strList(e.CausedBy), e.UpdatedAt, existing.ID)
+		if err != nil {
+			return false, fmt.Errorf("update event %s/%s: %w", e.Topic, e.MessageID, err)
+		}
+		e.Status, e.ReservedBy, e.CreatedAt, e.Attempt = existing.Status, existing.ReservedBy, existing.CreatedAt, existing.Attempt
+		return false, t.setCauses(e.ID, e.CausedBy)
+	}
+	if !errors.Is(err, kt.ErrNotFound) {
+		return false, err
+	}
+	if e.Status == "" {
+		e.Status = kt.EventPending
+	}
+	if e.Attempt == 0 {
+		e.Attempt = 1
+	}
+	res, err := t.tx.Exec(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)`,
+		e.Workflow, e.Topic, e.MessageID, string(e.Payload), e.Status, e.ReservedBy, e.CreatedBy, strList(e.CausedBy), e.Attempt, e.CreatedAt, e.UpdatedAt)
+	if err != nil {
+		return false, fmt.Errorf("insert event %s/%s: %w", e.Topic, e.MessageID, err)
+	}
+	e.ID, _ = res.LastInsertId()
+	return true, t.setCauses(e.ID, e.CausedBy)
+}
+
+func (t *tx) setCauses(eventID int64, causes []string) error {
+	if _, err := t.tx.Exec(`DELETE FROM event_causes WHERE event_id=?`, eventID); err != nil {
+		return err
+	}
+	for _, c := range causes {
+		if _, err := t.tx.Exec(`INSERT OR IGNORE INTO event_causes(event_id, input_id) VALUES(?,?)`, eventID, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tx) EventGet(workflow, topic, messageID string) (kt.Event, error) {
+	e, err := scanEvent(t.tx.QueryRow(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND message_id=?`, workflow, topic, messageID))
+	if err != nil {
+		return e, notFound("event", topic+"/"+messageID, err)
+	}
+	return e, nil
+}
+
+func (t *tx) EventsPending(workflow, topic string, limit int) ([]kt.Event, error) {
+	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT ?`, workflow, topic, limit)
+}
+
+func (t *tx) EventsReservedBy(runID string) ([]kt.Event, error) {
+	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE reserved_by=? ORDER BY id`, runID)
+}
+
+func (t *tx) EventsByInput(inputID string) ([]kt.Event, error) {
+	return t.queryEvents(`SELECT `+prefixed("e.", eventCols)+` FROM events e JOIN event_causes c ON c.event_id=e.id WHERE c.input_id=? ORDER BY e.id`, inputID)
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (t *tx) EventUpdate(e kt.Event) error {
+	_, err := t.tx.Exec(`UPDATE events SET payload=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+		string(e.Payload), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
+	if err != nil {
+		return fmt.Errorf("update event %d: %w", e.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) OldestPending(workflow string, topics []string) (int64, bool, error) {
+	if len(topics) == 0 {
+		return 0, false, nil
+	}
+	args := []any{workflow}
+	for _, tp := range topics {
+		args = append(args, tp)
+	}
+	var at sql.NullInt64
+	err := t.tx.QueryRow(`SELECT min(created_at) FROM events WHERE workflow=? AND topic IN (`+placeholders(len(topics))+`) AND status='pending' AND reserved_by=''`, args...).Scan(&at)
+	if err != nil {
+		return 0, false, err
+	}
+	return at.Int64, at.Valid, nil
+}
+
+func (t *tx) CountPending(workflow string) (int, error) {
+	var n int
+	err := t.tx.QueryRow(`SELECT count(*) FROM events WHERE workflow=? AND status='pending'`, workflow).Scan(&n)
+	return n, err
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+// --- inputs (items) ---
+
+const itemCols = `id, workflow, key, kind, source, type, external_id, title, status, current_attempt, created_by, created_at, updated_at`
+
+func scanItem(sc interface{ Scan(...any) error }) (kt.Input, error) {
+	var i kt.Input
+	err := sc.Scan(&i.ID, &i.Workflow, &i.Key, &i.Kind, &i.Source, &i.Type, &i.ExternalID, &i.Title, &i.Status, &i.CurrentAttempt, &i.CreatedBy, &i.CreatedAt, &i.UpdatedAt)
+	return i, err
+}
+
+func (t *tx) InputGet(id string) (kt.Input, error) {
+	i, err := scanItem(t.tx.QueryRow(`SELECT `+itemCols+` FROM items WHERE id=?`, id))
+	if err != nil {
+		return i, notFound("input", id, err)
+	}
+	return i, nil
+}
+
+func (t *tx) InputGetByKey(workflow, key string) (kt.Input, error) {
+	i, err := scanItem(t.tx.QueryRow(`SELECT `+itemCols+` FROM items WHERE workflow=? AND key=?`, workflow, key))
+	if err != nil {
+		return i, notFound("input", key, err)
+	}
+	return i, nil
+}
+
+func (t *tx) InputPut(i kt.Input) error {
+	_, err := t.tx.Exec(`INSERT INTO items(`+itemCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, current_attempt=excluded.current_attempt, updated_at=excluded.updated_at`,
+		i.ID, i.Workflow, i.Key, i.Kind, i.Source, i.Type, i.ExternalID, i.Title, i.Status, i.CurrentAttempt, i.CreatedBy, i.CreatedAt, i.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save input %s: %w", i.Key, err)
+	}
+	return nil
+}
+
+func (t *tx) InputList(workflow string) ([]kt.Input, error) {
+	rows, err := t.tx.Query(`SELECT `+itemCols+` FROM items WHERE workflow=? ORDER BY created_at, key`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Input
+	for rows.Next() {
+		i, err := scanItem(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, i)
+	}
+	return out, rows.Err()
+}
+
+// --- runs ---
+
+const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at`
+
+func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
+	var r kt.Run
+	var pr, mr, pc, tr sql.NullString
+	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
+	return r, err
+}
+
+func (t *tx) queryRuns(q string, args ...any) ([]kt.Run, error) {
+	rows, err := t.tx.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) RunGet(id string) (kt.Run, error) {
+	r, err := scanRun(t.tx.QueryRow(`SELECT `+runCols+` FROM runs WHERE id=?`, id))
+	if err != nil {
+		return r, notFound("run", id, err)
+	}
+	return r, nil
+}
+
+func (t *tx) RunPut(r kt.Run) error {
+	_, err := t.tx.Exec(`INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
+ mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
+ error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, open=excluded.open`,
+		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()))
+	if err != nil {
+		return fmt.Errorf("save run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) RunList(workflow string, limit int) ([]kt.Run, error) {
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? ORDER BY created_at DESC, id DESC LIMIT ?`, workflow, limit)
+}
+
+func (t *tx) RunOpen(workflow string) (kt.Run, error) {
+	r, err := scanRun(t.tx.QueryRow(`SELECT `+runCols+` FROM runs WHERE workflow=? AND open=1 ORDER BY created_at LIMIT 1`, workflow))
+	if err != nil {
+		return r, notFound("open run of workflow", workflow, err)
+	}
+	return r, nil
+}
+
+func (t *tx) RunsWithStatus(status kt.Status) ([]kt.Run, error) {
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE status=? ORDER BY created_at`, status)
+}
+
+// --- mutations ---
+
+const mutationCols = `id, workflow, run_id, handler, item_keys, attempt, tool, method, params, target, identity_key, payload_hash, idempotency_key, status,
+ result, error_class, error_message, can_reconcile, reconcile_attempts, next_reconcile_at, resolved_by, created_at, updated_at`
+
+func scanMutation(sc interface{ Scan(...any) error }) (kt.Mutation, error) {
+	var m kt.Mutation
+	var items, params string
+	var result sql.NullString
+	var canRec int
+	err := sc.Scan(&m.ID, &m.Workflow, &m.RunID, &m.Handler, &items, &m.Attempt, &m.Tool, &m.Method, &params, &m.Target, &m.IdentityKey, &m.PayloadHash, &m.IdempotencyKey, &m.Status,
+		&result, &m.ErrorClass, &m.ErrorMessage, &canRec, &m.ReconcileAttempts, &m.NextReconcileAt, &m.ResolvedBy, &m.CreatedAt, &m.UpdatedAt)
+	m.ItemKeys = parseList(items)
+	m.Params = json.RawMessage(params)
+	m.Result = rawJSON(result)
+	m.CanReconcile = canRec != 0
+	return m, err
+}
+
+func (t *tx) queryMutations(q string, args ...any) ([]kt.Mutation, error) {
+	rows, err := t.tx.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Mutation
+	for rows.Next() {
+		m, err := scanMutation(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) MutationGet(id string) (kt.Mutation, error) {
+	m, err := scanMutation(t.tx.QueryRow(`SELECT `+mutationCols+` FROM mutations WHERE id=?`, id))
+	if err != nil {
+		return m, notFound("mutation", id, err)
+	}
+	return m, nil
+}
+
+func (t *tx) MutationByIdentity(key string) (kt.Mutation, error) {
+	m, err := scanMutation(t.tx.QueryRow(`SELECT `+mutationCols+` FROM mutations WHERE identity_key=?`, key))
+	if err != nil {
+		return m, notFound("mutation with identity", key, err)
+	}
+	return m, nil
+}
+
+func (t *tx) MutationByRun(runID string) (kt.Mutation, error) {
+	m, err := scanMutation(t.tx.QueryRow(`SELECT `+mutationCols+` FROM mutations WHERE run_id=? ORDER BY created_at DESC LIMIT 1`, runID))
+	if err != nil {
+		return m, notFound("mutation of run", runID, err)
+	}
+	return m, nil
+}
+
+func (t *tx) MutationPut(m kt.Mutation) error {
+	_, err := t.tx.Exec(`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, params=excluded.params, payload_hash=excluded.payload_hash, status=excluded.status, result=excluded.result,
+ error_class=excluded.error_class, error_message=excluded.error_message, can_reconcile=excluded.can_reconcile, reconcile_attempts=excluded.reconcile_attempts,
+ next_reconcile_at=excluded.next_reconcile_at, resolved_by=excluded.resolved_by, updated_at=excluded.updated_at`,
+		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save mutation %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) MutationList(workflow string) ([]kt.Mutation, error) {
+	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE workflow=? ORDER BY created_at, id`, workflow)
+}
+
+func (t *tx) MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error) {
+	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE status=? ORDER BY created_at`, status)
+}
+
+// --- scheduling ---
+
+func (t *tx) DueWorkflows(now int64) ([]string, error) {
+	rows, err := t.tx.Query(`
+SELECT w.name FROM workflows w WHERE w.paused=0 AND (
+  EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1 AND (
+      r.action<>'' OR r.status='crashed' OR (r.status='paused:transient' AND r.next_attempt_at<=?)
+      OR (r.status='failed:logic' AND r.version<w.active_version)
+      OR (r.status='paused:reconciliation' AND EXISTS (SELECT 1 FROM mutations m WHERE m.run_id=r.id AND m.status='needs_reconcile' AND m.next_reconcile_at<=?))))
+  OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1) AND EXISTS (SELECT 1 FROM handlers h WHERE h.workflow=w.name AND (
+      h.dirty=1 OR (h.wake_at>0 AND h.wake_at<=?) OR h.queued=1 OR (h.next_run_at>0 AND h.next_run_at<=?))))
+) ORDER BY w.name`, now, now, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("find due workflows: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,87 @@
+// Package store defines the one storage seam of keep: every durable state
+// transition of the engine is one call to Store.Update, which is one
+// transaction and one durable commit. Backends (sqlite now, postgres later)
+// live in subpackages and must pass storetest.Exercise.
+//
+// This package may import only keeptype.
+package store
+
+import (
+	"context"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// Store is a transactional ledger store.
+type Store interface {
+	// Update runs fn in one write transaction; when fn returns nil the
+	// transaction is committed durably (fsync) before Update returns.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn in a read-only transaction.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Stats reports counters kept by the store itself.
+	Stats() Stats
+	Close() error
+}
+
+// Stats are counters a backend keeps about itself.
+type Stats struct {
+	// Commits is the number of write transactions committed durably. With
+	// synchronous=FULL every commit is one fsync of the WAL.
+	Commits int64
+}
+
+// Tx is the set of operations available inside a transaction. Every Get
+// returns kt.ErrNotFound (wrapped) when the row does not exist.
+type Tx interface {
+	WorkflowGet(name string) (kt.Workflow, error)
+	WorkflowList() ([]kt.Workflow, error)
+	WorkflowPut(w kt.Workflow) error
+
+	VersionInsert(v *kt.Version) error
+	VersionGet(workflow string, id int64) (kt.Version, error)
+	VersionList(workflow string) ([]kt.Version, error)
+
+	HandlerGet(workflow, name string) (kt.Handler, error)
+	HandlerList(workflow string) ([]kt.Handler, error)
+	HandlerPut(h kt.Handler) error
+
+	// EventPublish inserts an event, or when (workflow, topic, messageId)
+	// exists updates its payload keeping its status (last write wins). It
+	// fills e.ID and reports whether the event was created.
+	EventPublish(e *kt.Event) (created bool, err error)
+	EventGet(workflow, topic, messageID string) (kt.Event, error)
+	// EventsPending lists pending events not reserved by any run, oldest first.
+	EventsPending(workflow, topic string, limit int) ([]kt.Event, error)
+	EventsReservedBy(runID string) ([]kt.Event, error)
+	EventsByInput(inputID string) ([]kt.Event, error)
+	EventUpdate(e kt.Event) error
+	// OldestPending returns the creation time of the oldest pending,
+	// unreserved event in any of the topics; ok is false when there is none.
+	OldestPending(workflow string, topics []string) (createdAt int64, ok bool, err error)
+	CountPending(workflow string) (int, error)
+
+	InputGet(id string) (kt.Input, error)
+	InputGetByKey(workflow, key string) (kt.Input, error)
+	InputPut(in kt.Input) error
+	InputList(workflow string) ([]kt.Input, error)
+
+	RunGet(id string) (kt.Run, error)
+	RunPut(r kt.Run) error
+	RunList(workflow string, limit int) ([]kt.Run, error)
+	// RunOpen returns the workflow's unfinished run (the one that blocks it).
+	RunOpen(workflow string) (kt.Run, error)
+	RunsWithStatus(status kt.Status) ([]kt.Run, error)
+
+	MutationGet(id string) (kt.Mutation, error)
+	MutationByIdentity(identityKey string) (kt.Mutation, error)
+	MutationByRun(runID string) (kt.Mutation, error)
+	MutationPut(m kt.Mutation) error
+	MutationList(workflow string) ([]kt.Mutation, error)
+	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
+
+	// DueWorkflows lists the workflows that may have work at time now: a
+	// dirty or woken consumer, a due or queued producer, an open run waiting
+	// for a retry, a person's action or reconciliation.
+	DueWorkflows(now int64) ([]string, error)
+}
