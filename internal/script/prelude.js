@@ -29,6 +29,7 @@
 
   const call = (method, args) => {
     const r = host(method, args === undefined ? "null" : JSON.stringify(args));
+    if (r === false) return new Promise(() => {}); // taken over by the host: never settles
     return r === undefined || r === null ? undefined : JSON.parse(r);
   };
   const fmt = (v) => {
@@ -72,7 +73,7 @@
     const ctx = {};
     for (const tool of Object.keys(spec.tools)) {
       const o = {};
-      for (const m of spec.tools[tool]) o[m] = async (args) => call(tool + "." + m, args);
+      for (const m of spec.tools[tool] || []) o[m] = async (args) => call(tool + "." + m, args);
       ctx[tool] = Object.freeze(o);
     }
     ctx.log = log;

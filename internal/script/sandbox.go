@@ -115,9 +115,11 @@ type Limits struct {
 // undefined. Returning an error aborts the invocation.
 type HostFunc func(method string, args json.RawMessage) (json.RawMessage, error)
 
-// ErrStop is returned by a HostFunc to end the invocation without an error:
-// the mutation call in mutate is terminal, nothing after it runs.
-var ErrStop = errors.New("invocation stopped by the host")
+// ErrSuspend is returned by a HostFunc to take over a call: the script gets a
+// promise that never settles, so nothing after `await ctx.tool.mutation()`
+// runs (the mutation call is terminal), and the invocation ends with
+// Outcome.Suspended once the script has nothing left to do.
+var ErrSuspend = errors.New("call taken over by the host")
 
 // Invocation is one handler phase to run.
 type Invocation struct {
@@ -132,16 +134,16 @@ type Invocation struct {
 
 // Outcome is what a handler phase returned.
 type Outcome struct {
-	Value   json.RawMessage // nil when the handler returned undefined
-	Stopped bool            // the host stopped the script (a terminal call)
+	Value     json.RawMessage // nil when the handler returned undefined
+	Suspended bool            // the host took over a terminal call (see ErrSuspend)
 }
 
 type vmState struct {
 	settled  bool
 	ok       bool
 	payload  string
-	abortErr error
-	stopped  bool
+	abortErr  error
+	suspended bool
 }
 
 func newVM(lim Limits) (*quickjs.VM, error) {
@@ -179,10 +181,9 @@ func (p *Program) loadInto(vm *quickjs.VM, st *vmState, host HostFunc) error {
 			return nil, st.abortErr
 		}
 		res, err := host(method, json.RawMessage(raw))
-		if errors.Is(err, ErrStop) {
-			st.stopped = true
-			vm.Interrupt()
-			return nil, err
+		if errors.Is(err, ErrSuspend) {
+			st.suspended = true
+			return false, nil
 		}
 		if err != nil {
 			st.abortErr = err
@@ -258,7 +259,7 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 	args := "[" + joinRaw(inv.Args) + "]"
 	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools})
 	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec))
-	for callErr == nil && !st.settled && st.abortErr == nil && !st.stopped && !didExpire() {
+	for callErr == nil && !st.settled && st.abortErr == nil && !didExpire() {
 		n, jerr := vm.ExecutePendingJobs()
 		if jerr != nil {
 			callErr = jerr
@@ -269,10 +270,10 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 		}
 	}
 	switch {
-	case st.stopped:
-		return Outcome{Stopped: true}, nil
 	case st.abortErr != nil:
 		return Outcome{}, st.abortErr
+	case st.suspended && (callErr == nil || st.settled):
+		return Outcome{Suspended: true}, nil
 	case didExpire():
 		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s ran longer than its time limit of %s and was stopped (an endless loop, or a call that never returns?)", inv.Kind, inv.Name, inv.Phase, inv.Timeout)
 	case callErr != nil && !st.settled:
@@ -309,7 +310,7 @@ func (p *Program) cleanStack(stack string) string {
 	stack = stackLoc.ReplaceAllString(stack, p.File+":$1")
 	var keep []string
 	for _, l := range strings.Split(stack, "\n") {
-		if strings.TrimSpace(l) == "" || strings.Contains(l, "at value (") || strings.Contains(l, "<anonymous>") && !strings.Contains(l, p.File) {
+		if strings.TrimSpace(l) == "" || isPreludeFrame(l) || strings.Contains(l, "<anonymous>") && !strings.Contains(l, p.File) {
 			continue
 		}
 		keep = append(keep, strings.TrimSpace(l))
@@ -318,6 +319,19 @@ func (p *Program) cleanStack(stack string) string {
 		keep = keep[:5]
 	}
 	return strings.Join(keep, "; ")
+}
+
+// preludeFrames are the functions of prelude.js; their frames say nothing
+// about the script and would point at lines the script does not have.
+var preludeFrames = []string{"at value (", "at makeCtx (", "at call (", "at handlerOf (", "at jsonCheck (", "at errInfo (", "at fmt (", "at log (", "at mark ("}
+
+func isPreludeFrame(l string) bool {
+	for _, f := range preludeFrames {
+		if strings.Contains(l, f) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Program) describeThrow(inv Invocation, name, msg, stack string) string {

@@ -96,9 +96,9 @@ func TestStopIsTerminal(t *testing.T) {
 			if m == "log" {
 				after = true
 			}
-			return nil, ErrStop
+			return nil, ErrSuspend
 		})
-	if err != nil || !out.Stopped || after {
+	if err != nil || !out.Suspended || after {
 		t.Fatalf("stop: out=%+v err=%v after=%v", out, err, after)
 	}
 }

@@ -354,13 +354,19 @@ func (t *tx) EventPublish(e *kt.Event) (bool, error) {
 	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
 	if err == nil {
 		// Last write wins on the payload; status, reservation and history are kept.
+		// A publish caused by a newer attempt of its input re-opens the event
+		// (SPEC §8.2 reprocess); otherwise the status is kept.
 		e.ID = existing.ID
-		_, err := t.tx.Exec(`UPDATE events SET payload=?, caused_by=?, updated_at=? WHERE id=?`,
-			string(e.Payload), strList(e.CausedBy), e.UpdatedAt, existing.ID)
+		status, reserved, attempt := existing.Status, existing.ReservedBy, existing.Attempt
+		if e.Attempt > existing.Attempt {
+			status, reserved, attempt = kt.EventPending, "", e.Attempt
+		}
+		_, err := t.tx.Exec(`UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+			string(e.Payload), strList(e.CausedBy), status, reserved, attempt, e.UpdatedAt, existing.ID)
 		if err != nil {
 			return false, fmt.Errorf("update event %s/%s: %w", e.Topic, e.MessageID, err)
 		}
-		e.Status, e.ReservedBy, e.CreatedAt, e.Attempt = existing.Status, existing.ReservedBy, existing.CreatedAt, existing.Attempt
+		e.Status, e.ReservedBy, e.CreatedAt, e.Attempt = status, reserved, existing.CreatedAt, attempt
 		return false, t.setCauses(e.ID, e.CausedBy)
 	}
 	if !errors.Is(err, kt.ErrNotFound) {

@@ -1,0 +1,824 @@
+// Package cli is keep's command line. Reads and people's actions go straight
+// to the store of the data directory, so they work with or without a
+// running `keep serve`; `serve` and `run` own the engine.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+)
+
+// Exit codes.
+const (
+	ExitOK        = 0
+	ExitError     = 1
+	ExitInvalid   = 2 // validation errors
+	ExitBlocked   = 3 // keep run: a run needs a person
+	exitUsageCode = 64
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+type app struct {
+	out, errOut io.Writer
+	dataDir     string
+	jsonOut     bool
+}
+
+// Run executes the CLI with args and returns the process exit code.
+func Run(args []string, stdout, stderr io.Writer) int {
+	a := &app{out: stdout, errOut: stderr}
+	root := a.root()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintln(stderr, "keep:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "keep:", err)
+	if strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "accepts") || strings.Contains(err.Error(), "required flag") {
+		return exitUsageCode
+	}
+	return ExitError
+}
+
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "keep",
+		Short:         "keep runs automations durably: no side effect twice by accident, nothing lost, every blocked run explained",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("KEEP_DATA", "keep-data"), "data directory (database, files root of keep serve)")
+	root.AddCommand(a.serveCmd(), a.runCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
+		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"))
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (a *app) addJSON(c *cobra.Command) {
+	c.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// openStore opens the data directory's store for reads and actions; a
+// missing database is an error rather than a new empty one.
+func (a *app) openStore() (*sqlite.Store, error) {
+	if _, err := os.Stat(daemon.DBPath(a.dataDir)); err != nil {
+		return nil, fmt.Errorf("no keep data in %s (nothing deployed yet; run `keep deploy FILE` or `keep run FILE`, or pass --data)", a.dataDir)
+	}
+	return daemon.OpenStore(a.dataDir)
+}
+
+func (a *app) withStore(fn func(st store.Store) error) error {
+	st, err := a.openStore()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(st)
+}
+
+func readScript(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read script: %w", err)
+	}
+	return string(b), nil
+}
+
+// ---------- serve ----------
+
+func (a *app) serveCmd() *cobra.Command {
+	var configFile, filesRoot string
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "run every deployed workflow on its schedule until stopped",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, ConfigFile: configFile, FilesRoot: filesRoot})
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			n, err := k.Recover(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "keep serving %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, n)
+			return k.Scheduler.Run(ctx)
+		},
+	}
+	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default DATA/files)")
+	return c
+}
+
+// ---------- validate / deploy ----------
+
+func (a *app) validateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "validate FILE",
+		Short: "check a workflow script without deploying it (exit 2 on errors)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := readScript(args[0])
+			if err != nil {
+				return err
+			}
+			p, err := script.Compile(args[0], src)
+			if err != nil {
+				return &exitError{code: ExitInvalid, err: err}
+			}
+			problems := script.Validate(p, daemon.Registry(".").Tools())
+			if a.jsonOut {
+				type pj struct {
+					Severity string `json:"severity"`
+					Handler  string `json:"handler,omitempty"`
+					Topic    string `json:"topic,omitempty"`
+					Line     int    `json:"line,omitempty"`
+					Message  string `json:"message"`
+				}
+				out := []pj{}
+				for _, pr := range problems {
+					out = append(out, pj{pr.Severity, pr.Handler, pr.Topic, pr.Line, pr.Message})
+				}
+				_ = a.printJSON(map[string]any{"file": args[0], "workflow": p.Decl.WorkflowName(), "valid": !script.HasErrors(problems), "problems": out})
+			} else {
+				for _, pr := range problems {
+					fmt.Fprintf(a.out, "%s:%s\n", args[0], strings.TrimPrefix(pr.String(), ""))
+				}
+			}
+			if script.HasErrors(problems) {
+				return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid", args[0])}
+			}
+			if !a.jsonOut {
+				fmt.Fprintf(a.out, "%s: workflow %q is valid\n", args[0], p.Decl.WorkflowName())
+			}
+			return nil
+		},
+	}
+	a.addJSON(c)
+	return c
+}
+
+func deployKind(minor, major bool) (engine.DeployKind, error) {
+	switch {
+	case minor && major:
+		return "", fmt.Errorf("choose --minor or --major, not both")
+	case major:
+		return engine.DeployMajor, nil
+	case minor:
+		return engine.DeployMinor, nil
+	}
+	return "", nil
+}
+
+func (a *app) deployCmd() *cobra.Command {
+	var name, reprocess, filesRoot string
+	var minor, major bool
+	c := &cobra.Command{
+		Use:   "deploy FILE",
+		Short: "validate a script and make it the workflow's active version (works beside a running keep serve)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := deployKind(minor, major)
+			if err != nil {
+				return err
+			}
+			if reprocess != "" && reprocess != "none" {
+				return fmt.Errorf("--reprocess=%s is not supported yet: only none (items and attempts are not built yet)", reprocess)
+			}
+			src, err := readScript(args[0])
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(a.dataDir, 0o755); err != nil {
+				return err
+			}
+			st, err := daemon.OpenStore(a.dataDir)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
+			res, err := eng.Deploy(cmd.Context(), args[0], src, name, kind)
+			if err != nil {
+				return a.deployError(args[0], err)
+			}
+			a.printWarnings(args[0], res.Problems)
+			if a.jsonOut {
+				return a.printJSON(map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged})
+			}
+			if res.Unchanged {
+				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
+			} else {
+				fmt.Fprintf(a.out, "deployed %s version %s\n", res.Workflow, res.Version.Label())
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
+	c.Flags().BoolVar(&minor, "minor", false, "a repair: keep all state; a run failed:logic retries on this version")
+	c.Flags().BoolVar(&major, "major", false, "an intent change")
+	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major: none (all|KEY,... come with items)")
+	c.Flags().StringVar(&filesRoot, "files-root", ".", "folder of the files connector (for validation only)")
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) deployError(file string, err error) error {
+	var ve *engine.ValidationError
+	var se *script.SyntaxError
+	switch {
+	case errors.As(err, &ve):
+		for _, p := range ve.Problems {
+			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
+		}
+		return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
+	case errors.As(err, &se):
+		return &exitError{code: ExitInvalid, err: err}
+	}
+	return err
+}
+
+func (a *app) printWarnings(file string, ps []script.Problem) {
+	for _, p := range ps {
+		if p.Severity == "warning" {
+			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
+		}
+	}
+}
+
+// ---------- run ----------
+
+func (a *app) runCmd() *cobra.Command {
+	var configFile, filesRoot, name string
+	var timeout time.Duration
+	var minor, major bool
+	c := &cobra.Command{
+		Use:   "run FILE",
+		Short: "deploy a script on the embedded store, run it until idle or blocked, print its inputs and outputs",
+		Long: "run deploys FILE (when it changed), runs every due producer and consumer until nothing is left to do,\n" +
+			"and prints the inputs and outputs. Exit status: 0 idle with nothing blocked, 2 invalid script, 3 a run needs a person.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := deployKind(minor, major)
+			if err != nil {
+				return err
+			}
+			src, err := readScript(args[0])
+			if err != nil {
+				return err
+			}
+			if filesRoot == "" {
+				filesRoot = filepath.Dir(args[0])
+			}
+			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, ConfigFile: configFile, FilesRoot: filesRoot})
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			if _, err := k.Recover(ctx); err != nil {
+				return err
+			}
+			res, err := k.Engine.Deploy(ctx, args[0], src, name, kind)
+			if err != nil {
+				return a.deployError(args[0], err)
+			}
+			a.printWarnings(args[0], res.Problems)
+			if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("still not idle after --timeout %s", timeout)
+				}
+				return err
+			}
+			if errs := k.Scheduler.Errors(); len(errs) > 0 {
+				return fmt.Errorf("keep hit an internal error: %v", errs[0])
+			}
+			blocked, err := a.printRunSummary(ctx, k.Store, res)
+			if err != nil {
+				return err
+			}
+			if blocked {
+				return &exitError{code: ExitBlocked, err: errors.New("")}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default: the script's folder)")
+	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
+	c.Flags().DurationVar(&timeout, "timeout", 0, "give up when not idle after this long (default: no limit)")
+	c.Flags().BoolVar(&minor, "minor", false, "deploy as a minor version (repair)")
+	c.Flags().BoolVar(&major, "major", false, "deploy as a major version")
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.DeployResult) (bool, error) {
+	wf := res.Workflow
+	inputs, err := report.Inputs(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
+	outputs, err := report.Outputs(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
+	runs, err := report.Runs(ctx, st, wf, 0)
+	if err != nil {
+		return false, err
+	}
+	cards, err := report.Blocked(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
+	if a.jsonOut {
+		return len(cards) > 0, a.printJSON(map[string]any{"workflow": map[string]any{"name": wf, "version": res.Version.Label()},
+			"inputs": nonNil(inputs), "outputs": nonNil(outputs), "runs": nonNil(runs), "blocked": nonNil(cards)})
+	}
+	state := "idle"
+	if len(cards) > 0 {
+		state = "blocked"
+	}
+	fmt.Fprintf(a.out, "workflow %s (version %s): %s, %d runs\n\n", wf, res.Version.Label(), state, len(runs))
+	a.printInputs(inputs)
+	fmt.Fprintln(a.out)
+	a.printOutputs(outputs, inputs)
+	for _, c := range cards {
+		fmt.Fprintln(a.out)
+		a.printCard(c)
+	}
+	return len(cards) > 0, nil
+}
+
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
+}
+
+func (a *app) table() *tabwriter.Writer { return tabwriter.NewWriter(a.out, 0, 2, 2, ' ', 0) }
+
+func crop(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (a *app) printInputs(inputs []report.Input) {
+	fmt.Fprintf(a.out, "INPUTS (%d)\n", len(inputs))
+	if len(inputs) == 0 {
+		fmt.Fprintln(a.out, "  (none yet)")
+		return
+	}
+	w := a.table()
+	fmt.Fprintln(w, "  STATUS\tTITLE\tSOURCE\tID")
+	for _, in := range inputs {
+		fmt.Fprintf(w, "  %s\t%s\t%s/%s\t%s\n", in.Status, crop(in.Title, 60), in.Source, in.Type, crop(in.ExternalID, 30))
+	}
+	w.Flush()
+}
+
+func (a *app) printOutputs(outputs []report.Output, inputs []report.Input) {
+	titles := map[string]string{}
+	for _, in := range inputs {
+		titles[in.ID] = in.Title
+	}
+	fmt.Fprintf(a.out, "OUTPUTS (%d)\n", len(outputs))
+	if len(outputs) == 0 {
+		fmt.Fprintln(a.out, "  (none yet)")
+		return
+	}
+	w := a.table()
+	fmt.Fprintln(w, "  STATUS\tTOOL\tTARGET\tFOR INPUT")
+	for _, o := range outputs {
+		var names []string
+		for _, id := range o.InputIDs {
+			if t, ok := titles[id]; ok {
+				names = append(names, t)
+			} else {
+				names = append(names, id)
+			}
+		}
+		fmt.Fprintf(w, "  %s\t%s.%s\t%s\t%s\n", o.Status, o.Tool, o.Method, crop(o.Target, 50), crop(strings.Join(names, ", "), 50))
+	}
+	w.Flush()
+}
+
+func (a *app) printCard(c report.Card) {
+	fmt.Fprintf(a.out, "BLOCKED  run %s (%s %s, %s)\n", c.RunID, c.Workflow, c.Handler, c.Status)
+	if c.Mutation != nil {
+		fmt.Fprintf(a.out, "  what:    %s.%s → %s\n", c.Mutation.Tool, c.Mutation.Method, c.Mutation.Target)
+		if b, err := json.Marshal(c.Mutation.Args); err == nil {
+			fmt.Fprintf(a.out, "  call:    %s\n", crop(string(b), 300))
+		}
+	}
+	for _, in := range c.Inputs {
+		fmt.Fprintf(a.out, "  input:   %s\n", in.Title)
+	}
+	fmt.Fprintf(a.out, "  why:     %s\n", c.Reason)
+	var acts []string
+	for _, act := range c.Actions {
+		switch act {
+		case "approve":
+			acts = append(acts, "keep approve "+c.RunID)
+		default:
+			acts = append(acts, "keep resolve "+c.RunID+" --"+act)
+		}
+	}
+	fmt.Fprintf(a.out, "  do:      %s\n", strings.Join(acts, "\n           "))
+}
+
+// ---------- reads ----------
+
+func (a *app) statusCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "status [WORKFLOW]",
+		Short: "show each workflow's status and what is blocked",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			only := ""
+			if len(args) == 1 {
+				only = args[0]
+			}
+			return a.withStore(func(st store.Store) error {
+				ss, err := report.Statuses(cmd.Context(), st, only)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(nonNil(ss))
+				}
+				if len(ss) == 0 {
+					fmt.Fprintln(a.out, "no workflows deployed")
+					return nil
+				}
+				w := a.table()
+				fmt.Fprintln(w, "WORKFLOW\tVERSION\tSTATUS\tPENDING\tBLOCKED RUN")
+				for _, s := range ss {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", s.Name, s.Version, s.Status, s.PendingEvents, s.BlockedRunID)
+				}
+				w.Flush()
+				cards, err := report.Blocked(cmd.Context(), st, only)
+				if err != nil {
+					return err
+				}
+				for _, c := range cards {
+					fmt.Fprintln(a.out)
+					a.printCard(c)
+				}
+				return nil
+			})
+		},
+	}
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) inputsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				ins, err := report.Inputs(cmd.Context(), st, args[0])
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(nonNil(ins))
+				}
+				a.printInputs(ins)
+				return nil
+			})
+		},
+	}
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) outputsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				outs, err := report.Outputs(cmd.Context(), st, args[0])
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(nonNil(outs))
+				}
+				ins, err := report.Inputs(cmd.Context(), st, args[0])
+				if err != nil {
+					return err
+				}
+				a.printOutputs(outs, ins)
+				return nil
+			})
+		},
+	}
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) runsCmd() *cobra.Command {
+	var limit int
+	c := &cobra.Command{
+		Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				rs, err := report.Runs(cmd.Context(), st, args[0], limit)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(nonNil(rs))
+				}
+				w := a.table()
+				fmt.Fprintln(w, "RUN\tHANDLER\tPHASE\tSTATUS\tCREATED\tERROR")
+				for _, r := range rs {
+					msg := ""
+					if r.Error != nil {
+						msg = crop(r.Error.Message, 60)
+					}
+					fmt.Fprintf(w, "%s\t%s %s\t%s\t%s\t%s\t%s\n", r.ID, r.HandlerType, r.Handler, r.Phase, r.Status, r.CreatedAt, msg)
+				}
+				w.Flush()
+				return nil
+			})
+		},
+	}
+	c.Flags().IntVar(&limit, "limit", 50, "how many runs to list (0 = all)")
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) showCmd() *cobra.Command {
+	show := &cobra.Command{Use: "show", Short: "show one run or input in full"}
+	runC := &cobra.Command{
+		Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				return st.View(cmd.Context(), func(tx store.Tx) error {
+					r, err := tx.RunGet(args[0])
+					if errors.Is(err, kt.ErrNotFound) {
+						return fmt.Errorf("there is no run %q (see `keep runs WORKFLOW`)", args[0])
+					}
+					if err != nil {
+						return err
+					}
+					card, blocked, err := report.CardFor(tx, r)
+					if err != nil {
+						return err
+					}
+					var mut *report.Output
+					if m, err := tx.MutationByRun(r.ID); err == nil {
+						o := report.OutputRow(m)
+						mut = &o
+					}
+					var trace struct {
+						Entries []engine.TraceEntry `json:"entries"`
+						Dropped int                 `json:"dropped"`
+					}
+					_ = json.Unmarshal(r.Trace, &trace)
+					if a.jsonOut {
+						out := map[string]any{"run": report.RunRow(r), "prepareResult": r.PrepareResult, "mutationResult": r.MutationResult,
+							"mutation": mut, "trace": nonNil(trace.Entries), "blocked": blocked}
+						if blocked {
+							out["card"] = card
+						}
+						return a.printJSON(out)
+					}
+					row := report.RunRow(r)
+					fmt.Fprintf(a.out, "run %s\n  workflow: %s (version id %d)\n  handler:  %s %s\n  phase:    %s\n  status:   %s\n", r.ID, r.Workflow, r.Version, r.HandlerType, r.Handler, r.Phase, r.Status)
+					if r.RetryOf != "" {
+						fmt.Fprintf(a.out, "  retry of: %s\n", r.RetryOf)
+					}
+					if row.Error != nil {
+						fmt.Fprintf(a.out, "  error:    %s: %s\n", row.Error.Class, row.Error.Message)
+					}
+					if mut != nil {
+						fmt.Fprintf(a.out, "  mutation: %s.%s %s — %s", mut.Tool, mut.Method, mut.Target, mut.Status)
+						if mut.ResolvedBy != "" {
+							fmt.Fprintf(a.out, " (resolved by %s)", mut.ResolvedBy)
+						}
+						fmt.Fprintln(a.out)
+					}
+					fmt.Fprintln(a.out, "\nTRACE")
+					for _, e := range trace.Entries {
+						line := fmt.Sprintf("  %s  %-8s %-9s", time.UnixMilli(e.At).UTC().Format("15:04:05.000"), e.Phase, e.Kind)
+						if e.Method != "" {
+							line += " " + e.Method
+						}
+						if e.Args != nil {
+							b, _ := json.Marshal(e.Args)
+							line += " " + crop(string(b), 120)
+						}
+						if e.Duration > 0 {
+							line += fmt.Sprintf(" (%dms)", e.Duration)
+						}
+						if e.Outcome != "" {
+							line += " → " + e.Outcome
+						}
+						if e.Text != "" {
+							line += " " + e.Text
+						}
+						fmt.Fprintln(a.out, line)
+					}
+					if trace.Dropped > 0 {
+						fmt.Fprintf(a.out, "  … %d more trace entries were dropped\n", trace.Dropped)
+					}
+					if blocked {
+						fmt.Fprintln(a.out)
+						a.printCard(card)
+					}
+					return nil
+				})
+			})
+		},
+	}
+	inputC := &cobra.Command{
+		Use: "input ID", Short: "show an input and what it caused", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				return st.View(cmd.Context(), func(tx store.Tx) error {
+					in, err := tx.InputGet(args[0])
+					if errors.Is(err, kt.ErrNotFound) {
+						return fmt.Errorf("there is no input %q (see `keep inputs WORKFLOW`)", args[0])
+					}
+					if err != nil {
+						return err
+					}
+					status, err := report.InputStatus(tx, in)
+					if err != nil {
+						return err
+					}
+					ms, err := tx.MutationList(in.Workflow)
+					if err != nil {
+						return err
+					}
+					var outs []report.Output
+					for _, m := range ms {
+						for _, id := range m.ItemKeys {
+							if id == in.ID {
+								outs = append(outs, report.OutputRow(m))
+							}
+						}
+					}
+					row := report.Input{ID: in.ID, Key: in.Key, Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Title: in.Title,
+						Status: status, Attempt: in.CurrentAttempt, CreatedAt: report.Time(in.CreatedAt), UpdatedAt: report.Time(in.UpdatedAt)}
+					if a.jsonOut {
+						return a.printJSON(map[string]any{"input": row, "outputs": nonNil(outs)})
+					}
+					fmt.Fprintf(a.out, "input %s\n  title:  %s\n  source: %s/%s id %s\n  status: %s\n  attempt: %d\n\n", in.ID, in.Title, in.Source, in.Type, in.ExternalID, status, in.CurrentAttempt)
+					a.printOutputs(outs, []report.Input{row})
+					return nil
+				})
+			})
+		},
+	}
+	a.addJSON(runC)
+	inputC.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	show.AddCommand(runC, inputC)
+	return show
+}
+
+// ---------- actions ----------
+
+func (a *app) resolveCmd() *cobra.Command {
+	var tryAgain, didnt, skip bool
+	c := &cobra.Command{
+		Use:   "resolve RUN --try-again|--didnt-happen|--skip",
+		Short: "decide what happens to a blocked run",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var what engine.Resolution
+			n := 0
+			if tryAgain {
+				what, n = engine.ResolveTryAgain, n+1
+			}
+			if didnt {
+				what, n = engine.ResolveDidntHappen, n+1
+			}
+			if skip {
+				what, n = engine.ResolveSkip, n+1
+			}
+			if n != 1 {
+				return &exitError{code: exitUsageCode, err: errors.New("choose exactly one of --try-again, --didnt-happen, --skip")}
+			}
+			return a.act(cmd.Context(), args[0], what)
+		},
+	}
+	c.Flags().BoolVar(&tryAgain, "try-again", false, "check again whether the write happened (or retry a failed run)")
+	c.Flags().BoolVar(&didnt, "didnt-happen", false, "you verified the write did not happen: send it again")
+	c.Flags().BoolVar(&skip, "skip", false, "give up this write: next runs with {status:'skipped'} and its inputs are skipped")
+	return c
+}
+
+func (a *app) approveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "approve RUN", Short: "approve the mutation a run is waiting for", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return a.act(cmd.Context(), args[0], engine.ResolveApprove) },
+	}
+}
+
+func (a *app) act(ctx context.Context, runID string, what engine.Resolution) error {
+	return a.withStore(func(st store.Store) error {
+		msg, err := engine.Resolve(ctx, st, runID, what, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(a.out, msg)
+		return nil
+	})
+}
+
+func (a *app) workflowActionCmd(verb string) *cobra.Command {
+	short := map[string]string{"pause": "stop scheduling a workflow", "resume": "let a paused workflow run again", "run-now": "run every producer of a workflow now"}[verb]
+	return &cobra.Command{
+		Use: verb + " WORKFLOW", Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				now := time.Now()
+				switch verb {
+				case "pause":
+					if err := engine.Pause(cmd.Context(), st, args[0], now); err != nil {
+						return err
+					}
+					fmt.Fprintf(a.out, "%s paused\n", args[0])
+				case "resume":
+					if err := engine.Resume(cmd.Context(), st, args[0], now); err != nil {
+						return err
+					}
+					fmt.Fprintf(a.out, "%s resumed\n", args[0])
+				case "run-now":
+					n, err := engine.RunNow(cmd.Context(), st, args[0], now)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(a.out, "%d producers of %s queued\n", n, args[0])
+				}
+				return nil
+			})
+		},
+	}
+}

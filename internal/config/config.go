@@ -1,0 +1,175 @@
+// Package config reads keep's host configuration (TOML) and holds the host
+// policies of SPEC §6 with their defaults, applied in one place.
+//
+// It imports keeptype only.
+package config
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Policy is the set of host policies. Every field's default is set by Defaults.
+type Policy struct {
+	// TransientRetries is how many automatic retries a transient failure gets. Defaults to 5.
+	TransientRetries int
+	// TransientBackoff is the first retry's delay; each next doubles. Defaults to 10s.
+	TransientBackoff time.Duration
+	// TransientBackoffMax caps the delay. Defaults to 10m.
+	TransientBackoffMax time.Duration
+	// ReconcileAttempts is how many background reconcile attempts follow the inline one. Defaults to 5.
+	ReconcileAttempts int
+	// ReconcileBackoff is the first background attempt's delay. Defaults to 10s.
+	ReconcileBackoff time.Duration
+	// ReconcileBackoffMax caps the delay. Defaults to 10m.
+	ReconcileBackoffMax time.Duration
+	// HandlerTimeout is the wall-time limit of one handler phase. Defaults to 300s.
+	HandlerTimeout time.Duration
+	// ToolTimeout is the limit of one connector call. Defaults to 30s.
+	ToolTimeout time.Duration
+	// MemoryLimit is the sandbox heap per run, in bytes. Defaults to 64 MiB.
+	MemoryLimit int64
+}
+
+// Defaults returns the built-in policies of SPEC §6.
+func Defaults() Policy {
+	return Policy{
+		TransientRetries: 5, TransientBackoff: 10 * time.Second, TransientBackoffMax: 10 * time.Minute,
+		ReconcileAttempts: 5, ReconcileBackoff: 10 * time.Second, ReconcileBackoffMax: 10 * time.Minute,
+		HandlerTimeout: 300 * time.Second, ToolTimeout: 30 * time.Second, MemoryLimit: 64 << 20,
+	}
+}
+
+// Backoff returns base × 2^(n−1), capped, for the n-th retry (n ≥ 1).
+func Backoff(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// Config is the whole file.
+type Config struct {
+	Policy Policy
+}
+
+type fileShape struct {
+	Policy map[string]any `toml:"policy"`
+}
+
+// Load reads a TOML config file over the defaults. Unknown keys and bad
+// values are errors that name the file, the key and what is expected.
+func Load(path string) (Config, error) {
+	cfg := Config{Policy: Defaults()}
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return Parse(path, string(b))
+}
+
+// Parse reads config text; name is used in messages.
+func Parse(name, text string) (Config, error) {
+	cfg := Config{Policy: Defaults()}
+	var raw map[string]any
+	md, err := toml.Decode(text, &raw)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %v", name, err)
+	}
+	_ = md
+	for k := range raw {
+		if k != "policy" {
+			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy])", name, k)
+		}
+	}
+	pol, _ := raw["policy"].(map[string]any)
+	if raw["policy"] != nil && pol == nil {
+		return cfg, fmt.Errorf("config %s: policy must be a table: [policy]", name)
+	}
+	p := &cfg.Policy
+	for k, v := range pol {
+		where := fmt.Sprintf("config %s: [policy] %s", name, k)
+		var err error
+		switch k {
+		case "transient_retries":
+			p.TransientRetries, err = count(v)
+		case "reconcile_attempts":
+			p.ReconcileAttempts, err = count(v)
+		case "transient_backoff":
+			p.TransientBackoff, err = duration(v)
+		case "transient_backoff_max":
+			p.TransientBackoffMax, err = duration(v)
+		case "reconcile_backoff":
+			p.ReconcileBackoff, err = duration(v)
+		case "reconcile_backoff_max":
+			p.ReconcileBackoffMax, err = duration(v)
+		case "handler_timeout":
+			p.HandlerTimeout, err = duration(v)
+		case "tool_timeout":
+			p.ToolTimeout, err = duration(v)
+		case "memory_limit":
+			p.MemoryLimit, err = size(v)
+			if err == nil && p.MemoryLimit < 1<<20 {
+				err = fmt.Errorf("must be at least 1MiB")
+			}
+		default:
+			return cfg, fmt.Errorf("config %s: unknown policy key %q (known: transient_retries, transient_backoff, transient_backoff_max, reconcile_attempts, reconcile_backoff, reconcile_backoff_max, handler_timeout, tool_timeout, memory_limit)", name, k)
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("%s: %v", where, err)
+		}
+	}
+	return cfg, nil
+}
+
+func count(v any) (int, error) {
+	n, ok := v.(int64)
+	if !ok || n < 0 || n > 1000 {
+		return 0, fmt.Errorf("must be a whole number from 0 to 1000, got %v", v)
+	}
+	return int(n), nil
+}
+
+func duration(v any) (time.Duration, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("must be a duration string like \"200ms\", \"10s\" or \"5m\", got %v", v)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("must be a positive duration like \"200ms\", \"10s\" or \"5m\", got %q", s)
+	}
+	return d, nil
+}
+
+var sizeRe = regexp.MustCompile(`^(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?$`)
+
+func size(v any) (int64, error) {
+	s, ok := v.(string)
+	if !ok {
+		if n, ok := v.(int64); ok && n > 0 {
+			return n, nil
+		}
+		return 0, fmt.Errorf("must be a size like \"64MiB\", got %v", v)
+	}
+	m := sizeRe.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("must be a size like \"64MiB\" (units B, KiB, MiB, GiB), got %q", s)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	mult := map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 1000, "MB": 1000000, "GB": 1000000000}[m[2]]
+	return n * mult, nil
+}

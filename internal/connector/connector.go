@@ -1,0 +1,277 @@
+// Package connector defines what a connector declares about its methods
+// (kind, identity params, reconcile, comparePayload, error classes) and the
+// registry the engine looks them up in. Connectors declare their methods as
+// data so that validation, the engine's phase rules and the ledger all read
+// the same spec.
+//
+// This package may import keeptype only.
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// Kind is what a method does to the outside world; the phase rules of SPEC §3 are written in kinds.
+type Kind string
+
+const (
+	KindRead     Kind = "read"     // list/search
+	KindReadByID Kind = "readById" // get one thing by its identifier
+	KindMutate   Kind = "mutate"   // a side effect
+)
+
+// Call is one invocation of a method.
+type Call struct {
+	Args map[string]any
+	// IdempotencyKey is stable for one mutation identity; connectors pass it to
+	// the external system where it allows (a header, a message id, a marker).
+	IdempotencyKey string
+}
+
+// Outcome of a mutation as the connector saw it.
+type Outcome int
+
+const (
+	OutcomeApplied   Outcome = iota // the write happened; Result holds its result
+	OutcomeFailed                   // the write definitely did not happen; Err says why
+	OutcomeUncertain                // the write may or may not have happened
+)
+
+// Result is what a connector method returns.
+type Result struct {
+	Value   any
+	Outcome Outcome
+	Err     *kt.Error
+}
+
+// ReconcileStatus is the answer of a reconcile method (ch 13 §13.6.2).
+type ReconcileStatus string
+
+const (
+	ReconcileApplied ReconcileStatus = "applied"
+	ReconcileFailed  ReconcileStatus = "failed"
+	ReconcileRetry   ReconcileStatus = "retry"
+)
+
+// Comparison is the answer of comparePayload (ch 14 §14.5).
+type Comparison string
+
+const (
+	Equivalent  Comparison = "equivalent"
+	Minor       Comparison = "minor"
+	Significant Comparison = "significant"
+)
+
+// Method is one method's declaration and implementation.
+type Method struct {
+	Name string
+	// Kind is the method's kind; KindOf, when set, decides it per call
+	// (http.request is a read for GET and a mutation for POST).
+	Kind   Kind
+	KindOf func(args map[string]any) Kind
+	// Identity lists the params that name the target of a mutation; the others are payload.
+	Identity []string
+	// Secret lists params whose values are never written to traces or the ledger's previews.
+	Secret []string
+	// Validate checks arguments before anything is recorded; its error is a logic error.
+	Validate func(args map[string]any) error
+	// Do performs the call. For reads, a non-nil Err aborts the run with its class.
+	Do func(ctx context.Context, c Call) Result
+	// Reconcile, when set, finds out whether an uncertain mutation happened.
+	Reconcile func(ctx context.Context, c Call) (ReconcileStatus, any, error)
+	// ReconcileWhen, when set, says per call whether Reconcile can be used
+	// (http can reconcile only when the script gave a probe).
+	ReconcileWhen func(args map[string]any) bool
+	// ComparePayload compares the payload of an applied mutation with a new one.
+	ComparePayload func(old, new map[string]any) Comparison
+	// Target renders the target of a call for people, e.g. "POST http://x/orders".
+	Target func(args map[string]any) string
+	// RequiresApproval makes every call of this method wait for a person.
+	RequiresApproval bool
+}
+
+// KindFor returns the kind of one call.
+func (m *Method) KindFor(args map[string]any) Kind {
+	if m.KindOf != nil {
+		return m.KindOf(args)
+	}
+	return m.Kind
+}
+
+// CanReconcile reports whether an uncertain outcome of this call can be reconciled.
+func (m *Method) CanReconcile(args map[string]any) bool {
+	if m.Reconcile == nil {
+		return false
+	}
+	if m.ReconcileWhen != nil {
+		return m.ReconcileWhen(args)
+	}
+	return true
+}
+
+// Connector is a named set of methods.
+type Connector struct {
+	Name    string
+	Methods map[string]*Method
+	// Sources lists the input sources and types registerInput accepts from this connector.
+	Sources map[string][]string
+}
+
+// Registry holds the connectors available to scripts.
+type Registry struct {
+	byName map[string]*Connector
+}
+
+// NewRegistry builds a registry from connectors.
+func NewRegistry(cs ...*Connector) *Registry {
+	r := &Registry{byName: map[string]*Connector{}}
+	for _, c := range cs {
+		r.byName[c.Name] = c
+	}
+	return r
+}
+
+// Method finds tool.method.
+func (r *Registry) Method(tool, method string) (*Method, error) {
+	c, ok := r.byName[tool]
+	if !ok {
+		return nil, fmt.Errorf("there is no connector named %q", tool)
+	}
+	m, ok := c.Methods[method]
+	if !ok {
+		return nil, fmt.Errorf("connector %q has no method %q", tool, method)
+	}
+	return m, nil
+}
+
+// Tools lists each connector's method names, for ctx and for validation.
+func (r *Registry) Tools() map[string][]string {
+	out := map[string][]string{}
+	for name, c := range r.byName {
+		ms := []string{}
+		for m := range c.Methods {
+			ms = append(ms, m)
+		}
+		sort.Strings(ms)
+		out[name] = ms
+	}
+	return out
+}
+
+// SourceAllowed reports whether registerInput may use source/type.
+func (r *Registry) SourceAllowed(source, typ string) ([]string, bool) {
+	for _, c := range r.byName {
+		if types, ok := c.Sources[source]; ok {
+			for _, t := range types {
+				if t == typ {
+					return types, true
+				}
+			}
+			return types, false
+		}
+	}
+	return nil, false
+}
+
+// Sources lists every known source.
+func (r *Registry) Sources() []string {
+	var out []string
+	for _, c := range r.byName {
+		for s := range c.Sources {
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DecodeArgs reads a script's JSON arguments as an object.
+func DecodeArgs(raw json.RawMessage) (map[string]any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return map[string]any{}, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("arguments must be one object, like { path: \"a.txt\" }")
+	}
+	return m, nil
+}
+
+// Split separates identity params from payload params.
+func (m *Method) Split(args map[string]any) (identity, payload map[string]any) {
+	identity, payload = map[string]any{}, map[string]any{}
+	for k, v := range args {
+		if k == "subkey" {
+			continue
+		}
+		isID := false
+		for _, id := range m.Identity {
+			if id == k {
+				isID = true
+			}
+		}
+		if isID {
+			identity[k] = v
+		} else {
+			payload[k] = v
+		}
+	}
+	return identity, payload
+}
+
+// Redact returns args with secret params and credential headers masked, for traces and previews.
+func (m *Method) Redact(args map[string]any) map[string]any {
+	out := make(map[string]any, len(args))
+	for k, v := range args {
+		out[k] = v
+	}
+	for _, s := range m.Secret {
+		if _, ok := out[s]; ok {
+			out[s] = "[redacted]"
+		}
+	}
+	return RedactHeaders(out)
+}
+
+// sensitiveHeaders are never shown anywhere keep writes.
+var sensitiveHeaders = map[string]bool{"authorization": true, "cookie": true, "set-cookie": true, "proxy-authorization": true, "x-api-key": true}
+
+// RedactHeaders masks credential headers inside a "headers" argument.
+func RedactHeaders(args map[string]any) map[string]any {
+	h, ok := args["headers"].(map[string]any)
+	if !ok {
+		return args
+	}
+	clean := map[string]any{}
+	for k, v := range h {
+		if sensitiveHeaders[lower(k)] {
+			clean[k] = "[redacted]"
+		} else {
+			clean[k] = v
+		}
+	}
+	args["headers"] = clean
+	if rc, ok := args["reconcile"].(map[string]any); ok {
+		cp := map[string]any{}
+		for k, v := range rc {
+			cp[k] = v
+		}
+		args["reconcile"] = RedactHeaders(cp)
+	}
+	return args
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 32
+		}
+	}
+	return string(b)
+}

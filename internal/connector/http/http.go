@@ -1,0 +1,336 @@
+// Package http is the connector for any HTTP API. GET and HEAD are reads;
+// every other method is a mutation whose identity is method+url, sent with
+// an Idempotency-Key header derived from the mutation's identity. An optional
+// reconcile probe (a request the script describes) finds out whether an
+// uncertain write happened.
+//
+// It may import keeptype and connector.
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	nethttp "net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// MaxBodyBytes bounds a response body handed to a script.
+const MaxBodyBytes = 8 << 20
+
+// New returns the http connector.
+func New() *connector.Connector {
+	c := &client{http: &nethttp.Client{
+		// Redirects of a mutation would re-send it elsewhere; keep reports them instead.
+		CheckRedirect: func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse },
+	}}
+	return &connector.Connector{
+		Name:    "http",
+		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
+		Methods: map[string]*connector.Method{
+			"request": {
+				Name: "request",
+				KindOf: func(a map[string]any) connector.Kind {
+					switch methodOf(a) {
+					case "GET", "HEAD":
+						return connector.KindRead
+					}
+					return connector.KindMutate
+				},
+				Identity:       []string{"method", "url"},
+				Validate:       validate,
+				Do:             c.request,
+				Reconcile:      c.reconcile,
+				ReconcileWhen:  func(a map[string]any) bool { _, ok := a["reconcile"].(map[string]any); return ok },
+				ComparePayload: compare,
+				Target:         func(a map[string]any) string { return methodOf(a) + " " + str(a["url"]) },
+			},
+		},
+	}
+}
+
+type client struct{ http *nethttp.Client }
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func methodOf(a map[string]any) string {
+	m := strings.ToUpper(str(a["method"]))
+	if m == "" {
+		return "GET"
+	}
+	return m
+}
+
+func validate(a map[string]any) error {
+	u := str(a["url"])
+	if u == "" {
+		return fmt.Errorf("http.request needs url: { method: \"POST\", url: \"https://...\" }")
+	}
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", u)
+	}
+	switch methodOf(a) {
+	case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE":
+	default:
+		return fmt.Errorf("http.request: method %q is not one of GET, HEAD, POST, PUT, PATCH, DELETE", str(a["method"]))
+	}
+	if h, ok := a["headers"]; ok {
+		hm, ok := h.(map[string]any)
+		if !ok {
+			return fmt.Errorf("http.request: headers must be an object of strings")
+		}
+		for k, v := range hm {
+			if _, ok := v.(string); !ok {
+				return fmt.Errorf("http.request: header %q must be a string", k)
+			}
+		}
+	}
+	if _, ok := a["body"]; ok {
+		if _, isStr := a["body"].(string); !isStr {
+			return fmt.Errorf("http.request: body must be a string; pass objects as json: {...}")
+		}
+		if _, both := a["json"]; both {
+			return fmt.Errorf("http.request: give body or json, not both")
+		}
+	}
+	if r, ok := a["reconcile"]; ok {
+		rm, ok := r.(map[string]any)
+		if !ok || str(rm["url"]) == "" {
+			return fmt.Errorf("http.request: reconcile must be { method: \"GET\", url: \"https://.../{idempotencyKey}\" }")
+		}
+	}
+	if t, ok := a["timeoutMs"]; ok {
+		if f, ok := t.(float64); !ok || f <= 0 || f > 600000 {
+			return fmt.Errorf("http.request: timeoutMs must be a number of milliseconds between 1 and 600000")
+		}
+	}
+	return nil
+}
+
+func (c *client) build(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (*nethttp.Request, error) {
+	var body io.Reader
+	contentType := ""
+	if j, ok := a["json"]; ok {
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		body, contentType = bytes.NewReader(b), "application/json"
+	} else if s, ok := a["body"].(string); ok {
+		body = strings.NewReader(s)
+	}
+	req, err := nethttp.NewRequestWithContext(ctx, method, rawURL, body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if h, ok := a["headers"].(map[string]any); ok {
+		for k, v := range h {
+			req.Header.Set(k, str(v))
+		}
+	}
+	req.Header.Set("User-Agent", "keep")
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	return req, nil
+}
+
+func timeoutOf(ctx context.Context, a map[string]any) (context.Context, context.CancelFunc) {
+	if ms, ok := a["timeoutMs"].(float64); ok && ms > 0 {
+		return context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+	}
+	return context.WithCancel(ctx)
+}
+
+func responseValue(resp *nethttp.Response, body []byte) map[string]any {
+	headers := map[string]any{}
+	for k := range resp.Header {
+		if strings.EqualFold(k, "Set-Cookie") {
+			continue
+		}
+		headers[strings.ToLower(k)] = resp.Header.Get(k)
+	}
+	out := map[string]any{"status": resp.StatusCode, "headers": headers, "body": string(body)}
+	var j any
+	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &j) == nil {
+		out["json"] = j
+	} else {
+		out["json"] = nil
+	}
+	return out
+}
+
+// sent tracks whether the request reached the wire: an error before that
+// is a definite failure; after it the server may have applied the write.
+type sent struct{ wrote bool }
+
+func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (*nethttp.Response, []byte, *sent, error) {
+	ctx, cancel := timeoutOf(ctx, a)
+	defer cancel()
+	s := &sent{}
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { s.wrote = true }})
+	req, err := c.build(ctx, a, method, rawURL, idemKey)
+	if err != nil {
+		return nil, nil, s, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, s, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
+	if err != nil {
+		return resp, nil, s, fmt.Errorf("reading the response body: %w", err)
+	}
+	if len(body) > MaxBodyBytes {
+		return resp, nil, s, fmt.Errorf("the response body is larger than %d bytes", MaxBodyBytes)
+	}
+	return resp, body, s, nil
+}
+
+func (c *client) request(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	method, u := methodOf(a), str(a["url"])
+	target := method + " " + redactURL(u)
+	read := method == "GET" || method == "HEAD"
+	key := ""
+	if !read {
+		key = call.IdempotencyKey
+	}
+	resp, body, s, err := c.do(ctx, a, method, u, key)
+	if err != nil {
+		if read {
+			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", target, cleanErr(err))}
+		}
+		if resp == nil && !s.wrote && !isTimeout(err) {
+			// Nothing reached the server: refused, DNS, TLS: safe to try again later.
+			return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s was not sent: %v", target, cleanErr(err))}
+		}
+		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); the server may have applied it", target, cleanErr(err))}
+	}
+	val := responseValue(resp, body)
+	st := resp.StatusCode
+	if read {
+		switch {
+		case st < 400 || st == 404 || st == 410:
+			return connector.Result{Value: val}
+		case st == 401 || st == 403:
+			return connector.Result{Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials", target, st, nethttp.StatusText(st))}
+		case st == 408 || st == 429 || st >= 500:
+			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
+		default:
+			return connector.Result{Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
+		}
+	}
+	switch {
+	case st < 300:
+		return connector.Result{Outcome: connector.OutcomeApplied, Value: val}
+	case st < 400:
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered a redirect %d to %s; keep does not follow redirects of writes: use the final URL", target, st, resp.Header.Get("Location"))}
+	case st == 408 || st == 429:
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
+	case st == 401 || st == 403:
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials or the permissions of the account", target, st, nethttp.StatusText(st))}
+	case st == 404 || st == 409 || st == 410 || st == 412:
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPrecondition, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
+	case st < 500:
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
+	}
+	return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s answered %d %s: the server may or may not have applied the write", target, st, nethttp.StatusText(st))}
+}
+
+func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
+	probe, _ := call.Args["reconcile"].(map[string]any)
+	method := strings.ToUpper(str(probe["method"]))
+	if method == "" {
+		method = "GET"
+	}
+	u := strings.ReplaceAll(str(probe["url"]), "{idempotencyKey}", url.PathEscape(call.IdempotencyKey))
+	args := map[string]any{"headers": probe["headers"]}
+	if t, ok := call.Args["timeoutMs"]; ok {
+		args["timeoutMs"] = t
+	}
+	resp, body, _, err := c.do(ctx, args, method, u, "")
+	if err != nil {
+		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %v", method, redactURL(u), cleanErr(err))
+	}
+	switch st := resp.StatusCode; {
+	case st >= 200 && st < 300:
+		return connector.ReconcileApplied, responseValue(resp, body), nil
+	case st == 404 || st == 410:
+		return connector.ReconcileFailed, nil, nil
+	default:
+		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s answered %d", method, redactURL(u), st)
+	}
+}
+
+func compare(old, new map[string]any) connector.Comparison {
+	canon := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	if canon(old["json"]) == canon(new["json"]) && str(old["body"]) == str(new["body"]) {
+		if canon(old["headers"]) == canon(new["headers"]) {
+			return connector.Equivalent
+		}
+		return connector.Minor
+	}
+	return connector.Significant
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+func cleanErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if isTimeout(err) {
+		return "timed out"
+	}
+	return err.Error()
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
+
+// redactURL drops userinfo and query values from a URL shown to people.
+func redactURL(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	pu.User = nil
+	if pu.RawQuery != "" {
+		q := pu.Query()
+		for k := range q {
+			if l := strings.ToLower(k); strings.Contains(l, "key") || strings.Contains(l, "token") || strings.Contains(l, "secret") || strings.Contains(l, "sig") {
+				q.Set(k, "redacted")
+			}
+		}
+		pu.RawQuery = q.Encode()
+	}
+	return pu.String()
+}

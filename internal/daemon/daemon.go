@@ -1,0 +1,119 @@
+// Package daemon is the one place that wires keep together: the data
+// directory, the store, the connectors, the engine and the scheduler.
+// Nothing else constructs these.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/files"
+	khttp "github.com/keep-run/keep/internal/connector/http"
+	"github.com/keep-run/keep/internal/connector/system"
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/scheduler"
+	"github.com/keep-run/keep/internal/store/sqlite"
+)
+
+// Options configure a keep process.
+type Options struct {
+	// DataDir holds the database and, for keep serve, the files root. Defaults to ./keep-data.
+	DataDir string
+	// ConfigFile is a TOML file with [policy]; empty means built-in defaults.
+	ConfigFile string
+	// FilesRoot is the folder of the files connector. Defaults to DataDir/files.
+	FilesRoot string
+	// Logger defaults to a text logger on stderr at warn level.
+	Logger *slog.Logger
+}
+
+// ErrBusy means another keep process owns the data directory's engine.
+var ErrBusy = errors.New("another keep process is running workflows on this data directory")
+
+// DBPath returns the database file of a data directory.
+func DBPath(dataDir string) string { return filepath.Join(dataDir, "keep.db") }
+
+// OpenStore opens the store of a data directory without taking the engine
+// lock: what the CLI's reads and people's actions use, with or without a
+// running keep serve.
+func OpenStore(dataDir string) (*sqlite.Store, error) {
+	return sqlite.Open(DBPath(dataDir))
+}
+
+// Registry returns the connectors keep ships, with files rooted at root.
+func Registry(filesRoot string) *connector.Registry {
+	return connector.NewRegistry(files.New(filesRoot), khttp.New(), system.New())
+}
+
+// Keep is a running engine over a data directory.
+type Keep struct {
+	Store     *sqlite.Store
+	Engine    *engine.Engine
+	Scheduler *scheduler.Scheduler
+	Policy    config.Policy
+	lock      *os.File
+}
+
+// Open takes the engine lock of the data directory and wires an engine.
+func Open(o Options) (*Keep, error) {
+	if o.DataDir == "" {
+		o.DataDir = "keep-data"
+	}
+	cfg, err := config.Load(o.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", o.DataDir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(o.DataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open the engine lock in %s: %w", o.DataDir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
+	}
+	st, err := OpenStore(o.DataDir)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if o.FilesRoot == "" {
+		o.FilesRoot = filepath.Join(o.DataDir, "files")
+		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
+			st.Close()
+			lock.Close()
+			return nil, err
+		}
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock}
+	var sched *scheduler.Scheduler
+	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), Policy: &cfg.Policy, Logger: logger,
+		CrashPoint: os.Getenv("KEEP_TEST_CRASH_AFTER"),
+		OnChange:   func(string) { sched.Wake() }})
+	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger})
+	k.Scheduler = sched
+	return k, nil
+}
+
+// Recover marks runs left active by a dead process as crashed.
+func (k *Keep) Recover(ctx context.Context) (int, error) { return k.Engine.Recover(ctx) }
+
+// Close releases the store and the lock.
+func (k *Keep) Close() error {
+	err := k.Store.Close()
+	k.lock.Close()
+	return err
+}

@@ -1,0 +1,209 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Resolution is what a person can do with a blocked run (ch 13 §13.9).
+type Resolution string
+
+const (
+	ResolveTryAgain    Resolution = "try-again"
+	ResolveDidntHappen Resolution = "didnt-happen"
+	ResolveSkip        Resolution = "skip"
+	ResolveApprove     Resolution = "approve"
+)
+
+// ActionError is a person's action that does not apply; the message says why and what to do.
+type ActionError struct{ Msg string }
+
+func (e *ActionError) Error() string { return e.Msg }
+
+func refuse(format string, args ...any) error { return &ActionError{Msg: fmt.Sprintf(format, args...)} }
+
+// Resolve records a person's decision on a blocked run in one transaction.
+// It works with or without a running engine: the engine (keep serve or
+// keep run) carries the decision out at its next step. Concurrent decisions
+// on one run are serialized by the store; the second one is refused.
+func Resolve(ctx context.Context, st store.Store, runID string, what Resolution, now time.Time) (string, error) {
+	var msg string
+	err := st.Update(ctx, func(tx store.Tx) error {
+		run, err := tx.RunGet(runID)
+		if errors.Is(err, kt.ErrNotFound) {
+			return refuse("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case run.Status.Finished():
+			return refuse("run %s is not blocked: it is %s; there is nothing to resolve", runID, run.Status)
+		case run.Action != "":
+			return refuse("run %s already has a decision waiting to be carried out (%s); keep carries it out at its next step", runID, run.Action)
+		case run.Status == kt.StatusActive:
+			return refuse("run %s is running right now; resolve it only once it is blocked", runID)
+		}
+		mut, merr := tx.MutationByRun(runID)
+		hasMut := merr == nil
+		if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
+			return merr
+		}
+		unknown := hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile)
+		ms := now.UnixMilli()
+		switch what {
+		case ResolveTryAgain:
+			if unknown {
+				if !mut.CanReconcile {
+					return refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", runID, mut.Target)
+				}
+				mut.Status, mut.ReconcileAttempts, mut.NextReconcileAt, mut.ResolvedBy, mut.UpdatedAt = kt.MutationNeedsReconcile, 0, ms, kt.ResolvedByUserRetry, ms
+				if err := tx.MutationPut(mut); err != nil {
+					return err
+				}
+				run.Status, run.ErrorMessage = kt.StatusReconciliation, fmt.Sprintf("a person asked keep to check %s again", mut.Target)
+				msg = fmt.Sprintf("keep will check again whether %s happened", mut.Target)
+			} else {
+				run.Action = ActionRetry
+				msg = fmt.Sprintf("run %s will be retried", runID)
+				if run.Status == kt.StatusFailedLogic {
+					msg += " with the same script (deploy a fixed version with `keep deploy --minor` if it fails the same way)"
+				}
+				if err := unpause(tx, run.Workflow, ms); err != nil {
+					return err
+				}
+			}
+		case ResolveDidntHappen:
+			if !unknown {
+				return refuse("It didn't happen applies to a mutation whose outcome is unknown; run %s is %s", runID, run.Status)
+			}
+			if !kt.MutationTransitionAllowed(mut.Status, kt.MutationFailed) {
+				return refuse("mutation %s is %s and cannot be marked failed", mut.ID, mut.Status)
+			}
+			mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByUserAssertFailed, ms
+			mut.ErrorMessage = "a person stated that it did not happen"
+			if err := tx.MutationPut(mut); err != nil {
+				return err
+			}
+			run.Action = ActionRetry
+			msg = fmt.Sprintf("%s is marked as not done; mutate runs again and sends it once more", mut.Target)
+		case ResolveSkip:
+			run.Action = ActionSkip
+			msg = fmt.Sprintf("run %s will be skipped", runID)
+			if hasMut && mut.Status == kt.MutationApplied {
+				msg = fmt.Sprintf("the mutation of run %s already happened; the run will complete", runID)
+			}
+		case ResolveApprove:
+			if run.Status != kt.StatusApproval {
+				return refuse("run %s is not waiting for approval: it is %s", runID, run.Status)
+			}
+			if len(run.PendingCall) > 0 && run.ErrorClass == "" {
+				var pc PendingCall
+				if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
+					return err
+				}
+				run.ApprovedHash = pc.PayloadHash
+				msg = fmt.Sprintf("approved: %s will be sent", pc.Target)
+			} else {
+				msg = fmt.Sprintf("run %s will be retried", runID)
+			}
+			run.Action = ActionRetry
+		default:
+			return refuse("unknown resolution %q (use --try-again, --didnt-happen or --skip)", what)
+		}
+		run.UpdatedAt = ms
+		return tx.RunPut(run)
+	})
+	return msg, err
+}
+
+func unpause(tx store.Tx, wf string, now int64) error {
+	w, err := tx.WorkflowGet(wf)
+	if err != nil {
+		return err
+	}
+	if !w.Paused {
+		return nil
+	}
+	w.Paused, w.PausedReason, w.UpdatedAt = false, "", now
+	return tx.WorkflowPut(w)
+}
+
+// Pause stops scheduling a workflow; a running run finishes its step.
+func Pause(ctx context.Context, st store.Store, wf string, now time.Time) error {
+	return st.Update(ctx, func(tx store.Tx) error {
+		w, err := workflow(tx, wf)
+		if err != nil {
+			return err
+		}
+		if w.Paused {
+			return refuse("workflow %s is already paused", wf)
+		}
+		w.Paused, w.PausedReason, w.UpdatedAt = true, "paused by a person", now.UnixMilli()
+		return tx.WorkflowPut(w)
+	})
+}
+
+// Resume lets a paused workflow run again; a run that failed with an internal error is retried.
+func Resume(ctx context.Context, st store.Store, wf string, now time.Time) error {
+	return st.Update(ctx, func(tx store.Tx) error {
+		w, err := workflow(tx, wf)
+		if err != nil {
+			return err
+		}
+		if !w.Paused {
+			return refuse("workflow %s is not paused", wf)
+		}
+		w.Paused, w.PausedReason, w.UpdatedAt = false, "", now.UnixMilli()
+		if err := tx.WorkflowPut(w); err != nil {
+			return err
+		}
+		if r, err := tx.RunOpen(wf); err == nil && r.Status == kt.StatusFailedInternal && r.Action == "" {
+			r.Action, r.UpdatedAt = ActionRetry, now.UnixMilli()
+			return tx.RunPut(r)
+		}
+		return nil
+	})
+}
+
+// RunNow queues every producer of a workflow; refused while a run is blocked.
+func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if _, err := workflow(tx, wf); err != nil {
+			return err
+		}
+		if r, err := tx.RunOpen(wf); err == nil {
+			return refuse("workflow %s has a blocked run (%s, %s); resolve it first (`keep show run %s`)", wf, r.ID, r.Status, r.ID)
+		}
+		hs, err := tx.HandlerList(wf)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if h.Type == kt.HandlerProducer && (h.NextRunAt > 0 || h.Queued) {
+				h.Queued, h.UpdatedAt = true, now.UnixMilli()
+				if err := tx.HandlerPut(h); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+func workflow(tx store.Tx, name string) (kt.Workflow, error) {
+	w, err := tx.WorkflowGet(name)
+	if errors.Is(err, kt.ErrNotFound) {
+		return w, refuse("there is no workflow %q (see `keep status`)", name)
+	}
+	return w, err
+}

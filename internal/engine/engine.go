@@ -1,0 +1,348 @@
+// Package engine is keep's run state machine: producer and consumer runs,
+// their phases and statuses, commit, mutation execution with the ledger,
+// reconciliation, the failure taxonomy with retries, people's actions, and
+// start-up recovery. Every state transition is one store transaction.
+//
+// It may import keeptype, store, script, connector, config and schedule.
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// MaxJSONBytes bounds event payloads, handler state and PrepareResults (SPEC §6).
+const MaxJSONBytes = 1 << 20
+
+// Options configure an Engine.
+type Options struct {
+	Store    store.Store
+	Registry *connector.Registry
+	// Policy defaults to config.Defaults().
+	Policy *config.Policy
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// CrashPoint, when set, makes the process exit right after the named
+	// durable step (see crash.go). Only tests set it.
+	CrashPoint string
+	// OnChange, when set, is called after every committed transition with the workflow name.
+	OnChange func(workflow string)
+}
+
+// Engine executes runs.
+type Engine struct {
+	store    store.Store
+	registry *connector.Registry
+	policy   config.Policy
+	now      func() time.Time
+	log      *slog.Logger
+	crash    string
+	onChange func(string)
+
+	mu       sync.Mutex
+	programs map[string]*script.Program
+}
+
+// New builds an Engine.
+func New(o Options) *Engine {
+	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, crash: o.CrashPoint, onChange: o.OnChange, programs: map[string]*script.Program{}}
+	if o.Policy != nil {
+		e.policy = *o.Policy
+	} else {
+		e.policy = config.Defaults()
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	return e
+}
+
+// Policy returns the engine's host policies.
+func (e *Engine) Policy() config.Policy { return e.policy }
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.store }
+
+func (e *Engine) nowMs() int64 { return e.now().UnixMilli() }
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+func (e *Engine) changed(wf string) {
+	if e.onChange != nil {
+		e.onChange(wf)
+	}
+}
+
+// update runs one transition transaction and announces the change.
+func (e *Engine) update(ctx context.Context, wf string, fn func(store.Tx) error) error {
+	if err := e.store.Update(ctx, fn); err != nil {
+		return err
+	}
+	e.changed(wf)
+	return nil
+}
+
+// program returns the compiled script of a workflow version, compiling it once.
+func (e *Engine) program(ctx context.Context, wf string, version int64) (*script.Program, error) {
+	key := fmt.Sprintf("%s@%d", wf, version)
+	e.mu.Lock()
+	p := e.programs[key]
+	e.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	var v kt.Version
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		v, err = tx.VersionGet(wf, version)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	p, err := script.Compile(v.File, v.Script)
+	if err != nil {
+		return nil, fmt.Errorf("compile %s version %s: %w", wf, v.Label(), err)
+	}
+	e.mu.Lock()
+	e.programs[key] = p
+	e.mu.Unlock()
+	return p, nil
+}
+
+// DeployKind chooses how a new version relates to the current one (SPEC §9).
+type DeployKind string
+
+const (
+	DeployMinor DeployKind = "minor"
+	DeployMajor DeployKind = "major"
+)
+
+// DeployResult tells what a deploy did.
+type DeployResult struct {
+	Workflow  string
+	Version   kt.Version
+	Unchanged bool // the script equals the active version; nothing was created
+	Problems  []script.Problem
+}
+
+// ValidationError carries the problems that stopped a deploy.
+type ValidationError struct {
+	File     string
+	Problems []script.Problem
+}
+
+func (v *ValidationError) Error() string {
+	s := fmt.Sprintf("%s is not valid:", v.File)
+	for _, p := range v.Problems {
+		if p.Severity == "error" {
+			s += "\n  " + p.String()
+		}
+	}
+	return s
+}
+
+// Check compiles and validates a script without deploying it.
+func (e *Engine) Check(file, source string) (*script.Program, []script.Problem, error) {
+	p, err := script.Compile(file, source)
+	if err != nil {
+		return nil, nil, err
+	}
+	problems := script.Validate(p, e.registry.Tools())
+	if script.HasErrors(problems) {
+		return p, problems, &ValidationError{File: file, Problems: problems}
+	}
+	return p, problems, nil
+}
+
+// Deploy validates a script and makes it the workflow's active version.
+// name, when set, overrides the declared name.
+func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind DeployKind) (DeployResult, error) {
+	p, problems, err := e.Check(file, source)
+	if err != nil {
+		return DeployResult{Problems: problems}, err
+	}
+	if name == "" {
+		name = p.Decl.WorkflowName()
+	}
+	res := DeployResult{Workflow: name, Problems: problems}
+	now := e.nowMs()
+	err = e.update(ctx, name, func(tx store.Tx) error {
+		wf, err := tx.WorkflowGet(name)
+		isNew := errors.Is(err, kt.ErrNotFound)
+		if err != nil && !isNew {
+			return err
+		}
+		v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, CreatedAt: now}
+		if !isNew {
+			cur, err := tx.VersionGet(name, wf.ActiveVersion)
+			if err != nil {
+				return err
+			}
+			if cur.Script == source && kind == "" {
+				res.Version, res.Unchanged = cur, true
+				return nil
+			}
+			if kind == DeployMajor {
+				v.Major, v.Minor = cur.Major+1, 0
+			} else {
+				v.Major, v.Minor = cur.Major, cur.Minor+1
+			}
+		} else {
+			wf = kt.Workflow{Name: name, CreatedAt: now}
+		}
+		if err := tx.VersionInsert(&v); err != nil {
+			return err
+		}
+		wf.ActiveVersion, wf.UpdatedAt = v.ID, now
+		if err := tx.WorkflowPut(wf); err != nil {
+			return err
+		}
+		res.Version = v
+		return e.syncHandlers(tx, name, p.Decl, now)
+	})
+	if err != nil {
+		return res, fmt.Errorf("deploy %s: %w", name, err)
+	}
+	return res, nil
+}
+
+// syncHandlers makes the handler rows match a declaration: on deploy every
+// producer and task is due now and every consumer dirty (SPEC §5); handlers
+// that the new version dropped stop being scheduled but keep their state.
+func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now int64) error {
+	existing, err := tx.HandlerList(wf)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	put := func(name string, typ kt.HandlerType) error {
+		seen[name] = true
+		h, err := tx.HandlerGet(wf, name)
+		if err != nil && !errors.Is(err, kt.ErrNotFound) {
+			return err
+		}
+		h.Workflow, h.Name, h.Type, h.UpdatedAt = wf, name, typ, now
+		if typ == kt.HandlerConsumer {
+			h.Dirty, h.NextRunAt = true, 0
+		} else {
+			h.NextRunAt = now
+		}
+		return tx.HandlerPut(h)
+	}
+	for n := range d.Producers {
+		if err := put(n, kt.HandlerProducer); err != nil {
+			return err
+		}
+	}
+	for n := range d.Consumers {
+		if err := put(n, kt.HandlerConsumer); err != nil {
+			return err
+		}
+	}
+	for n := range d.Tasks {
+		if err := put(n, kt.HandlerTask); err != nil {
+			return err
+		}
+	}
+	for _, h := range existing {
+		if !seen[h.Name] {
+			h.Dirty, h.Queued, h.NextRunAt, h.WakeAt, h.UpdatedAt = false, false, 0, 0, now
+			if err := tx.HandlerPut(h); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Recover runs at start-up: every run left active by a dead process is
+// marked crashed; the scheduler then recovers each one (SPEC §5).
+func (e *Engine) Recover(ctx context.Context) (int, error) {
+	n := 0
+	err := e.store.Update(ctx, func(tx store.Tx) error {
+		runs, err := tx.RunsWithStatus(kt.StatusActive)
+		if err != nil {
+			return err
+		}
+		now := e.nowMs()
+		for _, r := range runs {
+			r.Status, r.UpdatedAt = kt.StatusCrashed, now
+			r.ErrorClass, r.ErrorMessage = kt.ClassInternal, "keep stopped while this run was active; it will be recovered"
+			if err := tx.RunPut(r); err != nil {
+				return err
+			}
+			n++
+		}
+		// Producers that came due while keep was down run now (coalesced: once).
+		return nil
+	})
+	return n, err
+}
+
+// canonical renders JSON with sorted keys, so equal values hash equally.
+func canonical(v any) string {
+	b, _ := json.Marshal(normalize(v))
+	return string(b)
+}
+
+func normalize(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([]any, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, []any{k, normalize(t[k])})
+		}
+		return map[string]any{"__sorted": out}
+	case []any:
+		out := make([]any, len(t))
+		for i := range t {
+			out[i] = normalize(t[i])
+		}
+		return out
+	}
+	return v
+}
+
+func hashOf(parts ...any) string {
+	s := sha256.Sum256([]byte(canonical(parts)))
+	return hex.EncodeToString(s[:])
+}
+
+// IdentityKey computes the mutation identity of SPEC §7.
+func IdentityKey(workflow, handler string, itemKeys []string, attempt int, tool, method string, identity map[string]any, subkey string) string {
+	keys := append([]string(nil), itemKeys...)
+	sort.Strings(keys)
+	ks := make([]any, len(keys))
+	for i, k := range keys {
+		ks[i] = k
+	}
+	return hashOf(workflow, handler, ks, attempt, tool, method, identity, subkey)
+}
+
+// PayloadHash hashes the payload params of a mutation.
+func PayloadHash(payload map[string]any) string { return hashOf(payload) }

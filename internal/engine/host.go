@@ -1,0 +1,445 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// TraceEntry is one line of a run's trace: a tool call, a log line, a
+// ctx.now/random value, a phase change or an error.
+type TraceEntry struct {
+	At       int64  `json:"at"`
+	Phase    string `json:"phase,omitempty"`
+	Kind     string `json:"kind"` // call, log, now, random, phase, error, mutation
+	Method   string `json:"method,omitempty"`
+	Args     any    `json:"args,omitempty"`
+	Duration int64  `json:"durationMs,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Text     string `json:"text,omitempty"`
+}
+
+const (
+	maxTraceEntries = 2000
+	maxLogLine      = 1000
+)
+
+// trace accumulates a run's trace; it is saved with every transition.
+type trace struct {
+	entries []TraceEntry
+	dropped int
+}
+
+func loadTrace(raw json.RawMessage) *trace {
+	t := &trace{}
+	if len(raw) > 0 {
+		var w struct {
+			Entries []TraceEntry `json:"entries"`
+			Dropped int          `json:"dropped"`
+		}
+		if json.Unmarshal(raw, &w) == nil {
+			t.entries, t.dropped = w.Entries, w.Dropped
+		}
+	}
+	return t
+}
+
+func (t *trace) add(e TraceEntry) {
+	if len(t.entries) >= maxTraceEntries {
+		t.dropped++
+		return
+	}
+	t.entries = append(t.entries, e)
+}
+
+func (t *trace) json() json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"entries": t.entries, "dropped": t.dropped})
+	return b
+}
+
+// capturedCall is the mutation a mutate phase asked for.
+type capturedCall struct {
+	Tool   string         `json:"tool"`
+	Method string         `json:"method"`
+	Args   map[string]any `json:"args"`
+}
+
+// publishReq is one ctx.publish buffered until commit.
+type publishReq struct {
+	Topic     string
+	MessageID string
+	InputID   string
+	Payload   json.RawMessage
+}
+
+// host serves one handler phase's ctx calls and enforces SPEC §3.
+type host struct {
+	e       *Engine
+	ctx     context.Context
+	run     *kt.Run
+	phase   string // "producer", "prepare", "mutate", "next"
+	tr      *trace
+	decl    declView
+	handler string
+
+	// producer
+	inputs       []kt.Input
+	inputByKey   map[string]string
+	knownInputs  map[string]bool
+	publishes    []publishReq
+	allowPublish map[string]bool
+	// mutate
+	captured *capturedCall
+}
+
+// declView is the part of a declaration the host checks against.
+type declView struct {
+	publishes map[string]bool
+	subscribe map[string]bool
+}
+
+func violation(format string, args ...any) error {
+	return kt.Errorf(kt.ClassLogic, "phase violation: "+format, args...)
+}
+
+func (h *host) traceCall(method string, args any, start time.Time, outcome string) {
+	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: h.phase, Kind: "call", Method: method, Args: args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
+}
+
+// call is the script.HostFunc for this phase.
+func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error) {
+	if h.captured != nil {
+		// The mutation call is terminal (SPEC §3): nothing may follow it.
+		if _, m, ok := h.toolMethod(method); ok && isMutation(m, raw) {
+			return nil, violation("ctx.%s: a second mutation in mutate; a consumer run performs at most one mutation — split the work across runs", method)
+		}
+		return nil, violation("ctx.%s was called after the mutation call; the mutation must be the last thing mutate does", method)
+	}
+	switch method {
+	case "log":
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		if len(s) > maxLogLine {
+			s = s[:maxLogLine] + "…"
+		}
+		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "log", Text: s})
+		return nil, nil
+	case "now":
+		n := h.e.nowMs()
+		h.tr.add(TraceEntry{At: n, Phase: h.phase, Kind: "now", Text: fmt.Sprint(n)})
+		return json.RawMessage(fmt.Sprint(n)), nil
+	case "random":
+		r := rand.Float64()
+		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "random", Text: fmt.Sprint(r)})
+		b, _ := json.Marshal(r)
+		return b, nil
+	case "registerInput":
+		return h.registerInput(raw)
+	case "publish":
+		return h.publish(raw)
+	case "peek", "getByIds":
+		return h.queueRead(method, raw)
+	}
+	tool, m, ok := h.toolMethod(method)
+	if !ok {
+		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s does not exist", method)
+	}
+	args, err := connector.DecodeArgs(raw)
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
+	}
+	kind := m.KindFor(args)
+	if err := h.allowed(method, kind); err != nil {
+		return nil, err
+	}
+	if m.Validate != nil {
+		if err := m.Validate(args); err != nil {
+			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
+		}
+	}
+	if sk, ok := args["subkey"]; ok {
+		if _, isStr := sk.(string); !isStr {
+			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
+		}
+	}
+	if kind == connector.KindMutate {
+		h.captured = &capturedCall{Tool: tool, Method: m.Name, Args: args}
+		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
+		return nil, script.ErrSuspend
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(h.ctx, h.e.policy.ToolTimeout)
+	defer cancel()
+	res := m.Do(cctx, connector.Call{Args: args})
+	if res.Err != nil {
+		h.traceCall(method, m.Redact(args), start, string(res.Err.Class)+": "+res.Err.Message)
+		return nil, res.Err
+	}
+	h.traceCall(method, m.Redact(args), start, "ok")
+	b, err := json.Marshal(res.Value)
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassInternal, "ctx.%s returned a value keep cannot encode: %v", method, err)
+	}
+	return b, nil
+}
+
+func isMutation(m *connector.Method, raw json.RawMessage) bool {
+	args, err := connector.DecodeArgs(raw)
+	return err == nil && m.KindFor(args) == connector.KindMutate
+}
+
+func (h *host) toolMethod(method string) (string, *connector.Method, bool) {
+	i := strings.IndexByte(method, '.')
+	if i < 0 {
+		return "", nil, false
+	}
+	m, err := h.e.registry.Method(method[:i], method[i+1:])
+	if err != nil {
+		return "", nil, false
+	}
+	return method[:i], m, true
+}
+
+// allowed applies the table of SPEC §3 to a connector call.
+func (h *host) allowed(method string, kind connector.Kind) error {
+	switch h.phase {
+	case "producer":
+		if kind == connector.KindMutate {
+			return violation("ctx.%s is a mutation; producers only read and publish — move the write into a consumer's mutate", method)
+		}
+	case "prepare":
+		if kind == connector.KindMutate {
+			return violation("ctx.%s is a mutation; prepare only reads and selects — do the write in mutate", method)
+		}
+	case "mutate":
+		if kind == connector.KindRead {
+			return violation("ctx.%s is a list/search read; mutate may only read by id — select in prepare and pass the data along", method)
+		}
+	case "next":
+		return violation("ctx.%s: next may not call connectors; it only publishes and returns state", method)
+	}
+	return nil
+}
+
+func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
+	if h.phase != "producer" {
+		return nil, violation("registerInput is only allowed in a producer (called in %s)", h.phase)
+	}
+	var in struct {
+		Source string `json:"source"`
+		Type   string `json:"type"`
+		ID     any    `json:"id"`
+		Title  any    `json:"title"`
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, kt.Errorf(kt.ClassLogic, "registerInput expects { source, type, id, title }: %v", err)
+	}
+	id := ""
+	switch v := in.ID.(type) {
+	case string:
+		id = v
+	case float64:
+		id = fmt.Sprint(v)
+	}
+	title, _ := in.Title.(string)
+	switch {
+	case in.Source == "" || in.Type == "":
+		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs source and type, e.g. { source: \"files\", type: \"file\", id, title }")
+	case id == "":
+		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs id: the external identifier of the %s/%s input (a string)", in.Source, in.Type)
+	case strings.TrimSpace(title) == "":
+		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs a title that says what the input is, e.g. `Order 1042 from alice@example.com`")
+	case len(title) > 500:
+		return nil, kt.Errorf(kt.ClassLogic, "registerInput: title is %d characters; keep it under 500", len(title))
+	}
+	if types, ok := h.e.registry.SourceAllowed(in.Source, in.Type); !ok {
+		if types == nil {
+			return nil, kt.Errorf(kt.ClassLogic, "registerInput: unknown source %q (known: %s)", in.Source, strings.Join(h.e.registry.Sources(), ", "))
+		}
+		return nil, kt.Errorf(kt.ClassLogic, "registerInput: source %q has no type %q (it has: %s)", in.Source, in.Type, strings.Join(types, ", "))
+	}
+	key := in.Source + ":" + in.Type + ":" + id
+	if existing, ok := h.inputByKey[key]; ok {
+		return json.Marshal(existing)
+	}
+	var found kt.Input
+	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
+		var err error
+		found, err = tx.InputGetByKey(h.run.Workflow, key)
+		return err
+	})
+	switch {
+	case err == nil:
+		h.inputByKey[key] = found.ID
+		h.knownInputs[found.ID] = true
+		if found.Title != title {
+			found.Title = title
+			h.inputs = append(h.inputs, found)
+		}
+		return json.Marshal(found.ID)
+	case !errors.Is(err, kt.ErrNotFound):
+		return nil, kt.Errorf(kt.ClassInternal, "registerInput: %v", err)
+	}
+	now := h.e.nowMs()
+	in2 := kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: key, Kind: "input", Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
+		CurrentAttempt: 1, CreatedBy: h.run.ID, CreatedAt: now, UpdatedAt: now}
+	h.inputs = append(h.inputs, in2)
+	h.inputByKey[key] = in2.ID
+	h.knownInputs[in2.ID] = true
+	return json.Marshal(in2.ID)
+}
+
+func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
+	if h.phase != "producer" && h.phase != "next" {
+		return nil, violation("publish is only allowed in a producer or in next (called in %s)", h.phase)
+	}
+	var req struct {
+		Topics any `json:"topics"`
+		Event  *struct {
+			MessageID any             `json:"messageId"`
+			InputID   *string         `json:"inputId"`
+			Payload   json.RawMessage `json:"payload"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil || req.Event == nil {
+		return nil, kt.Errorf(kt.ClassLogic, "publish(topic, { messageId, payload }) expects a topic and an event object")
+	}
+	var topics []string
+	switch t := req.Topics.(type) {
+	case string:
+		topics = []string{t}
+	case []any:
+		for _, x := range t {
+			s, ok := x.(string)
+			if !ok {
+				return nil, kt.Errorf(kt.ClassLogic, "publish: topics must be strings")
+			}
+			topics = append(topics, s)
+		}
+	default:
+		return nil, kt.Errorf(kt.ClassLogic, "publish: the first argument must be a topic name or an array of them")
+	}
+	for _, t := range topics {
+		if !h.allowPublish[t] {
+			return nil, violation("publish to %q: %s %s does not declare it in publishes", t, h.run.HandlerType, h.run.Handler)
+		}
+	}
+	msgID := ""
+	switch v := req.Event.MessageID.(type) {
+	case string:
+		msgID = v
+	case float64:
+		msgID = fmt.Sprint(v)
+	}
+	inputID := ""
+	if req.Event.InputID != nil {
+		inputID = *req.Event.InputID
+	}
+	if h.phase == "producer" {
+		if inputID == "" {
+			return nil, kt.Errorf(kt.ClassLogic, "publish from a producer needs inputId: register the input first (const inputId = ctx.registerInput({...})) and pass it")
+		}
+		if !h.knownInputs[inputID] {
+			return nil, kt.Errorf(kt.ClassLogic, "publish: inputId %q was not returned by registerInput in this run", inputID)
+		}
+		if msgID == "" {
+			msgID = inputID
+		}
+	} else {
+		if req.Event.InputID != nil {
+			return nil, violation("publish in next may not pass inputId: keep links the event to the inputs of the reserved events itself")
+		}
+		if msgID == "" {
+			return nil, kt.Errorf(kt.ClassLogic, "publish in next needs a messageId that is stable across retries, e.g. `row:${prepared.data.id}`")
+		}
+	}
+	payload := req.Event.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	if len(payload) > MaxJSONBytes {
+		return nil, kt.Errorf(kt.ClassLogic, "publish %s: the payload has %d bytes, more than the limit of %d; keep payloads small and pass references", msgID, len(payload), MaxJSONBytes)
+	}
+	for _, t := range topics {
+		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
+	}
+	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
+	return nil, nil
+}
+
+type eventView struct {
+	MessageID string          `json:"messageId"`
+	Topic     string          `json:"topic"`
+	Payload   json.RawMessage `json:"payload"`
+	Attempt   int             `json:"attempt"`
+	CreatedAt int64           `json:"createdAt"`
+}
+
+func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, error) {
+	if h.phase != "prepare" {
+		return nil, violation("%s is only allowed in prepare (called in %s)", method, h.phase)
+	}
+	var req struct {
+		Topic string   `json:"topic"`
+		Limit *float64 `json:"limit"`
+		IDs   []any    `json:"ids"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return nil, kt.Errorf(kt.ClassLogic, "%s: bad arguments: %v", method, err)
+	}
+	if !h.decl.subscribe[req.Topic] {
+		return nil, violation("%s(%q): consumer %s does not subscribe to that topic", method, req.Topic, h.handler)
+	}
+	var evs []kt.Event
+	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
+		if method == "peek" {
+			limit := 100
+			if req.Limit != nil {
+				limit = int(*req.Limit)
+			}
+			if limit < 1 || limit > 1000 {
+				return kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and 1000, got %d", limit)
+			}
+			var err error
+			evs, err = tx.EventsPending(h.run.Workflow, req.Topic, limit)
+			return err
+		}
+		for _, id := range req.IDs {
+			s, ok := id.(string)
+			if !ok {
+				return kt.Errorf(kt.ClassLogic, "getByIds: ids must be strings")
+			}
+			ev, err := tx.EventGet(h.run.Workflow, req.Topic, s)
+			if errors.Is(err, kt.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			evs = append(evs, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		var ke *kt.Error
+		if errors.As(err, &ke) {
+			return nil, err
+		}
+		return nil, kt.Errorf(kt.ClassInternal, "%s: %v", method, err)
+	}
+	out := make([]eventView, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, eventView{MessageID: ev.MessageID, Topic: ev.Topic, Payload: ev.Payload, Attempt: ev.Attempt, CreatedAt: ev.CreatedAt})
+	}
+	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
+	return json.Marshal(out)
+}

@@ -1,0 +1,346 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// PendingCall is the preview of a mutation kept on a run: what a person
+// approves and what a blocked card shows. Its args are redacted.
+type PendingCall struct {
+	Tool        string         `json:"tool"`
+	Method      string         `json:"method"`
+	Target      string         `json:"target"`
+	Args        map[string]any `json:"args"`
+	PayloadHash string         `json:"payloadHash"`
+}
+
+func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {
+	if m.RequiresApproval {
+		return true
+	}
+	switch v := prog.Decl.RequireApproval.(type) {
+	case bool:
+		return v
+	case []any:
+		for _, x := range v {
+			if s, _ := x.(string); s == tool+"."+m.Name || s == tool {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func targetOf(m *connector.Method, tool string, args map[string]any) string {
+	if m.Target != nil {
+		return m.Target(args)
+	}
+	return tool + "." + m.Name
+}
+
+// executeMutation runs the captured mutation of a consumer run through the
+// ledger (SPEC §7). It returns true when the mutation is applied and the run
+// may go on to next.
+func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, tr *trace, call *capturedCall) (bool, error) {
+	m, err := e.registry.Method(call.Tool, call.Method)
+	if err != nil {
+		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic, "%v", err))
+	}
+	var reserved []kt.Event
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		reserved, err = tx.EventsReservedBy(run.ID)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	causes := map[string]bool{}
+	attempt := 1
+	for _, ev := range reserved {
+		for _, c := range ev.CausedBy {
+			causes[c] = true
+		}
+		if ev.Attempt > attempt {
+			attempt = ev.Attempt
+		}
+	}
+	itemKeys := make([]string, 0, len(causes))
+	for c := range causes {
+		itemKeys = append(itemKeys, c)
+	}
+	sort.Strings(itemKeys)
+	identity, payload := m.Split(call.Args)
+	subkey, _ := call.Args["subkey"].(string)
+	ikey := IdentityKey(wf.Name, run.Handler, itemKeys, attempt, call.Tool, call.Method, identity, subkey)
+	phash := PayloadHash(payload)
+	target := targetOf(m, call.Tool, call.Args)
+	pending := PendingCall{Tool: call.Tool, Method: call.Method, Target: target, Args: m.Redact(call.Args), PayloadHash: phash}
+	pendingJSON, _ := json.Marshal(pending)
+	run.PendingCall = pendingJSON
+
+	var mut kt.Mutation
+	found := false
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		mut, err = tx.MutationByIdentity(ikey)
+		if err == nil {
+			found = true
+			return nil
+		}
+		if errors.Is(err, kt.ErrNotFound) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		return false, err
+	}
+	now := e.nowMs()
+	if found {
+		switch mut.Status {
+		case kt.MutationApplied:
+			if mut.PayloadHash != phash {
+				cmp := connector.Significant
+				if m.ComparePayload != nil {
+					var oldArgs map[string]any
+					_ = json.Unmarshal(mut.Params, &oldArgs)
+					_, oldPayload := m.Split(oldArgs)
+					cmp = m.ComparePayload(oldPayload, payload)
+				}
+				tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied; payload differs: " + string(cmp)})
+				if cmp == connector.Significant {
+					return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic,
+						"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", target))
+				}
+			} else {
+				tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied: cached result returned, not sent again"})
+			}
+			var result any
+			_ = json.Unmarshal(mut.Result, &result)
+			return e.mutationApplied(ctx, wf, run, tr, &mut, result, mut.ResolvedBy)
+		case kt.MutationInFlight, kt.MutationNeedsReconcile, kt.MutationIndeterminate:
+			// A write that may have happened: never send it again blindly.
+			mut.RunID = run.ID
+			if mut.Status == kt.MutationIndeterminate {
+				return false, e.blockOnMutation(ctx, wf, run, tr, &mut, "")
+			}
+			mut.Status = kt.MutationNeedsReconcile
+			return e.reconcile(ctx, wf, run, tr, &mut, m, true)
+		}
+		// failed or skipped: safe to attempt again.
+	} else {
+		mut = kt.Mutation{ID: newID(), Workflow: wf.Name, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt, Tool: call.Tool, Method: call.Method,
+			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
+	}
+	if e.needsApproval(prog, m, call.Tool) && run.ApprovedHash != phash {
+		if err := advance(run, kt.PhaseMutating); err != nil {
+			return false, err
+		}
+		run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusApproval, "", now
+		run.ErrorMessage = fmt.Sprintf("waiting for approval: %s", target)
+		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Args: pending.Args, Outcome: "waiting for approval"})
+		run.Trace = tr.json()
+		return false, e.update(ctx, wf.Name, func(tx store.Tx) error { return tx.RunPut(*run) })
+	}
+	params, _ := json.Marshal(call.Args)
+	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = run.ID, params, phash, target
+	mut.CanReconcile = m.CanReconcile(call.Args)
+	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
+	if err := advance(run, kt.PhaseMutating); err != nil {
+		return false, err
+	}
+	tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Args: pending.Args, Outcome: "in_flight"})
+	run.Trace, run.UpdatedAt = tr.json(), now
+	// in_flight is on disk before the external call starts (ch 13 §13.7.1).
+	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := tx.MutationPut(mut); err != nil {
+			return err
+		}
+		return tx.RunPut(*run)
+	}); err != nil {
+		return false, fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
+	}
+	e.crashPoint(CrashAfterInFlight)
+
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, e.toolTimeout(call.Args))
+	res := m.Do(cctx, connector.Call{Args: call.Args, IdempotencyKey: mut.IdempotencyKey})
+	cancel()
+	e.crashPoint(CrashAfterCall)
+	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
+	if res.Err != nil {
+		outcome += ": " + res.Err.Message
+	}
+	tr.add(TraceEntry{At: start.UnixMilli(), Phase: "mutating", Kind: "call", Method: call.Tool + "." + call.Method, Args: pending.Args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
+
+	switch res.Outcome {
+	case connector.OutcomeApplied:
+		return e.mutationApplied(ctx, wf, run, tr, &mut, res.Value, "")
+	case connector.OutcomeFailed:
+		return false, e.mutationFailed(ctx, wf, run, tr, &mut, res.Err, "")
+	}
+	mut.ErrorClass, mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
+	if !mut.CanReconcile {
+		mut.Status = kt.MutationIndeterminate
+		return false, e.blockOnMutation(ctx, wf, run, tr, &mut, res.Err.Message)
+	}
+	mut.Status = kt.MutationNeedsReconcile
+	return e.reconcile(ctx, wf, run, tr, &mut, m, true)
+}
+
+func (e *Engine) toolTimeout(args map[string]any) time.Duration {
+	if ms, ok := args["timeoutMs"].(float64); ok && ms > 0 {
+		return time.Duration(ms)*time.Millisecond + time.Second
+	}
+	return e.policy.ToolTimeout
+}
+
+func (e *Engine) mutationApplied(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, value any, resolvedBy string) (bool, error) {
+	now := e.nowMs()
+	result, err := json.Marshal(value)
+	if err != nil {
+		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassInternal, "encode the result of %s: %v", mut.Target, err))
+	}
+	if mut.Status != kt.MutationApplied {
+		mut.Status, mut.Result, mut.UpdatedAt = kt.MutationApplied, result, now
+		mut.ErrorClass, mut.ErrorMessage = "", ""
+		if resolvedBy != "" {
+			mut.ResolvedBy = resolvedBy
+		}
+	}
+	mut.RunID = run.ID
+	if run.Phase != kt.PhaseMutating {
+		if err := advance(run, kt.PhaseMutating); err != nil {
+			return false, err
+		}
+	}
+	if err := advance(run, kt.PhaseMutated); err != nil {
+		return false, err
+	}
+	mr, _ := json.Marshal(map[string]any{"status": "applied", "result": json.RawMessage(result)})
+	run.MutationResult, run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = mr, kt.StatusActive, "", "", now
+	tr.add(TraceEntry{At: now, Phase: "mutated", Kind: "phase", Text: "mutation applied: " + mut.Target})
+	run.Trace = tr.json()
+	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := tx.MutationPut(*mut); err != nil {
+			return err
+		}
+		return tx.RunPut(*run)
+	}); err != nil {
+		return false, err
+	}
+	e.crashPoint(CrashAfterApplied)
+	return true, nil
+}
+
+// mutationFailed records a definite failure: the write did not happen, so the
+// run fails by the error's class and a retry runs mutate again.
+func (e *Engine) mutationFailed(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, cause *kt.Error, resolvedBy string) error {
+	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.UpdatedAt = kt.MutationFailed, cause.Class, cause.Message, e.nowMs()
+	if resolvedBy != "" {
+		mut.ResolvedBy = resolvedBy
+	}
+	if err := e.store.Update(ctx, func(tx store.Tx) error { return tx.MutationPut(*mut) }); err != nil {
+		return err
+	}
+	return e.fail(ctx, wf, run, tr, cause)
+}
+
+// blockOnMutation escalates: the outcome is unknown and cannot be checked.
+func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, why string) error {
+	now := e.nowMs()
+	if run.Phase != kt.PhaseMutating {
+		if err := advance(run, kt.PhaseMutating); err != nil {
+			return err
+		}
+	}
+	mut.Status, mut.UpdatedAt = kt.MutationIndeterminate, now
+	if why == "" {
+		why = mut.ErrorMessage
+	}
+	verify := "keep cannot check whether it happened (this call has no reconcile): look at the target yourself, then choose It didn't happen (send again) or Skip"
+	if mut.CanReconcile {
+		verify = "keep could not establish whether it happened; Try again to check once more, or look yourself and choose It didn't happen or Skip"
+	}
+	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
+	run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — %s. %s", mut.Target, strings.TrimSuffix(why, "."), verify)
+	tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "error", Outcome: "indeterminate", Text: run.ErrorMessage})
+	run.Trace = tr.json()
+	e.log.Warn("mutation indeterminate", "workflow", wf.Name, "run", run.ID, "target", mut.Target)
+	return e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := tx.MutationPut(*mut); err != nil {
+			return err
+		}
+		return tx.RunPut(*run)
+	})
+}
+
+// reconcile asks the connector whether an uncertain write happened. The
+// inline attempt (right after the call, or on recovery) does not count
+// against the policy's background attempts.
+func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, m *connector.Method, inline bool) (bool, error) {
+	call, err := reconcileCall(*mut)
+	if err != nil || m.Reconcile == nil || !mut.CanReconcile {
+		return false, e.blockOnMutation(ctx, wf, run, tr, mut, "")
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, e.toolTimeout(call.Args))
+	status, value, rerr := m.Reconcile(cctx, call)
+	cancel()
+	text := string(status)
+	if rerr != nil {
+		text += ": " + rerr.Error()
+	}
+	tr.add(TraceEntry{At: start.UnixMilli(), Phase: "mutating", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Duration: time.Since(start).Milliseconds(), Outcome: text})
+	switch status {
+	case connector.ReconcileApplied:
+		return e.mutationApplied(ctx, wf, run, tr, mut, value, kt.ResolvedByReconciliation)
+	case connector.ReconcileFailed:
+		if run.Phase != kt.PhaseMutating {
+			_ = advance(run, kt.PhaseMutating)
+		}
+		// Proven not to have happened: mutate runs again with the same PrepareResult.
+		return false, e.mutationFailed(ctx, wf, run, tr, mut,
+			kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target), kt.ResolvedByReconciliation)
+	}
+	if !inline {
+		mut.ReconcileAttempts++
+	}
+	exhausted := (inline && e.policy.ReconcileAttempts == 0) || (!inline && mut.ReconcileAttempts >= e.policy.ReconcileAttempts)
+	if exhausted {
+		why := fmt.Sprintf("reconciliation could not tell whether it happened (%d background attempts)", mut.ReconcileAttempts)
+		if rerr != nil {
+			why += "; last answer: " + rerr.Error()
+		}
+		return false, e.blockOnMutation(ctx, wf, run, tr, mut, why)
+	}
+	now := e.nowMs()
+	delay := config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1)
+	mut.Status, mut.NextReconcileAt, mut.UpdatedAt, mut.RunID = kt.MutationNeedsReconcile, now+delay.Milliseconds(), now, run.ID
+	if run.Phase != kt.PhaseMutating {
+		if err := advance(run, kt.PhaseMutating); err != nil {
+			return false, err
+		}
+	}
+	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
+	run.ErrorMessage = fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)", mut.Target, delay, mut.ReconcileAttempts+1, e.policy.ReconcileAttempts)
+	run.Trace = tr.json()
+	return false, e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := tx.MutationPut(*mut); err != nil {
+			return err
+		}
+		return tx.RunPut(*run)
+	})
+}
+

@@ -1,0 +1,293 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/schedule"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Actions a person records on a blocked run; the engine carries them out.
+const (
+	ActionRetry = "retry"
+	ActionSkip  = "skip"
+)
+
+// handleOpen moves a workflow's unfinished run along when something is due:
+// a person's decision, crash recovery, a transient retry, a reconcile
+// attempt, or a fixed version for a logic failure.
+func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bool, error) {
+	now := e.nowMs()
+	switch {
+	case run.Action == ActionSkip:
+		return true, e.skip(ctx, wf, run)
+	case run.Action == ActionRetry:
+		return true, e.retry(ctx, wf, run)
+	case run.Status == kt.StatusCrashed:
+		return true, e.retry(ctx, wf, run)
+	case run.Status == kt.StatusTransient && run.NextAttemptAt > 0 && run.NextAttemptAt <= now:
+		return true, e.retry(ctx, wf, run)
+	case run.Status == kt.StatusFailedLogic && run.Version < wf.ActiveVersion:
+		return true, e.retry(ctx, wf, run)
+	case run.Status == kt.StatusReconciliation:
+		var mut kt.Mutation
+		err := e.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			mut, err = tx.MutationByRun(run.ID)
+			return err
+		})
+		if errors.Is(err, kt.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if mut.Status != kt.MutationNeedsReconcile || mut.NextReconcileAt > now {
+			return false, nil
+		}
+		m, err := e.registry.Method(mut.Tool, mut.Method)
+		if err != nil {
+			return false, err
+		}
+		prog, err := e.program(ctx, wf.Name, run.Version)
+		if err != nil {
+			return false, err
+		}
+		tr := loadTrace(run.Trace)
+		proceed, err := e.reconcile(ctx, wf, &run, tr, &mut, m, false)
+		if err != nil || !proceed {
+			return true, err
+		}
+		if err := advance(&run, kt.PhaseEmitting); err != nil {
+			return true, err
+		}
+		d := prog.Decl.Consumers[run.Handler]
+		return true, e.emit(ctx, wf, prog, &run, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)})
+	}
+	return false, nil
+}
+
+// retry replaces a failed or crashed run with a new run (retry_of → old),
+// starting where SPEC §4's reset rules say.
+func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
+	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+	if err != nil {
+		return err
+	}
+	nr := e.newRun(wf, old.Handler, old.HandlerType, kt.PhaseExecuting)
+	nr.RetryOf, nr.ApprovedHash = old.ID, old.ApprovedHash
+	if old.Status == kt.StatusTransient || (old.Status == kt.StatusCrashed && old.RetryCount > 0) {
+		nr.RetryCount = old.RetryCount + 1
+	}
+	now := e.nowMs()
+	var mut kt.Mutation
+	hasMut := false
+	if old.HandlerType == kt.HandlerConsumer {
+		nr.Phase = kt.PhasePreparing
+		err := e.store.View(ctx, func(tx store.Tx) error {
+			m, err := tx.MutationByRun(old.ID)
+			if err == nil {
+				mut, hasMut = m, true
+				return nil
+			}
+			if errors.Is(err, kt.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		var pinned int
+		_ = e.store.View(ctx, func(tx store.Tx) error {
+			evs, err := tx.EventsReservedBy(old.ID)
+			for _, ev := range evs {
+				if ev.Status == kt.EventPending {
+					pinned++
+				}
+			}
+			return err
+		})
+		switch {
+		case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated):
+			nr.Phase, nr.PrepareResult, nr.MutationResult = kt.PhaseEmitting, old.PrepareResult, old.MutationResult
+		case old.Phase == kt.PhaseMutating && pinned > 0:
+			nr.Phase, nr.PrepareResult = kt.PhaseMutating, old.PrepareResult
+		}
+	}
+	tr := newTrace(fmt.Sprintf("retry of run %s (%s in %s)", old.ID, old.Status, old.Phase), now)
+	nr.Trace = tr.json()
+	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
+	inFlight := hasMut && (mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile)
+	err = e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := tx.RunPut(old); err != nil {
+			return err
+		}
+		evs, err := tx.EventsReservedBy(old.ID)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if ev.Status != kt.EventPending {
+				continue
+			}
+			if nr.Phase == kt.PhasePreparing {
+				ev.ReservedBy = ""
+			} else {
+				ev.ReservedBy = nr.ID
+			}
+			ev.UpdatedAt = now
+			if err := tx.EventUpdate(ev); err != nil {
+				return err
+			}
+		}
+		if hasMut && mut.Status != kt.MutationApplied {
+			mut.RunID, mut.UpdatedAt = nr.ID, now
+			if err := tx.MutationPut(mut); err != nil {
+				return err
+			}
+		}
+		return tx.RunPut(nr)
+	})
+	if err != nil {
+		return err
+	}
+	if old.HandlerType == kt.HandlerProducer {
+		return e.execProducer(ctx, wf, prog, &nr)
+	}
+	if inFlight && nr.Phase == kt.PhaseMutating {
+		// The write may have happened: reconcile it from the ledger's own
+		// params; the mutate handler is not run again (ch 13 §13.10).
+		m, err := e.registry.Method(mut.Tool, mut.Method)
+		if err != nil {
+			return e.fail(ctx, wf, &nr, tr, kt.Errorf(kt.ClassInternal, "%v", err))
+		}
+		mut.RunID = nr.ID
+		mut.Status = kt.MutationNeedsReconcile
+		proceed, err := e.reconcile(ctx, wf, &nr, tr, &mut, m, true)
+		if err != nil || !proceed {
+			return err
+		}
+		nr.Trace = tr.json()
+		if err := advance(&nr, kt.PhaseEmitting); err != nil {
+			return err
+		}
+	}
+	nr.Trace = tr.json()
+	return e.execConsumer(ctx, wf, prog, &nr)
+}
+
+func newTrace(text string, now int64) *trace {
+	t := &trace{}
+	t.add(TraceEntry{At: now, Kind: "phase", Text: text})
+	return t
+}
+
+// skip carries out a person's Skip (ch 13 §13.9, SPEC §8.2).
+func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
+	now := e.nowMs()
+	if old.HandlerType != kt.HandlerConsumer {
+		prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+		if err != nil {
+			return err
+		}
+		return e.update(ctx, wf.Name, func(tx store.Tx) error {
+			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
+			if err := tx.RunPut(old); err != nil {
+				return err
+			}
+			h, err := tx.HandlerGet(wf.Name, old.Handler)
+			if err != nil {
+				return err
+			}
+			if d, ok := prog.Decl.Producers[old.Handler]; ok {
+				if s, err := schedule.Parse(d.Schedule); err == nil {
+					h.NextRunAt = s.Next(e.now()).UnixMilli()
+				}
+			}
+			h.Queued, h.UpdatedAt = false, now
+			return tx.HandlerPut(h)
+		})
+	}
+	var pinned int
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		evs, err := tx.EventsReservedBy(old.ID)
+		for _, ev := range evs {
+			if ev.Status == kt.EventPending {
+				pinned++
+			}
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	switch {
+	case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated) && old.Phase != kt.PhaseEmitting:
+		// The mutation happened: skipping it is no longer possible; the run completes.
+		return e.retry(ctx, wf, old)
+	case old.Phase == kt.PhaseEmitting && old.Status == kt.StatusFailedLogic || pinned == 0:
+		// next itself fails, or nothing is reserved: close the run, skip its events, publish nothing.
+		return e.update(ctx, wf.Name, func(tx store.Tx) error {
+			evs, err := tx.EventsReservedBy(old.ID)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if ev.Status == kt.EventPending {
+					ev.Status, ev.UpdatedAt = kt.EventSkipped, now
+					if err := tx.EventUpdate(ev); err != nil {
+						return err
+					}
+				}
+			}
+			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
+			return tx.RunPut(old)
+		})
+	}
+	// Before the mutation applied: next runs with {status:'skipped'} and the
+	// reserved events end skipped.
+	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+	if err != nil {
+		return err
+	}
+	nr := e.newRun(wf, old.Handler, old.HandlerType, kt.PhaseEmitting)
+	nr.RetryOf, nr.PrepareResult = old.ID, old.PrepareResult
+	nr.MutationResult = json.RawMessage(`{"status":"skipped"}`)
+	tr := newTrace(fmt.Sprintf("a person skipped the mutation of run %s", old.ID), now)
+	nr.Trace = tr.json()
+	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
+	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := tx.RunPut(old); err != nil {
+			return err
+		}
+		evs, err := tx.EventsReservedBy(old.ID)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if ev.Status == kt.EventPending {
+				ev.ReservedBy, ev.UpdatedAt = nr.ID, now
+				if err := tx.EventUpdate(ev); err != nil {
+					return err
+				}
+			}
+		}
+		if m, err := tx.MutationByRun(old.ID); err == nil && m.Status != kt.MutationApplied {
+			m.Status, m.ResolvedBy, m.RunID, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, nr.ID, now
+			if err := tx.MutationPut(m); err != nil {
+				return err
+			}
+		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {
+			return err
+		}
+		return tx.RunPut(nr)
+	}); err != nil {
+		return err
+	}
+	d := prog.Decl.Consumers[nr.Handler]
+	return e.emit(ctx, wf, prog, &nr, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)})
+}

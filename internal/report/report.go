@@ -1,0 +1,404 @@
+// Package report builds what people see from the ledgers: inputs with their
+// derived status, outputs (one per mutation), runs, workflow status and the
+// blocked-work card. The CLI's --json and (later) the HTTP API share these
+// shapes, so their field names are a public contract.
+//
+// It may import keeptype, store and engine.
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Input is one row of `keep inputs`.
+type Input struct {
+	ID         string `json:"id"`
+	Key        string `json:"key"`
+	Source     string `json:"source"`
+	Type       string `json:"type"`
+	ExternalID string `json:"externalId"`
+	Title      string `json:"title"`
+	Status     string `json:"status"`
+	Attempt    int    `json:"attempt"`
+	CreatedAt  string `json:"createdAt"`
+	UpdatedAt  string `json:"updatedAt"`
+}
+
+// Output is one mutation, as `keep outputs` shows it.
+type Output struct {
+	MutationID string          `json:"mutationId"`
+	RunID      string          `json:"runId"`
+	Tool       string          `json:"tool"`
+	Method     string          `json:"method"`
+	Target     string          `json:"target"`
+	Status     string          `json:"status"`
+	InputIDs   []string        `json:"inputIds"`
+	Result     json.RawMessage `json:"result"`
+	Error      *ErrorInfo      `json:"error"`
+	ResolvedBy string          `json:"resolvedBy"`
+	CreatedAt  string          `json:"createdAt"`
+	UpdatedAt  string          `json:"updatedAt"`
+}
+
+// ErrorInfo is an error class and message.
+type ErrorInfo struct {
+	Class   string `json:"class"`
+	Message string `json:"message"`
+}
+
+// Run is one row of `keep runs`.
+type Run struct {
+	ID          string     `json:"id"`
+	Workflow    string     `json:"workflow"`
+	Handler     string     `json:"handler"`
+	HandlerType string     `json:"handlerType"`
+	Phase       string     `json:"phase"`
+	Status      string     `json:"status"`
+	RetryOf     string     `json:"retryOf"`
+	Version     int64      `json:"version"`
+	Error       *ErrorInfo `json:"error"`
+	CreatedAt   string     `json:"createdAt"`
+	UpdatedAt   string     `json:"updatedAt"`
+	FinishedAt  string     `json:"finishedAt,omitempty"`
+}
+
+// Status is one row of `keep status`.
+type Status struct {
+	Name          string `json:"name"`
+	Version       string `json:"version"`
+	Status        string `json:"status"` // running, idle, blocked, paused, error
+	Blocked       bool   `json:"blocked"`
+	BlockedRunID  string `json:"blockedRunId"`
+	PendingEvents int    `json:"pendingEvents"`
+	Reason        string `json:"reason,omitempty"`
+}
+
+// Card explains one blocked run to a person: what, why, and what they can do.
+type Card struct {
+	RunID    string              `json:"runId"`
+	Workflow string              `json:"workflow"`
+	Handler  string              `json:"handler"`
+	Status   string              `json:"status"`
+	Phase    string              `json:"phase"`
+	Reason   string              `json:"reason"`
+	Mutation *engine.PendingCall `json:"mutation,omitempty"`
+	// MutationStatus is the ledger state of the blocked mutation, if any.
+	MutationStatus string   `json:"mutationStatus,omitempty"`
+	CanReconcile   bool     `json:"canReconcile"`
+	Inputs         []Input  `json:"inputs"`
+	Actions        []string `json:"actions"`
+}
+
+// Time renders a millisecond timestamp for people and JSON.
+func Time(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+func errInfo(class kt.ErrorClass, msg string) *ErrorInfo {
+	if class == "" && msg == "" {
+		return nil
+	}
+	return &ErrorInfo{Class: string(class), Message: msg}
+}
+
+// Inputs lists a workflow's inputs with the status of SPEC §8.1.
+func Inputs(ctx context.Context, st store.Store, wf string) ([]Input, error) {
+	var out []Input
+	err := st.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.WorkflowGet(wf); err != nil {
+			return noWorkflow(wf, err)
+		}
+		ins, err := tx.InputList(wf)
+		if err != nil {
+			return err
+		}
+		for _, in := range ins {
+			status, err := InputStatus(tx, in)
+			if err != nil {
+				return err
+			}
+			out = append(out, inputRow(in, status))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func inputRow(in kt.Input, status string) Input {
+	return Input{ID: in.ID, Key: in.Key, Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Title: in.Title, Status: status,
+		Attempt: in.CurrentAttempt, CreatedAt: Time(in.CreatedAt), UpdatedAt: Time(in.UpdatedAt)}
+}
+
+func noWorkflow(wf string, err error) error {
+	if errors.Is(err, kt.ErrNotFound) {
+		return &engine.ActionError{Msg: fmt.Sprintf("there is no workflow %q (see `keep status`)", wf)}
+	}
+	return err
+}
+
+// InputStatus derives an input's status from its events and the runs that hold them.
+func InputStatus(tx store.Tx, in kt.Input) (string, error) {
+	if in.Kind == "task" && in.Status != "" {
+		return in.Status, nil
+	}
+	evs, err := tx.EventsByInput(in.ID)
+	if err != nil {
+		return "", err
+	}
+	pending, skipped, total := false, 0, 0
+	worst := ""
+	for _, ev := range evs {
+		total++
+		switch ev.Status {
+		case kt.EventSkipped:
+			skipped++
+		case kt.EventPending:
+			pending = true
+			if ev.ReservedBy == "" {
+				continue
+			}
+			r, err := tx.RunGet(ev.ReservedBy)
+			if err != nil {
+				continue
+			}
+			switch {
+			case r.Status == kt.StatusFailedLogic || r.Status == kt.StatusFailedInternal:
+				worst = "failed"
+			case r.Status != kt.StatusActive && !r.Status.Finished() && worst == "":
+				worst = "needs_attention"
+			}
+		}
+	}
+	switch {
+	case worst != "":
+		return worst, nil
+	case pending:
+		return "pending", nil
+	case total > 0 && skipped == total:
+		return "skipped", nil
+	}
+	return "done", nil
+}
+
+// Outputs lists a workflow's mutations.
+func Outputs(ctx context.Context, st store.Store, wf string) ([]Output, error) {
+	var out []Output
+	err := st.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.WorkflowGet(wf); err != nil {
+			return noWorkflow(wf, err)
+		}
+		ms, err := tx.MutationList(wf)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			out = append(out, OutputRow(m))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// OutputRow renders one ledger row.
+func OutputRow(m kt.Mutation) Output {
+	ids := m.ItemKeys
+	if ids == nil {
+		ids = []string{}
+	}
+	return Output{MutationID: m.ID, RunID: m.RunID, Tool: m.Tool, Method: m.Method, Target: m.Target, Status: string(m.Status), InputIDs: ids,
+		Result: m.Result, Error: errInfo(m.ErrorClass, m.ErrorMessage), ResolvedBy: m.ResolvedBy, CreatedAt: Time(m.CreatedAt), UpdatedAt: Time(m.UpdatedAt)}
+}
+
+// Runs lists a workflow's runs, newest first.
+func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]Run, error) {
+	var out []Run
+	err := st.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.WorkflowGet(wf); err != nil {
+			return noWorkflow(wf, err)
+		}
+		rs, err := tx.RunList(wf, limit)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			out = append(out, RunRow(r))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RunRow renders one run.
+func RunRow(r kt.Run) Run {
+	return Run{ID: r.ID, Workflow: r.Workflow, Handler: r.Handler, HandlerType: string(r.HandlerType), Phase: string(r.Phase), Status: string(r.Status),
+		RetryOf: r.RetryOf, Version: r.Version, Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt)}
+}
+
+// Statuses lists every workflow (or one) with its status.
+func Statuses(ctx context.Context, st store.Store, only string) ([]Status, error) {
+	var out []Status
+	err := st.View(ctx, func(tx store.Tx) error {
+		wfs, err := tx.WorkflowList()
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, w := range wfs {
+			if only != "" && w.Name != only {
+				continue
+			}
+			found = true
+			s, err := status(tx, w)
+			if err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		if only != "" && !found {
+			return noWorkflow(only, kt.ErrNotFound)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func status(tx store.Tx, w kt.Workflow) (Status, error) {
+	v, err := tx.VersionGet(w.Name, w.ActiveVersion)
+	if err != nil {
+		return Status{}, err
+	}
+	pending, err := tx.CountPending(w.Name)
+	if err != nil {
+		return Status{}, err
+	}
+	s := Status{Name: w.Name, Version: v.Label(), Status: "idle", PendingEvents: pending}
+	r, err := tx.RunOpen(w.Name)
+	switch {
+	case err == nil:
+		if r.Status == kt.StatusActive || (r.Status == kt.StatusTransient && r.NextAttemptAt > 0) || r.Action != "" || r.Status == kt.StatusCrashed {
+			s.Status = "running"
+		} else {
+			s.Blocked, s.BlockedRunID, s.Reason = true, r.ID, r.ErrorMessage
+			s.Status = "blocked"
+			if r.Status == kt.StatusFailedLogic || r.Status == kt.StatusFailedInternal {
+				s.Status = "error"
+			}
+			if r.Status == kt.StatusReconciliation {
+				if m, err := tx.MutationByRun(r.ID); err == nil && m.Status == kt.MutationNeedsReconcile {
+					s.Status, s.Blocked = "running", false
+				}
+			}
+		}
+	case !errors.Is(err, kt.ErrNotFound):
+		return s, err
+	}
+	if w.Paused {
+		s.Status, s.Reason = "paused", w.PausedReason
+	}
+	return s, nil
+}
+
+// Blocked returns the cards of every blocked run of a workflow ("" = all).
+func Blocked(ctx context.Context, st store.Store, wf string) ([]Card, error) {
+	var out []Card
+	err := st.View(ctx, func(tx store.Tx) error {
+		wfs, err := tx.WorkflowList()
+		if err != nil {
+			return err
+		}
+		for _, w := range wfs {
+			if wf != "" && w.Name != wf {
+				continue
+			}
+			r, err := tx.RunOpen(w.Name)
+			if errors.Is(err, kt.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			c, blocked, err := card(tx, r)
+			if err != nil {
+				return err
+			}
+			if blocked {
+				out = append(out, c)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CardFor returns the card of one run (blocked or not).
+func CardFor(tx store.Tx, r kt.Run) (Card, bool, error) { return card(tx, r) }
+
+func card(tx store.Tx, r kt.Run) (Card, bool, error) {
+	c := Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []Input{}}
+	blocked := !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" &&
+		!(r.Status == kt.StatusTransient && r.NextAttemptAt > 0) && r.Status != kt.StatusCrashed
+	if len(r.PendingCall) > 0 {
+		var pc engine.PendingCall
+		if json.Unmarshal(r.PendingCall, &pc) == nil {
+			c.Mutation = &pc
+		}
+	}
+	m, err := tx.MutationByRun(r.ID)
+	hasMut := err == nil
+	if err != nil && !errors.Is(err, kt.ErrNotFound) {
+		return c, false, err
+	}
+	if hasMut {
+		c.MutationStatus, c.CanReconcile = string(m.Status), m.CanReconcile
+		if m.Status == kt.MutationNeedsReconcile {
+			blocked = false // keep is still checking by itself
+		}
+	}
+	evs, err := tx.EventsReservedBy(r.ID)
+	if err != nil {
+		return c, false, err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, ev := range evs {
+		for _, id := range ev.CausedBy {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		in, err := tx.InputGet(id)
+		if err != nil {
+			continue
+		}
+		s, _ := InputStatus(tx, in)
+		c.Inputs = append(c.Inputs, inputRow(in, s))
+	}
+	switch {
+	case hasMut && (m.Status == kt.MutationIndeterminate || m.Status == kt.MutationNeedsReconcile):
+		if m.CanReconcile {
+			c.Actions = append(c.Actions, "try-again")
+		}
+		c.Actions = append(c.Actions, "didnt-happen", "skip")
+	case r.Status == kt.StatusApproval:
+		c.Actions = []string{"approve", "skip"}
+	default:
+		c.Actions = []string{"try-again", "skip"}
+	}
+	return c, blocked, nil
+}

@@ -1,0 +1,240 @@
+// Package scheduler decides when each workflow's next step runs: it polls
+// the store for due work (schedules, dirty or woken consumers, retries,
+// reconciliation, people's decisions), runs different workflows
+// concurrently on a bounded pool, and never runs two steps of one workflow
+// at once. Within a workflow the engine picks by priority (SPEC §5).
+//
+// It may import keeptype, store and engine.
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Options configure a Scheduler.
+type Options struct {
+	Engine *engine.Engine
+	// Workers bounds how many workflows step at the same time. Defaults to 8.
+	Workers int
+	// Poll is how often the store is polled for due work when nothing wakes
+	// the scheduler earlier (changes made by another process). Defaults to 500ms.
+	Poll time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Scheduler runs due work.
+type Scheduler struct {
+	eng     *engine.Engine
+	store   store.Store
+	workers int
+	poll    time.Duration
+	log     *slog.Logger
+	wake    chan struct{}
+
+	mu      sync.Mutex
+	busy    map[string]bool
+	backoff map[string]time.Time
+	errs    []error
+}
+
+// New builds a Scheduler.
+func New(o Options) *Scheduler {
+	s := &Scheduler{eng: o.Engine, store: o.Engine.Store(), workers: o.Workers, poll: o.Poll, log: o.Logger,
+		wake: make(chan struct{}, 1), busy: map[string]bool{}, backoff: map[string]time.Time{}}
+	if s.workers <= 0 {
+		s.workers = 8
+	}
+	if s.poll <= 0 {
+		s.poll = 500 * time.Millisecond
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+// Wake makes the scheduler look for due work now.
+func (s *Scheduler) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches due work until ctx is cancelled, then waits for running steps.
+func (s *Scheduler) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, s.workers)
+	ticker := time.NewTicker(s.poll)
+	defer ticker.Stop()
+	for {
+		s.dispatch(ctx, &wg, sem)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		case <-s.wake:
+		}
+	}
+}
+
+func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) int {
+	var due []string
+	now := time.Now()
+	if err := s.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		due, err = tx.DueWorkflows(now.UnixMilli())
+		return err
+	}); err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("scheduler: find due work", "error", err)
+		}
+		return 0
+	}
+	started := 0
+	for _, wf := range due {
+		s.mu.Lock()
+		if s.busy[wf] || now.Before(s.backoff[wf]) {
+			s.mu.Unlock()
+			continue
+		}
+		s.busy[wf] = true
+		s.mu.Unlock()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			s.release(wf)
+			return started
+		}
+		started++
+		wg.Add(1)
+		go func(wf string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			defer s.release(wf)
+			s.stepAll(ctx, wf)
+		}(wf)
+	}
+	return started
+}
+
+func (s *Scheduler) release(wf string) {
+	s.mu.Lock()
+	delete(s.busy, wf)
+	s.mu.Unlock()
+	s.Wake()
+}
+
+// stepAll steps one workflow while it has work, so a chain of runs proceeds
+// without waiting for the next poll.
+func (s *Scheduler) stepAll(ctx context.Context, wf string) {
+	for ctx.Err() == nil {
+		did, err := s.step(ctx, wf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("step failed", "workflow", wf, "error", err)
+			s.mu.Lock()
+			s.backoff[wf] = time.Now().Add(time.Second)
+			s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
+			s.mu.Unlock()
+			return
+		}
+		if !did {
+			return
+		}
+	}
+}
+
+func (s *Scheduler) step(ctx context.Context, wf string) (did bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = kt.Errorf(kt.ClassInternal, "panic while stepping %s: %v\n%s", wf, p, debug.Stack())
+		}
+	}()
+	return s.eng.Step(ctx, wf)
+}
+
+// Errors returns the step errors seen so far (store failures, host bugs).
+func (s *Scheduler) Errors() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.errs...)
+}
+
+// RunUntilIdle steps every workflow until nothing is due and nothing is
+// waiting for a retry or a reconcile attempt; producer schedules and
+// consumers' wakeAt in the future do not count. It is `keep run`.
+func (s *Scheduler) RunUntilIdle(ctx context.Context) error {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, s.workers)
+	for {
+		started := s.dispatch(ctx, &wg, sem)
+		wg.Wait()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if started > 0 {
+			continue
+		}
+		next, waiting, err := s.nextTimedWork(ctx)
+		if err != nil {
+			return err
+		}
+		if !waiting {
+			return nil
+		}
+		d := time.Until(next)
+		if d < 10*time.Millisecond {
+			d = 10 * time.Millisecond
+		}
+		if d > s.poll {
+			d = s.poll
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
+}
+
+// nextTimedWork finds the earliest automatic retry or reconcile attempt.
+func (s *Scheduler) nextTimedWork(ctx context.Context) (time.Time, bool, error) {
+	var next int64
+	waiting := false
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		runs, err := tx.RunsWithStatus(kt.StatusTransient)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if r.NextAttemptAt > 0 && (!waiting || r.NextAttemptAt < next) {
+				next, waiting = r.NextAttemptAt, true
+			}
+		}
+		muts, err := tx.MutationsWithStatus(kt.MutationNeedsReconcile)
+		if err != nil {
+			return err
+		}
+		for _, m := range muts {
+			if !waiting || m.NextReconcileAt < next {
+				next, waiting = m.NextReconcileAt, true
+			}
+		}
+		return nil
+	})
+	return time.UnixMilli(next), waiting, err
+}
