@@ -777,7 +777,9 @@ func (a *app) resolveCmd() *cobra.Command {
 func (a *app) approveCmd() *cobra.Command {
 	return &cobra.Command{
 		Use: "approve RUN", Short: "approve the mutation a run is waiting for", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return a.act(cmd.Context(), args[0], engine.ResolveApprove) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.act(cmd.Context(), args[0], engine.ResolveApprove)
+		},
 	}
 }
 

@@ -343,4 +343,3 @@ func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr 
 		return tx.RunPut(*run)
 	})
 }
-

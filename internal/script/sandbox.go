@@ -139,9 +139,9 @@ type Outcome struct {
 }
 
 type vmState struct {
-	settled  bool
-	ok       bool
-	payload  string
+	settled   bool
+	ok        bool
+	payload   string
 	abortErr  error
 	suspended bool
 }
