@@ -80,7 +80,8 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	}
 	nr := e.newRun(wf, old.Handler, old.HandlerType, kt.PhaseExecuting)
 	nr.RetryOf, nr.ApprovedHash = old.ID, old.ApprovedHash
-	if old.Status == kt.StatusTransient || (old.Status == kt.StatusCrashed && old.RetryCount > 0) {
+	// Automatic retries count against the policy; a person's decision starts afresh.
+	if old.Action == "" && (old.Status == kt.StatusTransient || (old.Status == kt.StatusCrashed && old.RetryCount > 0)) {
 		nr.RetryCount = old.RetryCount + 1
 	}
 	now := e.nowMs()

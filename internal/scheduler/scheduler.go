@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
@@ -42,9 +43,10 @@ type Scheduler struct {
 	wake    chan struct{}
 
 	mu      sync.Mutex
-	busy    map[string]bool
-	backoff map[string]time.Time
-	errs    []error
+	busy     map[string]bool
+	backoff  map[string]time.Time
+	errs     []error
+	progress atomic.Int64 // steps that did something
 }
 
 // New builds a Scheduler.
@@ -155,6 +157,7 @@ func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 		if !did {
 			return
 		}
+		s.progress.Add(1)
 	}
 }
 
@@ -181,12 +184,13 @@ func (s *Scheduler) RunUntilIdle(ctx context.Context) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.workers)
 	for {
-		started := s.dispatch(ctx, &wg, sem)
+		before := s.progress.Load()
+		s.dispatch(ctx, &wg, sem)
 		wg.Wait()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if started > 0 {
+		if s.progress.Load() != before {
 			continue
 		}
 		next, waiting, err := s.nextTimedWork(ctx)

@@ -1,0 +1,214 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+// env is a real keep over a real SQLite file in a temp dir, with a real
+// local HTTP sink and short host policies.
+type env struct {
+	t    *testing.T
+	dir  string
+	k    *daemon.Keep
+	sink *testsink.Sink
+}
+
+const testPolicy = `[policy]
+transient_retries = 2
+transient_backoff = "10ms"
+transient_backoff_max = "40ms"
+reconcile_attempts = 2
+reconcile_backoff = "10ms"
+reconcile_backoff_max = "40ms"
+handler_timeout = "2s"
+tool_timeout = "2s"
+memory_limit = "32MiB"
+`
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keep.toml")
+	if err := os.WriteFile(cfg, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := testsink.New()
+	t.Cleanup(func() { s.Close(); k.Close() })
+	return &env{t: t, dir: dir, k: k, sink: s}
+}
+
+func (e *env) ctx() context.Context { return context.Background() }
+
+// deploy deploys a script; %SINK% is replaced by the sink's URL.
+func (e *env) deploy(src string) string {
+	e.t.Helper()
+	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
+	res, err := e.k.Engine.Deploy(e.ctx(), "wf.js", src, "", "")
+	if err != nil {
+		e.t.Fatalf("deploy: %v", err)
+	}
+	return res.Workflow
+}
+
+func (e *env) redeploy(src string, kind engine.DeployKind) {
+	e.t.Helper()
+	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
+	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", src, "", kind); err != nil {
+		e.t.Fatalf("deploy: %v", err)
+	}
+}
+
+// settle runs until nothing is due and nothing waits for a timed retry.
+func (e *env) settle() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx(), 60*time.Second)
+	defer cancel()
+	if err := e.k.Scheduler.RunUntilIdle(ctx); err != nil {
+		e.t.Fatalf("settle: %v", err)
+	}
+	if errs := e.k.Scheduler.Errors(); len(errs) > 0 {
+		e.t.Fatalf("internal errors while stepping: %v", errs)
+	}
+}
+
+func (e *env) runs(wf string) []report.Run {
+	e.t.Helper()
+	rs, err := report.Runs(e.ctx(), e.k.Store, wf, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rs
+}
+
+func (e *env) outputs(wf string) []report.Output {
+	e.t.Helper()
+	os, err := report.Outputs(e.ctx(), e.k.Store, wf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return os
+}
+
+func (e *env) inputs(wf string) []report.Input {
+	e.t.Helper()
+	in, err := report.Inputs(e.ctx(), e.k.Store, wf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return in
+}
+
+// open returns the workflow's blocking run, failing the test when there is none.
+func (e *env) open(wf string) kt.Run {
+	e.t.Helper()
+	var r kt.Run
+	err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		var err error
+		r, err = tx.RunOpen(wf)
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("expected a blocked run of %s: %v", wf, err)
+	}
+	return r
+}
+
+func (e *env) noOpenRun(wf string) {
+	e.t.Helper()
+	err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		r, err := tx.RunOpen(wf)
+		if err == nil {
+			e.t.Fatalf("workflow %s has an unfinished run: %s %s in %s: %s", wf, r.Status, r.Handler, r.Phase, r.ErrorMessage)
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) resolve(runID string, what engine.Resolution) string {
+	e.t.Helper()
+	msg, err := engine.Resolve(e.ctx(), e.k.Store, runID, what, time.Now())
+	if err != nil {
+		e.t.Fatalf("resolve %s %s: %v", runID, what, err)
+	}
+	return msg
+}
+
+func (e *env) events(wf, topic string) []kt.Event {
+	e.t.Helper()
+	var out []kt.Event
+	err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		ins, err := tx.InputList(wf)
+		if err != nil {
+			return err
+		}
+		seen := map[int64]bool{}
+		for _, in := range ins {
+			evs, err := tx.EventsByInput(in.ID)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if ev.Topic == topic && !seen[ev.ID] {
+					seen[ev.ID] = true
+					out = append(out, ev)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// hookScript is one input "a" → one consumer run → one http POST to the sink.
+func hookScript(extra, mutateOpts string) string {
+	return `export default Keep.workflow({
+  name: "hook", ` + extra + `
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: { id: "a" } })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("job")
+      if (!e) return { reservations: [] }
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload }
+    },
+    async mutate(ctx, p) {
+      await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300` + mutateOpts + ` })
+    },
+    async next(ctx, p, r) { return { last: r.status } },
+  }) },
+})`
+}
+
+const withProbe = `, reconcile: { url: "%SINK%/writes/{idempotencyKey}" }`
+
+type storeTx = store.Tx
+
+func nowT() time.Time { return time.Now() }

@@ -1,0 +1,216 @@
+// Package testsink is a real local HTTP server for tests: it applies writes
+// (records them), answers reconcile probes, and injects faults per request:
+// slow answers, timeouts after or before applying, 5xx after or before,
+// connection resets, truncated bodies, and 4xx statuses. Tests assert on
+// what a user would see at the sink: how many writes were applied.
+package testsink
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Fault names what the sink does with one write request.
+type Fault string
+
+const (
+	OK            Fault = "ok"
+	TimeoutAfter  Fault = "timeout-after"  // apply, then never answer in time
+	TimeoutBefore Fault = "timeout-before" // never answer in time, never apply
+	Status500     Fault = "500-after"      // apply, then answer 500
+	Status503     Fault = "503-before"     // answer 503 without applying
+	ResetAfter    Fault = "reset-after"    // apply, then drop the connection
+	TruncAfter    Fault = "truncated-after"
+	Slow          Fault = "slow" // apply and answer 200 after 200ms
+)
+
+// Status returns a fault that answers the HTTP status without applying.
+func Status(code int) Fault { return Fault("status-" + http.StatusText(code) + "|" + itoa(code)) }
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// Write is one applied write.
+type Write struct {
+	Key    string          `json:"key"`
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Body   json.RawMessage `json:"body"`
+	At     time.Time       `json:"at"`
+}
+
+// Sink is the server.
+type Sink struct {
+	*httptest.Server
+	mu          sync.Mutex
+	faults      []Fault
+	probeFaults []int
+	writes      []Write
+	requests    int
+	probes      int
+	hang        time.Duration
+	Headers     []http.Header // every write request's headers
+}
+
+// New starts a sink. Hang is how long timeout faults hold the request.
+func New() *Sink {
+	s := &Sink{hang: 3 * time.Second}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Queue adds faults for the next write requests (then OK).
+func (s *Sink) Queue(f ...Fault) {
+	s.mu.Lock()
+	s.faults = append(s.faults, f...)
+	s.mu.Unlock()
+}
+
+// QueueProbe makes the next probes answer these statuses instead of the truth.
+func (s *Sink) QueueProbe(status ...int) {
+	s.mu.Lock()
+	s.probeFaults = append(s.probeFaults, status...)
+	s.mu.Unlock()
+}
+
+// Writes returns the applied writes.
+func (s *Sink) Writes() []Write {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Write(nil), s.writes...)
+}
+
+// Requests is the number of write requests received (applied or not).
+func (s *Sink) Requests() int { s.mu.Lock(); defer s.mu.Unlock(); return s.requests }
+
+// Probes is the number of reconcile probes received.
+func (s *Sink) Probes() int { s.mu.Lock(); defer s.mu.Unlock(); return s.probes }
+
+func (s *Sink) next() Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests++
+	if len(s.faults) == 0 {
+		return OK
+	}
+	f := s.faults[0]
+	s.faults = s.faults[1:]
+	return f
+}
+
+func (s *Sink) apply(r *http.Request, body []byte) Write {
+	w := Write{Key: r.Header.Get("Idempotency-Key"), Method: r.Method, Path: r.URL.Path, Body: json.RawMessage(body), At: time.Now()}
+	if !json.Valid(body) {
+		w.Body, _ = json.Marshal(string(body))
+	}
+	s.mu.Lock()
+	s.writes = append(s.writes, w)
+	s.Headers = append(s.Headers, r.Header.Clone())
+	s.mu.Unlock()
+	return w
+}
+
+func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/writes/") {
+		s.probe(w, r, strings.TrimPrefix(r.URL.Path, "/writes/"))
+		return
+	}
+	if r.Method == http.MethodGet {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "path": r.URL.Path})
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	f := s.next()
+	answer := func(wr Write) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": wr.Key, "stored": true})
+	}
+	switch {
+	case f == OK:
+		answer(s.apply(r, body))
+	case f == Slow:
+		wr := s.apply(r, body)
+		time.Sleep(200 * time.Millisecond)
+		answer(wr)
+	case f == TimeoutAfter:
+		s.apply(r, body)
+		s.wait(r)
+	case f == TimeoutBefore:
+		s.wait(r)
+	case f == Status500:
+		s.apply(r, body)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+	case f == Status503:
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+	case f == ResetAfter:
+		s.apply(r, body)
+		hijackClose(w, "")
+	case f == TruncAfter:
+		s.apply(r, body)
+		hijackClose(w, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":")
+	case strings.HasPrefix(string(f), "status-"):
+		code := 0
+		_ = json.Unmarshal([]byte(string(f)[strings.LastIndexByte(string(f), '|')+1:]), &code)
+		http.Error(w, http.StatusText(code), code)
+	}
+}
+
+func (s *Sink) wait(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-time.After(s.hang):
+	}
+}
+
+func hijackClose(w http.ResponseWriter, partial string) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if partial != "" {
+		_, _ = buf.WriteString(partial)
+		_ = buf.Flush()
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // RST, not FIN
+	}
+	conn.Close()
+}
+
+func (s *Sink) probe(w http.ResponseWriter, r *http.Request, key string) {
+	s.mu.Lock()
+	s.probes++
+	var forced int
+	if len(s.probeFaults) > 0 {
+		forced = s.probeFaults[0]
+		s.probeFaults = s.probeFaults[1:]
+	}
+	var found *Write
+	for i := range s.writes {
+		if s.writes[i].Key == key {
+			found = &s.writes[i]
+		}
+	}
+	s.mu.Unlock()
+	if forced != 0 {
+		http.Error(w, http.StatusText(forced), forced)
+		return
+	}
+	if found == nil {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"id": found.Key, "stored": true})
+}
