@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +46,8 @@ func newEnv(t *testing.T) *env {
 	if err := os.WriteFile(cfg, []byte(testPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files")})
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,3 +215,5 @@ const withProbe = `, reconcile: { url: "%SINK%/writes/{idempotencyKey}" }`
 type storeTx = store.Tx
 
 func nowT() time.Time { return time.Now() }
+
+func runNow(e *env, wf string) (int, error) { return engine.RunNow(e.ctx(), e.k.Store, wf, time.Now()) }

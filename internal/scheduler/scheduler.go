@@ -42,7 +42,7 @@ type Scheduler struct {
 	log     *slog.Logger
 	wake    chan struct{}
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	busy     map[string]bool
 	backoff  map[string]time.Time
 	errs     []error

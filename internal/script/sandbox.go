@@ -339,6 +339,11 @@ func (p *Program) describeThrow(inv Invocation, name, msg, stack string) string 
 	text := fmt.Sprintf("%s %s: %s", where, name, msg)
 	if name == "thrown value" {
 		text = fmt.Sprintf("%s %s", where, msg)
+		if msg == "null" {
+			// QuickJS rejects with null when it cannot even allocate the
+			// "out of memory" error; a script throwing null itself is rare.
+			text += fmt.Sprintf(" — most likely the script ran out of memory (limit %s)", sizeText(inv.MemoryLimit))
+		}
 	}
 	if s := p.cleanStack(stack); s != "" {
 		text += " (" + s + ")"
@@ -426,4 +431,11 @@ func (p *Program) describe() (Declaration, error) {
 		return d, fmt.Errorf("read the workflow declaration: %w", err)
 	}
 	return d, nil
+}
+
+func sizeText(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

@@ -1,0 +1,75 @@
+package engine_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+func hostileScript(name, body string) string {
+	return `export default Keep.workflow({
+  name: "` + name + `",
+  topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1", title: "Tick" })
+    await ctx.publish("a", { messageId: "1", inputId, payload: {} })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("a"); if (!e) return { reservations: [] }
+      ` + body + `
+      return { reservations: [{ topic: "a", ids: [e.messageId] }], data: {} }
+    },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/` + name + `", json: {} }) },
+  }) },
+})`
+}
+
+func TestHostileHandlerFailsOnlyItsOwnRun(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct{ body, want string }{
+		"cpu loop":           {`while (true) {}`, "time limit"},
+		"cpu loop caught":    {`try { while (true) {} } catch (e) {}`, "time limit"},
+		"memory bomb":        {`const a = []; while (true) a.push("x".repeat(100000) + a.length)`, "out of memory"},
+		"object graph":       {`let o = {}; for (;;) o = { o, a: [1, 2, 3] }`, "out of memory"},
+		"never resolves":     {`await new Promise(() => {})`, "never finished"},
+		"huge result":        {`return { reservations: [{ topic: "a", ids: [e.messageId] }], data: "x".repeat(2000000) }`, "more than the limit"},
+		"non-json result":    {`return { reservations: [{ topic: "a", ids: [e.messageId] }], data: { f() {} } }`, "is a function"},
+		"reach the host":     {`Function("return this")().process.exit(1)`, "cannot read property 'exit'"},
+		"tamper with ctx":    {`ctx.http = null; ctx.peek = null; "use strict"; Object.defineProperty(ctx, "x", { value: 1 })`, "not extensible"},
+		"throw non-error":    {`throw { code: 42 }`, `{"code":42}`},
+		"deep recursion":     {`const f = (n) => f(n + 1) + 1; f(0)`, "stack overflow"},
+		"floods of promises": {`const ps = []; for (let i = 0; i < 1e7; i++) ps.push(Promise.resolve(i)); await Promise.all(ps)`, ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			bad := e.deploy(hostileScript("bad", c.body))
+			good := e.deploy(hostileScript("good", ""))
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); e.settle() }()
+			wg.Wait()
+			e.noOpenRun(good)
+			found := false
+			for _, w := range e.sink.Writes() {
+				if strings.HasSuffix(w.Path, "/good") {
+					found = true
+				}
+				if strings.HasSuffix(w.Path, "/bad") {
+					t.Fatalf("the hostile workflow wrote to the sink")
+				}
+			}
+			if !found {
+				t.Fatal("the healthy workflow did not run next to the hostile one")
+			}
+			r := e.open(bad)
+			if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, c.want) {
+				t.Fatalf("hostile run: %s: %s (want failed:logic containing %q)", r.Status, r.ErrorMessage, c.want)
+			}
+		})
+	}
+}
