@@ -1,0 +1,265 @@
+// Package crash kills a real `keep serve` process (SIGKILL) in the middle of
+// a mutation, and at each durable step on purpose, then restarts it and
+// checks what a user would see: the number of writes at the sink, the
+// mutation's state, and the run's status.
+package crash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+var keepBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "keep-crash-bin")
+	if err != nil {
+		panic(err)
+	}
+	keepBin = filepath.Join(dir, "keep")
+	out, err := exec.Command("go", "build", "-o", keepBin, "../../cmd/keep").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const script = `export default Keep.workflow({
+  name: "crash",
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: { id: "a" } })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload }
+    },
+    async mutate(ctx, p) {
+      await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: p.data, timeoutMs: 20000 %RECONCILE% })
+    },
+  }) },
+})`
+
+type proc struct {
+	t    *testing.T
+	dir  string
+	cmd  *exec.Cmd
+	logs *strings.Builder
+}
+
+func setup(t *testing.T, sink *testsink.Sink, reconcile bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := strings.ReplaceAll(script, "%SINK%", sink.URL)
+	rec := ""
+	if reconcile {
+		rec = `, reconcile: { url: "` + sink.URL + `/writes/{idempotencyKey}" }`
+	}
+	src = strings.ReplaceAll(src, "%RECONCILE%", rec)
+	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\nreconcile_attempts = 2\n"
+	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func serve(t *testing.T, dir string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(keepBin, "serve", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"))
+	logs := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, dir: dir, cmd: cmd, logs: logs}
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.cmd.Wait()
+	}
+}
+
+// exited waits for the process to exit by itself (a crash point).
+func (p *proc) exited(timeout time.Duration) bool {
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+type ledger struct {
+	mutation kt.Mutation
+	hasMut   bool
+	open     *kt.Run
+}
+
+func read(t *testing.T, dir string) ledger {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(dir, "data", "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var l ledger
+	err = st.View(context.Background(), func(tx store.Tx) error {
+		ms, err := tx.MutationList("crash")
+		if err != nil {
+			return err
+		}
+		if len(ms) > 1 {
+			t.Errorf("more than one mutation row: %d", len(ms))
+		}
+		if len(ms) == 1 {
+			l.mutation, l.hasMut = ms[0], true
+		}
+		r, err := tx.RunOpen("crash")
+		if err == nil {
+			l.open = &r
+		} else if !errors.Is(err, kt.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.IntegrityCheck(); err != nil || ok != "ok" {
+		t.Errorf("integrity_check: %q %v", ok, err)
+	}
+	return l
+}
+
+func committed(l ledger) bool {
+	return l.hasMut && l.mutation.Status == kt.MutationApplied && l.open == nil
+}
+
+// TestKillDuringMutationReconcilesInsteadOfResending kills keep serve while
+// the sink holds the request after applying it, then restarts keep.
+func TestKillDuringMutationReconcilesInsteadOfResending(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.TimeoutAfter)
+	dir := setup(t, sink, true)
+	p := serve(t, dir)
+	waitFor(t, "the write to reach the sink", 30*time.Second, func() bool { return sink.Requests() >= 1 })
+	l := read(t, dir)
+	if !l.hasMut || l.mutation.Status != kt.MutationInFlight {
+		t.Fatalf("before the kill the ledger must say in_flight, got %+v", l.mutation.Status)
+	}
+	p.kill()
+
+	serve(t, dir)
+	waitFor(t, "the run to commit after restart", 30*time.Second, func() bool { return committed(read(t, dir)) })
+	if n := len(sink.Writes()); n != 1 {
+		t.Fatalf("writes at the sink: %d, want exactly 1", n)
+	}
+	if sink.Requests() != 1 {
+		t.Fatalf("keep sent the write again after the crash: %d requests", sink.Requests())
+	}
+	if l := read(t, dir); l.mutation.ResolvedBy != kt.ResolvedByReconciliation {
+		t.Fatalf("resolved by %q", l.mutation.ResolvedBy)
+	}
+}
+
+// TestKillWithoutReconcileEscalates: the same crash, but nothing can check:
+// keep must not resend; it shows the mutation as indeterminate instead.
+func TestKillWithoutReconcileEscalates(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.TimeoutAfter)
+	dir := setup(t, sink, false)
+	p := serve(t, dir)
+	waitFor(t, "the write to reach the sink", 30*time.Second, func() bool { return sink.Requests() >= 1 })
+	p.kill()
+	serve(t, dir)
+	waitFor(t, "the mutation to be escalated", 30*time.Second, func() bool {
+		l := read(t, dir)
+		return l.hasMut && l.mutation.Status == kt.MutationIndeterminate && l.open != nil && l.open.Status == kt.StatusReconciliation
+	})
+	time.Sleep(300 * time.Millisecond)
+	if sink.Requests() != 1 {
+		t.Fatalf("keep resent a write it could not check: %d requests", sink.Requests())
+	}
+	// A person skips it: the run completes and nothing more is sent.
+	l := read(t, dir)
+	out, err := exec.Command(keepBin, "resolve", "--data", filepath.Join(dir, "data"), l.open.ID, "--skip").CombinedOutput()
+	if err != nil {
+		t.Fatalf("resolve: %v %s", err, out)
+	}
+	waitFor(t, "the skip to be carried out", 30*time.Second, func() bool { return read(t, dir).open == nil })
+	if sink.Requests() != 1 {
+		t.Fatalf("requests after skip: %d", sink.Requests())
+	}
+}
+
+// TestCrashPoints exits keep right after each durable step and checks that a
+// restart ends with exactly one write at the sink.
+func TestCrashPoints(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			sink := testsink.New()
+			defer sink.Close()
+			dir := setup(t, sink, true)
+			p := serve(t, dir, "KEEP_TEST_CRASH_AFTER="+point)
+			if !p.exited(30 * time.Second) {
+				t.Fatalf("keep did not reach crash point %s; logs:\n%s", point, p.logs)
+			}
+			serve(t, dir)
+			waitFor(t, "the run to commit after restart", 30*time.Second, func() bool { return committed(read(t, dir)) })
+			if n := len(sink.Writes()); n != 1 {
+				t.Fatalf("crash %s: writes at the sink: %d, want exactly 1", point, n)
+			}
+		})
+	}
+}
