@@ -1,0 +1,312 @@
+// Package storetest is the conformance suite every store backend passes:
+// Exercise(t, open) runs the same checks against SQLite today and against
+// PostgreSQL when that backend lands.
+//
+// It may import keeptype and store.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Exercise runs the suite. open returns a fresh, empty store.
+func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	run := func(name string, fn func(t *testing.T, s store.Store)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t)
+			fn(t, s)
+		})
+	}
+
+	run("workflow and versions round-trip", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			v := kt.Version{Workflow: "w", Major: 1, Script: "s1", CreatedAt: 1}
+			if err := tx.VersionInsert(&v); err != nil {
+				return err
+			}
+			v2 := kt.Version{Workflow: "w", Major: 1, Minor: 1, Script: "s2", CreatedAt: 2}
+			if err := tx.VersionInsert(&v2); err != nil {
+				return err
+			}
+			if v.ID != 1 || v2.ID != 2 {
+				return fmt.Errorf("version ids %d %d", v.ID, v2.ID)
+			}
+			return tx.WorkflowPut(kt.Workflow{Name: "w", ActiveVersion: 2, CreatedAt: 1, UpdatedAt: 2})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			w, err := tx.WorkflowGet("w")
+			if err != nil || w.ActiveVersion != 2 {
+				return fmt.Errorf("workflow %+v %v", w, err)
+			}
+			v, err := tx.VersionGet("w", 2)
+			if err != nil || v.Script != "s2" || v.Label() != "1.1" {
+				return fmt.Errorf("version %+v %v", v, err)
+			}
+			if _, err := tx.WorkflowGet("nope"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("missing workflow: %v", err)
+			}
+			return nil
+		}))
+	})
+
+	run("a failed update leaves nothing", func(t *testing.T, s store.Store) {
+		boom := errors.New("boom")
+		err := s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.WorkflowPut(kt.Workflow{Name: "w"}); err != nil {
+				return err
+			}
+			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{}`)}
+			if _, err := tx.EventPublish(&ev); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("update error %v", err)
+		}
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.WorkflowGet("w"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("rolled back workflow is visible: %v", err)
+			}
+			if _, err := tx.EventGet("w", "t", "m"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("rolled back event is visible: %v", err)
+			}
+			return nil
+		}))
+	})
+
+	run("publish is last-write-wins and keeps status", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":1}`), CausedBy: []string{"i1"}}
+			created, err := tx.EventPublish(&ev)
+			if err != nil || !created || ev.Status != kt.EventPending || ev.Attempt != 1 {
+				return fmt.Errorf("first publish: %v %v %+v", created, err, ev)
+			}
+			ev.Status, ev.ReservedBy = kt.EventConsumed, "r1"
+			if err := tx.EventUpdate(ev); err != nil {
+				return err
+			}
+			again := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":2}`), CausedBy: []string{"i1"}, Attempt: 1}
+			created, err = tx.EventPublish(&again)
+			if err != nil || created || again.ID != ev.ID {
+				return fmt.Errorf("republish: %v %v", created, err)
+			}
+			got, err := tx.EventGet("w", "t", "m")
+			if err != nil || got.Status != kt.EventConsumed || string(got.Payload) != `{"v":2}` {
+				return fmt.Errorf("after LWW: %+v %v", got, err)
+			}
+			// A newer attempt re-opens it.
+			newer := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":3}`), CausedBy: []string{"i1"}, Attempt: 2}
+			if _, err := tx.EventPublish(&newer); err != nil {
+				return err
+			}
+			got, _ = tx.EventGet("w", "t", "m")
+			if got.Status != kt.EventPending || got.ReservedBy != "" || got.Attempt != 2 {
+				return fmt.Errorf("newer attempt did not re-open: %+v", got)
+			}
+			byInput, err := tx.EventsByInput("i1")
+			if err != nil || len(byInput) != 1 {
+				return fmt.Errorf("events by input: %d %v", len(byInput), err)
+			}
+			return nil
+		}))
+	})
+
+	run("pending excludes reserved and consumed, oldest first", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i := 0; i < 5; i++ {
+				ev := kt.Event{Workflow: "w", Topic: "t", MessageID: fmt.Sprint(i), Payload: json.RawMessage(`1`), CreatedAt: int64(100 + i)}
+				if _, err := tx.EventPublish(&ev); err != nil {
+					return err
+				}
+				switch i {
+				case 0:
+					ev.Status = kt.EventConsumed
+				case 1:
+					ev.ReservedBy = "r"
+				}
+				if err := tx.EventUpdate(ev); err != nil {
+					return err
+				}
+			}
+			evs, err := tx.EventsPending("w", "t", 2)
+			if err != nil || len(evs) != 2 || evs[0].MessageID != "2" || evs[1].MessageID != "3" {
+				return fmt.Errorf("pending %+v %v", evs, err)
+			}
+			at, ok, err := tx.OldestPending("w", []string{"t", "other"})
+			if err != nil || !ok || at != 102 {
+				return fmt.Errorf("oldest %d %v %v", at, ok, err)
+			}
+			res, err := tx.EventsReservedBy("r")
+			if err != nil || len(res) != 1 || res[0].MessageID != "1" {
+				return fmt.Errorf("reserved %+v %v", res, err)
+			}
+			n, err := tx.CountPending("w")
+			if err != nil || n != 4 {
+				return fmt.Errorf("count pending %d %v", n, err)
+			}
+			return nil
+		}))
+	})
+
+	run("runs: open run and status lookups", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.RunPut(kt.Run{ID: "r1", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseCommitted, Status: kt.StatusCommitted, CreatedAt: 1}); err != nil {
+				return err
+			}
+			return tx.RunPut(kt.Run{ID: "r2", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: kt.StatusReconciliation,
+				PrepareResult: json.RawMessage(`{"reservations":[]}`), CreatedAt: 2})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			r, err := tx.RunOpen("w")
+			if err != nil || r.ID != "r2" || string(r.PrepareResult) != `{"reservations":[]}` {
+				return fmt.Errorf("open run %+v %v", r, err)
+			}
+			rs, err := tx.RunList("w", 0)
+			if err != nil || len(rs) != 2 || rs[0].ID != "r2" {
+				return fmt.Errorf("list %v", err)
+			}
+			st, err := tx.RunsWithStatus(kt.StatusReconciliation)
+			if err != nil || len(st) != 1 {
+				return fmt.Errorf("by status %d %v", len(st), err)
+			}
+			return nil
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			r, _ := tx.RunGet("r2")
+			r.Status = kt.StatusRetried
+			return tx.RunPut(r)
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.RunOpen("w"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a retried run still blocks: %v", err)
+			}
+			return nil
+		}))
+	})
+
+	run("mutation ledger: identity is unique", func(t *testing.T, s store.Store) {
+		m := kt.Mutation{ID: "m1", Workflow: "w", RunID: "r1", Tool: "http", Method: "request", Params: json.RawMessage(`{}`),
+			IdentityKey: "k1", PayloadHash: "p", IdempotencyKey: "keep-k1", Status: kt.MutationInFlight, ItemKeys: []string{"i1"}}
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.MutationPut(m) }))
+		dup := m
+		dup.ID = "m2"
+		if err := s.Update(ctx, func(tx store.Tx) error { return tx.MutationPut(dup) }); err == nil {
+			t.Fatal("two ledger rows with one identity key were accepted")
+		}
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			got, err := tx.MutationByIdentity("k1")
+			if err != nil || got.ID != "m1" || len(got.ItemKeys) != 1 {
+				return fmt.Errorf("by identity %+v %v", got, err)
+			}
+			got.Status, got.Result = kt.MutationApplied, json.RawMessage(`{"ok":true}`)
+			if err := tx.MutationPut(got); err != nil {
+				return err
+			}
+			byRun, err := tx.MutationByRun("r1")
+			if err != nil || byRun.Status != kt.MutationApplied || string(byRun.Result) != `{"ok":true}` {
+				return fmt.Errorf("by run %+v %v", byRun, err)
+			}
+			return nil
+		}))
+	})
+
+	run("inputs are unique per workflow and key", func(t *testing.T, s store.Store) {
+		in := kt.Input{ID: "i1", Workflow: "w", Key: "system:schedule:1", Kind: "input", Title: "t", CurrentAttempt: 1}
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.InputPut(in) }))
+		other := in
+		other.ID = "i2"
+		if err := s.Update(ctx, func(tx store.Tx) error { return tx.InputPut(other) }); err == nil {
+			t.Fatal("a second input with the same key was accepted")
+		}
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			got, err := tx.InputGetByKey("w", "system:schedule:1")
+			if err != nil || got.ID != "i1" {
+				return fmt.Errorf("by key %+v %v", got, err)
+			}
+			return nil
+		}))
+	})
+
+	run("due workflows", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for _, w := range []string{"a", "b", "c", "d"} {
+				if err := tx.WorkflowPut(kt.Workflow{Name: w}); err != nil {
+					return err
+				}
+			}
+			if err := tx.HandlerPut(kt.Handler{Workflow: "a", Name: "p", Type: kt.HandlerProducer, NextRunAt: 50}); err != nil {
+				return err
+			}
+			if err := tx.HandlerPut(kt.Handler{Workflow: "b", Name: "p", Type: kt.HandlerProducer, NextRunAt: 500}); err != nil {
+				return err
+			}
+			if err := tx.HandlerPut(kt.Handler{Workflow: "c", Name: "c", Type: kt.HandlerConsumer, Dirty: true}); err != nil {
+				return err
+			}
+			// d is dirty but blocked by a failed run: not due.
+			if err := tx.HandlerPut(kt.Handler{Workflow: "d", Name: "c", Type: kt.HandlerConsumer, Dirty: true}); err != nil {
+				return err
+			}
+			return tx.RunPut(kt.Run{ID: "x", Workflow: "d", Phase: kt.PhasePreparing, Status: kt.StatusFailedLogic})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			due, err := tx.DueWorkflows(100)
+			if err != nil || fmt.Sprint(due) != "[a c]" {
+				return fmt.Errorf("due %v %v", due, err)
+			}
+			return nil
+		}))
+	})
+
+	run("concurrent updates are serialized", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.HandlerPut(kt.Handler{Workflow: "w", Name: "n", Type: kt.HandlerProducer, State: json.RawMessage(`0`)})
+		}))
+		var wg sync.WaitGroup
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = s.Update(ctx, func(tx store.Tx) error {
+					h, err := tx.HandlerGet("w", "n")
+					if err != nil {
+						return err
+					}
+					var n int
+					_ = json.Unmarshal(h.State, &n)
+					h.State = json.RawMessage(fmt.Sprint(n + 1))
+					return tx.HandlerPut(h)
+				})
+			}()
+		}
+		wg.Wait()
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			h, err := tx.HandlerGet("w", "n")
+			if err != nil || string(h.State) != "20" {
+				return fmt.Errorf("lost updates: state %s %v", h.State, err)
+			}
+			return nil
+		}))
+		if s.Stats().Commits < 21 {
+			t.Fatalf("commits counted: %d", s.Stats().Commits)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
