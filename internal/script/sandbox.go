@@ -419,7 +419,7 @@ func (p *Program) describe() (Declaration, error) {
 	}
 	var r any
 	if _, isUndef := exported.(quickjs.Undefined); isUndef {
-		r, err = vm.Call("__keep_describe", quickjs.UndefinedValue)
+		r, err = vm.Eval("__keep_describe(undefined)", quickjs.EvalGlobal)
 	} else {
 		r, err = vm.Eval("__keep_describe(globalThis."+exportGlobal+")", quickjs.EvalGlobal)
 	}

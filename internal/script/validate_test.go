@@ -1,0 +1,93 @@
+package script
+
+import (
+	"strings"
+	"testing"
+)
+
+var known = map[string][]string{"files": {"list", "read", "write"}, "http": {"request"}, "system": {}}
+
+func problems(t *testing.T, src string) []Problem {
+	t.Helper()
+	p, err := Compile("wf.js", src)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return Validate(p, known)
+}
+
+func TestValidWorkflowHasNoErrors(t *testing.T) {
+	t.Parallel()
+	ps := problems(t, `export default Keep.workflow({
+  name: "ok",
+  topics: { "a": {}, "b": {} },
+  producers: { p: { publishes: ["a"], schedule: { cron: "*/5 * * * *" }, handler: async (ctx) => { await ctx.files.list({}) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"], publishes: ["b"], async prepare(ctx) { return { reservations: [] } }, async next() {} }) },
+})`)
+	if HasErrors(ps) || len(ps) != 1 || !strings.Contains(ps[0].Message, `topic "b" has no consumer`) {
+		t.Fatalf("problems %v", ps)
+	}
+}
+
+func TestValidationRules(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, src, want string
+		line         int
+	}{
+		{"no workflow", `const x = 1`, "declares no workflow", 0},
+		{"no handlers", `export default Keep.workflow({ name: "x", topics: {} })`, "no handler", 0},
+		{"no name", `export default Keep.workflow({ topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "has no name", 0},
+		{"producer without schedule", "export default Keep.workflow({ name: \"x\", topics: {\"a\":{}},\n producers: { p: { publishes: [\"a\"], handler: async () => {} } } })", "producers.p: missing schedule", 2},
+		{"bad interval", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"5 minutes"}, handler: async () => {} } } })`, `invalid interval "5 minutes"`, 1},
+		{"bad cron", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {cron:"* * *"}, handler: async () => {} } } })`, "invalid cron", 1},
+		{"producer without publishes", `export default Keep.workflow({ name: "x", topics: {}, producers: { p: { schedule: {interval:"1m"}, handler: async () => {} } } })`, "non-empty publishes", 1},
+		{"producer without handler", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"} } } })`, "no handler function", 1},
+		{"consumer without subscribe", `export default Keep.workflow({ name: "x", topics: {}, consumers: { c: Keep.consumer({ async prepare() {} }) } })`, "non-empty subscribe", 1},
+		{"consumer without prepare", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } }, consumers: { c: Keep.consumer({ subscribe: ["a"] }) } })`, "no prepare function", 1},
+		{"publishes without next", `export default Keep.workflow({ name: "x", topics: {"a":{}, "b":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } }, consumers: { c: Keep.consumer({ subscribe: ["a"], publishes: ["b"], async prepare() {} }) } })`, "no next function", 1},
+		{"undeclared topic", "export default Keep.workflow({ name: \"x\", topics: {},\n\n producers: { p: { publishes: [\"nope\"], schedule: {interval:\"1m\"}, handler: async () => {} } } })", `topic "nope" is used by producers.p but not declared`, 3},
+		{"two writers", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} }, q: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "has 2 writers", 1},
+		{"two consumers", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } }, consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() {} }), d: Keep.consumer({ subscribe: ["a"], async prepare() {} }) } })`, "has 2 consumers", 1},
+		{"no writer", `export default Keep.workflow({ name: "x", topics: {"a":{}}, consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() {} }) } })`, "has no writer", 1},
+		{"unknown connector", "export default Keep.workflow({ name: \"x\", topics: {\"a\":{}}, producers: { p: { publishes: [\"a\"], schedule: {interval:\"1m\"},\n handler: async (ctx) => { await ctx.gmial.search({}) } } } })", `no connector named "gmial"`, 2},
+		{"unknown method", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async (ctx) => { await ctx.files.delete({}) } } } })`, `has no method "delete"`, 1},
+		{"bad name", `export default Keep.workflow({ name: "a b/c", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "may use only letters", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ps := problems(t, c.src)
+			for _, p := range ps {
+				if p.Severity == "error" && strings.Contains(p.String(), c.want) {
+					if c.line > 0 && p.Line != c.line {
+						t.Fatalf("%q is on line %d, want %d", p.String(), p.Line, c.line)
+					}
+					return
+				}
+			}
+			t.Fatalf("no error containing %q in %v", c.want, ps)
+		})
+	}
+}
+
+func TestThrowingTopLevelIsAnError(t *testing.T) {
+	t.Parallel()
+	_, err := Compile("wf.js", "const x = null;\nx.y = 1;\nexport default Keep.workflow({})")
+	if err == nil || !strings.Contains(err.Error(), "TypeError") || !strings.Contains(err.Error(), "wf.js:2") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func FuzzCompileValidate(f *testing.F) {
+	f.Add(`export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`)
+	f.Add(`export default Keep.workflow({ name: 1, topics: [], producers: null })`)
+	f.Add(`export default 5`)
+	f.Fuzz(func(t *testing.T, src string) {
+		p, err := Compile("f.js", src)
+		if err != nil {
+			return
+		}
+		_ = Validate(p, known)
+	})
+}
