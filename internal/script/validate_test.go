@@ -33,7 +33,7 @@ func TestValidationRules(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, src, want string
-		line         int
+		line            int
 	}{
 		{"no workflow", `const x = 1`, "declares no workflow", 0},
 		{"no handlers", `export default Keep.workflow({ name: "x", topics: {} })`, "no handler", 0},

@@ -1,0 +1,133 @@
+package files
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+func call(t *testing.T, c *connector.Connector, method string, args map[string]any) connector.Result {
+	t.Helper()
+	m := c.Methods[method]
+	if m.Validate != nil {
+		if err := m.Validate(args); err != nil {
+			return connector.Result{Err: kt.Errorf(kt.ClassLogic, "%v", err)}
+		}
+	}
+	return m.Do(context.Background(), connector.Call{Args: args})
+}
+
+func TestWriteReadList(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	c := New(root)
+	w := call(t, c, "write", map[string]any{"path": "out/a.txt", "content": "hello"})
+	if w.Err != nil || w.Outcome != connector.OutcomeApplied {
+		t.Fatalf("write %+v", w)
+	}
+	r := call(t, c, "read", map[string]any{"path": "out/a.txt"})
+	if r.Err != nil || r.Value.(map[string]any)["content"] != "hello" || r.Value.(map[string]any)["sha256"] != w.Value.(map[string]any)["sha256"] {
+		t.Fatalf("read %+v", r)
+	}
+	l := call(t, c, "list", map[string]any{"dir": "out", "glob": "*.txt"})
+	items := l.Value.([]any)
+	if l.Err != nil || len(items) != 1 || items[0].(map[string]any)["path"] != "out/a.txt" {
+		t.Fatalf("list %+v", l)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(root, "out", ".keep-write-*")); len(leftovers) != 0 {
+		t.Fatalf("temp files left: %v", leftovers)
+	}
+}
+
+func TestPathsOutsideTheRootArePermissionErrors(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	c := New(root)
+	for _, p := range []string{"../x", "/etc/passwd", "a/../../x", "link/secret"} {
+		r := call(t, c, "write", map[string]any{"path": p, "content": "x"})
+		if r.Err == nil || r.Err.Class != kt.ClassPermission || r.Outcome != connector.OutcomeFailed {
+			t.Errorf("write %q: %+v", p, r.Err)
+		}
+		if r := call(t, c, "read", map[string]any{"path": p}); r.Err == nil || r.Err.Class != kt.ClassPermission {
+			t.Errorf("read %q: %+v", p, r.Err)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("a write escaped the root: %v", entries)
+	}
+}
+
+func TestReadErrorsAreClassified(t *testing.T) {
+	t.Parallel()
+	c := New(t.TempDir())
+	if r := call(t, c, "read", map[string]any{"path": "missing"}); r.Err == nil || r.Err.Class != kt.ClassPrecondition {
+		t.Fatalf("missing file: %+v", r.Err)
+	}
+	if r := call(t, c, "read", map[string]any{}); r.Err == nil || r.Err.Class != kt.ClassLogic {
+		t.Fatalf("no path: %+v", r.Err)
+	}
+	if r := call(t, c, "write", map[string]any{"path": "a", "content": 5}); r.Err == nil || r.Err.Class != kt.ClassLogic {
+		t.Fatalf("non-string content: %+v", r.Err)
+	}
+}
+
+func TestReadOnlyRootIsADefiniteFailure(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() == 0 {
+		// root ignores permission bits; make the target a directory instead,
+		// which no write can replace.
+		root := t.TempDir()
+		os.MkdirAll(filepath.Join(root, "a", "b"), 0o755)
+		r := call(t, New(root), "write", map[string]any{"path": "a", "content": "x"})
+		if r.Err == nil || r.Outcome != connector.OutcomeFailed {
+			t.Fatalf("%+v", r)
+		}
+		return
+	}
+	root := t.TempDir()
+	os.Chmod(root, 0o500)
+	defer os.Chmod(root, 0o700)
+	r := call(t, New(root), "write", map[string]any{"path": "a", "content": "x"})
+	if r.Err == nil || r.Err.Class != kt.ClassPermission || r.Outcome != connector.OutcomeFailed {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestReconcileWrite(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	c := New(root)
+	m := c.Methods["write"]
+	args := map[string]any{"path": "x.txt", "content": "v1"}
+	st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: args})
+	if st != connector.ReconcileFailed {
+		t.Fatalf("absent → %s", st)
+	}
+	os.WriteFile(filepath.Join(root, "x.txt"), []byte("v1"), 0o644)
+	st, v, _ := m.Reconcile(context.Background(), connector.Call{Args: args})
+	if st != connector.ReconcileApplied || v.(map[string]any)["bytes"] != 2 {
+		t.Fatalf("same content → %s %v", st, v)
+	}
+	os.WriteFile(filepath.Join(root, "x.txt"), []byte("other"), 0o644)
+	if st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: args}); st != connector.ReconcileRetry {
+		t.Fatalf("other content → %s", st)
+	}
+}
+
+func TestComparePayload(t *testing.T) {
+	t.Parallel()
+	cmp := New(t.TempDir()).Methods["write"].ComparePayload
+	if cmp(map[string]any{"content": "a b"}, map[string]any{"content": "a b"}) != connector.Equivalent ||
+		cmp(map[string]any{"content": "a  b\n"}, map[string]any{"content": "a b"}) != connector.Minor ||
+		cmp(map[string]any{"content": "a"}, map[string]any{"content": "b"}) != connector.Significant {
+		t.Fatal("comparePayload")
+	}
+}

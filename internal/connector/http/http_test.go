@@ -1,0 +1,147 @@
+package http_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/connector"
+	khttp "github.com/keep-run/keep/internal/connector/http"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+func request(t *testing.T, sink *testsink.Sink, method string, extra map[string]any) connector.Result {
+	t.Helper()
+	m := khttp.New().Methods["request"]
+	args := map[string]any{"method": method, "url": sink.URL + "/write/x", "json": map[string]any{"n": 1}, "timeoutMs": float64(300)}
+	for k, v := range extra {
+		args[k] = v
+	}
+	if err := m.Validate(args); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return m.Do(ctx, connector.Call{Args: args, IdempotencyKey: "keep-test-key"})
+}
+
+func TestMutationFaultMatrix(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fault   testsink.Fault
+		outcome connector.Outcome
+		class   kt.ErrorClass
+		applied int
+	}{
+		{testsink.OK, connector.OutcomeApplied, "", 1},
+		{testsink.Slow, connector.OutcomeApplied, "", 1},
+		{testsink.TimeoutAfter, connector.OutcomeUncertain, kt.ClassIndeterminate, 1},
+		{testsink.TimeoutBefore, connector.OutcomeUncertain, kt.ClassIndeterminate, 0},
+		{testsink.Status500, connector.OutcomeUncertain, kt.ClassIndeterminate, 1},
+		{testsink.Status503, connector.OutcomeUncertain, kt.ClassIndeterminate, 0},
+		{testsink.Status(502), connector.OutcomeUncertain, kt.ClassIndeterminate, 0},
+		{testsink.Status(504), connector.OutcomeUncertain, kt.ClassIndeterminate, 0},
+		{testsink.ResetAfter, connector.OutcomeUncertain, kt.ClassIndeterminate, 1},
+		{testsink.TruncAfter, connector.OutcomeUncertain, kt.ClassIndeterminate, 1},
+		{testsink.Status(401), connector.OutcomeFailed, kt.ClassPermission, 0},
+		{testsink.Status(403), connector.OutcomeFailed, kt.ClassPermission, 0},
+		{testsink.Status(404), connector.OutcomeFailed, kt.ClassPrecondition, 0},
+		{testsink.Status(409), connector.OutcomeFailed, kt.ClassPrecondition, 0},
+		{testsink.Status(429), connector.OutcomeFailed, kt.ClassTransient, 0},
+		{testsink.Status(400), connector.OutcomeFailed, kt.ClassLogic, 0},
+	}
+	for _, c := range cases {
+		t.Run(string(c.fault), func(t *testing.T) {
+			t.Parallel()
+			sink := testsink.New()
+			defer sink.Close()
+			sink.Queue(c.fault)
+			r := request(t, sink, "POST", nil)
+			if r.Outcome != c.outcome {
+				t.Fatalf("outcome %d, want %d (%v)", r.Outcome, c.outcome, r.Err)
+			}
+			if c.class != "" && (r.Err == nil || r.Err.Class != c.class) {
+				t.Fatalf("class %+v, want %s", r.Err, c.class)
+			}
+			if n := len(sink.Writes()); n != c.applied {
+				t.Fatalf("applied %d, want %d", n, c.applied)
+			}
+		})
+	}
+}
+
+func TestConnectionRefusedIsDefiniteTransient(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	url := sink.URL
+	sink.Close()
+	m := khttp.New().Methods["request"]
+	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"method": "POST", "url": url + "/x"}})
+	if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassTransient || !strings.Contains(r.Err.Message, "was not sent") {
+		t.Fatalf("%+v %+v", r.Outcome, r.Err)
+	}
+}
+
+func TestIdempotencyKeyAndSecretsHeaders(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	r := request(t, sink, "PUT", map[string]any{"headers": map[string]any{"Authorization": "Bearer s3cret"}})
+	if r.Outcome != connector.OutcomeApplied {
+		t.Fatal(r.Err)
+	}
+	if got := sink.Headers[0].Get("Idempotency-Key"); got != "keep-test-key" {
+		t.Fatalf("Idempotency-Key %q", got)
+	}
+	m := khttp.New().Methods["request"]
+	red := m.Redact(map[string]any{"headers": map[string]any{"Authorization": "Bearer s3cret", "X-Trace": "1"}})
+	if h := red["headers"].(map[string]any); h["Authorization"] != "[redacted]" || h["X-Trace"] != "1" {
+		t.Fatalf("redacted %v", red)
+	}
+}
+
+func TestReadsAreClassified(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	m := khttp.New().Methods["request"]
+	if m.KindFor(map[string]any{"method": "GET"}) != connector.KindRead || m.KindFor(map[string]any{"method": "post"}) != connector.KindMutate {
+		t.Fatal("kinds")
+	}
+	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"url": sink.URL + "/thing"}})
+	if r.Err != nil || r.Value.(map[string]any)["status"] != http.StatusOK || r.Value.(map[string]any)["json"].(map[string]any)["ok"] != true {
+		t.Fatalf("%+v", r)
+	}
+	for _, bad := range []map[string]any{{"url": "ftp://x"}, {"url": sink.URL, "method": "TRACE"}, {"url": sink.URL, "body": 5}, {"url": sink.URL, "headers": "x"}} {
+		if err := m.Validate(bad); err == nil {
+			t.Errorf("accepted %v", bad)
+		}
+	}
+}
+
+func TestReconcileProbe(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	m := khttp.New().Methods["request"]
+	args := map[string]any{"method": "POST", "url": sink.URL + "/write/x", "reconcile": map[string]any{"url": sink.URL + "/writes/{idempotencyKey}"}}
+	if !m.CanReconcile(args) || m.CanReconcile(map[string]any{"method": "POST"}) {
+		t.Fatal("CanReconcile")
+	}
+	st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: "k1"})
+	if st != connector.ReconcileFailed {
+		t.Fatalf("absent → %s", st)
+	}
+	m.Do(context.Background(), connector.Call{Args: args, IdempotencyKey: "k1"})
+	st, v, _ := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: "k1"})
+	if st != connector.ReconcileApplied || v.(map[string]any)["status"] != 200 {
+		t.Fatalf("present → %s %v", st, v)
+	}
+	sink.QueueProbe(503)
+	if st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: "k1"}); st != connector.ReconcileRetry {
+		t.Fatalf("503 → %s", st)
+	}
+}
