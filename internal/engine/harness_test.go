@@ -217,3 +217,6 @@ type storeTx = store.Tx
 func nowT() time.Time { return time.Now() }
 
 func runNow(e *env, wf string) (int, error) { return engine.RunNow(e.ctx(), e.k.Store, wf, time.Now()) }
+
+func pause(e *env, wf string) error  { return engine.Pause(e.ctx(), e.k.Store, wf, time.Now()) }
+func resume(e *env, wf string) error { return engine.Resume(e.ctx(), e.k.Store, wf, time.Now()) }

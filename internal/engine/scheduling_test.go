@@ -1,0 +1,107 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+func manyScript(name string, n int) string {
+	return fmt.Sprintf(`export default Keep.workflow({
+  name: "%s",
+  topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    for (let i = 0; i < %d; i++) {
+      const inputId = ctx.registerInput({ source: "system", type: "schedule", id: String(i), title: "Tick " + i })
+      await ctx.publish("a", { messageId: String(i), inputId, payload: { i } })
+    }
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx) { const [e] = await ctx.peek("a"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "a", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.files.write({ path: "%s/" + p.data.i, content: "x" }) },
+  }) },
+})`, name, n, name)
+}
+
+// TestManyWorkflowsRunConcurrentlyButNeverTwoRunsOfOne runs the long-lived
+// scheduler over several workflows and checks, from the runs' own
+// timestamps, that no workflow ever had two runs at once.
+func TestManyWorkflowsRunConcurrentlyButNeverTwoRunsOfOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const workflows, inputs = 8, 6
+	var names []string
+	for i := 0; i < workflows; i++ {
+		names = append(names, e.deploy(manyScript(fmt.Sprintf("wf%d", i), inputs)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.k.Scheduler.Run(ctx) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		total := 0
+		for _, wf := range names {
+			for _, o := range e.outputs(wf) {
+				if o.Status == "applied" {
+					total++
+				}
+			}
+		}
+		if total == workflows*inputs {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d outputs after 60s", total, workflows*inputs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, wf := range names {
+		var runs []kt.Run
+		_ = e.k.Store.View(e.ctx(), func(tx storeTx) error {
+			var err error
+			runs, err = tx.RunList(wf, 0)
+			return err
+		})
+		sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt < runs[j].CreatedAt })
+		for i := 1; i < len(runs); i++ {
+			if runs[i].CreatedAt < runs[i-1].FinishedAt {
+				t.Fatalf("%s: run %s started at %d before run %s finished at %d", wf, runs[i].ID, runs[i].CreatedAt, runs[i-1].ID, runs[i-1].FinishedAt)
+			}
+		}
+		e.noOpenRun(wf)
+	}
+}
+
+func TestPausedWorkflowDoesNotRunAndRunNowIsRefusedWhenBlocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(manyScript("paused", 2))
+	if err := pause(e, wf); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	if n := len(e.runs(wf)); n != 0 {
+		t.Fatalf("a paused workflow ran %d runs", n)
+	}
+	if err := resume(e, wf); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	if n := len(e.outputs(wf)); n != 2 {
+		t.Fatalf("outputs %d", n)
+	}
+	broken := e.deploy(strings.Replace(manyScript("broken", 1), `content: "x"`, `content: 5`, 1))
+	e.settle()
+	if _, err := runNow(e, broken); err == nil || !strings.Contains(err.Error(), "blocked run") {
+		t.Fatalf("run-now while blocked: %v", err)
+	}
+}
