@@ -21,7 +21,7 @@ import (
 // env is a real keep over a real SQLite file in a temp dir, with a real
 // local HTTP sink and short host policies.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	k    *daemon.Keep
 	sink *testsink.Sink
@@ -39,7 +39,7 @@ tool_timeout = "2s"
 memory_limit = "32MiB"
 `
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
