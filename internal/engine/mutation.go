@@ -53,18 +53,42 @@ func targetOf(m *connector.Method, tool string, args map[string]any) string {
 // executeMutation runs the captured mutation of a consumer run through the
 // ledger (SPEC §7). It returns true when the mutation is applied and the run
 // may go on to next.
-func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, tr *trace, call *capturedCall) (bool, error) {
+func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, tr *trace, call *capturedCall, reserve []kt.Event) (bool, error) {
 	m, err := e.registry.Method(call.Tool, call.Method)
 	if err != nil {
 		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic, "%v", err))
 	}
-	var reserved []kt.Event
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		reserved, err = tx.EventsReservedBy(run.ID)
-		return err
-	}); err != nil {
-		return false, err
+	reserved := reserve
+	if reserve == nil {
+		if err := e.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			reserved, err = tx.EventsReservedBy(run.ID)
+			return err
+		}); err != nil {
+			return false, err
+		}
+	}
+	// flush makes the reservations durable on paths that do not record
+	// in_flight (a cached result, a blocked ledger row, an approval wait).
+	flush := func() error {
+		if len(reserve) == 0 {
+			return nil
+		}
+		evs := reserve
+		reserve = nil
+		if err := e.store.Update(ctx, func(tx store.Tx) error {
+			if err := writeReservations(tx, run, evs, e.nowMs()); err != nil {
+				return err
+			}
+			if run.Phase == kt.PhasePrepared {
+				return tx.RunPut(*run)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		e.crashPoint(CrashAfterPrepared)
+		return nil
 	}
 	causes := map[string]bool{}
 	attempt := 1
@@ -107,6 +131,11 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		return false, err
 	}
 	now := e.nowMs()
+	if found && mut.Status != kt.MutationFailed && mut.Status != kt.MutationSkipped {
+		if err := flush(); err != nil {
+			return false, err
+		}
+	}
 	if found {
 		switch mut.Status {
 		case kt.MutationApplied:
@@ -144,6 +173,9 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
 	}
 	if e.needsApproval(prog, m, call.Tool) && run.ApprovedHash != phash {
+		if err := flush(); err != nil {
+			return false, err
+		}
 		if err := advance(run, kt.PhaseMutating); err != nil {
 			return false, err
 		}
@@ -164,12 +196,18 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 	run.Trace, run.UpdatedAt = tr.json(), now
 	// in_flight is on disk before the external call starts (ch 13 §13.7.1).
 	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := writeReservations(tx, run, reserve, now); err != nil {
+			return err
+		}
 		if err := tx.MutationPut(mut); err != nil {
 			return err
 		}
 		return tx.RunPut(*run)
 	}); err != nil {
 		return false, fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
+	}
+	if len(reserve) > 0 {
+		e.crashPoint(CrashAfterPrepared)
 	}
 	e.crashPoint(CrashAfterInFlight)
 

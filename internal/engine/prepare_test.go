@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +92,37 @@ func TestWakeAtIsClamped(t *testing.T) {
 				t.Fatalf("wakeAt in %s, want between %s and %s", got, c.min, c.max)
 			}
 		})
+	}
+}
+
+func TestFailureInsideMutateKeepsTheSelectionPinned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	src := strings.Replace(manyScript("pinned", 1), `await ctx.files.write({ path: "pinned/" + p.data.i, content: "x" })`,
+		`const r = await ctx.files.read({ path: "template.txt" }); await ctx.files.write({ path: "pinned/" + p.data.i, content: r.content })`, 1)
+	wf := e.deploy(src)
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusApproval || r.ErrorClass != kt.ClassPrecondition || r.Phase != kt.PhaseMutating {
+		t.Fatalf("run %s %s %s: %s", r.Status, r.ErrorClass, r.Phase, r.ErrorMessage)
+	}
+	if ev := e.events(wf, "a"); ev[0].ReservedBy != r.ID {
+		t.Fatalf("the selection was released: reserved by %q", ev[0].ReservedBy)
+	}
+	if err := os.WriteFile(filepath.Join(e.dir, "files", "template.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.resolve(r.ID, "try-again")
+	e.settle()
+	e.noOpenRun(wf)
+	b, err := os.ReadFile(filepath.Join(e.dir, "files", "pinned", "0"))
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("written %q %v", b, err)
+	}
+	// The retry used the same PrepareResult.
+	for _, x := range e.runs(wf) {
+		if x.RetryOf == r.ID && x.Status != "committed" {
+			t.Fatalf("retry %+v", x)
+		}
 	}
 }

@@ -66,7 +66,7 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 			return true, err
 		}
 		d := prog.Decl.Consumers[run.Handler]
-		return true, e.emit(ctx, wf, prog, &run, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)})
+		return true, e.emit(ctx, wf, prog, &run, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}, nil)
 	}
 	return false, nil
 }
@@ -290,5 +290,5 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		return err
 	}
 	d := prog.Decl.Consumers[nr.Handler]
-	return e.emit(ctx, wf, prog, &nr, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)})
+	return e.emit(ctx, wf, prog, &nr, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}, nil)
 }

@@ -373,6 +373,8 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 	}
 	dv := declView{publishes: set(decl.Publishes), subscribe: set(decl.Subscribe)}
 
+	// reserve holds events selected by prepare and not yet written as reserved.
+	var reserve []kt.Event
 	if run.Phase == kt.PhasePreparing {
 		tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: "preparing", Text: "consumer " + run.Handler + " started"})
 		var hrow kt.Handler
@@ -401,55 +403,24 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 			next = kt.PhaseEmitting
 			run.MutationResult = json.RawMessage(`{"status":"none"}`)
 		}
-		now := e.nowMs()
+		// The reservations are checked now and written in the run's next
+		// transaction (with in_flight, or with the commit): one fsync less per run.
 		var resErr error
-		err = e.update(ctx, wf.Name, func(tx store.Tx) error {
-			count := 0
-			for _, res := range pr.Reservations {
-				if !dv.subscribe[res.Topic] {
-					resErr = kt.Errorf(kt.ClassLogic, "prepare reserved events of topic %q, which consumer %s does not subscribe to", res.Topic, run.Handler)
-					return resErr
-				}
-				for _, id := range res.IDs {
-					ev, err := tx.EventGet(wf.Name, res.Topic, id)
-					if errors.Is(err, kt.ErrNotFound) {
-						resErr = kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which does not exist; reserve messageIds that peek returned", res.Topic, id)
-						return resErr
-					}
-					if err != nil {
-						return err
-					}
-					if ev.Status != kt.EventPending {
-						resErr = kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which is already %s", res.Topic, id, ev.Status)
-						return resErr
-					}
-					if ev.ReservedBy != "" && ev.ReservedBy != run.ID {
-						resErr = kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which run %s has reserved already", res.Topic, id, ev.ReservedBy)
-						return resErr
-					}
-					ev.ReservedBy, ev.UpdatedAt = run.ID, now
-					if err := tx.EventUpdate(ev); err != nil {
-						return err
-					}
-					count++
-				}
-			}
-			if err := advance(run, next); err != nil {
-				return err
-			}
-			run.PrepareResult = out.Value
-			tr.add(TraceEntry{At: now, Kind: "phase", Phase: string(next), Text: fmt.Sprintf("prepared: %d events reserved", count)})
-			run.Trace, run.UpdatedAt = tr.json(), now
-			return tx.RunPut(*run)
-		})
-		if resErr != nil {
-			run.Phase = kt.PhasePreparing
-			return e.fail(ctx, wf, run, tr, resErr)
-		}
-		if err != nil {
+		if err := e.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			reserve, resErr, err = checkReservations(tx, wf.Name, run, pr, dv)
+			return err
+		}); err != nil {
 			return err
 		}
-		e.crashPoint(CrashAfterPrepared)
+		if resErr != nil {
+			return e.fail(ctx, wf, run, tr, resErr)
+		}
+		if err := advance(run, next); err != nil {
+			return err
+		}
+		run.PrepareResult = out.Value
+		tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(next), Text: fmt.Sprintf("prepared: %d events to reserve", len(reserve))})
 	}
 
 	if run.Phase == kt.PhasePrepared || run.Phase == kt.PhaseMutating {
@@ -459,6 +430,18 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 			Args: []json.RawMessage{preparedArg(run.PrepareResult, pr)}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		_ = out
 		if err != nil {
+			if kt.ClassOf(err) != kt.ClassLogic && len(reserve) > 0 {
+				// A transient, permission or precondition failure inside mutate
+				// keeps the selection pinned: the retry re-runs mutate with the
+				// same PrepareResult (SPEC §4).
+				if aerr := advance(run, kt.PhaseMutating); aerr != nil {
+					return aerr
+				}
+				evs := reserve
+				if werr := e.store.Update(ctx, func(tx store.Tx) error { return writeReservations(tx, run, evs, e.nowMs()) }); werr != nil {
+					return werr
+				}
+			}
 			return e.fail(ctx, wf, run, tr, err)
 		}
 		if h.captured == nil {
@@ -467,7 +450,8 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 			}
 			run.MutationResult = json.RawMessage(`{"status":"none"}`)
 		} else {
-			proceed, err := e.executeMutation(ctx, wf, prog, run, tr, h.captured)
+			proceed, err := e.executeMutation(ctx, wf, prog, run, tr, h.captured, reserve)
+			reserve = nil
 			if err != nil || !proceed {
 				return err
 			}
@@ -479,7 +463,50 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 		}
 	}
 	if run.Phase == kt.PhaseEmitting {
-		return e.emit(ctx, wf, prog, run, tr, dv)
+		return e.emit(ctx, wf, prog, run, tr, dv, reserve)
+	}
+	return nil
+}
+
+// checkReservations validates a PrepareResult's reservations (SPEC §4:
+// subscribed topic, existing, pending, not reserved by another run) and
+// returns the events to reserve. resErr is the script's mistake; err the store's.
+func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv declView) (evs []kt.Event, resErr, err error) {
+	seen := map[int64]bool{}
+	for _, res := range pr.Reservations {
+		if !dv.subscribe[res.Topic] {
+			return nil, kt.Errorf(kt.ClassLogic, "prepare reserved events of topic %q, which consumer %s does not subscribe to", res.Topic, run.Handler), nil
+		}
+		for _, id := range res.IDs {
+			ev, err := tx.EventGet(wf, res.Topic, id)
+			if errors.Is(err, kt.ErrNotFound) {
+				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which does not exist; reserve messageIds that peek returned", res.Topic, id), nil
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			if ev.Status != kt.EventPending {
+				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which is already %s", res.Topic, id, ev.Status), nil
+			}
+			if ev.ReservedBy != "" && ev.ReservedBy != run.ID {
+				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which run %s has reserved already", res.Topic, id, ev.ReservedBy), nil
+			}
+			if !seen[ev.ID] {
+				seen[ev.ID] = true
+				evs = append(evs, ev)
+			}
+		}
+	}
+	return evs, nil, nil
+}
+
+// writeReservations marks events as reserved by a run, inside a transition's transaction.
+func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
+	for _, ev := range evs {
+		ev.ReservedBy, ev.UpdatedAt = run.ID, now
+		if err := tx.EventUpdate(ev); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -492,7 +519,7 @@ func preparedArg(raw json.RawMessage, _ PrepareResult) json.RawMessage {
 	return raw
 }
 
-func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, tr *trace, dv declView) error {
+func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, tr *trace, dv declView, reserve []kt.Event) error {
 	decl := prog.Decl.Consumers[run.Handler]
 	mr := run.MutationResult
 	if len(mr) == 0 {
@@ -520,6 +547,9 @@ func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program,
 	subscribers := consumerOf(prog.Decl)
 	now := e.nowMs()
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := writeReservations(tx, run, reserve, now); err != nil {
+			return err
+		}
 		reserved, err := tx.EventsReservedBy(run.ID)
 		if err != nil {
 			return err
