@@ -49,4 +49,3 @@ func BenchmarkQuickstartOrders(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(commits-1)/float64(b.N), "commits/run")
 }
-
