@@ -64,7 +64,7 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 					return refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", runID, mut.Target)
 				}
 				mut.Status, mut.ReconcileAttempts, mut.NextReconcileAt, mut.ResolvedBy, mut.UpdatedAt = kt.MutationNeedsReconcile, 0, ms, kt.ResolvedByUserRetry, ms
-				if err := tx.MutationPut(mut); err != nil {
+				if err := putMutation(tx, mut); err != nil {
 					return err
 				}
 				run.Status, run.ErrorMessage = kt.StatusReconciliation, fmt.Sprintf("a person asked keep to check %s again", mut.Target)
@@ -88,7 +88,7 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 			}
 			mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByUserAssertFailed, ms
 			mut.ErrorMessage = "a person stated that it did not happen"
-			if err := tx.MutationPut(mut); err != nil {
+			if err := putMutation(tx, mut); err != nil {
 				return err
 			}
 			run.Action = ActionRetry

@@ -199,7 +199,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		if err := writeReservations(tx, run, reserve, now); err != nil {
 			return err
 		}
-		if err := tx.MutationPut(mut); err != nil {
+		if err := putMutation(tx, mut); err != nil {
 			return err
 		}
 		return tx.RunPut(*run)
@@ -271,7 +271,7 @@ func (e *Engine) mutationApplied(ctx context.Context, wf kt.Workflow, run *kt.Ru
 	tr.add(TraceEntry{At: now, Phase: "mutated", Kind: "phase", Text: "mutation applied: " + mut.Target})
 	run.Trace = tr.json()
 	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := tx.MutationPut(*mut); err != nil {
+		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
 		return tx.RunPut(*run)
@@ -289,7 +289,7 @@ func (e *Engine) mutationFailed(ctx context.Context, wf kt.Workflow, run *kt.Run
 	if resolvedBy != "" {
 		mut.ResolvedBy = resolvedBy
 	}
-	if err := e.store.Update(ctx, func(tx store.Tx) error { return tx.MutationPut(*mut) }); err != nil {
+	if err := e.store.Update(ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
 		return err
 	}
 	return e.fail(ctx, wf, run, tr, cause)
@@ -317,7 +317,7 @@ func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Ru
 	run.Trace = tr.json()
 	e.log.Warn("mutation indeterminate", "workflow", wf.Name, "run", run.ID, "target", mut.Target)
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := tx.MutationPut(*mut); err != nil {
+		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
 		return tx.RunPut(*run)
@@ -375,9 +375,26 @@ func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr 
 	run.ErrorMessage = fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)", mut.Target, delay, mut.ReconcileAttempts+1, e.policy.ReconcileAttempts)
 	run.Trace = tr.json()
 	return false, e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := tx.MutationPut(*mut); err != nil {
+		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
 		return tx.RunPut(*run)
 	})
+}
+
+// putMutation saves a ledger row after checking its state change against
+// the state machine of ch 13 (keeptype's table); a forbidden move is a host bug.
+func putMutation(tx store.Tx, m kt.Mutation) error {
+	prev, err := tx.MutationGet(m.ID)
+	from := kt.MutationStatus("")
+	switch {
+	case err == nil:
+		from = prev.Status
+	case !errors.Is(err, kt.ErrNotFound):
+		return err
+	}
+	if from != m.Status && !kt.MutationTransitionAllowed(from, m.Status) {
+		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state %q → %q is not allowed", m.ID, from, m.Status)
+	}
+	return tx.MutationPut(m)
 }

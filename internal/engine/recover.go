@@ -148,7 +148,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		}
 		if hasMut && mut.Status != kt.MutationApplied {
 			mut.RunID, mut.UpdatedAt = nr.ID, now
-			if err := tx.MutationPut(mut); err != nil {
+			if err := putMutation(tx, mut); err != nil {
 				return err
 			}
 		}
@@ -279,7 +279,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		}
 		if m, err := tx.MutationByRun(old.ID); err == nil && m.Status != kt.MutationApplied {
 			m.Status, m.ResolvedBy, m.RunID, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, nr.ID, now
-			if err := tx.MutationPut(m); err != nil {
+			if err := putMutation(tx, m); err != nil {
 				return err
 			}
 		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {

@@ -1,0 +1,67 @@
+package keeptype
+
+import "testing"
+
+// TestPhaseMachine checks every pair of phases against the forward-only rule.
+func TestPhaseMachine(t *testing.T) {
+	t.Parallel()
+	consumer := []Phase{PhasePreparing, PhasePrepared, PhaseMutating, PhaseMutated, PhaseEmitting, PhaseCommitted}
+	allowed := map[[2]Phase]bool{
+		{PhasePreparing, PhasePrepared}: true, {PhasePreparing, PhaseMutating}: true, {PhasePreparing, PhaseEmitting}: true,
+		{PhasePrepared, PhaseMutating}: true, {PhasePrepared, PhaseEmitting}: true,
+		{PhaseMutating, PhaseMutated}: true, {PhaseMutating, PhaseEmitting}: true,
+		{PhaseMutated, PhaseEmitting}: true, {PhaseEmitting, PhaseCommitted}: true,
+	}
+	for _, from := range consumer {
+		for _, to := range consumer {
+			want := from == to || allowed[[2]Phase{from, to}]
+			if got := PhaseTransitionAllowed(from, to); got != want {
+				t.Errorf("%s → %s: allowed=%v, want %v", from, to, got, want)
+			}
+			if want && from != to && PhaseRank(to) <= PhaseRank(from) {
+				t.Errorf("%s → %s is allowed but does not move forward", from, to)
+			}
+		}
+	}
+	if !PhaseTransitionAllowed(PhaseExecuting, PhaseCommitted) || PhaseTransitionAllowed(PhaseCommitted, PhaseExecuting) || PhaseTransitionAllowed(PhaseExecuting, PhaseMutating) {
+		t.Error("producer phases")
+	}
+}
+
+// TestMutationMachine checks every pair of ledger states.
+func TestMutationMachine(t *testing.T) {
+	t.Parallel()
+	states := []MutationStatus{"", MutationInFlight, MutationApplied, MutationFailed, MutationNeedsReconcile, MutationIndeterminate, MutationSkipped}
+	allowed := map[[2]MutationStatus]bool{
+		{"", MutationInFlight}:              true,
+		{MutationInFlight, MutationApplied}: true, {MutationInFlight, MutationFailed}: true, {MutationInFlight, MutationNeedsReconcile}: true, {MutationInFlight, MutationIndeterminate}: true,
+		{MutationNeedsReconcile, MutationApplied}: true, {MutationNeedsReconcile, MutationFailed}: true, {MutationNeedsReconcile, MutationNeedsReconcile}: true,
+		{MutationNeedsReconcile, MutationIndeterminate}: true, {MutationNeedsReconcile, MutationSkipped}: true,
+		{MutationIndeterminate, MutationNeedsReconcile}: true, {MutationIndeterminate, MutationFailed}: true, {MutationIndeterminate, MutationSkipped}: true,
+		{MutationFailed, MutationInFlight}: true, {MutationFailed, MutationSkipped}: true,
+		{MutationSkipped, MutationInFlight}: true,
+	}
+	for _, from := range states {
+		for _, to := range states {
+			if got, want := MutationTransitionAllowed(from, to), allowed[[2]MutationStatus{from, to}]; got != want {
+				t.Errorf("%q → %q: allowed=%v, want %v", from, to, got, want)
+			}
+		}
+	}
+	// applied is terminal: nothing ever leaves it.
+	for _, to := range states {
+		if MutationTransitionAllowed(MutationApplied, to) {
+			t.Errorf("applied → %s allowed", to)
+		}
+	}
+}
+
+func TestStatusFinished(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[Status]bool{StatusCommitted: true, StatusRetried: true, StatusSkipped: true, StatusActive: false, StatusTransient: false,
+		StatusApproval: false, StatusReconciliation: false, StatusFailedLogic: false, StatusFailedInternal: false, StatusCrashed: false} {
+		if s.Finished() != want {
+			t.Errorf("%s finished=%v", s, !want)
+		}
+	}
+}
