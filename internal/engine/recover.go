@@ -128,23 +128,14 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		if err := tx.RunPut(old); err != nil {
 			return err
 		}
-		evs, err := tx.EventsReservedBy(old.ID)
-		if err != nil {
-			return err
-		}
-		for _, ev := range evs {
-			if ev.Status != kt.EventPending {
-				continue
-			}
+		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) {
 			if nr.Phase == kt.PhasePreparing {
 				ev.ReservedBy = ""
 			} else {
 				ev.ReservedBy = nr.ID
 			}
-			ev.UpdatedAt = now
-			if err := tx.EventUpdate(ev); err != nil {
-				return err
-			}
+		}); err != nil {
+			return err
 		}
 		if hasMut && mut.Status != kt.MutationApplied {
 			mut.RunID, mut.UpdatedAt = nr.ID, now
@@ -233,17 +224,8 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	case old.Phase == kt.PhaseEmitting && old.Status == kt.StatusFailedLogic || pinned == 0:
 		// next itself fails, or nothing is reserved: close the run, skip its events, publish nothing.
 		return e.update(ctx, wf.Name, func(tx store.Tx) error {
-			evs, err := tx.EventsReservedBy(old.ID)
-			if err != nil {
+			if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) { ev.Status = kt.EventSkipped }); err != nil {
 				return err
-			}
-			for _, ev := range evs {
-				if ev.Status == kt.EventPending {
-					ev.Status, ev.UpdatedAt = kt.EventSkipped, now
-					if err := tx.EventUpdate(ev); err != nil {
-						return err
-					}
-				}
 			}
 			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
 			return tx.RunPut(old)
@@ -265,17 +247,8 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		if err := tx.RunPut(old); err != nil {
 			return err
 		}
-		evs, err := tx.EventsReservedBy(old.ID)
-		if err != nil {
+		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) { ev.ReservedBy = nr.ID }); err != nil {
 			return err
-		}
-		for _, ev := range evs {
-			if ev.Status == kt.EventPending {
-				ev.ReservedBy, ev.UpdatedAt = nr.ID, now
-				if err := tx.EventUpdate(ev); err != nil {
-					return err
-				}
-			}
 		}
 		if m, err := tx.MutationByRun(old.ID); err == nil && m.Status != kt.MutationApplied {
 			m.Status, m.ResolvedBy, m.RunID, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, nr.ID, now

@@ -210,26 +210,18 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 			}
 			attempts[in.ID] = in.CurrentAttempt
 		}
-		dirty := map[string]bool{}
-		for _, p := range h.publishes {
+		_, err := insertPublishes(tx, wf.Name, run.ID, h.publishes, subscribers, now, func(p publishReq) ([]string, int, error) {
 			attempt, ok := attempts[p.InputID]
 			if !ok {
 				in, err := tx.InputGet(p.InputID)
 				if err != nil {
-					return err
+					return nil, 0, err
 				}
 				attempt = in.CurrentAttempt
 			}
-			ev := kt.Event{Workflow: wf.Name, Topic: p.Topic, MessageID: p.MessageID, Payload: p.Payload, CreatedBy: run.ID,
-				CausedBy: []string{p.InputID}, Attempt: attempt, CreatedAt: now, UpdatedAt: now}
-			if _, err := tx.EventPublish(&ev); err != nil {
-				return err
-			}
-			if c, ok := subscribers[p.Topic]; ok {
-				dirty[c] = true
-			}
-		}
-		if err := markDirty(tx, wf.Name, dirty, now); err != nil {
+			return []string{p.InputID}, attempt, nil
+		})
+		if err != nil {
 			return err
 		}
 		hrow, err := tx.HandlerGet(wf.Name, run.Handler)
@@ -251,6 +243,29 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 		run.Status, run.Trace, run.UpdatedAt, run.FinishedAt, run.ErrorClass, run.ErrorMessage = kt.StatusCommitted, tr.json(), now, now, "", ""
 		return tx.RunPut(*run)
 	})
+}
+
+// insertPublishes writes a run's buffered publishes at commit (last write
+// wins), with caused_by and attempt from cause, and marks the consumers of
+// the topics dirty. It returns the handlers it marked.
+func insertPublishes(tx store.Tx, wf, runID string, reqs []publishReq, subscribers map[string]string, now int64,
+	cause func(publishReq) ([]string, int, error)) (map[string]bool, error) {
+	dirty := map[string]bool{}
+	for _, p := range reqs {
+		causedBy, attempt, err := cause(p)
+		if err != nil {
+			return nil, err
+		}
+		ev := kt.Event{Workflow: wf, Topic: p.Topic, MessageID: p.MessageID, Payload: p.Payload, CreatedBy: runID,
+			CausedBy: causedBy, Attempt: attempt, CreatedAt: now, UpdatedAt: now}
+		if _, err := tx.EventPublish(&ev); err != nil {
+			return nil, err
+		}
+		if c, ok := subscribers[p.Topic]; ok {
+			dirty[c] = true
+		}
+	}
+	return dirty, markDirty(tx, wf, dirty, now)
 }
 
 func markDirty(tx store.Tx, wf string, names map[string]bool, now int64) error {
@@ -582,18 +597,10 @@ func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program,
 			causedBy = append(causedBy, c)
 		}
 		sort.Strings(causedBy)
-		dirty := map[string]bool{}
-		for _, p := range h.publishes {
-			ev := kt.Event{Workflow: wf.Name, Topic: p.Topic, MessageID: p.MessageID, Payload: p.Payload, CreatedBy: run.ID,
-				CausedBy: causedBy, Attempt: attempt, CreatedAt: now, UpdatedAt: now}
-			if _, err := tx.EventPublish(&ev); err != nil {
-				return err
-			}
-			if c, ok := subscribers[p.Topic]; ok {
-				dirty[c] = true
-			}
-		}
-		if err := markDirty(tx, wf.Name, dirty, now); err != nil {
+		dirty, err := insertPublishes(tx, wf.Name, run.ID, h.publishes, subscribers, now, func(publishReq) ([]string, int, error) {
+			return causedBy, attempt, nil
+		})
+		if err != nil {
 			return err
 		}
 		hrow, err := tx.HandlerGet(wf.Name, run.Handler)
@@ -685,6 +692,11 @@ func releasesReservations(run *kt.Run, class kt.ErrorClass) bool {
 }
 
 func releaseReservations(tx store.Tx, runID string, now int64) error {
+	return updatePinned(tx, runID, now, func(ev *kt.Event) { ev.ReservedBy = "" })
+}
+
+// updatePinned applies change to every event a run still holds (pending and reserved by it).
+func updatePinned(tx store.Tx, runID string, now int64, change func(*kt.Event)) error {
 	evs, err := tx.EventsReservedBy(runID)
 	if err != nil {
 		return err
@@ -693,7 +705,8 @@ func releaseReservations(tx store.Tx, runID string, now int64) error {
 		if ev.Status != kt.EventPending {
 			continue
 		}
-		ev.ReservedBy, ev.UpdatedAt = "", now
+		change(&ev)
+		ev.UpdatedAt = now
 		if err := tx.EventUpdate(ev); err != nil {
 			return err
 		}
