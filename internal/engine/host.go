@@ -31,6 +31,7 @@ type TraceEntry struct {
 const (
 	maxTraceEntries = 2000
 	maxLogLine      = 1000
+	maxLogLines     = 10000
 )
 
 // trace accumulates a run's trace; it is saved with every transition.
@@ -99,6 +100,7 @@ type host struct {
 	allowPublish map[string]bool
 	// mutate
 	captured *capturedCall
+	logLines int
 }
 
 // declView is the part of a declaration the host checks against.
@@ -126,6 +128,10 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 	}
 	switch method {
 	case "log":
+		h.logLines++
+		if h.logLines > maxLogLines {
+			return nil, kt.Errorf(kt.ClassLogic, "%s %s logged more than %d lines in one run; log less (keep keeps the first %d in the trace)", h.run.HandlerType, h.run.Handler, maxLogLines, maxTraceEntries)
+		}
 		var s string
 		_ = json.Unmarshal(raw, &s)
 		if len(s) > maxLogLine {

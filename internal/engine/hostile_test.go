@@ -1,6 +1,9 @@
 package engine_test
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -69,6 +72,52 @@ func TestHostileHandlerFailsOnlyItsOwnRun(t *testing.T) {
 			r := e.open(bad)
 			if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, c.want) {
 				t.Fatalf("hostile run: %s: %s (want failed:logic containing %q)", r.Status, r.ErrorMessage, c.want)
+			}
+		})
+	}
+}
+
+// TestHostileCorpus runs every script of testdata/hostile as a real
+// workflow next to a healthy one. Each must fail only its own run, as
+// failed:logic, with a message containing its "// expect:" line; the
+// healthy workflow must finish, and the hostile one must write nothing.
+func TestHostileCorpus(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../testdata/hostile/*.js")
+	if err != nil || len(files) < 30 {
+		t.Fatalf("corpus: %d files, %v", len(files), err)
+	}
+	for _, f := range files {
+		f := f
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".js"), func(t *testing.T) {
+			t.Parallel()
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := regexp.MustCompile(`(?m)^// expect: (.+)$`).FindSubmatch(src)
+			if m == nil {
+				t.Fatalf("%s has no // expect: line", f)
+			}
+			want := string(m[1])
+			e := newEnv(t)
+			bad := e.deploy(string(src))
+			good := e.deploy(hostileScript("good", ""))
+			e.settle()
+			e.noOpenRun(good)
+			r := e.open(bad)
+			if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, want) {
+				t.Fatalf("hostile run %s (%s in %s): %s\nwant failed:logic containing %q", r.Handler, r.Status, r.Phase, r.ErrorMessage, want)
+			}
+			if _, err := os.Stat(filepath.Join(e.dir, "files", "hostile.txt")); err == nil {
+				t.Fatal("the hostile workflow wrote its file")
+			}
+			found := false
+			for _, w := range e.sink.Writes() {
+				found = found || strings.HasSuffix(w.Path, "/good")
+			}
+			if !found {
+				t.Fatal("the healthy workflow did not write")
 			}
 		})
 	}

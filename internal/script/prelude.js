@@ -5,6 +5,10 @@
   "use strict";
   const host = globalThis.__keep_host;
   const settle = globalThis.__keep_settle;
+  // Builtins are captured before the script runs, so a script that replaces
+  // them cannot change how keep talks to the host.
+  const stringify = JSON.stringify, parse = JSON.parse, keys = Object.keys, isArray = Array.isArray;
+  const PromiseC = Promise, resolveP = Promise.resolve.bind(Promise), thenP = Promise.prototype.then;
   delete globalThis.__keep_host;
   delete globalThis.__keep_settle;
 
@@ -28,15 +32,15 @@
   Object.defineProperty(globalThis, "Keep", { value: Keep, writable: false, configurable: false });
 
   const call = (method, args) => {
-    const r = host(method, args === undefined ? "null" : JSON.stringify(args));
-    if (r === false) return new Promise(() => {}); // taken over by the host: never settles
-    return r === undefined || r === null ? undefined : JSON.parse(r);
+    const r = host(method, args === undefined ? "null" : stringify(args));
+    if (r === false) return new PromiseC(() => {}); // taken over by the host: never settles
+    return r === undefined || r === null ? undefined : parse(r);
   };
   const fmt = (v) => {
     if (typeof v === "string") return v;
-    try { const s = JSON.stringify(v); return s === undefined ? String(v) : s; } catch (e) { return String(v); }
+    try { const s = stringify(v); return s === undefined ? String(v) : s; } catch (e) { return String(v); }
   };
-  const log = (...a) => { host("log", JSON.stringify(a.map(fmt).join(" "))); };
+  const log = (...a) => { let s = ""; for (let i = 0; i < a.length; i++) s += (i ? " " : "") + fmt(a[i]); host("log", stringify(s)); };
   const cons = Object.freeze({ log, info: log, warn: log, error: log, debug: log });
   Object.defineProperty(globalThis, "console", { value: cons, writable: false, configurable: false });
 
@@ -52,10 +56,10 @@
     if (seen.includes(v)) return path + " refers back to itself (a cycle)";
     if (seen.length > 200) return path + " is nested more than 200 levels deep";
     seen.push(v);
-    if (Array.isArray(v)) {
+    if (isArray(v)) {
       for (let i = 0; i < v.length; i++) { const r = jsonCheck(v[i], path + "[" + i + "]", seen); if (r) return r; }
     } else {
-      for (const k of Object.keys(v)) {
+      for (const k of keys(v)) {
         if (v[k] === undefined) continue; // dropped, as JSON.stringify does
         const r = jsonCheck(v[k], path + "." + k, seen); if (r) return r;
       }
@@ -65,13 +69,15 @@
   };
 
   const errInfo = (e) => {
-    if (e instanceof Error) return { name: e.name, message: String(e.message), stack: String(e.stack || "") };
+    try {
+      if (e instanceof Error) return { name: String(e.name), message: String(e.message), stack: String(e.stack || "") };
+    } catch (x) { return { name: "thrown value", message: "an unprintable error", stack: "" }; }
     return { name: "thrown value", message: fmt(e), stack: "" };
   };
 
   const makeCtx = (spec) => {
     const ctx = {};
-    for (const tool of Object.keys(spec.tools)) {
+    for (const tool of keys(spec.tools)) {
       const o = {};
       for (const m of spec.tools[tool] || []) o[m] = async (args) => call(tool + "." + m, args);
       ctx[tool] = Object.freeze(o);
@@ -100,25 +106,28 @@
     let p;
     try {
       const fn = handlerOf(kind, name, phase);
-      const args = JSON.parse(argsJSON);
-      p = fn(makeCtx(JSON.parse(specJSON)), ...args);
+      const args = parse(argsJSON);
+      p = fn(makeCtx(parse(specJSON)), ...args);
     } catch (e) {
-      settle(false, JSON.stringify(errInfo(e)));
+      settle(false, stringify(errInfo(e)));
       return;
     }
-    Promise.resolve(p).then((v) => {
-      if (v === undefined) { settle(true, ""); return; }
-      const bad = jsonCheck(v, "the returned value", []);
-      if (bad) { settle(false, JSON.stringify({ name: "TypeError", message: bad + "; handlers must return plain JSON data", stack: "" })); return; }
-      settle(true, JSON.stringify(v));
-    }, (e) => settle(false, JSON.stringify(errInfo(e))));
+    const fail = (e) => settle(false, stringify(errInfo(e)));
+    try {
+      thenP.call(resolveP(p), (v) => {
+        if (v === undefined) { settle(true, ""); return; }
+        const bad = jsonCheck(v, "the returned value", []);
+        if (bad) { settle(false, stringify({ name: "TypeError", message: bad + "; handlers must return plain JSON data", stack: "" })); return; }
+        settle(true, stringify(v));
+      }, fail);
+    } catch (e) { fail(e); }
   } });
 
   const list = (v) => Array.isArray(v) ? v.filter((x) => typeof x === "string") : (typeof v === "string" ? [v] : []);
   const fnInfo = (f) => typeof f === "function";
   Object.defineProperty(globalThis, "__keep_describe", { value: function (exported) {
     const d = exported !== undefined ? exported : definition;
-    if (d === undefined || d === null || typeof d !== "object") return JSON.stringify({ missing: true });
+    if (d === undefined || d === null || typeof d !== "object") return stringify({ missing: true });
     const out = { name: d.name, topics: null, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
     if (d.topics !== undefined) {
       if (d.topics === null || typeof d.topics !== "object" || Array.isArray(d.topics)) out.shapeErrors.push("topics must be an object whose keys are topic names");
@@ -138,6 +147,6 @@
         };
       }
     }
-    return JSON.stringify(out);
+    return stringify(out);
   } });
 })();

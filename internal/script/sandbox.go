@@ -259,10 +259,15 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 	args := "[" + joinRaw(inv.Args) + "]"
 	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools})
 	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec))
-	for callErr == nil && !st.settled && st.abortErr == nil && !didExpire() {
+	// Drain the job queue until it is empty, also after the handler settled:
+	// a promise chain left running that calls ctx then is caught (its work
+	// would be lost), instead of silently dropped.
+	for callErr == nil && st.abortErr == nil && !didExpire() {
 		n, jerr := vm.ExecutePendingJobs()
 		if jerr != nil {
-			callErr = jerr
+			if !st.settled {
+				callErr = jerr
+			}
 			break
 		}
 		if n == 0 {
@@ -288,6 +293,10 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 	}
 	if st.payload == "" {
 		return Outcome{}, nil
+	}
+	if !json.Valid([]byte(st.payload)) {
+		// Only a script that tampered with the engine's internals gets here.
+		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s returned something that is not JSON", inv.Kind, inv.Name, inv.Phase)
 	}
 	return Outcome{Value: json.RawMessage(st.payload)}, nil
 }

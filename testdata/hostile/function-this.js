@@ -1,0 +1,26 @@
+// Function('return this')() to reach the host
+// expect: __keep_host
+export default Keep.workflow({
+  name: "hostile",
+  topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1", title: "Tick 1" })
+    await ctx.publish("a", { messageId: "1", inputId, payload: { n: 1 } })
+    
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx, state) {
+      const [e] = await ctx.peek("a"); if (!e) return { reservations: [] }
+      const g = Function('return this')(); if (typeof g.__keep_host !== 'function') throw new Error('no __keep_host on the global object'); g.__keep_host('files.write', '{}')
+      return { reservations: [{ topic: "a", ids: [e.messageId] }], data: { n: e.payload.n } }
+    },
+    async mutate(ctx, p) {
+      
+      await ctx.files.write({ path: "hostile.txt", content: "should not be written" })
+    },
+    async next(ctx, p, r) {
+      
+    },
+  }) },
+})

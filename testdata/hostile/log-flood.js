@@ -1,0 +1,26 @@
+// Gigantic log output
+// expect: logged more than
+export default Keep.workflow({
+  name: "hostile",
+  topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1", title: "Tick 1" })
+    await ctx.publish("a", { messageId: "1", inputId, payload: { n: 1 } })
+    
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx, state) {
+      const [e] = await ctx.peek("a"); if (!e) return { reservations: [] }
+      for (let i = 0; i < 1e6; i++) ctx.log('line ' + i + ' ' + 'x'.repeat(2000))
+      return { reservations: [{ topic: "a", ids: [e.messageId] }], data: { n: e.payload.n } }
+    },
+    async mutate(ctx, p) {
+      
+      await ctx.files.write({ path: "hostile.txt", content: "should not be written" })
+    },
+    async next(ctx, p, r) {
+      
+    },
+  }) },
+})
