@@ -27,7 +27,11 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 		return true, e.skip(ctx, wf, run)
 	case run.Action == ActionRetry:
 		return true, e.retry(ctx, wf, run)
-	case run.Status == kt.StatusCrashed:
+	case run.Status == kt.StatusCrashed || run.Status == kt.StatusActive:
+		// Steps of one workflow never overlap and one process owns the data
+		// directory, so an active run seen here was left by a step that
+		// failed to record its outcome (a full disk, a store error): recover
+		// it like a crash.
 		return true, e.retry(ctx, wf, run)
 	case run.Status == kt.StatusTransient && run.NextAttemptAt > 0 && run.NextAttemptAt <= now:
 		return true, e.retry(ctx, wf, run)

@@ -674,7 +674,7 @@ func (t *tx) DueWorkflows(now int64) ([]string, error) {
 	rows, err := t.tx.Query(`
 SELECT w.name FROM workflows w WHERE w.paused=0 AND (
   EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1 AND (
-      r.action<>'' OR r.status='crashed' OR (r.status='paused:transient' AND r.next_attempt_at>0 AND r.next_attempt_at<=?)
+      r.action<>'' OR r.status IN ('crashed','active') OR (r.status='paused:transient' AND r.next_attempt_at>0 AND r.next_attempt_at<=?)
       OR (r.status='failed:logic' AND r.version<w.active_version)
       OR (r.status='paused:reconciliation' AND EXISTS (SELECT 1 FROM mutations m WHERE m.run_id=r.id AND m.status='needs_reconcile' AND m.next_reconcile_at<=?))))
   OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1) AND EXISTS (SELECT 1 FROM handlers h WHERE h.workflow=w.name AND (

@@ -1,0 +1,140 @@
+package engine_test
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+func TestTwoPeopleResolvingOneRunAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.TimeoutAfter)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			what := engine.ResolveSkip
+			if i%2 == 1 {
+				what = engine.ResolveDidntHappen
+			}
+			_, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, what, time.Now())
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				ok++
+			} else if strings.Contains(err.Error(), "already has a decision") || strings.Contains(err.Error(), "applies to a mutation whose outcome is unknown") {
+				refused++
+			} else {
+				t.Errorf("unexpected error: %v", err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if ok != 1 || refused != 7 {
+		t.Fatalf("%d decisions accepted, %d refused; want exactly one accepted", ok, refused)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+}
+
+// tmpfs mounts a small tmpfs for a test, or skips when this machine cannot.
+func tmpfs(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fill writes a file until the disk is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+// TestFullDataDirNeverStartsAnUnrecordedCall fills the data directory's disk
+// between a person's approval and the call: keep must not send anything it
+// cannot record first, and must carry on once there is room again.
+func TestFullDataDirNeverStartsAnUnrecordedCall(t *testing.T) {
+	t.Parallel()
+	mnt := tmpfs(t, "8M")
+	sink := testsink.New()
+	defer sink.Close()
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(mnt, "data"), FilesRoot: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	e := &env{t: t, dir: mnt, k: k, sink: sink}
+	wf := e.deploy(hookScript(`requireApproval: true,`, withProbe))
+	e.settle()
+	r := e.open(wf)
+	e.resolve(r.ID, engine.ResolveApprove)
+
+	fill(t, filepath.Join(mnt, "filler"))
+	if err := k.Scheduler.RunUntilIdle(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	errs := k.Scheduler.Errors()
+	if len(errs) == 0 || !strings.Contains(strings.ToLower(errs[0].Error()), "full") {
+		t.Fatalf("want a clear disk-full error, got %v", errs)
+	}
+	if sink.Requests() != 0 {
+		t.Fatalf("keep sent %d requests it could not record", sink.Requests())
+	}
+	os.Remove(filepath.Join(mnt, "filler"))
+	time.Sleep(1100 * time.Millisecond) // the scheduler backs off a failing workflow for a second
+	if err := k.Scheduler.RunUntilIdle(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.noOpenRun(wf)
+	if n := len(sink.Writes()); n != 1 || sink.Requests() != 1 {
+		t.Fatalf("writes %d requests %d, want 1", n, sink.Requests())
+	}
+}
+
+// TestFullDiskGivesAClearError starts keep on a data directory with no room.
+func TestFullDiskGivesAClearError(t *testing.T) {
+	t.Parallel()
+	mnt := tmpfs(t, "256k")
+	fill(t, filepath.Join(mnt, "filler"))
+	_, err := daemon.Open(daemon.Options{DataDir: filepath.Join(mnt, "data"), FilesRoot: t.TempDir()})
+	if err == nil {
+		t.Fatal("keep opened a data directory on a full disk without an error")
+	}
+	msg := strings.ToLower(err.Error())
+	if !strings.Contains(msg, "full") && !strings.Contains(msg, "space") {
+		t.Fatalf("the error does not say the disk is full: %v", err)
+	}
+	_ = kt.ErrNotFound
+}
