@@ -54,7 +54,7 @@ type Sink struct {
 	requests    int
 	probes      int
 	hang        time.Duration
-	Headers     []http.Header // every write request's headers
+	Headers     []http.Header // every write request's headers, applied or not
 }
 
 // New starts a sink. Hang is how long timeout faults hold the request.
@@ -110,7 +110,6 @@ func (s *Sink) apply(r *http.Request, body []byte) Write {
 	}
 	s.mu.Lock()
 	s.writes = append(s.writes, w)
-	s.Headers = append(s.Headers, r.Header.Clone())
 	s.mu.Unlock()
 	return w
 }
@@ -126,6 +125,9 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.Headers = append(s.Headers, r.Header.Clone())
+	s.mu.Unlock()
 	f := s.next()
 	answer := func(wr Write) {
 		w.Header().Set("Content-Type", "application/json")
