@@ -30,10 +30,20 @@ const MaxBodyBytes = 8 << 20
 
 // New returns the http connector.
 func New() *connector.Connector {
-	c := &client{http: &nethttp.Client{
+	noRedirect := func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse }
+	c := &client{
 		// Redirects of a mutation would re-send it elsewhere; keep reports them instead.
-		CheckRedirect: func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse },
-	}}
+		reads: &nethttp.Client{CheckRedirect: noRedirect},
+		// Writes never reuse a connection. Go's transport silently re-sends a
+		// request that failed on a reused connection when it looks idempotent —
+		// and a request carrying an Idempotency-Key header does. The torture
+		// test caught that as a duplicate write; keep decides about re-sending
+		// itself, through the ledger.
+		writes: &nethttp.Client{CheckRedirect: noRedirect, Transport: &nethttp.Transport{
+			Proxy: nethttp.ProxyFromEnvironment, DisableKeepAlives: true, ForceAttemptHTTP2: false,
+			TLSHandshakeTimeout: 10 * time.Second, MaxIdleConns: 0,
+		}},
+	}
 	return &connector.Connector{
 		Name:    "http",
 		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
@@ -59,7 +69,7 @@ func New() *connector.Connector {
 	}
 }
 
-type client struct{ http *nethttp.Client }
+type client struct{ reads, writes *nethttp.Client }
 
 func str(v any) string { s, _ := v.(string); return s }
 
@@ -187,7 +197,12 @@ func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemK
 	if err != nil {
 		return nil, nil, s, err
 	}
-	resp, err := c.http.Do(req)
+	hc := c.reads
+	if method != "GET" && method != "HEAD" {
+		hc = c.writes
+		req.GetBody = nil // never replayable by the transport
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, nil, s, err
 	}

@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -143,5 +144,26 @@ func TestReconcileProbe(t *testing.T) {
 	sink.QueueProbe(503)
 	if st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: "k1"}); st != connector.ReconcileRetry {
 		t.Fatalf("503 → %s", st)
+	}
+}
+
+// TestTransportNeverResendsAWrite is the regression test for a duplicate the
+// torture test found: Go's transport re-sends a request that fails on a
+// reused connection when it carries an Idempotency-Key header.
+func TestTransportNeverResendsAWrite(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	m := khttp.New().Methods["request"]
+	for i, fault := range []testsink.Fault{testsink.OK, testsink.ResetAfter, testsink.OK, testsink.ResetAfter} {
+		sink.Queue(fault)
+		r := m.Do(context.Background(), connector.Call{Args: map[string]any{"method": "POST", "url": sink.URL + "/write/x", "json": map[string]any{"i": i}},
+			IdempotencyKey: fmt.Sprintf("keep-%d", i)})
+		if fault == testsink.ResetAfter && r.Outcome != connector.OutcomeUncertain {
+			t.Fatalf("request %d: outcome %d", i, r.Outcome)
+		}
+	}
+	if sink.Requests() != 4 || len(sink.Writes()) != 4 {
+		t.Fatalf("requests %d writes %d: the transport re-sent a write", sink.Requests(), len(sink.Writes()))
 	}
 }

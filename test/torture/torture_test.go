@@ -1,0 +1,330 @@
+// Package torture kills a real `keep serve` over and over — SIGKILL at
+// random moments and exits at each durable step — while it works through a
+// workload of several workflows, and checks keep's promises after every
+// kill: no duplicate write at the sink, nothing lost, never two runs of one
+// workflow, ledgers that agree, an intact database.
+//
+//	go test ./test/torture                          # short (CI)
+//	go test ./test/torture -torture.kills=500 -timeout 30m
+package torture
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/testsink"
+	_ "modernc.org/sqlite"
+)
+
+var (
+	kills = flag.Int("torture.kills", 25, "how many times to kill keep")
+	seed  = flag.Int64("torture.seed", 0, "random seed (0: time-based; printed on failure)")
+)
+
+var keepBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "keep-torture-bin")
+	if err != nil {
+		panic(err)
+	}
+	keepBin = filepath.Join(dir, "keep")
+	if out, err := exec.Command("go", "build", "-o", keepBin, "../../cmd/keep").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// workflow writes one script: a producer turning inbox files into inputs and
+// one or two consumers doing the writes.
+func workflow(name, sinkURL string, probe, chain bool) string {
+	rec := ""
+	if probe {
+		rec = `, reconcile: { url: "` + sinkURL + `/writes/{idempotencyKey}" }`
+	}
+	second, publishes, next := "", "", ""
+	topics := `"in": {}`
+	if chain {
+		topics += `, "done": {}`
+		publishes = `publishes: ["done"],`
+		next = `async next(ctx, p, r) { if (r.status === "applied") await ctx.publish("done", { messageId: "done-" + p.data.id, payload: { id: p.data.id } }) },`
+		second = `,
+    archive: Keep.consumer({ subscribe: ["done"],
+      async prepare(ctx) { const [e] = await ctx.peek("done"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "done", ids: [e.messageId] }], data: e.payload } },
+      async mutate(ctx, p) { await ctx.files.write({ path: "out/` + name + `/" + p.data.id + ".txt", content: "archived " + p.data.id }) },
+    })`
+	}
+	return `export default Keep.workflow({
+  name: "` + name + `",
+  topics: { ` + topics + ` },
+  producers: { poll: { publishes: ["in"], schedule: { interval: "1s" }, handler: async (ctx, state) => {
+    for (const f of await ctx.files.list({ dir: "inbox-` + name + `", glob: "*.json" })) {
+      const id = f.name.replace(".json", "")
+      const inputId = ctx.registerInput({ source: "files", type: "file", id, title: "` + name + ` item " + id })
+      await ctx.publish("in", { messageId: id, inputId, payload: { id } })
+    }
+  } } },
+  consumers: {
+    send: Keep.consumer({ subscribe: ["in"], ` + publishes + `
+      async prepare(ctx) { const [e] = await ctx.peek("in"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "in", ids: [e.messageId] }], data: e.payload } },
+      async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "` + sinkURL + `/write/` + name + `-" + p.data.id, json: p.data, timeoutMs: 1500` + rec + ` }) },
+      ` + next + `
+    })` + second + `
+  },
+})`
+}
+
+type rig struct {
+	t       *testing.T
+	dir     string
+	data    string
+	sink    *testsink.Sink
+	rng     *rand.Rand
+	items   map[string]int
+	names   []string
+	probe   map[string]bool
+	stats   map[string]int
+	crashes []string
+}
+
+func (r *rig) addItems(n int) {
+	for _, wf := range r.names {
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("%04d", r.items[wf])
+			r.items[wf]++
+			p := filepath.Join(r.dir, "files", "inbox-"+wf, id+".json")
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if err := os.WriteFile(p, []byte(`{}`), 0o644); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+}
+
+func (r *rig) serve(env ...string) *exec.Cmd {
+	cmd := exec.Command(keepBin, "serve", "--data", r.data, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
+	cmd.Env = append(os.Environ(), env...)
+	logf, _ := os.OpenFile(filepath.Join(r.dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	return cmd
+}
+
+// round starts keep and kills it: at a random moment, or by an exit at a
+// durable step chosen at random.
+func (r *rig) round() {
+	points := []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
+	if r.rng.Intn(3) == 0 {
+		p := points[r.rng.Intn(len(points))]
+		cmd := r.serve("KEEP_TEST_CRASH_AFTER=" + p)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			r.stats["crash point "+p]++
+		case <-time.After(3 * time.Second):
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+			r.stats["SIGKILL (crash point not reached)"]++
+		}
+		return
+	}
+	cmd := r.serve()
+	time.Sleep(time.Duration(r.rng.Intn(400)) * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	r.stats["SIGKILL at a random moment"]++
+}
+
+// check verifies the invariants on the database and the sink.
+func (r *rig) check(final bool) {
+	t := r.t
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.data, "keep.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var integrity string
+	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
+		t.Fatalf("integrity_check: %q %v", integrity, err)
+	}
+	queryInt := func(q string, args ...any) int {
+		var n int
+		if err := db.QueryRow(q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	if n := queryInt(`SELECT count(*) FROM (SELECT workflow FROM runs WHERE open=1 GROUP BY workflow HAVING count(*) > 1)`); n > 0 {
+		t.Fatalf("%d workflows have two unfinished runs at once", n)
+	}
+	if n := queryInt(`SELECT count(*) FROM events e JOIN runs r ON r.id=e.reserved_by WHERE e.status='pending' AND r.open=0`); n > 0 {
+		t.Fatalf("%d pending events are reserved by finished runs", n)
+	}
+	if n := queryInt(`SELECT count(*) FROM mutations m JOIN runs r ON r.id=m.run_id WHERE m.status='applied' AND r.phase IN ('preparing','prepared','mutating')`); n > 0 {
+		t.Fatalf("%d applied mutations belong to runs that are not past mutated", n)
+	}
+	if n := queryInt(`SELECT count(*) FROM mutations m WHERE m.status='applied' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id=m.run_id)`); n > 0 {
+		t.Fatalf("%d applied mutations have no run", n)
+	}
+	// Duplicates at the sink: every idempotency key at most once.
+	seen := map[string]int{}
+	for _, w := range r.sink.Writes() {
+		seen[w.Key]++
+	}
+	for key, n := range seen {
+		if n > 1 {
+			var paths []string
+			for _, w := range r.sink.Writes() {
+				if w.Key == key {
+					paths = append(paths, w.Path+" at "+w.At.Format("15:04:05.000"))
+				}
+			}
+			var dump strings.Builder
+			rows, _ := db.Query(`SELECT m.status, m.resolved_by, m.run_id, r.status, r.phase, r.retry_of, coalesce(r.trace,'') FROM mutations m JOIN runs r ON r.id=m.run_id WHERE m.idempotency_key=?`, key)
+			for rows != nil && rows.Next() {
+				var a, b, c, d, e, f, g string
+				rows.Scan(&a, &b, &c, &d, &e, &f, &g)
+				fmt.Fprintf(&dump, "mutation %s resolved_by=%q run %s %s %s retry_of=%s\ntrace %s\n", a, b, c, d, e, f, g)
+			}
+			t.Fatalf("duplicate write at the sink: %s applied %d times: %v\n%s\nstats %v", key, n, paths, dump.String(), r.stats)
+		}
+	}
+	if final {
+		if n := queryInt(`SELECT count(*) FROM events WHERE status='pending'`); n > 0 {
+			t.Fatalf("%d events are still pending at the end", n)
+		}
+	}
+}
+
+// settle runs keep until every registered item is done or skipped, resolving
+// escalations the way a careful person would: look at the target, then say
+// whether the write happened.
+func (r *rig) settle(timeout time.Duration) {
+	t := r.t
+	cmd := r.serve()
+	defer func() { cmd.Process.Signal(syscall.SIGKILL); cmd.Wait() }()
+	st, err := sqlite.Open(filepath.Join(r.data, "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		cards, err := report.Blocked(ctx, st, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cards {
+			if c.Status == string(kt.StatusFailedLogic) || c.Status == string(kt.StatusFailedInternal) {
+				t.Fatalf("run %s of %s failed: %s", c.RunID, c.Workflow, c.Reason)
+			}
+			what := engine.ResolveTryAgain
+			if c.MutationStatus == string(kt.MutationIndeterminate) {
+				var m kt.Mutation
+				_ = st.View(ctx, func(tx store.Tx) error { m, err = tx.MutationByRun(c.RunID); return err })
+				what = engine.ResolveDidntHappen
+				for _, w := range r.sink.Writes() {
+					if w.Key == m.IdempotencyKey {
+						what = engine.ResolveSkip
+					}
+				}
+				r.stats["escalation resolved: "+string(what)]++
+			} else {
+				r.stats["escalation resolved: try-again ("+c.Status+")"]++
+			}
+			if _, err := engine.Resolve(ctx, st, c.RunID, what, time.Now()); err != nil && !strings.Contains(err.Error(), "already has a decision") {
+				t.Fatalf("resolve %s: %v", c.RunID, err)
+			}
+		}
+		if r.allSettled(ctx, st) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("not settled after %s; see %s", timeout, filepath.Join(r.dir, "serve.log"))
+}
+
+func (r *rig) allSettled(ctx context.Context, st store.Store) bool {
+	for _, wf := range r.names {
+		ins, err := report.Inputs(ctx, st, wf)
+		if err != nil || len(ins) != r.items[wf] {
+			return false
+		}
+		for _, in := range ins {
+			if in.Status != "done" && in.Status != "skipped" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func TestTorture(t *testing.T) {
+	s := *seed
+	if s == 0 {
+		s = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (rerun with -torture.seed=%d), %d kills", s, s, *kills)
+	sink := testsink.New()
+	defer sink.Close()
+	dir := t.TempDir()
+	r := &rig{t: t, dir: dir, data: filepath.Join(dir, "data"), sink: sink, rng: rand.New(rand.NewSource(s)),
+		items: map[string]int{}, names: []string{"chain", "noprobe", "probe"}, stats: map[string]int{}}
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\n"), 0o644)
+	for _, wf := range r.names {
+		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
+		p := filepath.Join(dir, wf+".js")
+		os.WriteFile(p, []byte(src), 0o644)
+		if out, err := exec.Command(keepBin, "deploy", "--data", r.data, p).CombinedOutput(); err != nil {
+			t.Fatalf("deploy %s: %v %s", wf, err, out)
+		}
+	}
+	faults := []testsink.Fault{testsink.OK, testsink.OK, testsink.OK, testsink.Slow, testsink.Slow, testsink.Status500, testsink.ResetAfter, testsink.TimeoutBefore}
+	for i := 0; i < *kills; i++ {
+		r.addItems(1 + r.rng.Intn(2))
+		for j := 0; j < 3; j++ {
+			sink.Queue(faults[r.rng.Intn(len(faults))])
+		}
+		r.round()
+		r.check(false)
+		if (i+1)%25 == 0 {
+			// Let it catch up now and then, so the workload keeps moving.
+			r.settle(60 * time.Second)
+			r.check(true)
+		}
+	}
+	r.settle(120 * time.Second)
+	r.check(true)
+	total := 0
+	for _, n := range r.items {
+		total += n
+	}
+	t.Logf("kills: %d, inputs: %d, writes at the sink: %d (requests %d, probes %d)", *kills, total, len(sink.Writes()), sink.Requests(), sink.Probes())
+	for k, v := range r.stats {
+		t.Logf("  %s: %d", k, v)
+	}
+}
