@@ -3,7 +3,9 @@ package files
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/keep-run/keep/internal/connector"
@@ -129,5 +131,37 @@ func TestComparePayload(t *testing.T) {
 		cmp(map[string]any{"content": "a  b\n"}, map[string]any{"content": "a b"}) != connector.Minor ||
 		cmp(map[string]any{"content": "a"}, map[string]any{"content": "b"}) != connector.Significant {
 		t.Fatal("comparePayload")
+	}
+}
+
+// TestWriteThatFailsHalfwayLeavesTheOldContent fills the disk during a
+// write: the write fails definitely, and the file keeps its old content.
+func TestWriteThatFailsHalfwayLeavesTheOldContent(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", root).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	defer exec.Command("umount", "-l", root).Run()
+	c := New(root)
+	if r := call(t, c, "write", map[string]any{"path": "a.txt", "content": "old"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	big := strings.Repeat("x", 400<<10) // more than the disk holds
+	r := call(t, c, "write", map[string]any{"path": "a.txt", "content": big})
+	if r.Err == nil || r.Outcome != connector.OutcomeFailed {
+		t.Fatalf("a write larger than the disk: %+v", r)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "a.txt"))
+	if err != nil || string(b) != "old" {
+		t.Fatalf("after the failed write the file holds %d bytes (%v), want the old content", len(b), err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(root, ".keep-write-*")); len(leftovers) != 0 {
+		t.Fatalf("temp files left: %v", leftovers)
+	}
+	// And reconcile says it did not happen.
+	st, _, _ := c.Methods["write"].Reconcile(context.Background(), connector.Call{Args: map[string]any{"path": "a.txt", "content": big}})
+	if st != connector.ReconcileRetry {
+		t.Fatalf("reconcile of the failed write: %s (the old content is there, not ours)", st)
 	}
 }
