@@ -87,5 +87,10 @@ func ParseCron(s string) (Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid cron %q: %v (use 5 fields: minute hour day-of-month month day-of-week)", s, err)
 	}
+	// robfig/cron gives up after five years and returns the zero time: a
+	// schedule such as "0 0 30 2 *" (30 February) would silently never run.
+	if c.Next(time.Now()).IsZero() {
+		return nil, fmt.Errorf("cron %q never fires (no such date); check the day of month and month", s)
+	}
 	return cronSchedule{s: c, src: s}, nil
 }

@@ -21,7 +21,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("cron: %v %v", s, err)
 	}
 	for _, bad := range []map[string]any{nil, {}, {"interval": "5"}, {"interval": "0m"}, {"interval": "1w"}, {"interval": 5}, {"cron": "* * *"},
-		{"cron": "@every 5m"}, {"cron": "61 * * * *"}, {"interval": "1m", "cron": "* * * * *"}} {
+		{"cron": "@every 5m"}, {"cron": "61 * * * *"}, {"cron": "0 0 30 2 *"}, {"cron": "0 0 31 4 *"}, {"interval": "1m", "cron": "* * * * *"}} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("accepted %v", bad)
 		}
