@@ -124,6 +124,20 @@ func (a *app) withStore(fn func(st store.Store) error) error {
 	return fn(st)
 }
 
+// withReadStore is withStore for commands that only read: on a read-only
+// data directory they still work.
+func (a *app) withReadStore(fn func(st store.Store) error) error {
+	st, err := a.openStore()
+	if errors.Is(err, sqlite.ErrReadOnly) {
+		st, err = sqlite.OpenReadOnly(daemon.DBPath(a.dataDir))
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(st)
+}
+
 func readScript(file string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -500,7 +514,7 @@ func (a *app) statusCmd() *cobra.Command {
 			if len(args) == 1 {
 				only = args[0]
 			}
-			return a.withStore(func(st store.Store) error {
+			return a.withReadStore(func(st store.Store) error {
 				ss, err := report.Statuses(cmd.Context(), st, only)
 				if err != nil {
 					return err
@@ -538,7 +552,7 @@ func (a *app) inputsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(func(st store.Store) error {
+			return a.withReadStore(func(st store.Store) error {
 				ins, err := report.Inputs(cmd.Context(), st, args[0])
 				if err != nil {
 					return err
@@ -559,7 +573,7 @@ func (a *app) outputsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(func(st store.Store) error {
+			return a.withReadStore(func(st store.Store) error {
 				outs, err := report.Outputs(cmd.Context(), st, args[0])
 				if err != nil {
 					return err
@@ -585,7 +599,7 @@ func (a *app) runsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(func(st store.Store) error {
+			return a.withReadStore(func(st store.Store) error {
 				rs, err := report.Runs(cmd.Context(), st, args[0], limit)
 				if err != nil {
 					return err
@@ -617,7 +631,7 @@ func (a *app) showCmd() *cobra.Command {
 	runC := &cobra.Command{
 		Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(func(st store.Store) error {
+			return a.withReadStore(func(st store.Store) error {
 				return st.View(cmd.Context(), func(tx store.Tx) error {
 					r, err := tx.RunGet(args[0])
 					if errors.Is(err, kt.ErrNotFound) {
@@ -699,7 +713,7 @@ func (a *app) showCmd() *cobra.Command {
 	inputC := &cobra.Command{
 		Use: "input ID", Short: "show an input and what it caused", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(func(st store.Store) error {
+			return a.withReadStore(func(st store.Store) error {
 				return st.View(cmd.Context(), func(tx store.Tx) error {
 					in, err := tx.InputGet(args[0])
 					if errors.Is(err, kt.ErrNotFound) {

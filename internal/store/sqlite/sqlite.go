@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -36,10 +37,12 @@ type Store struct {
 // Open opens (creating when missing) the database file at path and applies
 // the embedded migrations.
 func Open(path string) (*Store, error) {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("create data directory %s: %w", dir, err)
-		}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", dir, err)
+	}
+	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
+		return nil, fmt.Errorf("%w: %s (%v); keep records every step there — make it writable, or pass another --data", ErrReadOnly, dir, err)
 	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
@@ -96,6 +99,23 @@ func (s *Store) migrate() error {
 		}
 	}
 	return nil
+}
+
+// ErrReadOnly means the data directory cannot be written.
+var ErrReadOnly = errors.New("the data directory is read-only")
+
+// OpenReadOnly opens an existing database for reading only, for a data
+// directory keep cannot write (a read-only mount): reads work, every write fails.
+func OpenReadOnly(path string) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&immutable=1")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	return &Store{db: db}, nil
 }
 
 // Update runs fn in one immediate (write) transaction.
