@@ -187,7 +187,7 @@ func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int,
 			return err
 		}
 		for _, h := range hs {
-			if h.Type == kt.HandlerProducer && (h.NextRunAt > 0 || h.Queued) {
+			if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && (h.NextRunAt > 0 || h.Queued) {
 				h.Queued, h.UpdatedAt = true, now.UnixMilli()
 				if err := tx.HandlerPut(h); err != nil {
 					return err

@@ -220,3 +220,16 @@ func runNow(e *env, wf string) (int, error) { return engine.RunNow(e.ctx(), e.k.
 
 func pause(e *env, wf string) error  { return engine.Pause(e.ctx(), e.k.Store, wf, time.Now()) }
 func resume(e *env, wf string) error { return engine.Resume(e.ctx(), e.k.Store, wf, time.Now()) }
+
+func writeInbox(t testing.TB, e *env, ids ...string) {
+	t.Helper()
+	dir := filepath.Join(e.dir, "files", "inbox")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := os.WriteFile(filepath.Join(dir, id+".json"), []byte(`{}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -101,6 +101,8 @@ type host struct {
 	// mutate
 	captured *capturedCall
 	logLines int
+	// item scripts
+	task *taskState
 }
 
 // declView is the part of a declaration the host checks against.
@@ -154,6 +156,8 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 		return h.publish(raw)
 	case "peek", "getByIds":
 		return h.queueRead(method, raw)
+	case "item.enter", "item.exit", "item.fail", "item.nested", "item.badHandler":
+		return h.itemCall(method, raw)
 	}
 	tool, m, ok := h.toolMethod(method)
 	if !ok {
@@ -176,6 +180,9 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 		if _, isStr := sk.(string); !isStr {
 			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
 		}
+	}
+	if kind == connector.KindMutate && h.phase == "task" {
+		return h.itemMutation(tool, m, args)
 	}
 	if kind == connector.KindMutate {
 		h.captured = &capturedCall{Tool: tool, Method: m.Name, Args: args}

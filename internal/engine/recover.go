@@ -53,6 +53,9 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 		if mut.Status != kt.MutationNeedsReconcile || mut.NextReconcileAt > now {
 			return false, nil
 		}
+		if run.HandlerType == kt.HandlerTask {
+			return true, e.reconcileTaskMutation(ctx, wf, run, mut)
+		}
 		m, err := e.registry.Method(mut.Tool, mut.Method)
 		if err != nil {
 			return false, err
@@ -152,8 +155,11 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	if err != nil {
 		return err
 	}
-	if old.HandlerType == kt.HandlerProducer {
+	switch old.HandlerType {
+	case kt.HandlerProducer:
 		return e.execProducer(ctx, wf, prog, &nr)
+	case kt.HandlerTask:
+		return e.execTask(ctx, wf, prog, &nr)
 	}
 	if inFlight && nr.Phase == kt.PhaseMutating {
 		// The write may have happened: reconcile it from the ledger's own
@@ -186,6 +192,53 @@ func newTrace(text string, now int64) *trace {
 // skip carries out a person's Skip (ch 13 §13.9, SPEC §8.2).
 func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	now := e.nowMs()
+	if old.HandlerType == kt.HandlerTask {
+		// Skip this item (ch 12 §12.7): the item the run was blocked on is
+		// skipped and the task runs again for the others.
+		if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
+			m, err := tx.MutationByRun(old.ID)
+			if errors.Is(err, kt.ErrNotFound) {
+				// Blocked without a mutation (the handler threw): skip the item it was on.
+				ins, err := tx.InputList(wf.Name)
+				if err != nil {
+					return err
+				}
+				for _, it := range ins {
+					if it.Kind == "task" && it.LastRun == old.ID && !itemDone(it.Status) {
+						m.ItemKeys = append(m.ItemKeys, it.ID)
+					}
+				}
+				m.Status = kt.MutationSkipped
+			} else if err != nil {
+				return err
+			}
+			if m.Status != kt.MutationApplied && m.Status != kt.MutationSkipped {
+				m.Status, m.ResolvedBy, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, now
+				if err := putMutation(tx, m); err != nil {
+					return err
+				}
+			}
+			for _, id := range m.ItemKeys {
+				it, err := tx.InputGet(id)
+				if err != nil {
+					return err
+				}
+				if !itemDone(it.Status) {
+					it.Status, it.UpdatedAt = kt.ItemSkipped, now
+					if err := tx.InputPut(it); err != nil {
+						return err
+					}
+					if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: old.Version, StartedAt: now, UpdatedAt: now}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return e.retry(ctx, wf, old)
+	}
 	if old.HandlerType != kt.HandlerConsumer {
 		prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
 		if err != nil {

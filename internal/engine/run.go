@@ -106,8 +106,10 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 				return false, err
 			}
 			consumers = append(consumers, cand{h, oldest, has})
-		case kt.HandlerProducer:
-			if _, ok := prog.Decl.Producers[h.Name]; ok && (h.Queued || (h.NextRunAt > 0 && h.NextRunAt <= now)) {
+		case kt.HandlerProducer, kt.HandlerTask:
+			_, isProducer := prog.Decl.Producers[h.Name]
+			_, isTask := prog.Decl.Tasks[h.Name]
+			if (isProducer || isTask) && (h.Queued || (h.NextRunAt > 0 && h.NextRunAt <= now)) {
 				due = append(due, h)
 			}
 		}
@@ -130,7 +132,10 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 			}
 			return due[i].NextRunAt < due[j].NextRunAt
 		})
-		run := e.newRun(wf, due[0].Name, kt.HandlerProducer, kt.PhaseExecuting)
+		run := e.newRun(wf, due[0].Name, due[0].Type, kt.PhaseExecuting)
+		if due[0].Type == kt.HandlerTask {
+			return true, e.execTask(ctx, wf, prog, &run)
+		}
 		return true, e.execProducer(ctx, wf, prog, &run)
 	}
 	return false, nil
@@ -639,6 +644,10 @@ func (e *Engine) fail(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trac
 	now := e.nowMs()
 	run.ErrorClass, run.ErrorMessage, run.UpdatedAt, run.Action = class, msg, now, ""
 	run.NextAttemptAt = 0
+	var wait *approvalWait
+	if errors.As(cause, &wait) {
+		class, run.ErrorClass = kt.ClassPermission, ""
+	}
 	switch class {
 	case kt.ClassTransient:
 		run.Status = kt.StatusTransient

@@ -182,8 +182,30 @@ type Input struct {
 	Status         string // stored status for tasks; derived for inputs
 	CurrentAttempt int
 	CreatedBy      string
+	LastRun        string
+	LastVersion    int64 // version id of the last run that touched the item
 	CreatedAt      int64
 	UpdatedAt      int64
+}
+
+// Item statuses of ch 12 §12.4 (stored for task items; derived for inputs).
+const (
+	ItemProcessing     = "processing"
+	ItemDone           = "done"
+	ItemFailed         = "failed"
+	ItemSkipped        = "skipped"
+	ItemNeedsAttention = "needs_attention"
+	ItemPending        = "pending" // inputs only: an event caused by it is waiting
+)
+
+// ItemAttempt is one pass of processing of an item (ch 12 §12.5).
+type ItemAttempt struct {
+	ItemID    string
+	Attempt   int
+	Status    string
+	Version   int64
+	StartedAt int64
+	UpdatedAt int64
 }
 
 // Run is one execution of one handler.

@@ -89,6 +89,36 @@
     ctx.getByIds = async (topic, ids) => call("getByIds", { topic, ids });
     ctx.registerInput = (o) => call("registerInput", o);
     ctx.publish = async (topics, ev) => call("publish", { topics, event: ev });
+    if (spec.task) {
+      // withItem (ch 12 §12.2): calls are serialized; a call from inside a
+      // handler is nesting, which the host refuses; a handler that throws
+      // aborts the run through the host, so the script cannot catch it.
+      let chain = resolveP(undefined);
+      let running = false;
+      ctx.withItem = (id, title, fn) => {
+        if (running) return call("item.nested", { id });
+        if (typeof fn !== "function") return call("item.badHandler", { id });
+        const step = async () => {
+          const item = call("item.enter", { id, title });
+          const ictx = {};
+          for (const k of keys(ctx)) ictx[k] = ctx[k];
+          ictx.item = Object.freeze(item);
+          ictx.withItem = (id2) => call("item.nested", { id: id2 });
+          running = true;
+          try {
+            await fn(Object.freeze(ictx));
+          } catch (e) {
+            running = false;
+            call("item.fail", errInfo(e));
+          }
+          running = false;
+          call("item.exit", { id });
+        };
+        const p = thenP.call(chain, step, step);
+        chain = p;
+        return p;
+      };
+    }
     return Object.freeze(ctx);
   };
 

@@ -257,7 +257,7 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 		return Outcome{}, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
 	args := "[" + joinRaw(inv.Args) + "]"
-	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools})
+	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools, "task": inv.Kind == kt.HandlerTask})
 	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec))
 	// Drain the job queue until it is empty, also after the handler settled:
 	// a promise chain left running that calls ctx then is caught (its work
@@ -314,6 +314,9 @@ func joinRaw(args []json.RawMessage) string {
 }
 
 var stackLoc = regexp.MustCompile(`<(?:input|eval)>:(\d+)(?::(\d+))?`)
+
+// CleanStack turns a QuickJS stack into "file:line" frames of the script only.
+func (p *Program) CleanStack(stack string) string { return p.cleanStack(stack) }
 
 func (p *Program) cleanStack(stack string) string {
 	stack = stackLoc.ReplaceAllString(stack, p.File+":$1")

@@ -65,6 +65,8 @@ type Tx interface {
 	InputGetByKey(workflow, key string) (kt.Input, error)
 	InputPut(in kt.Input) error
 	InputList(workflow string) ([]kt.Input, error)
+	ItemAttemptPut(a kt.ItemAttempt) error
+	ItemAttemptList(itemID string) ([]kt.ItemAttempt, error)
 
 	RunGet(id string) (kt.Run, error)
 	RunPut(r kt.Run) error

@@ -484,11 +484,11 @@ func placeholders(n int) string {
 
 // --- inputs (items) ---
 
-const itemCols = `id, workflow, key, kind, source, type, external_id, title, status, current_attempt, created_by, created_at, updated_at`
+const itemCols = `id, workflow, key, kind, source, type, external_id, title, status, current_attempt, created_by, last_run, last_version, created_at, updated_at`
 
 func scanItem(sc interface{ Scan(...any) error }) (kt.Input, error) {
 	var i kt.Input
-	err := sc.Scan(&i.ID, &i.Workflow, &i.Key, &i.Kind, &i.Source, &i.Type, &i.ExternalID, &i.Title, &i.Status, &i.CurrentAttempt, &i.CreatedBy, &i.CreatedAt, &i.UpdatedAt)
+	err := sc.Scan(&i.ID, &i.Workflow, &i.Key, &i.Kind, &i.Source, &i.Type, &i.ExternalID, &i.Title, &i.Status, &i.CurrentAttempt, &i.CreatedBy, &i.LastRun, &i.LastVersion, &i.CreatedAt, &i.UpdatedAt)
 	return i, err
 }
 
@@ -509,9 +509,10 @@ func (t *tx) InputGetByKey(workflow, key string) (kt.Input, error) {
 }
 
 func (t *tx) InputPut(i kt.Input) error {
-	_, err := t.tx.Exec(`INSERT INTO items(`+itemCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, current_attempt=excluded.current_attempt, updated_at=excluded.updated_at`,
-		i.ID, i.Workflow, i.Key, i.Kind, i.Source, i.Type, i.ExternalID, i.Title, i.Status, i.CurrentAttempt, i.CreatedBy, i.CreatedAt, i.UpdatedAt)
+	_, err := t.tx.Exec(`INSERT INTO items(`+itemCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, current_attempt=excluded.current_attempt, last_run=excluded.last_run,
+ last_version=excluded.last_version, updated_at=excluded.updated_at`,
+		i.ID, i.Workflow, i.Key, i.Kind, i.Source, i.Type, i.ExternalID, i.Title, i.Status, i.CurrentAttempt, i.CreatedBy, i.LastRun, i.LastVersion, i.CreatedAt, i.UpdatedAt)
 	if err != nil {
 		return fmt.Errorf("save input %s: %w", i.Key, err)
 	}
@@ -531,6 +532,33 @@ func (t *tx) InputList(workflow string) ([]kt.Input, error) {
 			return nil, err
 		}
 		out = append(out, i)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) ItemAttemptPut(a kt.ItemAttempt) error {
+	_, err := t.tx.Exec(`INSERT INTO item_attempts(item_id, attempt, status, version, started_at, updated_at) VALUES(?,?,?,?,?,?)
+ON CONFLICT(item_id, attempt) DO UPDATE SET status=excluded.status, version=excluded.version, updated_at=excluded.updated_at`,
+		a.ItemID, a.Attempt, a.Status, a.Version, a.StartedAt, a.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save attempt %d of item %s: %w", a.Attempt, a.ItemID, err)
+	}
+	return nil
+}
+
+func (t *tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
+	rows, err := t.tx.Query(`SELECT item_id, attempt, status, version, started_at, updated_at FROM item_attempts WHERE item_id=? ORDER BY attempt`, itemID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.ItemAttempt
+	for rows.Next() {
+		var a kt.ItemAttempt
+		if err := rows.Scan(&a.ItemID, &a.Attempt, &a.Status, &a.Version, &a.StartedAt, &a.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
 	}
 	return out, rows.Err()
 }

@@ -1,0 +1,11 @@
+ALTER TABLE items ADD COLUMN last_run TEXT NOT NULL DEFAULT '';
+ALTER TABLE items ADD COLUMN last_version INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS item_attempts (
+  item_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  version INTEGER NOT NULL DEFAULT 0,
+  started_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (item_id, attempt)
+);
