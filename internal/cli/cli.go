@@ -85,7 +85,7 @@ func (a *app) root() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("KEEP_DATA", "keep-data"), "data directory (database, files root of keep serve)")
 	root.AddCommand(a.serveCmd(), a.runCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
-		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"))
+		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.itemsCmd(), a.itemActionCmd("skip"), a.itemActionCmd("reprocess"), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"))
 	return root
 }
 
@@ -247,8 +247,8 @@ func (a *app) deployCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if reprocess != "" && reprocess != "none" {
-				return fmt.Errorf("--reprocess=%s is not supported yet: only none (items and attempts are not built yet)", reprocess)
+			if reprocess != "" && !major {
+				return &exitError{code: exitUsageCode, err: errors.New("--reprocess goes with --major: a minor version keeps all progress")}
 			}
 			src, err := readScript(args[0])
 			if err != nil {
@@ -263,13 +263,42 @@ func (a *app) deployCmd() *cobra.Command {
 			}
 			defer st.Close()
 			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
+			if reprocess != "" && reprocess != "none" && reprocess != "all" {
+				// Check the keys before anything is deployed.
+				wfName := name
+				if wfName == "" {
+					if p, err := script.Compile(args[0], src); err == nil {
+						wfName = p.Decl.WorkflowName()
+					}
+				}
+				if err := st.View(cmd.Context(), func(tx store.Tx) error {
+					for _, key := range strings.Split(reprocess, ",") {
+						if _, err := engine.FindItem(tx, wfName, strings.TrimSpace(key)); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					return fmt.Errorf("--reprocess: %w; nothing was deployed", err)
+				}
+			}
 			res, err := eng.Deploy(cmd.Context(), args[0], src, name, kind)
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
 			a.printWarnings(args[0], res.Problems)
+			for _, w := range res.Warnings {
+				fmt.Fprintf(a.errOut, "warning: %s\n", w)
+			}
+			n, err := engine.ReprocessAfterMajor(cmd.Context(), st, res.Workflow, reprocess, time.Now())
+			if err != nil {
+				return err
+			}
+			if n > 0 && !a.jsonOut {
+				fmt.Fprintf(a.out, "%d items start a new attempt\n", n)
+			}
 			if a.jsonOut {
-				return a.printJSON(map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged})
+				return a.printJSON(map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged, "warnings": nonNil(res.Warnings), "reprocessed": n})
 			}
 			if res.Unchanged {
 				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
@@ -282,7 +311,7 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
 	c.Flags().BoolVar(&minor, "minor", false, "a repair: keep all state; a run failed:logic retries on this version")
 	c.Flags().BoolVar(&major, "major", false, "an intent change")
-	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major: none (all|KEY,... come with items)")
+	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major: none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
 	c.Flags().StringVar(&filesRoot, "files-root", ".", "folder of the files connector (for validation only)")
 	a.addJSON(c)
 	return c
@@ -752,7 +781,7 @@ func (a *app) showCmd() *cobra.Command {
 	}
 	a.addJSON(runC)
 	inputC.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
-	show.AddCommand(runC, inputC)
+	show.AddCommand(runC, inputC, a.showItemCmd())
 	return show
 }
 
@@ -837,4 +866,108 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 			})
 		},
 	}
+}
+
+// ---------- items ----------
+
+func (a *app) itemsCmd() *cobra.Command {
+	var orphaned bool
+	c := &cobra.Command{
+		Use: "items WORKFLOW", Short: "list a workflow's items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withReadStore(func(st store.Store) error {
+				items, err := report.Items(cmd.Context(), st, args[0], orphaned)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(nonNil(items))
+				}
+				if len(items) == 0 {
+					fmt.Fprintln(a.out, "no items")
+					return nil
+				}
+				w := a.table()
+				fmt.Fprintln(w, "STATUS\tATTEMPT\tKIND\tKEY\tTITLE")
+				for _, it := range items {
+					status := it.Status
+					if it.Orphaned {
+						status += " (orphaned)"
+					}
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", status, it.Attempt, it.Kind, crop(it.Key, 40), crop(it.Title, 60))
+				}
+				w.Flush()
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&orphaned, "orphaned", false, "only items a new major version left behind")
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) showItemCmd() *cobra.Command {
+	var wf string
+	c := &cobra.Command{
+		Use: "item KEY", Short: "show an item and its attempts, each with its mutations", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withReadStore(func(st store.Store) error {
+				d, err := report.ShowItem(cmd.Context(), st, wf, args[0])
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(d)
+				}
+				fmt.Fprintf(a.out, "Item: %s\n  key: %s (%s, workflow %s)\n  status: %s\n", d.Item.Title, d.Item.Key, d.Item.Kind, d.Item.Workflow, d.Item.Status)
+				for i, at := range d.Attempts {
+					branch := "├─"
+					if i == len(d.Attempts)-1 {
+						branch = "└─"
+					}
+					cur := ""
+					if at.Current {
+						cur = "  ← current"
+					}
+					fmt.Fprintf(a.out, "%s Attempt %d (%s, script v%s, %s)%s\n", branch, at.Attempt, at.Status, at.Version, at.StartedAt, cur)
+					for _, m := range at.Mutations {
+						fmt.Fprintf(a.out, "│  ├─ %s.%s %s — %s\n", m.Tool, m.Method, m.Target, m.Status)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")
+	c.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return c
+}
+
+func (a *app) itemActionCmd(verb string) *cobra.Command {
+	var wf string
+	short := map[string]string{
+		"skip":      "skip an item: its pending work is dropped, visibly (an input's pending events, a task item)",
+		"reprocess": "start a new attempt of an item (also when done or skipped); its writes really run again",
+	}[verb]
+	c := &cobra.Command{
+		Use: verb + " ITEM", Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(func(st store.Store) error {
+				var msg string
+				var err error
+				if verb == "skip" {
+					msg, err = engine.SkipItem(cmd.Context(), st, wf, args[0], time.Now())
+				} else {
+					msg, err = engine.ReprocessItem(cmd.Context(), st, wf, args[0], time.Now())
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.out, msg)
+				return nil
+			})
+		},
+	}
+	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")
+	return c
 }

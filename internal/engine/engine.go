@@ -143,6 +143,8 @@ type DeployResult struct {
 	Version   kt.Version
 	Unchanged bool // the script equals the active version; nothing was created
 	Problems  []script.Problem
+	// Warnings are consequences a person should know before the version runs.
+	Warnings []string
 }
 
 // ValidationError carries the problems that stopped a deploy.
@@ -204,6 +206,13 @@ func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind Dep
 			}
 			if kind == DeployMajor {
 				v.Major, v.Minor = cur.Major+1, 0
+				w, err := keyFormatWarning(tx, name, source)
+				if err != nil {
+					return err
+				}
+				if w != "" {
+					res.Warnings = append(res.Warnings, w)
+				}
 			} else {
 				v.Major, v.Minor = cur.Major, cur.Minor+1
 			}

@@ -233,3 +233,16 @@ func writeInbox(t testing.TB, e *env, ids ...string) {
 		}
 	}
 }
+
+// stepUntil steps one workflow until cond holds.
+func stepUntil(t testing.TB, e *env, wf string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 50 && !cond(); i++ {
+		if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !cond() {
+		t.Fatal("condition not reached")
+	}
+}

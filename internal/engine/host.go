@@ -304,7 +304,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	now := h.e.nowMs()
 	in2 := kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: key, Kind: "input", Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
-		CurrentAttempt: 1, CreatedBy: h.run.ID, CreatedAt: now, UpdatedAt: now}
+		CurrentAttempt: 1, CreatedBy: h.run.ID, LastRun: h.run.ID, LastVersion: h.run.Version, CreatedAt: now, UpdatedAt: now}
 	h.inputs = append(h.inputs, in2)
 	h.inputByKey[key] = in2.ID
 	h.knownInputs[in2.ID] = true

@@ -213,6 +213,11 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 			if err := tx.InputPut(in); err != nil {
 				return err
 			}
+			if in.CreatedBy == run.ID {
+				if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: run.Version, StartedAt: now, UpdatedAt: now}); err != nil {
+					return err
+				}
+			}
 			attempts[in.ID] = in.CurrentAttempt
 		}
 		_, err := insertPublishes(tx, wf.Name, run.ID, h.publishes, subscribers, now, func(p publishReq) ([]string, int, error) {

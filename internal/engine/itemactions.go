@@ -1,0 +1,371 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// FindItem resolves an item reference — its id, or its key (an input's
+// source:type:id, a task item's own id) — within a workflow, or across all
+// workflows when wf is empty (an ambiguous key is an error).
+func FindItem(tx store.Tx, wf, ref string) (kt.Input, error) {
+	if it, err := tx.InputGet(ref); err == nil && (wf == "" || it.Workflow == wf) {
+		return it, nil
+	}
+	var wfs []string
+	if wf != "" {
+		wfs = []string{wf}
+	} else {
+		all, err := tx.WorkflowList()
+		if err != nil {
+			return kt.Input{}, err
+		}
+		for _, w := range all {
+			wfs = append(wfs, w.Name)
+		}
+	}
+	var found []kt.Input
+	for _, w := range wfs {
+		it, err := tx.InputGetByKey(w, ref)
+		if err == nil {
+			found = append(found, it)
+		} else if !errors.Is(err, kt.ErrNotFound) {
+			return kt.Input{}, err
+		}
+	}
+	switch len(found) {
+	case 0:
+		return kt.Input{}, refuse("there is no item %q (see `keep items WORKFLOW`)", ref)
+	case 1:
+		return found[0], nil
+	}
+	return kt.Input{}, refuse("item key %q exists in several workflows; pass --workflow", ref)
+}
+
+// SkipItem carries out `keep skip ITEM` (SPEC §8.2, ch 12 §12.7).
+func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time) (string, error) {
+	var msg string
+	ms := now.UnixMilli()
+	err := st.Update(ctx, func(tx store.Tx) error {
+		it, err := FindItem(tx, wf, ref)
+		if err != nil {
+			return err
+		}
+		if it.Kind == "task" {
+			if it.Status == kt.ItemSkipped {
+				return refuse("item %q is already skipped", it.Key)
+			}
+			it.Status, it.UpdatedAt = kt.ItemSkipped, ms
+			if err := tx.InputPut(it); err != nil {
+				return err
+			}
+			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
+				return err
+			}
+			msg = fmt.Sprintf("item %q skipped", it.Key)
+			if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
+				r.Action, r.UpdatedAt = ActionSkip, ms
+				if err := tx.RunPut(r); err != nil {
+					return err
+				}
+				msg += fmt.Sprintf("; blocked run %s goes on with the other items", r.ID)
+			}
+			return nil
+		}
+		evs, err := tx.EventsByInput(it.ID)
+		if err != nil {
+			return err
+		}
+		var skipped, consumed, completing int
+		var runs []string
+		for _, ev := range evs {
+			switch {
+			case ev.Status == kt.EventConsumed:
+				consumed++
+			case ev.Status != kt.EventPending:
+			case ev.ReservedBy == "":
+				ev.Status, ev.UpdatedAt = kt.EventSkipped, ms
+				if err := tx.EventUpdate(ev); err != nil {
+					return err
+				}
+				skipped++
+			default:
+				r, err := tx.RunGet(ev.ReservedBy)
+				if err != nil {
+					return err
+				}
+				if kt.PhaseRank(r.Phase) >= kt.PhaseRank(kt.PhaseMutated) {
+					completing++ // its write happened: the run completes
+					continue
+				}
+				if !r.Status.Finished() && r.Action == "" {
+					r.Action, r.UpdatedAt = ActionSkip, ms
+					if err := tx.RunPut(r); err != nil {
+						return err
+					}
+					runs = append(runs, r.ID)
+				}
+			}
+		}
+		parts := []string{fmt.Sprintf("input %q: %d pending events skipped", it.Title, skipped)}
+		if len(runs) > 0 {
+			parts = append(parts, fmt.Sprintf("run %s, which held it before its write, will be skipped", strings.Join(runs, ", ")))
+		}
+		if completing > 0 {
+			parts = append(parts, fmt.Sprintf("%d events are held by a run whose write already happened; that run completes", completing))
+		}
+		if consumed > 0 {
+			parts = append(parts, fmt.Sprintf("%d events were already consumed and stay so", consumed))
+		}
+		msg = strings.Join(parts, "; ")
+		return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms})
+	})
+	return msg, err
+}
+
+// ReprocessItem starts a new attempt of an item (ch 12 §12.5, SPEC §8.2).
+// The old attempt's runs and mutations stay; the new attempt's mutations
+// have new identities, so they really run.
+func ReprocessItem(ctx context.Context, st store.Store, wf, ref string, now time.Time) (string, error) {
+	var msg string
+	err := st.Update(ctx, func(tx store.Tx) error {
+		it, err := FindItem(tx, wf, ref)
+		if err != nil {
+			return err
+		}
+		msg, err = reprocess(tx, it, now.UnixMilli())
+		return err
+	})
+	return msg, err
+}
+
+func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
+	old := it.CurrentAttempt
+	prevStatus := it.Status
+	if it.Kind == "input" {
+		evs, err := tx.EventsByInput(it.ID)
+		if err != nil {
+			return "", err
+		}
+		for _, ev := range evs {
+			if ev.Status == kt.EventPending {
+				return "", refuse("input %q is still being processed (an event is pending); wait, or skip it first", it.Title)
+			}
+		}
+		prevStatus = "done"
+		if allSkipped(evs) {
+			prevStatus = kt.ItemSkipped
+		}
+		it.CurrentAttempt++
+		roots := 0
+		for _, ev := range evs {
+			r, err := tx.RunGet(ev.CreatedBy)
+			if err != nil || r.HandlerType != kt.HandlerProducer {
+				continue // downstream events re-open when the new attempt publishes them
+			}
+			ev.Status, ev.ReservedBy, ev.Attempt, ev.UpdatedAt = kt.EventPending, "", it.CurrentAttempt, ms
+			if err := tx.EventUpdate(ev); err != nil {
+				return "", err
+			}
+			roots++
+		}
+		if err := markAll(tx, it.Workflow, kt.HandlerConsumer, ms); err != nil {
+			return "", err
+		}
+		it.UpdatedAt = ms
+		if err := tx.InputPut(it); err != nil {
+			return "", err
+		}
+		if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
+			return "", err
+		}
+		if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemPending, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("input %q: attempt %d started; %d events re-opened", it.Title, it.CurrentAttempt, roots), nil
+	}
+	if it.Status == kt.ItemProcessing {
+		if r, err := tx.RunGet(it.LastRun); err == nil && r.Status == kt.StatusActive {
+			return "", refuse("item %q is being processed right now; wait for the run to finish", it.Key)
+		}
+	}
+	it.CurrentAttempt++
+	it.Status, it.UpdatedAt = kt.ItemProcessing, ms
+	if err := tx.InputPut(it); err != nil {
+		return "", err
+	}
+	if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
+		return "", err
+	}
+	if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemProcessing, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
+		return "", err
+	}
+	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
+		r.Action, r.UpdatedAt = ActionRetry, ms
+		if err := tx.RunPut(r); err != nil {
+			return "", err
+		}
+	}
+	if err := markAll(tx, it.Workflow, kt.HandlerTask, ms); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("item %q: attempt %d started; the task processes it on its next run (queued now)", it.Key, it.CurrentAttempt), nil
+}
+
+func allSkipped(evs []kt.Event) bool {
+	for _, ev := range evs {
+		if ev.Status != kt.EventSkipped {
+			return false
+		}
+	}
+	return len(evs) > 0
+}
+
+func closeAttempt(tx store.Tx, itemID string, attempt int, status string, ms int64) error {
+	as, err := tx.ItemAttemptList(itemID)
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
+		if a.Attempt == attempt {
+			a.Status, a.UpdatedAt = status, ms
+			return tx.ItemAttemptPut(a)
+		}
+	}
+	return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: itemID, Attempt: attempt, Status: status, StartedAt: ms, UpdatedAt: ms})
+}
+
+// markAll makes every consumer dirty, or queues every task, of a workflow.
+func markAll(tx store.Tx, wf string, typ kt.HandlerType, ms int64) error {
+	hs, err := tx.HandlerList(wf)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if h.Type != typ || (typ == kt.HandlerTask && h.NextRunAt == 0 && !h.Queued) {
+			continue
+		}
+		if typ == kt.HandlerConsumer {
+			h.Dirty = true
+		} else {
+			h.Queued = true
+		}
+		h.UpdatedAt = ms
+		if err := tx.HandlerPut(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReprocessAfterMajor applies `keep deploy --major --reprocess=...`: "all"
+// starts a new attempt of every item that is not in progress, a list of keys
+// starts one for each of them. It returns how many items were reprocessed.
+func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string, now time.Time) (int, error) {
+	if choice == "" || choice == "none" {
+		return 0, nil
+	}
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		var items []kt.Input
+		if choice == "all" {
+			all, err := tx.InputList(wf)
+			if err != nil {
+				return err
+			}
+			for _, it := range all {
+				if it.Kind == "task" && it.Status == kt.ItemProcessing {
+					continue
+				}
+				items = append(items, it)
+			}
+		} else {
+			for _, key := range strings.Split(choice, ",") {
+				it, err := FindItem(tx, wf, strings.TrimSpace(key))
+				if err != nil {
+					return err
+				}
+				items = append(items, it)
+			}
+		}
+		for _, it := range items {
+			if _, err := reprocess(tx, it, now.UnixMilli()); err != nil {
+				var ae *ActionError
+				if choice == "all" && errors.As(err, &ae) {
+					continue // still in progress: left alone
+				}
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+var itemPrefix = regexp.MustCompile("withItem\\(\\s*[`'\"]([A-Za-z0-9_.-]+:)")
+
+// KeyPrefixes lists the item key prefixes a script uses in withItem calls ("email:").
+func KeyPrefixes(source string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range itemPrefix.FindAllStringSubmatch(source, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			out = append(out, m[1])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// keyFormatWarning compares the item keys of a new major version with the
+// existing items (ch 12 §12.6 "ID format change detection", best effort).
+func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
+	newPrefixes := KeyPrefixes(source)
+	if len(newPrefixes) == 0 {
+		return "", nil
+	}
+	items, err := tx.InputList(wf)
+	if err != nil {
+		return "", err
+	}
+	oldCount := map[string]int{}
+	incomplete := 0
+	for _, it := range items {
+		if it.Kind != "task" {
+			continue
+		}
+		p := it.Key
+		if i := strings.Index(p, ":"); i >= 0 {
+			p = p[:i+1]
+		}
+		oldCount[p]++
+		if !itemDone(it.Status) {
+			incomplete++
+		}
+	}
+	for _, p := range newPrefixes {
+		if oldCount[p] > 0 {
+			return "", nil
+		}
+	}
+	if len(oldCount) == 0 {
+		return "", nil
+	}
+	var old []string
+	for p := range oldCount {
+		old = append(old, p)
+	}
+	sort.Strings(old)
+	return fmt.Sprintf("item ids change format: existing items use %s, the new version uses %s. Old items will not be matched: their work may be done again under new ids (duplicate writes are possible), and %d incomplete old items will become orphaned (see `keep items %s --orphaned`; `keep skip` resolves them)",
+		strings.Join(old, ", "), strings.Join(newPrefixes, ", "), incomplete, wf), nil
+}

@@ -1,0 +1,192 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Item is one row of `keep items` (inputs and task items share the ledger).
+type Item struct {
+	ID         string `json:"id"`
+	Workflow   string `json:"workflow"`
+	Key        string `json:"key"`
+	Title      string `json:"title"`
+	Kind       string `json:"kind"`
+	Status     string `json:"status"`
+	Attempt    int    `json:"attempt"`
+	Source     string `json:"source"`
+	Type       string `json:"type"`
+	ExternalID string `json:"externalId"`
+	Orphaned   bool   `json:"orphaned"`
+	CreatedAt  string `json:"createdAt"`
+	UpdatedAt  string `json:"updatedAt"`
+}
+
+// Attempt is one pass over an item, with its mutations (ch 12 §12.5).
+type Attempt struct {
+	Attempt   int      `json:"attempt"`
+	Status    string   `json:"status"`
+	Version   string   `json:"version"`
+	Current   bool     `json:"current"`
+	StartedAt string   `json:"startedAt"`
+	Mutations []Output `json:"mutations"`
+}
+
+// ItemDetail is `keep show item`.
+type ItemDetail struct {
+	Item     Item      `json:"item"`
+	Attempts []Attempt `json:"attempts"`
+}
+
+// Items lists a workflow's items; orphanedOnly keeps the orphaned ones.
+func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([]Item, error) {
+	var out []Item
+	err := st.View(ctx, func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		if err != nil {
+			return noWorkflow(wf, err)
+		}
+		orph, err := orphanCheck(tx, w)
+		if err != nil {
+			return err
+		}
+		ins, err := tx.InputList(wf)
+		if err != nil {
+			return err
+		}
+		for _, in := range ins {
+			row, err := itemRow(tx, in, orph)
+			if err != nil {
+				return err
+			}
+			if orphanedOnly && !row.Orphaned {
+				continue
+			}
+			out = append(out, row)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (Item, error) {
+	status, err := InputStatus(tx, in)
+	if err != nil {
+		return Item{}, err
+	}
+	return Item{ID: in.ID, Workflow: in.Workflow, Key: in.Key, Title: in.Title, Kind: in.Kind, Status: status, Attempt: in.CurrentAttempt,
+		Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Orphaned: orphaned(in), CreatedAt: Time(in.CreatedAt), UpdatedAt: Time(in.UpdatedAt)}, nil
+}
+
+// orphanCheck returns a test for ch 12 §12.6 orphans: task items not done or
+// skipped, last touched by an older major version, while the active major
+// version has completed a task run that never touched them.
+func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
+	versions, err := tx.VersionList(w.Name)
+	if err != nil {
+		return nil, err
+	}
+	major := map[int64]int{}
+	for _, v := range versions {
+		major[v.ID] = v.Major
+	}
+	active := major[w.ActiveVersion]
+	runs, err := tx.RunList(w.Name, 0)
+	if err != nil {
+		return nil, err
+	}
+	var firstNewRun int64
+	for _, r := range runs {
+		if r.HandlerType == kt.HandlerTask && r.Status == kt.StatusCommitted && major[r.Version] == active {
+			if firstNewRun == 0 || r.CreatedAt < firstNewRun {
+				firstNewRun = r.CreatedAt
+			}
+		}
+	}
+	return func(in kt.Input) bool {
+		return in.Kind == "task" && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&
+			major[in.LastVersion] < active && in.UpdatedAt < firstNewRun
+	}, nil
+}
+
+// ShowItem returns an item with its attempt tree.
+func ShowItem(ctx context.Context, st store.Store, wf, ref string) (ItemDetail, error) {
+	var d ItemDetail
+	err := st.View(ctx, func(tx store.Tx) error {
+		in, err := engine.FindItem(tx, wf, ref)
+		if err != nil {
+			return err
+		}
+		w, err := tx.WorkflowGet(in.Workflow)
+		if err != nil {
+			return err
+		}
+		orph, err := orphanCheck(tx, w)
+		if err != nil {
+			return err
+		}
+		if d.Item, err = itemRow(tx, in, orph); err != nil {
+			return err
+		}
+		labels := map[int64]string{}
+		vs, err := tx.VersionList(in.Workflow)
+		if err != nil {
+			return err
+		}
+		for _, v := range vs {
+			labels[v.ID] = v.Label()
+		}
+		attempts, err := tx.ItemAttemptList(in.ID)
+		if err != nil {
+			return err
+		}
+		byAttempt := map[int]*Attempt{}
+		for _, a := range attempts {
+			byAttempt[a.Attempt] = &Attempt{Attempt: a.Attempt, Status: a.Status, Version: labels[a.Version], StartedAt: Time(a.StartedAt), Mutations: []Output{}}
+		}
+		ms, err := tx.MutationList(in.Workflow)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			mine := false
+			for _, id := range m.ItemKeys {
+				mine = mine || id == in.ID
+			}
+			if !mine {
+				continue
+			}
+			a := byAttempt[m.Attempt]
+			if a == nil {
+				a = &Attempt{Attempt: m.Attempt, Status: "unknown", Mutations: []Output{}}
+				byAttempt[m.Attempt] = a
+			}
+			if a.Version == "" {
+				if r, err := tx.RunGet(m.RunID); err == nil {
+					a.Version = labels[r.Version]
+				} else if !errors.Is(err, kt.ErrNotFound) {
+					return err
+				}
+			}
+			a.Mutations = append(a.Mutations, OutputRow(m))
+		}
+		for n, a := range byAttempt {
+			a.Current = n == in.CurrentAttempt
+			if a.Current {
+				a.Status = d.Item.Status
+			}
+			d.Attempts = append(d.Attempts, *a)
+		}
+		sort.Slice(d.Attempts, func(i, j int) bool { return d.Attempts[i].Attempt < d.Attempts[j].Attempt })
+		if d.Attempts == nil {
+			d.Attempts = []Attempt{}
+		}
+		return nil
+	})
+	return d, err
+}
