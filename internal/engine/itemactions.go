@@ -60,8 +60,8 @@ func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time
 			return err
 		}
 		if it.Kind == "task" {
-			if it.Status == kt.ItemSkipped {
-				return refuse("item %q is already skipped", it.Key)
+			if !kt.ItemTransitionAllowed(it.Status, kt.ItemSkipped) {
+				return refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
 			}
 			it.Status, it.UpdatedAt = kt.ItemSkipped, ms
 			if err := tx.InputPut(it); err != nil {

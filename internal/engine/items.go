@@ -116,6 +116,9 @@ func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status string,
 		if err != nil {
 			return err
 		}
+		if cur.Status != status && !kt.ItemTransitionAllowed(cur.Status, status) {
+			return kt.Errorf(kt.ClassInternal, "item %s: state %q → %q is not allowed", cur.Key, cur.Status, status)
+		}
 		cur.Status, cur.UpdatedAt, cur.LastRun, cur.LastVersion = status, now, run.ID, run.Version
 		if err := tx.InputPut(cur); err != nil {
 			return err

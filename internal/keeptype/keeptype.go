@@ -198,6 +198,28 @@ const (
 	ItemPending        = "pending" // inputs only: an event caused by it is waiting
 )
 
+// allowedItem is the item state machine of ch 12 §12.4 for task items,
+// plus "skip" of a stuck or orphaned item and "reprocess" (a new attempt)
+// from any settled state (§12.5, §12.7).
+var allowedItem = map[string][]string{
+	"":                 {ItemProcessing},
+	ItemProcessing:     {ItemDone, ItemFailed, ItemNeedsAttention, ItemSkipped, ItemProcessing},
+	ItemFailed:         {ItemProcessing, ItemSkipped},
+	ItemNeedsAttention: {ItemProcessing, ItemSkipped},
+	ItemSkipped:        {ItemProcessing},
+	ItemDone:           {ItemProcessing},
+}
+
+// ItemTransitionAllowed reports whether a task item may move between states.
+func ItemTransitionAllowed(from, to string) bool {
+	for _, s := range allowedItem[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
 // ItemAttempt is one pass of processing of an item (ch 12 §12.5).
 type ItemAttempt struct {
 	ItemID    string

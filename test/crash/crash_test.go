@@ -263,3 +263,98 @@ func TestCrashPoints(t *testing.T) {
 		})
 	}
 }
+
+const itemScript = `export default Keep.workflow({
+  name: "crash",
+  tasks: { notify: Keep.task({ schedule: { interval: "1h" }, async run(ctx, state) {
+    for (const f of await ctx.files.list({ dir: "inbox", glob: "*.json" })) {
+      const id = f.name.replace(".json", "")
+      await ctx.withItem("email:" + id, "Email " + id, async (ctx) => {
+        if (ctx.item.isDone) return
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/first-" + id, json: { id }, timeoutMs: 20000, reconcile: { url: "%SINK%/writes/{idempotencyKey}" } })
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/second-" + id, json: { id }, timeoutMs: 20000, reconcile: { url: "%SINK%/writes/{idempotencyKey}" } })
+      })
+    }
+  } }) },
+})`
+
+func setupItems(t *testing.T, sink *testsink.Sink) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(strings.ReplaceAll(itemScript, "%SINK%", sink.URL)), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n"), 0o644)
+	inbox := filepath.Join(dir, "data", "files", "inbox")
+	os.MkdirAll(inbox, 0o755)
+	os.WriteFile(filepath.Join(inbox, "a.json"), []byte(`{}`), 0o644)
+	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func itemDone(t *testing.T, dir string) bool {
+	st, err := sqlite.Open(filepath.Join(dir, "data", "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	done := false
+	st.View(context.Background(), func(tx store.Tx) error {
+		it, err := tx.InputGetByKey("crash", "email:a")
+		done = err == nil && it.Status == kt.ItemDone
+		return nil
+	})
+	return done
+}
+
+func writesTo(sink *testsink.Sink, path string) int {
+	n := 0
+	for _, w := range sink.Writes() {
+		if w.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKillInsideAnItemHandler kills keep while the second of an item's two
+// writes is in flight: after the restart each write has happened once.
+func TestKillInsideAnItemHandler(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.OK, testsink.TimeoutAfter)
+	dir := setupItems(t, sink)
+	p := serve(t, dir)
+	waitFor(t, "the second write to reach the sink", 30*time.Second, func() bool { return sink.Requests() >= 2 })
+	p.kill()
+	serve(t, dir)
+	waitFor(t, "the item to be done after restart", 30*time.Second, func() bool { return itemDone(t, dir) })
+	if a, b := writesTo(sink, "/write/first-a"), writesTo(sink, "/write/second-a"); a != 1 || b != 1 {
+		t.Fatalf("writes: first %d, second %d; want exactly one each", a, b)
+	}
+	if sink.Requests() != 2 {
+		t.Fatalf("requests %d: a write was sent again", sink.Requests())
+	}
+}
+
+func TestItemCrashPoints(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			sink := testsink.New()
+			defer sink.Close()
+			dir := setupItems(t, sink)
+			p := serve(t, dir, "KEEP_TEST_CRASH_AFTER="+point)
+			if !p.exited(30 * time.Second) {
+				t.Fatalf("keep did not reach crash point %s; logs:\n%s", point, p.logs)
+			}
+			serve(t, dir)
+			waitFor(t, "the item to be done after restart", 30*time.Second, func() bool { return itemDone(t, dir) })
+			if a, b := writesTo(sink, "/write/first-a"), writesTo(sink, "/write/second-a"); a != 1 || b != 1 {
+				t.Fatalf("crash %s: writes first %d, second %d; want exactly one each", point, a, b)
+			}
+		})
+	}
+}

@@ -167,3 +167,15 @@ func TestTransportNeverResendsAWrite(t *testing.T) {
 		t.Fatalf("requests %d writes %d: the transport re-sent a write", sink.Requests(), len(sink.Writes()))
 	}
 }
+
+func TestComparePayload(t *testing.T) {
+	t.Parallel()
+	cmp := khttp.New().Methods["request"].ComparePayload
+	a := map[string]any{"json": map[string]any{"x": 1, "y": []any{"a"}}, "headers": map[string]any{"X-Trace": "1"}}
+	same := map[string]any{"json": map[string]any{"y": []any{"a"}, "x": 1}, "headers": map[string]any{"X-Trace": "1"}}
+	headers := map[string]any{"json": map[string]any{"x": 1, "y": []any{"a"}}, "headers": map[string]any{"X-Trace": "2"}}
+	body := map[string]any{"json": map[string]any{"x": 2, "y": []any{"a"}}}
+	if cmp(a, same) != connector.Equivalent || cmp(a, headers) != connector.Minor || cmp(a, body) != connector.Significant {
+		t.Fatalf("compare: %s %s %s", cmp(a, same), cmp(a, headers), cmp(a, body))
+	}
+}
