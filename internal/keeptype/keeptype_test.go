@@ -70,7 +70,7 @@ func TestItemMachine(t *testing.T) {
 	t.Parallel()
 	states := []string{"", ItemProcessing, ItemDone, ItemFailed, ItemSkipped, ItemNeedsAttention}
 	allowed := map[[2]string]bool{
-		{"", ItemProcessing}: true,
+		{"", ItemProcessing}:       true,
 		{ItemProcessing, ItemDone}: true, {ItemProcessing, ItemFailed}: true, {ItemProcessing, ItemNeedsAttention}: true, {ItemProcessing, ItemSkipped}: true, {ItemProcessing, ItemProcessing}: true,
 		{ItemFailed, ItemProcessing}: true, {ItemFailed, ItemSkipped}: true,
 		{ItemNeedsAttention, ItemProcessing}: true, {ItemNeedsAttention, ItemSkipped}: true,
