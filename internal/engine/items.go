@@ -212,6 +212,11 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 		if itemDone(cur.Status) && cur.Title == title {
 			return nil // nothing changes for a done item
 		}
+		// The item will point at this run: the run is recorded with it.
+		h.run.UpdatedAt = now
+		if err := tx.RunPut(*h.run); err != nil {
+			return err
+		}
 		if !itemDone(cur.Status) {
 			cur.Status = kt.ItemProcessing
 		}
@@ -322,7 +327,15 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	mut.CanReconcile = m.CanReconcile(args)
 	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
 	h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Args: redacted, Outcome: "in_flight"})
-	if err := e.store.Update(ctx, func(tx store.Tx) error { return putMutation(tx, mut) }); err != nil {
+	run.Trace, run.UpdatedAt = h.tr.json(), now
+	if err := e.store.Update(ctx, func(tx store.Tx) error {
+		// The run is on disk with its in_flight mutation, so a crash leaves a
+		// run to recover and the ledger never points at a run that does not exist.
+		if err := tx.RunPut(*run); err != nil {
+			return err
+		}
+		return putMutation(tx, mut)
+	}); err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "record mutation in_flight (the call was not started): %v", err)
 	}
 	e.crashPoint(CrashAfterInFlight)

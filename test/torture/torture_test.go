@@ -93,6 +93,24 @@ func workflow(name, sinkURL string, probe, chain bool) string {
 })`
 }
 
+// itemWorkflow is an item script: one item per inbox file, two writes per
+// item (the second without a probe), guarded by isDone.
+func itemWorkflow(name, sinkURL string) string {
+	return `export default Keep.workflow({
+  name: "` + name + `",
+  tasks: { work: Keep.task({ schedule: { interval: "1s" }, async run(ctx, state) {
+    for (const f of await ctx.files.list({ dir: "inbox-` + name + `", glob: "*.json" })) {
+      const id = f.name.replace(".json", "")
+      await ctx.withItem("item:" + id, "` + name + ` item " + id, async (ctx) => {
+        if (ctx.item.isDone) return
+        await ctx.http.request({ method: "POST", url: "` + sinkURL + `/write/` + name + `-a-" + id, json: { id }, timeoutMs: 1500, reconcile: { url: "` + sinkURL + `/writes/{idempotencyKey}" } })
+        await ctx.http.request({ method: "POST", url: "` + sinkURL + `/write/` + name + `-b-" + id, json: { id }, timeoutMs: 1500 })
+      })
+    }
+  } }) },
+})`
+}
+
 type rig struct {
 	t       *testing.T
 	dir     string
@@ -293,10 +311,13 @@ func TestTorture(t *testing.T) {
 	defer sink.Close()
 	dir := t.TempDir()
 	r := &rig{t: t, dir: dir, data: filepath.Join(dir, "data"), sink: sink, rng: rand.New(rand.NewSource(s)),
-		items: map[string]int{}, names: []string{"chain", "noprobe", "probe"}, stats: map[string]int{}}
+		items: map[string]int{}, names: []string{"chain", "noprobe", "probe", "items"}, stats: map[string]int{}}
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\n"), 0o644)
 	for _, wf := range r.names {
 		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
+		if wf == "items" {
+			src = itemWorkflow(wf, sink.URL)
+		}
 		p := filepath.Join(dir, wf+".js")
 		os.WriteFile(p, []byte(src), 0o644)
 		if out, err := exec.Command(keepBin, "deploy", "--data", r.data, p).CombinedOutput(); err != nil {
@@ -323,7 +344,11 @@ func TestTorture(t *testing.T) {
 	for _, n := range r.items {
 		total += n
 	}
-	t.Logf("kills: %d, inputs: %d, writes at the sink: %d (requests %d, probes %d)", *kills, total, len(sink.Writes()), sink.Requests(), sink.Probes())
+	t.Logf("kills: %d, inputs and items: %d, writes at the sink: %d (requests %d, probes %d)", *kills, total, len(sink.Writes()), sink.Requests(), sink.Probes())
+	// Every item of the item script wrote both of its writes, or was skipped by the person.
+	if want := r.items["chain"] + r.items["noprobe"] + r.items["probe"] + 2*r.items["items"]; len(sink.Writes()) > want {
+		t.Fatalf("%d writes at the sink, at most %d possible", len(sink.Writes()), want)
+	}
 	for k, v := range r.stats {
 		t.Logf("  %s: %d", k, v)
 	}
