@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -149,12 +153,18 @@ func readScript(file string) (string, error) {
 // ---------- serve ----------
 
 func (a *app) serveCmd() *cobra.Command {
-	var configFile, filesRoot string
+	var configFile, filesRoot, addr, token string
 	c := &cobra.Command{
 		Use:   "serve",
-		Short: "run every deployed workflow on its schedule until stopped",
+		Short: "run every deployed workflow on its schedule, with the web page and API, until stopped",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if token == "" {
+				token = os.Getenv("KEEP_TOKEN")
+			}
+			if addr != "" && !api.IsLoopback(addr) && token == "" {
+				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
+			}
 			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, ConfigFile: configFile, FilesRoot: filesRoot})
 			if err != nil {
 				return err
@@ -166,12 +176,27 @@ func (a *app) serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "keep serving %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, n)
+			where := "no web page (--addr \"\")"
+			if addr != "" {
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("listen on %s: %w (another keep serve, or pass --addr)", addr, err)
+				}
+				srv := &http.Server{Handler: k.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
+				go srv.Serve(ln)
+				defer srv.Close()
+				_ = os.WriteFile(daemon.AddrFile(a.dataDir), []byte(ln.Addr().String()), 0o644)
+				defer os.Remove(daemon.AddrFile(a.dataDir))
+				where = "http://" + ln.Addr().String()
+			}
+			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
 			return k.Scheduler.Run(ctx)
 		},
 	}
 	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default DATA/files)")
+	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
+	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
 	return c
 }
 
@@ -827,6 +852,17 @@ func (a *app) approveCmd() *cobra.Command {
 }
 
 func (a *app) act(ctx context.Context, runID string, what engine.Resolution) error {
+	path, body := "/api/v1/runs/"+url.PathEscape(runID)+"/resolve", any(map[string]string{"action": string(what)})
+	if what == engine.ResolveApprove {
+		path, body = "/api/v1/runs/"+url.PathEscape(runID)+"/approve", nil
+	}
+	if out, handled, err := a.viaAPI("POST", path, body); handled {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(a.out, out["message"])
+		return nil
+	}
 	return a.withStore(func(st store.Store) error {
 		msg, err := engine.Resolve(ctx, st, runID, what, time.Now())
 		if err != nil {
@@ -842,6 +878,17 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 	return &cobra.Command{
 		Use: verb + " WORKFLOW", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if out, handled, err := a.viaAPI("POST", "/api/v1/workflows/"+url.PathEscape(args[0])+"/"+verb, nil); handled {
+				if err != nil {
+					return err
+				}
+				if verb == "run-now" {
+					fmt.Fprintf(a.out, "%v producers of %s queued\n", out["queued"], args[0])
+				} else {
+					fmt.Fprintf(a.out, "%s %s\n", args[0], map[string]string{"pause": "paused", "resume": "resumed"}[verb])
+				}
+				return nil
+			}
 			return a.withStore(func(st store.Store) error {
 				now := time.Now()
 				switch verb {
@@ -952,6 +999,13 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 	c := &cobra.Command{
 		Use: verb + " ITEM", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if out, handled, err := a.viaAPI("POST", "/api/v1/items/"+url.PathEscape(args[0])+"/"+verb+"?workflow="+url.QueryEscape(wf), nil); handled {
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.out, out["message"])
+				return nil
+			}
 			return a.withStore(func(st store.Store) error {
 				var msg string
 				var err error
@@ -970,4 +1024,44 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 	}
 	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")
 	return c
+}
+
+// ---------- the API beside a running keep serve ----------
+
+// viaAPI sends a person's action to a keep serve running on the data
+// directory, so that it acts at once and open pages update. handled is false
+// when no keep serve answers; the caller then writes to the store itself.
+func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handled bool, err error) {
+	addr, rerr := os.ReadFile(daemon.AddrFile(a.dataDir))
+	if rerr != nil {
+		return nil, false, nil
+	}
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequest(method, "http://"+strings.TrimSpace(string(addr))+path, rd)
+	if err != nil {
+		return nil, false, nil
+	}
+	req.Header.Set("X-Keep-Client", "cli")
+	req.Header.Set("Content-Type", "application/json")
+	if t := os.Getenv("KEEP_TOKEN"); t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, false, nil // no keep serve there (a stale address file)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, true, fmt.Errorf("keep serve answered %s with something that is not JSON", resp.Status)
+	}
+	if e, ok := out["error"].(map[string]any); ok {
+		return nil, true, errors.New(fmt.Sprint(e["message"]))
+	}
+	return out, true, nil
 }

@@ -8,18 +8,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
 
+	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/files"
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/web"
 )
 
 // Options configure a keep process.
@@ -58,6 +62,9 @@ type Keep struct {
 	Engine    *engine.Engine
 	Scheduler *scheduler.Scheduler
 	Policy    config.Policy
+	Hub       *api.Hub
+	Metrics   *metrics.Metrics
+	DataDir   string
 	lock      *os.File
 }
 
@@ -98,15 +105,40 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock}
+	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir}
 	var sched *scheduler.Scheduler
 	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), Policy: &cfg.Policy, Logger: logger,
-		CrashPoint: os.Getenv("KEEP_TEST_CRASH_AFTER"),
-		OnChange:   func(string) { sched.Wake() }})
+		CrashPoint: os.Getenv("KEEP_TEST_CRASH_AFTER"), Observer: k.Metrics,
+		OnChange: func(wf string) {
+			sched.Wake()
+			k.Hub.Publish(wf)
+		}})
 	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger})
 	k.Scheduler = sched
 	return k, nil
 }
+
+// Changed wakes the scheduler and tells open pages after a person's action.
+func (k *Keep) Changed(wf string) {
+	k.Scheduler.Wake()
+	k.Hub.Publish(wf)
+}
+
+// HTTPHandler serves the API, the pages, live updates and metrics, all
+// behind one guard (token, CSRF, security headers).
+func (k *Keep) HTTPHandler(token string) http.Handler {
+	guard := api.NewGuard(token)
+	mux := http.NewServeMux()
+	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed}).Handler())
+	mux.Handle("GET /events", k.Hub)
+	mux.Handle("GET /metrics", k.Metrics.Handler())
+	mux.Handle("/", web.New(k.Store, guard, k.Changed).Handler())
+	return guard.Wrap(mux, "/login")
+}
+
+// AddrFile is where keep serve writes the address of its API, so the CLI
+// beside it can use the API.
+func AddrFile(dataDir string) string { return filepath.Join(dataDir, "serve.addr") }
 
 // Recover marks runs left active by a dead process as crashed.
 func (k *Keep) Recover(ctx context.Context) (int, error) { return k.Engine.Recover(ctx) }

@@ -21,12 +21,22 @@ const (
 	ResolveApprove     Resolution = "approve"
 )
 
-// ActionError is a person's action that does not apply; the message says why and what to do.
-type ActionError struct{ Msg string }
+// ActionError is a person's action that does not apply; the message says why
+// and what to do. NotFound tells an unknown workflow, run or item apart from
+// an action that does not fit the current state.
+type ActionError struct {
+	Msg      string
+	NotFound bool
+}
 
 func (e *ActionError) Error() string { return e.Msg }
 
 func refuse(format string, args ...any) error { return &ActionError{Msg: fmt.Sprintf(format, args...)} }
+
+// missing is refuse for something that does not exist.
+func missing(format string, args ...any) error {
+	return &ActionError{Msg: fmt.Sprintf(format, args...), NotFound: true}
+}
 
 // Resolve records a person's decision on a blocked run in one transaction.
 // It works with or without a running engine: the engine (keep serve or
@@ -37,7 +47,7 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 	err := st.Update(ctx, func(tx store.Tx) error {
 		run, err := tx.RunGet(runID)
 		if errors.Is(err, kt.ErrNotFound) {
-			return refuse("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
+			return missing("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
 		}
 		if err != nil {
 			return err
@@ -203,7 +213,7 @@ func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int,
 func workflow(tx store.Tx, name string) (kt.Workflow, error) {
 	w, err := tx.WorkflowGet(name)
 	if errors.Is(err, kt.ErrNotFound) {
-		return w, refuse("there is no workflow %q (see `keep status`)", name)
+		return w, missing("there is no workflow %q (see `keep status`)", name)
 	}
 	return w, err
 }

@@ -44,6 +44,14 @@ type Options struct {
 	CrashPoint string
 	// OnChange, when set, is called after every committed transition with the workflow name.
 	OnChange func(workflow string)
+	// Observer, when set, is told about finished runs and sandbox calls (metrics).
+	Observer Observer
+}
+
+// Observer receives measurements; the metrics package implements it.
+type Observer interface {
+	RunFinished(handlerType kt.HandlerType, status kt.Status, d time.Duration)
+	SandboxCall(phase string, d time.Duration)
 }
 
 // Engine executes runs.
@@ -55,6 +63,7 @@ type Engine struct {
 	log      *slog.Logger
 	crash    string
 	onChange func(string)
+	observer Observer
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
@@ -62,7 +71,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, crash: o.CrashPoint, onChange: o.OnChange, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, crash: o.CrashPoint, onChange: o.OnChange, observer: o.Observer, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy = *o.Policy
 	} else {
@@ -355,3 +364,19 @@ func IdentityKey(workflow, handler string, itemKeys []string, attempt int, tool,
 
 // PayloadHash hashes the payload params of a mutation.
 func PayloadHash(payload map[string]any) string { return hashOf(payload) }
+
+// invoke runs one handler phase in the sandbox and reports its duration.
+func (e *Engine) invoke(prog *script.Program, inv script.Invocation) (script.Outcome, error) {
+	start := time.Now()
+	out, err := prog.Invoke(inv)
+	if e.observer != nil {
+		e.observer.SandboxCall(inv.Phase, time.Since(start))
+	}
+	return out, err
+}
+
+func (e *Engine) runFinished(r *kt.Run) {
+	if e.observer != nil {
+		e.observer.RunFinished(r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
+	}
+}

@@ -43,7 +43,7 @@ func FindItem(tx store.Tx, wf, ref string) (kt.Input, error) {
 	}
 	switch len(found) {
 	case 0:
-		return kt.Input{}, refuse("there is no item %q (see `keep items WORKFLOW`)", ref)
+		return kt.Input{}, missing("there is no item %q (see `keep items WORKFLOW`)", ref)
 	case 1:
 		return found[0], nil
 	}

@@ -40,7 +40,12 @@ func itemDone(status string) bool { return status == kt.ItemDone || status == kt
 // execTask runs an item script (SPEC §8.3): the handler always runs, items
 // are entered and left through withItem, mutations run one at a time
 // through the ledger, and replay returns cached results.
-func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) error {
+func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (err error) {
+	defer func() {
+		if err == nil {
+			e.runFinished(run)
+		}
+	}()
 	tr := loadTrace(run.Trace)
 	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "task " + run.Handler + " started"})
 	var hrow kt.Handler
@@ -52,7 +57,7 @@ func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Prog
 		return err
 	}
 	h := &host{e: e, ctx: ctx, run: run, phase: "task", tr: tr, handler: run.Handler, task: &taskState{prog: prog, wf: wf}}
-	out, err := prog.Invoke(script.Invocation{Kind: kt.HandlerTask, Name: run.Handler, Phase: "run",
+	out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerTask, Name: run.Handler, Phase: "run",
 		Args: []json.RawMessage{hrow.State}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 	if err == nil && h.task.item != nil {
 		err = kt.Errorf(kt.ClassLogic, "task %s returned while item %q was still being processed; await every withItem", run.Handler, h.task.item.Key)

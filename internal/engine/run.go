@@ -179,7 +179,12 @@ func checkSize(what string, raw json.RawMessage) error {
 
 // ---------- producers ----------
 
-func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) error {
+func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (err error) {
+	defer func() {
+		if err == nil {
+			e.runFinished(run)
+		}
+	}()
 	tr := loadTrace(run.Trace)
 	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "producer " + run.Handler + " started"})
 	var hrow kt.Handler
@@ -193,7 +198,7 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 	decl := prog.Decl.Producers[run.Handler]
 	h := &host{e: e, ctx: ctx, run: run, phase: "producer", tr: tr, handler: run.Handler, allowPublish: set(decl.Publishes),
 		inputByKey: map[string]string{}, knownInputs: map[string]bool{}}
-	out, err := prog.Invoke(script.Invocation{Kind: kt.HandlerProducer, Name: run.Handler, Phase: "handler",
+	out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerProducer, Name: run.Handler, Phase: "handler",
 		Args: []json.RawMessage{hrow.State}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 	if err == nil {
 		err = checkSize("the producer's returned state", out.Value)
@@ -390,7 +395,12 @@ func (e *Engine) wakeTime(v any) int64 {
 	return t.UnixMilli()
 }
 
-func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) error {
+func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (err error) {
+	defer func() {
+		if err == nil {
+			e.runFinished(run)
+		}
+	}()
 	tr := loadTrace(run.Trace)
 	decl, ok := prog.Decl.Consumers[run.Handler]
 	if !ok {
@@ -411,7 +421,7 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 			return err
 		}
 		h := &host{e: e, ctx: ctx, run: run, phase: "prepare", tr: tr, decl: dv, handler: run.Handler}
-		out, err := prog.Invoke(script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "prepare",
+		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "prepare",
 			Args: []json.RawMessage{hrow.State}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		if err == nil {
 			err = checkSize("the PrepareResult", out.Value)
@@ -451,7 +461,7 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 	if run.Phase == kt.PhasePrepared || run.Phase == kt.PhaseMutating {
 		h := &host{e: e, ctx: ctx, run: run, phase: "mutate", tr: tr, decl: dv, handler: run.Handler}
 		pr, _ := DecodePrepareResult(run.PrepareResult)
-		out, err := prog.Invoke(script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "mutate",
+		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "mutate",
 			Args: []json.RawMessage{preparedArg(run.PrepareResult, pr)}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		_ = out
 		if err != nil {
@@ -558,7 +568,7 @@ func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program,
 	var newState json.RawMessage
 	if decl.Next {
 		pr, _ := DecodePrepareResult(run.PrepareResult)
-		out, err := prog.Invoke(script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "next",
+		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "next",
 			Args: []json.RawMessage{preparedArg(run.PrepareResult, pr), mr}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		if err == nil {
 			err = checkSize("the state returned by next", out.Value)

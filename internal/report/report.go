@@ -143,7 +143,7 @@ func inputRow(in kt.Input, status string) Input {
 
 func noWorkflow(wf string, err error) error {
 	if errors.Is(err, kt.ErrNotFound) {
-		return &engine.ActionError{Msg: fmt.Sprintf("there is no workflow %q (see `keep status`)", wf)}
+		return &engine.ActionError{Msg: fmt.Sprintf("there is no workflow %q (see `keep status`)", wf), NotFound: true}
 	}
 	return err
 }
@@ -401,4 +401,57 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 		c.Actions = []string{"try-again", "skip"}
 	}
 	return c, blocked, nil
+}
+
+// RunDetail is `keep show run`: the run, its trace, its mutation and, when
+// it is blocked, its card.
+type RunDetail struct {
+	Run            Run             `json:"run"`
+	PrepareResult  json.RawMessage `json:"prepareResult"`
+	MutationResult json.RawMessage `json:"mutationResult"`
+	Mutation       *Output         `json:"mutation"`
+	Trace          []TraceLine     `json:"trace"`
+	Dropped        int             `json:"droppedTraceEntries"`
+	Blocked        bool            `json:"blocked"`
+	Card           *Card           `json:"card,omitempty"`
+}
+
+// TraceLine is one trace entry as stored by the engine.
+type TraceLine = engine.TraceEntry
+
+// ShowRun returns one run in full.
+func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) {
+	var d RunDetail
+	err := st.View(ctx, func(tx store.Tx) error {
+		r, err := tx.RunGet(id)
+		if errors.Is(err, kt.ErrNotFound) {
+			return &engine.ActionError{Msg: fmt.Sprintf("there is no run %q (see `keep runs WORKFLOW`)", id), NotFound: true}
+		}
+		if err != nil {
+			return err
+		}
+		card, blocked, err := card(tx, r)
+		if err != nil {
+			return err
+		}
+		d = RunDetail{Run: RunRow(r), PrepareResult: r.PrepareResult, MutationResult: r.MutationResult, Blocked: blocked, Trace: []TraceLine{}}
+		if blocked {
+			d.Card = &card
+		}
+		if m, err := tx.MutationByRun(r.ID); err == nil {
+			o := OutputRow(m)
+			d.Mutation = &o
+		}
+		var tr struct {
+			Entries []engine.TraceEntry `json:"entries"`
+			Dropped int                 `json:"dropped"`
+		}
+		_ = json.Unmarshal(r.Trace, &tr)
+		if tr.Entries != nil {
+			d.Trace = tr.Entries
+		}
+		d.Dropped = tr.Dropped
+		return nil
+	})
+	return d, err
 }

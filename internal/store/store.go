@@ -31,6 +31,14 @@ type Stats struct {
 	Commits int64
 }
 
+// Counts is a summary of the ledgers.
+type Counts struct {
+	RunsByStatus      map[string]int
+	MutationsByStatus map[string]int
+	ReconcileAttempts int
+	PendingEvents     int
+}
+
 // Tx is the set of operations available inside a transaction. Every Get
 // returns kt.ErrNotFound (wrapped) when the row does not exist.
 type Tx interface {
@@ -81,6 +89,9 @@ type Tx interface {
 	MutationPut(m kt.Mutation) error
 	MutationList(workflow string) ([]kt.Mutation, error)
 	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
+
+	// Counts summarizes the ledgers for metrics.
+	Counts() (Counts, error)
 
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting

@@ -91,7 +91,7 @@ func setup(t *testing.T, sink *testsink.Sink, reconcile bool) string {
 
 func serve(t *testing.T, dir string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(keepBin, "serve", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"))
+	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"))
 	logs := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.Env = append(os.Environ(), env...)

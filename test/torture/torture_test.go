@@ -139,7 +139,7 @@ func (r *rig) addItems(n int) {
 }
 
 func (r *rig) serve(env ...string) *exec.Cmd {
-	cmd := exec.Command(keepBin, "serve", "--data", r.data, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
+	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", r.data, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
 	cmd.Env = append(os.Environ(), env...)
 	logf, _ := os.OpenFile(filepath.Join(r.dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	cmd.Stdout, cmd.Stderr = logf, logf

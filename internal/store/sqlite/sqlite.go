@@ -716,6 +716,37 @@ func (t *tx) MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error
 	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE status=? ORDER BY created_at`, status)
 }
 
+func (t *tx) Counts() (store.Counts, error) {
+	c := store.Counts{RunsByStatus: map[string]int{}, MutationsByStatus: map[string]int{}}
+	group := func(q string, into map[string]int) error {
+		rows, err := t.tx.Query(q)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var n int
+			if err := rows.Scan(&k, &n); err != nil {
+				return err
+			}
+			into[k] = n
+		}
+		return rows.Err()
+	}
+	if err := group(`SELECT status, count(*) FROM runs GROUP BY status`, c.RunsByStatus); err != nil {
+		return c, err
+	}
+	if err := group(`SELECT status, count(*) FROM mutations GROUP BY status`, c.MutationsByStatus); err != nil {
+		return c, err
+	}
+	if err := t.tx.QueryRow(`SELECT coalesce(sum(reconcile_attempts),0) FROM mutations`).Scan(&c.ReconcileAttempts); err != nil {
+		return c, err
+	}
+	err := t.tx.QueryRow(`SELECT count(*) FROM events WHERE status='pending'`).Scan(&c.PendingEvents)
+	return c, err
+}
+
 // --- scheduling ---
 
 func (t *tx) DueWorkflows(now int64) ([]string, error) {

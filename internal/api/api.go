@@ -1,0 +1,423 @@
+// Package api is keep's HTTP JSON API under /api/v1/: the same reads and
+// actions as the CLI, with the same field names, errors as
+// {"error":{"code","message"}}. It also provides the request guard (token,
+// CSRF, security headers) that the web pages share, and the change hub
+// behind server-sent events.
+//
+// It may import keeptype, store, engine and report.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Server serves the API.
+type Server struct {
+	Store  store.Store
+	Engine *engine.Engine
+	// Changed is called after an action changed state (wakes the scheduler, notifies pages).
+	Changed func(workflow string)
+	Now     func() time.Time
+}
+
+// MaxBody bounds request bodies (a deployed script included).
+const MaxBody = 4 << 20
+
+// Handler returns the /api/v1/ routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/workflows", s.listWorkflows)
+	mux.HandleFunc("POST /api/v1/workflows", s.deploy)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}", s.getWorkflow)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/versions", s.versions)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/{verb}", s.workflowAction)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/inputs", s.inputs)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/outputs", s.outputs)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/runs", s.runs)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/items", s.items)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/blocked", s.blocked)
+	mux.HandleFunc("GET /api/v1/runs/{id}", s.getRun)
+	mux.HandleFunc("GET /api/v1/runs/{id}/trace", s.trace)
+	mux.HandleFunc("POST /api/v1/runs/{id}/resolve", s.resolve)
+	mux.HandleFunc("POST /api/v1/runs/{id}/approve", s.approve)
+	mux.HandleFunc("GET /api/v1/items/{ref}", s.getItem)
+	mux.HandleFunc("POST /api/v1/items/{ref}/{verb}", s.itemAction)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API route %s %s (see docs/api.md)", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Server) changed(wf string) {
+	if s.Changed != nil {
+		s.Changed(wf)
+	}
+}
+
+// Error writes {"error":{"code","message"}}.
+func Error(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// fail maps keep's errors to HTTP statuses.
+func fail(w http.ResponseWriter, err error) {
+	var ae *engine.ActionError
+	var ve *engine.ValidationError
+	var se *script.SyntaxError
+	switch {
+	case errors.As(err, &ae) && ae.NotFound:
+		Error(w, http.StatusNotFound, "not_found", ae.Msg)
+	case errors.As(err, &ae):
+		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
+	case errors.As(err, &ve):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		var ps []map[string]any
+		for _, p := range ve.Problems {
+			ps = append(ps, map[string]any{"severity": p.Severity, "handler": p.Handler, "topic": p.Topic, "line": p.Line, "message": p.Message})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": "invalid_script", "message": ve.Error(), "problems": ps}})
+	case errors.As(err, &se):
+		Error(w, http.StatusUnprocessableEntity, "invalid_script", se.Error())
+	case errors.Is(err, kt.ErrNotFound):
+		Error(w, http.StatusNotFound, "not_found", err.Error())
+	default:
+		Error(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
+}
+
+// decode reads a JSON body into v; an empty body is allowed when optional.
+func decode(r *http.Request, v any, optional bool) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBody))
+	if err != nil {
+		return fmt.Errorf("the request body is too large or unreadable: %v", err)
+	}
+	if len(body) == 0 && optional {
+		return nil
+	}
+	dec := json.NewDecoder(bytesReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the request body is not the expected JSON: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
+	ss, err := report.Statuses(r.Context(), s.Store, "")
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(ss))
+}
+
+func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	ss, err := report.Statuses(r.Context(), s.Store, wf)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	cards, err := report.Blocked(r.Context(), s.Store, wf)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, map[string]any{"status": ss[0], "blocked": nonNil(cards)})
+}
+
+// Version is one deployed version.
+type Version struct {
+	ID        int64  `json:"id"`
+	Version   string `json:"version"`
+	File      string `json:"file"`
+	Active    bool   `json:"active"`
+	CreatedAt string `json:"createdAt"`
+}
+
+func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	var out []Version
+	err := s.Store.View(r.Context(), func(tx store.Tx) error {
+		wrow, err := tx.WorkflowGet(wf)
+		if err != nil {
+			if errors.Is(err, kt.ErrNotFound) {
+				return &engine.ActionError{Msg: fmt.Sprintf("there is no workflow %q", wf), NotFound: true}
+			}
+			return err
+		}
+		vs, err := tx.VersionList(wf)
+		for _, v := range vs {
+			out = append(out, Version{ID: v.ID, Version: v.Label(), File: v.File, Active: v.ID == wrow.ActiveVersion, CreatedAt: report.Time(v.CreatedAt)})
+		}
+		return err
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(out))
+}
+
+// DeployRequest is the body of POST /api/v1/workflows.
+type DeployRequest struct {
+	Script    string `json:"script"`
+	File      string `json:"file"`
+	Name      string `json:"name"`
+	Kind      string `json:"kind"` // "", "minor", "major"
+	Reprocess string `json:"reprocess"`
+}
+
+func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
+	var req DeployRequest
+	if err := decode(r, &req, false); err != nil {
+		Error(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if req.Script == "" {
+		Error(w, http.StatusBadRequest, "bad_request", "script is required: the workflow's JavaScript source")
+		return
+	}
+	if req.Kind != "" && req.Kind != "minor" && req.Kind != "major" {
+		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("kind %q: use minor or major", req.Kind))
+		return
+	}
+	if req.Reprocess != "" && req.Kind != "major" {
+		Error(w, http.StatusBadRequest, "bad_request", "reprocess goes with kind major")
+		return
+	}
+	if req.File == "" {
+		req.File = "workflow.js"
+	}
+	res, err := s.Engine.Deploy(r.Context(), req.File, req.Script, req.Name, engine.DeployKind(req.Kind))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	n, err := engine.ReprocessAfterMajor(r.Context(), s.Store, res.Workflow, req.Reprocess, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.changed(res.Workflow)
+	var warnings []string
+	for _, p := range res.Problems {
+		warnings = append(warnings, p.String())
+	}
+	warnings = append(warnings, res.Warnings...)
+	reply(w, map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged, "warnings": nonNil(warnings), "reprocessed": n})
+}
+
+func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
+	wf, verb := r.PathValue("wf"), r.PathValue("verb")
+	var err error
+	out := map[string]any{"workflow": wf}
+	switch verb {
+	case "pause":
+		err = engine.Pause(r.Context(), s.Store, wf, s.now())
+	case "resume":
+		err = engine.Resume(r.Context(), s.Store, wf, s.now())
+	case "run-now":
+		var n int
+		n, err = engine.RunNow(r.Context(), s.Store, wf, s.now())
+		out["queued"] = n
+	default:
+		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb))
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.changed(wf)
+	out["ok"] = true
+	reply(w, out)
+}
+
+func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
+	v, err := report.Inputs(r.Context(), s.Store, r.PathValue("wf"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+func (s *Server) outputs(w http.ResponseWriter, r *http.Request) {
+	v, err := report.Outputs(r.Context(), s.Store, r.PathValue("wf"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
+	limit := 50
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 || n > 100000 {
+			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q: use a number from 0 (all) to 100000", l))
+			return
+		}
+		limit = n
+	}
+	v, err := report.Runs(r.Context(), s.Store, r.PathValue("wf"), limit)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+func (s *Server) items(w http.ResponseWriter, r *http.Request) {
+	orphaned := r.URL.Query().Get("orphaned")
+	v, err := report.Items(r.Context(), s.Store, r.PathValue("wf"), orphaned == "1" || orphaned == "true")
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+func (s *Server) blocked(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	if _, err := report.Statuses(r.Context(), s.Store, wf); err != nil {
+		fail(w, err)
+		return
+	}
+	v, err := report.Blocked(r.Context(), s.Store, wf)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	d, err := report.ShowRun(r.Context(), s.Store, r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, d)
+}
+
+func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
+	d, err := report.ShowRun(r.Context(), s.Store, r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, map[string]any{"runId": d.Run.ID, "trace": d.Trace, "droppedTraceEntries": d.Dropped})
+}
+
+// ResolveRequest is the body of POST /api/v1/runs/{id}/resolve.
+type ResolveRequest struct {
+	Action string `json:"action"` // try-again, didnt-happen, skip
+}
+
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+	var req ResolveRequest
+	if err := decode(r, &req, false); err != nil {
+		Error(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	switch engine.Resolution(req.Action) {
+	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip:
+	default:
+		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("action %q: use try-again, didnt-happen or skip", req.Action))
+		return
+	}
+	s.act(w, r, engine.Resolution(req.Action))
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, engine.ResolveApprove) }
+
+func (s *Server) act(w http.ResponseWriter, r *http.Request, what engine.Resolution) {
+	id := r.PathValue("id")
+	msg, err := engine.Resolve(r.Context(), s.Store, id, what, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.changedRun(r.Context(), id)
+	reply(w, map[string]any{"ok": true, "runId": id, "action": string(what), "message": msg})
+}
+
+func (s *Server) changedRun(ctx context.Context, runID string) {
+	_ = s.Store.View(ctx, func(tx store.Tx) error {
+		if run, err := tx.RunGet(runID); err == nil {
+			s.changed(run.Workflow)
+		}
+		return nil
+	})
+}
+
+func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
+	d, err := report.ShowItem(r.Context(), s.Store, r.URL.Query().Get("workflow"), r.PathValue("ref"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, d)
+}
+
+func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
+	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
+	var msg string
+	var err error
+	switch verb {
+	case "skip":
+		msg, err = engine.SkipItem(r.Context(), s.Store, wf, ref, s.now())
+	case "reprocess":
+		msg, err = engine.ReprocessItem(r.Context(), s.Store, wf, ref, s.now())
+	default:
+		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no item action %q (skip, reprocess)", verb))
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	d, _ := report.ShowItem(r.Context(), s.Store, wf, ref)
+	s.changed(d.Item.Workflow)
+	reply(w, map[string]any{"ok": true, "item": ref, "action": verb, "message": msg})
+}

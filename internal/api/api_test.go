@@ -1,0 +1,342 @@
+package api_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+type rig struct {
+	t    *testing.T
+	k    *daemon.Keep
+	srv  *httptest.Server
+	sink *testsink.Sink
+}
+
+func newRig(t *testing.T, token string) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(k.HTTPHandler(token))
+	sink := testsink.New()
+	t.Cleanup(func() { srv.Close(); sink.Close(); k.Close() })
+	return &rig{t: t, k: k, srv: srv, sink: sink}
+}
+
+// call sends a request as keep's CLI would (X-Keep-Client) unless headers say otherwise.
+func (r *rig) call(method, path string, body any, headers map[string]string) (int, map[string]any, []any) {
+	r.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		if s, ok := body.(string); ok {
+			rd = strings.NewReader(s)
+		} else {
+			b, _ := json.Marshal(body)
+			rd = strings.NewReader(string(b))
+		}
+	}
+	req, _ := http.NewRequest(method, r.srv.URL+path, rd)
+	req.Header.Set("X-Keep-Client", "test")
+	for k, v := range headers {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var obj map[string]any
+	var arr []any
+	if json.Unmarshal(raw, &obj) != nil {
+		_ = json.Unmarshal(raw, &arr)
+	}
+	return resp.StatusCode, obj, arr
+}
+
+func (r *rig) settle() {
+	r.t.Helper()
+	if err := r.k.Scheduler.RunUntilIdle(r.t.Context()); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+const script = `export default Keep.workflow({
+  name: "hook", requireApproval: ["http.request"],
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "<script>alert(1)</script> Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: {} })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: { hello: "world" } }) } }) } })`
+
+func errorCode(obj map[string]any) string {
+	e, _ := obj["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func TestEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	src := strings.ReplaceAll(script, "%SINK%", r.sink.URL)
+
+	// Deploy: a bad script is refused with its problems, nothing stored.
+	code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": "export default Keep.workflow({ name: 'x' })"}, nil)
+	if code != http.StatusUnprocessableEntity || errorCode(obj) != "invalid_script" {
+		t.Fatalf("invalid deploy: %d %v", code, obj)
+	}
+	code, obj, _ = r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "hook.js"}, nil)
+	if code != 200 || obj["workflow"] != "hook" || obj["version"] != "1.0" {
+		t.Fatalf("deploy: %d %v", code, obj)
+	}
+	r.settle()
+
+	code, _, arr := r.call("GET", "/api/v1/workflows", nil, nil)
+	if code != 200 || len(arr) != 1 || arr[0].(map[string]any)["status"] != "blocked" {
+		t.Fatalf("workflows: %d %v", code, arr)
+	}
+	code, obj, _ = r.call("GET", "/api/v1/workflows/hook", nil, nil)
+	blocked := obj["blocked"].([]any)
+	if code != 200 || len(blocked) != 1 {
+		t.Fatalf("workflow: %d %v", code, obj)
+	}
+	card := blocked[0].(map[string]any)
+	runID := card["runId"].(string)
+	if m := card["mutation"].(map[string]any); m["tool"] != "http" || !strings.Contains(m["target"].(string), "/write/a") {
+		t.Fatalf("card %v", card)
+	}
+	for _, p := range []string{"/versions", "/inputs", "/outputs", "/runs", "/runs?limit=0", "/items", "/items?orphaned=1", "/blocked"} {
+		if code, obj, arr := r.call("GET", "/api/v1/workflows/hook"+p, nil, nil); code != 200 || obj != nil && errorCode(obj) != "" || arr == nil {
+			t.Fatalf("%s: %d %v", p, code, obj)
+		}
+	}
+	_, _, inputs := r.call("GET", "/api/v1/workflows/hook/inputs", nil, nil)
+	in := inputs[0].(map[string]any)
+	for _, f := range []string{"id", "source", "type", "externalId", "title", "status", "attempt", "createdAt"} {
+		if _, ok := in[f]; !ok {
+			t.Errorf("input lacks %s", f)
+		}
+	}
+	if code, obj, _ := r.call("GET", "/api/v1/runs/"+runID, nil, nil); code != 200 || obj["card"] == nil || obj["blocked"] != true {
+		t.Fatalf("run: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("GET", "/api/v1/runs/"+runID+"/trace", nil, nil); code != 200 || len(obj["trace"].([]any)) == 0 {
+		t.Fatalf("trace: %d %v", code, obj)
+	}
+	// Actions: a wrong one is refused with 409, then approve works once.
+	if code, obj, _ := r.call("POST", "/api/v1/runs/"+runID+"/resolve", map[string]string{"action": "didnt-happen"}, nil); code != http.StatusConflict || errorCode(obj) != "not_applicable" {
+		t.Fatalf("didnt-happen on an approval: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/runs/"+runID+"/approve", nil, nil); code != 200 || obj["ok"] != true {
+		t.Fatalf("approve: %d %v", code, obj)
+	}
+	if code, _, _ := r.call("POST", "/api/v1/runs/"+runID+"/approve", nil, nil); code != http.StatusConflict {
+		t.Fatalf("second approve: %d", code)
+	}
+	r.settle()
+	if n := len(r.sink.Writes()); n != 1 {
+		t.Fatalf("writes %d", n)
+	}
+	_, _, outs := r.call("GET", "/api/v1/workflows/hook/outputs", nil, nil)
+	if outs[0].(map[string]any)["status"] != "applied" {
+		t.Fatalf("outputs %v", outs)
+	}
+	// Items.
+	key := url.PathEscape("system:schedule:a")
+	if code, obj, _ := r.call("GET", "/api/v1/items/"+key, nil, nil); code != 200 || len(obj["attempts"].([]any)) != 1 {
+		t.Fatalf("item: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/items/"+key+"/reprocess", nil, nil); code != 200 || !strings.Contains(obj["message"].(string), "attempt 2") {
+		t.Fatalf("reprocess: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/items/"+key+"/skip", nil, nil); code != 200 {
+		t.Fatalf("skip: %d %v", code, obj)
+	}
+	// Workflow actions.
+	for _, verb := range []string{"pause", "resume"} {
+		if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/"+verb, nil, nil); code != 200 || obj["ok"] != true {
+			t.Fatalf("%s: %d %v", verb, code, obj)
+		}
+	}
+	r.settle()
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/run-now", nil, nil); code != 200 || obj["queued"] != float64(1) {
+		t.Fatalf("run-now: %d %v", code, obj)
+	}
+	// Metrics.
+	resp, err := http.Get(r.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"keep_runs{", "keep_mutations{", "keep_pending_events", "keep_reconcile_attempts_total", "keep_run_duration_seconds_bucket", "keep_sandbox_call_seconds_bucket"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("metrics lack %s", m)
+		}
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	cases := []struct {
+		method, path string
+		body         any
+		status       int
+		code         string
+	}{
+		{"GET", "/api/v1/workflows/nope", nil, 404, "not_found"},
+		{"GET", "/api/v1/workflows/nope/inputs", nil, 404, "not_found"},
+		{"GET", "/api/v1/workflows/nope/versions", nil, 404, "not_found"},
+		{"GET", "/api/v1/runs/nope", nil, 404, "not_found"},
+		{"GET", "/api/v1/items/nope", nil, 404, "not_found"},
+		{"POST", "/api/v1/runs/nope/resolve", map[string]string{"action": "skip"}, 404, "not_found"},
+		{"POST", "/api/v1/runs/nope/resolve", map[string]string{"action": "explode"}, 400, "bad_request"},
+		{"POST", "/api/v1/runs/nope/resolve", `{"action":`, 400, "bad_request"},
+		{"POST", "/api/v1/runs/nope/resolve", map[string]any{"action": "skip", "extra": 1}, 400, "bad_request"},
+		{"POST", "/api/v1/workflows", map[string]any{}, 400, "bad_request"},
+		{"POST", "/api/v1/workflows", map[string]any{"script": "x", "kind": "huge"}, 400, "bad_request"},
+		{"POST", "/api/v1/workflows", map[string]any{"script": "export default {", "kind": "minor"}, 422, "invalid_script"},
+		{"POST", "/api/v1/workflows/nope/pause", nil, 404, "not_found"},
+		{"POST", "/api/v1/workflows/nope/explode", nil, 404, "not_found"},
+		{"GET", "/api/v1/workflows/x/runs?limit=lots", nil, 400, "bad_request"},
+		{"GET", "/api/v1/nothing", nil, 404, "not_found"},
+		{"POST", "/api/v1/items/nope/skip", nil, 404, "not_found"},
+	}
+	for _, c := range cases {
+		code, obj, _ := r.call(c.method, c.path, c.body, nil)
+		if code != c.status || errorCode(obj) != c.code {
+			t.Errorf("%s %s: %d %v, want %d %s", c.method, c.path, code, obj, c.status, c.code)
+		}
+		if msg, _ := obj["error"].(map[string]any)["message"].(string); msg == "" {
+			t.Errorf("%s %s: no message", c.method, c.path)
+		}
+	}
+}
+
+func TestTokenAndCSRF(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "s3cret-token")
+	// No token: 401 for the API, a redirect to the login page for pages.
+	if code, obj, _ := r.call("GET", "/api/v1/workflows", nil, nil); code != 401 || errorCode(obj) != "unauthorized" {
+		t.Fatalf("no token: %d %v", code, obj)
+	}
+	if code, _, _ := r.call("GET", "/api/v1/workflows", nil, map[string]string{"Authorization": "Bearer wrong"}); code != 401 {
+		t.Fatalf("wrong token: %d", code)
+	}
+	if code, _, _ := r.call("GET", "/api/v1/workflows", nil, map[string]string{"Authorization": "Bearer s3cret-token"}); code != 200 {
+		t.Fatalf("token: %d", code)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, _ := noRedirect.Get(r.srv.URL + "/w/hook")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login") {
+		t.Fatalf("page without a session: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp.Body.Close()
+	// Logging in sets a session cookie that opens the pages.
+	resp, _ = noRedirect.PostForm(r.srv.URL+"/login", url.Values{"token": {"wrong"}})
+	if resp.StatusCode != 401 {
+		t.Fatalf("bad login: %d", resp.StatusCode)
+	}
+	resp, _ = noRedirect.PostForm(r.srv.URL+"/login", url.Values{"token": {"s3cret-token"}, "next": {"/"}})
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "keep_session" {
+			session = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || session == nil || !session.HttpOnly {
+		t.Fatalf("login: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	req, _ := http.NewRequest("GET", r.srv.URL+"/", nil)
+	req.AddCookie(session)
+	resp, _ = http.DefaultClient.Do(req)
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") || resp.Header.Get("X-Frame-Options") != "DENY" {
+		t.Fatalf("page with a session: %d %v", resp.StatusCode, resp.Header)
+	}
+	// CSRF: a state change with the session cookie but without proof is refused.
+	req, _ = http.NewRequest("POST", r.srv.URL+"/api/v1/workflows/hook/pause", nil)
+	req.AddCookie(session)
+	resp, _ = http.DefaultClient.Do(req)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cookie-only POST: %d", resp.StatusCode)
+	}
+	// A cross-site form post is refused even with keep's header.
+	code, obj, _ := r.call("POST", "/api/v1/workflows/hook/pause", nil, map[string]string{"Authorization": "", "Origin": "http://evil.example", "X-Keep-Client": ""})
+	if code != 401 && code != 403 {
+		t.Fatalf("cross-site: %d %v", code, obj)
+	}
+}
+
+func TestLoopbackCSRFWithoutToken(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	// A page on another site posting to keep on localhost: no cookie, no header.
+	code, obj, _ := r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"X-Keep-Client": "", "Origin": "http://evil.example"})
+	if code != http.StatusForbidden || errorCode(obj) != "csrf" {
+		t.Fatalf("cross-site post to loopback: %d %v", code, obj)
+	}
+	code, obj, _ = r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"X-Keep-Client": "", "Content-Type": "application/x-www-form-urlencoded"})
+	if code != http.StatusForbidden {
+		t.Fatalf("form post without CSRF token: %d %v", code, obj)
+	}
+	// keep's own page: the CSRF cookie and field match.
+	resp, _ := http.Get(r.srv.URL + "/")
+	var csrf *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "keep_csrf" {
+			csrf = c
+		}
+	}
+	if csrf == nil {
+		t.Fatal("the page set no CSRF cookie")
+	}
+	req, _ := http.NewRequest("POST", r.srv.URL+"/w/x/pause", strings.NewReader(url.Values{"csrf": {csrf.Value}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(csrf)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil || resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("form with the CSRF token: %v %d", err, resp.StatusCode)
+	}
+}
+
+func TestScriptTitlesAreEscaped(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL)}, nil)
+	r.settle()
+	for _, path := range []string{"/", "/w/hook", "/w/hook?runs=1", "/items/" + url.PathEscape("system:schedule:a")} {
+		resp, err := http.Get(r.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "<script>alert(1)</script>") {
+			t.Fatalf("%s renders the planted <script> unescaped", path)
+		}
+		if path != "/" && !strings.Contains(string(body), "&lt;script&gt;alert(1)&lt;/script&gt;") {
+			t.Fatalf("%s does not show the title at all:\n%s", path, body)
+		}
+	}
+}

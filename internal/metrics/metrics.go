@@ -1,0 +1,94 @@
+// Package metrics exposes keep's Prometheus metrics at /metrics: runs by
+// status, mutations by state, reconcile attempts and pending events (read
+// from the ledgers at scrape time), and histograms of run latency and
+// sandbox time (observed by the engine).
+//
+// It may import keeptype and store.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is the engine observer and the /metrics handler.
+type Metrics struct {
+	registry *prometheus.Registry
+	runs     *prometheus.HistogramVec
+	sandbox  *prometheus.HistogramVec
+}
+
+// New registers keep's metrics over a store.
+func New(st store.Store) *Metrics {
+	m := &Metrics{registry: prometheus.NewRegistry()}
+	m.runs = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "keep_run_duration_seconds", Help: "Time from a run's start to its commit or block, by handler type and resulting status.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"handler_type", "status"})
+	m.sandbox = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "keep_sandbox_call_seconds", Help: "Time of one handler phase in the JavaScript sandbox, host calls included.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"phase"})
+	m.registry.MustRegister(m.runs, m.sandbox, &ledgerCollector{st: st}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// RunFinished implements engine.Observer.
+func (m *Metrics) RunFinished(t kt.HandlerType, s kt.Status, d time.Duration) {
+	m.runs.WithLabelValues(string(t), string(s)).Observe(d.Seconds())
+}
+
+// SandboxCall implements engine.Observer.
+func (m *Metrics) SandboxCall(phase string, d time.Duration) {
+	m.sandbox.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+// Handler serves the metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+var (
+	runsDesc      = prometheus.NewDesc("keep_runs", "Runs in the ledger by status.", []string{"status"}, nil)
+	mutationsDesc = prometheus.NewDesc("keep_mutations", "Mutations in the ledger by state.", []string{"state"}, nil)
+	reconcileDesc = prometheus.NewDesc("keep_reconcile_attempts_total", "Background reconcile attempts recorded in the ledger.", nil, nil)
+	pendingDesc   = prometheus.NewDesc("keep_pending_events", "Events waiting to be consumed.", nil, nil)
+)
+
+type ledgerCollector struct{ st store.Store }
+
+func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runsDesc
+	ch <- mutationsDesc
+	ch <- reconcileDesc
+	ch <- pendingDesc
+}
+
+func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var counts store.Counts
+	if err := c.st.View(ctx, func(tx store.Tx) error {
+		var err error
+		counts, err = tx.Counts()
+		return err
+	}); err != nil {
+		ch <- prometheus.NewInvalidMetric(runsDesc, err)
+		return
+	}
+	for s, n := range counts.RunsByStatus {
+		ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(n), s)
+	}
+	for s, n := range counts.MutationsByStatus {
+		ch <- prometheus.MustNewConstMetric(mutationsDesc, prometheus.GaugeValue, float64(n), s)
+	}
+	ch <- prometheus.MustNewConstMetric(reconcileDesc, prometheus.CounterValue, float64(counts.ReconcileAttempts))
+	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(counts.PendingEvents))
+}

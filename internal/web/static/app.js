@@ -1,0 +1,21 @@
+// Live updates: when keep reports a change, re-fetch this page and swap its
+// main content; forms and links work without this script.
+(function () {
+  if (!window.EventSource) return;
+  var pending = false;
+  function refresh() {
+    if (pending) return;
+    pending = true;
+    setTimeout(function () {
+      fetch(location.href, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var next = doc.querySelector("main"), cur = document.querySelector("main");
+        if (next && cur && !cur.contains(document.activeElement && document.activeElement.form ? document.activeElement : null)) {
+          cur.replaceWith(next);
+        }
+      }).finally(function () { pending = false; });
+    }, 150);
+  }
+  var es = new EventSource("/events");
+  es.addEventListener("change", refresh);
+})();

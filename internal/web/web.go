@@ -1,0 +1,332 @@
+// Package web is keep's page for people: workflows at a glance, each
+// workflow's inputs and what they caused (ch 17), the blocked-work cards with
+// their actions, runs and items. Server-rendered with html/template (every
+// value escaped), small hand-written CSS and JS, all embedded in the binary.
+//
+// It may import keeptype, store, engine, report and api.
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Server serves the pages.
+type Server struct {
+	Store   store.Store
+	Guard   *api.Guard
+	Changed func(workflow string)
+	Now     func() time.Time
+	pages   map[string]*template.Template
+}
+
+var baseFuncs = template.FuncMap{
+	"json": func(v any) string {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(b)
+	},
+	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
+	"csrf":  func() string { return "" },
+}
+
+// New parses the templates once.
+func New(st store.Store, g *api.Guard, changed func(string)) *Server {
+	s := &Server{Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
+	for _, page := range []string{"index", "workflow", "run", "item", "login"} {
+		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
+		s.pages[page] = t
+	}
+	return s
+}
+
+// Handler returns the page routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", s.index)
+	mux.HandleFunc("GET /w/{wf}", s.workflow)
+	mux.HandleFunc("POST /w/{wf}/runs/{id}/resolve", s.resolve)
+	mux.HandleFunc("POST /w/{wf}/runs/{id}/approve", s.resolve)
+	mux.HandleFunc("POST /w/{wf}/{verb}", s.workflowAction)
+	mux.HandleFunc("GET /runs/{id}", s.run)
+	mux.HandleFunc("GET /items/{ref}", s.item)
+	mux.HandleFunc("POST /items/{ref}/{verb}", s.itemAction)
+	mux.HandleFunc("GET /login", s.login)
+	mux.HandleFunc("POST /login", s.login)
+	return mux
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data map[string]any) {
+	t, err := s.pages[name].Clone()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	token := s.Guard.CSRFToken(w, r)
+	t.Funcs(template.FuncMap{"csrf": func() string { return token }})
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["Title"] = title
+	if _, ok := data["Flash"]; !ok {
+		data["Flash"] = r.URL.Query().Get("flash")
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := t.ExecuteTemplate(w, "layout", data); err != nil {
+		fmt.Fprintf(w, "<p>page error: %s</p>", template.HTMLEscapeString(err.Error()))
+	}
+}
+
+func (s *Server) failPage(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *engine.ActionError
+	status := http.StatusInternalServerError
+	if errors.As(err, &ae) && ae.NotFound {
+		status = http.StatusNotFound
+	}
+	w.WriteHeader(status)
+	s.render(w, r, "index", "error", map[string]any{"Flash": err.Error(), "Workflows": nil})
+}
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	ss, err := report.Statuses(r.Context(), s.Store, "")
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "index", "workflows", map[string]any{"Workflows": ss})
+}
+
+type inputRow struct {
+	Input   report.Input
+	Outputs []report.Output
+}
+
+type group struct {
+	Source, Type string
+	Rows         []inputRow
+}
+
+type filter struct {
+	Status, Text, Since string
+}
+
+func (f filter) Any() bool { return f.Status != "" || f.Text != "" || f.Since != "" }
+
+var periods = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
+
+func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	ctx := r.Context()
+	ss, err := report.Statuses(ctx, s.Store, wf)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	cards, err := report.Blocked(ctx, s.Store, wf)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	inputs, err := report.Inputs(ctx, s.Store, wf)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	outputs, err := report.Outputs(ctx, s.Store, wf)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	orphans, err := report.Items(ctx, s.Store, wf, true)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	f := filter{Status: q.Get("status"), Text: strings.TrimSpace(q.Get("q")), Since: q.Get("since")}
+	byInput := map[string][]report.Output{}
+	for _, o := range outputs {
+		for _, id := range o.InputIDs {
+			byInput[id] = append(byInput[id], o)
+		}
+	}
+	orphaned := map[string]bool{}
+	for _, o := range orphans {
+		orphaned[o.ID] = true
+	}
+	now := s.Now()
+	stale := 0
+	groups := map[string]*group{}
+	var order []string
+	for _, in := range inputs {
+		created, _ := time.Parse(time.RFC3339Nano, in.CreatedAt)
+		if in.Status == "pending" && now.Sub(created) > 7*24*time.Hour {
+			stale++
+		}
+		if f.Status == "orphaned" && !orphaned[in.ID] || f.Status != "" && f.Status != "orphaned" && in.Status != f.Status {
+			continue
+		}
+		if f.Text != "" && !strings.Contains(strings.ToLower(in.Title+" "+in.ExternalID+" "+in.Key), strings.ToLower(f.Text)) {
+			continue
+		}
+		if d, ok := periods[f.Since]; ok && now.Sub(created) > d {
+			continue
+		}
+		src, typ := in.Source, in.Type
+		if src == "" {
+			src, typ = "items", "task"
+		}
+		k := src + "/" + typ
+		if groups[k] == nil {
+			groups[k] = &group{Source: src, Type: typ}
+			order = append(order, k)
+		}
+		groups[k].Rows = append(groups[k].Rows, inputRow{Input: in, Outputs: byInput[in.ID]})
+	}
+	sort.Strings(order)
+	var gs []group
+	for _, k := range order {
+		gs = append(gs, *groups[k])
+	}
+	data := map[string]any{"Status": ss[0], "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
+		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"}}
+	if q.Get("runs") == "1" {
+		runs, err := report.Runs(ctx, s.Store, wf, 100)
+		if err != nil {
+			s.failPage(w, r, err)
+			return
+		}
+		data["ShowRuns"], data["Runs"] = true, runs
+	}
+	s.render(w, r, "workflow", wf, data)
+}
+
+func (s *Server) back(w http.ResponseWriter, r *http.Request, to, msg string) {
+	http.Redirect(w, r, to+"?flash="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+	wf, id := r.PathValue("wf"), r.PathValue("id")
+	what := engine.Resolution(r.PostFormValue("action"))
+	if strings.HasSuffix(r.URL.Path, "/approve") {
+		what = engine.ResolveApprove
+	}
+	switch what {
+	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip, engine.ResolveApprove:
+	default:
+		s.back(w, r, "/w/"+url.PathEscape(wf), fmt.Sprintf("unknown action %q", what))
+		return
+	}
+	msg, err := engine.Resolve(r.Context(), s.Store, id, what, s.Now())
+	if err != nil {
+		msg = err.Error()
+	} else if s.Changed != nil {
+		s.Changed(wf)
+	}
+	s.back(w, r, "/w/"+url.PathEscape(wf), msg)
+}
+
+func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
+	wf, verb := r.PathValue("wf"), r.PathValue("verb")
+	var err error
+	msg := ""
+	switch verb {
+	case "pause":
+		err, msg = engine.Pause(r.Context(), s.Store, wf, s.Now()), "paused"
+	case "resume":
+		err, msg = engine.Resume(r.Context(), s.Store, wf, s.Now()), "resumed"
+	case "run-now":
+		var n int
+		n, err = engine.RunNow(r.Context(), s.Store, wf, s.Now())
+		msg = fmt.Sprintf("%d producers queued", n)
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		msg = err.Error()
+	} else if s.Changed != nil {
+		s.Changed(wf)
+	}
+	s.back(w, r, "/w/"+url.PathEscape(wf), msg)
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	d, err := report.ShowRun(r.Context(), s.Store, r.PathValue("id"))
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "run", "run "+d.Run.ID, map[string]any{"Run": d})
+}
+
+func (s *Server) item(w http.ResponseWriter, r *http.Request) {
+	d, err := report.ShowItem(r.Context(), s.Store, r.URL.Query().Get("workflow"), r.PathValue("ref"))
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "item", d.Item.Title, map[string]any{"Item": d})
+}
+
+func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
+	ref, verb := r.PathValue("ref"), r.PathValue("verb")
+	var msg string
+	var err error
+	switch verb {
+	case "skip":
+		msg, err = engine.SkipItem(r.Context(), s.Store, "", ref, s.Now())
+	case "reprocess":
+		msg, err = engine.ReprocessItem(r.Context(), s.Store, "", ref, s.Now())
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		msg = err.Error()
+	} else if s.Changed != nil {
+		s.Changed("")
+	}
+	s.back(w, r, "/items/"+url.PathEscape(ref), msg)
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		next = "/"
+	}
+	if r.Method == http.MethodPost {
+		if s.Guard.Login(w, r, r.PostFormValue("token")) {
+			http.Redirect(w, r, next, http.StatusSeeOther)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		s.render(w, r, "login", "sign in", map[string]any{"Flash": "That token is not right.", "Next": next})
+		return
+	}
+	s.render(w, r, "login", "sign in", map[string]any{"Next": next})
+}
