@@ -283,7 +283,38 @@ func (r *rig) settle(timeout time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("not settled after %s; see %s", timeout, filepath.Join(r.dir, "serve.log"))
+	var why strings.Builder
+	for _, wf := range r.names {
+		ins, _ := report.Inputs(ctx, st, wf)
+		n := 0
+		for _, in := range ins {
+			if in.Status != "done" && in.Status != "skipped" {
+				n++
+				if n <= 3 {
+					fmt.Fprintf(&why, "  %s: %s %s (attempt %d)\n", wf, in.Key, in.Status, in.Attempt)
+				}
+			}
+		}
+		fmt.Fprintf(&why, "%s: %d of %d registered, %d not settled\n", wf, len(ins), r.items[wf], n)
+		ss, _ := report.Statuses(ctx, st, wf)
+		for _, s := range ss {
+			fmt.Fprintf(&why, "  status %+v\n", s)
+		}
+		_ = st.View(ctx, func(tx store.Tx) error {
+			if run, err := tx.RunOpen(wf); err == nil {
+				fmt.Fprintf(&why, "  open run %s %s %s action=%q next=%d err=%s: %s\n", run.ID, run.HandlerType, run.Status, run.Action, run.NextAttemptAt, run.ErrorClass, run.ErrorMessage)
+				if m, err := tx.MutationByRun(run.ID); err == nil {
+					fmt.Fprintf(&why, "  its mutation %s %s attempts=%d next=%d canReconcile=%v\n", m.Target, m.Status, m.ReconcileAttempts, m.NextReconcileAt, m.CanReconcile)
+				}
+			}
+			return nil
+		})
+	}
+	logs, _ := os.ReadFile(filepath.Join(r.dir, "serve.log"))
+	if len(logs) > 3000 {
+		logs = logs[len(logs)-3000:]
+	}
+	t.Fatalf("not settled after %s:\n%s\nserve.log (end):\n%s", timeout, why.String(), logs)
 }
 
 func (r *rig) allSettled(ctx context.Context, st store.Store) bool {
