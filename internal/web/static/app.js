@@ -18,4 +18,8 @@
   }
   var es = new EventSource("/events");
   es.addEventListener("change", refresh);
+  // Changes made between rendering this page and opening the stream (for
+  // example right after a button's redirect) would be missed: catch up once
+  // the stream is open, and again whenever it reconnects.
+  es.addEventListener("open", refresh);
 })();
