@@ -90,10 +90,10 @@ func flow(name, sinkURL, extra string) string {
 type person struct {
 	serve *exec.Cmd
 	logs  *strings.Builder
-	t    *testing.T
-	ctx  context.Context
-	base string
-	dir  string
+	t     *testing.T
+	ctx   context.Context
+	base  string
+	dir   string
 }
 
 func (p *person) shot(name string) {
