@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/testsink"
@@ -338,5 +339,45 @@ func TestScriptTitlesAreEscaped(t *testing.T) {
 		if path != "/" && !strings.Contains(string(body), "&lt;script&gt;alert(1)&lt;/script&gt;") {
 			t.Fatalf("%s does not show the title at all:\n%s", path, body)
 		}
+	}
+}
+
+func TestEventsStreamChanges(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL)}, nil)
+	resp, err := http.Get(r.srv.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		var all strings.Builder
+		for {
+			n, err := resp.Body.Read(buf)
+			all.Write(buf[:n])
+			if strings.Contains(all.String(), "event: change\ndata: hook") {
+				got <- all.String()
+				return
+			}
+			if err != nil {
+				got <- all.String()
+				return
+			}
+		}
+	}()
+	r.call("POST", "/api/v1/workflows/hook/pause", nil, nil)
+	select {
+	case s := <-got:
+		if !strings.Contains(s, "event: change\ndata: hook") {
+			t.Fatalf("stream: %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change event after an action")
 	}
 }
