@@ -1,0 +1,474 @@
+// Package bench is `keep bench`: it measures what keep's durability costs
+// on this machine, in one run, as figures and as ratios to the disk's own
+// fsync rate — the physical limit of "one input → one durable side effect".
+//
+// It may import every package of keep (it is a client of the whole).
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+)
+
+// Options choose the sizes.
+type Options struct {
+	Quick bool
+	// Dir is where the temporary data directories go (default: the system temp dir).
+	Dir string
+	// Progress, when set, receives a line per step.
+	Progress io.Writer
+}
+
+// Result is what `keep bench --json` prints.
+type Result struct {
+	Quick               bool    `json:"quick"`
+	FsyncRate           float64 `json:"fsyncRate"`
+	FsyncsPerRun        float64 `json:"fsyncsPerRun"`
+	SerialBound         float64 `json:"serialBoundEventsPerSec"`
+	W1Events            int     `json:"w1Events"`
+	W1EventsPerSec      float64 `json:"w1EventsPerSec"`
+	W1Ratio             float64 `json:"w1Ratio"`
+	W100Events          int     `json:"w100Events"`
+	W100EventsPerSec    float64 `json:"w100EventsPerSec"`
+	W100OverW1          float64 `json:"w100OverW1"`
+	LatencyP50Millis    float64 `json:"latencyP50Millis"`
+	LatencyP99Millis    float64 `json:"latencyP99Millis"`
+	HandlerCallP50Micro float64 `json:"handlerCallP50Micros"`
+	HandlerCallP99Micro float64 `json:"handlerCallP99Micros"`
+	PeekEvents          int     `json:"peekTopicEvents"`
+	PeekP50Millis       float64 `json:"peekP50Millis"`
+	StartupWorkflows    int     `json:"startupWorkflows"`
+	StartupEvents       int     `json:"startupPendingEvents"`
+	StartupSeconds      float64 `json:"startupSeconds"`
+	IdleWorkflows       int     `json:"idleWorkflows"`
+	IdleWorkflowBytes   float64 `json:"idleWorkflowBytes"`
+	Notes               []string `json:"notes"`
+}
+
+func (o Options) say(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// Run measures everything.
+func Run(ctx context.Context, o Options) (Result, error) {
+	r := Result{Quick: o.Quick}
+	root, err := os.MkdirTemp(o.Dir, "keep-bench-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(root)
+	n1, wN, perW, calls, peekN, startW, startE, idleW := 2000, 100, 40, 2000, 1000000, 10000, 100000, 10000
+	if o.Quick {
+		n1, wN, perW, calls, peekN, startW, startE, idleW = 300, 100, 6, 300, 100000, 2000, 20000, 2000
+		r.Notes = append(r.Notes, "quick: smaller runs; the peek topic holds 100,000 events instead of 1,000,000; start-up uses 2,000 workflows and 20,000 pending events instead of 10,000 and 100,000; idle memory uses 2,000 workflows")
+	}
+
+	o.say("fsync rate of %s ...", root)
+	if r.FsyncRate, err = fsyncRate(root, map[bool]int{true: 300, false: 2000}[o.Quick]); err != nil {
+		return r, err
+	}
+
+	o.say("end to end, W=1, %d inputs ...", n1)
+	e1, err := endToEnd(ctx, filepath.Join(root, "w1"), 1, n1)
+	if err != nil {
+		return r, fmt.Errorf("end to end W=1: %w", err)
+	}
+	r.W1Events, r.W1EventsPerSec, r.FsyncsPerRun = n1, e1.perSec, e1.fsyncsPerRun
+	o.say("publish → commit latency, one event at a time ...")
+	if r.LatencyP50Millis, r.LatencyP99Millis, err = latency(ctx, filepath.Join(root, "latency"), map[bool]int{true: 50, false: 200}[o.Quick]); err != nil {
+		return r, fmt.Errorf("latency: %w", err)
+	}
+	if r.FsyncsPerRun > 0 {
+		r.SerialBound = r.FsyncRate / r.FsyncsPerRun
+		r.W1Ratio = r.W1EventsPerSec / r.SerialBound
+	}
+
+	o.say("end to end, W=%d, %d inputs each ...", wN, perW)
+	e100, err := endToEnd(ctx, filepath.Join(root, "w100"), wN, perW)
+	if err != nil {
+		return r, fmt.Errorf("end to end W=%d: %w", wN, err)
+	}
+	r.W100Events, r.W100EventsPerSec = wN*perW, e100.perSec
+	if r.W1EventsPerSec > 0 {
+		r.W100OverW1 = r.W100EventsPerSec / r.W1EventsPerSec
+	}
+
+	o.say("sandbox, %d handler calls ...", calls)
+	if r.HandlerCallP50Micro, r.HandlerCallP99Micro, err = sandbox(calls); err != nil {
+		return r, err
+	}
+
+	o.say("peek on a topic of %d events ...", peekN)
+	r.PeekEvents = peekN
+	if r.PeekP50Millis, err = peek(ctx, filepath.Join(root, "peek"), peekN); err != nil {
+		return r, fmt.Errorf("peek: %w", err)
+	}
+
+	o.say("start-up with %d workflows and %d pending events ...", startW, startE)
+	r.StartupWorkflows, r.StartupEvents = startW, startE
+	if r.StartupSeconds, err = startup(ctx, filepath.Join(root, "startup"), startW, startE); err != nil {
+		return r, fmt.Errorf("start-up: %w", err)
+	}
+
+	o.say("memory with %d idle workflows ...", idleW)
+	r.IdleWorkflows = idleW
+	if r.IdleWorkflowBytes, err = idleMemory(ctx, filepath.Join(root, "idle"), idleW); err != nil {
+		return r, fmt.Errorf("idle memory: %w", err)
+	}
+	return r, nil
+}
+
+// fsyncRate writes and fsyncs a small block n times.
+func fsyncRate(dir string, n int) (float64, error) {
+	f, err := os.Create(filepath.Join(dir, "fsync.probe"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 512)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		buf[0] = byte(i)
+		if _, err := f.WriteAt(buf, 0); err != nil {
+			return 0, err
+		}
+		if err := f.Sync(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+type e2e struct {
+	perSec, fsyncsPerRun float64
+}
+
+func benchScript(name, sinkURL string, n int) string {
+	return fmt.Sprintf(`export default Keep.workflow({
+  name: %q,
+  topics: { "in": {} },
+  producers: { p: { publishes: ["in"], schedule: { interval: "1d" }, handler: async (ctx, state) => {
+    if (state && state.done) return state
+    for (let i = 0; i < %d; i++) {
+      const inputId = ctx.registerInput({ source: "system", type: "random", id: String(i), title: "Input " + i })
+      await ctx.publish("in", { messageId: String(i), inputId, payload: { i } })
+    }
+    return { done: true }
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { const [e] = await ctx.peek("in", { limit: 1 }); if (!e) return { reservations: [] }; return { reservations: [{ topic: "in", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: %q + "/sink/" + p.data.i, json: p.data }) },
+  }) },
+})`, name, n, sinkURL)
+}
+
+// endToEnd runs W workflows × N inputs, each input one consumer run with one
+// http mutation to a local sink, and reads the figures from the ledgers.
+func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
+	var res e2e
+	var applied atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		applied.Add(1)
+		rw.WriteHeader(http.StatusCreated)
+	}))
+	defer sink.Close()
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return res, err
+	}
+	defer k.Close()
+	for i := 0; i < w; i++ {
+		if _, err := k.Engine.Deploy(ctx, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), sink.URL, n), "", ""); err != nil {
+			return res, err
+		}
+	}
+	// Producers first, so that the timed part is the consumption.
+	commitsBefore := k.Store.Stats().Commits
+	for i := 0; i < w; i++ {
+		name := fmt.Sprintf("bench-%03d", i)
+		if err := k.Store.Update(ctx, func(tx store.Tx) error {
+			h, err := tx.HandlerGet(name, "c")
+			if err != nil {
+				return err
+			}
+			h.Dirty = false
+			if err := tx.HandlerPut(h); err != nil {
+				return err
+			}
+			return nil
+		}); err != nil {
+			return res, err
+		}
+		for {
+			did, err := k.Engine.Step(ctx, name)
+			if err != nil {
+				return res, err
+			}
+			var pending int
+			_ = k.Store.View(ctx, func(tx store.Tx) error { pending, err = tx.CountPending(name); return err })
+			if !did || pending == n {
+				break
+			}
+		}
+	}
+	_ = commitsBefore
+	commits0 := k.Store.Stats().Commits
+	start := time.Now()
+	if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
+		return res, err
+	}
+	elapsed := time.Since(start)
+	if got := applied.Load(); got != int64(w*n) {
+		return res, fmt.Errorf("the sink saw %d writes, want %d", got, w*n)
+	}
+	commits := k.Store.Stats().Commits - commits0
+	// Each workflow ends with one empty consumer run (one commit) that finds nothing left.
+	res.fsyncsPerRun = float64(commits-int64(w)) / float64(w*n)
+	res.perSec = float64(w*n) / elapsed.Seconds()
+	return res, nil
+}
+
+const latencyScript = `export default Keep.workflow({
+  name: "latency",
+  topics: { "in": {} },
+  producers: { p: { publishes: ["in"], schedule: { interval: "1d" }, handler: async (ctx, state) => {
+    const n = ((state && state.n) || 0) + 1
+    const inputId = ctx.registerInput({ source: "system", type: "random", id: String(n), title: "Input " + n })
+    await ctx.publish("in", { messageId: String(n), inputId, payload: { i: n } })
+    return { n }
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { const [e] = await ctx.peek("in", { limit: 1 }); if (!e) return { reservations: [] }; return { reservations: [{ topic: "in", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/sink/" + p.data.i, json: p.data }) },
+  }) },
+})`
+
+// latency publishes one event at a time and measures from the producer's
+// commit (the event's creation) to the consumer run's commit.
+func latency(ctx context.Context, dir string, m int) (p50, p99 float64, err error) {
+	sink := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		rw.WriteHeader(http.StatusCreated)
+	}))
+	defer sink.Close()
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer k.Close()
+	if _, err := k.Engine.Deploy(ctx, "latency.js", strings.ReplaceAll(latencyScript, "%SINK%", sink.URL), "", ""); err != nil {
+		return 0, 0, err
+	}
+	var lat []float64
+	for i := 0; i < m; i++ {
+		if i > 0 {
+			if _, err := engine.RunNow(ctx, k.Store, "latency", time.Now()); err != nil {
+				return 0, 0, err
+			}
+		}
+		if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
+			return 0, 0, err
+		}
+		err := k.Store.View(ctx, func(tx store.Tx) error {
+			ev, err := tx.EventGet("latency", "in", fmt.Sprint(i+1))
+			if err != nil {
+				return err
+			}
+			r, err := tx.RunGet(ev.ReservedBy)
+			if err != nil {
+				return err
+			}
+			lat = append(lat, float64(r.FinishedAt-ev.CreatedAt))
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return percentile(lat, 0.5), percentile(lat, 0.99), nil
+}
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+const sandboxScript = `export default Keep.workflow({ name: "s", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    const r = await ctx.files.read({ path: "x" }); return { n: ((state && state.n) || 0) + 1, len: r.content.length } } } } })`
+
+func sandbox(n int) (p50, p99 float64, err error) {
+	p, err := script.Compile("bench.js", sandboxScript)
+	if err != nil {
+		return 0, 0, err
+	}
+	host := func(m string, a json.RawMessage) (json.RawMessage, error) {
+		if m == "files.read" {
+			return json.RawMessage(`{"content":"hello"}`), nil
+		}
+		return nil, nil
+	}
+	inv := script.Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`{"n":1}`)},
+		Tools: map[string][]string{"files": {"read"}}, Host: host, Limits: script.Limits{Timeout: 10 * time.Second, MemoryLimit: 64 << 20}}
+	var ds []float64
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := p.Invoke(inv); err != nil {
+			return 0, 0, err
+		}
+		ds = append(ds, float64(time.Since(start).Microseconds()))
+	}
+	return percentile(ds, 0.5), percentile(ds, 0.99), nil
+}
+
+// bulk inserts rows through raw SQL in large transactions (setting up, not measuring).
+func bulk(path string, fn func(exec func(q string, args ...any) error, i int) error, n, batch int) error {
+	st, err := sqlite.Open(path)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return st.Bulk(n, batch, fn)
+}
+
+func peek(ctx context.Context, dir string, n int) (float64, error) {
+	path := filepath.Join(dir, "keep.db")
+	now := time.Now().UnixMilli()
+	err := bulk(path, func(exec func(string, ...any) error, i int) error {
+		status := "consumed"
+		if i >= n-100 {
+			status = "pending"
+		}
+		return exec(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES('w','t',?,'{}',?,'','','[]',1,?,?)`,
+			fmt.Sprint(i), status, now, now)
+	}, n, 20000)
+	if err != nil {
+		return 0, err
+	}
+	st, err := sqlite.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	var ds []float64
+	for i := 0; i < 200; i++ {
+		start := time.Now()
+		if err := st.View(ctx, func(tx store.Tx) error {
+			evs, err := tx.EventsPending("w", "t", 100)
+			if err == nil && len(evs) != 100 {
+				err = fmt.Errorf("peek found %d events", len(evs))
+			}
+			return err
+		}); err != nil {
+			return 0, err
+		}
+		ds = append(ds, float64(time.Since(start).Microseconds())/1000)
+	}
+	return percentile(ds, 0.5), nil
+}
+
+func seedWorkflows(ctx context.Context, dir string, w, events int) error {
+	path := filepath.Join(dir, "keep.db")
+	src := benchScript("x", "http://127.0.0.1:1", 1)
+	now := time.Now().UnixMilli()
+	if err := bulk(path, func(exec func(string, ...any) error, i int) error {
+		name := fmt.Sprintf("wf-%05d", i)
+		if err := exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, created_at, updated_at) VALUES(?,1,0,'',?,?)`, name, now, now); err != nil {
+			return err
+		}
+		if err := exec(`INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,1,1,0,?,'bench.js',?)`, name, strings.Replace(src, `"x"`, fmt.Sprintf("%q", name), 1), now); err != nil {
+			return err
+		}
+		if err := exec(`INSERT INTO handlers(workflow, name, type, dirty, next_run_at, updated_at) VALUES(?,'p','producer',0,?,?)`, name, now+86400000, now); err != nil {
+			return err
+		}
+		return exec(`INSERT INTO handlers(workflow, name, type, dirty, next_run_at, updated_at) VALUES(?,'c','consumer',0,0,?)`, name, now)
+	}, w, 5000); err != nil {
+		return err
+	}
+	if events == 0 {
+		return nil
+	}
+	return bulk(path, func(exec func(string, ...any) error, i int) error {
+		return exec(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,'in',?,'{}','pending','','','[]',1,?,?)`,
+			fmt.Sprintf("wf-%05d", i%w), fmt.Sprint(i), now, now)
+	}, events, 20000)
+}
+
+// startup measures what keep serve does before it can schedule: open and
+// migrate the store, recover runs, and find the due work.
+func startup(ctx context.Context, dir string, w, events int) (float64, error) {
+	if err := seedWorkflows(ctx, dir, w, events); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, err
+	}
+	defer k.Close()
+	if _, err := k.Recover(ctx); err != nil {
+		return 0, err
+	}
+	if err := k.Store.View(ctx, func(tx store.Tx) error {
+		_, err := tx.DueWorkflows(time.Now().UnixMilli())
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+// idleMemory measures the heap keep holds for deployed, idle workflows
+// after one pass of its scheduler over them.
+func idleMemory(ctx context.Context, dir string, w int) (float64, error) {
+	if err := seedWorkflows(ctx, dir, w, 0); err != nil {
+		return 0, err
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, err
+	}
+	defer k.Close()
+	if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
+		return 0, err
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	delta := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	if delta < 0 {
+		delta = 0
+	}
+	return delta / float64(w), nil
+}
