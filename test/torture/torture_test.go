@@ -310,9 +310,17 @@ func (r *rig) settle(timeout time.Duration) {
 			return nil
 		})
 	}
+	// A goroutine dump of the stuck keep: what is it doing?
+	cmd.Process.Signal(syscall.SIGQUIT)
+	time.Sleep(2 * time.Second)
 	logs, _ := os.ReadFile(filepath.Join(r.dir, "serve.log"))
-	if len(logs) > 3000 {
+	if i := strings.LastIndex(string(logs), "goroutine 1 "); i > 0 {
+		logs = logs[i:]
+	} else if len(logs) > 3000 {
 		logs = logs[len(logs)-3000:]
+	}
+	if len(logs) > 60000 {
+		logs = logs[:60000]
 	}
 	t.Fatalf("not settled after %s:\n%s\nserve.log (end):\n%s", timeout, why.String(), logs)
 }

@@ -30,7 +30,8 @@ var migrations embed.FS
 
 // Store is the SQLite backend.
 type Store struct {
-	db      *sql.DB
+	db      *sql.DB // the one writer connection
+	rdb     *sql.DB // readers: WAL lets them read while the writer commits
 	commits atomic.Int64
 }
 
@@ -57,6 +58,13 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	rdb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(4)
+	s.rdb = rdb
 	return s, nil
 }
 
@@ -137,7 +145,11 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 
 // View runs fn in a transaction that is rolled back at the end.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
-	sqltx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	db := s.db
+	if s.rdb != nil {
+		db = s.rdb
+	}
+	sqltx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
@@ -149,7 +161,12 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 func (s *Store) Stats() store.Stats { return store.Stats{Commits: s.commits.Load()} }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s.rdb != nil {
+		s.rdb.Close()
+	}
+	return s.db.Close()
+}
 
 // IntegrityCheck runs PRAGMA integrity_check and returns its first line.
 func (s *Store) IntegrityCheck() (string, error) {
