@@ -313,7 +313,19 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 			}
 			return cached()
 		case kt.MutationIndeterminate:
+			// This run now waits on it: the card and the person's actions
+			// must find the mutation through this run.
 			ts.failStatus = kt.ItemNeedsAttention
+			mut.RunID, mut.UpdatedAt = run.ID, now
+			run.Trace, run.UpdatedAt = h.tr.json(), now
+			if err := e.store.Update(ctx, func(tx store.Tx) error {
+				if err := tx.RunPut(*run); err != nil {
+					return err
+				}
+				return putMutation(tx, mut)
+			}); err != nil {
+				return nil, kt.Errorf(kt.ClassInternal, "record the blocked mutation: %v", err)
+			}
 			return nil, kt.Errorf(kt.ClassIndeterminate, "item %q: the outcome of %s is unknown; a person must decide (try again, it didn't happen, or skip)", it.Key, target)
 		case kt.MutationInFlight, kt.MutationNeedsReconcile:
 			mut.RunID, mut.Status = run.ID, kt.MutationNeedsReconcile

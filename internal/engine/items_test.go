@@ -4,7 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/testsink"
 )
 
 // itemScript is ch 12/14's model as written: items from the inbox folder,
@@ -133,4 +136,43 @@ func TestItemRules(t *testing.T) {
 			t.Fatalf("items %+v", it)
 		}
 	})
+}
+
+// TestBlockedItemMutationStaysActionable: a retry that meets an indeterminate
+// write of an earlier run must show that write on its card and let a person
+// resolve it (the torture test found a retry loop here).
+func TestBlockedItemMutationStaysActionable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	writeInbox(t, e, "a")
+	e.sink.Queue(testsink.OK, testsink.TimeoutAfter)
+	noProbe := strings.Replace(twoMutations, `await ctx.files.write({ path: "out/" + id + ".txt", content: "sent " + sent.status })`,
+		`await ctx.http.request({ method: "POST", url: "%SINK%/write/b-" + id, json: { id }, timeoutMs: 300 })`, 1)
+	wf := e.deploy(itemScript("", noProbe))
+	e.settle()
+	r := e.open(wf)
+	// keep was killed after recording the unknown write but before recording
+	// the run's status: at restart the run is crashed and gets replaced; the
+	// replacement meets the same unknown write and blocks — on a card that names it.
+	if err := e.k.Store.Update(e.ctx(), func(tx storeTx) error {
+		r.Status = kt.StatusCrashed
+		return tx.RunPut(r)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	r2 := e.open(wf)
+	if r2.ID == r.ID {
+		t.Fatal("the run was not retried")
+	}
+	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
+	if len(cards) != 1 || cards[0].MutationStatus != "indeterminate" || strings.Join(cards[0].Actions, ",") != "didnt-happen,skip" {
+		t.Fatalf("card %+v", cards)
+	}
+	e.resolve(r2.ID, engine.ResolveSkip)
+	e.settle()
+	e.noOpenRun(wf)
+	if it := e.inputs(wf); it[0].Status != "skipped" {
+		t.Fatalf("item %+v", it)
+	}
 }
