@@ -40,27 +40,27 @@ type Options struct {
 
 // Result is what `keep bench --json` prints.
 type Result struct {
-	Quick               bool    `json:"quick"`
-	FsyncRate           float64 `json:"fsyncRate"`
-	FsyncsPerRun        float64 `json:"fsyncsPerRun"`
-	SerialBound         float64 `json:"serialBoundEventsPerSec"`
-	W1Events            int     `json:"w1Events"`
-	W1EventsPerSec      float64 `json:"w1EventsPerSec"`
-	W1Ratio             float64 `json:"w1Ratio"`
-	W100Events          int     `json:"w100Events"`
-	W100EventsPerSec    float64 `json:"w100EventsPerSec"`
-	W100OverW1          float64 `json:"w100OverW1"`
-	LatencyP50Millis    float64 `json:"latencyP50Millis"`
-	LatencyP99Millis    float64 `json:"latencyP99Millis"`
-	HandlerCallP50Micro float64 `json:"handlerCallP50Micros"`
-	HandlerCallP99Micro float64 `json:"handlerCallP99Micros"`
-	PeekEvents          int     `json:"peekTopicEvents"`
-	PeekP50Millis       float64 `json:"peekP50Millis"`
-	StartupWorkflows    int     `json:"startupWorkflows"`
-	StartupEvents       int     `json:"startupPendingEvents"`
-	StartupSeconds      float64 `json:"startupSeconds"`
-	IdleWorkflows       int     `json:"idleWorkflows"`
-	IdleWorkflowBytes   float64 `json:"idleWorkflowBytes"`
+	Quick               bool     `json:"quick"`
+	FsyncRate           float64  `json:"fsyncRate"`
+	FsyncsPerRun        float64  `json:"fsyncsPerRun"`
+	SerialBound         float64  `json:"serialBoundEventsPerSec"`
+	W1Events            int      `json:"w1Events"`
+	W1EventsPerSec      float64  `json:"w1EventsPerSec"`
+	W1Ratio             float64  `json:"w1Ratio"`
+	W100Events          int      `json:"w100Events"`
+	W100EventsPerSec    float64  `json:"w100EventsPerSec"`
+	W100OverW1          float64  `json:"w100OverW1"`
+	LatencyP50Millis    float64  `json:"latencyP50Millis"`
+	LatencyP99Millis    float64  `json:"latencyP99Millis"`
+	HandlerCallP50Micro float64  `json:"handlerCallP50Micros"`
+	HandlerCallP99Micro float64  `json:"handlerCallP99Micros"`
+	PeekEvents          int      `json:"peekTopicEvents"`
+	PeekP50Millis       float64  `json:"peekP50Millis"`
+	StartupWorkflows    int      `json:"startupWorkflows"`
+	StartupEvents       int      `json:"startupPendingEvents"`
+	StartupSeconds      float64  `json:"startupSeconds"`
+	IdleWorkflows       int      `json:"idleWorkflows"`
+	IdleWorkflowBytes   float64  `json:"idleWorkflowBytes"`
 	Notes               []string `json:"notes"`
 }
 

@@ -48,12 +48,8 @@ func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Prog
 	}()
 	tr := loadTrace(run.Trace)
 	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "task " + run.Handler + " started"})
-	var hrow kt.Handler
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		hrow, err = tx.HandlerGet(wf.Name, run.Handler)
-		return err
-	}); err != nil {
+	hrow, err := e.handlerRow(ctx, wf.Name, run.Handler)
+	if err != nil {
 		return err
 	}
 	h := &host{e: e, ctx: ctx, run: run, phase: "task", tr: tr, handler: run.Handler, task: &taskState{prog: prog, wf: wf}}
@@ -270,21 +266,9 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	redacted := m.Redact(args)
 	pending := PendingCall{Tool: tool, Method: m.Name, Target: target, Args: redacted, PayloadHash: phash}
 	run.PendingCall, _ = json.Marshal(pending)
-	var mut kt.Mutation
-	found := false
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		mut, err = tx.MutationByIdentity(ikey)
-		if err == nil {
-			found = true
-			return nil
-		}
-		if errors.Is(err, kt.ErrNotFound) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		return nil, kt.Errorf(kt.ClassInternal, "read the mutation ledger: %v", err)
+	mut, found, lerr := e.lookupMutation(ctx, ikey)
+	if lerr != nil {
+		return nil, kt.Errorf(kt.ClassInternal, "read the mutation ledger: %v", lerr)
 	}
 	now := e.nowMs()
 	cached := func() (json.RawMessage, error) {
@@ -298,13 +282,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		switch mut.Status {
 		case kt.MutationApplied:
 			if mut.PayloadHash != phash {
-				cmp := connector.Significant
-				if m.ComparePayload != nil {
-					var oldArgs map[string]any
-					_ = json.Unmarshal(mut.Params, &oldArgs)
-					_, oldPayload := m.Split(oldArgs)
-					cmp = m.ComparePayload(oldPayload, payload)
-				}
+				cmp := comparePayloads(m, mut, payload)
 				h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Outcome: "already applied; payload differs: " + string(cmp)})
 				if cmp == connector.Significant {
 					ts.failStatus = kt.ItemNeedsAttention

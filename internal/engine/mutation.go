@@ -114,20 +114,8 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 	pendingJSON, _ := json.Marshal(pending)
 	run.PendingCall = pendingJSON
 
-	var mut kt.Mutation
-	found := false
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		mut, err = tx.MutationByIdentity(ikey)
-		if err == nil {
-			found = true
-			return nil
-		}
-		if errors.Is(err, kt.ErrNotFound) {
-			return nil
-		}
-		return err
-	}); err != nil {
+	mut, found, err := e.lookupMutation(ctx, ikey)
+	if err != nil {
 		return false, err
 	}
 	now := e.nowMs()
@@ -140,13 +128,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		switch mut.Status {
 		case kt.MutationApplied:
 			if mut.PayloadHash != phash {
-				cmp := connector.Significant
-				if m.ComparePayload != nil {
-					var oldArgs map[string]any
-					_ = json.Unmarshal(mut.Params, &oldArgs)
-					_, oldPayload := m.Split(oldArgs)
-					cmp = m.ComparePayload(oldPayload, payload)
-				}
+				cmp := comparePayloads(m, mut, payload)
 				tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied; payload differs: " + string(cmp)})
 				if cmp == connector.Significant {
 					return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic,
@@ -397,4 +379,43 @@ func putMutation(tx store.Tx, m kt.Mutation) error {
 		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state %q → %q is not allowed", m.ID, from, m.Status)
 	}
 	return tx.MutationPut(m)
+}
+
+// lookupMutation finds a ledger row by identity; found is false when there is none.
+func (e *Engine) lookupMutation(ctx context.Context, identityKey string) (mut kt.Mutation, found bool, err error) {
+	err = e.store.View(ctx, func(tx store.Tx) error {
+		var gerr error
+		mut, gerr = tx.MutationByIdentity(identityKey)
+		switch {
+		case gerr == nil:
+			found = true
+		case !errors.Is(gerr, kt.ErrNotFound):
+			return gerr
+		}
+		return nil
+	})
+	return mut, found, err
+}
+
+// comparePayloads compares the payload of an applied mutation with a new
+// one (ch 14 §14.5): no comparePayload means any difference is significant.
+func comparePayloads(m *connector.Method, applied kt.Mutation, payload map[string]any) connector.Comparison {
+	if m.ComparePayload == nil {
+		return connector.Significant
+	}
+	var oldArgs map[string]any
+	_ = json.Unmarshal(applied.Params, &oldArgs)
+	_, oldPayload := m.Split(oldArgs)
+	return m.ComparePayload(oldPayload, payload)
+}
+
+// handlerRow reads the durable state of one handler.
+func (e *Engine) handlerRow(ctx context.Context, wf, name string) (kt.Handler, error) {
+	var h kt.Handler
+	err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		h, err = tx.HandlerGet(wf, name)
+		return err
+	})
+	return h, err
 }

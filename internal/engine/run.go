@@ -187,12 +187,8 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 	}()
 	tr := loadTrace(run.Trace)
 	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "producer " + run.Handler + " started"})
-	var hrow kt.Handler
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		hrow, err = tx.HandlerGet(wf.Name, run.Handler)
-		return err
-	}); err != nil {
+	hrow, err := e.handlerRow(ctx, wf.Name, run.Handler)
+	if err != nil {
 		return err
 	}
 	decl := prog.Decl.Producers[run.Handler]
@@ -412,12 +408,8 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 	var reserve []kt.Event
 	if run.Phase == kt.PhasePreparing {
 		tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: "preparing", Text: "consumer " + run.Handler + " started"})
-		var hrow kt.Handler
-		if err := e.store.View(ctx, func(tx store.Tx) error {
-			var err error
-			hrow, err = tx.HandlerGet(wf.Name, run.Handler)
-			return err
-		}); err != nil {
+		hrow, err := e.handlerRow(ctx, wf.Name, run.Handler)
+		if err != nil {
 			return err
 		}
 		h := &host{e: e, ctx: ctx, run: run, phase: "prepare", tr: tr, decl: dv, handler: run.Handler}

@@ -19,24 +19,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
 var keepBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "keep-browser-bin")
-	if err != nil {
-		panic(err)
-	}
-	keepBin = filepath.Join(dir, "keep")
-	if out, err := exec.Command("go", "build", "-o", keepBin, "../../cmd/keep").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m, &keepBin)
 }
 
 func chromium(t *testing.T) string {

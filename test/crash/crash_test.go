@@ -7,7 +7,6 @@ package crash
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,25 +19,14 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
 var keepBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "keep-crash-bin")
-	if err != nil {
-		panic(err)
-	}
-	keepBin = filepath.Join(dir, "keep")
-	out, err := exec.Command("go", "build", "-o", keepBin, "../../cmd/keep").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m, &keepBin)
 }
 
 const script = `export default Keep.workflow({

@@ -27,6 +27,7 @@ import (
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 	_ "modernc.org/sqlite"
 )
@@ -40,18 +41,7 @@ var keepBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "keep-torture-bin")
-	if err != nil {
-		panic(err)
-	}
-	keepBin = filepath.Join(dir, "keep")
-	if out, err := exec.Command("go", "build", "-o", keepBin, "../../cmd/keep").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m, &keepBin)
 }
 
 // workflow writes one script: a producer turning inbox files into inputs and

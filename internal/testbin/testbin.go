@@ -1,0 +1,33 @@
+// Package testbin builds the real keep binary once per test package, for the
+// tests that run it as a person or CI would (crash, torture, browser).
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// Main builds keep, runs the package's tests with *bin set to its path,
+// and exits with their status. Use it as TestMain: testbin.Main(m, &keepBin).
+func Main(m interface{ Run() int }, bin *string) {
+	dir, err := os.MkdirTemp("", "keep-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = filepath.Join(dir, "keep")
+	_, here, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(here), "..", "..")
+	cmd := exec.Command("go", "build", "-o", *bin, "./cmd/keep")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
