@@ -71,23 +71,7 @@ func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Prog
 	}
 	now := e.nowMs()
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
-		hrow, err := tx.HandlerGet(wf.Name, run.Handler)
-		if err != nil {
-			return err
-		}
-		if out.Value != nil {
-			hrow.State = out.Value
-		}
-		hrow.Queued, hrow.NextRunAt, hrow.UpdatedAt = false, sched.Next(e.now()).UnixMilli(), now
-		if err := tx.HandlerPut(hrow); err != nil {
-			return err
-		}
-		if err := advance(run, kt.PhaseCommitted); err != nil {
-			return err
-		}
-		tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: fmt.Sprintf("%d mutations", h.task.mutations)})
-		run.Status, run.Trace, run.UpdatedAt, run.FinishedAt, run.ErrorClass, run.ErrorMessage = kt.StatusCommitted, tr.json(), now, now, "", ""
-		return tx.RunPut(*run)
+		return e.commitScheduled(tx, wf.Name, run, tr, out.Value, sched, now, fmt.Sprintf("%d mutations", h.task.mutations))
 	})
 }
 

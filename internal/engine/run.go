@@ -235,25 +235,32 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 		if err != nil {
 			return err
 		}
-		hrow, err := tx.HandlerGet(wf.Name, run.Handler)
-		if err != nil {
-			return err
-		}
-		if out.Value != nil {
-			hrow.State = out.Value
-		}
-		// Coalescing: whatever came due while this run executed collapses into one next run.
-		hrow.Queued, hrow.NextRunAt, hrow.UpdatedAt = false, sched.Next(e.now()).UnixMilli(), now
-		if err := tx.HandlerPut(hrow); err != nil {
-			return err
-		}
-		if err := advance(run, kt.PhaseCommitted); err != nil {
-			return err
-		}
-		tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: fmt.Sprintf("%d inputs registered, %d events published", len(h.inputs), len(h.publishes))})
-		run.Status, run.Trace, run.UpdatedAt, run.FinishedAt, run.ErrorClass, run.ErrorMessage = kt.StatusCommitted, tr.json(), now, now, "", ""
-		return tx.RunPut(*run)
+		return e.commitScheduled(tx, wf.Name, run, tr, out.Value, sched, now,
+			fmt.Sprintf("%d inputs registered, %d events published", len(h.inputs), len(h.publishes)))
 	})
+}
+
+// commitScheduled ends a producer or task run inside its commit: the new
+// state saved, the next due time set, the run committed. Coalescing: whatever
+// came due while the run executed collapses into one next run.
+func (e *Engine) commitScheduled(tx store.Tx, wf string, run *kt.Run, tr *trace, state json.RawMessage, sched schedule.Schedule, now int64, summary string) error {
+	hrow, err := tx.HandlerGet(wf, run.Handler)
+	if err != nil {
+		return err
+	}
+	if state != nil {
+		hrow.State = state
+	}
+	hrow.Queued, hrow.NextRunAt, hrow.UpdatedAt = false, sched.Next(e.now()).UnixMilli(), now
+	if err := tx.HandlerPut(hrow); err != nil {
+		return err
+	}
+	if err := advance(run, kt.PhaseCommitted); err != nil {
+		return err
+	}
+	tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
+	run.Status, run.Trace, run.UpdatedAt, run.FinishedAt, run.ErrorClass, run.ErrorMessage = kt.StatusCommitted, tr.json(), now, now, "", ""
+	return tx.RunPut(*run)
 }
 
 // insertPublishes writes a run's buffered publishes at commit (last write
