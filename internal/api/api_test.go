@@ -258,6 +258,12 @@ func TestTokenAndCSRF(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Fatalf("bad login: %d", resp.StatusCode)
 	}
+	for _, evil := range []string{"//evil.example/", "/\\evil.example/", "https://evil.example/"} {
+		resp, _ := noRedirect.PostForm(r.srv.URL+"/login", url.Values{"token": {"s3cret-token"}, "next": {evil}})
+		if loc := resp.Header.Get("Location"); loc != "/" {
+			t.Fatalf("login with next=%q redirects to %q", evil, loc)
+		}
+	}
 	resp, _ = noRedirect.PostForm(r.srv.URL+"/login", url.Values{"token": {"s3cret-token"}, "next": {"/"}})
 	var session *http.Cookie
 	for _, c := range resp.Cookies() {

@@ -316,7 +316,8 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	next := r.FormValue("next")
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+	// Only paths of this site: "//host" and "/\host" would leave it.
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
 		next = "/"
 	}
 	if r.Method == http.MethodPost {
