@@ -49,6 +49,14 @@ var baseFuncs = template.FuncMap{
 		return string(b)
 	},
 	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
+	// brief renders a JSON result on one line, cropped.
+	"brief": func(raw json.RawMessage) string {
+		s := strings.Join(strings.Fields(string(raw)), " ")
+		if r := []rune(s); len(r) > 120 {
+			s = string(r[:119]) + "…"
+		}
+		return s
+	},
 	"csrf":  func() string { return "" },
 }
 
