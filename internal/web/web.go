@@ -51,6 +51,19 @@ var baseFuncs = template.FuncMap{
 	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
 	// brief renders a JSON result on one line, cropped.
 	"brief": func(raw json.RawMessage) string {
+		// An http response reads best as its status and JSON body.
+		var resp map[string]any
+		if json.Unmarshal(raw, &resp) == nil && resp["status"] != nil && resp["headers"] != nil {
+			short := map[string]any{"status": resp["status"]}
+			if resp["json"] != nil {
+				short["json"] = resp["json"]
+			} else if b, _ := resp["body"].(string); b != "" {
+				short["body"] = b
+			}
+			if b, err := json.Marshal(short); err == nil {
+				raw = b
+			}
+		}
 		s := strings.Join(strings.Fields(string(raw)), " ")
 		if r := []rune(s); len(r) > 120 {
 			s = string(r[:119]) + "…"
