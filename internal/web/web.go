@@ -70,7 +70,7 @@ var baseFuncs = template.FuncMap{
 		}
 		return s
 	},
-	"csrf":  func() string { return "" },
+	"csrf": func() string { return "" },
 }
 
 // New parses the templates once.
