@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestServeBeyondLoopbackNeedsAToken(t *testing.T) {
+	t.Setenv("KEEP_TOKEN", "")
+	r := keep(t, "serve", "--data", t.TempDir(), "--addr", "0.0.0.0:0")
+	if r.code != exitUsageCode || !strings.Contains(r.err, "set a token with --token or KEEP_TOKEN") {
+		t.Fatalf("exit %d: %s", r.code, r.err)
+	}
+}
+
+// TestBenchJSONFields runs keep bench --quick and checks that every figure
+// the bench issue names is there and plausible (no thresholds: this machine
+// is shared).
+func TestBenchJSONFields(t *testing.T) {
+	if testing.Short() {
+		t.Skip("keep bench takes a few seconds")
+	}
+	r := keep(t, "bench", "--quick", "--json", "--dir", t.TempDir())
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
+		t.Fatalf("%v: %s", err, r.out)
+	}
+	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w1Ratio", "w100EventsPerSec", "latencyP50Millis", "latencyP99Millis",
+		"handlerCallP50Micros", "peekP50Millis", "startupSeconds", "idleWorkflowBytes"} {
+		v, ok := got[f].(float64)
+		if !ok || v < 0 {
+			t.Errorf("%s = %v", f, got[f])
+		}
+	}
+	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w100EventsPerSec", "handlerCallP50Micros"} {
+		if got[f].(float64) <= 0 {
+			t.Errorf("%s is zero", f)
+		}
+	}
+	if got["fsyncsPerRun"].(float64) > 3.01 {
+		t.Errorf("fsyncsPerRun %v: a consumer run with one mutation commits at most 3 times", got["fsyncsPerRun"])
+	}
+}
