@@ -246,29 +246,14 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
-	wf, verb := r.PathValue("wf"), r.PathValue("verb")
-	var err error
-	out := map[string]any{"workflow": wf}
-	switch verb {
-	case "pause":
-		err = engine.Pause(r.Context(), s.Store, wf, s.now())
-	case "resume":
-		err = engine.Resume(r.Context(), s.Store, wf, s.now())
-	case "run-now":
-		var n int
-		n, err = engine.RunNow(r.Context(), s.Store, wf, s.now())
-		out["queued"] = n
-	default:
-		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb))
-		return
-	}
+	wf := r.PathValue("wf")
+	msg, queued, err := engine.WorkflowAction(r.Context(), s.Store, wf, r.PathValue("verb"), s.now())
 	if err != nil {
 		fail(w, err)
 		return
 	}
 	s.changed(wf)
-	out["ok"] = true
-	reply(w, out)
+	reply(w, map[string]any{"ok": true, "workflow": wf, "queued": queued, "message": msg})
 }
 
 func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
@@ -402,17 +387,7 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
-	var msg string
-	var err error
-	switch verb {
-	case "skip":
-		msg, err = engine.SkipItem(r.Context(), s.Store, wf, ref, s.now())
-	case "reprocess":
-		msg, err = engine.ReprocessItem(r.Context(), s.Store, wf, ref, s.now())
-	default:
-		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no item action %q (skip, reprocess)", verb))
-		return
-	}
+	msg, err := engine.ItemAction(r.Context(), s.Store, wf, ref, verb, s.now())
 	if err != nil {
 		fail(w, err)
 		return

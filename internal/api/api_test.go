@@ -322,8 +322,15 @@ func TestLoopbackCSRFWithoutToken(t *testing.T) {
 	req.AddCookie(csrf)
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noRedirect.Do(req)
-	if err != nil || resp.StatusCode != http.StatusSeeOther {
+	if err != nil || resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "flash=") {
 		t.Fatalf("form with the CSRF token: %v %d", err, resp.StatusCode)
+	}
+	// A verb that is no action is no page.
+	req, _ = http.NewRequest("POST", r.srv.URL+"/w/x/explode", strings.NewReader(url.Values{"csrf": {csrf.Value}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(csrf)
+	if resp, err := noRedirect.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown page action: %v %d", err, resp.StatusCode)
 	}
 }
 

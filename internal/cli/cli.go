@@ -883,33 +883,15 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if verb == "run-now" {
-					fmt.Fprintf(a.out, "%v producers of %s queued\n", out["queued"], args[0])
-				} else {
-					fmt.Fprintf(a.out, "%s %s\n", args[0], map[string]string{"pause": "paused", "resume": "resumed"}[verb])
-				}
+				fmt.Fprintln(a.out, out["message"])
 				return nil
 			}
 			return a.withStore(func(st store.Store) error {
-				now := time.Now()
-				switch verb {
-				case "pause":
-					if err := engine.Pause(cmd.Context(), st, args[0], now); err != nil {
-						return err
-					}
-					fmt.Fprintf(a.out, "%s paused\n", args[0])
-				case "resume":
-					if err := engine.Resume(cmd.Context(), st, args[0], now); err != nil {
-						return err
-					}
-					fmt.Fprintf(a.out, "%s resumed\n", args[0])
-				case "run-now":
-					n, err := engine.RunNow(cmd.Context(), st, args[0], now)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(a.out, "%d producers of %s queued\n", n, args[0])
+				msg, _, err := engine.WorkflowAction(cmd.Context(), st, args[0], verb, time.Now())
+				if err != nil {
+					return err
 				}
+				fmt.Fprintln(a.out, msg)
 				return nil
 			})
 		},
@@ -1008,13 +990,7 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 				return nil
 			}
 			return a.withStore(func(st store.Store) error {
-				var msg string
-				var err error
-				if verb == "skip" {
-					msg, err = engine.SkipItem(cmd.Context(), st, wf, args[0], time.Now())
-				} else {
-					msg, err = engine.ReprocessItem(cmd.Context(), st, wf, args[0], time.Now())
-				}
+				msg, err := engine.ItemAction(cmd.Context(), st, wf, args[0], verb, time.Now())
 				if err != nil {
 					return err
 				}

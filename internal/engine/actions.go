@@ -27,6 +27,8 @@ const (
 type ActionError struct {
 	Msg      string
 	NotFound bool
+	// UnknownAction marks a verb that is not an action at all (a bad route).
+	UnknownAction bool
 }
 
 func (e *ActionError) Error() string { return e.Msg }
@@ -216,4 +218,30 @@ func workflow(tx store.Tx, name string) (kt.Workflow, error) {
 		return w, missing("there is no workflow %q (see `keep status`)", name)
 	}
 	return w, err
+}
+
+// WorkflowAction carries out pause, resume or run-now — the one place the
+// CLI, the API and the page all call — and says what it did.
+func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now time.Time) (msg string, queued int, err error) {
+	switch verb {
+	case "pause":
+		return wf + " paused", 0, Pause(ctx, st, wf, now)
+	case "resume":
+		return wf + " resumed", 0, Resume(ctx, st, wf, now)
+	case "run-now":
+		n, err := RunNow(ctx, st, wf, now)
+		return fmt.Sprintf("%d producers of %s queued", n, wf), n, err
+	}
+	return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), NotFound: true, UnknownAction: true}
+}
+
+// ItemAction carries out skip or reprocess on an item.
+func ItemAction(ctx context.Context, st store.Store, wf, ref, verb string, now time.Time) (string, error) {
+	switch verb {
+	case "skip":
+		return SkipItem(ctx, st, wf, ref, now)
+	case "reprocess":
+		return ReprocessItem(ctx, st, wf, ref, now)
+	}
+	return "", &ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), NotFound: true, UnknownAction: true}
 }

@@ -272,28 +272,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
-	wf, verb := r.PathValue("wf"), r.PathValue("verb")
-	var err error
-	msg := ""
-	switch verb {
-	case "pause":
-		err, msg = engine.Pause(r.Context(), s.Store, wf, s.Now()), "paused"
-	case "resume":
-		err, msg = engine.Resume(r.Context(), s.Store, wf, s.Now()), "resumed"
-	case "run-now":
-		var n int
-		n, err = engine.RunNow(r.Context(), s.Store, wf, s.Now())
-		msg = fmt.Sprintf("%d producers queued", n)
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	if err != nil {
-		msg = err.Error()
-	} else if s.Changed != nil {
-		s.Changed(wf)
-	}
-	s.back(w, r, "/w/"+url.PathEscape(wf), msg)
+	wf := r.PathValue("wf")
+	msg, _, err := engine.WorkflowAction(r.Context(), s.Store, wf, r.PathValue("verb"), s.Now())
+	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
@@ -315,24 +296,24 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
-	ref, verb := r.PathValue("ref"), r.PathValue("verb")
-	var msg string
-	var err error
-	switch verb {
-	case "skip":
-		msg, err = engine.SkipItem(r.Context(), s.Store, "", ref, s.Now())
-	case "reprocess":
-		msg, err = engine.ReprocessItem(r.Context(), s.Store, "", ref, s.Now())
-	default:
-		http.NotFound(w, r)
+	ref := r.PathValue("ref")
+	msg, err := engine.ItemAction(r.Context(), s.Store, "", ref, r.PathValue("verb"), s.Now())
+	s.acted(w, r, "/items/"+url.PathEscape(ref), "", msg, err)
+}
+
+// acted sends a person back to the page they acted on, with what happened.
+func (s *Server) acted(w http.ResponseWriter, r *http.Request, to, wf, msg string, err error) {
+	var ae *engine.ActionError
+	switch {
+	case errors.As(err, &ae) && ae.UnknownAction:
+		http.NotFound(w, r) // an unknown action: no such page
 		return
-	}
-	if err != nil {
+	case err != nil:
 		msg = err.Error()
-	} else if s.Changed != nil {
-		s.Changed("")
+	case s.Changed != nil:
+		s.Changed(wf)
 	}
-	s.back(w, r, "/items/"+url.PathEscape(ref), msg)
+	s.back(w, r, to, msg)
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
