@@ -139,10 +139,13 @@ func (s *Scheduler) release(wf string) {
 }
 
 // stepAll steps one workflow while it has work, so a chain of runs proceeds
-// without waiting for the next poll.
+// without waiting for the next poll. When ctx ends (keep is stopping) no new
+// step starts, but the step under way finishes with a context that is not
+// cancelled: stopping must not cut a run between two of its durable writes.
 func (s *Scheduler) stepAll(ctx context.Context, wf string) {
+	stepCtx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		did, err := s.step(ctx, wf)
+		did, err := s.step(stepCtx, wf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
