@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/keep-run/keep/internal/daemon"
@@ -162,6 +163,16 @@ func fsyncRate(dir string, n int) (float64, error) {
 
 type e2e struct {
 	perSec, fsyncsPerRun float64
+	cpuMicrosPerEvent    float64 // user + system CPU time of the process per event
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func benchScript(name, sinkURL string, n int) string {
@@ -205,7 +216,6 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 		}
 	}
 	// Producers first, so that the timed part is the consumption.
-	commitsBefore := k.Store.Stats().Commits
 	for i := 0; i < w; i++ {
 		name := fmt.Sprintf("bench-%03d", i)
 		if err := k.Store.Update(ctx, func(tx store.Tx) error {
@@ -227,19 +237,20 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 				return res, err
 			}
 			var pending int
-			_ = k.Store.View(ctx, func(tx store.Tx) error { pending, err = tx.CountPending(name); return err })
+			if err := k.Store.View(ctx, func(tx store.Tx) error { pending, err = tx.CountPending(name); return err }); err != nil {
+				return res, err
+			}
 			if !did || pending == n {
 				break
 			}
 		}
 	}
-	_ = commitsBefore
 	commits0 := k.Store.Stats().Commits
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
 		return res, err
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	if got := applied.Load(); got != int64(w*n) {
 		return res, fmt.Errorf("the sink saw %d writes, want %d", got, w*n)
 	}
@@ -247,6 +258,7 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 	// Each workflow ends with one empty consumer run (one commit) that finds nothing left.
 	res.fsyncsPerRun = float64(commits-int64(w)) / float64(w*n)
 	res.perSec = float64(w*n) / elapsed.Seconds()
+	res.cpuMicrosPerEvent = float64(cpu.Microseconds()) / float64(w*n)
 	return res, nil
 }
 

@@ -477,12 +477,15 @@ func (t *tx) OldestPending(workflow string, topics []string) (int64, bool, error
 	if len(topics) == 0 {
 		return 0, false, nil
 	}
-	args := []any{workflow}
+	args := make([]any, 0, 2*len(topics))
 	for _, tp := range topics {
-		args = append(args, tp)
+		args = append(args, workflow, tp)
 	}
+	// The first pending event of each topic by id (ids grow with creation):
+	// one index probe per topic, however many events wait.
 	var at sql.NullInt64
-	err := t.tx.QueryRow(`SELECT min(created_at) FROM events WHERE workflow=? AND topic IN (`+placeholders(len(topics))+`) AND status='pending' AND reserved_by=''`, args...).Scan(&at)
+	err := t.tx.QueryRow(`SELECT min(created_at) FROM (`+strings.Repeat(`SELECT (SELECT created_at FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT 1) AS created_at UNION ALL `, len(topics)-1)+
+		`SELECT (SELECT created_at FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT 1) AS created_at)`, args...).Scan(&at)
 	if err != nil {
 		return 0, false, err
 	}
