@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
@@ -84,7 +85,7 @@ func Open(o Options) (*Keep, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the engine lock in %s: %w", o.DataDir, err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockSoon(lock); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
 	}
@@ -142,6 +143,21 @@ func AddrFile(dataDir string) string { return filepath.Join(dataDir, "serve.addr
 
 // Recover marks runs left active by a dead process as crashed.
 func (k *Keep) Recover(ctx context.Context) (int, error) { return k.Engine.Recover(ctx) }
+
+// flockSoon takes the engine lock, trying for a moment: a process that forks
+// (any exec from this one, or a test's) briefly holds a copy of the lock's
+// descriptor between fork and exec, so a lock just released can look taken.
+// Another keep engine holds it for good and is still refused.
+func flockSoon(f *os.File) error {
+	var err error
+	for i := 0; i < 10; i++ {
+		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
 
 // Close releases the store and the lock.
 func (k *Keep) Close() error {

@@ -29,6 +29,9 @@ type Stats struct {
 	// Commits is the number of write transactions committed durably. With
 	// synchronous=FULL every commit is one fsync of the WAL.
 	Commits int64
+	// Transactions is the number of Update calls committed. Group commit
+	// lets one durable commit carry the transactions of several callers.
+	Transactions int64
 }
 
 // Counts is a summary of the ledgers.

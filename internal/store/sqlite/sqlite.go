@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,10 +31,23 @@ var migrations embed.FS
 
 // Store is the SQLite backend.
 type Store struct {
-	db      *sql.DB // the one writer connection
-	rdb     *sql.DB // readers: WAL lets them read while the writer commits
-	commits atomic.Int64
+	db  *sql.DB // the writer: one connection, held by the committer
+	rdb *sql.DB // readers: WAL lets them read while the writer commits
+
+	reqs    chan request  // to the committer (nil when read-only)
+	quit    chan struct{} // closed by Close
+	stopped chan struct{} // closed when the committer has returned
+	readers chan *conn    // idle reader connections
+	all     []*conn       // every held connection, closed by Close
+
+	commits      atomic.Int64
+	transactions atomic.Int64
+	closeOnce    sync.Once
 }
+
+// readerConns is the number of connections that serve View: the engine's
+// workers and the web page read concurrently while the committer writes.
+const readerConns = 4
 
 // Open opens (creating when missing) the database file at path and applies
 // the embedded migrations.
@@ -45,7 +59,7 @@ func Open(path string) (*Store, error) {
 	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
 		return nil, fmt.Errorf("%w: %s (%v); keep records every step there — make it writable, or pass another --data", ErrReadOnly, dir, err)
 	}
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_txlock=immediate"
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=temp_store(MEMORY)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -53,19 +67,54 @@ func Open(path string) (*Store, error) {
 	// One connection: SQLite has one writer anyway, and a single connection
 	// makes every transaction of this process strictly serial.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db}
+	s := &Store{db: db, quit: make(chan struct{}), stopped: make(chan struct{})}
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, err
 	}
-	rdb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	w, err := newConn(context.Background(), db)
 	if err != nil {
 		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s.all = append(s.all, w)
+	rdb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		s.closeConns()
 		return nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
-	rdb.SetMaxOpenConns(4)
 	s.rdb = rdb
+	if err := s.openReaders(rdb, readerConns); err != nil {
+		s.closeConns()
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	s.reqs = make(chan request)
+	go s.commitLoop(w)
 	return s, nil
+}
+
+func (s *Store) openReaders(db *sql.DB, n int) error {
+	db.SetMaxOpenConns(n)
+	s.readers = make(chan *conn, n)
+	for i := 0; i < n; i++ {
+		c, err := newConn(context.Background(), db)
+		if err != nil {
+			return err
+		}
+		s.all = append(s.all, c)
+		s.readers <- c
+	}
+	return nil
+}
+
+func (s *Store) closeConns() {
+	for _, c := range s.all {
+		c.close()
+	}
+	if s.rdb != nil {
+		s.rdb.Close()
+	}
+	s.db.Close()
 }
 
 func (s *Store) migrate() error {
@@ -122,60 +171,75 @@ func OpenReadOnly(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	db.SetMaxOpenConns(1)
-	return &Store{db: db}, nil
+	s := &Store{db: db, quit: make(chan struct{}), stopped: make(chan struct{})}
+	close(s.stopped) // no committer
+	if err := s.openReaders(db, 1); err != nil {
+		s.closeConns()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return s, nil
 }
 
-// Update runs fn in one immediate (write) transaction.
+// Update runs fn in a write transaction that is durable (fsync) before
+// Update returns; fn may share its commit with other callers' (see
+// committer.go), never its rollback.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	sqltx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
-	}
-	if err := fn(&tx{tx: sqltx}); err != nil {
-		sqltx.Rollback()
-		return err
-	}
-	if err := sqltx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	s.commits.Add(1)
-	return nil
+	return s.submit(ctx, request{fn: fn})
 }
 
-// View runs fn in a transaction that is rolled back at the end.
-func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
-	db := s.db
-	if s.rdb != nil {
-		db = s.rdb
+// View runs fn in a read transaction on a reader connection; it sees only
+// committed (durable) data.
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
+	var c *conn
+	select {
+	case c = <-s.readers:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.quit:
+		return ErrClosed
 	}
-	sqltx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
+	defer func() { s.readers <- c }()
+	if err := c.exec("BEGIN"); err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
-	defer sqltx.Rollback()
-	return fn(&tx{tx: sqltx})
+	defer func() {
+		if rerr := c.exec("ROLLBACK"); rerr != nil && err == nil {
+			err = fmt.Errorf("end read: %w", rerr)
+		}
+	}()
+	return fn(&tx{tx: c})
 }
 
-// Stats reports the number of durable commits.
-func (s *Store) Stats() store.Stats { return store.Stats{Commits: s.commits.Load()} }
+// Stats reports the number of durable commits (fsyncs) and of transactions
+// they carried; with group commit, one commit carries several.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load()}
+}
 
-// Close closes the database.
+// Close stops the committer (after the group under way) and closes the database.
 func (s *Store) Close() error {
-	if s.rdb != nil {
-		s.rdb.Close()
-	}
-	return s.db.Close()
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.stopped
+		// Wait for Views in progress to hand their connections back.
+		for i := 0; i < cap(s.readers); i++ {
+			<-s.readers
+		}
+		s.closeConns()
+	})
+	return nil
 }
 
 // IntegrityCheck runs PRAGMA integrity_check and returns its first line.
 func (s *Store) IntegrityCheck() (string, error) {
 	var r string
-	err := s.db.QueryRow(`PRAGMA integrity_check`).Scan(&r)
+	err := s.View(context.Background(), func(t store.Tx) error {
+		return t.(*tx).tx.QueryRow(`PRAGMA integrity_check`).Scan(&r)
+	})
 	return r, err
 }
 
-type tx struct{ tx *sql.Tx }
+type tx struct{ tx *conn }
 
 func notFound(what, id string, err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
@@ -798,18 +862,16 @@ SELECT w.name FROM workflows w WHERE w.paused=0 AND (
 // fast set-up of large tables for benchmarks, bypassing the ledger logic.
 func (s *Store) Bulk(n, batch int, fn func(exec func(q string, args ...any) error, i int) error) error {
 	for i := 0; i < n; {
-		tx, err := s.db.Begin()
-		if err != nil {
-			return err
-		}
-		exec := func(q string, args ...any) error { _, err := tx.Exec(q, args...); return err }
-		for j := 0; j < batch && i < n; j, i = j+1, i+1 {
-			if err := fn(exec, i); err != nil {
-				tx.Rollback()
-				return err
+		err := s.Update(context.Background(), func(t store.Tx) error {
+			exec := func(q string, args ...any) error { _, err := t.(*tx).tx.Exec(q, args...); return err }
+			for j := 0; j < batch && i < n; j, i = j+1, i+1 {
+				if err := fn(exec, i); err != nil {
+					return err
+				}
 			}
-		}
-		if err := tx.Commit(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}

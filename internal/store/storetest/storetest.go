@@ -298,8 +298,75 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			}
 			return nil
 		}))
-		if s.Stats().Commits < 21 {
-			t.Fatalf("commits counted: %d", s.Stats().Commits)
+		if st := s.Stats(); st.Transactions < 21 || st.Commits < 1 || st.Commits > st.Transactions {
+			t.Fatalf("commits counted: %+v (want 21 transactions in at most as many commits)", st)
+		}
+	})
+
+	run("a failing or panicking update leaves the others of its commit alone", func(t *testing.T, s store.Store) {
+		var wg sync.WaitGroup
+		errs := make([]error, 30)
+		panics := make([]any, 30)
+		for i := 0; i < 30; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { panics[i] = recover() }()
+				errs[i] = s.Update(ctx, func(tx store.Tx) error {
+					if err := tx.HandlerPut(kt.Handler{Workflow: "g", Name: fmt.Sprint(i), Type: kt.HandlerProducer, State: json.RawMessage(`1`)}); err != nil {
+						return err
+					}
+					switch i % 3 {
+					case 1:
+						return fmt.Errorf("refused %d", i)
+					case 2:
+						panic(fmt.Sprintf("panic %d", i))
+					}
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		for i := 0; i < 30; i++ {
+			switch i % 3 {
+			case 0:
+				if errs[i] != nil || panics[i] != nil {
+					t.Errorf("update %d: %v %v", i, errs[i], panics[i])
+				}
+			case 1:
+				if errs[i] == nil || errs[i].Error() != fmt.Sprintf("refused %d", i) {
+					t.Errorf("update %d returned %v, want its own error", i, errs[i])
+				}
+			case 2:
+				if panics[i] != fmt.Sprintf("panic %d", i) {
+					t.Errorf("update %d: panic %v reached its caller, want its own", i, panics[i])
+				}
+			}
+		}
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			hs, err := tx.HandlerList("g")
+			if err != nil {
+				return err
+			}
+			got := map[string]bool{}
+			for _, h := range hs {
+				got[h.Name] = true
+			}
+			for i := 0; i < 30; i++ {
+				if want := i%3 == 0; got[fmt.Sprint(i)] != want {
+					return fmt.Errorf("handler %d stored=%v, want %v (a failed update's writes must be rolled back, the others kept)", i, got[fmt.Sprint(i)], want)
+				}
+			}
+			return nil
+		}))
+	})
+
+	run("a cancelled context does not run the update", func(t *testing.T, s store.Store) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		ran := false
+		if err := s.Update(cctx, func(tx store.Tx) error { ran = true; return nil }); err == nil || ran {
+			t.Fatalf("update with a cancelled context: err %v, ran %v", err, ran)
 		}
 	})
 }
