@@ -41,7 +41,7 @@ func TestHostileHandlerFailsOnlyItsOwnRun(t *testing.T) {
 		"huge result":        {`return { reservations: [{ topic: "a", ids: [e.messageId] }], data: "x".repeat(2000000) }`, "more than the limit"},
 		"non-json result":    {`return { reservations: [{ topic: "a", ids: [e.messageId] }], data: { f() {} } }`, "is a function"},
 		"reach the host":     {`Function("return this")().process.exit(1)`, "cannot read property 'exit'"},
-		"tamper with ctx":    {`ctx.http = null; ctx.peek = null; "use strict"; Object.defineProperty(ctx, "x", { value: 1 })`, "not extensible"},
+		"tamper with ctx":    {`ctx.http = null; ctx.peek = null; "use strict"; Object.defineProperty(ctx, "x", { value: 1 })`, "read-only"},
 		"throw non-error":    {`throw { code: 42 }`, `{"code":42}`},
 		"deep recursion":     {`const f = (n) => f(n + 1) + 1; f(0)`, "stack overflow"},
 		"floods of promises": {`const ps = []; for (let i = 0; i < 1e7; i++) ps.push(Promise.resolve(i)); await Promise.all(ps)`, ""},

@@ -1,6 +1,15 @@
-// The keep prelude: evaluated in every sandbox VM before the workflow script.
-// It defines Keep.* and the glue that the host calls; everything a script can
-// reach of the host goes through __keep_host, which the Go side guards.
+// The keep prelude: evaluated once in every sandbox VM, before the workflow
+// script. It defines Keep.* and the glue that the host calls; everything a
+// script can reach of the host goes through __keep_host, which the Go side
+// guards.
+//
+// A VM serves many invocations of one script version (see vmpool.go). What
+// keeps them apart: the script's top level runs again for every invocation
+// (it is wrapped in a factory function, so its bindings are new each time);
+// the global object and every built-in are frozen (lockdown, below), so no
+// invocation can leave anything behind for the next; and every ctx carries
+// the number of its invocation (epoch), so a ctx kept from an earlier one
+// is refused by the host.
 (function () {
   "use strict";
   const host = globalThis.__keep_host;
@@ -9,8 +18,12 @@
   // them cannot change how keep talks to the host.
   const stringify = JSON.stringify, parse = JSON.parse, keys = Object.keys, isArray = Array.isArray;
   const PromiseC = Promise, resolveP = Promise.resolve.bind(Promise), thenP = Promise.prototype.then;
+  const freeze = Object.freeze, getProto = Object.getPrototypeOf, ownKeys = Reflect.ownKeys;
+  const getDesc = Object.getOwnPropertyDescriptor, defineProp = Object.defineProperty;
   delete globalThis.__keep_host;
   delete globalThis.__keep_settle;
+  let epoch = 0; // the current invocation; see the top of this file
+  let factory; // the script, wrapped: returns what it exports
 
   const mark = (kind) => function (o) {
     if (o === null || typeof o !== "object") throw new TypeError("Keep." + kind + "(...) expects an object");
@@ -31,8 +44,8 @@
   Object.freeze(Keep);
   Object.defineProperty(globalThis, "Keep", { value: Keep, writable: false, configurable: false });
 
-  const call = (method, args) => {
-    const r = host(method, args === undefined ? "null" : stringify(args));
+  const callAt = (ep, method, args) => {
+    const r = host(method, args === undefined ? "null" : stringify(args), ep);
     if (r === false) return new PromiseC(() => {}); // taken over by the host: never settles
     return r === undefined || r === null ? undefined : parse(r);
   };
@@ -40,7 +53,8 @@
     if (typeof v === "string") return v;
     try { const s = stringify(v); return s === undefined ? String(v) : s; } catch (e) { return String(v); }
   };
-  const log = (...a) => { let s = ""; for (let i = 0; i < a.length; i++) s += (i ? " " : "") + fmt(a[i]); host("log", stringify(s)); };
+  const logAt = (ep, a) => { let s = ""; for (let i = 0; i < a.length; i++) s += (i ? " " : "") + fmt(a[i]); host("log", stringify(s), ep); };
+  const log = (...a) => logAt(epoch, a);
   const cons = Object.freeze({ log, info: log, warn: log, error: log, debug: log });
   Object.defineProperty(globalThis, "console", { value: cons, writable: false, configurable: false });
 
@@ -76,13 +90,15 @@
   };
 
   const makeCtx = (spec) => {
+    const ep = epoch;
+    const call = (method, args) => callAt(ep, method, args);
     const ctx = {};
     for (const tool of keys(spec.tools)) {
       const o = {};
       for (const m of spec.tools[tool] || []) o[m] = async (args) => call(tool + "." + m, args);
       ctx[tool] = Object.freeze(o);
     }
-    ctx.log = log;
+    ctx.log = (...a) => logAt(ep, a);
     ctx.now = () => call("now");
     ctx.random = () => call("random");
     ctx.peek = async (topic, opts) => call("peek", { topic, limit: opts && opts.limit });
@@ -122,8 +138,7 @@
     return Object.freeze(ctx);
   };
 
-  const handlerOf = (kind, name, phase) => {
-    const d = definition;
+  const handlerOf = (d, kind, name, phase) => {
     const group = kind === "producer" ? d.producers : kind === "consumer" ? d.consumers : d.tasks;
     const h = group && group[name];
     if (!h) throw new Error("no " + kind + " named " + name);
@@ -132,31 +147,115 @@
     return fn;
   };
 
-  Object.defineProperty(globalThis, "__keep_invoke", { value: function (kind, name, phase, argsJSON, specJSON) {
+  // load runs the script's top level and returns its workflow definition.
+  const load = () => {
+    definition = undefined;
+    const exported = factory();
+    return exported !== undefined ? exported : definition;
+  };
+
+  Object.defineProperty(globalThis, "__keep_define", { configurable: true, value: function (f) {
+    if (factory === undefined) factory = f;
+  } });
+
+  Object.defineProperty(globalThis, "__keep_invoke", { value: function (kind, name, phase, argsJSON, specJSON, ep) {
+    epoch = ep;
+    const done = (ok, payload) => settle(ok, payload, ep);
+    let d;
+    try {
+      d = load();
+      if (d === null || typeof d !== "object") throw new TypeError("the script does not export a workflow: end it with `export default Keep.workflow({ ... })`");
+    } catch (e) {
+      const info = errInfo(e);
+      info.load = true;
+      done(false, stringify(info));
+      return;
+    }
     let p;
     try {
-      const fn = handlerOf(kind, name, phase);
+      const fn = handlerOf(d, kind, name, phase);
       const args = parse(argsJSON);
       p = fn(makeCtx(parse(specJSON)), ...args);
     } catch (e) {
-      settle(false, stringify(errInfo(e)));
+      done(false, stringify(errInfo(e)));
       return;
     }
-    const fail = (e) => settle(false, stringify(errInfo(e)));
+    const fail = (e) => done(false, stringify(errInfo(e)));
     try {
       thenP.call(resolveP(p), (v) => {
-        if (v === undefined) { settle(true, ""); return; }
+        if (v === undefined) { done(true, ""); return; }
         const bad = jsonCheck(v, "the returned value", []);
-        if (bad) { settle(false, stringify({ name: "TypeError", message: bad + "; handlers must return plain JSON data", stack: "" })); return; }
-        settle(true, stringify(v));
+        if (bad) { done(false, stringify({ name: "TypeError", message: bad + "; handlers must return plain JSON data", stack: "" })); return; }
+        done(true, stringify(v));
       }, fail);
     } catch (e) { fail(e); }
   } });
 
+  // lockdown freezes everything a script can reach that outlives one
+  // invocation: the global object, every built-in constructor and
+  // prototype, and the intrinsics reachable only through syntax (iterator
+  // and generator prototypes, %TypedArray%, %ThrowTypeError%). The few
+  // prototype properties that code commonly shadows by assignment
+  // (err.name = ..., o.toString = ...) become accessors that define the
+  // property on the object assigned to, as an unfrozen prototype would let
+  // it (the "override mistake" of frozen prototypes).
+  const shadowable = (obj, names) => {
+    for (const k of names === "*" ? ownKeys(obj) : names) {
+      const d = getDesc(obj, k);
+      if (!d || !("value" in d) || !d.writable || !d.configurable) continue;
+      const value = d.value;
+      defineProp(obj, k, {
+        configurable: false, enumerable: d.enumerable,
+        get() { return value; },
+        set(v) {
+          if (this === obj) throw new TypeError("keep: built-ins are shared by every run and cannot be changed (" + String(k) + ")");
+          defineProp(this, k, { value: v, writable: true, enumerable: true, configurable: true });
+        },
+      });
+    }
+  };
+  const harden = (roots) => {
+    const seen = new Set();
+    const todo = roots.slice();
+    while (todo.length) {
+      const o = todo.pop();
+      if (o === null || (typeof o !== "object" && typeof o !== "function") || seen.has(o)) continue;
+      seen.add(o);
+      freeze(o);
+      todo.push(getProto(o));
+      for (const k of ownKeys(o)) {
+        const d = getDesc(o, k);
+        if ("value" in d) todo.push(d.value); else todo.push(d.get, d.set);
+      }
+    }
+  };
+  Object.defineProperty(globalThis, "__keep_lockdown", { configurable: true, value: function () {
+    delete globalThis.__keep_define;
+    delete globalThis.__keep_lockdown;
+    // Their callbacks could run during a later invocation.
+    delete globalThis.WeakRef;
+    delete globalThis.FinalizationRegistry;
+    shadowable(Object.prototype, "*");
+    shadowable(Function.prototype, ["constructor", "name", "toString"]);
+    shadowable(Array.prototype, ["constructor", "toString", "push"]);
+    shadowable(Promise.prototype, ["constructor"]);
+    for (const E of [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError, typeof AggregateError === "function" ? AggregateError : Error]) {
+      shadowable(E.prototype, ["constructor", "name", "message", "toString"]);
+    }
+    const strictThrower = (function () { "use strict"; const d = getDesc(arguments, "callee"); return d && d.get; })();
+    harden([
+      globalThis,
+      getProto(function* () {}), getProto(async function () {}), getProto(async function* () {}),
+      getProto((function* () {})()), getProto((async function* () {})()),
+      getProto([][Symbol.iterator]()), getProto(new Map()[Symbol.iterator]()), getProto(new Set()[Symbol.iterator]()),
+      getProto(""[Symbol.iterator]()), getProto(/a/[Symbol.matchAll]("a")), getProto(Int8Array), strictThrower,
+    ]);
+  } });
+
   const list = (v) => Array.isArray(v) ? v.filter((x) => typeof x === "string") : (typeof v === "string" ? [v] : []);
   const fnInfo = (f) => typeof f === "function";
-  Object.defineProperty(globalThis, "__keep_describe", { value: function (exported) {
-    const d = exported !== undefined ? exported : definition;
+  Object.defineProperty(globalThis, "__keep_describe", { value: function () {
+    const d = load();
     if (d === undefined || d === null || typeof d !== "object") return stringify({ missing: true });
     const out = { name: d.name, topics: null, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
     if (d.topics !== undefined) {

@@ -1,7 +1,8 @@
 // Package script is keep's JavaScript sandbox: it compiles workflow scripts
 // once per version, extracts their declaration for static validation, and
-// invokes one handler phase at a time in a fresh QuickJS VM with a memory
-// limit, a time limit and no host objects but ctx.
+// invokes one handler phase at a time in a QuickJS VM with a memory limit, a
+// time limit and no host objects but ctx. VMs are reused between
+// invocations of one script version, isolated as vmpool.go explains.
 //
 // Every call a script makes to the host arrives at a HostFunc on the VM's own
 // goroutine. A HostFunc that returns an error aborts the whole invocation: the
@@ -47,12 +48,19 @@ func preludeBytecode() ([]byte, error) {
 	return preludeCode, preludeErr
 }
 
-// exportDefault matches the module form the chapters use; keep runs scripts
-// as plain scripts, so the export becomes an assignment on the same line
-// (line numbers in errors stay true).
+// exportDefault matches the module form the chapters use. keep runs a
+// script as the body of a strict function (a module's semantics, and new
+// bindings for every invocation): the export becomes an assignment on the
+// same line, and the wrapper's head stays on line 1, so line numbers in
+// errors stay true.
 var exportDefault = regexp.MustCompile(`(?m)^(\s*)export\s+default\s+`)
 
 const exportGlobal = "__keep_export"
+
+func wrapScript(source string) string {
+	body := exportDefault.ReplaceAllString(source, "${1}"+exportGlobal+" = ")
+	return `__keep_define(function () { "use strict"; let ` + exportGlobal + `; ` + body + "\n;return " + exportGlobal + ";\n});"
+}
 
 // Program is one compiled workflow script version.
 type Program struct {
@@ -78,8 +86,7 @@ func (e *SyntaxError) Error() string {
 // throwaway VM and reads its declaration. It does not validate the
 // declaration; see Validate.
 func Compile(file, source string) (*Program, error) {
-	transformed := exportDefault.ReplaceAllString(source, "${1}globalThis."+exportGlobal+" = ")
-	if strings.Count(transformed, exportGlobal) > 1 {
+	if n := len(exportDefault.FindAllStringIndex(source, -1)); n > 1 {
 		return nil, fmt.Errorf("%s: more than one `export default`", file)
 	}
 	vm, err := quickjs.NewVM()
@@ -87,7 +94,7 @@ func Compile(file, source string) (*Program, error) {
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	defer vm.Close()
-	code, err := vm.Compile(transformed, quickjs.EvalGlobal)
+	code, err := vm.Compile(wrapScript(source), quickjs.EvalGlobal)
 	if err != nil {
 		var qe *quickjs.Error
 		if errors.As(err, &qe) {
@@ -159,109 +166,44 @@ func newVM(lim Limits) (*quickjs.VM, error) {
 	return vm, nil
 }
 
-func (p *Program) loadInto(vm *quickjs.VM, st *vmState, host HostFunc) error {
-	if err := vm.RegisterHostFunc("__keep_host", func(args []any) (any, error) {
-		if st.abortErr != nil {
-			vm.Interrupt()
-			return nil, st.abortErr
-		}
-		if st.settled {
-			st.abortErr = kt.Errorf(kt.ClassLogic, "the script called the host after its handler had returned (a ctx kept from an earlier call, or a promise left running)")
-			vm.Interrupt()
-			return nil, st.abortErr
-		}
-		if len(args) != 2 {
-			return nil, errors.New("bad host call")
-		}
-		method, _ := args[0].(string)
-		raw, _ := args[1].(string)
-		if host == nil {
-			st.abortErr = kt.Errorf(kt.ClassLogic, "ctx.%s is not available while the script is loading", method)
-			vm.Interrupt()
-			return nil, st.abortErr
-		}
-		res, err := host(method, json.RawMessage(raw))
-		if errors.Is(err, ErrSuspend) {
-			st.suspended = true
-			return false, nil
-		}
-		if err != nil {
-			st.abortErr = err
-			vm.Interrupt()
-			return nil, err
-		}
-		if res == nil {
-			return nil, nil
-		}
-		return string(res), nil
-	}); err != nil {
-		return err
-	}
-	if err := vm.RegisterHostFunc("__keep_settle", func(args []any) (any, error) {
-		if st.settled {
-			return nil, nil
-		}
-		st.settled = true
-		if len(args) == 2 {
-			st.ok, _ = args[0].(bool)
-			st.payload, _ = args[1].(string)
-		}
-		return nil, nil
-	}); err != nil {
-		return err
-	}
-	pre, err := preludeBytecode()
-	if err != nil {
-		return fmt.Errorf("load keep prelude: %w", err)
-	}
-	if _, err := vm.EvalBytecode(pre); err != nil {
-		return fmt.Errorf("load keep prelude: %w", err)
-	}
-	if _, err := vm.EvalBytecode(p.bytecode); err != nil {
-		return p.scriptError("while loading the script", err, st)
-	}
-	return nil
-}
-
-// Invoke runs one handler phase in a fresh VM and returns what it returned.
-// Script failures come back as *kt.Error with class logic; a HostFunc's
-// error comes back as it was returned.
+// Invoke runs one handler phase and returns what it returned. Script
+// failures come back as *kt.Error with class logic; a HostFunc's error comes
+// back as it was returned.
 func (p *Program) Invoke(inv Invocation) (Outcome, error) {
-	vm, err := newVM(inv.Limits)
+	v, err := p.takeVM(inv.Limits)
 	if err != nil {
-		return Outcome{}, kt.Errorf(kt.ClassInternal, "%v", err)
+		return Outcome{}, err
 	}
-	defer vm.Close()
+	v.uses++
+	v.epoch++
 	st := &vmState{}
-	var timedOut sync.Mutex
-	expired := false
-	if inv.Timeout > 0 {
-		timer := time.AfterFunc(inv.Timeout, func() {
-			timedOut.Lock()
-			expired = true
-			timedOut.Unlock()
-			vm.Interrupt()
-		})
-		defer timer.Stop()
-	}
-	didExpire := func() bool { timedOut.Lock(); defer timedOut.Unlock(); return expired }
+	v.st, v.host = st, inv.Host
+	vm := v.vm
 
-	if err := p.loadInto(vm, st, inv.Host); err != nil {
-		if didExpire() {
-			return Outcome{}, kt.Errorf(kt.ClassLogic, "the script's top level ran longer than the time limit of %s", inv.Timeout)
-		}
-		var ke *kt.Error
-		if errors.As(err, &ke) {
-			return Outcome{}, err
-		}
-		return Outcome{}, kt.Errorf(kt.ClassInternal, "%v", err)
+	// The timer may fire while the invocation ends; finished makes a late
+	// one harmless, and a VM that was interrupted is never reused.
+	var mu sync.Mutex
+	expired, finished := false, false
+	var timer *time.Timer
+	if inv.Timeout > 0 {
+		timer = time.AfterFunc(inv.Timeout, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !finished {
+				expired = true
+				vm.Interrupt()
+			}
+		})
 	}
+	didExpire := func() bool { mu.Lock(); defer mu.Unlock(); return expired }
+
 	args := "[" + joinRaw(inv.Args) + "]"
 	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools, "task": inv.Kind == kt.HandlerTask})
-	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec))
+	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec), v.epoch)
 	// Drain the job queue until it is empty, also after the handler settled:
 	// a promise chain left running that calls ctx then is caught (its work
-	// would be lost), instead of silently dropped.
+	// would be lost), instead of silently dropped. An empty queue is also
+	// what lets the VM serve the next invocation.
 	for callErr == nil && st.abortErr == nil && !didExpire() {
 		n, jerr := vm.ExecutePendingJobs()
 		if jerr != nil {
@@ -274,12 +216,28 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 			break
 		}
 	}
+	mu.Lock()
+	finished = true
+	timedOut := expired
+	mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	// Reuse only a VM whose invocation ended cleanly: returned, or taken
+	// over by the host at a terminal call.
+	if !timedOut && st.abortErr == nil && callErr == nil && ((st.settled && st.ok) || (st.suspended && !st.settled)) {
+		v.giveBack()
+	} else {
+		v.st, v.host = nil, nil
+		vm.Close()
+	}
+
 	switch {
 	case st.abortErr != nil:
 		return Outcome{}, st.abortErr
 	case st.suspended && (callErr == nil || st.settled):
 		return Outcome{Suspended: true}, nil
-	case didExpire():
+	case timedOut:
 		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s ran longer than its time limit of %s and was stopped (an endless loop, or a call that never returns?)", inv.Kind, inv.Name, inv.Phase, inv.Timeout)
 	case callErr != nil && !st.settled:
 		return Outcome{}, p.scriptError(fmt.Sprintf("in %s %s.%s", inv.Kind, inv.Name, inv.Phase), callErr, st)
@@ -287,8 +245,18 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s never finished: it awaits a promise that nothing will ever settle", inv.Kind, inv.Name, inv.Phase)
 	}
 	if !st.ok {
-		var info struct{ Name, Message, Stack string }
+		var info struct {
+			Name, Message, Stack string
+			Load                 bool
+		}
 		_ = json.Unmarshal([]byte(st.payload), &info)
+		if info.Load {
+			msg := info.Name + ": " + info.Message
+			if s := p.cleanStack(info.Stack); s != "" {
+				msg += " (" + s + ")"
+			}
+			return Outcome{}, kt.Errorf(kt.ClassLogic, "while loading the script: %s", msg)
+		}
 		return Outcome{}, &kt.Error{Class: kt.ClassLogic, Message: p.describeThrow(inv, info.Name, info.Message, info.Stack)}
 	}
 	if st.payload == "" {
@@ -360,6 +328,9 @@ func (p *Program) describeThrow(inv Invocation, name, msg, stack string) string 
 	if s := p.cleanStack(stack); s != "" {
 		text += " (" + s + ")"
 	}
+	if name == "TypeError" && (strings.Contains(msg, "not extensible") || strings.Contains(msg, "read-only") || strings.Contains(msg, "built-ins are shared")) {
+		text += " — globals and built-ins are frozen, so that no run leaves anything behind for another: keep what must last in the state a handler returns, or in events"
+	}
 	return text
 }
 
@@ -418,25 +389,16 @@ func (p *Program) describe() (Declaration, error) {
 	if err != nil {
 		return d, err
 	}
+	v := &sandboxVM{vm: vm, prog: p}
 	defer vm.Close()
-	st := &vmState{}
 	timer := time.AfterFunc(5*time.Second, vm.Interrupt)
 	defer timer.Stop()
-	if err := p.loadInto(vm, st, nil); err != nil {
+	if err := v.load(); err != nil {
 		return d, err
 	}
-	exported, err := vm.Eval("globalThis."+exportGlobal, quickjs.EvalGlobal)
+	r, err := vm.Call("__keep_describe")
 	if err != nil {
-		return d, p.scriptError("reading the export", err, st)
-	}
-	var r any
-	if _, isUndef := exported.(quickjs.Undefined); isUndef {
-		r, err = vm.Eval("__keep_describe(undefined)", quickjs.EvalGlobal)
-	} else {
-		r, err = vm.Eval("__keep_describe(globalThis."+exportGlobal+")", quickjs.EvalGlobal)
-	}
-	if err != nil {
-		return d, p.scriptError("reading the workflow declaration", err, st)
+		return d, p.scriptError("while loading the script", err, &vmState{})
 	}
 	s, _ := r.(string)
 	if err := json.Unmarshal([]byte(s), &d); err != nil {

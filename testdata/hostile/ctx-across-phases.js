@@ -1,5 +1,5 @@
 // A ctx captured in prepare used in mutate
-// expect: 'savedCtx' is not defined
+// expect: not extensible
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

@@ -20,7 +20,7 @@ export default Keep.workflow({
       await ctx.files.write({ path: "hostile.txt", content: "should not be written" })
     },
     async next(ctx, p, r) {
-      setTimeout = undefined; Promise.resolve().then(() => Promise.resolve()).then(() => ctx.files.read({ path: 'x' })); return undefined
+      Promise.resolve().then(() => Promise.resolve()).then(() => ctx.files.read({ path: 'x' })); return undefined
     },
   }) },
 })

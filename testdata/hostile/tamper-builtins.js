@@ -1,5 +1,5 @@
 // Tampering with builtins to forge the result
-// expect: must return plain JSON data
+// expect: frozen
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

@@ -1,5 +1,5 @@
 // Tampering with ctx
-// expect: not extensible
+// expect: read-only
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

@@ -1,5 +1,5 @@
-// Tampering with Promise, then a phase violation: the abort still holds
-// expect: phase violation
+// Tampering with Promise (frozen: refused where it happens), then a phase violation
+// expect: frozen
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },
