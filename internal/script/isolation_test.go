@@ -65,7 +65,7 @@ func TestInvocationsDoNotShareState(t *testing.T) {
 		// The override mistake of frozen prototypes is avoided for what code commonly shadows.
 		"error subclass name": {`class MyError extends Error { constructor(m) { super(m); this.name = "MyError" } }
 			const e = new MyError("x"); return { name: e.name, str: String(e) }`, `{"name":"MyError","str":"MyError: x"}`},
-		"own toString": {`const o = { a: 1 }; o.toString = () => "custom"; return { s: String(o) }`, `{"s":"custom"}`},
+		"own toString":                         {`const o = { a: 1 }; o.toString = () => "custom"; return { s: String(o) }`, `{"s":"custom"}`},
 		"prototype assignment of a user class": {`function A() {}; A.prototype.hello = () => "hi"; return { h: new A().hello() }`, `{"h":"hi"}`},
 	}
 	for name, c := range cases {
