@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -112,12 +113,18 @@ func (e *Engine) update(ctx context.Context, wf string, fn func(store.Tx) error)
 }
 
 // program returns the compiled script of a workflow version, compiling it once.
-func (e *Engine) program(ctx context.Context, wf string, version int64) (*script.Program, error) {
-	key := fmt.Sprintf("%s@%d", wf, version)
+// cachedProgram returns a version's program when it is compiled already.
+func (e *Engine) cachedProgram(wf string, version int64) *script.Program {
 	e.mu.Lock()
-	p := e.programs[key]
-	e.mu.Unlock()
-	if p != nil {
+	defer e.mu.Unlock()
+	return e.programs[programKey(wf, version)]
+}
+
+func programKey(wf string, version int64) string { return wf + "@" + strconv.FormatInt(version, 10) }
+
+func (e *Engine) program(ctx context.Context, wf string, version int64) (*script.Program, error) {
+	key := programKey(wf, version)
+	if p := e.cachedProgram(wf, version); p != nil {
 		return p, nil
 	}
 	var v kt.Version

@@ -180,7 +180,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		}
 	}
 	nr.Trace = tr.json()
-	return e.execConsumer(ctx, wf, prog, &nr)
+	return e.execConsumer(ctx, wf, prog, &nr, nil)
 }
 
 func newTrace(text string, now int64) *trace {

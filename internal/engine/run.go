@@ -51,34 +51,7 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 	var wf kt.Workflow
 	var open *kt.Run
 	var handlers []kt.Handler
-	err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		if wf, err = tx.WorkflowGet(name); err != nil {
-			return err
-		}
-		r, err := tx.RunOpen(name)
-		switch {
-		case err == nil:
-			open = &r
-		case !errors.Is(err, kt.ErrNotFound):
-			return err
-		}
-		handlers, err = tx.HandlerList(name)
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	if wf.Paused {
-		return false, nil
-	}
-	if open != nil {
-		return e.handleOpen(ctx, wf, *open)
-	}
-	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
-	if err != nil {
-		return false, err
-	}
+	var prog *script.Program
 	now := e.nowMs()
 	// Priority (SPEC §5): consumers with the oldest pending event, then other
 	// dirty or woken consumers, then due producers and tasks.
@@ -89,29 +62,69 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 	}
 	var consumers []cand
 	var due []kt.Handler
-	for _, h := range handlers {
-		switch h.Type {
-		case kt.HandlerConsumer:
-			d, ok := prog.Decl.Consumers[h.Name]
-			if !ok || !(h.Dirty || (h.WakeAt > 0 && h.WakeAt <= now)) {
-				continue
+	// pick sorts the handlers into candidates; with a program already
+	// compiled it runs inside the step's one read transaction.
+	pick := func(tx store.Tx) error {
+		for _, h := range handlers {
+			switch h.Type {
+			case kt.HandlerConsumer:
+				d, ok := prog.Decl.Consumers[h.Name]
+				if !ok || !(h.Dirty || (h.WakeAt > 0 && h.WakeAt <= now)) {
+					continue
+				}
+				oldest, has, err := tx.OldestPending(wf.Name, d.Subscribe)
+				if err != nil {
+					return err
+				}
+				consumers = append(consumers, cand{h, oldest, has})
+			case kt.HandlerProducer, kt.HandlerTask:
+				_, isProducer := prog.Decl.Producers[h.Name]
+				_, isTask := prog.Decl.Tasks[h.Name]
+				if (isProducer || isTask) && (h.Queued || (h.NextRunAt > 0 && h.NextRunAt <= now)) {
+					due = append(due, h)
+				}
 			}
-			var oldest int64
-			var has bool
-			if err := e.store.View(ctx, func(tx store.Tx) error {
-				var err error
-				oldest, has, err = tx.OldestPending(wf.Name, d.Subscribe)
-				return err
-			}); err != nil {
-				return false, err
-			}
-			consumers = append(consumers, cand{h, oldest, has})
-		case kt.HandlerProducer, kt.HandlerTask:
-			_, isProducer := prog.Decl.Producers[h.Name]
-			_, isTask := prog.Decl.Tasks[h.Name]
-			if (isProducer || isTask) && (h.Queued || (h.NextRunAt > 0 && h.NextRunAt <= now)) {
-				due = append(due, h)
-			}
+		}
+		return nil
+	}
+	picked := false
+	err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if wf, err = tx.WorkflowGet(name); err != nil {
+			return err
+		}
+		r, err := tx.RunOpen(name)
+		switch {
+		case err == nil:
+			open = &r
+			return nil
+		case !errors.Is(err, kt.ErrNotFound):
+			return err
+		}
+		if handlers, err = tx.HandlerList(name); err != nil {
+			return err
+		}
+		if prog = e.cachedProgram(wf.Name, wf.ActiveVersion); prog == nil || wf.Paused {
+			return nil
+		}
+		picked = true
+		return pick(tx)
+	})
+	if err != nil {
+		return false, err
+	}
+	if wf.Paused {
+		return false, nil
+	}
+	if open != nil {
+		return e.handleOpen(ctx, wf, *open)
+	}
+	if !picked {
+		if prog, err = e.program(ctx, wf.Name, wf.ActiveVersion); err != nil {
+			return false, err
+		}
+		if err := e.store.View(ctx, pick); err != nil {
+			return false, err
 		}
 	}
 	if len(consumers) > 0 {
@@ -123,7 +136,7 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 		})
 		c := consumers[0]
 		run := e.newRun(wf, c.h.Name, kt.HandlerConsumer, kt.PhasePreparing)
-		return true, e.execConsumer(ctx, wf, prog, &run)
+		return true, e.execConsumer(ctx, wf, prog, &run, &c.h)
 	}
 	if len(due) > 0 {
 		sort.SliceStable(due, func(i, j int) bool {
@@ -398,7 +411,9 @@ func (e *Engine) wakeTime(v any) int64 {
 	return t.UnixMilli()
 }
 
-func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (err error) {
+// execConsumer runs a consumer from its run's phase on. hrow is the
+// handler's row when the caller has just read it, nil to read it here.
+func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, hrow *kt.Handler) (err error) {
 	defer func() {
 		if err == nil {
 			e.runFinished(run)
@@ -415,9 +430,12 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 	var reserve []kt.Event
 	if run.Phase == kt.PhasePreparing {
 		tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: "preparing", Text: "consumer " + run.Handler + " started"})
-		hrow, err := e.handlerRow(ctx, wf.Name, run.Handler)
-		if err != nil {
-			return err
+		if hrow == nil {
+			h, err := e.handlerRow(ctx, wf.Name, run.Handler)
+			if err != nil {
+				return err
+			}
+			hrow = &h
 		}
 		h := &host{e: e, ctx: ctx, run: run, phase: "prepare", tr: tr, decl: dv, handler: run.Handler}
 		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "prepare",

@@ -28,7 +28,7 @@ const (
 	maxIdleVMs = 16
 	// maxUses retires a VM after this many invocations, so that nothing
 	// that slipped past the garbage collector accumulates.
-	maxUses = 500
+	maxUses = 5000
 )
 
 // sandboxVM is one QuickJS VM loaded with the prelude and one script.
