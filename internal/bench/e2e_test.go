@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"github.com/keep-run/keep/internal/script"
 	"testing"
 )
 
@@ -14,6 +15,8 @@ func BenchmarkEndToEndW1(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	created, _ := script.VMStats()
+	b.ReportMetric(float64(created), "vms-created")
 	b.ReportMetric(r.perSec, "events/s")
 	b.ReportMetric(r.fsyncsPerRun, "fsyncs/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
@@ -25,6 +28,8 @@ func BenchmarkEndToEndW100(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	created, _ := script.VMStats()
+	b.ReportMetric(float64(created), "vms-created")
 	b.ReportMetric(r.perSec, "events/s")
 	b.ReportMetric(r.fsyncsPerRun, "fsyncs/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")

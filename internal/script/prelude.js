@@ -217,15 +217,23 @@
   const harden = (roots) => {
     const seen = new Set();
     const todo = roots.slice();
+    const fnProto = Function.prototype, hasOwn = Object.hasOwn;
     while (todo.length) {
       const o = todo.pop();
       if (o === null || (typeof o !== "object" && typeof o !== "function") || seen.has(o)) continue;
       seen.add(o);
       freeze(o);
+      // Most of what is reachable are built-in methods: functions with only
+      // length and name. Freezing them is enough; listing their properties
+      // would double the cost of a new VM.
+      if (typeof o === "function" && getProto(o) === fnProto && !hasOwn(o, "prototype") && ownKeys(o).length === 2) continue;
       todo.push(getProto(o));
       for (const k of ownKeys(o)) {
         const d = getDesc(o, k);
-        if ("value" in d) todo.push(d.value); else todo.push(d.get, d.set);
+        if ("value" in d) {
+          const v = d.value;
+          if (v !== null && (typeof v === "object" || typeof v === "function")) todo.push(v);
+        } else todo.push(d.get, d.set);
       }
     }
   };
@@ -244,7 +252,7 @@
     }
     const strictThrower = (function () { "use strict"; const d = getDesc(arguments, "callee"); return d && d.get; })();
     harden([
-      globalThis,
+      globalThis, Function.prototype,
       getProto(function* () {}), getProto(async function () {}), getProto(async function* () {}),
       getProto((function* () {})()), getProto((async function* () {})()),
       getProto([][Symbol.iterator]()), getProto(new Map()[Symbol.iterator]()), getProto(new Set()[Symbol.iterator]()),

@@ -229,6 +229,7 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 		v.giveBack()
 	} else {
 		v.st, v.host = nil, nil
+		vmsDiscarded.Add(1)
 		vm.Close()
 	}
 
@@ -393,7 +394,7 @@ func (p *Program) describe() (Declaration, error) {
 	defer vm.Close()
 	timer := time.AfterFunc(5*time.Second, vm.Interrupt)
 	defer timer.Stop()
-	if err := v.load(); err != nil {
+	if err := v.load(false); err != nil {
 		return d, err
 	}
 	r, err := vm.Call("__keep_describe")
