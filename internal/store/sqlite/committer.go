@@ -8,15 +8,19 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Group commit. Every Update of the process goes to one goroutine, the
-// committer, which owns the writer connection. It takes the request it was
-// handed and every other request already waiting, runs each in its own
-// savepoint inside one transaction, and commits once: one fsync for the
-// whole group. Each caller is answered only after that commit returned, so
-// no caller acts on a transition that is not on disk; a request whose
-// function fails is rolled back to its savepoint and leaves the others
-// alone. When the commit itself fails, every request of the group gets the
-// error, exactly as if its own commit had failed.
+// Group commit. Every Update of the process runs on the one writer
+// connection. A caller that finds no commit under way becomes the leader:
+// it takes its own request and every other request waiting, runs each in
+// its own savepoint inside one transaction, and commits once: one fsync for
+// the whole group. Callers that arrive meanwhile queue up and are taken by
+// the leader's next round, so under load each fsync carries many
+// transitions, and an uncontended Update runs on its caller's goroutine
+// with no hand-off. Each caller is answered only after the commit that
+// carries its request returned, so no caller acts on a transition that is
+// not on disk; a request whose function fails is rolled back to its
+// savepoint and leaves the others alone. When the commit itself fails,
+// every request of the group gets the error, exactly as if its own commit
+// had failed.
 //
 // A request sees the writes of the requests before it in the same group
 // (they commit together or not at all), never writes that are not durable
@@ -27,8 +31,9 @@ import (
 const maxGroup = 64
 
 type request struct {
-	fn   func(store.Tx) error
-	done chan result
+	fn    func(store.Tx) error
+	done  chan result
+	taken bool // by a leader; guarded by Store.mu
 }
 
 type result struct {
@@ -39,30 +44,78 @@ type result struct {
 // ErrClosed is returned by Update and View after Close.
 var ErrClosed = errors.New("the store is closed")
 
-func (s *Store) commitLoop(w *conn) {
-	defer close(s.stopped)
-	for {
-		var first request
-		select {
-		case first = <-s.reqs:
-		case <-s.quit:
+// submit runs a request in a group commit and waits for its answer. A
+// request a leader has taken is always waited for, even when ctx ends
+// meanwhile: its function may be running.
+func (s *Store) submit(ctx context.Context, fn func(store.Tx) error) error {
+	if s.writer == nil {
+		return fmt.Errorf("%w: this copy of the data is open read-only", ErrReadOnly)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &request{fn: fn, done: make(chan result, 1)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.queue = append(s.queue, r)
+	if !s.leading {
+		s.leading = true
+		s.lead() // returns with s.mu unlocked
+	} else {
+		s.mu.Unlock()
+	}
+	var res result
+	select {
+	case res = <-r.done:
+	case <-ctx.Done():
+		s.mu.Lock()
+		if !r.taken {
+			s.dequeue(r)
+			s.mu.Unlock()
+			return ctx.Err()
+		}
+		s.mu.Unlock()
+		res = <-r.done
+	}
+	if res.panic != nil {
+		panic(res.panic)
+	}
+	return res.err
+}
+
+func (s *Store) dequeue(r *request) {
+	for i, q := range s.queue {
+		if q == r {
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
 			return
 		}
-		group := []request{first}
-	gather:
-		for len(group) < maxGroup {
-			select {
-			case r := <-s.reqs:
-				group = append(group, r)
-			default:
-				break gather
-			}
-		}
-		s.commitGroup(w, group)
 	}
 }
 
-func (s *Store) commitGroup(w *conn, group []request) {
+// lead commits groups until the queue is empty. Called with s.mu held and
+// s.leading set; returns with s.mu released and s.leading cleared.
+func (s *Store) lead() {
+	for len(s.queue) > 0 {
+		n := min(len(s.queue), maxGroup)
+		group := make([]*request, n)
+		copy(group, s.queue)
+		for _, r := range group {
+			r.taken = true
+		}
+		s.queue = append(s.queue[:0], s.queue[n:]...)
+		s.mu.Unlock()
+		s.commitGroup(s.writer, group)
+		s.mu.Lock()
+	}
+	s.leading = false
+	s.idle.Broadcast()
+	s.mu.Unlock()
+}
+
+func (s *Store) commitGroup(w *conn, group []*request) {
 	results := make([]result, len(group))
 	fail := func(err error) {
 		for i := range group {
@@ -135,29 +188,4 @@ func runFn(w *conn, fn func(store.Tx) error) (res result) {
 		}
 	}()
 	return result{err: fn(&tx{tx: w})}
-}
-
-// submit hands a request to the committer and waits for its answer. A
-// request the committer has taken is always waited for, even when ctx ends
-// meanwhile: its function may be running.
-func (s *Store) submit(ctx context.Context, r request) error {
-	if s.reqs == nil {
-		return fmt.Errorf("%w: this copy of the data is open read-only", ErrReadOnly)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r.done = make(chan result, 1)
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.quit:
-		return ErrClosed
-	}
-	res := <-r.done
-	if res.panic != nil {
-		panic(res.panic)
-	}
-	return res.err
 }

@@ -34,11 +34,17 @@ type Store struct {
 	db  *sql.DB // the writer: one connection, held by the committer
 	rdb *sql.DB // readers: WAL lets them read while the writer commits
 
-	reqs    chan request  // to the committer (nil when read-only)
+	writer  *conn         // the writer connection (nil when read-only)
 	quit    chan struct{} // closed by Close
-	stopped chan struct{} // closed when the committer has returned
 	readers chan *conn    // idle reader connections
 	all     []*conn       // every held connection, closed by Close
+
+	// Group commit (committer.go).
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when a leader stops
+	queue   []*request
+	leading bool
+	closed  bool
 
 	commits      atomic.Int64
 	transactions atomic.Int64
@@ -67,7 +73,7 @@ func Open(path string) (*Store, error) {
 	// One connection: SQLite has one writer anyway, and a single connection
 	// makes every transaction of this process strictly serial.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, quit: make(chan struct{}), stopped: make(chan struct{})}
+	s := newStore(db)
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, err
@@ -88,9 +94,14 @@ func Open(path string) (*Store, error) {
 		s.closeConns()
 		return nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
-	s.reqs = make(chan request)
-	go s.commitLoop(w)
+	s.writer = w
 	return s, nil
+}
+
+func newStore(db *sql.DB) *Store {
+	s := &Store{db: db, quit: make(chan struct{})}
+	s.idle = sync.NewCond(&s.mu)
+	return s
 }
 
 func (s *Store) openReaders(db *sql.DB, n int) error {
@@ -171,8 +182,7 @@ func OpenReadOnly(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s := &Store{db: db, quit: make(chan struct{}), stopped: make(chan struct{})}
-	close(s.stopped) // no committer
+	s := newStore(db)
 	if err := s.openReaders(db, 1); err != nil {
 		s.closeConns()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -184,7 +194,7 @@ func OpenReadOnly(path string) (*Store, error) {
 // Update returns; fn may share its commit with other callers' (see
 // committer.go), never its rollback.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	return s.submit(ctx, request{fn: fn})
+	return s.submit(ctx, fn)
 }
 
 // View runs fn in a read transaction on a reader connection; it sees only
@@ -216,11 +226,21 @@ func (s *Store) Stats() store.Stats {
 	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load()}
 }
 
-// Close stops the committer (after the group under way) and closes the database.
+// Close waits for the group commit under way, refuses new transactions and
+// closes the database.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		for s.leading {
+			s.idle.Wait()
+		}
+		for _, r := range s.queue {
+			r.done <- result{err: ErrClosed}
+		}
+		s.queue = nil
+		s.mu.Unlock()
 		close(s.quit)
-		<-s.stopped
 		// Wait for Views in progress to hand their connections back.
 		for i := 0; i < cap(s.readers); i++ {
 			<-s.readers
