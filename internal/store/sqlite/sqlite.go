@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -529,7 +530,7 @@ func (t *tx) EventGet(workflow, topic, messageID string) (kt.Event, error) {
 }
 
 func (t *tx) EventsPending(workflow, topic string, limit int) ([]kt.Event, error) {
-	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT ?`, workflow, topic, limit)
+	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT `+limitSQL(limit), workflow, topic)
 }
 
 func (t *tx) EventsReservedBy(runID string) ([]kt.Event, error) {
@@ -581,6 +582,12 @@ func (t *tx) CountPending(workflow string) (int, error) {
 	err := t.tx.QueryRow(`SELECT count(*) FROM events WHERE workflow=? AND status='pending'`, workflow).Scan(&n)
 	return n, err
 }
+
+// limitSQL writes a LIMIT as a number in the statement's text. SQLite
+// re-prepares a statement whose LIMIT is a bound parameter every time the
+// parameter is bound (the planner looks at its value), which made peek
+// parse its SQL on every call.
+func limitSQL(n int) string { return strconv.Itoa(n) }
 
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
@@ -724,7 +731,7 @@ func (t *tx) RunList(workflow string, limit int) ([]kt.Run, error) {
 	if limit <= 0 {
 		limit = 1 << 30
 	}
-	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? ORDER BY created_at DESC, id DESC LIMIT ?`, workflow, limit)
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? ORDER BY created_at DESC, id DESC LIMIT `+limitSQL(limit), workflow)
 }
 
 func (t *tx) RunOpen(workflow string) (kt.Run, error) {
