@@ -35,6 +35,10 @@ type Policy struct {
 	ToolTimeout time.Duration
 	// MemoryLimit is the sandbox heap per run, in bytes. Defaults to 64 MiB.
 	MemoryLimit int64
+	// Workers bounds how many workflows step at the same time. Defaults to
+	// 16: more steps in flight let more transitions share one fsync (group
+	// commit), and runs waiting on slow services do not hold others up.
+	Workers int
 }
 
 // Defaults returns the built-in policies of SPEC §6.
@@ -43,6 +47,7 @@ func Defaults() Policy {
 		TransientRetries: 5, TransientBackoff: 10 * time.Second, TransientBackoffMax: 10 * time.Minute,
 		ReconcileAttempts: 5, ReconcileBackoff: 10 * time.Second, ReconcileBackoffMax: 10 * time.Minute,
 		HandlerTimeout: 300 * time.Second, ToolTimeout: 30 * time.Second, MemoryLimit: 64 << 20,
+		Workers: 16,
 	}
 }
 
@@ -125,8 +130,13 @@ func Parse(name, text string) (Config, error) {
 			if err == nil && p.MemoryLimit < 1<<20 {
 				err = fmt.Errorf("must be at least 1MiB")
 			}
+		case "workers":
+			p.Workers, err = count(v)
+			if err == nil && p.Workers < 1 {
+				err = fmt.Errorf("must be at least 1")
+			}
 		default:
-			return cfg, fmt.Errorf("config %s: unknown policy key %q (known: transient_retries, transient_backoff, transient_backoff_max, reconcile_attempts, reconcile_backoff, reconcile_backoff_max, handler_timeout, tool_timeout, memory_limit)", name, k)
+			return cfg, fmt.Errorf("config %s: unknown policy key %q (known: transient_retries, transient_backoff, transient_backoff_max, reconcile_attempts, reconcile_backoff, reconcile_backoff_max, handler_timeout, tool_timeout, memory_limit, workers)", name, k)
 		}
 		if err != nil {
 			return cfg, fmt.Errorf("%s: %v", where, err)

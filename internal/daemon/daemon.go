@@ -114,7 +114,7 @@ func Open(o Options) (*Keep, error) {
 			sched.Wake()
 			k.Hub.Publish(wf)
 		}})
-	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger})
+	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers})
 	k.Scheduler = sched
 	return k, nil
 }
