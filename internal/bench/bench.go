@@ -48,13 +48,18 @@ type Result struct {
 	W1Events            int      `json:"w1Events"`
 	W1EventsPerSec      float64  `json:"w1EventsPerSec"`
 	W1Ratio             float64  `json:"w1Ratio"`
+	W1CPUMicros         float64  `json:"w1CpuMicrosPerEvent"`
 	W100Events          int      `json:"w100Events"`
 	W100EventsPerSec    float64  `json:"w100EventsPerSec"`
 	W100OverW1          float64  `json:"w100OverW1"`
+	W100FsyncsPerRun    float64  `json:"w100FsyncsPerRun"`
+	W100CPUMicros       float64  `json:"w100CpuMicrosPerEvent"`
 	LatencyP50Millis    float64  `json:"latencyP50Millis"`
 	LatencyP99Millis    float64  `json:"latencyP99Millis"`
 	HandlerCallP50Micro float64  `json:"handlerCallP50Micros"`
 	HandlerCallP99Micro float64  `json:"handlerCallP99Micros"`
+	HandlerFirstP50     float64  `json:"handlerFirstCallP50Micros"`
+	NewVMP50Micros      float64  `json:"newVMP50Micros"`
 	PeekEvents          int      `json:"peekTopicEvents"`
 	PeekP50Millis       float64  `json:"peekP50Millis"`
 	StartupWorkflows    int      `json:"startupWorkflows"`
@@ -95,7 +100,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return r, fmt.Errorf("end to end W=1: %w", err)
 	}
-	r.W1Events, r.W1EventsPerSec, r.FsyncsPerRun = n1, e1.perSec, e1.fsyncsPerRun
+	r.W1Events, r.W1EventsPerSec, r.FsyncsPerRun, r.W1CPUMicros = n1, e1.perSec, e1.fsyncsPerRun, e1.cpuMicrosPerEvent
 	o.say("publish → commit latency, one event at a time ...")
 	if r.LatencyP50Millis, r.LatencyP99Millis, err = latency(ctx, filepath.Join(root, "latency"), map[bool]int{true: 50, false: 200}[o.Quick]); err != nil {
 		return r, fmt.Errorf("latency: %w", err)
@@ -110,13 +115,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return r, fmt.Errorf("end to end W=%d: %w", wN, err)
 	}
-	r.W100Events, r.W100EventsPerSec = wN*perW, e100.perSec
+	r.W100Events, r.W100EventsPerSec, r.W100FsyncsPerRun, r.W100CPUMicros = wN*perW, e100.perSec, e100.fsyncsPerRun, e100.cpuMicrosPerEvent
 	if r.W1EventsPerSec > 0 {
 		r.W100OverW1 = r.W100EventsPerSec / r.W1EventsPerSec
 	}
 
 	o.say("sandbox, %d handler calls ...", calls)
 	if r.HandlerCallP50Micro, r.HandlerCallP99Micro, err = sandbox(calls); err != nil {
+		return r, err
+	}
+	if r.HandlerFirstP50, r.NewVMP50Micros, err = sandboxFirstCall(map[bool]int{true: 10, false: 40}[o.Quick]); err != nil {
 		return r, err
 	}
 
@@ -245,7 +253,7 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 			}
 		}
 	}
-	commits0 := k.Store.Stats().Commits
+	stats0 := k.Store.Stats()
 	start, cpu0 := time.Now(), cpuTime()
 	if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
 		return res, err
@@ -254,9 +262,14 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 	if got := applied.Load(); got != int64(w*n) {
 		return res, fmt.Errorf("the sink saw %d writes, want %d", got, w*n)
 	}
-	commits := k.Store.Stats().Commits - commits0
-	// Each workflow ends with one empty consumer run (one commit) that finds nothing left.
-	res.fsyncsPerRun = float64(commits-int64(w)) / float64(w*n)
+	stats := k.Store.Stats()
+	commits, txs := stats.Commits-stats0.Commits, stats.Transactions-stats0.Transactions
+	// Each workflow ends with one empty consumer run (one transaction) that
+	// finds nothing left. The runs' own transactions, times the fsyncs per
+	// transaction that group commit achieved (1 with one workflow):
+	if txs > 0 {
+		res.fsyncsPerRun = float64(txs-int64(w)) / float64(w*n) * float64(commits) / float64(txs)
+	}
 	res.perSec = float64(w*n) / elapsed.Seconds()
 	res.cpuMicrosPerEvent = float64(cpu.Microseconds()) / float64(w*n)
 	return res, nil
@@ -336,19 +349,24 @@ const sandboxScript = `export default Keep.workflow({ name: "s", topics: { "a": 
   producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
     const r = await ctx.files.read({ path: "x" }); return { n: ((state && state.n) || 0) + 1, len: r.content.length } } } } })`
 
+var sandboxInvocation = script.Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`{"n":1}`)},
+	Tools: map[string][]string{"files": {"read"}}, Limits: script.Limits{Timeout: 10 * time.Second, MemoryLimit: 64 << 20},
+	Host: func(m string, a json.RawMessage) (json.RawMessage, error) {
+		if m == "files.read" {
+			return json.RawMessage(`{"content":"hello"}`), nil
+		}
+		return nil, nil
+	}}
+
+// sandbox measures handler calls of one compiled script: after the first,
+// each runs on a VM from the pool (internal/script/vmpool.go).
 func sandbox(n int) (p50, p99 float64, err error) {
 	p, err := script.Compile("bench.js", sandboxScript)
 	if err != nil {
 		return 0, 0, err
 	}
-	host := func(m string, a json.RawMessage) (json.RawMessage, error) {
-		if m == "files.read" {
-			return json.RawMessage(`{"content":"hello"}`), nil
-		}
-		return nil, nil
-	}
-	inv := script.Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`{"n":1}`)},
-		Tools: map[string][]string{"files": {"read"}}, Host: host, Limits: script.Limits{Timeout: 10 * time.Second, MemoryLimit: 64 << 20}}
+	defer p.Release()
+	inv := sandboxInvocation
 	var ds []float64
 	for i := 0; i < n; i++ {
 		start := time.Now()
@@ -361,6 +379,32 @@ func sandbox(n int) (p50, p99 float64, err error) {
 }
 
 // bulk inserts rows through raw SQL in large transactions (setting up, not measuring).
+// sandboxFirstCall measures the first call of a script version (its
+// bytecode loaded into a VM from the pool, then the call), and the creation
+// of a new VM (prelude and lockdown), which a call pays when no VM is idle.
+func sandboxFirstCall(n int) (first, newVM float64, err error) {
+	var ds, vs []float64
+	for i := 0; i < n; i++ {
+		p, err := script.Compile("bench.js", strings.Replace(sandboxScript, `name: "s"`, fmt.Sprintf(`name: "s%d"`, i), 1))
+		if err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		_, err = p.Invoke(sandboxInvocation)
+		ds = append(ds, float64(time.Since(start).Microseconds()))
+		p.Release()
+		if err != nil {
+			return 0, 0, err
+		}
+		d, err := script.NewVMCost(sandboxInvocation.Limits)
+		if err != nil {
+			return 0, 0, err
+		}
+		vs = append(vs, float64(d.Microseconds()))
+	}
+	return percentile(ds, 0.5), percentile(vs, 0.5), nil
+}
+
 func bulk(path string, fn func(exec func(q string, args ...any) error, i int) error, n, batch int) error {
 	st, err := sqlite.Open(path)
 	if err != nil {

@@ -30,16 +30,22 @@ func TestBenchJSONFields(t *testing.T) {
 		t.Fatalf("%v: %s", err, r.out)
 	}
 	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w1Ratio", "w100EventsPerSec", "latencyP50Millis", "latencyP99Millis",
-		"handlerCallP50Micros", "peekP50Millis", "startupSeconds", "idleWorkflowBytes"} {
+		"handlerCallP50Micros", "peekP50Millis", "startupSeconds", "idleWorkflowBytes",
+		"w1CpuMicrosPerEvent", "w100FsyncsPerRun", "w100CpuMicrosPerEvent", "handlerFirstCallP50Micros", "newVMP50Micros"} {
 		v, ok := got[f].(float64)
 		if !ok || v < 0 {
 			t.Errorf("%s = %v", f, got[f])
 		}
 	}
-	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w100EventsPerSec", "handlerCallP50Micros"} {
+	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w100EventsPerSec", "handlerCallP50Micros", "w100FsyncsPerRun", "newVMP50Micros"} {
 		if got[f].(float64) <= 0 {
 			t.Errorf("%s is zero", f)
 		}
+	}
+	// Group commit: with 100 workflows stepping at once, one fsync carries
+	// several runs' transitions, never more fsyncs than one workflow needs.
+	if w100, w1 := got["w100FsyncsPerRun"].(float64), got["fsyncsPerRun"].(float64); w100 > w1 {
+		t.Errorf("w100FsyncsPerRun %v > fsyncsPerRun %v: group commit shares fsyncs between workflows", w100, w1)
 	}
 	if got["fsyncsPerRun"].(float64) > 3.01 {
 		t.Errorf("fsyncsPerRun %v: a consumer run with one mutation commits at most 3 times", got["fsyncsPerRun"])

@@ -121,3 +121,26 @@ func idleFor(p *Program) int {
 	}
 	return n
 }
+
+func TestVMsMoveBetweenVersionsCleanly(t *testing.T) {
+	a := compile(t, isolationScript(`counter++; return { script: "a", counter }`))
+	b := compile(t, isolationScript(`counter += 10; return { script: "b", counter }`))
+	defer a.Release()
+	defer b.Release()
+	for i := 0; i < 3; i++ {
+		if got := invokeN(t, a, 1)[0]; got != `{"script":"a","counter":1}` {
+			t.Fatalf("round %d, version a: %s", i, got)
+		}
+		if got := invokeN(t, b, 1)[0]; got != `{"script":"b","counter":10}` {
+			t.Fatalf("round %d, version b: %s", i, got)
+		}
+	}
+	// A script cannot swap in another factory for the calls after it.
+	c := compile(t, isolationScript(`__keep_define(function () { return Keep.workflow({ producers: { p: { handler: async () => ({ hijacked: true }) } } }) }); return { script: "c" }`))
+	defer c.Release()
+	for i, got := range invokeN(t, c, 3) {
+		if got != `{"script":"c"}` {
+			t.Fatalf("invocation %d: %s (a script replaced its own definition for later calls)", i+1, got)
+		}
+	}
+}

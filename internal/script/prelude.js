@@ -3,8 +3,8 @@
 // script can reach of the host goes through __keep_host, which the Go side
 // guards.
 //
-// A VM serves many invocations of one script version (see vmpool.go). What
-// keeps them apart: the script's top level runs again for every invocation
+// A VM serves many invocations, of one script version after another (see
+// vmpool.go). What keeps them apart: the script's top level runs again for every invocation
 // (it is wrapped in a factory function, so its bindings are new each time);
 // the global object and every built-in are frozen (lockdown, below), so no
 // invocation can leave anything behind for the next; and every ctx carries
@@ -14,6 +14,7 @@
   "use strict";
   const host = globalThis.__keep_host;
   const settle = globalThis.__keep_settle;
+  const armed = globalThis.__keep_armed;
   // Builtins are captured before the script runs, so a script that replaces
   // them cannot change how keep talks to the host.
   const stringify = JSON.stringify, parse = JSON.parse, keys = Object.keys, isArray = Array.isArray;
@@ -22,6 +23,7 @@
   const getDesc = Object.getOwnPropertyDescriptor, defineProp = Object.defineProperty;
   delete globalThis.__keep_host;
   delete globalThis.__keep_settle;
+  delete globalThis.__keep_armed;
   let epoch = 0; // the current invocation; see the top of this file
   let factory; // the script, wrapped: returns what it exports
 
@@ -154,8 +156,11 @@
     return exported !== undefined ? exported : definition;
   };
 
-  Object.defineProperty(globalThis, "__keep_define", { configurable: true, value: function (f) {
-    if (factory === undefined) factory = f;
+  // The host loads a script version into the VM by evaluating its bytecode,
+  // which calls __keep_define; only then (armed) is the call accepted, so a
+  // script calling it itself changes nothing.
+  Object.defineProperty(globalThis, "__keep_define", { value: function (f) {
+    if (armed() === true && typeof f === "function") factory = f;
   } });
 
   Object.defineProperty(globalThis, "__keep_invoke", { value: function (kind, name, phase, argsJSON, specJSON, ep) {
@@ -238,7 +243,6 @@
     }
   };
   Object.defineProperty(globalThis, "__keep_lockdown", { configurable: true, value: function () {
-    delete globalThis.__keep_define;
     delete globalThis.__keep_lockdown;
     // Their callbacks could run during a later invocation.
     delete globalThis.WeakRef;

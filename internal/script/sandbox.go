@@ -386,18 +386,17 @@ func (d Declaration) WorkflowName() string {
 
 func (p *Program) describe() (Declaration, error) {
 	var d Declaration
-	vm, err := newVM(Limits{MemoryLimit: 64 << 20})
+	v, err := newSandboxVM(Limits{MemoryLimit: 64 << 20}, false)
 	if err != nil {
 		return d, err
 	}
-	v := &sandboxVM{vm: vm, prog: p}
-	defer vm.Close()
-	timer := time.AfterFunc(5*time.Second, vm.Interrupt)
+	defer v.vm.Close()
+	timer := time.AfterFunc(5*time.Second, v.vm.Interrupt)
 	defer timer.Stop()
-	if err := v.load(false); err != nil {
+	if err := v.loadScript(p); err != nil {
 		return d, err
 	}
-	r, err := vm.Call("__keep_describe")
+	r, err := v.vm.Call("__keep_describe")
 	if err != nil {
 		return d, p.scriptError("while loading the script", err, &vmState{})
 	}

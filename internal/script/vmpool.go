@@ -3,41 +3,42 @@ package script
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"modernc.org/quickjs"
 )
 
 // Why VMs are reused: a fresh QuickJS VM (runtime, context, every
-// built-in, then the prelude) costs ≈ 300 µs here, three quarters of a
-// handler call, and a consumer run makes two or three calls (issue 6). So a
-// VM, once loaded with the prelude and one script version, serves many
-// invocations of that version. Isolation between invocations does not rest
-// on a fresh VM but on what prelude.js describes: the script's top level
-// runs again for every invocation, the globals and built-ins are frozen, and
-// every ctx is bound to its invocation. A VM whose invocation ended
-// abnormally (timeout, abort, out of memory, an engine error) is never
-// reused, and a VM is retired after maxUses invocations.
+// built-in, then the prelude and the lockdown) costs ≈ 5 ms here, against
+// ≈ 50 µs for a call on a warm one, and a consumer run makes two or three
+// calls (issue 6). So a VM, once prepared, serves many invocations, of any
+// script version: it keeps the version it last ran loaded, and loading
+// another one is evaluating that version's bytecode (which only defines its
+// factory function). Isolation between invocations does not rest on a fresh
+// VM but on what prelude.js describes: the script's top level runs again for
+// every invocation, the globals and built-ins are frozen, and every ctx is
+// bound to its invocation. A VM whose invocation ended abnormally (timeout,
+// abort, a throw, an engine error) is never reused, and a VM is retired
+// after maxUses invocations.
 
 const (
-	// maxIdleVMs bounds the VMs kept between invocations, over all script
-	// versions: a bounded amount of memory (≈ 450 KiB each) however many
-	// workflows are deployed, and enough that a few dozen busy workflows
-	// do not evict each other's VMs (a new VM with its lockdown costs
-	// ≈ 5 ms, against ≈ 80 µs for a call on a warm one).
-	maxIdleVMs = 64
+	// maxIdleVMs bounds the VMs kept between invocations: a bounded amount
+	// of memory (≈ 450 KiB each) however many workflows are deployed; the
+	// scheduler's workers need one each.
+	maxIdleVMs = 32
 	// maxUses retires a VM after this many invocations, so that nothing
 	// that slipped past the garbage collector accumulates.
 	maxUses = 5000
 )
 
-// sandboxVM is one QuickJS VM loaded with the prelude and one script.
+// sandboxVM is one QuickJS VM with the prelude, locked down.
 type sandboxVM struct {
 	vm    *quickjs.VM
-	prog  *Program
+	prog  *Program // the script version loaded last
+	armed bool     // the host is loading a script version
 	limit int64
 	uses  int
 	epoch int64
@@ -51,26 +52,44 @@ var idleVMs struct {
 	list []*sandboxVM // least recently used first
 }
 
-// takeVM returns an idle VM loaded with p, or a new one.
+// takeVM returns an idle VM with p loaded: preferably one that ran p last,
+// else any idle VM (p is loaded into it), else a new one.
 func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
 	idleVMs.Lock()
+	var v *sandboxVM
 	for i := len(idleVMs.list) - 1; i >= 0; i-- {
-		if v := idleVMs.list[i]; v.prog == p {
+		if idleVMs.list[i].prog == p {
+			v = idleVMs.list[i]
 			idleVMs.list = append(idleVMs.list[:i], idleVMs.list[i+1:]...)
-			idleVMs.Unlock()
-			if v.limit != lim.MemoryLimit && lim.MemoryLimit > 0 {
-				v.vm.SetMemoryLimit(uintptr(lim.MemoryLimit))
-				v.limit = lim.MemoryLimit
-			}
-			return v, nil
+			break
 		}
 	}
+	if v == nil && len(idleVMs.list) > 0 {
+		v = idleVMs.list[len(idleVMs.list)-1]
+		idleVMs.list = idleVMs.list[:len(idleVMs.list)-1]
+	}
 	idleVMs.Unlock()
-	return p.newSandboxVM(lim)
+	if v == nil {
+		var err error
+		if v, err = newSandboxVM(lim, true); err != nil {
+			return nil, err
+		}
+	}
+	if v.limit != lim.MemoryLimit && lim.MemoryLimit > 0 {
+		v.vm.SetMemoryLimit(uintptr(lim.MemoryLimit))
+		v.limit = lim.MemoryLimit
+	}
+	if v.prog != p {
+		if err := v.loadScript(p); err != nil {
+			v.vm.Close()
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
-// giveBack keeps a VM for the next invocation of its program, retiring the
-// least recently used one beyond maxIdleVMs.
+// giveBack keeps a VM for a next invocation, retiring the least recently
+// used one beyond maxIdleVMs.
 func (v *sandboxVM) giveBack() {
 	v.st, v.host = nil, nil
 	if v.uses >= maxUses {
@@ -90,49 +109,54 @@ func (v *sandboxVM) giveBack() {
 	}
 }
 
-// Release closes the idle VMs of a program that will not run again.
+// Release lets idle VMs forget a program that will not run again (they
+// stay in the pool for other programs).
 func (p *Program) Release() {
 	idleVMs.Lock()
-	var mine []*sandboxVM
-	kept := idleVMs.list[:0]
+	defer idleVMs.Unlock()
 	for _, v := range idleVMs.list {
 		if v.prog == p {
-			mine = append(mine, v)
-		} else {
-			kept = append(kept, v)
+			v.prog = nil
 		}
-	}
-	idleVMs.list = kept
-	idleVMs.Unlock()
-	for _, v := range mine {
-		v.vm.Close()
 	}
 }
 
-// newSandboxVM creates a VM, loads the prelude and the script's factory,
-// and locks the built-ins down.
 var vmsCreated, vmsDiscarded atomic.Int64
 
 // VMStats reports how many VMs were created, and how many were discarded
 // after an invocation that did not end cleanly, since the process started.
 func VMStats() (created, discarded int64) { return vmsCreated.Load(), vmsDiscarded.Load() }
 
-func (p *Program) newSandboxVM(lim Limits) (*sandboxVM, error) {
+// newSandboxVM creates a VM with the prelude; locked down unless it only
+// reads a declaration at compile time.
+func newSandboxVM(lim Limits, lockdown bool) (*sandboxVM, error) {
 	vmsCreated.Add(1)
 	vm, err := newVM(lim)
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
-	v := &sandboxVM{vm: vm, prog: p, limit: lim.MemoryLimit}
-	if err := v.load(true); err != nil {
+	v := &sandboxVM{vm: vm, limit: lim.MemoryLimit}
+	if err := v.load(lockdown); err != nil {
 		vm.Close()
 		return nil, err
 	}
 	return v, nil
 }
 
-// load prepares the VM; lockdown is left out only for a VM that runs no
-// handler (reading the declaration at compile time).
+// loadScript makes p the VM's script version: evaluating its bytecode
+// hands the prelude the script's factory function.
+func (v *sandboxVM) loadScript(p *Program) error {
+	v.prog = nil
+	v.armed = true
+	_, err := v.vm.EvalBytecode(p.bytecode)
+	v.armed = false
+	if err != nil {
+		return p.scriptError("while loading the script", err, &vmState{})
+	}
+	v.prog = p
+	return nil
+}
+
 func (v *sandboxVM) load(lockdown bool) error {
 	vm := v.vm
 	abort := func(err error) (any, error) {
@@ -196,15 +220,15 @@ func (v *sandboxVM) load(lockdown bool) error {
 	}); err != nil {
 		return kt.Errorf(kt.ClassInternal, "%v", err)
 	}
+	if err := vm.RegisterHostFunc("__keep_armed", func(args []any) (any, error) { return v.armed, nil }); err != nil {
+		return kt.Errorf(kt.ClassInternal, "%v", err)
+	}
 	pre, err := preludeBytecode()
 	if err != nil {
 		return kt.Errorf(kt.ClassInternal, "load keep prelude: %v", err)
 	}
 	if _, err := vm.EvalBytecode(pre); err != nil {
 		return kt.Errorf(kt.ClassInternal, "load keep prelude: %v", err)
-	}
-	if _, err := vm.EvalBytecode(v.prog.bytecode); err != nil {
-		return v.prog.scriptError("while loading the script", err, &vmState{})
 	}
 	if !lockdown {
 		return nil
@@ -214,8 +238,6 @@ func (v *sandboxVM) load(lockdown bool) error {
 	}
 	return nil
 }
-
-func (v *sandboxVM) String() string { return fmt.Sprintf("vm(%s, %d uses)", v.prog.File, v.uses) }
 
 // epochOf reads the invocation number the prelude passed back.
 func epochOf(a any) int64 {
@@ -230,4 +252,17 @@ func epochOf(a any) int64 {
 		return int64(n)
 	}
 	return -1
+}
+
+// NewVMCost creates a locked-down VM and closes it, and reports how long the
+// creation took: what an invocation pays when no idle VM is left.
+func NewVMCost(lim Limits) (time.Duration, error) {
+	start := time.Now()
+	v, err := newSandboxVM(lim, true)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	v.vm.Close()
+	return d, nil
 }

@@ -1,5 +1,5 @@
 // An endless chain of microtasks
-// expect: never finished
+// expect: never finished | ran longer than its time limit
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },
