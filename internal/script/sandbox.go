@@ -320,9 +320,10 @@ func (p *Program) describeThrow(inv Invocation, name, msg, stack string) string 
 	text := fmt.Sprintf("%s %s: %s", where, name, msg)
 	if name == "thrown value" {
 		text = fmt.Sprintf("%s %s", where, msg)
-		if msg == "null" {
+		if msg == "null" || msg == "an unprintable error" {
 			// QuickJS rejects with null when it cannot even allocate the
-			// "out of memory" error; a script throwing null itself is rare.
+			// "out of memory" error, and describing an error fails when no
+			// memory is left; a script throwing null itself is rare.
 			text += fmt.Sprintf(" — most likely the script ran out of memory (limit %s)", sizeText(inv.MemoryLimit))
 		}
 	}
