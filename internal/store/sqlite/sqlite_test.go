@@ -1,8 +1,16 @@
 package sqlite_test
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
 
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
@@ -32,4 +40,80 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 		}
 		s.Close()
 	}
+}
+
+// TestGroupCommitOnAFullDisk fills a small disk with concurrent updates, so
+// that SQLite fails in the middle of groups (and may roll a whole group's
+// transaction back on its own). What each caller was told must be what is
+// on disk: every update that returned nil is there after a reopen, every
+// update that returned an error is not.
+func TestGroupCommitOnAFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	path := filepath.Join(dir, "keep.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	big := json.RawMessage(`"` + strings.Repeat("x", 20000) + `"`)
+	const n = 400
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = s.Update(ctx, func(tx store.Tx) error {
+				return tx.HandlerPut(kt.Handler{Workflow: "full", Name: fmt.Sprint(i), Type: kt.HandlerProducer, State: big})
+			})
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed == 0 || failed == n {
+		t.Fatalf("%d of %d updates failed: the disk should have filled part way", failed, n)
+	}
+	s.Close()
+	// Room to reopen (the WAL is replayed into the database).
+	s, err = sqlite.Open(path)
+	if err != nil {
+		t.Skipf("cannot reopen on the full disk: %v", err)
+	}
+	defer s.Close()
+	if err := s.View(ctx, func(tx store.Tx) error {
+		for i := 0; i < n; i++ {
+			_, gerr := tx.HandlerGet("full", fmt.Sprint(i))
+			switch {
+			case errs[i] == nil && gerr != nil:
+				return fmt.Errorf("update %d was acknowledged but is not on disk: %v", i, gerr)
+			case errs[i] != nil && gerr == nil:
+				return fmt.Errorf("update %d failed (%v) but is on disk", i, errs[i])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d acknowledged, %d refused with an error (e.g. %v)", n-failed, failed, firstErr(errs))
+}
+
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }
