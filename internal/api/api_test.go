@@ -189,7 +189,8 @@ func TestEveryEndpoint(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"keep_runs{", "keep_mutations{", "keep_pending_events", "keep_reconcile_attempts_total", "keep_run_duration_seconds_bucket", "keep_sandbox_call_seconds_bucket"} {
+	for _, m := range []string{"keep_runs{", "keep_mutations{", "keep_pending_events", "keep_reconcile_attempts_total", "keep_run_duration_seconds_bucket", "keep_sandbox_call_seconds_bucket",
+		"keep_store_commits_total", "keep_store_transactions_total", "keep_sandbox_vms_created_total", "keep_sandbox_vms_discarded_total"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("metrics lack %s", m)
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/script"
 	"log/slog"
 	"net/http"
 	"os"
@@ -107,6 +108,8 @@ func Open(o Options) (*Keep, error) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir}
+	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
+	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
 	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), Policy: &cfg.Policy, Logger: logger,
 		CrashPoint: os.Getenv("KEEP_TEST_CRASH_AFTER"), Observer: k.Metrics,

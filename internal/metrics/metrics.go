@@ -37,7 +37,17 @@ func New(st store.Store) *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"phase"})
 	m.registry.MustRegister(m.runs, m.sandbox, &ledgerCollector{st: st}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Group commit at a glance: transactions ÷ commits is how many
+	// transitions one fsync carried.
+	m.CounterFunc("keep_store_commits_total", "Durable commits (fsyncs) of the store.", func() float64 { return float64(st.Stats().Commits) })
+	m.CounterFunc("keep_store_transactions_total", "Transactions committed; with group commit one commit carries several.", func() float64 { return float64(st.Stats().Transactions) })
 	return m
+}
+
+// CounterFunc exports a counter read at scrape time (for figures other
+// packages keep, wired by the daemon).
+func (m *Metrics) CounterFunc(name, help string, f func() float64) {
+	m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 }
 
 // RunFinished implements engine.Observer.
