@@ -65,8 +65,10 @@ func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
 		}
 	}
 	if v == nil && len(idleVMs.list) > 0 {
-		v = idleVMs.list[len(idleVMs.list)-1]
-		idleVMs.list = idleVMs.list[:len(idleVMs.list)-1]
+		// The least recently used: its version is the least likely to be
+		// wanted again soon.
+		v = idleVMs.list[0]
+		idleVMs.list = idleVMs.list[1:]
 	}
 	idleVMs.Unlock()
 	if v == nil {
