@@ -247,9 +247,11 @@
     // Their callbacks could run during a later invocation.
     delete globalThis.WeakRef;
     delete globalThis.FinalizationRegistry;
-    shadowable(Object.prototype, "*");
+    // Only what code assigns on its own objects (a getter on every call of
+    // hasOwnProperty or push would slow hot loops down).
+    shadowable(Object.prototype, ["constructor", "toString", "valueOf", "toLocaleString"]);
     shadowable(Function.prototype, ["constructor", "name", "toString"]);
-    shadowable(Array.prototype, ["constructor", "toString", "push"]);
+    shadowable(Array.prototype, ["constructor", "toString"]);
     shadowable(Promise.prototype, ["constructor"]);
     for (const E of [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError, typeof AggregateError === "function" ? AggregateError : Error]) {
       shadowable(E.prototype, ["constructor", "name", "message", "toString"]);
