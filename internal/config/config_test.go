@@ -18,6 +18,7 @@ reconcile_backoff_max = "2s"
 handler_timeout = "5s"
 tool_timeout = "750ms"
 memory_limit = "16MiB"
+workers = 4
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +26,7 @@ memory_limit = "16MiB"
 	p := c.Policy
 	if p.TransientRetries != 3 || p.TransientBackoff != 200*time.Millisecond || p.TransientBackoffMax != time.Second || p.ReconcileAttempts != 0 ||
 		p.ReconcileBackoff != 50*time.Millisecond || p.ReconcileBackoffMax != 2*time.Second || p.HandlerTimeout != 5*time.Second ||
-		p.ToolTimeout != 750*time.Millisecond || p.MemoryLimit != 16<<20 {
+		p.ToolTimeout != 750*time.Millisecond || p.MemoryLimit != 16<<20 || p.Workers != 4 {
 		t.Fatalf("policy %+v", p)
 	}
 }
@@ -36,7 +37,7 @@ func TestDefaultsAreSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy != Defaults() || Defaults().TransientRetries != 5 || Defaults().MemoryLimit != 64<<20 || Defaults().HandlerTimeout != 300*time.Second {
+	if c.Policy != Defaults() || Defaults().TransientRetries != 5 || Defaults().MemoryLimit != 64<<20 || Defaults().HandlerTimeout != 300*time.Second || Defaults().Workers != 16 {
 		t.Fatalf("defaults %+v", c.Policy)
 	}
 }
@@ -49,6 +50,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		"[policy]\nmemory_limit = \"lots\"":             "[policy] memory_limit",
 		"[policy]\nmemory_limit = \"10KiB\"":            "at least 1MiB",
 		"[policy]\nhandler_timeot = \"1s\"":             `unknown policy key "handler_timeot"`,
+		"[policy]\nworkers = 0":                         "[policy] workers: must be at least 1",
+		"[policy]\nworkers = \"many\"":                  "[policy] workers",
 		"[polcy]\n":                                     `unknown section or key "polcy"`,
 		"[policy\n":                                     "k.toml",
 	}
