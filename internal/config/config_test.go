@@ -37,7 +37,7 @@ func TestDefaultsAreSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy != Defaults() || Defaults().TransientRetries != 5 || Defaults().MemoryLimit != 64<<20 || Defaults().HandlerTimeout != 300*time.Second || Defaults().Workers != 16 {
+	if c.Policy != Defaults() || Defaults().TransientRetries != 5 || Defaults().MemoryLimit != 64<<20 || Defaults().HandlerTimeout != 300*time.Second || Defaults().Workers != 32 {
 		t.Fatalf("defaults %+v", c.Policy)
 	}
 }

@@ -24,7 +24,7 @@ import (
 // Options configure a Scheduler.
 type Options struct {
 	Engine *engine.Engine
-	// Workers bounds how many workflows step at the same time. Defaults to 16.
+	// Workers bounds how many workflows step at the same time. Defaults to 32.
 	Workers int
 	// Poll is how often the store is polled for due work when nothing wakes
 	// the scheduler earlier (changes made by another process). Defaults to 500ms.
@@ -54,7 +54,7 @@ func New(o Options) *Scheduler {
 	s := &Scheduler{eng: o.Engine, store: o.Engine.Store(), workers: o.Workers, poll: o.Poll, log: o.Logger,
 		wake: make(chan struct{}, 1), busy: map[string]bool{}, backoff: map[string]time.Time{}}
 	if s.workers <= 0 {
-		s.workers = 16
+		s.workers = 32
 	}
 	if s.poll <= 0 {
 		s.poll = 500 * time.Millisecond
