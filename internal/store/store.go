@@ -1,8 +1,9 @@
 // Package store defines the one storage seam of keep: every durable state
 // transition of the engine is one call to Store.Update, which is one
 // transaction, durable before Update returns (a backend may let several
-// callers' transactions share one commit, as sqlite's group commit does). Backends (sqlite now, postgres later)
-// live in subpackages and must pass storetest.Exercise.
+// callers' transactions share one commit, as sqlite's group commit does).
+// Backends (sqlite now, postgres later) live in subpackages and must pass
+// storetest.Exercise.
 //
 // This package may import only keeptype.
 package store
