@@ -54,6 +54,7 @@ type Result struct {
 	W100OverW1          float64  `json:"w100OverW1"`
 	W100FsyncsPerRun    float64  `json:"w100FsyncsPerRun"`
 	W100CPUMicros       float64  `json:"w100CpuMicrosPerEvent"`
+	W100RSSBytes        int64    `json:"w100RssBytes"` // resident memory of the process after W=100 (0 where unknown)
 	LatencyP50Millis    float64  `json:"latencyP50Millis"`
 	LatencyP99Millis    float64  `json:"latencyP99Millis"`
 	HandlerCallP50Micro float64  `json:"handlerCallP50Micros"`
@@ -116,6 +117,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, fmt.Errorf("end to end W=%d: %w", wN, err)
 	}
 	r.W100Events, r.W100EventsPerSec, r.W100FsyncsPerRun, r.W100CPUMicros = wN*perW, e100.perSec, e100.fsyncsPerRun, e100.cpuMicrosPerEvent
+	r.W100RSSBytes = residentBytes()
 	if r.W1EventsPerSec > 0 {
 		r.W100OverW1 = r.W100EventsPerSec / r.W1EventsPerSec
 	}
@@ -172,6 +174,23 @@ func fsyncRate(dir string, n int) (float64, error) {
 type e2e struct {
 	perSec, fsyncsPerRun float64
 	cpuMicrosPerEvent    float64 // user + system CPU time of the process per event
+}
+
+// residentBytes reads the process's resident memory (VmRSS) on Linux: Go's
+// heap plus what QuickJS and SQLite allocate outside it. 0 elsewhere.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			var kb int64
+			fmt.Sscan(f[1], &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // cpuTime is the process's user + system CPU time so far.

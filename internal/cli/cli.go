@@ -1071,6 +1071,9 @@ func (a *app) benchCmd() *cobra.Command {
 			row("serial bound (fsync rate ÷ commits per run)", fmt.Sprintf("%.0f events/s", r.SerialBound))
 			row(fmt.Sprintf("W=1: %d inputs → 1 write each", r.W1Events), fmt.Sprintf("%.0f events/s = %.0f%% of the serial bound (CPU %.0f µs/event)", r.W1EventsPerSec, 100*r.W1Ratio, r.W1CPUMicros))
 			row(fmt.Sprintf("W=100: %d inputs", r.W100Events), fmt.Sprintf("%.0f events/s = %.2f× W=1 (%.2f commits/run, CPU %.0f µs/event)", r.W100EventsPerSec, r.W100OverW1, r.W100FsyncsPerRun, r.W100CPUMicros))
+			if r.W100RSSBytes > 0 {
+				row("resident memory after W=100", fmt.Sprintf("%.0f MiB", float64(r.W100RSSBytes)/(1<<20)))
+			}
 			row("publish → commit latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.LatencyP50Millis, r.LatencyP99Millis))
 			row("handler call (compiled script, VM from the pool)", fmt.Sprintf("p50 %.0f µs, p99 %.0f µs", r.HandlerCallP50Micro, r.HandlerCallP99Micro))
 			row("first call of a version (loaded into a pooled VM)", fmt.Sprintf("p50 %.0f µs", r.HandlerFirstP50))

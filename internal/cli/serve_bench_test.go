@@ -31,7 +31,7 @@ func TestBenchJSONFields(t *testing.T) {
 	}
 	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w1Ratio", "w100EventsPerSec", "latencyP50Millis", "latencyP99Millis",
 		"handlerCallP50Micros", "peekP50Millis", "startupSeconds", "idleWorkflowBytes",
-		"w1CpuMicrosPerEvent", "w100FsyncsPerRun", "w100CpuMicrosPerEvent", "handlerFirstCallP50Micros", "newVMP50Micros"} {
+		"w1CpuMicrosPerEvent", "w100FsyncsPerRun", "w100CpuMicrosPerEvent", "handlerFirstCallP50Micros", "newVMP50Micros", "w100RssBytes"} {
 		v, ok := got[f].(float64)
 		if !ok || v < 0 {
 			t.Errorf("%s = %v", f, got[f])
