@@ -121,6 +121,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if r.W1EventsPerSec > 0 {
 		r.W100OverW1 = r.W100EventsPerSec / r.W1EventsPerSec
 	}
+	if n := cpuBoundNote(r); n != "" {
+		r.Notes = append(r.Notes, n)
+	}
 
 	o.say("sandbox, %d handler calls ...", calls)
 	if r.HandlerCallP50Micro, r.HandlerCallP99Micro, err = sandbox(calls); err != nil {
@@ -174,6 +177,19 @@ func fsyncRate(dir string, n int) (float64, error) {
 type e2e struct {
 	perSec, fsyncsPerRun float64
 	cpuMicrosPerEvent    float64 // user + system CPU time of the process per event
+}
+
+// cpuBoundNote explains a W=1 ratio far from the serial bound: one
+// workflow's runs are strictly serial, so each event costs its CPU plus its
+// fsyncs, and the ratio is near fsync time ÷ (CPU + fsync time) (near: the
+// CPU time includes the kernel's side of fsync).
+func cpuBoundNote(r Result) string {
+	if r.FsyncRate <= 0 || r.W1CPUMicros <= 0 || r.W1Ratio >= 0.5 {
+		return ""
+	}
+	f := 1e6 / r.FsyncRate * r.FsyncsPerRun // µs of fsync per event
+	return fmt.Sprintf("W=1 is CPU-bound here: %.0f µs of CPU per event (the kernel's share of fsync included) beside %.0f µs of fsync, which bounds W=1 near %.0f%% of the serial bound (docs/performance.md)",
+		r.W1CPUMicros, f, 100*f/(r.W1CPUMicros+f))
 }
 
 // residentBytes reads the process's resident memory (VmRSS) on Linux: Go's
