@@ -40,7 +40,7 @@ func itemDone(status string) bool { return status == kt.ItemDone || status == kt
 // execTask runs an item script (SPEC §8.3): the handler always runs, items
 // are entered and left through withItem, mutations run one at a time
 // through the ledger, and replay returns cached results.
-func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (err error) {
+func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, hrow *kt.Handler) (err error) {
 	defer func() {
 		if err == nil {
 			e.runFinished(run)
@@ -48,8 +48,7 @@ func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Prog
 	}()
 	tr := loadTrace(run.Trace)
 	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "task " + run.Handler + " started"})
-	hrow, err := e.handlerRow(ctx, wf.Name, run.Handler)
-	if err != nil {
+	if hrow, err = e.handlerRowOf(ctx, wf.Name, run.Handler, hrow); err != nil {
 		return err
 	}
 	h := &host{e: e, ctx: ctx, run: run, phase: "task", tr: tr, handler: run.Handler, task: &taskState{prog: prog, wf: wf}}

@@ -409,6 +409,19 @@ func comparePayloads(m *connector.Method, applied kt.Mutation, payload map[strin
 	return m.ComparePayload(oldPayload, payload)
 }
 
+// handlerRowOf returns the row a caller has just read (the scheduler step
+// reads them all), or reads it.
+func (e *Engine) handlerRowOf(ctx context.Context, wf, name string, read *kt.Handler) (*kt.Handler, error) {
+	if read != nil {
+		return read, nil
+	}
+	h, err := e.handlerRow(ctx, wf, name)
+	if err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
 // handlerRow reads the durable state of one handler.
 func (e *Engine) handlerRow(ctx context.Context, wf, name string) (kt.Handler, error) {
 	var h kt.Handler

@@ -157,9 +157,9 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	}
 	switch old.HandlerType {
 	case kt.HandlerProducer:
-		return e.execProducer(ctx, wf, prog, &nr)
+		return e.execProducer(ctx, wf, prog, &nr, nil)
 	case kt.HandlerTask:
-		return e.execTask(ctx, wf, prog, &nr)
+		return e.execTask(ctx, wf, prog, &nr, nil)
 	}
 	if inFlight && nr.Phase == kt.PhaseMutating {
 		// The write may have happened: reconcile it from the ledger's own

@@ -147,9 +147,9 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 		})
 		run := e.newRun(wf, due[0].Name, due[0].Type, kt.PhaseExecuting)
 		if due[0].Type == kt.HandlerTask {
-			return true, e.execTask(ctx, wf, prog, &run)
+			return true, e.execTask(ctx, wf, prog, &run, &due[0])
 		}
-		return true, e.execProducer(ctx, wf, prog, &run)
+		return true, e.execProducer(ctx, wf, prog, &run, &due[0])
 	}
 	return false, nil
 }
@@ -192,7 +192,9 @@ func checkSize(what string, raw json.RawMessage) error {
 
 // ---------- producers ----------
 
-func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (err error) {
+// execProducer runs a producer; hrow is the handler's row when the caller
+// has just read it, nil to read it here.
+func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, hrow *kt.Handler) (err error) {
 	defer func() {
 		if err == nil {
 			e.runFinished(run)
@@ -200,8 +202,7 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 	}()
 	tr := loadTrace(run.Trace)
 	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "producer " + run.Handler + " started"})
-	hrow, err := e.handlerRow(ctx, wf.Name, run.Handler)
-	if err != nil {
+	if hrow, err = e.handlerRowOf(ctx, wf.Name, run.Handler, hrow); err != nil {
 		return err
 	}
 	decl := prog.Decl.Producers[run.Handler]
@@ -430,12 +431,8 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 	var reserve []kt.Event
 	if run.Phase == kt.PhasePreparing {
 		tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: "preparing", Text: "consumer " + run.Handler + " started"})
-		if hrow == nil {
-			h, err := e.handlerRow(ctx, wf.Name, run.Handler)
-			if err != nil {
-				return err
-			}
-			hrow = &h
+		if hrow, err = e.handlerRowOf(ctx, wf.Name, run.Handler, hrow); err != nil {
+			return err
 		}
 		h := &host{e: e, ctx: ctx, run: run, phase: "prepare", tr: tr, decl: dv, handler: run.Handler}
 		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "prepare",

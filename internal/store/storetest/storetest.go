@@ -147,12 +147,23 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			if err != nil || !ok || at != 102 {
 				return fmt.Errorf("oldest %d %v %v", at, ok, err)
 			}
+			// Over several topics, the oldest of any; none when all are empty.
+			older := kt.Event{Workflow: "w", Topic: "u", MessageID: "x", Payload: json.RawMessage(`1`), CreatedAt: 50}
+			if _, err := tx.EventPublish(&older); err != nil {
+				return err
+			}
+			if at, ok, err := tx.OldestPending("w", []string{"t", "other", "u"}); err != nil || !ok || at != 50 {
+				return fmt.Errorf("oldest of three topics %d %v %v, want 50", at, ok, err)
+			}
+			if _, ok, err := tx.OldestPending("w", []string{"other", "none"}); err != nil || ok {
+				return fmt.Errorf("oldest of empty topics: ok=%v %v", ok, err)
+			}
 			res, err := tx.EventsReservedBy("r")
 			if err != nil || len(res) != 1 || res[0].MessageID != "1" {
 				return fmt.Errorf("reserved %+v %v", res, err)
 			}
 			n, err := tx.CountPending("w")
-			if err != nil || n != 4 {
+			if err != nil || n != 5 { // 2, 3, 4 and 1 (reserved, still pending) of t, x of u
 				return fmt.Errorf("count pending %d %v", n, err)
 			}
 			return nil
