@@ -2,21 +2,29 @@
 // and read files; write is a mutation whose identity is the path and whose
 // reconcile compares the content hash on disk.
 //
+// Every path is opened beneath a directory handle of the root (os.Root, which
+// uses openat2 with RESOLVE_BENEATH or walks the path itself), so there is no
+// window between a check and its use in which a symlink could lead out of the
+// root. Only regular files are read, and never more than MaxFileBytes.
+//
 // It may import keeptype and connector.
 package files
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -25,8 +33,12 @@ import (
 // MaxFileBytes bounds what read returns to a script.
 const MaxFileBytes = 8 << 20
 
-// New returns the files connector rooted at root.
+// New returns the files connector rooted at root. A relative root is made
+// absolute now, so a later change of the working directory cannot move it.
 func New(root string) *connector.Connector {
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
 	f := &folder{root: root}
 	return &connector.Connector{
 		Name: "files",
@@ -67,9 +79,10 @@ func needString(name string) func(map[string]any) error {
 	}
 }
 
-// resolve maps a script path to a real path under the root; escaping the
-// root (.., absolute paths, symlinks pointing out) is a permission error.
-func (f *folder) resolve(p string) (string, *kt.Error) {
+// clean turns a script path into a root-relative slash path; absolute paths
+// and .. are refused here with a clear message (the root handle would refuse
+// them too, less clearly).
+func clean(p string) (string, *kt.Error) {
 	if strings.ContainsRune(p, 0) {
 		return "", kt.Errorf(kt.ClassLogic, "path %q contains a NUL byte", p)
 	}
@@ -77,34 +90,28 @@ func (f *folder) resolve(p string) (string, *kt.Error) {
 	if filepath.IsAbs(p) || strings.HasPrefix(p, "/") || rel == ".." || strings.HasPrefix(rel, "../") {
 		return "", kt.Errorf(kt.ClassPermission, "path %q is outside the files root; use a path relative to the root, without ..", p)
 	}
-	clean := rel
-	full := filepath.Join(f.root, filepath.FromSlash(clean))
-	rootReal, err := filepath.EvalSymlinks(f.root)
+	return rel, nil
+}
+
+// open gives the root's directory handle; the caller closes it.
+func (f *folder) open() (*os.Root, *kt.Error) {
+	r, err := os.OpenRoot(f.root)
 	if err != nil {
-		return "", kt.Errorf(kt.ClassPrecondition, "files root %s is not usable: %v", f.root, err)
+		return nil, kt.Errorf(kt.ClassPrecondition, "files root %s is not usable: %v", f.root, err)
 	}
-	// Follow symlinks of the longest existing prefix and check it stays inside.
-	probe := full
-	for {
-		real, err := filepath.EvalSymlinks(probe)
-		if err == nil {
-			rel, _ := filepath.Rel(rootReal, real)
-			if rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-				return "", kt.Errorf(kt.ClassPermission, "path %q leads outside the files root (through a symbolic link)", p)
-			}
-			break
-		}
-		parent := filepath.Dir(probe)
-		if parent == probe {
-			break
-		}
-		probe = parent
-	}
-	return full, nil
+	return r, nil
+}
+
+// escapes reports whether err is the root handle refusing a path that leads
+// out of the root (through .. or a symbolic link).
+func escapes(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
 }
 
 func ioError(op, p string, err error) *kt.Error {
 	switch {
+	case escapes(err):
+		return kt.Errorf(kt.ClassPermission, "%s %s: the path leads outside the files root (through a symbolic link)", op, p)
 	case errors.Is(err, fs.ErrNotExist):
 		return kt.Errorf(kt.ClassPrecondition, "%s %s: no such file", op, p)
 	case errors.Is(err, fs.ErrPermission):
@@ -125,35 +132,44 @@ func (f *folder) list(_ context.Context, c connector.Call) connector.Result {
 	if _, err := path.Match(glob, "x"); err != nil {
 		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "files.list: bad glob %q: %v", glob, err)}
 	}
-	full, kerr := f.resolve(dir)
+	rel, kerr := clean(dir)
 	if kerr != nil {
 		return connector.Result{Err: kerr}
 	}
-	entries, err := os.ReadDir(full)
+	root, kerr := f.open()
+	if kerr != nil {
+		return connector.Result{Err: kerr}
+	}
+	defer root.Close()
+	d, err := root.Open(rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return connector.Result{Value: []any{}}
 		}
 		return connector.Result{Err: ioError("list", dir, err)}
 	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return connector.Result{Err: ioError("list", dir, err)}
+	}
 	out := []any{}
 	names := []string{}
 	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
-		if ok, _ := path.Match(glob, e.Name()); ok {
+		if ok, _ := path.Match(glob, e.Name()); ok && !e.IsDir() {
 			names = append(names, e.Name())
 		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		info, err := os.Stat(filepath.Join(full, n))
-		if err != nil {
+		p := path.Join(rel, n)
+		// Stat through the root: a symlink that leads out of it, a device or
+		// a FIFO is not listed (read would refuse it).
+		info, err := root.Stat(p)
+		if err != nil || !info.Mode().IsRegular() {
 			continue
 		}
-		rel := path.Join(path.Clean(filepath.ToSlash(dir)), n)
-		out = append(out, map[string]any{"path": rel, "name": n, "size": info.Size(), "modTime": info.ModTime().UTC().Format("2006-01-02T15:04:05.000Z")})
+		out = append(out, map[string]any{"path": p, "name": n, "size": info.Size(), "modTime": info.ModTime().UTC().Format("2006-01-02T15:04:05.000Z")})
 	}
 	return connector.Result{Value: out}
 }
@@ -163,46 +179,100 @@ func hash(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
+// readRegular reads a regular file beneath the root, at most MaxFileBytes.
+// O_NONBLOCK keeps the open of a FIFO from hanging; the check of the opened
+// file (not of the name) refuses devices, FIFOs and sockets.
+func readRegular(root *os.Root, rel, shown string) ([]byte, *kt.Error) {
+	fh, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, ioError("read", shown, err)
+	}
+	defer fh.Close()
+	info, err := fh.Stat()
+	if err != nil {
+		return nil, ioError("read", shown, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, kt.Errorf(kt.ClassPermission, "read %s: it is not a regular file (%s); keep reads only regular files", shown, kind(info.Mode()))
+	}
+	if info.Size() > MaxFileBytes {
+		return nil, kt.Errorf(kt.ClassLogic, "read %s: the file has %d bytes, more than the %d a script may read", shown, info.Size(), MaxFileBytes)
+	}
+	b, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
+	if err != nil {
+		return nil, ioError("read", shown, err)
+	}
+	if len(b) > MaxFileBytes {
+		return nil, kt.Errorf(kt.ClassLogic, "read %s: the file grew past the %d bytes a script may read", shown, MaxFileBytes)
+	}
+	return b, nil
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
+}
+
 func (f *folder) read(_ context.Context, c connector.Call) connector.Result {
 	p := str(c.Args["path"])
-	full, kerr := f.resolve(p)
+	rel, kerr := clean(p)
 	if kerr != nil {
 		return connector.Result{Err: kerr}
 	}
-	info, err := os.Stat(full)
-	if err != nil {
-		return connector.Result{Err: ioError("read", p, err)}
+	root, kerr := f.open()
+	if kerr != nil {
+		return connector.Result{Err: kerr}
 	}
-	if info.Size() > MaxFileBytes {
-		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "read %s: the file has %d bytes, more than the %d a script may read", p, info.Size(), MaxFileBytes)}
-	}
-	b, err := os.ReadFile(full)
-	if err != nil {
-		return connector.Result{Err: ioError("read", p, err)}
+	defer root.Close()
+	b, kerr := readRegular(root, rel, p)
+	if kerr != nil {
+		return connector.Result{Err: kerr}
 	}
 	return connector.Result{Value: map[string]any{"path": p, "content": string(b), "sha256": hash(b)}}
 }
 
 // write replaces the file atomically (temp file, fsync, rename), so a crash
-// leaves either the old or the new content, never half of it.
+// leaves either the old or the new content, never half of it. Every step goes
+// through the root handle: a folder swapped for a symlink mid-way is refused.
 func (f *folder) write(_ context.Context, c connector.Call) connector.Result {
 	p := str(c.Args["path"])
-	full, kerr := f.resolve(p)
+	rel, kerr := clean(p)
 	if kerr != nil {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
 	}
+	if rel == "." {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "write %q: name a file, not the root folder", p)}
+	}
+	root, kerr := f.open()
+	if kerr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
+	}
+	defer root.Close()
 	content := []byte(str(c.Args["content"]))
 	fail := func(err error) connector.Result {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: ioError("write", p, err)}
 	}
-	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+	dir := path.Dir(rel)
+	if err := root.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(full), ".keep-write-*")
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmpName := path.Join(dir, ".keep-write-"+hex.EncodeToString(rnd[:]))
+	tmp, err := root.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fail(err)
 	}
-	defer os.Remove(tmp.Name())
+	defer root.Remove(tmpName)
 	if _, err := tmp.Write(content); err != nil {
 		tmp.Close()
 		return fail(err)
@@ -214,12 +284,12 @@ func (f *folder) write(_ context.Context, c connector.Call) connector.Result {
 	if err := tmp.Close(); err != nil {
 		return fail(err)
 	}
-	if err := os.Rename(tmp.Name(), full); err != nil {
+	if err := root.Rename(tmpName, rel); err != nil {
 		return fail(err)
 	}
 	// After the rename the write has happened; an error syncing the directory
 	// leaves the outcome uncertain (the rename may not survive a power cut).
-	if d, err := os.Open(filepath.Dir(full)); err == nil {
+	if d, err := root.Open(dir); err == nil {
 		serr := d.Sync()
 		d.Close()
 		if serr != nil {
@@ -231,17 +301,22 @@ func (f *folder) write(_ context.Context, c connector.Call) connector.Result {
 
 func (f *folder) reconcileWrite(_ context.Context, c connector.Call) (connector.ReconcileStatus, any, error) {
 	p := str(c.Args["path"])
-	full, kerr := f.resolve(p)
+	rel, kerr := clean(p)
 	if kerr != nil {
 		return connector.ReconcileFailed, nil, nil
 	}
+	root, kerr := f.open()
+	if kerr != nil {
+		return connector.ReconcileRetry, nil, kerr
+	}
+	defer root.Close()
 	want := []byte(str(c.Args["content"]))
-	b, err := os.ReadFile(full)
+	b, rerr := readRegular(root, rel, p)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case rerr != nil && rerr.Class == kt.ClassPrecondition:
 		return connector.ReconcileFailed, nil, nil
-	case err != nil:
-		return connector.ReconcileRetry, nil, err
+	case rerr != nil:
+		return connector.ReconcileRetry, nil, rerr
 	case hash(b) == hash(want):
 		return connector.ReconcileApplied, map[string]any{"path": p, "sha256": hash(b), "bytes": len(b)}, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/keep-run/keep/internal/connector"
@@ -163,5 +164,118 @@ func TestWriteThatFailsHalfwayLeavesTheOldContent(t *testing.T) {
 	st, _, _ := c.Methods["write"].Reconcile(context.Background(), connector.Call{Args: map[string]any{"path": "a.txt", "content": big}})
 	if st != connector.ReconcileRetry {
 		t.Fatalf("reconcile of the failed write: %s (the old content is there, not ours)", st)
+	}
+}
+
+// A relative root (the default of `keep run wf.js` and `keep serve`) must
+// hold as well as an absolute one: a symlink out of it is refused for read
+// and write, and nothing is created outside.
+func TestRelativeRootDoesNotLetSymlinksOut(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "outside")
+	rootDir := filepath.Join(base, "root")
+	for _, d := range []string{outside, rootDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../outside", filepath.Join(rootDir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(base)
+	c := New("root")
+	if r := call(t, c, "read", map[string]any{"path": "link/secret.txt"}); r.Err == nil || r.Err.Class != kt.ClassPermission {
+		t.Fatalf("read through a symlink out of a relative root: %+v", r)
+	}
+	if r := call(t, c, "write", map[string]any{"path": "link/pwned.txt", "content": "x"}); r.Err == nil || r.Err.Class != kt.ClassPermission {
+		t.Fatalf("write through a symlink out of a relative root: %+v", r)
+	}
+	if r := call(t, c, "list", map[string]any{"dir": "link"}); r.Err == nil || r.Err.Class != kt.ClassPermission {
+		t.Fatalf("list through a symlink out of a relative root: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "pwned.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a file was created outside the root: %v", err)
+	}
+	// The root stays where it was when the connector was made.
+	t.Chdir(outside)
+	if r := call(t, c, "write", map[string]any{"path": "in.txt", "content": "x"}); r.Err != nil {
+		t.Fatalf("write after a chdir: %+v", r.Err)
+	}
+	if _, err := os.Stat(filepath.Join(rootDir, "in.txt")); err != nil {
+		t.Fatalf("the write did not land in the root: %v", err)
+	}
+}
+
+// Devices, FIFOs and links to them are refused at once, and no read is unbounded.
+func TestNonRegularFilesAreRefused(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(root, "zero")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := New(root)
+	for _, p := range []string{"fifo", "zero", "dir"} {
+		done := make(chan connector.Result, 1)
+		go func() { done <- call(t, c, "read", map[string]any{"path": p}) }()
+		r := <-done // a FIFO open without O_NONBLOCK would hang here for ever
+		if r.Err == nil || r.Err.Class != kt.ClassPermission {
+			t.Errorf("read %s: want a permission error, got %+v", p, r)
+		}
+	}
+	l := call(t, c, "list", map[string]any{})
+	if l.Err != nil || len(l.Value.([]any)) != 0 {
+		t.Fatalf("list shows non-regular files: %+v", l)
+	}
+	big := strings.Repeat("x", MaxFileBytes+1)
+	if err := os.WriteFile(filepath.Join(root, "big"), []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, c, "read", map[string]any{"path": "big"}); r.Err == nil || !strings.Contains(r.Err.Message, "more than") {
+		t.Fatalf("read of a file over the cap: %+v", r.Err)
+	}
+}
+
+// Swapping a folder for a symlink while writes go on never lets a write out:
+// the root handle resolves every component beneath the root, so there is no
+// check-then-use window.
+func TestSwappingAFolderForASymlinkNeverEscapes(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	outside := t.TempDir()
+	c := New(root)
+	stop := make(chan struct{})
+	swapped := make(chan struct{})
+	go func() {
+		defer close(swapped)
+		d := filepath.Join(root, "d")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.RemoveAll(d)
+			_ = os.Mkdir(d, 0o755)
+			_ = os.RemoveAll(d)
+			_ = os.Symlink(outside, d)
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		call(t, c, "write", map[string]any{"path": "d/x.txt", "content": "x"})
+		call(t, c, "read", map[string]any{"path": "d/x.txt"})
+	}
+	close(stop)
+	<-swapped
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("a write escaped the root during the swap: %v", entries)
 	}
 }
