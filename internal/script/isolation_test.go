@@ -122,7 +122,7 @@ func idleFor(p *Program) int {
 	return n
 }
 
-func TestVMsMoveBetweenVersionsCleanly(t *testing.T) {
+func TestVersionsRunCleanlyOneAfterAnother(t *testing.T) {
 	a := compile(t, isolationScript(`counter++; return { script: "a", counter }`))
 	b := compile(t, isolationScript(`counter += 10; return { script: "b", counter }`))
 	defer a.Release()
@@ -143,4 +143,38 @@ func TestVMsMoveBetweenVersionsCleanly(t *testing.T) {
 			t.Fatalf("invocation %d: %s (a script replaced its own definition for later calls)", i+1, got)
 		}
 	}
+}
+
+// A VM never serves two script versions (so never two workflows): whatever a
+// script leaves in a VM can reach only later runs of the same version.
+func TestAVMNeverServesTwoPrograms(t *testing.T) {
+	a := compile(t, isolationScript(`return {}`))
+	b := compile(t, isolationScript(`return {}`))
+	defer a.Release()
+	defer b.Release()
+	lim := Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20}
+	va, err := a.takeVM(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	va.giveBack()
+	vb, err := b.takeVM(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vb == va {
+		t.Fatal("program b was given the idle VM that ran program a")
+	}
+	if vb.prog != b {
+		t.Fatalf("the VM taken for b has another program loaded")
+	}
+	vb.giveBack()
+	again, err := a.takeVM(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != va {
+		t.Fatal("program a did not get its own idle VM back")
+	}
+	again.giveBack()
 }

@@ -242,6 +242,26 @@
       }
     }
   };
+  // The prototypes of iterator helpers (%IteratorHelperPrototype%), of
+  // Iterator.from's wrapper (%WrapForValidIteratorPrototype%) and of
+  // Iterator.concat's result are reachable only by calling them. Left
+  // unfrozen, one workflow replaced their next() and read another's data
+  // through a shared VM (issue 11); lockdown_test.go walks the whole graph.
+  const iteratorIntrinsics = () => {
+    if (typeof Iterator !== "function") return [];
+    const out = [];
+    const probe = { next() { return { done: true, value: undefined }; } };
+    const tries = [
+      () => Iterator.prototype.map.call([].values(), (x) => x),
+      () => Iterator.prototype.drop.call([].values(), 0),
+      () => Iterator.from(probe),
+      () => Iterator.concat([]),
+    ];
+    for (const t of tries) {
+      try { const o = t(); if (o !== null && typeof o === "object") out.push(getProto(o)); } catch (e) { /* not in this engine */ }
+    }
+    return out;
+  };
   Object.defineProperty(globalThis, "__keep_lockdown", { configurable: true, value: function () {
     delete globalThis.__keep_lockdown;
     // Their callbacks could run during a later invocation.
@@ -263,6 +283,7 @@
       getProto((function* () {})()), getProto((async function* () {})()),
       getProto([][Symbol.iterator]()), getProto(new Map()[Symbol.iterator]()), getProto(new Set()[Symbol.iterator]()),
       getProto(""[Symbol.iterator]()), getProto(/a/[Symbol.matchAll]("a")), getProto(Int8Array), strictThrower,
+      ...iteratorIntrinsics(),
     ]);
   } });
 

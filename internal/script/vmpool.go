@@ -14,10 +14,8 @@ import (
 // Why VMs are reused: a fresh QuickJS VM (runtime, context, every
 // built-in, then the prelude and the lockdown) costs ≈ 5 ms here, against
 // ≈ 50 µs for a call on a warm one, and a consumer run makes two or three
-// calls (issue 6). So a VM, once prepared, serves many invocations, of any
-// script version: it keeps the version it last ran loaded, and loading
-// another one is evaluating that version's bytecode (which only defines its
-// factory function). Isolation between invocations does not rest on a fresh
+// calls (issue 6). So a VM, once prepared, serves many invocations of one
+// script version of one workflow (never another's: issue 11). Isolation between invocations does not rest on a fresh
 // VM but on what prelude.js describes: the script's top level runs again for
 // every invocation, the globals and built-ins are frozen, and every ctx is
 // bound to its invocation. A VM whose invocation ended abnormally (timeout,
@@ -52,8 +50,11 @@ var idleVMs struct {
 	list []*sandboxVM // least recently used first
 }
 
-// takeVM returns an idle VM with p loaded: preferably one that ran p last,
-// else any idle VM (p is loaded into it), else a new one.
+// takeVM returns an idle VM that last ran p, else a new one with p loaded.
+// A VM never runs code of two script versions (so never of two workflows):
+// whatever one workflow's script managed to leave in a VM, despite the
+// lockdown, can reach only later runs of the same script version (issue 11:
+// an unfrozen hidden intrinsic once let one workflow read another's data).
 func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
 	idleVMs.Lock()
 	var v *sandboxVM
@@ -64,28 +65,20 @@ func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
 			break
 		}
 	}
-	if v == nil && len(idleVMs.list) > 0 {
-		// The least recently used: its version is the least likely to be
-		// wanted again soon.
-		v = idleVMs.list[0]
-		idleVMs.list = idleVMs.list[1:]
-	}
 	idleVMs.Unlock()
 	if v == nil {
 		var err error
 		if v, err = newSandboxVM(lim, true); err != nil {
 			return nil, err
 		}
-	}
-	if v.limit != lim.MemoryLimit && lim.MemoryLimit > 0 {
-		v.vm.SetMemoryLimit(uintptr(lim.MemoryLimit))
-		v.limit = lim.MemoryLimit
-	}
-	if v.prog != p {
 		if err := v.loadScript(p); err != nil {
 			v.vm.Close()
 			return nil, err
 		}
+	}
+	if v.limit != lim.MemoryLimit && lim.MemoryLimit > 0 {
+		v.vm.SetMemoryLimit(uintptr(lim.MemoryLimit))
+		v.limit = lim.MemoryLimit
 	}
 	return v, nil
 }
@@ -111,15 +104,21 @@ func (v *sandboxVM) giveBack() {
 	}
 }
 
-// Release lets idle VMs forget a program that will not run again (they
-// stay in the pool for other programs).
+// Release closes the idle VMs of a program that will not run again.
 func (p *Program) Release() {
 	idleVMs.Lock()
-	defer idleVMs.Unlock()
+	var keep, closing []*sandboxVM
 	for _, v := range idleVMs.list {
 		if v.prog == p {
-			v.prog = nil
+			closing = append(closing, v)
+		} else {
+			keep = append(keep, v)
 		}
+	}
+	idleVMs.list = keep
+	idleVMs.Unlock()
+	for _, v := range closing {
+		v.vm.Close()
 	}
 }
 
