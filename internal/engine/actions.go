@@ -120,7 +120,7 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 				if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
 					return err
 				}
-				run.ApprovedHash = pc.PayloadHash
+				run.ApprovedHash = pc.CallHash
 				msg = fmt.Sprintf("approved: %s will be sent", pc.Target)
 			} else {
 				msg = fmt.Sprintf("run %s will be retried", runID)

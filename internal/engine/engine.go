@@ -372,6 +372,14 @@ func IdentityKey(workflow, handler string, itemKeys []string, attempt int, tool,
 // PayloadHash hashes the payload params of a mutation.
 func PayloadHash(payload map[string]any) string { return hashOf(payload) }
 
+// CallHash hashes everything a person approves (SPEC §13): the tool, the
+// method, the target as shown, the identity params and the payload. An
+// approval binds this hash, so a repair that keeps the payload but sends it
+// elsewhere (another URL, another recipient) must be approved again.
+func CallHash(tool, method, target string, identity, payload map[string]any) string {
+	return hashOf("call", tool, method, target, identity, payload)
+}
+
 // invoke runs one handler phase in the sandbox and reports its duration.
 func (e *Engine) invoke(prog *script.Program, inv script.Invocation) (script.Outcome, error) {
 	start := time.Now()

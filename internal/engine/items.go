@@ -247,7 +247,8 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	phash := PayloadHash(payload)
 	target := targetOf(m, tool, args)
 	redacted := m.Redact(args)
-	pending := PendingCall{Tool: tool, Method: m.Name, Target: target, Args: redacted, PayloadHash: phash}
+	chash := CallHash(tool, m.Name, target, identity, payload)
+	pending := PendingCall{Tool: tool, Method: m.Name, Target: target, Args: redacted, PayloadHash: phash, CallHash: chash}
 	run.PendingCall, _ = json.Marshal(pending)
 	mut, found, lerr := e.lookupMutation(ctx, ikey)
 	if lerr != nil {
@@ -296,7 +297,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: []string{it.ID}, Attempt: it.CurrentAttempt, Tool: tool, Method: m.Name,
 			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
 	}
-	if e.needsApproval(ts.prog, m, tool) && run.ApprovedHash != phash {
+	if e.needsApproval(ts.prog, m, tool) && run.ApprovedHash != chash {
 		ts.failStatus = kt.ItemProcessing
 		return nil, &approvalWait{target: target}
 	}

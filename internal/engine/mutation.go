@@ -24,6 +24,8 @@ type PendingCall struct {
 	Target      string         `json:"target"`
 	Args        map[string]any `json:"args"`
 	PayloadHash string         `json:"payloadHash"`
+	// CallHash binds an approval to the whole call (engine.CallHash).
+	CallHash string `json:"callHash"`
 }
 
 func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {
@@ -110,7 +112,8 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 	ikey := IdentityKey(wf.Name, run.Handler, itemKeys, attempt, call.Tool, call.Method, identity, subkey)
 	phash := PayloadHash(payload)
 	target := targetOf(m, call.Tool, call.Args)
-	pending := PendingCall{Tool: call.Tool, Method: call.Method, Target: target, Args: m.Redact(call.Args), PayloadHash: phash}
+	chash := CallHash(call.Tool, call.Method, target, identity, payload)
+	pending := PendingCall{Tool: call.Tool, Method: call.Method, Target: target, Args: m.Redact(call.Args), PayloadHash: phash, CallHash: chash}
 	pendingJSON, _ := json.Marshal(pending)
 	run.PendingCall = pendingJSON
 
@@ -154,7 +157,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		mut = kt.Mutation{ID: newID(), Workflow: wf.Name, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt, Tool: call.Tool, Method: call.Method,
 			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
 	}
-	if e.needsApproval(prog, m, call.Tool) && run.ApprovedHash != phash {
+	if e.needsApproval(prog, m, call.Tool) && run.ApprovedHash != chash {
 		if err := flush(); err != nil {
 			return false, err
 		}

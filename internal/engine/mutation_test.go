@@ -292,3 +292,44 @@ func assertSkippedNextRan(t *testing.T, e *env, wf string) {
 		t.Fatal("no committed run whose next saw {status:'skipped'}")
 	}
 }
+
+// An approval binds the whole call, not only the payload: a repair that keeps
+// the JSON but sends it to another URL must be approved again (issue 11 #4).
+func TestApprovalBoundToTheTarget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	src := hookScript(`requireApproval: ["http.request"],`, "")
+	wf := e.deploy(src)
+	e.settle()
+	r := e.open(wf)
+	var pc engine.PendingCall
+	_ = json.Unmarshal(r.PendingCall, &pc)
+	if r.Status != kt.StatusApproval || !strings.Contains(pc.Target, "/write/a") || pc.CallHash == "" {
+		t.Fatalf("run %s pending %+v", r.Status, pc)
+	}
+	// The person approves what the card shows; before keep carries it out, a
+	// minor version changes the URL and keeps the JSON.
+	if err := pause(e, wf); err != nil {
+		t.Fatal(err)
+	}
+	e.resolve(r.ID, engine.ResolveApprove)
+	e.redeploy(strings.Replace(src, `"%SINK%/write/" + p.data.id`, `"%SINK%/other/" + p.data.id`, 1), engine.DeployMinor)
+	if err := resume(e, wf); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	r2 := e.open(wf)
+	_ = json.Unmarshal(r2.PendingCall, &pc)
+	if r2.Status != kt.StatusApproval || !strings.Contains(pc.Target, "/other/a") {
+		t.Fatalf("want a new approval for the new target; run %s %s pending %s", r2.ID, r2.Status, r2.PendingCall)
+	}
+	if e.sink.Requests() != 0 {
+		t.Fatalf("the sink got %d requests before the new target was approved", e.sink.Requests())
+	}
+	e.resolve(r2.ID, engine.ResolveApprove)
+	e.settle()
+	e.noOpenRun(wf)
+	if w := e.sink.Writes(); len(w) != 1 {
+		t.Fatalf("writes %d", len(w))
+	}
+}
