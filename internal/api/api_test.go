@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/testsink"
 )
@@ -51,6 +53,10 @@ func (r *rig) call(method, path string, body any, headers map[string]string) (in
 	req, _ := http.NewRequest(method, r.srv.URL+path, rd)
 	req.Header.Set("X-Keep-Client", "test")
 	for k, v := range headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		if v == "" {
 			req.Header.Del(k)
 		} else {
@@ -393,5 +399,75 @@ func TestEventsStreamChanges(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no change event after an action")
+	}
+}
+
+// DNS rebinding (issue 11 #6): a page on evil.example whose name resolves to
+// 127.0.0.1 sends Host: evil.example. A tokenless keep serve refuses it, and
+// nothing is deployed.
+func TestTokenlessServeAnswersOnlyLoopbackHostNames(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	wfSrc := `export default Keep.workflow({ name: "rebound", topics: { a: {} }, producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async () => ({}) } } })`
+	for _, host := range []string{"evil.example", "evil.example:8347", "127.0.0.1.evil.example", "10.0.0.1"} {
+		code, body, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": wfSrc}, map[string]string{"Host": host})
+		if code != http.StatusMisdirectedRequest || !strings.Contains(fmt.Sprint(body["error"]), "localhost") {
+			t.Fatalf("Host %s: %d %v", host, code, body)
+		}
+		if code, _, _ := r.call("GET", "/api/v1/workflows", nil, map[string]string{"Host": host}); code != http.StatusMisdirectedRequest {
+			t.Fatalf("GET with Host %s: %d", host, code)
+		}
+	}
+	if code, _, arr := r.call("GET", "/api/v1/workflows", nil, nil); code != 200 || len(arr) != 0 {
+		t.Fatalf("after the refused deploys: %d %v", code, arr)
+	}
+	for _, host := range []string{"localhost:8347", "127.0.0.1:1", "[::1]:8347", "LOCALHOST", "127.0.0.2"} {
+		if code, _, _ := r.call("GET", "/api/v1/workflows", nil, map[string]string{"Host": host}); code != 200 {
+			t.Fatalf("Host %s refused: %d", host, code)
+		}
+	}
+}
+
+// With a token, a write that names another site's origin is refused even
+// with the bearer token (issue 11 #6).
+func TestWritesFromAnotherOriginAreRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "s3cret")
+	code, body, _ := r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"Authorization": "Bearer s3cret", "Origin": "https://evil.example"})
+	if code != http.StatusForbidden {
+		t.Fatalf("cross-origin write with a token: %d %v", code, body)
+	}
+}
+
+
+// The event streams are capped: the next one gets a clear 503 (issue 11 #14).
+func TestEventStreamsAreCapped(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	var open []*http.Response
+	defer func() {
+		for _, resp := range open {
+			resp.Body.Close()
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 1}}
+	for i := 0; i < api.MaxStreams; i++ {
+		resp, err := client.Get(r.srv.URL + "/events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("stream %d: %d", i, resp.StatusCode)
+		}
+		open = append(open, resp)
+	}
+	resp, err := client.Get(r.srv.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "at most") {
+		t.Fatalf("stream over the cap: %d %s", resp.StatusCode, b)
 	}
 }

@@ -103,13 +103,15 @@ func (g *Guard) CSRFToken(w http.ResponseWriter, r *http.Request) string {
 // header (which a cross-site page cannot set without a CORS preflight, and
 // keep answers none) with no cross-site markers.
 func (g *Guard) csrfOK(r *http.Request) bool {
-	if g.Token != "" && strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
-		return true
-	}
+	// A write from a browser names its page's origin: another site's page
+	// is refused whatever else the request carries.
 	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
 		if u, err := url.Parse(origin); err != nil || u.Host != r.Host {
 			return false
 		}
+	}
+	if g.Token != "" && strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		return true
 	}
 	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
 		return false
@@ -126,6 +128,21 @@ func (g *Guard) csrfOK(r *http.Request) bool {
 	return r.Header.Get("X-Keep-Client") != ""
 }
 
+// LoopbackHost reports whether a Host header names this machine's loopback
+// interface (localhost, 127.0.0.0/8, [::1], with or without a port).
+func LoopbackHost(host string) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Wrap applies the guard to a handler. loginPath is where pages send people
 // without a session (API requests get 401 instead).
 func (g *Guard) Wrap(next http.Handler, loginPath string) http.Handler {
@@ -136,6 +153,13 @@ func (g *Guard) Wrap(next http.Handler, loginPath string) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
+		// DNS rebinding: a page on evil.example whose name is made to resolve
+		// to 127.0.0.1 reaches a tokenless keep serve with Host: evil.example.
+		// Without a token only loopback host names are served.
+		if g.Token == "" && !LoopbackHost(r.Host) {
+			Error(w, http.StatusMisdirectedRequest, "host", "this keep serve has no token and answers only requests addressed to localhost, 127.0.0.1 or [::1]; open it at one of those, or start it with --token")
+			return
+		}
 		isAPI := strings.HasPrefix(r.URL.Path, "/api/")
 		public := r.URL.Path == loginPath || strings.HasPrefix(r.URL.Path, "/static/") || r.URL.Path == "/metrics" && g.Token == ""
 		if !public && !g.Authenticated(r) {

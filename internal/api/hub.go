@@ -8,6 +8,11 @@ import (
 )
 
 // Hub fans change notifications out to server-sent-event streams.
+// MaxStreams bounds the open /events streams: each holds a descriptor and a
+// goroutine, and 20,000 of them once exhausted a tokenless keep serve's
+// descriptors (issue 11). A person has a few pages open, not hundreds.
+const MaxStreams = 256
+
 type Hub struct {
 	mu   sync.Mutex
 	subs map[chan string]struct{}
@@ -37,6 +42,13 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := make(chan string, 8)
 	h.mu.Lock()
+	if len(h.subs) >= MaxStreams {
+		h.mu.Unlock()
+		w.Header().Set("Retry-After", "10")
+		Error(w, http.StatusServiceUnavailable, "too_many_streams",
+			fmt.Sprintf("keep serves at most %d open event streams; close other pages of this keep and reload", MaxStreams))
+		return
+	}
 	h.subs[c] = struct{}{}
 	h.mu.Unlock()
 	defer func() {

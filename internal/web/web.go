@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/engine"
@@ -316,12 +317,23 @@ func (s *Server) acted(w http.ResponseWriter, r *http.Request, to, wf, msg strin
 	s.back(w, r, to, msg)
 }
 
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	next := r.FormValue("next")
-	// Only paths of this site: "//host" and "/\host" would leave it.
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
-		next = "/"
+// SameSitePath returns next when a browser would follow it to a path of this
+// site, else "/". Browsers drop tabs and newlines from a URL and read "\" as
+// "/", so "/<TAB>/evil.example" and "/\evil.example" both leave the site: any
+// control character, white space or backslash is refused before the check.
+func SameSitePath(next string) string {
+	if next == "" || strings.ContainsFunc(next, func(r rune) bool { return r < 0x21 || r == 0x7f || r == '\\' || unicode.IsSpace(r) }) {
+		return "/"
 	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	return next
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	next := SameSitePath(r.FormValue("next"))
 	if r.Method == http.MethodPost {
 		if s.Guard.Login(w, r, r.PostFormValue("token")) {
 			http.Redirect(w, r, next, http.StatusSeeOther)
