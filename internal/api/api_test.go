@@ -439,7 +439,6 @@ func TestWritesFromAnotherOriginAreRefused(t *testing.T) {
 	}
 }
 
-
 // The event streams are capped: the next one gets a clear 503 (issue 11 #14).
 func TestEventStreamsAreCapped(t *testing.T) {
 	t.Parallel()
