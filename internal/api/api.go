@@ -74,6 +74,13 @@ func (s *Server) changed(wf string) {
 	}
 }
 
+// JSON writes v as the JSON answer.
+func JSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
 // Error writes {"error":{"code","message"}}.
 func Error(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")

@@ -186,7 +186,9 @@ func (a *app) serveCmd() *cobra.Command {
 				srv := &http.Server{Handler: k.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
 				go srv.Serve(ln)
 				defer srv.Close()
-				_ = os.WriteFile(daemon.AddrFile(a.dataDir), []byte(ln.Addr().String()), 0o644)
+				if err := k.WriteAddr(ln.Addr().String()); err != nil {
+					return fmt.Errorf("record the address of this keep serve: %w", err)
+				}
 				defer os.Remove(daemon.AddrFile(a.dataDir))
 				where = "http://" + ln.Addr().String()
 			}
@@ -1009,8 +1011,8 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 // directory, so that it acts at once and open pages update. handled is false
 // when no keep serve answers; the caller then writes to the store itself.
 func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handled bool, err error) {
-	addr, rerr := os.ReadFile(daemon.AddrFile(a.dataDir))
-	if rerr != nil {
+	addr, instance, rerr := daemon.ReadAddr(a.dataDir)
+	if rerr != nil || !a.isOurServe(addr, instance) {
 		return nil, false, nil
 	}
 	var rd io.Reader
@@ -1018,7 +1020,7 @@ func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handl
 		b, _ := json.Marshal(body)
 		rd = strings.NewReader(string(b))
 	}
-	req, err := http.NewRequest(method, "http://"+strings.TrimSpace(string(addr))+path, rd)
+	req, err := http.NewRequest(method, "http://"+addr+path, rd)
 	if err != nil {
 		return nil, false, nil
 	}
@@ -1041,6 +1043,26 @@ func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handl
 		return nil, true, errors.New(fmt.Sprint(e["message"]))
 	}
 	return out, true, nil
+}
+
+// isOurServe asks the address whether it is the keep serve that recorded
+// it (the instance id in serve.addr), before anything — a decision, the
+// token — is sent there. After a kill -9 the file stays behind, and the port
+// may belong to another program or another data directory's keep serve.
+func (a *app) isOurServe(addr, instance string) bool {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + api.InstancePath)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var who struct {
+		Instance string `json:"instance"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&who) != nil {
+		return false
+	}
+	return who.Instance == instance
 }
 
 // ---------- bench ----------

@@ -4,6 +4,9 @@
 package daemon
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
 	"context"
 	"errors"
 	"fmt"
@@ -67,7 +70,12 @@ type Keep struct {
 	Hub       *api.Hub
 	Metrics   *metrics.Metrics
 	DataDir   string
-	lock      *os.File
+	// Instance names this process; keep serve writes it beside its address
+	// (AddrFile), and the CLI checks it before sending anything (a stale
+	// address may belong to another program, or to another data directory's
+	// keep serve, by now).
+	Instance string
+	lock     *os.File
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -107,7 +115,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir}
+	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -134,15 +142,42 @@ func (k *Keep) HTTPHandler(token string) http.Handler {
 	guard := api.NewGuard(token)
 	mux := http.NewServeMux()
 	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed}).Handler())
+	mux.HandleFunc("GET "+api.InstancePath, func(w http.ResponseWriter, r *http.Request) {
+		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
+	})
 	mux.Handle("GET /events", k.Hub)
 	mux.Handle("GET /metrics", k.Metrics.Handler())
 	mux.Handle("/", web.New(k.Store, guard, k.Changed).Handler())
 	return guard.Wrap(mux, "/login")
 }
 
-// AddrFile is where keep serve writes the address of its API, so the CLI
-// beside it can use the API.
+// AddrFile is where keep serve writes the address of its API and its
+// Instance, so the CLI beside it can use the API.
 func AddrFile(dataDir string) string { return filepath.Join(dataDir, "serve.addr") }
+
+// WriteAddr records where this keep serves, readable by its owner only.
+func (k *Keep) WriteAddr(addr string) error {
+	return os.WriteFile(AddrFile(k.DataDir), []byte(addr+" "+k.Instance+"\n"), 0o600)
+}
+
+// ReadAddr reads the address and instance a keep serve recorded.
+func ReadAddr(dataDir string) (addr, instance string, err error) {
+	b, err := os.ReadFile(AddrFile(dataDir))
+	if err != nil {
+		return "", "", err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return "", "", fmt.Errorf("%s is not an address and an instance id", AddrFile(dataDir))
+	}
+	return f[0], f[1], nil
+}
+
+func newInstanceID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 // Recover marks runs left active by a dead process as crashed.
 func (k *Keep) Recover(ctx context.Context) (int, error) { return k.Engine.Recover(ctx) }
