@@ -76,6 +76,7 @@ type Keep struct {
 	// keep serve, by now).
 	Instance string
 	lock     *os.File
+	dbLock   *os.File
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -103,10 +104,27 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
+	// The database file itself is locked too: engine.lock can be deleted
+	// (then a second engine would take a new one and run the same
+	// workflows), keep.db cannot without losing the data. SQLite's own locks
+	// are fcntl locks, which flock does not touch.
+	dbLock, err := os.OpenFile(DBPath(o.DataDir), os.O_RDWR, 0)
+	if err == nil {
+		if ferr := flockSoon(dbLock); ferr != nil {
+			dbLock.Close()
+			err = fmt.Errorf("%w (%s holds keep.db); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
+		}
+	}
+	if err != nil {
+		st.Close()
+		lock.Close()
+		return nil, err
+	}
 	if o.FilesRoot == "" {
 		o.FilesRoot = filepath.Join(o.DataDir, "files")
 		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
 			st.Close()
+			dbLock.Close()
 			lock.Close()
 			return nil, err
 		}
@@ -115,7 +133,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, dbLock: dbLock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -200,6 +218,7 @@ func flockSoon(f *os.File) error {
 // Close releases the store and the lock.
 func (k *Keep) Close() error {
 	err := k.Store.Close()
+	k.dbLock.Close()
 	k.lock.Close()
 	return err
 }

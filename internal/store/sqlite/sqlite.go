@@ -66,6 +66,11 @@ func Open(path string) (*Store, error) {
 	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
 		return nil, fmt.Errorf("%w: %s (%v); keep records every step there — make it writable, or pass another --data", ErrReadOnly, dir, err)
 	}
+	// SQLite takes an empty file for a new database, and a new database
+	// would let a re-deploy redo every write the lost ledger recorded.
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		return nil, fmt.Errorf("%w: %s is empty (0 bytes), so the ledgers it held are gone; keep refuses to start over on it, since that would send writes again. Restore it from a backup, or remove it to start a new, empty data directory", ErrCorrupt, path)
+	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=temp_store(MEMORY)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -172,6 +177,9 @@ func (s *Store) migrate() error {
 
 // ErrReadOnly means the data directory cannot be written.
 var ErrReadOnly = errors.New("the data directory is read-only")
+
+// ErrCorrupt says the database file cannot be the ledger keep wrote.
+var ErrCorrupt = errors.New("the database cannot be used")
 
 // OpenReadOnly opens an existing database for reading only, for a data
 // directory keep cannot write (a read-only mount): reads work, every write fails.

@@ -1,0 +1,60 @@
+package daemon
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Deleting engine.lock must not let a second engine run the same data
+// directory (issue 11 #12): keep.db itself is locked as well.
+func TestASecondEngineIsRefusedEvenWithoutEngineLock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k, err := Open(Options{DataDir: dir, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if _, err := Open(Options{DataDir: dir, Logger: quiet()}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("second engine with the lock in place: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "engine.lock")); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := Open(Options{DataDir: dir, Logger: quiet()})
+	if err == nil {
+		k2.Close()
+		t.Fatal("a second engine started on the same data directory after engine.lock was deleted")
+	}
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "keep.db") {
+		t.Fatalf("want a clear busy error naming keep.db, got %v", err)
+	}
+}
+
+// A 0-byte keep.db is not a new database (issue 11 #15): starting over on it
+// would redo every write the lost ledger recorded.
+func TestAnEmptyDatabaseFileIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(DBPath(dir), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, err := Open(Options{DataDir: dir, Logger: quiet()})
+	if err == nil {
+		k.Close()
+		t.Fatal("keep opened a 0-byte keep.db as a new database")
+	}
+	if !strings.Contains(err.Error(), "empty (0 bytes)") || !strings.Contains(err.Error(), "backup") {
+		t.Fatalf("the error does not say what happened and what to do: %v", err)
+	}
+	if fi, _ := os.Stat(DBPath(dir)); fi.Size() != 0 {
+		t.Fatalf("the refused file was changed: %d bytes", fi.Size())
+	}
+}
