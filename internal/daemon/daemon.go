@@ -4,10 +4,9 @@
 package daemon
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
-	"context"
 	"errors"
 	"fmt"
 	"github.com/keep-run/keep/internal/script"
@@ -15,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
