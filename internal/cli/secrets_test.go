@@ -3,6 +3,7 @@ package cli
 import (
 	"database/sql"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,28 @@ import (
 // sent, kept so that reconcile can repeat the probe).
 func TestPlantedSecretsNeverShow(t *testing.T) {
 	t.Parallel()
-	const secret = "planted-secret-7f3a9c"
+	headers := fmt.Sprintf(`{ Authorization: "Bearer %s", Cookie: "session=%s", "X-Api-Key": "%s" }`, secret, secret, secret)
+	plantAndLook(t, headers, headers, "", "", func(h http.Header) string { return h.Get("Authorization") })
+}
+
+// The carriers an attack found printed (issue 11 #7): Authorization only in
+// the reconcile probe's headers, credentials in the URL (user:pw@, api_key,
+// access_token, password) and the headers X-Auth-Token, Api-Key,
+// PRIVATE-TOKEN and X-Goog-Api-Key.
+func TestPlantedSecretsInOtherCarriersNeverShow(t *testing.T) {
+	t.Parallel()
+	callHeaders := fmt.Sprintf(`{ "X-Auth-Token": "%s", "Api-Key": "%s", "PRIVATE-TOKEN": "%s", "X-Goog-Api-Key": "%s" }`, secret, secret, secret, secret)
+	probeHeaders := fmt.Sprintf(`{ Authorization: "Bearer %s" }`, secret)
+	plantAndLook(t, callHeaders, probeHeaders, "u:"+secret+"@", "?api_key="+secret+"&access_token="+secret+"&password="+secret,
+		func(h http.Header) string { return h.Get("X-Auth-Token") })
+}
+
+const secret = "planted-secret-7f3a9c"
+
+// plantAndLook runs a workflow whose write carries the planted secret in the
+// given places, drives it through a 401 and an unknown outcome, and looks
+// for the secret everywhere keep writes.
+func plantAndLook(t *testing.T, headers, probeHeaders, userinfo, query string, received func(http.Header) string) {
 	sink := testsink.New()
 	defer sink.Close()
 	sink.Queue(testsink.Status(401), testsink.TimeoutAfter)
@@ -27,7 +49,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nreconcile_attempts = 1\nreconcile_backoff = \"10ms\"\n"), 0o644)
-	headers := fmt.Sprintf(`{ Authorization: "Bearer %s", Cookie: "session=%s", "X-Api-Key": "%s" }`, secret, secret, secret)
+	withCreds := strings.Replace(sink.URL, "://", "://"+userinfo, 1)
 	src := `export default Keep.workflow({ name: "sec", topics: { "job": {} },
   producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
     for (const id of ["a", "b"]) {
@@ -37,9 +59,9 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
   consumers: { c: Keep.consumer({ subscribe: ["job"],
     async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: { id: e.messageId } } },
     async mutate(ctx, p) {
-      ctx.log("calling with headers", ` + headers + `.Authorization.length)
-      await ctx.http.request({ method: "POST", url: "` + sink.URL + `/write/" + p.data.id, json: {}, timeoutMs: 200, headers: ` + headers + `,
-        reconcile: { url: "` + sink.URL + `/writes/{idempotencyKey}", headers: ` + headers + ` } })
+      ctx.log("calling with headers", Object.keys(` + headers + `).length)
+      await ctx.http.request({ method: "POST", url: "` + withCreds + `/write/" + p.data.id + "` + query + `", json: {}, timeoutMs: 200, headers: ` + headers + `,
+        reconcile: { url: "` + withCreds + `/writes/{idempotencyKey}` + query + `", headers: ` + probeHeaders + ` } })
     } }) } })`
 	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644)
 	var seen strings.Builder
@@ -124,7 +146,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 		}
 	}
 	// The sink did receive the credential: the call itself is not redacted.
-	if len(sink.Headers) == 0 || !strings.Contains(sink.Headers[0].Get("Authorization"), secret) {
+	if len(sink.Headers) == 0 || !strings.Contains(received(sink.Headers[0]), secret) {
 		t.Fatal("the real call lost its Authorization header")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sort"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
 )
 
 // Kind is what a method does to the outside world; the phase rules of SPEC §3 are written in kinds.
@@ -224,46 +225,16 @@ func (m *Method) Split(args map[string]any) (identity, payload map[string]any) {
 	return identity, payload
 }
 
-// Redact returns args with secret params and credential headers masked, for traces and previews.
+// Redact returns args with secret params and every credential masked
+// (package redact), for traces, previews and cards.
 func (m *Method) Redact(args map[string]any) map[string]any {
-	out := make(map[string]any, len(args))
-	for k, v := range args {
-		out[k] = v
-	}
+	out := redact.Map(args)
 	for _, s := range m.Secret {
 		if _, ok := out[s]; ok {
-			out[s] = "[redacted]"
+			out[s] = redact.Mask
 		}
 	}
-	return RedactHeaders(out)
-}
-
-// sensitiveHeaders are never shown anywhere keep writes.
-var sensitiveHeaders = map[string]bool{"authorization": true, "cookie": true, "set-cookie": true, "proxy-authorization": true, "x-api-key": true}
-
-// RedactHeaders masks credential headers inside a "headers" argument.
-func RedactHeaders(args map[string]any) map[string]any {
-	h, ok := args["headers"].(map[string]any)
-	if !ok {
-		return args
-	}
-	clean := map[string]any{}
-	for k, v := range h {
-		if sensitiveHeaders[lower(k)] {
-			clean[k] = "[redacted]"
-		} else {
-			clean[k] = v
-		}
-	}
-	args["headers"] = clean
-	if rc, ok := args["reconcile"].(map[string]any); ok {
-		cp := map[string]any{}
-		for k, v := range rc {
-			cp[k] = v
-		}
-		args["reconcile"] = RedactHeaders(cp)
-	}
-	return args
+	return out
 }
 
 func lower(s string) string {

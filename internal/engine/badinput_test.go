@@ -138,3 +138,28 @@ func TestFullDiskGivesAClearError(t *testing.T) {
 	}
 	_ = kt.ErrNotFound
 }
+
+// A huge thrown message is kept cut, saying how long it was (issue 11 #13),
+// and a credential in it is masked (issue 11 #7).
+func TestHugeErrorsAreCutAndSecretsMasked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(`export default Keep.workflow({ name: "huge", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    throw new Error("see https://u:hunter2-secret@h.example/x " + "x".repeat(2 << 20))
+  } } } })`)
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic {
+		t.Fatalf("run %s: %.200s", r.Status, r.ErrorMessage)
+	}
+	if len(r.ErrorMessage) > 5000 || !strings.Contains(r.ErrorMessage, "cut:") {
+		t.Fatalf("stored error is %d bytes: %.300s", len(r.ErrorMessage), r.ErrorMessage)
+	}
+	if strings.Contains(r.ErrorMessage, "hunter2-secret") || strings.Contains(string(r.Trace), "hunter2-secret") {
+		t.Fatal("the credential in the thrown message was stored")
+	}
+	if len(r.Trace) > 64<<10 {
+		t.Fatalf("trace is %d bytes", len(r.Trace))
+	}
+}

@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -29,6 +31,10 @@ type TraceEntry struct {
 }
 
 const (
+	// maxTraceText bounds one text of a trace entry, and maxTraceArgs the
+	// arguments of one call as the trace keeps them.
+	maxTraceText    = 4000
+	maxTraceArgs    = 16 << 10
 	maxTraceEntries = 2000
 	maxLogLine      = 1000
 	maxLogLines     = 10000
@@ -54,12 +60,36 @@ func loadTrace(raw json.RawMessage) *trace {
 	return t
 }
 
+// add records an entry. Every entry passes here, so this is where a trace
+// is made safe to store and show: credentials masked (package redact) and
+// long values cut, saying how long they were (a 20 MB write was once stored
+// three times in one trace).
 func (t *trace) add(e TraceEntry) {
 	if len(t.entries) >= maxTraceEntries {
 		t.dropped++
 		return
 	}
+	e.Text = clip(redact.String(e.Text), maxTraceText)
+	e.Outcome = clip(redact.String(e.Outcome), maxTraceText)
+	if e.Args != nil {
+		e.Args = redact.Value(e.Args)
+		if b, err := json.Marshal(e.Args); err == nil && len(b) > maxTraceArgs {
+			e.Args = fmt.Sprintf("(%d bytes of arguments, not kept in the trace; the first %d: %s…)", len(b), maxTraceText/4, clip(string(b), maxTraceText/4))
+		}
+	}
 	t.entries = append(t.entries, e)
+}
+
+// clip cuts s to at most n bytes (on a rune boundary) and says what was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (cut: %d bytes in all)", len(s))
 }
 
 func (t *trace) json() json.RawMessage {

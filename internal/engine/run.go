@@ -12,6 +12,7 @@ import (
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/schedule"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -666,10 +667,16 @@ func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program,
 
 // ---------- failures ----------
 
+// maxErrorText bounds the error message kept on a run.
+const maxErrorText = 4000
+
 // fail records a failed run by the taxonomy of SPEC §6 and applies the reset rules of §4.
 func (e *Engine) fail(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, cause error) error {
 	class := kt.ClassOf(cause)
-	msg := cause.Error()
+	// The one way an error reaches the run, its card, the log and the page:
+	// credentials masked, and no more than a person reads (a script once
+	// threw a 20 MB message, stored twice and printed whole).
+	msg := clip(redact.String(cause.Error()), maxErrorText)
 	now := e.nowMs()
 	run.ErrorClass, run.ErrorMessage, run.UpdatedAt, run.Action = class, msg, now, ""
 	run.NextAttemptAt = 0

@@ -23,6 +23,7 @@ import (
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
 )
 
 // MaxBodyBytes bounds a response body handed to a script.
@@ -63,7 +64,7 @@ func New() *connector.Connector {
 				Reconcile:      c.reconcile,
 				ReconcileWhen:  func(a map[string]any) bool { _, ok := a["reconcile"].(map[string]any); return ok },
 				ComparePayload: compare,
-				Target:         func(a map[string]any) string { return methodOf(a) + " " + str(a["url"]) },
+				Target:         func(a map[string]any) string { return methodOf(a) + " " + redactURL(str(a["url"])) },
 			},
 		},
 	}
@@ -331,21 +332,5 @@ func snippet(b []byte) string {
 	return s
 }
 
-// redactURL drops userinfo and query values from a URL shown to people.
-func redactURL(u string) string {
-	pu, err := url.Parse(u)
-	if err != nil {
-		return u
-	}
-	pu.User = nil
-	if pu.RawQuery != "" {
-		q := pu.Query()
-		for k := range q {
-			if l := strings.ToLower(k); strings.Contains(l, "key") || strings.Contains(l, "token") || strings.Contains(l, "secret") || strings.Contains(l, "sig") {
-				q.Set(k, "redacted")
-			}
-		}
-		pu.RawQuery = q.Encode()
-	}
-	return pu.String()
-}
+// redactURL masks credentials in a URL shown to people.
+func redactURL(u string) string { return redact.URL(u) }

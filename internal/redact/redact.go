@@ -1,0 +1,123 @@
+// Package redact is the one place that decides what of a call or a message
+// is a credential, so that it is masked before anything is stored, traced,
+// logged or printed: header and parameter names that carry secrets
+// (Authorization, cookies, API keys and tokens, passwords), credentials in
+// URLs (user:password@, ?api_key=…), and the same inside free text such as
+// an error message that quotes a URL.
+//
+// It imports nothing of the project.
+package redact
+
+import (
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Mask replaces every secret value.
+const Mask = "[redacted]"
+
+// exactNames are header or parameter names (lower case, '-' and '_' removed)
+// whose value is a credential wherever they appear.
+var exactNames = map[string]bool{
+	"authorization": true, "proxyauthorization": true, "cookie": true, "setcookie": true,
+	"xapikey": true, "apikey": true, "xauthtoken": true, "privatetoken": true, "xgoogapikey": true,
+	"password": true, "passwd": true, "pwd": true, "secret": true, "clientsecret": true,
+	"token": true, "accesstoken": true, "refreshtoken": true, "idtoken": true, "authtoken": true,
+	"sessiontoken": true, "xcsrftoken": false, "sig": true, "signature": true, "key": true,
+	"privatekey": true, "xamzsecuritytoken": true, "xvaulttoken": true,
+}
+
+// Name reports whether a header or parameter with this name carries a credential.
+func Name(name string) bool {
+	n := strings.NewReplacer("-", "", "_", "", " ", "").Replace(strings.ToLower(name))
+	if v, ok := exactNames[n]; ok {
+		return v
+	}
+	return strings.HasSuffix(n, "apikey") || strings.HasSuffix(n, "token") || strings.HasSuffix(n, "secret") ||
+		strings.HasSuffix(n, "password") || strings.HasPrefix(n, "xauth")
+}
+
+// Value returns a copy of v with every credential masked: values under a
+// secret name at any depth, and credentials inside URL strings.
+func Value(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, val := range x {
+			if Name(k) && val != nil {
+				if _, isMap := val.(map[string]any); !isMap {
+					out[k] = Mask
+					continue
+				}
+			}
+			out[k] = Value(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, val := range x {
+			out[i] = Value(val)
+		}
+		return out
+	case string:
+		return String(x)
+	}
+	return v
+}
+
+// Map is Value for an argument map.
+func Map(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	return Value(m).(map[string]any)
+}
+
+var (
+	urlInText    = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
+	bearerInText = regexp.MustCompile(`(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}`)
+)
+
+// String masks credentials inside free text: in every URL it quotes (the
+// userinfo and the values of secret query parameters) and after "Bearer".
+func String(s string) string {
+	if !strings.Contains(s, "://") && !strings.ContainsAny(s, "bBtT") {
+		return s
+	}
+	s = urlInText.ReplaceAllStringFunc(s, URL)
+	return bearerInText.ReplaceAllStringFunc(s, func(m string) string {
+		return strings.Fields(m)[0] + " " + Mask
+	})
+}
+
+// URL masks the userinfo and the values of secret query parameters of a URL.
+func URL(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Host == "" {
+		return u
+	}
+	changed := false
+	if pu.User != nil {
+		pu.User = url.User(Mask)
+		changed = true
+	}
+	if pu.RawQuery != "" {
+		q := pu.Query()
+		for k := range q {
+			if Name(k) {
+				q.Set(k, Mask)
+				changed = true
+			}
+		}
+		if changed {
+			pu.RawQuery = q.Encode()
+		}
+	}
+	if !changed {
+		return u
+	}
+	out := pu.String()
+	// Keep the mask readable rather than percent-encoded.
+	return strings.NewReplacer("%5Bredacted%5D", Mask, "%5bredacted%5d", Mask).Replace(out)
+}
