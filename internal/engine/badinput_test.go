@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -161,5 +162,48 @@ func TestHugeErrorsAreCutAndSecretsMasked(t *testing.T) {
 	}
 	if len(r.Trace) > 64<<10 {
 		t.Fatalf("trace is %d bytes", len(r.Trace))
+	}
+}
+
+// Chapter 06's flat event ({ messageId, subject, from }) is refused by name
+// instead of storing payload: null (issue 10 #9).
+func TestFlatPublishIsRefusedByName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(`export default Keep.workflow({ name: "flat", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "x", title: "X" })
+    await ctx.publish("a", { messageId: "x", inputId, subject: "Hi", from: "a@b" })
+  } } } })`)
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, "unknown field(s) from, subject") || !strings.Contains(r.ErrorMessage, "payload") {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+}
+
+// A run's publishes are bounded (issue 11 #9): the run fails with a clear
+// message and nothing of it is committed.
+func TestPublishesPerRunAreBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(`export default Keep.workflow({ name: "flood", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "x", title: "X" })
+    for (let i = 0; i <= ` + fmt.Sprint(engine.MaxPublishesPerRun) + `; i++) await ctx.publish("a", { messageId: "m" + i, inputId, payload: i })
+  } } } })`)
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, "at most 10000 events") {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+	var n int
+	_ = e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		evs, err := tx.EventsPending(wf, "a", 10)
+		n = len(evs)
+		return err
+	})
+	if n != 0 {
+		t.Fatalf("%d events of the failed run were committed", n)
 	}
 }

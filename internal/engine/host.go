@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -29,6 +30,12 @@ type TraceEntry struct {
 	Outcome  string `json:"outcome,omitempty"`
 	Text     string `json:"text,omitempty"`
 }
+
+// Per-run bounds of what a handler publishes (buffered until the commit).
+const (
+	MaxPublishesPerRun    = 10000
+	MaxPublishBytesPerRun = 64 << 20
+)
 
 const (
 	// maxTraceText bounds one text of a trace entry, and maxTraceArgs the
@@ -127,6 +134,8 @@ type host struct {
 	inputByKey   map[string]string
 	knownInputs  map[string]bool
 	publishes    []publishReq
+	// publishedBytes counts the payload bytes of publishes.
+	publishedBytes int
 	allowPublish map[string]bool
 	// mutate
 	captured *capturedCall
@@ -356,6 +365,25 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if err := json.Unmarshal(raw, &req); err != nil || req.Event == nil {
 		return nil, kt.Errorf(kt.ClassLogic, "publish(topic, { messageId, payload }) expects a topic and an event object")
 	}
+	// Chapter 06 shows a flat event ({ messageId, subject, from }); keep's
+	// events carry data under payload (ch 06a). Fields keep does not know
+	// would be dropped silently, so they are refused by name.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &struct {
+		Event *map[string]json.RawMessage `json:"event"`
+	}{&fields}); err == nil {
+		var unknown []string
+		for k := range fields {
+			if k != "messageId" && k != "inputId" && k != "payload" {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			return nil, kt.Errorf(kt.ClassLogic, "publish: the event has unknown field(s) %s; an event is { messageId, inputId, payload } — put the data under payload, e.g. { messageId, inputId, payload: { %s } }",
+				strings.Join(unknown, ", "), strings.Join(unknown, ", "))
+		}
+	}
 	var topics []string
 	switch t := req.Topics.(type) {
 	case string:
@@ -412,8 +440,16 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if len(payload) > MaxJSONBytes {
 		return nil, kt.Errorf(kt.ClassLogic, "publish %s: the payload has %d bytes, more than the limit of %d; keep payloads small and pass references", msgID, len(payload), MaxJSONBytes)
 	}
+	// Publishes are buffered in the host until the run commits, outside the
+	// sandbox's memory limit, and commit in one transaction: both are
+	// bounded (3,000 × 1 MB events once took 7 GB and starved other workflows).
+	if len(h.publishes)+len(topics) > MaxPublishesPerRun || h.publishedBytes+len(topics)*len(payload) > MaxPublishBytesPerRun {
+		return nil, kt.Errorf(kt.ClassLogic, "publish %s: one run may publish at most %d events and %d MiB in all (this run has %d events, %d bytes); publish fewer, smaller events per run — a producer can return a cursor in its state and go on in its next run",
+			msgID, MaxPublishesPerRun, MaxPublishBytesPerRun>>20, len(h.publishes), h.publishedBytes)
+	}
 	for _, t := range topics {
 		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
+		h.publishedBytes += len(payload)
 	}
 	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
 	return nil, nil

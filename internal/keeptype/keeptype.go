@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 )
 
 // Phase is how far a run got. Phases only move forward (SPEC §4).
@@ -167,6 +168,25 @@ type Event struct {
 	Attempt    int
 	CreatedAt  int64
 	UpdatedAt  int64
+}
+
+// UnionCauses is the caused_by of an event published again (last write
+// wins on the payload): the union of what it had and what the new publish
+// brings, sorted, so that an input never loses what it caused (ch 06a;
+// issue 10: a republish from a run that reserved nothing once left []).
+func UnionCauses(had, adds []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, list := range [][]string{had, adds} {
+		for _, c := range list {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Input is one external thing that happened (the input ledger; an item of kind "input").

@@ -487,6 +487,7 @@ func (t *tx) EventPublish(e *kt.Event) (bool, error) {
 		// A publish caused by a newer attempt of its input re-opens the event
 		// (SPEC §8.2 reprocess); otherwise the status is kept.
 		e.ID = existing.ID
+		e.CausedBy = kt.UnionCauses(existing.CausedBy, e.CausedBy)
 		status, reserved, attempt := existing.Status, existing.ReservedBy, existing.Attempt
 		if e.Attempt > existing.Attempt {
 			status, reserved, attempt = kt.EventPending, "", e.Attempt
@@ -517,10 +518,9 @@ func (t *tx) EventPublish(e *kt.Event) (bool, error) {
 	return true, t.setCauses(e.ID, e.CausedBy)
 }
 
+// setCauses records an event's causes; they only grow (kt.UnionCauses), so
+// nothing is deleted.
 func (t *tx) setCauses(eventID int64, causes []string) error {
-	if _, err := t.tx.Exec(`DELETE FROM event_causes WHERE event_id=?`, eventID); err != nil {
-		return err
-	}
 	for _, c := range causes {
 		if _, err := t.tx.Exec(`INSERT OR IGNORE INTO event_causes(event_id, input_id) VALUES(?,?)`, eventID, c); err != nil {
 			return err

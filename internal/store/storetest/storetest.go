@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -117,6 +118,36 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			byInput, err := tx.EventsByInput("i1")
 			if err != nil || len(byInput) != 1 {
 				return fmt.Errorf("events by input: %d %v", len(byInput), err)
+			}
+			return nil
+		}))
+	})
+
+	run("a republish keeps every cause the event had", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`1`), CausedBy: []string{"i1"}}
+			if _, err := tx.EventPublish(&ev); err != nil {
+				return err
+			}
+			// From a run that reserved nothing: no causes of its own.
+			if _, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`2`)}); err != nil {
+				return err
+			}
+			got, err := tx.EventGet("w", "t", "m")
+			if err != nil || strings.Join(got.CausedBy, ",") != "i1" {
+				return fmt.Errorf("after a republish without causes: %v %v", got.CausedBy, err)
+			}
+			if _, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`3`), CausedBy: []string{"i0"}}); err != nil {
+				return err
+			}
+			got, _ = tx.EventGet("w", "t", "m")
+			if strings.Join(got.CausedBy, ",") != "i0,i1" {
+				return fmt.Errorf("after a republish with another cause: %v", got.CausedBy)
+			}
+			for _, in := range []string{"i0", "i1"} {
+				if evs, err := tx.EventsByInput(in); err != nil || len(evs) != 1 {
+					return fmt.Errorf("events caused by %s: %d %v", in, len(evs), err)
+				}
 			}
 			return nil
 		}))
