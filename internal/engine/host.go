@@ -130,13 +130,13 @@ type host struct {
 	handler string
 
 	// producer
-	inputs       []kt.Input
-	inputByKey   map[string]string
-	knownInputs  map[string]bool
-	publishes    []publishReq
+	inputs      []kt.Input
+	inputByKey  map[string]string
+	knownInputs map[string]bool
+	publishes   []publishReq
 	// publishedBytes counts the payload bytes of publishes.
 	publishedBytes int
-	allowPublish map[string]bool
+	allowPublish   map[string]bool
 	// mutate
 	captured *capturedCall
 	logLines int
