@@ -319,9 +319,60 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 			n++
 		}
 		// Producers that came due while keep was down run now (coalesced: once).
-		return nil
+		return e.migrateConsumerIdentities(tx)
 	})
 	return n, err
+}
+
+// migrateConsumerIdentities moves the ledger rows of unfinished consumer
+// runs to the identity rule of SPEC §7 (reservation set), so that a run
+// written by an older keep finds its own mutation when mutate runs again.
+// Rows of finished runs are left alone: no new run can reserve the same
+// events at the same attempt. Item-script identities never change. It is
+// idempotent, so it runs at every start-up.
+func (e *Engine) migrateConsumerIdentities(tx store.Tx) error {
+	for _, st := range []kt.MutationStatus{kt.MutationInFlight, kt.MutationNeedsReconcile, kt.MutationIndeterminate, kt.MutationFailed} {
+		muts, err := tx.MutationsWithStatus(st)
+		if err != nil {
+			return err
+		}
+		for _, m := range muts {
+			run, err := tx.RunGet(m.RunID)
+			if err != nil || run.HandlerType != kt.HandlerConsumer || run.Status.Finished() {
+				continue
+			}
+			meth, err := e.registry.Method(m.Tool, m.Method)
+			if err != nil {
+				continue
+			}
+			var args map[string]any
+			if json.Unmarshal(m.Params, &args) != nil {
+				continue
+			}
+			reserved, err := tx.EventsReservedBy(run.ID)
+			if err != nil {
+				return err
+			}
+			unit, err := UnitOfWork(tx, run, reserved)
+			if err != nil {
+				return err
+			}
+			identity, _ := meth.Split(args)
+			subkey, _ := args["subkey"].(string)
+			key := ConsumerIdentityKey(m.Workflow, m.Handler, unit, m.Tool, m.Method, identity, subkey)
+			if key == m.IdentityKey {
+				continue
+			}
+			if _, err := tx.MutationByIdentity(key); err == nil {
+				continue // already there (cannot happen for one run's unit of work)
+			}
+			m.IdentityKey = key
+			if err := tx.MutationPut(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // canonical renders JSON with sorted keys, so equal values hash equally.
@@ -367,6 +418,43 @@ func IdentityKey(workflow, handler string, itemKeys []string, attempt int, tool,
 		ks[i] = k
 	}
 	return hashOf(workflow, handler, ks, attempt, tool, method, identity, subkey)
+}
+
+// ConsumerIdentityKey computes the identity of a consumer run's mutation
+// (SPEC §7): its unit of work is the run's reservation set (UnitOfWork), not
+// the inputs that caused the events — one input can cause many events, and
+// each event's write is its own (issue 10: a second event's write was once
+// answered from the first's cached result and never sent).
+func ConsumerIdentityKey(workflow, handler string, unit []string, tool, method string, identity map[string]any, subkey string) string {
+	us := make([]any, len(unit))
+	for i, u := range unit {
+		us[i] = u
+	}
+	return hashOf("consumer", workflow, handler, us, tool, method, identity, subkey)
+}
+
+// UnitOfWork is a consumer run's unit of work: the sorted (topic, messageId,
+// event attempt) of the events it reserved, or, when it reserved none, the
+// id of the first run of its retry chain. Replays of the run keep it; a
+// reprocessed event (attempt + 1) makes a new one.
+func UnitOfWork(tx store.Tx, run kt.Run, reserved []kt.Event) ([]string, error) {
+	if len(reserved) > 0 {
+		unit := make([]string, 0, len(reserved))
+		for _, ev := range reserved {
+			unit = append(unit, fmt.Sprintf("%s\x00%s\x00%d", ev.Topic, ev.MessageID, ev.Attempt))
+		}
+		sort.Strings(unit)
+		return unit, nil
+	}
+	root := run
+	for i := 0; root.RetryOf != "" && i < 100000; i++ {
+		prev, err := tx.RunGet(root.RetryOf)
+		if err != nil {
+			return nil, fmt.Errorf("find the first run of the retry chain of %s: %w", run.ID, err)
+		}
+		root = prev
+	}
+	return []string{"run\x00" + root.ID}, nil
 }
 
 // PayloadHash hashes the payload params of a mutation.

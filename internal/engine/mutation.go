@@ -107,9 +107,17 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		itemKeys = append(itemKeys, c)
 	}
 	sort.Strings(itemKeys)
+	var unit []string
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		unit, err = UnitOfWork(tx, *run, reserved)
+		return err
+	}); err != nil {
+		return false, err
+	}
 	identity, payload := m.Split(call.Args)
 	subkey, _ := call.Args["subkey"].(string)
-	ikey := IdentityKey(wf.Name, run.Handler, itemKeys, attempt, call.Tool, call.Method, identity, subkey)
+	ikey := ConsumerIdentityKey(wf.Name, run.Handler, unit, call.Tool, call.Method, identity, subkey)
 	phash := PayloadHash(payload)
 	target := targetOf(m, call.Tool, call.Args)
 	chash := CallHash(call.Tool, call.Method, target, identity, payload)
