@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -67,6 +68,14 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 		if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
 			return merr
 		}
+		held, err := tx.EventsReservedBy(runID)
+		if err != nil {
+			return err
+		}
+		// Try again, It didn't happen and Approve explain their own refusals below.
+		if what == ResolveSkip && !slices.Contains(ActionsFor(run, mut, hasMut, len(held)), string(ResolveSkip)) {
+			return refuse("Skip does not apply to run %s: %s failed before it selected any event, so there is nothing to skip and the next run would fail the same way. Fix the script and deploy it with `keep deploy --minor`, or skip the inputs it would take (`keep skip ITEM`)", runID, run.Handler)
+		}
 		unknown := hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile)
 		ms := now.UnixMilli()
 		switch what {
@@ -112,19 +121,19 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 				msg = fmt.Sprintf("the mutation of run %s already happened; the run will complete", runID)
 			}
 		case ResolveApprove:
-			if run.Status != kt.StatusApproval {
-				return refuse("run %s is not waiting for approval: it is %s", runID, run.Status)
-			}
-			if len(run.PendingCall) > 0 && run.ErrorClass == "" {
-				var pc PendingCall
-				if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
-					return err
+			if !IsApprovalWait(run) {
+				why := string(run.Status)
+				if run.ErrorMessage != "" {
+					why += ": " + run.ErrorMessage
 				}
-				run.ApprovedHash = pc.CallHash
-				msg = fmt.Sprintf("approved: %s will be sent", pc.Target)
-			} else {
-				msg = fmt.Sprintf("run %s will be retried", runID)
+				return refuse("run %s is not waiting for approval (%s); approving would not change anything. Fix the cause, then use --try-again, or --skip", runID, why)
 			}
+			var pc PendingCall
+			if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
+				return err
+			}
+			run.ApprovedHash = pc.CallHash
+			msg = fmt.Sprintf("approved: %s will be sent", pc.Target)
 			run.Action = ActionRetry
 		default:
 			return refuse("unknown resolution %q (use --try-again, --didnt-happen or --skip)", what)
@@ -133,6 +142,35 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 		return tx.RunPut(run)
 	})
 	return msg, err
+}
+
+// IsApprovalWait reports whether a run waits for a person to approve a
+// mutation (and not for a fix of access or of a missing resource, which
+// share its status): only then is Approve offered or accepted.
+func IsApprovalWait(r kt.Run) bool {
+	return r.Status == kt.StatusApproval && r.ErrorClass == "" && len(r.PendingCall) > 0
+}
+
+// ActionsFor lists what a person can do with a blocked run — only actions
+// that can end the block. The card shows them and Resolve accepts them.
+// mut is the run's mutation (hasMut false when it has none); held counts
+// the events the run holds.
+func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
+	switch {
+	case hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile):
+		var out []string
+		if mut.CanReconcile {
+			out = append(out, string(ResolveTryAgain))
+		}
+		return append(out, string(ResolveDidntHappen), string(ResolveSkip))
+	case IsApprovalWait(r):
+		return []string{string(ResolveApprove), string(ResolveSkip)}
+	case r.HandlerType == kt.HandlerConsumer && r.Phase == kt.PhasePreparing && held == 0:
+		// prepare failed before it selected anything: there is nothing a
+		// Skip could skip, and the next run would fail the same way.
+		return []string{string(ResolveTryAgain)}
+	}
+	return []string{string(ResolveTryAgain), string(ResolveSkip)}
 }
 
 func unpause(tx store.Tx, wf string, now int64) error {

@@ -96,8 +96,9 @@ func TestSecondMutationInMutateIsLogicErrorAndNothingIsWritten(t *testing.T) {
 	if e.sink.Requests() != 0 {
 		t.Fatalf("requests at the sink: %d", e.sink.Requests())
 	}
-	// Logic failure before the mutation: the reservation is released.
-	if ev := e.events(wf, "job"); ev[0].ReservedBy != "" || ev[0].Status != kt.EventPending {
+	// Logic failure before the mutation: the reservation stays pinned to
+	// the failed run (SPEC §4), so its input shows what is stuck.
+	if ev := e.events(wf, "job"); ev[0].ReservedBy != r.ID || ev[0].Status != kt.EventPending {
 		t.Fatalf("event %+v", ev[0])
 	}
 }

@@ -123,6 +123,9 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		switch {
 		case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated):
 			nr.Phase, nr.PrepareResult, nr.MutationResult = kt.PhaseEmitting, old.PrepareResult, old.MutationResult
+		case old.Status == kt.StatusFailedLogic && !(hasMut && (mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile)):
+			// A repair (or a person's Try again) after a logic failure
+			// prepares afresh: the pinned events are released below.
 		case old.Phase == kt.PhaseMutating && pinned > 0:
 			nr.Phase, nr.PrepareResult = kt.PhaseMutating, old.PrepareResult
 		}

@@ -480,10 +480,12 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 			Args: []json.RawMessage{preparedArg(run.PrepareResult, pr)}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		_ = out
 		if err != nil {
-			if kt.ClassOf(err) != kt.ClassLogic && len(reserve) > 0 {
-				// A transient, permission or precondition failure inside mutate
-				// keeps the selection pinned: the retry re-runs mutate with the
-				// same PrepareResult (SPEC §4).
+			if len(reserve) > 0 {
+				// A failure inside mutate keeps the selection pinned (SPEC §4):
+				// after a transient, permission or precondition failure the
+				// retry re-runs mutate with the same PrepareResult; after a
+				// logic failure the inputs show what is stuck, Skip skips them
+				// and a repair releases them at a fresh prepare.
 				if aerr := advance(run, kt.PhaseMutating); aerr != nil {
 					return aerr
 				}
@@ -724,14 +726,17 @@ func (e *Engine) fail(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trac
 	})
 }
 
-// releasesReservations applies SPEC §4's reset rules: before the mutation,
-// and for logic failures before it is applied, the selection is let go.
+// releasesReservations applies SPEC §4's reset rules: a failure before
+// mutate lets the selection go (the retry prepares afresh); a logic failure
+// keeps it pinned to the failed run, so its inputs show what is stuck and a
+// person's Skip can skip exactly those events (a repair releases them).
 func releasesReservations(run *kt.Run, class kt.ErrorClass) bool {
+	if class == kt.ClassLogic {
+		return false
+	}
 	switch run.Phase {
 	case kt.PhasePreparing, kt.PhasePrepared:
 		return true
-	case kt.PhaseMutating:
-		return class == kt.ClassLogic
 	}
 	return false
 }

@@ -389,17 +389,7 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 		s, _ := InputStatus(tx, in)
 		c.Inputs = append(c.Inputs, inputRow(in, s))
 	}
-	switch {
-	case hasMut && (m.Status == kt.MutationIndeterminate || m.Status == kt.MutationNeedsReconcile):
-		if m.CanReconcile {
-			c.Actions = append(c.Actions, "try-again")
-		}
-		c.Actions = append(c.Actions, "didnt-happen", "skip")
-	case r.Status == kt.StatusApproval:
-		c.Actions = []string{"approve", "skip"}
-	default:
-		c.Actions = []string{"try-again", "skip"}
-	}
+	c.Actions = engine.ActionsFor(r, m, hasMut, len(evs))
 	return c, blocked, nil
 }
 

@@ -1,0 +1,124 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+// Issue 10 #2: a run that failed on a logic error (a 400 from the target)
+// keeps its reservations; the input shows it is stuck and the card names
+// it; Skip skips exactly those events and sends nothing again.
+func TestSkipEndsARunThatFailedOnALogicError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.Status(400))
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic || e.sink.Requests() != 1 {
+		t.Fatalf("run %s requests %d: %s", r.Status, e.sink.Requests(), r.ErrorMessage)
+	}
+	if ins := e.inputs(wf); len(ins) != 1 || ins[0].Status != "failed" {
+		t.Fatalf("input while its run is failed: %+v", ins)
+	}
+	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
+	if err != nil || len(cards) != 1 || len(cards[0].Inputs) != 1 || cards[0].Inputs[0].Title != "Job a" {
+		t.Fatalf("the card does not name its input: %+v %v", cards, err)
+	}
+	if got := strings.Join(cards[0].Actions, ","); got != "try-again,skip" {
+		t.Fatalf("actions %s", got)
+	}
+	msg := e.resolve(r.ID, engine.ResolveSkip)
+	if !strings.Contains(msg, "skipped") {
+		t.Fatalf("resolve said %q", msg)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	if ev := e.events(wf, "job"); ev[0].Status != kt.EventSkipped {
+		t.Fatalf("event after Skip: %+v", ev[0])
+	}
+	if ins := e.inputs(wf); ins[0].Status != "skipped" {
+		t.Fatalf("input after Skip: %s", ins[0].Status)
+	}
+	if e.sink.Requests() != 1 {
+		t.Fatalf("Skip sent the write again: %d requests", e.sink.Requests())
+	}
+}
+
+// A repair (a minor version) releases the pinned events at a fresh prepare.
+func TestARepairReleasesPinnedEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	src := strings.Replace(hookScript("", ""), "json: p.data", "json: p.data.missing.field", 1)
+	wf := e.deploy(src)
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+	if ev := e.events(wf, "job"); ev[0].ReservedBy != r.ID {
+		t.Fatalf("the event is not pinned to the failed run: %+v", ev[0])
+	}
+	e.redeploy(hookScript("", ""), engine.DeployMinor)
+	e.settle()
+	e.noOpenRun(wf)
+	if w := e.sink.Writes(); len(w) != 1 {
+		t.Fatalf("writes %d", len(w))
+	}
+	if ev := e.events(wf, "job"); ev[0].Status != kt.EventConsumed {
+		t.Fatalf("event %+v", ev[0])
+	}
+}
+
+// Issue 10 #7: a missing file in a producer is not an approval. The card
+// says what is missing and offers Try again and Skip; Approve is refused.
+func TestAMissingFileOffersTryAgainAndSkipNotApprove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(`export default Keep.workflow({ name: "missing", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    await ctx.files.read({ path: "incoming/x.json" })
+  } } } })`)
+	e.settle()
+	r := e.open(wf)
+	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
+	if len(cards) != 1 {
+		t.Fatalf("cards %+v (run %s)", cards, r.Status)
+	}
+	c := cards[0]
+	if got := strings.Join(c.Actions, ","); got != "try-again,skip" || !strings.Contains(c.Reason, "incoming/x.json") || !strings.Contains(c.Reason, "no such file") {
+		t.Fatalf("card: actions %s, reason %q", got, c.Reason)
+	}
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "not waiting for approval") {
+		t.Fatalf("approve: %v", err)
+	}
+	e.resolve(r.ID, engine.ResolveSkip)
+	e.settle()
+	e.noOpenRun(wf)
+}
+
+// A consumer whose prepare fails before it selects anything has nothing to
+// skip: Skip is not offered and is refused with what to do instead.
+func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	src := strings.Replace(hookScript("", ""), `const [e] = await ctx.peek("job")`, `const [e] = await ctx.peek("job"); await ctx.http.request({ method: "POST", url: "%SINK%/x", json: {} })`, 1)
+	wf := e.deploy(src)
+	e.settle()
+	r := e.open(wf)
+	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
+	if r.Status != kt.StatusFailedLogic || len(cards) != 1 || strings.Join(cards[0].Actions, ",") != "try-again" {
+		t.Fatalf("run %s cards %+v", r.Status, cards)
+	}
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "keep deploy --minor") {
+		t.Fatalf("skip: %v", err)
+	}
+	if e.sink.Requests() != 0 {
+		t.Fatalf("a write in prepare reached the sink")
+	}
+}
