@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
@@ -58,7 +59,19 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API route %s %s (see docs/api.md)", r.Method, r.URL.Path))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(engine.WithActor(r.Context(), ActorOf(r, "api"))))
+	})
+}
+
+// ActorOf names the person behind a request for the decision log: the
+// X-Keep-Actor header (the CLI's --by), else def.
+func ActorOf(r *http.Request, def string) string {
+	who := strings.TrimSpace(r.Header.Get("X-Keep-Actor"))
+	if who == "" || len(who) > 100 || strings.ContainsFunc(who, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+		return def
+	}
+	return who
 }
 
 func (s *Server) now() time.Time {

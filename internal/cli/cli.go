@@ -53,6 +53,7 @@ func (e *exitError) Error() string { return e.err.Error() }
 type app struct {
 	out, errOut io.Writer
 	dataDir     string
+	by          string // --by: who takes the decisions, for the decision log
 	jsonOut     bool
 }
 
@@ -89,6 +90,10 @@ func (a *app) root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("KEEP_DATA", "keep-data"), "data directory (database, files root of keep serve)")
+	root.PersistentFlags().StringVar(&a.by, "by", envOr("KEEP_BY", "cli"), "who takes the decisions of this command, for the decision log")
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		cmd.SetContext(engine.WithActor(cmd.Context(), a.by))
+	}
 	root.AddCommand(a.serveCmd(), a.runCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
 		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.itemsCmd(), a.itemActionCmd("skip"), a.itemActionCmd("reprocess"), a.benchCmd(), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"))
 	return root
@@ -683,87 +688,75 @@ func (a *app) runsCmd() *cobra.Command {
 	return c
 }
 
+// printRun renders `keep show run`: the run, its mutation, the decisions
+// people took on it, its trace and, when blocked, its card.
+func (a *app) printRun(d report.RunDetail) {
+	r := d.Run
+	fmt.Fprintf(a.out, "run %s\n  workflow: %s (version id %d)\n  handler:  %s %s\n  phase:    %s\n  status:   %s\n", r.ID, r.Workflow, r.Version, r.HandlerType, r.Handler, r.Phase, r.Status)
+	if r.RetryOf != "" {
+		fmt.Fprintf(a.out, "  retry of: %s\n", r.RetryOf)
+	}
+	if r.Error != nil {
+		fmt.Fprintf(a.out, "  error:    %s: %s\n", r.Error.Class, r.Error.Message)
+	}
+	if mut := d.Mutation; mut != nil {
+		fmt.Fprintf(a.out, "  mutation: %s.%s %s — %s", mut.Tool, mut.Method, mut.Target, mut.Status)
+		if mut.ResolvedBy != "" {
+			fmt.Fprintf(a.out, " (resolved by %s)", mut.ResolvedBy)
+		}
+		fmt.Fprintln(a.out)
+	}
+	if len(d.Decisions) > 0 {
+		fmt.Fprintln(a.out, "\nDECISIONS")
+		for _, x := range d.Decisions {
+			fmt.Fprintf(a.out, "  %s  %s: %s — %s\n", x.At, x.By, x.Action, x.Detail)
+		}
+	}
+	fmt.Fprintln(a.out, "\nTRACE")
+	for _, e := range d.Trace {
+		line := fmt.Sprintf("  %s  %-8s %-9s", time.UnixMilli(e.At).UTC().Format("15:04:05.000"), e.Phase, e.Kind)
+		if e.Method != "" {
+			line += " " + e.Method
+		}
+		if e.Args != nil {
+			b, _ := json.Marshal(e.Args)
+			line += " " + crop(string(b), 120)
+		}
+		if e.Duration > 0 {
+			line += fmt.Sprintf(" (%dms)", e.Duration)
+		}
+		if e.Outcome != "" {
+			line += " → " + e.Outcome
+		}
+		if e.Text != "" {
+			line += " " + e.Text
+		}
+		fmt.Fprintln(a.out, line)
+	}
+	if d.Dropped > 0 {
+		fmt.Fprintf(a.out, "  … %d more trace entries were dropped\n", d.Dropped)
+	}
+	if d.Card != nil {
+		fmt.Fprintln(a.out)
+		a.printCard(*d.Card)
+	}
+}
+
 func (a *app) showCmd() *cobra.Command {
 	show := &cobra.Command{Use: "show", Short: "show one run or input in full"}
 	runC := &cobra.Command{
 		Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withReadStore(func(st store.Store) error {
-				return st.View(cmd.Context(), func(tx store.Tx) error {
-					r, err := tx.RunGet(args[0])
-					if errors.Is(err, kt.ErrNotFound) {
-						return fmt.Errorf("there is no run %q (see `keep runs WORKFLOW`)", args[0])
-					}
-					if err != nil {
-						return err
-					}
-					card, blocked, err := report.CardFor(tx, r)
-					if err != nil {
-						return err
-					}
-					var mut *report.Output
-					if m, err := tx.MutationByRun(r.ID); err == nil {
-						o := report.OutputRow(m)
-						mut = &o
-					}
-					var trace struct {
-						Entries []engine.TraceEntry `json:"entries"`
-						Dropped int                 `json:"dropped"`
-					}
-					_ = json.Unmarshal(r.Trace, &trace)
-					if a.jsonOut {
-						out := map[string]any{"run": report.RunRow(r), "prepareResult": r.PrepareResult, "mutationResult": r.MutationResult,
-							"mutation": mut, "trace": nonNil(trace.Entries), "blocked": blocked}
-						if blocked {
-							out["card"] = card
-						}
-						return a.printJSON(out)
-					}
-					row := report.RunRow(r)
-					fmt.Fprintf(a.out, "run %s\n  workflow: %s (version id %d)\n  handler:  %s %s\n  phase:    %s\n  status:   %s\n", r.ID, r.Workflow, r.Version, r.HandlerType, r.Handler, r.Phase, r.Status)
-					if r.RetryOf != "" {
-						fmt.Fprintf(a.out, "  retry of: %s\n", r.RetryOf)
-					}
-					if row.Error != nil {
-						fmt.Fprintf(a.out, "  error:    %s: %s\n", row.Error.Class, row.Error.Message)
-					}
-					if mut != nil {
-						fmt.Fprintf(a.out, "  mutation: %s.%s %s — %s", mut.Tool, mut.Method, mut.Target, mut.Status)
-						if mut.ResolvedBy != "" {
-							fmt.Fprintf(a.out, " (resolved by %s)", mut.ResolvedBy)
-						}
-						fmt.Fprintln(a.out)
-					}
-					fmt.Fprintln(a.out, "\nTRACE")
-					for _, e := range trace.Entries {
-						line := fmt.Sprintf("  %s  %-8s %-9s", time.UnixMilli(e.At).UTC().Format("15:04:05.000"), e.Phase, e.Kind)
-						if e.Method != "" {
-							line += " " + e.Method
-						}
-						if e.Args != nil {
-							b, _ := json.Marshal(e.Args)
-							line += " " + crop(string(b), 120)
-						}
-						if e.Duration > 0 {
-							line += fmt.Sprintf(" (%dms)", e.Duration)
-						}
-						if e.Outcome != "" {
-							line += " → " + e.Outcome
-						}
-						if e.Text != "" {
-							line += " " + e.Text
-						}
-						fmt.Fprintln(a.out, line)
-					}
-					if trace.Dropped > 0 {
-						fmt.Fprintf(a.out, "  … %d more trace entries were dropped\n", trace.Dropped)
-					}
-					if blocked {
-						fmt.Fprintln(a.out)
-						a.printCard(card)
-					}
-					return nil
-				})
+				d, err := report.ShowRun(cmd.Context(), st, args[0])
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(d)
+				}
+				a.printRun(d)
+				return nil
 			})
 		},
 	}
@@ -1025,6 +1018,7 @@ func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handl
 		return nil, false, nil
 	}
 	req.Header.Set("X-Keep-Client", "cli")
+	req.Header.Set("X-Keep-Actor", a.by)
 	req.Header.Set("Content-Type", "application/json")
 	if t := os.Getenv("KEEP_TOKEN"); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)

@@ -41,6 +41,30 @@ func missing(format string, args ...any) error {
 	return &ActionError{Msg: fmt.Sprintf(format, args...), NotFound: true}
 }
 
+type actorKey struct{}
+
+// WithActor names the person behind the actions taken with ctx; they are
+// recorded in the decision log. The CLI passes --by (default "cli"), the
+// page and the API the caller they know.
+func WithActor(ctx context.Context, who string) context.Context {
+	return context.WithValue(ctx, actorKey{}, who)
+}
+
+// Actor is the person named by WithActor, or "unknown".
+func Actor(ctx context.Context) string {
+	if who, _ := ctx.Value(actorKey{}).(string); who != "" {
+		return who
+	}
+	return "unknown"
+}
+
+// logDecision appends a person's decision to the decision log, inside the
+// transaction that carries it out.
+func logDecision(ctx context.Context, tx store.Tx, d kt.Decision) error {
+	d.By = Actor(ctx)
+	return tx.DecisionAdd(d)
+}
+
 // Resolve records a person's decision on a blocked run in one transaction.
 // It works with or without a running engine: the engine (keep serve or
 // keep run) carries the decision out at its next step. Concurrent decisions
@@ -139,7 +163,14 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 			return refuse("unknown resolution %q (use --try-again, --didnt-happen or --skip)", what)
 		}
 		run.UpdatedAt = ms
-		return tx.RunPut(run)
+		if err := tx.RunPut(run); err != nil {
+			return err
+		}
+		d := kt.Decision{Workflow: run.Workflow, RunID: runID, Action: string(what), Detail: msg, At: ms}
+		if hasMut {
+			d.MutationID = mut.ID
+		}
+		return logDecision(ctx, tx, d)
 	})
 	return msg, err
 }
@@ -263,14 +294,21 @@ func workflow(tx store.Tx, name string) (kt.Workflow, error) {
 func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now time.Time) (msg string, queued int, err error) {
 	switch verb {
 	case "pause":
-		return wf + " paused", 0, Pause(ctx, st, wf, now)
+		msg, err = wf+" paused", Pause(ctx, st, wf, now)
 	case "resume":
-		return wf + " resumed", 0, Resume(ctx, st, wf, now)
+		msg, err = wf+" resumed", Resume(ctx, st, wf, now)
 	case "run-now":
-		n, err := RunNow(ctx, st, wf, now)
-		return fmt.Sprintf("%d producers of %s queued", n, wf), n, err
+		queued, err = RunNow(ctx, st, wf, now)
+		msg = fmt.Sprintf("%d producers of %s queued", queued, wf)
+	default:
+		return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), NotFound: true, UnknownAction: true}
 	}
-	return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), NotFound: true, UnknownAction: true}
+	if err != nil {
+		return "", 0, err
+	}
+	return msg, queued, st.Update(ctx, func(tx store.Tx) error {
+		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: verb, Detail: msg, At: now.UnixMilli()})
+	})
 }
 
 // ItemAction carries out skip or reprocess on an item.

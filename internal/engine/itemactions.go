@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -54,11 +55,7 @@ func FindItem(tx store.Tx, wf, ref string) (kt.Input, error) {
 func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time) (string, error) {
 	var msg string
 	ms := now.UnixMilli()
-	err := st.Update(ctx, func(tx store.Tx) error {
-		it, err := FindItem(tx, wf, ref)
-		if err != nil {
-			return err
-		}
+	err := itemUpdate(ctx, st, wf, ref, func(tx store.Tx, it kt.Input) error {
 		if it.Kind == "task" {
 			if !kt.ItemTransitionAllowed(it.Status, kt.ItemSkipped) {
 				return refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
@@ -127,8 +124,65 @@ func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time
 		}
 		msg = strings.Join(parts, "; ")
 		return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms})
+	}, func(tx store.Tx, it kt.Input) error {
+		return logDecision(ctx, tx, kt.Decision{Workflow: it.Workflow, ItemID: it.ID, Action: "skip-item", Detail: msg, At: ms})
 	})
 	return msg, err
+}
+
+// closeBlockedHolders closes the blocked runs that hold pending events of
+// an input, before a Reprocess: the run is marked skipped, its write that
+// did not happen (or whose outcome is unknown) is marked skipped in the
+// ledger, and events of other inputs it held are released. A run that is
+// running right now is not touched: Reprocess is refused.
+func closeBlockedHolders(tx store.Tx, it kt.Input, evs []kt.Event, ms int64) ([]string, error) {
+	var closed []string
+	done := map[string]bool{}
+	for _, ev := range evs {
+		if ev.Status != kt.EventPending || ev.ReservedBy == "" || done[ev.ReservedBy] {
+			continue
+		}
+		r, err := tx.RunGet(ev.ReservedBy)
+		if err != nil {
+			return nil, err
+		}
+		done[r.ID] = true
+		if r.Status.Finished() {
+			continue
+		}
+		if r.Status == kt.StatusActive || r.Action != "" {
+			return nil, refuse("input %q is being processed right now (run %s); wait for the run to finish or block", it.Title, r.ID)
+		}
+		if kt.PhaseRank(r.Phase) >= kt.PhaseRank(kt.PhaseMutated) {
+			return nil, refuse("input %q is held by run %s, whose write already happened and which must complete first; resolve it (`keep show run %s`)", it.Title, r.ID, r.ID)
+		}
+		if m, err := tx.MutationByRun(r.ID); err == nil && m.Status != kt.MutationApplied && m.Status != kt.MutationSkipped {
+			m.Status, m.ResolvedBy, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, ms
+			if err := putMutation(tx, m); err != nil {
+				return nil, err
+			}
+		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {
+			return nil, err
+		}
+		held, err := tx.EventsReservedBy(r.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range held {
+			if h.Status == kt.EventPending && !slices.Contains(h.CausedBy, it.ID) {
+				h.ReservedBy, h.UpdatedAt = "", ms
+				if err := tx.EventUpdate(h); err != nil {
+					return nil, err
+				}
+			}
+		}
+		r.Status, r.Action, r.UpdatedAt, r.FinishedAt = kt.StatusSkipped, "", ms, ms
+		if err := tx.RunPut(r); err != nil {
+			return nil, err
+		}
+		closed = append(closed, r.ID)
+	}
+	return closed, nil
 }
 
 // ReprocessItem starts a new attempt of an item (ch 12 §12.5, SPEC §8.2).
@@ -136,15 +190,30 @@ func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time
 // have new identities, so they really run.
 func ReprocessItem(ctx context.Context, st store.Store, wf, ref string, now time.Time) (string, error) {
 	var msg string
-	err := st.Update(ctx, func(tx store.Tx) error {
+	ms := now.UnixMilli()
+	err := itemUpdate(ctx, st, wf, ref, func(tx store.Tx, it kt.Input) error {
+		var err error
+		msg, err = reprocess(tx, it, ms)
+		return err
+	}, func(tx store.Tx, it kt.Input) error {
+		return logDecision(ctx, tx, kt.Decision{Workflow: it.Workflow, ItemID: it.ID, Action: "reprocess", Detail: msg, At: ms})
+	})
+	return msg, err
+}
+
+// itemUpdate finds an item and applies a person's action to it, then
+// records the decision, in one transaction.
+func itemUpdate(ctx context.Context, st store.Store, wf, ref string, act, record func(store.Tx, kt.Input) error) error {
+	return st.Update(ctx, func(tx store.Tx) error {
 		it, err := FindItem(tx, wf, ref)
 		if err != nil {
 			return err
 		}
-		msg, err = reprocess(tx, it, now.UnixMilli())
-		return err
+		if err := act(tx, it); err != nil {
+			return err
+		}
+		return record(tx, it)
 	})
-	return msg, err
 }
 
 func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
@@ -155,13 +224,17 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		for _, ev := range evs {
-			if ev.Status == kt.EventPending {
-				return "", refuse("input %q is still being processed (an event is pending); wait, or skip it first", it.Title)
-			}
+		// A run that holds one of its events and is blocked (needs
+		// attention, failed) is closed first, in the same transaction:
+		// chapter 12 §12.7 offers Reprocess there, as one action.
+		closed, err := closeBlockedHolders(tx, it, evs, ms)
+		if err != nil {
+			return "", err
 		}
 		prevStatus = "done"
-		if allSkipped(evs) {
+		if len(closed) > 0 {
+			prevStatus = kt.ItemNeedsAttention
+		} else if allSkipped(evs) {
 			prevStatus = kt.ItemSkipped
 		}
 		it.CurrentAttempt++
@@ -169,7 +242,15 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 		for _, ev := range evs {
 			r, err := tx.RunGet(ev.CreatedBy)
 			if err != nil || r.HandlerType != kt.HandlerProducer {
-				continue // downstream events re-open when the new attempt publishes them
+				// Downstream events re-open when the new attempt publishes
+				// them; one still pending belongs to the old attempt.
+				if ev.Status == kt.EventPending {
+					ev.Status, ev.ReservedBy, ev.UpdatedAt = kt.EventSkipped, "", ms
+					if err := tx.EventUpdate(ev); err != nil {
+						return "", err
+					}
+				}
+				continue
 			}
 			ev.Status, ev.ReservedBy, ev.Attempt, ev.UpdatedAt = kt.EventPending, "", it.CurrentAttempt, ms
 			if err := tx.EventUpdate(ev); err != nil {
@@ -190,7 +271,11 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 		if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemPending, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("input %q: attempt %d started; %d events re-opened", it.Title, it.CurrentAttempt, roots), nil
+		msg := fmt.Sprintf("input %q: attempt %d started; %d events re-opened", it.Title, it.CurrentAttempt, roots)
+		if len(closed) > 0 {
+			msg += fmt.Sprintf("; blocked run %s closed (its unfinished write is not sent again)", strings.Join(closed, ", "))
+		}
+		return msg, nil
 	}
 	if it.Status == kt.ItemProcessing {
 		if r, err := tx.RunGet(it.LastRun); err == nil && r.Status == kt.StatusActive {

@@ -122,3 +122,74 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 		t.Fatalf("a write in prepare reached the sink")
 	}
 }
+
+// Issue 10 #4: "It didn't happen" is kept in the decision log after the write
+// was sent again: who, what, when, on which mutation.
+func TestDecisionsAreKept(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.TimeoutAfter)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	if _, err := engine.Resolve(engine.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, engine.ResolveDidntHappen, nowT()); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	d, err := report.ShowRun(e.ctx(), e.k.Store, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Decisions) != 1 {
+		t.Fatalf("decisions %+v", d.Decisions)
+	}
+	x := d.Decisions[0]
+	if x.By != "alice" || x.Action != "didnt-happen" || x.MutationID == "" || x.At == "" || !strings.Contains(x.Detail, "send") {
+		t.Fatalf("decision %+v", x)
+	}
+	_ = e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		m, err := tx.MutationGet(x.MutationID)
+		if err != nil || m.Status != kt.MutationApplied || len(e.sink.Writes()) != 2 {
+			t.Fatalf("the write was not sent again: %+v %v writes %d", m.Status, err, len(e.sink.Writes()))
+		}
+		return nil
+	})
+}
+
+// Issue 10 #3: Reprocess on an input that needs attention is one action:
+// the blocked run is closed and a new attempt runs.
+func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.TimeoutAfter)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	ins := e.inputs(wf)
+	if r.Status != kt.StatusReconciliation || len(ins) != 1 || ins[0].Status != "needs_attention" {
+		t.Fatalf("run %s inputs %+v", r.Status, ins)
+	}
+	msg, err := engine.ReprocessItem(engine.WithActor(e.ctx(), "bob"), e.k.Store, wf, ins[0].ID, nowT())
+	if err != nil || !strings.Contains(msg, "attempt 2") || !strings.Contains(msg, r.ID) {
+		t.Fatalf("reprocess: %q %v", msg, err)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	ins = e.inputs(wf)
+	if ins[0].Status != "done" || ins[0].Attempt != 2 {
+		t.Fatalf("input after reprocess: %+v", ins[0])
+	}
+	if len(e.sink.Writes()) != 2 {
+		t.Fatalf("writes %d: the new attempt's write must really run", len(e.sink.Writes()))
+	}
+	var ds []kt.Decision
+	_ = e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		var err error
+		ds, err = tx.DecisionList(wf, "")
+		return err
+	})
+	if len(ds) != 1 || ds[0].Action != "reprocess" || ds[0].By != "bob" || ds[0].ItemID != ins[0].ID {
+		t.Fatalf("decision log %+v", ds)
+	}
+}

@@ -344,6 +344,21 @@ const (
 	ResolvedByUserSkip         = "user_skip"
 )
 
+// Decision is one entry of the append-only decision log: what a person
+// decided, on what, when and who (issue 10: "It didn't happen" once left no
+// record once the write was sent again).
+type Decision struct {
+	ID         int64
+	Workflow   string
+	RunID      string // the run decided on, if any
+	MutationID string // the mutation it concerns, if any
+	ItemID     string // the item or input it concerns, if any
+	Action     string // try-again, didnt-happen, skip, approve, skip-item, reprocess, pause, resume, run-now, deploy
+	By         string // who: --by, the page's signed-in person, or "cli"
+	Detail     string // what keep said it would do
+	At         int64
+}
+
 // Workflow is a deployed script and its durable state.
 type Workflow struct {
 	Name          string

@@ -404,6 +404,24 @@ type RunDetail struct {
 	Dropped        int             `json:"droppedTraceEntries"`
 	Blocked        bool            `json:"blocked"`
 	Card           *Card           `json:"card,omitempty"`
+	// Decisions are the people's decisions on this run, oldest first.
+	Decisions []Decision `json:"decisions"`
+}
+
+// Decision is one entry of the decision log as people see it.
+type Decision struct {
+	At         string `json:"at"`
+	By         string `json:"by"`
+	Action     string `json:"action"`
+	RunID      string `json:"runId,omitempty"`
+	MutationID string `json:"mutationId,omitempty"`
+	ItemID     string `json:"itemId,omitempty"`
+	Detail     string `json:"detail"`
+}
+
+// DecisionRow renders a decision of the log.
+func DecisionRow(d kt.Decision) Decision {
+	return Decision{At: Time(d.At), By: d.By, Action: d.Action, RunID: d.RunID, MutationID: d.MutationID, ItemID: d.ItemID, Detail: d.Detail}
 }
 
 // TraceLine is one trace entry as stored by the engine.
@@ -431,6 +449,14 @@ func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) 
 		if m, err := tx.MutationByRun(r.ID); err == nil {
 			o := OutputRow(m)
 			d.Mutation = &o
+		}
+		ds, err := tx.DecisionList(r.Workflow, r.ID)
+		if err != nil {
+			return err
+		}
+		d.Decisions = []Decision{}
+		for _, x := range ds {
+			d.Decisions = append(d.Decisions, DecisionRow(x))
 		}
 		var tr struct {
 			Entries []engine.TraceEntry `json:"entries"`

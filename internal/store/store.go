@@ -95,6 +95,12 @@ type Tx interface {
 	MutationList(workflow string) ([]kt.Mutation, error)
 	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
 
+	// DecisionAdd appends to the decision log (there is no update or delete).
+	DecisionAdd(d kt.Decision) error
+	// DecisionList lists a workflow's decisions oldest first; with runID,
+	// only those on that run or on its mutation.
+	DecisionList(workflow, runID string) ([]kt.Decision, error)
+
 	// Counts summarizes the ledgers for metrics.
 	Counts() (Counts, error)
 

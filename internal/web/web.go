@@ -99,7 +99,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /items/{ref}/{verb}", s.itemAction)
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who := "web page"
+		if s.Guard != nil && s.Guard.Token != "" {
+			who = "web page (signed in)"
+		}
+		mux.ServeHTTP(w, r.WithContext(engine.WithActor(r.Context(), who)))
+	})
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data map[string]any) {

@@ -529,6 +529,38 @@ func (t *tx) setCauses(eventID int64, causes []string) error {
 	return nil
 }
 
+func (t *tx) DecisionAdd(d kt.Decision) error {
+	_, err := t.tx.Exec(`INSERT INTO decisions(workflow, run_id, mutation_id, item_id, action, by, detail, at) VALUES(?,?,?,?,?,?,?,?)`,
+		d.Workflow, d.RunID, d.MutationID, d.ItemID, d.Action, d.By, d.Detail, d.At)
+	if err != nil {
+		return fmt.Errorf("record the decision %s on %s: %w", d.Action, d.Workflow, err)
+	}
+	return nil
+}
+
+func (t *tx) DecisionList(workflow, runID string) ([]kt.Decision, error) {
+	q := `SELECT id, workflow, run_id, mutation_id, item_id, action, by, detail, at FROM decisions WHERE workflow=?`
+	args := []any{workflow}
+	if runID != "" {
+		q += ` AND run_id=?`
+		args = append(args, runID)
+	}
+	rows, err := t.tx.Query(q+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Decision
+	for rows.Next() {
+		var d kt.Decision
+		if err := rows.Scan(&d.ID, &d.Workflow, &d.RunID, &d.MutationID, &d.ItemID, &d.Action, &d.By, &d.Detail, &d.At); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
 func (t *tx) EventGet(workflow, topic, messageID string) (kt.Event, error) {
 	e, err := scanEvent(t.tx.QueryRow(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND message_id=?`, workflow, topic, messageID))
 	if err != nil {
