@@ -300,6 +300,11 @@ func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Ru
 	if why == "" {
 		why = mut.ErrorMessage
 	}
+	if why == "" {
+		// Recovered after a crash: nothing recorded an answer.
+		why = "keep stopped while the call was under way, before its answer was recorded"
+	}
+	e.ensurePendingCall(run, *mut)
 	verify := "keep cannot check whether it happened (this call has no reconcile): look at the target yourself, then choose It didn't happen (send again) or Skip"
 	if mut.CanReconcile {
 		verify = "keep could not establish whether it happened; Try again to check once more, or look yourself and choose It didn't happen or Skip"
@@ -317,10 +322,28 @@ func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Ru
 	})
 }
 
+// ensurePendingCall gives a run that took over a ledger row (a retry after a
+// crash, which does not run mutate again) the preview of the call as it was
+// sent, so its card shows what, to what, and how.
+func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) {
+	if len(run.PendingCall) > 0 {
+		return
+	}
+	var args map[string]any
+	_ = json.Unmarshal(mut.Params, &args)
+	pc := PendingCall{Tool: mut.Tool, Method: mut.Method, Target: mut.Target, PayloadHash: mut.PayloadHash}
+	if m, err := e.registry.Method(mut.Tool, mut.Method); err == nil && args != nil {
+		identity, payload := m.Split(args)
+		pc.Args, pc.CallHash = m.Redact(args), CallHash(mut.Tool, mut.Method, mut.Target, identity, payload)
+	}
+	run.PendingCall, _ = json.Marshal(pc)
+}
+
 // reconcile asks the connector whether an uncertain write happened. The
 // inline attempt (right after the call, or on recovery) does not count
 // against the policy's background attempts.
 func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, m *connector.Method, inline bool) (bool, error) {
+	e.ensurePendingCall(run, *mut)
 	call, err := reconcileCall(*mut)
 	if err != nil || m.Reconcile == nil || !mut.CanReconcile {
 		return false, e.blockOnMutation(ctx, wf, run, tr, mut, "")

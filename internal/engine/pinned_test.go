@@ -3,6 +3,7 @@ package engine_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -191,5 +192,34 @@ func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
 	})
 	if len(ds) != 1 || ds[0].Action != "reprocess" || ds[0].By != "bob" || ds[0].ItemID != ins[0].ID {
 		t.Fatalf("decision log %+v", ds)
+	}
+}
+
+// Issue 10 #5: while keep itself is checking whether a write happened, the
+// input says "checking"; needs_attention only once a person must act.
+func TestInputIsCheckingWhileKeepReconciles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.TimeoutAfter)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	if ins := e.inputs(wf); ins[0].Status != kt.ItemNeedsAttention {
+		t.Fatalf("input while a person must decide: %s", ins[0].Status)
+	}
+	// The same run while a background check is still scheduled.
+	must(t, e.k.Store.Update(e.ctx(), func(tx storeTx) error {
+		m, err := tx.MutationByRun(r.ID)
+		if err != nil {
+			return err
+		}
+		m.Status, m.NextReconcileAt = kt.MutationNeedsReconcile, time.Now().Add(time.Hour).UnixMilli()
+		return tx.MutationPut(m)
+	}))
+	if ins := e.inputs(wf); ins[0].Status != report.ItemChecking {
+		t.Fatalf("input while keep checks by itself: %s", ins[0].Status)
+	}
+	if cards, _ := report.Blocked(e.ctx(), e.k.Store, wf); len(cards) != 0 {
+		t.Fatalf("a card asks a person to act while keep is still checking: %+v", cards)
 	}
 }

@@ -148,6 +148,29 @@ func noWorkflow(wf string, err error) error {
 	return err
 }
 
+// ItemChecking is the status of an input whose run is blocked only while
+// keep itself works on it — checking whether a write happened, or waiting
+// for an automatic retry — so that needs_attention means a person must act.
+const ItemChecking = "checking"
+
+// keepIsOnIt reports whether a blocked run will move on without a person:
+// a background reconciliation still under way, a timed transient retry, or
+// a decision waiting to be carried out.
+func keepIsOnIt(tx store.Tx, r kt.Run) bool {
+	switch {
+	case r.Action != "":
+		return true
+	case r.Status == kt.StatusTransient && r.NextAttemptAt > 0:
+		return true
+	case r.Status == kt.StatusCrashed:
+		return true
+	case r.Status == kt.StatusReconciliation:
+		m, err := tx.MutationByRun(r.ID)
+		return err == nil && m.Status == kt.MutationNeedsReconcile
+	}
+	return false
+}
+
 // InputStatus derives an input's status from its events and the runs that hold them.
 func InputStatus(tx store.Tx, in kt.Input) (string, error) {
 	if in.Kind == "task" && in.Status != "" {
@@ -176,8 +199,11 @@ func InputStatus(tx store.Tx, in kt.Input) (string, error) {
 			switch {
 			case r.Status == kt.StatusFailedLogic || r.Status == kt.StatusFailedInternal:
 				worst = "failed"
-			case r.Status != kt.StatusActive && !r.Status.Finished() && worst == "":
-				worst = "needs_attention"
+			case worst != "" && worst != ItemChecking:
+			case keepIsOnIt(tx, r):
+				worst = ItemChecking
+			case r.Status != kt.StatusActive && !r.Status.Finished():
+				worst = kt.ItemNeedsAttention
 			}
 		}
 	}

@@ -6,6 +6,7 @@ package crash
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -217,8 +218,38 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 	if sink.Requests() != 1 {
 		t.Fatalf("keep resent a write it could not check: %d requests", sink.Requests())
 	}
-	// A person skips it: the run completes and nothing more is sent.
+	// The card after recovery is complete (issue 10 #13): its input, the
+	// call, why, and only actions that work.
 	l := read(t, dir)
+	show, err := exec.Command(keepBin, "show", "run", "--data", filepath.Join(dir, "data"), l.open.ID, "--json").Output()
+	if err != nil {
+		t.Fatalf("show run: %v", err)
+	}
+	var d struct {
+		Card *struct {
+			Reason   string `json:"reason"`
+			Mutation *struct {
+				Target string         `json:"target"`
+				Args   map[string]any `json:"args"`
+			} `json:"mutation"`
+			Inputs  []struct{ Title string } `json:"inputs"`
+			Actions []string                 `json:"actions"`
+		} `json:"card"`
+	}
+	if err := json.Unmarshal(show, &d); err != nil || d.Card == nil {
+		t.Fatalf("show run --json: %v %s", err, show)
+	}
+	c := d.Card
+	if c.Mutation == nil || !strings.Contains(c.Mutation.Target, "/write/a") || c.Mutation.Args == nil {
+		t.Fatalf("the card has no call line: %s", show)
+	}
+	if strings.Contains(c.Reason, "— .") || !strings.Contains(c.Reason, "keep stopped") {
+		t.Fatalf("the card's reason: %q", c.Reason)
+	}
+	if len(c.Inputs) != 1 || c.Inputs[0].Title != "Job a" || strings.Join(c.Actions, ",") != "didnt-happen,skip" {
+		t.Fatalf("card inputs %+v actions %v", c.Inputs, c.Actions)
+	}
+	// A person skips it: the run completes and nothing more is sent.
 	out, err := exec.Command(keepBin, "resolve", "--data", filepath.Join(dir, "data"), l.open.ID, "--skip").CombinedOutput()
 	if err != nil {
 		t.Fatalf("resolve: %v %s", err, out)
