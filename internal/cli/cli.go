@@ -224,7 +224,8 @@ func (a *app) validateCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{code: ExitInvalid, err: err}
 			}
-			problems := script.Validate(p, daemon.Registry(".").Tools())
+			reg := daemon.Registry(".")
+			problems := script.ValidateAll(p, reg.Tools(), reg.SourceTypes())
 			if a.jsonOut {
 				type pj struct {
 					Severity string `json:"severity"`

@@ -179,6 +179,17 @@ func (r *Registry) SourceAllowed(source, typ string) ([]string, bool) {
 	return nil, false
 }
 
+// SourceTypes maps every known source to its types, for validation.
+func (r *Registry) SourceTypes() map[string][]string {
+	out := map[string][]string{}
+	for _, c := range r.byName {
+		for s, types := range c.Sources {
+			out[s] = append([]string(nil), types...)
+		}
+	}
+	return out
+}
+
 // Sources lists every known source.
 func (r *Registry) Sources() []string {
 	var out []string

@@ -185,7 +185,7 @@ func (e *Engine) Check(file, source string) (*script.Program, []script.Problem, 
 	if err != nil {
 		return nil, nil, err
 	}
-	problems := script.Validate(p, e.registry.Tools())
+	problems := script.ValidateAll(p, e.registry.Tools(), e.registry.SourceTypes())
 	if script.HasErrors(problems) {
 		return p, problems, &ValidationError{File: file, Problems: problems}
 	}

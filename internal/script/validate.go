@@ -157,6 +157,50 @@ func Validate(p *Program, known map[string][]string) []Problem {
 	return out
 }
 
+// ValidateAll is Validate and ValidateSources, errors first.
+func ValidateAll(p *Program, tools, sources map[string][]string) []Problem {
+	out := append(Validate(p, tools), ValidateSources(p, sources)...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == "error" && out[j].Severity != "error" })
+	return out
+}
+
+// ValidateSources checks the literal sources and types of registerInput
+// calls against the sources the connectors declare (ch 06a: scripts cannot
+// invent sources), so a `source: "gmail"` without a gmail connector fails at
+// validation instead of at the first run. sources maps each source to its
+// types. Computed sources cannot be checked here; the host checks them at
+// run time.
+func ValidateSources(p *Program, sources map[string][]string) []Problem {
+	var out []Problem
+	for _, m := range registerCall.FindAllStringSubmatchIndex(p.Source, -1) {
+		body := p.Source[m[2]:m[3]]
+		line := strings.Count(p.Source[:m[0]], "\n") + 1
+		src := literalField(body, "source")
+		if src == "" {
+			continue
+		}
+		types, ok := sources[src]
+		if !ok {
+			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: unknown source %q (known: %s); a source is the connector the input comes from", src, strings.Join(sortedKeys(sources), ", "))})
+			continue
+		}
+		if typ := literalField(body, "type"); typ != "" && !contains(types, typ) {
+			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: source %q has no type %q (it has: %s)", src, typ, strings.Join(types, ", "))})
+		}
+	}
+	return out
+}
+
+// literalField returns the value of `name: "literal"` in an object literal's text.
+func literalField(body, name string) string {
+	re := regexp.MustCompile(`(?:^|[,{\s])` + name + `\s*:\s*(?:"([^"\\$]*)"|'([^'\\]*)'|` + "`" + `([^` + "`" + `$\\]*)` + "`" + `)`)
+	m := re.FindStringSubmatch(body)
+	if m == nil {
+		return ""
+	}
+	return m[1] + m[2] + m[3]
+}
+
 // HasErrors reports whether any problem is an error.
 func HasErrors(ps []Problem) bool {
 	for _, p := range ps {
@@ -168,9 +212,10 @@ func HasErrors(ps []Problem) bool {
 }
 
 var (
-	validName  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-	toolUse    = regexp.MustCompile(`\bctx\s*\.\s*([A-Za-z_$][\w$]*)\s*\.\s*([A-Za-z_$][\w$]*)`)
-	builtinCtx = map[string]bool{"item": true, "log": true, "now": true, "random": true, "peek": true, "getByIds": true, "registerInput": true, "publish": true, "withItem": true}
+	validName    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+	registerCall = regexp.MustCompile(`\bregisterInput\s*\(\s*\{([^}]*)\}`)
+	toolUse      = regexp.MustCompile(`\bctx\s*\.\s*([A-Za-z_$][\w$]*)\s*\.\s*([A-Za-z_$][\w$]*)`)
+	builtinCtx   = map[string]bool{"item": true, "log": true, "now": true, "random": true, "peek": true, "getByIds": true, "registerInput": true, "publish": true, "withItem": true}
 )
 
 func contains(list []string, s string) bool {

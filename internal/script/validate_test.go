@@ -91,3 +91,36 @@ func FuzzCompileValidate(f *testing.F) {
 		_ = Validate(p, known)
 	})
 }
+
+// Issue 10 #10: an unknown literal source or type of registerInput fails
+// validation, naming the line and the known ones.
+func TestRegisterInputSourcesAreValidated(t *testing.T) {
+	t.Parallel()
+	sources := map[string][]string{"files": {"file"}, "system": {"schedule", "random"}}
+	src := `export default Keep.workflow({
+  name: "src",
+  topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "5m" }, handler: async (ctx) => {
+    ctx.registerInput({ source: "gmail", type: "email", id: "1", title: "x" })
+    ctx.registerInput({ source: 'system', type: 'tick', id: "1", title: "x" })
+    ctx.registerInput({ source: "files", type: "file", id: "1", title: "x" })
+    ctx.registerInput({ source: ` + "`${s}`" + `, type: "x", id: "1", title: "x" })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare(ctx) { return { reservations: [] } } }) },
+})`
+	p, err := Compile("wf.js", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := ValidateAll(p, known, sources)
+	var errs []string
+	for _, x := range ps {
+		if x.Severity == "error" {
+			errs = append(errs, x.String())
+		}
+	}
+	if len(errs) != 2 || !strings.Contains(errs[0], `line 5: registerInput: unknown source "gmail" (known: files, system)`) ||
+		!strings.Contains(errs[1], `line 6: registerInput: source "system" has no type "tick" (it has: schedule, random)`) {
+		t.Fatalf("errors: %q", errs)
+	}
+}
