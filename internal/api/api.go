@@ -223,6 +223,8 @@ type DeployRequest struct {
 	Name      string `json:"name"`
 	Kind      string `json:"kind"` // "", "minor", "major"
 	Reprocess string `json:"reprocess"`
+	// AcceptOrphans activates a major version whose item ids change format.
+	AcceptOrphans bool `json:"acceptOrphans"`
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
@@ -246,16 +248,12 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "workflow.js"
 	}
-	res, err := s.Engine.Deploy(r.Context(), req.File, req.Script, req.Name, engine.DeployKind(req.Kind))
+	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans})
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	n, err := engine.ReprocessAfterMajor(r.Context(), s.Store, res.Workflow, req.Reprocess, s.now())
-	if err != nil {
-		fail(w, err)
-		return
-	}
+	n := res.Reprocessed
 	s.changed(res.Workflow)
 	var warnings []string
 	for _, p := range res.Problems {

@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -269,9 +270,25 @@ func deployKind(minor, major bool) (engine.DeployKind, error) {
 	return "", nil
 }
 
+// askReprocess asks what a major version does with done items, on a
+// terminal; elsewhere the choice must be given (--reprocess).
+func (a *app) askReprocess() (string, error) {
+	fi, err := os.Stdin.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return "", engine.ErrReprocessChoice
+	}
+	fmt.Fprint(a.out, "Your intent changed (a major version). What happens to the items already done?\n  none  keep progress: done items stay done\n  all   start fresh: every item gets a new attempt\n  KEY,KEY  new attempts for these items only\nchoice: ")
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	choice := strings.TrimSpace(line)
+	if choice == "" {
+		return "", engine.ErrReprocessChoice
+	}
+	return choice, nil
+}
+
 func (a *app) deployCmd() *cobra.Command {
 	var name, reprocess, filesRoot string
-	var minor, major bool
+	var minor, major, acceptOrphans bool
 	c := &cobra.Command{
 		Use:   "deploy FILE",
 		Short: "validate a script and make it the workflow's active version (works beside a running keep serve)",
@@ -297,26 +314,12 @@ func (a *app) deployCmd() *cobra.Command {
 			}
 			defer st.Close()
 			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
-			if reprocess != "" && reprocess != "none" && reprocess != "all" {
-				// Check the keys before anything is deployed.
-				wfName := name
-				if wfName == "" {
-					if p, err := script.Compile(args[0], src); err == nil {
-						wfName = p.Decl.WorkflowName()
-					}
-				}
-				if err := st.View(cmd.Context(), func(tx store.Tx) error {
-					for _, key := range strings.Split(reprocess, ",") {
-						if _, err := engine.FindItem(tx, wfName, strings.TrimSpace(key)); err != nil {
-							return err
-						}
-					}
-					return nil
-				}); err != nil {
-					return fmt.Errorf("--reprocess: %w; nothing was deployed", err)
+			if major && reprocess == "" {
+				if reprocess, err = a.askReprocess(); err != nil {
+					return err
 				}
 			}
-			res, err := eng.Deploy(cmd.Context(), args[0], src, name, kind)
+			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
@@ -324,10 +327,7 @@ func (a *app) deployCmd() *cobra.Command {
 			for _, w := range res.Warnings {
 				fmt.Fprintf(a.errOut, "warning: %s\n", w)
 			}
-			n, err := engine.ReprocessAfterMajor(cmd.Context(), st, res.Workflow, reprocess, time.Now())
-			if err != nil {
-				return err
-			}
+			n := res.Reprocessed
 			if n > 0 && !a.jsonOut {
 				fmt.Fprintf(a.out, "%d items start a new attempt\n", n)
 			}
@@ -345,7 +345,8 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
 	c.Flags().BoolVar(&minor, "minor", false, "a repair: keep all state; a run failed:logic retries on this version")
 	c.Flags().BoolVar(&major, "major", false, "an intent change")
-	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major: none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
+	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major (required): none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
+	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though item ids change format and old items become orphaned")
 	c.Flags().StringVar(&filesRoot, "files-root", ".", "folder of the files connector (for validation only)")
 	a.addJSON(c)
 	return c

@@ -56,6 +56,9 @@ func TestItemsCommands(t *testing.T) {
 	if r := keep(t, "deploy", "--data", data, "--reprocess=all", filepath.Join(dir, "workflow.js")); r.code != exitUsageCode {
 		t.Fatalf("--reprocess without --major: %d %s", r.code, r.err)
 	}
+	if r := keep(t, "deploy", "--data", data, "--major", filepath.Join(dir, "workflow.js")); r.code != 1 || !strings.Contains(r.err, "--reprocess=none") || !strings.Contains(r.err, "--reprocess=all") || !strings.Contains(r.err, "KEY,KEY") {
+		t.Fatalf("--major without a choice (not on a terminal): %d %s", r.code, r.err)
+	}
 	if r := keep(t, "deploy", "--data", data, "--major", "--reprocess=nope", filepath.Join(dir, "workflow.js")); r.code != 1 || !strings.Contains(r.err, "nothing was deployed") {
 		t.Fatalf("--reprocess with an unknown key: %d %s", r.code, r.err)
 	}

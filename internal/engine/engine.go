@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,6 +162,8 @@ type DeployResult struct {
 	Problems  []script.Problem
 	// Warnings are consequences a person should know before the version runs.
 	Warnings []string
+	// Reprocessed counts the items a major version's choice started again.
+	Reprocessed int
 }
 
 // ValidationError carries the problems that stopped a deploy.
@@ -193,14 +196,44 @@ func (e *Engine) Check(file, source string) (*script.Program, []script.Problem, 
 }
 
 // Deploy validates a script and makes it the workflow's active version.
-// name, when set, overrides the declared name.
+// name, when set, overrides the declared name. A major version needs the
+// choices of DeployOptions: use DeployWith.
 func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind DeployKind) (DeployResult, error) {
+	return e.DeployWith(ctx, file, source, DeployOptions{Name: name, Kind: kind})
+}
+
+// DeployOptions are the choices a deploy carries (SPEC §9, ch 12 §12.6).
+type DeployOptions struct {
+	// Name overrides the script's declared name. Defaults to the declared one.
+	Name string
+	// Kind is minor (a repair, the default for an existing workflow) or major.
+	Kind DeployKind
+	// Reprocess is what a major version does with done items: "none" (keep
+	// progress), "all" (start fresh) or "KEY,KEY" (new attempts for these).
+	// Required with a major version: intent changed, and keep does not guess.
+	Reprocess string
+	// AcceptOrphans activates a major version whose item keys change format,
+	// after the person has seen which items will be orphaned.
+	AcceptOrphans bool
+}
+
+// ErrReprocessChoice is returned by a major deploy without a Reprocess choice.
+var ErrReprocessChoice = &ActionError{Msg: "a major version changes intent: choose what happens to the items already done — --reprocess=none (keep progress), --reprocess=all (start fresh) or --reprocess=KEY,KEY (new attempts for these items); nothing was deployed"}
+
+// DeployWith validates a script and makes it the workflow's active version,
+// applying the rules of a major version (a reprocess choice, consent to
+// orphaned items) and of a minor one (item keys stay frozen: ch 12 §12.9).
+func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOptions) (DeployResult, error) {
+	name, kind := o.Name, o.Kind
 	p, problems, err := e.Check(file, source)
 	if err != nil {
 		return DeployResult{Problems: problems}, err
 	}
 	if name == "" {
 		name = p.Decl.WorkflowName()
+	}
+	if o.Reprocess != "" && kind != DeployMajor {
+		return DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
 	res := DeployResult{Workflow: name, Problems: problems}
 	now := e.nowMs()
@@ -220,16 +253,28 @@ func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind Dep
 				res.Version, res.Unchanged = cur, true
 				return nil
 			}
+			w, err := keyFormatWarning(tx, name, source)
+			if err != nil {
+				return err
+			}
 			if kind == DeployMajor {
-				v.Major, v.Minor = cur.Major+1, 0
-				w, err := keyFormatWarning(tx, name, source)
-				if err != nil {
+				if o.Reprocess == "" {
+					return ErrReprocessChoice
+				}
+				if err := checkReprocessKeys(tx, name, o.Reprocess); err != nil {
 					return err
 				}
+				if w != "" && !o.AcceptOrphans {
+					return refuse("%s. Nothing was deployed: to activate it anyway, deploy again with --accept-orphans", w)
+				}
+				v.Major, v.Minor = cur.Major+1, 0
 				if w != "" {
 					res.Warnings = append(res.Warnings, w)
 				}
 			} else {
+				if w != "" {
+					return refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
+				}
 				v.Major, v.Minor = cur.Major, cur.Minor+1
 			}
 		} else {
@@ -246,9 +291,31 @@ func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind Dep
 		return e.syncHandlers(tx, name, p.Decl, now)
 	})
 	if err != nil {
+		var ae *ActionError
+		if errors.As(err, &ae) {
+			return res, err
+		}
 		return res, fmt.Errorf("deploy %s: %w", name, err)
 	}
+	if kind == DeployMajor && !res.Unchanged {
+		if res.Reprocessed, err = ReprocessAfterMajor(ctx, e.store, name, o.Reprocess, e.now()); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
+}
+
+// checkReprocessKeys checks a KEY,KEY choice before anything is deployed.
+func checkReprocessKeys(tx store.Tx, wf, choice string) error {
+	if choice == "none" || choice == "all" {
+		return nil
+	}
+	for _, key := range strings.Split(choice, ",") {
+		if _, err := FindItem(tx, wf, strings.TrimSpace(key)); err != nil {
+			return refuse("--reprocess: %v; nothing was deployed", err)
+		}
+	}
+	return nil
 }
 
 // syncHandlers makes the handler rows match a declaration: on deploy every

@@ -81,6 +81,24 @@ func (e *env) redeploy(src string, kind engine.DeployKind) {
 }
 
 // settle runs until nothing is due and nothing waits for a timed retry.
+// activeVersion returns the label of a workflow's active version.
+func (e *env) activeVersion(wf string) string {
+	e.t.Helper()
+	var label string
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		if err != nil {
+			return err
+		}
+		v, err := tx.VersionGet(wf, w.ActiveVersion)
+		label = v.Label()
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return label
+}
+
 func (e *env) settle() {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx(), 60*time.Second)

@@ -424,6 +424,7 @@ func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
 		return "", err
 	}
 	oldCount := map[string]int{}
+	var samples []string
 	incomplete := 0
 	for _, it := range items {
 		if it.Kind != "task" {
@@ -436,6 +437,9 @@ func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
 		oldCount[p]++
 		if !itemDone(it.Status) {
 			incomplete++
+			if len(samples) < 5 {
+				samples = append(samples, it.Key)
+			}
 		}
 	}
 	for _, p := range newPrefixes {
@@ -451,6 +455,10 @@ func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
 		old = append(old, p)
 	}
 	sort.Strings(old)
-	return fmt.Sprintf("item ids change format: existing items use %s, the new version uses %s. Old items will not be matched: their work may be done again under new ids (duplicate writes are possible), and %d incomplete old items will become orphaned (see `keep items %s --orphaned`; `keep skip` resolves them)",
-		strings.Join(old, ", "), strings.Join(newPrefixes, ", "), incomplete, wf), nil
+	orphans := ""
+	if incomplete > 0 {
+		orphans = fmt.Sprintf(" (%s%s)", strings.Join(samples, ", "), map[bool]string{true: ", …", false: ""}[incomplete > len(samples)])
+	}
+	return fmt.Sprintf("item ids change format: existing items use %s, the new version uses %s. Old items will not be matched: their work may be done again under new ids (duplicate writes are possible), and %d incomplete old items will become orphaned%s (see `keep items %s --orphaned`; `keep skip` resolves them)",
+		strings.Join(old, ", "), strings.Join(newPrefixes, ", "), incomplete, orphans, wf), nil
 }

@@ -251,7 +251,23 @@ func TestOrphansAfterMajorVersionWithNewKeyFormat(t *testing.T) {
 	r := e.open(wf)
 	// The intent changes: items are threads now.
 	newSrc := strings.Replace(itemScript("", twoMutations), `"email:" + id`, `"thread:" + id`, 1)
-	res, err := e.k.Engine.Deploy(e.ctx(), "wf.js", strings.ReplaceAll(newSrc, "%SINK%", e.sink.URL), "", engine.DeployMajor)
+	newSrc = strings.ReplaceAll(newSrc, "%SINK%", e.sink.URL)
+	// Issue 10 #12: a major version needs the reprocess choice; a key
+	// format change needs consent before activation, with sample orphans;
+	// a minor version may not change the key format at all.
+	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", engine.DeployMajor); err == nil || !strings.Contains(err.Error(), "--reprocess=none") || !strings.Contains(err.Error(), "--reprocess=all") {
+		t.Fatalf("major without a choice: %v", err)
+	}
+	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: engine.DeployMajor, Reprocess: "none"}); err == nil || !strings.Contains(err.Error(), "email:b") || !strings.Contains(err.Error(), "--accept-orphans") {
+		t.Fatalf("major with a key format change, without consent: %v", err)
+	}
+	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", engine.DeployMinor); err == nil || !strings.Contains(err.Error(), "keeps item ids frozen") {
+		t.Fatalf("minor with a key format change: %v", err)
+	}
+	if v := e.activeVersion(wf); v != "1.0" {
+		t.Fatalf("a refused deploy changed the active version: %s", v)
+	}
+	res, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: engine.DeployMajor, Reprocess: "none", AcceptOrphans: true})
 	if err != nil {
 		t.Fatal(err)
 	}
