@@ -29,6 +29,11 @@ type Policy struct {
 	ReconcileBackoff time.Duration
 	// ReconcileBackoffMax caps the delay. Defaults to 10m.
 	ReconcileBackoffMax time.Duration
+	// ReconcileSettle is how long after an uncertain call a reconcile's "it
+	// did not happen" must be seen again before keep believes it: a slow
+	// server may still apply the write after the call timed out. The call's
+	// own timeout is used when it is longer. Defaults to 0 (the call's timeout).
+	ReconcileSettle time.Duration
 	// HandlerTimeout is the wall-time limit of one handler phase. Defaults to 300s.
 	HandlerTimeout time.Duration
 	// ToolTimeout is the limit of one connector call. Defaults to 30s.
@@ -122,6 +127,8 @@ func Parse(name, text string) (Config, error) {
 			p.ReconcileBackoff, err = duration(v)
 		case "reconcile_backoff_max":
 			p.ReconcileBackoffMax, err = duration(v)
+		case "reconcile_settle":
+			p.ReconcileSettle, err = duration(v)
 		case "handler_timeout":
 			p.HandlerTimeout, err = duration(v)
 		case "tool_timeout":

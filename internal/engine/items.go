@@ -305,6 +305,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = run.ID, params, phash, target
 	mut.CanReconcile = m.CanReconcile(args)
 	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
+	mut.SentAt, mut.NotFoundAt = now, 0
 	h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Args: redacted, Outcome: "in_flight"})
 	run.Trace, run.UpdatedAt = h.tr.json(), now
 	if err := e.store.Update(ctx, func(tx store.Tx) error {
@@ -399,6 +400,15 @@ func (h *host) itemReconcile(mut *kt.Mutation, m *connector.Method) (json.RawMes
 	case connector.ReconcileApplied:
 		return h.itemApplied(mut, value, kt.ResolvedByReconciliation)
 	case connector.ReconcileFailed:
+		if recheck := h.e.notHappenedYet(mut, call.Args); recheck > 0 {
+			now := h.e.nowMs()
+			mut.Status, mut.NextReconcileAt, mut.UpdatedAt = kt.MutationNeedsReconcile, recheck, now
+			if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
+				return nil, kt.Errorf(kt.ClassInternal, "record needs_reconcile: %v", err)
+			}
+			h.task.failStatus = kt.ItemNeedsAttention
+			return nil, kt.Errorf(kt.ClassIndeterminate, "%s was not found at the target yet; a slow service may still apply it, so keep checks once more before it would send it again", mut.Target)
+		}
 		mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByReconciliation, h.e.nowMs()
 		if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
 			return nil, kt.Errorf(kt.ClassInternal, "record mutation failed: %v", err)
@@ -446,6 +456,10 @@ func (e *Engine) reconcileTaskMutation(ctx context.Context, wf kt.Workflow, run 
 		mut.Status, mut.Result, mut.ResolvedBy, mut.ErrorClass, mut.ErrorMessage = kt.MutationApplied, result, kt.ResolvedByReconciliation, "", ""
 		run.Action = ActionRetry
 	case connector.ReconcileFailed:
+		if recheck := e.notHappenedYet(&mut, call.Args); recheck > 0 {
+			mut.NextReconcileAt = recheck
+			break
+		}
 		mut.Status, mut.ResolvedBy = kt.MutationFailed, kt.ResolvedByReconciliation
 		run.Action = ActionRetry
 	default:

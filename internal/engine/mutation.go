@@ -182,6 +182,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = run.ID, params, phash, target
 	mut.CanReconcile = m.CanReconcile(call.Args)
 	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
+	mut.SentAt, mut.NotFoundAt = now, 0
 	if err := advance(run, kt.PhaseMutating); err != nil {
 		return false, err
 	}
@@ -364,6 +365,9 @@ func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr 
 		if run.Phase != kt.PhaseMutating {
 			_ = advance(run, kt.PhaseMutating)
 		}
+		if recheck := e.notHappenedYet(mut, call.Args); recheck > 0 {
+			return false, e.recheckLater(ctx, wf, run, tr, mut, recheck)
+		}
 		// Proven not to have happened: mutate runs again with the same PrepareResult.
 		return false, e.mutationFailed(ctx, wf, run, tr, mut,
 			kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target), kt.ResolvedByReconciliation)
@@ -391,6 +395,54 @@ func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr 
 	run.ErrorMessage = fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)", mut.Target, delay, mut.ReconcileAttempts+1, e.policy.ReconcileAttempts)
 	run.Trace = tr.json()
 	return false, e.update(ctx, wf.Name, func(tx store.Tx) error {
+		if err := putMutation(tx, *mut); err != nil {
+			return err
+		}
+		return tx.RunPut(*run)
+	})
+}
+
+// notHappenedYet applies the settle rule to a reconcile that answered "did
+// not happen" (issue 11 #5: a server that took 2 s got a write twice when a
+// probe 1 s after a 1 s timeout found nothing yet). Such an answer is proof
+// only when an earlier one agrees and the settle time (the policy's, or the
+// call's own timeout when longer) has passed since the call went out. It
+// returns 0 when the answer is proof, else when to check again; it records
+// the first answer on mut.
+func (e *Engine) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
+	now := e.nowMs()
+	settle := e.toolTimeout(args)
+	if e.policy.ReconcileSettle > settle {
+		settle = e.policy.ReconcileSettle
+	}
+	sent := mut.SentAt
+	if sent == 0 {
+		sent = mut.CreatedAt
+	}
+	settled := sent + settle.Milliseconds()
+	if mut.NotFoundAt > 0 && mut.NotFoundAt < now && now >= settled {
+		return 0
+	}
+	if mut.NotFoundAt == 0 {
+		mut.NotFoundAt = now
+	}
+	return max(settled, now+settleRecheck.Milliseconds())
+}
+
+// settleRecheck is the least wait between two "did not happen" answers.
+const settleRecheck = time.Second
+
+// recheckLater keeps a write whose reconcile found nothing yet in
+// needs_reconcile until the settle time has passed; it does not count as
+// one of the policy's attempts.
+func (e *Engine) recheckLater(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, at int64) error {
+	now := e.nowMs()
+	mut.Status, mut.NextReconcileAt, mut.UpdatedAt, mut.RunID = kt.MutationNeedsReconcile, at, now, run.ID
+	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
+	run.ErrorMessage = fmt.Sprintf("%s was not found at the target yet; a slow service may still apply it, so keep checks once more in %s before it would send it again", mut.Target, time.Duration(at-now)*time.Millisecond)
+	tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "phase", Text: run.ErrorMessage})
+	run.Trace = tr.json()
+	return e.update(ctx, wf.Name, func(tx store.Tx) error {
 		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}

@@ -333,3 +333,26 @@ func TestApprovalBoundToTheTarget(t *testing.T) {
 		t.Fatalf("writes %d", len(w))
 	}
 }
+
+// Issue 11 #5: a slow server applies the write after the call timed out; a
+// probe right after the timeout finds nothing. keep must not take that one
+// answer as proof: it checks again once the call's own timeout has passed,
+// finds the write, and never sends it twice.
+func TestASlowServerDoesNotGetTheWriteTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.ApplyLate)
+	wf := e.deploy(hookScript("", withProbe))
+	e.settle()
+	e.noOpenRun(wf)
+	if w := e.sink.Writes(); len(w) != 1 {
+		t.Fatalf("writes at the sink: %d, want exactly 1", len(w))
+	}
+	if e.sink.Requests() != 1 {
+		t.Fatalf("requests at the sink: %d (keep sent the write again)", e.sink.Requests())
+	}
+	outs := e.outputs(wf)
+	if len(outs) != 1 || outs[0].Status != "applied" || outs[0].ResolvedBy != kt.ResolvedByReconciliation {
+		t.Fatalf("outputs %+v", outs)
+	}
+}

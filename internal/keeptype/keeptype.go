@@ -334,6 +334,11 @@ type Mutation struct {
 	ResolvedBy        string
 	CreatedAt         int64
 	UpdatedAt         int64
+	// SentAt is when the call last went out (in_flight recorded).
+	SentAt int64
+	// NotFoundAt is when a reconcile first answered "did not happen" since
+	// the call went out; one answer is not enough (see engine.notHappenedYet).
+	NotFoundAt int64
 }
 
 // Resolution sources recorded in Mutation.ResolvedBy.

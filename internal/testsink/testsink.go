@@ -28,6 +28,9 @@ const (
 	ResetAfter    Fault = "reset-after"    // apply, then drop the connection
 	TruncAfter    Fault = "truncated-after"
 	Slow          Fault = "slow" // apply and answer 200 after 200ms
+	// ApplyLate applies the write 700ms after the client gave up waiting,
+	// as a slow server does: a probe right after the timeout finds nothing.
+	ApplyLate Fault = "apply-late"
 )
 
 // Status returns a fault that answers the HTTP status without applying.
@@ -146,6 +149,10 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		s.wait(r)
 	case f == TimeoutBefore:
 		s.wait(r)
+	case f == ApplyLate:
+		s.wait(r)
+		time.Sleep(700 * time.Millisecond)
+		s.apply(r, body)
 	case f == Status500:
 		s.apply(r, body)
 		http.Error(w, "internal error", http.StatusInternalServerError)

@@ -43,7 +43,7 @@ const script = `export default Keep.workflow({
       return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload }
     },
     async mutate(ctx, p) {
-      await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: p.data, timeoutMs: 20000 %RECONCILE% })
+      await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: p.data, timeoutMs: 5000 %RECONCILE% })
     },
   }) },
 })`

@@ -123,6 +123,49 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 		}))
 	})
 
+	run("the decision log appends and lists by run", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, d := range []kt.Decision{
+				{Workflow: "w", RunID: "r1", MutationID: "m1", Action: "didnt-happen", By: "alice", Detail: "sent again", At: 1},
+				{Workflow: "w", ItemID: "i1", Action: "reprocess", By: "cli", At: 2},
+				{Workflow: "w", RunID: "r1", Action: "skip", By: "bob", At: 3},
+				{Workflow: "other", RunID: "r1", Action: "skip", By: "eve", At: 4},
+			} {
+				if err := tx.DecisionAdd(d); err != nil {
+					return fmt.Errorf("decision %d: %w", i, err)
+				}
+			}
+			all, err := tx.DecisionList("w", "")
+			if err != nil || len(all) != 3 || all[0].By != "alice" || all[0].MutationID != "m1" || all[1].ItemID != "i1" || all[2].At != 3 {
+				return fmt.Errorf("all decisions: %+v %v", all, err)
+			}
+			onRun, err := tx.DecisionList("w", "r1")
+			if err != nil || len(onRun) != 2 || onRun[0].Action != "didnt-happen" || onRun[1].Action != "skip" || onRun[0].ID >= onRun[1].ID {
+				return fmt.Errorf("decisions on r1: %+v %v", onRun, err)
+			}
+			return nil
+		}))
+	})
+
+	run("a mutation keeps when it was sent and first not found", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			m := kt.Mutation{ID: "ms", Workflow: "w", RunID: "r", Tool: "http", Method: "request", Params: json.RawMessage(`{}`),
+				IdentityKey: "ks", IdempotencyKey: "keep-ks", Status: kt.MutationInFlight, SentAt: 10}
+			if err := tx.MutationPut(m); err != nil {
+				return err
+			}
+			m.Status, m.NotFoundAt, m.IdentityKey = kt.MutationNeedsReconcile, 20, "ks2"
+			if err := tx.MutationPut(m); err != nil {
+				return err
+			}
+			got, err := tx.MutationGet("ms")
+			if err != nil || got.SentAt != 10 || got.NotFoundAt != 20 || got.IdentityKey != "ks2" {
+				return fmt.Errorf("after update: %+v %v", got, err)
+			}
+			return nil
+		}))
+	})
+
 	run("a republish keeps every cause the event had", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`1`), CausedBy: []string{"i1"}}
