@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -354,5 +355,29 @@ func TestASlowServerDoesNotGetTheWriteTwice(t *testing.T) {
 	outs := e.outputs(wf)
 	if len(outs) != 1 || outs[0].Status != "applied" || outs[0].ResolvedBy != kt.ResolvedByReconciliation {
 		t.Fatalf("outputs %+v", outs)
+	}
+	// Issue 10 #6: after reconciliation the result is the probe's answer,
+	// marked as such, and next saw exactly what keep outputs shows.
+	var res map[string]any
+	_ = json.Unmarshal(outs[0].Result, &res)
+	if res["reconciled"] != true || !strings.HasPrefix(fmt.Sprint(res["via"]), "GET ") || res["status"] != float64(200) {
+		t.Fatalf("reconciled result %s", outs[0].Result)
+	}
+	var committed kt.Run
+	_ = e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		r, err := tx.RunGet(outs[0].RunID)
+		committed = r
+		return err
+	})
+	var mr struct {
+		Status string          `json:"status"`
+		Result json.RawMessage `json:"result"`
+	}
+	_ = json.Unmarshal(committed.MutationResult, &mr)
+	var a, b any
+	_ = json.Unmarshal(mr.Result, &a)
+	_ = json.Unmarshal(outs[0].Result, &b)
+	if mr.Status != "applied" || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("next saw %s, outputs show %s", committed.MutationResult, outs[0].Result)
 	}
 }

@@ -286,7 +286,12 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 	}
 	switch st := resp.StatusCode; {
 	case st >= 200 && st < 300:
-		return connector.ReconcileApplied, responseValue(resp, body), nil
+		// The write's own answer was lost; what keep knows is the probe's.
+		// The result says so (reconciled, via), and it is what replay, next
+		// and keep outputs all show from then on (docs/design.md).
+		v := responseValue(resp, body)
+		v["reconciled"], v["via"] = true, method+" "+redactURL(u)
+		return connector.ReconcileApplied, v, nil
 	case st == 404 || st == 410:
 		return connector.ReconcileFailed, nil, nil
 	default:
