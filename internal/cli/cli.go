@@ -100,6 +100,27 @@ func (a *app) root() *cobra.Command {
 	return root
 }
 
+// stopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM
+// arrives: a handler spinning in a native loop must not hold a shutdown for
+// its whole time limit (its run is recovered at the next start). Call the
+// function it returns when the command ends.
+func stopWorkersOnSignal() (done func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	quit := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+			script.StopWorkers()
+		case <-quit:
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(quit)
+	}
+}
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
@@ -178,6 +199,7 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			defer k.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stopWorkersOnSignal()()
 			defer stop()
 			n, err := k.Recover(ctx)
 			if err != nil {
@@ -405,6 +427,7 @@ func (a *app) runCmd() *cobra.Command {
 			}
 			defer k.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stopWorkersOnSignal()()
 			defer stop()
 			if timeout > 0 {
 				var cancel context.CancelFunc

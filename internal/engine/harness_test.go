@@ -41,9 +41,19 @@ memory_limit = "32MiB"
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newEnvWith(t, testPolicy)
+}
+
+// roomyPolicy is testPolicy with a time limit far out of reach, for tests
+// of another limit (memory, log lines, sizes): on a busy machine the time
+// limit must not trip first (issue 12).
+var roomyPolicy = strings.Replace(testPolicy, `handler_timeout = "2s"`, `handler_timeout = "120s"`, 1)
+
+func newEnvWith(t testing.TB, policy string) *env {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
-	if err := os.WriteFile(cfg, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),

@@ -50,6 +50,9 @@ func TestHostileHandlerFailsOnlyItsOwnRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
+			if !strings.Contains(c.want, "time limit") && c.want != "" {
+				e = newEnvWith(t, roomyPolicy)
+			}
 			bad := e.deploy(hostileScript("bad", c.body))
 			good := e.deploy(hostileScript("good", ""))
 			var wg sync.WaitGroup
@@ -101,6 +104,9 @@ func TestHostileCorpus(t *testing.T) {
 			}
 			want := string(m[1])
 			e := newEnv(t)
+			if !strings.Contains(want, "time limit") {
+				e = newEnvWith(t, roomyPolicy)
+			}
 			bad := e.deploy(string(src))
 			good := e.deploy(hostileScript("good", ""))
 			e.settle()

@@ -674,6 +674,11 @@ const maxErrorText = 4000
 
 // fail records a failed run by the taxonomy of SPEC §6 and applies the reset rules of §4.
 func (e *Engine) fail(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, cause error) error {
+	if errors.Is(cause, script.ErrStopping) {
+		// Not a failure of the run: keep is stopping. The run stays active
+		// and is recovered like a crashed one at the next start.
+		return cause
+	}
 	class := kt.ClassOf(cause)
 	// The one way an error reaches the run, its card, the log and the page:
 	// credentials masked, and no more than a person reads (a script once

@@ -86,22 +86,33 @@ func TestInvocationsDoNotShareState(t *testing.T) {
 	}
 }
 
+// invokeHereN is invokeN in this process's VM pool, which the VM-pool tests inspect.
+func invokeHereN(t *testing.T, p *Program, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		_, _ = p.invokeHere(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler",
+			Args: []json.RawMessage{json.RawMessage(`null`)}, Tools: map[string][]string{"files": {"read"}},
+			Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
+			Host:   func(m string, a json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+	}
+}
+
 func TestVMIsReusedOnlyAfterACleanEnd(t *testing.T) {
 	p := compile(t, isolationScript(`return { ok: true }`))
 	defer p.Release()
-	invokeN(t, p, 1)
+	invokeHereN(t, p, 1)
 	if n := idleFor(p); n != 1 {
 		t.Fatalf("after a clean invocation, %d idle VMs for the program, want 1", n)
 	}
 	bad := compile(t, isolationScript(`throw new Error("no")`))
 	defer bad.Release()
-	invokeN(t, bad, 2)
+	invokeHereN(t, bad, 2)
 	if n := idleFor(bad); n != 0 {
 		t.Fatalf("after failed invocations, %d idle VMs for the program, want 0 (a VM is reused only after a clean end)", n)
 	}
 	looping := compile(t, isolationScript(`for (;;) {}`))
 	defer looping.Release()
-	if _, err := looping.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+	if _, err := looping.invokeHere(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
 		Limits: Limits{Timeout: 50 * time.Millisecond, MemoryLimit: 32 << 20}, Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }}); err == nil {
 		t.Fatal("an endless loop returned")
 	}

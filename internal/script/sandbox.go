@@ -83,9 +83,48 @@ func (e *SyntaxError) Error() string {
 }
 
 // Compile parses and compiles a script, evaluates its top level once in a
-// throwaway VM and reads its declaration. It does not validate the
-// declaration; see Validate.
+// sandbox worker (killed if it does not finish within 10 s) and reads its
+// declaration. It does not validate the declaration; see Validate.
 func Compile(file, source string) (*Program, error) {
+	if InProcess() {
+		return compileHere(file, source)
+	}
+	p, err := compileBytecode(file, source)
+	if err != nil {
+		return nil, err
+	}
+	wk, decl, err := startWorker(file, source, loadDeadline)
+	if err != nil {
+		var ke *kt.Error
+		if errors.As(err, &ke) && !strings.HasPrefix(ke.Message, "while loading") && ke.Class == kt.ClassLogic {
+			ke.Message = "while loading the script: " + ke.Message
+		}
+		return nil, err
+	}
+	p.Decl = *decl
+	// The worker that read the declaration serves the first invocation.
+	wk.prog = p
+	wk.giveBack()
+	return p, nil
+}
+
+// compileHere is Compile inside the current process (a sandbox worker, or
+// keep itself with KEEP_SANDBOX=in-process).
+func compileHere(file, source string) (*Program, error) {
+	p, err := compileBytecode(file, source)
+	if err != nil {
+		return nil, err
+	}
+	decl, err := p.describe()
+	if err != nil {
+		return nil, err
+	}
+	p.Decl = decl
+	return p, nil
+}
+
+// compileBytecode parses a script into bytecode; parsing runs none of it.
+func compileBytecode(file, source string) (*Program, error) {
 	if n := len(exportDefault.FindAllStringIndex(source, -1)); n > 1 {
 		return nil, fmt.Errorf("%s: more than one `export default`", file)
 	}
@@ -102,13 +141,7 @@ func Compile(file, source string) (*Program, error) {
 		}
 		return nil, fmt.Errorf("%s: %v", file, err)
 	}
-	p := &Program{File: file, Source: source, bytecode: code}
-	decl, err := p.describe()
-	if err != nil {
-		return nil, err
-	}
-	p.Decl = decl
-	return p, nil
+	return &Program{File: file, Source: source, bytecode: code}, nil
 }
 
 // Limits bound one invocation.
@@ -168,8 +201,20 @@ func newVM(lim Limits) (*quickjs.VM, error) {
 
 // Invoke runs one handler phase and returns what it returned. Script
 // failures come back as *kt.Error with class logic; a HostFunc's error comes
-// back as it was returned.
+// back as it was returned. It runs in a sandbox worker process (worker.go)
+// unless KEEP_SANDBOX=in-process.
 func (p *Program) Invoke(inv Invocation) (Outcome, error) {
+	if InProcess() {
+		return p.invokeHere(inv)
+	}
+	return p.invokeInWorker(inv)
+}
+
+// invokeHere runs one handler phase in a VM of this process.
+func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
+	if inv.Tools == nil {
+		inv.Tools = map[string][]string{}
+	}
 	v, err := p.takeVM(inv.Limits)
 	if err != nil {
 		return Outcome{}, err

@@ -104,8 +104,9 @@ func (v *sandboxVM) giveBack() {
 	}
 }
 
-// Release closes the idle VMs of a program that will not run again.
+// Release closes the idle VMs and workers of a program that will not run again.
 func (p *Program) Release() {
+	p.releaseWorkers()
 	idleVMs.Lock()
 	var keep, closing []*sandboxVM
 	for _, v := range idleVMs.list {

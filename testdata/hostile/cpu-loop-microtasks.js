@@ -1,5 +1,5 @@
 // An endless chain of microtasks
-// expect: never finished | ran longer than its time limit
+// expect: never finished | ran longer than its time limit | out of memory
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

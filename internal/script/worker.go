@@ -1,0 +1,642 @@
+package script
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// Why worker processes: QuickJS checks its interrupt only between bytecode
+// instructions, so a built-in that loops natively — Array.prototype.indexOf
+// over {length: 2**53-1}, includes, every, lastIndexOf — never sees the time
+// limit: an attack kept one at 86 % CPU for ten minutes, deaf to SIGTERM,
+// and it spun again after a restart (issue 11). A host can always stop a
+// process. So every handler runs in a sandbox worker: a child process of
+// keep itself (the same binary, recognised by workerEnv at start), one
+// script version loaded, speaking length-prefixed JSON frames over its
+// standard input and output. The host kills it at the deadline and starts a
+// new one; a killed invocation fails its run as a logic error.
+//
+// Workers are pooled per Program (one script version of one workflow: never
+// two, the rule the VM pool follows too), at most maxIdleWorkers in all.
+
+const (
+	// workerEnv marks a process started as a sandbox worker.
+	workerEnv = "KEEP_SANDBOX_WORKER"
+	// isolationEnv set to "in-process" runs handlers in keep's own process
+	// (for debugging and for measuring what the isolation costs).
+	isolationEnv = "KEEP_SANDBOX"
+	// killGrace is how long past its time limit an invocation may take to
+	// report the limit itself (an interrupted JavaScript loop does) before
+	// its worker is killed (a native loop does not).
+	killGrace = time.Second
+	// maxIdleWorkers bounds the processes kept between invocations.
+	maxIdleWorkers = 64
+	// maxFrame bounds one frame: a handler's arguments and results are
+	// 1 MiB each at most (SPEC §6); the rest is headroom.
+	maxFrame = 64 << 20
+)
+
+func init() {
+	if os.Getenv(workerEnv) == "1" {
+		os.Exit(serveWorker(os.Stdin, os.Stdout))
+	}
+}
+
+// InProcess reports whether handlers run in keep's own process
+// (KEEP_SANDBOX=in-process) instead of sandbox workers.
+func InProcess() bool { return os.Getenv(isolationEnv) == "in-process" }
+
+// frame is every message between the host and a worker.
+type frame struct {
+	T string `json:"t"`
+	// load
+	File   string `json:"file,omitempty"`
+	Source string `json:"source,omitempty"`
+	// invoke
+	Kind   kt.HandlerType      `json:"kind,omitempty"`
+	Name   string              `json:"name,omitempty"`
+	Phase  string              `json:"phase,omitempty"`
+	Args   []json.RawMessage   `json:"args,omitempty"`
+	Tools  map[string][]string `json:"tools,omitempty"`
+	Limits *Limits             `json:"limits,omitempty"`
+	// host calls and their answers
+	Method  string          `json:"method,omitempty"`
+	NoReply bool            `json:"noReply,omitempty"`
+	Value   json.RawMessage `json:"value,omitempty"`
+	Suspend bool            `json:"suspend,omitempty"`
+	// done
+	Suspended bool `json:"suspended,omitempty"`
+	// Decl answers describe.
+	Decl *Declaration `json:"decl,omitempty"`
+	Err  *wireError   `json:"err,omitempty"`
+}
+
+// wireError carries an error across the pipe. Ref names an error a host
+// call returned, so that the host can hand its caller the very error it
+// returned (the engine branches on its types).
+type wireError struct {
+	Class   kt.ErrorClass `json:"class"`
+	Message string        `json:"message"`
+	Ref     int           `json:"ref,omitempty"`
+	Syntax  *SyntaxError  `json:"syntax,omitempty"`
+}
+
+func (w *wireError) Error() string { return w.Message }
+
+func toWire(err error) *wireError {
+	if err == nil {
+		return nil
+	}
+	var we *wireError
+	if errors.As(err, &we) {
+		return we
+	}
+	var se *SyntaxError
+	if errors.As(err, &se) {
+		return &wireError{Class: kt.ClassLogic, Message: se.Error(), Syntax: se}
+	}
+	var ke *kt.Error
+	if errors.As(err, &ke) {
+		return &wireError{Class: ke.Class, Message: ke.Error()}
+	}
+	return &wireError{Class: kt.ClassInternal, Message: err.Error()}
+}
+
+func (w *wireError) toError() error {
+	if w.Syntax != nil {
+		return w.Syntax
+	}
+	return &kt.Error{Class: w.Class, Message: w.Message}
+}
+
+// noReply lists the host calls whose answer is always "undefined" on
+// success: the worker does not wait for them (a log line or a publish costs
+// no round trip). A failing one ends the invocation from the host's side.
+var noReply = map[string]bool{"log": true, "publish": true}
+
+func writeFrame(w *bufio.Writer, f frame) error {
+	if err := bufferFrame(w, f); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// bufferFrame writes a frame without flushing it.
+func bufferFrame(w *bufio.Writer, f frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+	if _, err := w.Write(n[:]); err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func readFrame(r *bufio.Reader) (frame, error) {
+	var f frame
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return f, err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxFrame {
+		return f, fmt.Errorf("a sandbox frame of %d bytes is over the limit of %d", size, maxFrame)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return f, err
+	}
+	return f, json.Unmarshal(b, &f)
+}
+
+// ---------- the worker side ----------
+
+// serveWorker is the main loop of a sandbox worker process: it loads one
+// script version and runs the invocations the host sends, forwarding every
+// call the script makes to the host. It returns the process exit code.
+func serveWorker(in io.Reader, out io.Writer) int {
+	// A worker outlives a keep killed with -9 only until it notices: its
+	// input closes (seen between invocations) or, in the middle of a native
+	// loop that reads nothing, it is handed to another parent. (Pdeathsig
+	// would follow the host's OS thread, not its process.)
+	parent := os.Getppid()
+	go func() {
+		for range time.Tick(500 * time.Millisecond) {
+			if os.Getppid() != parent {
+				os.Exit(4)
+			}
+		}
+	}()
+	r, w := bufio.NewReaderSize(in, 64<<10), bufio.NewWriterSize(out, 64<<10)
+	var prog *Program
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0
+			}
+			fmt.Fprintf(os.Stderr, "keep sandbox worker: %v\n", err)
+			return 3
+		}
+		var reply frame
+		switch f.T {
+		case "load":
+			p, err := compileHere(f.File, f.Source)
+			prog = p
+			reply = frame{T: "loaded", Err: toWire(err)}
+			if err == nil {
+				reply.Decl = &p.Decl
+			}
+		case "invoke":
+			if prog == nil {
+				reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: invoke before load"}}
+				break
+			}
+			inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w)}
+			if f.Limits != nil {
+				inv.Limits = *f.Limits
+			}
+			stop := watchMemory(inv.MemoryLimit)
+			if inv.MemoryLimit > 0 {
+				// QuickJS's own limit throws an error a script can catch:
+				// it stays only as a far backstop, and the watch ends the
+				// process first (issue 10: a script caught its OOM and
+				// returned success).
+				inv.MemoryLimit = 2*inv.MemoryLimit + 16<<20
+			}
+			o, err := prog.invokeHere(inv)
+			stop()
+			reply = frame{T: "done", Value: o.Value, Suspended: o.Suspended, Err: toWire(err)}
+		default:
+			reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: unknown frame " + f.T}}
+		}
+		if err := writeFrame(w, reply); err != nil {
+			return 3
+		}
+	}
+}
+
+// memoryPoll is how often a worker looks at its own memory during an
+// invocation.
+const memoryPoll = 2 * time.Millisecond
+
+// watchMemory ends the worker process when its resident memory grows by
+// more than limit during an invocation: the script ran out of memory, and
+// nothing it catches can change that. It returns the function that stops
+// the watch.
+func watchMemory(limit int64) func() {
+	if limit <= 0 {
+		return func() {}
+	}
+	base := residentBytes()
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(memoryPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if used := residentBytes() - base; used > limit {
+					fmt.Fprintf(os.Stderr, "keep sandbox: out of memory: the script grew the sandbox by %d bytes, over its limit of %d\n", used, limit)
+					os.Exit(5)
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// residentBytes reads this process's resident memory from /proc.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	var pages int64
+	fmt.Sscan(f[1], &pages)
+	return pages * int64(os.Getpagesize())
+}
+
+// workerHost forwards a script's host call to the keep process and waits
+// for its answer.
+func workerHost(r *bufio.Reader, w *bufio.Writer) HostFunc {
+	return func(method string, args json.RawMessage) (json.RawMessage, error) {
+		if noReply[method] {
+			// Sent without waiting: the host answers nothing, and if the
+			// call fails there it ends this invocation itself.
+			if err := bufferFrame(w, frame{T: "host", Method: method, Value: args, NoReply: true}); err != nil {
+				return nil, &kt.Error{Class: kt.ClassInternal, Message: "sandbox worker: the host went away"}
+			}
+			return nil, nil
+		}
+		if err := writeFrame(w, frame{T: "host", Method: method, Value: args}); err != nil {
+			return nil, &kt.Error{Class: kt.ClassInternal, Message: "sandbox worker: the host went away"}
+		}
+		f, err := readFrame(r)
+		if err != nil {
+			return nil, &kt.Error{Class: kt.ClassInternal, Message: "sandbox worker: the host went away"}
+		}
+		switch {
+		case f.Suspend:
+			return nil, ErrSuspend
+		case f.Err != nil:
+			return nil, f.Err
+		}
+		return f.Value, nil
+	}
+}
+
+// ---------- the host side ----------
+
+// worker is one sandbox worker process with one script version loaded.
+type worker struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	r      *bufio.Reader
+	w      *bufio.Writer
+	stderr *tailBuffer
+	prog   *Program
+	uses   int
+	dead   atomic.Bool
+	// timedOut is set when the worker is killed at a deadline.
+	timedOut atomic.Bool
+}
+
+var idleWorkers struct {
+	sync.Mutex
+	list []*worker // least recently used first
+}
+
+var workersStarted, workersKilled atomic.Int64
+
+// WorkerStats reports how many sandbox workers were started, and how many
+// were killed (a time limit, a crash, out of memory), since keep started.
+func WorkerStats() (started, killed int64) { return workersStarted.Load(), workersKilled.Load() }
+
+// startWorker starts a worker process and loads source into it, with
+// deadline bounding the load (the script's top level runs there).
+func startWorker(file, source string, deadline time.Duration) (*worker, *Declaration, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	// Its own process group, so that a Ctrl-C at a terminal reaches keep
+	// (which stops its workers) and not the workers directly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+	}
+	tail := &tailBuffer{max: 4096}
+	cmd.Stderr = tail
+	if err := cmd.Start(); err != nil {
+		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+	}
+	workersStarted.Add(1)
+	wk := &worker{cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail}
+	stop := time.AfterFunc(deadline, func() {
+		wk.timedOut.Store(true)
+		wk.kill()
+	})
+	defer stop.Stop()
+	if err := writeFrame(wk.w, frame{T: "load", File: file, Source: source}); err != nil {
+		wk.kill()
+		return nil, nil, wk.deathError("while loading the script", deadline, 0)
+	}
+	f, err := readFrame(wk.r)
+	if err != nil {
+		wk.kill()
+		return nil, nil, wk.deathError("while loading the script", deadline, 0)
+	}
+	if f.Err != nil {
+		wk.close()
+		return nil, nil, f.Err.toError()
+	}
+	return wk, f.Decl, nil
+}
+
+// kill ends the worker at once; its invocation, if any, fails.
+func (wk *worker) kill() {
+	if wk.dead.Swap(true) {
+		return
+	}
+	workersKilled.Add(1)
+	_ = wk.cmd.Process.Kill()
+	_ = wk.stdin.Close()
+	go func() { _ = wk.cmd.Wait() }()
+}
+
+// close ends an idle worker: closing its input ends its loop.
+func (wk *worker) close() {
+	if wk.dead.Swap(true) {
+		return
+	}
+	_ = wk.stdin.Close()
+	go func() {
+		t := time.AfterFunc(5*time.Second, func() { _ = wk.cmd.Process.Kill() })
+		_ = wk.cmd.Wait()
+		t.Stop()
+	}()
+}
+
+// deathError explains why a worker stopped answering: killed at its time
+// limit, out of memory, or crashed.
+func (wk *worker) deathError(where string, limit time.Duration, mem int64) error {
+	tail := wk.stderr.String()
+	switch {
+	case wk.timedOut.Load():
+		return kt.Errorf(kt.ClassLogic, "%s ran longer than its time limit of %s and was stopped: its sandbox process was killed (an endless loop, a built-in over a huge array such as indexOf on {length: 2**53-1}, or a call that never returns?)", where, limit)
+	case strings.Contains(tail, "out of memory"):
+		return kt.Errorf(kt.ClassLogic, "%s: the script ran out of memory (limit %s) and its sandbox process was stopped", where, sizeText(mem))
+	}
+	if i := strings.LastIndex(tail, "\n\n"); i > 0 {
+		tail = tail[:i]
+	}
+	return kt.Errorf(kt.ClassLogic, "%s: the sandbox process stopped unexpectedly (%s)", where, strings.TrimSpace(firstLine(tail)))
+}
+
+func firstLine(s string) string {
+	if s == "" {
+		return "no message"
+	}
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// takeWorker returns an idle worker that runs p, else a new one.
+func (p *Program) takeWorker(lim Limits) (*worker, error) {
+	idleWorkers.Lock()
+	for i := len(idleWorkers.list) - 1; i >= 0; i-- {
+		if wk := idleWorkers.list[i]; wk.prog == p {
+			idleWorkers.list = append(idleWorkers.list[:i], idleWorkers.list[i+1:]...)
+			idleWorkers.Unlock()
+			return wk, nil
+		}
+	}
+	idleWorkers.Unlock()
+	deadline := lim.Timeout
+	if deadline <= 0 || deadline > loadDeadline {
+		deadline = loadDeadline
+	}
+	wk, _, err := startWorker(p.File, p.Source, deadline)
+	if err != nil {
+		return nil, err
+	}
+	wk.prog = p
+	return wk, nil
+}
+
+// loadDeadline bounds the start of a worker and the run of a script's top
+// level there.
+const loadDeadline = 10 * time.Second
+
+func (wk *worker) giveBack() {
+	if wk.dead.Load() {
+		return
+	}
+	idleWorkers.Lock()
+	idleWorkers.list = append(idleWorkers.list, wk)
+	var retired *worker
+	if len(idleWorkers.list) > maxIdleWorkers {
+		retired = idleWorkers.list[0]
+		idleWorkers.list = idleWorkers.list[1:]
+	}
+	idleWorkers.Unlock()
+	if retired != nil {
+		retired.close()
+	}
+}
+
+// releaseWorkers ends the idle workers of a program that will not run again.
+func (p *Program) releaseWorkers() {
+	idleWorkers.Lock()
+	var keep, closing []*worker
+	for _, wk := range idleWorkers.list {
+		if wk.prog == p {
+			closing = append(closing, wk)
+		} else {
+			keep = append(keep, wk)
+		}
+	}
+	idleWorkers.list = keep
+	idleWorkers.Unlock()
+	for _, wk := range closing {
+		wk.close()
+	}
+}
+
+// ErrStopping is the error of an invocation whose worker was killed because
+// keep is stopping: the run is left as a crash leaves it, and recovered when
+// keep starts again (prepare and mutate have no side effects of their own).
+var ErrStopping = errors.New("keep is stopping: the handler was stopped and its run is recovered at the next start")
+
+var (
+	stopping    atomic.Bool
+	busyWorkers sync.Map // *worker → struct{}
+)
+
+// StopWorkers ends every sandbox worker: idle ones, and busy ones whose
+// invocations return ErrStopping (keep is stopping; a handler spinning in a
+// native loop must not hold a shutdown for its whole time limit).
+func StopWorkers() {
+	stopping.Store(true)
+	idleWorkers.Lock()
+	list := idleWorkers.list
+	idleWorkers.list = nil
+	idleWorkers.Unlock()
+	for _, wk := range list {
+		wk.close()
+	}
+	busyWorkers.Range(func(k, _ any) bool {
+		k.(*worker).kill()
+		return true
+	})
+}
+
+// ResumeWorkers lets workers start again after StopWorkers (tests and
+// keep run open and close several engines in one process).
+func ResumeWorkers() { stopping.Store(false) }
+
+// invokeInWorker runs one handler phase in a worker process, serving the
+// script's host calls here, and kills the worker if the phase outlives its
+// time limit.
+func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
+	wk, err := p.takeWorker(inv.Limits)
+	if err != nil {
+		return Outcome{}, err
+	}
+	wk.uses++
+	busyWorkers.Store(wk, struct{}{})
+	defer busyWorkers.Delete(wk)
+	if stopping.Load() {
+		wk.kill()
+		return Outcome{}, ErrStopping
+	}
+	var stop *time.Timer
+	if inv.Timeout > 0 {
+		stop = time.AfterFunc(inv.Timeout+killGrace, func() {
+			wk.timedOut.Store(true)
+			wk.kill()
+		})
+	}
+	o, err, healthy := wk.invoke(inv)
+	if stop != nil {
+		stop.Stop()
+	}
+	where := fmt.Sprintf("%s %s: %s", inv.Kind, inv.Name, inv.Phase)
+	if !healthy {
+		wk.kill()
+		if stopping.Load() && !wk.timedOut.Load() {
+			return Outcome{}, ErrStopping
+		}
+		if err == nil {
+			err = wk.deathError(where, inv.Timeout, inv.MemoryLimit)
+		}
+		return Outcome{}, err
+	}
+	wk.giveBack()
+	return o, err
+}
+
+// invoke runs inv on the worker. healthy is false when the worker can no
+// longer be trusted to serve another invocation (it died, or the pipe broke).
+func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
+	lim := inv.Limits
+	if err := writeFrame(wk.w, frame{T: "invoke", Kind: inv.Kind, Name: inv.Name, Phase: inv.Phase, Args: inv.Args, Tools: inv.Tools, Limits: &lim}); err != nil {
+		return o, nil, false
+	}
+	var hostErrs []error
+	for {
+		f, err := readFrame(wk.r)
+		if err != nil {
+			return o, nil, false
+		}
+		switch f.T {
+		case "host":
+			res, herr := inv.Host(f.Method, f.Value)
+			if f.NoReply {
+				if herr != nil && !errors.Is(herr, ErrSuspend) {
+					// The script does not wait for this answer: stop it here.
+					return o, herr, false
+				}
+				continue
+			}
+			reply := frame{T: "reply", Value: res}
+			switch {
+			case errors.Is(herr, ErrSuspend):
+				reply.Suspend = true
+			case herr != nil:
+				hostErrs = append(hostErrs, herr)
+				reply.Err = toWire(herr)
+				reply.Err.Ref = len(hostErrs)
+			}
+			if err := writeFrame(wk.w, reply); err != nil {
+				return o, nil, false
+			}
+		case "done":
+			if f.Err != nil {
+				if f.Err.Ref > 0 && f.Err.Ref <= len(hostErrs) {
+					return o, hostErrs[f.Err.Ref-1], true
+				}
+				return o, f.Err.toError(), true
+			}
+			return Outcome{Value: f.Value, Suspended: f.Suspended}, nil, true
+		default:
+			return o, nil, false
+		}
+	}
+}
+
+// tailBuffer keeps the last bytes written to it (a worker's stderr).
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

@@ -1,0 +1,131 @@
+package script
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+func nativeLoopScript(loop string) string {
+	return `export default Keep.workflow({
+  name: "spin",
+  topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "5m" }, handler: async (ctx, state) => {
+    ` + loop + `
+    return {}
+  } } },
+})`
+}
+
+// Issue 11 #3: built-ins that loop natively never check QuickJS's
+// interrupt. The host stops them anyway, at the time limit, by killing the
+// sandbox process; the run gets a logic error that says what happened, and
+// the next invocation runs in a fresh worker.
+func TestNativeLoopsAreStoppedAtTheTimeLimit(t *testing.T) {
+	t.Parallel()
+	for _, loop := range []string{
+		`Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)`,
+		`Array.prototype.includes.call({ length: 2 ** 53 - 1 }, 1)`,
+		`Array.prototype.lastIndexOf.call({ length: 2 ** 53 - 1 }, 1)`,
+		`Array.prototype.every.call({ length: 2 ** 53 - 1 }, () => true)`,
+	} {
+		t.Run(loop[:strings.Index(loop, ".call")], func(t *testing.T) {
+			t.Parallel()
+			p := compile(t, nativeLoopScript(loop))
+			defer p.Release()
+			done := make(chan error, 1)
+			go func() {
+				_, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+					Tools: map[string][]string{}, Limits: Limits{Timeout: 300 * time.Millisecond, MemoryLimit: 32 << 20}, Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+				done <- err
+			}()
+			// No wall-clock assertion: the call must simply return, however
+			// busy the machine is (it never did before workers).
+			err := <-done
+			if err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "time limit of 300ms") {
+				t.Fatalf("want a logic error about the time limit, got %v", err)
+			}
+		})
+	}
+}
+
+// A script whose top level loops natively cannot hang a deploy either.
+func TestATopLevelNativeLoopFailsTheLoad(t *testing.T) {
+	t.Parallel()
+	_, err := Compile("wf.js", `Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)
+`+nativeLoopScript(""))
+	if err == nil || !strings.Contains(err.Error(), "while loading the script") || !strings.Contains(err.Error(), "time limit") {
+		t.Fatalf("want a load error about the time limit, got %v", err)
+	}
+}
+
+// Host calls cross the process boundary: arguments, answers, the errors the
+// host returns (the very same value) and the take-over of a terminal call.
+func TestWorkerHostCalls(t *testing.T) {
+	t.Parallel()
+	p := compile(t, isolationScript(`
+    const a = await ctx.files.read({ path: "x" })
+    let caught = ""
+    try { await ctx.files.read({ path: "fail" }) } catch (e) { caught = "caught" }
+    return { a, caught }`))
+	defer p.Release()
+	sentinel := &kt.Error{Class: kt.ClassPrecondition, Message: "no such file: fail"}
+	var mu sync.Mutex
+	var calls []string
+	o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{"files": {"read"}}, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
+		Host: func(m string, a json.RawMessage) (json.RawMessage, error) {
+			mu.Lock()
+			calls = append(calls, m+" "+string(a))
+			mu.Unlock()
+			if strings.Contains(string(a), "fail") {
+				return nil, sentinel
+			}
+			return json.RawMessage(`{"content":"hello"}`), nil
+		}})
+	if err != sentinel {
+		t.Fatalf("the host's own error must come back (it aborts the run even if caught): %v %s", err, o.Value)
+	}
+	if len(calls) != 2 || !strings.Contains(calls[0], `files.read {"path":"x"}`) {
+		t.Fatalf("calls %q", calls)
+	}
+	ok := compile(t, isolationScript(`return await ctx.files.read({ path: "x" })`))
+	defer ok.Release()
+	o, err = ok.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{"files": {"read"}}, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":"hello"}`), nil
+		}})
+	if err != nil || string(o.Value) != `{"content":"hello"}` {
+		t.Fatalf("%v %s", err, o.Value)
+	}
+	sus := compile(t, isolationScript(`await ctx.files.read({ path: "x" }); throw new Error("must not run")`))
+	defer sus.Release()
+	o, err = sus.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{"files": {"read"}}, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend }})
+	if err != nil || !o.Suspended {
+		t.Fatalf("suspend: %+v %v", o, err)
+	}
+}
+
+// Issue 10 #11: a script that catches its out-of-memory error and returns
+// success still fails, as out of memory.
+func TestACaughtOutOfMemoryStillFailsTheRun(t *testing.T) {
+	t.Parallel()
+	p := compile(t, isolationScript(`
+    let caught = false
+    try { const a = []; for (;;) a.push("x".repeat(1 << 20) + Math.random()) } catch (e) { caught = true }
+    return { caught }`))
+	defer p.Release()
+	o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{}, Limits: Limits{Timeout: time.Minute, MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+	if err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "out of memory") || !strings.Contains(err.Error(), "32 MiB") {
+		t.Fatalf("want a logic error: out of memory (limit 32 MiB), got %v (returned %s)", err, o.Value)
+	}
+}

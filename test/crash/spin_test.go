@@ -1,0 +1,153 @@
+package crash
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+)
+
+const spinScript = `export default Keep.workflow({
+  name: "spin",
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)
+  } } },
+})`
+
+// children lists the pids whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// spinning reports whether one of the workers has used half a second of
+// CPU: a handler is in its loop.
+func spinning(workers []int) bool {
+	for _, w := range workers {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(w), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 13 {
+			ut, _ := strconv.Atoi(f[11])
+			st, _ := strconv.Atoi(f[12])
+			if ut+st >= 50 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func spinSetup(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(spinScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A time limit far away: only the stop (or the kill) can end the spin.
+	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// Issue 11 #3: a handler spinning in a native loop (QuickJS never checks
+// its interrupt there) does not keep keep serve from stopping on SIGTERM,
+// and its run is recovered at the next start.
+func TestSIGTERMStopsAHandlerSpinningInANativeLoop(t *testing.T) {
+	t.Parallel()
+	dir := spinSetup(t)
+	p := serve(t, dir)
+	var workers []int
+	waitFor(t, "a handler to start spinning in a sandbox worker", 60*time.Second, func() bool {
+		workers = children(p.cmd.Process.Pid)
+		return spinning(workers)
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded far below the 1 h time limit; no race with the machine's speed.
+	if !p.exited(2 * time.Minute) {
+		t.Fatalf("keep serve did not stop on SIGTERM while a handler spun\n%s", p.logs.String())
+	}
+	for _, w := range workers {
+		waitFor(t, "the sandbox worker to be gone", 30*time.Second, func() bool { return !alive(w) })
+	}
+	// Nothing is recorded as failed: the stop is not the script's fault, and
+	// the next start runs the producer again.
+	st, err := sqlite.Open(filepath.Join(dir, "data", "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		runs, err := tx.RunList("spin", 0)
+		for _, r := range runs {
+			if r.Status != kt.StatusActive {
+				t.Errorf("the stopped run was recorded as %s (%s)", r.Status, r.ErrorMessage)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// After kill -9 of keep, a worker spinning in a native loop does not spin on
+// as an orphan: it notices it lost its parent and exits.
+func TestAWorkerDoesNotOutliveAKilledKeep(t *testing.T) {
+	t.Parallel()
+	dir := spinSetup(t)
+	p := serve(t, dir)
+	var workers []int
+	waitFor(t, "a handler to start spinning in a sandbox worker", 60*time.Second, func() bool {
+		workers = children(p.cmd.Process.Pid)
+		return spinning(workers)
+	})
+	p.kill()
+	for _, w := range workers {
+		waitFor(t, "the orphaned sandbox worker to exit", 30*time.Second, func() bool { return !alive(w) })
+	}
+}
