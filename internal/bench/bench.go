@@ -61,6 +61,11 @@ type Result struct {
 	HandlerCallP99Micro float64  `json:"handlerCallP99Micros"`
 	HandlerFirstP50     float64  `json:"handlerFirstCallP50Micros"`
 	NewVMP50Micros      float64  `json:"newVMP50Micros"`
+	// HostCallP50Micros is what one ctx call (here files.read) costs a
+	// handler: a round trip between the sandbox worker and keep.
+	HostCallP50Micros float64 `json:"hostCallP50Micros"`
+	// Sandbox says where handlers ran: "worker processes" or "in-process".
+	Sandbox string `json:"sandbox"`
 	PeekEvents          int      `json:"peekTopicEvents"`
 	PeekP50Millis       float64  `json:"peekP50Millis"`
 	StartupWorkflows    int      `json:"startupWorkflows"`
@@ -131,6 +136,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if r.HandlerFirstP50, r.NewVMP50Micros, err = sandboxFirstCall(map[bool]int{true: 10, false: 40}[o.Quick]); err != nil {
 		return r, err
+	}
+	if r.HostCallP50Micros, err = hostCall(map[bool]int{true: 20, false: 100}[o.Quick]); err != nil {
+		return r, err
+	}
+	r.Sandbox = "worker processes"
+	if script.InProcess() {
+		r.Sandbox = "in-process"
 	}
 
 	o.say("peek on a topic of %d events ...", peekN)
@@ -411,6 +423,36 @@ func sandbox(n int) (p50, p99 float64, err error) {
 		ds = append(ds, float64(time.Since(start).Microseconds()))
 	}
 	return percentile(ds, 0.5), percentile(ds, 0.99), nil
+}
+
+// hostCall measures one ctx call from inside a handler: a handler making 201
+// calls against one making 1, the difference per call.
+func hostCall(n int) (float64, error) {
+	many, err := script.Compile("bench.js", strings.Replace(sandboxScript, `const r = await ctx.files.read({ path: "x" })`,
+		`let r; for (let i = 0; i < 201; i++) r = await ctx.files.read({ path: "x" })`, 1))
+	if err != nil {
+		return 0, err
+	}
+	defer many.Release()
+	one, err := script.Compile("bench.js", sandboxScript)
+	if err != nil {
+		return 0, err
+	}
+	defer one.Release()
+	var per []float64
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := many.Invoke(sandboxInvocation); err != nil {
+			return 0, err
+		}
+		m := time.Since(start)
+		start = time.Now()
+		if _, err := one.Invoke(sandboxInvocation); err != nil {
+			return 0, err
+		}
+		per = append(per, float64((m-time.Since(start)).Microseconds())/200)
+	}
+	return percentile(per, 0.5), nil
 }
 
 // bulk inserts rows through raw SQL in large transactions (setting up, not measuring).

@@ -1116,7 +1116,8 @@ func (a *app) benchCmd() *cobra.Command {
 				row("resident memory after W=100", fmt.Sprintf("%.0f MiB", float64(r.W100RSSBytes)/(1<<20)))
 			}
 			row("publish → commit latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.LatencyP50Millis, r.LatencyP99Millis))
-			row("handler call (compiled script, VM from the pool)", fmt.Sprintf("p50 %.0f µs, p99 %.0f µs", r.HandlerCallP50Micro, r.HandlerCallP99Micro))
+			row("handler call (compiled script, VM from the pool)", fmt.Sprintf("p50 %.0f µs, p99 %.0f µs (sandbox: %s)", r.HandlerCallP50Micro, r.HandlerCallP99Micro, r.Sandbox))
+			row("one ctx call inside a handler", fmt.Sprintf("p50 %.1f µs", r.HostCallP50Micros))
 			row("first call of a version (loaded into a pooled VM)", fmt.Sprintf("p50 %.0f µs", r.HandlerFirstP50))
 			row("new VM (prelude + lockdown), when none is idle", fmt.Sprintf("p50 %.0f µs", r.NewVMP50Micros))
 			row(fmt.Sprintf("peek(limit 100) on %d events", r.PeekEvents), fmt.Sprintf("p50 %.2f ms", r.PeekP50Millis))

@@ -43,7 +43,7 @@ const (
 	// its worker is killed (a native loop does not).
 	killGrace = time.Second
 	// maxIdleWorkers bounds the processes kept between invocations.
-	maxIdleWorkers = 64
+	maxIdleWorkers = 128
 	// maxFrame bounds one frame: a handler's arguments and results are
 	// 1 MiB each at most (SPEC §6); the rest is headroom.
 	maxFrame = 64 << 20
