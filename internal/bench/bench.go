@@ -41,39 +41,39 @@ type Options struct {
 
 // Result is what `keep bench --json` prints.
 type Result struct {
-	Quick               bool     `json:"quick"`
-	FsyncRate           float64  `json:"fsyncRate"`
-	FsyncsPerRun        float64  `json:"fsyncsPerRun"`
-	SerialBound         float64  `json:"serialBoundEventsPerSec"`
-	W1Events            int      `json:"w1Events"`
-	W1EventsPerSec      float64  `json:"w1EventsPerSec"`
-	W1Ratio             float64  `json:"w1Ratio"`
-	W1CPUMicros         float64  `json:"w1CpuMicrosPerEvent"`
-	W100Events          int      `json:"w100Events"`
-	W100EventsPerSec    float64  `json:"w100EventsPerSec"`
-	W100OverW1          float64  `json:"w100OverW1"`
-	W100FsyncsPerRun    float64  `json:"w100FsyncsPerRun"`
-	W100CPUMicros       float64  `json:"w100CpuMicrosPerEvent"`
-	W100RSSBytes        int64    `json:"w100RssBytes"` // resident memory of the process after W=100 (0 where unknown)
-	LatencyP50Millis    float64  `json:"latencyP50Millis"`
-	LatencyP99Millis    float64  `json:"latencyP99Millis"`
-	HandlerCallP50Micro float64  `json:"handlerCallP50Micros"`
-	HandlerCallP99Micro float64  `json:"handlerCallP99Micros"`
-	HandlerFirstP50     float64  `json:"handlerFirstCallP50Micros"`
-	NewVMP50Micros      float64  `json:"newVMP50Micros"`
+	Quick               bool    `json:"quick"`
+	FsyncRate           float64 `json:"fsyncRate"`
+	FsyncsPerRun        float64 `json:"fsyncsPerRun"`
+	SerialBound         float64 `json:"serialBoundEventsPerSec"`
+	W1Events            int     `json:"w1Events"`
+	W1EventsPerSec      float64 `json:"w1EventsPerSec"`
+	W1Ratio             float64 `json:"w1Ratio"`
+	W1CPUMicros         float64 `json:"w1CpuMicrosPerEvent"`
+	W100Events          int     `json:"w100Events"`
+	W100EventsPerSec    float64 `json:"w100EventsPerSec"`
+	W100OverW1          float64 `json:"w100OverW1"`
+	W100FsyncsPerRun    float64 `json:"w100FsyncsPerRun"`
+	W100CPUMicros       float64 `json:"w100CpuMicrosPerEvent"`
+	W100RSSBytes        int64   `json:"w100RssBytes"` // resident memory of the process after W=100 (0 where unknown)
+	LatencyP50Millis    float64 `json:"latencyP50Millis"`
+	LatencyP99Millis    float64 `json:"latencyP99Millis"`
+	HandlerCallP50Micro float64 `json:"handlerCallP50Micros"`
+	HandlerCallP99Micro float64 `json:"handlerCallP99Micros"`
+	HandlerFirstP50     float64 `json:"handlerFirstCallP50Micros"`
+	NewVMP50Micros      float64 `json:"newVMP50Micros"`
 	// HostCallP50Micros is what one ctx call (here files.read) costs a
 	// handler: a round trip between the sandbox worker and keep.
 	HostCallP50Micros float64 `json:"hostCallP50Micros"`
 	// Sandbox says where handlers ran: "worker processes" or "in-process".
-	Sandbox string `json:"sandbox"`
-	PeekEvents          int      `json:"peekTopicEvents"`
-	PeekP50Millis       float64  `json:"peekP50Millis"`
-	StartupWorkflows    int      `json:"startupWorkflows"`
-	StartupEvents       int      `json:"startupPendingEvents"`
-	StartupSeconds      float64  `json:"startupSeconds"`
-	IdleWorkflows       int      `json:"idleWorkflows"`
-	IdleWorkflowBytes   float64  `json:"idleWorkflowBytes"`
-	Notes               []string `json:"notes"`
+	Sandbox           string   `json:"sandbox"`
+	PeekEvents        int      `json:"peekTopicEvents"`
+	PeekP50Millis     float64  `json:"peekP50Millis"`
+	StartupWorkflows  int      `json:"startupWorkflows"`
+	StartupEvents     int      `json:"startupPendingEvents"`
+	StartupSeconds    float64  `json:"startupSeconds"`
+	IdleWorkflows     int      `json:"idleWorkflows"`
+	IdleWorkflowBytes float64  `json:"idleWorkflowBytes"`
+	Notes             []string `json:"notes"`
 }
 
 func (o Options) say(format string, args ...any) {
