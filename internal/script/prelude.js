@@ -84,11 +84,18 @@
     return "";
   };
 
+  // errInfo describes what a handler threw. Reading it may itself throw (a
+  // message getter that throws, a Proxy): that is said as such, never taken
+  // for out of memory, and never leaves the run unreported.
   const errInfo = (e) => {
     try {
       if (e instanceof Error) return { name: String(e.name), message: String(e.message), stack: String(e.stack || "") };
-    } catch (x) { return { name: "thrown value", message: "an unprintable error", stack: "" }; }
-    return { name: "thrown value", message: fmt(e), stack: "" };
+      return { name: "thrown value", message: fmt(e), stack: "" };
+    } catch (x) {
+      let why = "";
+      try { why = String(x && x.message); } catch (y) { why = "?"; }
+      return { name: "thrown value", message: "an error whose properties could not be read (a getter or a Proxy threw: " + why + ")", stack: "" };
+    }
   };
 
   const makeCtx = (spec) => {

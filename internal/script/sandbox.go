@@ -365,7 +365,7 @@ func (p *Program) describeThrow(inv Invocation, name, msg, stack string) string 
 	text := fmt.Sprintf("%s %s: %s", where, name, msg)
 	if name == "thrown value" {
 		text = fmt.Sprintf("%s %s", where, msg)
-		if msg == "null" || msg == "an unprintable error" {
+		if msg == "null" {
 			// QuickJS rejects with null when it cannot even allocate the
 			// "out of memory" error, and describing an error fails when no
 			// memory is left; a script throwing null itself is rare.
