@@ -67,3 +67,35 @@ func TestInvalidConfigChangesNothing(t *testing.T) {
 		t.Fatal("a run with a bad config wrote outputs")
 	}
 }
+
+// Issue 11 #15: a corrupt page makes keep stop with a clear error, instead
+// of logging "malformed" every half second for ever.
+func TestACorruptDatabaseStopsKeepWithAClearError(t *testing.T) {
+	t.Parallel()
+	dir, data := quickstart(t)
+	if r := keep(t, "run", "--data", data, filepath.Join(dir, "workflow.js")); r.code != 0 {
+		t.Fatalf("first run: %d %s", r.code, r.err)
+	}
+	db := filepath.Join(data, "keep.db")
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page = 4096
+	if len(b) < 6*page {
+		t.Fatalf("keep.db is only %d bytes", len(b))
+	}
+	// The last pages (ledger rows, not the schema keep reads at start)
+	// become garbage.
+	for i := len(b) - 3*page; i < len(b); i++ {
+		b[i] = byte(i*7 + 3)
+	}
+	if err := os.WriteFile(db, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := keep(t, "run", "--data", data, filepath.Join(dir, "workflow.js"))
+	t.Logf("stderr: %s", r.err)
+	if r.code == 0 || !strings.Contains(r.err, "corrupt") {
+		t.Fatalf("want a clear error about a corrupt database, got exit %d\nstdout: %s\nstderr: %s", r.code, r.out, r.err)
+	}
+}

@@ -9,6 +9,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -47,6 +48,7 @@ type Scheduler struct {
 	backoff  map[string]time.Time
 	errs     []error
 	progress atomic.Int64 // steps that did something
+	fatal    atomic.Pointer[fatalError]
 }
 
 // New builds a Scheduler.
@@ -82,6 +84,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	for {
 		s.dispatch(ctx, &wg, sem)
+		if err := s.fatalErr(); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -100,6 +105,7 @@ func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan s
 		return err
 	}); err != nil {
 		if ctx.Err() == nil {
+			s.noteFatal(err)
 			s.log.Error("scheduler: find due work", "error", err)
 		}
 		return 0
@@ -131,6 +137,23 @@ func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan s
 	return started
 }
 
+// noteFatal remembers an error keep must stop on: a corrupt database
+// (logging "malformed" every half second for ever helps nobody).
+func (s *Scheduler) noteFatal(err error) {
+	if errors.Is(err, store.ErrCorrupt) {
+		s.fatal.CompareAndSwap(nil, &fatalError{err})
+	}
+}
+
+type fatalError struct{ err error }
+
+func (s *Scheduler) fatalErr() error {
+	if f := s.fatal.Load(); f != nil {
+		return fmt.Errorf("keep stops: %w. Nothing more is run on this data directory: restore keep.db from a backup (the ledgers say what was done and what was not)", f.err)
+	}
+	return nil
+}
+
 func (s *Scheduler) release(wf string) {
 	s.mu.Lock()
 	delete(s.busy, wf)
@@ -150,6 +173,7 @@ func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 			if ctx.Err() != nil {
 				return
 			}
+			s.noteFatal(err)
 			s.log.Error("step failed", "workflow", wf, "error", err)
 			s.mu.Lock()
 			s.backoff[wf] = time.Now().Add(time.Second)
@@ -190,6 +214,9 @@ func (s *Scheduler) RunUntilIdle(ctx context.Context) error {
 		before := s.progress.Load()
 		s.dispatch(ctx, &wg, sem)
 		wg.Wait()
+		if err := s.fatalErr(); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

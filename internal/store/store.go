@@ -10,9 +10,30 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
+
+// ErrCorrupt says the database cannot be the ledger keep wrote (a corrupt
+// page, a file that is not a database, an empty file): keep must stop and
+// say so, never go on or start over on it.
+var ErrCorrupt = errors.New("the database is corrupt")
+
+// MarkCorrupt wraps err in ErrCorrupt when its text is a database engine's
+// word for corruption; backends call it on the errors they return.
+func MarkCorrupt(err error) error {
+	if err == nil || errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	msg := strings.ToLower(err.Error())
+	if strings.Contains(msg, "malformed") || strings.Contains(msg, "file is not a database") || strings.Contains(msg, "database corruption") {
+		return fmt.Errorf("%w (%w); keep will not run on it: restore keep.db from a backup", ErrCorrupt, err)
+	}
+	return err
+}
 
 // Store is a transactional ledger store.
 type Store interface {

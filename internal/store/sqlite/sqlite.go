@@ -82,6 +82,9 @@ func Open(path string) (*Store, error) {
 	s := newStore(db)
 	if err := s.migrate(); err != nil {
 		db.Close()
+		if err := store.MarkCorrupt(err); errors.Is(err, store.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %s cannot be read (%v); keep refuses to run on it. Restore it from a backup", store.ErrCorrupt, path, err)
+		}
 		return nil, err
 	}
 	w, err := newConn(context.Background(), db)
@@ -179,7 +182,7 @@ func (s *Store) migrate() error {
 var ErrReadOnly = errors.New("the data directory is read-only")
 
 // ErrCorrupt says the database file cannot be the ledger keep wrote.
-var ErrCorrupt = errors.New("the database cannot be used")
+var ErrCorrupt = store.ErrCorrupt
 
 // OpenReadOnly opens an existing database for reading only, for a data
 // directory keep cannot write (a read-only mount): reads work, every write fails.
@@ -203,12 +206,13 @@ func OpenReadOnly(path string) (*Store, error) {
 // Update returns; fn may share its commit with other callers' (see
 // committer.go), never its rollback.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	return s.submit(ctx, fn)
+	return store.MarkCorrupt(s.submit(ctx, fn))
 }
 
 // View runs fn in a read transaction on a reader connection; it sees only
 // committed (durable) data.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
+	defer func() { err = store.MarkCorrupt(err) }()
 	var c *conn
 	select {
 	case c = <-s.readers:
