@@ -3,7 +3,6 @@ package script
 import (
 	"encoding/json"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,10 +44,7 @@ type sandboxVM struct {
 	host HostFunc
 }
 
-var idleVMs struct {
-	sync.Mutex
-	list []*sandboxVM // least recently used first
-}
+var idleVMs = &idlePool[*sandboxVM]{max: maxIdleVMs}
 
 // takeVM returns an idle VM that last ran p, else a new one with p loaded.
 // A VM never runs code of two script versions (so never of two workflows):
@@ -56,16 +52,7 @@ var idleVMs struct {
 // lockdown, can reach only later runs of the same script version (issue 11:
 // an unfrozen hidden intrinsic once let one workflow read another's data).
 func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
-	idleVMs.Lock()
-	var v *sandboxVM
-	for i := len(idleVMs.list) - 1; i >= 0; i-- {
-		if idleVMs.list[i].prog == p {
-			v = idleVMs.list[i]
-			idleVMs.list = append(idleVMs.list[:i], idleVMs.list[i+1:]...)
-			break
-		}
-	}
-	idleVMs.Unlock()
+	v, _ := idleVMs.take(func(v *sandboxVM) bool { return v.prog == p })
 	if v == nil {
 		var err error
 		if v, err = newSandboxVM(lim, true); err != nil {
@@ -91,15 +78,7 @@ func (v *sandboxVM) giveBack() {
 		v.vm.Close()
 		return
 	}
-	idleVMs.Lock()
-	idleVMs.list = append(idleVMs.list, v)
-	var retired *sandboxVM
-	if len(idleVMs.list) > maxIdleVMs {
-		retired = idleVMs.list[0]
-		idleVMs.list = idleVMs.list[1:]
-	}
-	idleVMs.Unlock()
-	if retired != nil {
+	if retired, ok := idleVMs.put(v); ok {
 		retired.vm.Close()
 	}
 }
@@ -107,18 +86,7 @@ func (v *sandboxVM) giveBack() {
 // Release closes the idle VMs and workers of a program that will not run again.
 func (p *Program) Release() {
 	p.releaseWorkers()
-	idleVMs.Lock()
-	var keep, closing []*sandboxVM
-	for _, v := range idleVMs.list {
-		if v.prog == p {
-			closing = append(closing, v)
-		} else {
-			keep = append(keep, v)
-		}
-	}
-	idleVMs.list = keep
-	idleVMs.Unlock()
-	for _, v := range closing {
+	for _, v := range idleVMs.remove(func(v *sandboxVM) bool { return v.prog == p }) {
 		v.vm.Close()
 	}
 }

@@ -325,10 +325,7 @@ type worker struct {
 	timedOut atomic.Bool
 }
 
-var idleWorkers struct {
-	sync.Mutex
-	list []*worker // least recently used first
-}
+var idleWorkers = &idlePool[*worker]{max: maxIdleWorkers}
 
 var workersStarted, workersKilled atomic.Int64
 
@@ -436,15 +433,9 @@ func firstLine(s string) string {
 
 // takeWorker returns an idle worker that runs p, else a new one.
 func (p *Program) takeWorker(lim Limits) (*worker, error) {
-	idleWorkers.Lock()
-	for i := len(idleWorkers.list) - 1; i >= 0; i-- {
-		if wk := idleWorkers.list[i]; wk.prog == p {
-			idleWorkers.list = append(idleWorkers.list[:i], idleWorkers.list[i+1:]...)
-			idleWorkers.Unlock()
-			return wk, nil
-		}
+	if wk, ok := idleWorkers.take(func(wk *worker) bool { return wk.prog == p }); ok {
+		return wk, nil
 	}
-	idleWorkers.Unlock()
 	deadline := lim.Timeout
 	if deadline <= 0 || deadline > loadDeadline {
 		deadline = loadDeadline
@@ -465,33 +456,14 @@ func (wk *worker) giveBack() {
 	if wk.dead.Load() {
 		return
 	}
-	idleWorkers.Lock()
-	idleWorkers.list = append(idleWorkers.list, wk)
-	var retired *worker
-	if len(idleWorkers.list) > maxIdleWorkers {
-		retired = idleWorkers.list[0]
-		idleWorkers.list = idleWorkers.list[1:]
-	}
-	idleWorkers.Unlock()
-	if retired != nil {
+	if retired, ok := idleWorkers.put(wk); ok {
 		retired.close()
 	}
 }
 
 // releaseWorkers ends the idle workers of a program that will not run again.
 func (p *Program) releaseWorkers() {
-	idleWorkers.Lock()
-	var keep, closing []*worker
-	for _, wk := range idleWorkers.list {
-		if wk.prog == p {
-			closing = append(closing, wk)
-		} else {
-			keep = append(keep, wk)
-		}
-	}
-	idleWorkers.list = keep
-	idleWorkers.Unlock()
-	for _, wk := range closing {
+	for _, wk := range idleWorkers.remove(func(wk *worker) bool { return wk.prog == p }) {
 		wk.close()
 	}
 }
@@ -511,11 +483,7 @@ var (
 // native loop must not hold a shutdown for its whole time limit).
 func StopWorkers() {
 	stopping.Store(true)
-	idleWorkers.Lock()
-	list := idleWorkers.list
-	idleWorkers.list = nil
-	idleWorkers.Unlock()
-	for _, wk := range list {
+	for _, wk := range idleWorkers.remove(nil) {
 		wk.close()
 	}
 	busyWorkers.Range(func(k, _ any) bool {
