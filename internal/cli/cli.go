@@ -573,6 +573,9 @@ func (a *app) printCard(c report.Card) {
 			fmt.Fprintf(a.out, "  call:    %s\n", crop(string(b), 300))
 		}
 	}
+	if w := c.AppliedWrite; w != nil {
+		fmt.Fprintf(a.out, "  done:    %s.%s → %s (already applied; never sent again)\n", w.Tool, w.Method, w.Target)
+	}
 	for _, in := range c.Inputs {
 		fmt.Fprintf(a.out, "  input:   %s\n", in.Title)
 	}

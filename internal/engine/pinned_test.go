@@ -223,3 +223,24 @@ func TestInputIsCheckingWhileKeepReconciles(t *testing.T) {
 		t.Fatalf("a card asks a person to act while keep is still checking: %+v", cards)
 	}
 }
+
+// Issue 10 #13: when next throws after the write was applied, the card
+// shows the write as done, not as what is blocked.
+func TestACardDoesNotShowAnAppliedWriteAsBlocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	src := strings.Replace(hookScript("", ""), `async next(ctx, p, r) { return { last: r.status } }`, `async next(ctx, p, r) { if (r.status === "applied") throw new Error("next broke") }`, 1)
+	wf := e.deploy(src)
+	e.settle()
+	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
+	if len(cards) != 1 || !strings.Contains(cards[0].Reason, "next broke") {
+		t.Fatalf("cards %+v", cards)
+	}
+	c := cards[0]
+	if c.Mutation != nil || c.AppliedWrite == nil || !strings.Contains(c.AppliedWrite.Target, "/write/a") || c.Approval {
+		t.Fatalf("card: mutation %+v applied %+v approval %v (%+v)", c.Mutation, c.AppliedWrite, c.Approval, c)
+	}
+	if len(e.sink.Writes()) != 1 {
+		t.Fatalf("writes %d", len(e.sink.Writes()))
+	}
+}

@@ -96,6 +96,11 @@ type Card struct {
 	CanReconcile   bool     `json:"canReconcile"`
 	Inputs         []Input  `json:"inputs"`
 	Actions        []string `json:"actions"`
+	// Approval is true when the run waits for a person to approve Mutation.
+	Approval bool `json:"approval"`
+	// AppliedWrite is the run's write when it already happened (the block
+	// is elsewhere, e.g. next threw): shown as done, never as what is blocked.
+	AppliedWrite *engine.PendingCall `json:"appliedWrite,omitempty"`
 }
 
 // Time renders a millisecond timestamp for people and JSON.
@@ -416,6 +421,10 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 		c.Inputs = append(c.Inputs, inputRow(in, s))
 	}
 	c.Actions = engine.ActionsFor(r, m, hasMut, len(evs))
+	c.Approval = engine.IsApprovalWait(r)
+	if hasMut && m.Status == kt.MutationApplied && c.Mutation != nil {
+		c.AppliedWrite, c.Mutation = c.Mutation, nil
+	}
 	return c, blocked, nil
 }
 
