@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,7 +44,10 @@ func preludeBytecode() ([]byte, error) {
 			return
 		}
 		defer vm.Close()
-		preludeCode, preludeErr = vm.Compile(preludeSource, quickjs.EvalGlobal)
+		// The prelude and a script share QuickJS's file name in stacks; the
+		// prelude's lines start at preludeLineBase, so its frames can be told
+		// from the script's and left out (issue 11: they showed as script lines).
+		preludeCode, preludeErr = vm.Compile(strings.Repeat("\n", preludeLineBase-1)+preludeSource, quickjs.EvalGlobal)
 	})
 	return preludeCode, preludeErr
 }
@@ -329,14 +333,31 @@ func joinRaw(args []json.RawMessage) string {
 
 var stackLoc = regexp.MustCompile(`<(?:input|eval)>:(\d+)(?::(\d+))?`)
 
+// preludeLineBase is the first line of the prelude in stacks: no script is
+// that long (SPEC §6 bounds what a run may hold far below it).
+const preludeLineBase = 1_000_000
+
+// inPrelude reports whether a stack line is a frame of the prelude.
+func inPrelude(line string) bool {
+	m := stackLoc.FindStringSubmatch(line)
+	if m == nil {
+		return false
+	}
+	n, err := strconv.Atoi(m[1])
+	return err == nil && n >= preludeLineBase
+}
+
 // CleanStack turns a QuickJS stack into "file:line" frames of the script only.
 func (p *Program) CleanStack(stack string) string { return p.cleanStack(stack) }
 
 func (p *Program) cleanStack(stack string) string {
-	stack = stackLoc.ReplaceAllString(stack, p.File+":$1")
 	var keep []string
 	for _, l := range strings.Split(stack, "\n") {
-		if strings.TrimSpace(l) == "" || isPreludeFrame(l) || strings.Contains(l, "<anonymous>") && !strings.Contains(l, p.File) {
+		if strings.TrimSpace(l) == "" || inPrelude(l) || isPreludeFrame(l) {
+			continue
+		}
+		l = stackLoc.ReplaceAllString(l, p.File+":$1")
+		if strings.Contains(l, "<anonymous>") && !strings.Contains(l, p.File) {
 			continue
 		}
 		keep = append(keep, strings.TrimSpace(l))
