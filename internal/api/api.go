@@ -32,6 +32,9 @@ type Server struct {
 	// Changed is called after an action changed state (wakes the scheduler, notifies pages).
 	Changed func(workflow string)
 	Now     func() time.Time
+	// Problem reports what keep serve cannot get past by itself (a full
+	// disk); "" when all is well. Nil for no scheduler.
+	Problem func() string
 }
 
 // MaxBody bounds request bodies (a deployed script included).
@@ -40,6 +43,7 @@ const MaxBody = 4 << 20
 // Handler returns the /api/v1/ routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/health", s.health)
 	mux.HandleFunc("GET /api/v1/workflows", s.listWorkflows)
 	mux.HandleFunc("POST /api/v1/workflows", s.deploy)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}", s.getWorkflow)
@@ -85,6 +89,15 @@ func (s *Server) changed(wf string) {
 	if s.Changed != nil {
 		s.Changed(wf)
 	}
+}
+
+// health answers whether keep serve is making progress: {ok, problem}.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	problem := ""
+	if s.Problem != nil {
+		problem = s.Problem()
+	}
+	JSON(w, http.StatusOK, map[string]any{"ok": problem == "", "problem": problem})
 }
 
 // JSON writes v as the JSON answer.

@@ -609,8 +609,22 @@ func (a *app) statusCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// What the store shows cannot tell that keep serve is stuck
+				// (a full disk: nothing it does is written); it can.
+				problem := ""
+				if reply, handled, err := a.viaAPI("GET", "/api/v1/health", nil); handled && err == nil {
+					problem, _ = reply["problem"].(string)
+				}
+				for i := range ss {
+					if problem != "" && ss[i].Status != "paused" {
+						ss[i].Status, ss[i].Reason = "error", "keep serve cannot go on: "+problem
+					}
+				}
 				if a.jsonOut {
 					return a.printJSON(nonNil(ss))
+				}
+				if problem != "" {
+					fmt.Fprintf(a.out, "keep serve cannot go on by itself: %s\n\n", problem)
 				}
 				if len(ss) == 0 {
 					fmt.Fprintln(a.out, "no workflows deployed")

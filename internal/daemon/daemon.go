@@ -159,13 +159,15 @@ func (k *Keep) Changed(wf string) {
 func (k *Keep) HTTPHandler(token string) http.Handler {
 	guard := api.NewGuard(token)
 	mux := http.NewServeMux()
-	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed}).Handler())
+	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem}).Handler())
 	mux.HandleFunc("GET "+api.InstancePath, func(w http.ResponseWriter, r *http.Request) {
 		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
 	})
 	mux.Handle("GET /events", k.Hub)
 	mux.Handle("GET /metrics", k.Metrics.Handler())
-	mux.Handle("/", web.New(k.Store, guard, k.Changed).Handler())
+	page := web.New(k.Store, guard, k.Changed)
+	page.Problem = k.Scheduler.Problem
+	mux.Handle("/", page.Handler())
 	return guard.Wrap(mux, "/login")
 }
 

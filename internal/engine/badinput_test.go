@@ -3,6 +3,8 @@ package engine_test
 import (
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -109,6 +111,27 @@ func TestFullDataDirNeverStartsAnUnrecordedCall(t *testing.T) {
 	errs := k.Scheduler.Errors()
 	if len(errs) == 0 || !strings.Contains(strings.ToLower(errs[0].Error()), "full") {
 		t.Fatalf("want a clear disk-full error, got %v", errs)
+	}
+	// keep status, the API and the page must not say idle (issue 11 #15).
+	srv := httptest.NewServer(k.HTTPHandler(""))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/api/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"ok":false`) || !strings.Contains(strings.ToLower(string(body)), "full") {
+		t.Fatalf("health while the disk is full: %s", body)
+	}
+	page, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if !strings.Contains(string(html), "cannot go on by itself") {
+		t.Fatalf("the page does not show the problem")
 	}
 	if sink.Requests() != 0 {
 		t.Fatalf("keep sent %d requests it could not record", sink.Requests())

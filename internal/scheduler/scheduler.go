@@ -47,6 +47,7 @@ type Scheduler struct {
 	busy     map[string]bool
 	backoff  map[string]time.Time
 	errs     []error
+	problem  string // see Problem
 	progress atomic.Int64 // steps that did something
 	fatal    atomic.Pointer[fatalError]
 }
@@ -107,6 +108,9 @@ func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan s
 		if ctx.Err() == nil {
 			s.noteFatal(err)
 			s.log.Error("scheduler: find due work", "error", err)
+			s.mu.Lock()
+			s.problem = fmt.Sprintf("find due work: %v", err)
+			s.mu.Unlock()
 		}
 		return 0
 	}
@@ -176,6 +180,7 @@ func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 			s.noteFatal(err)
 			s.log.Error("step failed", "workflow", wf, "error", err)
 			s.mu.Lock()
+			s.problem = fmt.Sprintf("workflow %s: %v", wf, err)
 			s.backoff[wf] = time.Now().Add(time.Second)
 			s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
 			s.mu.Unlock()
@@ -184,6 +189,9 @@ func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 		if !did {
 			return
 		}
+		s.mu.Lock()
+		s.problem = ""
+		s.mu.Unlock()
 		s.progress.Add(1)
 	}
 }
@@ -198,6 +206,16 @@ func (s *Scheduler) step(ctx context.Context, wf string) (did bool, err error) {
 }
 
 // Errors returns the step errors seen so far (store failures, host bugs).
+// Problem is the error of the most recent failed step when no step has
+// succeeded since (a full disk, a store that refuses writes): what keep
+// serve cannot get past by itself, for `keep status`, the API and the page.
+// "" when there is none.
+func (s *Scheduler) Problem() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.problem
+}
+
 func (s *Scheduler) Errors() []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -38,6 +38,9 @@ type Server struct {
 	Guard   *api.Guard
 	Changed func(workflow string)
 	Now     func() time.Time
+	// Problem reports what keep serve cannot get past by itself; shown on
+	// every page. Nil for none.
+	Problem func() string
 	pages   map[string]*template.Template
 }
 
@@ -120,6 +123,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 		data = map[string]any{}
 	}
 	data["Title"] = title
+	data["Problem"] = s.problem()
 	if _, ok := data["Flash"]; !ok {
 		data["Flash"] = r.URL.Query().Get("flash")
 	}
@@ -146,6 +150,14 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, "index", "workflows", map[string]any{"Workflows": ss})
+}
+
+// problem is the banner text of keep serve's current problem, if any.
+func (s *Server) problem() string {
+	if s.Problem == nil {
+		return ""
+	}
+	return s.Problem()
 }
 
 type inputRow struct {
