@@ -3,9 +3,9 @@ package engine_test
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"

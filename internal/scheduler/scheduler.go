@@ -47,7 +47,7 @@ type Scheduler struct {
 	busy     map[string]bool
 	backoff  map[string]time.Time
 	errs     []error
-	problem  string // see Problem
+	problem  string       // see Problem
 	progress atomic.Int64 // steps that did something
 	fatal    atomic.Pointer[fatalError]
 }
