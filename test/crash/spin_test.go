@@ -14,6 +14,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/testsink"
 )
 
 const spinScript = `export default Keep.workflow({
@@ -149,5 +150,35 @@ func TestAWorkerDoesNotOutliveAKilledKeep(t *testing.T) {
 	p.kill()
 	for _, w := range workers {
 		waitFor(t, "the orphaned sandbox worker to exit", 30*time.Second, func() bool { return !alive(w) })
+	}
+}
+
+// Issue 11 #15: a WAL deleted after a kill -9 took the last transactions
+// with it; keep refuses to run on what is left instead of sending writes
+// again that the lost ledger recorded.
+func TestADeletedWALIsDetected(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	dir := setup(t, sink, true)
+	p := serve(t, dir)
+	waitFor(t, "the write to be applied", 60*time.Second, func() bool { return committed(read(t, dir)) })
+	p.kill()
+	wal := filepath.Join(dir, "data", "keep.db-wal")
+	if _, err := os.Stat(wal); err != nil {
+		t.Fatalf("no WAL after kill -9: %v", err)
+	}
+	if err := os.Remove(wal); err != nil {
+		t.Fatal(err)
+	}
+	p2 := serve(t, dir)
+	if !p2.exited(60 * time.Second) {
+		t.Fatal("keep serve runs on a database whose WAL was deleted")
+	}
+	if !strings.Contains(p2.logs.String(), "the last ones are lost") {
+		t.Fatalf("keep serve did not say why it stopped (%v):\n%s", p2.cmd.ProcessState, p2.logs.String())
+	}
+	if sink.Requests() != 1 {
+		t.Fatalf("requests at the sink: %d", sink.Requests())
 	}
 }

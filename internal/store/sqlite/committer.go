@@ -164,15 +164,23 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 			return
 		}
 	}
+	var seq int64
 	if committed == 0 {
 		// Nothing to make durable: no fsync. (After an error SQLite may have
 		// rolled back already; the error that matters is the request's own.)
 		w.exec("ROLLBACK")
+	} else if err := w.QueryRow(`UPDATE commit_seq SET seq = seq + 1 WHERE id = 1 RETURNING seq`).Scan(&seq); err != nil {
+		w.exec("ROLLBACK")
+		fail(fmt.Errorf("commit: %w", err))
+		return
 	} else if err := w.exec("COMMIT"); err != nil {
 		w.exec("ROLLBACK")
 		fail(fmt.Errorf("commit: %w", err))
 		return
 	} else {
+		// Another process (keep deploy beside keep serve) commits too: the
+		// number comes from the database, so the note never runs ahead of it.
+		s.noteSeq(seq)
 		s.commits.Add(1)
 		s.transactions.Add(int64(committed))
 	}

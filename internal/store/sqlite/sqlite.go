@@ -36,6 +36,7 @@ type Store struct {
 	rdb *sql.DB // readers: WAL lets them read while the writer commits
 
 	writer  *conn         // the writer connection (nil when read-only)
+	seqFile *os.File      // the note of the last commit's number (see openSeq)
 	quit    chan struct{} // closed by Close
 	readers chan *conn    // idle reader connections
 	all     []*conn       // every held connection, closed by Close
@@ -104,8 +105,47 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s for reading: %w", path, err)
 	}
 	s.writer = w
+	if err := s.openSeq(path); err != nil {
+		s.closeConns()
+		return nil, err
+	}
 	return s, nil
 }
+
+// openSeq reads the database's commit number and the note beside it. A
+// database behind its note lost transactions that were committed (its
+// -wal was deleted after a crash): the ledger would forget writes that
+// happened and send them again, so keep refuses to run on it. The note is
+// written after every commit without an fsync, so after a power cut it can
+// only lag (never a false alarm).
+func (s *Store) openSeq(path string) error {
+	var seq int64
+	if err := s.writer.QueryRow(`SELECT seq FROM commit_seq WHERE id = 1`).Scan(&seq); err != nil {
+		return fmt.Errorf("open %s: read the commit number: %w", path, err)
+	}
+	f, err := os.OpenFile(path+".seq", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	var noted int64
+	fmt.Sscan(strings.TrimSpace(string(b[:n])), &noted)
+	if seq < noted {
+		f.Close()
+		return fmt.Errorf("%w: %s holds %d commits, but %d were made (see %s.seq): the last ones are lost — was %s-wal deleted? The ledger would forget writes that happened and send them again, so keep refuses to run on it. Restore the data directory from a backup", store.ErrCorrupt, path, seq, noted, path, path)
+	}
+	s.seqFile = f
+	return nil
+}
+
+// noteSeq records a commit's number beside the database (no fsync: see openSeq).
+func (s *Store) noteSeq(seq int64) {
+	if s.seqFile != nil {
+		_, _ = s.seqFile.WriteAt([]byte(fmt.Sprintf("%-20d\n", seq)), 0)
+	}
+}
+
 
 func newStore(db *sql.DB) *Store {
 	s := &Store{db: db, quit: make(chan struct{})}
@@ -259,6 +299,9 @@ func (s *Store) Close() error {
 			<-s.readers
 		}
 		s.closeConns()
+		if s.seqFile != nil {
+			s.seqFile.Close()
+		}
 	})
 	return nil
 }
