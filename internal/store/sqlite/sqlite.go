@@ -146,7 +146,6 @@ func (s *Store) noteSeq(seq int64) {
 	}
 }
 
-
 func newStore(db *sql.DB) *Store {
 	s := &Store{db: db, quit: make(chan struct{})}
 	s.idle = sync.NewCond(&s.mu)
