@@ -167,7 +167,7 @@ func TestFullDiskGivesAClearError(t *testing.T) {
 // and a credential in it is masked (issue 11 #7).
 func TestHugeErrorsAreCutAndSecretsMasked(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newEnvWith(t, roomyPolicy) // the time limit is not what is tested
 	wf := e.deploy(`export default Keep.workflow({ name: "huge", topics: { "a": {} },
   producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
     throw new Error("see https://u:hunter2-secret@h.example/x " + "x".repeat(2 << 20))
@@ -209,7 +209,7 @@ func TestFlatPublishIsRefusedByName(t *testing.T) {
 // message and nothing of it is committed.
 func TestPublishesPerRunAreBounded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newEnvWith(t, roomyPolicy) // the time limit is not what is tested
 	wf := e.deploy(`export default Keep.workflow({ name: "flood", topics: { "a": {} },
   producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
     const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "x", title: "X" })
