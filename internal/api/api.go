@@ -377,9 +377,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch engine.Resolution(req.Action) {
-	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip:
+	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip, engine.ResolveReprocess:
 	default:
-		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("action %q: use try-again, didnt-happen or skip", req.Action))
+		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("action %q: use try-again, didnt-happen, skip or reprocess", req.Action))
 		return
 	}
 	s.act(w, r, engine.Resolution(req.Action))

@@ -851,9 +851,9 @@ func (a *app) showCmd() *cobra.Command {
 // ---------- actions ----------
 
 func (a *app) resolveCmd() *cobra.Command {
-	var tryAgain, didnt, skip bool
+	var tryAgain, didnt, skip, reprocess bool
 	c := &cobra.Command{
-		Use:   "resolve RUN --try-again|--didnt-happen|--skip",
+		Use:   "resolve RUN --try-again|--didnt-happen|--skip|--reprocess",
 		Short: "decide what happens to a blocked run",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -868,8 +868,11 @@ func (a *app) resolveCmd() *cobra.Command {
 			if skip {
 				what, n = engine.ResolveSkip, n+1
 			}
+			if reprocess {
+				what, n = engine.ResolveReprocess, n+1
+			}
 			if n != 1 {
-				return &exitError{code: exitUsageCode, err: errors.New("choose exactly one of --try-again, --didnt-happen, --skip")}
+				return &exitError{code: exitUsageCode, err: errors.New("choose exactly one of --try-again, --didnt-happen, --skip, --reprocess")}
 			}
 			return a.act(cmd.Context(), args[0], what)
 		},
@@ -877,6 +880,7 @@ func (a *app) resolveCmd() *cobra.Command {
 	c.Flags().BoolVar(&tryAgain, "try-again", false, "check again whether the write happened (or retry a failed run)")
 	c.Flags().BoolVar(&didnt, "didnt-happen", false, "you verified the write did not happen: send it again")
 	c.Flags().BoolVar(&skip, "skip", false, "give up this write: next runs with {status:'skipped'} and its inputs are skipped")
+	c.Flags().BoolVar(&reprocess, "reprocess", false, "the run tried to change an item that is already done: start a new attempt of that item and retry")
 	return c
 }
 

@@ -20,6 +20,9 @@ const (
 	ResolveDidntHappen Resolution = "didnt-happen"
 	ResolveSkip        Resolution = "skip"
 	ResolveApprove     Resolution = "approve"
+	// ResolveReprocess starts a new attempt of the done item a task run
+	// tried to mutate, and retries the run (offered only there).
+	ResolveReprocess Resolution = "reprocess"
 )
 
 // ActionError is a person's action that does not apply; the message says why
@@ -97,7 +100,11 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 			return err
 		}
 		// Try again, It didn't happen and Approve explain their own refusals below.
-		if what == ResolveSkip && !slices.Contains(ActionsFor(run, mut, hasMut, len(held)), string(ResolveSkip)) {
+		allowed := ActionsFor(run, mut, hasMut, len(held))
+		if what == ResolveSkip && doneItemOf(run) != "" && !slices.Contains(allowed, string(ResolveSkip)) {
+			return refuse("Skip does not apply to run %s: item %q is already done, so skipping it changes nothing and the next run would fail the same way. Reprocess the item (--reprocess) to do it again, or deploy a fix that checks ctx.item.isDone and try again", runID, doneItemOf(run))
+		}
+		if what == ResolveSkip && !slices.Contains(allowed, string(ResolveSkip)) {
 			return refuse("Skip does not apply to run %s: %s failed before it selected any event, so there is nothing to skip and the next run would fail the same way. Fix the script and deploy it with `keep deploy --minor`, or skip the inputs it would take (`keep skip ITEM`)", runID, run.Handler)
 		}
 		unknown := hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile)
@@ -159,8 +166,22 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 			run.ApprovedHash = pc.CallHash
 			msg = fmt.Sprintf("approved: %s will be sent", pc.Target)
 			run.Action = ActionRetry
+		case ResolveReprocess:
+			key := doneItemOf(run)
+			if key == "" || !slices.Contains(allowed, string(ResolveReprocess)) {
+				return refuse("Reprocess applies to a run that tried to change an item that is already done; run %s is %s", runID, run.Status)
+			}
+			it, err := FindItem(tx, run.Workflow, key)
+			if err != nil {
+				return err
+			}
+			if msg, err = reprocess(tx, it, ms); err != nil {
+				return err
+			}
+			run.Action = ActionRetry
+			msg += fmt.Sprintf("; run %s is retried", runID)
 		default:
-			return refuse("unknown resolution %q (use --try-again, --didnt-happen or --skip)", what)
+			return refuse("unknown resolution %q (use --try-again, --didnt-happen, --skip or --reprocess)", what)
 		}
 		run.UpdatedAt = ms
 		if err := tx.RunPut(run); err != nil {
@@ -196,12 +217,28 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 		return append(out, string(ResolveDidntHappen), string(ResolveSkip))
 	case IsApprovalWait(r):
 		return []string{string(ResolveApprove), string(ResolveSkip)}
+	case doneItemOf(r) != "" && r.Status == kt.StatusFailedLogic:
+		// Skipping an item that is already done changes nothing: the next
+		// run would fail the same way.
+		return []string{string(ResolveReprocess), string(ResolveTryAgain)}
 	case r.HandlerType == kt.HandlerConsumer && r.Phase == kt.PhasePreparing && held == 0:
 		// prepare failed before it selected anything: there is nothing a
 		// Skip could skip, and the next run would fail the same way.
 		return []string{string(ResolveTryAgain)}
 	}
 	return []string{string(ResolveTryAgain), string(ResolveSkip)}
+}
+
+// doneItemOf is the done item a run's handler tried to mutate, if any.
+func doneItemOf(r kt.Run) string {
+	if len(r.PendingCall) == 0 {
+		return ""
+	}
+	var pc PendingCall
+	if json.Unmarshal(r.PendingCall, &pc) != nil {
+		return ""
+	}
+	return pc.DoneItem
 }
 
 func unpause(tx store.Tx, wf string, now int64) error {

@@ -238,7 +238,9 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	}
 	it := ts.item
 	if ts.isDone {
-		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s.%s on item %q, which is already %s: completed items cannot produce new side effects — check ctx.item.isDone before mutating", tool, m.Name, it.Key, it.Status)
+		pc := PendingCall{Tool: tool, Method: m.Name, Target: targetOf(m, tool, args), Args: m.Redact(args), DoneItem: it.Key}
+		run.PendingCall, _ = json.Marshal(pc)
+		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s.%s on item %q, which is already %s: completed items cannot produce new side effects — check ctx.item.isDone before mutating (deploy the fix with `keep deploy --minor`), or reprocess the item if it must be done again", tool, m.Name, it.Key, it.Status)
 	}
 	ts.mutations++
 	identity, payload := m.Split(args)

@@ -26,6 +26,10 @@ type PendingCall struct {
 	PayloadHash string         `json:"payloadHash"`
 	// CallHash binds an approval to the whole call (engine.CallHash).
 	CallHash string `json:"callHash"`
+	// DoneItem is the key of the item this call was made on although the
+	// item is done: the run failed before sending it, and Skip cannot end
+	// that block; Reprocess of the item can (ch 14 §14.2.2).
+	DoneItem string `json:"doneItem,omitempty"`
 }
 
 func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {

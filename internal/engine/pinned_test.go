@@ -244,3 +244,39 @@ func TestACardDoesNotShowAnAppliedWriteAsBlocked(t *testing.T) {
 		t.Fatalf("writes %d", len(e.sink.Writes()))
 	}
 }
+
+// Issue 10 #2: a task run that mutates an item that is already done is not
+// offered Skip (the item is done: skipping it changes nothing); it is
+// offered Reprocess of that item, which ends the block.
+func TestAMutationOnADoneItemOffersReprocessNotSkip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	writeInbox(t, e, "a")
+	wf := e.deploy(itemScript("", `await ctx.http.request({ method: "POST", url: "%SINK%/write/" + id, json: { id } })`))
+	e.settle()
+	e.noOpenRun(wf)
+	if _, err := runNow(e, wf); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, "already done") {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
+	if len(cards) != 1 || strings.Join(cards[0].Actions, ",") != "reprocess,try-again" {
+		t.Fatalf("cards %+v", cards)
+	}
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "already done") {
+		t.Fatalf("skip: %v", err)
+	}
+	msg := e.resolve(r.ID, engine.ResolveReprocess)
+	if !strings.Contains(msg, "attempt 2") {
+		t.Fatalf("reprocess said %q", msg)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	if n := len(e.sink.Writes()); n != 2 {
+		t.Fatalf("writes %d: the reprocessed item's write must really run again", n)
+	}
+}

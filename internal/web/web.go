@@ -276,7 +276,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		what = engine.ResolveApprove
 	}
 	switch what {
-	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip, engine.ResolveApprove:
+	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip, engine.ResolveApprove, engine.ResolveReprocess:
 	default:
 		s.back(w, r, "/w/"+url.PathEscape(wf), fmt.Sprintf("unknown action %q", what))
 		return
