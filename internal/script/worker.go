@@ -341,7 +341,15 @@ func startWorker(file, source string, deadline time.Duration) (*worker, *Declara
 		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	// Only what the Go runtime reads: keep's own environment (KEEP_TOKEN,
+	// credentials) has no business in a process that runs untrusted code,
+	// even one with no way to read it.
+	cmd.Env = []string{workerEnv + "=1"}
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GO") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	// Its own process group, so that a Ctrl-C at a terminal reaches keep
 	// (which stops its workers) and not the workers directly.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

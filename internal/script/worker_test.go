@@ -2,6 +2,8 @@ package script
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -127,5 +129,23 @@ func TestACaughtOutOfMemoryStillFailsTheRun(t *testing.T) {
 		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
 	if err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "out of memory") || !strings.Contains(err.Error(), "32 MiB") {
 		t.Fatalf("want a logic error: out of memory (limit 32 MiB), got %v (returned %s)", err, o.Value)
+	}
+}
+
+// A sandbox worker gets no environment but the Go runtime's: keep's own
+// (KEEP_TOKEN, credentials) stays out of the process that runs scripts.
+func TestWorkersDoNotInheritKeepsEnvironment(t *testing.T) {
+	t.Setenv("KEEP_TOKEN", "planted-env-secret")
+	wk, _, err := startWorker("wf.js", isolationScript(`return {}`), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wk.kill()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", wk.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), "planted-env-secret") || !strings.Contains(string(env), workerEnv+"=1") {
+		t.Fatalf("worker environment: %q", env)
 	}
 }
