@@ -91,6 +91,18 @@ func (e *env) redeploy(src string, kind engine.DeployKind) {
 }
 
 // settle runs until nothing is due and nothing waits for a timed retry.
+// unknownWrite deploys hookScript against a sink that applies the write and
+// never answers in time, with no probe: the run blocks on a write whose
+// outcome is unknown. It returns the env, the workflow and that run.
+func unknownWrite(t *testing.T) (*env, string, kt.Run) {
+	t.Helper()
+	e := newEnv(t)
+	e.sink.Queue(testsink.TimeoutAfter)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	return e, wf, e.open(wf)
+}
+
 // activeVersion returns the label of a workflow's active version.
 func (e *env) activeVersion(wf string) string {
 	e.t.Helper()

@@ -7,7 +7,6 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
-	"github.com/keep-run/keep/internal/testsink"
 )
 
 // twoEventsScript: one input causes two events; the consumer writes each to
@@ -65,11 +64,7 @@ func TestEachEventOfOneInputGetsItsOwnWrite(t *testing.T) {
 // to the new one at start-up, so the run that owns it finds it again.
 func TestOldConsumerIdentitiesAreMigratedAtStartUp(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.sink.Queue(testsink.TimeoutAfter)
-	wf := e.deploy(hookScript("", ""))
-	e.settle()
-	r := e.open(wf)
+	e, wf, r := unknownWrite(t)
 	if r.Status != kt.StatusReconciliation {
 		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
 	}

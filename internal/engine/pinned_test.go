@@ -128,11 +128,7 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 // was sent again: who, what, when, on which mutation.
 func TestDecisionsAreKept(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.sink.Queue(testsink.TimeoutAfter)
-	wf := e.deploy(hookScript("", ""))
-	e.settle()
-	r := e.open(wf)
+	e, wf, r := unknownWrite(t)
 	if _, err := engine.Resolve(engine.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, engine.ResolveDidntHappen, nowT()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +158,7 @@ func TestDecisionsAreKept(t *testing.T) {
 // the blocked run is closed and a new attempt runs.
 func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.sink.Queue(testsink.TimeoutAfter)
-	wf := e.deploy(hookScript("", ""))
-	e.settle()
-	r := e.open(wf)
+	e, wf, r := unknownWrite(t)
 	ins := e.inputs(wf)
 	if r.Status != kt.StatusReconciliation || len(ins) != 1 || ins[0].Status != "needs_attention" {
 		t.Fatalf("run %s inputs %+v", r.Status, ins)
@@ -199,11 +191,7 @@ func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
 // input says "checking"; needs_attention only once a person must act.
 func TestInputIsCheckingWhileKeepReconciles(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.sink.Queue(testsink.TimeoutAfter)
-	wf := e.deploy(hookScript("", ""))
-	e.settle()
-	r := e.open(wf)
+	e, wf, r := unknownWrite(t)
 	if ins := e.inputs(wf); ins[0].Status != kt.ItemNeedsAttention {
 		t.Fatalf("input while a person must decide: %s", ins[0].Status)
 	}
