@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -21,11 +22,12 @@ import (
 // Exercise runs the suite. open returns a fresh, empty store.
 func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := context.Background()
+	cov := &coverage{called: map[string]bool{}}
+	cov.check(t)
 	run := func(name string, fn func(t *testing.T, s store.Store)) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := open(t)
-			fn(t, s)
+			fn(t, recordingStore{open(t), cov})
 		})
 	}
 
@@ -323,6 +325,135 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 		}))
 	})
 
+	run("workflows and versions are listed in order", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for _, w := range []string{"b", "a"} {
+				if err := tx.WorkflowPut(kt.Workflow{Name: w, Paused: w == "b", PausedReason: "by a person"}); err != nil {
+					return err
+				}
+				for i := 0; i < 2; i++ {
+					v := kt.Version{Workflow: w, Major: 1, Minor: i, Script: w, File: w + ".js"}
+					if err := tx.VersionInsert(&v); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			ws, err := tx.WorkflowList()
+			if err != nil || len(ws) != 2 || ws[0].Name != "a" || ws[1].Name != "b" || !ws[1].Paused || ws[1].PausedReason != "by a person" {
+				return fmt.Errorf("workflows %+v %v", ws, err)
+			}
+			vs, err := tx.VersionList("b")
+			if err != nil || len(vs) != 2 || vs[0].Label() != "1.0" || vs[1].Label() != "1.1" || vs[0].ID >= vs[1].ID || vs[1].File != "b.js" {
+				return fmt.Errorf("versions %+v %v", vs, err)
+			}
+			if vs, err := tx.VersionList("none"); err != nil || len(vs) != 0 {
+				return fmt.Errorf("versions of an unknown workflow %+v %v", vs, err)
+			}
+			return nil
+		}))
+	})
+
+	run("items and their attempts", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, key := range []string{"email:b", "email:a"} {
+				it := kt.Input{ID: "it" + key, Workflow: "w", Key: key, Kind: "task", Title: "Email " + key, Status: kt.ItemProcessing,
+					CurrentAttempt: 1, CreatedBy: "r1", LastRun: "r1", LastVersion: 3, CreatedAt: int64(10 + i), UpdatedAt: int64(10 + i)}
+				if err := tx.InputPut(it); err != nil {
+					return err
+				}
+			}
+			it, err := tx.InputGet("itemail:a")
+			if err != nil {
+				return err
+			}
+			it.Status, it.CurrentAttempt, it.LastRun = kt.ItemDone, 2, "r2"
+			if err := tx.InputPut(it); err != nil {
+				return err
+			}
+			for _, a := range []kt.ItemAttempt{{ItemID: "itemail:a", Attempt: 2, Status: kt.ItemProcessing, Version: 3}, {ItemID: "itemail:a", Attempt: 1, Status: kt.ItemDone, Version: 2}} {
+				if err := tx.ItemAttemptPut(a); err != nil {
+					return err
+				}
+			}
+			// An attempt is updated in place.
+			return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: "itemail:a", Attempt: 2, Status: kt.ItemDone, Version: 3, UpdatedAt: 5})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			it, err := tx.InputGet("itemail:a")
+			if err != nil || it.Status != kt.ItemDone || it.CurrentAttempt != 2 || it.LastRun != "r2" || it.LastVersion != 3 || it.Kind != "task" {
+				return fmt.Errorf("item %+v %v", it, err)
+			}
+			if _, err := tx.InputGet("nope"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("missing item: %v", err)
+			}
+			ins, err := tx.InputList("w")
+			if err != nil || len(ins) != 2 || ins[0].Key != "email:b" || ins[1].Key != "email:a" {
+				return fmt.Errorf("items in creation order: %+v %v", ins, err)
+			}
+			as, err := tx.ItemAttemptList("itemail:a")
+			if err != nil || len(as) != 2 || as[0].Attempt != 1 || as[1].Attempt != 2 || as[1].Status != kt.ItemDone || as[0].Version != 2 {
+				return fmt.Errorf("attempts %+v %v", as, err)
+			}
+			return nil
+		}))
+	})
+
+	run("mutations listed by workflow and by status, and the counts", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, st := range []kt.MutationStatus{kt.MutationApplied, kt.MutationInFlight, kt.MutationInFlight} {
+				wf := "w"
+				if i == 2 {
+					wf = "other"
+				}
+				m := kt.Mutation{ID: fmt.Sprintf("m%d", i), Workflow: wf, RunID: fmt.Sprintf("r%d", i), Tool: "http", Method: "request", Params: json.RawMessage(`{}`),
+					IdentityKey: fmt.Sprintf("k%d", i), IdempotencyKey: fmt.Sprintf("keep-k%d", i), Status: st, ReconcileAttempts: i, CreatedAt: int64(i + 1)}
+				if err := tx.MutationPut(m); err != nil {
+					return err
+				}
+			}
+			for i, st := range []kt.Status{kt.StatusCommitted, kt.StatusCommitted, kt.StatusReconciliation} {
+				if err := tx.RunPut(kt.Run{ID: fmt.Sprintf("r%d", i), Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: st}); err != nil {
+					return err
+				}
+			}
+			_, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`1`)})
+			return err
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			ms, err := tx.MutationList("w")
+			if err != nil || len(ms) != 2 || ms[0].ID != "m0" || ms[1].ID != "m1" {
+				return fmt.Errorf("mutations of w %+v %v", ms, err)
+			}
+			inFlight, err := tx.MutationsWithStatus(kt.MutationInFlight)
+			if err != nil || len(inFlight) != 2 || inFlight[0].ID != "m1" || inFlight[1].ID != "m2" {
+				return fmt.Errorf("in_flight mutations %+v %v", inFlight, err)
+			}
+			c, err := tx.Counts()
+			if err != nil || c.RunsByStatus[string(kt.StatusCommitted)] != 2 || c.RunsByStatus[string(kt.StatusReconciliation)] != 1 ||
+				c.MutationsByStatus[string(kt.MutationInFlight)] != 2 || c.MutationsByStatus[string(kt.MutationApplied)] != 1 ||
+				c.ReconcileAttempts != 3 || c.PendingEvents != 1 {
+				return fmt.Errorf("counts %+v %v", c, err)
+			}
+			return nil
+		}))
+	})
+
+	run("a closed store refuses transactions", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.WorkflowPut(kt.Workflow{Name: "w"}) }))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Update(ctx, func(tx store.Tx) error { return tx.WorkflowPut(kt.Workflow{Name: "x"}) }); err == nil {
+			t.Fatal("an update after Close succeeded")
+		}
+		if err := s.View(ctx, func(tx store.Tx) error { _, err := tx.WorkflowGet("w"); return err }); err == nil {
+			t.Fatal("a view after Close succeeded")
+		}
+	})
+
 	run("due workflows", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			for _, w := range []string{"a", "b", "c", "d"} {
@@ -349,6 +480,94 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			due, err := tx.DueWorkflows(100)
 			if err != nil || fmt.Sprint(due) != "[a c]" {
 				return fmt.Errorf("due %v %v", due, err)
+			}
+			return nil
+		}))
+	})
+
+	run("due workflows: every reason, and every reason not to", func(t *testing.T, s store.Store) {
+		const now = 1000
+		type setup struct {
+			wf      kt.Workflow
+			version int64 // the open run's version
+			run     *kt.Run
+			mut     *kt.Mutation
+			handler *kt.Handler
+		}
+		open := func(st kt.Status) *kt.Run {
+			return &kt.Run{Workflow: "?", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: st}
+		}
+		cases := map[string]struct {
+			due bool
+			s   setup
+		}{
+			"a person's decision":              {true, setup{run: func() *kt.Run { r := open(kt.StatusFailedLogic); r.Action = "retry"; return r }()}},
+			"a crashed run":                    {true, setup{run: open(kt.StatusCrashed)}},
+			"an active run left behind":        {true, setup{run: open(kt.StatusActive)}},
+			"a transient retry that is due":    {true, setup{run: func() *kt.Run { r := open(kt.StatusTransient); r.NextAttemptAt = now; return r }()}},
+			"a transient retry not due yet":    {false, setup{run: func() *kt.Run { r := open(kt.StatusTransient); r.NextAttemptAt = now + 1; return r }()}},
+			"transient retries given up":       {false, setup{run: open(kt.StatusTransient)}},
+			"a logic failure, a newer version": {true, setup{wf: kt.Workflow{ActiveVersion: 2}, version: 1, run: open(kt.StatusFailedLogic)}},
+			"a logic failure, same version":    {false, setup{wf: kt.Workflow{ActiveVersion: 1}, version: 1, run: open(kt.StatusFailedLogic)}},
+			"a reconcile attempt that is due": {true, setup{run: open(kt.StatusReconciliation),
+				mut: &kt.Mutation{Status: kt.MutationNeedsReconcile, NextReconcileAt: now}}},
+			"a reconcile attempt not due yet": {false, setup{run: open(kt.StatusReconciliation),
+				mut: &kt.Mutation{Status: kt.MutationNeedsReconcile, NextReconcileAt: now + 1}}},
+			"an indeterminate write":  {false, setup{run: open(kt.StatusReconciliation), mut: &kt.Mutation{Status: kt.MutationIndeterminate}}},
+			"waiting for approval":    {false, setup{run: open(kt.StatusApproval)}},
+			"a dirty consumer":        {true, setup{handler: &kt.Handler{Type: kt.HandlerConsumer, Dirty: true}}},
+			"a woken consumer":        {true, setup{handler: &kt.Handler{Type: kt.HandlerConsumer, WakeAt: now}}},
+			"a consumer woken later":  {false, setup{handler: &kt.Handler{Type: kt.HandlerConsumer, WakeAt: now + 1}}},
+			"a queued producer":       {true, setup{handler: &kt.Handler{Type: kt.HandlerProducer, Queued: true}}},
+			"a producer due now":      {true, setup{handler: &kt.Handler{Type: kt.HandlerProducer, NextRunAt: now}}},
+			"an unscheduled producer": {false, setup{handler: &kt.Handler{Type: kt.HandlerProducer}}},
+			"dirty, but a run blocks": {false, setup{handler: &kt.Handler{Type: kt.HandlerConsumer, Dirty: true}, run: open(kt.StatusApproval)}},
+			"dirty, but paused":       {false, setup{wf: kt.Workflow{Paused: true}, handler: &kt.Handler{Type: kt.HandlerConsumer, Dirty: true}}},
+			"a decision, but paused":  {false, setup{wf: kt.Workflow{Paused: true}, run: func() *kt.Run { r := open(kt.StatusFailedLogic); r.Action = "retry"; return r }()}},
+		}
+		want := []string{}
+		i := 0
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for name, c := range cases {
+				i++
+				w := c.s.wf
+				w.Name = name
+				if err := tx.WorkflowPut(w); err != nil {
+					return err
+				}
+				if c.due {
+					want = append(want, name)
+				}
+				if h := c.s.handler; h != nil {
+					h.Workflow, h.Name = name, "h"
+					if err := tx.HandlerPut(*h); err != nil {
+						return err
+					}
+				}
+				if r := c.s.run; r != nil {
+					r.ID, r.Workflow, r.Version = fmt.Sprintf("run%d", i), name, c.s.version
+					if err := tx.RunPut(*r); err != nil {
+						return err
+					}
+					if m := c.s.mut; m != nil {
+						m.ID, m.Workflow, m.RunID, m.Tool, m.Method, m.Params = fmt.Sprintf("m%d", i), name, r.ID, "http", "request", json.RawMessage(`{}`)
+						m.IdentityKey, m.IdempotencyKey = fmt.Sprintf("k%d", i), fmt.Sprintf("keep-k%d", i)
+						if err := tx.MutationPut(*m); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}))
+		sort.Strings(want)
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			due, err := tx.DueWorkflows(now)
+			if err != nil {
+				return err
+			}
+			if strings.Join(due, "|") != strings.Join(want, "|") {
+				return fmt.Errorf("due workflows:\n got %q\nwant %q", due, want)
 			}
 			return nil
 		}))

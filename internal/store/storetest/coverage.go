@@ -1,0 +1,268 @@
+package storetest
+
+import (
+	"context"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// coverage records which methods of store.Tx the suite calls, so that a
+// method with no case fails the suite (issue 13): a backend cannot get a
+// method wrong that nothing checks.
+type coverage struct {
+	mu     sync.Mutex
+	called map[string]bool
+}
+
+func (c *coverage) note(name string) {
+	c.mu.Lock()
+	c.called[name] = true
+	c.mu.Unlock()
+}
+
+// missing lists the Tx methods, and Store.Close, that no case called.
+func (c *coverage) missing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	tx := reflect.TypeOf((*store.Tx)(nil)).Elem()
+	for i := 0; i < tx.NumMethod(); i++ {
+		if name := tx.Method(i).Name; !c.called[name] {
+			out = append(out, name)
+		}
+	}
+	if !c.called["Close"] {
+		out = append(out, "Close")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkCoverage fails t when a Tx method has no case, once every case ran.
+func (c *coverage) check(t *testing.T) {
+	t.Cleanup(func() {
+		if m := c.missing(); len(m) > 0 && !t.Failed() {
+			t.Errorf("storetest has no case for these store methods: %v; add one", m)
+		}
+	})
+}
+
+// recordingStore wraps a backend's store so that every Tx it hands out
+// notes the methods called.
+type recordingStore struct {
+	store.Store
+	c *coverage
+}
+
+func (r recordingStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	return r.Store.Update(ctx, func(tx store.Tx) error { return fn(recordingTx{tx, r.c}) })
+}
+
+func (r recordingStore) View(ctx context.Context, fn func(store.Tx) error) error {
+	return r.Store.View(ctx, func(tx store.Tx) error { return fn(recordingTx{tx, r.c}) })
+}
+
+func (r recordingStore) Close() error {
+	r.c.note("Close")
+	return r.Store.Close()
+}
+
+type recordingTx struct {
+	tx store.Tx
+	c  *coverage
+}
+
+func (r recordingTx) WorkflowGet(name string) (kt.Workflow, error) {
+	r.c.note("WorkflowGet")
+	return r.tx.WorkflowGet(name)
+}
+
+func (r recordingTx) WorkflowList() ([]kt.Workflow, error) {
+	r.c.note("WorkflowList")
+	return r.tx.WorkflowList()
+}
+
+func (r recordingTx) WorkflowPut(w kt.Workflow) error {
+	r.c.note("WorkflowPut")
+	return r.tx.WorkflowPut(w)
+}
+
+func (r recordingTx) VersionInsert(v *kt.Version) error {
+	r.c.note("VersionInsert")
+	return r.tx.VersionInsert(v)
+}
+
+func (r recordingTx) VersionGet(workflow string, id int64) (kt.Version, error) {
+	r.c.note("VersionGet")
+	return r.tx.VersionGet(workflow, id)
+}
+
+func (r recordingTx) VersionList(workflow string) ([]kt.Version, error) {
+	r.c.note("VersionList")
+	return r.tx.VersionList(workflow)
+}
+
+func (r recordingTx) HandlerGet(workflow, name string) (kt.Handler, error) {
+	r.c.note("HandlerGet")
+	return r.tx.HandlerGet(workflow, name)
+}
+
+func (r recordingTx) HandlerList(workflow string) ([]kt.Handler, error) {
+	r.c.note("HandlerList")
+	return r.tx.HandlerList(workflow)
+}
+
+func (r recordingTx) HandlerPut(h kt.Handler) error {
+	r.c.note("HandlerPut")
+	return r.tx.HandlerPut(h)
+}
+
+func (r recordingTx) EventPublish(e *kt.Event) (created bool, err error) {
+	r.c.note("EventPublish")
+	return r.tx.EventPublish(e)
+}
+
+func (r recordingTx) EventGet(workflow, topic, messageID string) (kt.Event, error) {
+	r.c.note("EventGet")
+	return r.tx.EventGet(workflow, topic, messageID)
+}
+
+func (r recordingTx) EventsPending(workflow, topic string, limit int) ([]kt.Event, error) {
+	r.c.note("EventsPending")
+	return r.tx.EventsPending(workflow, topic, limit)
+}
+
+func (r recordingTx) EventsReservedBy(runID string) ([]kt.Event, error) {
+	r.c.note("EventsReservedBy")
+	return r.tx.EventsReservedBy(runID)
+}
+
+func (r recordingTx) EventsByInput(inputID string) ([]kt.Event, error) {
+	r.c.note("EventsByInput")
+	return r.tx.EventsByInput(inputID)
+}
+
+func (r recordingTx) EventUpdate(e kt.Event) error {
+	r.c.note("EventUpdate")
+	return r.tx.EventUpdate(e)
+}
+
+func (r recordingTx) OldestPending(workflow string, topics []string) (createdAt int64, ok bool, err error) {
+	r.c.note("OldestPending")
+	return r.tx.OldestPending(workflow, topics)
+}
+
+func (r recordingTx) CountPending(workflow string) (int, error) {
+	r.c.note("CountPending")
+	return r.tx.CountPending(workflow)
+}
+
+func (r recordingTx) InputGet(id string) (kt.Input, error) {
+	r.c.note("InputGet")
+	return r.tx.InputGet(id)
+}
+
+func (r recordingTx) InputGetByKey(workflow, key string) (kt.Input, error) {
+	r.c.note("InputGetByKey")
+	return r.tx.InputGetByKey(workflow, key)
+}
+
+func (r recordingTx) InputPut(in kt.Input) error {
+	r.c.note("InputPut")
+	return r.tx.InputPut(in)
+}
+
+func (r recordingTx) InputList(workflow string) ([]kt.Input, error) {
+	r.c.note("InputList")
+	return r.tx.InputList(workflow)
+}
+
+func (r recordingTx) ItemAttemptPut(a kt.ItemAttempt) error {
+	r.c.note("ItemAttemptPut")
+	return r.tx.ItemAttemptPut(a)
+}
+
+func (r recordingTx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
+	r.c.note("ItemAttemptList")
+	return r.tx.ItemAttemptList(itemID)
+}
+
+func (r recordingTx) RunGet(id string) (kt.Run, error) {
+	r.c.note("RunGet")
+	return r.tx.RunGet(id)
+}
+
+func (r recordingTx) RunPut(run kt.Run) error {
+	r.c.note("RunPut")
+	return r.tx.RunPut(run)
+}
+
+func (r recordingTx) RunList(workflow string, limit int) ([]kt.Run, error) {
+	r.c.note("RunList")
+	return r.tx.RunList(workflow, limit)
+}
+
+func (r recordingTx) RunOpen(workflow string) (kt.Run, error) {
+	r.c.note("RunOpen")
+	return r.tx.RunOpen(workflow)
+}
+
+func (r recordingTx) RunsWithStatus(status kt.Status) ([]kt.Run, error) {
+	r.c.note("RunsWithStatus")
+	return r.tx.RunsWithStatus(status)
+}
+
+func (r recordingTx) MutationGet(id string) (kt.Mutation, error) {
+	r.c.note("MutationGet")
+	return r.tx.MutationGet(id)
+}
+
+func (r recordingTx) MutationByIdentity(identityKey string) (kt.Mutation, error) {
+	r.c.note("MutationByIdentity")
+	return r.tx.MutationByIdentity(identityKey)
+}
+
+func (r recordingTx) MutationByRun(runID string) (kt.Mutation, error) {
+	r.c.note("MutationByRun")
+	return r.tx.MutationByRun(runID)
+}
+
+func (r recordingTx) MutationPut(m kt.Mutation) error {
+	r.c.note("MutationPut")
+	return r.tx.MutationPut(m)
+}
+
+func (r recordingTx) MutationList(workflow string) ([]kt.Mutation, error) {
+	r.c.note("MutationList")
+	return r.tx.MutationList(workflow)
+}
+
+func (r recordingTx) MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error) {
+	r.c.note("MutationsWithStatus")
+	return r.tx.MutationsWithStatus(status)
+}
+
+func (r recordingTx) DecisionAdd(d kt.Decision) error {
+	r.c.note("DecisionAdd")
+	return r.tx.DecisionAdd(d)
+}
+
+func (r recordingTx) DecisionList(workflow, runID string) ([]kt.Decision, error) {
+	r.c.note("DecisionList")
+	return r.tx.DecisionList(workflow, runID)
+}
+
+func (r recordingTx) Counts() (store.Counts, error) {
+	r.c.note("Counts")
+	return r.tx.Counts()
+}
+
+func (r recordingTx) DueWorkflows(now int64) ([]string, error) {
+	r.c.note("DueWorkflows")
+	return r.tx.DueWorkflows(now)
+}
