@@ -184,7 +184,7 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 			return refuse("unknown resolution %q (use --try-again, --didnt-happen, --skip or --reprocess)", what)
 		}
 		run.UpdatedAt = ms
-		if err := tx.RunPut(run); err != nil {
+		if err := putRun(tx, run); err != nil {
 			return err
 		}
 		d := kt.Decision{Workflow: run.Workflow, RunID: runID, Action: string(what), Detail: msg, At: ms}
@@ -284,7 +284,7 @@ func Resume(ctx context.Context, st store.Store, wf string, now time.Time) error
 		}
 		if r, err := tx.RunOpen(wf); err == nil && r.Status == kt.StatusFailedInternal && r.Action == "" {
 			r.Action, r.UpdatedAt = ActionRetry, now.UnixMilli()
-			return tx.RunPut(r)
+			return putRun(tx, r)
 		}
 		return nil
 	})

@@ -380,7 +380,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		for _, r := range runs {
 			r.Status, r.UpdatedAt = kt.StatusCrashed, now
 			r.ErrorClass, r.ErrorMessage = kt.ClassInternal, "keep stopped while this run was active; it will be recovered"
-			if err := tx.RunPut(r); err != nil {
+			if err := putRun(tx, r); err != nil {
 				return err
 			}
 			n++

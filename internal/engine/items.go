@@ -198,7 +198,7 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 		}
 		// The item will point at this run: the run is recorded with it.
 		h.run.UpdatedAt = now
-		if err := tx.RunPut(*h.run); err != nil {
+		if err := putRun(tx, *h.run); err != nil {
 			return err
 		}
 		if !itemDone(cur.Status) {
@@ -283,7 +283,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 			mut.RunID, mut.UpdatedAt = run.ID, now
 			run.Trace, run.UpdatedAt = h.tr.json(), now
 			if err := e.store.Update(ctx, func(tx store.Tx) error {
-				if err := tx.RunPut(*run); err != nil {
+				if err := putRun(tx, *run); err != nil {
 					return err
 				}
 				return putMutation(tx, mut)
@@ -313,7 +313,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	if err := e.store.Update(ctx, func(tx store.Tx) error {
 		// The run is on disk with its in_flight mutation, so a crash leaves a
 		// run to recover and the ledger never points at a run that does not exist.
-		if err := tx.RunPut(*run); err != nil {
+		if err := putRun(tx, *run); err != nil {
 			return err
 		}
 		return putMutation(tx, mut)
@@ -478,6 +478,6 @@ func (e *Engine) reconcileTaskMutation(ctx context.Context, wf kt.Workflow, run 
 		if err := putMutation(tx, mut); err != nil {
 			return err
 		}
-		return tx.RunPut(run)
+		return putRun(tx, run)
 	})
 }

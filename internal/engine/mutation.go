@@ -87,7 +87,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 				return err
 			}
 			if run.Phase == kt.PhasePrepared {
-				return tx.RunPut(*run)
+				return putRun(tx, *run)
 			}
 			return nil
 		}); err != nil {
@@ -180,7 +180,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		run.ErrorMessage = fmt.Sprintf("waiting for approval: %s", target)
 		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Args: pending.Args, Outcome: "waiting for approval"})
 		run.Trace = tr.json()
-		return false, e.update(ctx, wf.Name, func(tx store.Tx) error { return tx.RunPut(*run) })
+		return false, e.update(ctx, wf.Name, func(tx store.Tx) error { return putRun(tx, *run) })
 	}
 	params, _ := json.Marshal(call.Args)
 	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = run.ID, params, phash, target
@@ -200,7 +200,7 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 		if err := putMutation(tx, mut); err != nil {
 			return err
 		}
-		return tx.RunPut(*run)
+		return putRun(tx, *run)
 	}); err != nil {
 		return false, fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
 	}
@@ -272,7 +272,7 @@ func (e *Engine) mutationApplied(ctx context.Context, wf kt.Workflow, run *kt.Ru
 		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
-		return tx.RunPut(*run)
+		return putRun(tx, *run)
 	}); err != nil {
 		return false, err
 	}
@@ -323,7 +323,7 @@ func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Ru
 		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
-		return tx.RunPut(*run)
+		return putRun(tx, *run)
 	})
 }
 
@@ -402,7 +402,7 @@ func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr 
 		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
-		return tx.RunPut(*run)
+		return putRun(tx, *run)
 	})
 }
 
@@ -450,8 +450,27 @@ func (e *Engine) recheckLater(ctx context.Context, wf kt.Workflow, run *kt.Run, 
 		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
-		return tx.RunPut(*run)
+		return putRun(tx, *run)
 	})
+}
+
+// putRun saves a run after checking its status change against the run
+// status machine (keeptype's table): the one writer of runs in the engine.
+// A forbidden move — a finished run written over, which a stale step could
+// attempt — is refused as an internal error and nothing is written.
+func putRun(tx store.Tx, r kt.Run) error {
+	prev, err := tx.RunGet(r.ID)
+	from := kt.Status("")
+	switch {
+	case err == nil:
+		from = prev.Status
+	case !errors.Is(err, kt.ErrNotFound):
+		return err
+	}
+	if !kt.RunStatusTransitionAllowed(from, r.Status) {
+		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
+	}
+	return tx.RunPut(r)
 }
 
 // putMutation saves a ledger row after checking its state change against

@@ -135,7 +135,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	inFlight := hasMut && (mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile)
 	err = e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := tx.RunPut(old); err != nil {
+		if err := putRun(tx, old); err != nil {
 			return err
 		}
 		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) {
@@ -153,7 +153,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 				return err
 			}
 		}
-		return tx.RunPut(nr)
+		return putRun(tx, nr)
 	})
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		}
 		return e.update(ctx, wf.Name, func(tx store.Tx) error {
 			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-			if err := tx.RunPut(old); err != nil {
+			if err := putRun(tx, old); err != nil {
 				return err
 			}
 			h, err := tx.HandlerGet(wf.Name, old.Handler)
@@ -288,7 +288,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 				return err
 			}
 			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-			return tx.RunPut(old)
+			return putRun(tx, old)
 		})
 	}
 	// Before the mutation applied: next runs with {status:'skipped'} and the
@@ -304,7 +304,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	nr.Trace = tr.json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := tx.RunPut(old); err != nil {
+		if err := putRun(tx, old); err != nil {
 			return err
 		}
 		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) { ev.ReservedBy = nr.ID }); err != nil {
@@ -318,7 +318,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {
 			return err
 		}
-		return tx.RunPut(nr)
+		return putRun(tx, nr)
 	}); err != nil {
 		return err
 	}

@@ -275,7 +275,7 @@ func (e *Engine) commitScheduled(tx store.Tx, wf string, run *kt.Run, tr *trace,
 	}
 	tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	run.Status, run.Trace, run.UpdatedAt, run.FinishedAt, run.ErrorClass, run.ErrorMessage = kt.StatusCommitted, tr.json(), now, now, "", ""
-	return tx.RunPut(*run)
+	return putRun(tx, *run)
 }
 
 // insertPublishes writes a run's buffered publishes at commit (last write
@@ -659,7 +659,7 @@ func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program,
 		}
 		tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: fmt.Sprintf("%d events %s, %d published", nReserved, final, len(h.publishes))})
 		run.Status, run.Trace, run.UpdatedAt, run.FinishedAt, run.ErrorClass, run.ErrorMessage = kt.StatusCommitted, tr.json(), now, now, "", ""
-		if err := tx.RunPut(*run); err != nil {
+		if err := putRun(tx, *run); err != nil {
 			return err
 		}
 		e.crashPoint(CrashInsideCommit)
@@ -727,7 +727,7 @@ func (e *Engine) fail(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trac
 				return err
 			}
 		}
-		return tx.RunPut(*run)
+		return putRun(tx, *run)
 	})
 }
 

@@ -77,6 +77,41 @@ const (
 	StatusSkipped Status = "skipped"
 )
 
+// runStatusFrom is the run status machine as a table: the statuses a run
+// may move to from each one. A new run ("") may be written in any status (a
+// producer's run is first written at its commit or its failure). A blocked
+// run moves on in place only from reconciliation (the write turned out
+// applied, or failed, or stays unknown); otherwise it is replaced by a
+// retry (retried) or closed by a person (skipped). Finished runs never
+// change: a stale worker, or a second node, cannot write over them.
+var runStatusFrom = map[Status][]Status{
+	StatusActive:         {StatusTransient, StatusApproval, StatusReconciliation, StatusFailedLogic, StatusFailedInternal, StatusCrashed, StatusCommitted, StatusRetried, StatusSkipped},
+	StatusTransient:      {StatusRetried, StatusSkipped},
+	StatusApproval:       {StatusRetried, StatusSkipped, StatusReconciliation},
+	StatusReconciliation: {StatusActive, StatusTransient, StatusApproval, StatusFailedLogic, StatusFailedInternal, StatusRetried, StatusSkipped},
+	StatusFailedLogic:    {StatusRetried, StatusSkipped},
+	StatusFailedInternal: {StatusRetried, StatusSkipped},
+	StatusCrashed:        {StatusRetried, StatusSkipped},
+	StatusCommitted:      {},
+	StatusRetried:        {},
+	StatusSkipped:        {},
+}
+
+// RunStatusTransitionAllowed reports whether a stored run may move from one
+// status to another. Writing the same status again is always allowed (a
+// run records its trace, phase or a person's decision without moving).
+func RunStatusTransitionAllowed(from, to Status) bool {
+	if from == "" || from == to {
+		return true
+	}
+	for _, s := range runStatusFrom[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
 // Finished reports whether a run with this status no longer blocks its workflow.
 func (s Status) Finished() bool {
 	return s == StatusCommitted || s == StatusRetried || s == StatusSkipped

@@ -84,3 +84,40 @@ func TestItemMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestRunStatusMachine checks every pair of run statuses: finished runs
+// never change, a new run may start in any status, a blocked run moves on
+// in place only from reconciliation, and otherwise is retried or skipped.
+func TestRunStatusMachine(t *testing.T) {
+	t.Parallel()
+	all := []Status{StatusActive, StatusTransient, StatusApproval, StatusReconciliation, StatusFailedLogic, StatusFailedInternal,
+		StatusCrashed, StatusCommitted, StatusRetried, StatusSkipped}
+	blocked := map[Status]bool{StatusTransient: true, StatusApproval: true, StatusReconciliation: true, StatusFailedLogic: true, StatusFailedInternal: true, StatusCrashed: true}
+	for _, to := range all {
+		if !RunStatusTransitionAllowed("", to) {
+			t.Errorf("a new run may not start as %s", to)
+		}
+	}
+	for _, from := range all {
+		for _, to := range all {
+			var want bool
+			switch {
+			case from == to:
+				want = true
+			case from.Finished():
+				want = false
+			case from == StatusActive:
+				want = to != StatusActive
+			case to == StatusRetried || to == StatusSkipped:
+				want = blocked[from]
+			case from == StatusReconciliation:
+				want = to == StatusActive || to == StatusTransient || to == StatusApproval || to == StatusFailedLogic || to == StatusFailedInternal
+			case from == StatusApproval:
+				want = to == StatusReconciliation
+			}
+			if got := RunStatusTransitionAllowed(from, to); got != want {
+				t.Errorf("%s → %s: allowed=%v, want %v", from, to, got, want)
+			}
+		}
+	}
+}
