@@ -42,7 +42,7 @@ type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// CrashPoint, when set, makes the process exit right after the named
-	// durable step (see crash.go). Only tests set it.
+	// durable step (the Crash* constants in run.go). Only tests set it.
 	CrashPoint string
 	// OnChange, when set, is called after every committed transition with the workflow name.
 	OnChange func(workflow string)

@@ -110,16 +110,10 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		if err != nil {
 			return err
 		}
-		var pinned int
-		_ = e.store.View(ctx, func(tx store.Tx) error {
-			evs, err := tx.EventsReservedBy(old.ID)
-			for _, ev := range evs {
-				if ev.Status == kt.EventPending {
-					pinned++
-				}
-			}
+		pinned, err := e.pinnedCount(ctx, old.ID)
+		if err != nil {
 			return err
-		})
+		}
 		switch {
 		case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated):
 			nr.Phase, nr.PrepareResult, nr.MutationResult = kt.PhaseEmitting, old.PrepareResult, old.MutationResult
@@ -184,6 +178,21 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	}
 	nr.Trace = tr.json()
 	return e.execConsumer(ctx, wf, prog, &nr, nil)
+}
+
+// pinnedCount counts the pending events a run still holds.
+func (e *Engine) pinnedCount(ctx context.Context, runID string) (int, error) {
+	n := 0
+	err := e.store.View(ctx, func(tx store.Tx) error {
+		evs, err := tx.EventsReservedBy(runID)
+		for _, ev := range evs {
+			if ev.Status == kt.EventPending {
+				n++
+			}
+		}
+		return err
+	})
+	return n, err
 }
 
 func newTrace(text string, now int64) *trace {
@@ -265,16 +274,8 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 			return tx.HandlerPut(h)
 		})
 	}
-	var pinned int
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		evs, err := tx.EventsReservedBy(old.ID)
-		for _, ev := range evs {
-			if ev.Status == kt.EventPending {
-				pinned++
-			}
-		}
-		return err
-	}); err != nil {
+	pinned, err := e.pinnedCount(ctx, old.ID)
+	if err != nil {
 		return err
 	}
 	switch {

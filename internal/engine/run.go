@@ -475,10 +475,8 @@ func (e *Engine) execConsumer(ctx context.Context, wf kt.Workflow, prog *script.
 
 	if run.Phase == kt.PhasePrepared || run.Phase == kt.PhaseMutating {
 		h := &host{e: e, ctx: ctx, run: run, phase: "mutate", tr: tr, decl: dv, handler: run.Handler}
-		pr, _ := DecodePrepareResult(run.PrepareResult)
-		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "mutate",
-			Args: []json.RawMessage{preparedArg(run.PrepareResult, pr)}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
-		_ = out
+		_, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "mutate",
+			Args: []json.RawMessage{preparedArg(run.PrepareResult)}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		if err != nil {
 			if len(reserve) > 0 {
 				// A failure inside mutate keeps the selection pinned (SPEC §4):
@@ -564,7 +562,7 @@ func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) erro
 }
 
 // preparedArg is what mutate and next receive: the PrepareResult as the script returned it.
-func preparedArg(raw json.RawMessage, _ PrepareResult) json.RawMessage {
+func preparedArg(raw json.RawMessage) json.RawMessage {
 	if len(raw) == 0 {
 		return json.RawMessage("null")
 	}
@@ -584,9 +582,8 @@ func (e *Engine) emit(ctx context.Context, wf kt.Workflow, prog *script.Program,
 	h := &host{e: e, ctx: ctx, run: run, phase: "next", tr: tr, decl: dv, handler: run.Handler, allowPublish: dv.publishes}
 	var newState json.RawMessage
 	if decl.Next {
-		pr, _ := DecodePrepareResult(run.PrepareResult)
 		out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerConsumer, Name: run.Handler, Phase: "next",
-			Args: []json.RawMessage{preparedArg(run.PrepareResult, pr), mr}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
+			Args: []json.RawMessage{preparedArg(run.PrepareResult), mr}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
 		if err == nil {
 			err = checkSize("the state returned by next", out.Value)
 		}

@@ -1,6 +1,6 @@
 // Package report builds what people see from the ledgers: inputs with their
 // derived status, outputs (one per mutation), runs, workflow status and the
-// blocked-work card. The CLI's --json and (later) the HTTP API share these
+// blocked-work card. The CLI's --json, the HTTP API and the page share these
 // shapes, so their field names are a public contract.
 //
 // It may import keeptype, store and engine.
