@@ -158,22 +158,10 @@ func noWorkflow(wf string, err error) error {
 // for an automatic retry — so that needs_attention means a person must act.
 const ItemChecking = "checking"
 
-// keepIsOnIt reports whether a blocked run will move on without a person:
-// a background reconciliation still under way, a timed transient retry, or
-// a decision waiting to be carried out.
+// keepIsOnIt reports whether a blocked run will move on without a person.
 func keepIsOnIt(tx store.Tx, r kt.Run) bool {
-	switch {
-	case r.Action != "":
-		return true
-	case r.Status == kt.StatusTransient && r.NextAttemptAt > 0:
-		return true
-	case r.Status == kt.StatusCrashed:
-		return true
-	case r.Status == kt.StatusReconciliation:
-		m, err := tx.MutationByRun(r.ID)
-		return err == nil && m.Status == kt.MutationNeedsReconcile
-	}
-	return false
+	m, err := tx.MutationByRun(r.ID)
+	return engine.WhoActs(r, m, err == nil) == engine.Keep
 }
 
 // InputStatus derives an input's status from its events and the runs that hold them.
@@ -378,8 +366,6 @@ func CardFor(tx store.Tx, r kt.Run) (Card, bool, error) { return card(tx, r) }
 
 func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 	c := Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []Input{}}
-	blocked := !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" &&
-		!(r.Status == kt.StatusTransient && r.NextAttemptAt > 0) && r.Status != kt.StatusCrashed
 	if len(r.PendingCall) > 0 {
 		var pc engine.PendingCall
 		if json.Unmarshal(r.PendingCall, &pc) == nil {
@@ -393,10 +379,8 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 	}
 	if hasMut {
 		c.MutationStatus, c.CanReconcile = string(m.Status), m.CanReconcile
-		if m.Status == kt.MutationNeedsReconcile {
-			blocked = false // keep is still checking by itself
-		}
 	}
+	blocked := engine.WhoActs(r, m, hasMut) == engine.APerson
 	evs, err := tx.EventsReservedBy(r.ID)
 	if err != nil {
 		return c, false, err

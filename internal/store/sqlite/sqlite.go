@@ -119,10 +119,10 @@ func Open(path string) (*Store, error) {
 // written after every commit without an fsync, so after a power cut it can
 // only lag (never a false alarm).
 func (s *Store) openSeq(path string) error {
-	var seq int64
-	if err := s.writer.QueryRow(`SELECT seq FROM commit_seq WHERE id = 1`).Scan(&seq); err != nil {
-		return fmt.Errorf("open %s: read the commit number: %w", path, err)
-	}
+	// The note first, the database second: a note is written only after its
+	// commit is durable, so whatever the note says the database holds by the
+	// time it is read — even while another process commits (read the other
+	// way round, a commit in between made a false alarm).
 	f, err := os.OpenFile(path+".seq", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
@@ -131,6 +131,11 @@ func (s *Store) openSeq(path string) error {
 	n, _ := f.ReadAt(b, 0)
 	var noted int64
 	fmt.Sscan(strings.TrimSpace(string(b[:n])), &noted)
+	var seq int64
+	if err := s.writer.QueryRow(`SELECT seq FROM commit_seq WHERE id = 1`).Scan(&seq); err != nil {
+		f.Close()
+		return fmt.Errorf("open %s: read the commit number: %w", path, err)
+	}
 	if seq < noted {
 		f.Close()
 		return fmt.Errorf("%w: %s holds %d commits, but %d were made (see %s.seq): the last ones are lost — was %s-wal deleted? The ledger would forget writes that happened and send them again, so keep refuses to run on it. Restore the data directory from a backup", store.ErrCorrupt, path, seq, noted, path, path)
