@@ -264,38 +264,37 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		}
 		return mut.Result, nil
 	}
-	if found {
-		switch mut.Status {
-		case kt.MutationApplied:
-			if mut.PayloadHash != phash {
-				cmp := comparePayloads(m, mut, payload)
-				h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Outcome: "already applied; payload differs: " + string(cmp)})
-				if cmp == connector.Significant {
-					ts.failStatus = kt.ItemNeedsAttention
-					return nil, kt.Errorf(kt.ClassLogic, "item %q: %s was already applied in this attempt with different content, and the difference is significant; keep does not write it again. Look at the change, then skip or reprocess the item", it.Key, target)
-				}
-			}
-			return cached()
-		case kt.MutationIndeterminate:
-			// This run now waits on it: the card and the person's actions
-			// must find the mutation through this run.
-			ts.failStatus = kt.ItemNeedsAttention
-			mut.RunID, mut.UpdatedAt = run.ID, now
-			run.Trace, run.UpdatedAt = h.tr.json(), now
-			if err := e.store.Update(ctx, func(tx store.Tx) error {
-				if err := putRun(tx, *run); err != nil {
-					return err
-				}
-				return putMutation(tx, mut)
-			}); err != nil {
-				return nil, kt.Errorf(kt.ClassInternal, "record the blocked mutation: %v", err)
-			}
-			return nil, kt.Errorf(kt.ClassIndeterminate, "item %q: the outcome of %s is unknown; a person must decide (try again, it didn't happen, or skip)", it.Key, target)
-		case kt.MutationInFlight, kt.MutationNeedsReconcile:
-			mut.RunID, mut.Status = run.ID, kt.MutationNeedsReconcile
-			return h.itemReconcile(&mut, m)
+	var cmp connector.Comparison
+	switch onFound(found, mut, phash, func() connector.Comparison { cmp = comparePayloads(m, mut, payload); return cmp }) {
+	case stepConflict:
+		h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Outcome: "already applied; payload differs: " + string(cmp)})
+		ts.failStatus = kt.ItemNeedsAttention
+		return nil, kt.Errorf(kt.ClassLogic, "item %q: %s was already applied in this attempt with different content, and the difference is significant; keep does not write it again. Look at the change, then skip or reprocess the item", it.Key, target)
+	case stepReplay:
+		if cmp != "" {
+			h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Outcome: "already applied; payload differs: " + string(cmp)})
 		}
-	} else {
+		return cached()
+	case stepBlocked:
+		// This run now waits on it: the card and the person's actions
+		// must find the mutation through this run.
+		ts.failStatus = kt.ItemNeedsAttention
+		mut.RunID, mut.UpdatedAt = run.ID, now
+		run.Trace, run.UpdatedAt = h.tr.json(), now
+		if err := e.store.Update(ctx, func(tx store.Tx) error {
+			if err := putRun(tx, *run); err != nil {
+				return err
+			}
+			return putMutation(tx, mut)
+		}); err != nil {
+			return nil, kt.Errorf(kt.ClassInternal, "record the blocked mutation: %v", err)
+		}
+		return nil, kt.Errorf(kt.ClassIndeterminate, "item %q: the outcome of %s is unknown; a person must decide (try again, it didn't happen, or skip)", it.Key, target)
+	case stepReconcile:
+		mut.RunID, mut.Status = run.ID, kt.MutationNeedsReconcile
+		return h.itemReconcile(&mut, m)
+	}
+	if !found {
 		mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: []string{it.ID}, Attempt: it.CurrentAttempt, Tool: tool, Method: m.Name,
 			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
 	}
@@ -331,21 +330,20 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		outcome += ": " + res.Err.Message
 	}
 	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: "task", Kind: "call", Method: tool + "." + m.Name, Args: redacted, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
-	switch res.Outcome {
-	case connector.OutcomeApplied:
+	switch onOutcome(res.Outcome, mut.CanReconcile) {
+	case callApplied:
 		return h.itemApplied(&mut, res.Value, "")
-	case connector.OutcomeFailed:
+	case callFailed:
 		mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.UpdatedAt = kt.MutationFailed, res.Err.Class, res.Err.Message, e.nowMs()
 		if err := e.store.Update(ctx, func(tx store.Tx) error { return putMutation(tx, mut) }); err != nil {
 			return nil, kt.Errorf(kt.ClassInternal, "record mutation failed: %v", err)
 		}
 		return nil, res.Err
-	}
-	mut.ErrorClass, mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
-	if !mut.CanReconcile {
+	case callIndeterminate:
+		mut.ErrorClass, mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
 		return nil, h.itemBlock(&mut)
 	}
-	mut.Status = kt.MutationNeedsReconcile
+	mut.ErrorClass, mut.ErrorMessage, mut.Status = kt.ClassIndeterminate, res.Err.Message, kt.MutationNeedsReconcile
 	return h.itemReconcile(&mut, m)
 }
 

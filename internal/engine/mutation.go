@@ -139,33 +139,30 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 			return false, err
 		}
 	}
-	if found {
-		switch mut.Status {
-		case kt.MutationApplied:
-			if mut.PayloadHash != phash {
-				cmp := comparePayloads(m, mut, payload)
-				tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied; payload differs: " + string(cmp)})
-				if cmp == connector.Significant {
-					return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic,
-						"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", target))
-				}
-			} else {
-				tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied: cached result returned, not sent again"})
-			}
-			var result any
-			_ = json.Unmarshal(mut.Result, &result)
-			return e.mutationApplied(ctx, wf, run, tr, &mut, result, mut.ResolvedBy)
-		case kt.MutationInFlight, kt.MutationNeedsReconcile, kt.MutationIndeterminate:
-			// A write that may have happened: never send it again blindly.
-			mut.RunID = run.ID
-			if mut.Status == kt.MutationIndeterminate {
-				return false, e.blockOnMutation(ctx, wf, run, tr, &mut, "")
-			}
-			mut.Status = kt.MutationNeedsReconcile
-			return e.reconcile(ctx, wf, run, tr, &mut, m, true)
+	var cmp connector.Comparison
+	switch onFound(found, mut, phash, func() connector.Comparison { cmp = comparePayloads(m, mut, payload); return cmp }) {
+	case stepConflict:
+		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied; payload differs: " + string(cmp)})
+		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic,
+			"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", target))
+	case stepReplay:
+		outcome := "already applied: cached result returned, not sent again"
+		if cmp != "" {
+			outcome = "already applied; payload differs: " + string(cmp)
 		}
-		// failed or skipped: safe to attempt again.
-	} else {
+		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: outcome})
+		var result any
+		_ = json.Unmarshal(mut.Result, &result)
+		return e.mutationApplied(ctx, wf, run, tr, &mut, result, mut.ResolvedBy)
+	case stepBlocked:
+		// A write that may have happened: never send it again blindly.
+		mut.RunID = run.ID
+		return false, e.blockOnMutation(ctx, wf, run, tr, &mut, "")
+	case stepReconcile:
+		mut.RunID, mut.Status = run.ID, kt.MutationNeedsReconcile
+		return e.reconcile(ctx, wf, run, tr, &mut, m, true)
+	}
+	if !found {
 		mut = kt.Mutation{ID: newID(), Workflow: wf.Name, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt, Tool: call.Tool, Method: call.Method,
 			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
 	}
@@ -220,18 +217,16 @@ func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *scri
 	}
 	tr.add(TraceEntry{At: start.UnixMilli(), Phase: "mutating", Kind: "call", Method: call.Tool + "." + call.Method, Args: pending.Args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
 
-	switch res.Outcome {
-	case connector.OutcomeApplied:
+	switch onOutcome(res.Outcome, mut.CanReconcile) {
+	case callApplied:
 		return e.mutationApplied(ctx, wf, run, tr, &mut, res.Value, "")
-	case connector.OutcomeFailed:
+	case callFailed:
 		return false, e.mutationFailed(ctx, wf, run, tr, &mut, res.Err, "")
-	}
-	mut.ErrorClass, mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
-	if !mut.CanReconcile {
-		mut.Status = kt.MutationIndeterminate
+	case callIndeterminate:
+		mut.ErrorClass, mut.ErrorMessage, mut.Status = kt.ClassIndeterminate, res.Err.Message, kt.MutationIndeterminate
 		return false, e.blockOnMutation(ctx, wf, run, tr, &mut, res.Err.Message)
 	}
-	mut.Status = kt.MutationNeedsReconcile
+	mut.ErrorClass, mut.ErrorMessage, mut.Status = kt.ClassIndeterminate, res.Err.Message, kt.MutationNeedsReconcile
 	return e.reconcile(ctx, wf, run, tr, &mut, m, true)
 }
 

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// The decisions of the mutation protocol (ch 13, ch 14, SPEC §7) as pure
+// functions: what to do with the ledger row a mutation's identity found,
+// and with the answer of a call. Consumer runs (mutation.go) and item
+// scripts (items.go) both follow them; only their I/O differs.
+
+// ledgerStep is what a mutation does once its identity was looked up.
+type ledgerStep string
+
+const (
+	// stepExecute: no row, or one that certainly did not happen (failed,
+	// skipped): record in_flight durably, then call.
+	stepExecute ledgerStep = "execute"
+	// stepReplay: applied with the same content, or a difference the
+	// connector calls equivalent or minor: return the recorded result.
+	stepReplay ledgerStep = "replay"
+	// stepConflict: applied, and the new content differs significantly (or
+	// the connector cannot compare): never write twice; a person decides.
+	stepConflict ledgerStep = "conflict"
+	// stepReconcile: the write may have happened (in_flight, needs_reconcile):
+	// ask the connector before anything, never resend blindly.
+	stepReconcile ledgerStep = "reconcile"
+	// stepBlocked: the outcome is unknown and cannot be checked further
+	// (indeterminate): a person decides.
+	stepBlocked ledgerStep = "blocked"
+)
+
+// onFound decides a mutation's next step from the row its identity found.
+// compare is called only for an applied row whose payload differs.
+func onFound(found bool, row kt.Mutation, payloadHash string, compare func() connector.Comparison) ledgerStep {
+	if !found {
+		return stepExecute
+	}
+	switch row.Status {
+	case kt.MutationApplied:
+		if row.PayloadHash == payloadHash {
+			return stepReplay
+		}
+		if compare() == connector.Significant {
+			return stepConflict
+		}
+		return stepReplay
+	case kt.MutationInFlight, kt.MutationNeedsReconcile:
+		return stepReconcile
+	case kt.MutationIndeterminate:
+		return stepBlocked
+	}
+	return stepExecute // failed or skipped: it certainly did not happen
+}
+
+// callStep is what the answer of a call leads to.
+type callStep string
+
+const (
+	callApplied       callStep = "applied"
+	callFailed        callStep = "failed"
+	callReconcile     callStep = "reconcile"
+	callIndeterminate callStep = "indeterminate"
+)
+
+// onOutcome decides what a call's answer leads to (ch 13 §13.7): an
+// uncertain answer is reconciled when the call can be checked, else it is
+// indeterminate at once.
+func onOutcome(o connector.Outcome, canReconcile bool) callStep {
+	switch o {
+	case connector.OutcomeApplied:
+		return callApplied
+	case connector.OutcomeFailed:
+		return callFailed
+	}
+	if canReconcile {
+		return callReconcile
+	}
+	return callIndeterminate
+}

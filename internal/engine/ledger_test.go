@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// Every ledger row a mutation's identity can find, against the step the
+// protocol must take (ch 13, ch 14 §14.4–14.5).
+func TestOnFound(t *testing.T) {
+	t.Parallel()
+	cmp := func(c connector.Comparison) func() connector.Comparison { return func() connector.Comparison { return c } }
+	never := func() connector.Comparison { t.Error("comparePayload called when the payloads are equal"); return "" }
+	cases := []struct {
+		name    string
+		found   bool
+		status  kt.MutationStatus
+		hash    string
+		compare func() connector.Comparison
+		want    ledgerStep
+	}{
+		{"nothing recorded", false, "", "h", never, stepExecute},
+		{"applied, same content", true, kt.MutationApplied, "h", never, stepReplay},
+		{"applied, equivalent content", true, kt.MutationApplied, "other", cmp(connector.Equivalent), stepReplay},
+		{"applied, minor difference", true, kt.MutationApplied, "other", cmp(connector.Minor), stepReplay},
+		{"applied, significant difference", true, kt.MutationApplied, "other", cmp(connector.Significant), stepConflict},
+		{"in flight (a crash)", true, kt.MutationInFlight, "h", never, stepReconcile},
+		{"needs reconcile", true, kt.MutationNeedsReconcile, "h", never, stepReconcile},
+		{"indeterminate", true, kt.MutationIndeterminate, "h", never, stepBlocked},
+		{"failed: certainly not done", true, kt.MutationFailed, "h", never, stepExecute},
+		{"skipped by a person", true, kt.MutationSkipped, "h", never, stepExecute},
+	}
+	for _, c := range cases {
+		row := kt.Mutation{Status: c.status, PayloadHash: "h"}
+		if got := onFound(c.found, row, c.hash, c.compare); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// Every answer of a call, with and without a way to check it.
+func TestOnOutcome(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		o     connector.Outcome
+		check bool
+		want  callStep
+	}{
+		{connector.OutcomeApplied, false, callApplied},
+		{connector.OutcomeApplied, true, callApplied},
+		{connector.OutcomeFailed, true, callFailed},
+		{connector.OutcomeFailed, false, callFailed},
+		{connector.OutcomeUncertain, true, callReconcile},
+		{connector.OutcomeUncertain, false, callIndeterminate},
+	}
+	for _, c := range cases {
+		if got := onOutcome(c.o, c.check); got != c.want {
+			t.Errorf("outcome %d, can reconcile %v: %s, want %s", c.o, c.check, got, c.want)
+		}
+	}
+}
