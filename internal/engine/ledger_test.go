@@ -11,7 +11,9 @@ import (
 // protocol must take (ch 13, ch 14 §14.4–14.5).
 func TestOnFound(t *testing.T) {
 	t.Parallel()
-	cmp := func(c connector.Comparison) func() connector.Comparison { return func() connector.Comparison { return c } }
+	cmp := func(c connector.Comparison) func() connector.Comparison {
+		return func() connector.Comparison { return c }
+	}
 	never := func() connector.Comparison { t.Error("comparePayload called when the payloads are equal"); return "" }
 	cases := []struct {
 		name    string
