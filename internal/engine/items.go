@@ -396,26 +396,28 @@ func (h *host) itemReconcile(mut *kt.Mutation, m *connector.Method) (json.RawMes
 		text += ": " + rerr.Error()
 	}
 	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Outcome: text})
-	switch status {
-	case connector.ReconcileApplied:
+	var settleAt int64
+	if status == connector.ReconcileFailed {
+		settleAt = h.e.notHappenedYet(mut, call.Args)
+	}
+	switch onReconcile(status, settleAt, reconcileExhausted(true, mut.ReconcileAttempts, h.e.policy.ReconcileAttempts)) {
+	case recApplied:
 		return h.itemApplied(mut, value, kt.ResolvedByReconciliation)
-	case connector.ReconcileFailed:
-		if recheck := h.e.notHappenedYet(mut, call.Args); recheck > 0 {
-			now := h.e.nowMs()
-			mut.Status, mut.NextReconcileAt, mut.UpdatedAt = kt.MutationNeedsReconcile, recheck, now
-			if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-				return nil, kt.Errorf(kt.ClassInternal, "record needs_reconcile: %v", err)
-			}
-			h.task.failStatus = kt.ItemNeedsAttention
-			return nil, kt.Errorf(kt.ClassIndeterminate, "%s was not found at the target yet; a slow service may still apply it, so keep checks once more before it would send it again", mut.Target)
+	case recRecheck:
+		now := h.e.nowMs()
+		mut.Status, mut.NextReconcileAt, mut.UpdatedAt = kt.MutationNeedsReconcile, settleAt, now
+		if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
+			return nil, kt.Errorf(kt.ClassInternal, "record needs_reconcile: %v", err)
 		}
+		h.task.failStatus = kt.ItemNeedsAttention
+		return nil, kt.Errorf(kt.ClassIndeterminate, "%s was not found at the target yet; a slow service may still apply it, so keep checks once more before it would send it again", mut.Target)
+	case recFailed:
 		mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByReconciliation, h.e.nowMs()
 		if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
 			return nil, kt.Errorf(kt.ClassInternal, "record mutation failed: %v", err)
 		}
 		return nil, kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target)
-	}
-	if h.e.policy.ReconcileAttempts == 0 {
+	case recExhausted:
 		return nil, h.itemBlock(mut)
 	}
 	now := h.e.nowMs()
@@ -450,26 +452,29 @@ func (e *Engine) reconcileTaskMutation(ctx context.Context, wf kt.Workflow, run 
 	}
 	tr.add(TraceEntry{At: now, Phase: "task", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Outcome: text})
 	run.Trace, run.UpdatedAt = tr.json(), now
+	var settleAt int64
 	switch status {
+	case connector.ReconcileFailed:
+		settleAt = e.notHappenedYet(&mut, call.Args)
 	case connector.ReconcileApplied:
+	default:
+		mut.ReconcileAttempts++
+	}
+	switch onReconcile(status, settleAt, reconcileExhausted(false, mut.ReconcileAttempts, e.policy.ReconcileAttempts)) {
+	case recApplied:
 		result, _ := json.Marshal(value)
 		mut.Status, mut.Result, mut.ResolvedBy, mut.ErrorClass, mut.ErrorMessage = kt.MutationApplied, result, kt.ResolvedByReconciliation, "", ""
 		run.Action = ActionRetry
-	case connector.ReconcileFailed:
-		if recheck := e.notHappenedYet(&mut, call.Args); recheck > 0 {
-			mut.NextReconcileAt = recheck
-			break
-		}
+	case recRecheck:
+		mut.NextReconcileAt = settleAt
+	case recFailed:
 		mut.Status, mut.ResolvedBy = kt.MutationFailed, kt.ResolvedByReconciliation
 		run.Action = ActionRetry
-	default:
-		mut.ReconcileAttempts++
-		if mut.ReconcileAttempts >= e.policy.ReconcileAttempts {
-			mut.Status = kt.MutationIndeterminate
-			run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — reconciliation could not tell whether it happened (%d attempts). Try again, or look yourself and choose It didn't happen or Skip", mut.Target, mut.ReconcileAttempts)
-		} else {
-			mut.NextReconcileAt = now + config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1).Milliseconds()
-		}
+	case recExhausted:
+		mut.Status = kt.MutationIndeterminate
+		run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — reconciliation could not tell whether it happened (%d attempts). Try again, or look yourself and choose It didn't happen or Skip", mut.Target, mut.ReconcileAttempts)
+	case recRetryLater:
+		mut.NextReconcileAt = now + config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1).Milliseconds()
 	}
 	mut.UpdatedAt = now
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {

@@ -79,3 +79,43 @@ func onOutcome(o connector.Outcome, canReconcile bool) callStep {
 	}
 	return callIndeterminate
 }
+
+// reconcileStep is what a reconcile's answer leads to.
+type reconcileStep string
+
+const (
+	recApplied    reconcileStep = "applied"     // it happened: record the result, go on
+	recFailed     reconcileStep = "failed"      // proven not to have happened: send again
+	recRecheck    reconcileStep = "recheck"     // "not found" too early to believe (settle rule)
+	recRetryLater reconcileStep = "retry-later" // cannot tell yet: check again after a backoff
+	recExhausted  reconcileStep = "exhausted"   // cannot tell, and no attempts left: a person decides
+)
+
+// onReconcile decides what a reconcile's answer leads to. settleAt is when
+// a "not found" may be believed (0: now, see Engine.notHappenedYet);
+// exhausted says the policy's attempts are used up (reconcileExhausted).
+func onReconcile(status connector.ReconcileStatus, settleAt int64, exhausted bool) reconcileStep {
+	switch status {
+	case connector.ReconcileApplied:
+		return recApplied
+	case connector.ReconcileFailed:
+		if settleAt > 0 {
+			return recRecheck
+		}
+		return recFailed
+	}
+	if exhausted {
+		return recExhausted
+	}
+	return recRetryLater
+}
+
+// reconcileExhausted applies the policy's attempts (SPEC §6): the inline
+// attempt right after a call does not count; with no background attempts
+// at all, an inline "cannot tell" goes to a person at once.
+func reconcileExhausted(inline bool, attempts, max int) bool {
+	if inline {
+		return max == 0
+	}
+	return attempts >= max
+}

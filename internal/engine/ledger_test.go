@@ -63,3 +63,38 @@ func TestOnOutcome(t *testing.T) {
 		}
 	}
 }
+
+// Every answer of a reconcile, early or settled, with attempts left or not.
+func TestOnReconcile(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status    connector.ReconcileStatus
+		settleAt  int64
+		exhausted bool
+		want      reconcileStep
+	}{
+		{connector.ReconcileApplied, 0, false, recApplied},
+		{connector.ReconcileApplied, 0, true, recApplied},
+		{connector.ReconcileFailed, 0, false, recFailed},
+		{connector.ReconcileFailed, 0, true, recFailed},
+		{connector.ReconcileFailed, 5, false, recRecheck},
+		{connector.ReconcileFailed, 5, true, recRecheck},
+		{connector.ReconcileRetry, 0, false, recRetryLater},
+		{connector.ReconcileRetry, 0, true, recExhausted},
+		{"", 0, false, recRetryLater},
+	}
+	for _, c := range cases {
+		if got := onReconcile(c.status, c.settleAt, c.exhausted); got != c.want {
+			t.Errorf("%q settle %d exhausted %v: %s, want %s", c.status, c.settleAt, c.exhausted, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		inline        bool
+		attempts, max int
+		want          bool
+	}{{true, 0, 0, true}, {true, 0, 5, false}, {true, 9, 5, false}, {false, 4, 5, false}, {false, 5, 5, true}, {false, 0, 0, true}} {
+		if got := reconcileExhausted(c.inline, c.attempts, c.max); got != c.want {
+			t.Errorf("inline %v, %d of %d attempts: exhausted %v, want %v", c.inline, c.attempts, c.max, got, c.want)
+		}
+	}
+}

@@ -357,25 +357,29 @@ func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr 
 		text += ": " + rerr.Error()
 	}
 	tr.add(TraceEntry{At: start.UnixMilli(), Phase: "mutating", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Duration: time.Since(start).Milliseconds(), Outcome: text})
-	switch status {
-	case connector.ReconcileApplied:
+	if !inline && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
+		mut.ReconcileAttempts++
+	}
+	var settleAt int64
+	if status == connector.ReconcileFailed {
+		settleAt = e.notHappenedYet(mut, call.Args)
+	}
+	switch onReconcile(status, settleAt, reconcileExhausted(inline, mut.ReconcileAttempts, e.policy.ReconcileAttempts)) {
+	case recApplied:
 		return e.mutationApplied(ctx, wf, run, tr, mut, value, kt.ResolvedByReconciliation)
-	case connector.ReconcileFailed:
+	case recRecheck:
 		if run.Phase != kt.PhaseMutating {
 			_ = advance(run, kt.PhaseMutating)
 		}
-		if recheck := e.notHappenedYet(mut, call.Args); recheck > 0 {
-			return false, e.recheckLater(ctx, wf, run, tr, mut, recheck)
+		return false, e.recheckLater(ctx, wf, run, tr, mut, settleAt)
+	case recFailed:
+		if run.Phase != kt.PhaseMutating {
+			_ = advance(run, kt.PhaseMutating)
 		}
 		// Proven not to have happened: mutate runs again with the same PrepareResult.
 		return false, e.mutationFailed(ctx, wf, run, tr, mut,
 			kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target), kt.ResolvedByReconciliation)
-	}
-	if !inline {
-		mut.ReconcileAttempts++
-	}
-	exhausted := (inline && e.policy.ReconcileAttempts == 0) || (!inline && mut.ReconcileAttempts >= e.policy.ReconcileAttempts)
-	if exhausted {
+	case recExhausted:
 		why := fmt.Sprintf("reconciliation could not tell whether it happened (%d background attempts)", mut.ReconcileAttempts)
 		if rerr != nil {
 			why += "; last answer: " + rerr.Error()
