@@ -335,12 +335,18 @@ func (a *app) deployCmd() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
 			if major && reprocess == "" {
 				if reprocess, err = a.askReprocess(); err != nil {
 					return err
 				}
 			}
+			// Beside a running keep serve the deploy goes through its API: one
+			// engine decides, and open pages update at once.
+			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans}
+			if reply, apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req); handled {
+				return a.deployReply(args[0], reply, apiErr, err)
+			}
+			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
 			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans})
 			if err != nil {
 				return a.deployError(args[0], err)
@@ -372,6 +378,48 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().StringVar(&filesRoot, "files-root", ".", "folder of the files connector (for validation only)")
 	a.addJSON(c)
 	return c
+}
+
+// deployReply prints what keep serve's API answered to a deploy, as the
+// local deploy prints it.
+func (a *app) deployReply(file string, reply, apiErr map[string]any, err error) error {
+	if err != nil {
+		return err
+	}
+	if apiErr != nil {
+		if apiErr["code"] == "invalid_script" {
+			probs, _ := apiErr["problems"].([]any)
+			for _, x := range probs {
+				p, _ := x.(map[string]any)
+				line, _ := p["line"].(float64)
+				fmt.Fprintf(a.errOut, "%s:%s\n", file, script.Problem{Severity: fmt.Sprint(p["severity"]), Handler: fmt.Sprint(p["handler"]),
+					Topic: fmt.Sprint(p["topic"]), Line: int(line), Message: fmt.Sprint(p["message"])}.String())
+			}
+			if len(probs) == 0 {
+				fmt.Fprintf(a.errOut, "%s\n", apiErr["message"])
+			}
+			return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
+		}
+		return errors.New(fmt.Sprint(apiErr["message"]))
+	}
+	if ws, ok := reply["warnings"].([]any); ok {
+		for _, w := range ws {
+			fmt.Fprintf(a.errOut, "warning: %s\n", w)
+		}
+	}
+	if a.jsonOut {
+		return a.printJSON(reply)
+	}
+	n, _ := reply["reprocessed"].(float64)
+	if n > 0 {
+		fmt.Fprintf(a.out, "%d items start a new attempt\n", int(n))
+	}
+	if unchanged, _ := reply["unchanged"].(bool); unchanged {
+		fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", reply["workflow"], reply["version"])
+	} else {
+		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply["workflow"], reply["version"])
+	}
+	return nil
 }
 
 func (a *app) deployError(file string, err error) error {
@@ -1050,9 +1098,19 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 // directory, so that it acts at once and open pages update. handled is false
 // when no keep serve answers; the caller then writes to the store itself.
 func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handled bool, err error) {
+	reply, apiErr, handled, err := a.callAPI(method, path, body)
+	if apiErr != nil {
+		return nil, handled, errors.New(fmt.Sprint(apiErr["message"]))
+	}
+	return reply, handled, err
+}
+
+// callAPI is viaAPI that hands back the API's error object whole (its code
+// and, for an invalid script, its problems).
+func (a *app) callAPI(method, path string, body any) (reply, apiErr map[string]any, handled bool, err error) {
 	addr, instance, rerr := daemon.ReadAddr(a.dataDir)
 	if rerr != nil || !a.isOurServe(addr, instance) {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	var rd io.Reader
 	if body != nil {
@@ -1061,7 +1119,7 @@ func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handl
 	}
 	req, err := http.NewRequest(method, "http://"+addr+path, rd)
 	if err != nil {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	req.Header.Set("X-Keep-Client", "cli")
 	req.Header.Set("X-Keep-Actor", a.by)
@@ -1072,17 +1130,17 @@ func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handl
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, false, nil // no keep serve there (a stale address file)
+		return nil, nil, false, nil // no keep serve there (a stale address file)
 	}
 	defer resp.Body.Close()
 	var out map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, true, fmt.Errorf("keep serve answered %s with something that is not JSON", resp.Status)
+		return nil, nil, true, fmt.Errorf("keep serve answered %s with something that is not JSON", resp.Status)
 	}
 	if e, ok := out["error"].(map[string]any); ok {
-		return nil, true, errors.New(fmt.Sprint(e["message"]))
+		return nil, e, true, nil
 	}
-	return out, true, nil
+	return out, nil, true, nil
 }
 
 // isOurServe asks the address whether it is the keep serve that recorded

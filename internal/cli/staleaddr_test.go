@@ -73,3 +73,35 @@ func TestStaleServeAddrDoesNotSendDecisionsElsewhere(t *testing.T) {
 		t.Fatal("d2's workflow was not paused through its API")
 	}
 }
+
+// Beside a running keep serve, keep deploy goes through its API (issue 13:
+// the CLI is a client), with the same output and exit codes.
+func TestDeployBesideServeGoesThroughTheAPI(t *testing.T) {
+	dir, data := quickstart(t)
+	script := filepath.Join(dir, "workflow.js")
+	k, err := daemon.Open(daemon.Options{DataDir: data, FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(k.HTTPHandler(""))
+	t.Cleanup(func() { srv.Close(); k.Close() })
+	if err := k.WriteAddr(strings.TrimPrefix(srv.URL, "http://")); err != nil {
+		t.Fatal(err)
+	}
+	r := keep(t, "deploy", "--data", data, script)
+	if r.code != 0 || !strings.Contains(r.out, "deployed quickstart-orders version 1.0 (through keep serve)") {
+		t.Fatalf("deploy: %d %s %s", r.code, r.out, r.err)
+	}
+	bad := filepath.Join(dir, "bad.js")
+	if err := os.WriteFile(bad, []byte(`export default Keep.workflow({ name: "bad", topics: {}, producers: { p: { publishes: ["nope"], schedule: { interval: "5m" }, handler: async () => {} } } })`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = keep(t, "deploy", "--data", data, bad)
+	if r.code != ExitInvalid || !strings.Contains(r.err, "bad.js:") || !strings.Contains(r.err, "nope") || !strings.Contains(r.err, "nothing was deployed") {
+		t.Fatalf("invalid deploy: %d %s %s", r.code, r.out, r.err)
+	}
+	r = keep(t, "deploy", "--data", data, "--major", "--reprocess=none", script)
+	if r.code != 0 || !strings.Contains(r.out, "version 2.0 (through keep serve)") {
+		t.Fatalf("major deploy: %d %s %s", r.code, r.out, r.err)
+	}
+}
