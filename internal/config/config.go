@@ -45,6 +45,10 @@ type Policy struct {
 	// commit: 0.7 fsyncs per run with 16, 0.4 with 32 in keep bench), and
 	// runs waiting on slow services do not hold others up.
 	Workers int
+	// SandboxWorkers bounds the idle sandbox worker processes kept between
+	// handler calls (≈ 15 MiB each); a script version without an idle one
+	// starts a new process (≈ 10 ms). Defaults to 128.
+	SandboxWorkers int
 }
 
 // Defaults returns the built-in policies of SPEC §6.
@@ -53,7 +57,7 @@ func Defaults() Policy {
 		TransientRetries: 5, TransientBackoff: 10 * time.Second, TransientBackoffMax: 10 * time.Minute,
 		ReconcileAttempts: 5, ReconcileBackoff: 10 * time.Second, ReconcileBackoffMax: 10 * time.Minute,
 		HandlerTimeout: 300 * time.Second, ToolTimeout: 30 * time.Second, MemoryLimit: 64 << 20,
-		Workers: 32,
+		Workers: 32, SandboxWorkers: 128,
 	}
 }
 
@@ -137,6 +141,11 @@ func Parse(name, text string) (Config, error) {
 			p.MemoryLimit, err = size(v)
 			if err == nil && p.MemoryLimit < 1<<20 {
 				err = fmt.Errorf("must be at least 1MiB")
+			}
+		case "sandbox_workers":
+			p.SandboxWorkers, err = count(v)
+			if err == nil && p.SandboxWorkers < 1 {
+				err = fmt.Errorf("must be at least 1")
 			}
 		case "workers":
 			p.Workers, err = count(v)

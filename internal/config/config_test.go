@@ -19,6 +19,8 @@ handler_timeout = "5s"
 tool_timeout = "750ms"
 memory_limit = "16MiB"
 workers = 4
+sandbox_workers = 8
+reconcile_settle = "3s"
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +28,7 @@ workers = 4
 	p := c.Policy
 	if p.TransientRetries != 3 || p.TransientBackoff != 200*time.Millisecond || p.TransientBackoffMax != time.Second || p.ReconcileAttempts != 0 ||
 		p.ReconcileBackoff != 50*time.Millisecond || p.ReconcileBackoffMax != 2*time.Second || p.HandlerTimeout != 5*time.Second ||
-		p.ToolTimeout != 750*time.Millisecond || p.MemoryLimit != 16<<20 || p.Workers != 4 {
+		p.ToolTimeout != 750*time.Millisecond || p.MemoryLimit != 16<<20 || p.Workers != 4 || p.SandboxWorkers != 8 || p.ReconcileSettle != 3*time.Second {
 		t.Fatalf("policy %+v", p)
 	}
 }
@@ -51,6 +53,7 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		"[policy]\nmemory_limit = \"10KiB\"":            "at least 1MiB",
 		"[policy]\nhandler_timeot = \"1s\"":             `unknown policy key "handler_timeot"`,
 		"[policy]\nworkers = 0":                         "[policy] workers: must be at least 1",
+		"[policy]\nsandbox_workers = 0":                 "[policy] sandbox_workers: must be at least 1",
 		"[policy]\nworkers = \"many\"":                  "[policy] workers",
 		"[polcy]\n":                                     `unknown section or key "polcy"`,
 		"[policy\n":                                     "k.toml",

@@ -129,6 +129,7 @@ func Open(o Options) (*Keep, error) {
 			return nil, err
 		}
 	}
+	script.SetIdleWorkers(cfg.Policy.SandboxWorkers)
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

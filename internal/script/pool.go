@@ -53,6 +53,13 @@ func (p *idlePool[T]) remove(match func(T) bool) []T {
 	return out
 }
 
+// setMax changes the bound; items beyond it are retired as new ones come.
+func (p *idlePool[T]) setMax(n int) {
+	p.mu.Lock()
+	p.max = n
+	p.mu.Unlock()
+}
+
 // count counts the items that match.
 func (p *idlePool[T]) count(match func(T) bool) int {
 	p.mu.Lock()

@@ -329,6 +329,14 @@ var idleWorkers = &idlePool[*worker]{max: maxIdleWorkers}
 
 var workersStarted, workersKilled atomic.Int64
 
+// SetIdleWorkers bounds the idle sandbox workers kept between invocations
+// ([policy] sandbox_workers).
+func SetIdleWorkers(n int) {
+	if n > 0 {
+		idleWorkers.setMax(n)
+	}
+}
+
 // WorkerStats reports how many sandbox workers were started, and how many
 // were killed (a time limit, a crash, out of memory), since keep started.
 func WorkerStats() (started, killed int64) { return workersStarted.Load(), workersKilled.Load() }
