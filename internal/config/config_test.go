@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +74,32 @@ func TestBackoff(t *testing.T) {
 		if got := Backoff(10*time.Second, 10*time.Minute, n); got != want {
 			t.Errorf("backoff %d = %s, want %s", n, got, want)
 		}
+	}
+}
+
+// The README's policy example is a real config: it must load.
+func TestREADMEPolicyExampleLoads(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "```toml\n")
+	if i < 0 {
+		t.Fatal("the README has no toml example")
+	}
+	block := s[i+len("```toml\n"):]
+	block = block[:strings.Index(block, "```")]
+	f := filepath.Join(t.TempDir(), "keep.toml")
+	if err := os.WriteFile(f, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(f)
+	if err != nil {
+		t.Fatalf("the README's example does not load: %v", err)
+	}
+	if c.Policy != Defaults() {
+		t.Fatalf("the README's example says other values than the defaults:\n%+v\n%+v", c.Policy, Defaults())
 	}
 }
