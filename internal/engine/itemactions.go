@@ -61,7 +61,7 @@ func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time
 				return refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
 			}
 			it.Status, it.UpdatedAt = kt.ItemSkipped, ms
-			if err := tx.InputPut(it); err != nil {
+			if err := putItem(tx, it); err != nil {
 				return err
 			}
 			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
@@ -262,7 +262,7 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 			return "", err
 		}
 		it.UpdatedAt = ms
-		if err := tx.InputPut(it); err != nil {
+		if err := putItem(tx, it); err != nil {
 			return "", err
 		}
 		if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
@@ -284,7 +284,7 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	}
 	it.CurrentAttempt++
 	it.Status, it.UpdatedAt = kt.ItemProcessing, ms
-	if err := tx.InputPut(it); err != nil {
+	if err := putItem(tx, it); err != nil {
 		return "", err
 	}
 	if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {

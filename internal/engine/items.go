@@ -100,11 +100,8 @@ func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status string,
 		if err != nil {
 			return err
 		}
-		if cur.Status != status && !kt.ItemTransitionAllowed(cur.Status, status) {
-			return kt.Errorf(kt.ClassInternal, "item %s: state %q → %q is not allowed", cur.Key, cur.Status, status)
-		}
 		cur.Status, cur.UpdatedAt, cur.LastRun, cur.LastVersion = status, now, run.ID, run.Version
-		if err := tx.InputPut(cur); err != nil {
+		if err := putItem(tx, cur); err != nil {
 			return err
 		}
 		*it = cur
@@ -205,7 +202,7 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 			cur.Status = kt.ItemProcessing
 		}
 		cur.Title, cur.LastRun, cur.LastVersion, cur.UpdatedAt = title, h.run.ID, h.run.Version, now
-		if err := tx.InputPut(cur); err != nil {
+		if err := putItem(tx, cur); err != nil {
 			return err
 		}
 		it = cur

@@ -472,6 +472,26 @@ func putRun(tx store.Tx, r kt.Run) error {
 	return tx.RunPut(r)
 }
 
+// putItem saves an item after checking a task item's state change against
+// the item machine of ch 12 §12.4 (keeptype's table); an input's status is
+// derived, not stored, and is not checked here.
+func putItem(tx store.Tx, it kt.Input) error {
+	if it.Kind == "task" {
+		prev, err := tx.InputGet(it.ID)
+		from := ""
+		switch {
+		case err == nil:
+			from = prev.Status
+		case !errors.Is(err, kt.ErrNotFound):
+			return err
+		}
+		if from != it.Status && !kt.ItemTransitionAllowed(from, it.Status) {
+			return kt.Errorf(kt.ClassInternal, "item %s: state %q → %q is not allowed", it.Key, from, it.Status)
+		}
+	}
+	return tx.InputPut(it)
+}
+
 // putMutation saves a ledger row after checking its state change against
 // the state machine of ch 13 (keeptype's table); a forbidden move is a host bug.
 func putMutation(tx store.Tx, m kt.Mutation) error {

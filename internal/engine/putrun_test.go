@@ -75,3 +75,29 @@ func TestWhoActs(t *testing.T) {
 		}
 	}
 }
+
+// Every write of a task item goes through its state machine (ch 12 §12.4).
+func TestPutItemChecksTheItemMachine(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	it := kt.Input{ID: "i", Workflow: "w", Key: "email:1", Kind: "task", Status: kt.ItemProcessing, CurrentAttempt: 1}
+	for _, status := range []string{kt.ItemProcessing, kt.ItemDone} {
+		it.Status = status
+		if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err != nil {
+			t.Fatalf("%s: %v", status, err)
+		}
+	}
+	it.Status = kt.ItemFailed
+	if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err == nil || !strings.Contains(err.Error(), `"done" → "failed"`) {
+		t.Fatalf("done → failed: %v", err)
+	}
+	it.Status = kt.ItemProcessing // reprocess
+	if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err != nil {
+		t.Fatalf("done → processing: %v", err)
+	}
+}

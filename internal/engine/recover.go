@@ -237,7 +237,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 				}
 				if !itemDone(it.Status) {
 					it.Status, it.UpdatedAt = kt.ItemSkipped, now
-					if err := tx.InputPut(it); err != nil {
+					if err := putItem(tx, it); err != nil {
 						return err
 					}
 					if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: old.Version, StartedAt: now, UpdatedAt: now}); err != nil {

@@ -226,7 +226,7 @@ func (e *Engine) execProducer(ctx context.Context, wf kt.Workflow, prog *script.
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
 		attempts := map[string]int{}
 		for _, in := range h.inputs {
-			if err := tx.InputPut(in); err != nil {
+			if err := putItem(tx, in); err != nil {
 				return err
 			}
 			if in.CreatedBy == run.ID {
