@@ -139,7 +139,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
 	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), Policy: &cfg.Policy, Logger: logger,
-		CrashPoint: os.Getenv("KEEP_TEST_CRASH_AFTER"), Observer: k.Metrics,
+		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics,
 		OnChange: func(wf string) {
 			sched.Wake()
 			k.Hub.Publish(wf)
@@ -147,6 +147,21 @@ func Open(o Options) (*Keep, error) {
 	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers})
 	k.Scheduler = sched
 	return k, nil
+}
+
+// crashAt is the crash tests' hook: with KEEP_TEST_CRASH_AFTER set to a
+// durable step (engine.Crash*), the process exits right after that step, as
+// if it had been killed there. nil when unset.
+func crashAt(step string) func(string) {
+	if step == "" {
+		return nil
+	}
+	return func(reached string) {
+		if reached == step {
+			fmt.Fprintf(os.Stderr, "keep: test crash point %s reached, exiting\n", reached)
+			os.Exit(137)
+		}
+	}
 }
 
 // Changed wakes the scheduler and tells open pages after a person's action.

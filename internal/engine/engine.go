@@ -41,9 +41,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// CrashPoint, when set, makes the process exit right after the named
-	// durable step (the Crash* constants in run.go). Only tests set it.
-	CrashPoint string
+	// AtDurableStep, when set, is called right after each named durable
+	// step (the Crash* constants in run.go). Crash tests make it end the
+	// process there (daemon wires KEEP_TEST_CRASH_AFTER); nil otherwise.
+	AtDurableStep func(step string)
 	// OnChange, when set, is called after every committed transition with the workflow name.
 	OnChange func(workflow string)
 	// Observer, when set, is told about finished runs and sandbox calls (metrics).
@@ -63,7 +64,7 @@ type Engine struct {
 	policy   config.Policy
 	now      func() time.Time
 	log      *slog.Logger
-	crash    string
+	atStep   func(step string)
 	onChange func(string)
 	observer Observer
 
@@ -73,7 +74,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, crash: o.CrashPoint, onChange: o.OnChange, observer: o.Observer, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy = *o.Policy
 	} else {
