@@ -296,7 +296,10 @@ func Pause(ctx context.Context, st store.Store, wf string, now time.Time) error 
 			return refuse("workflow %s is already paused", wf)
 		}
 		w.Paused, w.PausedReason, w.UpdatedAt = true, "paused by a person", now.UnixMilli()
-		return tx.WorkflowPut(w)
+		if err := tx.WorkflowPut(w); err != nil {
+			return err
+		}
+		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "pause", Detail: wf + " paused", At: now.UnixMilli()})
 	})
 }
 
@@ -312,6 +315,9 @@ func Resume(ctx context.Context, st store.Store, wf string, now time.Time) error
 		}
 		w.Paused, w.PausedReason, w.UpdatedAt = false, "", now.UnixMilli()
 		if err := tx.WorkflowPut(w); err != nil {
+			return err
+		}
+		if err := logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "resume", Detail: wf + " resumed", At: now.UnixMilli()}); err != nil {
 			return err
 		}
 		if r, err := tx.RunOpen(wf); err == nil && r.Status == kt.StatusFailedInternal && r.Action == "" {
@@ -345,7 +351,7 @@ func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int,
 				n++
 			}
 		}
-		return nil
+		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%d producers of %s queued", n, wf), At: now.UnixMilli()})
 	})
 	return n, err
 }
@@ -375,9 +381,7 @@ func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now ti
 	if err != nil {
 		return "", 0, err
 	}
-	return msg, queued, st.Update(ctx, func(tx store.Tx) error {
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: verb, Detail: msg, At: now.UnixMilli()})
-	})
+	return msg, queued, nil
 }
 
 // ItemAction carries out skip or reprocess on an item.

@@ -268,3 +268,37 @@ func TestAMutationOnADoneItemOffersReprocessNotSkip(t *testing.T) {
 		t.Fatalf("writes %d: the reprocessed item's write must really run again", n)
 	}
 }
+
+// Pause, resume and run-now are decisions too, logged in their own
+// transaction with who took them.
+func TestWorkflowActionsAreLogged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	ctx := engine.WithActor(e.ctx(), "carol")
+	for _, verb := range []string{"pause", "resume", "run-now"} {
+		if _, _, err := engine.WorkflowAction(ctx, e.k.Store, wf, verb, nowT()); err != nil {
+			t.Fatalf("%s: %v", verb, err)
+		}
+	}
+	if _, _, err := engine.WorkflowAction(ctx, e.k.Store, wf, "resume", nowT()); err == nil {
+		t.Fatal("resume of a running workflow was accepted")
+	}
+	var ds []kt.Decision
+	_ = e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		var err error
+		ds, err = tx.DecisionList(wf, "")
+		return err
+	})
+	var got []string
+	for _, d := range ds {
+		if d.By != "carol" {
+			t.Errorf("decision %+v not by carol", d)
+		}
+		got = append(got, d.Action)
+	}
+	if strings.Join(got, ",") != "pause,resume,run-now" {
+		t.Fatalf("decisions %v (a refused action must not be logged)", got)
+	}
+}
