@@ -323,6 +323,8 @@ type worker struct {
 	dead   atomic.Bool
 	// timedOut is set when the worker is killed at a deadline.
 	timedOut atomic.Bool
+	// exited is closed once the process is gone and its stderr copied.
+	exited chan struct{}
 }
 
 var idleWorkers = &idlePool[*worker]{max: maxIdleWorkers}
@@ -375,7 +377,13 @@ func startWorker(file, source string, deadline time.Duration) (*worker, *Declara
 		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
 	workersStarted.Add(1)
-	wk := &worker{cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail}
+	wk := &worker{cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail, exited: make(chan struct{})}
+	// The one Wait: it also finishes copying the worker's stderr, which
+	// deathError reads (why it stopped: out of memory, a crash).
+	go func() {
+		_ = cmd.Wait()
+		close(wk.exited)
+	}()
 	stop := time.AfterFunc(deadline, func() {
 		wk.timedOut.Store(true)
 		wk.kill()
@@ -405,7 +413,6 @@ func (wk *worker) kill() {
 	workersKilled.Add(1)
 	_ = wk.cmd.Process.Kill()
 	_ = wk.stdin.Close()
-	go func() { _ = wk.cmd.Wait() }()
 }
 
 // close ends an idle worker: closing its input ends its loop.
@@ -415,24 +422,28 @@ func (wk *worker) close() {
 	}
 	_ = wk.stdin.Close()
 	go func() {
-		t := time.AfterFunc(5*time.Second, func() { _ = wk.cmd.Process.Kill() })
-		_ = wk.cmd.Wait()
-		t.Stop()
+		select {
+		case <-wk.exited:
+		case <-time.After(5 * time.Second):
+			_ = wk.cmd.Process.Kill()
+		}
 	}()
 }
 
 // deathError explains why a worker stopped answering: killed at its time
 // limit, out of memory, or crashed.
 func (wk *worker) deathError(where string, limit time.Duration, mem int64) error {
+	// Its last words are on stderr, copied until the process is gone.
+	select {
+	case <-wk.exited:
+	case <-time.After(10 * time.Second):
+	}
 	tail := wk.stderr.String()
 	switch {
 	case wk.timedOut.Load():
 		return kt.Errorf(kt.ClassLogic, "%s ran longer than its time limit of %s and was stopped: its sandbox process was killed (an endless loop, a built-in over a huge array such as indexOf on {length: 2**53-1}, or a call that never returns?)", where, limit)
 	case strings.Contains(tail, "out of memory"):
 		return kt.Errorf(kt.ClassLogic, "%s: the script ran out of memory (limit %s) and its sandbox process was stopped", where, sizeText(mem))
-	}
-	if i := strings.LastIndex(tail, "\n\n"); i > 0 {
-		tail = tail[:i]
 	}
 	return kt.Errorf(kt.ClassLogic, "%s: the sandbox process stopped unexpectedly (%s)", where, strings.TrimSpace(firstLine(tail)))
 }
