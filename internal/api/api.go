@@ -418,7 +418,7 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
-	msg, err := engine.ItemAction(r.Context(), s.Store, wf, ref, verb, s.now())
+	msg, err := engine.ItemAction(r.Context(), s.Store, engine.ItemRef{Workflow: wf, Ref: ref}, verb, s.now())
 	if err != nil {
 		fail(w, err)
 		return

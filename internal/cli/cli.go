@@ -1079,7 +1079,7 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 				return nil
 			}
 			return a.withStore(func(st store.Store) error {
-				msg, err := engine.ItemAction(cmd.Context(), st, wf, args[0], verb, time.Now())
+				msg, err := engine.ItemAction(cmd.Context(), st, engine.ItemRef{Workflow: wf, Ref: args[0]}, verb, time.Now())
 				if err != nil {
 					return err
 				}

@@ -75,125 +75,182 @@ func logDecision(ctx context.Context, tx store.Tx, d kt.Decision) error {
 func Resolve(ctx context.Context, st store.Store, runID string, what Resolution, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
-		run, err := tx.RunGet(runID)
-		if errors.Is(err, kt.ErrNotFound) {
-			return missing("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
-		}
+		d, err := openDecision(tx, runID, now)
 		if err != nil {
 			return err
 		}
-		switch {
-		case run.Status.Finished():
-			return refuse("run %s is not blocked: it is %s; there is nothing to resolve", runID, run.Status)
-		case run.Action != "":
-			return refuse("run %s already has a decision waiting to be carried out (%s); keep carries it out at its next step", runID, run.Action)
-		case run.Status == kt.StatusActive:
-			return refuse("run %s is running right now; resolve it only once it is blocked", runID)
-		}
-		mut, merr := tx.MutationByRun(runID)
-		hasMut := merr == nil
-		if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
-			return merr
-		}
-		held, err := tx.EventsReservedBy(runID)
-		if err != nil {
+		if err := d.checkSkip(what); err != nil {
 			return err
 		}
-		// Try again, It didn't happen and Approve explain their own refusals below.
-		allowed := ActionsFor(run, mut, hasMut, len(held))
-		if what == ResolveSkip && doneItemOf(run) != "" && !slices.Contains(allowed, string(ResolveSkip)) {
-			return refuse("Skip does not apply to run %s: item %q is already done, so skipping it changes nothing and the next run would fail the same way. Reprocess the item (--reprocess) to do it again, or deploy a fix that checks ctx.item.isDone and try again", runID, doneItemOf(run))
-		}
-		if what == ResolveSkip && !slices.Contains(allowed, string(ResolveSkip)) {
-			return refuse("Skip does not apply to run %s: %s failed before it selected any event, so there is nothing to skip and the next run would fail the same way. Fix the script and deploy it with `keep deploy --minor`, or skip the inputs it would take (`keep skip ITEM`)", runID, run.Handler)
-		}
-		unknown := hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile)
-		ms := now.UnixMilli()
-		switch what {
-		case ResolveTryAgain:
-			if unknown {
-				if !mut.CanReconcile {
-					return refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", runID, mut.Target)
-				}
-				mut.Status, mut.ReconcileAttempts, mut.NextReconcileAt, mut.ResolvedBy, mut.UpdatedAt = kt.MutationNeedsReconcile, 0, ms, kt.ResolvedByUserRetry, ms
-				if err := putMutation(tx, mut); err != nil {
-					return err
-				}
-				run.Status, run.ErrorMessage = kt.StatusReconciliation, fmt.Sprintf("a person asked keep to check %s again", mut.Target)
-				msg = fmt.Sprintf("keep will check again whether %s happened", mut.Target)
-			} else {
-				run.Action = ActionRetry
-				msg = fmt.Sprintf("run %s will be retried", runID)
-				if run.Status == kt.StatusFailedLogic {
-					msg += " with the same script (deploy a fixed version with `keep deploy --minor` if it fails the same way)"
-				}
-				if err := unpause(tx, run.Workflow, ms); err != nil {
-					return err
-				}
-			}
-		case ResolveDidntHappen:
-			if !unknown {
-				return refuse("It didn't happen applies to a mutation whose outcome is unknown; run %s is %s", runID, run.Status)
-			}
-			if !kt.MutationTransitionAllowed(mut.Status, kt.MutationFailed) {
-				return refuse("mutation %s is %s and cannot be marked failed", mut.ID, mut.Status)
-			}
-			mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByUserAssertFailed, ms
-			mut.ErrorMessage = "a person stated that it did not happen"
-			if err := putMutation(tx, mut); err != nil {
-				return err
-			}
-			run.Action = ActionRetry
-			msg = fmt.Sprintf("%s is marked as not done; mutate runs again and sends it once more", mut.Target)
-		case ResolveSkip:
-			run.Action = ActionSkip
-			msg = fmt.Sprintf("run %s will be skipped", runID)
-			if hasMut && mut.Status == kt.MutationApplied {
-				msg = fmt.Sprintf("the mutation of run %s already happened; the run will complete", runID)
-			}
-		case ResolveApprove:
-			if !IsApprovalWait(run) {
-				why := string(run.Status)
-				if run.ErrorMessage != "" {
-					why += ": " + run.ErrorMessage
-				}
-				return refuse("run %s is not waiting for approval (%s); approving would not change anything. Fix the cause, then use --try-again, or --skip", runID, why)
-			}
-			var pc PendingCall
-			if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
-				return err
-			}
-			run.ApprovedHash = pc.CallHash
-			msg = fmt.Sprintf("approved: %s will be sent", pc.Target)
-			run.Action = ActionRetry
-		case ResolveReprocess:
-			key := doneItemOf(run)
-			if key == "" || !slices.Contains(allowed, string(ResolveReprocess)) {
-				return refuse("Reprocess applies to a run that tried to change an item that is already done; run %s is %s", runID, run.Status)
-			}
-			it, err := FindItem(tx, run.Workflow, key)
-			if err != nil {
-				return err
-			}
-			if msg, err = reprocess(tx, it, ms); err != nil {
-				return err
-			}
-			run.Action = ActionRetry
-			msg += fmt.Sprintf("; run %s is retried", runID)
-		default:
-			return refuse("unknown resolution %q (use --try-again, --didnt-happen, --skip or --reprocess)", what)
-		}
-		run.UpdatedAt = ms
-		if err := putRun(tx, run); err != nil {
+		if msg, err = d.carryOut(what); err != nil {
 			return err
 		}
-		d := kt.Decision{Workflow: run.Workflow, RunID: runID, Action: string(what), Detail: msg, At: ms}
-		if hasMut {
-			d.MutationID = mut.ID
+		d.run.UpdatedAt = d.ms
+		if err := putRun(tx, d.run); err != nil {
+			return err
 		}
-		return logDecision(ctx, tx, d)
+		dec := kt.Decision{Workflow: d.run.Workflow, RunID: runID, Action: string(what), Detail: msg, At: d.ms}
+		if d.hasMut {
+			dec.MutationID = d.mut.ID
+		}
+		return logDecision(ctx, tx, dec)
 	})
 	return msg, err
+}
+
+// decision is a person's decision on a blocked run, inside its transaction:
+// the run, its ledger row and the actions its state allows (ActionsFor).
+type decision struct {
+	tx      store.Tx
+	run     kt.Run
+	mut     kt.Mutation
+	hasMut  bool
+	allowed []string
+	ms      int64
+}
+
+// openDecision reads a blocked run for a decision, refusing one that is not
+// blocked or already has a decision waiting.
+func openDecision(tx store.Tx, runID string, now time.Time) (*decision, error) {
+	run, err := tx.RunGet(runID)
+	if errors.Is(err, kt.ErrNotFound) {
+		return nil, missing("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case run.Status.Finished():
+		return nil, refuse("run %s is not blocked: it is %s; there is nothing to resolve", runID, run.Status)
+	case run.Action != "":
+		return nil, refuse("run %s already has a decision waiting to be carried out (%s); keep carries it out at its next step", runID, run.Action)
+	case run.Status == kt.StatusActive:
+		return nil, refuse("run %s is running right now; resolve it only once it is blocked", runID)
+	}
+	d := &decision{tx: tx, run: run, ms: now.UnixMilli()}
+	mut, merr := tx.MutationByRun(runID)
+	d.mut, d.hasMut = mut, merr == nil
+	if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
+		return nil, merr
+	}
+	held, err := tx.EventsReservedBy(runID)
+	if err != nil {
+		return nil, err
+	}
+	d.allowed = ActionsFor(run, mut, d.hasMut, len(held))
+	return d, nil
+}
+
+// checkSkip explains why Skip is not offered, when it is not; the other
+// actions explain their own refusals.
+func (d *decision) checkSkip(what Resolution) error {
+	if what != ResolveSkip || slices.Contains(d.allowed, string(ResolveSkip)) {
+		return nil
+	}
+	if item := doneItemOf(d.run); item != "" {
+		return refuse("Skip does not apply to run %s: item %q is already done, so skipping it changes nothing and the next run would fail the same way. Reprocess the item (--reprocess) to do it again, or deploy a fix that checks ctx.item.isDone and try again", d.run.ID, item)
+	}
+	return refuse("Skip does not apply to run %s: %s failed before it selected any event, so there is nothing to skip and the next run would fail the same way. Fix the script and deploy it with `keep deploy --minor`, or skip the inputs it would take (`keep skip ITEM`)", d.run.ID, d.run.Handler)
+}
+
+// unknown says the run waits on a write whose outcome is not known.
+func (d *decision) unknown() bool {
+	return d.hasMut && (d.mut.Status == kt.MutationIndeterminate || d.mut.Status == kt.MutationNeedsReconcile)
+}
+
+// carryOut records the decision on the run (and its ledger row) and says
+// what will happen.
+func (d *decision) carryOut(what Resolution) (string, error) {
+	switch what {
+	case ResolveTryAgain:
+		return d.tryAgain()
+	case ResolveDidntHappen:
+		return d.didntHappen()
+	case ResolveSkip:
+		d.run.Action = ActionSkip
+		if d.hasMut && d.mut.Status == kt.MutationApplied {
+			return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
+		}
+		return fmt.Sprintf("run %s will be skipped", d.run.ID), nil
+	case ResolveApprove:
+		return d.approve()
+	case ResolveReprocess:
+		return d.reprocessItem()
+	}
+	return "", refuse("unknown resolution %q (use --try-again, --didnt-happen, --skip or --reprocess)", what)
+}
+
+func (d *decision) tryAgain() (string, error) {
+	run, mut := &d.run, &d.mut
+	if !d.unknown() {
+		run.Action = ActionRetry
+		msg := fmt.Sprintf("run %s will be retried", run.ID)
+		if run.Status == kt.StatusFailedLogic {
+			msg += " with the same script (deploy a fixed version with `keep deploy --minor` if it fails the same way)"
+		}
+		return msg, unpause(d.tx, run.Workflow, d.ms)
+	}
+	if !mut.CanReconcile {
+		return "", refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", run.ID, mut.Target)
+	}
+	mut.Status, mut.ReconcileAttempts, mut.NextReconcileAt, mut.ResolvedBy, mut.UpdatedAt = kt.MutationNeedsReconcile, 0, d.ms, kt.ResolvedByUserRetry, d.ms
+	if err := putMutation(d.tx, *mut); err != nil {
+		return "", err
+	}
+	run.Status, run.ErrorMessage = kt.StatusReconciliation, fmt.Sprintf("a person asked keep to check %s again", mut.Target)
+	return fmt.Sprintf("keep will check again whether %s happened", mut.Target), nil
+}
+
+func (d *decision) didntHappen() (string, error) {
+	run, mut := &d.run, &d.mut
+	if !d.unknown() {
+		return "", refuse("It didn't happen applies to a mutation whose outcome is unknown; run %s is %s", run.ID, run.Status)
+	}
+	if !kt.MutationTransitionAllowed(mut.Status, kt.MutationFailed) {
+		return "", refuse("mutation %s is %s and cannot be marked failed", mut.ID, mut.Status)
+	}
+	mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByUserAssertFailed, d.ms
+	mut.ErrorMessage = "a person stated that it did not happen"
+	if err := putMutation(d.tx, *mut); err != nil {
+		return "", err
+	}
+	run.Action = ActionRetry
+	return fmt.Sprintf("%s is marked as not done; mutate runs again and sends it once more", mut.Target), nil
+}
+
+func (d *decision) approve() (string, error) {
+	run := &d.run
+	if !IsApprovalWait(*run) {
+		why := string(run.Status)
+		if run.ErrorMessage != "" {
+			why += ": " + run.ErrorMessage
+		}
+		return "", refuse("run %s is not waiting for approval (%s); approving would not change anything. Fix the cause, then use --try-again, or --skip", run.ID, why)
+	}
+	var pc PendingCall
+	if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
+		return "", err
+	}
+	run.ApprovedHash, run.Action = pc.CallHash, ActionRetry
+	return fmt.Sprintf("approved: %s will be sent", pc.Target), nil
+}
+
+func (d *decision) reprocessItem() (string, error) {
+	run := &d.run
+	key := doneItemOf(*run)
+	if key == "" || !slices.Contains(d.allowed, string(ResolveReprocess)) {
+		return "", refuse("Reprocess applies to a run that tried to change an item that is already done; run %s is %s", run.ID, run.Status)
+	}
+	it, err := FindItem(d.tx, run.Workflow, key)
+	if err != nil {
+		return "", err
+	}
+	msg, err := reprocess(d.tx, it, d.ms)
+	if err != nil {
+		return "", err
+	}
+	run.Action = ActionRetry
+	return msg + fmt.Sprintf("; run %s is retried", run.ID), nil
 }
 
 // Who says who must move a run on next.
@@ -385,12 +442,12 @@ func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now ti
 }
 
 // ItemAction carries out skip or reprocess on an item.
-func ItemAction(ctx context.Context, st store.Store, wf, ref, verb string, now time.Time) (string, error) {
+func ItemAction(ctx context.Context, st store.Store, ref ItemRef, verb string, now time.Time) (string, error) {
 	switch verb {
 	case "skip":
-		return SkipItem(ctx, st, wf, ref, now)
+		return SkipItem(ctx, st, ref, now)
 	case "reprocess":
-		return ReprocessItem(ctx, st, wf, ref, now)
+		return ReprocessItem(ctx, st, ref, now)
 	}
 	return "", &ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), NotFound: true, UnknownAction: true}
 }

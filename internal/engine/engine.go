@@ -427,7 +427,7 @@ func (e *Engine) migrateConsumerIdentities(tx store.Tx) error {
 			}
 			identity, _ := meth.Split(args)
 			subkey, _ := args["subkey"].(string)
-			key := ConsumerIdentityKey(m.Workflow, m.Handler, unit, m.Tool, m.Method, identity, subkey)
+			key := Identity{Workflow: m.Workflow, Handler: m.Handler, Tool: m.Tool, Method: m.Method, Params: identity, Subkey: subkey}.ConsumerKey(unit)
 			if key == m.IdentityKey {
 				continue
 			}
@@ -477,28 +477,39 @@ func hashOf(parts ...any) string {
 	return hex.EncodeToString(s[:])
 }
 
-// IdentityKey computes the mutation identity of SPEC §7.
-func IdentityKey(workflow, handler string, itemKeys []string, attempt int, tool, method string, identity map[string]any, subkey string) string {
+// Identity is what the identity of a mutation (SPEC §7) is made of,
+// besides its unit of work: where it is written from and what it writes to.
+type Identity struct {
+	Workflow, Handler string
+	Tool, Method      string
+	// Params are the method's identity params (its target).
+	Params map[string]any
+	Subkey string
+}
+
+// ItemKey is the identity of an item script's write: its unit of work is
+// the items it belongs to, in their current attempt.
+func (id Identity) ItemKey(itemKeys []string, attempt int) string {
 	keys := append([]string(nil), itemKeys...)
 	sort.Strings(keys)
 	ks := make([]any, len(keys))
 	for i, k := range keys {
 		ks[i] = k
 	}
-	return hashOf(workflow, handler, ks, attempt, tool, method, identity, subkey)
+	return hashOf(id.Workflow, id.Handler, ks, attempt, id.Tool, id.Method, id.Params, id.Subkey)
 }
 
-// ConsumerIdentityKey computes the identity of a consumer run's mutation
-// (SPEC §7): its unit of work is the run's reservation set (UnitOfWork), not
-// the inputs that caused the events — one input can cause many events, and
-// each event's write is its own (issue 10: a second event's write was once
-// answered from the first's cached result and never sent).
-func ConsumerIdentityKey(workflow, handler string, unit []string, tool, method string, identity map[string]any, subkey string) string {
+// ConsumerKey is the identity of a consumer run's write: its unit of work
+// is the run's reservation set (UnitOfWork), not the inputs that caused the
+// events — one input can cause many events, and each event's write is its
+// own (issue 10: a second event's write was once answered from the first's
+// cached result and never sent).
+func (id Identity) ConsumerKey(unit []string) string {
 	us := make([]any, len(unit))
 	for i, u := range unit {
 		us[i] = u
 	}
-	return hashOf("consumer", workflow, handler, us, tool, method, identity, subkey)
+	return hashOf("consumer", id.Workflow, id.Handler, us, id.Tool, id.Method, id.Params, id.Subkey)
 }
 
 // UnitOfWork is a consumer run's unit of work: the sorted (topic, messageId,

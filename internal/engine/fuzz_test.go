@@ -56,8 +56,8 @@ func FuzzIdentity(f *testing.F) {
 		if err := json.Unmarshal([]byte(reversed), &id2); err != nil {
 			t.Fatalf("rebuild %s: %v", reversed, err)
 		}
-		a := IdentityKey("wf", "c", []string{input, "other"}, 1, "http", "request", id, subkey)
-		b := IdentityKey("wf", "c", []string{"other", input}, 1, "http", "request", id2, subkey)
+		a := Identity{Workflow: "wf", Handler: "c", Tool: "http", Method: "request", Params: id, Subkey: subkey}.ItemKey([]string{input, "other"}, 1)
+		b := Identity{Workflow: "wf", Handler: "c", Tool: "http", Method: "request", Params: id2, Subkey: subkey}.ItemKey([]string{"other", input}, 1)
 		if a != b {
 			t.Fatalf("identity depends on key or input order: %s vs %s", identityJSON, reversed)
 		}
@@ -71,11 +71,11 @@ func FuzzIdentity(f *testing.F) {
 		}
 		changed["__target"] = "different"
 		for name, other := range map[string]string{
-			"target":  IdentityKey("wf", "c", []string{input, "other"}, 1, "http", "request", changed, subkey),
-			"attempt": IdentityKey("wf", "c", []string{input, "other"}, 2, "http", "request", id, subkey),
-			"subkey":  IdentityKey("wf", "c", []string{input, "other"}, 1, "http", "request", id, subkey+"x"),
-			"item":    IdentityKey("wf", "c", []string{input + "x", "other"}, 1, "http", "request", id, subkey),
-			"handler": IdentityKey("wf", "d", []string{input, "other"}, 1, "http", "request", id, subkey),
+			"target":  Identity{Workflow: "wf", Handler: "c", Tool: "http", Method: "request", Params: changed, Subkey: subkey}.ItemKey([]string{input, "other"}, 1),
+			"attempt": Identity{Workflow: "wf", Handler: "c", Tool: "http", Method: "request", Params: id, Subkey: subkey}.ItemKey([]string{input, "other"}, 2),
+			"subkey":  Identity{Workflow: "wf", Handler: "c", Tool: "http", Method: "request", Params: id, Subkey: subkey + "x"}.ItemKey([]string{input, "other"}, 1),
+			"item":    Identity{Workflow: "wf", Handler: "c", Tool: "http", Method: "request", Params: id, Subkey: subkey}.ItemKey([]string{input + "x", "other"}, 1),
+			"handler": Identity{Workflow: "wf", Handler: "d", Tool: "http", Method: "request", Params: id, Subkey: subkey}.ItemKey([]string{input, "other"}, 1),
 		} {
 			if other == a {
 				t.Fatalf("a different %s gives the same identity", name)

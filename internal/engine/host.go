@@ -121,11 +121,8 @@ type publishReq struct {
 
 // host serves one handler phase's ctx calls and enforces SPEC §3.
 type host struct {
-	e       *Engine
-	ctx     context.Context
-	run     *kt.Run
-	phase   string // "producer", "prepare", "mutate", "next"
-	tr      *trace
+	*runExec
+	phase   hostPhase
 	decl    declView
 	handler string
 
@@ -155,7 +152,7 @@ func violation(format string, args ...any) error {
 }
 
 func (h *host) traceCall(method string, args any, start time.Time, outcome string) {
-	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: h.phase, Kind: "call", Method: method, Args: args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
+	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
 }
 
 // call is the script.HostFunc for this phase.
@@ -178,15 +175,15 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 		if len(s) > maxLogLine {
 			s = s[:maxLogLine] + "…"
 		}
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "log", Text: s})
+		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Text: s})
 		return nil, nil
 	case "now":
 		n := h.e.nowMs()
-		h.tr.add(TraceEntry{At: n, Phase: h.phase, Kind: "now", Text: fmt.Sprint(n)})
+		h.tr.add(TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":
 		r := rand.Float64()
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "random", Text: fmt.Sprint(r)})
+		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
 		b, _ := json.Marshal(r)
 		return b, nil
 	case "registerInput":
@@ -220,12 +217,12 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
 		}
 	}
-	if kind == connector.KindMutate && h.phase == "task" {
+	if kind == connector.KindMutate && h.phase == phaseTask {
 		return h.itemMutation(tool, m, args)
 	}
 	if kind == connector.KindMutate {
 		h.captured = &capturedCall{Tool: tool, Method: m.Name, Args: args}
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
+		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
 		return nil, script.ErrSuspend
 	}
 	start := time.Now()
@@ -264,26 +261,26 @@ func (h *host) toolMethod(method string) (string, *connector.Method, bool) {
 // allowed applies the table of SPEC §3 to a connector call.
 func (h *host) allowed(method string, kind connector.Kind) error {
 	switch h.phase {
-	case "producer":
+	case phaseProducer:
 		if kind == connector.KindMutate {
 			return violation("ctx.%s is a mutation; producers only read and publish — move the write into a consumer's mutate", method)
 		}
-	case "prepare":
+	case phasePrepare:
 		if kind == connector.KindMutate {
 			return violation("ctx.%s is a mutation; prepare only reads and selects — do the write in mutate", method)
 		}
-	case "mutate":
+	case phaseMutate:
 		if kind == connector.KindRead {
 			return violation("ctx.%s is a list/search read; mutate may only read by id — select in prepare and pass the data along", method)
 		}
-	case "next":
+	case phaseNext:
 		return violation("ctx.%s: next may not call connectors; it only publishes and returns state", method)
 	}
 	return nil
 }
 
 func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
-	if h.phase != "producer" {
+	if h.phase != phaseProducer {
 		return nil, violation("registerInput is only allowed in a producer (called in %s)", h.phase)
 	}
 	var in struct {
@@ -351,7 +348,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
-	if h.phase != "producer" && h.phase != "next" {
+	if h.phase != phaseProducer && h.phase != phaseNext {
 		return nil, violation("publish is only allowed in a producer or in next (called in %s)", h.phase)
 	}
 	var req struct {
@@ -415,7 +412,7 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if req.Event.InputID != nil {
 		inputID = *req.Event.InputID
 	}
-	if h.phase == "producer" {
+	if h.phase == phaseProducer {
 		if inputID == "" {
 			return nil, kt.Errorf(kt.ClassLogic, "publish from a producer needs inputId: register the input first (const inputId = ctx.registerInput({...})) and pass it")
 		}
@@ -451,7 +448,7 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
 		h.publishedBytes += len(payload)
 	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
+	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
 	return nil, nil
 }
 
@@ -464,7 +461,7 @@ type eventView struct {
 }
 
 func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, error) {
-	if h.phase != "prepare" {
+	if h.phase != phasePrepare {
 		return nil, violation("%s is only allowed in prepare (called in %s)", method, h.phase)
 	}
 	var req struct {
@@ -519,6 +516,6 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 	for _, ev := range evs {
 		out = append(out, eventView{MessageID: ev.MessageID, Topic: ev.Topic, Payload: ev.Payload, Attempt: ev.Attempt, CreatedAt: ev.CreatedAt})
 	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: h.phase, Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
+	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
 	return json.Marshal(out)
 }

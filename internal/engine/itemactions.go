@@ -51,83 +51,98 @@ func FindItem(tx store.Tx, wf, ref string) (kt.Input, error) {
 	return kt.Input{}, refuse("item key %q exists in several workflows; pass --workflow", ref)
 }
 
+// ItemRef names an item: its id or its key (FindItem), within a workflow,
+// or across all workflows when Workflow is empty.
+type ItemRef struct {
+	Workflow string
+	Ref      string
+}
+
 // SkipItem carries out `keep skip ITEM` (SPEC §8.2, ch 12 §12.7).
-func SkipItem(ctx context.Context, st store.Store, wf, ref string, now time.Time) (string, error) {
-	var msg string
+func SkipItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
 	ms := now.UnixMilli()
-	err := itemUpdate(ctx, st, wf, ref, func(tx store.Tx, it kt.Input) error {
+	return itemUpdate(ctx, st, ref, kt.Decision{Action: "skip-item", At: ms}, func(tx store.Tx, it kt.Input) (string, error) {
 		if it.Kind == "task" {
-			if !kt.ItemTransitionAllowed(it.Status, kt.ItemSkipped) {
-				return refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
+			return skipTaskItem(tx, it, ms)
+		}
+		return skipInput(tx, it, ms)
+	})
+}
+
+// skipTaskItem skips an item of an item script; the run blocked on it goes
+// on with the other items.
+func skipTaskItem(tx store.Tx, it kt.Input, ms int64) (string, error) {
+	if !kt.ItemTransitionAllowed(it.Status, kt.ItemSkipped) {
+		return "", refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
+	}
+	it.Status, it.UpdatedAt = kt.ItemSkipped, ms
+	if err := putItem(tx, it); err != nil {
+		return "", err
+	}
+	if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("item %q skipped", it.Key)
+	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
+		r.Action, r.UpdatedAt = ActionSkip, ms
+		if err := putRun(tx, r); err != nil {
+			return "", err
+		}
+		msg += fmt.Sprintf("; blocked run %s goes on with the other items", r.ID)
+	}
+	return msg, nil
+}
+
+// skipInput skips the pending events of an input; a blocked run that holds
+// one before its write is skipped, one whose write happened completes.
+func skipInput(tx store.Tx, it kt.Input, ms int64) (string, error) {
+	evs, err := tx.EventsByInput(it.ID)
+	if err != nil {
+		return "", err
+	}
+	var skipped, consumed, completing int
+	var runs []string
+	for _, ev := range evs {
+		switch {
+		case ev.Status == kt.EventConsumed:
+			consumed++
+		case ev.Status != kt.EventPending:
+		case ev.ReservedBy == "":
+			ev.Status, ev.UpdatedAt = kt.EventSkipped, ms
+			if err := tx.EventUpdate(ev); err != nil {
+				return "", err
 			}
-			it.Status, it.UpdatedAt = kt.ItemSkipped, ms
-			if err := putItem(tx, it); err != nil {
-				return err
+			skipped++
+		default:
+			r, err := tx.RunGet(ev.ReservedBy)
+			if err != nil {
+				return "", err
 			}
-			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
-				return err
+			if kt.PhaseRank(r.Phase) >= kt.PhaseRank(kt.PhaseMutated) {
+				completing++ // its write happened: the run completes
+				continue
 			}
-			msg = fmt.Sprintf("item %q skipped", it.Key)
-			if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
+			if !r.Status.Finished() && r.Action == "" {
 				r.Action, r.UpdatedAt = ActionSkip, ms
 				if err := putRun(tx, r); err != nil {
-					return err
+					return "", err
 				}
-				msg += fmt.Sprintf("; blocked run %s goes on with the other items", r.ID)
-			}
-			return nil
-		}
-		evs, err := tx.EventsByInput(it.ID)
-		if err != nil {
-			return err
-		}
-		var skipped, consumed, completing int
-		var runs []string
-		for _, ev := range evs {
-			switch {
-			case ev.Status == kt.EventConsumed:
-				consumed++
-			case ev.Status != kt.EventPending:
-			case ev.ReservedBy == "":
-				ev.Status, ev.UpdatedAt = kt.EventSkipped, ms
-				if err := tx.EventUpdate(ev); err != nil {
-					return err
-				}
-				skipped++
-			default:
-				r, err := tx.RunGet(ev.ReservedBy)
-				if err != nil {
-					return err
-				}
-				if kt.PhaseRank(r.Phase) >= kt.PhaseRank(kt.PhaseMutated) {
-					completing++ // its write happened: the run completes
-					continue
-				}
-				if !r.Status.Finished() && r.Action == "" {
-					r.Action, r.UpdatedAt = ActionSkip, ms
-					if err := putRun(tx, r); err != nil {
-						return err
-					}
-					runs = append(runs, r.ID)
-				}
+				runs = append(runs, r.ID)
 			}
 		}
-		parts := []string{fmt.Sprintf("input %q: %d pending events skipped", it.Title, skipped)}
-		if len(runs) > 0 {
-			parts = append(parts, fmt.Sprintf("run %s, which held it before its write, will be skipped", strings.Join(runs, ", ")))
-		}
-		if completing > 0 {
-			parts = append(parts, fmt.Sprintf("%d events are held by a run whose write already happened; that run completes", completing))
-		}
-		if consumed > 0 {
-			parts = append(parts, fmt.Sprintf("%d events were already consumed and stay so", consumed))
-		}
-		msg = strings.Join(parts, "; ")
-		return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms})
-	}, func(tx store.Tx, it kt.Input) error {
-		return logDecision(ctx, tx, kt.Decision{Workflow: it.Workflow, ItemID: it.ID, Action: "skip-item", Detail: msg, At: ms})
-	})
-	return msg, err
+	}
+	parts := []string{fmt.Sprintf("input %q: %d pending events skipped", it.Title, skipped)}
+	if len(runs) > 0 {
+		parts = append(parts, fmt.Sprintf("run %s, which held it before its write, will be skipped", strings.Join(runs, ", ")))
+	}
+	if completing > 0 {
+		parts = append(parts, fmt.Sprintf("%d events are held by a run whose write already happened; that run completes", completing))
+	}
+	if consumed > 0 {
+		parts = append(parts, fmt.Sprintf("%d events were already consumed and stay so", consumed))
+	}
+	msg := strings.Join(parts, "; ")
+	return msg, tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms})
 }
 
 // closeBlockedHolders closes the blocked runs that hold pending events of
@@ -188,32 +203,29 @@ func closeBlockedHolders(tx store.Tx, it kt.Input, evs []kt.Event, ms int64) ([]
 // ReprocessItem starts a new attempt of an item (ch 12 §12.5, SPEC §8.2).
 // The old attempt's runs and mutations stay; the new attempt's mutations
 // have new identities, so they really run.
-func ReprocessItem(ctx context.Context, st store.Store, wf, ref string, now time.Time) (string, error) {
-	var msg string
+func ReprocessItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
 	ms := now.UnixMilli()
-	err := itemUpdate(ctx, st, wf, ref, func(tx store.Tx, it kt.Input) error {
-		var err error
-		msg, err = reprocess(tx, it, ms)
-		return err
-	}, func(tx store.Tx, it kt.Input) error {
-		return logDecision(ctx, tx, kt.Decision{Workflow: it.Workflow, ItemID: it.ID, Action: "reprocess", Detail: msg, At: ms})
+	return itemUpdate(ctx, st, ref, kt.Decision{Action: "reprocess", At: ms}, func(tx store.Tx, it kt.Input) (string, error) {
+		return reprocess(tx, it, ms)
 	})
-	return msg, err
 }
 
-// itemUpdate finds an item and applies a person's action to it, then
-// records the decision, in one transaction.
-func itemUpdate(ctx context.Context, st store.Store, wf, ref string, act, record func(store.Tx, kt.Input) error) error {
-	return st.Update(ctx, func(tx store.Tx) error {
-		it, err := FindItem(tx, wf, ref)
+// itemUpdate finds an item and applies a person's action to it, then logs
+// the decision (d, with the item and what act says happened), in one
+// transaction.
+func itemUpdate(ctx context.Context, st store.Store, ref ItemRef, d kt.Decision, act func(store.Tx, kt.Input) (string, error)) (string, error) {
+	err := st.Update(ctx, func(tx store.Tx) error {
+		it, err := FindItem(tx, ref.Workflow, ref.Ref)
 		if err != nil {
 			return err
 		}
-		if err := act(tx, it); err != nil {
+		if d.Detail, err = act(tx, it); err != nil {
 			return err
 		}
-		return record(tx, it)
+		d.Workflow, d.ItemID = it.Workflow, it.ID
+		return logDecision(ctx, tx, d)
 	})
+	return d.Detail, err
 }
 
 func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {

@@ -12,11 +12,11 @@ import (
 )
 
 func skipItem(e *env, wf, ref string) (string, error) {
-	return engine.SkipItem(e.ctx(), e.k.Store, wf, ref, time.Now())
+	return engine.SkipItem(e.ctx(), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ref}, time.Now())
 }
 
 func reprocessItem(e *env, wf, ref string) (string, error) {
-	return engine.ReprocessItem(e.ctx(), e.k.Store, wf, ref, time.Now())
+	return engine.ReprocessItem(e.ctx(), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ref}, time.Now())
 }
 
 func TestReprocessRunsTheWriteAgainAndKeepsTheOldAttempt(t *testing.T) {

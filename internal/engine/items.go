@@ -5,20 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
-	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
 // taskState is what the host knows while an item script runs.
 type taskState struct {
-	prog   *script.Program
-	wf     kt.Workflow
 	item   *kt.Input // the item whose handler is running
 	isDone bool
 	// failStatus is the item status to record when the run fails inside the
@@ -37,45 +32,39 @@ type ItemView struct {
 
 func itemDone(status string) bool { return status == kt.ItemDone || status == kt.ItemSkipped }
 
-// execTask runs an item script (SPEC §8.3): the handler always runs, items
+// task runs an item script (SPEC §8.3): the handler always runs, items
 // are entered and left through withItem, mutations run one at a time
 // through the ledger, and replay returns cached results.
-func (e *Engine) execTask(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, hrow *kt.Handler) (err error) {
-	defer func() {
-		if err == nil {
-			e.runFinished(run)
-		}
-	}()
-	tr := loadTrace(run.Trace)
-	tr.add(TraceEntry{At: e.nowMs(), Kind: "phase", Phase: string(run.Phase), Text: "task " + run.Handler + " started"})
-	if hrow, err = e.handlerRowOf(ctx, wf.Name, run.Handler, hrow); err != nil {
+func (x *runExec) task(hrow *kt.Handler) (err error) {
+	defer func() { x.finished(err) }()
+	x.phaseNote(string(x.run.Phase), "task "+x.run.Handler+" started")
+	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, x.run.Handler, hrow); err != nil {
 		return err
 	}
-	h := &host{e: e, ctx: ctx, run: run, phase: "task", tr: tr, handler: run.Handler, task: &taskState{prog: prog, wf: wf}}
-	out, err := e.invoke(prog, script.Invocation{Kind: kt.HandlerTask, Name: run.Handler, Phase: "run",
-		Args: []json.RawMessage{hrow.State}, Tools: e.registry.Tools(), Host: h.call, Limits: e.limits()})
+	h := x.host(phaseTask)
+	h.task = &taskState{}
+	out, err := x.invoke(h, hrow.State)
 	if err == nil && h.task.item != nil {
-		err = kt.Errorf(kt.ClassLogic, "task %s returned while item %q was still being processed; await every withItem", run.Handler, h.task.item.Key)
+		err = kt.Errorf(kt.ClassLogic, "task %s returned while item %q was still being processed; await every withItem", x.run.Handler, h.task.item.Key)
 	}
 	if err == nil {
 		err = checkSize("the task's returned state", out.Value)
 	}
 	if err != nil {
-		return e.failTask(ctx, wf, run, tr, h.task, err)
+		return x.failTask(h.task, err)
 	}
-	decl := prog.Decl.Tasks[run.Handler]
-	sched, err := schedule.Parse(decl.Schedule)
+	sched, err := schedule.Parse(x.prog.Decl.Tasks[x.run.Handler].Schedule)
 	if err != nil {
-		return e.failTask(ctx, wf, run, tr, h.task, kt.Errorf(kt.ClassLogic, "task %s: %v", run.Handler, err))
+		return x.failTask(h.task, kt.Errorf(kt.ClassLogic, "task %s: %v", x.run.Handler, err))
 	}
-	now := e.nowMs()
-	return e.update(ctx, wf.Name, func(tx store.Tx) error {
-		return e.commitScheduled(tx, wf.Name, run, tr, out.Value, sched, now, fmt.Sprintf("%d mutations", h.task.mutations))
+	summary := fmt.Sprintf("%d mutations", h.task.mutations)
+	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+		return x.commitScheduled(tx, out.Value, sched, summary)
 	})
 }
 
 // failTask records the item's state, then fails the run by class.
-func (e *Engine) failTask(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, ts *taskState, cause error) error {
+func (x *runExec) failTask(ts *taskState, cause error) error {
 	if ts.item != nil && !ts.isDone {
 		status := ts.failStatus
 		if status == "" {
@@ -86,11 +75,11 @@ func (e *Engine) failTask(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *
 				status = kt.ItemFailed
 			}
 		}
-		if err := e.setItemStatus(ctx, ts.item, status, run); err != nil {
+		if err := x.e.setItemStatus(x.ctx, ts.item, status, x.run); err != nil {
 			return err
 		}
 	}
-	return e.fail(ctx, wf, run, tr, cause)
+	return x.fail(cause)
 }
 
 func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status string, run *kt.Run) error {
@@ -145,7 +134,7 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 			key = ts.item.Key
 		}
 		msg := fmt.Sprintf("task %s: the handler of item %q threw %s: %s", h.run.Handler, key, req.Name, req.Msg)
-		if s := ts.prog.CleanStack(req.Stack); s != "" {
+		if s := h.prog.CleanStack(req.Stack); s != "" {
 			msg += " (" + s + ")"
 		}
 		return nil, kt.Errorf(kt.ClassLogic, "%s", msg)
@@ -228,8 +217,7 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 // in_flight, the call, the outcome. It returns the result to the script or
 // an error that aborts the run.
 func (h *host) itemMutation(tool string, m *connector.Method, args map[string]any) (json.RawMessage, error) {
-	e, ts, run := h.e, h.task, h.run
-	ctx := h.ctx
+	ts, run := h.task, h.run
 	if ts.item == nil {
 		return nil, violation("ctx.%s.%s is a mutation outside withItem; in an item script every mutation belongs to an item: wrap it in ctx.withItem(id, title, async (ctx) => { ... })", tool, m.Name)
 	}
@@ -240,108 +228,56 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s.%s on item %q, which is already %s: completed items cannot produce new side effects — check ctx.item.isDone before mutating (deploy the fix with `keep deploy --minor`), or reprocess the item if it must be done again", tool, m.Name, it.Key, it.Status)
 	}
 	ts.mutations++
-	identity, payload := m.Split(args)
-	subkey, _ := args["subkey"].(string)
-	ikey := IdentityKey(run.Workflow, run.Handler, []string{it.Key}, it.CurrentAttempt, tool, m.Name, identity, subkey)
-	phash := PayloadHash(payload)
-	target := targetOf(m, tool, args)
-	redacted := m.Redact(args)
-	chash := CallHash(tool, m.Name, target, identity, payload)
-	pending := PendingCall{Tool: tool, Method: m.Name, Target: target, Args: redacted, PayloadHash: phash, CallHash: chash}
-	run.PendingCall, _ = json.Marshal(pending)
-	mut, found, lerr := e.lookupMutation(ctx, ikey)
-	if lerr != nil {
-		return nil, kt.Errorf(kt.ClassInternal, "read the mutation ledger: %v", lerr)
+	lc, err := h.openLedger("task", tool, m, args, func(id Identity) string {
+		return id.ItemKey([]string{it.Key}, it.CurrentAttempt)
+	})
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassInternal, "read the mutation ledger: %v", err)
 	}
-	now := e.nowMs()
-	cached := func() (json.RawMessage, error) {
-		h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Args: redacted, Outcome: "already applied: cached result returned, not sent again"})
-		if len(mut.Result) == 0 {
-			return json.RawMessage("null"), nil
-		}
-		return mut.Result, nil
-	}
-	var cmp connector.Comparison
-	switch onFound(found, mut, phash, func() connector.Comparison { cmp = comparePayloads(m, mut, payload); return cmp }) {
+	switch lc.step() {
 	case stepConflict:
-		h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Outcome: "already applied; payload differs: " + string(cmp)})
+		lc.noteConflict()
 		ts.failStatus = kt.ItemNeedsAttention
-		return nil, kt.Errorf(kt.ClassLogic, "item %q: %s was already applied in this attempt with different content, and the difference is significant; keep does not write it again. Look at the change, then skip or reprocess the item", it.Key, target)
+		return nil, kt.Errorf(kt.ClassLogic, "item %q: %s was already applied in this attempt with different content, and the difference is significant; keep does not write it again. Look at the change, then skip or reprocess the item", it.Key, lc.target)
 	case stepReplay:
-		if cmp != "" {
-			h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Outcome: "already applied; payload differs: " + string(cmp)})
-		}
-		return cached()
+		lc.noteReplay()
+		return lc.cachedResult(), nil
 	case stepBlocked:
 		// This run now waits on it: the card and the person's actions
 		// must find the mutation through this run.
 		ts.failStatus = kt.ItemNeedsAttention
-		mut.RunID, mut.UpdatedAt = run.ID, now
-		run.Trace, run.UpdatedAt = h.tr.json(), now
-		if err := e.store.Update(ctx, func(tx store.Tx) error {
-			if err := putRun(tx, *run); err != nil {
-				return err
-			}
-			return putMutation(tx, mut)
-		}); err != nil {
+		lc.mut.RunID, lc.mut.UpdatedAt, run.UpdatedAt = run.ID, h.e.nowMs(), h.e.nowMs()
+		if err := h.saveWithMutation(&lc.mut); err != nil {
 			return nil, kt.Errorf(kt.ClassInternal, "record the blocked mutation: %v", err)
 		}
-		return nil, kt.Errorf(kt.ClassIndeterminate, "item %q: the outcome of %s is unknown; a person must decide (try again, it didn't happen, or skip)", it.Key, target)
+		return nil, kt.Errorf(kt.ClassIndeterminate, "item %q: the outcome of %s is unknown; a person must decide (try again, it didn't happen, or skip)", it.Key, lc.target)
 	case stepReconcile:
-		mut.RunID, mut.Status = run.ID, kt.MutationNeedsReconcile
-		return h.itemReconcile(&mut, m)
+		lc.mut.RunID, lc.mut.Status = run.ID, kt.MutationNeedsReconcile
+		return h.itemReconcile(&lc.mut)
 	}
-	if !found {
-		mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: []string{it.ID}, Attempt: it.CurrentAttempt, Tool: tool, Method: m.Name,
-			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
-	}
-	if e.needsApproval(ts.prog, m, tool) && run.ApprovedHash != chash {
+	lc.newRow([]string{it.ID}, it.CurrentAttempt)
+	if lc.needsApproval() {
 		ts.failStatus = kt.ItemProcessing
-		return nil, &approvalWait{target: target}
+		return nil, &approvalWait{target: lc.target}
 	}
-	params, _ := json.Marshal(args)
-	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = run.ID, params, phash, target
-	mut.CanReconcile = m.CanReconcile(args)
-	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
-	mut.SentAt, mut.NotFoundAt = now, 0
-	h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "mutation", Method: tool + "." + m.Name, Args: redacted, Outcome: "in_flight"})
-	run.Trace, run.UpdatedAt = h.tr.json(), now
-	if err := e.store.Update(ctx, func(tx store.Tx) error {
-		// The run is on disk with its in_flight mutation, so a crash leaves a
-		// run to recover and the ledger never points at a run that does not exist.
-		if err := putRun(tx, *run); err != nil {
-			return err
-		}
-		return putMutation(tx, mut)
-	}); err != nil {
-		return nil, kt.Errorf(kt.ClassInternal, "record mutation in_flight (the call was not started): %v", err)
+	if err := lc.recordInFlight(nil); err != nil {
+		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
-	e.crashPoint(CrashAfterInFlight)
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, e.toolTimeout(args))
-	res := m.Do(cctx, connector.Call{Args: args, IdempotencyKey: mut.IdempotencyKey})
-	cancel()
-	e.crashPoint(CrashAfterCall)
-	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
-	if res.Err != nil {
-		outcome += ": " + res.Err.Message
-	}
-	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: "task", Kind: "call", Method: tool + "." + m.Name, Args: redacted, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
-	switch onOutcome(res.Outcome, mut.CanReconcile) {
+	res, next := lc.send()
+	switch next {
 	case callApplied:
-		return h.itemApplied(&mut, res.Value, "")
+		return h.itemApplied(&lc.mut, res.Value, "")
 	case callFailed:
-		mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.UpdatedAt = kt.MutationFailed, res.Err.Class, res.Err.Message, e.nowMs()
-		if err := e.store.Update(ctx, func(tx store.Tx) error { return putMutation(tx, mut) }); err != nil {
-			return nil, kt.Errorf(kt.ClassInternal, "record mutation failed: %v", err)
+		markFailed(&lc.mut, res.Err, "", h.e.nowMs())
+		if err := h.writeMutation(&lc.mut); err != nil {
+			return nil, err
 		}
 		return nil, res.Err
 	case callIndeterminate:
-		mut.ErrorClass, mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
-		return nil, h.itemBlock(&mut)
+		return nil, h.itemBlock(&lc.mut)
 	}
-	mut.ErrorClass, mut.ErrorMessage, mut.Status = kt.ClassIndeterminate, res.Err.Message, kt.MutationNeedsReconcile
-	return h.itemReconcile(&mut, m)
+	lc.mut.Status = kt.MutationNeedsReconcile
+	return h.itemReconcile(&lc.mut)
 }
 
 // approvalWait ends a task run that reached a mutation needing approval.
@@ -349,17 +285,23 @@ type approvalWait struct{ target string }
 
 func (a *approvalWait) Error() string { return "waiting for approval: " + a.target }
 
+// writeMutation writes an item's ledger row alone (the run is written
+// when the item script ends).
+func (h *host) writeMutation(mut *kt.Mutation) error {
+	if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
+		return kt.Errorf(kt.ClassInternal, "record mutation %s: %v", mut.Status, err)
+	}
+	return nil
+}
+
 func (h *host) itemApplied(mut *kt.Mutation, value any, resolvedBy string) (json.RawMessage, error) {
 	result, err := json.Marshal(value)
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "encode the result of %s: %v", mut.Target, err)
 	}
-	mut.Status, mut.Result, mut.UpdatedAt, mut.ErrorClass, mut.ErrorMessage = kt.MutationApplied, result, h.e.nowMs(), "", ""
-	if resolvedBy != "" {
-		mut.ResolvedBy = resolvedBy
-	}
-	if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-		return nil, kt.Errorf(kt.ClassInternal, "record mutation applied: %v", err)
+	markApplied(mut, result, resolvedBy, h.e.nowMs())
+	if err := h.writeMutation(mut); err != nil {
+		return nil, err
 	}
 	h.e.crashPoint(CrashAfterApplied)
 	return result, nil
@@ -368,8 +310,8 @@ func (h *host) itemApplied(mut *kt.Mutation, value any, resolvedBy string) (json
 // itemBlock makes a mutation indeterminate and aborts the run for a person.
 func (h *host) itemBlock(mut *kt.Mutation) error {
 	mut.Status, mut.UpdatedAt = kt.MutationIndeterminate, h.e.nowMs()
-	if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-		return kt.Errorf(kt.ClassInternal, "record mutation indeterminate: %v", err)
+	if err := h.writeMutation(mut); err != nil {
+		return err
 	}
 	h.task.failStatus = kt.ItemNeedsAttention
 	verify := "keep cannot check whether it happened (no reconcile): look at the target, then choose It didn't happen or Skip"
@@ -380,104 +322,57 @@ func (h *host) itemBlock(mut *kt.Mutation) error {
 }
 
 // itemReconcile is the inline reconcile of an item mutation.
-func (h *host) itemReconcile(mut *kt.Mutation, m *connector.Method) (json.RawMessage, error) {
-	call, err := reconcileCall(*mut)
-	if err != nil || !mut.CanReconcile || m.Reconcile == nil {
-		return nil, h.itemBlock(mut)
-	}
-	cctx, cancel := context.WithTimeout(h.ctx, h.e.toolTimeout(call.Args))
-	status, value, rerr := m.Reconcile(cctx, call)
-	cancel()
-	text := string(status)
-	if rerr != nil {
-		text += ": " + rerr.Error()
-	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Outcome: text})
-	var settleAt int64
-	if status == connector.ReconcileFailed {
-		settleAt = h.e.notHappenedYet(mut, call.Args)
-	}
-	switch onReconcile(status, settleAt, reconcileExhausted(true, mut.ReconcileAttempts, h.e.policy.ReconcileAttempts)) {
+func (h *host) itemReconcile(mut *kt.Mutation) (json.RawMessage, error) {
+	ans := h.askReconcile(mut, "task", true)
+	now := h.e.nowMs()
+	var why string
+	switch ans.step {
 	case recApplied:
-		return h.itemApplied(mut, value, kt.ResolvedByReconciliation)
-	case recRecheck:
-		now := h.e.nowMs()
-		mut.Status, mut.NextReconcileAt, mut.UpdatedAt = kt.MutationNeedsReconcile, settleAt, now
-		if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-			return nil, kt.Errorf(kt.ClassInternal, "record needs_reconcile: %v", err)
-		}
-		h.task.failStatus = kt.ItemNeedsAttention
-		return nil, kt.Errorf(kt.ClassIndeterminate, "%s was not found at the target yet; a slow service may still apply it, so keep checks once more before it would send it again", mut.Target)
+		return h.itemApplied(mut, ans.value, kt.ResolvedByReconciliation)
+	case recUncheckable, recExhausted:
+		return nil, h.itemBlock(mut)
 	case recFailed:
-		mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByReconciliation, h.e.nowMs()
-		if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-			return nil, kt.Errorf(kt.ClassInternal, "record mutation failed: %v", err)
+		markFailed(mut, nil, kt.ResolvedByReconciliation, now)
+		if err := h.writeMutation(mut); err != nil {
+			return nil, err
 		}
 		return nil, kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target)
-	case recExhausted:
-		return nil, h.itemBlock(mut)
+	case recRecheck:
+		markRecheck(mut, ans.settleAt, now)
+		why = fmt.Sprintf("%s was not found at the target yet; a slow service may still apply it, so keep checks once more before it would send it again", mut.Target)
+	default:
+		markRecheck(mut, ans.retryAt, now)
+		why = fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s", mut.Target, ans.delay)
 	}
-	now := h.e.nowMs()
-	delay := config.Backoff(h.e.policy.ReconcileBackoff, h.e.policy.ReconcileBackoffMax, 1)
-	mut.Status, mut.NextReconcileAt, mut.UpdatedAt = kt.MutationNeedsReconcile, now+delay.Milliseconds(), now
-	if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-		return nil, kt.Errorf(kt.ClassInternal, "record needs_reconcile: %v", err)
+	if err := h.writeMutation(mut); err != nil {
+		return nil, err
 	}
 	h.task.failStatus = kt.ItemNeedsAttention
-	return nil, kt.Errorf(kt.ClassIndeterminate, "outcome of %s is not known yet; keep checks again in %s", mut.Target, delay)
+	return nil, kt.Errorf(kt.ClassIndeterminate, "%s", why)
 }
 
 // reconcileTaskMutation is a background reconcile attempt for a task run
 // blocked on a mutation; a settled outcome lets the task run again (replay).
-func (e *Engine) reconcileTaskMutation(ctx context.Context, wf kt.Workflow, run kt.Run, mut kt.Mutation) error {
-	m, err := e.registry.Method(mut.Tool, mut.Method)
-	if err != nil {
-		return err
-	}
-	call, err := reconcileCall(mut)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, e.toolTimeout(call.Args))
-	status, value, rerr := m.Reconcile(cctx, call)
-	cancel()
-	now := e.nowMs()
-	tr := loadTrace(run.Trace)
-	text := string(status)
-	if rerr != nil {
-		text += ": " + rerr.Error()
-	}
-	tr.add(TraceEntry{At: now, Phase: "task", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Outcome: text})
-	run.Trace, run.UpdatedAt = tr.json(), now
-	var settleAt int64
-	switch status {
-	case connector.ReconcileFailed:
-		settleAt = e.notHappenedYet(&mut, call.Args)
-	case connector.ReconcileApplied:
-	default:
-		mut.ReconcileAttempts++
-	}
-	switch onReconcile(status, settleAt, reconcileExhausted(false, mut.ReconcileAttempts, e.policy.ReconcileAttempts)) {
+func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
+	run := x.run
+	ans := x.askReconcile(&mut, "task", false)
+	now := x.e.nowMs()
+	switch ans.step {
 	case recApplied:
-		result, _ := json.Marshal(value)
-		mut.Status, mut.Result, mut.ResolvedBy, mut.ErrorClass, mut.ErrorMessage = kt.MutationApplied, result, kt.ResolvedByReconciliation, "", ""
+		result, _ := json.Marshal(ans.value)
+		markApplied(&mut, result, kt.ResolvedByReconciliation, now)
 		run.Action = ActionRetry
 	case recRecheck:
-		mut.NextReconcileAt = settleAt
+		mut.NextReconcileAt = ans.settleAt
 	case recFailed:
-		mut.Status, mut.ResolvedBy = kt.MutationFailed, kt.ResolvedByReconciliation
+		markFailed(&mut, nil, kt.ResolvedByReconciliation, now)
 		run.Action = ActionRetry
-	case recExhausted:
+	case recExhausted, recUncheckable:
 		mut.Status = kt.MutationIndeterminate
 		run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — reconciliation could not tell whether it happened (%d attempts). Try again, or look yourself and choose It didn't happen or Skip", mut.Target, mut.ReconcileAttempts)
 	case recRetryLater:
-		mut.NextReconcileAt = now + config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1).Milliseconds()
+		mut.NextReconcileAt = ans.retryAt
 	}
-	mut.UpdatedAt = now
-	return e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putMutation(tx, mut); err != nil {
-			return err
-		}
-		return putRun(tx, run)
-	})
+	mut.UpdatedAt, run.UpdatedAt = now, now
+	return x.saveWithMutation(&mut)
 }

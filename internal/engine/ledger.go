@@ -89,6 +89,9 @@ const (
 	recRecheck    reconcileStep = "recheck"     // "not found" too early to believe (settle rule)
 	recRetryLater reconcileStep = "retry-later" // cannot tell yet: check again after a backoff
 	recExhausted  reconcileStep = "exhausted"   // cannot tell, and no attempts left: a person decides
+	// recUncheckable: the call has no reconcile (or its connector is gone),
+	// so keep cannot ask at all: a person decides.
+	recUncheckable reconcileStep = "uncheckable"
 )
 
 // onReconcile decides what a reconcile's answer leads to. settleAt is when

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -58,176 +56,117 @@ func targetOf(m *connector.Method, tool string, args map[string]any) string {
 
 // executeMutation runs the captured mutation of a consumer run through the
 // ledger (SPEC §7). It returns true when the mutation is applied and the run
-// may go on to next.
-func (e *Engine) executeMutation(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run, tr *trace, call *capturedCall, reserve []kt.Event) (bool, error) {
-	m, err := e.registry.Method(call.Tool, call.Method)
+// may go on to next. reserve holds the events prepare selected that are not
+// yet written as reserved.
+func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool, error) {
+	m, err := x.e.registry.Method(call.Tool, call.Method)
 	if err != nil {
-		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic, "%v", err))
+		return false, x.fail(kt.Errorf(kt.ClassLogic, "%v", err))
 	}
-	reserved := reserve
-	if reserve == nil {
-		if err := e.store.View(ctx, func(tx store.Tx) error {
-			var err error
-			reserved, err = tx.EventsReservedBy(run.ID)
-			return err
-		}); err != nil {
-			return false, err
-		}
-	}
-	// flush makes the reservations durable on paths that do not record
-	// in_flight (a cached result, a blocked ledger row, an approval wait).
-	flush := func() error {
-		if len(reserve) == 0 {
-			return nil
-		}
+	var causes, unit []string
+	var attempt int
+	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
 		evs := reserve
-		reserve = nil
-		if err := e.store.Update(ctx, func(tx store.Tx) error {
-			if err := writeReservations(tx, run, evs, e.nowMs()); err != nil {
+		if evs == nil {
+			var err error
+			if evs, err = tx.EventsReservedBy(x.run.ID); err != nil {
 				return err
 			}
-			if run.Phase == kt.PhasePrepared {
-				return putRun(tx, *run)
-			}
-			return nil
-		}); err != nil {
-			return err
 		}
-		e.crashPoint(CrashAfterPrepared)
-		return nil
-	}
-	causes := map[string]bool{}
-	attempt := 1
-	for _, ev := range reserved {
-		for _, c := range ev.CausedBy {
-			causes[c] = true
-		}
-		if ev.Attempt > attempt {
-			attempt = ev.Attempt
-		}
-	}
-	itemKeys := make([]string, 0, len(causes))
-	for c := range causes {
-		itemKeys = append(itemKeys, c)
-	}
-	sort.Strings(itemKeys)
-	var unit []string
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+		causes, attempt = causesOf(evs)
 		var err error
-		unit, err = UnitOfWork(tx, *run, reserved)
+		unit, err = UnitOfWork(tx, *x.run, evs)
 		return err
 	}); err != nil {
 		return false, err
 	}
-	identity, payload := m.Split(call.Args)
-	subkey, _ := call.Args["subkey"].(string)
-	ikey := ConsumerIdentityKey(wf.Name, run.Handler, unit, call.Tool, call.Method, identity, subkey)
-	phash := PayloadHash(payload)
-	target := targetOf(m, call.Tool, call.Args)
-	chash := CallHash(call.Tool, call.Method, target, identity, payload)
-	pending := PendingCall{Tool: call.Tool, Method: call.Method, Target: target, Args: m.Redact(call.Args), PayloadHash: phash, CallHash: chash}
-	pendingJSON, _ := json.Marshal(pending)
-	run.PendingCall = pendingJSON
-
-	mut, found, err := e.lookupMutation(ctx, ikey)
+	lc, err := x.openLedger("mutating", call.Tool, m, call.Args, func(id Identity) string { return id.ConsumerKey(unit) })
 	if err != nil {
 		return false, err
 	}
-	now := e.nowMs()
-	if found && mut.Status != kt.MutationFailed && mut.Status != kt.MutationSkipped {
-		if err := flush(); err != nil {
+	if lc.found && lc.mut.Status != kt.MutationFailed && lc.mut.Status != kt.MutationSkipped {
+		if err := x.writeReserved(reserve); err != nil {
 			return false, err
 		}
+		reserve = nil
 	}
-	var cmp connector.Comparison
-	switch onFound(found, mut, phash, func() connector.Comparison { cmp = comparePayloads(m, mut, payload); return cmp }) {
+	switch lc.step() {
 	case stepConflict:
-		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: "already applied; payload differs: " + string(cmp)})
-		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassLogic,
-			"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", target))
+		lc.noteConflict()
+		return false, x.fail(kt.Errorf(kt.ClassLogic,
+			"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", lc.target))
 	case stepReplay:
-		outcome := "already applied: cached result returned, not sent again"
-		if cmp != "" {
-			outcome = "already applied; payload differs: " + string(cmp)
-		}
-		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Outcome: outcome})
+		lc.noteReplay()
 		var result any
-		_ = json.Unmarshal(mut.Result, &result)
-		return e.mutationApplied(ctx, wf, run, tr, &mut, result, mut.ResolvedBy)
+		_ = json.Unmarshal(lc.mut.Result, &result)
+		return x.mutationApplied(&lc.mut, result, lc.mut.ResolvedBy)
 	case stepBlocked:
 		// A write that may have happened: never send it again blindly.
-		mut.RunID = run.ID
-		return false, e.blockOnMutation(ctx, wf, run, tr, &mut, "")
+		lc.mut.RunID = x.run.ID
+		return false, x.blockOnMutation(&lc.mut, "")
 	case stepReconcile:
-		mut.RunID, mut.Status = run.ID, kt.MutationNeedsReconcile
-		return e.reconcile(ctx, wf, run, tr, &mut, m, true)
+		lc.mut.RunID, lc.mut.Status = x.run.ID, kt.MutationNeedsReconcile
+		return x.reconcile(&lc.mut, true)
 	}
-	if !found {
-		mut = kt.Mutation{ID: newID(), Workflow: wf.Name, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt, Tool: call.Tool, Method: call.Method,
-			IdentityKey: ikey, IdempotencyKey: "keep-" + ikey[:32], CreatedAt: now}
-	}
-	if e.needsApproval(prog, m, call.Tool) && run.ApprovedHash != chash {
-		if err := flush(); err != nil {
+	lc.newRow(causes, attempt)
+	if lc.needsApproval() {
+		if err := x.writeReserved(reserve); err != nil {
 			return false, err
 		}
-		if err := advance(run, kt.PhaseMutating); err != nil {
-			return false, err
-		}
-		run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusApproval, "", now
-		run.ErrorMessage = fmt.Sprintf("waiting for approval: %s", target)
-		tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Args: pending.Args, Outcome: "waiting for approval"})
-		run.Trace = tr.json()
-		return false, e.update(ctx, wf.Name, func(tx store.Tx) error { return putRun(tx, *run) })
+		return false, x.waitForApproval(lc)
 	}
-	params, _ := json.Marshal(call.Args)
-	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = run.ID, params, phash, target
-	mut.CanReconcile = m.CanReconcile(call.Args)
-	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
-	mut.SentAt, mut.NotFoundAt = now, 0
-	if err := advance(run, kt.PhaseMutating); err != nil {
+	if err := advance(x.run, kt.PhaseMutating); err != nil {
 		return false, err
 	}
-	tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "mutation", Method: call.Tool + "." + call.Method, Args: pending.Args, Outcome: "in_flight"})
-	run.Trace, run.UpdatedAt = tr.json(), now
-	// in_flight is on disk before the external call starts (ch 13 §13.7.1).
-	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := writeReservations(tx, run, reserve, now); err != nil {
-			return err
-		}
-		if err := putMutation(tx, mut); err != nil {
-			return err
-		}
-		return putRun(tx, *run)
-	}); err != nil {
-		return false, fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
+	if err := lc.recordInFlight(reserve); err != nil {
+		return false, err
 	}
-	if len(reserve) > 0 {
-		e.crashPoint(CrashAfterPrepared)
-	}
-	e.crashPoint(CrashAfterInFlight)
-
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, e.toolTimeout(call.Args))
-	res := m.Do(cctx, connector.Call{Args: call.Args, IdempotencyKey: mut.IdempotencyKey})
-	cancel()
-	e.crashPoint(CrashAfterCall)
-	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
-	if res.Err != nil {
-		outcome += ": " + res.Err.Message
-	}
-	tr.add(TraceEntry{At: start.UnixMilli(), Phase: "mutating", Kind: "call", Method: call.Tool + "." + call.Method, Args: pending.Args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
-
-	switch onOutcome(res.Outcome, mut.CanReconcile) {
+	res, next := lc.send()
+	switch next {
 	case callApplied:
-		return e.mutationApplied(ctx, wf, run, tr, &mut, res.Value, "")
+		return x.mutationApplied(&lc.mut, res.Value, "")
 	case callFailed:
-		return false, e.mutationFailed(ctx, wf, run, tr, &mut, res.Err, "")
+		return false, x.mutationFailed(&lc.mut, res.Err, "")
 	case callIndeterminate:
-		mut.ErrorClass, mut.ErrorMessage, mut.Status = kt.ClassIndeterminate, res.Err.Message, kt.MutationIndeterminate
-		return false, e.blockOnMutation(ctx, wf, run, tr, &mut, res.Err.Message)
+		lc.mut.Status = kt.MutationIndeterminate
+		return false, x.blockOnMutation(&lc.mut, res.Err.Message)
 	}
-	mut.ErrorClass, mut.ErrorMessage, mut.Status = kt.ClassIndeterminate, res.Err.Message, kt.MutationNeedsReconcile
-	return e.reconcile(ctx, wf, run, tr, &mut, m, true)
+	lc.mut.Status = kt.MutationNeedsReconcile
+	return x.reconcile(&lc.mut, true)
+}
+
+// writeReserved makes the events prepare selected durable as reserved on
+// the paths that record no in_flight (a cached result, a blocked ledger
+// row, an approval wait).
+func (x *runExec) writeReserved(reserve []kt.Event) error {
+	if len(reserve) == 0 {
+		return nil
+	}
+	if err := x.e.store.Update(x.ctx, func(tx store.Tx) error {
+		if err := writeReservations(tx, x.run, reserve, x.e.nowMs()); err != nil {
+			return err
+		}
+		if x.run.Phase == kt.PhasePrepared {
+			return putRun(tx, *x.run)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	x.e.crashPoint(CrashAfterPrepared)
+	return nil
+}
+
+// waitForApproval parks the run until a person approves exactly this call.
+func (x *runExec) waitForApproval(lc *ledgerCall) error {
+	run := x.run
+	if err := advance(run, kt.PhaseMutating); err != nil {
+		return err
+	}
+	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusApproval, "", x.e.nowMs()
+	run.ErrorMessage = fmt.Sprintf("waiting for approval: %s", lc.target)
+	lc.note("waiting for approval", true)
+	return x.save(nil)
 }
 
 func (e *Engine) toolTimeout(args map[string]any) time.Duration {
@@ -237,64 +176,61 @@ func (e *Engine) toolTimeout(args map[string]any) time.Duration {
 	return e.policy.ToolTimeout
 }
 
-func (e *Engine) mutationApplied(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, value any, resolvedBy string) (bool, error) {
-	now := e.nowMs()
+// toMutating moves a run that took over a ledger row (recovery, a retry)
+// into the mutating phase.
+func toMutating(run *kt.Run) error {
+	if run.Phase == kt.PhaseMutating {
+		return nil
+	}
+	return advance(run, kt.PhaseMutating)
+}
+
+// saveWithMutation writes the run and its ledger row in one transition.
+func (x *runExec) saveWithMutation(mut *kt.Mutation) error {
+	return x.save(func(tx store.Tx) error { return putMutation(tx, *mut) })
+}
+
+func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string) (bool, error) {
+	run, now := x.run, x.e.nowMs()
 	result, err := json.Marshal(value)
 	if err != nil {
-		return false, e.fail(ctx, wf, run, tr, kt.Errorf(kt.ClassInternal, "encode the result of %s: %v", mut.Target, err))
+		return false, x.fail(kt.Errorf(kt.ClassInternal, "encode the result of %s: %v", mut.Target, err))
 	}
 	if mut.Status != kt.MutationApplied {
-		mut.Status, mut.Result, mut.UpdatedAt = kt.MutationApplied, result, now
-		mut.ErrorClass, mut.ErrorMessage = "", ""
-		if resolvedBy != "" {
-			mut.ResolvedBy = resolvedBy
-		}
+		markApplied(mut, result, resolvedBy, now)
 	}
 	mut.RunID = run.ID
-	if run.Phase != kt.PhaseMutating {
-		if err := advance(run, kt.PhaseMutating); err != nil {
-			return false, err
-		}
+	if err := toMutating(run); err != nil {
+		return false, err
 	}
 	if err := advance(run, kt.PhaseMutated); err != nil {
 		return false, err
 	}
 	mr, _ := json.Marshal(map[string]any{"status": "applied", "result": json.RawMessage(result)})
 	run.MutationResult, run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = mr, kt.StatusActive, "", "", now
-	tr.add(TraceEntry{At: now, Phase: "mutated", Kind: "phase", Text: "mutation applied: " + mut.Target})
-	run.Trace = tr.json()
-	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putMutation(tx, *mut); err != nil {
-			return err
-		}
-		return putRun(tx, *run)
-	}); err != nil {
+	x.phaseNote("mutated", "mutation applied: "+mut.Target)
+	if err := x.saveWithMutation(mut); err != nil {
 		return false, err
 	}
-	e.crashPoint(CrashAfterApplied)
+	x.e.crashPoint(CrashAfterApplied)
 	return true, nil
 }
 
 // mutationFailed records a definite failure: the write did not happen, so the
 // run fails by the error's class and a retry runs mutate again.
-func (e *Engine) mutationFailed(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, cause *kt.Error, resolvedBy string) error {
-	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.UpdatedAt = kt.MutationFailed, cause.Class, cause.Message, e.nowMs()
-	if resolvedBy != "" {
-		mut.ResolvedBy = resolvedBy
-	}
-	if err := e.store.Update(ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
+func (x *runExec) mutationFailed(mut *kt.Mutation, cause *kt.Error, resolvedBy string) error {
+	markFailed(mut, cause, resolvedBy, x.e.nowMs())
+	if err := x.e.store.Update(x.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
 		return err
 	}
-	return e.fail(ctx, wf, run, tr, cause)
+	return x.fail(cause)
 }
 
 // blockOnMutation escalates: the outcome is unknown and cannot be checked.
-func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, why string) error {
-	now := e.nowMs()
-	if run.Phase != kt.PhaseMutating {
-		if err := advance(run, kt.PhaseMutating); err != nil {
-			return err
-		}
+func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
+	run, now := x.run, x.e.nowMs()
+	if err := toMutating(run); err != nil {
+		return err
 	}
 	mut.Status, mut.UpdatedAt = kt.MutationIndeterminate, now
 	if why == "" {
@@ -304,22 +240,16 @@ func (e *Engine) blockOnMutation(ctx context.Context, wf kt.Workflow, run *kt.Ru
 		// Recovered after a crash: nothing recorded an answer.
 		why = "keep stopped while the call was under way, before its answer was recorded"
 	}
-	e.ensurePendingCall(run, *mut)
+	x.e.ensurePendingCall(run, *mut)
 	verify := "keep cannot check whether it happened (this call has no reconcile): look at the target yourself, then choose It didn't happen (send again) or Skip"
 	if mut.CanReconcile {
 		verify = "keep could not establish whether it happened; Try again to check once more, or look yourself and choose It didn't happen or Skip"
 	}
 	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
 	run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — %s. %s", mut.Target, strings.TrimSuffix(why, "."), verify)
-	tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "error", Outcome: "indeterminate", Text: run.ErrorMessage})
-	run.Trace = tr.json()
-	e.log.Warn("mutation indeterminate", "workflow", wf.Name, "run", run.ID, "target", mut.Target)
-	return e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putMutation(tx, *mut); err != nil {
-			return err
-		}
-		return putRun(tx, *run)
-	})
+	x.tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "error", Outcome: "indeterminate", Text: run.ErrorMessage})
+	x.e.log.Warn("mutation indeterminate", "workflow", x.wf.Name, "run", run.ID, "target", mut.Target)
+	return x.saveWithMutation(mut)
 }
 
 // ensurePendingCall gives a run that took over a ledger row (a retry after a
@@ -339,118 +269,50 @@ func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) {
 	run.PendingCall, _ = json.Marshal(pc)
 }
 
-// reconcile asks the connector whether an uncertain write happened. The
-// inline attempt (right after the call, or on recovery) does not count
-// against the policy's background attempts.
-func (e *Engine) reconcile(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, m *connector.Method, inline bool) (bool, error) {
-	e.ensurePendingCall(run, *mut)
-	call, err := reconcileCall(*mut)
-	if err != nil || m.Reconcile == nil || !mut.CanReconcile {
-		return false, e.blockOnMutation(ctx, wf, run, tr, mut, "")
-	}
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, e.toolTimeout(call.Args))
-	status, value, rerr := m.Reconcile(cctx, call)
-	cancel()
-	text := string(status)
-	if rerr != nil {
-		text += ": " + rerr.Error()
-	}
-	tr.add(TraceEntry{At: start.UnixMilli(), Phase: "mutating", Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile", Duration: time.Since(start).Milliseconds(), Outcome: text})
-	if !inline && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
-		mut.ReconcileAttempts++
-	}
-	var settleAt int64
-	if status == connector.ReconcileFailed {
-		settleAt = e.notHappenedYet(mut, call.Args)
-	}
-	switch onReconcile(status, settleAt, reconcileExhausted(inline, mut.ReconcileAttempts, e.policy.ReconcileAttempts)) {
+// reconcile asks the connector whether an uncertain write of a consumer run
+// happened, and carries the answer out. The inline attempt (right after the
+// call, or on recovery) does not count against the policy's background
+// attempts.
+func (x *runExec) reconcile(mut *kt.Mutation, inline bool) (bool, error) {
+	x.e.ensurePendingCall(x.run, *mut)
+	ans := x.askReconcile(mut, "mutating", inline)
+	switch ans.step {
 	case recApplied:
-		return e.mutationApplied(ctx, wf, run, tr, mut, value, kt.ResolvedByReconciliation)
-	case recRecheck:
-		if run.Phase != kt.PhaseMutating {
-			_ = advance(run, kt.PhaseMutating)
-		}
-		return false, e.recheckLater(ctx, wf, run, tr, mut, settleAt)
-	case recFailed:
-		if run.Phase != kt.PhaseMutating {
-			_ = advance(run, kt.PhaseMutating)
-		}
-		// Proven not to have happened: mutate runs again with the same PrepareResult.
-		return false, e.mutationFailed(ctx, wf, run, tr, mut,
-			kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target), kt.ResolvedByReconciliation)
+		return x.mutationApplied(mut, ans.value, kt.ResolvedByReconciliation)
+	case recUncheckable:
+		return false, x.blockOnMutation(mut, "")
 	case recExhausted:
 		why := fmt.Sprintf("reconciliation could not tell whether it happened (%d background attempts)", mut.ReconcileAttempts)
-		if rerr != nil {
-			why += "; last answer: " + rerr.Error()
+		if ans.err != nil {
+			why += "; last answer: " + ans.err.Error()
 		}
-		return false, e.blockOnMutation(ctx, wf, run, tr, mut, why)
+		return false, x.blockOnMutation(mut, why)
 	}
-	now := e.nowMs()
-	delay := config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1)
-	mut.Status, mut.NextReconcileAt, mut.UpdatedAt, mut.RunID = kt.MutationNeedsReconcile, now+delay.Milliseconds(), now, run.ID
-	if run.Phase != kt.PhaseMutating {
-		if err := advance(run, kt.PhaseMutating); err != nil {
-			return false, err
-		}
+	if err := toMutating(x.run); err != nil {
+		return false, err
 	}
-	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
-	run.ErrorMessage = fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)", mut.Target, delay, mut.ReconcileAttempts+1, e.policy.ReconcileAttempts)
-	run.Trace = tr.json()
-	return false, e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putMutation(tx, *mut); err != nil {
-			return err
-		}
-		return putRun(tx, *run)
-	})
+	switch ans.step {
+	case recFailed:
+		// Proven not to have happened: mutate runs again with the same PrepareResult.
+		return false, x.mutationFailed(mut,
+			kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target), kt.ResolvedByReconciliation)
+	case recRecheck:
+		return false, x.checkAgainAt(mut, ans.settleAt, fmt.Sprintf("%s was not found at the target yet; a slow service may still apply it, so keep checks once more in %s before it would send it again",
+			mut.Target, time.Duration(ans.settleAt-x.e.nowMs())*time.Millisecond))
+	}
+	return false, x.checkAgainAt(mut, ans.retryAt, fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)",
+		mut.Target, ans.delay, mut.ReconcileAttempts+1, x.e.policy.ReconcileAttempts))
 }
 
-// notHappenedYet applies the settle rule to a reconcile that answered "did
-// not happen" (issue 11 #5: a server that took 2 s got a write twice when a
-// probe 1 s after a 1 s timeout found nothing yet). Such an answer is proof
-// only when an earlier one agrees and the settle time (the policy's, or the
-// call's own timeout when longer) has passed since the call went out. It
-// returns 0 when the answer is proof, else when to check again; it records
-// the first answer on mut.
-func (e *Engine) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
-	now := e.nowMs()
-	settle := e.toolTimeout(args)
-	if e.policy.ReconcileSettle > settle {
-		settle = e.policy.ReconcileSettle
-	}
-	sent := mut.SentAt
-	if sent == 0 {
-		sent = mut.CreatedAt
-	}
-	settled := sent + settle.Milliseconds()
-	if mut.NotFoundAt > 0 && mut.NotFoundAt < now && now >= settled {
-		return 0
-	}
-	if mut.NotFoundAt == 0 {
-		mut.NotFoundAt = now
-	}
-	return max(settled, now+settleRecheck.Milliseconds())
-}
-
-// settleRecheck is the least wait between two "did not happen" answers.
-const settleRecheck = time.Second
-
-// recheckLater keeps a write whose reconcile found nothing yet in
-// needs_reconcile until the settle time has passed; it does not count as
-// one of the policy's attempts.
-func (e *Engine) recheckLater(ctx context.Context, wf kt.Workflow, run *kt.Run, tr *trace, mut *kt.Mutation, at int64) error {
-	now := e.nowMs()
-	mut.Status, mut.NextReconcileAt, mut.UpdatedAt, mut.RunID = kt.MutationNeedsReconcile, at, now, run.ID
-	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
-	run.ErrorMessage = fmt.Sprintf("%s was not found at the target yet; a slow service may still apply it, so keep checks once more in %s before it would send it again", mut.Target, time.Duration(at-now)*time.Millisecond)
-	tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "phase", Text: run.ErrorMessage})
-	run.Trace = tr.json()
-	return e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putMutation(tx, *mut); err != nil {
-			return err
-		}
-		return putRun(tx, *run)
-	})
+// checkAgainAt keeps a write whose outcome is not known yet in
+// needs_reconcile until at, and the run waiting on it with why.
+func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
+	run, now := x.run, x.e.nowMs()
+	markRecheck(mut, at, now)
+	mut.RunID = run.ID
+	run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, why, now
+	x.tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "phase", Text: why})
+	return x.saveWithMutation(mut)
 }
 
 // putRun saves a run after checking its status change against the run

@@ -163,7 +163,7 @@ func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
 	if r.Status != kt.StatusReconciliation || len(ins) != 1 || ins[0].Status != "needs_attention" {
 		t.Fatalf("run %s inputs %+v", r.Status, ins)
 	}
-	msg, err := engine.ReprocessItem(engine.WithActor(e.ctx(), "bob"), e.k.Store, wf, ins[0].ID, nowT())
+	msg, err := engine.ReprocessItem(engine.WithActor(e.ctx(), "bob"), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ins[0].ID}, nowT())
 	if err != nil || !strings.Contains(msg, "attempt 2") || !strings.Contains(msg, r.ID) {
 		t.Fatalf("reprocess: %q %v", msg, err)
 	}

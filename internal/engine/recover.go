@@ -38,44 +38,45 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 	case run.Status == kt.StatusFailedLogic && run.Version < wf.ActiveVersion:
 		return true, e.retry(ctx, wf, run)
 	case run.Status == kt.StatusReconciliation:
-		var mut kt.Mutation
-		err := e.store.View(ctx, func(tx store.Tx) error {
-			var err error
-			mut, err = tx.MutationByRun(run.ID)
-			return err
-		})
-		if errors.Is(err, kt.ErrNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if mut.Status != kt.MutationNeedsReconcile || mut.NextReconcileAt > now {
-			return false, nil
-		}
-		if run.HandlerType == kt.HandlerTask {
-			return true, e.reconcileTaskMutation(ctx, wf, run, mut)
-		}
-		m, err := e.registry.Method(mut.Tool, mut.Method)
-		if err != nil {
-			return false, err
-		}
-		prog, err := e.program(ctx, wf.Name, run.Version)
-		if err != nil {
-			return false, err
-		}
-		tr := loadTrace(run.Trace)
-		proceed, err := e.reconcile(ctx, wf, &run, tr, &mut, m, false)
-		if err != nil || !proceed {
-			return true, err
-		}
-		if err := advance(&run, kt.PhaseEmitting); err != nil {
-			return true, err
-		}
-		d := prog.Decl.Consumers[run.Handler]
-		return true, e.emit(ctx, wf, prog, &run, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}, nil)
+		return e.reconcileDue(ctx, wf, run)
 	}
 	return false, nil
+}
+
+// reconcileDue makes a background reconcile attempt for a run waiting on a
+// write whose outcome is not known, when the attempt is due.
+func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (bool, error) {
+	var mut kt.Mutation
+	err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		mut, err = tx.MutationByRun(run.ID)
+		return err
+	})
+	if errors.Is(err, kt.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if mut.Status != kt.MutationNeedsReconcile || mut.NextReconcileAt > e.nowMs() {
+		return false, nil
+	}
+	prog, err := e.program(ctx, wf.Name, run.Version)
+	if err != nil {
+		return false, err
+	}
+	x := e.newExec(ctx, wf, prog, &run)
+	if run.HandlerType == kt.HandlerTask {
+		return true, x.reconcileTaskMutation(mut)
+	}
+	proceed, err := x.reconcile(&mut, false)
+	if err != nil || !proceed {
+		return true, err
+	}
+	if err := advance(&run, kt.PhaseEmitting); err != nil {
+		return true, err
+	}
+	return true, x.emit(x.declView(), nil)
 }
 
 // retry replaces a failed or crashed run with a new run (retry_of → old),
@@ -91,43 +92,16 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	if old.Action == "" && (old.Status == kt.StatusTransient || (old.Status == kt.StatusCrashed && old.RetryCount > 0)) {
 		nr.RetryCount = old.RetryCount + 1
 	}
-	now := e.nowMs()
 	var mut kt.Mutation
 	hasMut := false
 	if old.HandlerType == kt.HandlerConsumer {
-		nr.Phase = kt.PhasePreparing
-		err := e.store.View(ctx, func(tx store.Tx) error {
-			m, err := tx.MutationByRun(old.ID)
-			if err == nil {
-				mut, hasMut = m, true
-				return nil
-			}
-			if errors.Is(err, kt.ErrNotFound) {
-				return nil
-			}
+		if mut, hasMut, err = e.resumePoint(ctx, old, &nr); err != nil {
 			return err
-		})
-		if err != nil {
-			return err
-		}
-		pinned, err := e.pinnedCount(ctx, old.ID)
-		if err != nil {
-			return err
-		}
-		switch {
-		case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated):
-			nr.Phase, nr.PrepareResult, nr.MutationResult = kt.PhaseEmitting, old.PrepareResult, old.MutationResult
-		case old.Status == kt.StatusFailedLogic && !(hasMut && (mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile)):
-			// A repair (or a person's Try again) after a logic failure
-			// prepares afresh: the pinned events are released below.
-		case old.Phase == kt.PhaseMutating && pinned > 0:
-			nr.Phase, nr.PrepareResult = kt.PhaseMutating, old.PrepareResult
 		}
 	}
-	tr := newTrace(fmt.Sprintf("retry of run %s (%s in %s)", old.ID, old.Status, old.Phase), now)
-	nr.Trace = tr.json()
+	now := e.nowMs()
+	nr.Trace = newTrace(fmt.Sprintf("retry of run %s (%s in %s)", old.ID, old.Status, old.Phase), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
-	inFlight := hasMut && (mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile)
 	err = e.update(ctx, wf.Name, func(tx store.Tx) error {
 		if err := putRun(tx, old); err != nil {
 			return err
@@ -152,32 +126,66 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	if err != nil {
 		return err
 	}
+	x := e.newExec(ctx, wf, prog, &nr)
 	switch old.HandlerType {
 	case kt.HandlerProducer:
-		return e.execProducer(ctx, wf, prog, &nr, nil)
+		return x.producer(nil)
 	case kt.HandlerTask:
-		return e.execTask(ctx, wf, prog, &nr, nil)
+		return x.task(nil)
 	}
-	if inFlight && nr.Phase == kt.PhaseMutating {
+	if hasMut && mayHaveHappened(mut) && nr.Phase == kt.PhaseMutating {
 		// The write may have happened: reconcile it from the ledger's own
 		// params; the mutate handler is not run again (ch 13 §13.10).
-		m, err := e.registry.Method(mut.Tool, mut.Method)
-		if err != nil {
-			return e.fail(ctx, wf, &nr, tr, kt.Errorf(kt.ClassInternal, "%v", err))
-		}
-		mut.RunID = nr.ID
-		mut.Status = kt.MutationNeedsReconcile
-		proceed, err := e.reconcile(ctx, wf, &nr, tr, &mut, m, true)
+		mut.RunID, mut.Status = nr.ID, kt.MutationNeedsReconcile
+		proceed, err := x.reconcile(&mut, true)
 		if err != nil || !proceed {
 			return err
 		}
-		nr.Trace = tr.json()
 		if err := advance(&nr, kt.PhaseEmitting); err != nil {
 			return err
 		}
 	}
-	nr.Trace = tr.json()
-	return e.execConsumer(ctx, wf, prog, &nr, nil)
+	return x.consumer(nil)
+}
+
+// mayHaveHappened says a ledger row's write may have reached the target.
+func mayHaveHappened(mut kt.Mutation) bool {
+	return mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile
+}
+
+// resumePoint applies SPEC §4's reset rules to the retry nr of a consumer
+// run: where it starts (preparing afresh, mutating with the same
+// PrepareResult, or emitting after an applied write). It returns the old
+// run's ledger row, if it has one.
+func (e *Engine) resumePoint(ctx context.Context, old kt.Run, nr *kt.Run) (mut kt.Mutation, hasMut bool, err error) {
+	nr.Phase = kt.PhasePreparing
+	err = e.store.View(ctx, func(tx store.Tx) error {
+		m, err := tx.MutationByRun(old.ID)
+		switch {
+		case err == nil:
+			mut, hasMut = m, true
+		case !errors.Is(err, kt.ErrNotFound):
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return mut, false, err
+	}
+	pinned, err := e.pinnedCount(ctx, old.ID)
+	if err != nil {
+		return mut, false, err
+	}
+	switch {
+	case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated):
+		nr.Phase, nr.PrepareResult, nr.MutationResult = kt.PhaseEmitting, old.PrepareResult, old.MutationResult
+	case old.Status == kt.StatusFailedLogic && !(hasMut && mayHaveHappened(mut)):
+		// A repair (or a person's Try again) after a logic failure
+		// prepares afresh: the pinned events are released.
+	case old.Phase == kt.PhaseMutating && pinned > 0:
+		nr.Phase, nr.PrepareResult = kt.PhaseMutating, old.PrepareResult
+	}
+	return mut, hasMut, nil
 }
 
 // pinnedCount counts the pending events a run still holds.
@@ -203,81 +211,22 @@ func newTrace(text string, now int64) *trace {
 
 // skip carries out a person's Skip (ch 13 §13.9, SPEC §8.2).
 func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
-	now := e.nowMs()
-	if old.HandlerType == kt.HandlerTask {
+	switch old.HandlerType {
+	case kt.HandlerTask:
 		// Skip this item (ch 12 §12.7): the item the run was blocked on is
 		// skipped and the task runs again for the others.
-		if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-			m, err := tx.MutationByRun(old.ID)
-			if errors.Is(err, kt.ErrNotFound) {
-				// Blocked without a mutation (the handler threw): skip the item it was on.
-				ins, err := tx.InputList(wf.Name)
-				if err != nil {
-					return err
-				}
-				for _, it := range ins {
-					if it.Kind == "task" && it.LastRun == old.ID && !itemDone(it.Status) {
-						m.ItemKeys = append(m.ItemKeys, it.ID)
-					}
-				}
-				m.Status = kt.MutationSkipped
-			} else if err != nil {
-				return err
-			}
-			if m.Status != kt.MutationApplied && m.Status != kt.MutationSkipped {
-				m.Status, m.ResolvedBy, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, now
-				if err := putMutation(tx, m); err != nil {
-					return err
-				}
-			}
-			for _, id := range m.ItemKeys {
-				it, err := tx.InputGet(id)
-				if err != nil {
-					return err
-				}
-				if !itemDone(it.Status) {
-					it.Status, it.UpdatedAt = kt.ItemSkipped, now
-					if err := putItem(tx, it); err != nil {
-						return err
-					}
-					if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: old.Version, StartedAt: now, UpdatedAt: now}); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}); err != nil {
+		if err := e.update(ctx, wf.Name, func(tx store.Tx) error { return e.skipBlockedItem(tx, old) }); err != nil {
 			return err
 		}
 		return e.retry(ctx, wf, old)
-	}
-	if old.HandlerType != kt.HandlerConsumer {
-		prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
-		if err != nil {
-			return err
-		}
-		return e.update(ctx, wf.Name, func(tx store.Tx) error {
-			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-			if err := putRun(tx, old); err != nil {
-				return err
-			}
-			h, err := tx.HandlerGet(wf.Name, old.Handler)
-			if err != nil {
-				return err
-			}
-			if d, ok := prog.Decl.Producers[old.Handler]; ok {
-				if s, err := schedule.Parse(d.Schedule); err == nil {
-					h.NextRunAt = s.Next(e.now()).UnixMilli()
-				}
-			}
-			h.Queued, h.UpdatedAt = false, now
-			return tx.HandlerPut(h)
-		})
+	case kt.HandlerProducer:
+		return e.skipProducerRun(ctx, wf, old)
 	}
 	pinned, err := e.pinnedCount(ctx, old.ID)
 	if err != nil {
 		return err
 	}
+	now := e.nowMs()
 	switch {
 	case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated) && old.Phase != kt.PhaseEmitting:
 		// The mutation happened: skipping it is no longer possible; the run completes.
@@ -292,17 +241,93 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 			return putRun(tx, old)
 		})
 	}
-	// Before the mutation applied: next runs with {status:'skipped'} and the
-	// reserved events end skipped.
+	return e.skipMutation(ctx, wf, old)
+}
+
+// skipBlockedItem skips the item a task run was blocked on, and the write
+// it was blocked on, inside the decision's transaction.
+func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
+	now := e.nowMs()
+	m, err := tx.MutationByRun(old.ID)
+	if errors.Is(err, kt.ErrNotFound) {
+		// Blocked without a mutation (the handler threw): skip the item it was on.
+		ins, err := tx.InputList(old.Workflow)
+		if err != nil {
+			return err
+		}
+		for _, it := range ins {
+			if it.Kind == "task" && it.LastRun == old.ID && !itemDone(it.Status) {
+				m.ItemKeys = append(m.ItemKeys, it.ID)
+			}
+		}
+		m.Status = kt.MutationSkipped
+	} else if err != nil {
+		return err
+	}
+	if m.Status != kt.MutationApplied && m.Status != kt.MutationSkipped {
+		m.Status, m.ResolvedBy, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, now
+		if err := putMutation(tx, m); err != nil {
+			return err
+		}
+	}
+	for _, id := range m.ItemKeys {
+		it, err := tx.InputGet(id)
+		if err != nil {
+			return err
+		}
+		if itemDone(it.Status) {
+			continue
+		}
+		it.Status, it.UpdatedAt = kt.ItemSkipped, now
+		if err := putItem(tx, it); err != nil {
+			return err
+		}
+		if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: old.Version, StartedAt: now, UpdatedAt: now}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipProducerRun ends a failed producer run skipped; the producer runs
+// again at its next scheduled time.
+func (e *Engine) skipProducerRun(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
 	if err != nil {
 		return err
 	}
+	now := e.nowMs()
+	return e.update(ctx, wf.Name, func(tx store.Tx) error {
+		old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
+		if err := putRun(tx, old); err != nil {
+			return err
+		}
+		h, err := tx.HandlerGet(wf.Name, old.Handler)
+		if err != nil {
+			return err
+		}
+		if d, ok := prog.Decl.Producers[old.Handler]; ok {
+			if s, err := schedule.Parse(d.Schedule); err == nil {
+				h.NextRunAt = s.Next(e.now()).UnixMilli()
+			}
+		}
+		h.Queued, h.UpdatedAt = false, now
+		return tx.HandlerPut(h)
+	})
+}
+
+// skipMutation skips a consumer's write before it applied: next runs with
+// {status:'skipped'} and the reserved events end skipped.
+func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) error {
+	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+	if err != nil {
+		return err
+	}
+	now := e.nowMs()
 	nr := e.newRun(wf, old.Handler, old.HandlerType, kt.PhaseEmitting)
 	nr.RetryOf, nr.PrepareResult = old.ID, old.PrepareResult
 	nr.MutationResult = json.RawMessage(`{"status":"skipped"}`)
-	tr := newTrace(fmt.Sprintf("a person skipped the mutation of run %s", old.ID), now)
-	nr.Trace = tr.json()
+	nr.Trace = newTrace(fmt.Sprintf("a person skipped the mutation of run %s", old.ID), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
 		if err := putRun(tx, old); err != nil {
@@ -323,6 +348,6 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	}); err != nil {
 		return err
 	}
-	d := prog.Decl.Consumers[nr.Handler]
-	return e.emit(ctx, wf, prog, &nr, tr, declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}, nil)
+	x := e.newExec(ctx, wf, prog, &nr)
+	return x.emit(x.declView(), nil)
 }

@@ -316,7 +316,7 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("ref")
-	msg, err := engine.ItemAction(r.Context(), s.Store, "", ref, r.PathValue("verb"), s.Now())
+	msg, err := engine.ItemAction(r.Context(), s.Store, engine.ItemRef{Ref: ref}, r.PathValue("verb"), s.Now())
 	s.acted(w, r, "/items/"+url.PathEscape(ref), "", msg, err)
 }
 

@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// PrepareResult is what prepare returns (ch 06).
+type PrepareResult struct {
+	SelectionID  string          `json:"selectionId,omitempty"`
+	Reservations []Reservation   `json:"reservations"`
+	Data         json.RawMessage `json:"data,omitempty"`
+	UI           json.RawMessage `json:"ui,omitempty"`
+	WakeAt       any             `json:"wakeAt,omitempty"`
+}
+
+// Reservation names events of one topic.
+type Reservation struct {
+	Topic string   `json:"topic"`
+	IDs   []string `json:"ids"`
+}
+
+// DecodePrepareResult parses and checks the shape of a PrepareResult.
+func DecodePrepareResult(raw json.RawMessage) (PrepareResult, error) {
+	var pr PrepareResult
+	if len(raw) == 0 {
+		return pr, kt.Errorf(kt.ClassLogic, "prepare returned nothing; it must return { reservations: [...], data: {...} }")
+	}
+	var shape map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &shape); err != nil {
+		return pr, kt.Errorf(kt.ClassLogic, "prepare must return an object { reservations, data }, got %s", snippetJSON(raw))
+	}
+	if r, ok := shape["reservations"]; ok && string(r) != "null" {
+		var list []json.RawMessage
+		if err := json.Unmarshal(r, &list); err != nil {
+			return pr, kt.Errorf(kt.ClassLogic, "prepare: reservations must be an array of { topic, ids }, got %s", snippetJSON(r))
+		}
+		for i, item := range list {
+			var res struct {
+				Topic any   `json:"topic"`
+				IDs   []any `json:"ids"`
+			}
+			if err := json.Unmarshal(item, &res); err != nil {
+				return pr, kt.Errorf(kt.ClassLogic, "prepare: reservations[%d] must be { topic, ids: [messageId, ...] }", i)
+			}
+			topic, ok := res.Topic.(string)
+			if !ok || topic == "" {
+				return pr, kt.Errorf(kt.ClassLogic, "prepare: reservations[%d].topic must be a topic name", i)
+			}
+			out := Reservation{Topic: topic}
+			for j, id := range res.IDs {
+				s, ok := id.(string)
+				if !ok {
+					return pr, kt.Errorf(kt.ClassLogic, "prepare: reservations[%d].ids[%d] must be a messageId string", i, j)
+				}
+				out.IDs = append(out.IDs, s)
+			}
+			pr.Reservations = append(pr.Reservations, out)
+		}
+	}
+	pr.Data, pr.UI = shape["data"], shape["ui"]
+	if w, ok := shape["wakeAt"]; ok {
+		_ = json.Unmarshal(w, &pr.WakeAt)
+	}
+	if s, ok := shape["selectionId"]; ok {
+		_ = json.Unmarshal(s, &pr.SelectionID)
+	}
+	return pr, nil
+}
+
+func snippetJSON(raw json.RawMessage) string {
+	s := string(raw)
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return s
+}
+
+// wakeTime reads wakeAt (ms since epoch, or an ISO date) and clamps it to [30 s, 24 h] from now.
+func (e *Engine) wakeTime(v any) int64 {
+	now := e.now()
+	var t time.Time
+	switch w := v.(type) {
+	case float64:
+		t = time.UnixMilli(int64(w))
+	case string:
+		p, err := time.Parse(time.RFC3339, w)
+		if err != nil {
+			return 0
+		}
+		t = p
+	default:
+		return 0
+	}
+	if min := now.Add(30 * time.Second); t.Before(min) {
+		t = min
+	}
+	if max := now.Add(24 * time.Hour); t.After(max) {
+		t = max
+	}
+	return t.UnixMilli()
+}
+
+// consumer runs a consumer from its run's phase on. hrow is the handler's
+// row when the caller has just read it, nil to read it here.
+func (x *runExec) consumer(hrow *kt.Handler) (err error) {
+	defer func() { x.finished(err) }()
+	run := x.run
+	decl, ok := x.prog.Decl.Consumers[run.Handler]
+	if !ok {
+		return x.fail(kt.Errorf(kt.ClassLogic, "consumer %s is not declared by version %d of the script", run.Handler, run.Version))
+	}
+	dv := x.declView()
+	// reserve holds events selected by prepare and not yet written as
+	// reserved: they are written in the run's next transaction (with
+	// in_flight, or with the commit), one fsync less per run.
+	var reserve []kt.Event
+	if run.Phase == kt.PhasePreparing {
+		var done bool
+		if reserve, done, err = x.prepare(hrow, dv, decl.Mutate); done || err != nil {
+			return err
+		}
+	}
+	if run.Phase == kt.PhasePrepared || run.Phase == kt.PhaseMutating {
+		proceed, err := x.mutate(dv, reserve)
+		reserve = nil
+		if err != nil || !proceed {
+			return err
+		}
+	}
+	if run.Phase == kt.PhaseMutated {
+		if err := advance(run, kt.PhaseEmitting); err != nil {
+			return err
+		}
+	}
+	if run.Phase == kt.PhaseEmitting {
+		return x.emit(dv, reserve)
+	}
+	return nil
+}
+
+// prepare runs the prepare phase and checks its selection; done says the
+// run ended here (it failed, and the failure is recorded).
+func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (reserve []kt.Event, done bool, err error) {
+	run := x.run
+	x.phaseNote("preparing", "consumer "+run.Handler+" started")
+	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, run.Handler, hrow); err != nil {
+		return nil, true, err
+	}
+	h := x.host(phasePrepare)
+	h.decl = dv
+	out, err := x.invoke(h, hrow.State)
+	if err == nil {
+		err = checkSize("the PrepareResult", out.Value)
+	}
+	var pr PrepareResult
+	if err == nil {
+		pr, err = DecodePrepareResult(out.Value)
+	}
+	if err != nil {
+		return nil, true, x.fail(err)
+	}
+	next := kt.PhasePrepared
+	if len(pr.Reservations) == 0 || !mutates {
+		next = kt.PhaseEmitting
+		run.MutationResult = json.RawMessage(`{"status":"none"}`)
+	}
+	var resErr error
+	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
+		var err error
+		reserve, resErr, err = checkReservations(tx, x.wf.Name, run, pr, dv)
+		return err
+	}); err != nil {
+		return nil, true, err
+	}
+	if resErr != nil {
+		return nil, true, x.fail(resErr)
+	}
+	if err := advance(run, next); err != nil {
+		return nil, true, err
+	}
+	run.PrepareResult = out.Value
+	x.phaseNote(string(next), fmt.Sprintf("prepared: %d events to reserve", len(reserve)))
+	return reserve, false, nil
+}
+
+// mutate runs the mutate phase and the mutation it asked for; proceed says
+// the run goes on to next.
+func (x *runExec) mutate(dv declView, reserve []kt.Event) (proceed bool, err error) {
+	run := x.run
+	h := x.host(phaseMutate)
+	h.decl = dv
+	if _, err := x.invoke(h, preparedArg(run.PrepareResult)); err != nil {
+		if len(reserve) > 0 {
+			// A failure inside mutate keeps the selection pinned (SPEC §4):
+			// after a transient, permission or precondition failure the
+			// retry re-runs mutate with the same PrepareResult; after a
+			// logic failure the inputs show what is stuck, Skip skips them
+			// and a repair releases them at a fresh prepare.
+			if aerr := advance(run, kt.PhaseMutating); aerr != nil {
+				return false, aerr
+			}
+			if werr := x.e.store.Update(x.ctx, func(tx store.Tx) error { return writeReservations(tx, run, reserve, x.e.nowMs()) }); werr != nil {
+				return false, werr
+			}
+		}
+		return false, x.fail(err)
+	}
+	if h.captured == nil {
+		run.MutationResult = json.RawMessage(`{"status":"none"}`)
+		return true, advance(run, kt.PhaseEmitting)
+	}
+	return x.executeMutation(h.captured, reserve)
+}
+
+// checkReservations validates a PrepareResult's reservations (SPEC §4:
+// subscribed topic, existing, pending, not reserved by another run) and
+// returns the events to reserve. resErr is the script's mistake; err the store's.
+func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv declView) (evs []kt.Event, resErr, err error) {
+	seen := map[int64]bool{}
+	for _, res := range pr.Reservations {
+		if !dv.subscribe[res.Topic] {
+			return nil, kt.Errorf(kt.ClassLogic, "prepare reserved events of topic %q, which consumer %s does not subscribe to", res.Topic, run.Handler), nil
+		}
+		for _, id := range res.IDs {
+			ev, err := tx.EventGet(wf, res.Topic, id)
+			if errors.Is(err, kt.ErrNotFound) {
+				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which does not exist; reserve messageIds that peek returned", res.Topic, id), nil
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			if ev.Status != kt.EventPending {
+				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which is already %s", res.Topic, id, ev.Status), nil
+			}
+			if ev.ReservedBy != "" && ev.ReservedBy != run.ID {
+				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which run %s has reserved already", res.Topic, id, ev.ReservedBy), nil
+			}
+			if !seen[ev.ID] {
+				seen[ev.ID] = true
+				evs = append(evs, ev)
+			}
+		}
+	}
+	return evs, nil, nil
+}
+
+// writeReservations marks events as reserved by a run, inside a transition's transaction.
+func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
+	for _, ev := range evs {
+		ev.ReservedBy, ev.UpdatedAt = run.ID, now
+		if err := tx.EventUpdate(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// preparedArg is what mutate and next receive: the PrepareResult as the script returned it.
+func preparedArg(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}

@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// emit runs a consumer's next phase and commits the run: its reserved
+// events consumed (or skipped), what next published, the new state and the
+// wake time, in one transaction (SPEC §4). reserve holds events prepare
+// selected that are not yet written as reserved.
+func (x *runExec) emit(dv declView, reserve []kt.Event) error {
+	run := x.run
+	mr := run.MutationResult
+	if len(mr) == 0 {
+		mr = json.RawMessage(`{"status":"none"}`)
+	}
+	var mstatus struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(mr, &mstatus)
+	h := x.host(phaseNext)
+	h.decl, h.allowPublish = dv, dv.publishes
+	var newState json.RawMessage
+	if x.prog.Decl.Consumers[run.Handler].Next {
+		out, err := x.invoke(h, preparedArg(run.PrepareResult), mr)
+		if err == nil {
+			err = checkSize("the state returned by next", out.Value)
+		}
+		if err != nil {
+			return x.fail(err)
+		}
+		newState = out.Value
+	}
+	final := kt.EventConsumed
+	if mstatus.Status == "skipped" {
+		final = kt.EventSkipped
+	}
+	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+		if err := writeReservations(tx, run, reserve, x.e.nowMs()); err != nil {
+			return err
+		}
+		settled, err := settleReserved(tx, run.ID, final, x.e.nowMs())
+		if err != nil {
+			return err
+		}
+		causedBy, attempt := causesOf(settled)
+		dirty, err := x.insertPublishes(tx, h.publishes, func(publishReq) ([]string, int, error) {
+			return causedBy, attempt, nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := x.saveConsumerState(tx, newState, dirty[run.Handler]); err != nil {
+			return err
+		}
+		if err := x.committed(tx, fmt.Sprintf("%d events %s, %d published", len(settled), final, len(h.publishes))); err != nil {
+			return err
+		}
+		x.e.crashPoint(CrashInsideCommit)
+		return nil
+	})
+}
+
+// settleReserved gives the pending events a run holds their final status
+// and returns them.
+func settleReserved(tx store.Tx, runID string, final kt.EventStatus, now int64) ([]kt.Event, error) {
+	reserved, err := tx.EventsReservedBy(runID)
+	if err != nil {
+		return nil, err
+	}
+	var settled []kt.Event
+	for _, ev := range reserved {
+		if ev.Status != kt.EventPending {
+			continue
+		}
+		ev.Status, ev.UpdatedAt = final, now
+		if err := tx.EventUpdate(ev); err != nil {
+			return nil, err
+		}
+		settled = append(settled, ev)
+	}
+	return settled, nil
+}
+
+// causesOf is what a consumer's work descends from: the inputs that caused
+// its events (sorted) and the newest attempt among them (at least 1).
+func causesOf(evs []kt.Event) (causedBy []string, attempt int) {
+	causes := map[string]bool{}
+	attempt = 1
+	for _, ev := range evs {
+		for _, c := range ev.CausedBy {
+			causes[c] = true
+		}
+		attempt = max(attempt, ev.Attempt)
+	}
+	causedBy = make([]string, 0, len(causes))
+	for c := range causes {
+		causedBy = append(causedBy, c)
+	}
+	sort.Strings(causedBy)
+	return causedBy, attempt
+}
+
+// saveConsumerState stores what next returned and when the consumer runs
+// again: dirty when a run that selected nothing published to its own topic,
+// and the PrepareResult's wakeAt.
+func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirty bool) error {
+	hrow, err := tx.HandlerGet(x.wf.Name, x.run.Handler)
+	if err != nil {
+		return err
+	}
+	if state != nil {
+		hrow.State = state
+	}
+	pr, _ := DecodePrepareResult(x.run.PrepareResult)
+	if len(pr.Reservations) == 0 {
+		hrow.Dirty = selfDirty
+	}
+	hrow.WakeAt, hrow.UpdatedAt = x.e.wakeTime(pr.WakeAt), x.e.nowMs()
+	return tx.HandlerPut(hrow)
+}

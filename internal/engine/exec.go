@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// runExec is one run being carried out: what every step of it needs, held
+// once (as River's job executor holds its job row) instead of threaded
+// through every function: the engine, the step's context, the workflow, the
+// compiled program of the run's version, the run and its trace.
+//
+// Producers (producer.go), consumers (consumer.go, emit.go, mutation.go)
+// and item scripts (items.go) are methods on it; failure.go ends a run.
+type runExec struct {
+	e    *Engine
+	ctx  context.Context
+	wf   kt.Workflow
+	prog *script.Program
+	run  *kt.Run
+	tr   *trace
+}
+
+// newExec starts carrying out run; its trace continues the run's own.
+func (e *Engine) newExec(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) *runExec {
+	return &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: run, tr: loadTrace(run.Trace)}
+}
+
+// finished tells the observer about a run that ended its step without an
+// error of the host (err is the step's result).
+func (x *runExec) finished(err error) {
+	if err == nil {
+		x.e.runFinished(x.run)
+	}
+}
+
+// save writes the run, with its trace, in one transition together with
+// what with writes (nil: the run alone).
+func (x *runExec) save(with func(tx store.Tx) error) error {
+	x.run.Trace = x.tr.json()
+	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+		if with != nil {
+			if err := with(tx); err != nil {
+				return err
+			}
+		}
+		return putRun(tx, *x.run)
+	})
+}
+
+// host builds the server of one phase's ctx calls.
+func (x *runExec) host(phase hostPhase) *host {
+	return &host{runExec: x, phase: phase, handler: x.run.Handler}
+}
+
+// invoke runs the phase of the run's handler that h serves, in the sandbox.
+func (x *runExec) invoke(h *host, args ...json.RawMessage) (script.Outcome, error) {
+	kind, name := h.phase.invocation()
+	return x.e.invoke(x.prog, script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
+		Args: args, Tools: x.e.registry.Tools(), Host: h.call, Limits: x.e.limits()})
+}
+
+// hostPhase is the handler phase a host serves; SPEC §3's table of what
+// each may call is keyed by it (host.allowed).
+type hostPhase string
+
+const (
+	phaseProducer hostPhase = "producer"
+	phasePrepare  hostPhase = "prepare"
+	phaseMutate   hostPhase = "mutate"
+	phaseNext     hostPhase = "next"
+	phaseTask     hostPhase = "task"
+)
+
+// invocation names the handler kind and the phase as the sandbox knows them.
+func (p hostPhase) invocation() (kt.HandlerType, string) {
+	switch p {
+	case phaseProducer:
+		return kt.HandlerProducer, "handler"
+	case phaseTask:
+		return kt.HandlerTask, "run"
+	}
+	return kt.HandlerConsumer, string(p)
+}
+
+// phaseNote adds a phase line to the trace.
+func (x *runExec) phaseNote(phase, text string) {
+	x.tr.add(TraceEntry{At: x.e.nowMs(), Kind: "phase", Phase: phase, Text: text})
+}
+
+// declView is the part of the run's consumer declaration the host checks
+// calls against.
+func (x *runExec) declView() declView {
+	d := x.prog.Decl.Consumers[x.run.Handler]
+	return declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}
+}

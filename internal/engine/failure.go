@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/keep-run/keep/internal/config"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// maxErrorText bounds the error message kept on a run.
+const maxErrorText = 4000
+
+// fail records a failed run by the taxonomy of SPEC §6 and applies the reset rules of §4.
+func (x *runExec) fail(cause error) error {
+	e, run := x.e, x.run
+	if errors.Is(cause, script.ErrStopping) {
+		// Not a failure of the run: keep is stopping. The run stays active
+		// and is recovered like a crashed one at the next start.
+		return cause
+	}
+	class := kt.ClassOf(cause)
+	// The one way an error reaches the run, its card, the log and the page:
+	// credentials masked, and no more than a person reads (a script once
+	// threw a 20 MB message, stored twice and printed whole).
+	msg := clip(redact.String(cause.Error()), maxErrorText)
+	now := e.nowMs()
+	run.ErrorClass, run.ErrorMessage, run.UpdatedAt, run.Action = class, msg, now, ""
+	run.NextAttemptAt = 0
+	var wait *approvalWait
+	if errors.As(cause, &wait) {
+		class, run.ErrorClass = kt.ClassPermission, ""
+	}
+	switch class {
+	case kt.ClassTransient:
+		run.Status = kt.StatusTransient
+		if run.RetryCount < e.policy.TransientRetries {
+			run.NextAttemptAt = now + config.Backoff(e.policy.TransientBackoff, e.policy.TransientBackoffMax, run.RetryCount+1).Milliseconds()
+		} else {
+			run.ErrorMessage = fmt.Sprintf("%s — gave up after %d automatic retries; try again or skip", msg, run.RetryCount)
+		}
+	case kt.ClassLogic:
+		run.Status = kt.StatusFailedLogic
+	case kt.ClassPermission, kt.ClassPrecondition:
+		run.Status = kt.StatusApproval
+	case kt.ClassIndeterminate:
+		run.Status = kt.StatusReconciliation
+	default:
+		run.Status = kt.StatusFailedInternal
+	}
+	x.tr.add(TraceEntry{At: now, Kind: "error", Phase: string(run.Phase), Outcome: string(class), Text: msg})
+	e.log.Info("run failed", "workflow", x.wf.Name, "run", run.ID, "handler", run.Handler, "phase", run.Phase, "status", run.Status, "error", msg)
+	return x.save(func(tx store.Tx) error {
+		if run.HandlerType == kt.HandlerConsumer && releasesReservations(run, class) {
+			if err := releaseReservations(tx, run.ID, now); err != nil {
+				return err
+			}
+		}
+		if run.Status != kt.StatusFailedInternal {
+			return nil
+		}
+		// An internal error pauses the workflow: keep does not go on past
+		// its own bug.
+		w, err := tx.WorkflowGet(x.wf.Name)
+		if err != nil {
+			return err
+		}
+		w.Paused, w.PausedReason, w.UpdatedAt = true, "internal error in run "+run.ID+": "+msg, now
+		return tx.WorkflowPut(w)
+	})
+}
+
+// releasesReservations applies SPEC §4's reset rules: a failure before
+// mutate lets the selection go (the retry prepares afresh); a logic failure
+// keeps it pinned to the failed run, so its inputs show what is stuck and a
+// person's Skip can skip exactly those events (a repair releases them).
+func releasesReservations(run *kt.Run, class kt.ErrorClass) bool {
+	if class == kt.ClassLogic {
+		return false
+	}
+	switch run.Phase {
+	case kt.PhasePreparing, kt.PhasePrepared:
+		return true
+	}
+	return false
+}
+
+func releaseReservations(tx store.Tx, runID string, now int64) error {
+	return updatePinned(tx, runID, now, func(ev *kt.Event) { ev.ReservedBy = "" })
+}
+
+// updatePinned applies change to every event a run still holds (pending and reserved by it).
+func updatePinned(tx store.Tx, runID string, now int64, change func(*kt.Event)) error {
+	evs, err := tx.EventsReservedBy(runID)
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if ev.Status != kt.EventPending {
+			continue
+		}
+		change(&ev)
+		ev.UpdatedAt = now
+		if err := tx.EventUpdate(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}

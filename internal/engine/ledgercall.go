@@ -1,0 +1,283 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// ledgerCall is one mutation on its way through the ledger (ch 13, ch 14,
+// SPEC §7): lookup → compare payload → approval → in_flight durable → call
+// → outcome → reconcile. It is the one I/O shell of that protocol, used by
+// consumer runs (mutation.go) and item scripts (items.go) alike; its
+// decisions are ledger.go's pure functions. What a step means for the run
+// (fail it, block it, hand a result to the script) is the caller's.
+type ledgerCall struct {
+	x     *runExec
+	phase string // the phase its trace lines carry: "mutating" or "task"
+	tool  string
+	m     *connector.Method
+	args  map[string]any
+
+	payload     map[string]any
+	redacted    map[string]any
+	identityKey string
+	target      string
+	payloadHash string
+	callHash    string
+
+	// mut is the ledger row: the one the identity found, or a new one.
+	mut   kt.Mutation
+	found bool
+	// cmp is how an applied row's payload compares with this call's, when
+	// they differ (set by step).
+	cmp connector.Comparison
+}
+
+// identityFunc makes a call's identity key: Identity.ConsumerKey for
+// consumers, Identity.ItemKey for items.
+type identityFunc func(Identity) string
+
+// openLedger previews a call on the run (its PendingCall: what a person
+// approves and a card shows) and looks its identity up in the ledger.
+func (x *runExec) openLedger(phase, tool string, m *connector.Method, args map[string]any, key identityFunc) (*ledgerCall, error) {
+	identity, payload := m.Split(args)
+	subkey, _ := args["subkey"].(string)
+	lc := &ledgerCall{x: x, phase: phase, tool: tool, m: m, args: args, payload: payload, redacted: m.Redact(args),
+		identityKey: key(Identity{Workflow: x.run.Workflow, Handler: x.run.Handler, Tool: tool, Method: m.Name, Params: identity, Subkey: subkey}), target: targetOf(m, tool, args), payloadHash: PayloadHash(payload)}
+	lc.callHash = CallHash(tool, m.Name, lc.target, identity, payload)
+	x.run.PendingCall, _ = json.Marshal(lc.pending())
+	var err error
+	lc.mut, lc.found, err = x.e.lookupMutation(x.ctx, lc.identityKey)
+	return lc, err
+}
+
+func (lc *ledgerCall) pending() PendingCall {
+	return PendingCall{Tool: lc.tool, Method: lc.m.Name, Target: lc.target, Args: lc.redacted, PayloadHash: lc.payloadHash, CallHash: lc.callHash}
+}
+
+func (lc *ledgerCall) method() string { return lc.tool + "." + lc.m.Name }
+
+// step decides what the row the identity found leads to (onFound).
+func (lc *ledgerCall) step() ledgerStep {
+	return onFound(lc.found, lc.mut, lc.payloadHash, func() connector.Comparison {
+		lc.cmp = comparePayloads(lc.m, lc.mut, lc.payload)
+		return lc.cmp
+	})
+}
+
+// note adds a trace line about this mutation.
+func (lc *ledgerCall) note(outcome string, withArgs bool) {
+	e := TraceEntry{At: lc.x.e.nowMs(), Phase: lc.phase, Kind: "mutation", Method: lc.method(), Outcome: outcome}
+	if withArgs {
+		e.Args = lc.redacted
+	}
+	lc.x.tr.add(e)
+}
+
+// noteConflict and noteReplay say why a found row is not sent again.
+func (lc *ledgerCall) noteConflict() {
+	lc.note("already applied; payload differs: "+string(lc.cmp), false)
+}
+
+func (lc *ledgerCall) noteReplay() {
+	if lc.cmp != "" {
+		lc.noteConflict()
+		return
+	}
+	lc.note("already applied: cached result returned, not sent again", true)
+}
+
+// cachedResult is the result recorded on an applied row.
+func (lc *ledgerCall) cachedResult() json.RawMessage {
+	if len(lc.mut.Result) == 0 {
+		return json.RawMessage("null")
+	}
+	return lc.mut.Result
+}
+
+// newRow starts the ledger row of a call whose identity found nothing.
+func (lc *ledgerCall) newRow(itemKeys []string, attempt int) {
+	if lc.found {
+		return
+	}
+	run := lc.x.run
+	lc.mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
+		Tool: lc.tool, Method: lc.m.Name, IdentityKey: lc.identityKey, IdempotencyKey: "keep-" + lc.identityKey[:32],
+		CreatedAt: lc.x.e.nowMs()}
+}
+
+// needsApproval says the call waits for a person's approval of exactly
+// this call (CallHash) before it may go out.
+func (lc *ledgerCall) needsApproval() bool {
+	return lc.x.e.needsApproval(lc.x.prog, lc.m, lc.tool) && lc.x.run.ApprovedHash != lc.callHash
+}
+
+// recordInFlight writes the row in_flight, with the run, before the call
+// starts (ch 13 §13.7.1), and the events prepare selected (reserve) with
+// them. After a crash from here on, the write may have happened.
+func (lc *ledgerCall) recordInFlight(reserve []kt.Event) error {
+	x, mut, now := lc.x, &lc.mut, lc.x.e.nowMs()
+	params, _ := json.Marshal(lc.args)
+	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = x.run.ID, params, lc.payloadHash, lc.target
+	mut.CanReconcile = lc.m.CanReconcile(lc.args)
+	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
+	mut.SentAt, mut.NotFoundAt = now, 0
+	lc.note("in_flight", true)
+	x.run.UpdatedAt = now
+	if err := x.save(func(tx store.Tx) error {
+		if err := writeReservations(tx, x.run, reserve, now); err != nil {
+			return err
+		}
+		return putMutation(tx, *mut)
+	}); err != nil {
+		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
+	}
+	if len(reserve) > 0 {
+		x.e.crashPoint(CrashAfterPrepared)
+	}
+	x.e.crashPoint(CrashAfterInFlight)
+	return nil
+}
+
+// send makes the call with the row's idempotency key and says what its
+// answer leads to (onOutcome); the answer is on the trace.
+func (lc *ledgerCall) send() (connector.Result, callStep) {
+	e := lc.x.e
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(lc.x.ctx, e.toolTimeout(lc.args))
+	res := lc.m.Do(cctx, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
+	cancel()
+	e.crashPoint(CrashAfterCall)
+	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
+	if res.Err != nil {
+		outcome += ": " + res.Err.Message
+	}
+	lc.x.tr.add(TraceEntry{At: start.UnixMilli(), Phase: lc.phase, Kind: "call", Method: lc.method(), Args: lc.redacted,
+		Duration: time.Since(start).Milliseconds(), Outcome: outcome})
+	next := onOutcome(res.Outcome, lc.mut.CanReconcile)
+	if next == callReconcile || next == callIndeterminate {
+		lc.mut.ErrorClass, lc.mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
+	}
+	return res, next
+}
+
+// reconcileAnswer is what one reconcile attempt found and leads to.
+type reconcileAnswer struct {
+	step  reconcileStep
+	value any   // the result, when it happened
+	err   error // the connector's reason, when it could not tell
+	// settleAt is when a "did not happen" may be believed (recRecheck).
+	settleAt int64
+	// retryAt is when to ask again (recRetryLater), and delay the wait.
+	retryAt int64
+	delay   time.Duration
+}
+
+// askReconcile asks the connector once whether mut happened (ch 13 §13.8):
+// the trace line, a background attempt counted (inline ones are not), the
+// settle rule for "did not happen", the policy's attempts. A call that
+// cannot be checked (no reconcile) is recUncheckable.
+func (x *runExec) askReconcile(mut *kt.Mutation, phase string, inline bool) reconcileAnswer {
+	e := x.e
+	m, merr := e.registry.Method(mut.Tool, mut.Method)
+	call, cerr := reconcileCall(*mut)
+	if merr != nil || cerr != nil || m.Reconcile == nil || !mut.CanReconcile {
+		return reconcileAnswer{step: recUncheckable}
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(x.ctx, e.toolTimeout(call.Args))
+	status, value, rerr := m.Reconcile(cctx, call)
+	cancel()
+	text := string(status)
+	if rerr != nil {
+		text += ": " + rerr.Error()
+	}
+	x.tr.add(TraceEntry{At: start.UnixMilli(), Phase: phase, Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile",
+		Duration: time.Since(start).Milliseconds(), Outcome: text})
+	if !inline && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
+		mut.ReconcileAttempts++
+	}
+	ans := reconcileAnswer{value: value, err: rerr}
+	if status == connector.ReconcileFailed {
+		ans.settleAt = e.notHappenedYet(mut, call.Args)
+	}
+	ans.step = onReconcile(status, ans.settleAt, reconcileExhausted(inline, mut.ReconcileAttempts, e.policy.ReconcileAttempts))
+	if ans.step == recRetryLater {
+		ans.delay = config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1)
+		ans.retryAt = e.nowMs() + ans.delay.Milliseconds()
+	}
+	return ans
+}
+
+// reconcileCall builds the connector call of a ledger row.
+func reconcileCall(m kt.Mutation) (connector.Call, error) {
+	var args map[string]any
+	if err := json.Unmarshal(m.Params, &args); err != nil {
+		return connector.Call{}, err
+	}
+	return connector.Call{Args: args, IdempotencyKey: m.IdempotencyKey}, nil
+}
+
+// The ledger row's state changes, shared by every path; the caller writes
+// the row (putMutation checks the move against ch 13's table).
+
+// markApplied records that the write happened, with its result.
+func markApplied(mut *kt.Mutation, result json.RawMessage, resolvedBy string, now int64) {
+	mut.Status, mut.Result, mut.UpdatedAt, mut.ErrorClass, mut.ErrorMessage = kt.MutationApplied, result, now, "", ""
+	if resolvedBy != "" {
+		mut.ResolvedBy = resolvedBy
+	}
+}
+
+// markFailed records that the write certainly did not happen.
+func markFailed(mut *kt.Mutation, cause *kt.Error, resolvedBy string, now int64) {
+	mut.Status, mut.UpdatedAt = kt.MutationFailed, now
+	if cause != nil {
+		mut.ErrorClass, mut.ErrorMessage = cause.Class, cause.Message
+	}
+	if resolvedBy != "" {
+		mut.ResolvedBy = resolvedBy
+	}
+}
+
+// markRecheck keeps the row in needs_reconcile until at.
+func markRecheck(mut *kt.Mutation, at, now int64) {
+	mut.Status, mut.NextReconcileAt, mut.UpdatedAt = kt.MutationNeedsReconcile, at, now
+}
+
+// notHappenedYet applies the settle rule to a reconcile that answered "did
+// not happen" (issue 11 #5: a server that took 2 s got a write twice when a
+// probe 1 s after a 1 s timeout found nothing yet). Such an answer is proof
+// only when an earlier one agrees and the settle time (the policy's, or the
+// call's own timeout when longer) has passed since the call went out. It
+// returns 0 when the answer is proof, else when to check again; it records
+// the first answer on mut.
+func (e *Engine) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
+	now := e.nowMs()
+	settle := e.toolTimeout(args)
+	if e.policy.ReconcileSettle > settle {
+		settle = e.policy.ReconcileSettle
+	}
+	sent := mut.SentAt
+	if sent == 0 {
+		sent = mut.CreatedAt
+	}
+	settled := sent + settle.Milliseconds()
+	if mut.NotFoundAt > 0 && mut.NotFoundAt < now && now >= settled {
+		return 0
+	}
+	if mut.NotFoundAt == 0 {
+		mut.NotFoundAt = now
+	}
+	return max(settled, now+settleRecheck.Milliseconds())
+}
+
+// settleRecheck is the least wait between two "did not happen" answers.
+const settleRecheck = time.Second
