@@ -245,7 +245,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			return err
 		}
 		v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, CreatedAt: now}
-		if !isNew {
+		if isNew {
+			wf = kt.Workflow{Name: name, CreatedAt: now}
+		} else {
 			cur, err := tx.VersionGet(name, wf.ActiveVersion)
 			if err != nil {
 				return err
@@ -254,32 +256,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 				res.Version, res.Unchanged = cur, true
 				return nil
 			}
-			w, err := keyFormatWarning(tx, name, source)
-			if err != nil {
+			if err := nextVersion(tx, cur, &v, o, &res); err != nil {
 				return err
 			}
-			if kind == DeployMajor {
-				if o.Reprocess == "" {
-					return ErrReprocessChoice
-				}
-				if err := checkReprocessKeys(tx, name, o.Reprocess); err != nil {
-					return err
-				}
-				if w != "" && !o.AcceptOrphans {
-					return refuse("%s. Nothing was deployed: to activate it anyway, deploy again with --accept-orphans", w)
-				}
-				v.Major, v.Minor = cur.Major+1, 0
-				if w != "" {
-					res.Warnings = append(res.Warnings, w)
-				}
-			} else {
-				if w != "" {
-					return refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
-				}
-				v.Major, v.Minor = cur.Major, cur.Minor+1
-			}
-		} else {
-			wf = kt.Workflow{Name: name, CreatedAt: now}
 		}
 		if err := tx.VersionInsert(&v); err != nil {
 			return err
@@ -304,6 +283,37 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		}
 	}
 	return res, nil
+}
+
+// nextVersion numbers a new version of a deployed workflow (SPEC §9): a
+// minor version is a repair and may not change the format of item keys; a
+// major one says what happens to existing items and acknowledges orphans.
+func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, res *DeployResult) error {
+	w, err := keyFormatWarning(tx, v.Workflow, v.Script)
+	if err != nil {
+		return err
+	}
+	if o.Kind != DeployMajor {
+		if w != "" {
+			return refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
+		}
+		v.Major, v.Minor = cur.Major, cur.Minor+1
+		return nil
+	}
+	if o.Reprocess == "" {
+		return ErrReprocessChoice
+	}
+	if err := checkReprocessKeys(tx, v.Workflow, o.Reprocess); err != nil {
+		return err
+	}
+	if w != "" && !o.AcceptOrphans {
+		return refuse("%s. Nothing was deployed: to activate it anyway, deploy again with --accept-orphans", w)
+	}
+	v.Major, v.Minor = cur.Major+1, 0
+	if w != "" {
+		res.Warnings = append(res.Warnings, w)
+	}
+	return nil
 }
 
 // checkReprocessKeys checks a KEY,KEY choice before anything is deployed.

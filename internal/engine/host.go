@@ -147,6 +147,17 @@ type declView struct {
 	subscribe map[string]bool
 }
 
+// storeError passes a script's mistake found inside a transaction (a
+// *kt.Error) on as it is, and names what failed otherwise: the store's
+// error is keep's, not the script's.
+func storeError(err error, what string) error {
+	var ke *kt.Error
+	if errors.As(err, &ke) {
+		return err
+	}
+	return kt.Errorf(kt.ClassInternal, "%s: %v", what, err)
+}
+
 func violation(format string, args ...any) error {
 	return kt.Errorf(kt.ClassLogic, "phase violation: "+format, args...)
 }
@@ -166,17 +177,7 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 	}
 	switch method {
 	case "log":
-		h.logLines++
-		if h.logLines > maxLogLines {
-			return nil, kt.Errorf(kt.ClassLogic, "%s %s logged more than %d lines in one run; log less (keep keeps the first %d in the trace)", h.run.HandlerType, h.run.Handler, maxLogLines, maxTraceEntries)
-		}
-		var s string
-		_ = json.Unmarshal(raw, &s)
-		if len(s) > maxLogLine {
-			s = s[:maxLogLine] + "…"
-		}
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Text: s})
-		return nil, nil
+		return h.log(raw)
 	case "now":
 		n := h.e.nowMs()
 		h.tr.add(TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
@@ -195,32 +196,40 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 	case "item.enter", "item.exit", "item.fail", "item.nested", "item.badHandler":
 		return h.itemCall(method, raw)
 	}
+	return h.connectorCall(method, raw)
+}
+
+// log adds a script's log line to the trace, within SPEC §6's bounds.
+func (h *host) log(raw json.RawMessage) (json.RawMessage, error) {
+	h.logLines++
+	if h.logLines > maxLogLines {
+		return nil, kt.Errorf(kt.ClassLogic, "%s %s logged more than %d lines in one run; log less (keep keeps the first %d in the trace)", h.run.HandlerType, h.run.Handler, maxLogLines, maxTraceEntries)
+	}
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	if len(s) > maxLogLine {
+		s = s[:maxLogLine] + "…"
+	}
+	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Text: s})
+	return nil, nil
+}
+
+// connectorCall serves ctx.TOOL.METHOD: checked against the phase's table,
+// a read is made at once, a write goes through the ledger (captured for a
+// consumer's mutate, at once for an item).
+func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessage, error) {
 	tool, m, ok := h.toolMethod(method)
 	if !ok {
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s does not exist", method)
 	}
-	args, err := connector.DecodeArgs(raw)
+	args, err := h.checkArgs(method, m, raw)
 	if err != nil {
-		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
-	}
-	kind := m.KindFor(args)
-	if err := h.allowed(method, kind); err != nil {
 		return nil, err
 	}
-	if m.Validate != nil {
-		if err := m.Validate(args); err != nil {
-			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
+	if m.KindFor(args) == connector.KindMutate {
+		if h.phase == phaseTask {
+			return h.itemMutation(tool, m, args)
 		}
-	}
-	if sk, ok := args["subkey"]; ok {
-		if _, isStr := sk.(string); !isStr {
-			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
-		}
-	}
-	if kind == connector.KindMutate && h.phase == phaseTask {
-		return h.itemMutation(tool, m, args)
-	}
-	if kind == connector.KindMutate {
 		h.captured = &capturedCall{Tool: tool, Method: m.Name, Args: args}
 		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
 		return nil, script.ErrSuspend
@@ -239,6 +248,29 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 		return nil, kt.Errorf(kt.ClassInternal, "ctx.%s returned a value keep cannot encode: %v", method, err)
 	}
 	return b, nil
+}
+
+// checkArgs decodes a connector call's arguments and checks them: allowed
+// in this phase, valid for the method, a string subkey.
+func (h *host) checkArgs(method string, m *connector.Method, raw json.RawMessage) (map[string]any, error) {
+	args, err := connector.DecodeArgs(raw)
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
+	}
+	if err := h.allowed(method, m.KindFor(args)); err != nil {
+		return nil, err
+	}
+	if m.Validate != nil {
+		if err := m.Validate(args); err != nil {
+			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
+		}
+	}
+	if sk, ok := args["subkey"]; ok {
+		if _, isStr := sk.(string); !isStr {
+			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
+		}
+	}
+	return args, nil
 }
 
 func isMutation(m *connector.Method, raw json.RawMessage) bool {
@@ -292,13 +324,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput expects { source, type, id, title }: %v", err)
 	}
-	id := ""
-	switch v := in.ID.(type) {
-	case string:
-		id = v
-	case float64:
-		id = fmt.Sprint(v)
-	}
+	id := scriptID(in.ID)
 	title, _ := in.Title.(string)
 	switch {
 	case in.Source == "" || in.Type == "":
@@ -351,84 +377,22 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if h.phase != phaseProducer && h.phase != phaseNext {
 		return nil, violation("publish is only allowed in a producer or in next (called in %s)", h.phase)
 	}
-	var req struct {
-		Topics any `json:"topics"`
-		Event  *struct {
-			MessageID any             `json:"messageId"`
-			InputID   *string         `json:"inputId"`
-			Payload   json.RawMessage `json:"payload"`
-		} `json:"event"`
+	req, err := decodePublish(raw)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(raw, &req); err != nil || req.Event == nil {
-		return nil, kt.Errorf(kt.ClassLogic, "publish(topic, { messageId, payload }) expects a topic and an event object")
-	}
-	// Chapter 06 shows a flat event ({ messageId, subject, from }); keep's
-	// events carry data under payload (ch 06a). Fields keep does not know
-	// would be dropped silently, so they are refused by name.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &struct {
-		Event *map[string]json.RawMessage `json:"event"`
-	}{&fields}); err == nil {
-		var unknown []string
-		for k := range fields {
-			if k != "messageId" && k != "inputId" && k != "payload" {
-				unknown = append(unknown, k)
-			}
-		}
-		if len(unknown) > 0 {
-			sort.Strings(unknown)
-			return nil, kt.Errorf(kt.ClassLogic, "publish: the event has unknown field(s) %s; an event is { messageId, inputId, payload } — put the data under payload, e.g. { messageId, inputId, payload: { %s } }",
-				strings.Join(unknown, ", "), strings.Join(unknown, ", "))
-		}
-	}
-	var topics []string
-	switch t := req.Topics.(type) {
-	case string:
-		topics = []string{t}
-	case []any:
-		for _, x := range t {
-			s, ok := x.(string)
-			if !ok {
-				return nil, kt.Errorf(kt.ClassLogic, "publish: topics must be strings")
-			}
-			topics = append(topics, s)
-		}
-	default:
-		return nil, kt.Errorf(kt.ClassLogic, "publish: the first argument must be a topic name or an array of them")
+	topics, err := publishTopics(req.Topics)
+	if err != nil {
+		return nil, err
 	}
 	for _, t := range topics {
 		if !h.allowPublish[t] {
 			return nil, violation("publish to %q: %s %s does not declare it in publishes", t, h.run.HandlerType, h.run.Handler)
 		}
 	}
-	msgID := ""
-	switch v := req.Event.MessageID.(type) {
-	case string:
-		msgID = v
-	case float64:
-		msgID = fmt.Sprint(v)
-	}
-	inputID := ""
-	if req.Event.InputID != nil {
-		inputID = *req.Event.InputID
-	}
-	if h.phase == phaseProducer {
-		if inputID == "" {
-			return nil, kt.Errorf(kt.ClassLogic, "publish from a producer needs inputId: register the input first (const inputId = ctx.registerInput({...})) and pass it")
-		}
-		if !h.knownInputs[inputID] {
-			return nil, kt.Errorf(kt.ClassLogic, "publish: inputId %q was not returned by registerInput in this run", inputID)
-		}
-		if msgID == "" {
-			msgID = inputID
-		}
-	} else {
-		if req.Event.InputID != nil {
-			return nil, violation("publish in next may not pass inputId: keep links the event to the inputs of the reserved events itself")
-		}
-		if msgID == "" {
-			return nil, kt.Errorf(kt.ClassLogic, "publish in next needs a messageId that is stable across retries, e.g. `row:${prepared.data.id}`")
-		}
+	msgID, inputID, err := h.eventIDs(scriptID(req.Event.MessageID), req.Event.InputID)
+	if err != nil {
+		return nil, err
 	}
 	payload := req.Event.Payload
 	if len(payload) == 0 {
@@ -450,6 +414,105 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
 	return nil, nil
+}
+
+// publishCall is what ctx.publish sends the host.
+type publishCall struct {
+	Topics any `json:"topics"`
+	Event  *struct {
+		MessageID any             `json:"messageId"`
+		InputID   *string         `json:"inputId"`
+		Payload   json.RawMessage `json:"payload"`
+	} `json:"event"`
+}
+
+// decodePublish reads a publish call. Chapter 06 shows a flat event ({
+// messageId, subject, from }); keep's events carry data under payload (ch
+// 06a). Fields keep does not know would be dropped silently, so they are
+// refused by name.
+func decodePublish(raw json.RawMessage) (publishCall, error) {
+	var req publishCall
+	if err := json.Unmarshal(raw, &req); err != nil || req.Event == nil {
+		return req, kt.Errorf(kt.ClassLogic, "publish(topic, { messageId, payload }) expects a topic and an event object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &struct {
+		Event *map[string]json.RawMessage `json:"event"`
+	}{&fields}); err != nil {
+		return req, nil
+	}
+	var unknown []string
+	for k := range fields {
+		if k != "messageId" && k != "inputId" && k != "payload" {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return req, kt.Errorf(kt.ClassLogic, "publish: the event has unknown field(s) %s; an event is { messageId, inputId, payload } — put the data under payload, e.g. { messageId, inputId, payload: { %s } }",
+			strings.Join(unknown, ", "), strings.Join(unknown, ", "))
+	}
+	return req, nil
+}
+
+// publishTopics reads publish's first argument: a topic or an array of them.
+func publishTopics(v any) ([]string, error) {
+	switch t := v.(type) {
+	case string:
+		return []string{t}, nil
+	case []any:
+		topics := make([]string, 0, len(t))
+		for _, x := range t {
+			s, ok := x.(string)
+			if !ok {
+				return nil, kt.Errorf(kt.ClassLogic, "publish: topics must be strings")
+			}
+			topics = append(topics, s)
+		}
+		return topics, nil
+	}
+	return nil, kt.Errorf(kt.ClassLogic, "publish: the first argument must be a topic name or an array of them")
+}
+
+// eventIDs checks an event's messageId and inputId by phase: a producer's
+// event belongs to an input it registered (its id the default messageId);
+// next's events get their inputs from the reserved events and need a
+// stable messageId.
+func (h *host) eventIDs(msgID string, input *string) (string, string, error) {
+	if h.phase != phaseProducer {
+		if input != nil {
+			return "", "", violation("publish in next may not pass inputId: keep links the event to the inputs of the reserved events itself")
+		}
+		if msgID == "" {
+			return "", "", kt.Errorf(kt.ClassLogic, "publish in next needs a messageId that is stable across retries, e.g. `row:${prepared.data.id}`")
+		}
+		return msgID, "", nil
+	}
+	inputID := ""
+	if input != nil {
+		inputID = *input
+	}
+	if inputID == "" {
+		return "", "", kt.Errorf(kt.ClassLogic, "publish from a producer needs inputId: register the input first (const inputId = ctx.registerInput({...})) and pass it")
+	}
+	if !h.knownInputs[inputID] {
+		return "", "", kt.Errorf(kt.ClassLogic, "publish: inputId %q was not returned by registerInput in this run", inputID)
+	}
+	if msgID == "" {
+		msgID = inputID
+	}
+	return msgID, inputID, nil
+}
+
+// scriptID reads an id a script passed as a string or a number.
+func scriptID(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return fmt.Sprint(x)
+	}
+	return ""
 }
 
 type eventView struct {
@@ -506,11 +569,7 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 		return nil
 	})
 	if err != nil {
-		var ke *kt.Error
-		if errors.As(err, &ke) {
-			return nil, err
-		}
-		return nil, kt.Errorf(kt.ClassInternal, "%s: %v", method, err)
+		return nil, storeError(err, method)
 	}
 	out := make([]eventView, 0, len(evs))
 	for _, ev := range evs {

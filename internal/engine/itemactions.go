@@ -229,80 +229,17 @@ func itemUpdate(ctx context.Context, st store.Store, ref ItemRef, d kt.Decision,
 }
 
 func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
-	old := it.CurrentAttempt
-	prevStatus := it.Status
 	if it.Kind == "input" {
-		evs, err := tx.EventsByInput(it.ID)
-		if err != nil {
-			return "", err
-		}
-		// A run that holds one of its events and is blocked (needs
-		// attention, failed) is closed first, in the same transaction:
-		// chapter 12 §12.7 offers Reprocess there, as one action.
-		closed, err := closeBlockedHolders(tx, it, evs, ms)
-		if err != nil {
-			return "", err
-		}
-		prevStatus = "done"
-		if len(closed) > 0 {
-			prevStatus = kt.ItemNeedsAttention
-		} else if allSkipped(evs) {
-			prevStatus = kt.ItemSkipped
-		}
-		it.CurrentAttempt++
-		roots := 0
-		for _, ev := range evs {
-			r, err := tx.RunGet(ev.CreatedBy)
-			if err != nil || r.HandlerType != kt.HandlerProducer {
-				// Downstream events re-open when the new attempt publishes
-				// them; one still pending belongs to the old attempt.
-				if ev.Status == kt.EventPending {
-					ev.Status, ev.ReservedBy, ev.UpdatedAt = kt.EventSkipped, "", ms
-					if err := tx.EventUpdate(ev); err != nil {
-						return "", err
-					}
-				}
-				continue
-			}
-			ev.Status, ev.ReservedBy, ev.Attempt, ev.UpdatedAt = kt.EventPending, "", it.CurrentAttempt, ms
-			if err := tx.EventUpdate(ev); err != nil {
-				return "", err
-			}
-			roots++
-		}
-		if err := markAll(tx, it.Workflow, kt.HandlerConsumer, ms); err != nil {
-			return "", err
-		}
-		it.UpdatedAt = ms
-		if err := putItem(tx, it); err != nil {
-			return "", err
-		}
-		if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
-			return "", err
-		}
-		if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemPending, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
-			return "", err
-		}
-		msg := fmt.Sprintf("input %q: attempt %d started; %d events re-opened", it.Title, it.CurrentAttempt, roots)
-		if len(closed) > 0 {
-			msg += fmt.Sprintf("; blocked run %s closed (its unfinished write is not sent again)", strings.Join(closed, ", "))
-		}
-		return msg, nil
+		return reprocessInput(tx, it, ms)
 	}
 	if it.Status == kt.ItemProcessing {
 		if r, err := tx.RunGet(it.LastRun); err == nil && r.Status == kt.StatusActive {
 			return "", refuse("item %q is being processed right now; wait for the run to finish", it.Key)
 		}
 	}
-	it.CurrentAttempt++
-	it.Status, it.UpdatedAt = kt.ItemProcessing, ms
-	if err := putItem(tx, it); err != nil {
-		return "", err
-	}
-	if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
-		return "", err
-	}
-	if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemProcessing, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
+	prevStatus := it.Status
+	it.Status = kt.ItemProcessing
+	if err := startAttempt(tx, &it, prevStatus, ms); err != nil {
 		return "", err
 	}
 	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
@@ -315,6 +252,90 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("item %q: attempt %d started; the task processes it on its next run (queued now)", it.Key, it.CurrentAttempt), nil
+}
+
+// reprocessInput starts a new attempt of an input: its own events re-open
+// with the new attempt, what descends from them is published again by the
+// new attempt's runs.
+func reprocessInput(tx store.Tx, it kt.Input, ms int64) (string, error) {
+	evs, err := tx.EventsByInput(it.ID)
+	if err != nil {
+		return "", err
+	}
+	// A run that holds one of its events and is blocked (needs
+	// attention, failed) is closed first, in the same transaction:
+	// chapter 12 §12.7 offers Reprocess there, as one action.
+	closed, err := closeBlockedHolders(tx, it, evs, ms)
+	if err != nil {
+		return "", err
+	}
+	prevStatus := "done"
+	if len(closed) > 0 {
+		prevStatus = kt.ItemNeedsAttention
+	} else if allSkipped(evs) {
+		prevStatus = kt.ItemSkipped
+	}
+	if err := startAttempt(tx, &it, prevStatus, ms); err != nil {
+		return "", err
+	}
+	roots, err := reopenEvents(tx, evs, it.CurrentAttempt, ms)
+	if err != nil {
+		return "", err
+	}
+	if err := markAll(tx, it.Workflow, kt.HandlerConsumer, ms); err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("input %q: attempt %d started; %d events re-opened", it.Title, it.CurrentAttempt, roots)
+	if len(closed) > 0 {
+		msg += fmt.Sprintf("; blocked run %s closed (its unfinished write is not sent again)", strings.Join(closed, ", "))
+	}
+	return msg, nil
+}
+
+// startAttempt moves an item to its next attempt: the item saved (through
+// its state machine), the old attempt closed with prevStatus, the new one
+// opened.
+func startAttempt(tx store.Tx, it *kt.Input, prevStatus string, ms int64) error {
+	old := it.CurrentAttempt
+	it.CurrentAttempt++
+	it.UpdatedAt = ms
+	if err := putItem(tx, *it); err != nil {
+		return err
+	}
+	if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
+		return err
+	}
+	status := kt.ItemPending
+	if it.Kind == "task" {
+		status = it.Status
+	}
+	return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: status, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms})
+}
+
+// reopenEvents gives an input's own events (published by a producer) the
+// new attempt and makes them pending again; events further downstream that
+// are still pending belong to the old attempt and end skipped (the new
+// attempt publishes them again). It returns how many re-opened.
+func reopenEvents(tx store.Tx, evs []kt.Event, attempt int, ms int64) (int, error) {
+	roots := 0
+	for _, ev := range evs {
+		r, err := tx.RunGet(ev.CreatedBy)
+		if err != nil || r.HandlerType != kt.HandlerProducer {
+			if ev.Status == kt.EventPending {
+				ev.Status, ev.ReservedBy, ev.UpdatedAt = kt.EventSkipped, "", ms
+				if err := tx.EventUpdate(ev); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		}
+		ev.Status, ev.ReservedBy, ev.Attempt, ev.UpdatedAt = kt.EventPending, "", attempt, ms
+		if err := tx.EventUpdate(ev); err != nil {
+			return 0, err
+		}
+		roots++
+	}
+	return roots, nil
 }
 
 func allSkipped(evs []kt.Event) bool {

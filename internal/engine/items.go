@@ -112,13 +112,7 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 		Stack string `json:"stack"`
 	}
 	_ = json.Unmarshal(raw, &req)
-	id := ""
-	switch v := req.ID.(type) {
-	case string:
-		id = v
-	case float64:
-		id = fmt.Sprint(v)
-	}
+	id := scriptID(req.ID)
 	switch method {
 	case "item.nested":
 		cur := ""
@@ -139,22 +133,34 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 		}
 		return nil, kt.Errorf(kt.ClassLogic, "%s", msg)
 	case "item.exit":
-		if ts.item == nil {
-			return nil, kt.Errorf(kt.ClassInternal, "item exit without an item")
-		}
-		if !ts.isDone {
-			if err := h.e.setItemStatus(h.ctx, ts.item, kt.ItemDone, h.run); err != nil {
-				return nil, kt.Errorf(kt.ClassInternal, "record item %s done: %v", ts.item.Key, err)
-			}
-		}
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
-		ts.item, ts.isDone = nil, false
-		return nil, nil
+		return h.itemExit()
 	case "item.enter":
 	default:
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s does not exist", method)
 	}
 	title, _ := req.Title.(string)
+	return h.enterItem(id, title)
+}
+
+// itemExit leaves the current item: done, unless it already was.
+func (h *host) itemExit() (json.RawMessage, error) {
+	ts := h.task
+	if ts.item == nil {
+		return nil, kt.Errorf(kt.ClassInternal, "item exit without an item")
+	}
+	if !ts.isDone {
+		if err := h.e.setItemStatus(h.ctx, ts.item, kt.ItemDone, h.run); err != nil {
+			return nil, kt.Errorf(kt.ClassInternal, "record item %s done: %v", ts.item.Key, err)
+		}
+	}
+	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
+	ts.item, ts.isDone = nil, false
+	return nil, nil
+}
+
+// enterItem starts (or resumes) the item id: withItem's entry.
+func (h *host) enterItem(id, title string) (json.RawMessage, error) {
+	ts := h.task
 	switch {
 	case id == "":
 		return nil, kt.Errorf(kt.ClassLogic, "withItem needs a stable id as its first argument, e.g. `email:${e.id}`")
@@ -201,11 +207,7 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 		return nil
 	})
 	if err != nil {
-		var ke *kt.Error
-		if errors.As(err, &ke) {
-			return nil, err
-		}
-		return nil, kt.Errorf(kt.ClassInternal, "record item %s: %v", id, err)
+		return nil, storeError(err, "record item "+id)
 	}
 	ts.item, ts.isDone = &it, itemDone(it.Status)
 	h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "item", Text: fmt.Sprintf("item %s (%s, attempt %d)", it.Key, it.Status, it.CurrentAttempt)})

@@ -320,12 +320,8 @@ func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
 // A forbidden move — a finished run written over, which a stale step could
 // attempt — is refused as an internal error and nothing is written.
 func putRun(tx store.Tx, r kt.Run) error {
-	prev, err := tx.RunGet(r.ID)
-	from := kt.Status("")
-	switch {
-	case err == nil:
-		from = prev.Status
-	case !errors.Is(err, kt.ErrNotFound):
+	from, err := storedState(func() (kt.Run, error) { return tx.RunGet(r.ID) }, func(p kt.Run) kt.Status { return p.Status })
+	if err != nil {
 		return err
 	}
 	if !kt.RunStatusTransitionAllowed(from, r.Status) {
@@ -339,12 +335,8 @@ func putRun(tx store.Tx, r kt.Run) error {
 // derived, not stored, and is not checked here.
 func putItem(tx store.Tx, it kt.Input) error {
 	if it.Kind == "task" {
-		prev, err := tx.InputGet(it.ID)
-		from := ""
-		switch {
-		case err == nil:
-			from = prev.Status
-		case !errors.Is(err, kt.ErrNotFound):
+		from, err := storedState(func() (kt.Input, error) { return tx.InputGet(it.ID) }, func(p kt.Input) string { return p.Status })
+		if err != nil {
 			return err
 		}
 		if from != it.Status && !kt.ItemTransitionAllowed(from, it.Status) {
@@ -357,18 +349,26 @@ func putItem(tx store.Tx, it kt.Input) error {
 // putMutation saves a ledger row after checking its state change against
 // the state machine of ch 13 (keeptype's table); a forbidden move is a host bug.
 func putMutation(tx store.Tx, m kt.Mutation) error {
-	prev, err := tx.MutationGet(m.ID)
-	from := kt.MutationStatus("")
-	switch {
-	case err == nil:
-		from = prev.Status
-	case !errors.Is(err, kt.ErrNotFound):
+	from, err := storedState(func() (kt.Mutation, error) { return tx.MutationGet(m.ID) }, func(p kt.Mutation) kt.MutationStatus { return p.Status })
+	if err != nil {
 		return err
 	}
 	if from != m.Status && !kt.MutationTransitionAllowed(from, m.Status) {
 		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state %q → %q is not allowed", m.ID, from, m.Status)
 	}
 	return tx.MutationPut(m)
+}
+
+// storedState reads the state of a row about to be written: "" for a new one.
+func storedState[T any, S ~string](read func() (T, error), state func(T) S) (S, error) {
+	prev, err := read()
+	switch {
+	case err == nil:
+		return state(prev), nil
+	case errors.Is(err, kt.ErrNotFound):
+		return "", nil
+	}
+	return "", err
 }
 
 // lookupMutation finds a ledger row by identity; found is false when there is none.

@@ -1,10 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"sort"
+	"slices"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -41,49 +42,12 @@ func advance(r *kt.Run, to kt.Phase) error {
 // whether it did anything. The caller guarantees that no other Step of the
 // same workflow runs at the same time.
 func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
-	var wf kt.Workflow
+	p := &stepPlan{now: e.nowMs()}
 	var open *kt.Run
-	var handlers []kt.Handler
-	var prog *script.Program
-	now := e.nowMs()
-	// Priority (SPEC §5): consumers with the oldest pending event, then other
-	// dirty or woken consumers, then due producers and tasks.
-	type cand struct {
-		h      kt.Handler
-		oldest int64
-		has    bool
-	}
-	var consumers []cand
-	var due []kt.Handler
-	// pick sorts the handlers into candidates; with a program already
-	// compiled it runs inside the step's one read transaction.
-	pick := func(tx store.Tx) error {
-		for _, h := range handlers {
-			switch h.Type {
-			case kt.HandlerConsumer:
-				d, ok := prog.Decl.Consumers[h.Name]
-				if !ok || !(h.Dirty || (h.WakeAt > 0 && h.WakeAt <= now)) {
-					continue
-				}
-				oldest, has, err := tx.OldestPending(wf.Name, d.Subscribe)
-				if err != nil {
-					return err
-				}
-				consumers = append(consumers, cand{h, oldest, has})
-			case kt.HandlerProducer, kt.HandlerTask:
-				_, isProducer := prog.Decl.Producers[h.Name]
-				_, isTask := prog.Decl.Tasks[h.Name]
-				if (isProducer || isTask) && (h.Queued || (h.NextRunAt > 0 && h.NextRunAt <= now)) {
-					due = append(due, h)
-				}
-			}
-		}
-		return nil
-	}
 	picked := false
 	err := e.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		if wf, err = tx.WorkflowGet(name); err != nil {
+		if p.wf, err = tx.WorkflowGet(name); err != nil {
 			return err
 		}
 		r, err := tx.RunOpen(name)
@@ -94,58 +58,119 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 		case !errors.Is(err, kt.ErrNotFound):
 			return err
 		}
-		if handlers, err = tx.HandlerList(name); err != nil {
+		if p.handlers, err = tx.HandlerList(name); err != nil {
 			return err
 		}
-		if prog = e.cachedProgram(wf.Name, wf.ActiveVersion); prog == nil || wf.Paused {
+		// With the program compiled already, the candidates are sorted
+		// inside the step's one read transaction.
+		if p.prog = e.cachedProgram(name, p.wf.ActiveVersion); p.prog == nil || p.wf.Paused {
 			return nil
 		}
 		picked = true
-		return pick(tx)
+		return p.pick(tx)
 	})
-	if err != nil {
+	if err != nil || p.wf.Paused {
 		return false, err
 	}
-	if wf.Paused {
-		return false, nil
-	}
 	if open != nil {
-		return e.handleOpen(ctx, wf, *open)
+		return e.handleOpen(ctx, p.wf, *open)
 	}
 	if !picked {
-		if prog, err = e.program(ctx, wf.Name, wf.ActiveVersion); err != nil {
+		if p.prog, err = e.program(ctx, name, p.wf.ActiveVersion); err != nil {
 			return false, err
 		}
-		if err := e.store.View(ctx, pick); err != nil {
+		if err := e.store.View(ctx, p.pick); err != nil {
 			return false, err
 		}
 	}
-	if len(consumers) > 0 {
-		sort.SliceStable(consumers, func(i, j int) bool {
-			if consumers[i].has != consumers[j].has {
-				return consumers[i].has
-			}
-			return consumers[i].oldest < consumers[j].oldest
-		})
-		c := consumers[0]
-		run := e.newRun(wf, c.h.Name, kt.HandlerConsumer, kt.PhasePreparing)
-		return true, e.newExec(ctx, wf, prog, &run).consumer(&c.h)
+	h, ok := p.next()
+	if !ok {
+		return false, nil
 	}
-	if len(due) > 0 {
-		sort.SliceStable(due, func(i, j int) bool {
-			if due[i].Queued != due[j].Queued {
-				return due[i].Queued
+	phase := kt.PhaseExecuting
+	if h.Type == kt.HandlerConsumer {
+		phase = kt.PhasePreparing
+	}
+	run := e.newRun(p.wf, h.Name, h.Type, phase)
+	x := e.newExec(ctx, p.wf, p.prog, &run)
+	switch h.Type {
+	case kt.HandlerConsumer:
+		return true, x.consumer(&h)
+	case kt.HandlerTask:
+		return true, x.task(&h)
+	}
+	return true, x.producer(&h)
+}
+
+// stepPlan is what a step reads to choose the next run of a workflow.
+type stepPlan struct {
+	now      int64
+	wf       kt.Workflow
+	prog     *script.Program
+	handlers []kt.Handler
+	// consumers are the dirty or woken consumers, with their oldest
+	// pending event; due are the producers and tasks that are due.
+	consumers []consumerCandidate
+	due       []kt.Handler
+}
+
+type consumerCandidate struct {
+	h      kt.Handler
+	oldest int64
+	has    bool
+}
+
+// pick sorts the handlers into candidates.
+func (p *stepPlan) pick(tx store.Tx) error {
+	for _, h := range p.handlers {
+		switch h.Type {
+		case kt.HandlerConsumer:
+			d, ok := p.prog.Decl.Consumers[h.Name]
+			if !ok || !(h.Dirty || (h.WakeAt > 0 && h.WakeAt <= p.now)) {
+				continue
 			}
-			return due[i].NextRunAt < due[j].NextRunAt
-		})
-		run := e.newRun(wf, due[0].Name, due[0].Type, kt.PhaseExecuting)
-		x := e.newExec(ctx, wf, prog, &run)
-		if due[0].Type == kt.HandlerTask {
-			return true, x.task(&due[0])
+			oldest, has, err := tx.OldestPending(p.wf.Name, d.Subscribe)
+			if err != nil {
+				return err
+			}
+			p.consumers = append(p.consumers, consumerCandidate{h, oldest, has})
+		case kt.HandlerProducer, kt.HandlerTask:
+			_, isProducer := p.prog.Decl.Producers[h.Name]
+			_, isTask := p.prog.Decl.Tasks[h.Name]
+			if (isProducer || isTask) && (h.Queued || (h.NextRunAt > 0 && h.NextRunAt <= p.now)) {
+				p.due = append(p.due, h)
+			}
 		}
-		return true, x.producer(&due[0])
 	}
-	return false, nil
+	return nil
+}
+
+// next chooses by SPEC §5's priority: consumers with the oldest pending
+// event, then other dirty or woken consumers, then queued producers and
+// tasks, then the longest due.
+func (p *stepPlan) next() (kt.Handler, bool) {
+	if len(p.consumers) > 0 {
+		return slices.MinFunc(p.consumers, func(a, b consumerCandidate) int {
+			return cmp.Or(trueFirst(a.has, b.has), cmp.Compare(a.oldest, b.oldest))
+		}).h, true
+	}
+	if len(p.due) > 0 {
+		return slices.MinFunc(p.due, func(a, b kt.Handler) int {
+			return cmp.Or(trueFirst(a.Queued, b.Queued), cmp.Compare(a.NextRunAt, b.NextRunAt))
+		}), true
+	}
+	return kt.Handler{}, false
+}
+
+// trueFirst orders true before false.
+func trueFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
 }
 
 func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phase kt.Phase) kt.Run {
