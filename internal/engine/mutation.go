@@ -327,7 +327,12 @@ func putRun(tx store.Tx, r kt.Run) error {
 	if !kt.RunStatusTransitionAllowed(from, r.Status) {
 		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
 	}
-	return tx.RunPut(r)
+	if from == "" {
+		return tx.RunPut(r)
+	}
+	// Conditional on the status just read: a writer that read an older state
+	// (another node, a stale step) cannot overwrite a newer one.
+	return tx.RunSetIf(r, from)
 }
 
 // putItem saves an item after checking a task item's state change against

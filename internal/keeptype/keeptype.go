@@ -205,6 +205,33 @@ type Event struct {
 	UpdatedAt  int64
 }
 
+// Published is what an event becomes when it is published (ch 06a, SPEC
+// §4): a new one starts pending in attempt 1 (unless said otherwise); one
+// published again, found as had, takes the new payload (last write wins)
+// and the union of the causes, and keeps its status, reservation, attempt
+// and creation (time and run) — unless the publish comes from a newer attempt of its
+// input (a reprocess, SPEC §8.2), which re-opens it. Every store applies
+// this rule as it is; storage only stores the result.
+func Published(had *Event, e Event) Event {
+	if had == nil {
+		if e.Status == "" {
+			e.Status = EventPending
+		}
+		if e.Attempt == 0 {
+			e.Attempt = 1
+		}
+		return e
+	}
+	e.ID, e.CreatedAt, e.CreatedBy = had.ID, had.CreatedAt, had.CreatedBy
+	e.CausedBy = UnionCauses(had.CausedBy, e.CausedBy)
+	if e.Attempt > had.Attempt {
+		e.Status, e.ReservedBy = EventPending, ""
+	} else {
+		e.Status, e.ReservedBy, e.Attempt = had.Status, had.ReservedBy, had.Attempt
+	}
+	return e
+}
+
 // UnionCauses is the caused_by of an event published again (last write
 // wins on the payload): the union of what it had and what the new publish
 // brings, sorted, so that an input never loses what it caused (ch 06a;

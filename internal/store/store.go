@@ -22,6 +22,10 @@ import (
 // say so, never go on or start over on it.
 var ErrCorrupt = errors.New("the database is corrupt")
 
+// ErrConflict says a conditional write found the row changed by another
+// writer (a second node, a stale step): nothing was written.
+var ErrConflict = errors.New("the row was changed by another writer")
+
 // MarkCorrupt wraps err in ErrCorrupt when its text is a database engine's
 // word for corruption; backends call it on the errors they return.
 func MarkCorrupt(err error) error {
@@ -103,7 +107,13 @@ type Tx interface {
 	ItemAttemptList(itemID string) ([]kt.ItemAttempt, error)
 
 	RunGet(id string) (kt.Run, error)
+	// RunPut creates a run, or overwrites one whatever its state (seeding,
+	// tests); the engine changes an existing run only with RunSetIf.
 	RunPut(r kt.Run) error
+	// RunSetIf overwrites run r.ID only while its stored status is from
+	// (like River's JobSetStateIfRunning); when it is not, or the run does
+	// not exist, it writes nothing and returns ErrConflict (wrapped).
+	RunSetIf(r kt.Run, from kt.Status) error
 	RunList(workflow string, limit int) ([]kt.Run, error)
 	// RunOpen returns the workflow's unfinished run (the one that blocks it).
 	RunOpen(workflow string) (kt.Run, error)

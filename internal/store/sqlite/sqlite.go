@@ -534,32 +534,18 @@ func (t *tx) queryEvents(q string, args ...any) ([]kt.Event, error) {
 func (t *tx) EventPublish(e *kt.Event) (bool, error) {
 	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
 	if err == nil {
-		// Last write wins on the payload; status, reservation and history are kept.
-		// A publish caused by a newer attempt of its input re-opens the event
-		// (SPEC §8.2 reprocess); otherwise the status is kept.
-		e.ID = existing.ID
-		e.CausedBy = kt.UnionCauses(existing.CausedBy, e.CausedBy)
-		status, reserved, attempt := existing.Status, existing.ReservedBy, existing.Attempt
-		if e.Attempt > existing.Attempt {
-			status, reserved, attempt = kt.EventPending, "", e.Attempt
-		}
+		*e = kt.Published(&existing, *e)
 		_, err := t.tx.Exec(`UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
-			string(e.Payload), strList(e.CausedBy), status, reserved, attempt, e.UpdatedAt, existing.ID)
+			string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
 		if err != nil {
 			return false, fmt.Errorf("update event %s/%s: %w", e.Topic, e.MessageID, err)
 		}
-		e.Status, e.ReservedBy, e.CreatedAt, e.Attempt = status, reserved, existing.CreatedAt, attempt
 		return false, t.setCauses(e.ID, e.CausedBy)
 	}
 	if !errors.Is(err, kt.ErrNotFound) {
 		return false, err
 	}
-	if e.Status == "" {
-		e.Status = kt.EventPending
-	}
-	if e.Attempt == 0 {
-		e.Attempt = 1
-	}
+	*e = kt.Published(nil, *e)
 	res, err := t.tx.Exec(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)`,
 		e.Workflow, e.Topic, e.MessageID, string(e.Payload), e.Status, e.ReservedBy, e.CreatedBy, strList(e.CausedBy), e.Attempt, e.CreatedAt, e.UpdatedAt)
 	if err != nil {
@@ -818,6 +804,20 @@ ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retr
 	return nil
 }
 
+func (t *tx) RunSetIf(r kt.Run, from kt.Status) error {
+	res, err := t.tx.Exec(`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=? WHERE id=? AND status=?`,
+		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.ID, from)
+	if err != nil {
+		return fmt.Errorf("save run %s: %w", r.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("save run %s (%s → %s): %w", r.ID, from, r.Status, store.ErrConflict)
+	}
+	return nil
+}
+
 func (t *tx) RunList(workflow string, limit int) ([]kt.Run, error) {
 	if limit <= 0 {
 		limit = 1 << 30
@@ -955,12 +955,16 @@ func (t *tx) DueWorkflows(now int64) ([]string, error) {
 	rows, err := t.tx.Query(`
 SELECT w.name FROM workflows w WHERE w.paused=0 AND (
   EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1 AND (
-      r.action<>'' OR r.status IN ('crashed','active') OR (r.status='paused:transient' AND r.next_attempt_at>0 AND r.next_attempt_at<=?)
-      OR (r.status='failed:logic' AND r.version<w.active_version)
-      OR (r.status='paused:reconciliation' AND EXISTS (SELECT 1 FROM mutations m WHERE m.run_id=r.id AND m.status='needs_reconcile' AND m.next_reconcile_at<=?))))
+      r.action<>'' OR r.status IN (?,?) OR (r.status=? AND r.next_attempt_at>0 AND r.next_attempt_at<=?)
+      OR (r.status=? AND r.version<w.active_version)
+      OR (r.status=? AND EXISTS (SELECT 1 FROM mutations m WHERE m.run_id=r.id AND m.status=? AND m.next_reconcile_at<=?))))
   OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1) AND EXISTS (SELECT 1 FROM handlers h WHERE h.workflow=w.name AND (
       h.dirty=1 OR (h.wake_at>0 AND h.wake_at<=?) OR h.queued=1 OR (h.next_run_at>0 AND h.next_run_at<=?))))
-) ORDER BY w.name`, now, now, now, now)
+) ORDER BY w.name`,
+		// The statuses are keeptype's (the engine's handleOpen acts on the
+		// same ones): the query only finds them.
+		kt.StatusCrashed, kt.StatusActive, kt.StatusTransient, now, kt.StatusFailedLogic,
+		kt.StatusReconciliation, kt.MutationNeedsReconcile, now, now, now)
 	if err != nil {
 		return nil, fmt.Errorf("find due workflows: %w", err)
 	}

@@ -202,6 +202,11 @@ func (r recordingTx) RunPut(run kt.Run) error {
 	return r.tx.RunPut(run)
 }
 
+func (r recordingTx) RunSetIf(run kt.Run, from kt.Status) error {
+	r.c.note("RunSetIf")
+	return r.tx.RunSetIf(run, from)
+}
+
 func (r recordingTx) RunList(workflow string, limit int) ([]kt.Run, error) {
 	r.c.note("RunList")
 	return r.tx.RunList(workflow, limit)

@@ -269,10 +269,21 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			}
 			return nil
 		}))
+		// A conditional write whose expected status is stale writes nothing.
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			r, _ := tx.RunGet("r2")
-			r.Status = kt.StatusRetried
-			return tx.RunPut(r)
+			r.Status, r.ErrorMessage = kt.StatusCommitted, "stale"
+			if err := tx.RunSetIf(r, kt.StatusActive); !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("a write expecting active over a paused run: %v, want ErrConflict", err)
+			}
+			if err := tx.RunSetIf(kt.Run{ID: "nope", Status: kt.StatusCommitted}, kt.StatusActive); !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("a conditional write of a missing run: %v, want ErrConflict", err)
+			}
+			if got, _ := tx.RunGet("r2"); got.Status != kt.StatusReconciliation || got.ErrorMessage == "stale" {
+				return fmt.Errorf("the refused write changed the run: %+v", got)
+			}
+			r.Status, r.ErrorMessage = kt.StatusRetried, ""
+			return tx.RunSetIf(r, kt.StatusReconciliation)
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			if _, err := tx.RunOpen("w"); !errors.Is(err, kt.ErrNotFound) {
