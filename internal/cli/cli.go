@@ -31,6 +31,7 @@ import (
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/store/sqlite"
 )
 
@@ -54,6 +55,7 @@ func (e *exitError) Error() string { return e.err.Error() }
 type app struct {
 	out, errOut io.Writer
 	dataDir     string
+	storeURL    string // --store; empty: keep.db in the data directory
 	by          string // --by: who takes the decisions, for the decision log
 	jsonOut     bool
 }
@@ -91,6 +93,7 @@ func (a *app) root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("KEEP_DATA", "keep-data"), "data directory (database, files root of keep serve)")
+	root.PersistentFlags().StringVar(&a.storeURL, "store", os.Getenv("KEEP_STORE"), "the store's URL: sqlite:///path/to/keep.db (default: keep.db in the data directory)")
 	root.PersistentFlags().StringVar(&a.by, "by", envOr("KEEP_BY", "cli"), "who takes the decisions of this command, for the decision log")
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		cmd.SetContext(engine.WithActor(cmd.Context(), a.by))
@@ -141,10 +144,24 @@ func (a *app) printJSON(v any) error {
 // openStore opens the data directory's store for reads and actions; a
 // missing database is an error rather than a new empty one.
 func (a *app) openStore() (*sqlite.Store, error) {
-	if _, err := os.Stat(daemon.DBPath(a.dataDir)); err != nil {
-		return nil, fmt.Errorf("no keep data in %s (nothing deployed yet; run `keep deploy FILE` or `keep run FILE`, or pass --data)", a.dataDir)
+	loc, err := backend.Parse(a.storeURL, a.dataDir)
+	if err != nil {
+		return nil, err
 	}
-	return daemon.OpenStore(a.dataDir)
+	if _, err := os.Stat(loc.Path); loc.Kind == backend.SQLite && err != nil {
+		return nil, fmt.Errorf("no keep data in %s (nothing deployed yet; run `keep deploy FILE` or `keep run FILE`, or pass --data)", loc.Path)
+	}
+	return loc.Open()
+}
+
+// storeLocation is the store --store names; a bad URL was already refused
+// by openStore.
+func (a *app) storeLocation() backend.Location {
+	l, err := backend.Parse(a.storeURL, a.dataDir)
+	if err != nil {
+		return backend.Default(a.dataDir)
+	}
+	return l
 }
 
 func (a *app) withStore(fn func(st store.Store) error) error {
@@ -161,7 +178,7 @@ func (a *app) withStore(fn func(st store.Store) error) error {
 func (a *app) withReadStore(fn func(st store.Store) error) error {
 	st, err := a.openStore()
 	if errors.Is(err, sqlite.ErrReadOnly) {
-		st, err = sqlite.OpenReadOnly(daemon.DBPath(a.dataDir))
+		st, err = a.storeLocation().OpenReadOnly()
 	}
 	if err != nil {
 		return err
@@ -193,7 +210,7 @@ func (a *app) serveCmd() *cobra.Command {
 			if addr != "" && !api.IsLoopback(addr) && token == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
 			}
-			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, ConfigFile: configFile, FilesRoot: filesRoot})
+			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: configFile, FilesRoot: filesRoot})
 			if err != nil {
 				return err
 			}
@@ -330,7 +347,7 @@ func (a *app) deployCmd() *cobra.Command {
 			if err := os.MkdirAll(a.dataDir, 0o755); err != nil {
 				return err
 			}
-			st, err := daemon.OpenStore(a.dataDir)
+			st, err := daemon.OpenStore(a.dataDir, a.storeURL)
 			if err != nil {
 				return err
 			}
@@ -469,7 +486,7 @@ func (a *app) runCmd() *cobra.Command {
 			if filesRoot == "" {
 				filesRoot = filepath.Dir(args[0])
 			}
-			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, ConfigFile: configFile, FilesRoot: filesRoot})
+			k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: configFile, FilesRoot: filesRoot})
 			if err != nil {
 				return err
 			}

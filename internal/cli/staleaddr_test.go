@@ -54,7 +54,7 @@ func TestStaleServeAddrDoesNotSendDecisionsElsewhere(t *testing.T) {
 	if paused(k2.Store) {
 		t.Fatal("pausing the workflow of the first data directory paused the second's, through a stale serve.addr")
 	}
-	st1, err := daemon.OpenStore(d1)
+	st1, err := daemon.OpenStore(d1, "")
 	if err != nil {
 		t.Fatal(err)
 	}

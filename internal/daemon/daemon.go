@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/script"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/keep-run/keep/internal/script"
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
@@ -27,6 +28,7 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/scheduler"
+	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/store/sqlite"
 	"github.com/keep-run/keep/internal/web"
 )
@@ -37,6 +39,8 @@ type Options struct {
 	DataDir string
 	// ConfigFile is a TOML file with [policy]; empty means built-in defaults.
 	ConfigFile string
+	// Store is the store's URL (backend.Parse); empty is DataDir/keep.db.
+	Store string
 	// FilesRoot is the folder of the files connector. Defaults to DataDir/files.
 	FilesRoot string
 	// Logger defaults to a text logger on stderr at warn level.
@@ -46,14 +50,18 @@ type Options struct {
 // ErrBusy means another keep process owns the data directory's engine.
 var ErrBusy = errors.New("another keep process is running workflows on this data directory")
 
-// DBPath returns the database file of a data directory.
-func DBPath(dataDir string) string { return filepath.Join(dataDir, "keep.db") }
+// DBPath returns the default database file of a data directory.
+func DBPath(dataDir string) string { return backend.Default(dataDir).Path }
 
-// OpenStore opens the store of a data directory without taking the engine
-// lock: what the CLI's reads and people's actions use, with or without a
-// running keep serve.
-func OpenStore(dataDir string) (*sqlite.Store, error) {
-	return sqlite.Open(DBPath(dataDir))
+// OpenStore opens the store named by storeURL (the data directory's
+// keep.db when empty) without taking the engine lock: what the CLI's reads
+// and people's actions use, with or without a running keep serve.
+func OpenStore(dataDir, storeURL string) (*sqlite.Store, error) {
+	l, err := backend.Parse(storeURL, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return l.Open()
 }
 
 // Registry returns the connectors keep ships, with files rooted at root.
@@ -99,7 +107,12 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
 	}
-	st, err := OpenStore(o.DataDir)
+	loc, err := backend.Parse(o.Store, o.DataDir)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	st, err := loc.Open()
 	if err != nil {
 		lock.Close()
 		return nil, err
@@ -108,7 +121,7 @@ func Open(o Options) (*Keep, error) {
 	// (then a second engine would take a new one and run the same
 	// workflows), keep.db cannot without losing the data. SQLite's own locks
 	// are fcntl locks, which flock does not touch.
-	dbLock, err := os.OpenFile(DBPath(o.DataDir), os.O_RDWR, 0)
+	dbLock, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
 	if err == nil {
 		if ferr := flockSoon(dbLock); ferr != nil {
 			dbLock.Close()
