@@ -482,26 +482,40 @@ func sandboxFirstCall(n int) (first, newVM float64, err error) {
 	return percentile(ds, 0.5), percentile(vs, 0.5), nil
 }
 
-func bulk(path string, fn func(exec func(q string, args ...any) error, i int) error, n, batch int) error {
+// seed writes n rows through store.Tx in transactions of batch rows:
+// setting up, not measuring; the same calls any backend implements.
+func seed(path string, n, batch int, fn func(tx store.Tx, i int) error) error {
 	st, err := sqlite.Open(path)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	return st.Bulk(n, batch, fn)
+	for i := 0; i < n; {
+		if err := st.Update(context.Background(), func(tx store.Tx) error {
+			for j := 0; j < batch && i < n; j, i = j+1, i+1 {
+				if err := fn(tx, i); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func peek(ctx context.Context, dir string, n int) (float64, error) {
 	path := filepath.Join(dir, "keep.db")
 	now := time.Now().UnixMilli()
-	err := bulk(path, func(exec func(string, ...any) error, i int) error {
-		status := "consumed"
+	err := seed(path, n, 20000, func(tx store.Tx, i int) error {
+		status := kt.EventConsumed
 		if i >= n-100 {
-			status = "pending"
+			status = kt.EventPending
 		}
-		return exec(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES('w','t',?,'{}',?,'','','[]',1,?,?)`,
-			fmt.Sprint(i), status, now, now)
-	}, n, 20000)
+		_, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: fmt.Sprint(i), Payload: json.RawMessage(`{}`), Status: status, CreatedAt: now, UpdatedAt: now})
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -531,28 +545,29 @@ func seedWorkflows(ctx context.Context, dir string, w, events int) error {
 	path := filepath.Join(dir, "keep.db")
 	src := benchScript("x", "http://127.0.0.1:1", 1)
 	now := time.Now().UnixMilli()
-	if err := bulk(path, func(exec func(string, ...any) error, i int) error {
+	if err := seed(path, w, 5000, func(tx store.Tx, i int) error {
 		name := fmt.Sprintf("wf-%05d", i)
-		if err := exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, created_at, updated_at) VALUES(?,1,0,'',?,?)`, name, now, now); err != nil {
+		v := kt.Version{Workflow: name, Major: 1, Script: strings.Replace(src, `"x"`, fmt.Sprintf("%q", name), 1), File: "bench.js", CreatedAt: now}
+		if err := tx.VersionInsert(&v); err != nil {
 			return err
 		}
-		if err := exec(`INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,1,1,0,?,'bench.js',?)`, name, strings.Replace(src, `"x"`, fmt.Sprintf("%q", name), 1), now); err != nil {
+		if err := tx.WorkflowPut(kt.Workflow{Name: name, ActiveVersion: v.ID, CreatedAt: now, UpdatedAt: now}); err != nil {
 			return err
 		}
-		if err := exec(`INSERT INTO handlers(workflow, name, type, dirty, next_run_at, updated_at) VALUES(?,'p','producer',0,?,?)`, name, now+86400000, now); err != nil {
+		if err := tx.HandlerPut(kt.Handler{Workflow: name, Name: "p", Type: kt.HandlerProducer, NextRunAt: now + 86400000, UpdatedAt: now}); err != nil {
 			return err
 		}
-		return exec(`INSERT INTO handlers(workflow, name, type, dirty, next_run_at, updated_at) VALUES(?,'c','consumer',0,0,?)`, name, now)
-	}, w, 5000); err != nil {
+		return tx.HandlerPut(kt.Handler{Workflow: name, Name: "c", Type: kt.HandlerConsumer, UpdatedAt: now})
+	}); err != nil {
 		return err
 	}
 	if events == 0 {
 		return nil
 	}
-	return bulk(path, func(exec func(string, ...any) error, i int) error {
-		return exec(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,'in',?,'{}','pending','','','[]',1,?,?)`,
-			fmt.Sprintf("wf-%05d", i%w), fmt.Sprint(i), now, now)
-	}, events, 20000)
+	return seed(path, events, 20000, func(tx store.Tx, i int) error {
+		_, err := tx.EventPublish(&kt.Event{Workflow: fmt.Sprintf("wf-%05d", i%w), Topic: "in", MessageID: fmt.Sprint(i), Payload: json.RawMessage(`{}`), CreatedAt: now, UpdatedAt: now})
+		return err
+	})
 }
 
 // startup measures what keep serve does before it can schedule: open and

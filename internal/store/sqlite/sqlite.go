@@ -979,23 +979,3 @@ SELECT w.name FROM workflows w WHERE w.paused=0 AND (
 	}
 	return out, rows.Err()
 }
-
-// Bulk runs fn n times with an exec function, committing every batch rows:
-// fast set-up of large tables for benchmarks, bypassing the ledger logic.
-func (s *Store) Bulk(n, batch int, fn func(exec func(q string, args ...any) error, i int) error) error {
-	for i := 0; i < n; {
-		err := s.Update(context.Background(), func(t store.Tx) error {
-			exec := func(q string, args ...any) error { _, err := t.(*tx).tx.Exec(q, args...); return err }
-			for j := 0; j < batch && i < n; j, i = j+1, i+1 {
-				if err := fn(exec, i); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
