@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/script"
+)
+
+func (a *app) validateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "validate FILE",
+		Short: "check a workflow script without deploying it (exit 2 on errors)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := readScript(args[0])
+			if err != nil {
+				return err
+			}
+			p, err := script.Compile(args[0], src)
+			if err != nil {
+				return &exitError{code: ExitInvalid, err: err}
+			}
+			reg := daemon.Registry(".")
+			problems := script.ValidateAll(p, reg.Tools(), reg.SourceTypes())
+			if a.jsonOut {
+				type pj struct {
+					Severity string `json:"severity"`
+					Handler  string `json:"handler,omitempty"`
+					Topic    string `json:"topic,omitempty"`
+					Line     int    `json:"line,omitempty"`
+					Message  string `json:"message"`
+				}
+				out := []pj{}
+				for _, pr := range problems {
+					out = append(out, pj{pr.Severity, pr.Handler, pr.Topic, pr.Line, pr.Message})
+				}
+				_ = a.printJSON(map[string]any{"file": args[0], "workflow": p.Decl.WorkflowName(), "valid": !script.HasErrors(problems), "problems": out})
+			} else {
+				for _, pr := range problems {
+					fmt.Fprintf(a.out, "%s:%s\n", args[0], strings.TrimPrefix(pr.String(), ""))
+				}
+			}
+			if script.HasErrors(problems) {
+				return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid", args[0])}
+			}
+			if !a.jsonOut {
+				fmt.Fprintf(a.out, "%s: workflow %q is valid\n", args[0], p.Decl.WorkflowName())
+			}
+			return nil
+		},
+	}
+	a.addJSON(c)
+	return c
+}
+
+func deployKind(minor, major bool) (engine.DeployKind, error) {
+	switch {
+	case minor && major:
+		return "", fmt.Errorf("choose --minor or --major, not both")
+	case major:
+		return engine.DeployMajor, nil
+	case minor:
+		return engine.DeployMinor, nil
+	}
+	return "", nil
+}
+
+// askReprocess asks what a major version does with done items, on a
+// terminal; elsewhere the choice must be given (--reprocess).
+func (a *app) askReprocess() (string, error) {
+	fi, err := os.Stdin.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return "", engine.ErrReprocessChoice
+	}
+	fmt.Fprint(a.out, "Your intent changed (a major version). What happens to the items already done?\n  none  keep progress: done items stay done\n  all   start fresh: every item gets a new attempt\n  KEY,KEY  new attempts for these items only\nchoice: ")
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	choice := strings.TrimSpace(line)
+	if choice == "" {
+		return "", engine.ErrReprocessChoice
+	}
+	return choice, nil
+}
+
+func (a *app) deployCmd() *cobra.Command {
+	var name, reprocess, filesRoot string
+	var minor, major, acceptOrphans bool
+	c := &cobra.Command{
+		Use:   "deploy FILE",
+		Short: "validate a script and make it the workflow's active version (works beside a running keep serve)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := deployKind(minor, major)
+			if err != nil {
+				return err
+			}
+			if reprocess != "" && !major {
+				return &exitError{code: exitUsageCode, err: errors.New("--reprocess goes with --major: a minor version keeps all progress")}
+			}
+			src, err := readScript(args[0])
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(a.dataDir, 0o755); err != nil {
+				return err
+			}
+			st, err := daemon.OpenStore(a.dataDir, a.storeURL)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if major && reprocess == "" {
+				if reprocess, err = a.askReprocess(); err != nil {
+					return err
+				}
+			}
+			// Beside a running keep serve the deploy goes through its API: one
+			// engine decides, and open pages update at once.
+			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans}
+			if reply, apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req); handled {
+				return a.deployReply(args[0], reply, apiErr, err)
+			}
+			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
+			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans})
+			if err != nil {
+				return a.deployError(args[0], err)
+			}
+			a.printWarnings(args[0], res.Problems)
+			for _, w := range res.Warnings {
+				fmt.Fprintf(a.errOut, "warning: %s\n", w)
+			}
+			n := res.Reprocessed
+			if n > 0 && !a.jsonOut {
+				fmt.Fprintf(a.out, "%d items start a new attempt\n", n)
+			}
+			if a.jsonOut {
+				return a.printJSON(map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged, "warnings": nonNil(res.Warnings), "reprocessed": n})
+			}
+			if res.Unchanged {
+				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
+			} else {
+				fmt.Fprintf(a.out, "deployed %s version %s\n", res.Workflow, res.Version.Label())
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
+	c.Flags().BoolVar(&minor, "minor", false, "a repair: keep all state; a run failed:logic retries on this version")
+	c.Flags().BoolVar(&major, "major", false, "an intent change")
+	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major (required): none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
+	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though item ids change format and old items become orphaned")
+	c.Flags().StringVar(&filesRoot, "files-root", ".", "folder of the files connector (for validation only)")
+	a.addJSON(c)
+	return c
+}
+
+// deployReply prints what keep serve's API answered to a deploy, as the
+// local deploy prints it.
+func (a *app) deployReply(file string, reply, apiErr map[string]any, err error) error {
+	if err != nil {
+		return err
+	}
+	if apiErr != nil {
+		if apiErr["code"] == "invalid_script" {
+			probs, _ := apiErr["problems"].([]any)
+			for _, x := range probs {
+				p, _ := x.(map[string]any)
+				line, _ := p["line"].(float64)
+				fmt.Fprintf(a.errOut, "%s:%s\n", file, script.Problem{Severity: fmt.Sprint(p["severity"]), Handler: fmt.Sprint(p["handler"]),
+					Topic: fmt.Sprint(p["topic"]), Line: int(line), Message: fmt.Sprint(p["message"])}.String())
+			}
+			if len(probs) == 0 {
+				fmt.Fprintf(a.errOut, "%s\n", apiErr["message"])
+			}
+			return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
+		}
+		return errors.New(fmt.Sprint(apiErr["message"]))
+	}
+	if ws, ok := reply["warnings"].([]any); ok {
+		for _, w := range ws {
+			fmt.Fprintf(a.errOut, "warning: %s\n", w)
+		}
+	}
+	if a.jsonOut {
+		return a.printJSON(reply)
+	}
+	n, _ := reply["reprocessed"].(float64)
+	if n > 0 {
+		fmt.Fprintf(a.out, "%d items start a new attempt\n", int(n))
+	}
+	if unchanged, _ := reply["unchanged"].(bool); unchanged {
+		fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", reply["workflow"], reply["version"])
+	} else {
+		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply["workflow"], reply["version"])
+	}
+	return nil
+}
+
+func (a *app) deployError(file string, err error) error {
+	var ve *engine.ValidationError
+	var se *script.SyntaxError
+	switch {
+	case errors.As(err, &ve):
+		for _, p := range ve.Problems {
+			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
+		}
+		return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
+	case errors.As(err, &se):
+		return &exitError{code: ExitInvalid, err: err}
+	}
+	return err
+}
+
+func (a *app) printWarnings(file string, ps []script.Problem) {
+	for _, p := range ps {
+		if p.Severity == "warning" {
+			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/keep-run/keep/internal/report"
+)
+
+// How the CLI shows what report computes: tables, cards, a run.
+
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
+}
+
+func (a *app) table() *tabwriter.Writer { return tabwriter.NewWriter(a.out, 0, 2, 2, ' ', 0) }
+
+func crop(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (a *app) printInputs(inputs []report.Input) {
+	fmt.Fprintf(a.out, "INPUTS (%d)\n", len(inputs))
+	if len(inputs) == 0 {
+		fmt.Fprintln(a.out, "  (none yet)")
+		return
+	}
+	w := a.table()
+	fmt.Fprintln(w, "  STATUS\tTITLE\tSOURCE\tID")
+	for _, in := range inputs {
+		fmt.Fprintf(w, "  %s\t%s\t%s/%s\t%s\n", in.Status, crop(in.Title, 60), in.Source, in.Type, crop(in.ExternalID, 30))
+	}
+	w.Flush()
+}
+
+func (a *app) printOutputs(outputs []report.Output, inputs []report.Input) {
+	titles := map[string]string{}
+	for _, in := range inputs {
+		titles[in.ID] = in.Title
+	}
+	fmt.Fprintf(a.out, "OUTPUTS (%d)\n", len(outputs))
+	if len(outputs) == 0 {
+		fmt.Fprintln(a.out, "  (none yet)")
+		return
+	}
+	w := a.table()
+	fmt.Fprintln(w, "  STATUS\tTOOL\tTARGET\tFOR INPUT")
+	for _, o := range outputs {
+		var names []string
+		for _, id := range o.InputIDs {
+			if t, ok := titles[id]; ok {
+				names = append(names, t)
+			} else {
+				names = append(names, id)
+			}
+		}
+		fmt.Fprintf(w, "  %s\t%s.%s\t%s\t%s\n", o.Status, o.Tool, o.Method, crop(o.Target, 50), crop(strings.Join(names, ", "), 50))
+	}
+	w.Flush()
+}
+
+func (a *app) printCard(c report.Card) {
+	fmt.Fprintf(a.out, "BLOCKED  run %s (%s %s, %s)\n", c.RunID, c.Workflow, c.Handler, c.Status)
+	if c.Mutation != nil {
+		fmt.Fprintf(a.out, "  what:    %s.%s → %s\n", c.Mutation.Tool, c.Mutation.Method, c.Mutation.Target)
+		if b, err := json.Marshal(c.Mutation.Args); err == nil {
+			fmt.Fprintf(a.out, "  call:    %s\n", crop(string(b), 300))
+		}
+	}
+	if w := c.AppliedWrite; w != nil {
+		fmt.Fprintf(a.out, "  done:    %s.%s → %s (already applied; never sent again)\n", w.Tool, w.Method, w.Target)
+	}
+	for _, in := range c.Inputs {
+		fmt.Fprintf(a.out, "  input:   %s\n", in.Title)
+	}
+	fmt.Fprintf(a.out, "  why:     %s\n", c.Reason)
+	var acts []string
+	for _, act := range c.Actions {
+		switch act {
+		case "approve":
+			acts = append(acts, "keep approve "+c.RunID)
+		default:
+			acts = append(acts, "keep resolve "+c.RunID+" --"+act)
+		}
+	}
+	fmt.Fprintf(a.out, "  do:      %s\n", strings.Join(acts, "\n           "))
+}
+
+// printRun renders `keep show run`: the run, its mutation, the decisions
+// people took on it, its trace and, when blocked, its card.
+func (a *app) printRun(d report.RunDetail) {
+	r := d.Run
+	fmt.Fprintf(a.out, "run %s\n  workflow: %s (version id %d)\n  handler:  %s %s\n  phase:    %s\n  status:   %s\n", r.ID, r.Workflow, r.Version, r.HandlerType, r.Handler, r.Phase, r.Status)
+	if r.RetryOf != "" {
+		fmt.Fprintf(a.out, "  retry of: %s\n", r.RetryOf)
+	}
+	if r.Error != nil {
+		fmt.Fprintf(a.out, "  error:    %s: %s\n", r.Error.Class, r.Error.Message)
+	}
+	if mut := d.Mutation; mut != nil {
+		fmt.Fprintf(a.out, "  mutation: %s.%s %s — %s", mut.Tool, mut.Method, mut.Target, mut.Status)
+		if mut.ResolvedBy != "" {
+			fmt.Fprintf(a.out, " (resolved by %s)", mut.ResolvedBy)
+		}
+		fmt.Fprintln(a.out)
+	}
+	if len(d.Decisions) > 0 {
+		fmt.Fprintln(a.out, "\nDECISIONS")
+		for _, x := range d.Decisions {
+			fmt.Fprintf(a.out, "  %s  %s: %s — %s\n", x.At, x.By, x.Action, x.Detail)
+		}
+	}
+	fmt.Fprintln(a.out, "\nTRACE")
+	for _, e := range d.Trace {
+		line := fmt.Sprintf("  %s  %-8s %-9s", time.UnixMilli(e.At).UTC().Format("15:04:05.000"), e.Phase, e.Kind)
+		if e.Method != "" {
+			line += " " + e.Method
+		}
+		if e.Args != nil {
+			b, _ := json.Marshal(e.Args)
+			line += " " + crop(string(b), 120)
+		}
+		if e.Duration > 0 {
+			line += fmt.Sprintf(" (%dms)", e.Duration)
+		}
+		if e.Outcome != "" {
+			line += " → " + e.Outcome
+		}
+		if e.Text != "" {
+			line += " " + e.Text
+		}
+		fmt.Fprintln(a.out, line)
+	}
+	if d.Dropped > 0 {
+		fmt.Fprintf(a.out, "  … %d more trace entries were dropped\n", d.Dropped)
+	}
+	if d.Card != nil {
+		fmt.Fprintln(a.out)
+		a.printCard(*d.Card)
+	}
+}

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/daemon"
+)
+
+// viaAPI sends a person's action to a keep serve running on the data
+// directory, so that it acts at once and open pages update. handled is false
+// when no keep serve answers; the caller then writes to the store itself.
+func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handled bool, err error) {
+	reply, apiErr, handled, err := a.callAPI(method, path, body)
+	if apiErr != nil {
+		return nil, handled, errors.New(fmt.Sprint(apiErr["message"]))
+	}
+	return reply, handled, err
+}
+
+// callAPI is viaAPI that hands back the API's error object whole (its code
+// and, for an invalid script, its problems).
+func (a *app) callAPI(method, path string, body any) (reply, apiErr map[string]any, handled bool, err error) {
+	addr, instance, rerr := daemon.ReadAddr(a.dataDir)
+	if rerr != nil || !a.isOurServe(addr, instance) {
+		return nil, nil, false, nil
+	}
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequest(method, "http://"+addr+path, rd)
+	if err != nil {
+		return nil, nil, false, nil
+	}
+	req.Header.Set("X-Keep-Client", "cli")
+	req.Header.Set("X-Keep-Actor", a.by)
+	req.Header.Set("Content-Type", "application/json")
+	if t := os.Getenv("KEEP_TOKEN"); t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, false, nil // no keep serve there (a stale address file)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, nil, true, fmt.Errorf("keep serve answered %s with something that is not JSON", resp.Status)
+	}
+	if e, ok := out["error"].(map[string]any); ok {
+		return nil, e, true, nil
+	}
+	return out, nil, true, nil
+}
+
+// isOurServe asks the address whether it is the keep serve that recorded
+// it (the instance id in serve.addr), before anything — a decision, the
+// token — is sent there. After a kill -9 the file stays behind, and the port
+// may belong to another program or another data directory's keep serve.
+func (a *app) isOurServe(addr, instance string) bool {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + api.InstancePath)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var who struct {
+		Instance string `json:"instance"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&who) != nil {
+		return false
+	}
+	return who.Instance == instance
+}

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+)
+
+func (a *app) runCmd() *cobra.Command {
+	var configFile, filesRoot, name string
+	var timeout time.Duration
+	var minor, major bool
+	c := &cobra.Command{
+		Use:   "run FILE",
+		Short: "deploy a script on the embedded store, run it until idle or blocked, print its inputs and outputs",
+		Long: "run deploys FILE (when it changed), runs every due producer and consumer until nothing is left to do,\n" +
+			"and prints the inputs and outputs. Exit status: 0 idle with nothing blocked, 2 invalid script, 3 a run needs a person.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := deployKind(minor, major)
+			if err != nil {
+				return err
+			}
+			src, err := readScript(args[0])
+			if err != nil {
+				return err
+			}
+			if filesRoot == "" {
+				filesRoot = filepath.Dir(args[0])
+			}
+			k, ctx, done, err := a.startEngine(configFile, filesRoot)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			if _, err := k.Recover(ctx); err != nil {
+				return err
+			}
+			res, err := k.Engine.Deploy(ctx, args[0], src, name, kind)
+			if err != nil {
+				return a.deployError(args[0], err)
+			}
+			a.printWarnings(args[0], res.Problems)
+			if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("still not idle after --timeout %s", timeout)
+				}
+				return err
+			}
+			if errs := k.Scheduler.Errors(); len(errs) > 0 {
+				return fmt.Errorf("keep hit an internal error: %v", errs[0])
+			}
+			blocked, err := a.printRunSummary(ctx, k.Store, res)
+			if err != nil {
+				return err
+			}
+			if blocked {
+				return &exitError{code: ExitBlocked, err: errors.New("")}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default: the script's folder)")
+	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
+	c.Flags().DurationVar(&timeout, "timeout", 0, "give up when not idle after this long (default: no limit)")
+	c.Flags().BoolVar(&minor, "minor", false, "deploy as a minor version (repair)")
+	c.Flags().BoolVar(&major, "major", false, "deploy as a major version")
+	a.addJSON(c)
+	return c
+}
+
+func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.DeployResult) (bool, error) {
+	wf := res.Workflow
+	inputs, err := report.Inputs(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
+	outputs, err := report.Outputs(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
+	runs, err := report.Runs(ctx, st, wf, 0)
+	if err != nil {
+		return false, err
+	}
+	cards, err := report.Blocked(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
+	if a.jsonOut {
+		return len(cards) > 0, a.printJSON(map[string]any{"workflow": map[string]any{"name": wf, "version": res.Version.Label()},
+			"inputs": nonNil(inputs), "outputs": nonNil(outputs), "runs": nonNil(runs), "blocked": nonNil(cards)})
+	}
+	state := "idle"
+	if len(cards) > 0 {
+		state = "blocked"
+	}
+	fmt.Fprintf(a.out, "workflow %s (version %s): %s, %d runs\n\n", wf, res.Version.Label(), state, len(runs))
+	a.printInputs(inputs)
+	fmt.Fprintln(a.out)
+	a.printOutputs(outputs, inputs)
+	for _, c := range cards {
+		fmt.Fprintln(a.out)
+		a.printCard(c)
+	}
+	return len(cards) > 0, nil
+}

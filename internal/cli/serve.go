@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/daemon"
+)
+
+func (a *app) serveCmd() *cobra.Command {
+	var configFile, filesRoot, addr, token string
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "run every deployed workflow on its schedule, with the web page and API, until stopped",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if token == "" {
+				token = os.Getenv("KEEP_TOKEN")
+			}
+			if addr != "" && !api.IsLoopback(addr) && token == "" {
+				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
+			}
+			k, ctx, done, err := a.startEngine(configFile, filesRoot)
+			if err != nil {
+				return err
+			}
+			defer done()
+			n, err := k.Recover(ctx)
+			if err != nil {
+				return err
+			}
+			where := "no web page (--addr \"\")"
+			if addr != "" {
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("listen on %s: %w (another keep serve, or pass --addr)", addr, err)
+				}
+				srv := &http.Server{Handler: k.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
+				go srv.Serve(ln)
+				defer srv.Close()
+				if err := k.WriteAddr(ln.Addr().String()); err != nil {
+					return fmt.Errorf("record the address of this keep serve: %w", err)
+				}
+				defer os.Remove(daemon.AddrFile(a.dataDir))
+				where = "http://" + ln.Addr().String()
+			}
+			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
+			return k.Scheduler.Run(ctx)
+		},
+	}
+	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default DATA/files)")
+	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
+	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
+	return c
+}
+
+// startEngine opens the engine on the data directory (keep serve, keep run)
+// with a context that ends on Ctrl-C or SIGTERM; done releases it all.
+func (a *app) startEngine(configFile, filesRoot string) (*daemon.Keep, context.Context, func(), error) {
+	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: configFile, FilesRoot: filesRoot})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopWorkers := stopWorkersOnSignal()
+	return k, ctx, func() {
+		stop()
+		stopWorkers()
+		k.Close()
+	}, nil
+}
