@@ -97,7 +97,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if s.Problem != nil {
 		problem = s.Problem()
 	}
-	JSON(w, http.StatusOK, map[string]any{"ok": problem == "", "problem": problem})
+	JSON(w, http.StatusOK, HealthReply{OK: problem == "", Problem: problem})
 }
 
 // JSON writes v as the JSON answer.
@@ -111,7 +111,7 @@ func JSON(w http.ResponseWriter, status int, v any) {
 func Error(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	_ = json.NewEncoder(w).Encode(ErrorReply{Error: ErrorBody{Code: code, Message: msg}})
 }
 
 // fail maps keep's errors to HTTP statuses.
@@ -125,13 +125,11 @@ func fail(w http.ResponseWriter, err error) {
 	case errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
 	case errors.As(err, &ve):
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnprocessableEntity)
-		var ps []map[string]any
+		body := ErrorBody{Code: "invalid_script", Message: ve.Error()}
 		for _, p := range ve.Problems {
-			ps = append(ps, map[string]any{"severity": p.Severity, "handler": p.Handler, "topic": p.Topic, "line": p.Line, "message": p.Message})
+			body.Problems = append(body.Problems, Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message})
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": "invalid_script", "message": ve.Error(), "problems": ps}})
+		JSON(w, http.StatusUnprocessableEntity, ErrorReply{Error: body})
 	case errors.As(err, &se):
 		Error(w, http.StatusUnprocessableEntity, "invalid_script", se.Error())
 	case errors.Is(err, kt.ErrNotFound):
@@ -229,17 +227,6 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 	reply(w, nonNil(out))
 }
 
-// DeployRequest is the body of POST /api/v1/workflows.
-type DeployRequest struct {
-	Script    string `json:"script"`
-	File      string `json:"file"`
-	Name      string `json:"name"`
-	Kind      string `json:"kind"` // "", "minor", "major"
-	Reprocess string `json:"reprocess"`
-	// AcceptOrphans activates a major version whose item ids change format.
-	AcceptOrphans bool `json:"acceptOrphans"`
-}
-
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	var req DeployRequest
 	if err := decode(r, &req, false); err != nil {
@@ -273,7 +260,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		warnings = append(warnings, p.String())
 	}
 	warnings = append(warnings, res.Warnings...)
-	reply(w, map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged, "warnings": nonNil(warnings), "reprocessed": n})
+	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n})
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
@@ -284,7 +271,7 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.changed(wf)
-	reply(w, map[string]any{"ok": true, "workflow": wf, "queued": queued, "message": msg})
+	reply(w, WorkflowActionReply{OK: true, Workflow: wf, Queued: queued, Message: msg})
 }
 
 func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
@@ -395,7 +382,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, what engine.Resolut
 		return
 	}
 	s.changedRun(r.Context(), id)
-	reply(w, map[string]any{"ok": true, "runId": id, "action": string(what), "message": msg})
+	reply(w, RunActionReply{OK: true, RunID: id, Action: string(what), Message: msg})
 }
 
 func (s *Server) changedRun(ctx context.Context, runID string) {
@@ -425,5 +412,5 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	}
 	d, _ := report.ShowItem(r.Context(), s.Store, wf, ref)
 	s.changed(d.Item.Workflow)
-	reply(w, map[string]any{"ok": true, "item": ref, "action": verb, "message": msg})
+	reply(w, ItemActionReply{OK: true, Item: ref, Action: verb, Message: msg})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -71,11 +72,12 @@ func (a *app) act(ctx context.Context, runID string, what engine.Resolution) err
 // when none runs, on the store itself (local); either way it prints what
 // will happen.
 func (a *app) perform(path string, body any, local func(st store.Store) (string, error)) error {
-	if out, handled, err := a.viaAPI("POST", path, body); handled {
+	var reply api.ActionReply
+	if handled, err := a.viaAPI("POST", path, body, &reply); handled {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(a.out, out["message"])
+		fmt.Fprintln(a.out, reply.Message)
 		return nil
 	}
 	return a.withStore(func(st store.Store) error {

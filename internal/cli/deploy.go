@@ -125,7 +125,8 @@ func (a *app) deployCmd() *cobra.Command {
 			// Beside a running keep serve the deploy goes through its API: one
 			// engine decides, and open pages update at once.
 			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans}
-			if reply, apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req); handled {
+			var reply api.DeployReply
+			if apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req, &reply); handled {
 				return a.deployReply(args[0], reply, apiErr, err)
 			}
 			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
@@ -164,42 +165,35 @@ func (a *app) deployCmd() *cobra.Command {
 
 // deployReply prints what keep serve's API answered to a deploy, as the
 // local deploy prints it.
-func (a *app) deployReply(file string, reply, apiErr map[string]any, err error) error {
+func (a *app) deployReply(file string, reply api.DeployReply, apiErr *api.ErrorBody, err error) error {
 	if err != nil {
 		return err
 	}
 	if apiErr != nil {
-		if apiErr["code"] == "invalid_script" {
-			probs, _ := apiErr["problems"].([]any)
-			for _, x := range probs {
-				p, _ := x.(map[string]any)
-				line, _ := p["line"].(float64)
-				fmt.Fprintf(a.errOut, "%s:%s\n", file, script.Problem{Severity: fmt.Sprint(p["severity"]), Handler: fmt.Sprint(p["handler"]),
-					Topic: fmt.Sprint(p["topic"]), Line: int(line), Message: fmt.Sprint(p["message"])}.String())
-			}
-			if len(probs) == 0 {
-				fmt.Fprintf(a.errOut, "%s\n", apiErr["message"])
-			}
-			return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
+		if apiErr.Code != "invalid_script" {
+			return errors.New(apiErr.Message)
 		}
-		return errors.New(fmt.Sprint(apiErr["message"]))
+		for _, p := range apiErr.Problems {
+			fmt.Fprintf(a.errOut, "%s:%s\n", file, script.Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message}.String())
+		}
+		if len(apiErr.Problems) == 0 {
+			fmt.Fprintf(a.errOut, "%s\n", apiErr.Message)
+		}
+		return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
 	}
-	if ws, ok := reply["warnings"].([]any); ok {
-		for _, w := range ws {
-			fmt.Fprintf(a.errOut, "warning: %s\n", w)
-		}
+	for _, w := range reply.Warnings {
+		fmt.Fprintf(a.errOut, "warning: %s\n", w)
 	}
 	if a.jsonOut {
 		return a.printJSON(reply)
 	}
-	n, _ := reply["reprocessed"].(float64)
-	if n > 0 {
-		fmt.Fprintf(a.out, "%d items start a new attempt\n", int(n))
+	if reply.Reprocessed > 0 {
+		fmt.Fprintf(a.out, "%d items start a new attempt\n", reply.Reprocessed)
 	}
-	if unchanged, _ := reply["unchanged"].(bool); unchanged {
-		fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", reply["workflow"], reply["version"])
+	if reply.Unchanged {
+		fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", reply.Workflow, reply.Version)
 	} else {
-		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply["workflow"], reply["version"])
+		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply.Workflow, reply.Version)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/api"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -29,8 +30,9 @@ func (a *app) statusCmd() *cobra.Command {
 				// What the store shows cannot tell that keep serve is stuck
 				// (a full disk: nothing it does is written); it can.
 				problem := ""
-				if reply, handled, err := a.viaAPI("GET", "/api/v1/health", nil); handled && err == nil {
-					problem, _ = reply["problem"].(string)
+				var health api.HealthReply
+				if handled, err := a.viaAPI("GET", "/api/v1/health", nil, &health); handled && err == nil {
+					problem = health.Problem
 				}
 				for i := range ss {
 					if problem != "" && ss[i].Status != "paused" {

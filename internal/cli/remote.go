@@ -1,45 +1,46 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
 )
 
-// viaAPI sends a person's action to a keep serve running on the data
-// directory, so that it acts at once and open pages update. handled is false
-// when no keep serve answers; the caller then writes to the store itself.
-func (a *app) viaAPI(method, path string, body any) (reply map[string]any, handled bool, err error) {
-	reply, apiErr, handled, err := a.callAPI(method, path, body)
+// viaAPI sends a request to a keep serve running on the data directory,
+// so that a person's action acts at once and open pages update, and
+// decodes its reply into out. handled is false when no keep serve answers;
+// the caller then works on the store itself.
+func (a *app) viaAPI(method, path string, body, out any) (handled bool, err error) {
+	apiErr, handled, err := a.callAPI(method, path, body, out)
 	if apiErr != nil {
-		return nil, handled, errors.New(fmt.Sprint(apiErr["message"]))
+		return handled, errors.New(apiErr.Message)
 	}
-	return reply, handled, err
+	return handled, err
 }
 
 // callAPI is viaAPI that hands back the API's error object whole (its code
 // and, for an invalid script, its problems).
-func (a *app) callAPI(method, path string, body any) (reply, apiErr map[string]any, handled bool, err error) {
+func (a *app) callAPI(method, path string, body, out any) (apiErr *api.ErrorBody, handled bool, err error) {
 	addr, instance, rerr := daemon.ReadAddr(a.dataDir)
 	if rerr != nil || !a.isOurServe(addr, instance) {
-		return nil, nil, false, nil
+		return nil, false, nil
 	}
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
-		rd = strings.NewReader(string(b))
+		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, "http://"+addr+path, rd)
 	if err != nil {
-		return nil, nil, false, nil
+		return nil, false, nil
 	}
 	req.Header.Set("X-Keep-Client", "cli")
 	req.Header.Set("X-Keep-Actor", a.by)
@@ -50,17 +51,24 @@ func (a *app) callAPI(method, path string, body any) (reply, apiErr map[string]a
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, nil, false, nil // no keep serve there (a stale address file)
+		return nil, false, nil // no keep serve there (a stale address file)
 	}
 	defer resp.Body.Close()
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, nil, true, fmt.Errorf("keep serve answered %s with something that is not JSON", resp.Status)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, true, fmt.Errorf("reading keep serve's answer: %w", err)
 	}
-	if e, ok := out["error"].(map[string]any); ok {
-		return nil, e, true, nil
+	if resp.StatusCode >= 400 {
+		var e api.ErrorReply
+		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Message == "" {
+			return nil, true, fmt.Errorf("keep serve answered %s with something that is not an error object", resp.Status)
+		}
+		return &e.Error, true, nil
 	}
-	return out, nil, true, nil
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, true, fmt.Errorf("keep serve answered %s with something that is not the expected JSON: %v", resp.Status, err)
+	}
+	return nil, true, nil
 }
 
 // isOurServe asks the address whether it is the keep serve that recorded

@@ -1,0 +1,84 @@
+package api
+
+// The requests and replies of the API, shared with its clients (the CLI
+// decodes these, the page reads the same JSON): one definition of each
+// shape. docs/api.md describes them.
+
+// DeployRequest is the body of POST /api/v1/workflows.
+type DeployRequest struct {
+	Script    string `json:"script"`
+	File      string `json:"file"`
+	Name      string `json:"name"`
+	Kind      string `json:"kind"` // "", "minor", "major"
+	Reprocess string `json:"reprocess"`
+	// AcceptOrphans activates a major version whose item ids change format.
+	AcceptOrphans bool `json:"acceptOrphans"`
+}
+
+// ErrorReply is every error's answer: {"error":{"code","message"}}, with
+// the problems of an invalid script.
+type ErrorReply struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is the error object. Code is one of bad_request, unauthorized,
+// not_found, not_applicable, invalid_script, internal.
+type ErrorBody struct {
+	Code     string    `json:"code"`
+	Message  string    `json:"message"`
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Problem is one problem of an invalid script (script.Problem).
+type Problem struct {
+	Severity string `json:"severity"`
+	Handler  string `json:"handler"`
+	Topic    string `json:"topic"`
+	Line     int    `json:"line"`
+	Message  string `json:"message"`
+}
+
+// DeployReply answers POST /api/v1/workflows.
+type DeployReply struct {
+	Workflow    string   `json:"workflow"`
+	Version     string   `json:"version"`
+	Unchanged   bool     `json:"unchanged"`
+	Warnings    []string `json:"warnings"`
+	Reprocessed int      `json:"reprocessed"`
+}
+
+// HealthReply answers GET /api/v1/health: Problem says why keep serve
+// cannot go on by itself (a full disk, a store that fails), "" when it can.
+type HealthReply struct {
+	OK      bool   `json:"ok"`
+	Problem string `json:"problem"`
+}
+
+// WorkflowActionReply answers pause, resume and run-now.
+type WorkflowActionReply struct {
+	OK       bool   `json:"ok"`
+	Workflow string `json:"workflow"`
+	Queued   int    `json:"queued"`
+	Message  string `json:"message"`
+}
+
+// RunActionReply answers resolve and approve.
+type RunActionReply struct {
+	OK      bool   `json:"ok"`
+	RunID   string `json:"runId"`
+	Action  string `json:"action"`
+	Message string `json:"message"`
+}
+
+// ItemActionReply answers skip and reprocess of an item.
+type ItemActionReply struct {
+	OK      bool   `json:"ok"`
+	Item    string `json:"item"`
+	Action  string `json:"action"`
+	Message string `json:"message"`
+}
+
+// ActionReply is what every action's reply has: what will happen.
+type ActionReply struct {
+	Message string `json:"message"`
+}
