@@ -153,14 +153,11 @@ func nonNil[T any](v []T) []T {
 	return v
 }
 
-// decode reads a JSON body into v; an empty body is allowed when optional.
-func decode(r *http.Request, v any, optional bool) error {
+// decode reads a JSON body into v; fields v does not have are refused.
+func decode(r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBody))
 	if err != nil {
 		return fmt.Errorf("the request body is too large or unreadable: %v", err)
-	}
-	if len(body) == 0 && optional {
-		return nil
 	}
 	dec := json.NewDecoder(bytesReader(body))
 	dec.DisallowUnknownFields()
@@ -229,7 +226,7 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	var req DeployRequest
-	if err := decode(r, &req, false); err != nil {
+	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
@@ -359,7 +356,7 @@ type ResolveRequest struct {
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	var req ResolveRequest
-	if err := decode(r, &req, false); err != nil {
+	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}

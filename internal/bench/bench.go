@@ -130,19 +130,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		r.Notes = append(r.Notes, n)
 	}
 
-	o.say("sandbox, %d handler calls ...", calls)
-	if r.HandlerCallP50Micro, r.HandlerCallP99Micro, err = sandbox(calls); err != nil {
+	if err := measureSandbox(o, &r, calls); err != nil {
 		return r, err
-	}
-	if r.HandlerFirstP50, r.NewVMP50Micros, err = sandboxFirstCall(map[bool]int{true: 10, false: 40}[o.Quick]); err != nil {
-		return r, err
-	}
-	if r.HostCallP50Micros, err = hostCall(map[bool]int{true: 20, false: 100}[o.Quick]); err != nil {
-		return r, err
-	}
-	r.Sandbox = "worker processes"
-	if script.InProcess() {
-		r.Sandbox = "in-process"
 	}
 
 	o.say("peek on a topic of %d events ...", peekN)
@@ -163,6 +152,27 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, fmt.Errorf("idle memory: %w", err)
 	}
 	return r, nil
+}
+
+// measureSandbox measures handler calls: a warm call, a first call of a
+// version, a new VM, a host call.
+func measureSandbox(o Options, r *Result, calls int) error {
+	o.say("sandbox, %d handler calls ...", calls)
+	var err error
+	if r.HandlerCallP50Micro, r.HandlerCallP99Micro, err = sandbox(calls); err != nil {
+		return err
+	}
+	if r.HandlerFirstP50, r.NewVMP50Micros, err = sandboxFirstCall(map[bool]int{true: 10, false: 40}[o.Quick]); err != nil {
+		return err
+	}
+	if r.HostCallP50Micros, err = hostCall(map[bool]int{true: 20, false: 100}[o.Quick]); err != nil {
+		return err
+	}
+	r.Sandbox = "worker processes"
+	if script.InProcess() {
+		r.Sandbox = "in-process"
+	}
+	return nil
 }
 
 // fsyncRate writes and fsyncs a small block n times.

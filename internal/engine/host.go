@@ -365,7 +365,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, kt.Errorf(kt.ClassInternal, "registerInput: %v", err)
 	}
 	now := h.e.nowMs()
-	in2 := kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: key, Kind: "input", Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
+	in2 := kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: key, Kind: kt.KindInput, Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
 		CurrentAttempt: 1, CreatedBy: h.run.ID, LastRun: h.run.ID, LastVersion: h.run.Version, CreatedAt: now, UpdatedAt: now}
 	h.inputs = append(h.inputs, in2)
 	h.inputByKey[key] = in2.ID

@@ -62,7 +62,7 @@ type ItemRef struct {
 func SkipItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
 	ms := now.UnixMilli()
 	return itemUpdate(ctx, st, ref, kt.Decision{Action: "skip-item", At: ms}, func(tx store.Tx, it kt.Input) (string, error) {
-		if it.Kind == "task" {
+		if it.Kind == kt.KindTask {
 			return skipTaskItem(tx, it, ms)
 		}
 		return skipInput(tx, it, ms)
@@ -229,7 +229,7 @@ func itemUpdate(ctx context.Context, st store.Store, ref ItemRef, d kt.Decision,
 }
 
 func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
-	if it.Kind == "input" {
+	if it.Kind == kt.KindInput {
 		return reprocessInput(tx, it, ms)
 	}
 	if it.Status == kt.ItemProcessing {
@@ -269,7 +269,7 @@ func reprocessInput(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	prevStatus := "done"
+	prevStatus := kt.ItemDone
 	if len(closed) > 0 {
 		prevStatus = kt.ItemNeedsAttention
 	} else if allSkipped(evs) {
@@ -295,7 +295,7 @@ func reprocessInput(tx store.Tx, it kt.Input, ms int64) (string, error) {
 // startAttempt moves an item to its next attempt: the item saved (through
 // its state machine), the old attempt closed with prevStatus, the new one
 // opened.
-func startAttempt(tx store.Tx, it *kt.Input, prevStatus string, ms int64) error {
+func startAttempt(tx store.Tx, it *kt.Input, prevStatus kt.ItemStatus, ms int64) error {
 	old := it.CurrentAttempt
 	it.CurrentAttempt++
 	it.UpdatedAt = ms
@@ -306,7 +306,7 @@ func startAttempt(tx store.Tx, it *kt.Input, prevStatus string, ms int64) error 
 		return err
 	}
 	status := kt.ItemPending
-	if it.Kind == "task" {
+	if it.Kind == kt.KindTask {
 		status = it.Status
 	}
 	return tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: status, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms})
@@ -347,7 +347,7 @@ func allSkipped(evs []kt.Event) bool {
 	return len(evs) > 0
 }
 
-func closeAttempt(tx store.Tx, itemID string, attempt int, status string, ms int64) error {
+func closeAttempt(tx store.Tx, itemID string, attempt int, status kt.ItemStatus, ms int64) error {
 	as, err := tx.ItemAttemptList(itemID)
 	if err != nil {
 		return err
@@ -400,7 +400,7 @@ func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string,
 				return err
 			}
 			for _, it := range all {
-				if it.Kind == "task" && it.Status == kt.ItemProcessing {
+				if it.Kind == kt.KindTask && it.Status == kt.ItemProcessing {
 					continue
 				}
 				items = append(items, it)
@@ -460,7 +460,7 @@ func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
 	var samples []string
 	incomplete := 0
 	for _, it := range items {
-		if it.Kind != "task" {
+		if it.Kind != kt.KindTask {
 			continue
 		}
 		p := it.Key

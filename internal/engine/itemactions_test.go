@@ -184,7 +184,7 @@ func TestSkipInEveryEventState(t *testing.T) {
 		e.noOpenRun(wf)
 		got := map[string]string{}
 		for _, it := range e.inputs(wf) {
-			got[it.Key] = it.Status
+			got[it.Key] = string(it.Status)
 		}
 		if got["email:a"] != "skipped" || got["email:b"] != "done" {
 			t.Fatalf("items %v", got)
@@ -293,7 +293,7 @@ func TestOrphansAfterMajorVersionWithNewKeyFormat(t *testing.T) {
 	keys := map[string]string{}
 	all, _ := report.Items(e.ctx(), e.k.Store, wf, false)
 	for _, it := range all {
-		keys[it.Key] = it.Status
+		keys[it.Key] = string(it.Status)
 	}
 	if keys["thread:a"] != "done" || keys["thread:b"] != "done" || keys["email:a"] != "done" || keys["email:b"] != "skipped" {
 		t.Fatalf("items %v", keys)

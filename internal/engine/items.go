@@ -18,7 +18,7 @@ type taskState struct {
 	isDone bool
 	// failStatus is the item status to record when the run fails inside the
 	// item; empty means "by the error's class".
-	failStatus string
+	failStatus kt.ItemStatus
 	mutations  int
 }
 
@@ -30,7 +30,7 @@ type ItemView struct {
 	Attempt int    `json:"attempt"`
 }
 
-func itemDone(status string) bool { return status == kt.ItemDone || status == kt.ItemSkipped }
+func itemDone(status kt.ItemStatus) bool { return status == kt.ItemDone || status == kt.ItemSkipped }
 
 // task runs an item script (SPEC §8.3): the handler always runs, items
 // are entered and left through withItem, mutations run one at a time
@@ -82,7 +82,7 @@ func (x *runExec) failTask(ts *taskState, cause error) error {
 	return x.fail(cause)
 }
 
-func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status string, run *kt.Run) error {
+func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status kt.ItemStatus, run *kt.Run) error {
 	now := e.nowMs()
 	return e.store.Update(ctx, func(tx store.Tx) error {
 		cur, err := tx.InputGet(it.ID)
@@ -177,11 +177,11 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
 		switch {
 		case errors.Is(err, kt.ErrNotFound):
-			cur = kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: id, Kind: "task", Title: title, Status: kt.ItemProcessing,
+			cur = kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing,
 				CurrentAttempt: 1, CreatedBy: h.run.ID, CreatedAt: now}
 		case err != nil:
 			return err
-		case cur.Kind != "task":
+		case cur.Kind != kt.KindTask:
 			return kt.Errorf(kt.ClassLogic, "withItem(%q): that key belongs to an input of this workflow; choose item ids with a prefix of their own", id)
 		}
 		it = cur
@@ -325,7 +325,7 @@ func (h *host) itemBlock(mut *kt.Mutation) error {
 
 // itemReconcile is the inline reconcile of an item mutation.
 func (h *host) itemReconcile(mut *kt.Mutation) (json.RawMessage, error) {
-	ans := h.askReconcile(mut, "task", true)
+	ans := h.askReconcile(mut, "task", inlineAttempt)
 	now := h.e.nowMs()
 	var why string
 	switch ans.step {
@@ -357,7 +357,7 @@ func (h *host) itemReconcile(mut *kt.Mutation) (json.RawMessage, error) {
 // blocked on a mutation; a settled outcome lets the task run again (replay).
 func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
 	run := x.run
-	ans := x.askReconcile(&mut, "task", false)
+	ans := x.askReconcile(&mut, "task", backgroundAttempt)
 	now := x.e.nowMs()
 	switch ans.step {
 	case recApplied:

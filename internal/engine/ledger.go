@@ -113,11 +113,22 @@ func onReconcile(status connector.ReconcileStatus, settleAt int64, exhausted boo
 	return recRetryLater
 }
 
+// reconcileAttempt says when a reconcile attempt is made.
+type reconcileAttempt int
+
+const (
+	// inlineAttempt: right after the call, or when a run takes the row
+	// over (recovery, a retry); it does not count against the policy.
+	inlineAttempt reconcileAttempt = iota
+	// backgroundAttempt: one of the policy's attempts, after a backoff.
+	backgroundAttempt
+)
+
 // reconcileExhausted applies the policy's attempts (SPEC §6): the inline
 // attempt right after a call does not count; with no background attempts
 // at all, an inline "cannot tell" goes to a person at once.
-func reconcileExhausted(inline bool, attempts, max int) bool {
-	if inline {
+func reconcileExhausted(when reconcileAttempt, attempts, max int) bool {
+	if when == inlineAttempt {
 		return max == 0
 	}
 	return attempts >= max

@@ -89,12 +89,13 @@ func TestOnReconcile(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		inline        bool
+		when          reconcileAttempt
 		attempts, max int
 		want          bool
-	}{{true, 0, 0, true}, {true, 0, 5, false}, {true, 9, 5, false}, {false, 4, 5, false}, {false, 5, 5, true}, {false, 0, 0, true}} {
-		if got := reconcileExhausted(c.inline, c.attempts, c.max); got != c.want {
-			t.Errorf("inline %v, %d of %d attempts: exhausted %v, want %v", c.inline, c.attempts, c.max, got, c.want)
+	}{{inlineAttempt, 0, 0, true}, {inlineAttempt, 0, 5, false}, {inlineAttempt, 9, 5, false},
+		{backgroundAttempt, 4, 5, false}, {backgroundAttempt, 5, 5, true}, {backgroundAttempt, 0, 0, true}} {
+		if got := reconcileExhausted(c.when, c.attempts, c.max); got != c.want {
+			t.Errorf("attempt kind %d, %d of %d attempts: exhausted %v, want %v", c.when, c.attempts, c.max, got, c.want)
 		}
 	}
 }

@@ -184,7 +184,7 @@ type reconcileAnswer struct {
 // the trace line, a background attempt counted (inline ones are not), the
 // settle rule for "did not happen", the policy's attempts. A call that
 // cannot be checked (no reconcile) is recUncheckable.
-func (x *runExec) askReconcile(mut *kt.Mutation, phase string, inline bool) reconcileAnswer {
+func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAttempt) reconcileAnswer {
 	e := x.e
 	m, merr := e.registry.Method(mut.Tool, mut.Method)
 	call, cerr := reconcileCall(*mut)
@@ -201,14 +201,14 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, inline bool) reco
 	}
 	x.tr.add(TraceEntry{At: start.UnixMilli(), Phase: phase, Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile",
 		Duration: time.Since(start).Milliseconds(), Outcome: text})
-	if !inline && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
+	if when == backgroundAttempt && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
 		mut.ReconcileAttempts++
 	}
 	ans := reconcileAnswer{value: value, err: rerr}
 	if status == connector.ReconcileFailed {
 		ans.settleAt = e.notHappenedYet(mut, call.Args)
 	}
-	ans.step = onReconcile(status, ans.settleAt, reconcileExhausted(inline, mut.ReconcileAttempts, e.policy.ReconcileAttempts))
+	ans.step = onReconcile(status, ans.settleAt, reconcileExhausted(when, mut.ReconcileAttempts, e.policy.ReconcileAttempts))
 	if ans.step == recRetryLater {
 		ans.delay = config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1)
 		ans.retryAt = e.nowMs() + ans.delay.Milliseconds()

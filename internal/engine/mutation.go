@@ -106,7 +106,7 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 		return false, x.blockOnMutation(&lc.mut, "")
 	case stepReconcile:
 		lc.mut.RunID, lc.mut.Status = x.run.ID, kt.MutationNeedsReconcile
-		return x.reconcile(&lc.mut, true)
+		return x.reconcile(&lc.mut, inlineAttempt)
 	}
 	lc.newRow(causes, attempt)
 	if lc.needsApproval() {
@@ -132,7 +132,7 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 		return false, x.blockOnMutation(&lc.mut, res.Err.Message)
 	}
 	lc.mut.Status = kt.MutationNeedsReconcile
-	return x.reconcile(&lc.mut, true)
+	return x.reconcile(&lc.mut, inlineAttempt)
 }
 
 // writeReserved makes the events prepare selected durable as reserved on
@@ -273,9 +273,9 @@ func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) {
 // happened, and carries the answer out. The inline attempt (right after the
 // call, or on recovery) does not count against the policy's background
 // attempts.
-func (x *runExec) reconcile(mut *kt.Mutation, inline bool) (bool, error) {
+func (x *runExec) reconcile(mut *kt.Mutation, when reconcileAttempt) (bool, error) {
 	x.e.ensurePendingCall(x.run, *mut)
-	ans := x.askReconcile(mut, "mutating", inline)
+	ans := x.askReconcile(mut, "mutating", when)
 	switch ans.step {
 	case recApplied:
 		return x.mutationApplied(mut, ans.value, kt.ResolvedByReconciliation)
@@ -339,8 +339,8 @@ func putRun(tx store.Tx, r kt.Run) error {
 // the item machine of ch 12 §12.4 (keeptype's table); an input's status is
 // derived, not stored, and is not checked here.
 func putItem(tx store.Tx, it kt.Input) error {
-	if it.Kind == "task" {
-		from, err := storedState(func() (kt.Input, error) { return tx.InputGet(it.ID) }, func(p kt.Input) string { return p.Status })
+	if it.Kind == kt.KindTask {
+		from, err := storedState(func() (kt.Input, error) { return tx.InputGet(it.ID) }, func(p kt.Input) kt.ItemStatus { return p.Status })
 		if err != nil {
 			return err
 		}

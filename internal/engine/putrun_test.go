@@ -86,7 +86,7 @@ func TestPutItemChecksTheItemMachine(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	it := kt.Input{ID: "i", Workflow: "w", Key: "email:1", Kind: "task", Status: kt.ItemProcessing, CurrentAttempt: 1}
-	for _, status := range []string{kt.ItemProcessing, kt.ItemDone} {
+	for _, status := range []kt.ItemStatus{kt.ItemProcessing, kt.ItemDone} {
 		it.Status = status
 		if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err != nil {
 			t.Fatalf("%s: %v", status, err)

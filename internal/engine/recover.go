@@ -13,8 +13,8 @@ import (
 
 // Actions a person records on a blocked run; the engine carries them out.
 const (
-	ActionRetry = "retry"
-	ActionSkip  = "skip"
+	ActionRetry = kt.ActionRetry
+	ActionSkip  = kt.ActionSkip
 )
 
 // handleOpen moves a workflow's unfinished run along when something is due:
@@ -69,7 +69,7 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 	if run.HandlerType == kt.HandlerTask {
 		return true, x.reconcileTaskMutation(mut)
 	}
-	proceed, err := x.reconcile(&mut, false)
+	proceed, err := x.reconcile(&mut, backgroundAttempt)
 	if err != nil || !proceed {
 		return true, err
 	}
@@ -137,7 +137,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		// The write may have happened: reconcile it from the ledger's own
 		// params; the mutate handler is not run again (ch 13 §13.10).
 		mut.RunID, mut.Status = nr.ID, kt.MutationNeedsReconcile
-		proceed, err := x.reconcile(&mut, true)
+		proceed, err := x.reconcile(&mut, inlineAttempt)
 		if err != nil || !proceed {
 			return err
 		}
@@ -256,7 +256,7 @@ func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
 			return err
 		}
 		for _, it := range ins {
-			if it.Kind == "task" && it.LastRun == old.ID && !itemDone(it.Status) {
+			if it.Kind == kt.KindTask && it.LastRun == old.ID && !itemDone(it.Status) {
 				m.ItemKeys = append(m.ItemKeys, it.ID)
 			}
 		}

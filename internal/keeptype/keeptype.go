@@ -251,17 +251,26 @@ func UnionCauses(had, adds []string) []string {
 	return out
 }
 
+// RunAction is a person's decision recorded on a blocked run, which the
+// engine carries out at its next step.
+type RunAction string
+
+const (
+	ActionRetry RunAction = "retry"
+	ActionSkip  RunAction = "skip"
+)
+
 // Input is one external thing that happened (the input ledger; an item of kind "input").
 type Input struct {
 	ID             string
 	Workflow       string
 	Key            string // source:type:id
-	Kind           string // "input" or "task"
+	Kind           ItemKind
 	Source         string
 	Type           string
 	ExternalID     string
 	Title          string
-	Status         string // stored status for tasks; derived for inputs
+	Status         ItemStatus // stored for task items; derived for inputs (report.InputStatus)
 	CurrentAttempt int
 	CreatedBy      string
 	LastRun        string
@@ -270,20 +279,32 @@ type Input struct {
 	UpdatedAt      int64
 }
 
+// ItemKind tells an input (registered by a producer) from a task item
+// (entered with withItem).
+type ItemKind string
+
+const (
+	KindInput ItemKind = "input"
+	KindTask  ItemKind = "task"
+)
+
+// ItemStatus is an item's status (ch 12 §12.4).
+type ItemStatus string
+
 // Item statuses of ch 12 §12.4 (stored for task items; derived for inputs).
 const (
-	ItemProcessing     = "processing"
-	ItemDone           = "done"
-	ItemFailed         = "failed"
-	ItemSkipped        = "skipped"
-	ItemNeedsAttention = "needs_attention"
-	ItemPending        = "pending" // inputs only: an event caused by it is waiting
+	ItemProcessing     ItemStatus = "processing"
+	ItemDone           ItemStatus = "done"
+	ItemFailed         ItemStatus = "failed"
+	ItemSkipped        ItemStatus = "skipped"
+	ItemNeedsAttention ItemStatus = "needs_attention"
+	ItemPending        ItemStatus = "pending" // inputs only: an event caused by it is waiting
 )
 
 // allowedItem is the item state machine of ch 12 §12.4 for task items,
 // plus "skip" of a stuck or orphaned item and "reprocess" (a new attempt)
 // from any settled state (§12.5, §12.7).
-var allowedItem = map[string][]string{
+var allowedItem = map[ItemStatus][]ItemStatus{
 	"":                 {ItemProcessing},
 	ItemProcessing:     {ItemDone, ItemFailed, ItemNeedsAttention, ItemSkipped, ItemProcessing},
 	ItemFailed:         {ItemProcessing, ItemSkipped},
@@ -293,7 +314,7 @@ var allowedItem = map[string][]string{
 }
 
 // ItemTransitionAllowed reports whether a task item may move between states.
-func ItemTransitionAllowed(from, to string) bool {
+func ItemTransitionAllowed(from, to ItemStatus) bool {
 	for _, s := range allowedItem[from] {
 		if s == to {
 			return true
@@ -306,7 +327,7 @@ func ItemTransitionAllowed(from, to string) bool {
 type ItemAttempt struct {
 	ItemID    string
 	Attempt   int
-	Status    string
+	Status    ItemStatus
 	Version   int64
 	StartedAt int64
 	UpdatedAt int64
@@ -327,7 +348,7 @@ type Run struct {
 	MutationResult json.RawMessage // {status, result} handed to next
 	PendingCall    json.RawMessage // the mutation captured from mutate, kept while awaiting approval
 	ApprovedHash   string
-	Action         string // a person's decision waiting for the engine: retry, skip, approve, continue
+	Action         RunAction // a person's decision waiting for the engine to carry it out
 	ErrorClass     ErrorClass
 	ErrorMessage   string
 	Trace          json.RawMessage

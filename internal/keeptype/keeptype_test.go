@@ -68,8 +68,8 @@ func TestStatusFinished(t *testing.T) {
 
 func TestItemMachine(t *testing.T) {
 	t.Parallel()
-	states := []string{"", ItemProcessing, ItemDone, ItemFailed, ItemSkipped, ItemNeedsAttention}
-	allowed := map[[2]string]bool{
+	states := []ItemStatus{"", ItemProcessing, ItemDone, ItemFailed, ItemSkipped, ItemNeedsAttention}
+	allowed := map[[2]ItemStatus]bool{
 		{"", ItemProcessing}:       true,
 		{ItemProcessing, ItemDone}: true, {ItemProcessing, ItemFailed}: true, {ItemProcessing, ItemNeedsAttention}: true, {ItemProcessing, ItemSkipped}: true, {ItemProcessing, ItemProcessing}: true,
 		{ItemFailed, ItemProcessing}: true, {ItemFailed, ItemSkipped}: true,
@@ -78,7 +78,7 @@ func TestItemMachine(t *testing.T) {
 	}
 	for _, from := range states {
 		for _, to := range states {
-			if got, want := ItemTransitionAllowed(from, to), allowed[[2]string{from, to}]; got != want {
+			if got, want := ItemTransitionAllowed(from, to), allowed[[2]ItemStatus{from, to}]; got != want {
 				t.Errorf("%q → %q: allowed=%v, want %v", from, to, got, want)
 			}
 		}

@@ -12,29 +12,29 @@ import (
 
 // Item is one row of `keep items` (inputs and task items share the ledger).
 type Item struct {
-	ID         string `json:"id"`
-	Workflow   string `json:"workflow"`
-	Key        string `json:"key"`
-	Title      string `json:"title"`
-	Kind       string `json:"kind"`
-	Status     string `json:"status"`
-	Attempt    int    `json:"attempt"`
-	Source     string `json:"source"`
-	Type       string `json:"type"`
-	ExternalID string `json:"externalId"`
-	Orphaned   bool   `json:"orphaned"`
-	CreatedAt  string `json:"createdAt"`
-	UpdatedAt  string `json:"updatedAt"`
+	ID         string        `json:"id"`
+	Workflow   string        `json:"workflow"`
+	Key        string        `json:"key"`
+	Title      string        `json:"title"`
+	Kind       kt.ItemKind   `json:"kind"`
+	Status     kt.ItemStatus `json:"status"`
+	Attempt    int           `json:"attempt"`
+	Source     string        `json:"source"`
+	Type       string        `json:"type"`
+	ExternalID string        `json:"externalId"`
+	Orphaned   bool          `json:"orphaned"`
+	CreatedAt  string        `json:"createdAt"`
+	UpdatedAt  string        `json:"updatedAt"`
 }
 
 // Attempt is one pass over an item, with its mutations (ch 12 §12.5).
 type Attempt struct {
-	Attempt   int      `json:"attempt"`
-	Status    string   `json:"status"`
-	Version   string   `json:"version"`
-	Current   bool     `json:"current"`
-	StartedAt string   `json:"startedAt"`
-	Mutations []Output `json:"mutations"`
+	Attempt   int           `json:"attempt"`
+	Status    kt.ItemStatus `json:"status"`
+	Version   string        `json:"version"`
+	Current   bool          `json:"current"`
+	StartedAt string        `json:"startedAt"`
+	Mutations []Output      `json:"mutations"`
 }
 
 // ItemDetail is `keep show item`.
@@ -109,7 +109,7 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
 		}
 	}
 	return func(in kt.Input) bool {
-		return in.Kind == "task" && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&
+		return in.Kind == kt.KindTask && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&
 			major[in.LastVersion] < active && in.UpdatedAt < firstNewRun
 	}, nil
 }

@@ -21,16 +21,16 @@ import (
 
 // Input is one row of `keep inputs`.
 type Input struct {
-	ID         string `json:"id"`
-	Key        string `json:"key"`
-	Source     string `json:"source"`
-	Type       string `json:"type"`
-	ExternalID string `json:"externalId"`
-	Title      string `json:"title"`
-	Status     string `json:"status"`
-	Attempt    int    `json:"attempt"`
-	CreatedAt  string `json:"createdAt"`
-	UpdatedAt  string `json:"updatedAt"`
+	ID         string        `json:"id"`
+	Key        string        `json:"key"`
+	Source     string        `json:"source"`
+	Type       string        `json:"type"`
+	ExternalID string        `json:"externalId"`
+	Title      string        `json:"title"`
+	Status     kt.ItemStatus `json:"status"`
+	Attempt    int           `json:"attempt"`
+	CreatedAt  string        `json:"createdAt"`
+	UpdatedAt  string        `json:"updatedAt"`
 }
 
 // Output is one mutation, as `keep outputs` shows it.
@@ -141,7 +141,7 @@ func Inputs(ctx context.Context, st store.Store, wf string) ([]Input, error) {
 	return out, err
 }
 
-func inputRow(in kt.Input, status string) Input {
+func inputRow(in kt.Input, status kt.ItemStatus) Input {
 	return Input{ID: in.ID, Key: in.Key, Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Title: in.Title, Status: status,
 		Attempt: in.CurrentAttempt, CreatedAt: Time(in.CreatedAt), UpdatedAt: Time(in.UpdatedAt)}
 }
@@ -156,7 +156,7 @@ func noWorkflow(wf string, err error) error {
 // ItemChecking is the status of an input whose run is blocked only while
 // keep itself works on it — checking whether a write happened, or waiting
 // for an automatic retry — so that needs_attention means a person must act.
-const ItemChecking = "checking"
+const ItemChecking kt.ItemStatus = "checking"
 
 // keepIsOnIt reports whether a blocked run will move on without a person.
 func keepIsOnIt(tx store.Tx, r kt.Run) bool {
@@ -165,8 +165,8 @@ func keepIsOnIt(tx store.Tx, r kt.Run) bool {
 }
 
 // InputStatus derives an input's status from its events and the runs that hold them.
-func InputStatus(tx store.Tx, in kt.Input) (string, error) {
-	if in.Kind == "task" && in.Status != "" {
+func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
+	if in.Kind == kt.KindTask && in.Status != "" {
 		return in.Status, nil
 	}
 	evs, err := tx.EventsByInput(in.ID)
@@ -174,7 +174,7 @@ func InputStatus(tx store.Tx, in kt.Input) (string, error) {
 		return "", err
 	}
 	pending, skipped, total := false, 0, 0
-	worst := ""
+	var worst kt.ItemStatus
 	for _, ev := range evs {
 		total++
 		switch ev.Status {
@@ -191,7 +191,7 @@ func InputStatus(tx store.Tx, in kt.Input) (string, error) {
 			}
 			switch {
 			case r.Status == kt.StatusFailedLogic || r.Status == kt.StatusFailedInternal:
-				worst = "failed"
+				worst = kt.ItemFailed
 			case worst != "" && worst != ItemChecking:
 			case keepIsOnIt(tx, r):
 				worst = ItemChecking
@@ -204,11 +204,11 @@ func InputStatus(tx store.Tx, in kt.Input) (string, error) {
 	case worst != "":
 		return worst, nil
 	case pending:
-		return "pending", nil
+		return kt.ItemPending, nil
 	case total > 0 && skipped == total:
-		return "skipped", nil
+		return kt.ItemSkipped, nil
 	}
-	return "done", nil
+	return kt.ItemDone, nil
 }
 
 // Outputs lists a workflow's mutations.

@@ -282,6 +282,12 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 		vm.Close()
 	}
 
+	return p.outcomeOf(inv, st, callErr, timedOut)
+}
+
+// outcomeOf is what an invocation that ended comes to: its value, the host
+// taking over a terminal call, or an error a person can act on.
+func (p *Program) outcomeOf(inv Invocation, st *vmState, callErr error, timedOut bool) (Outcome, error) {
 	switch {
 	case st.abortErr != nil:
 		return Outcome{}, st.abortErr
@@ -453,7 +459,7 @@ func (d Declaration) WorkflowName() string {
 
 func (p *Program) describe() (Declaration, error) {
 	var d Declaration
-	v, err := newSandboxVM(Limits{MemoryLimit: 64 << 20}, false)
+	v, err := newSandboxVM(Limits{MemoryLimit: 64 << 20}, forDeclaration)
 	if err != nil {
 		return d, err
 	}

@@ -34,127 +34,161 @@ func (p Problem) String() string {
 // maps each connector name to its method names. Errors come first, then
 // warnings; each names the handler, topic and line where it can.
 func Validate(p *Program, known map[string][]string) []Problem {
-	d := p.Decl
-	var out []Problem
-	add := func(sev, handler, topic, msg string) {
-		out = append(out, Problem{Severity: sev, Handler: handler, Topic: topic, Line: p.lineOf(handler, topic), Message: msg})
+	v := &validation{p: p, d: p.Decl, writers: map[string][]string{}, readers: map[string][]string{}}
+	if v.d.Missing {
+		v.add("error", "", "", "the script declares no workflow: it must run `export default Keep.workflow({ name, topics, producers, consumers })`")
+		return v.out
 	}
-	if d.Missing {
-		add("error", "", "", "the script declares no workflow: it must run `export default Keep.workflow({ name, topics, producers, consumers })`")
-		return out
-	}
+	v.workflow()
+	v.producers()
+	v.consumers()
+	v.tasks()
+	v.topics()
+	v.connectors(known)
+	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Severity == "error" && v.out[j].Severity != "error" })
+	return v.out
+}
+
+// validation collects the problems of one script, and which handlers write
+// and read each topic.
+type validation struct {
+	p                *Program
+	d                Declaration
+	out              []Problem
+	writers, readers map[string][]string
+}
+
+func (v *validation) add(sev, handler, topic, msg string) {
+	v.out = append(v.out, Problem{Severity: sev, Handler: handler, Topic: topic, Line: v.p.lineOf(handler, topic), Message: msg})
+}
+
+// workflow checks the declaration as a whole: its shape, name, handlers.
+func (v *validation) workflow() {
+	d := v.d
 	for _, e := range d.ShapeErrors {
-		add("error", "", "", e)
+		v.add("error", "", "", e)
 	}
 	name := d.WorkflowName()
 	if name == "" {
-		add("error", "", "", "the workflow has no name: add name: \"my-workflow\" to Keep.workflow({...})")
+		v.add("error", "", "", "the workflow has no name: add name: \"my-workflow\" to Keep.workflow({...})")
 	} else if !validName.MatchString(name) {
-		add("error", "", "", fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100)", name))
+		v.add("error", "", "", fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100)", name))
 	}
 	if len(d.Producers)+len(d.Consumers)+len(d.Tasks) == 0 {
-		add("error", "", "", "the workflow has no handler: declare at least one producer, consumer or task")
+		v.add("error", "", "", "the workflow has no handler: declare at least one producer, consumer or task")
 	}
-	declared := map[string]bool{}
-	for _, t := range d.Topics {
-		declared[t] = true
-	}
-	writers := map[string][]string{}
-	readers := map[string][]string{}
-	for _, n := range sortedKeys(d.Producers) {
-		h := d.Producers[n]
+}
+
+func (v *validation) producers() {
+	for _, n := range sortedKeys(v.d.Producers) {
+		h := v.d.Producers[n]
 		who := "producers." + n
 		if !h.Handler {
-			add("error", who, "", "the producer has no handler function: add handler: async (ctx, state) => { ... }")
+			v.add("error", who, "", "the producer has no handler function: add handler: async (ctx, state) => { ... }")
 		}
 		if _, err := schedule.Parse(h.Schedule); err != nil {
-			add("error", who, "", err.Error())
+			v.add("error", who, "", err.Error())
 		}
 		if len(h.Publishes) == 0 {
-			add("error", who, "", "the producer must declare a non-empty publishes: [\"topic\"]")
+			v.add("error", who, "", "the producer must declare a non-empty publishes: [\"topic\"]")
 		}
 		for _, t := range h.Publishes {
-			writers[t] = append(writers[t], who)
+			v.writers[t] = append(v.writers[t], who)
 		}
 	}
-	for _, n := range sortedKeys(d.Consumers) {
-		h := d.Consumers[n]
+}
+
+func (v *validation) consumers() {
+	for _, n := range sortedKeys(v.d.Consumers) {
+		h := v.d.Consumers[n]
 		who := "consumers." + n
 		if len(h.Subscribe) == 0 {
-			add("error", who, "", "the consumer must declare a non-empty subscribe: [\"topic\"]")
+			v.add("error", who, "", "the consumer must declare a non-empty subscribe: [\"topic\"]")
 		}
 		if !h.Prepare {
-			add("error", who, "", "the consumer has no prepare function: add async prepare(ctx, state) { ... }")
+			v.add("error", who, "", "the consumer has no prepare function: add async prepare(ctx, state) { ... }")
 		}
 		if len(h.Publishes) > 0 && !h.Next {
-			add("error", who, "", "the consumer declares publishes but has no next function to publish from: add async next(ctx, prepared, mutationResult) { ... } or remove publishes")
+			v.add("error", who, "", "the consumer declares publishes but has no next function to publish from: add async next(ctx, prepared, mutationResult) { ... } or remove publishes")
 		}
 		if h.Schedule != nil {
-			add("error", who, "", "a consumer has no schedule: it runs when its subscribed topics have events")
+			v.add("error", who, "", "a consumer has no schedule: it runs when its subscribed topics have events")
 		}
 		for _, t := range h.Publishes {
-			writers[t] = append(writers[t], who)
+			v.writers[t] = append(v.writers[t], who)
 		}
 		for _, t := range h.Subscribe {
-			readers[t] = append(readers[t], who)
+			v.readers[t] = append(v.readers[t], who)
 		}
 	}
-	for _, n := range sortedKeys(d.Tasks) {
-		h := d.Tasks[n]
+}
+
+func (v *validation) tasks() {
+	for _, n := range sortedKeys(v.d.Tasks) {
+		h := v.d.Tasks[n]
 		who := "tasks." + n
 		if !h.Run {
-			add("error", who, "", "the task has no run function: add async run(ctx, state) { ... }")
+			v.add("error", who, "", "the task has no run function: add async run(ctx, state) { ... }")
 		}
 		if _, err := schedule.Parse(h.Schedule); err != nil {
-			add("error", who, "", err.Error())
+			v.add("error", who, "", err.Error())
 		}
 	}
+}
+
+// topics checks SPEC §2's topic rules: declared, one writer, one consumer.
+func (v *validation) topics() {
+	declared := map[string]bool{}
+	for _, t := range v.d.Topics {
+		declared[t] = true
+	}
 	all := map[string]bool{}
-	for t := range writers {
+	for t := range v.writers {
 		all[t] = true
 	}
-	for t := range readers {
+	for t := range v.readers {
 		all[t] = true
 	}
 	for _, t := range sortedKeys(all) {
 		if !declared[t] {
-			who := strings.Join(append(append([]string{}, writers[t]...), readers[t]...), ", ")
-			add("error", firstOf(writers[t], readers[t]), t, fmt.Sprintf("topic %q is used by %s but not declared: add %q: {} to topics", t, who, t))
+			who := strings.Join(append(append([]string{}, v.writers[t]...), v.readers[t]...), ", ")
+			v.add("error", firstOf(v.writers[t], v.readers[t]), t, fmt.Sprintf("topic %q is used by %s but not declared: add %q: {} to topics", t, who, t))
 		}
 	}
-	for _, t := range d.Topics {
-		switch w := writers[t]; {
+	for _, t := range v.d.Topics {
+		switch w := v.writers[t]; {
 		case len(w) == 0:
-			add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's publishes or a consumer's publishes must name it", t))
+			v.add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's publishes or a consumer's publishes must name it", t))
 		case len(w) > 1:
-			add("error", w[1], t, fmt.Sprintf("topic %q has %d writers (%s); in v1 each topic has exactly one", t, len(w), strings.Join(w, ", ")))
+			v.add("error", w[1], t, fmt.Sprintf("topic %q has %d writers (%s); in v1 each topic has exactly one", t, len(w), strings.Join(w, ", ")))
 		}
-		switch r := readers[t]; {
+		switch r := v.readers[t]; {
 		case len(r) == 0:
-			add("warning", "", t, fmt.Sprintf("topic %q has no consumer: its events will stay pending", t))
+			v.add("warning", "", t, fmt.Sprintf("topic %q has no consumer: its events will stay pending", t))
 		case len(r) > 1:
-			add("error", r[1], t, fmt.Sprintf("topic %q has %d consumers (%s); in v1 each topic has at most one", t, len(r), strings.Join(r, ", ")))
+			v.add("error", r[1], t, fmt.Sprintf("topic %q has %d consumers (%s); in v1 each topic has at most one", t, len(r), strings.Join(r, ", ")))
 		}
 	}
-	// Connectors the script reaches through ctx.<name>.<method>.
-	for _, m := range toolUse.FindAllStringSubmatchIndex(p.Source, -1) {
-		tool := p.Source[m[2]:m[3]]
-		method := p.Source[m[4]:m[5]]
+}
+
+// connectors checks the connectors the script reaches through ctx.<name>.<method>.
+func (v *validation) connectors(known map[string][]string) {
+	src := v.p.Source
+	for _, m := range toolUse.FindAllStringSubmatchIndex(src, -1) {
+		tool, method := src[m[2]:m[3]], src[m[4]:m[5]]
 		if builtinCtx[tool] {
 			continue
 		}
-		line := strings.Count(p.Source[:m[0]], "\n") + 1
+		line := strings.Count(src[:m[0]], "\n") + 1
 		methods, ok := known[tool]
 		if !ok {
-			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s: there is no connector named %q (available: %s)", tool, tool, strings.Join(sortedKeys(known), ", "))})
+			v.out = append(v.out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s: there is no connector named %q (available: %s)", tool, tool, strings.Join(sortedKeys(known), ", "))})
 			continue
 		}
 		if !contains(methods, method) {
-			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s.%s: connector %q has no method %q (it has: %s)", tool, method, tool, method, strings.Join(methods, ", "))})
+			v.out = append(v.out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s.%s: connector %q has no method %q (it has: %s)", tool, method, tool, method, strings.Join(methods, ", "))})
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == "error" && out[j].Severity != "error" })
-	return out
 }
 
 // ValidateAll is Validate and ValidateSources, errors first.

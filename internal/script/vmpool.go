@@ -55,7 +55,7 @@ func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
 	v, _ := idleVMs.take(func(v *sandboxVM) bool { return v.prog == p })
 	if v == nil {
 		var err error
-		if v, err = newSandboxVM(lim, true); err != nil {
+		if v, err = newSandboxVM(lim, forHandlers); err != nil {
 			return nil, err
 		}
 		if err := v.loadScript(p); err != nil {
@@ -97,16 +97,27 @@ var vmsCreated, vmsDiscarded atomic.Int64
 // after an invocation that did not end cleanly, since the process started.
 func VMStats() (created, discarded int64) { return vmsCreated.Load(), vmsDiscarded.Load() }
 
-// newSandboxVM creates a VM with the prelude; locked down unless it only
-// reads a declaration at compile time.
-func newSandboxVM(lim Limits, lockdown bool) (*sandboxVM, error) {
+// vmUse says what a VM is for.
+type vmUse int
+
+const (
+	// forHandlers: a VM that runs handlers, locked down (prelude.js's
+	// __keep_lockdown: no eval, frozen intrinsics).
+	forHandlers vmUse = iota
+	// forDeclaration: a VM that only reads a script's declaration at
+	// compile time, before lockdown would hide what it reads.
+	forDeclaration
+)
+
+// newSandboxVM creates a VM with the prelude, for use.
+func newSandboxVM(lim Limits, use vmUse) (*sandboxVM, error) {
 	vmsCreated.Add(1)
 	vm, err := newVM(lim)
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
 	v := &sandboxVM{vm: vm, limit: lim.MemoryLimit}
-	if err := v.load(lockdown); err != nil {
+	if err := v.load(use); err != nil {
 		vm.Close()
 		return nil, err
 	}
@@ -127,67 +138,12 @@ func (v *sandboxVM) loadScript(p *Program) error {
 	return nil
 }
 
-func (v *sandboxVM) load(lockdown bool) error {
+func (v *sandboxVM) load(use vmUse) error {
 	vm := v.vm
-	abort := func(err error) (any, error) {
-		if v.st != nil {
-			v.st.abortErr = err
-		}
-		vm.Interrupt()
-		return nil, err
-	}
-	if err := vm.RegisterHostFunc("__keep_host", func(args []any) (any, error) {
-		st := v.st
-		if len(args) != 3 {
-			return abort(errors.New("bad host call"))
-		}
-		method, _ := args[0].(string)
-		raw, _ := args[1].(string)
-		ep := epochOf(args[2])
-		if st == nil || v.host == nil {
-			if method == "log" {
-				return nil, nil // console.log while only the declaration is read
-			}
-			return abort(kt.Errorf(kt.ClassLogic, "ctx.%s is not available while the script is loading", method))
-		}
-		if st.abortErr != nil {
-			vm.Interrupt()
-			return nil, st.abortErr
-		}
-		if ep != v.epoch {
-			return abort(kt.Errorf(kt.ClassLogic, "the script used a ctx kept from an earlier call (ctx.%s); use the ctx each handler receives", method))
-		}
-		if st.settled {
-			return abort(kt.Errorf(kt.ClassLogic, "the script called the host after its handler had returned (a ctx kept from an earlier call, or a promise left running)"))
-		}
-		res, err := v.host(method, json.RawMessage(raw))
-		if errors.Is(err, ErrSuspend) {
-			st.suspended = true
-			return false, nil
-		}
-		if err != nil {
-			return abort(err)
-		}
-		if res == nil {
-			return nil, nil
-		}
-		return string(res), nil
-	}); err != nil {
+	if err := vm.RegisterHostFunc("__keep_host", v.hostCall); err != nil {
 		return kt.Errorf(kt.ClassInternal, "%v", err)
 	}
-	if err := vm.RegisterHostFunc("__keep_settle", func(args []any) (any, error) {
-		st := v.st
-		if st == nil || st.settled || len(args) != 3 {
-			return nil, nil
-		}
-		if epochOf(args[2]) != v.epoch {
-			return nil, nil
-		}
-		st.settled = true
-		st.ok, _ = args[0].(bool)
-		st.payload, _ = args[1].(string)
-		return nil, nil
-	}); err != nil {
+	if err := vm.RegisterHostFunc("__keep_settle", v.settle); err != nil {
 		return kt.Errorf(kt.ClassInternal, "%v", err)
 	}
 	if err := vm.RegisterHostFunc("__keep_armed", func(args []any) (any, error) { return v.armed, nil }); err != nil {
@@ -200,13 +156,76 @@ func (v *sandboxVM) load(lockdown bool) error {
 	if _, err := vm.EvalBytecode(pre); err != nil {
 		return kt.Errorf(kt.ClassInternal, "load keep prelude: %v", err)
 	}
-	if !lockdown {
+	if use == forDeclaration {
 		return nil
 	}
 	if _, err := vm.Call("__keep_lockdown"); err != nil {
 		return kt.Errorf(kt.ClassInternal, "lock the sandbox down: %v", err)
 	}
 	return nil
+}
+
+// abort ends the invocation with err: recorded for the host, and the VM
+// interrupted so that nothing the script catches goes on.
+func (v *sandboxVM) abort(err error) (any, error) {
+	if v.st != nil {
+		v.st.abortErr = err
+	}
+	v.vm.Interrupt()
+	return nil, err
+}
+
+// hostCall is __keep_host: a ctx call of the script, checked against the
+// invocation it belongs to, served by the host.
+func (v *sandboxVM) hostCall(args []any) (any, error) {
+	st := v.st
+	if len(args) != 3 {
+		return v.abort(errors.New("bad host call"))
+	}
+	method, _ := args[0].(string)
+	raw, _ := args[1].(string)
+	ep := epochOf(args[2])
+	if st == nil || v.host == nil {
+		if method == "log" {
+			return nil, nil // console.log while only the declaration is read
+		}
+		return v.abort(kt.Errorf(kt.ClassLogic, "ctx.%s is not available while the script is loading", method))
+	}
+	if st.abortErr != nil {
+		v.vm.Interrupt()
+		return nil, st.abortErr
+	}
+	if ep != v.epoch {
+		return v.abort(kt.Errorf(kt.ClassLogic, "the script used a ctx kept from an earlier call (ctx.%s); use the ctx each handler receives", method))
+	}
+	if st.settled {
+		return v.abort(kt.Errorf(kt.ClassLogic, "the script called the host after its handler had returned (a ctx kept from an earlier call, or a promise left running)"))
+	}
+	res, err := v.host(method, json.RawMessage(raw))
+	if errors.Is(err, ErrSuspend) {
+		st.suspended = true
+		return false, nil
+	}
+	if err != nil {
+		return v.abort(err)
+	}
+	if res == nil {
+		return nil, nil
+	}
+	return string(res), nil
+}
+
+// settle is __keep_settle: the handler of the current invocation returned
+// (ok) or threw, with its JSON payload.
+func (v *sandboxVM) settle(args []any) (any, error) {
+	st := v.st
+	if st == nil || st.settled || len(args) != 3 || epochOf(args[2]) != v.epoch {
+		return nil, nil
+	}
+	st.settled = true
+	st.ok, _ = args[0].(bool)
+	st.payload, _ = args[1].(string)
+	return nil, nil
 }
 
 // epochOf reads the invocation number the prelude passed back.
@@ -228,7 +247,7 @@ func epochOf(a any) int64 {
 // creation took: what an invocation pays when no idle VM is left.
 func NewVMCost(lim Limits) (time.Duration, error) {
 	start := time.Now()
-	v, err := newSandboxVM(lim, true)
+	v, err := newSandboxVM(lim, forHandlers)
 	if err != nil {
 		return 0, err
 	}

@@ -208,6 +208,24 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	f := filter{Status: q.Get("status"), Text: strings.TrimSpace(q.Get("q")), Since: q.Get("since")}
+	gs, stale := s.groupInputs(inputs, outputs, orphans, f)
+	data := map[string]any{"Status": ss[0], "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
+		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"}}
+	if q.Get("runs") == "1" {
+		runs, err := report.Runs(ctx, s.Store, wf, 100)
+		if err != nil {
+			s.failPage(w, r, err)
+			return
+		}
+		data["ShowRuns"], data["Runs"] = true, runs
+	}
+	s.render(w, r, "workflow", wf, data)
+}
+
+// groupInputs sorts the inputs that pass the filter into groups by source
+// and type, each with its outputs, and counts the inputs pending for more
+// than a week.
+func (s *Server) groupInputs(inputs []report.Input, outputs []report.Output, orphans []report.Item, f filter) (gs []group, stale int) {
 	byInput := map[string][]report.Output{}
 	for _, o := range outputs {
 		for _, id := range o.InputIDs {
@@ -219,7 +237,6 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		orphaned[o.ID] = true
 	}
 	now := s.Now()
-	stale := 0
 	groups := map[string]*group{}
 	var order []string
 	for _, in := range inputs {
@@ -227,7 +244,7 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		if in.Status == "pending" && now.Sub(created) > 7*24*time.Hour {
 			stale++
 		}
-		if f.Status == "orphaned" && !orphaned[in.ID] || f.Status != "" && f.Status != "orphaned" && in.Status != f.Status {
+		if f.Status == "orphaned" && !orphaned[in.ID] || f.Status != "" && f.Status != "orphaned" && string(in.Status) != f.Status {
 			continue
 		}
 		if f.Text != "" && !strings.Contains(strings.ToLower(in.Title+" "+in.ExternalID+" "+in.Key), strings.ToLower(f.Text)) {
@@ -248,21 +265,10 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		groups[k].Rows = append(groups[k].Rows, inputRow{Input: in, Outputs: byInput[in.ID]})
 	}
 	sort.Strings(order)
-	var gs []group
 	for _, k := range order {
 		gs = append(gs, *groups[k])
 	}
-	data := map[string]any{"Status": ss[0], "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
-		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"}}
-	if q.Get("runs") == "1" {
-		runs, err := report.Runs(ctx, s.Store, wf, 100)
-		if err != nil {
-			s.failPage(w, r, err)
-			return
-		}
-		data["ShowRuns"], data["Runs"] = true, runs
-	}
-	s.render(w, r, "workflow", wf, data)
+	return gs, stale
 }
 
 func (s *Server) back(w http.ResponseWriter, r *http.Request, to, msg string) {

@@ -21,7 +21,6 @@ import (
 
 // Exercise runs the suite. open returns a fresh, empty store.
 func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
-	ctx := context.Background()
 	cov := &coverage{called: map[string]bool{}}
 	cov.check(t)
 	run := func(name string, fn func(t *testing.T, s store.Store)) {
@@ -30,7 +29,20 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			fn(t, recordingStore{open(t), cov})
 		})
 	}
+	exerciseRows(run)
+	exerciseLookups(run)
+	exerciseDue(run)
+	exerciseTransactions(run)
+}
 
+// runCase runs one case of the suite on a fresh store. The exercise*
+// functions below are lists of independent cases, each a run(name, fn):
+// they are longer than 80 lines and read better whole, as tables of cases.
+type runCase func(name string, fn func(t *testing.T, s store.Store))
+
+// exerciseRows covers the ledgers' rows: workflows, versions, events, decisions, mutations.
+func exerciseRows(run runCase) {
+	ctx := context.Background()
 	run("workflow and versions round-trip", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			v := kt.Version{Workflow: "w", Major: 1, Script: "s1", CreatedAt: 1}
@@ -197,7 +209,11 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			return nil
 		}))
 	})
+}
 
+// exerciseLookups covers the lookups the engine and the reports make.
+func exerciseLookups(run runCase) {
+	ctx := context.Background()
 	run("pending excludes reserved and consumed, oldest first", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			for i := 0; i < 5; i++ {
@@ -320,7 +336,7 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 	})
 
 	run("inputs are unique per workflow and key", func(t *testing.T, s store.Store) {
-		in := kt.Input{ID: "i1", Workflow: "w", Key: "system:schedule:1", Kind: "input", Title: "t", CurrentAttempt: 1}
+		in := kt.Input{ID: "i1", Workflow: "w", Key: "system:schedule:1", Kind: kt.KindInput, Title: "t", CurrentAttempt: 1}
 		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.InputPut(in) }))
 		other := in
 		other.ID = "i2"
@@ -370,7 +386,7 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 	run("items and their attempts", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			for i, key := range []string{"email:b", "email:a"} {
-				it := kt.Input{ID: "it" + key, Workflow: "w", Key: key, Kind: "task", Title: "Email " + key, Status: kt.ItemProcessing,
+				it := kt.Input{ID: "it" + key, Workflow: "w", Key: key, Kind: kt.KindTask, Title: "Email " + key, Status: kt.ItemProcessing,
 					CurrentAttempt: 1, CreatedBy: "r1", LastRun: "r1", LastVersion: 3, CreatedAt: int64(10 + i), UpdatedAt: int64(10 + i)}
 				if err := tx.InputPut(it); err != nil {
 					return err
@@ -394,7 +410,7 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			it, err := tx.InputGet("itemail:a")
-			if err != nil || it.Status != kt.ItemDone || it.CurrentAttempt != 2 || it.LastRun != "r2" || it.LastVersion != 3 || it.Kind != "task" {
+			if err != nil || it.Status != kt.ItemDone || it.CurrentAttempt != 2 || it.LastRun != "r2" || it.LastVersion != 3 || it.Kind != kt.KindTask {
 				return fmt.Errorf("item %+v %v", it, err)
 			}
 			if _, err := tx.InputGet("nope"); !errors.Is(err, kt.ErrNotFound) {
@@ -451,7 +467,11 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			return nil
 		}))
 	})
+}
 
+// exerciseDue covers due work.
+func exerciseDue(run runCase) {
+	ctx := context.Background()
 	run("a closed store refuses transactions", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.WorkflowPut(kt.Workflow{Name: "w"}) }))
 		if err := s.Close(); err != nil {
@@ -495,7 +515,11 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 			return nil
 		}))
 	})
+}
 
+// exerciseTransactions covers transactions: serialized, isolated, cancelled.
+func exerciseTransactions(run runCase) {
+	ctx := context.Background()
 	run("due workflows: every reason, and every reason not to", func(t *testing.T, s store.Store) {
 		const now = 1000
 		type setup struct {
