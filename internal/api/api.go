@@ -120,8 +120,8 @@ func fail(w http.ResponseWriter, err error) {
 	var ve *engine.ValidationError
 	var se *script.SyntaxError
 	switch {
-	case errors.As(err, &ae) && ae.NotFound:
-		Error(w, http.StatusNotFound, "not_found", ae.Msg)
+	case errors.Is(err, engine.ErrNotFound):
+		Error(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
 	case errors.As(err, &ve):
@@ -207,7 +207,7 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 		wrow, err := tx.WorkflowGet(wf)
 		if err != nil {
 			if errors.Is(err, kt.ErrNotFound) {
-				return &engine.ActionError{Msg: fmt.Sprintf("there is no workflow %q", wf), NotFound: true}
+				return engine.Missing("there is no workflow %q", wf)
 			}
 			return err
 		}

@@ -25,24 +25,50 @@ const (
 	ResolveReprocess Resolution = "reprocess"
 )
 
-// ActionError is a person's action that does not apply; the message says why
-// and what to do. NotFound tells an unknown workflow, run or item apart from
-// an action that does not fit the current state.
+// ActionError is a person's action that does not apply; the message says
+// why and what to do. Its Code tells the kinds apart for errors.Is, as DBOS
+// codes its errors: errors.Is(err, ErrNotFound) for an unknown workflow,
+// run or item (an unknown action is one too), ErrUnknownAction for a verb
+// that is no action at all (a bad route), ErrNotApplicable for an action
+// that does not fit the current state.
 type ActionError struct {
-	Msg      string
-	NotFound bool
-	// UnknownAction marks a verb that is not an action at all (a bad route).
-	UnknownAction bool
+	Msg  string
+	Code ActionCode
 }
 
+// ActionCode is the kind of an ActionError.
+type ActionCode int
+
+const (
+	CodeNotApplicable ActionCode = iota
+	CodeNotFound
+	CodeUnknownAction
+)
+
+// The kinds of ActionError, for errors.Is.
+var (
+	ErrNotApplicable = &ActionError{Code: CodeNotApplicable}
+	ErrNotFound      = &ActionError{Code: CodeNotFound}
+	ErrUnknownAction = &ActionError{Code: CodeUnknownAction}
+)
+
 func (e *ActionError) Error() string { return e.Msg }
+
+// Is matches the sentinel of e's kind; an unknown action is also not found.
+func (e *ActionError) Is(target error) bool {
+	t, ok := target.(*ActionError)
+	return ok && (t.Code == e.Code || t.Code == CodeNotFound && e.Code == CodeUnknownAction)
+}
 
 func refuse(format string, args ...any) error { return &ActionError{Msg: fmt.Sprintf(format, args...)} }
 
 // missing is refuse for something that does not exist.
 func missing(format string, args ...any) error {
-	return &ActionError{Msg: fmt.Sprintf(format, args...), NotFound: true}
+	return &ActionError{Msg: fmt.Sprintf(format, args...), Code: CodeNotFound}
 }
+
+// Missing is the error for a workflow, run or item that does not exist.
+func Missing(format string, args ...any) error { return missing(format, args...) }
 
 type actorKey struct{}
 
@@ -433,7 +459,7 @@ func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now ti
 		queued, err = RunNow(ctx, st, wf, now)
 		msg = fmt.Sprintf("%d producers of %s queued", queued, wf)
 	default:
-		return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), NotFound: true, UnknownAction: true}
+		return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), Code: CodeUnknownAction}
 	}
 	if err != nil {
 		return "", 0, err
@@ -449,5 +475,5 @@ func ItemAction(ctx context.Context, st store.Store, ref ItemRef, verb string, n
 	case "reprocess":
 		return ReprocessItem(ctx, st, ref, now)
 	}
-	return "", &ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), NotFound: true, UnknownAction: true}
+	return "", &ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), Code: CodeUnknownAction}
 }

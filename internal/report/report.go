@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 
@@ -148,7 +147,7 @@ func inputRow(in kt.Input, status kt.ItemStatus) Input {
 
 func noWorkflow(wf string, err error) error {
 	if errors.Is(err, kt.ErrNotFound) {
-		return &engine.ActionError{Msg: fmt.Sprintf("there is no workflow %q (see `keep status`)", wf), NotFound: true}
+		return engine.Missing("there is no workflow %q (see `keep status`)", wf)
 	}
 	return err
 }
@@ -452,7 +451,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) 
 	err := st.View(ctx, func(tx store.Tx) error {
 		r, err := tx.RunGet(id)
 		if errors.Is(err, kt.ErrNotFound) {
-			return &engine.ActionError{Msg: fmt.Sprintf("there is no run %q (see `keep runs WORKFLOW`)", id), NotFound: true}
+			return engine.Missing("there is no run %q (see `keep runs WORKFLOW`)", id)
 		}
 		if err != nil {
 			return err

@@ -134,9 +134,8 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 }
 
 func (s *Server) failPage(w http.ResponseWriter, r *http.Request, err error) {
-	var ae *engine.ActionError
 	status := http.StatusInternalServerError
-	if errors.As(err, &ae) && ae.NotFound {
+	if errors.Is(err, engine.ErrNotFound) {
 		status = http.StatusNotFound
 	}
 	w.WriteHeader(status)
@@ -328,9 +327,8 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 
 // acted sends a person back to the page they acted on, with what happened.
 func (s *Server) acted(w http.ResponseWriter, r *http.Request, to, wf, msg string, err error) {
-	var ae *engine.ActionError
 	switch {
-	case errors.As(err, &ae) && ae.UnknownAction:
+	case errors.Is(err, engine.ErrUnknownAction):
 		http.NotFound(w, r) // an unknown action: no such page
 		return
 	case err != nil:
