@@ -50,6 +50,26 @@ func TestItemsCommands(t *testing.T) {
 	if !strings.Contains(r.out, "Attempt 1") || !strings.Contains(r.out, "Attempt 2") || !strings.Contains(r.out, "← current") {
 		t.Fatalf("show item text:\n%s", r.out)
 	}
+	// The tree: the writes of the last attempt hang under └─ without a
+	// stem (issue 12: "│  ├─" was drawn under "└─").
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "   └─ files.write") || !strings.Contains(r.out, "\n│  └─ files.write") {
+		t.Fatalf("show item tree:\n%s", r.out)
+	}
+	// show input takes the id `keep inputs` prints and the item's key.
+	for _, ref := range []string{items[0]["id"].(string), key} {
+		r = keep(t, "show", "input", "--data", data, ref, "--json")
+		var in struct {
+			Input   map[string]any
+			Outputs []map[string]any
+		}
+		if err := json.Unmarshal([]byte(r.out), &in); r.code != 0 || err != nil || in.Input["key"] != key || len(in.Outputs) != 2 {
+			t.Fatalf("show input %s: exit %d %v\n%s%s", ref, r.code, err, r.out, r.err)
+		}
+	}
+	if r := keep(t, "show", "input", "--data", data, "nope"); r.code != 1 || !strings.Contains(r.err, `there is no item "nope"`) {
+		t.Fatalf("show input unknown: %d %s", r.code, r.err)
+	}
 	if r := keep(t, "skip", "--data", data, "nope"); r.code != 1 || !strings.Contains(r.err, `there is no item "nope"`) {
 		t.Fatalf("skip unknown: %d %s", r.code, r.err)
 	}

@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"errors"
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/api"
-	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -71,144 +70,92 @@ func (a *app) statusCmd() *cobra.Command {
 	return c
 }
 
-func (a *app) inputsCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withReadStore(func(st store.Store) error {
-				ins, err := report.Inputs(cmd.Context(), st, args[0])
-				if err != nil {
-					return err
-				}
-				if a.jsonOut {
-					return a.printJSON(nonNil(ins))
-				}
-				a.printInputs(ins)
-				return nil
-			})
-		},
+// reader makes c a read command: fetch reads what report computes, which
+// is printed as JSON with --json, else as text by show.
+func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, st store.Store, args []string) (T, error), show func(ctx context.Context, st store.Store, v T) error) *cobra.Command {
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		return a.withReadStore(func(st store.Store) error {
+			v, err := fetch(cmd.Context(), st, args)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(v)
+			}
+			return show(cmd.Context(), st, v)
+		})
 	}
 	a.addJSON(c)
 	return c
 }
 
-func (a *app) outputsCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withReadStore(func(st store.Store) error {
-				outs, err := report.Outputs(cmd.Context(), st, args[0])
-				if err != nil {
-					return err
-				}
-				if a.jsonOut {
-					return a.printJSON(nonNil(outs))
-				}
-				ins, err := report.Inputs(cmd.Context(), st, args[0])
-				if err != nil {
-					return err
-				}
-				a.printOutputs(outs, ins)
-				return nil
-			})
+func (a *app) inputsCmd() *cobra.Command {
+	return reader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, st store.Store, args []string) ([]report.Input, error) {
+			ins, err := report.Inputs(ctx, st, args[0])
+			return nonNil(ins), err
 		},
-	}
-	a.addJSON(c)
-	return c
+		func(_ context.Context, _ store.Store, ins []report.Input) error { a.printInputs(ins); return nil })
+}
+
+func (a *app) outputsCmd() *cobra.Command {
+	var wf string
+	return reader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, st store.Store, args []string) ([]report.Output, error) {
+			wf = args[0]
+			outs, err := report.Outputs(ctx, st, wf)
+			return nonNil(outs), err
+		},
+		func(ctx context.Context, st store.Store, outs []report.Output) error {
+			ins, err := report.Inputs(ctx, st, wf)
+			if err != nil {
+				return err
+			}
+			a.printOutputs(outs, ins)
+			return nil
+		})
 }
 
 func (a *app) runsCmd() *cobra.Command {
 	var limit int
-	c := &cobra.Command{
-		Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withReadStore(func(st store.Store) error {
-				rs, err := report.Runs(cmd.Context(), st, args[0], limit)
-				if err != nil {
-					return err
-				}
-				if a.jsonOut {
-					return a.printJSON(nonNil(rs))
-				}
-				w := a.table()
-				fmt.Fprintln(w, "RUN\tHANDLER\tPHASE\tSTATUS\tCREATED\tERROR")
-				for _, r := range rs {
-					msg := ""
-					if r.Error != nil {
-						msg = crop(r.Error.Message, 60)
-					}
-					fmt.Fprintf(w, "%s\t%s %s\t%s\t%s\t%s\t%s\n", r.ID, r.HandlerType, r.Handler, r.Phase, r.Status, r.CreatedAt, msg)
-				}
-				w.Flush()
-				return nil
-			})
+	c := reader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, st store.Store, args []string) ([]report.Run, error) {
+			rs, err := report.Runs(ctx, st, args[0], limit)
+			return nonNil(rs), err
 		},
-	}
+		func(_ context.Context, _ store.Store, rs []report.Run) error {
+			w := a.table()
+			fmt.Fprintln(w, "RUN\tHANDLER\tPHASE\tSTATUS\tCREATED\tERROR")
+			for _, r := range rs {
+				msg := ""
+				if r.Error != nil {
+					msg = crop(r.Error.Message, 60)
+				}
+				fmt.Fprintf(w, "%s\t%s %s\t%s\t%s\t%s\t%s\n", r.ID, r.HandlerType, r.Handler, r.Phase, r.Status, r.CreatedAt, msg)
+			}
+			return w.Flush()
+		})
 	c.Flags().IntVar(&limit, "limit", 50, "how many runs to list (0 = all)")
-	a.addJSON(c)
 	return c
 }
 
 func (a *app) showCmd() *cobra.Command {
-	show := &cobra.Command{Use: "show", Short: "show one run or input in full"}
-	runC := &cobra.Command{
-		Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withReadStore(func(st store.Store) error {
-				d, err := report.ShowRun(cmd.Context(), st, args[0])
-				if err != nil {
-					return err
-				}
-				if a.jsonOut {
-					return a.printJSON(d)
-				}
-				a.printRun(d)
-				return nil
-			})
+	show := &cobra.Command{Use: "show", Short: "show one run, input or item in full"}
+	runC := reader(a, &cobra.Command{Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, st store.Store, args []string) (report.RunDetail, error) {
+			return report.ShowRun(ctx, st, args[0])
 		},
-	}
-	inputC := &cobra.Command{
-		Use: "input ID", Short: "show an input and what it caused", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withReadStore(func(st store.Store) error {
-				return st.View(cmd.Context(), func(tx store.Tx) error {
-					in, err := tx.InputGet(args[0])
-					if errors.Is(err, kt.ErrNotFound) {
-						return fmt.Errorf("there is no input %q (see `keep inputs WORKFLOW`)", args[0])
-					}
-					if err != nil {
-						return err
-					}
-					status, err := report.InputStatus(tx, in)
-					if err != nil {
-						return err
-					}
-					ms, err := tx.MutationList(in.Workflow)
-					if err != nil {
-						return err
-					}
-					var outs []report.Output
-					for _, m := range ms {
-						for _, id := range m.ItemKeys {
-							if id == in.ID {
-								outs = append(outs, report.OutputRow(m))
-							}
-						}
-					}
-					row := report.Input{ID: in.ID, Key: in.Key, Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Title: in.Title,
-						Status: status, Attempt: in.CurrentAttempt, CreatedAt: report.Time(in.CreatedAt), UpdatedAt: report.Time(in.UpdatedAt)}
-					if a.jsonOut {
-						return a.printJSON(map[string]any{"input": row, "outputs": nonNil(outs)})
-					}
-					fmt.Fprintf(a.out, "input %s\n  title:  %s\n  source: %s/%s id %s\n  status: %s\n  attempt: %d\n\n", in.ID, in.Title, in.Source, in.Type, in.ExternalID, status, in.CurrentAttempt)
-					a.printOutputs(outs, []report.Input{row})
-					return nil
-				})
-			})
+		func(_ context.Context, _ store.Store, d report.RunDetail) error { a.printRun(d); return nil })
+	inputC := reader(a, &cobra.Command{Use: "input ID|KEY", Short: "show an input and what it caused (by the id `keep inputs` prints, or its key source:type:id)", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, st store.Store, args []string) (report.InputDetail, error) {
+			return report.ShowInput(ctx, st, args[0])
 		},
-	}
-	a.addJSON(runC)
-	inputC.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+		func(_ context.Context, _ store.Store, d report.InputDetail) error {
+			in := d.Input
+			fmt.Fprintf(a.out, "input %s\n  title:  %s\n  source: %s/%s id %s\n  status: %s\n  attempt: %d\n\n", in.ID, in.Title, in.Source, in.Type, in.ExternalID, in.Status, in.Attempt)
+			a.printOutputs(d.Outputs, []report.Input{in})
+			return nil
+		})
 	show.AddCommand(runC, inputC, a.showItemCmd())
 	return show
 }

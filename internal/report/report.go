@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 
@@ -485,6 +486,41 @@ func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) 
 			d.Trace = tr.Entries
 		}
 		d.Dropped = tr.Dropped
+		return nil
+	})
+	return d, err
+}
+
+// InputDetail is an input and the writes it caused (`keep show input`).
+type InputDetail struct {
+	Input   Input    `json:"input"`
+	Outputs []Output `json:"outputs"`
+}
+
+// ShowInput reads an input by its id or its key (source:type:id), in any
+// workflow, with its outputs.
+func ShowInput(ctx context.Context, st store.Store, ref string) (InputDetail, error) {
+	var d InputDetail
+	err := st.View(ctx, func(tx store.Tx) error {
+		in, err := engine.FindItem(tx, "", ref)
+		if err != nil {
+			return err
+		}
+		status, err := InputStatus(tx, in)
+		if err != nil {
+			return err
+		}
+		d.Input = inputRow(in, status)
+		ms, err := tx.MutationList(in.Workflow)
+		if err != nil {
+			return err
+		}
+		d.Outputs = []Output{}
+		for _, m := range ms {
+			if slices.Contains(m.ItemKeys, in.ID) {
+				d.Outputs = append(d.Outputs, OutputRow(m))
+			}
+		}
 		return nil
 	})
 	return d, err
