@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,14 +24,35 @@ func keep(t *testing.T, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
-// quickstart copies the example into a temp dir so its out/ stays there.
+// quickstartOrders are the tests' own three orders: what a user drops into
+// examples/quickstart/incoming/ (as the README suggests) must not change
+// what the tests see (issue 12).
+var quickstartOrders = map[string]string{
+	"order-1001.json": `{ "id": 1001, "customer": "alice@example.com", "items": [ { "sku": "MUG-BLUE", "qty": 2, "price": 12.5 } ] }`,
+	"order-1002.json": `{ "id": 1002, "customer": "bob@example.com", "items": [ { "sku": "TEA-GREEN", "qty": 1, "price": 8 }, { "sku": "CUP", "qty": 4, "price": 3.25 } ] }`,
+	"order-1003.json": `{ "id": 1003, "customer": "carol@example.com", "items": [ { "sku": "POT-CAST", "qty": 1, "price": 49 } ] }`,
+}
+
+// quickstart sets up the example's script in a temp dir with the tests'
+// own orders, so its out/ stays there.
 func quickstart(t *testing.T) (dir, data string) {
 	t.Helper()
 	dir = t.TempDir()
-	if out, err := exec.Command("cp", "-r", "../../examples/quickstart/.", dir).CombinedOutput(); err != nil {
-		t.Fatalf("copy example: %v %s", err, out)
+	src, err := os.ReadFile("../../examples/quickstart/workflow.js")
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.RemoveAll(filepath.Join(dir, "out"))
+	if err := os.MkdirAll(filepath.Join(dir, "incoming"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "workflow.js"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, order := range quickstartOrders {
+		if err := os.WriteFile(filepath.Join(dir, "incoming", name), []byte(order), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return dir, filepath.Join(dir, "data")
 }
 
