@@ -94,6 +94,34 @@ type Method struct {
 	Target func(args map[string]any) string
 	// RequiresApproval makes every call of this method wait for a person.
 	RequiresApproval bool
+	// Doc says what a script author needs: docs/scripts.md is generated
+	// from it (`keep connectors --markdown`), and a test fails when a method
+	// has none or the document is stale.
+	Doc MethodDoc
+}
+
+// MethodDoc describes a method for script authors.
+type MethodDoc struct {
+	// Summary says what the method does, in a sentence.
+	Summary string
+	// Kind says which calls are reads and which writes, when KindOf decides.
+	Kind string
+	// Params are its arguments (one object: ctx.tool.method({ ... })).
+	Params []Param
+	// Result is the shape of what it returns.
+	Result string
+	// Reconcile says how keep finds out whether an uncertain write happened.
+	Reconcile string
+	// Errors says what failures a script sees and how keep treats them.
+	Errors string
+}
+
+// Param is one argument of a method.
+type Param struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Required bool   `json:"required"`
+	Doc      string `json:"doc"`
 }
 
 // KindFor returns the kind of one call.
@@ -117,7 +145,9 @@ func (m *Method) CanReconcile(args map[string]any) bool {
 
 // Connector is a named set of methods.
 type Connector struct {
-	Name    string
+	Name string
+	// Doc says what the connector reaches and how it is set up.
+	Doc     string
 	Methods map[string]*Method
 	// Sources lists the input sources and types registerInput accepts from this connector.
 	Sources map[string][]string

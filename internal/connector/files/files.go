@@ -42,12 +42,28 @@ func New(root string) *connector.Connector {
 	f := &folder{root: root}
 	return &connector.Connector{
 		Name: "files",
+		Doc: "A local folder, no credentials: `keep run FILE` roots it at the script's folder, `keep serve` at `DATA/files` " +
+			"(`--files-root` changes it). Paths are relative to the root; absolute paths, `..` and symbolic links that lead out of it are refused.",
 		Sources: map[string][]string{
 			"files": {"file"},
 		},
 		Methods: map[string]*connector.Method{
-			"list": {Name: "list", Kind: connector.KindRead, Do: f.list},
-			"read": {Name: "read", Kind: connector.KindReadByID, Do: f.read, Validate: needString("path")},
+			"list": {Name: "list", Kind: connector.KindRead, Do: f.list, Doc: connector.MethodDoc{
+				Summary: "Lists the regular files of a folder whose names match a glob, sorted by name (folders, devices and links out of the root are left out).",
+				Params: []connector.Param{
+					{Name: "dir", Type: "string", Doc: "the folder, relative to the root (default: the root)"},
+					{Name: "glob", Type: "string", Doc: "a pattern for the file names, e.g. `*.json` (default `*`)"},
+				},
+				Result: "an array of `{ path, name, size, modTime }` (`path` relative to the root, `modTime` an ISO time); `[]` when the folder does not exist.",
+				Errors: "a bad glob is a logic error; a folder keep may not read is a permission error; other I/O errors are transient (retried).",
+			}},
+			"read": {Name: "read", Kind: connector.KindReadByID, Do: f.read, Validate: needString("path"), Doc: connector.MethodDoc{
+				Summary: "Reads one file as text.",
+				Params:  []connector.Param{{Name: "path", Type: "string", Required: true, Doc: "the file, relative to the root"}},
+				Result:  "`{ path, content, sha256 }`.",
+				Errors: fmt.Sprintf("a missing file is a precondition error (the run waits for a person); a file that is not a regular file, "+
+					"or a path out of the root, a permission error; a file over %d MiB a logic error.", MaxFileBytes>>20),
+			}},
 			"write": {Name: "write", Kind: connector.KindMutate, Identity: []string{"path"}, Do: f.write,
 				Validate: func(a map[string]any) error {
 					if err := needString("path")(a); err != nil {
@@ -61,6 +77,18 @@ func New(root string) *connector.Connector {
 				Reconcile:      f.reconcileWrite,
 				ComparePayload: compareContent,
 				Target:         func(a map[string]any) string { return "file " + str(a["path"]) },
+				Doc: connector.MethodDoc{
+					Summary: "Writes one file atomically (a temporary file, fsync, rename): a crash leaves the old content or the new, never half. Folders are created.",
+					Params: []connector.Param{
+						{Name: "path", Type: "string", Required: true, Doc: "the file, relative to the root"},
+						{Name: "content", Type: "string", Required: true, Doc: "the whole new content (`JSON.stringify` objects)"},
+					},
+					Result: "`{ path, sha256, bytes }`.",
+					Reconcile: "reads the file: the same content (by SHA-256) means it happened; no file means it did not (believed only once a second check agrees after the settle time); " +
+						"other content means keep cannot tell yet and checks again.",
+					Errors: "a path out of the root is a permission error, a missing root folder a precondition error, other I/O errors transient; " +
+						"a failed sync of the folder after the rename leaves the outcome unknown, which reconcile settles.",
+				},
 			},
 		},
 	}

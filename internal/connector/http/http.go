@@ -46,7 +46,9 @@ func New() *connector.Connector {
 		}},
 	}
 	return &connector.Connector{
-		Name:    "http",
+		Name: "http",
+		Doc: "Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. " +
+			"Credentials go in `headers` (e.g. `Authorization`); they are masked wherever a call is shown.",
 		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
 		Methods: map[string]*connector.Method{
 			"request": {
@@ -65,9 +67,33 @@ func New() *connector.Connector {
 				ReconcileWhen:  func(a map[string]any) bool { _, ok := a["reconcile"].(map[string]any); return ok },
 				ComparePayload: compare,
 				Target:         func(a map[string]any) string { return methodOf(a) + " " + redactURL(str(a["url"])) },
+				Doc:            requestDoc,
 			},
 		},
 	}
+}
+
+// requestDoc is http.request as docs/scripts.md shows it.
+var requestDoc = connector.MethodDoc{
+	Summary: "Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once.",
+	Kind:    "GET and HEAD are reads (producers, prepare, mutate); POST, PUT, PATCH and DELETE are writes (mutate, or an item's handler)",
+	Params: []connector.Param{
+		{Name: "url", Type: "string", Required: true, Doc: "an absolute http(s) URL"},
+		{Name: "method", Type: "string", Doc: "GET (default), HEAD, POST, PUT, PATCH or DELETE"},
+		{Name: "headers", Type: "object of strings", Doc: "request headers"},
+		{Name: "json", Type: "any", Doc: "a body sent as JSON (sets `Content-Type: application/json`)"},
+		{Name: "body", Type: "string", Doc: "a raw body (not with `json`)"},
+		{Name: "timeoutMs", Type: "number", Doc: "the call's time limit, 1 to 600000 ms (default: the policy's `tool_timeout`)"},
+		{Name: "reconcile", Type: "{ method?, url, headers? }", Doc: "a probe that finds the write afterwards; `{idempotencyKey}` in its url is replaced by the write's key. Without it an uncertain write goes to a person"},
+		{Name: "subkey", Type: "string", Doc: "tells apart two writes of one run to the same method and url"},
+	},
+	Result: "`{ status, headers, body, json }`: `headers` in lower case (no `set-cookie`), `body` the text, `json` the parsed body or `null`. " +
+		"A reconciled write returns the probe's answer with `reconciled: true` and `via` (the probe's method and url).",
+	Reconcile: "only with a `reconcile` probe: 2xx means it happened, 404 or 410 that it did not (believed once a second probe agrees after the settle time), anything else that keep cannot tell yet.",
+	Errors: "reads: 401/403 permission, 408/429/5xx and network errors transient (retried), 404/410 returned as they are, other 4xx logic. " +
+		"Writes: 2xx applied; a redirect or 4xx a logic error (404/409/410/412 precondition, 401/403 permission, 408/429 transient) and certainly not applied; " +
+		"5xx, or no complete answer after the request went out, an unknown outcome that reconcile settles (or a person, without a probe); " +
+		"a connection refused before anything was sent is transient.",
 }
 
 type client struct{ reads, writes *nethttp.Client }

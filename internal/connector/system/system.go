@@ -12,6 +12,7 @@ import "github.com/keep-run/keep/internal/connector"
 func New() *connector.Connector {
 	return &connector.Connector{
 		Name:    "system",
+		Doc:     "Time and randomness are `ctx.now()` and `ctx.random()` (recorded in the trace); this connector only lends its source to `ctx.registerInput`, for inputs that are not from the outside (a schedule tick, a random draw).",
 		Sources: map[string][]string{"system": {"schedule", "random"}},
 		Methods: map[string]*connector.Method{},
 	}
