@@ -71,6 +71,9 @@ func (a *app) printOutputs(outputs []report.Output, inputs []report.Input) {
 
 func (a *app) printCard(c report.Card) {
 	fmt.Fprintf(a.out, "BLOCKED  run %s (%s %s, %s)\n", c.RunID, c.Workflow, c.Handler, c.Status)
+	if c.Title != "" {
+		fmt.Fprintf(a.out, "  about:   %s\n", c.Title)
+	}
 	if c.Mutation != nil {
 		fmt.Fprintf(a.out, "  what:    %s.%s → %s\n", c.Mutation.Tool, c.Mutation.Method, c.Mutation.Target)
 		if b, err := json.Marshal(c.Mutation.Args); err == nil {
@@ -101,10 +104,20 @@ func (a *app) printCard(c report.Card) {
 func (a *app) printRun(d report.RunDetail) {
 	r := d.Run
 	fmt.Fprintf(a.out, "run %s\n  workflow: %s (version id %d)\n  handler:  %s %s\n  phase:    %s\n  status:   %s\n", r.ID, r.Workflow, r.Version, r.HandlerType, r.Handler, r.Phase, r.Status)
-	if r.RetryOf != "" {
-		fmt.Fprintf(a.out, "  retry of: %s\n", r.RetryOf)
+	if r.Title != "" {
+		fmt.Fprintf(a.out, "  title:    %s\n", r.Title)
 	}
-	if r.Error != nil {
+	if r.RetryOf != "" {
+		fmt.Fprintf(a.out, "  retry of: %s (automatic retry %d)\n", r.RetryOf, r.RetryCount)
+	}
+	if r.NextAttemptAt != "" {
+		fmt.Fprintf(a.out, "  next:     keep tries it again at %s (retry %d)\n", r.NextAttemptAt, r.RetryCount+1)
+	}
+	switch {
+	case r.Error == nil:
+	case r.Error.Class == "":
+		fmt.Fprintf(a.out, "  waiting:  %s\n", r.Error.Message)
+	default:
 		fmt.Fprintf(a.out, "  error:    %s: %s\n", r.Error.Class, r.Error.Message)
 	}
 	if mut := d.Mutation; mut != nil {

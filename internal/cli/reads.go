@@ -125,13 +125,13 @@ func (a *app) runsCmd() *cobra.Command {
 		},
 		func(_ context.Context, _ store.Store, rs []report.Run) error {
 			w := a.table()
-			fmt.Fprintln(w, "RUN\tHANDLER\tPHASE\tSTATUS\tCREATED\tERROR")
+			fmt.Fprintln(w, "RUN\tHANDLER\tABOUT\tPHASE\tSTATUS\tCREATED\tERROR")
 			for _, r := range rs {
 				msg := ""
 				if r.Error != nil {
 					msg = crop(r.Error.Message, 60)
 				}
-				fmt.Fprintf(w, "%s\t%s %s\t%s\t%s\t%s\t%s\n", r.ID, r.HandlerType, r.Handler, r.Phase, r.Status, r.CreatedAt, msg)
+				fmt.Fprintf(w, "%s\t%s %s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.HandlerType, r.Handler, crop(r.Title, 40), r.Phase, r.Status, r.CreatedAt, msg)
 			}
 			return w.Flush()
 		})

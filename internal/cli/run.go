@@ -36,7 +36,7 @@ func (a *app) runCmd() *cobra.Command {
 			if filesRoot == "" {
 				filesRoot = filepath.Dir(args[0])
 			}
-			k, ctx, done, err := a.startEngine(configFile, filesRoot)
+			k, ctx, done, err := a.startEngine(configFile, filesRoot, a.printNotice)
 			if err != nil {
 				return err
 			}
@@ -81,6 +81,12 @@ func (a *app) runCmd() *cobra.Command {
 	c.Flags().BoolVar(&major, "major", false, "deploy as a major version")
 	a.addJSON(c)
 	return c
+}
+
+// printNotice prints, while keep run waits, what keep does by itself (a
+// retry scheduled): on stderr, so that --json stays one document.
+func (a *app) printNotice(n engine.Notice) {
+	fmt.Fprintf(a.errOut, "%s  %s: %s\n", time.Now().Format("15:04:05"), n.Workflow, n.Text)
 }
 
 func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.DeployResult) (bool, error) {

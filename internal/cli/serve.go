@@ -14,6 +14,7 @@ import (
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -29,7 +30,7 @@ func (a *app) serveCmd() *cobra.Command {
 			if addr != "" && !api.IsLoopback(addr) && token == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
 			}
-			k, ctx, done, err := a.startEngine(configFile, filesRoot)
+			k, ctx, done, err := a.startEngine(configFile, filesRoot, nil)
 			if err != nil {
 				return err
 			}
@@ -66,8 +67,9 @@ func (a *app) serveCmd() *cobra.Command {
 
 // startEngine opens the engine on the data directory (keep serve, keep run)
 // with a context that ends on Ctrl-C or SIGTERM; done releases it all.
-func (a *app) startEngine(configFile, filesRoot string) (*daemon.Keep, context.Context, func(), error) {
-	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: configFile, FilesRoot: filesRoot})
+// notify, when set, receives what keep does by itself meanwhile.
+func (a *app) startEngine(configFile, filesRoot string, notify func(engine.Notice)) (*daemon.Keep, context.Context, func(), error) {
+	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: configFile, FilesRoot: filesRoot, Notify: notify})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -45,6 +45,8 @@ type Options struct {
 	FilesRoot string
 	// Logger defaults to a text logger on stderr at warn level.
 	Logger *slog.Logger
+	// Notify receives what a person watching should know (engine.Notice).
+	Notify func(engine.Notice)
 }
 
 // ErrBusy means another keep process owns the data directory's engine.
@@ -152,7 +154,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
 	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), Policy: &cfg.Policy, Logger: logger,
-		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics,
+		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()
 			k.Hub.Publish(wf)

@@ -49,6 +49,17 @@ type Options struct {
 	OnChange func(workflow string)
 	// Observer, when set, is told about finished runs and sandbox calls (metrics).
 	Observer Observer
+	// Notify, when set, is told what a person watching should know while
+	// keep works on by itself: a retry scheduled, retries given up (keep
+	// run prints them, so a wait is never silent).
+	Notify func(Notice)
+}
+
+// Notice is something a person watching should know, as one line.
+type Notice struct {
+	Workflow string
+	RunID    string
+	Text     string
 }
 
 // Observer receives measurements; the metrics package implements it.
@@ -67,6 +78,7 @@ type Engine struct {
 	atStep   func(step string)
 	onChange func(string)
 	observer Observer
+	notify   func(Notice)
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
@@ -74,7 +86,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy = *o.Policy
 	} else {

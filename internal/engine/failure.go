@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/keep-run/keep/internal/config"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -37,11 +38,7 @@ func (x *runExec) fail(cause error) error {
 	switch class {
 	case kt.ClassTransient:
 		run.Status = kt.StatusTransient
-		if run.RetryCount < e.policy.TransientRetries {
-			run.NextAttemptAt = now + config.Backoff(e.policy.TransientBackoff, e.policy.TransientBackoffMax, run.RetryCount+1).Milliseconds()
-		} else {
-			run.ErrorMessage = fmt.Sprintf("%s — gave up after %d automatic retries; try again or skip", msg, run.RetryCount)
-		}
+		x.scheduleRetry(msg, now)
 	case kt.ClassLogic:
 		run.Status = kt.StatusFailedLogic
 	case kt.ClassPermission, kt.ClassPrecondition:
@@ -71,6 +68,31 @@ func (x *runExec) fail(cause error) error {
 		w.Paused, w.PausedReason, w.UpdatedAt = true, "internal error in run "+run.ID+": "+msg, now
 		return tx.WorkflowPut(w)
 	})
+}
+
+// scheduleRetry sets when a transiently failed run is tried again (the
+// policy's backoff), or says that keep gave up; either is told to a person
+// watching (Notify), so a wait is never silent.
+func (x *runExec) scheduleRetry(msg string, now int64) {
+	e, run := x.e, x.run
+	who := fmt.Sprintf("%s %s", run.HandlerType, run.Handler)
+	if run.RetryCount < e.policy.TransientRetries {
+		delay := config.Backoff(e.policy.TransientBackoff, e.policy.TransientBackoffMax, run.RetryCount+1)
+		run.NextAttemptAt = now + delay.Milliseconds()
+		x.notify(fmt.Sprintf("%s: %s; retry %d of %d in %s", who, msg, run.RetryCount+1, e.policy.TransientRetries, delay))
+		return
+	}
+	// "it will be sent again" was true of the retry that did not come.
+	msg = strings.TrimSuffix(msg, "; it will be sent again")
+	run.ErrorMessage = fmt.Sprintf("%s — keep retried %d times and gave up; try again or skip", msg, run.RetryCount)
+	x.notify(fmt.Sprintf("%s: %s", who, run.ErrorMessage))
+}
+
+// notify tells a person watching about this run.
+func (x *runExec) notify(text string) {
+	if x.e.notify != nil {
+		x.e.notify(Notice{Workflow: x.wf.Name, RunID: x.run.ID, Text: text})
+	}
 }
 
 // releasesReservations applies SPEC §4's reset rules: a failure before

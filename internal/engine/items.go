@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -320,7 +321,7 @@ func (h *host) itemBlock(mut *kt.Mutation) error {
 	if mut.CanReconcile {
 		verify = "keep could not establish whether it happened; Try again, or look yourself and choose It didn't happen or Skip"
 	}
-	return kt.Errorf(kt.ClassIndeterminate, "outcome unknown: %s — %s. %s", mut.Target, mut.ErrorMessage, verify)
+	return kt.Errorf(kt.ClassIndeterminate, "outcome unknown: %s — %s. %s", mut.Target, strings.TrimPrefix(mut.ErrorMessage, mut.Target+": "), verify)
 }
 
 // itemReconcile is the inline reconcile of an item mutation.

@@ -240,6 +240,9 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 		// Recovered after a crash: nothing recorded an answer.
 		why = "keep stopped while the call was under way, before its answer was recorded"
 	}
+	// The connector's message often starts with the target the card
+	// names already ("POST X — POST X: …" read twice).
+	why = strings.TrimPrefix(why, mut.Target+": ")
 	x.e.ensurePendingCall(run, *mut)
 	verify := "keep cannot check whether it happened (this call has no reconcile): look at the target yourself, then choose It didn't happen (send again) or Skip"
 	if mut.CanReconcile {

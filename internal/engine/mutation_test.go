@@ -199,7 +199,7 @@ func TestTransientBackoffThenEscalation(t *testing.T) {
 	wf := e.deploy(hookScript("", ""))
 	e.settle()
 	r := e.open(wf)
-	if r.Status != kt.StatusTransient || r.NextAttemptAt != 0 || !strings.Contains(r.ErrorMessage, "gave up after 2 automatic retries") {
+	if r.Status != kt.StatusTransient || r.NextAttemptAt != 0 || !strings.Contains(r.ErrorMessage, "keep retried 2 times and gave up") {
 		t.Fatalf("run %s next=%d %q", r.Status, r.NextAttemptAt, r.ErrorMessage)
 	}
 	if e.sink.Requests() != 3 || len(e.sink.Writes()) != 0 {

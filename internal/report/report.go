@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -57,18 +58,24 @@ type ErrorInfo struct {
 
 // Run is one row of `keep runs`.
 type Run struct {
-	ID          string     `json:"id"`
-	Workflow    string     `json:"workflow"`
-	Handler     string     `json:"handler"`
-	HandlerType string     `json:"handlerType"`
-	Phase       string     `json:"phase"`
-	Status      string     `json:"status"`
-	RetryOf     string     `json:"retryOf"`
-	Version     int64      `json:"version"`
-	Error       *ErrorInfo `json:"error"`
-	CreatedAt   string     `json:"createdAt"`
-	UpdatedAt   string     `json:"updatedAt"`
-	FinishedAt  string     `json:"finishedAt,omitempty"`
+	ID          string `json:"id"`
+	Workflow    string `json:"workflow"`
+	Handler     string `json:"handler"`
+	HandlerType string `json:"handlerType"`
+	Phase       string `json:"phase"`
+	Status      string `json:"status"`
+	RetryOf     string `json:"retryOf"`
+	// Title is what the run is about: the ui.title its prepare returned.
+	Title string `json:"title,omitempty"`
+	// RetryCount is how many automatic retries came before this run;
+	// NextAttemptAt is when keep tries it again by itself (a transient failure).
+	RetryCount    int        `json:"retryCount"`
+	NextAttemptAt string     `json:"nextAttemptAt,omitempty"`
+	Version       int64      `json:"version"`
+	Error         *ErrorInfo `json:"error"`
+	CreatedAt     string     `json:"createdAt"`
+	UpdatedAt     string     `json:"updatedAt"`
+	FinishedAt    string     `json:"finishedAt,omitempty"`
 }
 
 // Status is one row of `keep status`.
@@ -80,6 +87,8 @@ type Status struct {
 	BlockedRunID  string `json:"blockedRunId"`
 	PendingEvents int    `json:"pendingEvents"`
 	Reason        string `json:"reason,omitempty"`
+	// Card is the blocked run's card: what, why, and what a person can do.
+	Card *Card `json:"card,omitempty"`
 }
 
 // Card explains one blocked run to a person: what, why, and what they can do.
@@ -87,6 +96,7 @@ type Card struct {
 	RunID    string              `json:"runId"`
 	Workflow string              `json:"workflow"`
 	Handler  string              `json:"handler"`
+	Title    string              `json:"title,omitempty"` // the run's ui.title
 	Status   string              `json:"status"`
 	Phase    string              `json:"phase"`
 	Reason   string              `json:"reason"`
@@ -262,7 +272,25 @@ func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]Run, err
 // RunRow renders one run.
 func RunRow(r kt.Run) Run {
 	return Run{ID: r.ID, Workflow: r.Workflow, Handler: r.Handler, HandlerType: string(r.HandlerType), Phase: string(r.Phase), Status: string(r.Status),
-		RetryOf: r.RetryOf, Version: r.Version, Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt)}
+		RetryOf: r.RetryOf, Title: RunTitle(r), RetryCount: r.RetryCount, NextAttemptAt: Time(r.NextAttemptAt), Version: r.Version,
+		Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt)}
+}
+
+// RunTitle is what a consumer run is about for people: the ui.title its
+// prepare returned ("" when it gave none).
+func RunTitle(r kt.Run) string {
+	if len(r.PrepareResult) == 0 {
+		return ""
+	}
+	var pr struct {
+		UI struct {
+			Title string `json:"title"`
+		} `json:"ui"`
+	}
+	if json.Unmarshal(r.PrepareResult, &pr) != nil {
+		return ""
+	}
+	return pr.UI.Title
 }
 
 // Statuses lists every workflow (or one) with its status.
@@ -308,9 +336,17 @@ func status(tx store.Tx, w kt.Workflow) (Status, error) {
 	case err == nil:
 		if r.Status == kt.StatusActive || (r.Status == kt.StatusTransient && r.NextAttemptAt > 0) || r.Action != "" || r.Status == kt.StatusCrashed {
 			s.Status = "running"
+			if r.Status == kt.StatusTransient && r.Action == "" {
+				s.Reason = fmt.Sprintf("retry %d at %s: %s", r.RetryCount+1, Time(r.NextAttemptAt), r.ErrorMessage)
+			}
 		} else {
 			s.Blocked, s.BlockedRunID, s.Reason = true, r.ID, r.ErrorMessage
 			s.Status = "blocked"
+			if c, blocked, err := card(tx, r); err != nil {
+				return s, err
+			} else if blocked {
+				s.Card = &c
+			}
 			if r.Status == kt.StatusFailedLogic || r.Status == kt.StatusFailedInternal {
 				s.Status = "error"
 			}
@@ -365,7 +401,7 @@ func Blocked(ctx context.Context, st store.Store, wf string) ([]Card, error) {
 func CardFor(tx store.Tx, r kt.Run) (Card, bool, error) { return card(tx, r) }
 
 func card(tx store.Tx, r kt.Run) (Card, bool, error) {
-	c := Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []Input{}}
+	c := Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Title: RunTitle(r), Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []Input{}}
 	if len(r.PendingCall) > 0 {
 		var pc engine.PendingCall
 		if json.Unmarshal(r.PendingCall, &pc) == nil {

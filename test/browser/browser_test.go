@@ -71,7 +71,7 @@ func flow(name, sinkURL, extra string) string {
     await ctx.publish("order", { messageId: "1042", inputId, payload: { id: 1042 } })
   } } },
   consumers: { c: Keep.consumer({ subscribe: ["order"],
-    async prepare(ctx) { const [e] = await ctx.peek("order"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "order", ids: [e.messageId] }], data: e.payload } },
+    async prepare(ctx) { const [e] = await ctx.peek("order"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "order", ids: [e.messageId] }], data: e.payload, ui: { title: "Confirm order " + e.payload.id } } },
     async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "` + sinkURL + `/orders/" + p.data.id + "/confirm", json: { order: p.data.id }, timeoutMs: 300 }) },
   }) },
 })`
@@ -194,12 +194,19 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 	if p.has(`.card button[value="try-again"]`) {
 		t.Fatal("Try again is offered for a write keep cannot check")
 	}
+	// What the run is about (prepare's ui.title) is on its card and in the run list.
+	if title := p.text(".card .title"); title != "Confirm order 1042" {
+		t.Fatalf("card title %q, want prepare's ui.title", title)
+	}
 	p.shot("2-skip-card")
 	p.click(`.card button[value="skip"]`)
 	p.waitFor("the input as skipped and the workflow running again", func() bool {
 		return !p.has(".card") && strings.Contains(p.text("tr[data-input] .status"), "skipped") && !strings.Contains(p.text("h1"), "blocked")
 	})
 	p.shot("3-skipped")
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/skip-me?runs=1"))
+	p.waitFor("the run list with what each run is about", func() bool { return p.has("td.title") && strings.Contains(p.text("body"), "Confirm order 1042") })
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/skip-me"))
 	if n := len(skipSink.Writes()); n != 1 || skipSink.Requests() != 1 {
 		t.Fatalf("skip: %d writes, %d requests at the sink", n, skipSink.Requests())
 	}
