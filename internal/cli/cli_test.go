@@ -136,6 +136,24 @@ func TestValidateReportsErrorsWithExit2(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.err, "syntax.js:2:") {
 		t.Fatalf("exit %d %s %s", r.code, r.out, r.err)
 	}
+	// --json is always one JSON document: a syntax error and a missing
+	// file included (issue 12).
+	for _, f := range []string{syntax, filepath.Join(dir, "missing.js")} {
+		r = keep(t, "validate", "--json", f)
+		var v struct {
+			Valid    bool
+			Problems []struct {
+				Severity, Message string
+				Line              int
+			}
+		}
+		if err := json.Unmarshal([]byte(r.out), &v); err != nil || v.Valid || len(v.Problems) != 1 || v.Problems[0].Severity != "error" {
+			t.Fatalf("validate --json %s: exit %d, %v\n%s", f, r.code, err, r.out)
+		}
+		if f == syntax && (v.Problems[0].Line != 2 || !strings.Contains(v.Problems[0].Message, "syntax error")) {
+			t.Fatalf("the syntax error's problem: %+v", v.Problems[0])
+		}
+	}
 	// deploy refuses too, and nothing is stored.
 	r = keep(t, "deploy", "--data", filepath.Join(dir, "data"), bad)
 	if r.code != 2 || !strings.Contains(r.err, "nothing was deployed") {

@@ -21,45 +21,70 @@ func (a *app) validateCmd() *cobra.Command {
 		Short: "check a workflow script without deploying it (exit 2 on errors)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := readScript(args[0])
-			if err != nil {
-				return err
-			}
-			p, err := script.Compile(args[0], src)
-			if err != nil {
-				return &exitError{code: ExitInvalid, err: err}
-			}
-			reg := daemon.Registry(".")
-			problems := script.ValidateAll(p, reg.Tools(), reg.SourceTypes())
+			file := args[0]
+			name, problems, err := validateFile(file)
 			if a.jsonOut {
-				type pj struct {
+				// Always one JSON document, whatever went wrong (issue 12).
+				type problem struct {
 					Severity string `json:"severity"`
 					Handler  string `json:"handler,omitempty"`
 					Topic    string `json:"topic,omitempty"`
 					Line     int    `json:"line,omitempty"`
 					Message  string `json:"message"`
 				}
-				out := []pj{}
+				out := []problem{}
 				for _, pr := range problems {
-					out = append(out, pj{pr.Severity, pr.Handler, pr.Topic, pr.Line, pr.Message})
+					out = append(out, problem{pr.Severity, pr.Handler, pr.Topic, pr.Line, pr.Message})
 				}
-				_ = a.printJSON(map[string]any{"file": args[0], "workflow": p.Decl.WorkflowName(), "valid": !script.HasErrors(problems), "problems": out})
-			} else {
+				if err != nil && len(problems) == 0 {
+					out = append(out, problem{Severity: "error", Message: err.Error()})
+				}
+				if perr := a.printJSON(map[string]any{"file": file, "workflow": name, "valid": err == nil && !script.HasErrors(problems), "problems": out}); perr != nil {
+					return perr
+				}
+			}
+			var se *script.SyntaxError
+			switch {
+			case errors.As(err, &se):
+				return &exitError{code: ExitInvalid, err: err}
+			case err != nil:
+				return err
+			}
+			if !a.jsonOut {
 				for _, pr := range problems {
-					fmt.Fprintf(a.out, "%s:%s\n", args[0], strings.TrimPrefix(pr.String(), ""))
+					fmt.Fprintf(a.out, "%s:%s\n", file, pr.String())
 				}
 			}
 			if script.HasErrors(problems) {
-				return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid", args[0])}
+				return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid", file)}
 			}
 			if !a.jsonOut {
-				fmt.Fprintf(a.out, "%s: workflow %q is valid\n", args[0], p.Decl.WorkflowName())
+				fmt.Fprintf(a.out, "%s: workflow %q is valid\n", file, name)
 			}
 			return nil
 		},
 	}
 	a.addJSON(c)
 	return c
+}
+
+// validateFile reads, compiles and checks a script; err is an unreadable
+// file or a syntax error (which has its line).
+func validateFile(file string) (name string, problems []script.Problem, err error) {
+	src, err := readScript(file)
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := script.Compile(file, src)
+	if err != nil {
+		var se *script.SyntaxError
+		if errors.As(err, &se) {
+			return "", []script.Problem{{Severity: "error", Line: se.Line, Message: "syntax error: " + se.Message}}, err
+		}
+		return "", nil, err
+	}
+	reg := daemon.Registry(".")
+	return p.Decl.WorkflowName(), script.ValidateAll(p, reg.Tools(), reg.SourceTypes()), nil
 }
 
 func deployKind(minor, major bool) (engine.DeployKind, error) {
