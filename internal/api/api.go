@@ -245,7 +245,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "workflow.js"
 	}
-	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans})
+	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot})
 	if err != nil {
 		fail(w, err)
 		return
@@ -257,7 +257,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		warnings = append(warnings, p.String())
 	}
 	warnings = append(warnings, res.Warnings...)
-	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n})
+	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot})
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,9 @@ type DeployRequest struct {
 	Reprocess string `json:"reprocess"`
 	// AcceptOrphans activates a major version whose item ids change format.
 	AcceptOrphans bool `json:"acceptOrphans"`
+	// FilesRoot is the folder the workflow's files connector reads and
+	// writes (absolute); empty keeps what was recorded.
+	FilesRoot string `json:"filesRoot,omitempty"`
 }
 
 // ErrorReply is every error's answer: {"error":{"code","message"}}, with
@@ -45,6 +48,7 @@ type DeployReply struct {
 	Unchanged   bool     `json:"unchanged"`
 	Warnings    []string `json:"warnings"`
 	Reprocessed int      `json:"reprocessed"`
+	FilesRoot   string   `json:"filesRoot"`
 }
 
 // HealthReply answers GET /api/v1/health: Problem says why keep serve

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -66,6 +67,21 @@ func (a *app) validateCmd() *cobra.Command {
 	}
 	a.addJSON(c)
 	return c
+}
+
+// filesRootOf is the one rule for a workflow's files root (issue 12): the
+// folder given with --files-root, else the script's own folder; absolute,
+// recorded at deploy, used by keep run and keep serve alike.
+func filesRootOf(file, flag string) (string, error) {
+	root := flag
+	if root == "" {
+		root = filepath.Dir(file)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("the files root %s: %w", root, err)
+	}
+	return abs, nil
 }
 
 // validateFile reads, compiles and checks a script; err is an unreadable
@@ -134,6 +150,10 @@ func (a *app) deployCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			root, err := filesRootOf(args[0], filesRoot)
+			if err != nil {
+				return err
+			}
 			if err := os.MkdirAll(a.dataDir, 0o755); err != nil {
 				return err
 			}
@@ -149,13 +169,13 @@ func (a *app) deployCmd() *cobra.Command {
 			}
 			// Beside a running keep serve the deploy goes through its API: one
 			// engine decides, and open pages update at once.
-			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans}
+			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root}
 			var reply api.DeployReply
 			if apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req, &reply); handled {
 				return a.deployReply(args[0], reply, apiErr, err)
 			}
-			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(filesRoot)})
-			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans})
+			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(root)})
+			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
@@ -168,13 +188,14 @@ func (a *app) deployCmd() *cobra.Command {
 				fmt.Fprintf(a.out, "%d items start a new attempt\n", n)
 			}
 			if a.jsonOut {
-				return a.printJSON(map[string]any{"workflow": res.Workflow, "version": res.Version.Label(), "unchanged": res.Unchanged, "warnings": nonNil(res.Warnings), "reprocessed": n})
+				return a.printJSON(api.DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(res.Warnings), Reprocessed: n, FilesRoot: res.FilesRoot})
 			}
 			if res.Unchanged {
 				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
 			} else {
 				fmt.Fprintf(a.out, "deployed %s version %s\n", res.Workflow, res.Version.Label())
 			}
+			fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", res.FilesRoot)
 			return nil
 		},
 	}
@@ -183,7 +204,7 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().BoolVar(&major, "major", false, "an intent change")
 	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major (required): none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
 	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though item ids change format and old items become orphaned")
-	c.Flags().StringVar(&filesRoot, "files-root", ".", "folder of the files connector (for validation only)")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder the workflow's files connector reads and writes, for keep run and keep serve alike (default: the script's folder)")
 	a.addJSON(c)
 	return c
 }
@@ -220,6 +241,7 @@ func (a *app) deployReply(file string, reply api.DeployReply, apiErr *api.ErrorB
 	} else {
 		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply.Workflow, reply.Version)
 	}
+	fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", reply.FilesRoot)
 	return nil
 }
 

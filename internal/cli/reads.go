@@ -49,11 +49,20 @@ func (a *app) statusCmd() *cobra.Command {
 					return nil
 				}
 				w := a.table()
-				fmt.Fprintln(w, "WORKFLOW\tVERSION\tSTATUS\tPENDING\tBLOCKED RUN")
+				fmt.Fprintln(w, "WORKFLOW\tVERSION\tSTATUS\tPENDING\tFILES\tBLOCKED RUN")
 				for _, s := range ss {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", s.Name, s.Version, s.Status, s.PendingEvents, s.BlockedRunID)
+					files := s.FilesRoot
+					if files == "" {
+						files = "(keep serve's --files-root)"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Status, s.PendingEvents, files, s.BlockedRunID)
 				}
 				w.Flush()
+				for _, s := range ss {
+					if s.Status == "running" && s.Reason != "" {
+						fmt.Fprintf(a.out, "%s: %s\n", s.Name, s.Reason)
+					}
+				}
 				cards, err := report.Blocked(cmd.Context(), st, only)
 				if err != nil {
 					return err

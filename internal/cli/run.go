@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,10 +32,11 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if filesRoot == "" {
-				filesRoot = filepath.Dir(args[0])
+			root, err := filesRootOf(args[0], filesRoot)
+			if err != nil {
+				return err
 			}
-			k, ctx, done, err := a.startEngine(configFile, filesRoot, a.printNotice)
+			k, ctx, done, err := a.startEngine(configFile, root, a.printNotice)
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,7 @@ func (a *app) runCmd() *cobra.Command {
 			if _, err := k.Recover(ctx); err != nil {
 				return err
 			}
-			res, err := k.Engine.Deploy(ctx, args[0], src, name, kind)
+			res, err := k.Engine.DeployWith(ctx, args[0], src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: root})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
@@ -74,7 +74,7 @@ func (a *app) runCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
-	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default: the script's folder)")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder the workflow's files connector reads and writes, recorded for keep serve too (default: the script's folder)")
 	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up when not idle after this long (default: no limit)")
 	c.Flags().BoolVar(&minor, "minor", false, "deploy as a minor version (repair)")

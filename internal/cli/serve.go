@@ -59,7 +59,7 @@ func (a *app) serveCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
-	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector (default DATA/files)")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector for workflows deployed without one recorded (default DATA/files); each workflow uses the folder recorded when it was deployed")
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
 	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
 	return c

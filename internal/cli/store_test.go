@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/keep-run/keep/internal/daemon"
 )
 
 // --store names the store in one place: another SQLite file is used by
@@ -35,5 +39,47 @@ func TestStoreURLChoosesTheStore(t *testing.T) {
 	r = keep(t, "run", "--data", data, "--store", "postgres://keep:pw@127.0.0.1/test", filepath.Join(dir, "workflow.js"))
 	if r.code == 0 || !strings.Contains(r.err, "PostgreSQL store is not part of this version") || strings.Contains(r.err, ":pw@") {
 		t.Fatalf("postgres: exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+}
+
+// keep run, keep deploy and keep serve use one files root per workflow:
+// the script's folder (or --files-root), recorded at deploy; keep serve
+// reads and writes there too, not in DATA/files (issue 12 #3).
+func TestTheFilesRootIsRecordedAtDeployAndUsedByServe(t *testing.T) {
+	t.Parallel()
+	dir, data := quickstart(t)
+	r := keep(t, "deploy", "--data", data, filepath.Join(dir, "workflow.js"))
+	if r.code != 0 || !strings.Contains(r.out, "its files connector reads and writes "+dir) {
+		t.Fatalf("deploy: exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	// What keep serve does: the engine on the data directory with its own
+	// default root, DATA/files.
+	k, err := daemon.Open(daemon.Options{DataDir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Scheduler.RunUntilIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if out, _ := os.ReadDir(filepath.Join(dir, "out")); len(out) != 3 {
+		t.Fatalf("keep serve wrote %d confirmations in the script's folder, want 3", len(out))
+	}
+	if in, err := os.ReadDir(filepath.Join(data, "files")); err == nil && len(in) > 0 {
+		t.Fatalf("keep serve used DATA/files: %v", in)
+	}
+	r = keep(t, "status", "--data", data)
+	if r.code != 0 || !strings.Contains(r.out, dir) {
+		t.Fatalf("status does not show the files root:\n%s", r.out)
+	}
+	// --files-root moves it, for both.
+	other := t.TempDir()
+	r = keep(t, "deploy", "--data", data, "--files-root", other, "--json", filepath.Join(dir, "workflow.js"))
+	var rep struct {
+		Unchanged bool
+		FilesRoot string
+	}
+	if err := json.Unmarshal([]byte(r.out), &rep); err != nil || !rep.Unchanged || rep.FilesRoot != other {
+		t.Fatalf("deploy --files-root: %v %s", err, r.out)
 	}
 }

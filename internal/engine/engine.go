@@ -33,8 +33,12 @@ const MaxJSONBytes = 1 << 20
 
 // Options configure an Engine.
 type Options struct {
-	Store    store.Store
-	Registry *connector.Registry
+	Store store.Store
+	// Registry holds the connectors of workflows that recorded no files
+	// root; RegistryFor, when set, builds the connectors of a workflow that
+	// did (kt.Workflow.FilesRoot), rooted there.
+	Registry    *connector.Registry
+	RegistryFor func(filesRoot string) *connector.Registry
 	// Policy defaults to config.Defaults().
 	Policy *config.Policy
 	// Now defaults to time.Now.
@@ -71,7 +75,9 @@ type Observer interface {
 // Engine executes runs.
 type Engine struct {
 	store    store.Store
-	registry *connector.Registry
+	registry    *connector.Registry
+	registryFor func(string) *connector.Registry
+	registries  map[string]*connector.Registry // by files root
 	policy   config.Policy
 	now      func() time.Time
 	log      *slog.Logger
@@ -86,7 +92,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy = *o.Policy
 	} else {
@@ -99,6 +105,22 @@ func New(o Options) *Engine {
 		e.log = slog.Default()
 	}
 	return e
+}
+
+// connectorsOf returns the connectors a workflow's runs call: rooted at
+// the files root recorded at its deploy, or the engine's own.
+func (e *Engine) connectorsOf(wf kt.Workflow) *connector.Registry {
+	if wf.FilesRoot == "" || e.registryFor == nil {
+		return e.registry
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.registries[wf.FilesRoot]
+	if !ok {
+		r = e.registryFor(wf.FilesRoot)
+		e.registries[wf.FilesRoot] = r
+	}
+	return r
 }
 
 // Policy returns the engine's host policies.
@@ -177,6 +199,8 @@ type DeployResult struct {
 	Warnings []string
 	// Reprocessed counts the items a major version's choice started again.
 	Reprocessed int
+	// FilesRoot is the folder the workflow's files connector is rooted at.
+	FilesRoot string
 }
 
 // ValidationError carries the problems that stopped a deploy.
@@ -228,6 +252,10 @@ type DeployOptions struct {
 	// AcceptOrphans activates a major version whose item keys change format,
 	// after the person has seen which items will be orphaned.
 	AcceptOrphans bool
+	// FilesRoot, when set, is recorded as the folder the workflow's files
+	// connector is rooted at, for keep run and keep serve alike (an
+	// absolute path); empty keeps what was recorded.
+	FilesRoot string
 }
 
 // ErrReprocessChoice is returned by a major deploy without a Reprocess choice.
@@ -266,7 +294,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			}
 			if cur.Script == source && kind == "" {
 				res.Version, res.Unchanged = cur, true
-				return nil
+				return e.recordFilesRoot(tx, wf, o.FilesRoot, &res)
 			}
 			if err := nextVersion(tx, cur, &v, o, &res); err != nil {
 				return err
@@ -276,10 +304,13 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			return err
 		}
 		wf.ActiveVersion, wf.UpdatedAt = v.ID, now
+		if o.FilesRoot != "" {
+			wf.FilesRoot = o.FilesRoot
+		}
 		if err := tx.WorkflowPut(wf); err != nil {
 			return err
 		}
-		res.Version = v
+		res.Version, res.FilesRoot = v, wf.FilesRoot
 		return e.syncHandlers(tx, name, p.Decl, now)
 	})
 	if err != nil {
@@ -295,6 +326,18 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		}
 	}
 	return res, nil
+}
+
+// recordFilesRoot records a new files root for a workflow whose script
+// did not change.
+func (e *Engine) recordFilesRoot(tx store.Tx, wf kt.Workflow, root string, res *DeployResult) error {
+	res.FilesRoot = wf.FilesRoot
+	if root == "" || root == wf.FilesRoot {
+		return nil
+	}
+	wf.FilesRoot, wf.UpdatedAt = root, e.nowMs()
+	res.FilesRoot = root
+	return tx.WorkflowPut(wf)
 }
 
 // nextVersion numbers a new version of a deployed workflow (SPEC §9): a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -23,11 +24,13 @@ type runExec struct {
 	prog *script.Program
 	run  *kt.Run
 	tr   *trace
+	// reg holds the connectors the workflow's runs call (Engine.connectorsOf).
+	reg *connector.Registry
 }
 
 // newExec starts carrying out run; its trace continues the run's own.
 func (e *Engine) newExec(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) *runExec {
-	return &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: run, tr: loadTrace(run.Trace)}
+	return &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: run, tr: loadTrace(run.Trace), reg: e.connectorsOf(wf)}
 }
 
 // finished tells the observer about a run that ended its step without an
@@ -61,7 +64,7 @@ func (x *runExec) host(phase hostPhase) *host {
 func (x *runExec) invoke(h *host, args ...json.RawMessage) (script.Outcome, error) {
 	kind, name := h.phase.invocation()
 	return x.e.invoke(x.prog, script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
-		Args: args, Tools: x.e.registry.Tools(), Host: h.call, Limits: x.e.limits()})
+		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.e.limits()})
 }
 
 // hostPhase is the handler phase a host serves; SPEC §3's table of what

@@ -283,7 +283,7 @@ func (h *host) toolMethod(method string) (string, *connector.Method, bool) {
 	if i < 0 {
 		return "", nil, false
 	}
-	m, err := h.e.registry.Method(method[:i], method[i+1:])
+	m, err := h.reg.Method(method[:i], method[i+1:])
 	if err != nil {
 		return "", nil, false
 	}
@@ -336,9 +336,9 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	case len(title) > 500:
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput: title is %d characters; keep it under 500", len(title))
 	}
-	if types, ok := h.e.registry.SourceAllowed(in.Source, in.Type); !ok {
+	if types, ok := h.reg.SourceAllowed(in.Source, in.Type); !ok {
 		if types == nil {
-			return nil, kt.Errorf(kt.ClassLogic, "registerInput: unknown source %q (known: %s)", in.Source, strings.Join(h.e.registry.Sources(), ", "))
+			return nil, kt.Errorf(kt.ClassLogic, "registerInput: unknown source %q (known: %s)", in.Source, strings.Join(h.reg.Sources(), ", "))
 		}
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput: source %q has no type %q (it has: %s)", in.Source, in.Type, strings.Join(types, ", "))
 	}

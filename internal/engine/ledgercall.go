@@ -186,7 +186,7 @@ type reconcileAnswer struct {
 // cannot be checked (no reconcile) is recUncheckable.
 func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAttempt) reconcileAnswer {
 	e := x.e
-	m, merr := e.registry.Method(mut.Tool, mut.Method)
+	m, merr := x.reg.Method(mut.Tool, mut.Method)
 	call, cerr := reconcileCall(*mut)
 	if merr != nil || cerr != nil || m.Reconcile == nil || !mut.CanReconcile {
 		return reconcileAnswer{step: recUncheckable}

@@ -59,7 +59,7 @@ func targetOf(m *connector.Method, tool string, args map[string]any) string {
 // may go on to next. reserve holds the events prepare selected that are not
 // yet written as reserved.
 func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool, error) {
-	m, err := x.e.registry.Method(call.Tool, call.Method)
+	m, err := x.reg.Method(call.Tool, call.Method)
 	if err != nil {
 		return false, x.fail(kt.Errorf(kt.ClassLogic, "%v", err))
 	}

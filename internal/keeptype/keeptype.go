@@ -453,6 +453,9 @@ type Workflow struct {
 	ActiveVersion int64
 	Paused        bool
 	PausedReason  string
+	// FilesRoot is the folder its files connector is rooted at, recorded
+	// at deploy ("" for workflows deployed before it was recorded).
+	FilesRoot string
 	CreatedAt     int64
 	UpdatedAt     int64
 }

@@ -89,6 +89,9 @@ type Status struct {
 	Reason        string `json:"reason,omitempty"`
 	// Card is the blocked run's card: what, why, and what a person can do.
 	Card *Card `json:"card,omitempty"`
+	// FilesRoot is the folder its files connector reads and writes,
+	// recorded at deploy ("" for keep serve's own).
+	FilesRoot string `json:"filesRoot,omitempty"`
 }
 
 // Card explains one blocked run to a person: what, why, and what they can do.
@@ -330,7 +333,7 @@ func status(tx store.Tx, w kt.Workflow) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{Name: w.Name, Version: v.Label(), Status: "idle", PendingEvents: pending}
+	s := Status{Name: w.Name, Version: v.Label(), Status: "idle", PendingEvents: pending, FilesRoot: w.FilesRoot}
 	r, err := tx.RunOpen(w.Name)
 	switch {
 	case err == nil:

@@ -42,8 +42,8 @@ func New(root string) *connector.Connector {
 	f := &folder{root: root}
 	return &connector.Connector{
 		Name: "files",
-		Doc: "A local folder, no credentials: `keep run FILE` roots it at the script's folder, `keep serve` at `DATA/files` " +
-			"(`--files-root` changes it). Paths are relative to the root; absolute paths, `..` and symbolic links that lead out of it are refused.",
+		Doc: "A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed " +
+			"and used by `keep run` and `keep serve` alike (`keep status` shows it). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused.",
 		Sources: map[string][]string{
 			"files": {"file"},
 		},

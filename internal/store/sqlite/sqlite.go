@@ -368,8 +368,8 @@ func b2i(b bool) int {
 func (t *tx) WorkflowGet(name string) (kt.Workflow, error) {
 	var w kt.Workflow
 	var paused int
-	err := t.tx.QueryRow(`SELECT name, active_version, paused, paused_reason, created_at, updated_at FROM workflows WHERE name=?`, name).
-		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.CreatedAt, &w.UpdatedAt)
+	err := t.tx.QueryRow(`SELECT name, active_version, paused, paused_reason, files_root, created_at, updated_at FROM workflows WHERE name=?`, name).
+		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.CreatedAt, &w.UpdatedAt)
 	if err != nil {
 		return w, notFound("workflow", name, err)
 	}
@@ -378,7 +378,7 @@ func (t *tx) WorkflowGet(name string) (kt.Workflow, error) {
 }
 
 func (t *tx) WorkflowList() ([]kt.Workflow, error) {
-	rows, err := t.tx.Query(`SELECT name, active_version, paused, paused_reason, created_at, updated_at FROM workflows ORDER BY name`)
+	rows, err := t.tx.Query(`SELECT name, active_version, paused, paused_reason, files_root, created_at, updated_at FROM workflows ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +387,7 @@ func (t *tx) WorkflowList() ([]kt.Workflow, error) {
 	for rows.Next() {
 		var w kt.Workflow
 		var paused int
-		if err := rows.Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.CreatedAt, &w.UpdatedAt); err != nil {
+		if err := rows.Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.CreatedAt, &w.UpdatedAt); err != nil {
 			return nil, err
 		}
 		w.Paused = paused != 0
@@ -397,9 +397,9 @@ func (t *tx) WorkflowList() ([]kt.Workflow, error) {
 }
 
 func (t *tx) WorkflowPut(w kt.Workflow) error {
-	_, err := t.tx.Exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, created_at, updated_at) VALUES(?,?,?,?,?,?)
-ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, updated_at=excluded.updated_at`,
-		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.CreatedAt, w.UpdatedAt)
+	_, err := t.tx.Exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, created_at, updated_at) VALUES(?,?,?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, updated_at=excluded.updated_at`,
+		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.CreatedAt, w.UpdatedAt)
 	if err != nil {
 		return fmt.Errorf("save workflow %s: %w", w.Name, err)
 	}
