@@ -74,17 +74,17 @@ type Observer interface {
 
 // Engine executes runs.
 type Engine struct {
-	store    store.Store
+	store       store.Store
 	registry    *connector.Registry
 	registryFor func(string) *connector.Registry
 	registries  map[string]*connector.Registry // by files root
-	policy   config.Policy
-	now      func() time.Time
-	log      *slog.Logger
-	atStep   func(step string)
-	onChange func(string)
-	observer Observer
-	notify   func(Notice)
+	policy      config.Policy
+	now         func() time.Time
+	log         *slog.Logger
+	atStep      func(step string)
+	onChange    func(string)
+	observer    Observer
+	notify      func(Notice)
 
 	mu       sync.Mutex
 	programs map[string]*script.Program

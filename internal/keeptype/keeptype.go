@@ -456,8 +456,8 @@ type Workflow struct {
 	// FilesRoot is the folder its files connector is rooted at, recorded
 	// at deploy ("" for workflows deployed before it was recorded).
 	FilesRoot string
-	CreatedAt     int64
-	UpdatedAt     int64
+	CreatedAt int64
+	UpdatedAt int64
 }
 
 // Version is one deployed script of a workflow.
