@@ -119,6 +119,16 @@ func TestQuickstartRunsAndIsIdempotent(t *testing.T) {
 	if r.code != 0 || strings.Count(r.out, "applied") != 4 {
 		t.Fatalf("after a new order: %s", r.out)
 	}
+	// keep run alone is the development loop: the producer runs at its
+	// start although it is not due, and keep run says when it is (issue 12 #2).
+	os.WriteFile(filepath.Join(dir, "incoming", "order-2001.json"), []byte(`{"id":2001,"customer":"eve@example.com","items":[{"qty":1,"price":1}]}`), 0o644)
+	r = keep(t, "run", "--data", data, filepath.Join(dir, "workflow.js"))
+	if r.code != 0 || strings.Count(r.out, "applied") != 5 || !strings.Contains(r.out, "next: producer pollOrders at ") {
+		t.Fatalf("keep run after another new order: %s", r.out)
+	}
+	if out, _ := os.ReadDir(filepath.Join(dir, "out")); len(out) != 5 {
+		t.Fatalf("%d confirmations, want 5", len(out))
+	}
 }
 
 func TestValidateReportsErrorsWithExit2(t *testing.T) {

@@ -54,6 +54,10 @@ func (a *app) runCmd() *cobra.Command {
 				return a.deployError(args[0], err)
 			}
 			a.printWarnings(args[0], res.Problems)
+			// The development loop: every producer runs now, due or not.
+			if _, err := engine.QueueAtStart(ctx, k.Store, res.Workflow, time.Now()); err != nil {
+				return err
+			}
 			if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
 					return fmt.Errorf("still not idle after --timeout %s", timeout)
@@ -107,9 +111,13 @@ func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.De
 	if err != nil {
 		return false, err
 	}
+	next, err := report.Schedule(ctx, st, wf)
+	if err != nil {
+		return false, err
+	}
 	if a.jsonOut {
-		return len(cards) > 0, a.printJSON(map[string]any{"workflow": map[string]any{"name": wf, "version": res.Version.Label()},
-			"inputs": nonNil(inputs), "outputs": nonNil(outputs), "runs": nonNil(runs), "blocked": nonNil(cards)})
+		return len(cards) > 0, a.printJSON(map[string]any{"workflow": map[string]any{"name": wf, "version": res.Version.Label(), "filesRoot": res.FilesRoot},
+			"inputs": nonNil(inputs), "outputs": nonNil(outputs), "runs": nonNil(runs), "blocked": nonNil(cards), "next": next})
 	}
 	state := "idle"
 	if len(cards) > 0 {
@@ -122,6 +130,12 @@ func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.De
 	for _, c := range cards {
 		fmt.Fprintln(a.out)
 		a.printCard(c)
+	}
+	if len(next) > 0 {
+		fmt.Fprintln(a.out)
+	}
+	for _, n := range next {
+		fmt.Fprintf(a.out, "next: %s %s at %s (keep serve runs it then; keep run FILE runs it at once)\n", n.Type, n.Handler, n.NextRunAt)
 	}
 	return len(cards) > 0, nil
 }

@@ -421,22 +421,49 @@ func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int,
 		if r, err := tx.RunOpen(wf); err == nil {
 			return refuse("workflow %s has a blocked run (%s, %s); resolve it first (`keep show run %s`)", wf, r.ID, r.Status, r.ID)
 		}
-		hs, err := tx.HandlerList(wf)
-		if err != nil {
+		var err error
+		if n, err = queueScheduled(tx, wf, now.UnixMilli()); err != nil {
 			return err
-		}
-		for _, h := range hs {
-			if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && (h.NextRunAt > 0 || h.Queued) {
-				h.Queued, h.UpdatedAt = true, now.UnixMilli()
-				if err := tx.HandlerPut(h); err != nil {
-					return err
-				}
-				n++
-			}
 		}
 		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%d producers of %s queued", n, wf), At: now.UnixMilli()})
 	})
 	return n, err
+}
+
+// QueueAtStart queues a workflow's producers and tasks, unless a run of it
+// is open: `keep run FILE` is the development loop, and a producer that is
+// not due yet runs at its start all the same (issue 12: a new order dropped
+// in showed nothing). It is keep run's own doing, not a person's decision.
+func QueueAtStart(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if _, err := tx.RunOpen(wf); err == nil {
+			return nil
+		}
+		var err error
+		n, err = queueScheduled(tx, wf, now.UnixMilli())
+		return err
+	})
+	return n, err
+}
+
+// queueScheduled queues every producer and task of a workflow.
+func queueScheduled(tx store.Tx, wf string, ms int64) (int, error) {
+	hs, err := tx.HandlerList(wf)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range hs {
+		if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && (h.NextRunAt > 0 || h.Queued) {
+			h.Queued, h.UpdatedAt = true, ms
+			if err := tx.HandlerPut(h); err != nil {
+				return 0, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 func workflow(tx store.Tx, name string) (kt.Workflow, error) {

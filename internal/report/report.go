@@ -564,3 +564,28 @@ func ShowInput(ctx context.Context, st store.Store, ref string) (InputDetail, er
 	})
 	return d, err
 }
+
+// Scheduled is when a producer or task runs next by its schedule.
+type Scheduled struct {
+	Handler   string `json:"handler"`
+	Type      string `json:"type"`
+	NextRunAt string `json:"nextRunAt"`
+}
+
+// Schedule lists when a workflow's producers and tasks run next.
+func Schedule(ctx context.Context, st store.Store, wf string) ([]Scheduled, error) {
+	out := []Scheduled{}
+	err := st.View(ctx, func(tx store.Tx) error {
+		hs, err := tx.HandlerList(wf)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && h.NextRunAt > 0 {
+				out = append(out, Scheduled{Handler: h.Name, Type: string(h.Type), NextRunAt: Time(h.NextRunAt)})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
