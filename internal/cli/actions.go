@@ -10,7 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -62,16 +64,32 @@ func (a *app) act(ctx context.Context, runID string, what engine.Resolution) err
 	if what == engine.ResolveApprove {
 		path, body = "/api/v1/runs/"+url.PathEscape(runID)+"/approve", nil
 	}
-	return a.perform(path, body, func(st store.Store) (string, error) {
-		return engine.Resolve(ctx, st, runID, what, time.Now())
+	return a.perform(ctx, path, body, func(st store.Store) (string, string, error) {
+		msg, err := engine.Resolve(ctx, st, runID, what, time.Now())
+		if err != nil {
+			return "", "", err
+		}
+		wf, err := workflowOfRun(ctx, st, runID)
+		return msg, wf, err
 	})
+}
+
+func workflowOfRun(ctx context.Context, st store.Store, runID string) (string, error) {
+	var wf string
+	err := st.View(ctx, func(tx store.Tx) error {
+		r, err := tx.RunGet(runID)
+		wf = r.Workflow
+		return err
+	})
+	return wf, err
 }
 
 // perform carries out a person's action: through the API of the keep serve
 // running on the data directory (it acts at once, open pages update), or,
-// when none runs, on the store itself (local); either way it prints what
-// will happen.
-func (a *app) perform(path string, body any, local func(st store.Store) (string, error)) error {
+// when none runs, on the store itself (local, which names the workflow it
+// touched) and then at once by an engine of its own (carryOut), so that a
+// decision never waits silently for the next keep run (issue 12 #6).
+func (a *app) perform(ctx context.Context, path string, body any, local func(st store.Store) (msg, wf string, err error)) error {
 	var reply api.ActionReply
 	if handled, err := a.viaAPI("POST", path, body, &reply); handled {
 		if err != nil {
@@ -80,14 +98,74 @@ func (a *app) perform(path string, body any, local func(st store.Store) (string,
 		fmt.Fprintln(a.out, reply.Message)
 		return nil
 	}
-	return a.withStore(func(st store.Store) error {
-		msg, err := local(st)
+	var wf string
+	if err := a.withStore(func(st store.Store) error {
+		msg, w, err := local(st)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(a.out, msg)
+		wf = w
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return a.carryOut(ctx, wf)
+}
+
+// maxCarrySteps bounds how long carryOut goes on: a producer due every
+// second would keep a workflow busy forever.
+const maxCarrySteps = 1000
+
+// carryOut steps a workflow with an engine of this process until it is
+// idle, blocked, or waiting for a time, and says where it stands.
+func (a *app) carryOut(ctx context.Context, wf string) error {
+	if wf == "" {
+		return nil
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL})
+	if errors.Is(err, daemon.ErrBusy) {
+		fmt.Fprintln(a.out, "another keep process runs this data directory's workflows; it carries this out at its next step")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	if _, err := k.Recover(ctx); err != nil {
+		return err
+	}
+	for i := 0; i < maxCarrySteps; i++ {
+		did, err := k.Engine.Step(ctx, wf)
+		if err != nil {
+			return err
+		}
+		if !did {
+			break
+		}
+	}
+	return a.printWhereItStands(ctx, k.Store, wf)
+}
+
+// printWhereItStands says what a workflow is doing now: idle, waiting for
+// a retry (and when), or blocked (its card).
+func (a *app) printWhereItStands(ctx context.Context, st store.Store, wf string) error {
+	ss, err := report.Statuses(ctx, st, wf)
+	if err != nil || len(ss) == 0 {
+		return err
+	}
+	s := ss[0]
+	switch {
+	case s.Card != nil:
+		fmt.Fprintf(a.out, "carried out; %s is blocked again:\n\n", wf)
+		a.printCard(*s.Card)
+		return &exitError{code: ExitBlocked, err: errors.New("")}
+	case s.Reason != "":
+		fmt.Fprintf(a.out, "carried out; %s is %s: %s\n", wf, s.Status, s.Reason)
+	default:
+		fmt.Fprintf(a.out, "carried out; %s is %s\n", wf, s.Status)
+	}
+	return nil
 }
 
 func (a *app) workflowActionCmd(verb string) *cobra.Command {
@@ -95,9 +173,12 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 	return &cobra.Command{
 		Use: verb + " WORKFLOW", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.perform("/api/v1/workflows/"+url.PathEscape(args[0])+"/"+verb, nil, func(st store.Store) (string, error) {
+			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(args[0])+"/"+verb, nil, func(st store.Store) (string, string, error) {
 				msg, _, err := engine.WorkflowAction(cmd.Context(), st, args[0], verb, time.Now())
-				return msg, err
+				if verb == "pause" {
+					return msg, "", err // nothing to carry out
+				}
+				return msg, args[0], err
 			})
 		},
 	}

@@ -223,11 +223,13 @@ func TestBlockedRunExits3AndIsResolvedFromTheCLI(t *testing.T) {
 	if r := keep(t, "resolve", "--data", data, "no-such-run", "--skip"); r.code != 1 || !strings.Contains(r.err, `there is no run "no-such-run"`) {
 		t.Fatalf("unknown run: %d %s", r.code, r.err)
 	}
-	if r := keep(t, "resolve", "--data", data, runID, "--skip"); r.code != 0 {
-		t.Fatalf("skip: %d %s", r.code, r.err)
+	// Without keep serve the decision is carried out at once, not at the
+	// next keep run (issue 12 #6).
+	if r := keep(t, "resolve", "--data", data, runID, "--skip"); r.code != 0 || !strings.Contains(r.out, "will be skipped") || !strings.Contains(r.out, "carried out; hook is idle") {
+		t.Fatalf("skip: %d %s %s", r.code, r.out, r.err)
 	}
-	if r := keep(t, "resolve", "--data", data, runID, "--skip"); r.code != 1 || !strings.Contains(r.err, "already has a decision") {
-		t.Fatalf("second skip: %d %s", r.code, r.err)
+	if r := keep(t, "inputs", "--data", data, "hook"); !strings.Contains(r.out, "skipped") {
+		t.Fatalf("after skip, the input: %s", r.out)
 	}
 	r = keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
 	if r.code != 0 || !strings.Contains(r.out, "skipped") {

@@ -83,8 +83,13 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 	c := &cobra.Command{
 		Use: verb + " ITEM", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.perform("/api/v1/items/"+url.PathEscape(args[0])+"/"+verb+"?workflow="+url.QueryEscape(wf), nil, func(st store.Store) (string, error) {
-				return engine.ItemAction(cmd.Context(), st, engine.ItemRef{Workflow: wf, Ref: args[0]}, verb, time.Now())
+			return a.perform(cmd.Context(), "/api/v1/items/"+url.PathEscape(args[0])+"/"+verb+"?workflow="+url.QueryEscape(wf), nil, func(st store.Store) (string, string, error) {
+				msg, err := engine.ItemAction(cmd.Context(), st, engine.ItemRef{Workflow: wf, Ref: args[0]}, verb, time.Now())
+				if err != nil {
+					return "", "", err
+				}
+				it, err := report.ShowItem(cmd.Context(), st, wf, args[0])
+				return msg, it.Item.Workflow, err
 			})
 		},
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -36,7 +37,7 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			k, ctx, done, err := a.startEngine(configFile, root, a.printNotice)
+			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: configFile, FilesRoot: root, Notify: a.printNotice})
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -30,7 +29,7 @@ func (a *app) serveCmd() *cobra.Command {
 			if addr != "" && !api.IsLoopback(addr) && token == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
 			}
-			k, ctx, done, err := a.startEngine(configFile, filesRoot, nil)
+			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: configFile, FilesRootForAll: filesRoot})
 			if err != nil {
 				return err
 			}
@@ -59,7 +58,7 @@ func (a *app) serveCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&configFile, "config", "", "TOML config file with a [policy] section")
-	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector for workflows deployed without one recorded (default DATA/files); each workflow uses the folder recorded when it was deployed")
+	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector for every workflow, instead of the one each recorded when it was deployed (without it: the recorded one, or DATA/files)")
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
 	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
 	return c
@@ -67,9 +66,10 @@ func (a *app) serveCmd() *cobra.Command {
 
 // startEngine opens the engine on the data directory (keep serve, keep run)
 // with a context that ends on Ctrl-C or SIGTERM; done releases it all.
-// notify, when set, receives what keep does by itself meanwhile.
-func (a *app) startEngine(configFile, filesRoot string, notify func(engine.Notice)) (*daemon.Keep, context.Context, func(), error) {
-	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: configFile, FilesRoot: filesRoot, Notify: notify})
+// o's data directory and store are the command line's.
+func (a *app) startEngine(o daemon.Options) (*daemon.Keep, context.Context, func(), error) {
+	o.DataDir, o.Store = a.dataDir, a.storeURL
+	k, err := daemon.Open(o)
 	if err != nil {
 		return nil, nil, nil, err
 	}

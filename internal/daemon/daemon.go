@@ -39,9 +39,14 @@ type Options struct {
 	DataDir string
 	// ConfigFile is a TOML file with [policy]; empty means built-in defaults.
 	ConfigFile string
+	// FilesRootForAll, when set, roots the files connector of every
+	// workflow there, whatever its deploy recorded (keep serve --files-root:
+	// the operator's explicit choice).
+	FilesRootForAll string
 	// Store is the store's URL (backend.Parse); empty is DataDir/keep.db.
 	Store string
-	// FilesRoot is the folder of the files connector. Defaults to DataDir/files.
+	// FilesRoot is the folder of the files connector of workflows that
+	// recorded none at deploy. Defaults to DataDir/files.
 	FilesRoot string
 	// Logger defaults to a text logger on stderr at warn level.
 	Logger *slog.Logger
@@ -135,6 +140,10 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
+	var perWorkflow func(string) *connector.Registry = Registry
+	if o.FilesRootForAll != "" {
+		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
+	}
 	if o.FilesRoot == "" {
 		o.FilesRoot = filepath.Join(o.DataDir, "files")
 		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
@@ -153,7 +162,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
-	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), RegistryFor: Registry, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()

@@ -43,7 +43,7 @@ func New(root string) *connector.Connector {
 	return &connector.Connector{
 		Name: "files",
 		Doc: "A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed " +
-			"and used by `keep run` and `keep serve` alike (`keep status` shows it). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused.",
+			"and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused.",
 		Sources: map[string][]string{
 			"files": {"file"},
 		},
