@@ -9,6 +9,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/cobra v1.10.2
+	golang.org/x/term v0.47.0
 	modernc.org/quickjs v0.27.0
 	modernc.org/sqlite v1.60.1
 )

@@ -54,6 +54,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/runs", s.runs)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/items", s.items)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/blocked", s.blocked)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/handlers/{handler}/reset-state", s.resetState)
 	mux.HandleFunc("GET /api/v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /api/v1/runs/{id}/trace", s.trace)
 	mux.HandleFunc("POST /api/v1/runs/{id}/resolve", s.resolve)
@@ -278,6 +282,69 @@ func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, nonNil(v))
+}
+
+// TopicsReply answers GET /api/v1/workflows/{wf}/topics.
+type TopicsReply struct {
+	Topics    []report.Topic    `json:"topics"`
+	Producers []report.Producer `json:"producers"`
+}
+
+func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
+	ts, ps, err := report.Topics(r.Context(), s.Store, r.PathValue("wf"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, TopicsReply{Topics: ts, Producers: ps})
+}
+
+// events answers one page of events: ?topic=&status=&after=&limit=.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after int64
+	limit := 100
+	var err error
+	if a := q.Get("after"); a != "" {
+		if after, err = strconv.ParseInt(a, 10, 64); err != nil || after < 0 {
+			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("after %q: use the next of the previous page", a))
+			return
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 1000 {
+			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q: use a number from 1 to 1000", l))
+			return
+		}
+	}
+	page, err := report.Events(r.Context(), s.Store, r.PathValue("wf"), q.Get("topic"), q.Get("status"), after, limit)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, page)
+}
+
+func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	msg, err := engine.SkipPending(r.Context(), s.Store, wf, r.PathValue("topic"), s.now())
+	s.actionReply(w, wf, msg, err)
+}
+
+func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	msg, err := engine.ResetState(r.Context(), s.Store, wf, r.PathValue("handler"), s.now())
+	s.actionReply(w, wf, msg, err)
+}
+
+// actionReply answers a workflow's action: what will happen, or why not.
+func (s *Server) actionReply(w http.ResponseWriter, wf, msg string, err error) {
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.changed(wf)
+	reply(w, WorkflowActionReply{OK: true, Workflow: wf, Message: msg})
 }
 
 func (s *Server) outputs(w http.ResponseWriter, r *http.Request) {

@@ -188,6 +188,31 @@ func TestEveryEndpoint(t *testing.T) {
 	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/run-now", nil, nil); code != 200 || obj["queued"] != float64(1) {
 		t.Fatalf("run-now: %d %v", code, obj)
 	}
+	// Topics and events (issue 12 #8): counts, a page of events with their
+	// causes, the controls; bad parameters are refused.
+	code, obj, _ = r.call("GET", "/api/v1/workflows/hook/topics", nil, nil)
+	if ts, _ := obj["topics"].([]any); code != 200 || len(ts) == 0 || obj["producers"] == nil {
+		t.Fatalf("topics: %d %v", code, obj)
+	}
+	code, obj, _ = r.call("GET", "/api/v1/workflows/hook/events?limit=1", nil, nil)
+	evs, _ := obj["events"].([]any)
+	if code != 200 || len(evs) != 1 || obj["next"] == nil {
+		t.Fatalf("events page: %d %v", code, obj)
+	}
+	if ev := evs[0].(map[string]any); ev["payload"] == nil || len(ev["causedBy"].([]any)) == 0 {
+		t.Fatalf("event %v", ev)
+	}
+	for _, bad := range []string{"?status=lost", "?limit=0", "?after=x"} {
+		if code, obj, _ := r.call("GET", "/api/v1/workflows/hook/events"+bad, nil, nil); code/100 != 4 || errorCode(obj) == "" {
+			t.Fatalf("events%s: %d %v", bad, code, obj)
+		}
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/topics/job/skip-pending", nil, nil); code != 200 || !strings.Contains(obj["message"].(string), "pending events skipped") {
+		t.Fatalf("skip-pending: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/handlers/nope/reset-state", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("reset-state of an unknown handler: %d %v", code, obj)
+	}
 	// Metrics.
 	resp, err := http.Get(r.srv.URL + "/metrics")
 	if err != nil {

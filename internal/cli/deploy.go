@@ -118,8 +118,7 @@ func deployKind(minor, major bool) (engine.DeployKind, error) {
 // askReprocess asks what a major version does with done items, on a
 // terminal; elsewhere the choice must be given (--reprocess).
 func (a *app) askReprocess() (string, error) {
-	fi, err := os.Stdin.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	if !onTerminal() {
 		return "", engine.ErrReprocessChoice
 	}
 	fmt.Fprint(a.out, "Your intent changed (a major version). What happens to the items already done?\n  none  keep progress: done items stay done\n  all   start fresh: every item gets a new attempt\n  KEY,KEY  new attempts for these items only\nchoice: ")

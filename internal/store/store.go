@@ -69,6 +69,33 @@ type Counts struct {
 	PendingEvents     int
 }
 
+// EventFilter selects events for EventList.
+type EventFilter struct {
+	Topic  string         // "" for every topic
+	Status kt.EventStatus // "" for every status
+	// Held narrows pending events to those a run holds, or to free ones.
+	Held Held
+	// AfterID pages: only events with a larger id.
+	AfterID int64
+	// Limit bounds the list (≤ 0: 100).
+	Limit int
+}
+
+// Held says whether a pending event is reserved by a run.
+type Held int
+
+const (
+	HeldAny      Held = iota
+	HeldReserved      // pending and reserved by a run
+	HeldFree          // pending and reserved by none
+)
+
+// TopicCount is how many events of a topic are in each state.
+type TopicCount struct {
+	Topic                                string
+	Pending, Reserved, Consumed, Skipped int
+}
+
 // Tx is the set of operations available inside a transaction. Every Get
 // returns kt.ErrNotFound (wrapped) when the row does not exist.
 type Tx interface {
@@ -98,6 +125,10 @@ type Tx interface {
 	// unreserved event in any of the topics; ok is false when there is none.
 	OldestPending(workflow string, topics []string) (createdAt int64, ok bool, err error)
 	CountPending(workflow string) (int, error)
+	// EventList lists a workflow's events that f selects, by id (oldest first).
+	EventList(workflow string, f EventFilter) ([]kt.Event, error)
+	// TopicCounts counts a workflow's events per topic and state.
+	TopicCounts(workflow string) ([]TopicCount, error)
 
 	InputGet(id string) (kt.Input, error)
 	InputGetByKey(workflow, key string) (kt.Input, error)

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -80,7 +81,7 @@ var baseFuncs = template.FuncMap{
 // New parses the templates once.
 func New(st store.Store, g *api.Guard, changed func(string)) *Server {
 	s := &Server{Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
-	for _, page := range []string{"index", "workflow", "run", "item", "login"} {
+	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 		s.pages[page] = t
 	}
@@ -97,6 +98,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /w/{wf}/runs/{id}/resolve", s.resolve)
 	mux.HandleFunc("POST /w/{wf}/runs/{id}/approve", s.resolve)
 	mux.HandleFunc("POST /w/{wf}/{verb}", s.workflowAction)
+	mux.HandleFunc("GET /w/{wf}/topics", s.topics)
+	mux.HandleFunc("POST /w/{wf}/topics/{topic}/skip-pending", s.skipPending)
+	mux.HandleFunc("POST /w/{wf}/handlers/{handler}/reset-state", s.resetState)
 	mux.HandleFunc("GET /runs/{id}", s.run)
 	mux.HandleFunc("GET /items/{ref}", s.item)
 	mux.HandleFunc("POST /items/{ref}/{verb}", s.itemAction)
@@ -299,6 +303,66 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	msg, _, err := engine.WorkflowAction(r.Context(), s.Store, wf, r.PathValue("verb"), s.Now())
 	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
+}
+
+// topics is chapter 06's view of a workflow's topics and events, with the
+// controls to skip a topic's pending events and to reset a producer.
+func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
+	s.renderTopics(w, r, nil)
+}
+
+// confirmation is the second step of a control: what it will do, and the
+// button that does it.
+type confirmation struct {
+	Question, Detail, Action, Button string
+}
+
+func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirmation) {
+	wf, q := r.PathValue("wf"), r.URL.Query()
+	ts, ps, err := report.Topics(r.Context(), s.Store, wf)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
+	page, err := report.Events(r.Context(), s.Store, wf, q.Get("topic"), q.Get("status"), after, 100)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	ds, err := report.Decisions(r.Context(), s.Store, wf, 20)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "topics", wf+": topics", map[string]any{"Workflow": wf, "Topics": ts, "Producers": ps, "Page": page,
+		"Topic": q.Get("topic"), "State": q.Get("status"), "States": report.EventStates, "Confirm": c, "Decisions": ds})
+}
+
+// skipPending and resetState are confirmed first: the first press shows
+// what will happen, the second (confirm=yes) does it.
+func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
+	wf, topic := r.PathValue("wf"), r.PathValue("topic")
+	if r.FormValue("confirm") != "yes" {
+		s.renderTopics(w, r, &confirmation{Question: fmt.Sprintf("Skip every pending event of topic %s?", topic),
+			Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
+			Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"})
+		return
+	}
+	msg, err := engine.SkipPending(r.Context(), s.Store, wf, topic, s.Now())
+	s.acted(w, r, "/w/"+url.PathEscape(wf)+"/topics", wf, msg, err)
+}
+
+func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
+	wf, h := r.PathValue("wf"), r.PathValue("handler")
+	if r.FormValue("confirm") != "yes" {
+		s.renderTopics(w, r, &confirmation{Question: fmt.Sprintf("Reset the state of %s?", h),
+			Detail: "Its next run, at once, starts from scratch; inputs it registers again are the same inputs, and events it publishes again keep their status. This is recorded in the decision log.",
+			Action: "/w/" + url.PathEscape(wf) + "/handlers/" + url.PathEscape(h) + "/reset-state", Button: "Reset it"})
+		return
+	}
+	msg, err := engine.ResetState(r.Context(), s.Store, wf, h, s.Now())
+	s.acted(w, r, "/w/"+url.PathEscape(wf)+"/topics", wf, msg, err)
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {

@@ -149,6 +149,12 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 		"skip-me":    flow("skip-me", skipSink.URL, ""),
 		"approve-me": flow("approve-me", approveSink.URL, `requireApproval: ["http.request"],`),
 		"didnt-me":   flow("didnt-me", didntSink.URL, ""),
+		// A topic nobody consumes yet: its events stay pending, for the Topics view.
+		"queue": `export default Keep.workflow({ name: "queue", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "7", title: "Job 7 for carol" })
+    await ctx.publish("job", { messageId: "job-7", inputId, payload: { job: 7, owner: "carol" } })
+    return { seen: 1 } } } } })`,
 	} {
 		f := filepath.Join(dir, name+".js")
 		os.WriteFile(f, []byte(src), 0o644)
@@ -240,14 +246,37 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 		t.Fatalf("didnt-happen: %d writes, %d requests", n, didntSink.Requests())
 	}
 
+	// Topics and events (ch 06's view): counts by state, each event with its
+	// payload and the input that caused it; Skip pending is confirmed on a
+	// second screen, carried out, and shown in the decision log.
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/queue"))
+	p.click(`a.topics-link`)
+	p.waitFor("the topic with one pending event", func() bool { return p.text(`tr[data-topic="job"] .pending`) == "1" })
+	if ev := p.text("tr[data-event]"); !strings.Contains(ev, `"owner":"carol"`) || !strings.Contains(ev, "Job 7 for carol") || !strings.Contains(ev, "pending") {
+		t.Fatalf("the event row: %q", ev)
+	}
+	p.shot("8-topics")
+	p.click(`tr[data-topic="job"] button[value="skip-pending"]`)
+	p.waitFor("the confirmation", func() bool { return p.has(".card.confirm") })
+	if p.text(`tr[data-topic="job"] .skipped`) != "0" {
+		t.Fatal("the first press skipped events before the confirmation")
+	}
+	p.shot("9-confirm")
+	p.click(`.card.confirm button[value="confirm"]`)
+	p.waitFor("the event skipped and the decision logged", func() bool {
+		return p.text(`tr[data-topic="job"] .skipped`) == "1" && strings.Contains(p.text("table.decisions"), "skip-pending") &&
+			strings.Contains(p.text("table.decisions"), "1 pending events skipped")
+	})
+	p.shot("10-skipped-pending")
+
 	// The run page and a phone-sized screen.
 	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/didnt-me?runs=1"))
 	p.waitFor("the runs", func() bool { return p.has(`a[href^="/runs/"]`) })
 	p.click(`a[href^="/runs/"]`)
 	p.waitFor("the run page", func() bool { return strings.Contains(p.text("body"), "Phases and calls") })
-	p.shot("8-run")
+	p.shot("11-run")
 	chromedp.Run(ctx, chromedp.EmulateViewport(390, 844))
 	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/skip-me"))
 	p.waitFor("the phone layout", func() bool { return p.has("tr[data-input]") })
-	p.shot("9-phone")
+	p.shot("12-phone")
 }

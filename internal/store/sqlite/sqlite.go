@@ -660,6 +660,60 @@ func (t *tx) CountPending(workflow string) (int, error) {
 	return n, err
 }
 
+func (t *tx) EventList(workflow string, f store.EventFilter) ([]kt.Event, error) {
+	q, args := `SELECT `+eventCols+` FROM events WHERE workflow=? AND id>?`, []any{workflow, f.AfterID}
+	if f.Topic != "" {
+		q, args = q+` AND topic=?`, append(args, f.Topic)
+	}
+	if f.Status != "" {
+		q, args = q+` AND status=?`, append(args, f.Status)
+	}
+	switch f.Held {
+	case store.HeldReserved:
+		q += ` AND reserved_by<>''`
+	case store.HeldFree:
+		q += ` AND reserved_by=''`
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return t.queryEvents(q+` ORDER BY id LIMIT `+limitSQL(limit), args...)
+}
+
+func (t *tx) TopicCounts(workflow string) ([]store.TopicCount, error) {
+	rows, err := t.tx.Query(`SELECT topic, status, reserved_by<>'', count(*) FROM events WHERE workflow=? GROUP BY topic, status, reserved_by<>'' ORDER BY topic`, workflow)
+	if err != nil {
+		return nil, fmt.Errorf("count events: %w", err)
+	}
+	defer rows.Close()
+	var out []store.TopicCount
+	for rows.Next() {
+		var topic string
+		var status kt.EventStatus
+		var held bool
+		var n int
+		if err := rows.Scan(&topic, &status, &held, &n); err != nil {
+			return nil, err
+		}
+		if len(out) == 0 || out[len(out)-1].Topic != topic {
+			out = append(out, store.TopicCount{Topic: topic})
+		}
+		c := &out[len(out)-1]
+		switch {
+		case status == kt.EventPending && held:
+			c.Reserved += n
+		case status == kt.EventPending:
+			c.Pending += n
+		case status == kt.EventConsumed:
+			c.Consumed += n
+		case status == kt.EventSkipped:
+			c.Skipped += n
+		}
+	}
+	return out, rows.Err()
+}
+
 // limitSQL writes a LIMIT as a number in the statement's text. SQLite
 // re-prepares a statement whose LIMIT is a bound parameter every time the
 // parameter is bound (the planner looks at its value), which made peek

@@ -192,6 +192,16 @@ func (r recordingTx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
 	return r.tx.ItemAttemptList(itemID)
 }
 
+func (r recordingTx) EventList(workflow string, f store.EventFilter) ([]kt.Event, error) {
+	r.c.note("EventList")
+	return r.tx.EventList(workflow, f)
+}
+
+func (r recordingTx) TopicCounts(workflow string) ([]store.TopicCount, error) {
+	r.c.note("TopicCounts")
+	return r.tx.TopicCounts(workflow)
+}
+
 func (r recordingTx) RunGet(id string) (kt.Run, error) {
 	r.c.note("RunGet")
 	return r.tx.RunGet(id)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -257,6 +258,70 @@ func exerciseLookups(run runCase) {
 			n, err := tx.CountPending("w")
 			if err != nil || n != 5 { // 2, 3, 4 and 1 (reserved, still pending) of t, x of u
 				return fmt.Errorf("count pending %d %v", n, err)
+			}
+			return nil
+		}))
+	})
+
+	run("events listed by topic, state and page; counted per topic", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, st := range []kt.EventStatus{kt.EventConsumed, kt.EventPending, kt.EventPending, kt.EventSkipped, kt.EventPending} {
+				topic := "t"
+				if i == 4 {
+					topic = "u"
+				}
+				ev := kt.Event{Workflow: "w", Topic: topic, MessageID: fmt.Sprint(i), Payload: json.RawMessage(`1`), CausedBy: []string{"in"}, CreatedAt: int64(i)}
+				if _, err := tx.EventPublish(&ev); err != nil {
+					return err
+				}
+				ev.Status = st
+				if i == 1 {
+					ev.ReservedBy = "r"
+				}
+				if err := tx.EventUpdate(ev); err != nil {
+					return err
+				}
+			}
+			other := kt.Event{Workflow: "other", Topic: "t", MessageID: "x", Payload: json.RawMessage(`1`)}
+			_, err := tx.EventPublish(&other)
+			return err
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			ids := func(f store.EventFilter) string {
+				evs, err := tx.EventList("w", f)
+				if err != nil {
+					return err.Error()
+				}
+				var out []string
+				for _, e := range evs {
+					out = append(out, e.MessageID)
+				}
+				return strings.Join(out, ",")
+			}
+			all, _ := tx.EventList("w", store.EventFilter{})
+			for _, c := range []struct {
+				f    store.EventFilter
+				want string
+			}{
+				{store.EventFilter{}, "0,1,2,3,4"},
+				{store.EventFilter{Topic: "t"}, "0,1,2,3"},
+				{store.EventFilter{Status: kt.EventPending}, "1,2,4"},
+				{store.EventFilter{Status: kt.EventPending, Held: store.HeldReserved}, "1"},
+				{store.EventFilter{Topic: "t", Status: kt.EventPending, Held: store.HeldFree}, "2"},
+				{store.EventFilter{Limit: 2}, "0,1"},
+				{store.EventFilter{AfterID: all[1].ID, Limit: 2}, "2,3"},
+			} {
+				if got := ids(c.f); got != c.want {
+					return fmt.Errorf("events %+v: %s, want %s", c.f, got, c.want)
+				}
+			}
+			if len(all) == 0 || len(all[0].CausedBy) != 1 || string(all[0].Payload) != "1" {
+				return fmt.Errorf("a listed event lacks its payload or causes: %+v", all)
+			}
+			counts, err := tx.TopicCounts("w")
+			want := []store.TopicCount{{Topic: "t", Pending: 1, Reserved: 1, Consumed: 1, Skipped: 1}, {Topic: "u", Pending: 1}}
+			if err != nil || !reflect.DeepEqual(counts, want) {
+				return fmt.Errorf("topic counts %+v %v, want %+v", counts, err, want)
 			}
 			return nil
 		}))

@@ -1,0 +1,241 @@
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Topic is one topic of a workflow with its events counted by state, and
+// who writes and reads it.
+type Topic struct {
+	Name     string   `json:"name"`
+	Writers  []string `json:"writers"`
+	Consumer string   `json:"consumer,omitempty"`
+	Pending  int      `json:"pending"`
+	Reserved int      `json:"reserved"`
+	Consumed int      `json:"consumed"`
+	Skipped  int      `json:"skipped"`
+}
+
+// Producer is a producer or task of a workflow and the size of its state.
+type Producer struct {
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	StateBytes int    `json:"stateBytes"`
+	NextRunAt  string `json:"nextRunAt,omitempty"`
+}
+
+// Topics lists a workflow's topics (declared by its active version, and
+// any that still hold events) with their counts, and its producers.
+func Topics(ctx context.Context, st store.Store, wf string) ([]Topic, []Producer, error) {
+	topics, producers := []Topic{}, []Producer{}
+	var v kt.Version
+	if err := st.View(ctx, func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		if err != nil {
+			return noWorkflow(wf, err)
+		}
+		v, err = tx.VersionGet(wf, w.ActiveVersion)
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	// The topology is the active version's declaration.
+	p, err := script.Compile(v.File, v.Script)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+	}
+	names, writers, consumers := topology(p.Decl)
+	err = st.View(ctx, func(tx store.Tx) error {
+		counts, err := tx.TopicCounts(wf)
+		if err != nil {
+			return err
+		}
+		byName := map[string]store.TopicCount{}
+		for _, c := range counts {
+			byName[c.Topic] = c
+			if !contains(names, c.Topic) {
+				names = append(names, c.Topic)
+			}
+		}
+		for _, n := range names {
+			c := byName[n]
+			t := Topic{Name: n, Writers: nonNilStrings(writers[n]), Pending: c.Pending, Reserved: c.Reserved, Consumed: c.Consumed, Skipped: c.Skipped}
+			if cs := consumers[n]; len(cs) > 0 {
+				t.Consumer = cs[0]
+			}
+			topics = append(topics, t)
+		}
+		hs, err := tx.HandlerList(wf)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if h.Type != kt.HandlerConsumer {
+				producers = append(producers, Producer{Name: h.Name, Type: string(h.Type), StateBytes: stateBytes(h.State), NextRunAt: Time(h.NextRunAt)})
+			}
+		}
+		return nil
+	})
+	return topics, producers, err
+}
+
+// topology is who writes and who reads each declared topic.
+func topology(d script.Declaration) (names []string, writers, consumers map[string][]string) {
+	names = append(names, d.Topics...)
+	writers, consumers = map[string][]string{}, map[string][]string{}
+	for n, h := range d.Producers {
+		for _, t := range h.Publishes {
+			writers[t] = append(writers[t], "producer "+n)
+		}
+	}
+	for n, h := range d.Consumers {
+		for _, t := range h.Publishes {
+			writers[t] = append(writers[t], "consumer "+n)
+		}
+		for _, t := range h.Subscribe {
+			consumers[t] = append(consumers[t], n)
+		}
+	}
+	return names, writers, consumers
+}
+
+func stateBytes(s json.RawMessage) int {
+	if string(s) == "null" {
+		return 0
+	}
+	return len(s)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func nonNilStrings(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+// Event is one event as people see it: its state (pending, reserved,
+// consumed, skipped), its payload, and the inputs that caused it.
+type Event struct {
+	ID         int64           `json:"id"`
+	Topic      string          `json:"topic"`
+	MessageID  string          `json:"messageId"`
+	Status     string          `json:"status"`
+	ReservedBy string          `json:"reservedBy,omitempty"`
+	Attempt    int             `json:"attempt"`
+	Payload    json.RawMessage `json:"payload"`
+	CausedBy   []Cause         `json:"causedBy"`
+	CreatedAt  string          `json:"createdAt"`
+	UpdatedAt  string          `json:"updatedAt"`
+}
+
+// Cause is an input an event descends from.
+type Cause struct {
+	ID    string `json:"id"`
+	Key   string `json:"key,omitempty"`
+	Title string `json:"title,omitempty"`
+}
+
+// EventPage is one page of a workflow's events; Next, when not 0, is the
+// `after` of the next page.
+type EventPage struct {
+	Events []Event `json:"events"`
+	Next   int64   `json:"next,omitempty"`
+}
+
+// EventStates are the states an event list filters by.
+var EventStates = []string{"pending", "reserved", "consumed", "skipped"}
+
+// Events lists one page of a workflow's events, oldest first: of one topic
+// ("" for all), in one state ("" for all; see EventStates), after the id
+// after, at most limit (1 to 1000, default 100).
+func Events(ctx context.Context, st store.Store, wf, topic, state string, after int64, limit int) (EventPage, error) {
+	f := store.EventFilter{Topic: topic, AfterID: after, Limit: limit}
+	switch state {
+	case "":
+	case "pending":
+		f.Status, f.Held = kt.EventPending, store.HeldFree
+	case "reserved":
+		f.Status, f.Held = kt.EventPending, store.HeldReserved
+	case "consumed", "skipped":
+		f.Status = kt.EventStatus(state)
+	default:
+		return EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("no event state %q (pending, reserved, consumed, skipped)", state)}
+	}
+	if limit < 0 || limit > 1000 {
+		return EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("limit %d: between 1 and 1000", limit)}
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	page := EventPage{Events: []Event{}}
+	err := st.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.WorkflowGet(wf); err != nil {
+			return noWorkflow(wf, err)
+		}
+		evs, err := tx.EventList(wf, f)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			page.Events = append(page.Events, eventRow(tx, ev))
+		}
+		if len(evs) == f.Limit {
+			page.Next = evs[len(evs)-1].ID
+		}
+		return nil
+	})
+	return page, err
+}
+
+func eventRow(tx store.Tx, ev kt.Event) Event {
+	state := string(ev.Status)
+	if ev.Status == kt.EventPending && ev.ReservedBy != "" {
+		state = "reserved"
+	}
+	e := Event{ID: ev.ID, Topic: ev.Topic, MessageID: ev.MessageID, Status: state, Attempt: ev.Attempt, Payload: ev.Payload,
+		CausedBy: []Cause{}, CreatedAt: Time(ev.CreatedAt), UpdatedAt: Time(ev.UpdatedAt)}
+	if state == "reserved" {
+		e.ReservedBy = ev.ReservedBy
+	}
+	for _, id := range ev.CausedBy {
+		c := Cause{ID: id}
+		if in, err := tx.InputGet(id); err == nil {
+			c.Key, c.Title = in.Key, in.Title
+		}
+		e.CausedBy = append(e.CausedBy, c)
+	}
+	return e
+}
+
+// Decisions lists the decision log of a workflow, newest first, at most
+// limit entries (0: all).
+func Decisions(ctx context.Context, st store.Store, wf string, limit int) ([]Decision, error) {
+	out := []Decision{}
+	err := st.View(ctx, func(tx store.Tx) error {
+		ds, err := tx.DecisionList(wf, "")
+		if err != nil {
+			return err
+		}
+		for i := len(ds) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+			out = append(out, DecisionRow(ds[i]))
+		}
+		return nil
+	})
+	return out, err
+}
