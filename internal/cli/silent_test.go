@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/keep-run/keep/internal/testsink"
 )
 
 // A POST that gets "connection refused" is retried by the policy; keep run
@@ -81,5 +83,44 @@ func TestKeepRunSaysEachRetryAndWhatARunIsAbout(t *testing.T) {
 	r = keep(t, "runs", "--data", data, "post-ticks")
 	if !strings.Contains(r.out, "ABOUT") || strings.Count(r.out, "Send tick 1") < 3 {
 		t.Errorf("runs do not show what each is about:\n%s", r.out)
+	}
+}
+
+// A run waiting for approval says so (no empty error class), and keep
+// approve without keep serve sends the write at once, exactly once (issue 12 #6, #9).
+func TestApproveWithoutServeSendsAtOnce(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	src := `export default Keep.workflow({ name: "needs-ok", requireApproval: true, topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const id = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" });
+    await ctx.publish("job", { messageId: "a", inputId: id, payload: {} }); } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} }; },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "` + sink.URL + `/write/a", json: { a: 1 } }); },
+  }) } });`
+	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
+	if r.code != ExitBlocked || !strings.Contains(r.out, "keep approve ") {
+		t.Fatalf("run: %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	var st []struct{ BlockedRunID string }
+	json.Unmarshal([]byte(keep(t, "status", "--data", data, "--json").out), &st)
+	runID := st[0].BlockedRunID
+	r = keep(t, "show", "run", "--data", data, runID)
+	if !strings.Contains(r.out, "waiting:  waiting for approval: POST") || strings.Contains(r.out, "error:    : ") {
+		t.Fatalf("show run of an approval wait:\n%s", r.out)
+	}
+	r = keep(t, "approve", "--data", data, runID)
+	if r.code != 0 || !strings.Contains(r.out, "approved") || !strings.Contains(r.out, "carried out; needs-ok is idle") {
+		t.Fatalf("approve: %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	if n := len(sink.Writes()); n != 1 {
+		t.Fatalf("%d writes at the sink after approve, want 1", n)
 	}
 }
