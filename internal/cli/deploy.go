@@ -69,6 +69,19 @@ func (a *app) validateCmd() *cobra.Command {
 	return c
 }
 
+// scriptToDeploy reads what keep run and keep deploy deploy: the kind of
+// version, the script, and the files root it records.
+func scriptToDeploy(file, filesRoot string, minor, major bool) (kind engine.DeployKind, src, root string, err error) {
+	if kind, err = deployKind(minor, major); err != nil {
+		return "", "", "", err
+	}
+	if src, err = readScript(file); err != nil {
+		return "", "", "", err
+	}
+	root, err = filesRootOf(file, filesRoot)
+	return kind, src, root, err
+}
+
 // filesRootOf is the one rule for a workflow's files root (issue 12): the
 // folder given with --files-root, else the script's own folder; absolute,
 // recorded at deploy, used by keep run and keep serve alike.
@@ -138,18 +151,10 @@ func (a *app) deployCmd() *cobra.Command {
 		Short: "validate a script and make it the workflow's active version (works beside a running keep serve)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := deployKind(minor, major)
-			if err != nil {
-				return err
-			}
 			if reprocess != "" && !major {
 				return &exitError{code: exitUsageCode, err: errors.New("--reprocess goes with --major: a minor version keeps all progress")}
 			}
-			src, err := readScript(args[0])
-			if err != nil {
-				return err
-			}
-			root, err := filesRootOf(args[0], filesRoot)
+			kind, src, root, err := scriptToDeploy(args[0], filesRoot, minor, major)
 			if err != nil {
 				return err
 			}

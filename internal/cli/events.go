@@ -78,42 +78,36 @@ func (a *app) eventsFlags(c *cobra.Command, topic, state *string, after *int64, 
 // resetStateCmd and skipPendingCmd are chapter 06's controls; each asks
 // for a confirmation (or --yes) and is recorded in the decision log.
 func (a *app) resetStateCmd() *cobra.Command {
-	var yes bool
-	c := &cobra.Command{
-		Use:   "reset-state WORKFLOW HANDLER",
-		Short: "forget a producer's (or task's) state: its next run, at once, starts from scratch",
-		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.confirm(yes, fmt.Sprintf("Reset the state of %s in %s? Its next run starts from scratch (inputs and events it finds again are not duplicated).", args[1], args[0])); err != nil {
-				return err
-			}
-			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(args[0])+"/handlers/"+url.PathEscape(args[1])+"/reset-state", nil,
-				func(st store.Store) (string, string, error) {
-					msg, err := engine.ResetState(cmd.Context(), st, args[0], args[1], time.Now())
-					return msg, args[0], err
-				})
-		},
-	}
-	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
-	return c
+	return a.controlCmd(&cobra.Command{Use: "reset-state WORKFLOW HANDLER", Short: "forget a producer's (or task's) state: its next run, at once, starts from scratch"},
+		"Reset the state of %[2]s in %[1]s? Its next run starts from scratch (inputs and events it finds again are not duplicated).", "handlers/%s/reset-state",
+		func(ctx context.Context, st store.Store, wf, handler string) (string, string, error) {
+			msg, err := engine.ResetState(ctx, st, wf, handler, time.Now())
+			return msg, wf, err // the producer runs now: carried out
+		})
 }
 
 func (a *app) skipPendingCmd() *cobra.Command {
+	return a.controlCmd(&cobra.Command{Use: "skip-pending WORKFLOW TOPIC", Short: "skip every pending event of a topic that no run holds (their inputs show skipped)"},
+		"Skip every pending event of topic %[2]s in %[1]s? Its consumer will not see them.", "topics/%s/skip-pending",
+		func(ctx context.Context, st store.Store, wf, topic string) (string, string, error) {
+			msg, err := engine.SkipPending(ctx, st, wf, topic, time.Now())
+			return msg, "", err // nothing to run
+		})
+}
+
+// controlCmd makes c a control of a workflow's part (WORKFLOW NAME): it
+// asks question (with the workflow and the name), then performs it through
+// keep serve's API at /api/v1/workflows/WF/ + route, or locally with act.
+func (a *app) controlCmd(c *cobra.Command, question, route string, act func(ctx context.Context, st store.Store, wf, name string) (string, string, error)) *cobra.Command {
 	var yes bool
-	c := &cobra.Command{
-		Use:   "skip-pending WORKFLOW TOPIC",
-		Short: "skip every pending event of a topic that no run holds (their inputs show skipped)",
-		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.confirm(yes, fmt.Sprintf("Skip every pending event of topic %s in %s? Its consumer will not see them.", args[1], args[0])); err != nil {
-				return err
-			}
-			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(args[0])+"/topics/"+url.PathEscape(args[1])+"/skip-pending", nil,
-				func(st store.Store) (string, string, error) {
-					msg, err := engine.SkipPending(cmd.Context(), st, args[0], args[1], time.Now())
-					return msg, "", err
-				})
-		},
+	c.Args = cobra.ExactArgs(2)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		wf, name := args[0], args[1]
+		if err := a.confirm(yes, fmt.Sprintf(question, wf, name)); err != nil {
+			return err
+		}
+		path := "/api/v1/workflows/" + url.PathEscape(wf) + "/" + fmt.Sprintf(route, url.PathEscape(name))
+		return a.perform(cmd.Context(), path, nil, func(st store.Store) (string, string, error) { return act(cmd.Context(), st, wf, name) })
 	}
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
 	return c

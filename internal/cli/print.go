@@ -29,10 +29,17 @@ func crop(s string, n int) string {
 	return s
 }
 
-func (a *app) printInputs(inputs []report.Input) {
-	fmt.Fprintf(a.out, "INPUTS (%d)\n", len(inputs))
-	if len(inputs) == 0 {
+// heading prints a section's title with its count; false when it is empty.
+func (a *app) heading(title string, n int) bool {
+	fmt.Fprintf(a.out, "%s (%d)\n", title, n)
+	if n == 0 {
 		fmt.Fprintln(a.out, "  (none yet)")
+	}
+	return n > 0
+}
+
+func (a *app) printInputs(inputs []report.Input) {
+	if !a.heading("INPUTS", len(inputs)) {
 		return
 	}
 	w := a.table()
@@ -48,9 +55,7 @@ func (a *app) printOutputs(outputs []report.Output, inputs []report.Input) {
 	for _, in := range inputs {
 		titles[in.ID] = in.Title
 	}
-	fmt.Fprintf(a.out, "OUTPUTS (%d)\n", len(outputs))
-	if len(outputs) == 0 {
-		fmt.Fprintln(a.out, "  (none yet)")
+	if !a.heading("OUTPUTS", len(outputs)) {
 		return
 	}
 	w := a.table()

@@ -25,15 +25,7 @@ func (a *app) runCmd() *cobra.Command {
 			"and prints the inputs and outputs. Exit status: 0 idle with nothing blocked, 2 invalid script, 3 a run needs a person.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := deployKind(minor, major)
-			if err != nil {
-				return err
-			}
-			src, err := readScript(args[0])
-			if err != nil {
-				return err
-			}
-			root, err := filesRootOf(args[0], filesRoot)
+			kind, src, root, err := scriptToDeploy(args[0], filesRoot, minor, major)
 			if err != nil {
 				return err
 			}
