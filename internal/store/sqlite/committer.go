@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqldb"
 )
 
 // Group commit. Every Update of the process runs on the one writer
@@ -195,5 +196,5 @@ func runFn(w *conn, fn func(store.Tx) error) (res result) {
 			res = result{panic: p}
 		}
 	}()
-	return result{err: fn(&tx{tx: w})}
+	return result{err: fn(sqldb.NewTx(w))}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/keep-run/keep/internal/store/sqldb"
 )
 
 // maxCachedStatements bounds a connection's statement cache. The store's SQL
@@ -90,7 +92,7 @@ func (r row) Scan(dest ...any) error {
 }
 
 // QueryRow runs a statement that returns at most one row.
-func (c *conn) QueryRow(q string, args ...any) row {
+func (c *conn) QueryRow(q string, args ...any) sqldb.Row {
 	st, err := c.stmt(q)
 	switch {
 	case err != nil:

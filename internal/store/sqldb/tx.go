@@ -1,0 +1,738 @@
+package sqldb
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Tx is store.Tx over SQL: the one implementation of the ledger's
+// statements, for every SQL backend. The SQL is written once, with ?
+// placeholders and what SQLite and PostgreSQL both accept; a backend's
+// Runner adapts the placeholders (PostgreSQL's $1) and runs it inside the
+// backend's own transaction.
+type Tx struct{ r Runner }
+
+// NewTx gives a backend's transaction the ledger's operations.
+func NewTx(r Runner) *Tx { return &Tx{r: r} }
+
+// Runner returns the transaction's runner, for a backend's own statements.
+func (t *Tx) Runner() Runner { return t.r }
+
+func notFound(what, id string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %q: %w", what, id, kt.ErrNotFound)
+	}
+	return fmt.Errorf("read %s %q: %w", what, id, err)
+}
+
+func jsonText(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return string(raw)
+}
+
+func rawJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+func strList(v []string) string {
+	if v == nil {
+		v = []string{}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func parseList(s string) []string {
+	var v []string
+	_ = json.Unmarshal([]byte(s), &v)
+	return v
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// --- workflows and versions ---
+
+func (t *Tx) WorkflowGet(name string) (kt.Workflow, error) {
+	var w kt.Workflow
+	var paused int
+	err := t.r.QueryRow(`SELECT name, active_version, paused, paused_reason, files_root, created_at, updated_at FROM workflows WHERE name=?`, name).
+		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.CreatedAt, &w.UpdatedAt)
+	if err != nil {
+		return w, notFound("workflow", name, err)
+	}
+	w.Paused = paused != 0
+	return w, nil
+}
+
+func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
+	rows, err := t.r.Query(`SELECT name, active_version, paused, paused_reason, files_root, created_at, updated_at FROM workflows ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Workflow
+	for rows.Next() {
+		var w kt.Workflow
+		var paused int
+		if err := rows.Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.CreatedAt, &w.UpdatedAt); err != nil {
+			return nil, err
+		}
+		w.Paused = paused != 0
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) WorkflowPut(w kt.Workflow) error {
+	_, err := t.r.Exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, created_at, updated_at) VALUES(?,?,?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, updated_at=excluded.updated_at`,
+		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.CreatedAt, w.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save workflow %s: %w", w.Name, err)
+	}
+	return nil
+}
+
+func (t *Tx) VersionInsert(v *kt.Version) error {
+	if err := t.r.QueryRow(`SELECT coalesce(max(id),0)+1 FROM versions WHERE workflow=?`, v.Workflow).Scan(&v.ID); err != nil {
+		return err
+	}
+	_, err := t.r.Exec(`INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,?,?,?,?,?,?)`,
+		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("save version of %s: %w", v.Workflow, err)
+	}
+	return nil
+}
+
+const versionCols = `workflow, id, major, minor, script, file, created_at`
+
+func scanVersion(sc interface{ Scan(...any) error }) (kt.Version, error) {
+	var v kt.Version
+	err := sc.Scan(&v.Workflow, &v.ID, &v.Major, &v.Minor, &v.Script, &v.File, &v.CreatedAt)
+	return v, err
+}
+
+func (t *Tx) VersionGet(workflow string, id int64) (kt.Version, error) {
+	v, err := scanVersion(t.r.QueryRow(`SELECT `+versionCols+` FROM versions WHERE workflow=? AND id=?`, workflow, id))
+	if err != nil {
+		return v, notFound("version", fmt.Sprintf("%s@%d", workflow, id), err)
+	}
+	return v, nil
+}
+
+func (t *Tx) VersionList(workflow string) ([]kt.Version, error) {
+	rows, err := t.r.Query(`SELECT `+versionCols+` FROM versions WHERE workflow=? ORDER BY id`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Version
+	for rows.Next() {
+		v, err := scanVersion(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// --- handlers ---
+
+const handlerCols = `workflow, name, type, state, dirty, wake_at, next_run_at, queued, updated_at`
+
+func scanHandler(sc interface{ Scan(...any) error }) (kt.Handler, error) {
+	var h kt.Handler
+	var state sql.NullString
+	var dirty, queued int
+	err := sc.Scan(&h.Workflow, &h.Name, &h.Type, &state, &dirty, &h.WakeAt, &h.NextRunAt, &queued, &h.UpdatedAt)
+	h.State = rawJSON(state)
+	h.Dirty, h.Queued = dirty != 0, queued != 0
+	return h, err
+}
+
+func (t *Tx) HandlerGet(workflow, name string) (kt.Handler, error) {
+	h, err := scanHandler(t.r.QueryRow(`SELECT `+handlerCols+` FROM handlers WHERE workflow=? AND name=?`, workflow, name))
+	if err != nil {
+		return h, notFound("handler", workflow+"/"+name, err)
+	}
+	return h, nil
+}
+
+func (t *Tx) HandlerList(workflow string) ([]kt.Handler, error) {
+	rows, err := t.r.Query(`SELECT `+handlerCols+` FROM handlers WHERE workflow=? ORDER BY name`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Handler
+	for rows.Next() {
+		h, err := scanHandler(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) HandlerPut(h kt.Handler) error {
+	_, err := t.r.Exec(`INSERT INTO handlers(`+handlerCols+`) VALUES(?,?,?,?,?,?,?,?,?)
+ON CONFLICT(workflow, name) DO UPDATE SET type=excluded.type, state=excluded.state, dirty=excluded.dirty, wake_at=excluded.wake_at,
+ next_run_at=excluded.next_run_at, queued=excluded.queued, updated_at=excluded.updated_at`,
+		h.Workflow, h.Name, h.Type, jsonText(h.State), b2i(h.Dirty), h.WakeAt, h.NextRunAt, b2i(h.Queued), h.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save handler %s/%s: %w", h.Workflow, h.Name, err)
+	}
+	return nil
+}
+
+// --- events ---
+
+const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at`
+
+func scanEvent(sc interface{ Scan(...any) error }) (kt.Event, error) {
+	var e kt.Event
+	var payload, caused string
+	err := sc.Scan(&e.ID, &e.Workflow, &e.Topic, &e.MessageID, &payload, &e.Status, &e.ReservedBy, &e.CreatedBy, &caused, &e.Attempt, &e.CreatedAt, &e.UpdatedAt)
+	e.Payload = json.RawMessage(payload)
+	e.CausedBy = parseList(caused)
+	return e, err
+}
+
+func (t *Tx) queryEvents(q string, args ...any) ([]kt.Event, error) {
+	rows, err := t.r.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) EventPublish(e *kt.Event) (bool, error) {
+	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
+	if err == nil {
+		*e = kt.Published(&existing, *e)
+		_, err := t.r.Exec(`UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+			string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
+		if err != nil {
+			return false, fmt.Errorf("update event %s/%s: %w", e.Topic, e.MessageID, err)
+		}
+		return false, t.setCauses(e.ID, e.CausedBy)
+	}
+	if !errors.Is(err, kt.ErrNotFound) {
+		return false, err
+	}
+	*e = kt.Published(nil, *e)
+	err = t.r.QueryRow(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		e.Workflow, e.Topic, e.MessageID, string(e.Payload), e.Status, e.ReservedBy, e.CreatedBy, strList(e.CausedBy), e.Attempt, e.CreatedAt, e.UpdatedAt).Scan(&e.ID)
+	if err != nil {
+		return false, fmt.Errorf("insert event %s/%s: %w", e.Topic, e.MessageID, err)
+	}
+	return true, t.setCauses(e.ID, e.CausedBy)
+}
+
+// setCauses records an event's causes; they only grow (kt.UnionCauses), so
+// nothing is deleted.
+func (t *Tx) setCauses(eventID int64, causes []string) error {
+	for _, c := range causes {
+		if _, err := t.r.Exec(`INSERT INTO event_causes(event_id, input_id) VALUES(?,?) ON CONFLICT DO NOTHING`, eventID, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tx) DecisionAdd(d kt.Decision) error {
+	_, err := t.r.Exec(`INSERT INTO decisions(workflow, run_id, mutation_id, item_id, action, by, detail, at) VALUES(?,?,?,?,?,?,?,?)`,
+		d.Workflow, d.RunID, d.MutationID, d.ItemID, d.Action, d.By, d.Detail, d.At)
+	if err != nil {
+		return fmt.Errorf("record the decision %s on %s: %w", d.Action, d.Workflow, err)
+	}
+	return nil
+}
+
+func (t *Tx) DecisionList(workflow, runID string) ([]kt.Decision, error) {
+	q := `SELECT id, workflow, run_id, mutation_id, item_id, action, by, detail, at FROM decisions WHERE workflow=?`
+	args := []any{workflow}
+	if runID != "" {
+		q += ` AND run_id=?`
+		args = append(args, runID)
+	}
+	rows, err := t.r.Query(q+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Decision
+	for rows.Next() {
+		var d kt.Decision
+		if err := rows.Scan(&d.ID, &d.Workflow, &d.RunID, &d.MutationID, &d.ItemID, &d.Action, &d.By, &d.Detail, &d.At); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) EventGet(workflow, topic, messageID string) (kt.Event, error) {
+	e, err := scanEvent(t.r.QueryRow(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND message_id=?`, workflow, topic, messageID))
+	if err != nil {
+		return e, notFound("event", topic+"/"+messageID, err)
+	}
+	return e, nil
+}
+
+func (t *Tx) EventsPending(workflow, topic string, limit int) ([]kt.Event, error) {
+	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT `+limitSQL(limit), workflow, topic)
+}
+
+func (t *Tx) EventsReservedBy(runID string) ([]kt.Event, error) {
+	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE reserved_by=? ORDER BY id`, runID)
+}
+
+func (t *Tx) EventsByInput(inputID string) ([]kt.Event, error) {
+	return t.queryEvents(`SELECT `+prefixed("e.", eventCols)+` FROM events e JOIN event_causes c ON c.event_id=e.id WHERE c.input_id=? ORDER BY e.id`, inputID)
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (t *Tx) EventUpdate(e kt.Event) error {
+	_, err := t.r.Exec(`UPDATE events SET payload=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+		string(e.Payload), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
+	if err != nil {
+		return fmt.Errorf("update event %d: %w", e.ID, err)
+	}
+	return nil
+}
+
+func (t *Tx) OldestPending(workflow string, topics []string) (int64, bool, error) {
+	if len(topics) == 0 {
+		return 0, false, nil
+	}
+	args := make([]any, 0, 2*len(topics))
+	for _, tp := range topics {
+		args = append(args, workflow, tp)
+	}
+	// The first pending event of each topic by id (ids grow with creation):
+	// one index probe per topic, however many events wait.
+	var at sql.NullInt64
+	err := t.r.QueryRow(`SELECT min(created_at) FROM (`+strings.Repeat(`SELECT (SELECT created_at FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT 1) AS created_at UNION ALL `, len(topics)-1)+
+		`SELECT (SELECT created_at FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT 1) AS created_at) AS firsts`, args...).Scan(&at)
+	if err != nil {
+		return 0, false, err
+	}
+	return at.Int64, at.Valid, nil
+}
+
+func (t *Tx) CountPending(workflow string) (int, error) {
+	var n int
+	err := t.r.QueryRow(`SELECT count(*) FROM events WHERE workflow=? AND status='pending'`, workflow).Scan(&n)
+	return n, err
+}
+
+func (t *Tx) EventList(workflow string, f store.EventFilter) ([]kt.Event, error) {
+	q, args := `SELECT `+eventCols+` FROM events WHERE workflow=? AND id>?`, []any{workflow, f.AfterID}
+	if f.Topic != "" {
+		q, args = q+` AND topic=?`, append(args, f.Topic)
+	}
+	if f.Status != "" {
+		q, args = q+` AND status=?`, append(args, f.Status)
+	}
+	switch f.Held {
+	case store.HeldReserved:
+		q += ` AND reserved_by<>''`
+	case store.HeldFree:
+		q += ` AND reserved_by=''`
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return t.queryEvents(q+` ORDER BY id LIMIT `+limitSQL(limit), args...)
+}
+
+func (t *Tx) TopicCounts(workflow string) ([]store.TopicCount, error) {
+	rows, err := t.r.Query(`SELECT topic, status, reserved_by<>'', count(*) FROM events WHERE workflow=? GROUP BY topic, status, reserved_by<>'' ORDER BY topic`, workflow)
+	if err != nil {
+		return nil, fmt.Errorf("count events: %w", err)
+	}
+	defer rows.Close()
+	var out []store.TopicCount
+	for rows.Next() {
+		var topic string
+		var status kt.EventStatus
+		var held bool
+		var n int
+		if err := rows.Scan(&topic, &status, &held, &n); err != nil {
+			return nil, err
+		}
+		if len(out) == 0 || out[len(out)-1].Topic != topic {
+			out = append(out, store.TopicCount{Topic: topic})
+		}
+		c := &out[len(out)-1]
+		switch {
+		case status == kt.EventPending && held:
+			c.Reserved += n
+		case status == kt.EventPending:
+			c.Pending += n
+		case status == kt.EventConsumed:
+			c.Consumed += n
+		case status == kt.EventSkipped:
+			c.Skipped += n
+		}
+	}
+	return out, rows.Err()
+}
+
+// limitSQL writes a LIMIT as a number in the statement's text. SQLite
+// re-prepares a statement whose LIMIT is a bound parameter every time the
+// parameter is bound (the planner looks at its value), which made peek
+// parse its SQL on every call.
+func limitSQL(n int) string { return strconv.Itoa(n) }
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+// --- inputs (items) ---
+
+const itemCols = `id, workflow, key, kind, source, type, external_id, title, status, current_attempt, created_by, last_run, last_version, created_at, updated_at`
+
+func scanItem(sc interface{ Scan(...any) error }) (kt.Input, error) {
+	var i kt.Input
+	err := sc.Scan(&i.ID, &i.Workflow, &i.Key, &i.Kind, &i.Source, &i.Type, &i.ExternalID, &i.Title, &i.Status, &i.CurrentAttempt, &i.CreatedBy, &i.LastRun, &i.LastVersion, &i.CreatedAt, &i.UpdatedAt)
+	return i, err
+}
+
+func (t *Tx) InputGet(id string) (kt.Input, error) {
+	i, err := scanItem(t.r.QueryRow(`SELECT `+itemCols+` FROM items WHERE id=?`, id))
+	if err != nil {
+		return i, notFound("input", id, err)
+	}
+	return i, nil
+}
+
+func (t *Tx) InputGetByKey(workflow, key string) (kt.Input, error) {
+	i, err := scanItem(t.r.QueryRow(`SELECT `+itemCols+` FROM items WHERE workflow=? AND key=?`, workflow, key))
+	if err != nil {
+		return i, notFound("input", key, err)
+	}
+	return i, nil
+}
+
+func (t *Tx) InputPut(i kt.Input) error {
+	_, err := t.r.Exec(`INSERT INTO items(`+itemCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, current_attempt=excluded.current_attempt, last_run=excluded.last_run,
+ last_version=excluded.last_version, updated_at=excluded.updated_at`,
+		i.ID, i.Workflow, i.Key, i.Kind, i.Source, i.Type, i.ExternalID, i.Title, i.Status, i.CurrentAttempt, i.CreatedBy, i.LastRun, i.LastVersion, i.CreatedAt, i.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save input %s: %w", i.Key, err)
+	}
+	return nil
+}
+
+func (t *Tx) InputList(workflow string) ([]kt.Input, error) {
+	rows, err := t.r.Query(`SELECT `+itemCols+` FROM items WHERE workflow=? ORDER BY created_at, key`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Input
+	for rows.Next() {
+		i, err := scanItem(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, i)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) ItemAttemptPut(a kt.ItemAttempt) error {
+	_, err := t.r.Exec(`INSERT INTO item_attempts(item_id, attempt, status, version, started_at, updated_at) VALUES(?,?,?,?,?,?)
+ON CONFLICT(item_id, attempt) DO UPDATE SET status=excluded.status, version=excluded.version, updated_at=excluded.updated_at`,
+		a.ItemID, a.Attempt, a.Status, a.Version, a.StartedAt, a.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save attempt %d of item %s: %w", a.Attempt, a.ItemID, err)
+	}
+	return nil
+}
+
+func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
+	rows, err := t.r.Query(`SELECT item_id, attempt, status, version, started_at, updated_at FROM item_attempts WHERE item_id=? ORDER BY attempt`, itemID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.ItemAttempt
+	for rows.Next() {
+		var a kt.ItemAttempt
+		if err := rows.Scan(&a.ItemID, &a.Attempt, &a.Status, &a.Version, &a.StartedAt, &a.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// --- runs ---
+
+const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at`
+
+func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
+	var r kt.Run
+	var pr, mr, pc, tr sql.NullString
+	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
+	return r, err
+}
+
+func (t *Tx) queryRuns(q string, args ...any) ([]kt.Run, error) {
+	rows, err := t.r.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) RunGet(id string) (kt.Run, error) {
+	r, err := scanRun(t.r.QueryRow(`SELECT `+runCols+` FROM runs WHERE id=?`, id))
+	if err != nil {
+		return r, notFound("run", id, err)
+	}
+	return r, nil
+}
+
+func (t *Tx) RunPut(r kt.Run) error {
+	_, err := t.r.Exec(`INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
+ mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
+ error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, open=excluded.open`,
+		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()))
+	if err != nil {
+		return fmt.Errorf("save run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (t *Tx) RunSetIf(r kt.Run, from kt.Status) error {
+	res, err := t.r.Exec(`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=? WHERE id=? AND status=?`,
+		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.ID, from)
+	if err != nil {
+		return fmt.Errorf("save run %s: %w", r.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("save run %s (%s → %s): %w", r.ID, from, r.Status, store.ErrConflict)
+	}
+	return nil
+}
+
+func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? ORDER BY created_at DESC, id DESC LIMIT `+limitSQL(limit), workflow)
+}
+
+func (t *Tx) RunOpen(workflow string) (kt.Run, error) {
+	r, err := scanRun(t.r.QueryRow(`SELECT `+runCols+` FROM runs WHERE workflow=? AND open=1 ORDER BY created_at LIMIT 1`, workflow))
+	if err != nil {
+		return r, notFound("open run of workflow", workflow, err)
+	}
+	return r, nil
+}
+
+func (t *Tx) RunsWithStatus(status kt.Status) ([]kt.Run, error) {
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE status=? ORDER BY created_at`, status)
+}
+
+// --- mutations ---
+
+const mutationCols = `id, workflow, run_id, handler, item_keys, attempt, tool, method, params, target, identity_key, payload_hash, idempotency_key, status,
+ result, error_class, error_message, can_reconcile, reconcile_attempts, next_reconcile_at, resolved_by, created_at, updated_at, sent_at, not_found_at`
+
+func scanMutation(sc interface{ Scan(...any) error }) (kt.Mutation, error) {
+	var m kt.Mutation
+	var items, params string
+	var result sql.NullString
+	var canRec int
+	err := sc.Scan(&m.ID, &m.Workflow, &m.RunID, &m.Handler, &items, &m.Attempt, &m.Tool, &m.Method, &params, &m.Target, &m.IdentityKey, &m.PayloadHash, &m.IdempotencyKey, &m.Status,
+		&result, &m.ErrorClass, &m.ErrorMessage, &canRec, &m.ReconcileAttempts, &m.NextReconcileAt, &m.ResolvedBy, &m.CreatedAt, &m.UpdatedAt, &m.SentAt, &m.NotFoundAt)
+	m.ItemKeys = parseList(items)
+	m.Params = json.RawMessage(params)
+	m.Result = rawJSON(result)
+	m.CanReconcile = canRec != 0
+	return m, err
+}
+
+func (t *Tx) queryMutations(q string, args ...any) ([]kt.Mutation, error) {
+	rows, err := t.r.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Mutation
+	for rows.Next() {
+		m, err := scanMutation(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) MutationGet(id string) (kt.Mutation, error) {
+	m, err := scanMutation(t.r.QueryRow(`SELECT `+mutationCols+` FROM mutations WHERE id=?`, id))
+	if err != nil {
+		return m, notFound("mutation", id, err)
+	}
+	return m, nil
+}
+
+func (t *Tx) MutationByIdentity(key string) (kt.Mutation, error) {
+	m, err := scanMutation(t.r.QueryRow(`SELECT `+mutationCols+` FROM mutations WHERE identity_key=?`, key))
+	if err != nil {
+		return m, notFound("mutation with identity", key, err)
+	}
+	return m, nil
+}
+
+func (t *Tx) MutationByRun(runID string) (kt.Mutation, error) {
+	m, err := scanMutation(t.r.QueryRow(`SELECT `+mutationCols+` FROM mutations WHERE run_id=? ORDER BY created_at DESC LIMIT 1`, runID))
+	if err != nil {
+		return m, notFound("mutation of run", runID, err)
+	}
+	return m, nil
+}
+
+func (t *Tx) MutationPut(m kt.Mutation) error {
+	_, err := t.r.Exec(`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, identity_key=excluded.identity_key, sent_at=excluded.sent_at, not_found_at=excluded.not_found_at, params=excluded.params, payload_hash=excluded.payload_hash, status=excluded.status, result=excluded.result,
+ error_class=excluded.error_class, error_message=excluded.error_message, can_reconcile=excluded.can_reconcile, reconcile_attempts=excluded.reconcile_attempts,
+ next_reconcile_at=excluded.next_reconcile_at, resolved_by=excluded.resolved_by, updated_at=excluded.updated_at`,
+		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+	if err != nil {
+		return fmt.Errorf("save mutation %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+func (t *Tx) MutationList(workflow string) ([]kt.Mutation, error) {
+	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE workflow=? ORDER BY created_at, id`, workflow)
+}
+
+func (t *Tx) MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error) {
+	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE status=? ORDER BY created_at`, status)
+}
+
+func (t *Tx) Counts() (store.Counts, error) {
+	c := store.Counts{RunsByStatus: map[string]int{}, MutationsByStatus: map[string]int{}}
+	group := func(q string, into map[string]int) error {
+		rows, err := t.r.Query(q)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var n int
+			if err := rows.Scan(&k, &n); err != nil {
+				return err
+			}
+			into[k] = n
+		}
+		return rows.Err()
+	}
+	if err := group(`SELECT status, count(*) FROM runs GROUP BY status`, c.RunsByStatus); err != nil {
+		return c, err
+	}
+	if err := group(`SELECT status, count(*) FROM mutations GROUP BY status`, c.MutationsByStatus); err != nil {
+		return c, err
+	}
+	if err := t.r.QueryRow(`SELECT coalesce(sum(reconcile_attempts),0) FROM mutations`).Scan(&c.ReconcileAttempts); err != nil {
+		return c, err
+	}
+	err := t.r.QueryRow(`SELECT count(*) FROM events WHERE status='pending'`).Scan(&c.PendingEvents)
+	return c, err
+}
+
+// --- scheduling ---
+
+func (t *Tx) DueWorkflows(now int64) ([]string, error) {
+	rows, err := t.r.Query(`
+SELECT w.name FROM workflows w WHERE w.paused=0 AND (
+  EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1 AND (
+      r.action<>'' OR r.status IN (?,?) OR (r.status=? AND r.next_attempt_at>0 AND r.next_attempt_at<=?)
+      OR (r.status=? AND r.version<w.active_version)
+      OR (r.status=? AND EXISTS (SELECT 1 FROM mutations m WHERE m.run_id=r.id AND m.status=? AND m.next_reconcile_at<=?))))
+  OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.workflow=w.name AND r.open=1) AND EXISTS (SELECT 1 FROM handlers h WHERE h.workflow=w.name AND (
+      h.dirty=1 OR (h.wake_at>0 AND h.wake_at<=?) OR h.queued=1 OR (h.next_run_at>0 AND h.next_run_at<=?))))
+) ORDER BY w.name`,
+		// The statuses are keeptype's (the engine's handleOpen acts on the
+		// same ones): the query only finds them.
+		kt.StatusCrashed, kt.StatusActive, kt.StatusTransient, now, kt.StatusFailedLogic,
+		kt.StatusReconciliation, kt.MutationNeedsReconcile, now, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("find due workflows: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
