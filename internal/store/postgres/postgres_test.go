@@ -88,8 +88,8 @@ func TestANewerSchemaIsRefused(t *testing.T) {
 
 func TestRebind(t *testing.T) {
 	for in, want := range map[string]string{
-		`SELECT a FROM t WHERE x=? AND y=?`:          `SELECT a FROM t WHERE x=$1 AND y=$2`,
-		`SELECT 1 WHERE s='?' AND r<>'' AND z=?`:     `SELECT 1 WHERE s='?' AND r<>'' AND z=$1`,
+		`SELECT a FROM t WHERE x=? AND y=?`:           `SELECT a FROM t WHERE x=$1 AND y=$2`,
+		`SELECT 1 WHERE s='?' AND r<>'' AND z=?`:      `SELECT 1 WHERE s='?' AND r<>'' AND z=$1`,
 		`INSERT INTO e(a,b) VALUES(?,?) RETURNING id`: `INSERT INTO e(a,b) VALUES($1,$2) RETURNING id`,
 	} {
 		if got := rebind(in); got != want {
