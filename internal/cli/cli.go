@@ -130,7 +130,7 @@ func (a *app) printJSON(v any) error {
 
 // openStore opens the data directory's store for reads and actions; a
 // missing database is an error rather than a new empty one.
-func (a *app) openStore() (*sqlite.Store, error) {
+func (a *app) openStore() (store.Store, error) {
 	loc, err := backend.Parse(a.storeURL, a.dataDir)
 	if err != nil {
 		return nil, err

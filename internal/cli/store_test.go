@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
 
 // --store names the store in one place: another SQLite file is used by
@@ -36,9 +38,45 @@ func TestStoreURLChoosesTheStore(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.err, `unknown kind of store "mysql"`) {
 		t.Fatalf("an unknown store: exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
-	r = keep(t, "run", "--data", data, "--store", "postgres://keep:pw@127.0.0.1/test", filepath.Join(dir, "workflow.js"))
-	if r.code == 0 || !strings.Contains(r.err, "PostgreSQL store is not part of this version") || strings.Contains(r.err, ":pw@") {
-		t.Fatalf("postgres: exit %d\n%s\n%s", r.code, r.out, r.err)
+	r = keep(t, "run", "--data", data, "--store", "postgres://keep:pw@db.invalid/test", filepath.Join(dir, "workflow.js"))
+	if r.code == 0 || !strings.Contains(r.err, "cannot be reached") || strings.Contains(r.err, ":pw@") {
+		t.Fatalf("an unreachable postgres: exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+}
+
+// The quick start on PostgreSQL: the same commands, the same outputs, and
+// a second engine on the same database is refused until several nodes
+// share the work with leases (issue 14).
+func TestQuickstartOnPostgres(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.FreshSchema(t)
+	dir, data := quickstart(t)
+	r := keep(t, "run", "--data", data, "--store", pg, filepath.Join(dir, "workflow.js"))
+	if r.code != 0 || strings.Count(r.out, "applied") != 3 {
+		t.Fatalf("run on PostgreSQL: exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "keep.db")); err == nil {
+		t.Fatal("keep.db was created although the store is PostgreSQL")
+	}
+	r = keep(t, "run", "--data", data, "--store", pg, filepath.Join(dir, "workflow.js"))
+	if r.code != 0 || strings.Count(r.out, "applied") != 3 {
+		t.Fatalf("a second run wrote again: %s", r.out)
+	}
+	if out, _ := os.ReadDir(filepath.Join(dir, "out")); len(out) != 3 {
+		t.Fatalf("%d confirmations, want 3", len(out))
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: t.TempDir(), Store: pg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	_, err = daemon.Open(daemon.Options{DataDir: t.TempDir(), Store: pg})
+	if !errors.Is(err, daemon.ErrBusy) {
+		t.Fatalf("a second engine on one PostgreSQL database: %v, want ErrBusy", err)
+	}
+	r = keep(t, "status", "--data", data, "--store", pg)
+	if r.code != 0 || !strings.Contains(r.out, "quickstart-orders") {
+		t.Fatalf("status beside a running engine: %d %s %s", r.code, r.out, r.err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
@@ -29,7 +30,6 @@ import (
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store/backend"
-	"github.com/keep-run/keep/internal/store/sqlite"
 	"github.com/keep-run/keep/internal/web"
 )
 
@@ -63,7 +63,7 @@ func DBPath(dataDir string) string { return backend.Default(dataDir).Path }
 // OpenStore opens the store named by storeURL (the data directory's
 // keep.db when empty) without taking the engine lock: what the CLI's reads
 // and people's actions use, with or without a running keep serve.
-func OpenStore(dataDir, storeURL string) (*sqlite.Store, error) {
+func OpenStore(dataDir, storeURL string) (store.Store, error) {
 	l, err := backend.Parse(storeURL, dataDir)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func Registry(filesRoot string) *connector.Registry {
 
 // Keep is a running engine over a data directory.
 type Keep struct {
-	Store     *sqlite.Store
+	Store     store.Store
 	Engine    *engine.Engine
 	Scheduler *scheduler.Scheduler
 	Policy    config.Policy
@@ -91,7 +91,7 @@ type Keep struct {
 	// keep serve, by now).
 	Instance string
 	lock     *os.File
-	dbLock   *os.File
+	release  func() // the store's own engine lock
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -124,17 +124,7 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
-	// The database file itself is locked too: engine.lock can be deleted
-	// (then a second engine would take a new one and run the same
-	// workflows), keep.db cannot without losing the data. SQLite's own locks
-	// are fcntl locks, which flock does not touch.
-	dbLock, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
-	if err == nil {
-		if ferr := flockSoon(dbLock); ferr != nil {
-			dbLock.Close()
-			err = fmt.Errorf("%w (%s holds keep.db); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
-		}
-	}
+	release, err := lockStore(loc, st, o.DataDir)
 	if err != nil {
 		st.Close()
 		lock.Close()
@@ -148,7 +138,7 @@ func Open(o Options) (*Keep, error) {
 		o.FilesRoot = filepath.Join(o.DataDir, "files")
 		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
 			st.Close()
-			dbLock.Close()
+			release()
 			lock.Close()
 			return nil, err
 		}
@@ -158,7 +148,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, dbLock: dbLock, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -257,10 +247,36 @@ func flockSoon(f *os.File) error {
 	return err
 }
 
+// lockStore takes the store's own engine lock, beside the data
+// directory's: engine.lock can be deleted (then a second engine would take
+// a new one and run the same workflows), keep.db cannot without losing the
+// data (SQLite's own locks are fcntl locks, which flock does not touch); a
+// PostgreSQL database is shared by machines that share no directory.
+func lockStore(loc backend.Location, st store.Store, dataDir string) (func(), error) {
+	if pg, ok := st.(interface {
+		LockEngine(context.Context) (func(), error)
+	}); ok {
+		release, err := pg.LockEngine(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("%w (%s: %v); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, loc.Show(), err)
+		}
+		return release, nil
+	}
+	dbLock, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := flockSoon(dbLock); err != nil {
+		dbLock.Close()
+		return nil, fmt.Errorf("%w (%s holds keep.db); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, dataDir)
+	}
+	return func() { dbLock.Close() }, nil
+}
+
 // Close releases the store and the lock.
 func (k *Keep) Close() error {
+	k.release()
 	err := k.Store.Close()
-	k.dbLock.Close()
 	k.lock.Close()
 	return err
 }

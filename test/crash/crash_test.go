@@ -302,7 +302,9 @@ func setupItems(t *testing.T, sink *testsink.Sink) string {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(strings.ReplaceAll(itemScript, "%SINK%", sink.URL)), 0o644)
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n"), 0o644)
-	inbox := filepath.Join(dir, "data", "files", "inbox")
+	// The files root is the script's folder, recorded at deploy (keep
+	// serve reads and writes there too).
+	inbox := filepath.Join(dir, "inbox")
 	os.MkdirAll(inbox, 0o755)
 	os.WriteFile(filepath.Join(inbox, "a.json"), []byte(`{}`), 0o644)
 	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {

@@ -6,11 +6,14 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
 
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/postgres"
 	"github.com/keep-run/keep/internal/store/sqlite"
 )
 
@@ -63,19 +66,27 @@ func Parse(raw, dataDir string) (Location, error) {
 }
 
 // Open opens the store at l.
-func (l Location) Open() (*sqlite.Store, error) {
+func (l Location) Open() (store.Store, error) {
 	if l.Kind == Postgres {
-		return nil, fmt.Errorf("--store %s: the PostgreSQL store is not part of this version of keep yet; use the embedded SQLite store (leave --store out)", redactURL(l.URL))
+		return postgres.Open(context.Background(), l.URL)
 	}
 	return sqlite.Open(l.Path)
 }
 
 // OpenReadOnly opens the store at l for reads only (a read-only data directory).
-func (l Location) OpenReadOnly() (*sqlite.Store, error) {
+func (l Location) OpenReadOnly() (store.Store, error) {
 	if l.Kind == Postgres {
 		return l.Open()
 	}
 	return sqlite.OpenReadOnly(l.Path)
+}
+
+// Show names the store for people (a password hidden).
+func (l Location) Show() string {
+	if l.Kind == Postgres {
+		return redactURL(l.URL)
+	}
+	return l.Path
 }
 
 // redactURL hides a password in a store URL.

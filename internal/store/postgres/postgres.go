@@ -193,6 +193,37 @@ func (s *Store) Stats() store.Stats {
 	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load()}
 }
 
+// engineLock is the session advisory lock one engine holds: until several
+// nodes share the work with leases, one keep serve runs a database's
+// workflows, as one owns a SQLite data directory.
+const engineLock = 0x6b65656e // "keen"
+
+// ErrEngineBusy means another engine holds the database.
+var ErrEngineBusy = errors.New("another keep engine runs this PostgreSQL database's workflows")
+
+// LockEngine takes the database's engine lock for as long as release is
+// not called (a connection of its own holds it; if the process dies,
+// PostgreSQL releases it with the connection).
+func (s *Store) LockEngine(ctx context.Context) (release func(), err error) {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, engineLock).Scan(&ok); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if !ok {
+		c.Close()
+		return nil, ErrEngineBusy
+	}
+	return func() {
+		_, _ = c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, engineLock)
+		c.Close()
+	}, nil
+}
+
 // Close refuses new transactions and closes the connections.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {

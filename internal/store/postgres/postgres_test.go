@@ -2,59 +2,16 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/store/storetest"
 )
 
-// testURL is the PostgreSQL the tests use: KEEP_TEST_POSTGRES, or the one
-// on this machine (127.0.0.1:5432, database test, trust auth).
-func testURL() string {
-	if u := os.Getenv("KEEP_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	return "postgres://127.0.0.1:5432/test?sslmode=disable"
-}
-
-// freshSchema makes a schema of the test's own and returns the URL that
-// uses it; it is dropped when the test ends. Without a reachable
-// PostgreSQL the test is skipped, saying so — unless KEEP_REQUIRE_POSTGRES
-// is set (.ci/run sets it), where that is a failure.
-func freshSchema(t *testing.T) string {
-	t.Helper()
-	base := testURL()
-	db, err := sql.Open("pgx", base)
-	if err == nil {
-		err = db.Ping()
-	}
-	if err != nil {
-		if os.Getenv("KEEP_REQUIRE_POSTGRES") != "" {
-			t.Fatalf("PostgreSQL at %s is not reachable (KEEP_REQUIRE_POSTGRES is set): %v", Redact(base), err)
-		}
-		t.Skipf("PostgreSQL at %s is not reachable, so the PostgreSQL store is not tested here (set KEEP_TEST_POSTGRES to one): %v", Redact(base), err)
-	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "keep_test_" + hex.EncodeToString(b[:])
-	if _, err := db.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-		db.Close()
-	})
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	return base + sep + "search_path=" + schema
-}
+func freshSchema(t *testing.T) string { return pgtest.FreshSchema(t) }
 
 func TestStoreConformance(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T) store.Store {
