@@ -15,6 +15,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
@@ -56,7 +57,13 @@ func newEnvWith(t testing.TB, policy string) *env {
 	if err := os.WriteFile(cfg, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
+	// KEEP_TEST_ENGINE_STORE=postgres runs the engine's tests on
+	// PostgreSQL (a schema each); .ci/run does, after the default run.
+	storeURL := ""
+	if os.Getenv("KEEP_TEST_ENGINE_STORE") == "postgres" {
+		storeURL = pgtest.FreshSchema(t)
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

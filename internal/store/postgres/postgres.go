@@ -34,7 +34,7 @@ import (
 var migrations embed.FS
 
 // writerLock is the advisory lock every write transaction takes.
-const writerLock = 0x6b656570 // "keep"
+const writerLock = 0x6b6570 // with the schema's hash: pg_advisory_xact_lock(int, int)
 
 // ErrClosed is returned by a closed store.
 var ErrClosed = errors.New("the store is closed")
@@ -160,7 +160,9 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 			_ = tx.Rollback()
 		}
 	}()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, writerLock); err != nil {
+	// Keyed by the schema too: installations in two schemas of one
+	// database do not wait for each other.
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, writerLock); err != nil {
 		return fmt.Errorf("take the writers' lock: %w", err)
 	}
 	if err := fn(sqldb.NewTx(runner{ctx: ctx, tx: tx})); err != nil {
@@ -196,7 +198,7 @@ func (s *Store) Stats() store.Stats {
 // engineLock is the session advisory lock one engine holds: until several
 // nodes share the work with leases, one keep serve runs a database's
 // workflows, as one owns a SQLite data directory.
-const engineLock = 0x6b65656e // "keen"
+const engineLock = 0x6b656e
 
 // ErrEngineBusy means another engine holds the database.
 var ErrEngineBusy = errors.New("another keep engine runs this PostgreSQL database's workflows")
@@ -210,7 +212,7 @@ func (s *Store) LockEngine(ctx context.Context) (release func(), err error) {
 		return nil, err
 	}
 	var ok bool
-	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, engineLock).Scan(&ok); err != nil {
+	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1, hashtext(current_schema()))`, engineLock).Scan(&ok); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -219,7 +221,7 @@ func (s *Store) LockEngine(ctx context.Context) (release func(), err error) {
 		return nil, ErrEngineBusy
 	}
 	return func() {
-		_, _ = c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, engineLock)
+		_, _ = c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1, hashtext(current_schema()))`, engineLock)
 		c.Close()
 	}, nil
 }
