@@ -26,7 +26,8 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
-	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/store/backend"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 	_ "modernc.org/sqlite"
@@ -102,9 +103,12 @@ func itemWorkflow(name, sinkURL string) string {
 }
 
 type rig struct {
-	t       *testing.T
-	dir     string
-	data    string
+	t    *testing.T
+	dir  string
+	data string
+	// store is --store: "" for the data directory's SQLite file, or a
+	// PostgreSQL schema of the test's own (KEEP_TORTURE_STORE=postgres).
+	store   string
 	sink    *testsink.Sink
 	rng     *rand.Rand
 	items   map[string]int
@@ -129,7 +133,7 @@ func (r *rig) addItems(n int) {
 }
 
 func (r *rig) serve(env ...string) *exec.Cmd {
-	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", r.data, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
+	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", r.data, "--store", r.store, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
 	cmd.Env = append(os.Environ(), env...)
 	logf, _ := os.OpenFile(filepath.Join(r.dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -165,18 +169,33 @@ func (r *rig) round() {
 	r.stats["SIGKILL at a random moment"]++
 }
 
+// openDB opens the ledgers for the checks' own SQL.
+func (r *rig) openDB() (*sql.DB, bool) {
+	if r.store != "" {
+		db, err := sql.Open("pgx", r.store)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		return db, true
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.data, "keep.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return db, false
+}
+
 // check verifies the invariants on the database and the sink.
 func (r *rig) check(final bool) {
 	t := r.t
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.data, "keep.db")+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, onPostgres := r.openDB()
 	defer db.Close()
-	var integrity string
-	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
-		t.Fatalf("integrity_check: %q %v", integrity, err)
+	if !onPostgres {
+		var integrity string
+		if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
+			t.Fatalf("integrity_check: %q %v", integrity, err)
+		}
 	}
 	queryInt := func(q string, args ...any) int {
 		var n int
@@ -185,7 +204,7 @@ func (r *rig) check(final bool) {
 		}
 		return n
 	}
-	if n := queryInt(`SELECT count(*) FROM (SELECT workflow FROM runs WHERE open=1 GROUP BY workflow HAVING count(*) > 1)`); n > 0 {
+	if n := queryInt(`SELECT count(*) FROM (SELECT workflow FROM runs WHERE open=1 GROUP BY workflow HAVING count(*) > 1) AS doubled`); n > 0 {
 		t.Fatalf("%d workflows have two unfinished runs at once", n)
 	}
 	if n := queryInt(`SELECT count(*) FROM events e JOIN runs r ON r.id=e.reserved_by WHERE e.status='pending' AND r.open=0`); n > 0 {
@@ -211,7 +230,11 @@ func (r *rig) check(final bool) {
 				}
 			}
 			var dump strings.Builder
-			rows, _ := db.Query(`SELECT m.status, m.resolved_by, m.run_id, r.status, r.phase, r.retry_of, coalesce(r.trace,'') FROM mutations m JOIN runs r ON r.id=m.run_id WHERE m.idempotency_key=?`, key)
+			q := `SELECT m.status, m.resolved_by, m.run_id, r.status, r.phase, r.retry_of, coalesce(r.trace,'') FROM mutations m JOIN runs r ON r.id=m.run_id WHERE m.idempotency_key=?`
+			if onPostgres {
+				q = strings.Replace(q, "?", "$1", 1)
+			}
+			rows, _ := db.Query(q, key)
 			for rows != nil && rows.Next() {
 				var a, b, c, d, e, f, g string
 				rows.Scan(&a, &b, &c, &d, &e, &f, &g)
@@ -234,7 +257,11 @@ func (r *rig) settle(timeout time.Duration) {
 	t := r.t
 	cmd := r.serve()
 	defer func() { cmd.Process.Signal(syscall.SIGKILL); cmd.Wait() }()
-	st, err := sqlite.Open(filepath.Join(r.data, "keep.db"))
+	loc, err := backend.Parse(r.store, r.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := loc.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,6 +368,10 @@ func TestTorture(t *testing.T) {
 	dir := t.TempDir()
 	r := &rig{t: t, dir: dir, data: filepath.Join(dir, "data"), sink: sink, rng: rand.New(rand.NewSource(s)),
 		items: map[string]int{}, names: []string{"chain", "noprobe", "probe", "items"}, stats: map[string]int{}}
+	if os.Getenv("KEEP_TORTURE_STORE") == "postgres" {
+		r.store = pgtest.FreshSchema(t)
+		t.Logf("on PostgreSQL: %s", r.store)
+	}
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\n"), 0o644)
 	for _, wf := range r.names {
 		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
@@ -349,7 +380,7 @@ func TestTorture(t *testing.T) {
 		}
 		p := filepath.Join(dir, wf+".js")
 		os.WriteFile(p, []byte(src), 0o644)
-		if out, err := exec.Command(keepBin, "deploy", "--data", r.data, p).CombinedOutput(); err != nil {
+		if out, err := exec.Command(keepBin, "deploy", "--data", r.data, "--store", r.store, p).CombinedOutput(); err != nil {
 			t.Fatalf("deploy %s: %v %s", wf, err, out)
 		}
 	}
