@@ -121,3 +121,58 @@ func TestTheFilesRootIsRecordedAtDeployAndUsedByServe(t *testing.T) {
 		t.Fatalf("deploy --files-root: %v %s", err, r.out)
 	}
 }
+
+// keep migrate moves an installation from its SQLite file to PostgreSQL:
+// everything is there, nothing is done twice afterwards, the source is
+// left as it was; a source a keep serve holds, a non-empty destination and
+// the same store twice are refused (issue 14).
+func TestMigrateFromSQLiteToPostgres(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.FreshSchema(t)
+	dir, data := quickstart(t)
+	wf := filepath.Join(dir, "workflow.js")
+	if r := keep(t, "run", "--data", data, wf); r.code != 0 {
+		t.Fatalf("run: %s %s", r.out, r.err)
+	}
+	key := "files:file:incoming/order-1001.json"
+	if r := keep(t, "reprocess", "--data", data, "--by", "alice", key); r.code != 0 {
+		t.Fatalf("reprocess: %s %s", r.out, r.err)
+	}
+	before := keep(t, "outputs", "--data", data, "quickstart-orders", "--json").out
+
+	// A running engine holds the source.
+	k, err := daemon.Open(daemon.Options{DataDir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := keep(t, "migrate", "--data", data, "--to", pg); r.code == 0 || !strings.Contains(r.err, "another keep process") {
+		k.Close()
+		t.Fatalf("migrate beside a running engine: %d %s %s", r.code, r.out, r.err)
+	}
+	k.Close()
+	r := keep(t, "migrate", "--data", data, "--to", pg, "--json")
+	var n struct{ Workflows, Versions, Items, Attempts, Events, Runs, Mutations, Decisions int }
+	if err := json.Unmarshal([]byte(r.out), &n); r.code != 0 || err != nil || n.Workflows != 1 || n.Items != 3 || n.Attempts != 4 || n.Mutations != 4 || n.Decisions < 1 {
+		t.Fatalf("migrate: exit %d %v\n%s\n%s", r.code, err, r.out, r.err)
+	}
+	if r := keep(t, "migrate", "--data", data, "--to", pg); r.code == 0 || !strings.Contains(r.err, "not empty") {
+		t.Fatalf("migrate into a non-empty store: %d %s", r.code, r.err)
+	}
+	if r := keep(t, "migrate", "--data", data, "--to", "sqlite://"+filepath.Join(data, "keep.db")); r.code != exitUsageCode {
+		t.Fatalf("migrate into itself: %d %s", r.code, r.err)
+	}
+	// On PostgreSQL: the same outputs, and running again writes nothing.
+	if after := keep(t, "outputs", "--data", data, "--store", pg, "quickstart-orders", "--json").out; after != before {
+		t.Fatalf("the outputs differ after the move:\n%s\nvs\n%s", before, after)
+	}
+	r = keep(t, "run", "--data", data, "--store", pg, wf)
+	if r.code != 0 || strings.Count(r.out, "applied") != 4 {
+		t.Fatalf("run on PostgreSQL after the move: %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	if out, _ := os.ReadDir(filepath.Join(dir, "out")); len(out) != 3 {
+		t.Fatalf("%d confirmation files, want 3", len(out))
+	}
+	if r := keep(t, "events", "--data", data, "--store", pg, "quickstart-orders"); !strings.Contains(r.out, "order.received") {
+		t.Fatalf("events after the move: %s", r.out)
+	}
+}

@@ -247,6 +247,35 @@ func flockSoon(f *os.File) error {
 	return err
 }
 
+// HoldStore opens the store at loc and takes its engine lock (and the
+// data directory's), for a command that must not run beside an engine
+// (keep migrate reads a consistent source). release frees the locks.
+func HoldStore(dataDir string, loc backend.Location) (store.Store, func(), error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(dataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := flockSoon(lock); err != nil {
+		lock.Close()
+		return nil, nil, fmt.Errorf("%w (%s); stop it first", ErrBusy, dataDir)
+	}
+	st, err := loc.Open()
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	release, err := lockStore(loc, st, dataDir)
+	if err != nil {
+		st.Close()
+		lock.Close()
+		return nil, nil, err
+	}
+	return st, func() { release(); lock.Close() }, nil
+}
+
 // lockStore takes the store's own engine lock, beside the data
 // directory's: engine.lock can be deleted (then a second engine would take
 // a new one and run the same workflows), keep.db cannot without losing the

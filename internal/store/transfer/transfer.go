@@ -1,0 +1,191 @@
+// Package transfer copies keep's ledgers from one store to another (`keep
+// migrate`): every workflow with its versions, handlers, items and their
+// attempts, events, runs, mutations and decisions, through store.Tx only,
+// so that it works between any two backends.
+//
+// It may import store and keeptype.
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Counts says what was copied.
+type Counts struct {
+	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions int
+}
+
+// ErrNotEmpty means the destination already holds workflows.
+var ErrNotEmpty = errors.New("the destination store is not empty")
+
+// Copy copies every workflow of from into to, which must hold none. Each
+// workflow is read in one snapshot and written in one transaction: a
+// failure leaves whole workflows copied, never half of one.
+func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
+	var c Counts
+	if err := to.View(ctx, func(tx store.Tx) error {
+		ws, err := tx.WorkflowList()
+		if err == nil && len(ws) > 0 {
+			return fmt.Errorf("%w: it holds %d workflows (%s, …); copy into an empty one", ErrNotEmpty, len(ws), ws[0].Name)
+		}
+		return err
+	}); err != nil {
+		return c, err
+	}
+	var names []string
+	if err := from.View(ctx, func(tx store.Tx) error {
+		ws, err := tx.WorkflowList()
+		for _, w := range ws {
+			names = append(names, w.Name)
+		}
+		return err
+	}); err != nil {
+		return c, err
+	}
+	for _, name := range names {
+		var w workflow
+		if err := from.View(ctx, func(tx store.Tx) error { return w.read(tx, name) }); err != nil {
+			return c, fmt.Errorf("read workflow %s: %w", name, err)
+		}
+		if err := to.Update(ctx, func(tx store.Tx) error { return w.write(tx) }); err != nil {
+			return c, fmt.Errorf("write workflow %s: %w", name, err)
+		}
+		w.count(&c)
+	}
+	return c, nil
+}
+
+// workflow is everything one workflow's ledgers hold.
+type workflow struct {
+	w         kt.Workflow
+	versions  []kt.Version
+	handlers  []kt.Handler
+	items     []kt.Input
+	attempts  []kt.ItemAttempt
+	events    []kt.Event
+	runs      []kt.Run
+	mutations []kt.Mutation
+	decisions []kt.Decision
+}
+
+func (w *workflow) read(tx store.Tx, name string) error {
+	var err error
+	if w.w, err = tx.WorkflowGet(name); err != nil {
+		return err
+	}
+	if w.versions, err = tx.VersionList(name); err != nil {
+		return err
+	}
+	if w.handlers, err = tx.HandlerList(name); err != nil {
+		return err
+	}
+	if w.items, err = tx.InputList(name); err != nil {
+		return err
+	}
+	for _, it := range w.items {
+		as, err := tx.ItemAttemptList(it.ID)
+		if err != nil {
+			return err
+		}
+		w.attempts = append(w.attempts, as...)
+	}
+	if w.events, err = allEvents(tx, name); err != nil {
+		return err
+	}
+	if w.runs, err = tx.RunList(name, 0); err != nil {
+		return err
+	}
+	if w.mutations, err = tx.MutationList(name); err != nil {
+		return err
+	}
+	w.decisions, err = tx.DecisionList(name, "")
+	return err
+}
+
+func allEvents(tx store.Tx, wf string) ([]kt.Event, error) {
+	var out []kt.Event
+	var after int64
+	for {
+		page, err := tx.EventList(wf, store.EventFilter{AfterID: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < 1000 {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// write stores a workflow's ledgers as they were: versions keep their
+// numbers (the active version points at one), events their status,
+// reservation, attempt and causes (their row ids are the store's own).
+func (w *workflow) write(tx store.Tx) error {
+	for _, v := range w.versions { // oldest first: each keeps its number
+		want := v.ID
+		if err := tx.VersionInsert(&v); err != nil {
+			return err
+		}
+		if v.ID != want {
+			return fmt.Errorf("version %d of %s became %d", want, w.w.Name, v.ID)
+		}
+	}
+	if err := tx.WorkflowPut(w.w); err != nil {
+		return err
+	}
+	for _, h := range w.handlers {
+		if err := tx.HandlerPut(h); err != nil {
+			return err
+		}
+	}
+	for _, it := range w.items {
+		if err := tx.InputPut(it); err != nil {
+			return err
+		}
+	}
+	for _, a := range w.attempts {
+		if err := tx.ItemAttemptPut(a); err != nil {
+			return err
+		}
+	}
+	for _, ev := range w.events {
+		ev := ev
+		if _, err := tx.EventPublish(&ev); err != nil {
+			return err
+		}
+	}
+	for _, r := range w.runs {
+		if err := tx.RunPut(r); err != nil {
+			return err
+		}
+	}
+	for _, m := range w.mutations {
+		if err := tx.MutationPut(m); err != nil {
+			return err
+		}
+	}
+	for _, d := range w.decisions {
+		if err := tx.DecisionAdd(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *workflow) count(c *Counts) {
+	c.Workflows++
+	c.Versions += len(w.versions)
+	c.Handlers += len(w.handlers)
+	c.Items += len(w.items)
+	c.Attempts += len(w.attempts)
+	c.Events += len(w.events)
+	c.Runs += len(w.runs)
+	c.Mutations += len(w.mutations)
+	c.Decisions += len(w.decisions)
+}
