@@ -486,3 +486,40 @@ type Handler struct {
 	Queued    bool  // run-now or a coalesced trigger
 	UpdatedAt int64
 }
+
+// Lease is a node's right to step one workflow until ExpiresAt (ms). Token
+// grows by one each time another node takes the workflow over: every
+// durable write of a step is conditional on it (fencing), so a node that
+// lost its lease — paused, partitioned, slow — can never write over the
+// new owner's work.
+type Lease struct {
+	Workflow  string
+	Node      string
+	Token     int64
+	ExpiresAt int64
+}
+
+// GrantLease decides whether node may step a workflow whose lease is cur
+// (nil: none yet) at time now, until until: the holder renews it, anyone
+// takes a free or expired one (with the next token), nobody else gets it.
+func GrantLease(cur *Lease, workflow, node string, now, until int64) (Lease, bool) {
+	switch {
+	case cur == nil:
+		return Lease{Workflow: workflow, Node: node, Token: 1, ExpiresAt: until}, true
+	case cur.Node == node && cur.ExpiresAt > now:
+		l := *cur
+		l.ExpiresAt = until
+		return l, true
+	case cur.ExpiresAt <= now:
+		return Lease{Workflow: workflow, Node: node, Token: cur.Token + 1, ExpiresAt: until}, true
+	}
+	return *cur, false
+}
+
+// Node is a keep serve process sharing a store with others.
+type Node struct {
+	ID        string
+	Addr      string
+	StartedAt int64
+	SeenAt    int64
+}

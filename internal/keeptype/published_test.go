@@ -34,3 +34,26 @@ func TestPublished(t *testing.T) {
 		}
 	}
 }
+
+func TestGrantLease(t *testing.T) {
+	held := &Lease{Workflow: "w", Node: "a", Token: 4, ExpiresAt: 100}
+	for _, c := range []struct {
+		name string
+		cur  *Lease
+		node string
+		now  int64
+		want Lease
+		ok   bool
+	}{
+		{"a first lease", nil, "a", 10, Lease{Workflow: "w", Node: "a", Token: 1, ExpiresAt: 60}, true},
+		{"the holder renews, same token", held, "a", 90, Lease{Workflow: "w", Node: "a", Token: 4, ExpiresAt: 140}, true},
+		{"another node waits while it holds", held, "b", 90, *held, false},
+		{"another node takes it over once expired, next token", held, "b", 100, Lease{Workflow: "w", Node: "b", Token: 5, ExpiresAt: 150}, true},
+		{"the old holder after expiry: a new token too", held, "a", 120, Lease{Workflow: "w", Node: "a", Token: 5, ExpiresAt: 170}, true},
+	} {
+		got, ok := GrantLease(c.cur, "w", c.node, c.now, c.now+50)
+		if ok != c.ok || got != c.want {
+			t.Errorf("%s: %+v %v, want %+v %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+}

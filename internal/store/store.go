@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -67,6 +68,58 @@ type Counts struct {
 	MutationsByStatus map[string]int
 	ReconcileAttempts int
 	PendingEvents     int
+}
+
+// ErrFenced means a write was refused because the step's lease of its
+// workflow is no longer the current one: another node took it over.
+var ErrFenced = fmt.Errorf("%w: this node's lease of the workflow was taken over", ErrConflict)
+
+// Fence is what a step holds: the lease of its workflow. Every Update made
+// with a context carrying it first checks that the lease is still this
+// one (Fenced), so a stale step writes nothing.
+type Fence struct {
+	Workflow, Node string
+	Token          int64
+	// Until is when the lease ends by this process's clock (ms), kept
+	// current by the renewals; a step must not start an external call past it.
+	Until *atomic.Int64
+}
+
+// Live says the lease has not run out by this process's clock: after a
+// pause (SIGSTOP, a VM frozen) the clock has moved on and it has.
+func (f Fence) Live(now int64) bool { return f.Until == nil || now < f.Until.Load() }
+
+type fenceKey struct{}
+
+// WithFence carries a step's lease in its context.
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceOf returns the lease a context carries.
+func FenceOf(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok
+}
+
+// Fenced wraps an Update's function with the check of the context's lease,
+// if it carries one: backends call it in Update, so every durable write of
+// a step is conditional on the step's token.
+func Fenced(ctx context.Context, fn func(Tx) error) func(Tx) error {
+	f, ok := FenceOf(ctx)
+	if !ok {
+		return fn
+	}
+	return func(tx Tx) error {
+		l, err := tx.LeaseGet(f.Workflow)
+		if err != nil && !errors.Is(err, kt.ErrNotFound) {
+			return err
+		}
+		if err != nil || l.Node != f.Node || l.Token != f.Token {
+			return fmt.Errorf("%w (%s: this node holds token %d, the store %d held by %s)", ErrFenced, f.Workflow, f.Token, l.Token, l.Node)
+		}
+		return fn(tx)
+	}
 }
 
 // EventFilter selects events for EventList.
@@ -165,6 +218,17 @@ type Tx interface {
 
 	// Counts summarizes the ledgers for metrics.
 	Counts() (Counts, error)
+
+	// LeaseGet reads a workflow's lease (kt.ErrNotFound: none yet).
+	LeaseGet(workflow string) (kt.Lease, error)
+	// LeasePut writes a workflow's lease (kt.GrantLease decides it).
+	LeasePut(l kt.Lease) error
+	// LeaseList lists every lease.
+	LeaseList() ([]kt.Lease, error)
+	// NodePut records a node and when it was last seen.
+	NodePut(n kt.Node) error
+	// NodeList lists the nodes, by id.
+	NodeList() ([]kt.Node, error)
 
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting

@@ -165,7 +165,7 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, writerLock); err != nil {
 		return fmt.Errorf("take the writers' lock: %w", err)
 	}
-	if err := fn(sqldb.NewTx(runner{ctx: ctx, tx: tx})); err != nil {
+	if err := store.Fenced(ctx, fn)(sqldb.NewTx(runner{ctx: ctx, tx: tx})); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

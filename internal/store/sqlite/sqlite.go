@@ -248,7 +248,7 @@ func OpenReadOnly(path string) (*Store, error) {
 // Update returns; fn may share its commit with other callers' (see
 // committer.go), never its rollback.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	return store.MarkCorrupt(s.submit(ctx, fn))
+	return store.MarkCorrupt(s.submit(ctx, store.Fenced(ctx, fn)))
 }
 
 // View runs fn in a read transaction on a reader connection; it sees only

@@ -202,6 +202,31 @@ func (r recordingTx) TopicCounts(workflow string) ([]store.TopicCount, error) {
 	return r.tx.TopicCounts(workflow)
 }
 
+func (r recordingTx) LeaseGet(workflow string) (kt.Lease, error) {
+	r.c.note("LeaseGet")
+	return r.tx.LeaseGet(workflow)
+}
+
+func (r recordingTx) LeasePut(l kt.Lease) error {
+	r.c.note("LeasePut")
+	return r.tx.LeasePut(l)
+}
+
+func (r recordingTx) LeaseList() ([]kt.Lease, error) {
+	r.c.note("LeaseList")
+	return r.tx.LeaseList()
+}
+
+func (r recordingTx) NodePut(n kt.Node) error {
+	r.c.note("NodePut")
+	return r.tx.NodePut(n)
+}
+
+func (r recordingTx) NodeList() ([]kt.Node, error) {
+	r.c.note("NodeList")
+	return r.tx.NodeList()
+}
+
 func (r recordingTx) RunGet(id string) (kt.Run, error) {
 	r.c.note("RunGet")
 	return r.tx.RunGet(id)

@@ -765,6 +765,71 @@ func exerciseTransactions(run runCase) {
 		}))
 	})
 
+	run("leases: a stale token writes nothing (fencing); nodes are listed", func(t *testing.T, s store.Store) {
+		grant := func(node string, now int64) kt.Lease {
+			var l kt.Lease
+			must(t, s.Update(ctx, func(tx store.Tx) error {
+				cur, err := tx.LeaseGet("w")
+				var prev *kt.Lease
+				if err == nil {
+					prev = &cur
+				} else if !errors.Is(err, kt.ErrNotFound) {
+					return err
+				}
+				var ok bool
+				if l, ok = kt.GrantLease(prev, "w", node, now, now+100); !ok {
+					return fmt.Errorf("%s was refused the lease at %d: %+v", node, now, cur)
+				}
+				return tx.LeasePut(l)
+			}))
+			return l
+		}
+		a := grant("a", 0)
+		put := func(f store.Fence, name string) error {
+			return s.Update(store.WithFence(ctx, f), func(tx store.Tx) error {
+				return tx.HandlerPut(kt.Handler{Workflow: "w", Name: name, Type: kt.HandlerProducer})
+			})
+		}
+		fa := store.Fence{Workflow: "w", Node: "a", Token: a.Token}
+		if err := put(fa, "by-a"); err != nil {
+			t.Fatalf("a write with the current lease: %v", err)
+		}
+		b := grant("b", 200) // a's lease expired at 100: b takes over
+		if b.Token != a.Token+1 {
+			t.Fatalf("takeover token %d, want %d", b.Token, a.Token+1)
+		}
+		if err := put(fa, "stale"); !errors.Is(err, store.ErrFenced) || !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("a write with a stale lease: %v, want ErrFenced", err)
+		}
+		if err := put(store.Fence{Workflow: "w", Node: "b", Token: b.Token}, "by-b"); err != nil {
+			t.Fatalf("the new owner's write: %v", err)
+		}
+		if err := put(store.Fence{Workflow: "other", Node: "a", Token: 1}, "no-lease"); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("a write fenced by a lease that does not exist: %v", err)
+		}
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.NodePut(kt.Node{ID: "b", Addr: "10.0.0.2:8347", StartedAt: 1, SeenAt: 5})
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.NodePut(kt.Node{ID: "b", Addr: "10.0.0.2:8347", StartedAt: 9, SeenAt: 7})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			hs, err := tx.HandlerList("w")
+			if err != nil || len(hs) != 2 || hs[0].Name != "by-a" || hs[1].Name != "by-b" {
+				return fmt.Errorf("handlers after fencing: %+v %v", hs, err)
+			}
+			ls, err := tx.LeaseList()
+			if err != nil || len(ls) != 1 || ls[0].Node != "b" || ls[0].Token != b.Token {
+				return fmt.Errorf("leases %+v %v", ls, err)
+			}
+			ns, err := tx.NodeList()
+			if err != nil || len(ns) != 1 || ns[0].SeenAt != 7 || ns[0].StartedAt != 1 {
+				return fmt.Errorf("nodes %+v %v (a node keeps its start time)", ns, err)
+			}
+			return nil
+		}))
+	})
+
 	run("a cancelled context does not run the update", func(t *testing.T, s store.Store) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()

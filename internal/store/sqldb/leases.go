@@ -1,0 +1,68 @@
+package sqldb
+
+import (
+	"fmt"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+func (t *Tx) LeaseGet(workflow string) (kt.Lease, error) {
+	l := kt.Lease{Workflow: workflow}
+	err := t.r.QueryRow(`SELECT node, token, expires_at FROM leases WHERE workflow=?`, workflow).Scan(&l.Node, &l.Token, &l.ExpiresAt)
+	if err != nil {
+		return l, notFound("lease of", workflow, err)
+	}
+	return l, nil
+}
+
+func (t *Tx) LeasePut(l kt.Lease) error {
+	_, err := t.r.Exec(`INSERT INTO leases(workflow, node, token, expires_at) VALUES(?,?,?,?)
+ON CONFLICT(workflow) DO UPDATE SET node=excluded.node, token=excluded.token, expires_at=excluded.expires_at`, l.Workflow, l.Node, l.Token, l.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("save the lease of %s: %w", l.Workflow, err)
+	}
+	return nil
+}
+
+func (t *Tx) LeaseList() ([]kt.Lease, error) {
+	rows, err := t.r.Query(`SELECT workflow, node, token, expires_at FROM leases ORDER BY workflow`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Lease
+	for rows.Next() {
+		var l kt.Lease
+		if err := rows.Scan(&l.Workflow, &l.Node, &l.Token, &l.ExpiresAt); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) NodePut(n kt.Node) error {
+	_, err := t.r.Exec(`INSERT INTO nodes(id, addr, started_at, seen_at) VALUES(?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at`, n.ID, n.Addr, n.StartedAt, n.SeenAt)
+	if err != nil {
+		return fmt.Errorf("save node %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+func (t *Tx) NodeList() ([]kt.Node, error) {
+	rows, err := t.r.Query(`SELECT id, addr, started_at, seen_at FROM nodes ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Node
+	for rows.Next() {
+		var n kt.Node
+		if err := rows.Scan(&n.ID, &n.Addr, &n.StartedAt, &n.SeenAt); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
