@@ -54,6 +54,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/runs", s.runs)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/items", s.items)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/blocked", s.blocked)
+	mux.HandleFunc("GET /api/v1/nodes", s.nodes)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
@@ -282,6 +283,16 @@ func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, nonNil(v))
+}
+
+// nodes lists the keep serve nodes sharing the store and what each holds.
+func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
+	ns, err := report.Nodes(r.Context(), s.Store, s.now().UnixMilli())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, ns)
 }
 
 // TopicsReply answers GET /api/v1/workflows/{wf}/topics.

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -62,6 +64,9 @@ func (a *app) statusCmd() *cobra.Command {
 					if s.Status == "running" && s.Reason != "" {
 						fmt.Fprintf(a.out, "%s: %s\n", s.Name, s.Reason)
 					}
+				}
+				if err := a.printNodes(cmd.Context(), st); err != nil {
+					return err
 				}
 				cards, err := report.Blocked(cmd.Context(), st, only)
 				if err != nil {
@@ -167,4 +172,24 @@ func (a *app) showCmd() *cobra.Command {
 		})
 	show.AddCommand(runC, inputC, a.showItemCmd())
 	return show
+}
+
+// printNodes lists the keep serve nodes sharing the store (PostgreSQL) and
+// the workflows each holds now.
+func (a *app) printNodes(ctx context.Context, st store.Store) error {
+	ns, err := report.Nodes(ctx, st, time.Now().UnixMilli())
+	if err != nil || len(ns) == 0 {
+		return err
+	}
+	fmt.Fprintln(a.out, "\nNODES")
+	w := a.table()
+	fmt.Fprintln(w, "  NODE\tADDRESS\tSEEN\tHOLDS")
+	for _, n := range ns {
+		seen := n.SeenAt
+		if !n.Alive {
+			seen += " (gone)"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", n.ID, n.Addr, seen, strings.Join(n.Holds, ", "))
+	}
+	return w.Flush()
 }

@@ -52,6 +52,7 @@ func (a *app) serveCmd() *cobra.Command {
 				}
 				defer os.Remove(daemon.AddrFile(a.dataDir))
 				where = "http://" + ln.Addr().String()
+				k.Scheduler.SetNodeAddr(ln.Addr().String())
 			}
 			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
 			return k.Scheduler.Run(ctx)

@@ -45,6 +45,10 @@ type Policy struct {
 	// commit: 0.7 fsyncs per run with 16, 0.4 with 32 in keep bench), and
 	// runs waiting on slow services do not hold others up.
 	Workers int
+	// LeaseTTL is how long a node's lease of a workflow lasts without a
+	// renewal (PostgreSQL, several nodes): a node that dies has its
+	// workflows taken over within it. Defaults to 15s.
+	LeaseTTL time.Duration
 	// SandboxWorkers bounds the idle sandbox worker processes kept between
 	// handler calls (≈ 15 MiB each); a script version without an idle one
 	// starts a new process (≈ 10 ms). Defaults to 128.
@@ -57,7 +61,7 @@ func Defaults() Policy {
 		TransientRetries: 5, TransientBackoff: 10 * time.Second, TransientBackoffMax: 10 * time.Minute,
 		ReconcileAttempts: 5, ReconcileBackoff: 10 * time.Second, ReconcileBackoffMax: 10 * time.Minute,
 		HandlerTimeout: 300 * time.Second, ToolTimeout: 30 * time.Second, MemoryLimit: 64 << 20,
-		Workers: 32, SandboxWorkers: 128,
+		Workers: 32, SandboxWorkers: 128, LeaseTTL: 15 * time.Second,
 	}
 }
 
@@ -133,6 +137,8 @@ func Parse(name, text string) (Config, error) {
 			p.ReconcileBackoffMax, err = duration(v)
 		case "reconcile_settle":
 			p.ReconcileSettle, err = duration(v)
+		case "lease_ttl":
+			p.LeaseTTL, err = duration(v)
 		case "handler_timeout":
 			p.HandlerTimeout, err = duration(v)
 		case "tool_timeout":
@@ -153,7 +159,7 @@ func Parse(name, text string) (Config, error) {
 				err = fmt.Errorf("must be at least 1")
 			}
 		default:
-			return cfg, fmt.Errorf("config %s: unknown policy key %q (known: transient_retries, transient_backoff, transient_backoff_max, reconcile_attempts, reconcile_backoff, reconcile_backoff_max, handler_timeout, tool_timeout, memory_limit, workers)", name, k)
+			return cfg, fmt.Errorf("config %s: unknown policy key %q (known: transient_retries, transient_backoff, transient_backoff_max, reconcile_attempts, reconcile_backoff, reconcile_backoff_max, reconcile_settle, handler_timeout, tool_timeout, memory_limit, workers, sandbox_workers, lease_ttl)", name, k)
 		}
 		if err != nil {
 			return cfg, fmt.Errorf("%s: %v", where, err)

@@ -92,6 +92,7 @@ type Keep struct {
 	Instance string
 	lock     *os.File
 	release  func() // the store's own engine lock
+	shared   bool   // several nodes share the store (leases)
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -124,7 +125,14 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
-	release, err := lockStore(loc, st, o.DataDir)
+	// On PostgreSQL several nodes share the store, each stepping the
+	// workflows it holds the lease of; SQLite has one engine, which holds
+	// keep.db itself.
+	shared := loc.Kind == backend.Postgres
+	release := func() {}
+	if !shared {
+		release, err = lockStore(loc, st, o.DataDir)
+	}
 	if err != nil {
 		st.Close()
 		lock.Close()
@@ -158,7 +166,12 @@ func Open(o Options) (*Keep, error) {
 			sched.Wake()
 			k.Hub.Publish(wf)
 		}})
-	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers})
+	node := ""
+	if shared {
+		node = k.Instance
+	}
+	k.shared = shared
+	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers, Node: node, LeaseTTL: cfg.Policy.LeaseTTL})
 	k.Scheduler = sched
 	return k, nil
 }
@@ -230,7 +243,16 @@ func newInstanceID() string {
 }
 
 // Recover marks runs left active by a dead process as crashed.
-func (k *Keep) Recover(ctx context.Context) (int, error) { return k.Engine.Recover(ctx) }
+//
+// On a shared store (several nodes) nothing is marked crashed at start: an
+// active run may be another node's, and the lease's new owner recovers a
+// dead node's run when it takes the workflow over.
+func (k *Keep) Recover(ctx context.Context) (int, error) {
+	if k.shared {
+		return 0, k.Engine.RecoverShared(ctx)
+	}
+	return k.Engine.Recover(ctx)
+}
 
 // flockSoon takes the engine lock, trying for a moment: a process that forks
 // (any exec from this one, or a test's) briefly holds a copy of the lock's

@@ -433,6 +433,12 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 	return nil
 }
 
+// RecoverShared is Recover for a store several nodes share: only the
+// identity migration; a run another node is carrying out is not touched.
+func (e *Engine) RecoverShared(ctx context.Context) error {
+	return e.store.Update(ctx, e.migrateConsumerIdentities)
+}
+
 // Recover runs at start-up: every run left active by a dead process is
 // marked crashed; the scheduler then recovers each one (SPEC §5).
 func (e *Engine) Recover(ctx context.Context) (int, error) {

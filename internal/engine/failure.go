@@ -18,9 +18,10 @@ const maxErrorText = 4000
 // fail records a failed run by the taxonomy of SPEC §6 and applies the reset rules of §4.
 func (x *runExec) fail(cause error) error {
 	e, run := x.e, x.run
-	if errors.Is(cause, script.ErrStopping) {
-		// Not a failure of the run: keep is stopping. The run stays active
-		// and is recovered like a crashed one at the next start.
+	if errors.Is(cause, script.ErrStopping) || errors.Is(cause, store.ErrFenced) {
+		// Not a failure of the run: keep is stopping, or another node took
+		// the workflow over. The run stays active and is recovered like a
+		// crashed one (by the next start, or by the new owner).
 		return cause
 	}
 	class := kt.ClassOf(cause)

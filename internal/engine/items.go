@@ -66,6 +66,9 @@ func (x *runExec) task(hrow *kt.Handler) (err error) {
 
 // failTask records the item's state, then fails the run by class.
 func (x *runExec) failTask(ts *taskState, cause error) error {
+	if errors.Is(cause, store.ErrFenced) {
+		return cause // not the item's failure: see fail
+	}
 	if ts.item != nil && !ts.isDone {
 		status := ts.failStatus
 		if status == "" {
@@ -266,7 +269,10 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	if err := lc.recordInFlight(nil); err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
-	res, next := lc.send()
+	res, next, err := lc.send()
+	if err != nil {
+		return nil, err
+	}
 	switch next {
 	case callApplied:
 		return h.itemApplied(&lc.mut, res.Value, "")

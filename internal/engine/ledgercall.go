@@ -148,8 +148,14 @@ func (lc *ledgerCall) recordInFlight(reserve []kt.Event) error {
 
 // send makes the call with the row's idempotency key and says what its
 // answer leads to (onOutcome); the answer is on the trace.
-func (lc *ledgerCall) send() (connector.Result, callStep) {
+func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	e := lc.x.e
+	// Several nodes: past this node's lease (by its own clock: after a
+	// pause it has run out) the write is not started; the workflow's new
+	// owner finds it in_flight and reconciles it.
+	if f, ok := store.FenceOf(lc.x.ctx); ok && !f.Live(e.nowMs()) {
+		return connector.Result{}, "", fmt.Errorf("%w: the lease ran out before %s was sent; it was not sent", store.ErrFenced, lc.target)
+	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(lc.x.ctx, e.toolTimeout(lc.args))
 	res := lc.m.Do(cctx, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
@@ -165,7 +171,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep) {
 	if next == callReconcile || next == callIndeterminate {
 		lc.mut.ErrorClass, lc.mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
 	}
-	return res, next
+	return res, next, nil
 }
 
 // reconcileAnswer is what one reconcile attempt found and leads to.

@@ -121,7 +121,10 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 	if err := lc.recordInFlight(reserve); err != nil {
 		return false, err
 	}
-	res, next := lc.send()
+	res, next, err := lc.send()
+	if err != nil {
+		return false, err
+	}
 	switch next {
 	case callApplied:
 		return x.mutationApplied(&lc.mut, res.Value, "")

@@ -516,6 +516,17 @@ func GrantLease(cur *Lease, workflow, node string, now, until int64) (Lease, boo
 	return *cur, false
 }
 
+// RenewLease extends the lease a node holds with token: only while the
+// store still shows it (nobody took it over, even if it expired meanwhile:
+// then nobody acted on the workflow, and the holder may go on).
+func RenewLease(cur Lease, node string, token, until int64) (Lease, bool) {
+	if cur.Node != node || cur.Token != token {
+		return cur, false
+	}
+	cur.ExpiresAt = until
+	return cur, true
+}
+
 // Node is a keep serve process sharing a store with others.
 type Node struct {
 	ID        string

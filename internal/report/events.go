@@ -239,3 +239,41 @@ func Decisions(ctx context.Context, st store.Store, wf string, limit int) ([]Dec
 	})
 	return out, err
 }
+
+// NodeView is a keep serve node sharing the store, and the workflows whose
+// lease it holds now.
+type NodeView struct {
+	ID        string   `json:"id"`
+	Addr      string   `json:"addr,omitempty"`
+	StartedAt string   `json:"startedAt"`
+	SeenAt    string   `json:"seenAt"`
+	Alive     bool     `json:"alive"`
+	Holds     []string `json:"holds"`
+}
+
+// Nodes lists the nodes that share the store (none on SQLite), alive when
+// seen within the last 30 s, each with the workflows it holds.
+func Nodes(ctx context.Context, st store.Store, now int64) ([]NodeView, error) {
+	out := []NodeView{}
+	err := st.View(ctx, func(tx store.Tx) error {
+		ns, err := tx.NodeList()
+		if err != nil {
+			return err
+		}
+		ls, err := tx.LeaseList()
+		if err != nil {
+			return err
+		}
+		for _, n := range ns {
+			v := NodeView{ID: n.ID, Addr: n.Addr, StartedAt: Time(n.StartedAt), SeenAt: Time(n.SeenAt), Alive: now-n.SeenAt < 30000, Holds: []string{}}
+			for _, l := range ls {
+				if l.Node == n.ID && l.ExpiresAt > now {
+					v.Holds = append(v.Holds, l.Workflow)
+				}
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, err
+}

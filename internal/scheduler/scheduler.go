@@ -32,6 +32,11 @@ type Options struct {
 	Poll time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Node, when set, makes this scheduler one of several sharing a store:
+	// it steps a workflow only while it holds its lease (leases.go).
+	Node string
+	// LeaseTTL is how long a lease lasts without renewal. Defaults to 15s.
+	LeaseTTL time.Duration
 }
 
 // Scheduler runs due work.
@@ -42,6 +47,8 @@ type Scheduler struct {
 	poll    time.Duration
 	log     *slog.Logger
 	wake    chan struct{}
+	node    string
+	ttl     time.Duration
 
 	mu       sync.Mutex
 	busy     map[string]bool
@@ -50,12 +57,28 @@ type Scheduler struct {
 	problem  string       // see Problem
 	progress atomic.Int64 // steps that did something
 	fatal    atomic.Pointer[fatalError]
+	addr     atomic.Value // this node's address, for the nodes list
+}
+
+// heartbeatEvery is how often a node records that it is alive.
+const heartbeatEvery = 5 * time.Second
+
+// SetNodeAddr tells the scheduler where this node serves its API.
+func (s *Scheduler) SetNodeAddr(addr string) { s.addr.Store(addr) }
+
+// NodeAddr is where this node serves its API ("" when unknown).
+func (s *Scheduler) NodeAddr() string {
+	a, _ := s.addr.Load().(string)
+	return a
 }
 
 // New builds a Scheduler.
 func New(o Options) *Scheduler {
 	s := &Scheduler{eng: o.Engine, store: o.Engine.Store(), workers: o.Workers, poll: o.Poll, log: o.Logger,
-		wake: make(chan struct{}, 1), busy: map[string]bool{}, backoff: map[string]time.Time{}}
+		wake: make(chan struct{}, 1), busy: map[string]bool{}, backoff: map[string]time.Time{}, node: o.Node, ttl: o.LeaseTTL}
+	if s.ttl <= 0 {
+		s.ttl = 15 * time.Second
+	}
 	if s.workers <= 0 {
 		s.workers = 32
 	}
@@ -83,7 +106,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	sem := make(chan struct{}, s.workers)
 	ticker := time.NewTicker(s.poll)
 	defer ticker.Stop()
+	started := time.Now().UnixMilli()
+	var lastBeat time.Time
 	for {
+		if s.node != "" && time.Since(lastBeat) > heartbeatEvery {
+			if err := s.Heartbeat(ctx, kt.Node{Addr: s.NodeAddr(), StartedAt: started}); err != nil && ctx.Err() == nil {
+				s.log.Warn("node heartbeat", "error", err)
+			}
+			lastBeat = time.Now()
+		}
 		s.dispatch(ctx, &wg, sem)
 		if err := s.fatalErr(); err != nil {
 			return err
@@ -171,8 +202,24 @@ func (s *Scheduler) release(wf string) {
 // cancelled: stopping must not cut a run between two of its durable writes.
 func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 	stepCtx := context.WithoutCancel(ctx)
+	if s.node != "" {
+		fence, held, err := s.acquire(stepCtx, wf)
+		if err != nil || !held {
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("scheduler: take the lease", "workflow", wf, "error", err)
+			}
+			return // another node steps it
+		}
+		defer s.keepRenewing(fence)()
+		stepCtx = store.WithFence(stepCtx, fence)
+	}
 	for ctx.Err() == nil {
 		did, err := s.step(stepCtx, wf)
+		if errors.Is(err, store.ErrFenced) {
+			// Another node took the workflow over: its work now.
+			s.log.Info("lease lost", "workflow", wf, "error", err)
+			return
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return

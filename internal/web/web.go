@@ -152,7 +152,12 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "index", "workflows", map[string]any{"Workflows": ss})
+	ns, err := report.Nodes(r.Context(), s.Store, s.Now().UnixMilli())
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "index", "workflows", map[string]any{"Workflows": ss, "Nodes": ns})
 }
 
 // problem is the banner text of keep serve's current problem, if any.

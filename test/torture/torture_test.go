@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,7 +109,11 @@ type rig struct {
 	data string
 	// store is --store: "" for the data directory's SQLite file, or a
 	// PostgreSQL schema of the test's own (KEEP_TORTURE_STORE=postgres).
-	store   string
+	store string
+	// nodes is how many keep serve processes share the store at once
+	// (KEEP_TORTURE_NODES, PostgreSQL only); fleet holds them.
+	nodes   int
+	fleet   []*node
 	sink    *testsink.Sink
 	rng     *rand.Rand
 	items   map[string]int
@@ -132,8 +137,16 @@ func (r *rig) addItems(n int) {
 	}
 }
 
-func (r *rig) serve(env ...string) *exec.Cmd {
-	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", r.data, "--store", r.store, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
+func (r *rig) serve(env ...string) *exec.Cmd { return r.serveNode(0, env...) }
+
+// serveNode starts keep serve as node i: each node has a data directory of
+// its own (its engine lock, its serve.addr) and shares the store.
+func (r *rig) serveNode(i int, env ...string) *exec.Cmd {
+	data := r.data
+	if i > 0 {
+		data = fmt.Sprintf("%s-node%d", r.data, i)
+	}
+	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", data, "--store", r.store, "--config", filepath.Join(r.dir, "keep.toml"), "--files-root", filepath.Join(r.dir, "files"))
 	cmd.Env = append(os.Environ(), env...)
 	logf, _ := os.OpenFile(filepath.Join(r.dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -143,9 +156,82 @@ func (r *rig) serve(env ...string) *exec.Cmd {
 	return cmd
 }
 
+// node is one keep serve of a fleet.
+type node struct {
+	cmd   *exec.Cmd
+	done  chan struct{}
+	point string // the crash point it exits at, if any
+}
+
+func (r *rig) startNode(i int, point string) *node {
+	var cmd *exec.Cmd
+	if point != "" {
+		cmd = r.serveNode(i, "KEEP_TEST_CRASH_AFTER="+point)
+	} else {
+		cmd = r.serveNode(i)
+	}
+	n := &node{cmd: cmd, done: make(chan struct{}), point: point}
+	go func() { cmd.Wait(); close(n.done) }()
+	return n
+}
+
+func (n *node) kill() {
+	select {
+	case <-n.done:
+	default:
+		n.cmd.Process.Signal(syscall.SIGKILL)
+		<-n.done
+	}
+}
+
+// roundFleet keeps r.nodes nodes running (a third of the new ones exit at
+// a durable step), then kills one of them at a random moment: the others
+// take its workflows over when its leases expire.
+func (r *rig) roundFleet() {
+	points := []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
+	for i := range r.fleet {
+		if n := r.fleet[i]; n != nil {
+			select {
+			case <-n.done:
+				if n.point != "" {
+					r.stats["crash point "+n.point+" (one node)"]++
+				}
+				r.fleet[i] = nil
+			default:
+			}
+		}
+		if r.fleet[i] == nil {
+			point := ""
+			if r.rng.Intn(3) == 0 {
+				point = points[r.rng.Intn(len(points))]
+			}
+			r.fleet[i] = r.startNode(i, point)
+		}
+	}
+	time.Sleep(time.Duration(200+r.rng.Intn(600)) * time.Millisecond)
+	i := r.rng.Intn(len(r.fleet))
+	r.fleet[i].kill()
+	r.fleet[i] = nil
+	r.stats[fmt.Sprintf("SIGKILL of one node of %d", r.nodes)]++
+}
+
+// stopFleet kills every node.
+func (r *rig) stopFleet() {
+	for i, n := range r.fleet {
+		if n != nil {
+			n.kill()
+			r.fleet[i] = nil
+		}
+	}
+}
+
 // round starts keep and kills it: at a random moment, or by an exit at a
 // durable step chosen at random.
 func (r *rig) round() {
+	if r.nodes > 1 {
+		r.roundFleet()
+		return
+	}
 	points := []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
 	if r.rng.Intn(3) == 0 {
 		p := points[r.rng.Intn(len(points))]
@@ -255,6 +341,14 @@ func (r *rig) check(final bool) {
 // whether the write happened.
 func (r *rig) settle(timeout time.Duration) {
 	t := r.t
+	if r.nodes > 1 {
+		// Every node but the first, which settle watches, runs meanwhile.
+		r.stopFleet()
+		for i := 1; i < r.nodes; i++ {
+			r.fleet[i] = r.startNode(i, "")
+		}
+		defer r.stopFleet()
+	}
 	cmd := r.serve()
 	defer func() { cmd.Process.Signal(syscall.SIGKILL); cmd.Wait() }()
 	loc, err := backend.Parse(r.store, r.data)
@@ -371,8 +465,12 @@ func TestTorture(t *testing.T) {
 	if os.Getenv("KEEP_TORTURE_STORE") == "postgres" {
 		r.store = pgtest.FreshSchema(t)
 		t.Logf("on PostgreSQL: %s", r.store)
+		if n, _ := strconv.Atoi(os.Getenv("KEEP_TORTURE_NODES")); n > 1 {
+			r.nodes, r.fleet = n, make([]*node, n)
+			t.Logf("%d keep serve nodes share it", n)
+		}
 	}
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
 	for _, wf := range r.names {
 		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
 		if wf == "items" {

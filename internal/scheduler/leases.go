@@ -1,0 +1,126 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Several nodes on one store (issue 14): a node steps a workflow only while
+// it holds the workflow's lease, so one workflow never has two steps at
+// once across nodes; every durable write of the step is conditional on the
+// lease's token (store.Fenced), and an external call is not started once
+// the lease ran out by this node's clock (engine: Fence.Live). A node that
+// dies stops renewing: another takes the workflow over when the lease
+// expires, with the next token, and recovers its open run as after a crash.
+
+// acquire takes wf's lease (or renews this node's), for a step.
+func (s *Scheduler) acquire(ctx context.Context, wf string) (store.Fence, bool, error) {
+	start := time.Now()
+	until := start.Add(s.ttl)
+	var l kt.Lease
+	held := false
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		cur, err := tx.LeaseGet(wf)
+		var prev *kt.Lease
+		switch {
+		case err == nil:
+			prev = &cur
+		case !errors.Is(err, kt.ErrNotFound):
+			return err
+		}
+		if l, held = kt.GrantLease(prev, wf, s.node, start.UnixMilli(), until.UnixMilli()); !held {
+			return nil
+		}
+		return tx.LeasePut(l)
+	})
+	if err != nil || !held {
+		return store.Fence{}, false, err
+	}
+	f := store.Fence{Workflow: wf, Node: s.node, Token: l.Token, Until: &atomic.Int64{}}
+	// The local deadline counts from before the write: conservative.
+	f.Until.Store(until.UnixMilli())
+	return f, true, nil
+}
+
+// keepRenewing renews the lease every third of its time while the step
+// goes on; the returned function stops it and releases the lease, so that
+// any node can take the workflow's next work at once.
+func (s *Scheduler) keepRenewing(f store.Fence) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(s.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if !s.renew(f) {
+				f.Until.Store(0) // lost: no external call may start now
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		s.releaseLease(f)
+	}
+}
+
+// renew extends the lease while the store still shows this node's token.
+func (s *Scheduler) renew(f store.Fence) bool {
+	start := time.Now()
+	until := start.Add(s.ttl)
+	ok := false
+	err := s.store.Update(context.Background(), func(tx store.Tx) error {
+		cur, err := tx.LeaseGet(f.Workflow)
+		if err != nil {
+			return err
+		}
+		var l kt.Lease
+		if l, ok = kt.RenewLease(cur, s.node, f.Token, until.UnixMilli()); !ok {
+			return nil
+		}
+		return tx.LeasePut(l)
+	})
+	if err != nil || !ok {
+		s.log.Warn("lease not renewed", "workflow", f.Workflow, "error", err)
+		return false
+	}
+	f.Until.Store(until.UnixMilli())
+	return true
+}
+
+// releaseLease ends the lease now, keeping its token (the next holder gets
+// the one after).
+func (s *Scheduler) releaseLease(f store.Fence) {
+	err := s.store.Update(context.Background(), func(tx store.Tx) error {
+		cur, err := tx.LeaseGet(f.Workflow)
+		if err != nil || cur.Node != s.node || cur.Token != f.Token {
+			return err
+		}
+		cur.ExpiresAt = 0
+		return tx.LeasePut(cur)
+	})
+	if err != nil {
+		s.log.Warn("lease not released (it expires by itself)", "workflow", f.Workflow, "error", err)
+	}
+}
+
+// Heartbeat records this node as alive, for `keep status` and the page.
+func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
+	if s.node == "" {
+		return nil
+	}
+	n.ID, n.SeenAt = s.node, time.Now().UnixMilli()
+	return s.store.Update(ctx, func(tx store.Tx) error { return tx.NodePut(n) })
+}
