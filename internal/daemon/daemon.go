@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -180,13 +182,29 @@ func Open(o Options) (*Keep, error) {
 // durable step (engine.Crash*), the process exits right after that step, as
 // if it had been killed there. nil when unset.
 func crashAt(step string) func(string) {
-	if step == "" {
+	stopAt := os.Getenv("KEEP_TEST_STOP_AT")
+	if step == "" && stopAt == "" {
 		return nil
 	}
+	var stopped atomic.Bool
 	return func(reached string) {
 		if reached == step {
 			fmt.Fprintf(os.Stderr, "keep: test crash point %s reached, exiting\n", reached)
 			os.Exit(137)
+		}
+		// KEEP_TEST_STOP_AT: the process stops itself (SIGSTOP) the first
+		// time it reaches the step, as a node paused by its machine would;
+		// the test continues it (SIGCONT) when it likes.
+		if reached == stopAt && stopped.CompareAndSwap(false, true) {
+			fmt.Fprintf(os.Stderr, "keep: test stop point %s reached, stopping\n", reached)
+			// SIGSTOP stops the threads a moment after kill returns; this
+			// goroutine must not run on meanwhile: it waits for SIGCONT.
+			cont := make(chan os.Signal, 1)
+			signal.Notify(cont, syscall.SIGCONT)
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			<-cont
+			signal.Stop(cont)
+			fmt.Fprintf(os.Stderr, "keep: continued after the test stop point %s\n", reached)
 		}
 	}
 }

@@ -1,0 +1,127 @@
+// Package nodes tests several keep serve processes sharing one PostgreSQL
+// database (issue 14): a paused node writes nothing once it wakes, a dead
+// node's workflows are taken over.
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store/backend"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+var keepBin string
+
+func TestMain(m *testing.M) {
+	testbin.Main(m, &keepBin)
+}
+
+const script = `export default Keep.workflow({ name: "orders", topics: { "o": {} },
+  producers: { p: { publishes: ["o"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const id = ctx.registerInput({ source: "system", type: "schedule", id: "1", title: "Order 1" });
+    await ctx.publish("o", { messageId: "1", inputId: id, payload: {} }); } } },
+  consumers: { c: Keep.consumer({ subscribe: ["o"],
+    async prepare(ctx) { const [e] = await ctx.peek("o"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "o", ids: [e.messageId] }], data: {} }; },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: { n: 1 }, timeoutMs: 500,
+      reconcile: { url: "%SINK%/writes/{idempotencyKey}" } }); },
+  }) } });`
+
+type rig struct {
+	t     *testing.T
+	dir   string
+	store string
+}
+
+func (r *rig) serve(name string, env ...string) *exec.Cmd {
+	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(r.dir, name), "--store", r.store, "--config", filepath.Join(r.dir, "keep.toml"))
+	cmd.Env = append(os.Environ(), env...)
+	logf, _ := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT); cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// stopped says the process is stopped (state T in /proc).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] == "T"
+}
+
+// A node paused (SIGSTOP) right after it recorded a write in_flight, for
+// longer than its lease: another node takes the workflow over and settles
+// the write (reconcile, then sends it once); when the paused node wakes
+// (SIGCONT) it sends nothing and writes nothing — its lease ran out by its
+// own clock and its token is stale.
+func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
+	r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t)}
+	sink := testsink.New()
+	defer sink.Close()
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
+	wf := filepath.Join(r.dir, "wf.js")
+	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
+	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v %s", err, out)
+	}
+	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
+	waitFor(t, "node a to stop itself with the write in_flight", func() bool { return stopped(a.Process.Pid) })
+	if n := sink.Requests(); n != 0 {
+		t.Fatalf("the sink got %d requests before the pause", n)
+	}
+	r.serve("b")
+	waitFor(t, "node b to take over and send the write once", func() bool { return len(sink.Writes()) == 1 })
+	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Give the woken node every chance to do damage.
+	time.Sleep(3 * time.Second)
+	if n := len(sink.Writes()); n != 1 {
+		t.Fatalf("%d writes at the sink after the paused node woke, want 1", n)
+	}
+	if n := sink.Requests(); n != 1 {
+		t.Fatalf("%d write requests at the sink: the woken node sent its stale write", n)
+	}
+	loc, _ := backend.Parse(r.store, "")
+	st, err := loc.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ins, err := report.Inputs(context.Background(), st, "orders")
+	if err != nil || len(ins) != 1 || ins[0].Status != "done" {
+		t.Fatalf("the input after the takeover: %+v %v", ins, err)
+	}
+	logs, _ := os.ReadFile(filepath.Join(r.dir, "a.log"))
+	if !strings.Contains(string(logs), "stop point after-inflight") {
+		t.Fatalf("node a never paused:\n%s", logs)
+	}
+}
