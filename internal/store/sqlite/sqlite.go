@@ -188,10 +188,15 @@ func (s *Store) migrate() error {
 		return err
 	}
 	names := make([]string, 0, len(entries))
+	known := map[string]bool{}
 	for _, e := range entries {
 		names = append(names, e.Name())
+		known[e.Name()] = true
 	}
 	sort.Strings(names)
+	if err := refuseNewer(s.db, known); err != nil {
+		return err
+	}
 	for _, name := range names {
 		var n int
 		if err := s.db.QueryRow(`SELECT count(*) FROM schema_migrations WHERE name=?`, name).Scan(&n); err != nil {
@@ -218,6 +223,26 @@ func (s *Store) migrate() error {
 		}
 	}
 	return nil
+}
+
+// refuseNewer refuses a database that has a migration this keep does not
+// know: a newer keep wrote it, and this one would misread it.
+func refuseNewer(db *sql.DB, known map[string]bool) error {
+	rows, err := db.Query(`SELECT name FROM schema_migrations`)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return err
+		}
+		if !known[name] {
+			return fmt.Errorf("the database's schema has migration %s, which this keep does not know: it was written by a newer keep; run that one (or newer)", name)
+		}
+	}
+	return rows.Err()
 }
 
 // ErrReadOnly means the data directory cannot be written.

@@ -13,6 +13,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqldb"
 	"github.com/keep-run/keep/internal/store/sqlite"
 	"github.com/keep-run/keep/internal/store/storetest"
 )
@@ -116,4 +117,24 @@ func firstErr(errs []error) error {
 		}
 	}
 	return nil
+}
+
+// A database written by a newer keep (a migration this one does not know)
+// is refused with what to do (issue 14: the same rule on both backends).
+func TestANewerSchemaIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keep.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(context.Background(), func(tx store.Tx) error {
+		_, err := tx.(*sqldb.Tx).Runner().Exec(`INSERT INTO schema_migrations(name, applied_at) VALUES('999_from_the_future.sql', 1)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := sqlite.Open(path); err == nil || !strings.Contains(err.Error(), "999_from_the_future.sql") || !strings.Contains(err.Error(), "newer keep") {
+		t.Fatalf("opening a newer schema: %v", err)
+	}
 }
