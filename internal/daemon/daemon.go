@@ -95,6 +95,8 @@ type Keep struct {
 	lock     *os.File
 	release  func() // the store's own engine lock
 	shared   bool   // several nodes share the store (leases)
+	// stopListening ends the wake-ups by other nodes' commits.
+	stopListening func()
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -174,6 +176,18 @@ func Open(o Options) (*Keep, error) {
 	}
 	k.shared = shared
 	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers, Node: node, LeaseTTL: cfg.Policy.LeaseTTL})
+	if l, ok := st.(interface {
+		Listen(context.Context, func())
+	}); ok {
+		// Other nodes' commits (a decision taken on another node, new
+		// work) wake this one at once, and its open pages.
+		lctx, cancel := context.WithCancel(context.Background())
+		k.stopListening = cancel
+		go l.Listen(lctx, func() {
+			sched.Wake()
+			k.Hub.Publish("")
+		})
+	}
 	k.Scheduler = sched
 	return k, nil
 }
@@ -344,6 +358,9 @@ func lockStore(loc backend.Location, st store.Store, dataDir string) (func(), er
 
 // Close releases the store and the lock.
 func (k *Keep) Close() error {
+	if k.stopListening != nil {
+		k.stopListening()
+	}
 	k.release()
 	err := k.Store.Close()
 	k.lock.Close()

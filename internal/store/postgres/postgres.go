@@ -24,7 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the pgx driver for database/sql
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib" // also the pgx driver for database/sql
 
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqldb"
@@ -44,6 +45,9 @@ type Store struct {
 	db                    *sql.DB
 	commits, transactions atomic.Int64
 	closed                atomic.Bool
+	// channel is where commits are announced (NOTIFY) to the other nodes
+	// of this schema.
+	channel string
 }
 
 // Open connects to a PostgreSQL database by its URL and applies the
@@ -63,6 +67,12 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		return nil, fmt.Errorf("PostgreSQL at %s cannot be reached: %w", Redact(rawURL), err)
 	}
 	s := &Store{db: db}
+	var schema string
+	if err := db.QueryRowContext(pctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", Redact(rawURL), err)
+	}
+	s.channel = pgx.Identifier{"keep_" + schema}.Sanitize()
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -168,6 +178,12 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	if err := store.Fenced(ctx, fn)(sqldb.NewTx(runner{ctx: ctx, tx: tx})); err != nil {
 		return err
 	}
+	// Delivered to the listening nodes when, and only if, this commits.
+	if s.channel != "" {
+		if _, err := tx.ExecContext(ctx, `NOTIFY `+s.channel); err != nil {
+			return fmt.Errorf("announce the change: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -232,6 +248,43 @@ func (s *Store) Close() error {
 		return nil
 	}
 	return s.db.Close()
+}
+
+// Listen calls changed whenever any node commits to this schema (LISTEN),
+// until ctx ends, reconnecting after a lost connection: nodes wake each
+// other at once instead of waiting for their next poll.
+func (s *Store) Listen(ctx context.Context, changed func()) {
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, changed)
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // the connection was lost: polling covers the gap; try again
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, changed func()) error {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		if _, err := pc.Exec(ctx, `LISTEN `+s.channel); err != nil {
+			return err
+		}
+		for {
+			if _, err := pc.WaitForNotification(ctx); err != nil {
+				return err
+			}
+			changed()
+		}
+	})
 }
 
 // runner runs sqldb's statements in a transaction, with PostgreSQL's

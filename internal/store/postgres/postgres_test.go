@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/store/storetest"
@@ -51,6 +53,42 @@ func TestRebind(t *testing.T) {
 	} {
 		if got := rebind(in); got != want {
 			t.Errorf("rebind(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A commit by one node wakes the others (LISTEN/NOTIFY).
+func TestACommitWakesTheOtherNodes(t *testing.T) {
+	u := freshSchema(t)
+	a, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	woke := make(chan struct{}, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.Listen(ctx, func() { woke <- struct{}{} })
+	// Until b listens, commits are missed: commit until one arrives.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := a.Update(context.Background(), func(tx store.Tx) error {
+			return tx.WorkflowPut(kt.Workflow{Name: "w", CreatedAt: 1, UpdatedAt: 1})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woke:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no node was woken by a commit within 30 s")
 		}
 	}
 }
