@@ -262,6 +262,12 @@ func benchScript(name, sinkURL string, n int) string {
 // endToEnd runs W workflows × N inputs, each input one consumer run with one
 // http mutation to a local sink, and reads the figures from the ledgers.
 func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
+	return endToEndOn(ctx, dir, "", w, n)
+}
+
+// endToEndOn is endToEnd on the store storeURL names ("" for the data
+// directory's SQLite file).
+func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error) {
 	var res e2e
 	var applied atomic.Int64
 	sink := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -270,7 +276,7 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 		rw.WriteHeader(http.StatusCreated)
 	}))
 	defer sink.Close()
-	k, err := daemon.Open(daemon.Options{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return res, err
 	}

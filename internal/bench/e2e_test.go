@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
-	"github.com/keep-run/keep/internal/script"
 	"testing"
+
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
 
 func BenchmarkEndToEndW1(b *testing.B) {
@@ -32,5 +34,30 @@ func BenchmarkEndToEndW100(b *testing.B) {
 	b.ReportMetric(float64(created), "vms-created")
 	b.ReportMetric(r.perSec, "events/s")
 	b.ReportMetric(r.fsyncsPerRun, "fsyncs/run")
+	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
+}
+
+// The same on PostgreSQL (a schema of its own), to compare: PostgreSQL
+// commits every transaction itself (no group commit in keep), and its
+// fsyncs are its own WAL's. "commits/run" counts keep's transactions.
+func BenchmarkEndToEndPostgresW1(b *testing.B) {
+	n := b.N
+	if n < 50 {
+		n = 50
+	}
+	benchPostgres(b, 1, n)
+}
+
+func BenchmarkEndToEndPostgresW100(b *testing.B) {
+	benchPostgres(b, 100, b.N/100+1)
+}
+
+func benchPostgres(b *testing.B, w, n int) {
+	r, err := endToEndOn(context.Background(), b.TempDir(), pgtest.FreshSchema(b), w, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.perSec, "events/s")
+	b.ReportMetric(r.fsyncsPerRun, "commits/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
 }
