@@ -6,10 +6,14 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,5 +127,117 @@ func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
 	logs, _ := os.ReadFile(filepath.Join(r.dir, "a.log"))
 	if !strings.Contains(string(logs), "stop point after-inflight") {
 		t.Fatalf("node a never paused:\n%s", logs)
+	}
+}
+
+// proxy stands between a node and PostgreSQL, so a test can cut the node
+// off (every connection closed, new ones refused) and let it back.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				c.Close()
+				p.mu.Unlock()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				p.mu.Unlock()
+				continue
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// setCut cuts every connection and refuses new ones (true), or lets new
+// ones through again (false).
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// A node cut from PostgreSQL in the middle of a write (its connections
+// closed after it recorded the write in_flight) cannot record what came
+// of it; another node takes the workflow over after the lease and settles
+// the write through reconcile; when the cut node gets its connection back
+// it writes nothing over the new owner's work: one write at the sink, the
+// input done.
+func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
+	r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t)}
+	u, err := url.Parse(r.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = px.ln.Addr().String()
+	sink := testsink.New()
+	defer sink.Close()
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
+	wf := filepath.Join(r.dir, "wf.js")
+	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
+	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v %s", err, out)
+	}
+	direct := r.store
+	r.store = viaProxy.String()
+	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
+	r.store = direct
+	waitFor(t, "node a to record the write in_flight", func() bool { return stopped(a.Process.Pid) })
+	px.setCut(true)
+	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r.serve("b")
+	loc, _ := backend.Parse(direct, "")
+	st, err := loc.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	done := func() bool {
+		ins, err := report.Inputs(context.Background(), st, "orders")
+		return err == nil && len(ins) == 1 && ins[0].Status == "done"
+	}
+	waitFor(t, "node b to settle the write", done)
+	px.setCut(false) // node a is back
+	time.Sleep(3 * time.Second)
+	if n := len(sink.Writes()); n != 1 {
+		t.Fatalf("%d writes at the sink, want 1", n)
+	}
+	if !done() {
+		t.Fatal("the input is not done any more after the cut node came back")
 	}
 }
