@@ -116,11 +116,43 @@ func (s *Scheduler) releaseLease(f store.Fence) {
 	}
 }
 
-// Heartbeat records this node as alive, for `keep status` and the page.
+// Heartbeat records this node as alive, for `keep status` and the page,
+// and counts the nodes alive now, for the fair share.
 func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	if s.node == "" {
 		return nil
 	}
-	n.ID, n.SeenAt = s.node, time.Now().UnixMilli()
-	return s.store.Update(ctx, func(tx store.Tx) error { return tx.NodePut(n) })
+	now := time.Now().UnixMilli()
+	n.ID, n.SeenAt = s.node, now
+	alive := 0
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		if err := tx.NodePut(n); err != nil {
+			return err
+		}
+		ns, err := tx.NodeList()
+		for _, o := range ns {
+			if now-o.SeenAt < aliveWithin.Milliseconds() {
+				alive++
+			}
+		}
+		return err
+	})
+	if err == nil {
+		s.alive.Store(int64(max(alive, 1)))
+	}
+	return err
+}
+
+// aliveWithin is how recently a node must have been seen to count as alive.
+const aliveWithin = 3 * heartbeatEvery
+
+// fairShare is how many workflows this node steps at once: all of them
+// alone, else its part of what is due among the nodes alive (rounded up),
+// so that the others take the rest.
+func (s *Scheduler) fairShare(due int) int {
+	n := s.alive.Load()
+	if s.node == "" || n <= 1 {
+		return s.workers
+	}
+	return min(s.workers, max(1, (due+int(n)-1)/int(n)))
 }

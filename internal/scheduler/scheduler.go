@@ -58,6 +58,7 @@ type Scheduler struct {
 	progress atomic.Int64 // steps that did something
 	fatal    atomic.Pointer[fatalError]
 	addr     atomic.Value // this node's address, for the nodes list
+	alive    atomic.Int64 // nodes alive at the last heartbeat (fair share)
 }
 
 // heartbeatEvery is how often a node records that it is alive.
@@ -146,8 +147,14 @@ func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan s
 		return 0
 	}
 	started := 0
+	share := s.fairShare(len(due))
 	for _, wf := range due {
 		s.mu.Lock()
+		if len(s.busy) >= share {
+			// Several nodes: the rest is the others' share.
+			s.mu.Unlock()
+			break
+		}
 		if s.busy[wf] || now.Before(s.backoff[wf]) {
 			s.mu.Unlock()
 			continue

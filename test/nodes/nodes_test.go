@@ -241,3 +241,62 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 		t.Fatal("the input is not done any more after the cut node came back")
 	}
 }
+
+// Two nodes share the work: neither holds more than its fair share of the
+// workflows' leases at once (8 due workflows, 2 nodes: at most 4 each),
+// and both take some.
+func TestNodesShareTheWork(t *testing.T) {
+	r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t)}
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"2s\"\n"), 0o644)
+	const workflows = 8
+	for i := 0; i < workflows; i++ {
+		// A producer that works for a while on every run, and runs often.
+		src := fmt.Sprintf(`export default Keep.workflow({ name: "busy-%d", topics: { "t": {} },
+  producers: { p: { publishes: ["t"], schedule: { interval: "1s" }, handler: async (ctx, s) => {
+    const until = ctx.now() + 300; while (ctx.now() < until) {}
+    return { n: ((s && s.n) || 0) + 1 } } } } })`, i)
+		f := filepath.Join(r.dir, fmt.Sprintf("busy-%d.js", i))
+		os.WriteFile(f, []byte(src), 0o644)
+		if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, f).CombinedOutput(); err != nil {
+			t.Fatalf("deploy: %v %s", err, out)
+		}
+	}
+	r.serve("a")
+	r.serve("b")
+	loc, _ := backend.Parse(r.store, "")
+	st, err := loc.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// The share holds once the nodes know each other: each counts the
+	// nodes alive at its heartbeat (every 5 s).
+	waitFor(t, "both nodes to be seen", func() bool {
+		ns, _ := report.Nodes(context.Background(), st, time.Now().UnixMilli())
+		return len(ns) == 2 && ns[0].Alive && ns[1].Alive
+	})
+	time.Sleep(6 * time.Second)
+	most := map[string]int{}
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		ns, err := report.Nodes(context.Background(), st, time.Now().UnixMilli())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			most[n.ID] = max(most[n.ID], len(n.Holds))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(most) != 2 {
+		t.Fatalf("nodes seen: %v", most)
+	}
+	for id, n := range most {
+		if n > workflows/2 {
+			t.Errorf("node %s held %d leases at once, more than its share of %d", id, n, workflows/2)
+		}
+		if n == 0 {
+			t.Errorf("node %s took no work: %v", id, most)
+		}
+	}
+}
