@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/keep-run/keep/internal/script"
@@ -53,7 +54,11 @@ func BenchmarkEndToEndPostgresW100(b *testing.B) {
 }
 
 func benchPostgres(b *testing.B, w, n int) {
-	r, err := endToEndOn(context.Background(), b.TempDir(), pgtest.FreshSchema(b), w, n)
+	u := pgtest.FreshSchema(b)
+	if extra := os.Getenv("KEEP_BENCH_PG_PARAMS"); extra != "" {
+		u += "&" + extra // e.g. synchronous_commit=off, to see what commits cost
+	}
+	r, err := endToEndOn(context.Background(), b.TempDir(), u, w, n)
 	if err != nil {
 		b.Fatal(err)
 	}
