@@ -211,9 +211,10 @@ func (s *Store) Stats() store.Stats {
 	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load()}
 }
 
-// engineLock is the session advisory lock one engine holds: until several
-// nodes share the work with leases, one keep serve runs a database's
-// workflows, as one owns a SQLite data directory.
+// engineLock is a session advisory lock for commands that must not run
+// beside each other on one database (keep migrate from a PostgreSQL
+// source). keep serve nodes do not take it: they share the database,
+// each workflow under its lease.
 const engineLock = 0x6b656e
 
 // ErrEngineBusy means another engine holds the database.
