@@ -113,10 +113,6 @@ func (a *app) perform(ctx context.Context, path string, body any, local func(st 
 	return a.carryOut(ctx, wf)
 }
 
-// maxCarrySteps bounds how long carryOut goes on: a producer due every
-// second would keep a workflow busy forever.
-const maxCarrySteps = 1000
-
 // carryOut steps a workflow with an engine of this process until it is
 // idle, blocked, or waiting for a time, and says where it stands.
 func (a *app) carryOut(ctx context.Context, wf string) error {
@@ -135,14 +131,10 @@ func (a *app) carryOut(ctx context.Context, wf string) error {
 	if _, err := k.Recover(ctx); err != nil {
 		return err
 	}
-	for i := 0; i < maxCarrySteps; i++ {
-		did, err := k.Engine.Step(ctx, wf)
-		if err != nil {
-			return err
-		}
-		if !did {
-			break
-		}
+	// Through the scheduler: on a store several nodes share, under the
+	// workflow's lease like any node (or not at all while another holds it).
+	if err := k.Scheduler.StepWorkflow(ctx, wf); err != nil {
+		return err
 	}
 	return a.printWhereItStands(ctx, k.Store, wf)
 }

@@ -259,6 +259,28 @@ func (s *Scheduler) step(ctx context.Context, wf string) (did bool, err error) {
 	return s.eng.Step(ctx, wf)
 }
 
+// StepWorkflow steps one workflow while it has work, as the scheduler
+// does (under its lease when several nodes share the store; not at all
+// while another node holds it), and returns the first step error.
+func (s *Scheduler) StepWorkflow(ctx context.Context, wf string) error {
+	s.mu.Lock()
+	if s.busy[wf] {
+		s.mu.Unlock()
+		return nil
+	}
+	s.busy[wf] = true
+	n := len(s.errs)
+	s.mu.Unlock()
+	s.stepAll(ctx, wf)
+	s.release(wf)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.errs) > n {
+		return s.errs[n]
+	}
+	return nil
+}
+
 // Errors returns the step errors seen so far (store failures, host bugs).
 // Problem is the error of the most recent failed step when no step has
 // succeeded since (a full disk, a store that refuses writes): what keep
