@@ -213,6 +213,10 @@ func TestEveryEndpoint(t *testing.T) {
 	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/handlers/nope/reset-state", nil, nil); code != http.StatusNotFound {
 		t.Fatalf("reset-state of an unknown handler: %d %v", code, obj)
 	}
+	// Nodes: none on SQLite, an empty list.
+	if code, _, arr := r.call("GET", "/api/v1/nodes", nil, nil); code != 200 || arr == nil || len(arr) != 0 {
+		t.Fatalf("nodes: %d %v", code, arr)
+	}
 	// Metrics.
 	resp, err := http.Get(r.srv.URL + "/metrics")
 	if err != nil {

@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/keep-run/keep/internal/daemon"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
 
@@ -71,6 +73,13 @@ func TestQuickstartOnPostgres(t *testing.T) {
 			t.Fatalf("engine %d on one PostgreSQL database: %v", i+1, err)
 		}
 		defer k.Close()
+		if err := k.Scheduler.Heartbeat(context.Background(), kt.Node{Addr: fmt.Sprintf("127.0.0.1:%d", 9000+i), StartedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// keep status and the API list the nodes.
+	if r := keep(t, "status", "--data", data, "--store", pg); !strings.Contains(r.out, "NODES") || !strings.Contains(r.out, "127.0.0.1:9000") || !strings.Contains(r.out, "127.0.0.1:9001") {
+		t.Fatalf("status does not list the nodes:\n%s", r.out)
 	}
 	r = keep(t, "status", "--data", data, "--store", pg)
 	if r.code != 0 || !strings.Contains(r.out, "quickstart-orders") {
