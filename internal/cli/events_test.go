@@ -82,6 +82,9 @@ func TestEventsAndTheTopicControls(t *testing.T) {
 	if v := events(); v.Topics[0].Pending != 3 {
 		t.Fatalf("an unconfirmed skip changed something: %+v", v.Topics)
 	}
+	if r := keep(t, "skip-pending", "--data", data, "--yes", "queue", "jobs"); r.code != 1 || !strings.Contains(r.err, `no events in a topic "jobs"`) || !strings.Contains(r.err, "job") {
+		t.Fatalf("skip-pending of a misspelt topic: %d %s %s", r.code, r.out, r.err)
+	}
 	r := keep(t, "skip-pending", "--data", data, "--by", "alice", "--yes", "queue", "job")
 	if r.code != 0 || !strings.Contains(r.out, "3 pending events skipped") {
 		t.Fatalf("skip-pending: %d %s %s", r.code, r.out, r.err)

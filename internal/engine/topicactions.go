@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -56,6 +57,9 @@ func SkipPending(ctx context.Context, st store.Store, wf, topic string, now time
 		if _, err := workflow(tx, wf); err != nil {
 			return err
 		}
+		if err := topicHasEvents(tx, wf, topic); err != nil {
+			return err
+		}
 		ms := now.UnixMilli()
 		skipped := 0
 		for {
@@ -85,4 +89,21 @@ func SkipPending(ctx context.Context, st store.Store, wf, topic string, now time
 		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "skip-pending", Detail: msg, At: ms})
 	})
 	return msg, err
+}
+
+// topicHasEvents refuses a topic that has no events at all: a misspelt
+// name would otherwise "skip 0 events" and look done.
+func topicHasEvents(tx store.Tx, wf, topic string) error {
+	counts, err := tx.TopicCounts(wf)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, c := range counts {
+		if c.Topic == topic {
+			return nil
+		}
+		names = append(names, c.Topic)
+	}
+	return missing("workflow %s has no events in a topic %q (topics with events: %s; see `keep events %s`)", wf, topic, strings.Join(names, ", "), wf)
 }

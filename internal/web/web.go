@@ -345,28 +345,30 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 }
 
 // skipPending and resetState are confirmed first: the first press shows
-// what will happen, the second (confirm=yes) does it.
+// what will happen (c), the second (confirm=yes) does it (act).
 func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf, topic := r.PathValue("wf"), r.PathValue("topic")
-	if r.FormValue("confirm") != "yes" {
-		s.renderTopics(w, r, &confirmation{Question: fmt.Sprintf("Skip every pending event of topic %s?", topic),
-			Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
-			Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"})
-		return
-	}
-	msg, err := engine.SkipPending(r.Context(), s.Store, wf, topic, s.Now())
-	s.acted(w, r, "/w/"+url.PathEscape(wf)+"/topics", wf, msg, err)
+	s.confirmed(w, r, confirmation{Question: fmt.Sprintf("Skip every pending event of topic %s?", topic),
+		Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
+		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"},
+		func() (string, error) { return engine.SkipPending(r.Context(), s.Store, wf, topic, s.Now()) })
 }
 
 func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 	wf, h := r.PathValue("wf"), r.PathValue("handler")
+	s.confirmed(w, r, confirmation{Question: fmt.Sprintf("Reset the state of %s?", h),
+		Detail: "Its next run, at once, starts from scratch; inputs it registers again are the same inputs, and events it publishes again keep their status. This is recorded in the decision log.",
+		Action: "/w/" + url.PathEscape(wf) + "/handlers/" + url.PathEscape(h) + "/reset-state", Button: "Reset it"},
+		func() (string, error) { return engine.ResetState(r.Context(), s.Store, wf, h, s.Now()) })
+}
+
+func (s *Server) confirmed(w http.ResponseWriter, r *http.Request, c confirmation, act func() (string, error)) {
 	if r.FormValue("confirm") != "yes" {
-		s.renderTopics(w, r, &confirmation{Question: fmt.Sprintf("Reset the state of %s?", h),
-			Detail: "Its next run, at once, starts from scratch; inputs it registers again are the same inputs, and events it publishes again keep their status. This is recorded in the decision log.",
-			Action: "/w/" + url.PathEscape(wf) + "/handlers/" + url.PathEscape(h) + "/reset-state", Button: "Reset it"})
+		s.renderTopics(w, r, &c)
 		return
 	}
-	msg, err := engine.ResetState(r.Context(), s.Store, wf, h, s.Now())
+	wf := r.PathValue("wf")
+	msg, err := act()
 	s.acted(w, r, "/w/"+url.PathEscape(wf)+"/topics", wf, msg, err)
 }
 
