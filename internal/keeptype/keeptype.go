@@ -534,3 +534,17 @@ type Node struct {
 	StartedAt int64
 	SeenAt    int64
 }
+
+// Connection is an account keep acts with on a provider's behalf (`keep
+// connect google`). Sealed holds the credentials encrypted (package
+// account); the store never sees them in the clear.
+type Connection struct {
+	Provider string
+	Account  string
+	Scopes   []string
+	Sealed   []byte
+	// Broken says why the credentials stopped working (a revoked grant), or "".
+	Broken    string
+	CreatedAt int64
+	UpdatedAt int64
+}

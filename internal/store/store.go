@@ -230,6 +230,15 @@ type Tx interface {
 	// NodeList lists the nodes, by id.
 	NodeList() ([]kt.Node, error)
 
+	// ConnectionGet reads a provider's account (kt.ErrNotFound: none).
+	ConnectionGet(provider string) (kt.Connection, error)
+	// ConnectionPut writes a provider's account, replacing the one before.
+	ConnectionPut(c kt.Connection) error
+	// ConnectionDelete forgets a provider's account.
+	ConnectionDelete(provider string) error
+	// ConnectionList lists every account, by provider.
+	ConnectionList() ([]kt.Connection, error)
+
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting
 	// for a retry, a person's action or reconciliation.

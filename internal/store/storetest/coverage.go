@@ -306,3 +306,23 @@ func (r recordingTx) DueWorkflows(now int64) ([]string, error) {
 	r.c.note("DueWorkflows")
 	return r.tx.DueWorkflows(now)
 }
+
+func (r recordingTx) ConnectionGet(provider string) (kt.Connection, error) {
+	r.c.note("ConnectionGet")
+	return r.tx.ConnectionGet(provider)
+}
+
+func (r recordingTx) ConnectionPut(c kt.Connection) error {
+	r.c.note("ConnectionPut")
+	return r.tx.ConnectionPut(c)
+}
+
+func (r recordingTx) ConnectionDelete(provider string) error {
+	r.c.note("ConnectionDelete")
+	return r.tx.ConnectionDelete(provider)
+}
+
+func (r recordingTx) ConnectionList() ([]kt.Connection, error) {
+	r.c.note("ConnectionList")
+	return r.tx.ConnectionList()
+}

@@ -830,6 +830,50 @@ func exerciseTransactions(run runCase) {
 		}))
 	})
 
+	run("connections: put replaces, list, delete", func(t *testing.T, s store.Store) {
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.ConnectionGet("google"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a connection that was never made: %v", err)
+			}
+			return nil
+		}))
+		sealed := []byte{0, 1, 2, 255, 'x'} // binary, as sealed credentials are
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.ConnectionPut(kt.Connection{Provider: "google", Account: "a@x", Scopes: []string{"s1", "s2"}, Sealed: sealed, CreatedAt: 1, UpdatedAt: 1})
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.ConnectionPut(kt.Connection{Provider: "google", Account: "a@x", Scopes: []string{"s3"}, Sealed: []byte("new"), Broken: "revoked", CreatedAt: 5, UpdatedAt: 5})
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.ConnectionPut(kt.Connection{Provider: "slack", Sealed: []byte("t"), CreatedAt: 2, UpdatedAt: 2})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			c, err := tx.ConnectionGet("google")
+			if err != nil || string(c.Sealed) != "new" || len(c.Scopes) != 1 || c.Scopes[0] != "s3" || c.Broken != "revoked" || c.CreatedAt != 1 || c.UpdatedAt != 5 {
+				return fmt.Errorf("google after a second put: %+v %v (it keeps its creation time)", c, err)
+			}
+			cs, err := tx.ConnectionList()
+			if err != nil || len(cs) != 2 || cs[0].Provider != "google" || cs[1].Provider != "slack" || cs[1].Scopes != nil {
+				return fmt.Errorf("connections %+v %v", cs, err)
+			}
+			return nil
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.ConnectionDelete("slack") }))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.ConnectionPut(kt.Connection{Provider: "bin", Sealed: sealed, CreatedAt: 2, UpdatedAt: 2})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.ConnectionGet("slack"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a deleted connection: %v", err)
+			}
+			c, err := tx.ConnectionGet("bin")
+			if err != nil || string(c.Sealed) != string(sealed) {
+				return fmt.Errorf("binary sealed bytes came back as %v %v", c.Sealed, err)
+			}
+			return nil
+		}))
+	})
+
 	run("a cancelled context does not run the update", func(t *testing.T, s store.Store) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()

@@ -17,7 +17,7 @@ import (
 
 // Counts says what was copied.
 type Counts struct {
-	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions int
+	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Connections int
 }
 
 // ErrNotEmpty means the destination already holds workflows.
@@ -57,6 +57,27 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 		}
 		w.count(&c)
 	}
+	// The accounts go as they are: still sealed, so the destination's
+	// nodes need the same secret key (KEEP_SECRET_KEY) to use them.
+	var conns []kt.Connection
+	if err := from.View(ctx, func(tx store.Tx) error {
+		var err error
+		conns, err = tx.ConnectionList()
+		return err
+	}); err != nil {
+		return c, err
+	}
+	if err := to.Update(ctx, func(tx store.Tx) error {
+		for _, conn := range conns {
+			if err := tx.ConnectionPut(conn); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return c, fmt.Errorf("write the connections: %w", err)
+	}
+	c.Connections = len(conns)
 	return c, nil
 }
 
