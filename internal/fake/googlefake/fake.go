@@ -1,0 +1,172 @@
+// Package googlefake is a faithful fake of the parts of Google's REST APIs
+// that keep's gmail, sheets and calendar connectors use: the same paths,
+// JSON shapes and error bodies as Google's published API (Gmail v1, Sheets
+// v4, Calendar v3, OAuth 2.0 with PKCE), an admin API for tests and people
+// trying keep, and fault injection. `keep-fake google` serves it; tests
+// start it in process. It holds everything in memory.
+//
+// It is not linked into keep.
+package googlefake
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server is one fake Google.
+type Server struct {
+	mu sync.Mutex
+	// now stamps received mail; tests may replace it.
+	now func() time.Time
+
+	codes    map[string]grant // authorization code → what it grants
+	access   map[string]grant // access token → grant
+	refresh  map[string]grant // refresh token → grant
+	account  string
+	messages []*message
+	labels   []label
+	nextMsg  int
+	sheets   map[string]*spreadsheet
+	calendar map[string]map[string]*event // calendar id → event id → event
+	faults   map[string][]*fault
+
+	// Writes counts the writes each method applied, for tests (sink counts).
+	writes map[string]int
+}
+
+type grant struct {
+	scopes    []string
+	challenge string
+	redirect  string
+	refresh   string
+	revoked   bool
+}
+
+// New returns an empty fake with one account, me@example.com.
+func New() *Server {
+	return &Server{
+		now: time.Now, codes: map[string]grant{}, access: map[string]grant{}, refresh: map[string]grant{},
+		account: "me@example.com", sheets: map[string]*spreadsheet{}, calendar: map[string]map[string]*event{},
+		faults: map[string][]*fault{}, writes: map[string]int{},
+		labels: []label{
+			{ID: "INBOX", Name: "INBOX", Type: "system"}, {ID: "SENT", Name: "SENT", Type: "system"},
+			{ID: "UNREAD", Name: "UNREAD", Type: "system"}, {ID: "STARRED", Name: "STARRED", Type: "system"},
+			{ID: "IMPORTANT", Name: "IMPORTANT", Type: "system"}, {ID: "TRASH", Name: "TRASH", Type: "system"},
+			{ID: "SPAM", Name: "SPAM", Type: "system"},
+		},
+	}
+}
+
+// Handler serves the fake's whole API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /o/oauth2/auth", s.authorize)
+	mux.HandleFunc("POST /token", s.token)
+	mux.HandleFunc("GET /v1/userinfo", s.api("", s.userinfo))
+
+	mux.HandleFunc("GET /gmail/v1/users/{user}/profile", s.api("", s.gmailProfile))
+	mux.HandleFunc("GET /gmail/v1/users/{user}/messages", s.api("gmail.search", s.gmailList))
+	mux.HandleFunc("GET /gmail/v1/users/{user}/messages/{id}", s.api("gmail.get", s.gmailGet))
+	mux.HandleFunc("POST /gmail/v1/users/{user}/messages/send", s.api("gmail.send", s.gmailSend))
+	mux.HandleFunc("POST /gmail/v1/users/{user}/messages/{id}/modify", s.api("gmail.modifyLabels", s.gmailModify))
+	mux.HandleFunc("GET /gmail/v1/users/{user}/labels", s.api("", s.gmailLabels))
+	mux.HandleFunc("POST /gmail/v1/users/{user}/labels", s.api("gmail.createLabel", s.gmailCreateLabel))
+
+	mux.HandleFunc("GET /v4/spreadsheets/{id}", s.api("sheets.get", s.sheetsGet))
+	mux.HandleFunc("POST /v4/spreadsheets/{idop}", s.api("sheets.appendRow", s.sheetsBatchUpdate))
+	mux.HandleFunc("GET /v4/spreadsheets/{id}/values/{range}", s.api("sheets.getRows", s.sheetsValuesGet))
+	mux.HandleFunc("PUT /v4/spreadsheets/{id}/values/{range}", s.api("sheets.updateRow", s.sheetsValuesUpdate))
+
+	mux.HandleFunc("GET /calendar/v3/calendars/{cal}/events", s.api("calendar.listEvents", s.calList))
+	mux.HandleFunc("GET /calendar/v3/calendars/{cal}/events/{id}", s.api("calendar.getEvent", s.calGet))
+	mux.HandleFunc("POST /calendar/v3/calendars/{cal}/events", s.api("calendar.createEvent", s.calInsert))
+	mux.HandleFunc("PATCH /calendar/v3/calendars/{cal}/events/{id}", s.api("calendar.updateEvent", s.calPatch))
+
+	mux.HandleFunc("POST /_admin/gmail/messages", s.adminAddMessage)
+	mux.HandleFunc("GET /_admin/gmail/messages", s.adminMessages)
+	mux.HandleFunc("GET /_admin/sheets/{id}", s.adminSheet)
+	mux.HandleFunc("POST /_admin/sheets/{id}/rows", s.adminAddRow)
+	mux.HandleFunc("GET /_admin/calendar/{cal}", s.adminCalendar)
+	mux.HandleFunc("POST /_admin/faults", s.adminFault)
+	mux.HandleFunc("POST /_admin/revoke", s.adminRevoke)
+	mux.HandleFunc("POST /_admin/expire", s.adminExpire)
+	mux.HandleFunc("GET /_admin/writes", s.adminWrites)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "keep-fake google does not serve "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// api wraps one API route: the bearer token, then any fault armed for
+// method, then the route itself under the lock.
+func (s *Server) api(method string, h func(w http.ResponseWriter, r *http.Request) (applied bool)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		g, ok := s.access[tok]
+		if !ok || g.revoked {
+			s.mu.Unlock()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://accounts.google.com/", error="invalid_token"`)
+			apiError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "authError",
+				"Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.")
+			return
+		}
+		if need := scopesFor(r); len(need) > 0 && !hasAny(g.scopes, need) {
+			s.mu.Unlock()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://accounts.google.com/", error="insufficient_scope", scope="`+need[0]+`"`)
+			apiError(w, http.StatusForbidden, "PERMISSION_DENIED", "insufficientPermissions", "Request had insufficient authentication scopes.")
+			return
+		}
+		f := s.takeFault(method)
+		if f != nil && !f.afterApply() {
+			s.mu.Unlock()
+			f.before(w, r, s)
+			return
+		}
+		if f == nil {
+			defer s.mu.Unlock()
+			h(w, r)
+			return
+		}
+		// The write is applied, and its answer lost.
+		h(discard{}, r)
+		s.mu.Unlock()
+		f.after(w, r)
+	}
+}
+
+func newToken(prefix string) string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// apiError answers in Google's error format (the JSON googleapi.CheckResponse reads).
+func apiError(w http.ResponseWriter, code int, status, reason, msg string) {
+	writeJSON(w, code, map[string]any{"error": map[string]any{
+		"code": code, "message": msg, "status": status,
+		"errors": []map[string]any{{"message": msg, "domain": "global", "reason": reason}},
+	}})
+}
+
+func decode(r *http.Request, v any) error {
+	return json.NewDecoder(http.MaxBytesReader(nil, r.Body, 8<<20)).Decode(v)
+}
+
+// discard swallows the answer of a write whose answer a fault loses.
+type discard struct{}
+
+func (discard) Header() http.Header       { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)           {}

@@ -1,0 +1,327 @@
+package googlefake
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/mail"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type message struct {
+	ID, ThreadID          string
+	Labels                []string // label ids
+	From, To, Cc, Subject string
+	Text, HTML            string
+	MessageID             string // the RFC 822 Message-ID header
+	Date                  int64  // internalDate, ms
+	Raw                   string
+}
+
+type label struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+func (m *message) headers() []map[string]string {
+	h := []map[string]string{{"name": "From", "value": m.From}, {"name": "To", "value": m.To}, {"name": "Subject", "value": m.Subject}}
+	if m.Cc != "" {
+		h = append(h, map[string]string{"name": "Cc", "value": m.Cc})
+	}
+	h = append(h, map[string]string{"name": "Date", "value": fmtDate(m.Date)}, map[string]string{"name": "Message-ID", "value": m.MessageID})
+	return h
+}
+
+func b64(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
+
+// json renders a message as users.messages.get does in format full.
+func (m *message) json(format string) map[string]any {
+	snippet := m.Text
+	if len(snippet) > 100 {
+		snippet = snippet[:100]
+	}
+	out := map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels, "snippet": snippet,
+		"internalDate": strconv.FormatInt(m.Date, 10), "historyId": "1", "sizeEstimate": len(m.Text) + len(m.HTML) + 200}
+	if format == "minimal" {
+		return out
+	}
+	payload := map[string]any{"partId": "", "headers": m.headers(), "filename": ""}
+	if m.HTML == "" {
+		payload["mimeType"] = "text/plain"
+		payload["body"] = map[string]any{"size": len(m.Text), "data": b64(m.Text)}
+	} else {
+		payload["mimeType"] = "multipart/alternative"
+		payload["body"] = map[string]any{"size": 0}
+		payload["parts"] = []map[string]any{
+			{"partId": "0", "mimeType": "text/plain", "filename": "", "headers": []map[string]string{{"name": "Content-Type", "value": "text/plain; charset=UTF-8"}}, "body": map[string]any{"size": len(m.Text), "data": b64(m.Text)}},
+			{"partId": "1", "mimeType": "text/html", "filename": "", "headers": []map[string]string{{"name": "Content-Type", "value": "text/html; charset=UTF-8"}}, "body": map[string]any{"size": len(m.HTML), "data": b64(m.HTML)}},
+		}
+	}
+	if format == "metadata" {
+		payload = map[string]any{"headers": m.headers(), "mimeType": payload["mimeType"]}
+	}
+	out["payload"] = payload
+	return out
+}
+
+func (s *Server) addMessage(m *message) *message {
+	s.nextMsg++
+	m.ID = fmt.Sprintf("18c%013x", s.nextMsg)
+	if m.ThreadID == "" {
+		m.ThreadID = m.ID
+	}
+	if m.Date == 0 {
+		m.Date = s.now().UnixMilli()
+	}
+	if m.MessageID == "" {
+		m.MessageID = "<" + m.ID + "@mail.example.com>"
+	}
+	s.messages = append(s.messages, m)
+	return m
+}
+
+func (s *Server) gmailProfile(w http.ResponseWriter, r *http.Request) bool {
+	writeJSON(w, http.StatusOK, map[string]any{"emailAddress": s.account, "messagesTotal": len(s.messages), "historyId": "1"})
+	return false
+}
+
+// matches applies the Gmail search operators the fake knows: after:,
+// before: (epoch seconds or yyyy/mm/dd), rfc822msgid:, in:, label:, from:,
+// to:, subject:, and words (anywhere). Spam and trash are left out unless
+// asked for, as Gmail does.
+func (s *Server) matches(m *message, q string) bool {
+	has := func(id string) bool {
+		for _, l := range m.Labels {
+			if strings.EqualFold(l, id) {
+				return true
+			}
+		}
+		return false
+	}
+	if (has("SPAM") || has("TRASH")) && !strings.Contains(q, "in:spam") && !strings.Contains(q, "in:trash") {
+		return false
+	}
+	for _, tok := range strings.Fields(q) {
+		k, v, op := strings.Cut(tok, ":")
+		v = strings.Trim(v, `"`)
+		lc := strings.ToLower
+		switch {
+		case op && k == "after":
+			if t, ok := parseWhen(v); !ok || m.Date/1000 < t {
+				return false
+			}
+		case op && k == "before":
+			if t, ok := parseWhen(v); !ok || m.Date/1000 >= t {
+				return false
+			}
+		case op && k == "rfc822msgid":
+			if strings.Trim(m.MessageID, "<>") != strings.Trim(v, "<>") {
+				return false
+			}
+		case op && (k == "in" || k == "label"):
+			id := s.labelID(v)
+			if id == "" || !has(id) {
+				return false
+			}
+		case op && k == "from":
+			if !strings.Contains(lc(m.From), lc(v)) {
+				return false
+			}
+		case op && k == "to":
+			if !strings.Contains(lc(m.To+" "+m.Cc), lc(v)) {
+				return false
+			}
+		case op && k == "subject":
+			if !strings.Contains(lc(m.Subject), lc(v)) {
+				return false
+			}
+		default:
+			if !strings.Contains(lc(m.From+" "+m.To+" "+m.Subject+" "+m.Text), lc(strings.Trim(tok, `"`))) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func fmtDate(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC1123Z) }
+
+func dateUnix(y, m, d int) int64 { return time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() }
+
+func parseWhen(v string) (int64, bool) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, true
+	}
+	var y, mo, d int
+	if _, err := fmt.Sscanf(v, "%d/%d/%d", &y, &mo, &d); err == nil {
+		return dateUnix(y, mo, d), true
+	}
+	return 0, false
+}
+
+func (s *Server) labelID(nameOrID string) string {
+	for _, l := range s.labels {
+		if strings.EqualFold(l.ID, nameOrID) || strings.EqualFold(l.Name, nameOrID) {
+			return l.ID
+		}
+	}
+	return ""
+}
+
+func (s *Server) gmailList(w http.ResponseWriter, r *http.Request) bool {
+	q := r.URL.Query()
+	max := 100
+	if n, err := strconv.Atoi(q.Get("maxResults")); err == nil && n > 0 && n <= 500 {
+		max = n
+	}
+	start, _ := strconv.Atoi(q.Get("pageToken"))
+	var found []*message
+	for i := len(s.messages) - 1; i >= 0; i-- { // newest first
+		if m := s.messages[i]; s.matches(m, q.Get("q")) {
+			found = append(found, m)
+		}
+	}
+	out := map[string]any{"resultSizeEstimate": len(found)}
+	var page []map[string]string
+	for i := start; i < len(found) && i < start+max; i++ {
+		page = append(page, map[string]string{"id": found[i].ID, "threadId": found[i].ThreadID})
+	}
+	if page != nil {
+		out["messages"] = page
+	}
+	if start+max < len(found) {
+		out["nextPageToken"] = strconv.Itoa(start + max)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return false
+}
+
+func (s *Server) message(id string) *message {
+	for _, m := range s.messages {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+func (s *Server) gmailGet(w http.ResponseWriter, r *http.Request) bool {
+	m := s.message(r.PathValue("id"))
+	if m == nil {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "Requested entity was not found.")
+		return false
+	}
+	format := r.URL.Query().Get("format")
+	if format == "" {
+		format = "full"
+	}
+	writeJSON(w, http.StatusOK, m.json(format))
+	return false
+}
+
+// gmailSend takes users.messages.send's {raw, threadId}: raw is an RFC 822
+// message, base64url encoded. Gmail keeps the Message-ID a client sets.
+func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) bool {
+	var body struct {
+		Raw      string `json:"raw"`
+		ThreadID string `json:"threadId"`
+	}
+	if err := decode(r, &body); err != nil || body.Raw == "" {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid value for ByteString: raw is required")
+		return false
+	}
+	raw, err := base64.URLEncoding.DecodeString(body.Raw)
+	if err != nil {
+		raw, err = base64.RawURLEncoding.DecodeString(body.Raw)
+	}
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid value at 'message.raw' (TYPE_BYTES), Base64 decoding failed")
+		return false
+	}
+	msg, err := mail.ReadMessage(strings.NewReader(string(raw)))
+	if err != nil || msg.Header.Get("To") == "" {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid To header")
+		return false
+	}
+	text, _ := io.ReadAll(msg.Body)
+	m := s.addMessage(&message{ThreadID: body.ThreadID, Labels: []string{"SENT"}, From: s.account, To: msg.Header.Get("To"),
+		Cc: msg.Header.Get("Cc"), Subject: decodeHeader(msg.Header.Get("Subject")), Text: string(text), MessageID: msg.Header.Get("Message-ID"), Raw: string(raw)})
+	s.writes["gmail.send"]++
+	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels})
+	return true
+}
+
+func decodeHeader(v string) string {
+	dec := new(mime.WordDecoder)
+	if s, err := dec.DecodeHeader(v); err == nil {
+		return s
+	}
+	return v
+}
+
+func (s *Server) gmailModify(w http.ResponseWriter, r *http.Request) bool {
+	var body struct {
+		Add    []string `json:"addLabelIds"`
+		Remove []string `json:"removeLabelIds"`
+	}
+	if err := decode(r, &body); err != nil {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", err.Error())
+		return false
+	}
+	m := s.message(r.PathValue("id"))
+	if m == nil {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "Requested entity was not found.")
+		return false
+	}
+	for _, id := range append(append([]string{}, body.Add...), body.Remove...) {
+		if s.labelID(id) != id {
+			apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid label: "+id)
+			return false
+		}
+	}
+	set := map[string]bool{}
+	for _, l := range m.Labels {
+		set[l] = true
+	}
+	for _, l := range body.Add {
+		set[l] = true
+	}
+	for _, l := range body.Remove {
+		delete(set, l)
+	}
+	m.Labels = m.Labels[:0]
+	for l := range set {
+		m.Labels = append(m.Labels, l)
+	}
+	sort.Strings(m.Labels)
+	s.writes["gmail.modifyLabels"]++
+	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels})
+	return true
+}
+
+func (s *Server) gmailLabels(w http.ResponseWriter, r *http.Request) bool {
+	writeJSON(w, http.StatusOK, map[string]any{"labels": s.labels})
+	return false
+}
+
+func (s *Server) gmailCreateLabel(w http.ResponseWriter, r *http.Request) bool {
+	var body label
+	if err := decode(r, &body); err != nil || strings.TrimSpace(body.Name) == "" {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid label name")
+		return false
+	}
+	if s.labelID(body.Name) != "" {
+		apiError(w, http.StatusConflict, "ALREADY_EXISTS", "duplicate", "Label name exists or conflicts")
+		return false
+	}
+	l := label{ID: fmt.Sprintf("Label_%d", len(s.labels)), Name: body.Name, Type: "user"}
+	s.labels = append(s.labels, l)
+	writeJSON(w, http.StatusOK, l)
+	return true
+}
