@@ -6,6 +6,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -80,6 +81,19 @@ func Backoff(base, max time.Duration, n int) time.Duration {
 // Config is the whole file.
 type Config struct {
 	Policy Policy
+	Google Google
+}
+
+// Google is [connectors.google]: the OAuth client keep connects Google
+// accounts with, and where Google is (keep-fake google, for trying keep
+// and for tests). KEEP_GOOGLE_CLIENT_ID and KEEP_GOOGLE_CLIENT_SECRET
+// override the file.
+type Google struct {
+	ClientID     string
+	ClientSecret string
+	// Endpoint is the base URL of a Google stand-in serving OAuth and the
+	// APIs under one root; empty means Google itself.
+	Endpoint string
 }
 
 type fileShape struct {
@@ -91,7 +105,8 @@ type fileShape struct {
 func Load(path string) (Config, error) {
 	cfg := Config{Policy: Defaults()}
 	if path == "" {
-		return cfg, nil
+		err := parseConnectors("", nil, &cfg) // the environment's client
+		return cfg, err
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -110,9 +125,12 @@ func Parse(name, text string) (Config, error) {
 	}
 	_ = md
 	for k := range raw {
-		if k != "policy" {
-			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy])", name, k)
+		if k != "policy" && k != "connectors" {
+			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy], [connectors.google])", name, k)
 		}
+	}
+	if err := parseConnectors(name, raw["connectors"], &cfg); err != nil {
+		return cfg, err
 	}
 	pol, _ := raw["policy"].(map[string]any)
 	if raw["policy"] != nil && pol == nil {
@@ -166,6 +184,54 @@ func Parse(name, text string) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+func parseConnectors(name string, v any, cfg *Config) error {
+	defer func() {
+		if id := os.Getenv("KEEP_GOOGLE_CLIENT_ID"); id != "" {
+			cfg.Google.ClientID = id
+		}
+		if sec := os.Getenv("KEEP_GOOGLE_CLIENT_SECRET"); sec != "" {
+			cfg.Google.ClientSecret = sec
+		}
+	}()
+	if v == nil {
+		return nil
+	}
+	conns, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config %s: connectors must be a table: [connectors.google]", name)
+	}
+	for k, sect := range conns {
+		if k != "google" {
+			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google])", name, k)
+		}
+		g, ok := sect.(map[string]any)
+		if !ok {
+			return fmt.Errorf("config %s: [connectors.google] must be a table", name)
+		}
+		for key, val := range g {
+			str, isStr := val.(string)
+			if !isStr {
+				return fmt.Errorf("config %s: [connectors.google] %s must be a string, got %v", name, key, val)
+			}
+			switch key {
+			case "client_id":
+				cfg.Google.ClientID = str
+			case "client_secret":
+				cfg.Google.ClientSecret = str
+			case "endpoint":
+				u, err := url.Parse(str)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("config %s: [connectors.google] endpoint must be an http(s) URL like \"http://127.0.0.1:8080\" (what keep-fake google prints), got %q", name, str)
+				}
+				cfg.Google.Endpoint = strings.TrimRight(str, "/")
+			default:
+				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
+			}
+		}
+	}
+	return nil
 }
 
 func count(v any) (int, error) {

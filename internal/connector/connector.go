@@ -92,6 +92,9 @@ type Method struct {
 	ComparePayload func(old, new map[string]any) Comparison
 	// Target renders the target of a call for people, e.g. "POST http://x/orders".
 	Target func(args map[string]any) string
+	// Scopes are the OAuth scopes any one of which lets a call through; the
+	// first is what `keep connect` asks for when a workflow uses the method.
+	Scopes []string
 	// RequiresApproval makes every call of this method wait for a person.
 	RequiresApproval bool
 	// Doc says what a script author needs: docs/scripts.md is generated
@@ -286,4 +289,14 @@ func lower(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// ListWith is a list that carries properties beside its items (gmail.search's
+// lastCursor): scripts receive an array with those properties set.
+func ListWith(items []any, props map[string]any) map[string]any {
+	out := map[string]any{"$array": items}
+	for k, v := range props {
+		out[k] = v
+	}
+	return out
 }

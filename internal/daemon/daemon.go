@@ -25,7 +25,9 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/connector/files"
+	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
@@ -74,8 +76,23 @@ func OpenStore(dataDir, storeURL string) (store.Store, error) {
 }
 
 // Registry returns the connectors keep ships, with files rooted at root.
-func Registry(filesRoot string) *connector.Registry {
-	return connector.NewRegistry(files.New(filesRoot), khttp.New(), system.New())
+// The Google connectors have no account here (keep validate, the docs):
+// their calls say to connect one.
+func Registry(filesRoot string) *connector.Registry { return registry(filesRoot, nil) }
+
+func registry(filesRoot string, g *google.Auth) *connector.Registry {
+	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New()}, google.New(g)...)
+	return connector.NewRegistry(cs...)
+}
+
+// Accounts opens the connected accounts of a store, sealed with the data
+// directory's secret key (or KEEP_SECRET_KEY).
+func Accounts(dataDir string, st store.Store) (*account.Accounts, error) {
+	box, err := account.LoadKey(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return &account.Accounts{Store: st, Box: box}, nil
 }
 
 // Keep is a running engine over a data directory.
@@ -142,7 +159,15 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
-	var perWorkflow func(string) *connector.Registry = Registry
+	accts, err := Accounts(o.DataDir, st)
+	if err != nil {
+		st.Close()
+		release()
+		lock.Close()
+		return nil, err
+	}
+	gauth := google.NewAuth(cfg.Google, accts)
+	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth) }
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
@@ -164,7 +189,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
-	k.Engine = engine.New(engine.Options{Store: st, Registry: Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()

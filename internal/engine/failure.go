@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/keep-run/keep/internal/config"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -39,7 +40,12 @@ func (x *runExec) fail(cause error) error {
 	switch class {
 	case kt.ClassTransient:
 		run.Status = kt.StatusTransient
-		x.scheduleRetry(msg, now)
+		var ke *kt.Error
+		var asked time.Duration
+		if errors.As(cause, &ke) {
+			asked = ke.RetryAfter
+		}
+		x.scheduleRetry(msg, now, asked)
 	case kt.ClassLogic:
 		run.Status = kt.StatusFailedLogic
 	case kt.ClassPermission, kt.ClassPrecondition:
@@ -74,11 +80,15 @@ func (x *runExec) fail(cause error) error {
 // scheduleRetry sets when a transiently failed run is tried again (the
 // policy's backoff), or says that keep gave up; either is told to a person
 // watching (Notify), so a wait is never silent.
-func (x *runExec) scheduleRetry(msg string, now int64) {
+func (x *runExec) scheduleRetry(msg string, now int64, asked time.Duration) {
 	e, run := x.e, x.run
 	who := fmt.Sprintf("%s %s", run.HandlerType, run.Handler)
 	if run.RetryCount < e.policy.TransientRetries {
 		delay := config.Backoff(e.policy.TransientBackoff, e.policy.TransientBackoffMax, run.RetryCount+1)
+		if asked > delay {
+			// The service said how long to wait (Retry-After): sooner is refused.
+			delay = asked
+		}
 		run.NextAttemptAt = now + delay.Milliseconds()
 		x.notify(fmt.Sprintf("%s: %s; retry %d of %d in %s", who, msg, run.RetryCount+1, e.policy.TransientRetries, delay))
 		return

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 )
 
 // Phase is how far a run got. Phases only move forward (SPEC §4).
@@ -143,6 +145,28 @@ type Error struct {
 	Class   ErrorClass
 	Message string
 	Err     error
+	// RetryAfter, for a transient error, is the least wait the service
+	// asked for (a 429's Retry-After); the retry waits at least that long.
+	RetryAfter time.Duration
+}
+
+// ReconnectSuffix ends the message of a permission error that a person
+// fixes by connecting an account again; ReconnectOf finds it, so a card can
+// offer Reconnect.
+func ReconnectSuffix(provider string) string { return " — reconnect it: keep connect " + provider }
+
+// ReconnectOf returns the provider a message asks to connect again, or "".
+func ReconnectOf(msg string) string {
+	const marker = " — reconnect it: keep connect "
+	i := strings.LastIndex(msg, marker)
+	if i < 0 {
+		return ""
+	}
+	p := msg[i+len(marker):]
+	if j := strings.IndexAny(p, " ;,.\n"); j >= 0 {
+		p = p[:j]
+	}
+	return p
 }
 
 func (e *Error) Error() string {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
@@ -584,6 +585,42 @@ func Schedule(ctx context.Context, st store.Store, wf string) ([]Scheduled, erro
 			if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && h.NextRunAt > 0 {
 				out = append(out, Scheduled{Handler: h.Name, Type: string(h.Type), NextRunAt: Time(h.NextRunAt)})
 			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Connection is a connected account as people see it: never its credentials.
+type Connection struct {
+	Provider  string   `json:"provider"`
+	Account   string   `json:"account"`
+	Scopes    []string `json:"scopes"`
+	State     string   `json:"state"`
+	Broken    string   `json:"broken,omitempty"`
+	Connected string   `json:"connected"`
+	Updated   string   `json:"updated"`
+}
+
+// Connections lists the connected accounts.
+func Connections(ctx context.Context, st store.Store) ([]Connection, error) {
+	out := []Connection{}
+	err := st.View(ctx, func(tx store.Tx) error {
+		cs, err := tx.ConnectionList()
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			state := "ok"
+			if c.Broken != "" {
+				state = "reconnect"
+			}
+			scopes := []string{}
+			for _, s := range c.Scopes {
+				scopes = append(scopes, strings.TrimPrefix(s, "https://www.googleapis.com/auth/"))
+			}
+			out = append(out, Connection{Provider: c.Provider, Account: c.Account, Scopes: scopes, State: state, Broken: c.Broken,
+				Connected: Time(c.CreatedAt), Updated: Time(c.UpdatedAt)})
 		}
 		return nil
 	})

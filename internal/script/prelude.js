@@ -98,13 +98,22 @@
     }
   };
 
+  // A connector's list may carry properties beside its items (gmail.search's
+  // lastCursor); JSON cannot, so the host says it as {"$array": [...], prop}.
+  const withProps = (v) => {
+    if (v === null || typeof v !== "object" || isArray(v) || !isArray(v["$array"])) return v;
+    const out = v["$array"];
+    for (const k of keys(v)) if (k !== "$array") out[k] = v[k];
+    return out;
+  };
+
   const makeCtx = (spec) => {
     const ep = epoch;
     const call = (method, args) => callAt(ep, method, args);
     const ctx = {};
     for (const tool of keys(spec.tools)) {
       const o = {};
-      for (const m of spec.tools[tool] || []) o[m] = async (args) => call(tool + "." + m, args);
+      for (const m of spec.tools[tool] || []) o[m] = async (args) => withProps(call(tool + "." + m, args));
       ctx[tool] = Object.freeze(o);
     }
     ctx.log = (...a) => logAt(ep, a);

@@ -167,6 +167,6 @@ func decode(r *http.Request, v any) error {
 // discard swallows the answer of a write whose answer a fault loses.
 type discard struct{}
 
-func (discard) Header() http.Header       { return http.Header{} }
+func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)           {}
+func (discard) WriteHeader(int)             {}

@@ -58,9 +58,9 @@ func (sp *spreadsheet) byID(id int64) *sheet {
 
 // a1 is a parsed A1 range: Sheet1!A2:C5, 'My sheet'!A:A, Sheet1, A5:B5.
 type a1 struct {
-	sheet              string
-	col0, row0, row1   int // 0-based first column and row; row1 exclusive, 0 = open
-	col1               int // exclusive, 0 = open
+	sheet            string
+	col0, row0, row1 int // 0-based first column and row; row1 exclusive, 0 = open
+	col1             int // exclusive, 0 = open
 }
 
 var cellRe = regexp.MustCompile(`^([A-Z]*)(\d*)$`)

@@ -1,0 +1,593 @@
+package google
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"mime"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	gmail "google.golang.org/api/gmail/v1"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+var (
+	gmailRead   = []string{Scope("gmail.readonly"), Scope("gmail.modify"), "https://mail.google.com/"}
+	gmailSend   = []string{Scope("gmail.send"), Scope("gmail.compose"), Scope("gmail.modify"), "https://mail.google.com/"}
+	gmailModify = []string{Scope("gmail.modify"), "https://mail.google.com/"}
+)
+
+// keyHeader carries a sent message's idempotency key, so reconcile can
+// recognise it in Sent even if a relay rewrote the Message-ID.
+const keyHeader = "X-Keep-Idempotency-Key"
+
+type gmailConn struct{ auth *Auth }
+
+func (g *gmailConn) service(ctx context.Context, hc *http.Client) (*gmail.Service, error) {
+	return gmail.NewService(ctx, g.auth.options(hc, "")...)
+}
+
+func newGmail(auth *Auth) *connector.Connector {
+	g := &gmailConn{auth: auth}
+	return &connector.Connector{
+		Name: "gmail",
+		Doc: "A Gmail mailbox, through the Gmail API with the account of `keep connect google`. " +
+			"Try it without a Google account against `keep-fake google` (see the README).",
+		Sources: map[string][]string{"gmail": {"email", "thread"}},
+		Methods: map[string]*connector.Method{
+			"search": {Name: "search", Kind: connector.KindRead, Scopes: gmailRead, Validate: validateSearch, Do: g.search, Doc: connector.MethodDoc{
+				Summary: "Finds messages with Gmail's search syntax, oldest first.",
+				Params: []connector.Param{
+					{Name: "query", Type: "string", Doc: "Gmail search, e.g. `from:alice has:attachment` or `in:inbox invoice` (default: all mail but spam and trash)"},
+					{Name: "after", Type: "string", Doc: "a cursor: a previous result's `lastCursor`; only messages received at or after it come back"},
+					{Name: "max", Type: "number", Doc: "at most this many messages, 1 to 500 (default 100)"},
+				},
+				Result: "an array of `{ id, threadId, from, to, subject, snippet, date, labels }` (`date` RFC 3339, `labels` by name) with a property `lastCursor` to pass as the next `after` " +
+					"(it is `after` again when nothing new came, so `return { cursor: emails.lastCursor }` never goes back). A message received in the cursor's millisecond may come twice: register it by `id`, which keeps one.",
+				Errors: "401 after a refresh, a revoked grant, a missing scope: a permission error (the run waits for Reconnect); 429 and 5xx: transient, retried.",
+			}},
+			"get": {Name: "get", Kind: connector.KindReadByID, Scopes: gmailRead, Validate: func(a map[string]any) error { return need("gmail.get", a, "id") }, Do: g.get, Doc: connector.MethodDoc{
+				Summary: "Reads one message with its body.",
+				Params:  []connector.Param{{Name: "id", Type: "string", Required: true, Doc: "the message's id (from search)"}},
+				Result:  "`{ id, threadId, from, to, cc, subject, snippet, date, labels, text, html }`: `text` the plain body (or the HTML's text when there is none), `html` the HTML body or \"\"",
+				Errors:  "an id that does not exist is a logic error; otherwise as search.",
+			}},
+			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, Identity: []string{"to", "threadId"},
+				Validate: validateSend, Do: g.send, Reconcile: g.reconcileSend, ComparePayload: comparePayload("subject", "text", "html", "cc"),
+				Target: func(a map[string]any) string { return "gmail.send to " + str(a["to"]) }, Doc: connector.MethodDoc{
+					Summary: "Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key`.",
+					Params: []connector.Param{
+						{Name: "to", Type: "string or array of strings", Required: true, Doc: "recipients (identity: with `threadId`, what the write is to)"},
+						{Name: "subject", Type: "string", Required: true, Doc: "the subject"},
+						{Name: "text", Type: "string", Required: true, Doc: "the plain-text body"},
+						{Name: "html", Type: "string", Doc: "an HTML body sent beside the text"},
+						{Name: "cc", Type: "string or array of strings", Doc: "copies"},
+						{Name: "threadId", Type: "string", Doc: "the thread to reply in"},
+						{Name: "subkey", Type: "string", Doc: "tells apart two sends of one run to the same recipients"},
+					},
+					Result:    "`{ id, threadId, messageId }`; a reconciled send adds `reconciled: true`",
+					Reconcile: "searches the mailbox for the Message-ID (`rfc822msgid:`), then the recent Sent mail to the same recipients for the key header: found means sent; not found (seen twice, after the settle time) means not sent, and keep sends it.",
+					Errors:    "429 and 403 rate limits: transient, nothing sent; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 400 (bad address): logic; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+				}},
+			"modifyLabels": {Name: "modifyLabels", Kind: connector.KindMutate, Scopes: gmailModify, Identity: []string{"id"},
+				Validate: validateLabels, Do: g.modifyLabels, Reconcile: g.reconcileLabels, ComparePayload: comparePayload("add", "remove"),
+				Target: func(a map[string]any) string { return "gmail.modifyLabels of " + str(a["id"]) }, Doc: connector.MethodDoc{
+					Summary: "Adds and removes labels of a message. Labels are names (`Processed`) or Gmail's system labels (`INBOX`, `UNREAD`, `STARRED`, `IMPORTANT`); a label to add that does not exist is created.",
+					Params: []connector.Param{
+						{Name: "id", Type: "string", Required: true, Doc: "the message's id (identity)"},
+						{Name: "add", Type: "string or array of strings", Doc: "labels to add"},
+						{Name: "remove", Type: "string or array of strings", Doc: "labels to remove"},
+						{Name: "subkey", Type: "string", Doc: "tells apart two label changes of one run on the same message"},
+					},
+					Result:    "`{ id, labels }` (by name)",
+					Reconcile: "reads the message's labels: every `add` present and every `remove` absent means applied, else not.",
+					Errors:    "a message that does not exist: precondition (nothing to label); otherwise as send.",
+				}},
+		},
+	}
+}
+
+func validateSearch(a map[string]any) error {
+	if q, ok := a["query"]; ok && q != nil {
+		if _, isStr := q.(string); !isStr {
+			return fmt.Errorf("gmail.search: query must be a string, like \"in:inbox invoice\"")
+		}
+	}
+	if v, ok := a["after"]; ok && v != nil {
+		if _, err := cursorOf(v); err != nil {
+			return err
+		}
+	}
+	if m, ok := a["max"]; ok && m != nil {
+		if f, isNum := m.(float64); !isNum || f < 1 || f > 500 || f != float64(int(f)) {
+			return fmt.Errorf("gmail.search: max must be a whole number from 1 to 500")
+		}
+	}
+	return nil
+}
+
+// cursorOf reads gmail.search's after: the lastCursor of a previous
+// result (milliseconds since 1970, as a string or a number).
+func cursorOf(v any) (int64, error) {
+	switch t := v.(type) {
+	case nil:
+		return 0, nil
+	case float64:
+		return int64(t), nil
+	case string:
+		if t == "" {
+			return 0, nil
+		}
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("gmail.search: after must be a previous result's lastCursor (got %v)", v)
+}
+
+func header(p *gmail.MessagePart, name string) string {
+	if p == nil {
+		return ""
+	}
+	for _, h := range p.Headers {
+		if strings.EqualFold(h.Name, name) {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// labelNames maps label ids to names (one call per search).
+func labelNames(svc *gmail.Service, ctx context.Context) (map[string]string, error) {
+	ls, err := svc.Users.Labels.List("me").Context(ctx).Do()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, l := range ls.Labels {
+		out[l.Id] = l.Name
+	}
+	return out, nil
+}
+
+func summary(m *gmail.Message, names map[string]string) map[string]any {
+	labels := []any{}
+	for _, id := range m.LabelIds {
+		if n, ok := names[id]; ok {
+			labels = append(labels, n)
+		} else {
+			labels = append(labels, id)
+		}
+	}
+	return map[string]any{"id": m.Id, "threadId": m.ThreadId, "from": header(m.Payload, "From"), "to": header(m.Payload, "To"),
+		"subject": header(m.Payload, "Subject"), "snippet": m.Snippet, "date": time.UnixMilli(m.InternalDate).UTC().Format(time.RFC3339), "labels": labels}
+}
+
+func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Result {
+	a := c.Args
+	after, _ := cursorOf(a["after"])
+	max := 100
+	if f, ok := a["max"].(float64); ok {
+		max = int(f)
+	}
+	q := strings.TrimSpace(str(a["query"]))
+	if after > 0 {
+		q = strings.TrimSpace(q + " after:" + strconv.FormatInt(after/1000, 10))
+	}
+	var found []*gmail.Message
+	var names map[string]string
+	err := g.auth.read(ctx, "gmail.search", gmailRead, func(ctx context.Context, hc *http.Client) error {
+		found = nil
+		svc, err := g.service(ctx, hc)
+		if err != nil {
+			return err
+		}
+		if names, err = labelNames(svc, ctx); err != nil {
+			return err
+		}
+		var ids []string
+		err = svc.Users.Messages.List("me").Q(q).MaxResults(int64(max)).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
+			for _, m := range p.Messages {
+				if len(ids) < max {
+					ids = append(ids, m.Id)
+				}
+			}
+			if len(ids) >= max {
+				return errEnough
+			}
+			return nil
+		})
+		if err != nil && err != errEnough {
+			return err
+		}
+		for _, id := range ids {
+			m, err := svc.Users.Messages.Get("me", id).Format("metadata").MetadataHeaders("From", "To", "Subject", "Date").Context(ctx).Do()
+			if err != nil {
+				return err
+			}
+			if m.InternalDate >= after {
+				found = append(found, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return connector.Result{Err: err}
+	}
+	sort.SliceStable(found, func(i, j int) bool { return found[i].InternalDate < found[j].InternalDate })
+	items := []any{}
+	cursor := after
+	for _, m := range found {
+		items = append(items, summary(m, names))
+		cursor = max64(cursor, m.InternalDate)
+	}
+	props := map[string]any{}
+	if cursor > 0 {
+		props["lastCursor"] = strconv.FormatInt(cursor, 10)
+	}
+	return connector.Result{Value: connector.ListWith(items, props)}
+}
+
+var errEnough = fmt.Errorf("enough")
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (g *gmailConn) get(ctx context.Context, c connector.Call) connector.Result {
+	var out map[string]any
+	err := g.auth.read(ctx, "gmail.get "+str(c.Args["id"]), gmailRead, func(ctx context.Context, hc *http.Client) error {
+		svc, err := g.service(ctx, hc)
+		if err != nil {
+			return err
+		}
+		names, err := labelNames(svc, ctx)
+		if err != nil {
+			return err
+		}
+		m, err := svc.Users.Messages.Get("me", str(c.Args["id"])).Format("full").Context(ctx).Do()
+		if err != nil {
+			return err
+		}
+		out = summary(m, names)
+		out["cc"] = header(m.Payload, "Cc")
+		text, html := bodies(m.Payload)
+		if text == "" && html != "" {
+			text = stripTags(html)
+		}
+		out["text"], out["html"] = text, html
+		return nil
+	})
+	if err != nil {
+		return connector.Result{Err: err}
+	}
+	return connector.Result{Value: out}
+}
+
+// bodies finds the text/plain and text/html parts of a message.
+func bodies(p *gmail.MessagePart) (text, html string) {
+	if p == nil {
+		return "", ""
+	}
+	decode := func(b *gmail.MessagePartBody) string {
+		if b == nil || b.Data == "" {
+			return ""
+		}
+		d, err := base64.URLEncoding.DecodeString(b.Data)
+		if err != nil {
+			d, _ = base64.RawURLEncoding.DecodeString(b.Data)
+		}
+		return string(d)
+	}
+	switch {
+	case strings.HasPrefix(p.MimeType, "text/plain"):
+		text = decode(p.Body)
+	case strings.HasPrefix(p.MimeType, "text/html"):
+		html = decode(p.Body)
+	}
+	for _, part := range p.Parts {
+		t, h := bodies(part)
+		if text == "" {
+			text = t
+		}
+		if html == "" {
+			html = h
+		}
+	}
+	return text, html
+}
+
+func stripTags(h string) string {
+	var b strings.Builder
+	in := false
+	for _, r := range h {
+		switch {
+		case r == '<':
+			in = true
+		case r == '>':
+			in = false
+		case !in:
+			b.WriteRune(r)
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func validateSend(a map[string]any) error {
+	if err := need("gmail.send", a, "subject"); err != nil {
+		return err
+	}
+	for _, k := range []string{"to", "cc"} {
+		l, ok := strList(a[k])
+		if !ok || (k == "to" && len(l) == 0) {
+			return fmt.Errorf("gmail.send: %s must be an address or an array of addresses, like \"bob@example.com\"", k)
+		}
+		for _, addr := range l {
+			if !strings.Contains(addr, "@") || strings.ContainsAny(addr, "\r\n") {
+				return fmt.Errorf("gmail.send: %s %q is not an email address", k, addr)
+			}
+		}
+	}
+	if _, ok := a["text"].(string); !ok {
+		return fmt.Errorf("gmail.send needs text (the plain-text body, a string)")
+	}
+	if h, ok := a["html"]; ok && h != nil {
+		if _, isStr := h.(string); !isStr {
+			return fmt.Errorf("gmail.send: html must be a string")
+		}
+	}
+	if strings.ContainsAny(str(a["subject"]), "\r\n") {
+		return fmt.Errorf("gmail.send: subject must be one line")
+	}
+	return nil
+}
+
+// messageID is the Message-ID of a send: the same for every attempt of one write.
+func messageID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "<keep." + hex.EncodeToString(sum[:16]) + "@keep.run>"
+}
+
+// rfc822 builds the message a send hands Gmail.
+func rfc822(a map[string]any, key string) string {
+	to, _ := strList(a["to"])
+	cc, _ := strList(a["cc"])
+	var b strings.Builder
+	h := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
+	h("To", strings.Join(to, ", "))
+	if len(cc) > 0 {
+		h("Cc", strings.Join(cc, ", "))
+	}
+	h("Subject", mime.QEncoding.Encode("utf-8", str(a["subject"])))
+	h("Message-ID", messageID(key))
+	h(keyHeader, key)
+	h("MIME-Version", "1.0")
+	text, html := str(a["text"]), str(a["html"])
+	if html == "" {
+		h("Content-Type", "text/plain; charset=UTF-8")
+		h("Content-Transfer-Encoding", "base64")
+		b.WriteString("\r\n" + wrap(base64.StdEncoding.EncodeToString([]byte(text))))
+		return b.String()
+	}
+	boundary := "keep-" + hex.EncodeToString([]byte(key))[:16]
+	h("Content-Type", `multipart/alternative; boundary="`+boundary+`"`)
+	for _, part := range []struct{ typ, body string }{{"text/plain", text}, {"text/html", html}} {
+		b.WriteString("\r\n--" + boundary + "\r\nContent-Type: " + part.typ + "; charset=UTF-8\r\nContent-Transfer-Encoding: base64\r\n\r\n")
+		b.WriteString(wrap(base64.StdEncoding.EncodeToString([]byte(part.body))))
+	}
+	b.WriteString("\r\n--" + boundary + "--\r\n")
+	return b.String()
+}
+
+func wrap(s string) string {
+	var b strings.Builder
+	for len(s) > 76 {
+		b.WriteString(s[:76] + "\r\n")
+		s = s[76:]
+	}
+	b.WriteString(s + "\r\n")
+	return b.String()
+}
+
+func (g *gmailConn) send(ctx context.Context, c connector.Call) connector.Result {
+	raw := rfc822(c.Args, c.IdempotencyKey)
+	what := "gmail.send to " + str(c.Args["to"])
+	return g.auth.write(ctx, what, gmailSend, func(ctx context.Context, hc *http.Client) (any, error) {
+		svc, err := g.service(ctx, hc)
+		if err != nil {
+			return nil, err
+		}
+		m, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw)), ThreadId: str(c.Args["threadId"])}).Context(ctx).Do()
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": m.Id, "threadId": m.ThreadId, "messageId": messageID(c.IdempotencyKey)}, nil
+	})
+}
+
+func (g *gmailConn) reconcileSend(ctx context.Context, c connector.Call) (connector.ReconcileStatus, any, error) {
+	var found *gmail.Message
+	err := g.auth.read(ctx, "gmail.send's reconcile", gmailRead, func(ctx context.Context, hc *http.Client) error {
+		svc, err := g.service(ctx, hc)
+		if err != nil {
+			return err
+		}
+		mid := strings.Trim(messageID(c.IdempotencyKey), "<>")
+		l, err := svc.Users.Messages.List("me").Q("rfc822msgid:" + mid).MaxResults(5).Context(ctx).Do()
+		if err != nil {
+			return err
+		}
+		if len(l.Messages) > 0 {
+			found = l.Messages[0]
+			return nil
+		}
+		// A relay may have rewritten the Message-ID: look at the recent
+		// Sent mail to the same recipients for the key header.
+		to, _ := strList(c.Args["to"])
+		l, err = svc.Users.Messages.List("me").Q("in:sent to:" + to[0]).MaxResults(25).Context(ctx).Do()
+		if err != nil {
+			return err
+		}
+		for _, ref := range l.Messages {
+			m, err := svc.Users.Messages.Get("me", ref.Id).Format("metadata").MetadataHeaders(keyHeader).Context(ctx).Do()
+			if err != nil {
+				return err
+			}
+			if header(m.Payload, keyHeader) == c.IdempotencyKey {
+				found = m
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return connector.ReconcileRetry, nil, err
+	}
+	if found == nil {
+		return connector.ReconcileFailed, nil, nil
+	}
+	return connector.ReconcileApplied, map[string]any{"id": found.Id, "threadId": found.ThreadId, "messageId": messageID(c.IdempotencyKey), "reconciled": true}, nil
+}
+
+func validateLabels(a map[string]any) error {
+	if err := need("gmail.modifyLabels", a, "id"); err != nil {
+		return err
+	}
+	add, ok1 := strList(a["add"])
+	rm, ok2 := strList(a["remove"])
+	if !ok1 || !ok2 {
+		return fmt.Errorf("gmail.modifyLabels: add and remove must be label names or arrays of them")
+	}
+	if len(add)+len(rm) == 0 {
+		return fmt.Errorf("gmail.modifyLabels needs add or remove, like { id, add: [\"Processed\"] }")
+	}
+	return nil
+}
+
+// labelIDs maps names to ids, creating the labels to add that are missing.
+func labelIDs(ctx context.Context, svc *gmail.Service, names []string, create bool) ([]string, error) {
+	ls, err := svc.Users.Labels.List("me").Context(ctx).Do()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		id := ""
+		for _, l := range ls.Labels {
+			if strings.EqualFold(l.Name, n) || l.Id == n {
+				id = l.Id
+			}
+		}
+		if id == "" && create {
+			l, err := svc.Users.Labels.Create("me", &gmail.Label{Name: n, LabelListVisibility: "labelShow", MessageListVisibility: "show"}).Context(ctx).Do()
+			if err != nil {
+				return nil, err
+			}
+			id = l.Id
+		}
+		if id != "" {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (g *gmailConn) modifyLabels(ctx context.Context, c connector.Call) connector.Result {
+	add, _ := strList(c.Args["add"])
+	rm, _ := strList(c.Args["remove"])
+	id := str(c.Args["id"])
+	return g.auth.write(ctx, "gmail.modifyLabels of "+id, gmailModify, func(ctx context.Context, hc *http.Client) (any, error) {
+		svc, err := g.service(ctx, hc)
+		if err != nil {
+			return nil, err
+		}
+		addIDs, err := labelIDs(ctx, svc, add, true)
+		if err != nil {
+			return nil, err
+		}
+		rmIDs, err := labelIDs(ctx, svc, rm, false)
+		if err != nil {
+			return nil, err
+		}
+		m, err := svc.Users.Messages.Modify("me", id, &gmail.ModifyMessageRequest{AddLabelIds: addIDs, RemoveLabelIds: rmIDs}).Context(ctx).Do()
+		if err != nil {
+			return nil, err
+		}
+		names, err := labelNames(svc, ctx)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": m.Id, "labels": summary(m, names)["labels"]}, nil
+	})
+}
+
+func (g *gmailConn) reconcileLabels(ctx context.Context, c connector.Call) (connector.ReconcileStatus, any, error) {
+	add, _ := strList(c.Args["add"])
+	rm, _ := strList(c.Args["remove"])
+	var have []any
+	err := g.auth.read(ctx, "gmail.modifyLabels's reconcile", gmailRead, func(ctx context.Context, hc *http.Client) error {
+		svc, err := g.service(ctx, hc)
+		if err != nil {
+			return err
+		}
+		names, err := labelNames(svc, ctx)
+		if err != nil {
+			return err
+		}
+		m, err := svc.Users.Messages.Get("me", str(c.Args["id"])).Format("minimal").Context(ctx).Do()
+		if err != nil {
+			return err
+		}
+		have = summary(m, names)["labels"].([]any)
+		return nil
+	})
+	if err != nil {
+		return connector.ReconcileRetry, nil, err
+	}
+	has := func(n string) bool {
+		for _, h := range have {
+			if strings.EqualFold(h.(string), n) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, n := range add {
+		if !has(n) {
+			return connector.ReconcileFailed, nil, nil
+		}
+	}
+	for _, n := range rm {
+		if has(n) {
+			return connector.ReconcileFailed, nil, nil
+		}
+	}
+	return connector.ReconcileApplied, map[string]any{"id": str(c.Args["id"]), "labels": have, "reconciled": true}, nil
+}
+
+// comparePayload compares the named payload params of two calls: the same
+// is equivalent, anything else significant (a person looks).
+func comparePayload(names ...string) func(old, new map[string]any) connector.Comparison {
+	return func(old, new map[string]any) connector.Comparison {
+		for _, n := range names {
+			if fmt.Sprint(old[n]) != fmt.Sprint(new[n]) {
+				return connector.Significant
+			}
+		}
+		return connector.Equivalent
+	}
+}
+
+var _ = kt.ClassLogic
