@@ -25,7 +25,9 @@ type MethodInfo struct {
 	// params are its payload.
 	Identity []string `json:"identity,omitempty"`
 	// Secret lists params never shown in traces, cards or the ledger.
-	Secret           []string `json:"secret,omitempty"`
+	Secret []string `json:"secret,omitempty"`
+	// Scopes are the OAuth scopes any of which lets a call through.
+	Scopes           []string `json:"scopes,omitempty"`
 	Params           []Param  `json:"params"`
 	Result           string   `json:"result"`
 	Reconcile        string   `json:"reconcile,omitempty"`
@@ -63,7 +65,7 @@ func Describe(r *Registry) []Info {
 }
 
 func describeMethod(m *Method) MethodInfo {
-	mi := MethodInfo{Name: m.Name, Summary: m.Doc.Summary, Kind: string(m.Kind), Identity: m.Identity, Secret: m.Secret,
+	mi := MethodInfo{Name: m.Name, Summary: m.Doc.Summary, Kind: string(m.Kind), Identity: m.Identity, Secret: m.Secret, Scopes: m.Scopes,
 		Params: m.Doc.Params, Result: m.Doc.Result, Reconcile: m.Doc.Reconcile, ComparePayload: m.ComparePayload != nil,
 		RequiresApproval: m.RequiresApproval, Errors: m.Doc.Errors}
 	if m.Doc.Kind != "" {
@@ -141,6 +143,9 @@ func markdownMethod(b *strings.Builder, tool string, m MethodInfo) {
 	}
 	if len(m.Secret) > 0 {
 		fmt.Fprintf(b, "- **Never shown:** %s (masked in traces, cards and the ledger).\n", backticks(m.Secret))
+	}
+	if len(m.Scopes) > 0 {
+		fmt.Fprintf(b, "- **Google scope:** `%s` (asked for by `keep connect google` when a deployed workflow calls this; also accepted: %s).\n", m.Scopes[0], backticks(m.Scopes[1:]))
 	}
 	if m.Reconcile != "" {
 		fmt.Fprintf(b, "- **Reconcile:** %s\n", m.Reconcile)

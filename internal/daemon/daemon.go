@@ -22,10 +22,10 @@ import (
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 
+	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/connector/files"
 	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"

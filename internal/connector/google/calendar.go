@@ -75,11 +75,11 @@ func newCalendar(auth *Auth) *connector.Connector {
 			"updateEvent": {Name: "updateEvent", Kind: connector.KindMutate, Scopes: calendarWrite, Identity: []string{"calendarId", "eventId"},
 				Validate: validateEvent(false), Do: c.update, Reconcile: c.reconcileUpdate, ComparePayload: comparePayload("summary", "start", "end", "attendees", "description", "location"),
 				Target: func(a map[string]any) string { return "calendar.updateEvent " + str(a["eventId"]) }, Doc: connector.MethodDoc{
-					Summary: "Changes the given fields of an event (the others stay).",
-					Params:  update,
-					Result:  "the event, as createEvent returns it",
+					Summary:   "Changes the given fields of an event (the others stay).",
+					Params:    update,
+					Result:    "the event, as createEvent returns it",
 					Reconcile: "gets the event: every given field as asked means applied, else not.",
-					Errors:  "an event that does not exist: precondition; otherwise as createEvent.",
+					Errors:    "an event that does not exist: precondition; otherwise as createEvent.",
 				}},
 		},
 	}

@@ -46,7 +46,9 @@ func newSheets(auth *Auth) *connector.Connector {
 			}},
 			"appendRow": {Name: "appendRow", Kind: connector.KindMutate, Scopes: sheetsWrite, Identity: []string{"spreadsheetId", "sheet"},
 				Validate: validateSheet("sheets.appendRow", true), Do: s.appendRow, Reconcile: s.reconcileAppend, ComparePayload: comparePayload("values"),
-				Target: func(a map[string]any) string { return "sheets.appendRow to " + str(a["spreadsheetId"]) + sheetSuffix(a) }, Doc: connector.MethodDoc{
+				Target: func(a map[string]any) string {
+					return "sheets.appendRow to " + str(a["spreadsheetId"]) + sheetSuffix(a)
+				}, Doc: connector.MethodDoc{
 					Summary: "Appends one row after the last row of the sheet. Values are written as they are (a text starting with `=` stays text, never a formula). " +
 						"The Sheets API has no idempotency key, so the row's first cell carries a note `keep:<key>` written in the same request as the row: that note is how keep finds its own row again. Leave it in place.",
 					Params: []connector.Param{idParam, sheetParam,
