@@ -31,3 +31,19 @@ func Main(m interface{ Run() int }, bin *string) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// Fake builds keep-fake beside keep (call it from TestMain after Main has
+// set up, or lazily from a test) and returns its path.
+func Fake(keepBin string) (string, error) {
+	bin := filepath.Join(filepath.Dir(keepBin), "keep-fake")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	_, here, _, _ := runtime.Caller(0)
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/keep-fake")
+	cmd.Dir = filepath.Join(filepath.Dir(here), "..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build keep-fake: %v\n%s", err, out)
+	}
+	return bin, nil
+}

@@ -223,6 +223,11 @@ func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Resu
 	if err != nil {
 		return connector.Result{Err: err}
 	}
+	// Gmail lists newest first; oldest first is the order mail came in
+	// (within one millisecond too).
+	for i, j := 0, len(found)-1; i < j; i, j = i+1, j-1 {
+		found[i], found[j] = found[j], found[i]
+	}
 	sort.SliceStable(found, func(i, j int) bool { return found[i].InternalDate < found[j].InternalDate })
 	items := []any{}
 	cursor := after
