@@ -93,7 +93,7 @@ var toolCallRe = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]
 
 // scopesNeeded reads which connector methods the deployed workflows' latest
 // versions and the named scripts call, and returns the OAuth scope each
-// needs (the first of its Scopes), plus openid and email, which name the
+// needs (the first of its Scopes, and of its ReconcileScopes), plus openid and email, which name the
 // account and reach no data.
 func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string, error) {
 	var sources []string
@@ -125,16 +125,15 @@ func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string
 	}
 	reg := daemon.Registry(".")
 	set := map[string]bool{}
-	var uses []string
 	for _, src := range sources {
 		for _, m := range toolCallRe.FindAllStringSubmatch(src, -1) {
 			meth, err := reg.Method(m[1], m[2])
 			if err != nil || len(meth.Scopes) == 0 {
 				continue
 			}
-			if !set[meth.Scopes[0]] {
-				set[meth.Scopes[0]] = true
-				uses = append(uses, m[1]+"."+m[2])
+			set[meth.Scopes[0]] = true
+			if len(meth.ReconcileScopes) > 0 {
+				set[meth.ReconcileScopes[0]] = true
 			}
 		}
 	}

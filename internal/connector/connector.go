@@ -95,6 +95,10 @@ type Method struct {
 	// Scopes are the OAuth scopes any one of which lets a call through; the
 	// first is what `keep connect` asks for when a workflow uses the method.
 	Scopes []string
+	// ReconcileScopes, when the write's scope cannot read what reconcile
+	// looks at (gmail.send cannot read Sent), are the scopes reconcile needs
+	// (any one); `keep connect` asks for the first too.
+	ReconcileScopes []string
 	// RequiresApproval makes every call of this method wait for a person.
 	RequiresApproval bool
 	// Doc says what a script author needs: docs/scripts.md is generated

@@ -27,7 +27,9 @@ type MethodInfo struct {
 	// Secret lists params never shown in traces, cards or the ledger.
 	Secret []string `json:"secret,omitempty"`
 	// Scopes are the OAuth scopes any of which lets a call through.
-	Scopes           []string `json:"scopes,omitempty"`
+	Scopes []string `json:"scopes,omitempty"`
+	// ReconcileScopes are what its reconcile needs beside Scopes.
+	ReconcileScopes  []string `json:"reconcileScopes,omitempty"`
 	Params           []Param  `json:"params"`
 	Result           string   `json:"result"`
 	Reconcile        string   `json:"reconcile,omitempty"`
@@ -65,7 +67,7 @@ func Describe(r *Registry) []Info {
 }
 
 func describeMethod(m *Method) MethodInfo {
-	mi := MethodInfo{Name: m.Name, Summary: m.Doc.Summary, Kind: string(m.Kind), Identity: m.Identity, Secret: m.Secret, Scopes: m.Scopes,
+	mi := MethodInfo{Name: m.Name, Summary: m.Doc.Summary, Kind: string(m.Kind), Identity: m.Identity, Secret: m.Secret, Scopes: m.Scopes, ReconcileScopes: m.ReconcileScopes,
 		Params: m.Doc.Params, Result: m.Doc.Result, Reconcile: m.Doc.Reconcile, ComparePayload: m.ComparePayload != nil,
 		RequiresApproval: m.RequiresApproval, Errors: m.Doc.Errors}
 	if m.Doc.Kind != "" {
@@ -146,6 +148,9 @@ func markdownMethod(b *strings.Builder, tool string, m MethodInfo) {
 	}
 	if len(m.Scopes) > 0 {
 		fmt.Fprintf(b, "- **Google scope:** `%s` (asked for by `keep connect google` when a deployed workflow calls this; also accepted: %s).\n", m.Scopes[0], backticks(m.Scopes[1:]))
+	}
+	if len(m.ReconcileScopes) > 0 {
+		fmt.Fprintf(b, "- **Reconcile's scope:** `%s` too, to read what it looks for (asked for with the one above).\n", m.ReconcileScopes[0])
 	}
 	if m.Reconcile != "" {
 		fmt.Fprintf(b, "- **Reconcile:** %s\n", m.Reconcile)

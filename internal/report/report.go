@@ -112,6 +112,9 @@ type Card struct {
 	Actions        []string `json:"actions"`
 	// Approval is true when the run waits for a person to approve Mutation.
 	Approval bool `json:"approval"`
+	// Reconnect names the provider whose account a person must connect
+	// again (keep connect google) before Try again can work, or "".
+	Reconnect string `json:"reconnect,omitempty"`
 	// AppliedWrite is the run's write when it already happened (the block
 	// is elsewhere, e.g. next threw): shown as done, never as what is blocked.
 	AppliedWrite *engine.PendingCall `json:"appliedWrite,omitempty"`
@@ -446,6 +449,9 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 	}
 	c.Actions = engine.ActionsFor(r, m, hasMut, len(evs))
 	c.Approval = engine.IsApprovalWait(r)
+	if r.Status == kt.StatusApproval {
+		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)
+	}
 	if hasMut && m.Status == kt.MutationApplied && c.Mutation != nil {
 		c.AppliedWrite, c.Mutation = c.Mutation, nil
 	}

@@ -60,7 +60,7 @@ func newGmail(auth *Auth) *connector.Connector {
 				Result:  "`{ id, threadId, from, to, cc, subject, snippet, date, labels, text, html }`: `text` the plain body (or the HTML's text when there is none), `html` the HTML body or \"\"",
 				Errors:  "an id that does not exist is a logic error; otherwise as search.",
 			}},
-			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, Identity: []string{"to", "threadId"},
+			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, ReconcileScopes: gmailRead, Identity: []string{"to", "threadId"},
 				Validate: validateSend, Do: g.send, Reconcile: g.reconcileSend, ComparePayload: comparePayload("subject", "text", "html", "cc"),
 				Target: func(a map[string]any) string { return "gmail.send to " + str(a["to"]) }, Doc: connector.MethodDoc{
 					Summary: "Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key`.",

@@ -152,3 +152,14 @@ func (s *Server) adminWrites(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	writeJSON(w, http.StatusOK, s.writes)
 }
+
+// adminFaults lists the faults still armed (a test checks its fault fired).
+func (s *Server) adminFaults(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []*fault{}
+	for _, fs := range s.faults {
+		out = append(out, fs...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"faults": out})
+}

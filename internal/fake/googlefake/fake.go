@@ -93,6 +93,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /_admin/sheets/{id}/rows", s.adminAddRow)
 	mux.HandleFunc("GET /_admin/calendar/{cal}", s.adminCalendar)
 	mux.HandleFunc("POST /_admin/faults", s.adminFault)
+	mux.HandleFunc("GET /_admin/faults", s.adminFaults)
 	mux.HandleFunc("POST /_admin/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /_admin/expire", s.adminExpire)
 	mux.HandleFunc("GET /_admin/writes", s.adminWrites)
