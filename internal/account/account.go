@@ -239,7 +239,7 @@ var ErrNotConnected = errors.New("not connected")
 
 // ErrRevoked means the provider refused the refresh token: a person must
 // connect the account again.
-var ErrRevoked = errors.New("the grant was revoked or has expired")
+var ErrRevoked = errors.New("the provider refused the account's grant (revoked, or expired)")
 
 // Token returns a valid access token.
 func (s *Source) Token(ctx context.Context) (*oauth2.Token, []string, error) {
@@ -267,7 +267,10 @@ func (s *Source) Token(ctx context.Context) (*oauth2.Token, []string, error) {
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
-			why := "the account's grant was revoked or has expired (" + re.ErrorDescription + ")"
+			why := re.ErrorCode
+			if re.ErrorDescription != "" {
+				why = re.ErrorDescription
+			}
 			if merr := s.a.MarkBroken(ctx, s.provider, why); merr != nil {
 				return nil, nil, merr
 			}

@@ -43,6 +43,7 @@ type app struct {
 	out, errOut io.Writer
 	dataDir     string
 	storeURL    string // --store; empty: keep.db in the data directory
+	configFile  string // --config; empty: ./keep.toml when there is one
 	by          string // --by: who takes the decisions, for the decision log
 	jsonOut     bool
 }
@@ -80,6 +81,7 @@ func (a *app) root() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("KEEP_DATA", "keep-data"), "data directory (database, files root of keep serve)")
+	root.PersistentFlags().StringVar(&a.configFile, "config", os.Getenv("KEEP_CONFIG"), configHelp)
 	root.PersistentFlags().StringVar(&a.storeURL, "store", os.Getenv("KEEP_STORE"), "the store's URL: sqlite:///path/to/keep.db (default: keep.db in the data directory)")
 	root.PersistentFlags().StringVar(&a.by, "by", envOr("KEEP_BY", "cli"), "who takes the decisions of this command, for the decision log")
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {

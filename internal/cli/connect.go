@@ -2,22 +2,16 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html"
 	"net"
 	"net/http"
 	"os"
-	"regexp"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/oauth2"
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector/google"
@@ -26,11 +20,14 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// configOr is the config file a command reads: the one given, else
-// keep.toml in the current folder when there is one.
-func configOr(path string) string {
-	if path != "" {
-		return path
+// config is the config file every command reads: --config, else
+// keep.toml in the current folder when there is one. Every command that
+// steps a workflow (run, serve, and the actions the CLI carries out itself)
+// reads the same one, so a retry the CLI carries out runs with the same
+// policies and connectors as keep serve's.
+func (a *app) config() string {
+	if a.configFile != "" {
+		return a.configFile
 	}
 	if _, err := os.Stat("keep.toml"); err == nil {
 		return "keep.toml"
@@ -41,7 +38,6 @@ func configOr(path string) string {
 const configHelp = "TOML config file: [policy], [connectors.google] (default: ./keep.toml when there is one)"
 
 func (a *app) connectCmd() *cobra.Command {
-	var configFile string
 	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "connect google [SCRIPT...]",
@@ -57,7 +53,7 @@ func (a *app) connectCmd() *cobra.Command {
 			if args[0] != google.Provider {
 				return fmt.Errorf("keep connect knows google only (got %q)", args[0])
 			}
-			cfg, err := config.Load(configOr(configFile))
+			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
@@ -78,7 +74,6 @@ func (a *app) connectCmd() *cobra.Command {
 			return a.connectGoogle(ctx, st, cfg.Google, scopes)
 		},
 	}
-	c.Flags().StringVar(&configFile, "config", "", configHelp)
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the browser's answer")
 	return c
 }
@@ -89,14 +84,13 @@ func (a *app) openOrCreateStore() (store.Store, error) {
 	return daemon.OpenStore(a.dataDir, a.storeURL)
 }
 
-var toolCallRe = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(`)
-
-// scopesNeeded reads which connector methods the deployed workflows' latest
-// versions and the named scripts call, and returns the OAuth scope each
-// needs (the first of its Scopes, and of its ReconcileScopes), plus openid and email, which name the
-// account and reach no data.
+// scopesNeeded returns the scopes the deployed workflows and the named
+// scripts need (google.ScopesFor).
 func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string, error) {
-	var sources []string
+	sources, err := report.LatestScripts(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -104,48 +98,11 @@ func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string
 		}
 		sources = append(sources, string(b))
 	}
-	err := st.View(ctx, func(tx store.Tx) error {
-		ws, err := tx.WorkflowList()
-		if err != nil {
-			return err
-		}
-		for _, w := range ws {
-			vs, err := tx.VersionList(w.Name)
-			if err != nil {
-				return err
-			}
-			if len(vs) > 0 {
-				sources = append(sources, vs[len(vs)-1].Script)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	scopes := google.ScopesFor(daemon.Registry("."), sources)
+	if scopes == nil {
+		return nil, errors.New(google.NoScopesError)
 	}
-	reg := daemon.Registry(".")
-	set := map[string]bool{}
-	for _, src := range sources {
-		for _, m := range toolCallRe.FindAllStringSubmatch(src, -1) {
-			meth, err := reg.Method(m[1], m[2])
-			if err != nil || len(meth.Scopes) == 0 {
-				continue
-			}
-			set[meth.Scopes[0]] = true
-			if len(meth.ReconcileScopes) > 0 {
-				set[meth.ReconcileScopes[0]] = true
-			}
-		}
-	}
-	if len(set) == 0 {
-		return nil, fmt.Errorf("no deployed workflow calls gmail, sheets or calendar, so keep would ask Google for nothing: deploy one first, or name its script: keep connect google workflow.js")
-	}
-	out := []string{"openid", "email"}
-	for s := range set {
-		out = append(out, s)
-	}
-	sort.Strings(out[2:])
-	return out, nil
+	return scopes, nil
 }
 
 func (a *app) connectGoogle(ctx context.Context, st store.Store, g config.Google, scopes []string) error {
@@ -154,11 +111,7 @@ func (a *app) connectGoogle(ctx context.Context, st store.Store, g config.Google
 		return fmt.Errorf("listen on 127.0.0.1 for Google's answer: %w", err)
 	}
 	redirect := "http://" + ln.Addr().String() + "/callback"
-	conf := google.OAuthConfig(g, redirect, scopes)
-	verifier := oauth2.GenerateVerifier()
-	state := randomHex(16)
-	authURL := conf.AuthCodeURL(state, oauth2.AccessTypeOffline, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("prompt", "consent"))
-
+	flow := google.StartFlow(g, redirect, scopes)
 	type answer struct {
 		code string
 		err  error
@@ -172,7 +125,7 @@ func (a *app) connectGoogle(ctx context.Context, st store.Store, g config.Google
 		q := r.URL.Query()
 		var ans answer
 		switch {
-		case q.Get("state") != state:
+		case q.Get("state") != flow.State:
 			ans.err = errors.New("the answer's state does not match this request (an old browser tab?); run keep connect google again")
 		case q.Get("error") != "":
 			ans.err = fmt.Errorf("Google answered %s: %s", q.Get("error"), q.Get("error_description"))
@@ -197,7 +150,7 @@ func (a *app) connectGoogle(ctx context.Context, st store.Store, g config.Google
 	defer srv.Close()
 
 	fmt.Fprintln(a.out, "Open this URL in a browser and allow keep to act as your Google account:")
-	fmt.Fprintln(a.out, authURL)
+	fmt.Fprintln(a.out, flow.URL())
 	fmt.Fprintf(a.out, "keep asks for: %s\nWaiting for the answer on %s …\n", strings.Join(scopes, " "), redirect)
 	var ans answer
 	select {
@@ -208,45 +161,16 @@ func (a *app) connectGoogle(ctx context.Context, st store.Store, g config.Google
 	if ans.err != nil {
 		return ans.err
 	}
-	tok, err := conf.Exchange(ctx, ans.code, oauth2.VerifierOption(verifier))
-	if err != nil {
-		return fmt.Errorf("exchange the code for tokens: %w", err)
-	}
-	if tok.RefreshToken == "" {
-		return fmt.Errorf("Google gave no refresh token, so keep could not act once the access token expires; remove keep's access at https://myaccount.google.com/permissions and connect again")
-	}
-	granted := scopes
-	if s, ok := tok.Extra("scope").(string); ok && s != "" {
-		granted = strings.Fields(s)
-	}
-	email, err := userEmail(ctx, conf, tok, google.UserinfoURL(g))
-	if err != nil {
-		return err
-	}
 	accts, err := daemon.Accounts(a.dataDir, st)
 	if err != nil {
 		return err
 	}
-	if err := accts.Save(ctx, google.Provider, email, granted, tok); err != nil {
+	email, granted, err := flow.Finish(ctx, accts, ans.code)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(a.out, "connected google as %s (scopes: %s); the tokens are stored encrypted\n", email, strings.Join(shortScopes(granted), ", "))
 	return nil
-}
-
-func userEmail(ctx context.Context, conf *oauth2.Config, tok *oauth2.Token, url string) (string, error) {
-	resp, err := conf.Client(ctx, tok).Get(url)
-	if err != nil {
-		return "", fmt.Errorf("read the connected account's address: %w", err)
-	}
-	defer resp.Body.Close()
-	var info struct {
-		Email string `json:"email"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&info) != nil {
-		return "", fmt.Errorf("read the connected account's address: %s answered %s", url, resp.Status)
-	}
-	return info.Email, nil
 }
 
 func shortScopes(scopes []string) []string {
@@ -257,11 +181,6 @@ func shortScopes(scopes []string) []string {
 	return out
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 func (a *app) connectionsCmd() *cobra.Command {
 	c := &cobra.Command{

@@ -93,6 +93,10 @@ func (a *app) printCard(c report.Card) {
 	}
 	fmt.Fprintf(a.out, "  why:     %s\n", c.Reason)
 	var acts []string
+	if c.Reconnect != "" {
+		// Trying again before reconnecting would fail the same way.
+		acts = append(acts, "keep connect "+c.Reconnect+"   (first: reconnect the account, then try again)")
+	}
 	for _, act := range c.Actions {
 		switch act {
 		case "approve":

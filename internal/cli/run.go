@@ -15,7 +15,7 @@ import (
 )
 
 func (a *app) runCmd() *cobra.Command {
-	var configFile, filesRoot, name string
+	var filesRoot, name string
 	var timeout time.Duration
 	var minor, major bool
 	c := &cobra.Command{
@@ -29,7 +29,7 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: configOr(configFile), FilesRoot: root, Notify: a.printNotice})
+			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRoot: root, Notify: a.printNotice})
 			if err != nil {
 				return err
 			}
@@ -70,7 +70,6 @@ func (a *app) runCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&configFile, "config", "", configHelp)
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder the workflow's files connector reads and writes, recorded for keep serve too (default: the script's folder)")
 	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up when not idle after this long (default: no limit)")

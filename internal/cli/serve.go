@@ -17,7 +17,7 @@ import (
 )
 
 func (a *app) serveCmd() *cobra.Command {
-	var configFile, filesRoot, addr, token string
+	var filesRoot, addr, token string
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "run every deployed workflow on its schedule, with the web page and API, until stopped",
@@ -29,7 +29,7 @@ func (a *app) serveCmd() *cobra.Command {
 			if addr != "" && !api.IsLoopback(addr) && token == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
 			}
-			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: configOr(configFile), FilesRootForAll: filesRoot})
+			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRootForAll: filesRoot})
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,6 @@ func (a *app) serveCmd() *cobra.Command {
 			return k.Scheduler.Run(ctx)
 		},
 	}
-	c.Flags().StringVar(&configFile, "config", "", configHelp)
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector for every workflow, instead of the one each recorded when it was deployed (without it: the recorded one, or DATA/files)")
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
 	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")

@@ -114,6 +114,8 @@ type Keep struct {
 	shared   bool   // several nodes share the store (leases)
 	// stopListening ends the wake-ups by other nodes' commits.
 	stopListening func()
+	// accounts runs the page's Connect Google.
+	accounts *pageAccounts
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -185,7 +187,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -267,6 +269,7 @@ func (k *Keep) HTTPHandler(token string) http.Handler {
 	mux.Handle("GET /metrics", k.Metrics.Handler())
 	page := web.New(k.Store, guard, k.Changed)
 	page.Problem = k.Scheduler.Problem
+	page.Accounts = k.accounts
 	mux.Handle("/", page.Handler())
 	return guard.Wrap(mux, "/login")
 }

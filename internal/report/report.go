@@ -632,3 +632,26 @@ func Connections(ctx context.Context, st store.Store) ([]Connection, error) {
 	})
 	return out, err
 }
+
+// LatestScripts returns the script of every workflow's latest version
+// (what keep connect reads to ask for the scopes the workflows need).
+func LatestScripts(ctx context.Context, st store.Store) ([]string, error) {
+	var out []string
+	err := st.View(ctx, func(tx store.Tx) error {
+		ws, err := tx.WorkflowList()
+		if err != nil {
+			return err
+		}
+		for _, w := range ws {
+			vs, err := tx.VersionList(w.Name)
+			if err != nil {
+				return err
+			}
+			if len(vs) > 0 {
+				out = append(out, vs[len(vs)-1].Script)
+			}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -7,6 +7,7 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,17 @@ type Server struct {
 	// Problem reports what keep serve cannot get past by itself; shown on
 	// every page. Nil for none.
 	Problem func() string
-	pages   map[string]*template.Template
+	// Accounts lets the page connect accounts; nil: it only lists them.
+	Accounts Connector
+	pages    map[string]*template.Template
+}
+
+// Connector runs the OAuth flow of "Connect Google" for the page: the
+// browser goes to StartGoogle's URL and comes back to redirect with a
+// state and a code (package daemon wires the real one).
+type Connector interface {
+	StartGoogle(ctx context.Context, redirect string) (authURL string, err error)
+	FinishGoogle(ctx context.Context, state, code string) (account string, err error)
 }
 
 var baseFuncs = template.FuncMap{
@@ -81,7 +92,7 @@ var baseFuncs = template.FuncMap{
 // New parses the templates once.
 func New(st store.Store, g *api.Guard, changed func(string)) *Server {
 	s := &Server{Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
-	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics"} {
+	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 		s.pages[page] = t
 	}
@@ -104,6 +115,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /runs/{id}", s.run)
 	mux.HandleFunc("GET /items/{ref}", s.item)
 	mux.HandleFunc("POST /items/{ref}/{verb}", s.itemAction)
+	mux.HandleFunc("GET /connections", s.connections)
+	mux.HandleFunc("POST /connect/google", s.connectGoogle)
+	mux.HandleFunc("GET /connect/google/callback", s.connectGoogleDone)
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -437,4 +451,48 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, "login", "sign in", map[string]any{"Next": next})
+}
+
+func (s *Server) connections(w http.ResponseWriter, r *http.Request) {
+	cs, err := report.Connections(r.Context(), s.Store)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "connections", "connected accounts", map[string]any{"Connections": cs, "CanConnect": s.Accounts != nil})
+}
+
+// connectGoogle sends the browser to Google (a POST, so that no other
+// site can start it); Google sends it back to connectGoogleDone.
+func (s *Server) connectGoogle(w http.ResponseWriter, r *http.Request) {
+	if s.Accounts == nil {
+		http.Error(w, "this keep cannot connect accounts from the page; run keep connect google", http.StatusNotFound)
+		return
+	}
+	u, err := s.Accounts.StartGoogle(r.Context(), "http://"+r.Host+"/connect/google/callback")
+	if err != nil {
+		http.Redirect(w, r, "/connections?flash="+url.QueryEscape(err.Error()), http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, u, http.StatusSeeOther)
+}
+
+func (s *Server) connectGoogleDone(w http.ResponseWriter, r *http.Request) {
+	if s.Accounts == nil {
+		http.NotFound(w, r)
+		return
+	}
+	q := r.URL.Query()
+	msg := ""
+	if e := q.Get("error"); e != "" {
+		msg = "Google answered " + e + ": nothing was connected"
+	} else if acct, err := s.Accounts.FinishGoogle(r.Context(), q.Get("state"), q.Get("code")); err != nil {
+		msg = "Google was not connected: " + err.Error()
+	} else {
+		msg = "Connected Google as " + acct + ". Blocked runs waiting for it: Try again."
+		if s.Changed != nil {
+			s.Changed("")
+		}
+	}
+	http.Redirect(w, r, "/connections?flash="+url.QueryEscape(msg), http.StatusSeeOther)
 }

@@ -2,8 +2,16 @@ package google
 
 import (
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeScript publishes two jobs; the consumer does one Google write per job.
@@ -189,4 +197,81 @@ func TestARevokedGrantWaitsForReconnect(t *testing.T) {
 		t.Fatalf("keep run after reconnecting: %d\n%s%s", r.code, r.out, r.err)
 	}
 	checkOnce(t, base, dir, "sheets.appendRow")
+}
+
+// TestThePageReconnectsGoogle: keep serve shows the blocked card with a
+// Reconnect Google button; pressing it runs the OAuth flow through keep
+// serve's own address, and Try again on the card finishes the write once.
+func TestThePageReconnectsGoogle(t *testing.T) {
+	base, dir := newProject(t, googleWrites[0].call)
+	admin(t, base, "POST", "/_admin/faults", map[string]any{"method": "sheets.appendRow", "fault": "revoke", "count": 1}, nil)
+	addr := freePort(t)
+	serve := exec.Command(keepBin, "serve", "--addr", addr) // keep.toml of the folder: the fake's endpoint
+	serve.Dir = dir
+	logs := &strings.Builder{}
+	serve.Stdout, serve.Stderr = logs, logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Kill(); serve.Wait() })
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	page := func(path string) string {
+		resp, err := browser.Get("http://" + addr + path)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	var body string
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(body, "Reconnect Google") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the card never offered Reconnect Google:\n%s\nkeep serve said:\n%s", body, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+		body = page("/w/gw")
+	}
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	runID := regexp.MustCompile(`/w/gw/runs/([^/]+)/resolve`).FindStringSubmatch(body)
+	if csrf == nil || runID == nil {
+		t.Fatalf("no form on the card:\n%s", body)
+	}
+	resp, err := browser.PostForm("http://"+addr+"/connect/google", url.Values{"csrf": {csrf[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "Connected Google as me@example.com") || !strings.HasSuffix(resp.Request.URL.Path, "/connections") {
+		t.Fatalf("after Reconnect Google the browser is at %s:\n%s", resp.Request.URL, b)
+	}
+	if strings.Contains(string(b), ">reconnect<") {
+		t.Fatalf("the accounts page still says reconnect:\n%s", b)
+	}
+	resp, err = browser.PostForm("http://"+addr+"/w/gw/runs/"+runID[1]+"/resolve", url.Values{"csrf": {csrf[1]}, "action": {"try-again"}, "do": {"try-again"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for writes(t, base)["sheets.appendRow"] < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writes never happened after Try again; keep serve said:\n%s", logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	serve.Process.Kill()
+	serve.Wait()
+	checkOnce(t, base, dir, "sheets.appendRow")
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -153,7 +153,7 @@ func tokenError(what string, err error) error {
 	case errors.Is(err, account.ErrNotConnected):
 		return notConnected(what)
 	case errors.Is(err, account.ErrRevoked):
-		return kt.Errorf(kt.ClassPermission, "%s: Google refused keep's access: %v%s", what, err, kt.ReconnectSuffix(Provider))
+		return kt.Errorf(kt.ClassPermission, "%s: Google refused keep's access: %v%s", what, strings.TrimPrefix(err.Error(), account.ErrRevoked.Error()+": "), kt.ReconnectSuffix(Provider))
 	case errors.Is(err, account.ErrWrongKey):
 		return kt.Errorf(kt.ClassPermission, "%s: %v (set %s to the key of the node that connected the account, or connect it again)%s", what, err, account.KeyEnv, kt.ReconnectSuffix(Provider))
 	}

@@ -1,0 +1,107 @@
+package google
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+
+	"golang.org/x/oauth2"
+
+	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+)
+
+// Flow is one OAuth 2.0 authorization in progress (authorization code with
+// PKCE): keep connect google runs it over a loopback listener, the page
+// over keep serve's own address.
+type Flow struct {
+	cfg      config.Google
+	conf     *oauth2.Config
+	verifier string
+	State    string
+	Scopes   []string
+}
+
+// StartFlow begins an authorization whose answer comes to redirect.
+func StartFlow(cfg config.Google, redirect string, scopes []string) *Flow {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return &Flow{cfg: cfg, conf: OAuthConfig(cfg, redirect, scopes), verifier: oauth2.GenerateVerifier(), State: hex.EncodeToString(b), Scopes: scopes}
+}
+
+// URL is where a person allows keep to act as their account.
+func (f *Flow) URL() string {
+	return f.conf.AuthCodeURL(f.State, oauth2.AccessTypeOffline, oauth2.S256ChallengeOption(f.verifier), oauth2.SetAuthURLParam("prompt", "consent"))
+}
+
+// Finish exchanges the code Google sent back, reads which account it is,
+// and stores the tokens sealed. It returns the account and the scopes granted.
+func (f *Flow) Finish(ctx context.Context, accts *account.Accounts, code string) (string, []string, error) {
+	tok, err := f.conf.Exchange(ctx, code, oauth2.VerifierOption(f.verifier))
+	if err != nil {
+		return "", nil, fmt.Errorf("exchange the code for tokens: %w", err)
+	}
+	if tok.RefreshToken == "" {
+		return "", nil, fmt.Errorf("Google gave no refresh token, so keep could not act once the access token expires; remove keep's access at https://myaccount.google.com/permissions and connect again")
+	}
+	granted := f.Scopes
+	if s, ok := tok.Extra("scope").(string); ok && s != "" {
+		granted = strings.Fields(s)
+	}
+	resp, err := f.conf.Client(ctx, tok).Get(UserinfoURL(f.cfg))
+	if err != nil {
+		return "", nil, fmt.Errorf("read the connected account's address: %w", err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		Email string `json:"email"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&info) != nil {
+		return "", nil, fmt.Errorf("read the connected account's address: Google answered %s", resp.Status)
+	}
+	if err := accts.Save(ctx, Provider, info.Email, granted, tok); err != nil {
+		return "", nil, err
+	}
+	return info.Email, granted, nil
+}
+
+var toolCallRe = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(`)
+
+// ScopesFor returns the scopes the connector methods that scripts call
+// need (each method's first scope, and its reconcile's), plus openid and
+// email, which name the account and reach no data; nil when the scripts
+// call no Google method.
+func ScopesFor(reg *connector.Registry, scripts []string) []string {
+	set := map[string]bool{}
+	for _, src := range scripts {
+		for _, m := range toolCallRe.FindAllStringSubmatch(src, -1) {
+			meth, err := reg.Method(m[1], m[2])
+			if err != nil || len(meth.Scopes) == 0 {
+				continue
+			}
+			set[meth.Scopes[0]] = true
+			if len(meth.ReconcileScopes) > 0 {
+				set[meth.ReconcileScopes[0]] = true
+			}
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	var out []string
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return append([]string{"openid", "email"}, out...)
+}
+
+// NoScopesError is what keep says when no deployed workflow uses Google.
+const NoScopesError = "no deployed workflow calls gmail, sheets or calendar, so keep would ask Google for nothing: deploy one first, or name its script: keep connect google workflow.js"
