@@ -181,7 +181,6 @@ func shortScopes(scopes []string) []string {
 	return out
 }
 
-
 func (a *app) connectionsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "connections",
