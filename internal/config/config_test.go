@@ -103,3 +103,30 @@ func TestREADMEPolicyExampleLoads(t *testing.T) {
 		t.Fatalf("the README's example says other values than the defaults:\n%+v\n%+v", c.Policy, Defaults())
 	}
 }
+
+func TestGoogleSection(t *testing.T) {
+	cfg, err := Parse("keep.toml", "[connectors.google]\nclient_id = \"id\"\nclient_secret = \"s\"\nendpoint = \"http://127.0.0.1:8085/\"\n")
+	if err != nil || cfg.Google.ClientID != "id" || cfg.Google.ClientSecret != "s" || cfg.Google.Endpoint != "http://127.0.0.1:8085" {
+		t.Fatalf("%+v %v", cfg.Google, err)
+	}
+	for text, want := range map[string]string{
+		"[connectors.google]\nendpoint = \"ftp://x\"\n": "[connectors.google] endpoint must be an http(s) URL",
+		"[connectors.google]\nclient = \"x\"\n":         "unknown key [connectors.google] client (known: client_id, client_secret, endpoint)",
+		"[connectors.slack]\ntoken = \"x\"\n":           "unknown connector section [connectors.slack]",
+		"[connectors.google]\nclient_id = 5\n":          "[connectors.google] client_id must be a string",
+		"[googl]\nclient_id = \"x\"\n":                  `unknown section or key "googl"`,
+	} {
+		if _, err := Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "keep.toml") {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+	t.Setenv("KEEP_GOOGLE_CLIENT_ID", "from-env")
+	t.Setenv("KEEP_GOOGLE_CLIENT_SECRET", "secret-env")
+	cfg, _ = Parse("keep.toml", "[connectors.google]\nclient_id = \"id\"\n")
+	if cfg.Google.ClientID != "from-env" || cfg.Google.ClientSecret != "secret-env" {
+		t.Fatalf("the environment does not override the file: %+v", cfg.Google)
+	}
+	if cfg, _ := Load(""); cfg.Google.ClientID != "from-env" {
+		t.Fatalf("without a file the environment's client is not used: %+v", cfg.Google)
+	}
+}
