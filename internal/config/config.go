@@ -82,6 +82,13 @@ func Backoff(base, max time.Duration, n int) time.Duration {
 type Config struct {
 	Policy Policy
 	Google Google
+	SQL    SQL
+}
+
+// SQL is [connectors.sql]: the databases scripts may name, NAME = URL
+// (postgres://…, mysql://user:pass@host:3306/db, sqlite:///path/to.db).
+type SQL struct {
+	Databases map[string]string
 }
 
 // Google is [connectors.google]: the OAuth client keep connects Google
@@ -203,8 +210,14 @@ func parseConnectors(name string, v any, cfg *Config) error {
 		return fmt.Errorf("config %s: connectors must be a table: [connectors.google]", name)
 	}
 	for k, sect := range conns {
+		if k == "sql" {
+			if err := parseSQL(name, sect, cfg); err != nil {
+				return err
+			}
+			continue
+		}
 		if k != "google" {
-			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google])", name, k)
+			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.sql.databases])", name, k)
 		}
 		g, ok := sect.(map[string]any)
 		if !ok {
@@ -229,6 +242,46 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			default:
 				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
 			}
+		}
+	}
+	return nil
+}
+
+var dbNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
+func parseSQL(name string, v any, cfg *Config) error {
+	sect, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config %s: [connectors.sql] must be a table", name)
+	}
+	for k, val := range sect {
+		if k != "databases" {
+			return fmt.Errorf("config %s: unknown key [connectors.sql] %s (known: [connectors.sql.databases])", name, k)
+		}
+		dbs, ok := val.(map[string]any)
+		if !ok {
+			return fmt.Errorf("config %s: [connectors.sql.databases] must be a table of NAME = \"URL\"", name)
+		}
+		cfg.SQL.Databases = map[string]string{}
+		for db, u := range dbs {
+			where := fmt.Sprintf("config %s: [connectors.sql.databases] %s", name, db)
+			str, isStr := u.(string)
+			if !isStr {
+				return fmt.Errorf("%s must be a URL string like \"postgres://user@host:5432/db\"", where)
+			}
+			if !dbNameRe.MatchString(db) {
+				return fmt.Errorf("%s: a database's name is letters, digits, _ and - (scripts write it as db: \"NAME\")", where)
+			}
+			pu, err := url.Parse(str)
+			if err != nil {
+				return fmt.Errorf("%s: %v", where, err)
+			}
+			switch pu.Scheme {
+			case "postgres", "postgresql", "mysql", "sqlite":
+			default:
+				return fmt.Errorf("%s: the URL must start with postgres://, mysql:// or sqlite:// (got %q)", where, pu.Scheme+"://")
+			}
+			cfg.SQL.Databases[db] = str
 		}
 	}
 	return nil

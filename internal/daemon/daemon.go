@@ -29,6 +29,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/files"
 	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"
+	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/metrics"
@@ -78,10 +79,13 @@ func OpenStore(dataDir, storeURL string) (store.Store, error) {
 // Registry returns the connectors keep ships, with files rooted at root.
 // The Google connectors have no account here (keep validate, the docs):
 // their calls say to connect one.
-func Registry(filesRoot string) *connector.Registry { return registry(filesRoot, nil) }
+func Registry(filesRoot string) *connector.Registry {
+	sqlc, _ := sqlconn.New(nil)
+	return registry(filesRoot, nil, sqlc)
+}
 
-func registry(filesRoot string, g *google.Auth) *connector.Registry {
-	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New()}, google.New(g)...)
+func registry(filesRoot string, g *google.Auth, sqlc *connector.Connector) *connector.Registry {
+	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc}, google.New(g)...)
 	return connector.NewRegistry(cs...)
 }
 
@@ -116,6 +120,8 @@ type Keep struct {
 	stopListening func()
 	// accounts runs the page's Connect Google.
 	accounts *pageAccounts
+	// sqlPools are the sql connector's connections, closed with keep.
+	sqlPools *sqlconn.Conn
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -169,7 +175,8 @@ func Open(o Options) (*Keep, error) {
 		return nil, err
 	}
 	gauth := google.NewAuth(cfg.Google, accts)
-	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth) }
+	sqlc, sqlPools := sqlconn.New(cfg.SQL.Databases)
+	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc) }
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
@@ -187,11 +194,11 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
-	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()
@@ -388,6 +395,9 @@ func lockStore(loc backend.Location, st store.Store, dataDir string) (func(), er
 func (k *Keep) Close() error {
 	if k.stopListening != nil {
 		k.stopListening()
+	}
+	if k.sqlPools != nil {
+		k.sqlPools.Close()
 	}
 	k.release()
 	err := k.Store.Close()

@@ -1,0 +1,419 @@
+// Package sqlconn is the sql connector: query and exec on the PostgreSQL,
+// MariaDB/MySQL and SQLite databases named in keep.toml
+// ([connectors.sql.databases]). An exec is exactly once: the statement and
+// a row in the database's own keep_mutations table (the idempotency key
+// and the result) commit in one transaction, so a replay finds the row
+// instead of executing again, and reconcile is a lookup.
+//
+// It may import keeptype, connector and the SQL drivers.
+package sqlconn
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	_ "modernc.org/sqlite"             // the "sqlite" driver
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
+)
+
+// MaxRows bounds what one query hands a script.
+const MaxRows = 10000
+
+// Table is the marker table keep creates in each database it writes to.
+const Table = "keep_mutations"
+
+type database struct {
+	name, url, driver, dsn string
+	once                   sync.Once
+	db                     *sql.DB
+	err                    error
+	mu                     sync.Mutex
+	ready                  bool // keep_mutations exists
+}
+
+// Conn holds the declared databases and their connection pools.
+type Conn struct {
+	dbs map[string]*database
+}
+
+// New returns the sql connector over the declared databases (NAME → URL).
+func New(databases map[string]string) (*connector.Connector, *Conn) {
+	c := &Conn{dbs: map[string]*database{}}
+	for name, u := range databases {
+		d := &database{name: name, url: u}
+		d.driver, d.dsn, d.err = dsnOf(u)
+		c.dbs[name] = d
+	}
+	dbParam := connector.Param{Name: "db", Type: "string", Required: true, Doc: "a database named in keep.toml: `[connectors.sql.databases] NAME = \"postgres://…\"` (or `mysql://…`, `sqlite:///…`)"}
+	sqlParam := connector.Param{Name: "sql", Type: "string", Required: true, Doc: "one statement, with placeholders `$1, $2…` (PostgreSQL) or `?` (MariaDB/MySQL, SQLite)"}
+	argsParam := connector.Param{Name: "args", Type: "array", Doc: "the placeholders' values, bound by the driver (never spliced into the text)"}
+	return &connector.Connector{
+		Name:    "sql",
+		Doc:     "PostgreSQL, MariaDB/MySQL and SQLite databases declared in keep.toml. Credentials stay in keep.toml; scripts name a database, never a URL.",
+		Sources: map[string][]string{"sql": {"row"}},
+		Methods: map[string]*connector.Method{
+			"query": {Name: "query", Kind: connector.KindRead, Validate: c.validate("sql.query"), Do: c.query, Doc: connector.MethodDoc{
+				Summary: "Runs a query and returns its rows.",
+				Params:  []connector.Param{dbParam, sqlParam, argsParam},
+				Result:  fmt.Sprintf("an array of rows, each an object by column name (numbers, strings, booleans, null; times as RFC 3339; bytes as text), at most %d rows", MaxRows),
+				Errors:  "a bad statement or a constraint: logic, with the database's message; the database unreachable: transient.",
+			}},
+			"exec": {Name: "exec", Kind: connector.KindMutate, Identity: []string{"db", "sql"}, Validate: c.validate("sql.exec"), Do: c.exec,
+				Reconcile: c.reconcile, ComparePayload: compareArgs, Target: func(a map[string]any) string { return "sql.exec on " + str(a["db"]) + ": " + crop(str(a["sql"]), 80) },
+				Doc: connector.MethodDoc{
+					Summary: "Runs one statement exactly once. keep runs it in a transaction with an insert into the database's own `" + Table + "` table (created on first use: the write's idempotency key and its result); a second attempt of the same write finds that row and returns the recorded result without running the statement again.",
+					Params:  []connector.Param{dbParam, sqlParam, argsParam, {Name: "subkey", Type: "string", Doc: "tells apart two runs of the same statement in one run"}},
+					Result:  "`{ rowsAffected }`; a write found already done adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
+					Reconcile: "looks the key up in `" + Table + "`: there means committed (with the result it recorded), absent means the transaction never committed — certain, since the row commits with the statement. " +
+						"On MariaDB/MySQL a DDL statement (CREATE, ALTER, DROP…) commits by itself and escapes the transaction: keep cannot make it exactly once.",
+					Errors: "a bad statement or a constraint violation: logic (rolled back, nothing written); the database unreachable before the statement: transient; the connection lost during COMMIT: unknown, settled by reconcile.",
+				}},
+		},
+	}, c
+}
+
+// Close closes the connection pools.
+func (c *Conn) Close() {
+	for _, d := range c.dbs {
+		if d.db != nil {
+			d.db.Close()
+		}
+	}
+}
+
+func dsnOf(raw string) (driver, dsn string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", err
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		return "pgx", raw, nil
+	case "sqlite":
+		return "sqlite", u.Path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)", nil
+	case "mysql":
+		cfg := mysql.NewConfig()
+		cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+		if u.Port() == "" {
+			cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+		}
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+		cfg.ParseTime = true
+		for k, vs := range u.Query() {
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params[k] = vs[0]
+		}
+		return "mysql", cfg.FormatDSN(), nil
+	}
+	return "", "", fmt.Errorf("unknown database URL scheme %q", u.Scheme)
+}
+
+func (c *Conn) open(name string) (*database, *kt.Error) {
+	d, ok := c.dbs[name]
+	if !ok {
+		var known []string
+		for n := range c.dbs {
+			known = append(known, n)
+		}
+		sort.Strings(known)
+		return nil, kt.Errorf(kt.ClassLogic, "there is no database %q in keep.toml [connectors.sql.databases] (known: %s)", name, strings.Join(known, ", "))
+	}
+	d.once.Do(func() {
+		if d.err != nil {
+			return
+		}
+		d.db, d.err = sql.Open(d.driver, d.dsn)
+		if d.err == nil && d.driver == "sqlite" {
+			d.db.SetMaxOpenConns(1)
+		}
+	})
+	if d.err != nil {
+		return nil, kt.Errorf(kt.ClassLogic, "database %s (%s): %v", name, redact.URL(d.url), d.err)
+	}
+	return d, nil
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func crop(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (c *Conn) validate(method string) func(map[string]any) error {
+	return func(a map[string]any) error {
+		if str(a["db"]) == "" {
+			return fmt.Errorf("%s needs db: the name of a database in keep.toml [connectors.sql.databases]", method)
+		}
+		if strings.TrimSpace(str(a["sql"])) == "" {
+			return fmt.Errorf("%s needs sql: one statement, like \"UPDATE orders SET state = $1 WHERE id = $2\"", method)
+		}
+		if v, ok := a["args"]; ok && v != nil {
+			args, isArr := v.([]any)
+			if !isArr {
+				return fmt.Errorf("%s: args must be an array of the placeholders' values", method)
+			}
+			for i, x := range args {
+				switch x.(type) {
+				case nil, string, float64, bool:
+				default:
+					return fmt.Errorf("%s: args[%d] is an %T; bind numbers, strings, booleans or null (JSON.stringify objects first)", method, i, x)
+				}
+			}
+		}
+		if _, ok := c.dbs[str(a["db"])]; !ok {
+			_, err := c.open(str(a["db"]))
+			return errors.New(err.Message)
+		}
+		return nil
+	}
+}
+
+// bind turns JSON values into driver values (whole numbers as integers).
+func bind(a map[string]any) []any {
+	args, _ := a["args"].([]any)
+	out := make([]any, len(args))
+	for i, v := range args {
+		if f, ok := v.(float64); ok && f == float64(int64(f)) && f < 1<<53 && f > -(1<<53) {
+			out[i] = int64(f)
+			continue
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// classify says what a database error means: unreachable is transient;
+// an answer from the database about the statement is the script's.
+func classify(what string, err error) *kt.Error {
+	var pg *pgconn.PgError
+	var my *mysql.MySQLError
+	switch {
+	case errors.As(err, &pg):
+		class := kt.ClassLogic
+		if strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "53") || strings.HasPrefix(pg.Code, "57") || pg.Code == "40001" || pg.Code == "40P01" {
+			class = kt.ClassTransient // connection, resources, shutdown, serialization, deadlock
+		}
+		return kt.Errorf(class, "%s: %s (SQLSTATE %s)", what, pg.Message, pg.Code)
+	case errors.As(err, &my):
+		class := kt.ClassLogic
+		switch my.Number {
+		case 1205, 1213, 1040, 1053: // lock wait timeout, deadlock, too many connections, shutdown
+			class = kt.ClassTransient
+		}
+		return kt.Errorf(class, "%s: %s (error %d)", what, my.Message, my.Number)
+	case isNet(err):
+		return kt.Errorf(kt.ClassTransient, "%s: the database is unreachable: %v", what, err)
+	}
+	if strings.Contains(err.Error(), "SQL logic error") || strings.Contains(err.Error(), "constraint failed") || strings.Contains(err.Error(), "no such") {
+		return kt.Errorf(kt.ClassLogic, "%s: %v", what, err) // SQLite
+	}
+	return kt.Errorf(kt.ClassTransient, "%s: %v", what, err)
+}
+
+func isNet(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
+		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "bad connection") || strings.Contains(err.Error(), "invalid connection")
+}
+
+func (c *Conn) query(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	d, kerr := c.open(str(a["db"]))
+	if kerr != nil {
+		return connector.Result{Err: kerr}
+	}
+	what := "sql.query on " + d.name
+	rows, err := d.db.QueryContext(ctx, str(a["sql"]), bind(a)...)
+	if err != nil {
+		return connector.Result{Err: classify(what, err)}
+	}
+	defer rows.Close()
+	out, err := scan(rows)
+	if err != nil {
+		return connector.Result{Err: classify(what, err)}
+	}
+	return connector.Result{Value: out}
+}
+
+func scan(rows *sql.Rows) ([]any, error) {
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for rows.Next() {
+		if len(out) >= MaxRows {
+			return nil, kt.Errorf(kt.ClassLogic, "the query returned more than %d rows; add a LIMIT", MaxRows)
+		}
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		row := map[string]any{}
+		for i, col := range cols {
+			row[col] = jsonValue(vals[i])
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
+func jsonValue(v any) any {
+	switch t := v.(type) {
+	case []byte:
+		return string(t)
+	case time.Time:
+		return t.UTC().Format(time.RFC3339Nano)
+	case int64, float64, bool, string, nil:
+		return t
+	case int32:
+		return int64(t)
+	case float32:
+		return float64(t)
+	}
+	if b, err := json.Marshal(v); err == nil {
+		var x any
+		if json.Unmarshal(b, &x) == nil {
+			return x
+		}
+	}
+	return fmt.Sprint(v)
+}
+
+// markerDDL creates keep_mutations in the database's own dialect.
+func (d *database) markerDDL() string {
+	return `CREATE TABLE IF NOT EXISTS ` + Table + ` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`
+}
+
+func (d *database) ph(n int) string {
+	if d.driver == "pgx" {
+		return fmt.Sprintf("$%d", n)
+	}
+	return "?"
+}
+
+func (d *database) ensureTable(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ready {
+		return nil
+	}
+	if _, err := d.db.ExecContext(ctx, d.markerDDL()); err != nil {
+		return err
+	}
+	d.ready = true
+	return nil
+}
+
+func (d *database) recorded(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, key string) (string, bool, error) {
+	var res string
+	err := q.QueryRowContext(ctx, `SELECT result FROM `+Table+` WHERE idempotency_key = `+d.ph(1), key).Scan(&res)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return res, err == nil, err
+}
+
+func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	d, kerr := c.open(str(a["db"]))
+	if kerr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
+	}
+	what := "sql.exec on " + d.name
+	failed := func(err error) connector.Result {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: classify(what, err)}
+	}
+	if err := d.ensureTable(ctx); err != nil {
+		return failed(err)
+	}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return failed(err)
+	}
+	defer tx.Rollback()
+	if res, ok, err := d.recorded(ctx, tx, call.IdempotencyKey); err != nil {
+		return failed(err)
+	} else if ok {
+		return connector.Result{Outcome: connector.OutcomeApplied, Value: withFlag(res, "replayed")}
+	}
+	r, err := tx.ExecContext(ctx, str(a["sql"]), bind(a)...)
+	if err != nil {
+		return failed(err)
+	}
+	n, _ := r.RowsAffected()
+	res, _ := json.Marshal(map[string]any{"rowsAffected": n})
+	if _, err := tx.ExecContext(ctx, `INSERT INTO `+Table+` (idempotency_key, result, applied_at) VALUES (`+d.ph(1)+`, `+d.ph(2)+`, `+d.ph(3)+`)`,
+		call.IdempotencyKey, string(res), time.Now().UnixMilli()); err != nil {
+		return failed(err)
+	}
+	if err := tx.Commit(); err != nil {
+		// The COMMIT went out and its answer did not come back: it may have
+		// committed. Reconcile looks the key up.
+		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: COMMIT got no answer (%v); the statement may have been committed", what, err)}
+	}
+	return connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"rowsAffected": n}}
+}
+
+func withFlag(res, flag string) map[string]any {
+	out := map[string]any{}
+	json.Unmarshal([]byte(res), &out)
+	out[flag] = true
+	return out
+}
+
+func (c *Conn) reconcile(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
+	d, kerr := c.open(str(call.Args["db"]))
+	if kerr != nil {
+		return connector.ReconcileRetry, nil, kerr
+	}
+	if err := d.ensureTable(ctx); err != nil {
+		return connector.ReconcileRetry, nil, err
+	}
+	res, ok, err := d.recorded(ctx, d.db, call.IdempotencyKey)
+	switch {
+	case err != nil:
+		return connector.ReconcileRetry, nil, classify("sql.exec's reconcile on "+d.name, err)
+	case ok:
+		return connector.ReconcileApplied, withFlag(res, "reconciled"), nil
+	}
+	return connector.ReconcileFailed, nil, nil
+}
+
+func compareArgs(old, new map[string]any) connector.Comparison {
+	a, _ := json.Marshal(old["args"])
+	b, _ := json.Marshal(new["args"])
+	if string(a) == string(b) {
+		return connector.Equivalent
+	}
+	return connector.Significant
+}

@@ -1,0 +1,119 @@
+package sqlconn_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/sqlconn"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+	"github.com/keep-run/keep/internal/testdb"
+)
+
+// backends are the real databases the connector is tried against.
+func backends(t *testing.T) map[string]string {
+	return map[string]string{
+		"postgres": pgtest.FreshSchema(t),
+		"mariadb":  testdb.FreshMariaDB(t),
+		"sqlite":   "sqlite://" + filepath.Join(t.TempDir(), "app.db"),
+	}
+}
+
+func call(t *testing.T, reg *connector.Registry, method string, args map[string]any, key string) connector.Result {
+	t.Helper()
+	m, err := reg.Method("sql", method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(args)
+	args, _ = connector.DecodeArgs(b)
+	if err := m.Validate(args); err != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%v", err)}
+	}
+	return m.Do(context.Background(), connector.Call{Args: args, IdempotencyKey: key})
+}
+
+func TestExecIsExactlyOnceOnEveryDatabase(t *testing.T) {
+	for name, url := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			c, pools := sqlconn.New(map[string]string{"app": url})
+			defer pools.Close()
+			reg := connector.NewRegistry(c)
+			ph := func(n string) string {
+				if name == "postgres" {
+					return "$" + n
+				}
+				return "?"
+			}
+			if r := call(t, reg, "exec", map[string]any{"db": "app", "sql": "CREATE TABLE orders (id INT PRIMARY KEY, state VARCHAR(20))"}, "k-ddl"); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			ins := map[string]any{"db": "app", "sql": "INSERT INTO orders (id, state) VALUES (" + ph("1") + ", " + ph("2") + ")", "args": []any{1, "new"}}
+			r := call(t, reg, "exec", ins, "k1")
+			if r.Outcome != connector.OutcomeApplied || r.Value.(map[string]any)["rowsAffected"] != int64(1) {
+				t.Fatalf("insert: %+v %v", r.Err, r.Value)
+			}
+			// A second attempt of the same write: the row in keep_mutations answers; no second insert.
+			r = call(t, reg, "exec", ins, "k1")
+			if r.Outcome != connector.OutcomeApplied || r.Value.(map[string]any)["replayed"] != true {
+				t.Fatalf("replay: %+v %v", r.Err, r.Value)
+			}
+			m, _ := reg.Method("sql", "exec")
+			st, v, err := m.Reconcile(context.Background(), connector.Call{Args: ins, IdempotencyKey: "k1"})
+			if err != nil || st != connector.ReconcileApplied || v.(map[string]any)["reconciled"] != true {
+				t.Fatalf("reconcile of a committed write: %s %v %v", st, v, err)
+			}
+			if st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: ins, IdempotencyKey: "never"}); st != connector.ReconcileFailed {
+				t.Fatalf("reconcile of a write never made: %s", st)
+			}
+			// A constraint violation: logic, rolled back, no marker row.
+			dup := map[string]any{"db": "app", "sql": ins["sql"], "args": []any{1, "again"}}
+			r = call(t, reg, "exec", dup, "k2")
+			if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassLogic {
+				t.Fatalf("duplicate key: %v %+v", r.Outcome, r.Err)
+			}
+			if st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: dup, IdempotencyKey: "k2"}); st != connector.ReconcileFailed {
+				t.Fatalf("a rolled-back write reconciled as %s", st)
+			}
+			q := call(t, reg, "query", map[string]any{"db": "app", "sql": "SELECT id, state FROM orders WHERE id = " + ph("1"), "args": []any{1}}, "")
+			b, _ := json.Marshal(q.Value)
+			if q.Err != nil || string(b) != `[{"id":1,"state":"new"}]` {
+				t.Fatalf("query: %v %s", q.Err, b)
+			}
+			if r := call(t, reg, "query", map[string]any{"db": "app", "sql": "SELEC nonsense"}, ""); r.Err == nil || r.Err.Class != kt.ClassLogic {
+				t.Fatalf("a bad statement: %+v", r.Err)
+			}
+			if r := call(t, reg, "query", map[string]any{"db": "nope", "sql": "SELECT 1"}, ""); r.Err == nil || !strings.Contains(r.Err.Message, `no database "nope"`) || !strings.Contains(r.Err.Message, "app") {
+				t.Fatalf("an unknown database: %+v", r.Err)
+			}
+			db, _ := sql.Open(driverOf(name), dsn(t, name, url))
+			defer db.Close()
+			var n int
+			db.QueryRow("SELECT COUNT(*) FROM orders").Scan(&n)
+			var marks int
+			db.QueryRow("SELECT COUNT(*) FROM keep_mutations").Scan(&marks)
+			if n != 1 || marks != 2 {
+				t.Fatalf("%d orders and %d marker rows; want 1 and 2 (the table and the insert)", n, marks)
+			}
+		})
+	}
+}
+
+func TestAnUnreachableDatabaseIsTransient(t *testing.T) {
+	c, pools := sqlconn.New(map[string]string{"gone": "postgres://127.0.0.1:1/x?connect_timeout=2", "gone2": "mysql://root@127.0.0.1:1/x"})
+	defer pools.Close()
+	reg := connector.NewRegistry(c)
+	for _, db := range []string{"gone", "gone2"} {
+		r := call(t, reg, "exec", map[string]any{"db": db, "sql": "UPDATE x SET y = 1"}, "k")
+		if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassTransient {
+			t.Fatalf("%s: %v %+v", db, r.Outcome, r.Err)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+// Package sqlexec runs keep as people do against the machine's PostgreSQL
+// and MariaDB, and kills it (the process exits as if killed with kill -9)
+// at every durable step of an sql.exec: after the restart each job's row
+// is in the table exactly once, and every output is applied.
+package sqlexec
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testdb"
+)
+
+var keepBin string
+
+func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
+
+const script = `export default Keep.workflow({
+  name: "orders",
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    for (const id of [1, 2, 3]) {
+      const inputId = ctx.registerInput({ source: "system", type: "schedule", id: String(id), title: "Order " + id })
+      await ctx.publish("job", { messageId: String(id), inputId, payload: { id } })
+    }
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload }
+    },
+    async mutate(ctx, p) {
+      await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })
+    },
+  }) },
+})`
+
+type target struct {
+	name, url, driver, dsn, ph string
+}
+
+func targets(t *testing.T) []target {
+	pg := pgtest.FreshSchema(t)
+	my := testdb.FreshMariaDB(t)
+	u, _ := url.Parse(my)
+	return []target{
+		{"postgres", pg, "pgx", pg, "$1"},
+		{"mariadb", my, "mysql", u.User.Username() + "@tcp(" + u.Host + ")" + u.Path, "?"},
+	}
+}
+
+func keep(t *testing.T, dir string, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(keepBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String()
+}
+
+func TestKillAtEveryStepOfAnSQLExec(t *testing.T) {
+	for _, tg := range targets(t) {
+		db, err := sql.Open(tg.driver, tg.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit} {
+			t.Run(tg.name+"/"+point, func(t *testing.T) {
+				// Each case starts afresh: keep's marker rows of the last case
+				// would (rightly) answer this case's writes as done.
+				for _, table := range []string{"shipped", "keep_mutations"} {
+					if _, err := db.Exec("DROP TABLE IF EXISTS " + table); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := db.Exec("CREATE TABLE shipped (order_id INT NOT NULL)"); err != nil { // no unique key: a second insert would show
+					t.Fatal(err)
+				}
+				dir := t.TempDir()
+				cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n[policy]\ntool_timeout = \"2s\"\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n", tg.url)
+				os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
+				os.WriteFile(filepath.Join(dir, "workflow.js"), []byte(strings.ReplaceAll(script, "%PH%", tg.ph)), 0o644)
+				code, out := keep(t, dir, []string{"KEEP_TEST_CRASH_AFTER=" + point}, "run", "workflow.js")
+				if code != 137 {
+					t.Fatalf("keep run with the crash point %s exited %d:\n%s", point, code, out)
+				}
+				if code, out := keep(t, dir, nil, "run", "workflow.js"); code != 0 {
+					t.Fatalf("keep run after the crash exited %d:\n%s", code, out)
+				}
+				rows, err := db.Query("SELECT order_id, COUNT(*) FROM shipped GROUP BY order_id ORDER BY order_id")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for rows.Next() {
+					var id, n int
+					rows.Scan(&id, &n)
+					got = append(got, fmt.Sprintf("%d×%d", id, n))
+				}
+				rows.Close()
+				if strings.Join(got, " ") != "1×1 2×1 3×1" {
+					_, o := keep(t, dir, nil, "outputs", "orders"); t.Fatalf("rows per order after a kill at %s: %v (want each order once)\n%s", point, got, o)
+				}
+				_, out = keep(t, dir, nil, "outputs", "orders", "--json")
+				var outs []struct{ Status string }
+				if err := json.Unmarshal([]byte(out), &outs); err != nil || len(outs) != 3 {
+					t.Fatalf("outputs: %v %s", err, out)
+				}
+				for _, o := range outs {
+					if o.Status != "applied" {
+						t.Fatalf("outputs %+v", outs)
+					}
+				}
+			})
+		}
+	}
+}
