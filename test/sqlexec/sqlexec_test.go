@@ -121,7 +121,8 @@ func TestKillAtEveryStepOfAnSQLExec(t *testing.T) {
 				}
 				rows.Close()
 				if strings.Join(got, " ") != "1×1 2×1 3×1" {
-					_, o := keep(t, dir, nil, "outputs", "orders"); t.Fatalf("rows per order after a kill at %s: %v (want each order once)\n%s", point, got, o)
+					_, o := keep(t, dir, nil, "outputs", "orders")
+					t.Fatalf("rows per order after a kill at %s: %v (want each order once)\n%s", point, got, o)
 				}
 				_, out = keep(t, dir, nil, "outputs", "orders", "--json")
 				var outs []struct{ Status string }
