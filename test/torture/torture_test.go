@@ -85,6 +85,46 @@ func workflow(name, sinkURL string, probe, chain bool) string {
 })`
 }
 
+// sqlWorkflow writes one row per input into a SQLite database of its own
+// through sql.exec (issue 16): the row and keep's marker commit together.
+func sqlWorkflow(name string) string {
+	return `export default Keep.workflow({
+  name: "` + name + `",
+  topics: { "in": {} },
+  producers: { poll: { publishes: ["in"], schedule: { interval: "1s" }, handler: async (ctx, state) => {
+    for (const f of await ctx.files.list({ dir: "inbox-` + name + `", glob: "*.json" })) {
+      const id = f.name.replace(".json", "")
+      const inputId = ctx.registerInput({ source: "files", type: "file", id, title: "` + name + ` item " + id })
+      await ctx.publish("in", { messageId: id, inputId, payload: { id } })
+    }
+  } } },
+  consumers: {
+    send: Keep.consumer({ subscribe: ["in"],
+      async prepare(ctx) { const [e] = await ctx.peek("in"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "in", ids: [e.messageId] }], data: e.payload } },
+      async mutate(ctx, p) { await ctx.sql.exec({ db: "target", sql: "INSERT INTO written (item) VALUES (?)", args: [p.data.id] }) },
+    })
+  },
+})`
+}
+
+// targetDB is the database the sql workflow writes to.
+func (r *rig) targetDB() *sql.DB {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.dir, "target.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return db
+}
+
+// sqlApplied reports whether the target database committed key.
+func (r *rig) sqlApplied(key string) bool {
+	db := r.targetDB()
+	defer db.Close()
+	var n int
+	db.QueryRow(`SELECT count(*) FROM keep_mutations WHERE idempotency_key = ?`, key).Scan(&n)
+	return n > 0
+}
+
 // itemWorkflow is an item script: one item per inbox file, two writes per
 // item (the second without a probe), guarded by isDone.
 func itemWorkflow(name, sinkURL string) string {
@@ -329,6 +369,16 @@ func (r *rig) check(final bool) {
 			t.Fatalf("duplicate write at the sink: %s applied %d times: %v\n%s\nstats %v", key, n, paths, dump.String(), r.stats)
 		}
 	}
+	// Duplicates in the sql workflow's table: every item at most once.
+	target := r.targetDB()
+	defer target.Close()
+	var doubled string
+	if err := target.QueryRow(`SELECT coalesce(group_concat(item), '') FROM (SELECT item FROM written GROUP BY item HAVING count(*) > 1)`).Scan(&doubled); err != nil {
+		t.Fatalf("read the sql target: %v", err)
+	}
+	if doubled != "" {
+		t.Fatalf("sql.exec wrote these items twice: %s", doubled)
+	}
 	if final {
 		if n := queryInt(`SELECT count(*) FROM events WHERE status='pending'`); n > 0 {
 			t.Fatalf("%d events are still pending at the end", n)
@@ -380,6 +430,9 @@ func (r *rig) settle(timeout time.Duration) {
 					if w.Key == m.IdempotencyKey {
 						what = engine.ResolveSkip
 					}
+				}
+				if r.sqlApplied(m.IdempotencyKey) {
+					what = engine.ResolveSkip
 				}
 				r.stats["escalation resolved: "+string(what)]++
 			} else {
@@ -465,7 +518,7 @@ func TestTorture(t *testing.T) {
 	defer sink.Close()
 	dir := t.TempDir()
 	r := &rig{t: t, dir: dir, data: filepath.Join(dir, "data"), sink: sink, rng: rand.New(rand.NewSource(s)),
-		items: map[string]int{}, names: []string{"chain", "noprobe", "probe", "items"}, stats: map[string]int{}}
+		items: map[string]int{}, names: []string{"chain", "noprobe", "probe", "items", "sql"}, stats: map[string]int{}}
 	if os.Getenv("KEEP_TORTURE_STORE") == "postgres" {
 		r.store = pgtest.FreshSchema(t)
 		t.Logf("on PostgreSQL: %s", r.store)
@@ -474,11 +527,19 @@ func TestTorture(t *testing.T) {
 			t.Logf("%d keep serve nodes share it", n)
 		}
 	}
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
+	target := r.targetDB()
+	if _, err := target.Exec(`CREATE TABLE written (item TEXT NOT NULL)`); err != nil { // no unique key: a second write would show
+		t.Fatal(err)
+	}
+	target.Close()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[connectors.sql.databases]\ntarget = \"sqlite://"+filepath.Join(dir, "target.db")+"\"\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
 	for _, wf := range r.names {
 		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
 		if wf == "items" {
 			src = itemWorkflow(wf, sink.URL)
+		}
+		if wf == "sql" {
+			src = sqlWorkflow(wf)
 		}
 		p := filepath.Join(dir, wf+".js")
 		os.WriteFile(p, []byte(src), 0o644)
@@ -510,6 +571,14 @@ func TestTorture(t *testing.T) {
 	// Every item of the item script wrote both of its writes, or was skipped by the person.
 	if want := r.items["chain"] + r.items["noprobe"] + r.items["probe"] + 2*r.items["items"]; len(sink.Writes()) > want {
 		t.Fatalf("%d writes at the sink, at most %d possible", len(sink.Writes()), want)
+	}
+	// sql.exec needs no person: its reconcile is a lookup, so every item is written.
+	db := r.targetDB()
+	var rows int
+	db.QueryRow(`SELECT count(DISTINCT item) FROM written`).Scan(&rows)
+	db.Close()
+	if rows != r.items["sql"] {
+		t.Fatalf("the sql workflow wrote %d of its %d items", rows, r.items["sql"])
 	}
 	for k, v := range r.stats {
 		t.Logf("  %s: %d", k, v)
