@@ -83,6 +83,15 @@ type Config struct {
 	Policy Policy
 	Google Google
 	SQL    SQL
+	Email  Email
+}
+
+// Email is [connectors.email]: the mailbox of the email connector.
+type Email struct {
+	IMAP, SMTP, From, SentFolder string
+	// ServerKeepsSent: the SMTP server files what it sends into the Sent
+	// folder itself, so "not in Sent" proves "not sent".
+	ServerKeepsSent bool
 }
 
 // SQL is [connectors.sql]: the databases scripts may name, NAME = URL
@@ -216,8 +225,14 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			}
 			continue
 		}
+		if k == "email" {
+			if err := parseEmail(name, sect, cfg); err != nil {
+				return err
+			}
+			continue
+		}
 		if k != "google" {
-			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.sql.databases])", name, k)
+			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.sql.databases], [connectors.email])", name, k)
 		}
 		g, ok := sect.(map[string]any)
 		if !ok {
@@ -242,6 +257,59 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			default:
 				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
 			}
+		}
+	}
+	return nil
+}
+
+func parseEmail(name string, v any, cfg *Config) error {
+	sect, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config %s: [connectors.email] must be a table", name)
+	}
+	for k, val := range sect {
+		where := fmt.Sprintf("config %s: [connectors.email] %s", name, k)
+		if k == "server_keeps_sent" {
+			b, isBool := val.(bool)
+			if !isBool {
+				return fmt.Errorf("%s must be true or false", where)
+			}
+			cfg.Email.ServerKeepsSent = b
+			continue
+		}
+		str, isStr := val.(string)
+		if !isStr {
+			return fmt.Errorf("%s must be a string", where)
+		}
+		scheme := func(allowed ...string) error {
+			u, err := url.Parse(str)
+			if err == nil {
+				for _, a := range allowed {
+					if u.Scheme == a && u.Host != "" {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("%s must be a URL like \"%s://user:password@host\" (%s)", where, allowed[0], strings.Join(allowed, "://, ")+"://")
+		}
+		var err error
+		switch k {
+		case "imap":
+			err, cfg.Email.IMAP = scheme("imaps", "imap"), str
+		case "smtp":
+			err, cfg.Email.SMTP = scheme("smtps", "smtp"), str
+		case "from":
+			cfg.Email.From = str
+			if !strings.Contains(str, "@") {
+				err = fmt.Errorf("%s must be an email address", where)
+			}
+		case "sent_folder":
+			cfg.Email.SentFolder = str
+		default:
+			err = fmt.Errorf("config %s: unknown key [connectors.email] %s (known: imap, smtp, from, sent_folder, server_keeps_sent)", name, k)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/email"
 	"github.com/keep-run/keep/internal/connector/files"
 	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"
@@ -81,11 +82,11 @@ func OpenStore(dataDir, storeURL string) (store.Store, error) {
 // their calls say to connect one.
 func Registry(filesRoot string) *connector.Registry {
 	sqlc, _ := sqlconn.New(nil)
-	return registry(filesRoot, nil, sqlc)
+	return registry(filesRoot, nil, sqlc, email.New(config.Email{}))
 }
 
-func registry(filesRoot string, g *google.Auth, sqlc *connector.Connector) *connector.Registry {
-	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc}, google.New(g)...)
+func registry(filesRoot string, g *google.Auth, sqlc, mail *connector.Connector) *connector.Registry {
+	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc, mail}, google.New(g)...)
 	return connector.NewRegistry(cs...)
 }
 
@@ -176,7 +177,8 @@ func Open(o Options) (*Keep, error) {
 	}
 	gauth := google.NewAuth(cfg.Google, accts)
 	sqlc, sqlPools := sqlconn.New(cfg.SQL.Databases)
-	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc) }
+	mail := email.New(cfg.Email)
+	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail) }
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
@@ -198,7 +200,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
-	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()
