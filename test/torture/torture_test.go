@@ -10,6 +10,8 @@ package torture
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"database/sql"
 	"flag"
 	"fmt"
@@ -30,6 +32,7 @@ import (
 	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testmail"
 	"github.com/keep-run/keep/internal/testsink"
 	_ "modernc.org/sqlite"
 )
@@ -107,6 +110,24 @@ func sqlWorkflow(name string) string {
 })`
 }
 
+// mailWorkflow sends one email per input through email.send (issue 16).
+func mailWorkflow(name string) string {
+	return strings.Replace(sqlWorkflow(name), `await ctx.sql.exec({ db: "target", sql: "INSERT INTO written (item) VALUES (?)", args: [p.data.id] })`,
+		`await ctx.email.send({ to: "customer@example.com", subject: "Item " + p.data.id, text: "done" })`, 1)
+}
+
+// mailSent reports whether the SMTP server took the send of key.
+func (r *rig) mailSent(key string) bool {
+	sum := sha256.Sum256([]byte(key))
+	id := "<keep." + hex.EncodeToString(sum[:16]) + "@keep.run>"
+	for _, s := range r.mail.Sent() {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
 // targetDB is the database the sql workflow writes to.
 func (r *rig) targetDB() *sql.DB {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.dir, "target.db")+"?_pragma=busy_timeout(5000)")
@@ -161,6 +182,7 @@ type rig struct {
 	probe   map[string]bool
 	stats   map[string]int
 	crashes []string
+	mail    *testmail.Server
 }
 
 func (r *rig) addItems(n int) {
@@ -379,6 +401,13 @@ func (r *rig) check(final bool) {
 	if doubled != "" {
 		t.Fatalf("sql.exec wrote these items twice: %s", doubled)
 	}
+	sentOnce := map[string]bool{}
+	for _, id := range r.mail.Sent() {
+		if sentOnce[id] {
+			t.Fatalf("email.send sent %s twice", id)
+		}
+		sentOnce[id] = true
+	}
 	if final {
 		if n := queryInt(`SELECT count(*) FROM events WHERE status='pending'`); n > 0 {
 			t.Fatalf("%d events are still pending at the end", n)
@@ -431,7 +460,7 @@ func (r *rig) settle(timeout time.Duration) {
 						what = engine.ResolveSkip
 					}
 				}
-				if r.sqlApplied(m.IdempotencyKey) {
+				if r.sqlApplied(m.IdempotencyKey) || r.mailSent(m.IdempotencyKey) {
 					what = engine.ResolveSkip
 				}
 				r.stats["escalation resolved: "+string(what)]++
@@ -518,7 +547,7 @@ func TestTorture(t *testing.T) {
 	defer sink.Close()
 	dir := t.TempDir()
 	r := &rig{t: t, dir: dir, data: filepath.Join(dir, "data"), sink: sink, rng: rand.New(rand.NewSource(s)),
-		items: map[string]int{}, names: []string{"chain", "noprobe", "probe", "items", "sql"}, stats: map[string]int{}}
+		items: map[string]int{}, names: []string{"chain", "noprobe", "probe", "items", "sql", "mail"}, stats: map[string]int{}}
 	if os.Getenv("KEEP_TORTURE_STORE") == "postgres" {
 		r.store = pgtest.FreshSchema(t)
 		t.Logf("on PostgreSQL: %s", r.store)
@@ -527,12 +556,13 @@ func TestTorture(t *testing.T) {
 			t.Logf("%d keep serve nodes share it", n)
 		}
 	}
+	r.mail = testmail.Start(t, true)
 	target := r.targetDB()
 	if _, err := target.Exec(`CREATE TABLE written (item TEXT NOT NULL)`); err != nil { // no unique key: a second write would show
 		t.Fatal(err)
 	}
 	target.Close()
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[connectors.sql.databases]\ntarget = \"sqlite://"+filepath.Join(dir, "target.db")+"\"\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(r.mail.Config()+"\n[connectors.sql.databases]\ntarget = \"sqlite://"+filepath.Join(dir, "target.db")+"\"\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
 	for _, wf := range r.names {
 		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
 		if wf == "items" {
@@ -540,6 +570,9 @@ func TestTorture(t *testing.T) {
 		}
 		if wf == "sql" {
 			src = sqlWorkflow(wf)
+		}
+		if wf == "mail" {
+			src = mailWorkflow(wf)
 		}
 		p := filepath.Join(dir, wf+".js")
 		os.WriteFile(p, []byte(src), 0o644)
@@ -552,6 +585,9 @@ func TestTorture(t *testing.T) {
 		r.addItems(1 + r.rng.Intn(2))
 		for j := 0; j < 3; j++ {
 			sink.Queue(faults[r.rng.Intn(len(faults))])
+		}
+		if r.rng.Intn(3) == 0 {
+			r.mail.CutAfterData(1) // a connection cut after the server took a message
 		}
 		r.round()
 		r.check(false)
@@ -579,6 +615,10 @@ func TestTorture(t *testing.T) {
 	db.Close()
 	if rows != r.items["sql"] {
 		t.Fatalf("the sql workflow wrote %d of its %d items", rows, r.items["sql"])
+	}
+	// The server keeps sent copies, so reconcile settles every cut send: every item is mailed once.
+	if n := len(r.mail.Sent()); n != r.items["mail"] {
+		t.Fatalf("the mail workflow sent %d messages for its %d items", n, r.items["mail"])
 	}
 	for k, v := range r.stats {
 		t.Logf("  %s: %d", k, v)
