@@ -11,8 +11,8 @@ package torture
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"database/sql"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"math/rand"
