@@ -53,7 +53,9 @@ func (a *app) serveCmd() *cobra.Command {
 				defer os.Remove(daemon.AddrFile(a.dataDir))
 				where = "http://" + ln.Addr().String()
 				k.Scheduler.SetNodeAddr(ln.Addr().String())
+				k.SetPageURL(where)
 			}
+			go k.Notify(ctx)
 			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
 			return k.Scheduler.Run(ctx)
 		},

@@ -84,6 +84,20 @@ type Config struct {
 	Google Google
 	SQL    SQL
 	Email  Email
+	Notify Notify
+}
+
+// Notify is [notify]: how keep tells a person that a run needs them.
+type Notify struct {
+	// Webhook receives a POST with the card as JSON.
+	Webhook string
+	// Email receives a message, sent through [connectors.email] smtp.
+	Email string
+	// PageURL is where links in notices point (keep serve's address).
+	PageURL string
+	// Digest is the time of day (UTC, "HH:MM") of the daily digest of
+	// what still waits; empty: no digest.
+	Digest string
 }
 
 // Email is [connectors.email]: the mailbox of the email connector.
@@ -141,12 +155,18 @@ func Parse(name, text string) (Config, error) {
 	}
 	_ = md
 	for k := range raw {
-		if k != "policy" && k != "connectors" {
-			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy], [connectors.google])", name, k)
+		if k != "policy" && k != "connectors" && k != "notify" {
+			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy], [connectors.*], [notify])", name, k)
 		}
 	}
 	if err := parseConnectors(name, raw["connectors"], &cfg); err != nil {
 		return cfg, err
+	}
+	if err := parseNotify(name, raw["notify"], &cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Notify.Email != "" && (cfg.Email.SMTP == "" || cfg.Email.From == "") {
+		return cfg, fmt.Errorf("config %s: [notify] email sends through [connectors.email]: set its smtp and from too", name)
 	}
 	pol, _ := raw["policy"].(map[string]any)
 	if raw["policy"] != nil && pol == nil {
@@ -257,6 +277,55 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			default:
 				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
 			}
+		}
+	}
+	return nil
+}
+
+var digestRe = regexp.MustCompile(`^([01]\d|2[0-3]):[0-5]\d$`)
+
+func parseNotify(name string, v any, cfg *Config) error {
+	if v == nil {
+		return nil
+	}
+	sect, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config %s: notify must be a table: [notify]", name)
+	}
+	for k, val := range sect {
+		where := fmt.Sprintf("config %s: [notify] %s", name, k)
+		str, isStr := val.(string)
+		if !isStr {
+			return fmt.Errorf("%s must be a string", where)
+		}
+		isURL := func() error {
+			u, err := url.Parse(str)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("%s must be an http(s) URL, got %q", where, str)
+			}
+			return nil
+		}
+		var err error
+		switch k {
+		case "webhook":
+			err, cfg.Notify.Webhook = isURL(), str
+		case "page_url":
+			err, cfg.Notify.PageURL = isURL(), strings.TrimRight(str, "/")
+		case "email":
+			cfg.Notify.Email = str
+			if !strings.Contains(str, "@") {
+				err = fmt.Errorf("%s must be an email address", where)
+			}
+		case "digest":
+			cfg.Notify.Digest = str
+			if !digestRe.MatchString(str) {
+				err = fmt.Errorf("%s must be a time of day in UTC like \"09:00\", got %q", where, str)
+			}
+		default:
+			err = fmt.Errorf("config %s: unknown key [notify] %s (known: webhook, email, page_url, digest)", name, k)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

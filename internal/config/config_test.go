@@ -130,3 +130,21 @@ func TestGoogleSection(t *testing.T) {
 		t.Fatalf("without a file the environment's client is not used: %+v", cfg.Google)
 	}
 }
+
+func TestNotifySection(t *testing.T) {
+	cfg, err := Parse("keep.toml", "[notify]\nwebhook = \"https://hooks.example.com/k\"\npage_url = \"http://keep.local:8347/\"\ndigest = \"09:30\"\n")
+	if err != nil || cfg.Notify.Webhook != "https://hooks.example.com/k" || cfg.Notify.PageURL != "http://keep.local:8347" || cfg.Notify.Digest != "09:30" {
+		t.Fatalf("%+v %v", cfg.Notify, err)
+	}
+	for text, want := range map[string]string{
+		"[notify]\nwebhook = \"ftp://x\"\n":         "[notify] webhook must be an http(s) URL",
+		"[notify]\ndigest = \"9am\"\n":              `[notify] digest must be a time of day in UTC like "09:00"`,
+		"[notify]\nemail = \"me@example.com\"\n":    "[notify] email sends through [connectors.email]",
+		"[notify]\nslack = \"#ops\"\n":              "unknown key [notify] slack",
+		"[connectors.email]\nimap = \"http://x\"\n": "[connectors.email] imap must be a URL like",
+	} {
+		if _, err := Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+}

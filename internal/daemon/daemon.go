@@ -34,6 +34,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/metrics"
+	"github.com/keep-run/keep/internal/notify"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/web"
@@ -123,6 +124,9 @@ type Keep struct {
 	accounts *pageAccounts
 	// sqlPools are the sql connector's connections, closed with keep.
 	sqlPools *sqlconn.Conn
+	// notifier tells people about blocked runs ([notify]); nil: none.
+	notifier *notify.Notifier
+	notified chan struct{}
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -196,7 +200,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, logger), notified: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -205,6 +209,10 @@ func Open(o Options) (*Keep, error) {
 		OnChange: func(wf string) {
 			sched.Wake()
 			k.Hub.Publish(wf)
+			select {
+			case k.notified <- struct{}{}:
+			default:
+			}
 		}})
 	node := ""
 	if shared {
@@ -256,6 +264,22 @@ func crashAt(step string) func(string) {
 			signal.Stop(cont)
 			fmt.Fprintf(os.Stderr, "keep: continued after the test stop point %s\n", reached)
 		}
+	}
+}
+
+// Notify sends the notices of [notify] until ctx ends (keep serve): at
+// once when a workflow changes, and every few seconds, so that a channel
+// that failed is tried again.
+func (k *Keep) Notify(ctx context.Context) {
+	if k.notifier != nil {
+		k.notifier.Run(ctx, 5*time.Second, k.notified)
+	}
+}
+
+// SetPageURL is where notices link to, unless [notify] page_url says.
+func (k *Keep) SetPageURL(u string) {
+	if k.notifier != nil && k.notifier.PageURL == "" {
+		k.notifier.PageURL = u
 	}
 }
 

@@ -239,6 +239,12 @@ type Tx interface {
 	// ConnectionList lists every account, by provider.
 	ConnectionList() ([]kt.Connection, error)
 
+	// NoticeSent reports when a notice (a blocked run's, a digest's) went
+	// out on a channel: 0 if it never did.
+	NoticeSent(key, channel string) (int64, error)
+	// NoticePut records that a notice went out.
+	NoticePut(key, channel string, at int64) error
+
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting
 	// for a retry, a person's action or reconciliation.

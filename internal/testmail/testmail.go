@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/mail"
 	"strings"
@@ -36,6 +37,7 @@ type Server struct {
 	user      *imapmemserver.User
 	mu        sync.Mutex
 	sent      []string // Message-IDs the SMTP server took
+	subjects  []string // and their subjects
 	cut       int      // cut this many connections after taking the message
 }
 
@@ -91,6 +93,13 @@ func (s *Server) Sent() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.sent...)
+}
+
+// Subjects lists the subjects of the messages the SMTP server took, in order.
+func (s *Server) Subjects() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.subjects...)
 }
 
 // Deliver puts a message into the INBOX, as if someone had mailed it.
@@ -153,6 +162,8 @@ func (x *session) Data(r io.Reader) error {
 	s := x.s
 	s.mu.Lock()
 	s.sent = append(s.sent, msg.Header.Get("Message-ID"))
+	subj, _ := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
+	s.subjects = append(s.subjects, subj)
 	cut := s.cut > 0
 	if cut {
 		s.cut--

@@ -562,3 +562,26 @@ func asKt(err error) *kt.Error {
 	}
 	return kt.Errorf(kt.ClassTransient, "%v", err)
 }
+
+// Notify sends a plain message to one address through the mailbox's SMTP
+// server (keep's notices, package notify). A notice may go twice after a
+// crash; it has no Message-ID of keep's.
+func Notify(ctx context.Context, cfg config.Email, to, subject, text string) error {
+	c := &conn{cfg: cfg}
+	cl, err := c.dialSMTP(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var b strings.Builder
+	for _, h := range [][2]string{{"From", cfg.From}, {"To", to}, {"Subject", mime.QEncoding.Encode("utf-8", subject)},
+		{"Date", time.Now().UTC().Format(time.RFC1123Z)}, {"MIME-Version", "1.0"}, {"Content-Type", "text/plain; charset=UTF-8"}, {"Content-Transfer-Encoding", "quoted-printable"}} {
+		b.WriteString(h[0] + ": " + h[1] + "\r\n")
+	}
+	var q bytes.Buffer
+	w := quotedprintable.NewWriter(&q)
+	w.Write([]byte(text))
+	w.Close()
+	b.WriteString("\r\n" + q.String())
+	return cl.SendMail(cfg.From, []string{to}, strings.NewReader(b.String()))
+}

@@ -1,6 +1,8 @@
 package sqldb
 
 import (
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -60,4 +62,18 @@ func (t *Tx) ConnectionList() ([]kt.Connection, error) {
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+func (t *Tx) NoticeSent(key, channel string) (int64, error) {
+	var at int64
+	err := t.r.QueryRow(`SELECT sent_at FROM notices WHERE key=? AND channel=?`, key, channel).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return at, err
+}
+
+func (t *Tx) NoticePut(key, channel string, at int64) error {
+	_, err := t.r.Exec(`INSERT INTO notices(key, channel, sent_at) VALUES(?,?,?) ON CONFLICT(key, channel) DO NOTHING`, key, channel, at)
+	return err
 }

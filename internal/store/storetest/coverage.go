@@ -326,3 +326,13 @@ func (r recordingTx) ConnectionList() ([]kt.Connection, error) {
 	r.c.note("ConnectionList")
 	return r.tx.ConnectionList()
 }
+
+func (r recordingTx) NoticeSent(key, channel string) (int64, error) {
+	r.c.note("NoticeSent")
+	return r.tx.NoticeSent(key, channel)
+}
+
+func (r recordingTx) NoticePut(key, channel string, at int64) error {
+	r.c.note("NoticePut")
+	return r.tx.NoticePut(key, channel, at)
+}

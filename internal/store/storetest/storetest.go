@@ -874,6 +874,20 @@ func exerciseTransactions(run runCase) {
 		}))
 	})
 
+	run("notices: sent once per key and channel", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.NoticePut("run-1", "webhook", 5) }))
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.NoticePut("run-1", "webhook", 9) })) // a second record keeps the first time
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if at, err := tx.NoticeSent("run-1", "webhook"); err != nil || at != 5 {
+				return fmt.Errorf("run-1 webhook: %d %v", at, err)
+			}
+			if at, err := tx.NoticeSent("run-1", "email"); err != nil || at != 0 {
+				return fmt.Errorf("run-1 email, never sent: %d %v", at, err)
+			}
+			return nil
+		}))
+	})
+
 	run("a cancelled context does not run the update", func(t *testing.T, s store.Store) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()

@@ -1,0 +1,248 @@
+// Package notify tells a person when keep needs them (issue 16): each
+// blocked run's card goes out once on every channel of [notify] (a
+// webhook, an email), and a daily digest lists what still waits. What was
+// sent is kept in the store (notices), so a restart does not send it
+// again; a channel that fails is tried again at the next pass and never
+// holds a workflow up.
+//
+// It may import config, report, store and the email connector's sender.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector/email"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Notice is what a channel sends.
+type Notice struct {
+	// Kind is "blocked" (one run) or "digest" (all that still wait).
+	Kind string `json:"kind"`
+	// Subject is one line for people.
+	Subject string `json:"subject"`
+	// Text is the body for people: what, why, what to do, the link.
+	Text string `json:"text"`
+	// Link is the run's page (blocked) or the overview (digest).
+	Link string `json:"link,omitempty"`
+	// Cards are the blocked runs' cards, as `keep status --json` has them.
+	Cards []report.Card `json:"cards"`
+}
+
+// Channel is one way to reach a person.
+type Channel interface {
+	Name() string
+	Send(ctx context.Context, n Notice) error
+}
+
+// Notifier sends the notices.
+type Notifier struct {
+	Store    store.Store
+	Channels []Channel
+	PageURL  string
+	Digest   string // "HH:MM" UTC, or ""
+	Now      func() time.Time
+	Log      *slog.Logger
+}
+
+// New builds the notifier of [notify]; nil when it names no channel.
+func New(st store.Store, n config.Notify, mail config.Email, log *slog.Logger) *Notifier {
+	var chans []Channel
+	if n.Webhook != "" {
+		chans = append(chans, &Webhook{URL: n.Webhook, Client: &http.Client{Timeout: 15 * time.Second}})
+	}
+	if n.Email != "" {
+		chans = append(chans, &Email{To: n.Email, Mail: mail})
+	}
+	if len(chans) == 0 {
+		return nil
+	}
+	return &Notifier{Store: st, Channels: chans, PageURL: n.PageURL, Digest: n.Digest, Now: time.Now, Log: log}
+}
+
+// Run sends notices every interval (and when woken) until ctx ends.
+func (nt *Notifier) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := nt.Pass(ctx); err != nil && ctx.Err() == nil {
+			nt.Log.Warn("notices", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-wake:
+		}
+	}
+}
+
+// Pass sends what is due: each blocked run's notice on each channel that
+// has not had it, and the digest once a day after its time.
+func (nt *Notifier) Pass(ctx context.Context) error {
+	cards, err := report.Blocked(ctx, nt.Store, "")
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, c := range cards {
+		n := nt.blocked(c)
+		if err := nt.sendOnce(ctx, "run:"+c.RunID, n); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if nt.Digest != "" && len(cards) > 0 {
+		now := nt.Now().UTC()
+		if now.Format("15:04") >= nt.Digest {
+			if err := nt.sendOnce(ctx, "digest:"+now.Format("2006-01-02"), nt.digest(cards)); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// sendOnce sends n on every channel that has not sent key, and records
+// each success. A crash between a send and its record sends it again:
+// a person told twice beats a person never told.
+func (nt *Notifier) sendOnce(ctx context.Context, key string, n Notice) error {
+	var errs []string
+	for _, ch := range nt.Channels {
+		var sent int64
+		if err := nt.Store.View(ctx, func(tx store.Tx) error {
+			var err error
+			sent, err = tx.NoticeSent(key, ch.Name())
+			return err
+		}); err != nil {
+			return err
+		}
+		if sent != 0 {
+			continue
+		}
+		if err := ch.Send(ctx, n); err != nil {
+			errs = append(errs, fmt.Sprintf("%s notice %s: %v", ch.Name(), key, err))
+			continue
+		}
+		if err := nt.Store.Update(ctx, func(tx store.Tx) error { return tx.NoticePut(key, ch.Name(), nt.Now().UnixMilli()) }); err != nil {
+			return err
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (nt *Notifier) link(path string) string {
+	if nt.PageURL == "" {
+		return ""
+	}
+	return nt.PageURL + path
+}
+
+func what(c report.Card) string {
+	switch {
+	case c.Mutation != nil:
+		return c.Mutation.Tool + "." + c.Mutation.Method + " → " + c.Mutation.Target
+	case c.Title != "":
+		return c.Title
+	}
+	return c.Handler
+}
+
+func doLines(c report.Card) []string {
+	var out []string
+	if c.Reconnect != "" {
+		out = append(out, "keep connect "+c.Reconnect+" (reconnect the account first)")
+	}
+	for _, a := range c.Actions {
+		if a == "approve" {
+			out = append(out, "keep approve "+c.RunID)
+		} else {
+			out = append(out, "keep resolve "+c.RunID+" --"+a)
+		}
+	}
+	return out
+}
+
+func (nt *Notifier) blocked(c report.Card) Notice {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s needs you (run %s, %s).\n\nWhat: %s\n", c.Workflow, c.RunID, c.Status, what(c))
+	for _, in := range c.Inputs {
+		fmt.Fprintf(&b, "Input: %s\n", in.Title)
+	}
+	fmt.Fprintf(&b, "Why: %s\n\nWhat you can do:\n  %s\n", c.Reason, strings.Join(doLines(c), "\n  "))
+	link := nt.link("/runs/" + c.RunID)
+	if link != "" {
+		fmt.Fprintf(&b, "\nThe card: %s\n", link)
+	}
+	return Notice{Kind: "blocked", Subject: fmt.Sprintf("keep: %s needs you: %s", c.Workflow, what(c)), Text: b.String(), Link: link, Cards: []report.Card{c}}
+}
+
+func (nt *Notifier) digest(cards []report.Card) Notice {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d runs still wait for you:\n\n", len(cards))
+	for _, c := range cards {
+		fmt.Fprintf(&b, "- %s: %s — %s\n", c.Workflow, what(c), c.Reason)
+	}
+	if l := nt.link("/"); l != "" {
+		fmt.Fprintf(&b, "\nAll of them: %s\n", l)
+	}
+	return Notice{Kind: "digest", Subject: fmt.Sprintf("keep: %d runs still wait for you", len(cards)), Text: b.String(), Link: nt.link("/"), Cards: cards}
+}
+
+// Webhook POSTs the notice as JSON; any 2xx is delivered.
+type Webhook struct {
+	URL    string
+	Client *http.Client
+}
+
+func (w *Webhook) Name() string { return "webhook" }
+
+func (w *Webhook) Send(ctx context.Context, n Notice) error {
+	body, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "keep")
+	resp, err := w.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the webhook answered %s", resp.Status)
+	}
+	return nil
+}
+
+// Email sends the notice through [connectors.email]'s SMTP server.
+type Email struct {
+	To   string
+	Mail config.Email
+}
+
+func (e *Email) Name() string { return "email" }
+
+func (e *Email) Send(ctx context.Context, n Notice) error {
+	return email.Notify(ctx, e.Mail, e.To, n.Subject, n.Text)
+}

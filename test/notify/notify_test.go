@@ -1,0 +1,203 @@
+// Package notify runs keep serve with [notify] and checks what a person
+// gets: one notice per blocked run on each channel (a webhook, an email),
+// none again after keep is killed and restarted, and a failing webhook
+// that never holds a workflow up.
+package notify
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testmail"
+)
+
+var keepBin string
+
+func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
+
+// flow publishes one job whose write goes to url: a 403 there blocks the
+// run for a person (paused:approval); a 200 completes it.
+func flow(name, url string) string {
+	return `export default Keep.workflow({
+  name: "` + name + `",
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1", title: "` + name + ` job" })
+    await ctx.publish("job", { messageId: "1", inputId, payload: {} })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "` + url + `" }) },
+  }) },
+})`
+}
+
+type hook struct {
+	mu        sync.Mutex
+	failFirst int
+	got       []map[string]any
+	refused   int
+}
+
+func (h *hook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failFirst > 0 {
+		h.failFirst--
+		h.refused++
+		http.Error(w, "down", http.StatusBadGateway)
+		return
+	}
+	var n map[string]any
+	json.Unmarshal(b, &n)
+	h.got = append(h.got, n)
+}
+
+// runsNotified counts the blocked notices per run id.
+func (h *hook) runsNotified() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for _, n := range h.got {
+		if n["kind"] != "blocked" {
+			continue
+		}
+		for _, c := range n["cards"].([]any) {
+			out[c.(map[string]any)["workflow"].(string)+" "+c.(map[string]any)["runId"].(string)]++
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, logs *strings.Builder, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; keep serve said:\n%s", what, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
+	service := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/forbidden") {
+			http.Error(w, "no", http.StatusForbidden)
+		}
+	}))
+	defer service.Close()
+	h := &hook{failFirst: 2} // the webhook is down at first
+	hooks := httptest.NewServer(h)
+	defer hooks.Close()
+	mail := testmail.Start(t, true)
+
+	dir := t.TempDir()
+	cfg := mail.Config() + fmt.Sprintf("\n[notify]\nwebhook = %q\nemail = \"owner@example.com\"\ndigest = \"00:00\"\n", hooks.URL)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
+	for name, url := range map[string]string{"stuck": service.URL + "/forbidden/1", "fine": service.URL + "/ok"} {
+		os.WriteFile(filepath.Join(dir, name+".js"), []byte(flow(name, url)), 0o644)
+		if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, name+".js")).CombinedOutput(); err != nil {
+			t.Fatalf("deploy: %v %s", err, out)
+		}
+	}
+	addr := freePort(t)
+	serve := func() (*exec.Cmd, *strings.Builder) {
+		cmd := exec.Command(keepBin, "serve", "--data", filepath.Join(dir, "data"), "--addr", addr)
+		cmd.Dir = dir
+		logs := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, logs
+	}
+	cmd, logs := serve()
+	status := func(wf string) string {
+		out, _ := exec.Command(keepBin, "status", wf, "--data", filepath.Join(dir, "data"), "--json").Output()
+		return string(out)
+	}
+	// The webhook failing does not hold anything up: the other workflow finishes.
+	waitFor(t, "the fine workflow to be idle", logs, func() bool { return strings.Contains(status("fine"), `"status": "idle"`) })
+	waitFor(t, "the notice of the blocked run", logs, func() bool { return len(h.runsNotified()) == 1 })
+	h.mu.Lock()
+	n := h.got[0]
+	refused := h.refused
+	h.mu.Unlock()
+	card := n["cards"].([]any)[0].(map[string]any)
+	if refused != 2 || !strings.Contains(n["text"].(string), "403") || !strings.Contains(n["link"].(string), "http://"+addr+"/runs/"+card["runId"].(string)) ||
+		!strings.Contains(n["text"].(string), "keep resolve "+card["runId"].(string)) {
+		t.Fatalf("after %d refusals the webhook got %v", refused, n)
+	}
+	needsYou := func() (n int) {
+		for _, s := range mail.Subjects() {
+			if strings.Contains(s, "needs you") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the email notice", logs, func() bool { return needsYou() == 1 })
+	if s := strings.Join(mail.Subjects(), "|"); !strings.Contains(s, "keep: stuck needs you: http.request → POST") {
+		t.Fatalf("the emails' subjects: %q", s)
+	}
+
+	// kill -9 and start again: the same block is not told again. Then a new
+	// block shows the notifier is running, and the first is still told once.
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	os.WriteFile(filepath.Join(dir, "later.js"), []byte(flow("later", service.URL+"/forbidden/2")), 0o644)
+	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "later.js")).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v %s", err, out)
+	}
+	_, logs = serve()
+	waitFor(t, "the notice of the second blocked run", logs, func() bool { return len(h.runsNotified()) == 2 })
+	for run, times := range h.runsNotified() {
+		if times != 1 {
+			t.Fatalf("%s was notified %d times", run, times)
+		}
+	}
+	// The daily digest (due since 00:00 UTC) went out once, restart or not
+	// — unless this test ran across midnight, when a second day's is due.
+	if now := time.Now().UTC(); now.Hour() != 0 || now.Minute() > 2 {
+		h.mu.Lock()
+		digests := 0
+		for _, n := range h.got {
+			if n["kind"] == "digest" {
+				digests++
+				if !strings.Contains(n["text"].(string), "still wait") || len(n["cards"].([]any)) == 0 {
+					t.Errorf("digest %v", n)
+				}
+			}
+		}
+		h.mu.Unlock()
+		if digests != 1 {
+			t.Fatalf("%d digests", digests)
+		}
+	}
+	waitFor(t, "the second email", logs, func() bool { return needsYou() == 2 })
+}
