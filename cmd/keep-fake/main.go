@@ -16,15 +16,17 @@ import (
 	"os"
 
 	"github.com/keep-run/keep/internal/fake/googlefake"
+	"github.com/keep-run/keep/internal/fake/slackfake"
 )
 
 const usage = `keep-fake serves fakes of public APIs for trying and testing keep.
 
 Usage:
   keep-fake google [--addr 127.0.0.1:0]   Gmail, Sheets, Calendar and Google's OAuth 2.0
+  keep-fake slack [--addr 127.0.0.1:0]    Slack's Web API (any xoxb- token is accepted)
 
 It prints the base URL as the first line of its output; point keep at it with
-  [connectors.google]
+  [connectors.google] (or [connectors.slack])
   endpoint = "<that URL>"
 in keep.toml. Admin routes (for seeding and faults) are listed in docs/scripts.md.
 `
@@ -34,21 +36,27 @@ func main() {
 		fmt.Print(usage)
 		return
 	}
-	if os.Args[1] != "google" {
-		fmt.Fprintf(os.Stderr, "keep-fake: unknown fake %q (known: google)\n\n%s", os.Args[1], usage)
+	var handler http.Handler
+	switch os.Args[1] {
+	case "google":
+		handler = googlefake.New().Handler()
+	case "slack":
+		handler = slackfake.New().Handler()
+	default:
+		fmt.Fprintf(os.Stderr, "keep-fake: unknown fake %q (known: google, slack)\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("keep-fake google", flag.ExitOnError)
+	fs := flag.NewFlagSet("keep-fake "+os.Args[1], flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0 picks a free one)")
 	fs.Parse(os.Args[2:])
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "keep-fake google: listen on %s: %v\n", *addr, err)
+		fmt.Fprintf(os.Stderr, "keep-fake %s: listen on %s: %v\n", os.Args[1], *addr, err)
 		os.Exit(1)
 	}
 	fmt.Printf("http://%s\n", ln.Addr())
-	if err := http.Serve(ln, googlefake.New().Handler()); err != nil {
-		fmt.Fprintf(os.Stderr, "keep-fake google: %v\n", err)
+	if err := http.Serve(ln, handler); err != nil {
+		fmt.Fprintf(os.Stderr, "keep-fake %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
 }

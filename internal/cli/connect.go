@@ -11,10 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slack-go/slack"
 	"github.com/spf13/cobra"
+	"golang.org/x/oauth2"
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector/google"
+	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -39,8 +42,9 @@ const configHelp = "TOML config file: [policy], [connectors.google] (default: ./
 
 func (a *app) connectCmd() *cobra.Command {
 	var timeout time.Duration
+	var token string
 	c := &cobra.Command{
-		Use:   "connect google [SCRIPT...]",
+		Use:   "connect google [SCRIPT...] | connect slack --token xoxb-…",
 		Short: "connect a Google account: keep asks for the scopes the deployed workflows (and SCRIPTs) use, and keeps the tokens encrypted",
 		Long: "connect runs Google's OAuth 2.0 flow for installed apps (a loopback redirect with PKCE): it prints a URL to open\n" +
 			"in a browser, waits for the answer on 127.0.0.1, and stores the tokens encrypted in the store (the key is\n" +
@@ -50,12 +54,18 @@ func (a *app) connectCmd() *cobra.Command {
 			"(endpoint = \"http://…\") none is needed.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != google.Provider {
-				return fmt.Errorf("keep connect knows google only (got %q)", args[0])
-			}
 			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
+			}
+			if args[0] == slackconn.Provider {
+				if token == "" {
+					token = os.Getenv("KEEP_SLACK_TOKEN")
+				}
+				return a.connectSlack(cmd.Context(), cfg.SlackEndpoint, token)
+			}
+			if args[0] != google.Provider {
+				return fmt.Errorf("keep connect knows google and slack (got %q)", args[0])
 			}
 			if cfg.Google.Endpoint == "" && cfg.Google.ClientID == "" {
 				return fmt.Errorf("no Google OAuth client: set [connectors.google] client_id and client_secret in keep.toml (a \"Desktop app\" client of your Google Cloud project), or KEEP_GOOGLE_CLIENT_ID and KEEP_GOOGLE_CLIENT_SECRET; to try keep without Google, run keep-fake google and set [connectors.google] endpoint")
@@ -75,6 +85,7 @@ func (a *app) connectCmd() *cobra.Command {
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the browser's answer")
+	c.Flags().StringVar(&token, "token", "", "slack: the bot token (xoxb-…; default $KEEP_SLACK_TOKEN); stored encrypted, never printed")
 	return c
 }
 
@@ -210,4 +221,34 @@ func (a *app) connectionsCmd() *cobra.Command {
 	}
 	a.addJSON(c)
 	return c
+}
+
+// connectSlack checks a bot token with auth.test and stores it sealed.
+func (a *app) connectSlack(ctx context.Context, endpoint, token string) error {
+	if !strings.HasPrefix(token, "xox") {
+		return errors.New("keep connect slack needs the bot's token: --token xoxb-… (or KEEP_SLACK_TOKEN), from your Slack app's OAuth & Permissions page")
+	}
+	opts := []slack.Option{}
+	if endpoint != "" {
+		opts = append(opts, slack.OptionAPIURL(endpoint+"/api/"))
+	}
+	who, err := slack.New(token, opts...).AuthTestContext(ctx)
+	if err != nil {
+		return fmt.Errorf("Slack refused the token (%v); nothing was stored", err)
+	}
+	st, err := a.openOrCreateStore()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	accts, err := daemon.Accounts(a.dataDir, st)
+	if err != nil {
+		return err
+	}
+	account := who.User + "@" + who.Team
+	if err := accts.Save(ctx, slackconn.Provider, account, nil, &oauth2.Token{AccessToken: token}); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "connected slack as %s (bot %s); the token is stored encrypted\n", account, who.UserID)
+	return nil
 }

@@ -24,9 +24,14 @@ func TestConnectGoogleSaysWhatIsMissing(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.err, "no deployed workflow calls gmail, sheets or calendar") {
 		t.Fatalf("with nothing deployed: %d %q", r.code, r.err)
 	}
-	r = keep(t, "connect", "slack", "--data", data, "--config", cfg)
-	if r.code == 0 || !strings.Contains(r.err, "google only") {
+	r = keep(t, "connect", "dropbox", "--data", data, "--config", cfg)
+	if r.code == 0 || !strings.Contains(r.err, "knows google and slack") {
 		t.Fatalf("an unknown provider: %d %q", r.code, r.err)
+	}
+	t.Setenv("KEEP_SLACK_TOKEN", "")
+	r = keep(t, "connect", "slack", "--data", data, "--config", cfg)
+	if r.code == 0 || !strings.Contains(r.err, "--token xoxb-") {
+		t.Fatalf("slack without a token: %d %q", r.code, r.err)
 	}
 	r = keep(t, "connections", "--data", data)
 	if r.code != 0 || !strings.Contains(r.out, "no accounts connected") {

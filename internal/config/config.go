@@ -85,6 +85,9 @@ type Config struct {
 	SQL    SQL
 	Email  Email
 	Notify Notify
+	// SlackEndpoint is a Slack stand-in's base URL ([connectors.slack]
+	// endpoint, keep-fake slack); empty is Slack.
+	SlackEndpoint string
 }
 
 // Notify is [notify]: how keep tells a person that a run needs them.
@@ -251,8 +254,23 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			}
 			continue
 		}
+		if k == "slack" {
+			sl, ok := sect.(map[string]any)
+			if !ok {
+				return fmt.Errorf("config %s: [connectors.slack] must be a table", name)
+			}
+			for key, val := range sl {
+				str, isStr := val.(string)
+				u, err := url.Parse(str)
+				if key != "endpoint" || !isStr || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("config %s: [connectors.slack] knows only endpoint = \"http://…\" (what keep-fake slack prints; the token is stored by keep connect slack --token)", name)
+				}
+				cfg.SlackEndpoint = strings.TrimRight(str, "/")
+			}
+			continue
+		}
 		if k != "google" {
-			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.sql.databases], [connectors.email])", name, k)
+			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.slack], [connectors.sql.databases], [connectors.email])", name, k)
 		}
 		g, ok := sect.(map[string]any)
 		if !ok {

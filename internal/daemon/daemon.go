@@ -30,6 +30,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/files"
 	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"
+	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
@@ -83,11 +84,11 @@ func OpenStore(dataDir, storeURL string) (store.Store, error) {
 // their calls say to connect one.
 func Registry(filesRoot string) *connector.Registry {
 	sqlc, _ := sqlconn.New(nil)
-	return registry(filesRoot, nil, sqlc, email.New(config.Email{}))
+	return registry(filesRoot, nil, sqlc, email.New(config.Email{}), slackconn.New(nil))
 }
 
-func registry(filesRoot string, g *google.Auth, sqlc, mail *connector.Connector) *connector.Registry {
-	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc, mail}, google.New(g)...)
+func registry(filesRoot string, g *google.Auth, sqlc, mail, sl *connector.Connector) *connector.Registry {
+	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc, mail, sl}, google.New(g)...)
 	return connector.NewRegistry(cs...)
 }
 
@@ -182,7 +183,8 @@ func Open(o Options) (*Keep, error) {
 	gauth := google.NewAuth(cfg.Google, accts)
 	sqlc, sqlPools := sqlconn.New(cfg.SQL.Databases)
 	mail := email.New(cfg.Email)
-	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail) }
+	sl := slackconn.New(&slackconn.Slack{Endpoint: cfg.SlackEndpoint, Accounts: accts})
+	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail, sl) }
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
@@ -204,7 +206,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
-	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail, sl), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()

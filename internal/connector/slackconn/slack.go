@@ -1,0 +1,362 @@
+// Package slackconn is the slack connector, on github.com/slack-go/slack,
+// with the bot token `keep connect slack --token …` stored (sealed, package
+// account). A posted message carries the write's idempotency key in its
+// metadata, so reconcile finds it in the channel's history.
+//
+// It may import keeptype, config, account and connector.
+package slackconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// Provider is the name the token is stored under.
+const Provider = "slack"
+
+// metaEvent is the metadata event type of keep's messages.
+const metaEvent = "keep_write"
+
+// ReconcileWindow is how many of a channel's latest messages reconcile reads.
+const ReconcileWindow = 1000
+
+// Slack reaches one workspace.
+type Slack struct {
+	// Endpoint is a stand-in's base URL (keep-fake slack); "" is Slack.
+	Endpoint string
+	Accounts *account.Accounts
+}
+
+// New returns the slack connector (s nil: no token; every call says so).
+func New(s *Slack) *connector.Connector {
+	c := &conn{s: s}
+	chParam := connector.Param{Name: "channel", Type: "string", Required: true, Doc: "a channel id (`C0123…`) or name (`#ops`)"}
+	return &connector.Connector{
+		Name: "slack",
+		Doc:  "A Slack workspace, as the bot whose token `keep connect slack --token xoxb-…` stored. Invite the bot to the channels it reads and writes.",
+		Sources: map[string][]string{
+			"slack": {"message", "reaction"},
+		},
+		Methods: map[string]*connector.Method{
+			"history": {Name: "history", Kind: connector.KindRead, Validate: validate("slack.history", "channel"), Do: c.history, Doc: connector.MethodDoc{
+				Summary: "Reads a channel's messages, oldest first.",
+				Params: []connector.Param{chParam, {Name: "after", Type: "string", Doc: "a cursor: a previous result's `lastCursor` (a message `ts`); only later messages come back"},
+					{Name: "limit", Type: "number", Doc: "at most this many, 1 to 999 (default 100)"}},
+				Result: "an array of `{ ts, user, text, threadTs }` (`ts` is the message's id: register inputs by it) with a property `lastCursor`",
+				Errors: "a channel that does not exist or the bot is not in: logic; a revoked token: permission (reconnect); rate limits: transient, after Slack's Retry-After.",
+			}},
+			"postMessage": {Name: "postMessage", Kind: connector.KindMutate, Identity: []string{"channel", "threadTs"}, Validate: validate("slack.postMessage", "channel", "text"),
+				Do: c.post, Reconcile: c.reconcilePost, ComparePayload: compare("text"), Target: func(a map[string]any) string { return "slack.postMessage to " + str(a["channel"]) },
+				Doc: connector.MethodDoc{
+					Summary: "Posts a message as the bot. The message's metadata carries the write's idempotency key (`event_type: keep_write`).",
+					Params: []connector.Param{chParam, {Name: "text", Type: "string", Required: true, Doc: "the message (Slack's mrkdwn)"},
+						{Name: "threadTs", Type: "string", Doc: "reply in this message's thread"}, {Name: "subkey", Type: "string", Doc: "tells apart two posts of one run to the same channel"}},
+					Result:    "`{ channel, ts }`; a reconciled post adds `reconciled: true`",
+					Reconcile: fmt.Sprintf("reads the channel's latest %d messages with their metadata, looking for the key: found means posted; not found (seen twice, after the settle time) means not, and keep posts it.", ReconcileWindow),
+					Errors:    "`channel_not_found`, `not_in_channel`, `is_archived`: precondition, nothing posted; a revoked or invalid token: permission (Reconnect Slack); `ratelimited`: transient, nothing posted; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+				}},
+			"addReaction": {Name: "addReaction", Kind: connector.KindMutate, Identity: []string{"channel", "ts", "name"}, Validate: validate("slack.addReaction", "channel", "ts", "name"),
+				Do: c.react, Reconcile: c.reconcileReaction, Target: func(a map[string]any) string {
+					return "slack.addReaction :" + str(a["name"]) + ": on " + str(a["channel"]) + " " + str(a["ts"])
+				},
+				Doc: connector.MethodDoc{
+					Summary: "Adds the bot's reaction to a message (a reaction the bot already gave counts as done).",
+					Params: []connector.Param{chParam, {Name: "ts", Type: "string", Required: true, Doc: "the message's ts"},
+						{Name: "name", Type: "string", Required: true, Doc: "the emoji's name, without colons (`white_check_mark`)"}},
+					Result:    "`{ channel, ts, name }`",
+					Reconcile: "reads the message's reactions: the bot among the users of `name` means applied.",
+					Errors:    "a message that does not exist: precondition; otherwise as postMessage.",
+				}},
+		},
+	}
+}
+
+type conn struct{ s *Slack }
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func validate(method string, required ...string) func(map[string]any) error {
+	return func(a map[string]any) error {
+		for _, k := range required {
+			if strings.TrimSpace(str(a[k])) == "" {
+				return fmt.Errorf("%s needs %s (a non-empty string)", method, k)
+			}
+		}
+		for _, k := range []string{"threadTs", "after"} {
+			if v, ok := a[k]; ok && v != nil {
+				if _, isStr := v.(string); !isStr {
+					return fmt.Errorf("%s: %s must be a string (a message's ts)", method, k)
+				}
+			}
+		}
+		if l, ok := a["limit"]; ok && l != nil {
+			if f, isNum := l.(float64); !isNum || f < 1 || f > 999 {
+				return fmt.Errorf("%s: limit must be a number from 1 to 999", method)
+			}
+		}
+		return nil
+	}
+}
+
+func compare(names ...string) func(old, new map[string]any) connector.Comparison {
+	return func(old, new map[string]any) connector.Comparison {
+		for _, n := range names {
+			if fmt.Sprint(old[n]) != fmt.Sprint(new[n]) {
+				return connector.Significant
+			}
+		}
+		return connector.Equivalent
+	}
+}
+
+// wire notes whether a request reached the network.
+type wire struct{ wrote bool }
+
+// client returns a Slack client with the stored token, tracing whether
+// its requests were written.
+func (c *conn) client(ctx context.Context, what string) (*slack.Client, *wire, *kt.Error) {
+	w := &wire{}
+	if c.s == nil || c.s.Accounts == nil {
+		return nil, w, notConnected(what)
+	}
+	conn, tok, err := c.s.Accounts.Get(ctx, Provider)
+	switch {
+	case errors.Is(err, kt.ErrNotFound):
+		return nil, w, notConnected(what)
+	case errors.Is(err, account.ErrWrongKey):
+		return nil, w, kt.Errorf(kt.ClassPermission, "%s: %v (set %s to the key of the node that connected Slack, or connect it again)%s", what, err, account.KeyEnv, reconnect())
+	case err != nil:
+		return nil, w, kt.Errorf(kt.ClassTransient, "%s: reading the Slack token: %v", what, err)
+	case conn.Broken != "":
+		return nil, w, kt.Errorf(kt.ClassPermission, "%s: Slack refused the bot's token (%s)%s", what, conn.Broken, reconnect())
+	}
+	hc := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { w.wrote = true }}))
+		return http.DefaultTransport.RoundTrip(r)
+	}), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	opts := []slack.Option{slack.OptionHTTPClient(hc)}
+	if c.s.Endpoint != "" {
+		opts = append(opts, slack.OptionAPIURL(c.s.Endpoint+"/api/"))
+	}
+	return slack.New(tok.AccessToken, opts...), w, nil
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func reconnect() string { return kt.ReconnectSuffix(Provider + " --token xoxb-…") }
+
+func notConnected(what string) *kt.Error {
+	return kt.Errorf(kt.ClassPermission, "%s: no Slack bot token is stored%s", what, reconnect())
+}
+
+// classify says what a Slack error means for a read or a write.
+func (c *conn) classify(ctx context.Context, what string, write bool, w *wire, err error) connector.Result {
+	var rl *slack.RateLimitedError
+	var se slack.SlackErrorResponse
+	var sc slack.StatusCodeError
+	failed := func(class kt.ErrorClass, format string, args ...any) connector.Result {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(class, "%s: "+format, append([]any{what}, args...)...)}
+	}
+	switch {
+	case errors.As(err, &rl):
+		r := failed(kt.ClassTransient, "Slack is rate limiting the bot")
+		r.Err.RetryAfter = rl.RetryAfter
+		return r
+	case errors.As(err, &se):
+		switch se.Err {
+		case "invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive":
+			if c.s != nil && c.s.Accounts != nil {
+				c.s.Accounts.MarkBroken(ctx, Provider, se.Err)
+			}
+			return failed(kt.ClassPermission, "Slack refused the bot's token (%s)%s", se.Err, reconnect())
+		case "missing_scope", "not_allowed_token_type":
+			return failed(kt.ClassPermission, "the bot lacks a scope (%s; needed: %s)", se.Err, se.Needed)
+		case "channel_not_found", "not_in_channel", "is_archived", "message_not_found", "thread_not_found":
+			if !write {
+				return failed(kt.ClassLogic, "%s (invite the bot to the channel, or fix its name)", se.Err)
+			}
+			return failed(kt.ClassPrecondition, "%s (invite the bot to the channel, or fix its name)", se.Err)
+		case "internal_error", "fatal_error", "service_unavailable", "request_timeout":
+			if write {
+				return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: Slack answered %s; it may have applied the write", what, se.Err)}
+			}
+			return failed(kt.ClassTransient, "Slack answered %s", se.Err)
+		}
+		return failed(kt.ClassLogic, "Slack answered %s", se.Err)
+	case errors.As(err, &sc):
+		if sc.Code >= 500 && write {
+			return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: Slack answered %s; it may have applied the write", what, sc.Status)}
+		}
+		if sc.Code >= 500 || sc.Code == 429 {
+			return failed(kt.ClassTransient, "Slack answered %s", sc.Status)
+		}
+		return failed(kt.ClassLogic, "Slack answered %s", sc.Status)
+	}
+	if !write {
+		return failed(kt.ClassTransient, "%v", cleanErr(err))
+	}
+	if !w.wrote && !isTimeout(err) {
+		return failed(kt.ClassTransient, "not sent: %v", cleanErr(err))
+	}
+	return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); Slack may have applied it", what, cleanErr(err))}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+func cleanErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if isTimeout(err) {
+		return "timed out"
+	}
+	return err.Error()
+}
+
+func (c *conn) history(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	what := "slack.history of " + str(a["channel"])
+	api, w, kerr := c.client(ctx, what)
+	if kerr != nil {
+		return connector.Result{Err: kerr}
+	}
+	limit := 100
+	if f, ok := a["limit"].(float64); ok {
+		limit = int(f)
+	}
+	resp, err := api.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{ChannelID: str(a["channel"]), Oldest: str(a["after"]), Limit: limit})
+	if err != nil {
+		return connector.Result{Err: c.classify(ctx, what, false, w, err).Err}
+	}
+	items := []any{}
+	cursor := str(a["after"])
+	for i := len(resp.Messages) - 1; i >= 0; i-- { // Slack answers newest first
+		m := resp.Messages[i]
+		if cursor != "" && !after(m.Timestamp, str(a["after"])) {
+			continue
+		}
+		items = append(items, map[string]any{"ts": m.Timestamp, "user": m.User, "text": m.Text, "threadTs": m.ThreadTimestamp})
+		if cursor == "" || after(m.Timestamp, cursor) {
+			cursor = m.Timestamp
+		}
+	}
+	props := map[string]any{}
+	if cursor != "" {
+		props["lastCursor"] = cursor
+	}
+	return connector.Result{Value: connector.ListWith(items, props)}
+}
+
+func after(a, b string) bool {
+	x, _ := strconv.ParseFloat(a, 64)
+	y, _ := strconv.ParseFloat(b, 64)
+	return x > y
+}
+
+func (c *conn) post(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	what := "slack.postMessage to " + str(a["channel"])
+	api, w, kerr := c.client(ctx, what)
+	if kerr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
+	}
+	opts := []slack.MsgOption{slack.MsgOptionText(str(a["text"]), false),
+		slack.MsgOptionMetadata(slack.SlackMetadata{EventType: metaEvent, EventPayload: map[string]any{"idempotency_key": call.IdempotencyKey}})}
+	if ts := str(a["threadTs"]); ts != "" {
+		opts = append(opts, slack.MsgOptionTS(ts))
+	}
+	ch, ts, err := api.PostMessageContext(ctx, str(a["channel"]), opts...)
+	if err != nil {
+		return c.classify(ctx, what, true, w, err)
+	}
+	return connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"channel": ch, "ts": ts}}
+}
+
+func (c *conn) reconcilePost(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
+	what := "slack.postMessage's reconcile"
+	api, _, kerr := c.client(ctx, what)
+	if kerr != nil {
+		return connector.ReconcileRetry, nil, kerr
+	}
+	params := &slack.GetConversationHistoryParameters{ChannelID: str(call.Args["channel"]), Limit: 200, IncludeAllMetadata: true}
+	for read := 0; read < ReconcileWindow; {
+		resp, err := api.GetConversationHistoryContext(ctx, params)
+		if err != nil {
+			return connector.ReconcileRetry, nil, fmt.Errorf("%s: %v", what, err)
+		}
+		for _, m := range resp.Messages {
+			if m.Metadata.EventType == metaEvent && fmt.Sprint(m.Metadata.EventPayload["idempotency_key"]) == call.IdempotencyKey {
+				return connector.ReconcileApplied, map[string]any{"channel": str(call.Args["channel"]), "ts": m.Timestamp, "reconciled": true}, nil
+			}
+		}
+		read += len(resp.Messages)
+		if !resp.HasMore || resp.ResponseMetaData.NextCursor == "" || len(resp.Messages) == 0 {
+			break
+		}
+		params.Cursor = resp.ResponseMetaData.NextCursor
+	}
+	return connector.ReconcileFailed, nil, nil
+}
+
+func (c *conn) react(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	what := "slack.addReaction :" + str(a["name"]) + ":"
+	api, w, kerr := c.client(ctx, what)
+	if kerr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
+	}
+	err := api.AddReactionContext(ctx, strings.Trim(str(a["name"]), ":"), slack.NewRefToMessage(str(a["channel"]), str(a["ts"])))
+	var se slack.SlackErrorResponse
+	if err != nil && !(errors.As(err, &se) && se.Err == "already_reacted") {
+		return c.classify(ctx, what, true, w, err)
+	}
+	return connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"channel": str(a["channel"]), "ts": str(a["ts"]), "name": str(a["name"])}}
+}
+
+func (c *conn) reconcileReaction(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
+	a := call.Args
+	api, _, kerr := c.client(ctx, "slack.addReaction's reconcile")
+	if kerr != nil {
+		return connector.ReconcileRetry, nil, kerr
+	}
+	me, err := api.AuthTestContext(ctx)
+	if err != nil {
+		return connector.ReconcileRetry, nil, err
+	}
+	item, err := api.GetReactionsContext(ctx, slack.NewRefToMessage(str(a["channel"]), str(a["ts"])), slack.GetReactionsParameters{Full: true})
+	if err != nil {
+		return connector.ReconcileRetry, nil, err
+	}
+	for _, r := range item.Reactions {
+		if r.Name == strings.Trim(str(a["name"]), ":") {
+			for _, u := range r.Users {
+				if u == me.UserID {
+					return connector.ReconcileApplied, map[string]any{"channel": str(a["channel"]), "ts": str(a["ts"]), "name": str(a["name"]), "reconciled": true}, nil
+				}
+			}
+		}
+	}
+	return connector.ReconcileFailed, nil, nil
+}
+
+var _ = time.Second

@@ -1,0 +1,185 @@
+package slackconn_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+
+	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/slackconn"
+	"github.com/keep-run/keep/internal/fake/slackfake"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store/sqlite"
+)
+
+type env struct {
+	t   *testing.T
+	url string
+	reg *connector.Registry
+}
+
+func setup(t *testing.T) *env {
+	srv := httptest.NewServer(slackfake.New().Handler())
+	t.Cleanup(srv.Close)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	box, err := account.LoadKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accts := &account.Accounts{Store: st, Box: box}
+	if err := accts.Save(context.Background(), slackconn.Provider, "keep@keep-fake", nil, &oauth2.Token{AccessToken: slackfake.Token}); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, url: srv.URL, reg: connector.NewRegistry(slackconn.New(&slackconn.Slack{Endpoint: srv.URL, Accounts: accts}))}
+}
+
+func (e *env) admin(path string, body, out any) {
+	e.t.Helper()
+	var resp *http.Response
+	var err error
+	if body != nil {
+		b, _ := json.Marshal(body)
+		resp, err = http.Post(e.url+path, "application/json", bytes.NewReader(b))
+	} else {
+		resp, err = http.Get(e.url + path)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+}
+
+func (e *env) do(method string, args map[string]any, key string) connector.Result {
+	e.t.Helper()
+	m, _ := e.reg.Method("slack", method)
+	b, _ := json.Marshal(args)
+	args, _ = connector.DecodeArgs(b)
+	if err := m.Validate(args); err != nil {
+		e.t.Fatalf("%s refused: %v", method, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return m.Do(ctx, connector.Call{Args: args, IdempotencyKey: key})
+}
+
+func (e *env) reconcile(method string, args map[string]any, key string) connector.ReconcileStatus {
+	e.t.Helper()
+	m, _ := e.reg.Method("slack", method)
+	b, _ := json.Marshal(args)
+	args, _ = connector.DecodeArgs(b)
+	st, _, err := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: key})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+func (e *env) posted(ch string) int {
+	var out struct{ Messages []map[string]any }
+	e.admin("/_admin/channels/"+ch, nil, &out)
+	n := 0
+	for _, m := range out.Messages {
+		if m["user"] == slackfake.BotUser {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPostMessageFaultsAndReconcile(t *testing.T) {
+	e := setup(t)
+	args := map[string]any{"channel": "C1", "text": "Order 7 shipped"}
+	for _, c := range []struct {
+		fault   string
+		outcome connector.Outcome
+		class   kt.ErrorClass
+		applied bool
+	}{
+		{"drop_after_apply", connector.OutcomeUncertain, kt.ClassIndeterminate, true},
+		{"timeout_after_apply", connector.OutcomeUncertain, kt.ClassIndeterminate, true},
+		{"500_after_apply", connector.OutcomeUncertain, kt.ClassIndeterminate, true},
+		{"500", connector.OutcomeUncertain, kt.ClassIndeterminate, false},
+		{"429", connector.OutcomeFailed, kt.ClassTransient, false},
+		{"not_in_channel", connector.OutcomeFailed, kt.ClassPrecondition, false},
+	} {
+		t.Run(c.fault, func(t *testing.T) {
+			key := "keep-" + c.fault
+			before := e.posted("C1")
+			if st := e.reconcile("postMessage", args, key); st != connector.ReconcileFailed {
+				t.Fatalf("reconciled as %s before", st)
+			}
+			e.admin("/_admin/faults", map[string]any{"method": "slack.postMessage", "fault": c.fault}, nil)
+			r := e.do("postMessage", args, key)
+			if r.Outcome != c.outcome || r.Err == nil || r.Err.Class != c.class {
+				t.Fatalf("%v %+v, want %v %s", r.Outcome, r.Err, c.outcome, c.class)
+			}
+			if applied := e.posted("C1") == before+1; applied != c.applied {
+				t.Fatalf("posted: %v, want %v", applied, c.applied)
+			}
+			if st := e.reconcile("postMessage", args, key); (st == connector.ReconcileApplied) != c.applied {
+				t.Fatalf("reconciled as %s", st)
+			}
+			if c.fault == "429" && r.Err.RetryAfter != time.Second {
+				t.Fatalf("Retry-After %v", r.Err.RetryAfter)
+			}
+		})
+	}
+	// An identical message a person wrote is not keep's.
+	e.admin("/_admin/messages", map[string]any{"channel": "C1", "text": "Order 7 shipped"}, nil)
+	if st := e.reconcile("postMessage", args, "keep-new"); st != connector.ReconcileFailed {
+		t.Fatalf("a person's identical message reconciled as %s", st)
+	}
+}
+
+func TestHistoryReactionsAndARevokedToken(t *testing.T) {
+	e := setup(t)
+	var first struct{ TS string }
+	e.admin("/_admin/messages", map[string]any{"channel": "C2", "text": "deploy please"}, &first)
+	e.admin("/_admin/messages", map[string]any{"channel": "C2", "text": "and the docs"}, nil)
+	r := e.do("history", map[string]any{"channel": "C2"}, "")
+	v := r.Value.(map[string]any)
+	items := v["$array"].([]any)
+	if r.Err != nil || len(items) != 2 || items[0].(map[string]any)["text"] != "deploy please" {
+		t.Fatalf("%v %v", r.Err, v)
+	}
+	again := e.do("history", map[string]any{"channel": "C2", "after": v["lastCursor"]}, "").Value.(map[string]any)
+	if len(again["$array"].([]any)) != 0 || again["lastCursor"] != v["lastCursor"] {
+		t.Fatalf("after the cursor: %v", again)
+	}
+	react := map[string]any{"channel": "C2", "ts": first.TS, "name": "white_check_mark"}
+	if st := e.reconcile("addReaction", react, "r"); st != connector.ReconcileFailed {
+		t.Fatalf("reaction reconciled as %s before", st)
+	}
+	for i := 0; i < 2; i++ { // a second add is done already, not an error
+		if r := e.do("addReaction", react, "r"); r.Outcome != connector.OutcomeApplied {
+			t.Fatalf("add %d: %+v", i, r.Err)
+		}
+	}
+	if st := e.reconcile("addReaction", react, "r"); st != connector.ReconcileApplied {
+		t.Fatalf("reaction reconciled as %s after", st)
+	}
+	e.admin("/_admin/revoke", map[string]any{}, nil)
+	r = e.do("postMessage", map[string]any{"channel": "C2", "text": "x"}, "k")
+	if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassPermission || kt.ReconnectOf(r.Err.Message) != "slack" || !strings.Contains(r.Err.Message, "token_revoked") {
+		t.Fatalf("a revoked token: %v %+v", r.Outcome, r.Err)
+	}
+	if r := e.do("history", map[string]any{"channel": "C2"}, ""); r.Err == nil || r.Err.Class != kt.ClassPermission {
+		t.Fatalf("a read after the revocation: %+v", r.Err)
+	}
+}
