@@ -256,9 +256,15 @@ func TestThePageReconnectsGoogle(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	for writes(t, base)["sheets.appendRow"] < 2 {
+	// Wait for what the person waits for: both outputs applied (the write
+	// at Google comes a moment before keep records it).
+	applied := func() bool {
+		outs := outputs(t, dir)
+		return len(outs) == 2 && outs[0].Status == "applied" && outs[1].Status == "applied"
+	}
+	for !applied() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the writes never happened after Try again; keep serve said:\n%s", logs)
+			t.Fatalf("the writes never finished after Try again; outputs %+v; keep serve said:\n%s", outputs(t, dir), logs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
