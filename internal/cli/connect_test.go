@@ -38,3 +38,35 @@ func TestConnectGoogleSaysWhatIsMissing(t *testing.T) {
 		t.Fatalf("keep connections: %d %q %q", r.code, r.out, r.err)
 	}
 }
+
+// keep validate knows the connectors keep.toml declares, their methods
+// and their sources; without the declaration the same script is refused.
+func TestValidateKnowsDeclaredConnectors(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keep.toml")
+	os.WriteFile(cfg, []byte("[connectors.custom.crm]\nbase_url = \"http://127.0.0.1:9\"\nsources = [\"crm/ticket\"]\n[connectors.custom.crm.methods.createTicket]\nkind = \"write\"\npath = \"/t\"\nparams = { customer = \"who\" }\nidentity = [\"customer\"]\n"), 0o644)
+	script := func(call, source string) string {
+		f := filepath.Join(dir, "wf.js")
+		os.WriteFile(f, []byte(`export default Keep.workflow({ name: "c", topics: { "t": {} },
+  producers: { p: { publishes: ["t"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "`+source+`", type: "ticket", id: "1", title: "T" })
+    await ctx.publish("t", { messageId: "1", inputId, payload: {} }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["t"], async prepare(ctx) { return { reservations: [] } },
+    async mutate(ctx) { await ctx.`+call+`({ customer: "a" }) } }) } })`), 0o644)
+		return f
+	}
+	if r := keep(t, "validate", "--config", cfg, script("crm.createTicket", "crm")); r.code != 0 {
+		t.Fatalf("a declared connector: %d %s %s", r.code, r.out, r.err)
+	}
+	if r := keep(t, "validate", "--config", cfg, script("crm.deleteTicket", "crm")); r.code != 2 || !strings.Contains(r.out+r.err, "deleteTicket") {
+		t.Fatalf("an undeclared method: %d %s %s", r.code, r.out, r.err)
+	}
+	if r := keep(t, "validate", "--config", cfg, script("crm.createTicket", "zendesk")); r.code != 2 || !strings.Contains(r.out+r.err, "zendesk") {
+		t.Fatalf("an undeclared source: %d %s %s", r.code, r.out, r.err)
+	}
+	empty := filepath.Join(dir, "empty.toml")
+	os.WriteFile(empty, []byte("[policy]\n"), 0o644)
+	if r := keep(t, "validate", "--config", empty, script("crm.createTicket", "crm")); r.code != 2 || !strings.Contains(r.out+r.err, "crm") {
+		t.Fatalf("without the declaration: %d %s %s", r.code, r.out, r.err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/daemon"
 )
 
 // connectorsCmd prints what the connectors declare: the reference of
@@ -19,7 +18,11 @@ func (a *app) connectorsCmd() *cobra.Command {
 		Short: "list the connectors scripts can call: each method's parameters, result, identity, reconcile and errors",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			infos := connector.Describe(daemon.Registry("."))
+			reg, err := a.registry(".")
+			if err != nil {
+				return err
+			}
+			infos := connector.Describe(reg)
 			switch {
 			case a.jsonOut:
 				return a.printJSON(infos)

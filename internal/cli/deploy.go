@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/script"
@@ -23,7 +25,11 @@ func (a *app) validateCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
-			name, problems, err := validateFile(file)
+			reg, err := a.registry(".")
+			if err != nil {
+				return err
+			}
+			name, problems, err := validateFile(file, reg)
 			if a.jsonOut {
 				// Always one JSON document, whatever went wrong (issue 12).
 				type problem struct {
@@ -99,7 +105,7 @@ func filesRootOf(file, flag string) (string, error) {
 
 // validateFile reads, compiles and checks a script; err is an unreadable
 // file or a syntax error (which has its line).
-func validateFile(file string) (name string, problems []script.Problem, err error) {
+func validateFile(file string, reg *connector.Registry) (name string, problems []script.Problem, err error) {
 	src, err := readScript(file)
 	if err != nil {
 		return "", nil, err
@@ -112,7 +118,6 @@ func validateFile(file string) (name string, problems []script.Problem, err erro
 		}
 		return "", nil, err
 	}
-	reg := daemon.Registry(".")
 	return p.Decl.WorkflowName(), script.ValidateAll(p, reg.Tools(), reg.SourceTypes()), nil
 }
 
@@ -178,7 +183,11 @@ func (a *app) deployCmd() *cobra.Command {
 			if apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req, &reply); handled {
 				return a.deployReply(args[0], reply, apiErr, err)
 			}
-			eng := engine.New(engine.Options{Store: st, Registry: daemon.Registry(root)})
+			reg, err := a.registry(root)
+			if err != nil {
+				return err
+			}
+			eng := engine.New(engine.Options{Store: st, Registry: reg})
 			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root})
 			if err != nil {
 				return a.deployError(args[0], err)
@@ -270,4 +279,14 @@ func (a *app) printWarnings(file string, ps []script.Problem) {
 			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
 		}
 	}
+}
+
+// registry is the connectors this keep knows: keep's own and those its
+// config declares (custom connectors, sql databases), without credentials.
+func (a *app) registry(filesRoot string) (*connector.Registry, error) {
+	cfg, err := config.Load(a.config())
+	if err != nil {
+		return nil, err
+	}
+	return daemon.RegistryOf(cfg, filesRoot), nil
 }

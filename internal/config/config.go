@@ -88,6 +88,32 @@ type Config struct {
 	// SlackEndpoint is a Slack stand-in's base URL ([connectors.slack]
 	// endpoint, keep-fake slack); empty is Slack.
 	SlackEndpoint string
+	// Custom are the connectors declared over HTTP ([connectors.custom.NAME]).
+	Custom map[string]Custom
+}
+
+// Custom is a connector declared in keep.toml over an HTTP API.
+type Custom struct {
+	BaseURL string            `toml:"base_url"`
+	Doc     string            `toml:"doc"`
+	Headers map[string]string `toml:"headers"` // ${VAR} takes the environment's value
+	Sources []string          `toml:"sources"` // "source/type"
+	Methods map[string]CustomMethod
+}
+
+// CustomMethod is one method of a custom connector.
+type CustomMethod struct {
+	Kind     string            `toml:"kind"`   // "read" or "write"
+	Method   string            `toml:"method"` // HTTP method (default GET for reads, POST for writes)
+	Path     string            `toml:"path"`   // "/tickets/{id}": {param} from the call's arguments
+	Doc      string            `toml:"doc"`
+	Params   map[string]string `toml:"params"`   // name → what it is
+	Required []string          `toml:"required"` // params a call must give
+	Identity []string          `toml:"identity"` // the params that name a write's target
+	// Reconcile is a probe: {method, path}, with {idempotencyKey} and {param}s.
+	Reconcile map[string]string `toml:"reconcile"`
+	// Errors maps HTTP statuses to classes (transient, logic, permission, precondition).
+	Errors map[string]string `toml:"errors"`
 }
 
 // Notify is [notify]: how keep tells a person that a run needs them.
@@ -166,6 +192,9 @@ func Parse(name, text string) (Config, error) {
 		return cfg, err
 	}
 	if err := parseNotify(name, raw["notify"], &cfg); err != nil {
+		return cfg, err
+	}
+	if err := parseCustom(name, text, &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.Notify.Email != "" && (cfg.Email.SMTP == "" || cfg.Email.From == "") {
@@ -254,6 +283,9 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			}
 			continue
 		}
+		if k == "custom" {
+			continue // parseCustom reads it, strictly
+		}
 		if k == "slack" {
 			sl, ok := sect.(map[string]any)
 			if !ok {
@@ -270,7 +302,7 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			continue
 		}
 		if k != "google" {
-			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.slack], [connectors.sql.databases], [connectors.email])", name, k)
+			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.slack], [connectors.sql.databases], [connectors.email], [connectors.custom.NAME])", name, k)
 		}
 		g, ok := sect.(map[string]any)
 		if !ok {
@@ -296,6 +328,93 @@ func parseConnectors(name string, v any, cfg *Config) error {
 				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
 			}
 		}
+	}
+	return nil
+}
+
+var nameRe = regexp.MustCompile(`^[a-z][A-Za-z0-9_]*$`)
+
+// builtIn are the connectors keep ships; a custom one may not take a name.
+var builtIn = map[string]bool{"files": true, "http": true, "system": true, "sql": true, "email": true, "slack": true, "gmail": true, "sheets": true, "calendar": true}
+
+// parseCustom reads [connectors.custom.NAME] strictly: unknown keys, bad
+// kinds, URLs, classes and identity params are errors naming the place.
+func parseCustom(name, text string, cfg *Config) error {
+	var shape struct {
+		Connectors struct {
+			Custom map[string]Custom `toml:"custom"`
+		} `toml:"connectors"`
+	}
+	md, err := toml.Decode(text, &shape)
+	if err != nil {
+		return fmt.Errorf("config %s: %v", name, err)
+	}
+	for _, k := range md.Undecoded() {
+		if len(k) > 1 && k[0] == "connectors" && k[1] == "custom" {
+			return fmt.Errorf("config %s: unknown key [%s] (a custom connector has base_url, doc, headers, sources, methods.NAME; a method has kind, method, path, doc, params, required, identity, reconcile, errors)", name, k.String())
+		}
+	}
+	for cname, c := range shape.Connectors.Custom {
+		where := fmt.Sprintf("config %s: [connectors.custom.%s]", name, cname)
+		if !nameRe.MatchString(cname) || builtIn[cname] {
+			return fmt.Errorf("%s: a connector's name is a JavaScript identifier (ctx.%s.method) and not one of keep's own", where, cname)
+		}
+		u, err := url.Parse(c.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s: base_url must be an http(s) URL, got %q", where, c.BaseURL)
+		}
+		for _, src := range c.Sources {
+			if s, t, ok := strings.Cut(src, "/"); !ok || s == "" || t == "" {
+				return fmt.Errorf("%s: sources are \"source/type\", like \"crm/ticket\"; got %q", where, src)
+			}
+		}
+		if len(c.Methods) == 0 {
+			return fmt.Errorf("%s: declare at least one method: [connectors.custom.%s.methods.NAME]", where, cname)
+		}
+		for mname, m := range c.Methods {
+			mw := fmt.Sprintf("config %s: [connectors.custom.%s.methods.%s]", name, cname, mname)
+			if !nameRe.MatchString(mname) {
+				return fmt.Errorf("%s: a method's name is a JavaScript identifier", mw)
+			}
+			switch m.Kind {
+			case "read", "write":
+			default:
+				return fmt.Errorf("%s: kind must be \"read\" or \"write\", got %q", mw, m.Kind)
+			}
+			if !strings.HasPrefix(m.Path, "/") {
+				return fmt.Errorf("%s: path must start with /, like \"/tickets/{id}\"", mw)
+			}
+			for _, id := range append(append([]string{}, m.Identity...), m.Required...) {
+				if _, ok := m.Params[id]; !ok {
+					return fmt.Errorf("%s: %q is not one of its params (declare it in params)", mw, id)
+				}
+			}
+			if m.Kind == "write" && len(m.Identity) == 0 {
+				return fmt.Errorf("%s: a write needs identity: the params that name what it changes", mw)
+			}
+			for k := range m.Reconcile {
+				if k != "method" && k != "path" {
+					return fmt.Errorf("%s: reconcile has method and path only", mw)
+				}
+			}
+			if m.Reconcile != nil && !strings.HasPrefix(m.Reconcile["path"], "/") {
+				return fmt.Errorf("%s: reconcile.path must start with /, like \"/tickets/by-key/{idempotencyKey}\"", mw)
+			}
+			for status, class := range m.Errors {
+				if n, err := strconv.Atoi(status); err != nil || n < 400 || n > 599 {
+					return fmt.Errorf("%s: errors maps HTTP statuses 400–599, got %q", mw, status)
+				}
+				switch class {
+				case "transient", "logic", "permission", "precondition":
+				default:
+					return fmt.Errorf("%s: errors.%s must be transient, logic, permission or precondition, got %q", mw, status, class)
+				}
+			}
+		}
+		if cfg.Custom == nil {
+			cfg.Custom = map[string]Custom{}
+		}
+		cfg.Custom[cname] = c
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/custom"
 	"github.com/keep-run/keep/internal/connector/email"
 	"github.com/keep-run/keep/internal/connector/files"
 	"github.com/keep-run/keep/internal/connector/google"
@@ -82,14 +83,26 @@ func OpenStore(dataDir, storeURL string) (store.Store, error) {
 // Registry returns the connectors keep ships, with files rooted at root.
 // The Google connectors have no account here (keep validate, the docs):
 // their calls say to connect one.
-func Registry(filesRoot string) *connector.Registry {
-	sqlc, _ := sqlconn.New(nil)
-	return registry(filesRoot, nil, sqlc, email.New(config.Email{}), slackconn.New(nil))
+func Registry(filesRoot string) *connector.Registry { return RegistryOf(config.Config{}, filesRoot) }
+
+// RegistryOf is Registry with the connectors cfg declares (custom ones,
+// the sql databases): what keep validate and keep connectors know.
+func RegistryOf(cfg config.Config, filesRoot string) *connector.Registry {
+	sqlc, _ := sqlconn.New(cfg.SQL.Databases)
+	return registry(filesRoot, nil, sqlc, email.New(cfg.Email), slackconn.New(nil), customs(cfg))
 }
 
-func registry(filesRoot string, g *google.Auth, sqlc, mail, sl *connector.Connector) *connector.Registry {
+func customs(cfg config.Config) []*connector.Connector {
+	var out []*connector.Connector
+	for name, c := range cfg.Custom {
+		out = append(out, custom.New(name, c))
+	}
+	return out
+}
+
+func registry(filesRoot string, g *google.Auth, sqlc, mail, sl *connector.Connector, more []*connector.Connector) *connector.Registry {
 	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc, mail, sl}, google.New(g)...)
-	return connector.NewRegistry(cs...)
+	return connector.NewRegistry(append(cs, more...)...)
 }
 
 // Accounts opens the connected accounts of a store, sealed with the data
@@ -184,7 +197,8 @@ func Open(o Options) (*Keep, error) {
 	sqlc, sqlPools := sqlconn.New(cfg.SQL.Databases)
 	mail := email.New(cfg.Email)
 	sl := slackconn.New(&slackconn.Slack{Endpoint: cfg.SlackEndpoint, Accounts: accts})
-	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail, sl) }
+	own := customs(cfg)
+	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail, sl, own) }
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
@@ -206,7 +220,7 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
-	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail, sl), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail, sl, own), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
 		OnChange: func(wf string) {
 			sched.Wake()

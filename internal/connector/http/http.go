@@ -264,6 +264,8 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 		}
 		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); the server may have applied it", target, cleanErr(err))}
 	}
+	// A failure carries the response too (Value), for connectors built on
+	// this one that map statuses their own way (custom connectors).
 	val := responseValue(resp, body)
 	st := resp.StatusCode
 	if read {
@@ -271,28 +273,28 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 		case st < 400 || st == 404 || st == 410:
 			return connector.Result{Value: val}
 		case st == 401 || st == 403:
-			return connector.Result{Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials", target, st, nethttp.StatusText(st))}
+			return connector.Result{Value: val, Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials", target, st, nethttp.StatusText(st))}
 		case st == 408 || st == 429 || st >= 500:
-			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
+			return connector.Result{Value: val, Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
 		default:
-			return connector.Result{Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
+			return connector.Result{Value: val, Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
 		}
 	}
 	switch {
 	case st < 300:
 		return connector.Result{Outcome: connector.OutcomeApplied, Value: val}
 	case st < 400:
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered a redirect %d to %s; keep does not follow redirects of writes: use the final URL", target, st, resp.Header.Get("Location"))}
+		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered a redirect %d to %s; keep does not follow redirects of writes: use the final URL", target, st, resp.Header.Get("Location"))}
 	case st == 408 || st == 429:
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
+		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
 	case st == 401 || st == 403:
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials or the permissions of the account", target, st, nethttp.StatusText(st))}
+		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials or the permissions of the account", target, st, nethttp.StatusText(st))}
 	case st == 404 || st == 409 || st == 410 || st == 412:
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPrecondition, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
+		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPrecondition, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
 	case st < 500:
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
+		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
 	}
-	return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s answered %d %s: the server may or may not have applied the write", target, st, nethttp.StatusText(st))}
+	return connector.Result{Value: val, Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s answered %d %s: the server may or may not have applied the write", target, st, nethttp.StatusText(st))}
 }
 
 func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {

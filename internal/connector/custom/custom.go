@@ -1,0 +1,258 @@
+// Package custom builds the connectors people declare in keep.toml over
+// an HTTP API ([connectors.custom.NAME]): each method is a request the
+// http connector sends, so a custom write has the same ledger, identity,
+// Idempotency-Key header, reconcile probe, redaction and error classes as
+// a built-in one, plus the statuses the declaration maps itself.
+//
+// It may import keeptype, config, connector and connector/http.
+package custom
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	khttp "github.com/keep-run/keep/internal/connector/http"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// New builds the connector name of the declaration c.
+func New(name string, c config.Custom) *connector.Connector {
+	req := khttp.New().Methods["request"]
+	out := &connector.Connector{Name: name, Doc: c.Doc + " (declared in keep.toml over " + c.BaseURL + ")", Methods: map[string]*connector.Method{}, Sources: map[string][]string{}}
+	for _, src := range c.Sources {
+		s, t, _ := strings.Cut(src, "/")
+		out.Sources[s] = append(out.Sources[s], t)
+	}
+	for mname, m := range c.Methods {
+		out.Methods[mname] = method(name, mname, c, m, req)
+	}
+	return out
+}
+
+func method(cname, mname string, c config.Custom, m config.CustomMethod, req *connector.Method) *connector.Method {
+	full := cname + "." + mname
+	write := m.Kind == "write"
+	verb := strings.ToUpper(m.Method)
+	if verb == "" {
+		verb = "GET"
+		if write {
+			verb = "POST"
+		}
+	}
+	d := &decl{c: c, m: m, verb: verb, full: full, write: write}
+	meth := &connector.Method{Name: mname, Kind: connector.KindRead, Identity: m.Identity, Validate: d.validate,
+		Do: func(ctx context.Context, call connector.Call) connector.Result {
+			args, err := d.request(call.Args)
+			if err != nil {
+				return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s: %v", full, err)}
+			}
+			r := req.Do(ctx, connector.Call{Args: args, IdempotencyKey: call.IdempotencyKey})
+			return d.remap(r)
+		},
+		Target: func(a map[string]any) string { u, _ := d.url(m.Path, a); return verb + " " + u },
+		Doc:    d.doc(),
+	}
+	if write {
+		meth.Kind = connector.KindMutate
+		meth.ComparePayload = func(old, new map[string]any) connector.Comparison {
+			a, _ := json.Marshal(old)
+			b, _ := json.Marshal(new)
+			if string(a) == string(b) {
+				return connector.Equivalent
+			}
+			return connector.Significant
+		}
+		if m.Reconcile != nil {
+			meth.Reconcile = func(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
+				args, err := d.request(call.Args)
+				if err != nil {
+					return connector.ReconcileRetry, nil, err
+				}
+				probe, err := d.url(m.Reconcile["path"], call.Args)
+				if err != nil {
+					return connector.ReconcileRetry, nil, err
+				}
+				pm := strings.ToUpper(m.Reconcile["method"])
+				if pm == "" {
+					pm = "GET"
+				}
+				// The http connector puts the key in {idempotencyKey} itself.
+				args["reconcile"] = map[string]any{"method": pm, "url": probe, "headers": args["headers"]}
+				return req.Reconcile(ctx, connector.Call{Args: args, IdempotencyKey: call.IdempotencyKey})
+			}
+		}
+	}
+	return meth
+}
+
+type decl struct {
+	c     config.Custom
+	m     config.CustomMethod
+	verb  string
+	full  string
+	write bool
+}
+
+func (d *decl) validate(a map[string]any) error {
+	for _, r := range d.m.Required {
+		if v, ok := a[r]; !ok || v == nil || v == "" {
+			return fmt.Errorf("%s needs %s (%s)", d.full, r, d.m.Params[r])
+		}
+	}
+	var unknown []string
+	for k := range a {
+		if _, ok := d.m.Params[k]; !ok && k != "subkey" {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("%s has no parameter %s (keep.toml declares: %s)", d.full, strings.Join(unknown, ", "), strings.Join(names(d.m.Params), ", "))
+	}
+	for _, p := range placeholder.FindAllStringSubmatch(d.m.Path, -1) {
+		if _, ok := a[p[1]]; !ok {
+			return fmt.Errorf("%s needs %s: its path %s uses it", d.full, p[1], d.m.Path)
+		}
+	}
+	return nil
+}
+
+func names(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// url fills a path's {param}s and joins it to base_url; {idempotencyKey}
+// stays for the http connector to fill.
+func (d *decl) url(path string, a map[string]any) (string, error) {
+	var missing string
+	p := placeholder.ReplaceAllStringFunc(path, func(m string) string {
+		name := m[1 : len(m)-1]
+		if name == "idempotencyKey" {
+			return m
+		}
+		v, ok := a[name]
+		if !ok {
+			missing = name
+			return m
+		}
+		return url.PathEscape(fmt.Sprint(v))
+	})
+	if missing != "" {
+		return "", fmt.Errorf("the path %s needs %s", path, missing)
+	}
+	return strings.TrimRight(d.c.BaseURL, "/") + p, nil
+}
+
+// request turns a call into http.request's arguments: the path filled,
+// the other params as the query (reads) or a JSON body (writes), the
+// declared headers with ${VAR}s from the environment.
+func (d *decl) request(a map[string]any) (map[string]any, error) {
+	u, err := d.url(d.m.Path, a)
+	if err != nil {
+		return nil, err
+	}
+	inPath := map[string]bool{}
+	for _, p := range placeholder.FindAllStringSubmatch(d.m.Path, -1) {
+		inPath[p[1]] = true
+	}
+	rest := map[string]any{}
+	for k, v := range a {
+		if !inPath[k] && k != "subkey" {
+			rest[k] = v
+		}
+	}
+	out := map[string]any{"method": d.verb, "url": u}
+	if d.write && len(rest) > 0 {
+		out["json"] = rest
+	} else if len(rest) > 0 {
+		q := url.Values{}
+		for _, k := range names(toStrings(rest)) {
+			q.Set(k, fmt.Sprint(rest[k]))
+		}
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		out["url"] = u + sep + q.Encode()
+	}
+	headers := map[string]any{}
+	for k, v := range d.c.Headers {
+		headers[k] = os.ExpandEnv(v)
+	}
+	out["headers"] = headers
+	return out, nil
+}
+
+func toStrings(m map[string]any) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
+// remap applies the declaration's status → class map to a failure.
+func (d *decl) remap(r connector.Result) connector.Result {
+	if r.Err == nil || len(d.m.Errors) == 0 {
+		return r
+	}
+	v, _ := r.Value.(map[string]any)
+	status, ok := v["status"].(int)
+	if !ok {
+		return r
+	}
+	class, ok := d.m.Errors[fmt.Sprint(status)]
+	if !ok {
+		return r
+	}
+	r.Err = kt.Errorf(kt.ErrorClass(class), "%s (keep.toml maps %d to %s)", r.Err.Message, status, class)
+	if d.write {
+		r.Outcome = connector.OutcomeFailed // the declaration says the write did not happen
+	}
+	return r
+}
+
+func (d *decl) doc() connector.MethodDoc {
+	doc := connector.MethodDoc{Summary: d.m.Doc, Result: "the response as `http.request` returns it: `{ status, headers, body, json }`",
+		Errors: "as `http.request`"}
+	if doc.Summary == "" {
+		doc.Summary = d.verb + " " + d.c.BaseURL + d.m.Path
+	}
+	req := map[string]bool{}
+	for _, r := range d.m.Required {
+		req[r] = true
+	}
+	for _, n := range names(d.m.Params) {
+		doc.Params = append(doc.Params, connector.Param{Name: n, Type: "any", Required: req[n], Doc: d.m.Params[n]})
+	}
+	if d.write {
+		doc.Params = append(doc.Params, connector.Param{Name: "subkey", Type: "string", Doc: "tells apart two calls of one run to the same target"})
+		doc.Summary += ". Sent with `Idempotency-Key: keep-…`, the same for every attempt of the same write."
+		if d.m.Reconcile != nil {
+			doc.Reconcile = "probes " + strings.ToUpper(d.m.Reconcile["method"]+" ") + d.c.BaseURL + d.m.Reconcile["path"] + ": 2xx means it happened, 404 or 410 that it did not."
+		}
+	}
+	if len(d.m.Errors) > 0 {
+		var parts []string
+		for _, s := range names(d.m.Errors) {
+			parts = append(parts, s+" → "+d.m.Errors[s])
+		}
+		doc.Errors += "; keep.toml maps " + strings.Join(parts, ", ")
+	}
+	return doc
+}

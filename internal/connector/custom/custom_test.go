@@ -1,0 +1,129 @@
+package custom_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/custom"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+func crm(t *testing.T, sink *testsink.Sink) *connector.Registry {
+	t.Setenv("CRM_TOKEN", "s3cret-token")
+	cfg, err := config.Parse("keep.toml", `
+[connectors.custom.crm]
+base_url = "`+sink.URL+`"
+headers = { Authorization = "Bearer ${CRM_TOKEN}" }
+sources = ["crm/ticket"]
+
+[connectors.custom.crm.methods.createTicket]
+kind = "write"
+path = "/write/{customer}"
+params = { customer = "who", subject = "what" }
+required = ["customer", "subject"]
+identity = ["customer"]
+reconcile = { path = "/writes/{idempotencyKey}" }
+errors = { "409" = "precondition", "418" = "transient" }
+
+[connectors.custom.crm.methods.find]
+kind = "read"
+path = "/customers/{customer}"
+params = { customer = "who", active = "only active ones" }
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connector.NewRegistry(custom.New("crm", cfg.Custom["crm"]))
+}
+
+func do(t *testing.T, reg *connector.Registry, method string, args map[string]any, key string) connector.Result {
+	t.Helper()
+	m, err := reg.Method("crm", method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(args)
+	args, _ = connector.DecodeArgs(b)
+	if err := m.Validate(args); err != nil {
+		t.Fatalf("%s refused: %v", method, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return m.Do(ctx, connector.Call{Args: args, IdempotencyKey: key})
+}
+
+func TestACustomWriteIsAnHTTPWriteWithItsLedgerStory(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	reg := crm(t, sink)
+	m, _ := reg.Method("crm", "createTicket")
+	if m.Kind != connector.KindMutate || !m.CanReconcile(map[string]any{}) || len(m.Identity) != 1 {
+		t.Fatalf("declared as %v, reconcile %v, identity %v", m.Kind, m.CanReconcile(nil), m.Identity)
+	}
+	args := map[string]any{"customer": "ann@example.com", "subject": "Broken mug"}
+	sink.Queue(testsink.ResetAfter) // applied, the answer lost
+	r := do(t, reg, "createTicket", args, "keep-k1")
+	if r.Outcome != connector.OutcomeUncertain {
+		t.Fatalf("%v %+v", r.Outcome, r.Err)
+	}
+	st, _, err := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: "keep-k1"})
+	if err != nil || st != connector.ReconcileApplied {
+		t.Fatalf("reconcile: %s %v", st, err)
+	}
+	if st, _, _ := m.Reconcile(context.Background(), connector.Call{Args: args, IdempotencyKey: "keep-never"}); st != connector.ReconcileFailed {
+		t.Fatalf("reconcile of a write never made: %s", st)
+	}
+	w := sink.Writes()
+	if len(w) != 1 || w[0].Key != "keep-k1" || w[0].Path != "/write/ann@example.com" || !strings.Contains(string(w[0].Body), `"subject":"Broken mug"`) {
+		t.Fatalf("writes %+v", w)
+	}
+	if h := sink.Headers[0].Get("Authorization"); h != "Bearer s3cret-token" {
+		t.Fatalf("the declared header went as %q", h)
+	}
+	sink.Queue(testsink.Status(409))
+	r = do(t, reg, "createTicket", args, "keep-k2")
+	if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassPrecondition || !strings.Contains(r.Err.Message, "keep.toml maps 409") {
+		t.Fatalf("409: %v %+v", r.Outcome, r.Err)
+	}
+	sink.Queue(testsink.Status(418))
+	if r := do(t, reg, "createTicket", args, "keep-k3"); r.Err == nil || r.Err.Class != kt.ClassTransient {
+		t.Fatalf("418 mapped to transient: %+v", r.Err)
+	}
+	if strings.Contains(m.Target(args), "s3cret") {
+		t.Fatal("the token shows in the target")
+	}
+	mr, _ := reg.Method("crm", "find")
+	if mr.Validate(map[string]any{"customer": "x", "colour": "red"}) == nil {
+		t.Fatal("a parameter keep.toml does not declare was accepted")
+	}
+	if err := mr.Validate(map[string]any{}); err == nil || !strings.Contains(err.Error(), "customer") {
+		t.Fatalf("a missing path parameter: %v", err)
+	}
+	r = do(t, reg, "find", map[string]any{"customer": "ann@example.com", "active": true}, "")
+	v, _ := r.Value.(map[string]any)
+	if r.Err != nil || v["json"].(map[string]any)["path"] != "/customers/ann@example.com" {
+		t.Fatalf("%+v %v", r.Err, r.Value)
+	}
+}
+
+func TestBadDeclarationsSayWhere(t *testing.T) {
+	for text, want := range map[string]string{
+		"[connectors.custom.crm]\nbase_url = \"ftp://x\"\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                              "[connectors.custom.crm]: base_url must be an http(s) URL",
+		"[connectors.custom.http]\nbase_url = \"http://x\"\n[connectors.custom.http.methods.a]\nkind=\"read\"\npath=\"/\"\n":                           "not one of keep's own",
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"delete\"\npath=\"/\"\n":                           `kind must be "read" or "write"`,
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"write\"\npath=\"/\"\n":                            "a write needs identity",
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"write\"\npath=\"/\"\nidentity=[\"id\"]\n":         `"id" is not one of its params`,
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\ncolour = 1\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                 "unknown key [connectors.custom.crm.colour]",
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\nerrors={\"200\"=\"logic\"}\n": "errors maps HTTP statuses 400–599",
+	} {
+		if _, err := config.Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+}
