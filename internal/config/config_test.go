@@ -112,7 +112,8 @@ func TestGoogleSection(t *testing.T) {
 	for text, want := range map[string]string{
 		"[connectors.google]\nendpoint = \"ftp://x\"\n": "[connectors.google] endpoint must be an http(s) URL",
 		"[connectors.google]\nclient = \"x\"\n":         "unknown key [connectors.google] client (known: client_id, client_secret, endpoint)",
-		"[connectors.slack]\ntoken = \"x\"\n":           "unknown connector section [connectors.slack]",
+		"[connectors.dropbox]\ntoken = \"x\"\n":         "unknown connector section [connectors.dropbox]",
+		"[connectors.slack]\ntoken = \"x\"\n":           "the token is stored by keep connect slack --token",
 		"[connectors.google]\nclient_id = 5\n":          "[connectors.google] client_id must be a string",
 		"[googl]\nclient_id = \"x\"\n":                  `unknown section or key "googl"`,
 	} {
