@@ -58,6 +58,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/handlers/{handler}/reset-state", s.resetState)
 	mux.HandleFunc("GET /api/v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /api/v1/runs/{id}/trace", s.trace)
@@ -250,7 +251,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "workflow.js"
 	}
-	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot})
+	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant})
 	if err != nil {
 		fail(w, err)
 		return
@@ -262,7 +263,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		warnings = append(warnings, p.String())
 	}
 	warnings = append(warnings, res.Warnings...)
-	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot})
+	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted)})
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
@@ -339,6 +340,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	msg, err := engine.SkipPending(r.Context(), s.Store, wf, r.PathValue("topic"), s.now())
+	s.actionReply(w, wf, msg, err)
+}
+
+// grant grants a workflow what its active version uses (a person allows it).
+func (s *Server) grant(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	msg, err := engine.GrantAction(r.Context(), s.Store, wf, s.now())
 	s.actionReply(w, wf, msg, err)
 }
 

@@ -111,7 +111,7 @@ func TestEveryEndpoint(t *testing.T) {
 	if code != http.StatusUnprocessableEntity || errorCode(obj) != "invalid_script" {
 		t.Fatalf("invalid deploy: %d %v", code, obj)
 	}
-	code, obj, _ = r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "hook.js"}, nil)
+	code, obj, _ = r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "hook.js", "grant": true}, nil)
 	if code != 200 || obj["workflow"] != "hook" || obj["version"] != "1.0" {
 		t.Fatalf("deploy: %d %v", code, obj)
 	}
@@ -373,7 +373,7 @@ func TestLoopbackCSRFWithoutToken(t *testing.T) {
 func TestScriptTitlesAreEscaped(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL)}, nil)
+	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL), "grant": true}, nil)
 	r.settle()
 	for _, path := range []string{"/", "/w/hook", "/w/hook?runs=1", "/items/" + url.PathEscape("system:schedule:a")} {
 		resp, err := http.Get(r.srv.URL + path)
@@ -394,7 +394,7 @@ func TestScriptTitlesAreEscaped(t *testing.T) {
 func TestEventsStreamChanges(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL)}, nil)
+	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL), "grant": true}, nil)
 	resp, err := http.Get(r.srv.URL + "/events")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ type DeployRequest struct {
 	// FilesRoot is the folder the workflow's files connector reads and
 	// writes (absolute); empty keeps what was recorded.
 	FilesRoot string `json:"filesRoot,omitempty"`
+	// Grant grants what the version uses (the person deploying allows it).
+	Grant bool `json:"grant,omitempty"`
 }
 
 // ErrorReply is every error's answer: {"error":{"code","message"}}, with
@@ -49,6 +51,10 @@ type DeployReply struct {
 	Warnings    []string `json:"warnings"`
 	Reprocessed int      `json:"reprocessed"`
 	FilesRoot   string   `json:"filesRoot"`
+	// Granted is what the deploy granted; Ungranted what the version uses
+	// that waits for a person's grant (keep grant WF).
+	Granted   []string `json:"granted"`
+	Ungranted []string `json:"ungranted"`
 }
 
 // HealthReply answers GET /api/v1/health: Problem says why keep serve

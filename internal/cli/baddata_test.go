@@ -30,7 +30,7 @@ func TestReadOnlyDataDir(t *testing.T) {
 	for _, args := range [][]string{
 		{"run", filepath.Join(dir, "workflow.js")},
 		{"serve"},
-		{"deploy", "--minor", filepath.Join(dir, "workflow.js")},
+		{"deploy", "--grant", "--minor", filepath.Join(dir, "workflow.js")},
 		{"pause", "quickstart-orders"},
 		{"run-now", "quickstart-orders"},
 	} {

@@ -165,7 +165,7 @@ func TestValidateReportsErrorsWithExit2(t *testing.T) {
 		}
 	}
 	// deploy refuses too, and nothing is stored.
-	r = keep(t, "deploy", "--data", filepath.Join(dir, "data"), bad)
+	r = keep(t, "deploy", "--grant", "--data", filepath.Join(dir, "data"), bad)
 	if r.code != 2 || !strings.Contains(r.err, "nothing was deployed") {
 		t.Fatalf("deploy: %d %s", r.code, r.err)
 	}

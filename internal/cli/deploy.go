@@ -150,7 +150,7 @@ func (a *app) askReprocess() (string, error) {
 
 func (a *app) deployCmd() *cobra.Command {
 	var name, reprocess, filesRoot string
-	var minor, major, acceptOrphans bool
+	var minor, major, acceptOrphans, grant bool
 	c := &cobra.Command{
 		Use:   "deploy FILE",
 		Short: "validate a script and make it the workflow's active version (works beside a running keep serve)",
@@ -178,7 +178,7 @@ func (a *app) deployCmd() *cobra.Command {
 			}
 			// Beside a running keep serve the deploy goes through its API: one
 			// engine decides, and open pages update at once.
-			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root}
+			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant}
 			var reply api.DeployReply
 			if apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req, &reply); handled {
 				return a.deployReply(args[0], reply, apiErr, err)
@@ -188,7 +188,7 @@ func (a *app) deployCmd() *cobra.Command {
 				return err
 			}
 			eng := engine.New(engine.Options{Store: st, Registry: reg})
-			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root})
+			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
@@ -201,7 +201,8 @@ func (a *app) deployCmd() *cobra.Command {
 				fmt.Fprintf(a.out, "%d items start a new attempt\n", n)
 			}
 			if a.jsonOut {
-				return a.printJSON(api.DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(res.Warnings), Reprocessed: n, FilesRoot: res.FilesRoot})
+				return a.printJSON(api.DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(res.Warnings), Reprocessed: n, FilesRoot: res.FilesRoot,
+					Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted)})
 			}
 			if res.Unchanged {
 				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
@@ -209,6 +210,7 @@ func (a *app) deployCmd() *cobra.Command {
 				fmt.Fprintf(a.out, "deployed %s version %s\n", res.Workflow, res.Version.Label())
 			}
 			fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", res.FilesRoot)
+			a.printGrants(res.Workflow, res.Granted, res.Ungranted)
 			return nil
 		},
 	}
@@ -216,6 +218,7 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().BoolVar(&minor, "minor", false, "a repair: keep all state; a run failed:logic retries on this version")
 	c.Flags().BoolVar(&major, "major", false, "an intent change")
 	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major (required): none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
+	c.Flags().BoolVar(&grant, "grant", false, "grant what the version uses (connector methods, input sources): you allow it")
 	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though item ids change format and old items become orphaned")
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder the workflow's files connector reads and writes, for keep run and keep serve alike (default: the script's folder)")
 	a.addJSON(c)
@@ -255,7 +258,18 @@ func (a *app) deployReply(file string, reply api.DeployReply, apiErr *api.ErrorB
 		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply.Workflow, reply.Version)
 	}
 	fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", reply.FilesRoot)
+	a.printGrants(reply.Workflow, reply.Granted, reply.Ungranted)
 	return nil
+}
+
+// printGrants says what a deploy granted, and what waits for a grant.
+func (a *app) printGrants(wf string, granted, ungranted []string) {
+	if len(granted) > 0 {
+		fmt.Fprintf(a.out, "granted: %s\n", strings.Join(granted, ", "))
+	}
+	if len(ungranted) > 0 {
+		fmt.Fprintf(a.out, "not yet granted: %s — a run that calls them waits for you; grant them with keep grant %s (or --grant)\n", strings.Join(ungranted, ", "), wf)
+	}
 }
 
 func (a *app) deployError(file string, err error) error {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -130,4 +131,57 @@ func (a *app) confirm(yes bool, question string) error {
 		return errors.New("not confirmed; nothing was changed")
 	}
 	return nil
+}
+
+// grantCmd lets a person allow what a workflow's active version uses.
+func (a *app) grantCmd() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:   "grant WORKFLOW",
+		Short: "allow a workflow what its active version uses (connector methods, input sources); a run blocked for want of it tries again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			wf := args[0]
+			var ungranted []string
+			if err := a.withStore(func(st store.Store) error {
+				return st.View(cmd.Context(), func(tx store.Tx) error {
+					var err error
+					ungranted, err = engine.Ungranted(tx, wf)
+					if errors.Is(err, kt.ErrNotFound) {
+						return fmt.Errorf("there is no workflow %q (see keep status)", wf)
+					}
+					return err
+				})
+			}); err != nil {
+				return err
+			}
+			if len(ungranted) == 0 {
+				fmt.Fprintf(a.out, "%s was granted everything its active version uses already\n", wf)
+				return nil
+			}
+			reg, err := a.registry(".")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "%s uses, not yet granted:\n", wf)
+			for _, u := range ungranted {
+				line := "  " + u
+				if tool, method, ok := strings.Cut(u, "."); ok {
+					if m, err := reg.Method(tool, method); err == nil && len(m.Scopes) > 0 {
+						line += "  (Google scope " + strings.TrimPrefix(m.Scopes[0], "https://www.googleapis.com/auth/") + ")"
+					}
+				}
+				fmt.Fprintln(a.out, line)
+			}
+			if err := a.confirm(yes, "Allow "+wf+" these?"); err != nil {
+				return err
+			}
+			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(wf)+"/grant", nil, func(st store.Store) (string, string, error) {
+				msg, err := engine.GrantAction(cmd.Context(), st, wf, time.Now())
+				return msg, wf, err
+			})
+		},
+	}
+	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
+	return c
 }

@@ -73,16 +73,16 @@ func TestItemsCommands(t *testing.T) {
 	if r := keep(t, "skip", "--data", data, "nope"); r.code != 1 || !strings.Contains(r.err, `there is no item "nope"`) {
 		t.Fatalf("skip unknown: %d %s", r.code, r.err)
 	}
-	if r := keep(t, "deploy", "--data", data, "--reprocess=all", filepath.Join(dir, "workflow.js")); r.code != exitUsageCode {
+	if r := keep(t, "deploy", "--grant", "--data", data, "--reprocess=all", filepath.Join(dir, "workflow.js")); r.code != exitUsageCode {
 		t.Fatalf("--reprocess without --major: %d %s", r.code, r.err)
 	}
-	if r := keep(t, "deploy", "--data", data, "--major", filepath.Join(dir, "workflow.js")); r.code != 1 || !strings.Contains(r.err, "--reprocess=none") || !strings.Contains(r.err, "--reprocess=all") || !strings.Contains(r.err, "KEY,KEY") {
+	if r := keep(t, "deploy", "--grant", "--data", data, "--major", filepath.Join(dir, "workflow.js")); r.code != 1 || !strings.Contains(r.err, "--reprocess=none") || !strings.Contains(r.err, "--reprocess=all") || !strings.Contains(r.err, "KEY,KEY") {
 		t.Fatalf("--major without a choice (not on a terminal): %d %s", r.code, r.err)
 	}
-	if r := keep(t, "deploy", "--data", data, "--major", "--reprocess=nope", filepath.Join(dir, "workflow.js")); r.code != 1 || !strings.Contains(r.err, "nothing was deployed") {
+	if r := keep(t, "deploy", "--grant", "--data", data, "--major", "--reprocess=nope", filepath.Join(dir, "workflow.js")); r.code != 1 || !strings.Contains(r.err, "nothing was deployed") {
 		t.Fatalf("--reprocess with an unknown key: %d %s", r.code, r.err)
 	}
-	if r := keep(t, "deploy", "--data", data, "--major", "--reprocess=all", filepath.Join(dir, "workflow.js")); r.code != 0 || !strings.Contains(r.out, "version 2.0") || !strings.Contains(r.out, "3 items start a new attempt") {
+	if r := keep(t, "deploy", "--grant", "--data", data, "--major", "--reprocess=all", filepath.Join(dir, "workflow.js")); r.code != 0 || !strings.Contains(r.out, "version 2.0") || !strings.Contains(r.out, "3 items start a new attempt") {
 		t.Fatalf("--major --reprocess=all: %d %s %s", r.code, r.out, r.err)
 	}
 	if r := keep(t, "run", "--data", data, filepath.Join(dir, "workflow.js")); r.code != 0 || strings.Count(r.out, "applied") != 7 {

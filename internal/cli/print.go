@@ -93,6 +93,9 @@ func (a *app) printCard(c report.Card) {
 	}
 	fmt.Fprintf(a.out, "  why:     %s\n", c.Reason)
 	var acts []string
+	if c.Grant {
+		acts = append(acts, "keep grant "+c.Workflow+"   (allow it: the run then tries again by itself)")
+	}
 	if c.Reconnect != "" {
 		// Trying again before reconnecting would fail the same way.
 		acts = append(acts, "keep connect "+c.Reconnect+"   (first: reconnect the account, then try again)")

@@ -64,6 +64,9 @@ func (a *app) statusCmd() *cobra.Command {
 					if s.Status == "running" && s.Reason != "" {
 						fmt.Fprintf(a.out, "%s: %s\n", s.Name, s.Reason)
 					}
+					if len(s.Ungranted) > 0 {
+						fmt.Fprintf(a.out, "%s: not yet granted: %s (keep grant %s)\n", s.Name, strings.Join(s.Ungranted, ", "), s.Name)
+					}
 				}
 				if err := a.printNodes(cmd.Context(), st); err != nil {
 					return err

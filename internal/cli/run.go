@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,11 +43,15 @@ func (a *app) runCmd() *cobra.Command {
 			if _, err := k.Recover(ctx); err != nil {
 				return err
 			}
-			res, err := k.Engine.DeployWith(ctx, args[0], src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: root})
+			res, err := k.Engine.DeployWith(ctx, args[0], src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: root, Grant: true})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
 			a.printWarnings(args[0], res.Problems)
+			if len(res.Granted) > 0 {
+				// keep run is a person running this script: what it uses is theirs to allow.
+				fmt.Fprintf(a.errOut, "granted %s: %s\n", res.Workflow, strings.Join(res.Granted, ", "))
+			}
 			// The development loop: every producer runs now, due or not.
 			if _, err := engine.QueueAtStart(ctx, k.Store, res.Workflow, time.Now()); err != nil {
 				return err

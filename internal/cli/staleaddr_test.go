@@ -22,7 +22,7 @@ func TestStaleServeAddrDoesNotSendDecisionsElsewhere(t *testing.T) {
 	d2 := filepath.Join(t.TempDir(), "data2")
 	script := filepath.Join(dir, "workflow.js")
 	for _, d := range []string{d1, d2} {
-		if r := keep(t, "deploy", "--data", d, script); r.code != 0 {
+		if r := keep(t, "deploy", "--grant", "--data", d, script); r.code != 0 {
 			t.Fatalf("deploy %s: %d %s %s", d, r.code, r.out, r.err)
 		}
 	}
@@ -88,7 +88,7 @@ func TestDeployBesideServeGoesThroughTheAPI(t *testing.T) {
 	if err := k.WriteAddr(strings.TrimPrefix(srv.URL, "http://")); err != nil {
 		t.Fatal(err)
 	}
-	r := keep(t, "deploy", "--data", data, script)
+	r := keep(t, "deploy", "--grant", "--data", data, script)
 	if r.code != 0 || !strings.Contains(r.out, "deployed quickstart-orders version 1.0 (through keep serve)") {
 		t.Fatalf("deploy: %d %s %s", r.code, r.out, r.err)
 	}
@@ -96,11 +96,11 @@ func TestDeployBesideServeGoesThroughTheAPI(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`export default Keep.workflow({ name: "bad", topics: {}, producers: { p: { publishes: ["nope"], schedule: { interval: "5m" }, handler: async () => {} } } })`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r = keep(t, "deploy", "--data", data, bad)
+	r = keep(t, "deploy", "--grant", "--data", data, bad)
 	if r.code != ExitInvalid || !strings.Contains(r.err, "bad.js:") || !strings.Contains(r.err, "nope") || !strings.Contains(r.err, "nothing was deployed") {
 		t.Fatalf("invalid deploy: %d %s %s", r.code, r.out, r.err)
 	}
-	r = keep(t, "deploy", "--data", data, "--major", "--reprocess=none", script)
+	r = keep(t, "deploy", "--grant", "--data", data, "--major", "--reprocess=none", script)
 	if r.code != 0 || !strings.Contains(r.out, "version 2.0 (through keep serve)") {
 		t.Fatalf("major deploy: %d %s %s", r.code, r.out, r.err)
 	}

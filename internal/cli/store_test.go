@@ -93,7 +93,7 @@ func TestQuickstartOnPostgres(t *testing.T) {
 func TestTheFilesRootIsRecordedAtDeployAndUsedByServe(t *testing.T) {
 	t.Parallel()
 	dir, data := quickstart(t)
-	r := keep(t, "deploy", "--data", data, filepath.Join(dir, "workflow.js"))
+	r := keep(t, "deploy", "--grant", "--data", data, filepath.Join(dir, "workflow.js"))
 	if r.code != 0 || !strings.Contains(r.out, "its files connector reads and writes "+dir) {
 		t.Fatalf("deploy: exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
@@ -119,7 +119,7 @@ func TestTheFilesRootIsRecordedAtDeployAndUsedByServe(t *testing.T) {
 	}
 	// --files-root moves it, for both.
 	other := t.TempDir()
-	r = keep(t, "deploy", "--data", data, "--files-root", other, "--json", filepath.Join(dir, "workflow.js"))
+	r = keep(t, "deploy", "--grant", "--data", data, "--files-root", other, "--json", filepath.Join(dir, "workflow.js"))
 	var rep struct {
 		Unchanged bool
 		FilesRoot string

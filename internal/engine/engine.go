@@ -201,6 +201,9 @@ type DeployResult struct {
 	Reprocessed int
 	// FilesRoot is the folder the workflow's files connector is rooted at.
 	FilesRoot string
+	// Granted is what the deploy granted (DeployOptions.Grant); Ungranted
+	// what the version uses that still waits for a person's grant.
+	Granted, Ungranted []string
 }
 
 // ValidationError carries the problems that stopped a deploy.
@@ -235,8 +238,11 @@ func (e *Engine) Check(file, source string) (*script.Program, []script.Problem, 
 // Deploy validates a script and makes it the workflow's active version.
 // name, when set, overrides the declared name. A major version needs the
 // choices of DeployOptions: use DeployWith.
+//
+// Deploy grants what the version uses: its callers run what they deploy
+// (keep bench, tests). DeployWith grants only when DeployOptions.Grant says.
 func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind DeployKind) (DeployResult, error) {
-	return e.DeployWith(ctx, file, source, DeployOptions{Name: name, Kind: kind})
+	return e.DeployWith(ctx, file, source, DeployOptions{Name: name, Kind: kind, Grant: true, grantBySystem: true})
 }
 
 // DeployOptions are the choices a deploy carries (SPEC §9, ch 12 §12.6).
@@ -256,6 +262,12 @@ type DeployOptions struct {
 	// connector is rooted at, for keep run and keep serve alike (an
 	// absolute path); empty keeps what was recorded.
 	FilesRoot string
+	// Grant grants what the version uses, with the deploy: the person
+	// deploying allows it (keep run, keep deploy --grant).
+	Grant bool
+	// grantBySystem: the grant is the caller's (Deploy: keep bench, tests),
+	// not a person's decision, and stays out of the decision log.
+	grantBySystem bool
 }
 
 // ErrReprocessChoice is returned by a major deploy without a Reprocess choice.
@@ -294,6 +306,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			}
 			if cur.Script == source && kind == "" {
 				res.Version, res.Unchanged = cur, true
+				if err := e.grantOnDeploy(ctx, tx, name, source, o, now, &res); err != nil {
+					return err
+				}
 				return e.recordFilesRoot(tx, wf, o.FilesRoot, &res)
 			}
 			if err := nextVersion(tx, cur, &v, o, &res); err != nil {
@@ -311,6 +326,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			return err
 		}
 		res.Version, res.FilesRoot = v, wf.FilesRoot
+		if err := e.grantOnDeploy(ctx, tx, name, source, o, now, &res); err != nil {
+			return err
+		}
 		return e.syncHandlers(tx, name, p.Decl, now)
 	})
 	if err != nil {
@@ -326,6 +344,27 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		}
 	}
 	return res, nil
+}
+
+// grantOnDeploy grants what the version uses when the deploy says so, and
+// tells what still waits for a grant otherwise (DeployResult.Ungranted).
+func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source string, o DeployOptions, now int64, res *DeployResult) error {
+	gs, err := tx.GrantList(name)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, u := range Uses(source) {
+		if !grantedIn(gs, u) {
+			missing = append(missing, u)
+		}
+	}
+	if o.Grant {
+		res.Granted = missing
+		return grantAll(ctx, tx, name, missing, now, !o.grantBySystem)
+	}
+	res.Ungranted = missing
+	return nil
 }
 
 // recordFilesRoot records a new files root for a workflow whose script

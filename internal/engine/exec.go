@@ -26,6 +26,8 @@ type runExec struct {
 	tr   *trace
 	// reg holds the connectors the workflow's runs call (Engine.connectorsOf).
 	reg *connector.Registry
+	// grants are what a person granted the workflow (read at the first call).
+	grants []kt.Grant
 }
 
 // newExec starts carrying out run; its trace continues the run's own.

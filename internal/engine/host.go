@@ -222,6 +222,9 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 	if !ok {
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s does not exist", method)
 	}
+	if err := h.checkGrant(tool+"."+m.Name, "ctx."+method); err != nil {
+		return nil, err
+	}
 	args, err := h.checkArgs(method, m, raw)
 	if err != nil {
 		return nil, err
@@ -341,6 +344,9 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 			return nil, kt.Errorf(kt.ClassLogic, "registerInput: unknown source %q (known: %s)", in.Source, strings.Join(h.reg.Sources(), ", "))
 		}
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput: source %q has no type %q (it has: %s)", in.Source, in.Type, strings.Join(types, ", "))
+	}
+	if err := h.checkGrant("source:"+in.Source, "registerInput with source "+in.Source); err != nil {
+		return nil, err
 	}
 	key := in.Source + ":" + in.Type + ":" + id
 	if existing, ok := h.inputByKey[key]; ok {

@@ -572,3 +572,19 @@ type Connection struct {
 	CreatedAt int64
 	UpdatedAt int64
 }
+
+// Grant is one thing a person allowed a workflow to use: a connector
+// method ("gmail.send"), an input source ("source:gmail"), or all ("*").
+type Grant struct {
+	Workflow  string
+	Item      string
+	GrantedBy string
+	GrantedAt int64
+}
+
+// GrantSuffix ends the message of a call refused for want of a grant;
+// NeedsGrant finds it, so a card can offer Grant.
+func GrantSuffix(workflow string) string { return " — grant it: keep grant " + workflow }
+
+// NeedsGrant reports whether a run's error asks a person for a grant.
+func NeedsGrant(msg string) bool { return strings.Contains(msg, " — grant it: keep grant ") }

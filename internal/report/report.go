@@ -93,6 +93,9 @@ type Status struct {
 	// FilesRoot is the folder its files connector reads and writes,
 	// recorded at deploy ("" for keep serve's own).
 	FilesRoot string `json:"filesRoot,omitempty"`
+	// Ungranted is what the active version uses that no person granted
+	// yet (keep grant): a run calling it waits.
+	Ungranted []string `json:"ungranted,omitempty"`
 }
 
 // Card explains one blocked run to a person: what, why, and what they can do.
@@ -115,6 +118,9 @@ type Card struct {
 	// Reconnect names the provider whose account a person must connect
 	// again (keep connect google) before Try again can work, or "".
 	Reconnect string `json:"reconnect,omitempty"`
+	// Grant is true when the run waits for a person to grant the workflow
+	// what it called (keep grant WF; the run then tries again by itself).
+	Grant bool `json:"grant,omitempty"`
 	// AppliedWrite is the run's write when it already happened (the block
 	// is elsewhere, e.g. next threw): shown as done, never as what is blocked.
 	AppliedWrite *engine.PendingCall `json:"appliedWrite,omitempty"`
@@ -338,6 +344,9 @@ func status(tx store.Tx, w kt.Workflow) (Status, error) {
 		return Status{}, err
 	}
 	s := Status{Name: w.Name, Version: v.Label(), Status: "idle", PendingEvents: pending, FilesRoot: w.FilesRoot}
+	if s.Ungranted, err = engine.Ungranted(tx, w.Name); err != nil {
+		return s, err
+	}
 	r, err := tx.RunOpen(w.Name)
 	switch {
 	case err == nil:
@@ -451,6 +460,7 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 	c.Approval = engine.IsApprovalWait(r)
 	if r.Status == kt.StatusApproval {
 		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)
+		c.Grant = kt.NeedsGrant(r.ErrorMessage)
 	}
 	if hasMut && m.Status == kt.MutationApplied && c.Mutation != nil {
 		c.AppliedWrite, c.Mutation = c.Mutation, nil

@@ -239,6 +239,12 @@ type Tx interface {
 	// ConnectionList lists every account, by provider.
 	ConnectionList() ([]kt.Connection, error)
 
+	// GrantList lists what a person granted a workflow (kt.Grant.Item:
+	// "tool.method", "source:NAME", or "*").
+	GrantList(workflow string) ([]kt.Grant, error)
+	// GrantAdd records a grant (a grant made again keeps the first).
+	GrantAdd(g kt.Grant) error
+
 	// NoticeSent reports when a notice (a blocked run's, a digest's) went
 	// out on a channel: 0 if it never did.
 	NoticeSent(key, channel string) (int64, error)

@@ -320,6 +320,11 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
+	if r.PathValue("verb") == "grant" {
+		msg, err := engine.GrantAction(r.Context(), s.Store, wf, s.Now())
+		s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
+		return
+	}
 	msg, _, err := engine.WorkflowAction(r.Context(), s.Store, wf, r.PathValue("verb"), s.Now())
 	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
 }

@@ -158,7 +158,7 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 	} {
 		f := filepath.Join(dir, name+".js")
 		os.WriteFile(f, []byte(src), 0o644)
-		if out, err := exec.Command(keepBin, "deploy", "--data", data, f).CombinedOutput(); err != nil {
+		if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, f).CombinedOutput(); err != nil {
 			t.Fatalf("deploy %s: %v %s", name, err, out)
 		}
 	}

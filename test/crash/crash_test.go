@@ -71,7 +71,7 @@ func setup(t *testing.T, sink *testsink.Sink, reconcile bool) string {
 	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput()
+	out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("deploy: %v\n%s", err, out)
 	}
@@ -307,7 +307,7 @@ func setupItems(t *testing.T, sink *testsink.Sink) string {
 	inbox := filepath.Join(dir, "inbox")
 	os.MkdirAll(inbox, 0o755)
 	os.WriteFile(filepath.Join(inbox, "a.json"), []byte(`{}`), 0o644)
-	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v\n%s", err, out)
 	}
 	return dir

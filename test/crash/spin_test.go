@@ -88,7 +88,7 @@ func spinSetup(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v\n%s", err, out)
 	}
 	return dir

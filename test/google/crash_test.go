@@ -75,7 +75,7 @@ func checkOnce(t *testing.T, base, dir, method string) {
 func newProject(t *testing.T, call string) (base, dir string) {
 	base = fake(t)
 	dir = project(t, base, strings.ReplaceAll(writeScript, "%CALL%", call))
-	if r := keep(t, dir, nil, "deploy", "workflow.js"); r.code != 0 {
+	if r := keep(t, dir, nil, "deploy", "--grant", "workflow.js"); r.code != 0 {
 		t.Fatalf("deploy: %s", r.err)
 	}
 	connect(t, dir)

@@ -175,7 +175,7 @@ func TestEmailToSheetsExampleUnmodified(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := project(t, base, string(src))
-	if r := keep(t, dir, nil, "deploy", "workflow.js"); r.code != 0 {
+	if r := keep(t, dir, nil, "deploy", "--grant", "workflow.js"); r.code != 0 {
 		t.Fatalf("deploy: %d %s", r.code, r.err)
 	}
 	out := connect(t, dir)

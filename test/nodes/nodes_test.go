@@ -93,7 +93,7 @@ func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
 	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
 	wf := filepath.Join(r.dir, "wf.js")
 	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
-	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
 	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
@@ -208,7 +208,7 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
 	wf := filepath.Join(r.dir, "wf.js")
 	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
-	if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
 	direct := r.store
@@ -257,7 +257,7 @@ func TestNodesShareTheWork(t *testing.T) {
     return { n: ((s && s.n) || 0) + 1 } } } } })`, i)
 		f := filepath.Join(r.dir, fmt.Sprintf("busy-%d.js", i))
 		os.WriteFile(f, []byte(src), 0o644)
-		if out, err := exec.Command(keepBin, "deploy", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, f).CombinedOutput(); err != nil {
+		if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, f).CombinedOutput(); err != nil {
 			t.Fatalf("deploy: %v %s", err, out)
 		}
 	}

@@ -576,7 +576,7 @@ func TestTorture(t *testing.T) {
 		}
 		p := filepath.Join(dir, wf+".js")
 		os.WriteFile(p, []byte(src), 0o644)
-		if out, err := exec.Command(keepBin, "deploy", "--data", r.data, "--store", r.store, p).CombinedOutput(); err != nil {
+		if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", r.data, "--store", r.store, p).CombinedOutput(); err != nil {
 			t.Fatalf("deploy %s: %v %s", wf, err, out)
 		}
 	}

@@ -77,3 +77,28 @@ func (t *Tx) NoticePut(key, channel string, at int64) error {
 	_, err := t.r.Exec(`INSERT INTO notices(key, channel, sent_at) VALUES(?,?,?) ON CONFLICT(key, channel) DO NOTHING`, key, channel, at)
 	return err
 }
+
+func (t *Tx) GrantList(workflow string) ([]kt.Grant, error) {
+	rows, err := t.r.Query(`SELECT workflow, item, granted_by, granted_at FROM grants WHERE workflow=? ORDER BY item`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Grant
+	for rows.Next() {
+		var g kt.Grant
+		if err := rows.Scan(&g.Workflow, &g.Item, &g.GrantedBy, &g.GrantedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) GrantAdd(g kt.Grant) error {
+	_, err := t.r.Exec(`INSERT INTO grants(workflow, item, granted_by, granted_at) VALUES(?,?,?,?) ON CONFLICT(workflow, item) DO NOTHING`, g.Workflow, g.Item, g.GrantedBy, g.GrantedAt)
+	if err != nil {
+		return fmt.Errorf("grant %s to %s: %w", g.Item, g.Workflow, err)
+	}
+	return nil
+}

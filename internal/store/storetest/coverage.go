@@ -336,3 +336,13 @@ func (r recordingTx) NoticePut(key, channel string, at int64) error {
 	r.c.note("NoticePut")
 	return r.tx.NoticePut(key, channel, at)
 }
+
+func (r recordingTx) GrantList(workflow string) ([]kt.Grant, error) {
+	r.c.note("GrantList")
+	return r.tx.GrantList(workflow)
+}
+
+func (r recordingTx) GrantAdd(g kt.Grant) error {
+	r.c.note("GrantAdd")
+	return r.tx.GrantAdd(g)
+}

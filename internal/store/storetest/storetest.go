@@ -888,6 +888,29 @@ func exerciseTransactions(run runCase) {
 		}))
 	})
 
+	run("grants: added once, listed by workflow", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for _, g := range []kt.Grant{{Workflow: "w", Item: "gmail.send", GrantedBy: "ann", GrantedAt: 1}, {Workflow: "w", Item: "gmail.send", GrantedBy: "bob", GrantedAt: 2},
+				{Workflow: "w", Item: "source:gmail", GrantedBy: "ann", GrantedAt: 1}, {Workflow: "v", Item: "*", GrantedBy: "ann", GrantedAt: 1}} {
+				if err := tx.GrantAdd(g); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			gs, err := tx.GrantList("w")
+			if err != nil || len(gs) != 2 || gs[0].Item != "gmail.send" || gs[0].GrantedBy != "ann" || gs[1].Item != "source:gmail" {
+				return fmt.Errorf("grants of w: %+v %v", gs, err)
+			}
+			gs, err = tx.GrantList("nobody")
+			if err != nil || len(gs) != 0 {
+				return fmt.Errorf("grants of a workflow without any: %+v %v", gs, err)
+			}
+			return nil
+		}))
+	})
+
 	run("a cancelled context does not run the update", func(t *testing.T, s store.Store) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
