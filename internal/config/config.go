@@ -122,6 +122,9 @@ type Notify struct {
 	Webhook string
 	// Email receives a message, sent through [connectors.email] smtp.
 	Email string
+	// Slack is a channel the notices are posted to, as the bot of keep
+	// connect slack.
+	Slack string
 	// PageURL is where links in notices point (keep serve's address).
 	PageURL string
 	// Digest is the time of day (UTC, "HH:MM") of the daily digest of
@@ -453,13 +456,18 @@ func parseNotify(name string, v any, cfg *Config) error {
 			if !strings.Contains(str, "@") {
 				err = fmt.Errorf("%s must be an email address", where)
 			}
+		case "slack":
+			cfg.Notify.Slack = str
+			if strings.TrimSpace(str) == "" {
+				err = fmt.Errorf("%s must name a channel, like \"#ops\" or \"C0123456\"", where)
+			}
 		case "digest":
 			cfg.Notify.Digest = str
 			if !digestRe.MatchString(str) {
 				err = fmt.Errorf("%s must be a time of day in UTC like \"09:00\", got %q", where, str)
 			}
 		default:
-			err = fmt.Errorf("config %s: unknown key [notify] %s (known: webhook, email, page_url, digest)", name, k)
+			err = fmt.Errorf("config %s: unknown key [notify] %s (known: webhook, email, slack, page_url, digest)", name, k)
 		}
 		if err != nil {
 			return err

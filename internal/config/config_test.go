@@ -141,7 +141,7 @@ func TestNotifySection(t *testing.T) {
 		"[notify]\nwebhook = \"ftp://x\"\n":         "[notify] webhook must be an http(s) URL",
 		"[notify]\ndigest = \"9am\"\n":              `[notify] digest must be a time of day in UTC like "09:00"`,
 		"[notify]\nemail = \"me@example.com\"\n":    "[notify] email sends through [connectors.email]",
-		"[notify]\nslack = \"#ops\"\n":              "unknown key [notify] slack",
+		"[notify]\nsms = \"+4912345\"\n":            "unknown key [notify] sms",
 		"[connectors.email]\nimap = \"http://x\"\n": "[connectors.email] imap must be a URL like",
 	} {
 		if _, err := Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) {

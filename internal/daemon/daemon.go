@@ -196,7 +196,8 @@ func Open(o Options) (*Keep, error) {
 	gauth := google.NewAuth(cfg.Google, accts)
 	sqlc, sqlPools := sqlconn.New(cfg.SQL.Databases)
 	mail := email.New(cfg.Email)
-	sl := slackconn.New(&slackconn.Slack{Endpoint: cfg.SlackEndpoint, Accounts: accts})
+	slackBot := &slackconn.Slack{Endpoint: cfg.SlackEndpoint, Accounts: accts}
+	sl := slackconn.New(slackBot)
 	own := customs(cfg)
 	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail, sl, own) }
 	if o.FilesRootForAll != "" {
@@ -216,7 +217,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, logger), notified: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, logger), notified: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler

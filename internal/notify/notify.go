@@ -56,13 +56,17 @@ type Notifier struct {
 }
 
 // New builds the notifier of [notify]; nil when it names no channel.
-func New(st store.Store, n config.Notify, mail config.Email, log *slog.Logger) *Notifier {
+// slack posts to a Slack channel as the connected bot (nil: no Slack).
+func New(st store.Store, n config.Notify, mail config.Email, slack Poster, log *slog.Logger) *Notifier {
 	var chans []Channel
 	if n.Webhook != "" {
 		chans = append(chans, &Webhook{URL: n.Webhook, Client: &http.Client{Timeout: 15 * time.Second}})
 	}
 	if n.Email != "" {
 		chans = append(chans, &Email{To: n.Email, Mail: mail})
+	}
+	if n.Slack != "" && slack != nil {
+		chans = append(chans, &Slack{Channel: n.Slack, Post: slack})
 	}
 	if len(chans) == 0 {
 		return nil
@@ -245,4 +249,19 @@ func (e *Email) Name() string { return "email" }
 
 func (e *Email) Send(ctx context.Context, n Notice) error {
 	return email.Notify(ctx, e.Mail, e.To, n.Subject, n.Text)
+}
+
+// Poster posts a text to a Slack channel (the slack connector's bot).
+type Poster func(ctx context.Context, channel, text string) error
+
+// Slack posts the notice into a channel.
+type Slack struct {
+	Channel string
+	Post    Poster
+}
+
+func (s *Slack) Name() string { return "slack" }
+
+func (s *Slack) Send(ctx context.Context, n Notice) error {
+	return s.Post(ctx, s.Channel, "*"+n.Subject+"*\n"+n.Text)
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/fake/slackfake"
 	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testmail"
 	_ "modernc.org/sqlite"
@@ -96,6 +97,24 @@ func waitFor(t *testing.T, what string, logs *strings.Builder, cond func() bool)
 	}
 }
 
+// slackNotices counts the block notices the bot posted into C9.
+func slackNotices(t *testing.T, base string) int {
+	resp, err := http.Get(base + "/_admin/channels/C9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Messages []map[string]any }
+	json.NewDecoder(resp.Body).Decode(&out)
+	n := 0
+	for _, m := range out.Messages {
+		if strings.Contains(fmt.Sprint(m["text"]), "needs you") {
+			n++
+		}
+	}
+	return n
+}
+
 // recorded counts the notices keep's store says went out.
 func recorded(t *testing.T, db string) int {
 	d, err := sql.Open("sqlite", "file:"+db+"?mode=ro&_pragma=busy_timeout(5000)")
@@ -128,10 +147,17 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 	hooks := httptest.NewServer(h)
 	defer hooks.Close()
 	mail := testmail.Start(t, true)
+	slackSrv := httptest.NewServer(slackfake.New().Handler())
+	defer slackSrv.Close()
 
 	dir := t.TempDir()
-	cfg := mail.Config() + fmt.Sprintf("\n[notify]\nwebhook = %q\nemail = \"owner@example.com\"\ndigest = \"00:00\"\n", hooks.URL)
+	cfg := mail.Config() + fmt.Sprintf("\n[connectors.slack]\nendpoint = %q\n\n[notify]\nwebhook = %q\nemail = \"owner@example.com\"\nslack = \"C9\"\ndigest = \"00:00\"\n", slackSrv.URL, hooks.URL)
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
+	connect := exec.Command(keepBin, "connect", "slack", "--token", "xoxb-notices", "--data", filepath.Join(dir, "data"))
+	connect.Dir = dir
+	if out, err := connect.CombinedOutput(); err != nil {
+		t.Fatalf("keep connect slack: %v %s", err, out)
+	}
 	for name, url := range map[string]string{"stuck": service.URL + "/forbidden/1", "fine": service.URL + "/ok"} {
 		os.WriteFile(filepath.Join(dir, name+".js"), []byte(flow(name, url)), 0o644)
 		if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), filepath.Join(dir, name+".js")).CombinedOutput(); err != nil {
@@ -184,7 +210,7 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 	// again. (A notice sent and not yet recorded when keep dies is sent
 	// again — a person told twice beats one never told — so the kill waits
 	// for the records: the block's and the digest's, on both channels.)
-	waitFor(t, "the notices to be recorded", logs, func() bool { return recorded(t, filepath.Join(dir, "data", "keep.db")) >= 4 })
+	waitFor(t, "the notices to be recorded", logs, func() bool { return recorded(t, filepath.Join(dir, "data", "keep.db")) >= 6 })
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	os.WriteFile(filepath.Join(dir, "later.js"), []byte(flow("later", service.URL+"/forbidden/2")), 0o644)
@@ -198,6 +224,8 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 			t.Fatalf("%s was notified %d times", run, times)
 		}
 	}
+	// The Slack channel got each block's notice once too.
+	waitFor(t, "the second Slack notice", logs, func() bool { return slackNotices(t, slackSrv.URL) == 2 })
 	// The daily digest (due since 00:00 UTC) went out once, restart or not
 	// — unless this test ran across midnight, when a second day's is due.
 	if now := time.Now().UTC(); now.Hour() != 0 || now.Minute() > 2 {

@@ -360,3 +360,15 @@ func (c *conn) reconcileReaction(ctx context.Context, call connector.Call) (conn
 }
 
 var _ = time.Second
+
+// Notify posts a plain message as the bot (keep's notices, package
+// notify); it carries no idempotency key: a notice may go twice after a crash.
+func (s *Slack) Notify(ctx context.Context, channel, text string) error {
+	c := &conn{s: s}
+	api, _, kerr := c.client(ctx, "a notice to Slack")
+	if kerr != nil {
+		return kerr
+	}
+	_, _, err := api.PostMessageContext(ctx, channel, slack.MsgOptionText(text, false))
+	return err
+}
