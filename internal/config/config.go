@@ -89,7 +89,27 @@ type Config struct {
 	// endpoint, keep-fake slack); empty is Slack.
 	SlackEndpoint string
 	// Custom are the connectors declared over HTTP ([connectors.custom.NAME]).
-	Custom map[string]Custom
+	Custom     map[string]Custom
+	LLM        LLM
+	Maintainer Maintainer
+}
+
+// LLM is [llm]: an OpenAI-compatible chat-completions endpoint.
+// KEEP_LLM_BASE_URL and KEEP_LLM_MODEL override the file.
+type LLM struct {
+	BaseURL   string
+	Model     string
+	APIKeyEnv string // the environment variable holding the key (default KEEP_LLM_API_KEY)
+}
+
+// Set reports whether an endpoint is configured.
+func (l LLM) Set() bool { return l.BaseURL != "" && l.Model != "" }
+
+// Maintainer is [maintainer]: the agent that repairs failed:logic runs.
+type Maintainer struct {
+	Enabled          bool // default: true when [llm] is set
+	MaxAttempts      int  // per failure (default 3)
+	DailyTokenBudget int  // per workflow and day (default 200000)
 }
 
 // Custom is a connector declared in keep.toml over an HTTP API.
@@ -168,6 +188,9 @@ func Load(path string) (Config, error) {
 	cfg := Config{Policy: Defaults()}
 	if path == "" {
 		err := parseConnectors("", nil, &cfg) // the environment's client
+		if err == nil {
+			err = parseLLM("", nil, nil, &cfg) // and endpoint
+		}
 		return cfg, err
 	}
 	b, err := os.ReadFile(path)
@@ -187,8 +210,8 @@ func Parse(name, text string) (Config, error) {
 	}
 	_ = md
 	for k := range raw {
-		if k != "policy" && k != "connectors" && k != "notify" {
-			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy], [connectors.*], [notify])", name, k)
+		if k != "policy" && k != "connectors" && k != "notify" && k != "llm" && k != "maintainer" {
+			return cfg, fmt.Errorf("config %s: unknown section or key %q (known: [policy], [connectors.*], [notify], [llm], [maintainer])", name, k)
 		}
 	}
 	if err := parseConnectors(name, raw["connectors"], &cfg); err != nil {
@@ -198,6 +221,9 @@ func Parse(name, text string) (Config, error) {
 		return cfg, err
 	}
 	if err := parseCustom(name, text, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := parseLLM(name, raw["llm"], raw["maintainer"], &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.Notify.Email != "" && (cfg.Email.SMTP == "" || cfg.Email.From == "") {
@@ -330,6 +356,86 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			default:
 				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
 			}
+		}
+	}
+	return nil
+}
+
+func parseLLM(name string, llm, maint any, cfg *Config) error {
+	cfg.LLM.APIKeyEnv = "KEEP_LLM_API_KEY"
+	cfg.Maintainer = Maintainer{MaxAttempts: 3, DailyTokenBudget: 200000}
+	if llm != nil {
+		sect, ok := llm.(map[string]any)
+		if !ok {
+			return fmt.Errorf("config %s: llm must be a table: [llm]", name)
+		}
+		for k, v := range sect {
+			str, isStr := v.(string)
+			if !isStr {
+				return fmt.Errorf("config %s: [llm] %s must be a string", name, k)
+			}
+			switch k {
+			case "base_url":
+				u, err := url.Parse(str)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("config %s: [llm] base_url must be an http(s) URL ending in /v1, like \"https://api.openai.com/v1\" or \"http://127.0.0.1:11434/v1\" (Ollama), got %q", name, str)
+				}
+				cfg.LLM.BaseURL = strings.TrimRight(str, "/")
+			case "model":
+				cfg.LLM.Model = str
+			case "api_key_env":
+				cfg.LLM.APIKeyEnv = str
+			default:
+				return fmt.Errorf("config %s: unknown key [llm] %s (known: base_url, model, api_key_env)", name, k)
+			}
+		}
+	}
+	if v := os.Getenv("KEEP_LLM_BASE_URL"); v != "" {
+		cfg.LLM.BaseURL = strings.TrimRight(v, "/")
+	}
+	if v := os.Getenv("KEEP_LLM_MODEL"); v != "" {
+		cfg.LLM.Model = v
+	}
+	if cfg.LLM.BaseURL != "" && cfg.LLM.Model == "" {
+		return fmt.Errorf("config %s: [llm] needs model = \"…\" (the model's name at %s)", name, cfg.LLM.BaseURL)
+	}
+	cfg.Maintainer.Enabled = cfg.LLM.Set()
+	if maint == nil {
+		return nil
+	}
+	sect, ok := maint.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config %s: maintainer must be a table: [maintainer]", name)
+	}
+	for k, v := range sect {
+		where := fmt.Sprintf("config %s: [maintainer] %s", name, k)
+		var err error
+		switch k {
+		case "enabled":
+			b, isBool := v.(bool)
+			if !isBool {
+				return fmt.Errorf("%s must be true or false", where)
+			}
+			cfg.Maintainer.Enabled = b && cfg.LLM.Set()
+			if b && !cfg.LLM.Set() {
+				return fmt.Errorf("%s: the Maintainer needs [llm] base_url and model", where)
+			}
+		case "max_attempts":
+			cfg.Maintainer.MaxAttempts, err = count(v)
+			if err == nil && cfg.Maintainer.MaxAttempts < 1 {
+				err = fmt.Errorf("must be at least 1")
+			}
+		case "daily_token_budget":
+			n, isInt := v.(int64)
+			if !isInt || n < 1000 {
+				err = fmt.Errorf("must be a whole number of tokens, at least 1000")
+			}
+			cfg.Maintainer.DailyTokenBudget = int(n)
+		default:
+			return fmt.Errorf("config %s: unknown key [maintainer] %s (known: enabled, max_attempts, daily_token_budget)", name, k)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v", where, err)
 		}
 	}
 	return nil

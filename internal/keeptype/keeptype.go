@@ -588,3 +588,32 @@ func GrantSuffix(workflow string) string { return " — grant it: keep grant " +
 
 // NeedsGrant reports whether a run's error asks a person for a grant.
 func NeedsGrant(msg string) bool { return strings.Contains(msg, " — grant it: keep grant ") }
+
+// RepairStatus is where a Maintainer's repair attempt stands (issue 17).
+type RepairStatus string
+
+const (
+	RepairRefused   RepairStatus = "refused"   // the answer failed a check; fed back to the model
+	RepairFailed    RepairStatus = "failed"    // no answer: the endpoint failed, or the budget ran out
+	RepairHeld      RepairStatus = "held"      // potentially impactful: waits for a person
+	RepairActivated RepairStatus = "activated" // deployed as the next minor version
+	RepairRejected  RepairStatus = "rejected"  // a person said no
+)
+
+// Repair is one attempt of the Maintainer at a failed:logic run.
+type Repair struct {
+	ID          string
+	Workflow    string
+	RunID       string
+	Attempt     int
+	Status      RepairStatus
+	FromVersion int64
+	ToVersion   int64
+	Script      string // the proposed script
+	Explanation string // the model's words
+	Reason      string // why keep refused, held or activated it
+	Tokens      int
+	DecidedBy   string
+	CreatedAt   int64
+	UpdatedAt   int64
+}

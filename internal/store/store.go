@@ -245,6 +245,11 @@ type Tx interface {
 	// GrantAdd records a grant (a grant made again keeps the first).
 	GrantAdd(g kt.Grant) error
 
+	// RepairPut writes a repair attempt (insert or update by ID).
+	RepairPut(r kt.Repair) error
+	// RepairList lists a workflow's repairs, oldest first.
+	RepairList(workflow string) ([]kt.Repair, error)
+
 	// NoticeSent reports when a notice (a blocked run's, a digest's) went
 	// out on a channel: 0 if it never did.
 	NoticeSent(key, channel string) (int64, error)

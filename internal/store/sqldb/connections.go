@@ -102,3 +102,34 @@ func (t *Tx) GrantAdd(g kt.Grant) error {
 	}
 	return nil
 }
+
+const repairCols = `id, workflow, run_id, attempt, status, from_version, to_version, script, explanation, reason, tokens, decided_by, created_at, updated_at`
+
+func (t *Tx) RepairPut(r kt.Repair) error {
+	_, err := t.r.Exec(`INSERT INTO repairs(`+repairCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET status=excluded.status, to_version=excluded.to_version, reason=excluded.reason, decided_by=excluded.decided_by, updated_at=excluded.updated_at`,
+		r.ID, r.Workflow, r.RunID, r.Attempt, string(r.Status), r.FromVersion, r.ToVersion, r.Script, r.Explanation, r.Reason, r.Tokens, r.DecidedBy, r.CreatedAt, r.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save repair %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (t *Tx) RepairList(workflow string) ([]kt.Repair, error) {
+	rows, err := t.r.Query(`SELECT `+repairCols+` FROM repairs WHERE workflow=? ORDER BY created_at, attempt, id`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Repair
+	for rows.Next() {
+		var r kt.Repair
+		var st string
+		if err := rows.Scan(&r.ID, &r.Workflow, &r.RunID, &r.Attempt, &st, &r.FromVersion, &r.ToVersion, &r.Script, &r.Explanation, &r.Reason, &r.Tokens, &r.DecidedBy, &r.CreatedAt, &r.UpdatedAt); err != nil {
+			return nil, err
+		}
+		r.Status = kt.RepairStatus(st)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

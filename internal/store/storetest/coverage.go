@@ -346,3 +346,13 @@ func (r recordingTx) GrantAdd(g kt.Grant) error {
 	r.c.note("GrantAdd")
 	return r.tx.GrantAdd(g)
 }
+
+func (r recordingTx) RepairPut(x kt.Repair) error {
+	r.c.note("RepairPut")
+	return r.tx.RepairPut(x)
+}
+
+func (r recordingTx) RepairList(workflow string) ([]kt.Repair, error) {
+	r.c.note("RepairList")
+	return r.tx.RepairList(workflow)
+}
