@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/maintainer"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/script"
@@ -59,6 +60,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/repairs", s.repairs)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/repairs/{id}/{verb}", s.decideRepair)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/handlers/{handler}/reset-state", s.resetState)
 	mux.HandleFunc("GET /api/v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /api/v1/runs/{id}/trace", s.trace)
@@ -347,6 +350,26 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 func (s *Server) grant(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	msg, err := engine.GrantAction(r.Context(), s.Store, wf, s.now())
+	s.actionReply(w, wf, msg, err)
+}
+
+func (s *Server) repairs(w http.ResponseWriter, r *http.Request) {
+	v, err := report.Repairs(r.Context(), s.Store, r.PathValue("wf"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, v)
+}
+
+// decideRepair approves or rejects a repair the Maintainer held.
+func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
+	wf, verb := r.PathValue("wf"), r.PathValue("verb")
+	if verb != "approve" && verb != "reject" {
+		Error(w, http.StatusBadRequest, "bad_request", "a repair is approved or rejected: POST …/repairs/ID/approve or …/reject")
+		return
+	}
+	msg, err := maintainer.Decide(r.Context(), s.Store, s.Engine, wf, r.PathValue("id"), verb == "approve", s.now())
 	s.actionReply(w, wf, msg, err)
 }
 

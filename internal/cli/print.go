@@ -92,6 +92,9 @@ func (a *app) printCard(c report.Card) {
 		fmt.Fprintf(a.out, "  input:   %s\n", in.Title)
 	}
 	fmt.Fprintf(a.out, "  why:     %s\n", c.Reason)
+	for _, r := range c.Repairs {
+		fmt.Fprintf(a.out, "  repair:  attempt %d %s (%d tokens): %s\n", r.Attempt, r.Status, r.Tokens, crop(r.Reason, 300))
+	}
 	var acts []string
 	if c.Grant {
 		acts = append(acts, "keep grant "+c.Workflow+"   (allow it: the run then tries again by itself)")

@@ -56,6 +56,7 @@ func (a *app) serveCmd() *cobra.Command {
 				k.SetPageURL(where)
 			}
 			go k.Notify(ctx)
+			go k.Maintain(ctx)
 			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
 			return k.Scheduler.Run(ctx)
 		},

@@ -35,6 +35,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/notify"
 	"github.com/keep-run/keep/internal/scheduler"
@@ -141,6 +142,9 @@ type Keep struct {
 	// notifier tells people about blocked runs ([notify]); nil: none.
 	notifier *notify.Notifier
 	notified chan struct{}
+	// maintainer repairs failed:logic runs ([llm], [maintainer]); nil: none.
+	maintainer *maintainer.Maintainer
+	maintain   chan struct{}
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -217,7 +221,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, logger), notified: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -230,7 +234,15 @@ func Open(o Options) (*Keep, error) {
 			case k.notified <- struct{}{}:
 			default:
 			}
+			select {
+			case k.maintain <- struct{}{}:
+			default:
+			}
 		}})
+	if cfg.Maintainer.Enabled {
+		k.maintainer = &maintainer.Maintainer{Store: st, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
+			Config: cfg.Maintainer, Now: time.Now, Log: logger}
+	}
 	node := ""
 	if shared {
 		node = k.Instance
@@ -290,6 +302,13 @@ func crashAt(step string) func(string) {
 func (k *Keep) Notify(ctx context.Context) {
 	if k.notifier != nil {
 		k.notifier.Run(ctx, 5*time.Second, k.notified)
+	}
+}
+
+// Maintain repairs failed:logic runs until ctx ends (keep serve, with [llm]).
+func (k *Keep) Maintain(ctx context.Context) {
+	if k.maintainer != nil {
+		k.maintainer.Run(ctx, 5*time.Second, k.maintain)
 	}
 }
 

@@ -118,6 +118,8 @@ type Card struct {
 	// Reconnect names the provider whose account a person must connect
 	// again (keep connect google) before Try again can work, or "".
 	Reconnect string `json:"reconnect,omitempty"`
+	// Repairs are the Maintainer's attempts at this run, oldest first.
+	Repairs []Repair `json:"repairs,omitempty"`
 	// Grant is true when the run waits for a person to grant the workflow
 	// what it called (keep grant WF; the run then tries again by itself).
 	Grant bool `json:"grant,omitempty"`
@@ -462,6 +464,17 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)
 		c.Grant = kt.NeedsGrant(r.ErrorMessage)
 	}
+	if r.Status == kt.StatusFailedLogic {
+		rs, err := tx.RepairList(r.Workflow)
+		if err != nil {
+			return c, false, err
+		}
+		for _, x := range rs {
+			if x.RunID == r.ID {
+				c.Repairs = append(c.Repairs, RepairRow(x))
+			}
+		}
+	}
 	if hasMut && m.Status == kt.MutationApplied && c.Mutation != nil {
 		c.AppliedWrite, c.Mutation = c.Mutation, nil
 	}
@@ -662,6 +675,39 @@ func LatestScripts(ctx context.Context, st store.Store) ([]string, error) {
 			}
 		}
 		return nil
+	})
+	return out, err
+}
+
+// Repair is one of the Maintainer's attempts as people see it.
+type Repair struct {
+	ID          string `json:"id"`
+	RunID       string `json:"runId"`
+	Attempt     int    `json:"attempt"`
+	Status      string `json:"status"`
+	Reason      string `json:"reason"`
+	Explanation string `json:"explanation,omitempty"`
+	Script      string `json:"script,omitempty"`
+	Tokens      int    `json:"tokens"`
+	DecidedBy   string `json:"decidedBy,omitempty"`
+	At          string `json:"at"`
+}
+
+// RepairRow renders a repair.
+func RepairRow(r kt.Repair) Repair {
+	return Repair{ID: r.ID, RunID: r.RunID, Attempt: r.Attempt, Status: string(r.Status), Reason: r.Reason, Explanation: r.Explanation, Script: r.Script,
+		Tokens: r.Tokens, DecidedBy: r.DecidedBy, At: Time(r.CreatedAt)}
+}
+
+// Repairs lists a workflow's repairs, oldest first.
+func Repairs(ctx context.Context, st store.Store, wf string) ([]Repair, error) {
+	out := []Repair{}
+	err := st.View(ctx, func(tx store.Tx) error {
+		rs, err := tx.RepairList(wf)
+		for _, r := range rs {
+			out = append(out, RepairRow(r))
+		}
+		return err
 	})
 	return out, err
 }

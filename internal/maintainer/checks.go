@@ -1,0 +1,140 @@
+package maintainer
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/script"
+)
+
+// The checks a repair passes before anything runs (issue 17; ch 12 §12.9).
+// Each returns "" or why the repair is refused, in words the model gets back.
+
+// sameShape: the same handlers (of the same kinds), topics, publishes,
+// subscriptions and approval settings.
+func sameShape(old, new script.Declaration) string {
+	sorted := func(s []string) string { c := append([]string(nil), s...); sort.Strings(c); return strings.Join(c, ",") }
+	if sorted(old.Topics) != sorted(new.Topics) {
+		return fmt.Sprintf("the topics changed (%s → %s); a repair keeps them", sorted(old.Topics), sorted(new.Topics))
+	}
+	for kind, pair := range map[string][2]map[string]script.HandlerDecl{"producer": {old.Producers, new.Producers}, "consumer": {old.Consumers, new.Consumers}, "task": {old.Tasks, new.Tasks}} {
+		o, n := pair[0], pair[1]
+		if len(o) != len(n) {
+			return fmt.Sprintf("the %ss changed; a repair keeps every handler", kind)
+		}
+		for name, h := range o {
+			nh, ok := n[name]
+			if !ok {
+				return fmt.Sprintf("the %s %s is gone; a repair keeps every handler", kind, name)
+			}
+			if sorted(h.Publishes) != sorted(nh.Publishes) || sorted(h.Subscribe) != sorted(nh.Subscribe) {
+				return fmt.Sprintf("the %s %s publishes or subscribes differently; a repair keeps its topics", kind, name)
+			}
+		}
+	}
+	a, _ := json.Marshal(old.RequireApproval)
+	b, _ := json.Marshal(new.RequireApproval)
+	if string(a) != string(b) {
+		return "the approval settings changed; a repair never changes what needs a person's approval"
+	}
+	return ""
+}
+
+// noWider: no connector method or input source the old script did not use.
+func noWider(old, new string) string {
+	had := map[string]bool{}
+	for _, u := range engine.Uses(old) {
+		had[u] = true
+	}
+	var more []string
+	for _, u := range engine.Uses(new) {
+		if !had[u] {
+			more = append(more, u)
+		}
+	}
+	if len(more) > 0 {
+		return fmt.Sprintf("it uses %s, which the version in place does not; a repair never widens what a workflow may do", strings.Join(more, ", "))
+	}
+	return ""
+}
+
+var (
+	keyExprRe   = regexp.MustCompile(`\b(messageId|subkey)\s*:\s*([^,}\n]+)`)
+	withItemRe  = regexp.MustCompile(`withItem\s*\(\s*([^,]+),`)
+	inputIDRe   = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*?\bid\s*:\s*([^,}\n]+)`)
+	spaceRe     = regexp.MustCompile(`\s+`)
+	callStartRe = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(`)
+)
+
+func norm(s string) string { return spaceRe.ReplaceAllString(strings.TrimSpace(s), "") }
+
+// identityExprs are the expressions that build item IDs, message ids,
+// input ids and subkeys, as written.
+func identityExprs(src string) []string {
+	var out []string
+	for _, m := range keyExprRe.FindAllStringSubmatch(src, -1) {
+		out = append(out, m[1]+": "+norm(m[2]))
+	}
+	for _, m := range withItemRe.FindAllStringSubmatch(src, -1) {
+		out = append(out, "withItem: "+norm(m[1]))
+	}
+	for _, m := range inputIDRe.FindAllStringSubmatch(src, -1) {
+		out = append(out, "registerInput id: "+norm(m[1]))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// frozenIDs: item-ID and subkey expressions unchanged (ch 12 §12.9).
+func frozenIDs(old, new string) string {
+	o, n := identityExprs(old), identityExprs(new)
+	if strings.Join(o, "\n") == strings.Join(n, "\n") {
+		return ""
+	}
+	return fmt.Sprintf("the expressions that build item IDs, message ids or subkeys changed (%s → %s); a repair keeps them, or done work would be done again", strings.Join(o, "; "), strings.Join(n, "; "))
+}
+
+// writeCalls returns the text of every write call (a mutate-kind method)
+// of a script, normalized, sorted.
+func writeCalls(src string, reg *connector.Registry) []string {
+	var out []string
+	for _, loc := range callStartRe.FindAllStringSubmatchIndex(src, -1) {
+		tool, method := src[loc[2]:loc[3]], src[loc[4]:loc[5]]
+		m, err := reg.Method(tool, method)
+		if err != nil || (m.Kind != connector.KindMutate && m.KindOf == nil) {
+			continue
+		}
+		depth, end := 0, len(src)
+		for i := loc[1] - 1; i < len(src); i++ {
+			switch src[i] {
+			case '(':
+				depth++
+			case ')':
+				depth--
+			}
+			if depth == 0 {
+				end = i + 1
+				break
+			}
+		}
+		out = append(out, norm(src[loc[0]:end]))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// impact says whether a repair may change which writes happen or what
+// they send for work already done: any change to a write call's text is
+// potentially impactful (a person looks); otherwise it is safe.
+func impact(old, new string, reg *connector.Registry) (safe bool, why string) {
+	o, n := writeCalls(old, reg), writeCalls(new, reg)
+	if strings.Join(o, "\n") == strings.Join(n, "\n") {
+		return true, "the writes are written as before; the fix changes how the script gets to them"
+	}
+	return false, fmt.Sprintf("the writes change (%s → %s): work already done may have been written differently", strings.Join(o, "; "), strings.Join(n, "; "))
+}
