@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
-	"github.com/keep-run/keep/internal/maintainer"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"

@@ -18,7 +18,11 @@ import (
 // sameShape: the same handlers (of the same kinds), topics, publishes,
 // subscriptions and approval settings.
 func sameShape(old, new script.Declaration) string {
-	sorted := func(s []string) string { c := append([]string(nil), s...); sort.Strings(c); return strings.Join(c, ",") }
+	sorted := func(s []string) string {
+		c := append([]string(nil), s...)
+		sort.Strings(c)
+		return strings.Join(c, ",")
+	}
 	if sorted(old.Topics) != sorted(new.Topics) {
 		return fmt.Sprintf("the topics changed (%s → %s); a repair keeps them", sorted(old.Topics), sorted(new.Topics))
 	}
