@@ -339,6 +339,9 @@ func (k *Keep) HTTPHandler(token string) http.Handler {
 	page := web.New(k.Store, guard, k.Changed)
 	page.Problem = k.Scheduler.Problem
 	page.Accounts = k.accounts
+	page.DecideRepair = func(ctx context.Context, wf, id string, approve bool) (string, error) {
+		return maintainer.Decide(ctx, k.Store, k.Engine, wf, id, approve, time.Now())
+	}
 	mux.Handle("/", page.Handler())
 	return guard.Wrap(mux, "/login")
 }

@@ -45,6 +45,9 @@ type Server struct {
 	Problem func() string
 	// Accounts lets the page connect accounts; nil: it only lists them.
 	Accounts Connector
+	// DecideRepair approves or rejects a repair the Maintainer held; nil:
+	// the page shows repairs without the buttons.
+	DecideRepair func(ctx context.Context, wf, id string, approve bool) (string, error)
 	pages    map[string]*template.Template
 }
 
@@ -115,6 +118,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /runs/{id}", s.run)
 	mux.HandleFunc("GET /items/{ref}", s.item)
 	mux.HandleFunc("POST /items/{ref}/{verb}", s.itemAction)
+	mux.HandleFunc("POST /w/{wf}/repairs/{id}/{verb}", s.decideRepair)
 	mux.HandleFunc("GET /connections", s.connections)
 	mux.HandleFunc("POST /connect/google", s.connectGoogle)
 	mux.HandleFunc("GET /connect/google/callback", s.connectGoogleDone)
@@ -500,4 +504,15 @@ func (s *Server) connectGoogleDone(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.Redirect(w, r, "/connections?flash="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+// decideRepair is the card's Approve or Reject of a held repair.
+func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
+	wf, verb := r.PathValue("wf"), r.PathValue("verb")
+	if s.DecideRepair == nil || (verb != "approve" && verb != "reject") {
+		http.NotFound(w, r)
+		return
+	}
+	msg, err := s.DecideRepair(r.Context(), wf, r.PathValue("id"), verb == "approve")
+	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
 }

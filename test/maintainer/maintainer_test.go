@@ -8,7 +8,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -62,6 +64,7 @@ type rig struct {
 	src   string
 	logs  *strings.Builder
 	serve *exec.Cmd
+	addr  string
 }
 
 func setup(t *testing.T, note string, cfgExtra string, replies func(src string) []llmfake.Reply) *rig {
@@ -85,6 +88,7 @@ func setup(t *testing.T, note string, cfgExtra string, replies func(src string) 
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
+	r.addr = addr
 	r.serve = exec.Command(keepBin, "serve", "--addr", addr)
 	r.serve.Dir = dir
 	r.logs = &strings.Builder{}
@@ -207,6 +211,15 @@ func TestAnImpactfulRepairWaitsForAPerson(t *testing.T) {
 	}
 	if len(r.writes()) == 3 {
 		t.Fatal("the held repair ran")
+	}
+	resp, err := http.Get("http://" + r.addr + "/w/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "Approve and activate") || !strings.Contains(string(page), "potentially impactful") {
+		t.Fatalf("the page does not offer the held repair:\n%s", page)
 	}
 	if out, code := r.keep("repairs", "orders", "--approve", rs[0].ID[len(rs[0].ID)-8:], "--by", "ann"); code != 0 || !strings.Contains(out, "approved") {
 		t.Fatalf("approve: %d %s", code, out)
