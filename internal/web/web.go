@@ -48,7 +48,7 @@ type Server struct {
 	// DecideRepair approves or rejects a repair the Maintainer held; nil:
 	// the page shows repairs without the buttons.
 	DecideRepair func(ctx context.Context, wf, id string, approve bool) (string, error)
-	pages    map[string]*template.Template
+	pages        map[string]*template.Template
 }
 
 // Connector runs the OAuth flow of "Connect Google" for the page: the
