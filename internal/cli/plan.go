@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/maintainer"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// planCmd is the Planner: a script from a person's words.
+func (a *app) planCmd() *cobra.Command {
+	var out, revise string
+	var force bool
+	c := &cobra.Command{
+		Use:   "plan \"what the workflow should do\" [-o FILE] [--revise WORKFLOW]",
+		Short: "write a workflow script from your words with the model of [llm]; keep validates and reviews it before saving it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(a.config())
+			if err != nil {
+				return err
+			}
+			if !cfg.LLM.Set() {
+				return errors.New("keep plan needs a model: set [llm] base_url and model in keep.toml (docs/maintainer.md), or KEEP_LLM_BASE_URL and KEEP_LLM_MODEL")
+			}
+			if out == "" {
+				out = "workflow.js"
+			}
+			if _, err := os.Stat(out); err == nil && !force {
+				return fmt.Errorf("%s exists; name another file with -o, or pass --force to overwrite it", out)
+			}
+			reg, err := a.registry(".")
+			if err != nil {
+				return err
+			}
+			var current *kt.Version
+			if revise != "" {
+				if err := a.withReadStore(func(st store.Store) error {
+					return st.View(cmd.Context(), func(tx store.Tx) error {
+						w, err := tx.WorkflowGet(revise)
+						if err != nil {
+							return fmt.Errorf("there is no workflow %q to revise (see keep status)", revise)
+						}
+						v, err := tx.VersionGet(revise, w.ActiveVersion)
+						current = &v
+						return err
+					})
+				}); err != nil {
+					return err
+				}
+			}
+			eng := engine.New(engine.Options{Registry: reg})
+			p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts}
+			plan, err := p.Plan(cmd.Context(), args[0], current)
+			if err != nil {
+				return fmt.Errorf("%v (%d tokens); nothing was saved", err, plan.Tokens)
+			}
+			if err := os.WriteFile(out, []byte(strings.TrimRight(plan.Script, "\n")+"\n"), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "wrote %s (valid; %d attempts, %d tokens)\n\n%s\n", out, plan.Attempts, plan.Tokens, plan.Summary)
+			for _, n := range plan.Notes {
+				fmt.Fprintf(a.out, "\nnote: %s\n", n)
+			}
+			if current != nil {
+				fmt.Fprintf(a.out, "\nnext: read it, then keep deploy --major --reprocess=none %s (or =all, or KEY,KEY) --grant\n", out)
+			} else {
+				fmt.Fprintf(a.out, "\nnext: read it, fill in what it asks, then keep run %s (or keep deploy --grant %s)\n", out, out)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&out, "output", "o", "", "the file to write (default workflow.js)")
+	c.Flags().StringVar(&revise, "revise", "", "write the next major version of this deployed workflow")
+	c.Flags().BoolVar(&force, "force", false, "overwrite the output file")
+	return c
+}

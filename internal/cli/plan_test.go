@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/fake/llmfake"
+)
+
+const plannedScript = `export default Keep.workflow({
+  name: "notes",
+  topics: { "note": {} },
+  producers: { p: { publishes: ["note"], schedule: { interval: "5m" }, handler: async (ctx, state) => {
+    for (const f of await ctx.files.list({ dir: "in" })) {
+      const inputId = ctx.registerInput({ source: "files", type: "file", id: f.name, title: "Note " + f.name })
+      await ctx.publish("note", { messageId: %ID%, inputId, payload: { name: f.name } })
+    }
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["note"],
+    async prepare(ctx) { const [e] = await ctx.peek("note"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "note", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.files.write({ path: "out/" + p.data.name, content: "seen" }) },
+  }) },
+})`
+
+func planned(id string) string {
+	return "Here it is.\n\n```js\n" + strings.Replace(plannedScript, "%ID%", id, 1) + "\n```\n\nIt copies notes."
+}
+
+func TestPlanWritesAValidReviewedScript(t *testing.T) {
+	fake := llmfake.New(
+		llmfake.Reply{Content: "I would poll the folder.", Tokens: 100},
+		llmfake.Reply{Content: "```js\nexport default Keep.workflow({ name: \"x\" })\n```", Tokens: 100},
+		llmfake.Reply{Content: planned(`"n-" + Date.now()`), Tokens: 100},
+		llmfake.Reply{Content: planned(`f.name`), Tokens: 100},
+	)
+	srv := httptest.NewServer(fake.Handler())
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keep.toml")
+	os.WriteFile(cfg, []byte("[llm]\nbase_url = \""+srv.URL+"/v1\"\nmodel = \"fake\"\n\n[maintainer]\nmax_attempts = 4\n"), 0o644)
+	out := filepath.Join(dir, "notes.js")
+	r := keep(t, "plan", "copy each note in in/ to out/", "-o", out, "--config", cfg, "--data", filepath.Join(dir, "data"))
+	if r.code != 0 || !strings.Contains(r.out, "wrote "+out+" (valid; 4 attempts, 400 tokens)") || !strings.Contains(r.out, "It copies notes.") {
+		t.Fatalf("keep plan: %d\n%s%s", r.code, r.out, r.err)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 4 || !strings.Contains(reqs[1].Messages[len(reqs[1].Messages)-1].Text(), "no fenced code block") ||
+		!strings.Contains(reqs[2].Messages[len(reqs[2].Messages)-1].Text(), "keep validate") ||
+		!strings.Contains(reqs[3].Messages[len(reqs[3].Messages)-1].Text(), "built from the time or chance") {
+		t.Fatalf("the refusals were not fed back: %+v", reqs)
+	}
+	if r := keep(t, "validate", out); r.code != 0 {
+		t.Fatalf("the saved script: %d %s %s", r.code, r.out, r.err)
+	}
+	// --revise sends the version in place and says when item ids change.
+	if r := keep(t, "deploy", "--grant", "--data", filepath.Join(dir, "data"), out); r.code != 0 {
+		t.Fatalf("deploy: %s %s", r.out, r.err)
+	}
+	fake2 := llmfake.New(llmfake.Reply{Content: planned(`"note:" + f.name`), Tokens: 50})
+	srv2 := httptest.NewServer(fake2.Handler())
+	defer srv2.Close()
+	os.WriteFile(cfg, []byte("[llm]\nbase_url = \""+srv2.URL+"/v1\"\nmodel = \"fake\"\n"), 0o644)
+	r = keep(t, "plan", "prefix the ids", "--revise", "notes", "-o", filepath.Join(dir, "notes2.js"), "--config", cfg, "--data", filepath.Join(dir, "data"))
+	if r.code != 0 || !strings.Contains(r.out, "--accept-orphans") || !strings.Contains(r.out, "keep deploy --major") {
+		t.Fatalf("keep plan --revise: %d\n%s%s", r.code, r.out, r.err)
+	}
+	if req := fake2.Requests(); len(req) != 1 || !strings.Contains(req[0].Messages[1].Text(), "messageId: f.name") {
+		t.Fatal("the version in place was not sent")
+	}
+	if r := keep(t, "plan", "x", "-o", out, "--config", cfg); r.code == 0 || !strings.Contains(r.err, "exists") {
+		t.Fatalf("an existing file: %d %s", r.code, r.err)
+	}
+	empty := filepath.Join(dir, "empty.toml")
+	os.WriteFile(empty, []byte("[policy]\n"), 0o644)
+	t.Setenv("KEEP_LLM_BASE_URL", "")
+	if r := keep(t, "plan", "x", "--config", empty); r.code == 0 || !strings.Contains(r.err, "[llm] base_url and model") {
+		t.Fatalf("without a model: %d %s", r.code, r.err)
+	}
+}

@@ -1,0 +1,111 @@
+package maintainer
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+)
+
+//go:embed prompts/plan.md
+var planPrompt string
+
+// Planner writes a workflow script from a person's words (keep plan), or
+// the next major version of one (keep plan --revise).
+type Planner struct {
+	Model Asker
+	// Check validates a script as keep deploy would.
+	Check       func(file, src string) (*script.Program, []script.Problem, error)
+	Registry    *connector.Registry
+	MaxAttempts int
+}
+
+// Plan is a script the Planner wrote and what to tell the person.
+type Plan struct {
+	Script   string
+	Summary  string   // the model's words
+	Notes    []string // keep's review: what the person should know before deploying
+	Tokens   int
+	Attempts int
+}
+
+var (
+	registerCallRe = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*\}`)
+	unstableRe     = regexp.MustCompile(`Date\.now|new Date|ctx\.now|Math\.random|ctx\.random`)
+)
+
+// review applies the Planner's rules beyond validation; "" when it passes.
+func review(src string) string {
+	for _, call := range registerCallRe.FindAllString(src, -1) {
+		if !strings.Contains(call, "title") {
+			return "an input is registered without a title: give every registerInput a title a person understands"
+		}
+	}
+	for _, e := range identityExprs(src) {
+		if unstableRe.MatchString(e) {
+			return fmt.Sprintf("%q is built from the time or chance; build item IDs, messageIds and subkeys from the data's own ids", e)
+		}
+	}
+	return ""
+}
+
+// Plan asks for a script for intent; current, when set, is the version
+// the new one revises.
+func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) (Plan, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "What the person wants:\n\n%s\n\n", intent)
+	if current != nil {
+		fmt.Fprintf(&b, "Revise this workflow (%s, version %s) into its next major version:\n\n```js\n%s\n```\n\n", current.Workflow, current.Label(), current.Script)
+	}
+	fmt.Fprintf(&b, "## The connectors you may use\n\n%s\n", connector.Markdown(connector.Describe(p.Registry)))
+	chat := []Chat{{Role: "system", Content: planPrompt}, {Role: "user", Content: b.String()}}
+	var plan Plan
+	var why string
+	for plan.Attempts = 1; plan.Attempts <= p.MaxAttempts; plan.Attempts++ {
+		ans, err := p.Model.Ask(ctx, chat)
+		plan.Tokens += ans.Tokens
+		if err != nil {
+			return plan, fmt.Errorf("no answer: %v", err)
+		}
+		src, summary, ok := Script(ans.Content)
+		switch {
+		case !ok:
+			why = "the answer has no fenced code block with the whole script"
+		default:
+			why = p.validate(src)
+		}
+		if why == "" {
+			plan.Script, plan.Summary = src, summary
+			if current != nil {
+				if w := frozenIDs(current.Script, src); w != "" {
+					plan.Notes = append(plan.Notes, strings.Replace(w, "; a repair keeps them, or done work would be done again", "", 1)+
+						": deploy it as a major version and choose what happens to done items (--reprocess) and to items of the old format (--accept-orphans)")
+				}
+			}
+			return plan, nil
+		}
+		chat = append(chat, Chat{Role: "assistant", Content: ans.Content},
+			Chat{Role: "user", Content: "keep refused this script: " + why + ". Answer again with the whole corrected script in one fenced code block."})
+	}
+	return plan, fmt.Errorf("no answer passed keep's checks in %d attempts; the last was refused because %s", p.MaxAttempts, why)
+}
+
+func (p *Planner) validate(src string) string {
+	_, problems, err := p.Check("plan.js", src)
+	if err != nil {
+		var lines []string
+		for _, pr := range problems {
+			lines = append(lines, pr.String())
+		}
+		if len(lines) == 0 {
+			lines = append(lines, err.Error())
+		}
+		return "it does not pass keep validate: " + strings.Join(lines, "; ")
+	}
+	return review(src)
+}
