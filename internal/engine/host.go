@@ -125,6 +125,9 @@ type host struct {
 	phase   hostPhase
 	decl    declView
 	handler string
+	// released, in a dry run's prepare, is the failed run whose pinned
+	// events peek sees as free (DryRun).
+	released string
 
 	// producer
 	inputs      []kt.Input
@@ -555,7 +558,18 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 				return kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and 1000, got %d", limit)
 			}
 			var err error
-			evs, err = tx.EventsPending(h.run.Workflow, req.Topic, limit)
+			if evs, err = tx.EventsPending(h.run.Workflow, req.Topic, limit); err != nil || h.released == "" {
+				return err
+			}
+			// A dry run sees the failed run's pinned events as its retry
+			// would: released.
+			pinned, err := tx.EventsReservedBy(h.released)
+			for _, ev := range pinned {
+				if ev.Topic == req.Topic && ev.Status == kt.EventPending && len(evs) < limit {
+					evs = append(evs, ev)
+				}
+			}
+			sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
 			return err
 		}
 		for _, id := range req.IDs {

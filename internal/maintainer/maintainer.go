@@ -163,8 +163,8 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 		var why string
 		if !ok {
 			why = "the answer has no fenced code block with the whole script"
-		} else {
-			why = m.check(version, src)
+		} else if why = m.check(version, src); why == "" {
+			why = m.dryRun(ctx, run, src)
 		}
 		if why == "" {
 			return m.conclude(ctx, rec, version, src)
@@ -206,6 +206,35 @@ func (m *Maintainer) check(old kt.Version, src string) string {
 		if why := c(); why != "" {
 			return why
 		}
+	}
+	return ""
+}
+
+// dryRun replays the failing run on the proposed version with its write
+// intercepted: it must not fail, and when the failed run had already
+// chosen its write, it must reach the same write (the same identity).
+func (m *Maintainer) dryRun(ctx context.Context, run kt.Run, src string) string {
+	res, err := m.Engine.DryRun(ctx, run.Workflow, run.ID, src)
+	if err != nil {
+		return "replayed on it (writes intercepted, nothing sent), the failed run still fails: " + err.Error()
+	}
+	if !res.Supported || res.Replayed != "mutate" {
+		return "" // afresh, any write (or none) is a fix; past the write, only next ran
+	}
+	var had kt.Mutation
+	err = m.Store.View(ctx, func(tx store.Tx) error {
+		var err error
+		had, err = tx.MutationByRun(run.ID)
+		return err
+	})
+	if errors.Is(err, kt.ErrNotFound) || err != nil {
+		return "" // it failed before choosing a write: any write, or none, is a fix
+	}
+	if res.Identity != had.IdentityKey {
+		if res.Write == "" {
+			return "replayed on it, the failed run no longer makes the write it was making (" + had.Tool + "." + had.Method + "); a repair must reach the same write"
+		}
+		return "replayed on it, the failed run makes a different write (" + res.Write + ", another target or subkey) than the one it was making; a repair must reach the same write"
 	}
 	return ""
 }

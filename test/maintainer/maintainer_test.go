@@ -67,10 +67,13 @@ type rig struct {
 	addr  string
 }
 
-func setup(t *testing.T, note string, cfgExtra string, replies func(src string) []llmfake.Reply) *rig {
+func setup(t *testing.T, note string, cfgExtra string, replies func(src string) []llmfake.Reply, variant ...func(string) string) *rig {
 	sink := testsink.New()
 	t.Cleanup(sink.Close)
 	src := strings.ReplaceAll(broken, "%SINK%", sink.URL)
+	if len(variant) > 0 {
+		src = variant[0](src)
+	}
 	llm := llmfake.New(replies(src)...)
 	ep := httptest.NewServer(llm.Handler())
 	t.Cleanup(ep.Close)
@@ -292,5 +295,51 @@ func indexAll(s, sub string) []int {
 		}
 		out = append(out, i+j)
 		i += j + len(sub)
+	}
+}
+
+// A repair that passes every static check but still fails when the failed
+// run is replayed on it (writes intercepted) is refused, and nothing of
+// the replay reaches the outside.
+func TestTheDryRunCatchesAFixThatDoesNotFix(t *testing.T) {
+	r := setup(t, "bob", "", func(src string) []llmfake.Reply {
+		still := strings.Replace(src, "e.payload.customer.toUpperCase()", "(e.payload.customer || e.payload.nobody).toUpperCase()", 1)
+		return []llmfake.Reply{{Content: answer(still), Tokens: 100}, {Content: answer(fixed(src)), Tokens: 100}}
+	})
+	r.waitFor("every order written", func() bool { return len(r.writes()) == 3 && r.idle() })
+	rs := r.repairs()
+	if len(rs) != 2 || rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "still fails") || rs[1].Status != "activated" {
+		t.Fatalf("repairs %+v", rs)
+	}
+	for path, n := range r.writes() {
+		if n != 1 {
+			t.Fatalf("%s written %d times (a dry run must send nothing)", path, n)
+		}
+	}
+}
+
+// The run failed after its write was applied (in next): the dry run
+// replays next alone, as the retry will; a repair whose next still fails
+// is refused, the one that works is activated, and the write is not sent
+// again.
+func TestARepairAfterTheWriteDoesNotWriteAgain(t *testing.T) {
+	failsInNext := func(src string) string {
+		return strings.Replace(fixed(src), "async mutate(ctx, p) {", `async next(ctx, p, r) { throw new Error("bookkeeping failed") },
+    async mutate(ctx, p) {`, 1)
+	}
+	r := setup(t, "bob", "", func(broken string) []llmfake.Reply { // the script as deployed, failing in next
+		still := strings.Replace(broken, `throw new Error("bookkeeping failed")`, `throw new Error("still " + "failing")`, 1)
+		repaired := strings.Replace(broken, `throw new Error("bookkeeping failed")`, `return`, 1)
+		return []llmfake.Reply{{Content: answer(still), Tokens: 10}, {Content: answer(repaired), Tokens: 10}}
+	}, failsInNext)
+	r.waitFor("every order written", func() bool { return len(r.writes()) == 3 && r.idle() })
+	rs := r.repairs()
+	if len(rs) != 2 || rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "still fails") || !strings.Contains(rs[0].Reason, "next") || rs[1].Status != "activated" {
+		t.Fatalf("repairs %+v", rs)
+	}
+	for path, n := range r.writes() {
+		if n != 1 {
+			t.Fatalf("%s written %d times", path, n)
+		}
 	}
 }

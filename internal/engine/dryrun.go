@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// DryRunResult is what a failed consumer run does on a proposed version.
+type DryRunResult struct {
+	// Write is "tool.method" of the write mutate asked for ("" for none).
+	Write string
+	// Identity is that write's identity key (empty without a write).
+	Identity string
+	// Supported is false for runs a dry run cannot replay (producers and
+	// item scripts: their reads register inputs and publish as they go).
+	Supported bool
+	// Replayed is what ran again, as the retry will run it: "next" (the
+	// write is done), "mutate" (a write that may have happened, on the
+	// same selection: it must be the same write) or "prepare" (afresh).
+	Replayed string
+}
+
+// DryRun replays a failed consumer run on a proposed script (issue 17, the
+// Maintainer's last check): prepare reads as usual, mutate's write is
+// captured and never sent, and nothing is stored. It returns the write
+// the repaired run would make; an error is the script's failure on it.
+func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRunResult, error) {
+	var wf kt.Workflow
+	var run kt.Run
+	var hrow kt.Handler
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if wf, err = tx.WorkflowGet(workflow); err != nil {
+			return err
+		}
+		if run, err = tx.RunGet(runID); err != nil {
+			return err
+		}
+		hrow, err = tx.HandlerGet(workflow, run.Handler)
+		return err
+	}); err != nil {
+		return DryRunResult{}, err
+	}
+	if run.HandlerType != kt.HandlerConsumer {
+		return DryRunResult{}, nil
+	}
+	prog, err := script.Compile("dry-run.js", src)
+	if err != nil {
+		return DryRunResult{Supported: true}, err
+	}
+	var mut kt.Mutation
+	hasMut := false
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		mut, err = tx.MutationByRun(run.ID)
+		if errors.Is(err, kt.ErrNotFound) {
+			return nil
+		}
+		hasMut = err == nil
+		return err
+	}); err != nil {
+		return DryRunResult{}, err
+	}
+	dry := run
+	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &dry, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf)}
+	res := DryRunResult{Supported: true}
+	dv := x.declView()
+	// The retry resumes where the engine's own rule says (Engine.retry):
+	// past the write, only next runs again; with a write that may have
+	// happened, mutate runs again on the same selection; otherwise the run
+	// prepares afresh, its pinned events released.
+	switch {
+	case kt.PhaseRank(run.Phase) >= kt.PhaseRank(kt.PhaseMutated):
+		res.Replayed = "next"
+		if !prog.Decl.Consumers[run.Handler].Next {
+			return res, nil
+		}
+		h := x.host(phaseNext)
+		h.decl, h.allowPublish = dv, dv.publishes
+		mr := run.MutationResult
+		if len(mr) == 0 {
+			mr = json.RawMessage(`{"status":"none"}`)
+		}
+		if _, err := x.invoke(h, preparedArg(run.PrepareResult), mr); err != nil {
+			return res, fmt.Errorf("next: %w", err)
+		}
+		return res, nil // its publishes were collected, never stored
+	case hasMut && mayHaveHappened(mut):
+		res.Replayed = "mutate"
+		return e.dryMutate(x, dv, run.PrepareResult, nil, &res)
+	}
+	res.Replayed = "prepare"
+	dry.Phase, dry.PrepareResult, dry.MutationResult = kt.PhasePreparing, nil, nil
+	h := x.host(phasePrepare)
+	h.decl, h.released = dv, run.ID
+	out, err := x.invoke(h, hrow.State)
+	if err != nil {
+		return res, fmt.Errorf("prepare: %w", err)
+	}
+	pr, err := DecodePrepareResult(out.Value)
+	if err != nil {
+		return res, fmt.Errorf("prepare: %w", err)
+	}
+	if len(pr.Reservations) == 0 || !prog.Decl.Consumers[run.Handler].Mutate {
+		return res, nil // it succeeds without a write
+	}
+	var reserve []kt.Event
+	var resErr error
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		reserve, resErr, err = checkReservations(tx, wf.Name, &dry, pr, dv)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if resErr != nil {
+		return res, fmt.Errorf("prepare's reservations: %w", resErr)
+	}
+	return e.dryMutate(x, dv, out.Value, reserve, &res)
+}
+
+// dryMutate runs mutate with the write captured, and names the write.
+func (e *Engine) dryMutate(x *runExec, dv declView, prepared json.RawMessage, reserve []kt.Event, res *DryRunResult) (DryRunResult, error) {
+	hm := x.host(phaseMutate)
+	hm.decl = dv
+	if _, err := x.invoke(hm, preparedArg(prepared)); err != nil && !errors.Is(err, script.ErrSuspend) {
+		return *res, fmt.Errorf("mutate: %w", err)
+	}
+	if hm.captured == nil {
+		return *res, nil
+	}
+	call := hm.captured
+	m, err := x.reg.Method(call.Tool, call.Method)
+	if err != nil {
+		return *res, err
+	}
+	var unit []string
+	if err := e.store.View(x.ctx, func(tx store.Tx) error {
+		evs := reserve
+		if evs == nil {
+			var err error
+			if evs, err = tx.EventsReservedBy(x.run.ID); err != nil {
+				return err
+			}
+		}
+		var err error
+		unit, err = UnitOfWork(tx, *x.run, evs)
+		return err
+	}); err != nil {
+		return *res, err
+	}
+	identity, _ := m.Split(call.Args)
+	subkey, _ := call.Args["subkey"].(string)
+	res.Write = call.Tool + "." + call.Method
+	res.Identity = Identity{Workflow: x.run.Workflow, Handler: x.run.Handler, Tool: call.Tool, Method: m.Name, Params: identity, Subkey: subkey}.ConsumerKey(unit)
+	return *res, nil
+}
+
+var _ = json.RawMessage{}
