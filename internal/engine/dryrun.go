@@ -17,12 +17,13 @@ type DryRunResult struct {
 	Write string
 	// Identity is that write's identity key (empty without a write).
 	Identity string
-	// Supported is false for runs a dry run cannot replay (producers and
-	// item scripts: their reads register inputs and publish as they go).
+	// Supported is false for runs a dry run cannot replay (item scripts:
+	// their items and writes go to the ledgers as they go).
 	Supported bool
 	// Replayed is what ran again, as the retry will run it: "next" (the
 	// write is done), "mutate" (a write that may have happened, on the
-	// same selection: it must be the same write) or "prepare" (afresh).
+	// same selection: it must be the same write), "prepare" (afresh) or
+	// "producer".
 	Replayed string
 }
 
@@ -47,12 +48,23 @@ func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRu
 	}); err != nil {
 		return DryRunResult{}, err
 	}
-	if run.HandlerType != kt.HandlerConsumer {
+	if run.HandlerType == kt.HandlerTask {
 		return DryRunResult{}, nil
 	}
 	prog, err := script.Compile("dry-run.js", src)
 	if err != nil {
 		return DryRunResult{Supported: true}, err
+	}
+	if run.HandlerType == kt.HandlerProducer {
+		// A producer registers and publishes into its host and commits at
+		// the end: run, its collections dropped, it stores nothing.
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf)}
+		h := x.host(phaseProducer)
+		h.allowPublish, h.inputByKey, h.knownInputs = set(prog.Decl.Producers[run.Handler].Publishes), map[string]string{}, map[string]bool{}
+		if _, err := x.invoke(h, hrow.State); err != nil {
+			return DryRunResult{Supported: true, Replayed: "producer"}, fmt.Errorf("the producer: %w", err)
+		}
+		return DryRunResult{Supported: true, Replayed: "producer"}, nil
 	}
 	var mut kt.Mutation
 	hasMut := false

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
 const broken = `export default Keep.workflow({
   name: "orders",
   topics: { "job": {} },
-  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
     for (const j of JSON.parse((await ctx.files.read({ path: "jobs.json" })).content)) {
       const inputId = ctx.registerInput({ source: "system", type: "schedule", id: j.id, title: "Order " + j.id })
       await ctx.publish("job", { messageId: "job-" + j.id, inputId, payload: j })
@@ -341,5 +341,31 @@ func TestARepairAfterTheWriteDoesNotWriteAgain(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("%s written %d times", path, n)
 		}
+	}
+}
+
+// A producer's bug: the dry run runs the producer on the proposed version,
+// storing nothing; a fix that still throws is refused; a model that keeps
+// answering the same thing ends with the give-up card.
+func TestAProducerRepairAndAModelThatLoops(t *testing.T) {
+	breakProducer := func(src string) string {
+		return strings.Replace(src, `for (const j of`, `if (!state || !state.setUp) throw new Error("no setup"); for (const j of`, 1)
+	}
+	r := setup(t, "bob", "", func(src string) []llmfake.Reply {
+		same := answer(strings.Replace(src, `throw new Error("no setup")`, `throw new Error("no setup yet")`, 1))
+		return []llmfake.Reply{{Content: same, Tokens: 5}, {Content: same, Tokens: 5}, {Content: same, Tokens: 5}}
+	}, breakProducer)
+	r.waitFor("the Maintainer to give up", func() bool { return len(r.repairs()) == 4 })
+	rs := r.repairs()
+	for _, x := range rs[:3] {
+		if x.Status != "refused" || !strings.Contains(x.Reason, "the producer") || !strings.Contains(x.Reason, "still fails") {
+			t.Fatalf("repairs %+v", rs)
+		}
+	}
+	if rs[3].Status != "failed" || !strings.Contains(rs[3].Reason, "in 3 attempts") {
+		t.Fatalf("the give-up: %+v", rs[3])
+	}
+	if out, _ := r.keep("inputs", "orders"); strings.Contains(out, "Order") {
+		t.Fatalf("a dry run stored inputs:\n%s", out)
 	}
 }
