@@ -17,13 +17,12 @@ type DryRunResult struct {
 	Write string
 	// Identity is that write's identity key (empty without a write).
 	Identity string
-	// Supported is false for runs a dry run cannot replay (item scripts:
-	// their items and writes go to the ledgers as they go).
+	// Supported is false for a run of no known kind.
 	Supported bool
 	// Replayed is what ran again, as the retry will run it: "next" (the
 	// write is done), "mutate" (a write that may have happened, on the
-	// same selection: it must be the same write), "prepare" (afresh) or
-	// "producer".
+	// same selection: it must be the same write), "prepare" (afresh),
+	// "producer" or "task" (from the start, up to its first new write).
 	Replayed string
 }
 
@@ -48,12 +47,28 @@ func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRu
 	}); err != nil {
 		return DryRunResult{}, err
 	}
-	if run.HandlerType == kt.HandlerTask {
-		return DryRunResult{}, nil
-	}
 	prog, err := script.Compile("dry-run.js", src)
 	if err != nil {
 		return DryRunResult{Supported: true}, err
+	}
+	if run.HandlerType == kt.HandlerTask {
+		// An item script runs from the start again: items are read, never
+		// written; writes the ledger has applied replay; the first new
+		// write stops the replay, which then counts as reaching it.
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), dry: true}
+		h := x.host(phaseTask)
+		h.task = &taskState{}
+		res := DryRunResult{Supported: true, Replayed: "task"}
+		_, err := x.invoke(h, hrow.State)
+		var dw *errDryWrite
+		if errors.As(err, &dw) {
+			res.Write, res.Identity = dw.write, dw.identity
+			return res, nil
+		}
+		if err != nil {
+			return res, fmt.Errorf("the task: %w", err)
+		}
+		return res, nil
 	}
 	if run.HandlerType == kt.HandlerProducer {
 		// A producer registers and publishes into its host and commits at

@@ -28,6 +28,9 @@ type runExec struct {
 	reg *connector.Registry
 	// grants are what a person granted the workflow (read at the first call).
 	grants []kt.Grant
+	// dry: a dry run (DryRun) — items are read, never written, and the
+	// first write that would be sent stops the run (errDryWrite).
+	dry bool
 }
 
 // newExec starts carrying out run; its trace continues the run's own.

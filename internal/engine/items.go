@@ -152,7 +152,7 @@ func (h *host) itemExit() (json.RawMessage, error) {
 	if ts.item == nil {
 		return nil, kt.Errorf(kt.ClassInternal, "item exit without an item")
 	}
-	if !ts.isDone {
+	if !ts.isDone && !h.dry {
 		if err := h.e.setItemStatus(h.ctx, ts.item, kt.ItemDone, h.run); err != nil {
 			return nil, kt.Errorf(kt.ClassInternal, "record item %s done: %v", ts.item.Key, err)
 		}
@@ -177,6 +177,9 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	}
 	now := h.e.nowMs()
 	var it kt.Input
+	if h.dry {
+		return h.enterItemDry(id, title)
+	}
 	err := h.e.store.Update(h.ctx, func(tx store.Tx) error {
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
 		switch {
@@ -239,6 +242,9 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	})
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "read the mutation ledger: %v", err)
+	}
+	if h.dry {
+		return h.itemMutationDry(lc)
 	}
 	switch lc.step() {
 	case stepConflict:
@@ -384,4 +390,48 @@ func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
 	}
 	mut.UpdatedAt, run.UpdatedAt = now, now
 	return x.saveWithMutation(&mut)
+}
+
+// enterItemDry is withItem's entry in a dry run: the item as the ledger
+// has it (or a new one), nothing written.
+func (h *host) enterItemDry(id, title string) (json.RawMessage, error) {
+	ts := h.task
+	var it kt.Input
+	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
+		cur, err := tx.InputGetByKey(h.run.Workflow, id)
+		switch {
+		case errors.Is(err, kt.ErrNotFound):
+			cur = kt.Input{Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing, CurrentAttempt: 1}
+		case err != nil:
+			return err
+		case cur.Kind != kt.KindTask:
+			return kt.Errorf(kt.ClassLogic, "withItem(%q): that key belongs to an input of this workflow; choose item ids with a prefix of their own", id)
+		}
+		it = cur
+		return nil
+	})
+	if err != nil {
+		return nil, storeError(err, "read item "+id)
+	}
+	ts.item, ts.isDone = &it, itemDone(it.Status)
+	return json.Marshal(ItemView{ID: it.Key, Title: title, IsDone: ts.isDone, Attempt: it.CurrentAttempt})
+}
+
+// errDryWrite stops a dry run at the first write that would be sent.
+type errDryWrite struct{ write, identity string }
+
+func (e *errDryWrite) Error() string { return "dry run: reached " + e.write }
+
+// itemMutationDry is a write in a dry run: one the ledger has applied
+// replays its recorded result, as the real run would; one applied with a
+// significantly different payload fails, as the real run would; the first
+// new one stops the run, never sent.
+func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
+	switch lc.step() {
+	case stepConflict:
+		return nil, kt.Errorf(kt.ClassLogic, "item %q: %s was already applied in this attempt with different content; the real run would stop there", h.task.item.Key, lc.target)
+	case stepReplay:
+		return lc.cachedResult(), nil
+	}
+	return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
 }

@@ -369,3 +369,43 @@ func TestAProducerRepairAndAModelThatLoops(t *testing.T) {
 		t.Fatalf("a dry run stored inputs:\n%s", out)
 	}
 }
+
+// taskScript is an item script whose item 2 fails after its write.
+const taskScript = `export default Keep.workflow({
+  name: "orders",
+  tasks: { ship: Keep.task({ schedule: { interval: "1h" }, async run(ctx, state) {
+    for (const j of JSON.parse((await ctx.files.read({ path: "jobs.json" })).content)) {
+      await ctx.withItem("order:" + j.id, "Order " + j.id, async (ctx) => {
+        if (ctx.item.isDone) return
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/order-" + j.id, json: { id: j.id } })
+        ctx.log("shipped to " + j.customer.toUpperCase())
+      })
+    }
+    return state
+  } }) },
+})`
+
+// An item script's bug after a write: the dry run replays it from the
+// start, the applied write replays from the ledger, and a fix that still
+// throws is refused; the real fix is activated, and no write goes twice.
+func TestAnItemScriptRepairReplaysItsWrites(t *testing.T) {
+	r := setup(t, "bob", "", func(src string) []llmfake.Reply {
+		still := strings.Replace(src, "j.customer.toUpperCase()", "(j.customer || j.nobody).toUpperCase()", 1)
+		good := strings.Replace(src, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
+		return []llmfake.Reply{{Content: answer(still), Tokens: 10}, {Content: answer(good), Tokens: 10}}
+	}, func(src string) string {
+		sink := src[strings.Index(src, "http://"):]
+		sink = sink[:strings.Index(sink, "/write/")]
+		return strings.ReplaceAll(taskScript, "%SINK%", sink)
+	})
+	r.waitFor("every order written", func() bool { return len(r.writes()) == 3 && r.idle() })
+	rs := r.repairs()
+	if len(rs) != 2 || rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "still fails") || !strings.Contains(rs[0].Reason, "task") || rs[1].Status != "activated" {
+		t.Fatalf("repairs %+v", rs)
+	}
+	for path, n := range r.writes() {
+		if n != 1 {
+			t.Fatalf("%s written %d times (the dry run sends nothing; the retry replays applied writes)", path, n)
+		}
+	}
+}
