@@ -66,6 +66,19 @@ func (a *app) repairsCmd() *cobra.Command {
 					if full && r.Script != "" {
 						fmt.Fprintf(a.out, "  script:\n%s\n", indent(r.Script))
 					}
+					if r.Diff != "" && (full || r.Status == "held" || r.Status == "activated") {
+						fmt.Fprintf(a.out, "  diff against the version it repairs:\n%s\n", indent(r.Diff))
+					}
+					if b := r.BlastRadius; b != nil {
+						fmt.Fprintf(a.out, "  blast radius: version %s applied %d writes, for %d inputs and items", b.Version, b.Writes, len(b.Inputs)+b.More)
+						if len(b.Inputs) > 0 {
+							fmt.Fprintf(a.out, ": %s", strings.Join(b.Inputs, "; "))
+						}
+						if b.More > 0 {
+							fmt.Fprintf(a.out, " and %d more", b.More)
+						}
+						fmt.Fprintln(a.out)
+					}
 					if r.Status == "held" {
 						fmt.Fprintf(a.out, "  decide: keep repairs %s --approve %s   or   --reject %s\n", wf, shortRepair(r.ID), shortRepair(r.ID))
 					}

@@ -471,7 +471,11 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 		}
 		for _, x := range rs {
 			if x.RunID == r.ID {
-				c.Repairs = append(c.Repairs, RepairRow(x))
+				row, err := repairView(tx, x)
+				if err != nil {
+					return c, false, err
+				}
+				c.Repairs = append(c.Repairs, row)
 			}
 		}
 	}
@@ -691,6 +695,20 @@ type Repair struct {
 	Tokens      int    `json:"tokens"`
 	DecidedBy   string `json:"decidedBy,omitempty"`
 	At          string `json:"at"`
+	// Diff is the proposed script against the version it repairs.
+	Diff string `json:"diff,omitempty"`
+	// BlastRadius, for a held repair, is the work the version with the
+	// bug has done: the writes its runs applied and the inputs and items
+	// they were for.
+	BlastRadius *Blast `json:"blastRadius,omitempty"`
+}
+
+// Blast is what a version with a bug did before it was repaired.
+type Blast struct {
+	Version string   `json:"version"`
+	Writes  int      `json:"writes"`
+	Inputs  []string `json:"inputs"` // titles, at most 20
+	More    int      `json:"more"`   // inputs beyond those listed
 }
 
 // RepairRow renders a repair.
@@ -699,15 +717,149 @@ func RepairRow(r kt.Repair) Repair {
 		Tokens: r.Tokens, DecidedBy: r.DecidedBy, At: Time(r.CreatedAt)}
 }
 
-// Repairs lists a workflow's repairs, oldest first.
+// Repairs lists a workflow's repairs, oldest first, each with its diff,
+// and a held one with its blast radius.
 func Repairs(ctx context.Context, st store.Store, wf string) ([]Repair, error) {
 	out := []Repair{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		rs, err := tx.RepairList(wf)
-		for _, r := range rs {
-			out = append(out, RepairRow(r))
+		if err != nil {
+			return err
 		}
-		return err
+		for _, r := range rs {
+			row, err := repairView(tx, r)
+			if err != nil {
+				return err
+			}
+			out = append(out, row)
+		}
+		return nil
 	})
 	return out, err
+}
+
+// repairView is a repair with its diff, and a held one with its blast radius.
+func repairView(tx store.Tx, r kt.Repair) (Repair, error) {
+	row := RepairRow(r)
+	if r.Script != "" {
+		if v, err := tx.VersionGet(r.Workflow, r.FromVersion); err == nil {
+			row.Diff = LineDiff(v.Script, r.Script)
+		}
+	}
+	if r.Status == kt.RepairHeld {
+		b, err := blastRadius(tx, r.Workflow, r.FromVersion)
+		if err != nil {
+			return row, err
+		}
+		row.BlastRadius = b
+	}
+	return row, nil
+}
+
+// blastRadius counts what runs of a version applied, and for which inputs.
+func blastRadius(tx store.Tx, wf string, version int64) (*Blast, error) {
+	v, err := tx.VersionGet(wf, version)
+	if err != nil {
+		return nil, err
+	}
+	b := &Blast{Version: v.Label(), Inputs: []string{}}
+	ms, err := tx.MutationList(wf)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if m.Status != kt.MutationApplied {
+			continue
+		}
+		r, err := tx.RunGet(m.RunID)
+		if err != nil || r.Version != version {
+			continue
+		}
+		b.Writes++
+		for _, id := range m.ItemKeys {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			if len(b.Inputs) >= 20 {
+				b.More++
+				continue
+			}
+			in, err := tx.InputGet(id)
+			if err != nil {
+				in, err = tx.InputGetByKey(wf, id)
+			}
+			if err == nil {
+				b.Inputs = append(b.Inputs, in.Title)
+			}
+		}
+	}
+	return b, nil
+}
+
+// LineDiff shows b against a line by line: "- " removed, "+ " added, two
+// lines of context around each change ("…" between distant ones).
+func LineDiff(a, b string) string {
+	x, y := strings.Split(a, "\n"), strings.Split(b, "\n")
+	if len(x)*len(y) > 4_000_000 {
+		return "(too long to show a diff)"
+	}
+	// Longest common subsequence of lines.
+	l := make([][]int, len(x)+1)
+	for i := range l {
+		l[i] = make([]int, len(y)+1)
+	}
+	for i := len(x) - 1; i >= 0; i-- {
+		for j := len(y) - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				l[i][j] = l[i+1][j+1] + 1
+			} else {
+				l[i][j] = max(l[i+1][j], l[i][j+1])
+			}
+		}
+	}
+	type line struct {
+		op   byte
+		text string
+	}
+	var ops []line
+	i, j := 0, 0
+	for i < len(x) || j < len(y) {
+		switch {
+		case i < len(x) && j < len(y) && x[i] == y[j]:
+			ops = append(ops, line{' ', x[i]})
+			i, j = i+1, j+1
+		case j < len(y) && (i == len(x) || l[i][j+1] > l[i+1][j]):
+			ops = append(ops, line{'+', y[j]})
+			j++
+		default:
+			ops = append(ops, line{'-', x[i]})
+			i++
+		}
+	}
+	near := make([]bool, len(ops))
+	for k, o := range ops {
+		if o.op != ' ' {
+			for d := -2; d <= 2; d++ {
+				if k+d >= 0 && k+d < len(ops) {
+					near[k+d] = true
+				}
+			}
+		}
+	}
+	var out strings.Builder
+	gap := false
+	for k, o := range ops {
+		if !near[k] {
+			gap = true
+			continue
+		}
+		if gap && out.Len() > 0 {
+			out.WriteString("  …\n")
+		}
+		gap = false
+		out.WriteString(string(o.op) + " " + o.text + "\n")
+	}
+	return strings.TrimRight(out.String(), "\n")
 }

@@ -221,8 +221,11 @@ func TestAnImpactfulRepairWaitsForAPerson(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(page), "Approve and activate") || !strings.Contains(string(page), "potentially impactful") {
-		t.Fatalf("the page does not offer the held repair:\n%s", page)
+	if !strings.Contains(string(page), "Approve and activate") || !strings.Contains(string(page), "potentially impactful") || !strings.Contains(string(page), "Blast radius: version 1.0 applied 1 writes") {
+		t.Fatalf("the page does not offer the held repair with its blast radius:\n%s", page)
+	}
+	if !strings.Contains(out, "blast radius: version 1.0 applied 1 writes, for 1 inputs and items: Order 1") || !strings.Contains(out, "+       return { reservations") && !strings.Contains(out, "+ ") {
+		t.Fatalf("keep repairs does not show the blast radius and the diff:\n%s", out)
 	}
 	if out, code := r.keep("repairs", "orders", "--approve", rs[0].ID[len(rs[0].ID)-8:], "--by", "ann"); code != 0 || !strings.Contains(out, "approved") {
 		t.Fatalf("approve: %d %s", code, out)
