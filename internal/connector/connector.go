@@ -10,7 +10,10 @@ package connector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"sort"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -303,4 +306,38 @@ func ListWith(items []any, props map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// IsTimeout reports whether err is a deadline or a network timeout: for a
+// write, a timeout after the request went out leaves its outcome unknown.
+func IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// CleanErr says a transport error for people: without the URL wrapper
+// (the target is said elsewhere, redacted), "timed out" for a timeout.
+func CleanErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if IsTimeout(err) {
+		return "timed out"
+	}
+	return err.Error()
+}
+
+// ComparePayloadOf compares the named payload params of two calls of a
+// write: all the same is equivalent, anything else significant (a person
+// looks before a changed write is sent for work already done).
+func ComparePayloadOf(names ...string) func(old, new map[string]any) Comparison {
+	return func(old, new map[string]any) Comparison {
+		for _, n := range names {
+			if fmt.Sprint(old[n]) != fmt.Sprint(new[n]) {
+				return Significant
+			}
+		}
+		return Equivalent
+	}
 }

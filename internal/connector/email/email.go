@@ -68,7 +68,7 @@ func New(cfg config.Email) *connector.Connector {
 				Errors: "a folder that does not exist: logic; login refused: permission; the server unreachable: transient.",
 			}},
 			"send": {Name: "send", Kind: connector.KindMutate, Identity: []string{"to"}, Validate: validateSend, Do: c.send,
-				Reconcile: c.reconcile, ComparePayload: compare, Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
+				Reconcile: c.reconcile, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"), Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
 				Doc: connector.MethodDoc{
 					Summary: "Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write) and the key travels in `X-Keep-Idempotency-Key`. Unless the server keeps sent copies, keep files one into the Sent folder after sending.",
 					Params: []connector.Param{
@@ -544,15 +544,6 @@ func (c *conn) reconcile(ctx context.Context, call connector.Call) (connector.Re
 		return connector.ReconcileRetry, nil, fmt.Errorf("the message is not in %s, but this server keeps no copy of what it sends (server_keeps_sent is false), so that does not prove it was not sent: look in the recipient's mailbox", c.sentFolder())
 	}
 	return connector.ReconcileFailed, nil, nil
-}
-
-func compare(old, new map[string]any) connector.Comparison {
-	for _, k := range []string{"subject", "text", "html", "cc"} {
-		if fmt.Sprint(old[k]) != fmt.Sprint(new[k]) {
-			return connector.Significant
-		}
-	}
-	return connector.Equivalent
 }
 
 func asKt(err error) *kt.Error {

@@ -63,7 +63,7 @@ func newCalendar(auth *Auth) *connector.Connector {
 				Errors: "a calendar that does not exist: logic; 401/403: permission; 429 and 5xx: transient.",
 			}},
 			"createEvent": {Name: "createEvent", Kind: connector.KindMutate, Scopes: calendarWrite, Identity: []string{"calendarId"},
-				Validate: validateEvent(true), Do: c.create, Reconcile: c.reconcileCreate, ComparePayload: comparePayload("summary", "start", "end", "attendees", "description", "location"),
+				Validate: validateEvent(true), Do: c.create, Reconcile: c.reconcileCreate, ComparePayload: connector.ComparePayloadOf("summary", "start", "end", "attendees", "description", "location"),
 				Target: func(a map[string]any) string { return "calendar.createEvent in " + strOr(a["calendarId"], "primary") }, Doc: connector.MethodDoc{
 					Summary: "Creates an event whose id is made from the write's idempotency key: a second attempt of the same write cannot create a second event.",
 					Params:  create,
@@ -73,7 +73,7 @@ func newCalendar(auth *Auth) *connector.Connector {
 					Errors: "a bad time range: logic; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 429: transient, nothing written; 5xx or no answer after the request went out: unknown, settled by reconcile.",
 				}},
 			"updateEvent": {Name: "updateEvent", Kind: connector.KindMutate, Scopes: calendarWrite, Identity: []string{"calendarId", "eventId"},
-				Validate: validateEvent(false), Do: c.update, Reconcile: c.reconcileUpdate, ComparePayload: comparePayload("summary", "start", "end", "attendees", "description", "location"),
+				Validate: validateEvent(false), Do: c.update, Reconcile: c.reconcileUpdate, ComparePayload: connector.ComparePayloadOf("summary", "start", "end", "attendees", "description", "location"),
 				Target: func(a map[string]any) string { return "calendar.updateEvent " + str(a["eventId"]) }, Doc: connector.MethodDoc{
 					Summary:   "Changes the given fields of an event (the others stay).",
 					Params:    update,

@@ -61,7 +61,7 @@ func newGmail(auth *Auth) *connector.Connector {
 				Errors:  "an id that does not exist is a logic error; otherwise as search.",
 			}},
 			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, ReconcileScopes: gmailRead, Identity: []string{"to", "threadId"},
-				Validate: validateSend, Do: g.send, Reconcile: g.reconcileSend, ComparePayload: comparePayload("subject", "text", "html", "cc"),
+				Validate: validateSend, Do: g.send, Reconcile: g.reconcileSend, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"),
 				Target: func(a map[string]any) string { return "gmail.send to " + str(a["to"]) }, Doc: connector.MethodDoc{
 					Summary: "Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key`.",
 					Params: []connector.Param{
@@ -78,7 +78,7 @@ func newGmail(auth *Auth) *connector.Connector {
 					Errors:    "429 and 403 rate limits: transient, nothing sent; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 400 (bad address): logic; 5xx or no answer after the request went out: unknown, settled by reconcile.",
 				}},
 			"modifyLabels": {Name: "modifyLabels", Kind: connector.KindMutate, Scopes: gmailModify, Identity: []string{"id"},
-				Validate: validateLabels, Do: g.modifyLabels, Reconcile: g.reconcileLabels, ComparePayload: comparePayload("add", "remove"),
+				Validate: validateLabels, Do: g.modifyLabels, Reconcile: g.reconcileLabels, ComparePayload: connector.ComparePayloadOf("add", "remove"),
 				Target: func(a map[string]any) string { return "gmail.modifyLabels of " + str(a["id"]) }, Doc: connector.MethodDoc{
 					Summary: "Adds and removes labels of a message. Labels are names (`Processed`) or Gmail's system labels (`INBOX`, `UNREAD`, `STARRED`, `IMPORTANT`); a label to add that does not exist is created.",
 					Params: []connector.Param{
@@ -584,15 +584,5 @@ func (g *gmailConn) reconcileLabels(ctx context.Context, c connector.Call) (conn
 
 // comparePayload compares the named payload params of two calls: the same
 // is equivalent, anything else significant (a person looks).
-func comparePayload(names ...string) func(old, new map[string]any) connector.Comparison {
-	return func(old, new map[string]any) connector.Comparison {
-		for _, n := range names {
-			if fmt.Sprint(old[n]) != fmt.Sprint(new[n]) {
-				return connector.Significant
-			}
-		}
-		return connector.Equivalent
-	}
-}
 
 var _ = kt.ClassLogic

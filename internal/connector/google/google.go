@@ -11,10 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -181,12 +179,12 @@ func outcome(what string, write bool, w *wire, err error) connector.Result {
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) {
 		if !write {
-			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", what, cleanErr(err))}
+			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", what, connector.CleanErr(err))}
 		}
-		if !w.wrote && !isTimeout(err) {
-			return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s was not sent: %v", what, cleanErr(err))}
+		if !w.wrote && !connector.IsTimeout(err) {
+			return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s was not sent: %v", what, connector.CleanErr(err))}
 		}
-		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); Google may have applied it", what, cleanErr(err))}
+		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); Google may have applied it", what, connector.CleanErr(err))}
 	}
 	reason := ""
 	if len(ge.Errors) > 0 {
@@ -226,22 +224,6 @@ func retryAfter(h http.Header) time.Duration {
 		return time.Until(t)
 	}
 	return 0
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-func cleanErr(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	if isTimeout(err) {
-		return "timed out"
-	}
-	return err.Error()
 }
 
 // read runs a read and turns its error into the run's.

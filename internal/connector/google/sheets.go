@@ -45,7 +45,7 @@ func newSheets(auth *Auth) *connector.Connector {
 				Errors:  "a spreadsheet or sheet that does not exist, or a bad range: logic; 401/403: permission; 429 and 5xx: transient.",
 			}},
 			"appendRow": {Name: "appendRow", Kind: connector.KindMutate, Scopes: sheetsWrite, Identity: []string{"spreadsheetId", "sheet"},
-				Validate: validateSheet("sheets.appendRow", true), Do: s.appendRow, Reconcile: s.reconcileAppend, ComparePayload: comparePayload("values"),
+				Validate: validateSheet("sheets.appendRow", true), Do: s.appendRow, Reconcile: s.reconcileAppend, ComparePayload: connector.ComparePayloadOf("values"),
 				Target: func(a map[string]any) string {
 					return "sheets.appendRow to " + str(a["spreadsheetId"]) + sheetSuffix(a)
 				}, Doc: connector.MethodDoc{
@@ -59,7 +59,7 @@ func newSheets(auth *Auth) *connector.Connector {
 					Errors:    "a spreadsheet or sheet that does not exist: precondition; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 429: transient, nothing written; 5xx or no answer after the request went out: unknown, settled by reconcile.",
 				}},
 			"updateRow": {Name: "updateRow", Kind: connector.KindMutate, Scopes: sheetsWrite, Identity: []string{"spreadsheetId", "sheet", "rowId"},
-				Validate: validateUpdate, Do: s.updateRow, Reconcile: s.reconcileUpdate, ComparePayload: comparePayload("values"),
+				Validate: validateUpdate, Do: s.updateRow, Reconcile: s.reconcileUpdate, ComparePayload: connector.ComparePayloadOf("values"),
 				Target: func(a map[string]any) string {
 					return fmt.Sprintf("sheets.updateRow %v of %s%s", a["rowId"], str(a["spreadsheetId"]), sheetSuffix(a))
 				}, Doc: connector.MethodDoc{

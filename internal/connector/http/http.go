@@ -11,10 +11,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	nethttp "net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -256,13 +254,13 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 	resp, body, s, err := c.do(ctx, a, method, u, key)
 	if err != nil {
 		if read {
-			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", target, cleanErr(err))}
+			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", target, connector.CleanErr(err))}
 		}
-		if resp == nil && !s.wrote && !isTimeout(err) {
+		if resp == nil && !s.wrote && !connector.IsTimeout(err) {
 			// Nothing reached the server: refused, DNS, TLS: safe to try again later.
-			return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s was not sent: %v", target, cleanErr(err))}
+			return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s was not sent: %v", target, connector.CleanErr(err))}
 		}
-		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); the server may have applied it", target, cleanErr(err))}
+		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); the server may have applied it", target, connector.CleanErr(err))}
 	}
 	// A failure carries the response too (Value), for connectors built on
 	// this one that map statuses their own way (custom connectors).
@@ -310,7 +308,7 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 	}
 	resp, body, _, err := c.do(ctx, args, method, u, "")
 	if err != nil {
-		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %v", method, redactURL(u), cleanErr(err))
+		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %v", method, redactURL(u), connector.CleanErr(err))
 	}
 	switch st := resp.StatusCode; {
 	case st >= 200 && st < 300:
@@ -336,22 +334,6 @@ func compare(old, new map[string]any) connector.Comparison {
 		return connector.Minor
 	}
 	return connector.Significant
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-func cleanErr(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	if isTimeout(err) {
-		return "timed out"
-	}
-	return err.Error()
 }
 
 func snippet(b []byte) string {

@@ -10,10 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -60,7 +58,7 @@ func New(s *Slack) *connector.Connector {
 				Errors: "a channel that does not exist or the bot is not in: logic; a revoked token: permission (reconnect); rate limits: transient, after Slack's Retry-After.",
 			}},
 			"postMessage": {Name: "postMessage", Kind: connector.KindMutate, Identity: []string{"channel", "threadTs"}, Validate: validate("slack.postMessage", "channel", "text"),
-				Do: c.post, Reconcile: c.reconcilePost, ComparePayload: compare("text"), Target: func(a map[string]any) string { return "slack.postMessage to " + str(a["channel"]) },
+				Do: c.post, Reconcile: c.reconcilePost, ComparePayload: connector.ComparePayloadOf("text"), Target: func(a map[string]any) string { return "slack.postMessage to " + str(a["channel"]) },
 				Doc: connector.MethodDoc{
 					Summary: "Posts a message as the bot. The message's metadata carries the write's idempotency key (`event_type: keep_write`).",
 					Params: []connector.Param{chParam, {Name: "text", Type: "string", Required: true, Doc: "the message (Slack's mrkdwn)"},
@@ -109,17 +107,6 @@ func validate(method string, required ...string) func(map[string]any) error {
 			}
 		}
 		return nil
-	}
-}
-
-func compare(names ...string) func(old, new map[string]any) connector.Comparison {
-	return func(old, new map[string]any) connector.Comparison {
-		for _, n := range names {
-			if fmt.Sprint(old[n]) != fmt.Sprint(new[n]) {
-				return connector.Significant
-			}
-		}
-		return connector.Equivalent
 	}
 }
 
@@ -209,28 +196,12 @@ func (c *conn) classify(ctx context.Context, what string, write bool, w *wire, e
 		return failed(kt.ClassLogic, "Slack answered %s", sc.Status)
 	}
 	if !write {
-		return failed(kt.ClassTransient, "%v", cleanErr(err))
+		return failed(kt.ClassTransient, "%v", connector.CleanErr(err))
 	}
-	if !w.wrote && !isTimeout(err) {
-		return failed(kt.ClassTransient, "not sent: %v", cleanErr(err))
+	if !w.wrote && !connector.IsTimeout(err) {
+		return failed(kt.ClassTransient, "not sent: %v", connector.CleanErr(err))
 	}
-	return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); Slack may have applied it", what, cleanErr(err))}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-func cleanErr(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	if isTimeout(err) {
-		return "timed out"
-	}
-	return err.Error()
+	return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); Slack may have applied it", what, connector.CleanErr(err))}
 }
 
 func (c *conn) history(ctx context.Context, call connector.Call) connector.Result {
