@@ -499,3 +499,36 @@ func TestEventStreamsAreCapped(t *testing.T) {
 		t.Fatalf("stream over the cap: %d %s", resp.StatusCode, b)
 	}
 }
+
+// A deploy without a grant: the page asks for it, the first call waits
+// with a card offering Grant; POST …/grant allows it and the run goes on.
+func TestTheGrantThePageAndTheAPIOffer(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL)}, nil); code != 200 ||
+		fmt.Sprint(obj["ungranted"]) != "[http.request source:system]" {
+		t.Fatalf("deploy without a grant: %d %v", code, obj)
+	}
+	r.settle()
+	page := func() string {
+		resp, err := http.Get(r.srv.URL + "/w/hook")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if p := page(); !strings.Contains(p, "This workflow needs your permission") || !strings.Contains(p, `action="/w/hook/grant"`) || !strings.Contains(p, "is not granted to hook") {
+		t.Fatalf("the page before the grant:\n%s", p)
+	}
+	code, obj, _ := r.call("POST", "/api/v1/workflows/hook/grant", nil, nil)
+	if code != 200 || !strings.Contains(fmt.Sprint(obj["message"]), "granted hook: http.request, source:system") {
+		t.Fatalf("grant: %d %v", code, obj)
+	}
+	r.settle()
+	// The run went on to its write, which this script has a person approve.
+	if p := page(); strings.Contains(p, "needs your permission") || strings.Contains(p, "is not granted") || !strings.Contains(p, "Waiting for your approval") {
+		t.Fatalf("the page after the grant:\n%s", p)
+	}
+}

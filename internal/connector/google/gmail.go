@@ -251,18 +251,25 @@ func max64(a, b int64) int64 {
 	return b
 }
 
+// message reads one message (format full, metadata or minimal) and the
+// account's label names, which summary shows labels by.
+func (g *gmailConn) message(ctx context.Context, hc *http.Client, id, format string) (*gmail.Message, map[string]string, error) {
+	svc, err := g.service(ctx, hc)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := labelNames(svc, ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := svc.Users.Messages.Get("me", id).Format(format).Context(ctx).Do()
+	return m, names, err
+}
+
 func (g *gmailConn) get(ctx context.Context, c connector.Call) connector.Result {
 	var out map[string]any
 	err := g.auth.read(ctx, "gmail.get "+str(c.Args["id"]), gmailRead, func(ctx context.Context, hc *http.Client) error {
-		svc, err := g.service(ctx, hc)
-		if err != nil {
-			return err
-		}
-		names, err := labelNames(svc, ctx)
-		if err != nil {
-			return err
-		}
-		m, err := svc.Users.Messages.Get("me", str(c.Args["id"])).Format("full").Context(ctx).Do()
+		m, names, err := g.message(ctx, hc, str(c.Args["id"]), "full")
 		if err != nil {
 			return err
 		}
@@ -543,15 +550,7 @@ func (g *gmailConn) reconcileLabels(ctx context.Context, c connector.Call) (conn
 	rm, _ := strList(c.Args["remove"])
 	var have []any
 	err := g.auth.read(ctx, "gmail.modifyLabels's reconcile", gmailRead, func(ctx context.Context, hc *http.Client) error {
-		svc, err := g.service(ctx, hc)
-		if err != nil {
-			return err
-		}
-		names, err := labelNames(svc, ctx)
-		if err != nil {
-			return err
-		}
-		m, err := svc.Users.Messages.Get("me", str(c.Args["id"])).Format("minimal").Context(ctx).Do()
+		m, names, err := g.message(ctx, hc, str(c.Args["id"]), "minimal")
 		if err != nil {
 			return err
 		}
