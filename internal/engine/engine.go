@@ -29,7 +29,7 @@ import (
 )
 
 // MaxJSONBytes bounds event payloads, handler state and PrepareResults (SPEC §6).
-const MaxJSONBytes = 1 << 20
+const MaxJSONBytes = kt.MaxJSONBytes
 
 // Options configure an Engine.
 type Options struct {

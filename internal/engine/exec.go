@@ -31,6 +31,9 @@ type runExec struct {
 	// dry: a dry run (DryRun) — items are read, never written, and the
 	// first write that would be sent stops the run (errDryWrite).
 	dry bool
+	// hostBytes counts what this run's calls moved between the sandbox
+	// and keep's process, both ways (kt.MaxHostBytesPerRun).
+	hostBytes int
 }
 
 // newExec starts carrying out run; its trace continues the run's own.

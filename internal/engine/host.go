@@ -33,8 +33,8 @@ type TraceEntry struct {
 
 // Per-run bounds of what a handler publishes (buffered until the commit).
 const (
-	MaxPublishesPerRun    = 10000
-	MaxPublishBytesPerRun = 64 << 20
+	MaxPublishesPerRun    = kt.MaxPublishesPerRun
+	MaxPublishBytesPerRun = kt.MaxPublishBytesPerRun
 )
 
 const (
@@ -169,8 +169,50 @@ func (h *host) traceCall(method string, args any, start time.Time, outcome strin
 	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
 }
 
-// call is the script.HostFunc for this phase.
+// call is the script.HostFunc for this phase. What crosses into keep's
+// process is bounded here, whatever the call: its arguments and its answer,
+// each call and the whole run (kt.MaxHostCallBytes, kt.MaxHostBytesPerRun).
 func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error) {
+	if err := h.countBytes(method, "its arguments", len(raw)); err != nil {
+		return nil, err
+	}
+	res, err := h.serve(method, raw)
+	if err == nil {
+		err = h.countBytes(method, "keep's answer", len(res))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// countBytes adds n bytes that crossed between the sandbox and keep to the
+// run's budget, or says which bound they break.
+func (h *host) countBytes(method, what string, n int) error {
+	if n > kt.MaxHostCallBytes {
+		return kt.OverBound(h.where(method), what+" came to", n, kt.MaxHostCallBytes, "bytes",
+			"one call may move at most that much between the script and keep; pass smaller pieces (and references instead of content)")
+	}
+	h.hostBytes += n
+	if h.hostBytes > kt.MaxHostBytesPerRun {
+		return kt.OverBound(h.where(method), "this run's calls moved", h.hostBytes, kt.MaxHostBytesPerRun, "bytes",
+			"one run may move at most that much between the script and keep in all; do less per run (a producer can return a cursor in its state and go on in its next run)")
+	}
+	return nil
+}
+
+// where names a call for an error: the handler and the call as the script
+// wrote it.
+func (h *host) where(method string) string {
+	call := "ctx." + method
+	if strings.HasPrefix(method, "item.") {
+		call = "ctx.withItem"
+	}
+	return fmt.Sprintf("%s %s, %s", h.run.HandlerType, h.run.Handler, call)
+}
+
+// serve answers one call.
+func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error) {
 	if h.captured != nil {
 		// The mutation call is terminal (SPEC §3): nothing may follow it.
 		if _, m, ok := h.toolMethod(method); ok && isMutation(m, raw) {
@@ -272,8 +314,12 @@ func (h *host) checkArgs(method string, m *connector.Method, raw json.RawMessage
 		}
 	}
 	if sk, ok := args["subkey"]; ok {
-		if _, isStr := sk.(string); !isStr {
+		s, isStr := sk.(string)
+		if !isStr {
 			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
+		}
+		if len(s) > kt.MaxIDChars {
+			return nil, kt.OverBound(h.where(method), "the subkey has", len(s), kt.MaxIDChars, "characters", "a subkey names one of several writes of a unit of work: keep it short and stable")
 		}
 	}
 	return args, nil
@@ -339,8 +385,12 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs id: the external identifier of the %s/%s input (a string)", in.Source, in.Type)
 	case strings.TrimSpace(title) == "":
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs a title that says what the input is, e.g. `Order 1042 from alice@example.com`")
-	case len(title) > 500:
-		return nil, kt.Errorf(kt.ClassLogic, "registerInput: title is %d characters; keep it under 500", len(title))
+	case len(title) > kt.MaxTitleChars:
+		return nil, kt.OverBound(h.where("registerInput"), "the title has", len(title), kt.MaxTitleChars, "characters", "a title says what the input is in a line; keep the rest in the event's payload")
+	case len(id) > kt.MaxIDChars:
+		return nil, kt.OverBound(h.where("registerInput"), "the id has", len(id), kt.MaxIDChars, "characters", "the id is the input's identifier in its source (a message id, a file name), not its content")
+	case len(in.Source) > kt.MaxIDChars || len(in.Type) > kt.MaxIDChars:
+		return nil, kt.OverBound(h.where("registerInput"), "the source or type has", max(len(in.Source), len(in.Type)), kt.MaxIDChars, "characters", "use the source and type a connector declares")
 	}
 	if types, ok := h.reg.SourceAllowed(in.Source, in.Type); !ok {
 		if types == nil {
@@ -354,6 +404,10 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	key := in.Source + ":" + in.Type + ":" + id
 	if existing, ok := h.inputByKey[key]; ok {
 		return json.Marshal(existing)
+	}
+	if len(h.inputByKey) >= kt.MaxInputsPerRun {
+		return nil, kt.OverBound(h.where("registerInput"), "this run registered", len(h.inputByKey)+1, kt.MaxInputsPerRun, "inputs",
+			"register fewer inputs per run: a producer can return a cursor in its state and go on in its next run")
 	}
 	var found kt.Input
 	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
@@ -403,6 +457,9 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(msgID) > kt.MaxIDChars {
+		return nil, kt.OverBound(h.where("publish"), "the messageId has", len(msgID), kt.MaxIDChars, "characters", "a messageId names the event, stable across retries (e.g. `order:${o.id}`); put the data in its payload")
+	}
 	payload := req.Event.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
@@ -413,13 +470,13 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	// Publishes are buffered in the host until the run commits, outside the
 	// sandbox's memory limit, and commit in one transaction: both are
 	// bounded (3,000 × 1 MB events once took 7 GB and starved other workflows).
-	if len(h.publishes)+len(topics) > MaxPublishesPerRun || h.publishedBytes+len(topics)*len(payload) > MaxPublishBytesPerRun {
+	if len(h.publishes)+len(topics) > MaxPublishesPerRun || h.publishedBytes+len(topics)*(len(payload)+len(msgID)) > MaxPublishBytesPerRun {
 		return nil, kt.Errorf(kt.ClassLogic, "publish %s: one run may publish at most %d events and %d MiB in all (this run has %d events, %d bytes); publish fewer, smaller events per run — a producer can return a cursor in its state and go on in its next run",
 			msgID, MaxPublishesPerRun, MaxPublishBytesPerRun>>20, len(h.publishes), h.publishedBytes)
 	}
 	for _, t := range topics {
 		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
-		h.publishedBytes += len(payload)
+		h.publishedBytes += len(payload) + len(msgID)
 	}
 	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
 	return nil, nil
@@ -513,6 +570,30 @@ func (h *host) eventIDs(msgID string, input *string) (string, string, error) {
 	return msgID, inputID, nil
 }
 
+// readIDs reads getByIds' ids: strings, each asked for once, at most
+// kt.MaxReadIDs of them.
+func readIDs(where string, raw []any) ([]string, error) {
+	seen := make(map[string]bool, len(raw))
+	ids := make([]string, 0, len(raw))
+	for _, v := range raw {
+		s, ok := v.(string)
+		if !ok {
+			return nil, kt.Errorf(kt.ClassLogic, "%s: ids must be strings", where)
+		}
+		if len(s) > kt.MaxIDChars {
+			return nil, kt.OverBound(where, "an id has", len(s), kt.MaxIDChars, "characters", "no messageId is that long")
+		}
+		if !seen[s] {
+			seen[s] = true
+			ids = append(ids, s)
+		}
+	}
+	if len(ids) > kt.MaxReadIDs {
+		return nil, kt.OverBound(where, "the call asks for", len(ids), kt.MaxReadIDs, "distinct ids", "ask for fewer events per call")
+	}
+	return ids, nil
+}
+
 // scriptID reads an id a script passed as a string or a number.
 func scriptID(v any) string {
 	switch x := v.(type) {
@@ -547,15 +628,19 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 	if !h.decl.subscribe[req.Topic] {
 		return nil, violation("%s(%q): consumer %s does not subscribe to that topic", method, req.Topic, h.handler)
 	}
+	ids, err := readIDs(h.where(method), req.IDs)
+	if err != nil {
+		return nil, err
+	}
 	var evs []kt.Event
-	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
+	err = h.e.store.View(h.ctx, func(tx store.Tx) error {
 		if method == "peek" {
 			limit := 100
 			if req.Limit != nil {
 				limit = int(*req.Limit)
 			}
-			if limit < 1 || limit > 1000 {
-				return kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and 1000, got %d", limit)
+			if limit < 1 || limit > kt.MaxReadIDs {
+				return kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and %d, got %d", kt.MaxReadIDs, limit)
 			}
 			var err error
 			if evs, err = tx.EventsPending(h.run.Workflow, req.Topic, limit); err != nil || h.released == "" {
@@ -572,17 +657,20 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 			sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
 			return err
 		}
-		for _, id := range req.IDs {
-			s, ok := id.(string)
-			if !ok {
-				return kt.Errorf(kt.ClassLogic, "getByIds: ids must be strings")
-			}
-			ev, err := tx.EventGet(h.run.Workflow, req.Topic, s)
+		// The answer is bounded as it is read, not after: 1,500 copies
+		// of one 1 MiB event once took 5.7 GiB here.
+		size := 0
+		for _, id := range ids {
+			ev, err := tx.EventGet(h.run.Workflow, req.Topic, id)
 			if errors.Is(err, kt.ErrNotFound) {
 				continue
 			}
 			if err != nil {
 				return err
+			}
+			if size += len(ev.Payload) + len(ev.MessageID); size > kt.MaxHostCallBytes {
+				return kt.OverBound(h.where(method), "the events asked for come to at least", size, kt.MaxHostCallBytes, "bytes",
+					"ask for fewer events per call")
 			}
 			evs = append(evs, ev)
 		}

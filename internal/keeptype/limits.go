@@ -1,0 +1,56 @@
+package keeptype
+
+import "fmt"
+
+// The bounds of one run on keep's own process (SPEC §6, issue 23). The
+// sandbox's memory limit bounds only what a script holds; everything a
+// script hands keep (arguments of its calls, what it registers and
+// publishes, what keep answers it) lives in keep's process, outside that
+// limit. 300 registered ids of 1 MiB once took 2.3 GiB there and 946 MB
+// of keep.db; so every such thing has a bound, kept here once and named by
+// the error a run past it fails with (BoundError).
+const (
+	// MaxJSONBytes bounds an event payload, a handler's state and a
+	// PrepareResult (SPEC §6: 1 MiB each).
+	MaxJSONBytes = 1 << 20
+	// MaxIDChars bounds every identifier a script chooses: item ids
+	// (withItem), registered input ids, messageIds, subkeys, and the
+	// source and type of an input.
+	MaxIDChars = 500
+	// MaxTitleChars bounds the title of an input or an item.
+	MaxTitleChars = 500
+	// MaxInputsPerRun bounds the inputs one producer run registers.
+	MaxInputsPerRun = 10000
+	// MaxPublishesPerRun and MaxPublishBytesPerRun bound what one run
+	// publishes (buffered in keep until its commit); the bytes count
+	// messageIds as well as payloads.
+	MaxPublishesPerRun    = 10000
+	MaxPublishBytesPerRun = 64 << 20
+	// MaxReadIDs bounds the events one getByIds or peek asks for (peek's
+	// limit, SPEC §3).
+	MaxReadIDs = 1000
+	// MaxHostCallBytes bounds what one call moves between the sandbox and
+	// keep, each way: its arguments, and the answer keep gives it. The
+	// largest a connector takes or gives is 8 MiB (a file, an HTTP body);
+	// the rest is room for JSON's escaping.
+	MaxHostCallBytes = 16 << 20
+	// MaxHostBytesPerRun bounds the sum of those bytes over one run.
+	MaxHostBytesPerRun = 256 << 20
+)
+
+// OverBound is the logic error of a run past one of the bounds above: where
+// (the handler and its call), what and how much, the bound, and what to do
+// instead. what carries its verb: "the id has", "this run registered".
+func OverBound(where, what string, got, limit int, unit, todo string) *Error {
+	return Errorf(ClassLogic, "%s: %s %s, over keep's bound of %s; %s", where, what, sizeOf(got, unit), sizeOf(limit, unit), todo)
+}
+
+func sizeOf(n int, unit string) string {
+	if unit == "bytes" && n >= 1<<20 {
+		if n%(1<<20) == 0 {
+			return fmt.Sprintf("%d MiB", n>>20)
+		}
+		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d %s", n, unit)
+}
