@@ -73,6 +73,16 @@ func DecodePrepareResult(raw json.RawMessage) (PrepareResult, error) {
 	return pr, nil
 }
 
+// reservesNothing says prepare selected no event: the run has nothing to do.
+func (pr PrepareResult) reservesNothing() bool {
+	for _, r := range pr.Reservations {
+		if len(r.IDs) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func snippetJSON(raw json.RawMessage) string {
 	s := string(raw)
 	if len(s) > 120 {
@@ -166,7 +176,7 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (reserve 
 		return nil, true, x.fail(err)
 	}
 	next := kt.PhasePrepared
-	if len(pr.Reservations) == 0 || !mutates {
+	if pr.reservesNothing() || !mutates {
 		next = kt.PhaseEmitting
 		run.MutationResult = json.RawMessage(`{"status":"none"}`)
 	}

@@ -26,7 +26,12 @@ func (x *runExec) emit(dv declView, reserve []kt.Event) error {
 	h := x.host(phaseNext)
 	h.decl, h.allowPublish = dv, dv.publishes
 	var newState json.RawMessage
-	if x.prog.Decl.Consumers[run.Handler].Next {
+	pr, _ := DecodePrepareResult(run.PrepareResult)
+	if pr.reservesNothing() {
+		// Nothing to do (SPEC §4, docs/scripts.md): the run commits at once;
+		// next is for work that was selected.
+		x.phaseNote("emitting", "prepare reserved nothing: committed without next")
+	} else if x.prog.Decl.Consumers[run.Handler].Next {
 		out, err := x.invoke(h, preparedArg(run.PrepareResult), mr)
 		if err == nil {
 			err = checkSize("the state returned by next", out.Value)
@@ -118,7 +123,7 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 		hrow.State = state
 	}
 	pr, _ := DecodePrepareResult(x.run.PrepareResult)
-	if len(pr.Reservations) == 0 {
+	if pr.reservesNothing() {
 		hrow.Dirty = selfDirty
 	}
 	hrow.WakeAt, hrow.UpdatedAt = x.e.wakeTime(pr.WakeAt), x.e.nowMs()

@@ -214,11 +214,18 @@ func (h *host) where(method string) string {
 // serve answers one call.
 func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error) {
 	if h.captured != nil {
-		// The mutation call is terminal (SPEC §3): nothing may follow it.
-		if _, m, ok := h.toolMethod(method); ok && isMutation(m, raw) {
-			return nil, violation("ctx.%s: a second mutation in mutate; a consumer run performs at most one mutation — split the work across runs", method)
+		// The mutation call is terminal (SPEC §3): nothing may follow it but
+		// a log line. The script goes on after it (script.ErrSuspend), so a
+		// call it makes next fails the run here, before anything is sent,
+		// instead of vanishing.
+		first := "ctx." + h.captured.Tool + "." + h.captured.Method
+		if method == "log" {
+			return h.log(raw)
 		}
-		return nil, violation("ctx.%s was called after the mutation call; the mutation must be the last thing mutate does", method)
+		if _, m, ok := h.toolMethod(method); ok && isMutation(m, raw) {
+			return nil, violation("ctx.%s after %s: a second mutation in mutate; a consumer run performs at most one mutation, so neither was sent — split the work across runs (the second write in a consumer of what next publishes)", method, first)
+		}
+		return nil, violation("ctx.%s was called after the mutation call %s; the mutation must be the last thing mutate does (nothing was sent)", method, first)
 	}
 	switch method {
 	case "log":

@@ -82,31 +82,45 @@ func TestPhaseViolationsFailTheRunEvenWhenCaught(t *testing.T) {
 	}
 }
 
+// A second write in mutate, or anything mutate does after its write, fails
+// the run as a logic error naming the calls, before anything is sent
+// (issue 24 #2: `await a(); await b()` once committed with b never run).
 func TestSecondMutationInMutateIsLogicErrorAndNothingIsWritten(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	src := strings.Replace(hookScript("", ""), `await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300 })`,
-		`ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: {} }); ctx.http.request({ method: "POST", url: "%SINK%/write/2", json: {} })`, 1)
-	wf := e.deploy(src)
-	e.settle()
-	r := e.open(wf)
-	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, "second mutation") {
-		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
-	}
-	if e.sink.Requests() != 0 {
-		t.Fatalf("requests at the sink: %d", e.sink.Requests())
-	}
-	// Logic failure before the mutation: the reservation stays pinned to
-	// the failed run (SPEC §4), so its input shows what is stuck.
-	if ev := e.events(wf, "job"); ev[0].ReservedBy != r.ID || ev[0].Status != kt.EventPending {
-		t.Fatalf("event %+v", ev[0])
+	const first = `await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300 })`
+	for _, c := range []struct{ name, mutate, want string }{
+		{"at once", `ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: {} }); ctx.http.request({ method: "POST", url: "%SINK%/write/2", json: {} })`, "ctx.http.request after ctx.http.request: a second mutation in mutate"},
+		{"one after the other", first + `; await ctx.http.request({ method: "PUT", url: "%SINK%/write/2", json: {} })`, "ctx.http.request after ctx.http.request: a second mutation in mutate"},
+		{"using the first result", `const r = ` + first + `; await ctx.http.request({ method: "POST", url: "%SINK%/write/" + r.id, json: {} })`, "after its mutation call, which must be the last thing mutate does"},
+		{"a throw after it", first + `; throw new Error("checked after the write")`, "checked after the write"},
+		{"a read after it", first + `; await ctx.http.request({ method: "GET", url: "%SINK%/read" })`, "was called after the mutation call ctx.http.request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			wf := e.deploy(strings.Replace(hookScript("", ""), first, c.mutate, 1))
+			e.settle()
+			r := e.open(wf)
+			if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, c.want) {
+				t.Fatalf("run %s: %s (want failed:logic with %q)", r.Status, r.ErrorMessage, c.want)
+			}
+			if e.sink.Requests() != 0 {
+				t.Fatalf("requests at the sink: %d", e.sink.Requests())
+			}
+			// Logic failure before the mutation: the reservation stays pinned to
+			// the failed run (SPEC §4), so its input shows what is stuck.
+			if ev := e.events(wf, "job"); ev[0].ReservedBy != r.ID || ev[0].Status != kt.EventPending {
+				t.Fatalf("event %+v", ev[0])
+			}
+		})
 	}
 }
 
-func TestCodeAfterTheMutationDoesNotRun(t *testing.T) {
+// A log line after the write is kept, and the write goes out once.
+func TestALogLineAfterTheMutationIsKept(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	src := strings.Replace(hookScript("", ""), `timeoutMs: 300 })`, `timeoutMs: 300 }); throw new Error("must not run")`, 1)
+	src := strings.Replace(hookScript("", ""), `timeoutMs: 300 })`, `timeoutMs: 300 }); ctx.log("asked for the write")`, 1)
 	wf := e.deploy(src)
 	e.settle()
 	e.noOpenRun(wf)

@@ -126,3 +126,42 @@ func TestFailureInsideMutateKeepsTheSelectionPinned(t *testing.T) {
 		}
 	}
 }
+
+// A run whose prepare reserved nothing commits at once: next does not run
+// (issue 24 #6; docs/scripts.md says so), though the run still commits,
+// keeping prepare's wakeAt.
+func TestNextDoesNotRunWhenPrepareReservedNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(`export default Keep.workflow({ name: "idle", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {} } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx) { return { reservations: [{ topic: "a", ids: [] }], wakeAt: Date.now() + 3600000 } },
+    async next(ctx) { throw new Error("next ran with nothing reserved") } }) } })`)
+	// A deploy makes every consumer dirty: c runs once.
+	e.settle()
+	e.noOpenRun(wf)
+	n := 0
+	for _, r := range e.runs(wf) {
+		if r.Handler == "c" {
+			n++
+			if r.Status != string(kt.StatusCommitted) {
+				t.Fatalf("run of c %+v", r)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d runs of c", n)
+	}
+	var h kt.Handler
+	if err := e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		var err error
+		h, err = tx.HandlerGet(wf, "c")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if h.Dirty || h.WakeAt < time.Now().Add(30*time.Minute).UnixMilli() {
+		t.Fatalf("handler after the run: dirty %v wakeAt %d", h.Dirty, h.WakeAt)
+	}
+}

@@ -48,7 +48,11 @@
 
   const callAt = (ep, method, args) => {
     const r = host(method, args === undefined ? "null" : stringify(args), ep);
-    if (r === false) return new PromiseC(() => {}); // taken over by the host: never settles
+    // Taken over by the host (a consumer's mutation): the write goes out
+    // after mutate ends, so the script goes on with no result (next gets
+    // it); a second write or a throw after it fails the run, so nothing the
+    // script asked for is dropped unseen.
+    if (r === false) return undefined;
     return r === undefined || r === null ? undefined : parse(r);
   };
   const fmt = (v) => {

@@ -159,10 +159,11 @@ type Limits struct {
 // undefined. Returning an error aborts the invocation.
 type HostFunc func(method string, args json.RawMessage) (json.RawMessage, error)
 
-// ErrSuspend is returned by a HostFunc to take over a call: the script gets a
-// promise that never settles, so nothing after `await ctx.tool.mutation()`
-// runs (the mutation call is terminal), and the invocation ends with
-// Outcome.Suspended once the script has nothing left to do.
+// ErrSuspend is returned by a HostFunc to take over a call (a consumer's
+// mutation, sent by the host after mutate ends): the script's call gives
+// undefined and the script goes on to its end, so that what it does after
+// the call is seen (a second mutation is refused by the host, a throw fails
+// the invocation); the invocation ends with Outcome.Suspended.
 var ErrSuspend = errors.New("call taken over by the host")
 
 // Invocation is one handler phase to run.
@@ -291,6 +292,13 @@ func (p *Program) outcomeOf(inv Invocation, st *vmState, callErr error, timedOut
 	switch {
 	case st.abortErr != nil:
 		return Outcome{}, st.abortErr
+	case st.suspended && st.settled && !st.ok:
+		// The handler threw after the call the host took over: what it did
+		// next (often a use of the call's result, or a second write) would
+		// be lost without a word.
+		info := throwInfo(st.payload)
+		return Outcome{}, &kt.Error{Class: kt.ClassLogic, Message: p.describeThrow(inv, info.Name, info.Message, info.Stack) +
+			" — after its mutation call, which must be the last thing " + inv.Phase + " does: that call's result is not available there (next receives it as mutationResult), and nothing was sent"}
 	case st.suspended && (callErr == nil || st.settled):
 		return Outcome{Suspended: true}, nil
 	case timedOut:
@@ -301,11 +309,7 @@ func (p *Program) outcomeOf(inv Invocation, st *vmState, callErr error, timedOut
 		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s never finished: it awaits a promise that nothing will ever settle", inv.Kind, inv.Name, inv.Phase)
 	}
 	if !st.ok {
-		var info struct {
-			Name, Message, Stack string
-			Load                 bool
-		}
-		_ = json.Unmarshal([]byte(st.payload), &info)
+		info := throwInfo(st.payload)
 		if info.Load {
 			msg := info.Name + ": " + info.Message
 			if s := p.cleanStack(info.Stack); s != "" {
@@ -323,6 +327,22 @@ func (p *Program) outcomeOf(inv Invocation, st *vmState, callErr error, timedOut
 		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s returned something that is not JSON", inv.Kind, inv.Name, inv.Phase)
 	}
 	return Outcome{Value: json.RawMessage(st.payload)}, nil
+}
+
+// thrown is what the prelude reports of a throw.
+type thrown struct {
+	Name, Message, Stack string
+	Load                 bool
+}
+
+// throwInfo decodes the prelude's report of a throw; one it cannot read
+// (only a script that tampered with the prelude) says so as the message.
+func throwInfo(payload string) thrown {
+	var info thrown
+	if err := json.Unmarshal([]byte(payload), &info); err != nil {
+		info = thrown{Name: "thrown value", Message: "an error keep cannot read (" + err.Error() + ")"}
+	}
+	return info
 }
 
 func joinRaw(args []json.RawMessage) string {

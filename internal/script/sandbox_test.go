@@ -95,18 +95,28 @@ func TestHostAbortCannotBeCaught(t *testing.T) {
 	}
 }
 
-func TestStopIsTerminal(t *testing.T) {
+// A call the host takes over gives the script no result, and the script
+// goes on to its end, so the host sees what follows (issue 24 #2: a second
+// write after it once vanished); the invocation ends Suspended.
+func TestATakenOverCallLetsTheScriptGoOn(t *testing.T) {
 	t.Parallel()
 	after := false
-	out, err := run(t, `await ctx.files.write({path:"x"}); ctx.log("after"); return {}`,
+	out, err := run(t, `const r = await ctx.files.write({path:"x"}); ctx.log("after", r === undefined); return {}`,
 		func(m string, a json.RawMessage) (json.RawMessage, error) {
 			if m == "log" {
-				after = true
+				after = string(a) == `"after true"`
+				return nil, nil
 			}
 			return nil, ErrSuspend
 		})
-	if err != nil || !out.Suspended || after {
+	if err != nil || !out.Suspended || !after {
 		t.Fatalf("stop: out=%+v err=%v after=%v", out, err, after)
+	}
+	// A throw after the taken-over call fails the invocation, saying so.
+	_, err = run(t, `const r = await ctx.files.write({path:"x"}); return r.id`,
+		func(string, json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend })
+	if err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "after its mutation call") {
+		t.Fatalf("a throw after the call: %v", err)
 	}
 }
 

@@ -110,8 +110,8 @@ func TestWorkerHostCalls(t *testing.T) {
 	o, err = sus.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
 		Tools: map[string][]string{"files": {"read"}}, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
 		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend }})
-	if err != nil || !o.Suspended {
-		t.Fatalf("suspend: %+v %v", o, err)
+	if err == nil || o.Suspended || !strings.Contains(err.Error(), "after its mutation call") {
+		t.Fatalf("suspend, then a throw: %+v %v", o, err)
 	}
 }
 
