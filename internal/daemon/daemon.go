@@ -172,6 +172,14 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
+	storePath, storeURL := loc.Path, ""
+	if loc.Kind == backend.Postgres {
+		storePath, storeURL = "", loc.URL
+	}
+	if err := sqlconn.RefuseKeepsStore(cfg.SQL.Databases, storePath, storeURL); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	st, err := loc.Open()
 	if err != nil {
 		lock.Close()

@@ -58,3 +58,38 @@ func TestAnEmptyDatabaseFileIsRefused(t *testing.T) {
 		t.Fatalf("the refused file was changed: %d bytes", fi.Size())
 	}
 }
+
+// A declared sql database that is keep's own store is refused at start
+// (issue 23 #2): through it a script's statements would grant itself
+// anything and move its files root.
+func TestKeepsOwnStoreIsNotAnSQLTarget(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k, err := Open(Options{DataDir: dir, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	// The same file by another path: a symlink to the data directory.
+	link := filepath.Join(t.TempDir(), "data")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "keep.toml")
+	os.WriteFile(cfg, []byte("[connectors.sql.databases]\napp = \"sqlite://"+filepath.Join(link, "keep.db")+"\"\n"), 0o644)
+	k, err = Open(Options{DataDir: dir, ConfigFile: cfg, Logger: quiet()})
+	if err == nil {
+		k.Close()
+		t.Fatal("keep started with its own keep.db declared as an sql database")
+	}
+	if !strings.Contains(err.Error(), "[connectors.sql.databases] app") || !strings.Contains(err.Error(), "keep's own store") {
+		t.Fatalf("the error does not say which declaration and why: %v", err)
+	}
+	// Another file is fine.
+	os.WriteFile(cfg, []byte("[connectors.sql.databases]\napp = \"sqlite://"+filepath.Join(dir, "app.db")+"\"\n"), 0o644)
+	k, err = Open(Options{DataDir: dir, ConfigFile: cfg, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+}

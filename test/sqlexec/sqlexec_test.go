@@ -138,3 +138,53 @@ func TestKillAtEveryStepOfAnSQLExec(t *testing.T) {
 		}
 	}
 }
+
+// One sql.exec is one statement (issue 23 #3): with the simple protocol,
+// `INSERT …; COMMIT; INSERT …; DELETE FROM keep_mutations` committed the
+// first insert inside keep's transaction and wiped another workflow's
+// marker rows. Now the run fails saying why, nothing of it is written,
+// and the other workflow's markers are intact.
+func TestAnExecOfSeveralStatementsWritesNothing(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			db, err := sql.Open(tg.driver, tg.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec("CREATE TABLE shipped (order_id INT NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", tg.url)
+			os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
+			os.WriteFile(filepath.Join(dir, "orders.js"), []byte(strings.ReplaceAll(script, "%PH%", tg.ph)), 0o644)
+			if code, out := keep(t, dir, nil, "run", "orders.js"); code != 0 {
+				t.Fatalf("keep run orders.js exited %d:\n%s", code, out)
+			}
+			evil := strings.NewReplacer(`name: "orders"`, `name: "evil"`, `"INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id]`,
+				`"INSERT INTO shipped (order_id) VALUES (90); COMMIT; INSERT INTO shipped (order_id) VALUES (91); DELETE FROM keep_mutations"`).Replace(script)
+			if !strings.Contains(evil, "COMMIT") {
+				t.Fatal("the attack script was not made")
+			}
+			os.WriteFile(filepath.Join(dir, "evil.js"), []byte(evil), 0o644)
+			code, out := keep(t, dir, nil, "run", "evil.js")
+			if code == 0 || !strings.Contains(out, "failed:logic") {
+				t.Fatalf("keep run evil.js exited %d; want its runs failed:logic:\n%s", code, out)
+			}
+			want := "one statement"
+			if tg.name == "mariadb" {
+				want = "one statement at a time" // MariaDB's syntax error, with keep's note
+			}
+			if !strings.Contains(out, want) {
+				t.Fatalf("the failure does not say why (want %q):\n%s", want, out)
+			}
+			var rows, marks int
+			db.QueryRow("SELECT COUNT(*) FROM shipped").Scan(&rows)
+			db.QueryRow("SELECT COUNT(*) FROM keep_mutations").Scan(&marks)
+			if rows != 3 || marks != 3 {
+				t.Fatalf("after the attack: %d rows in shipped and %d marker rows; want the orders workflow's 3 and 3", rows, marks)
+			}
+		})
+	}
+}

@@ -39,11 +39,14 @@ const Table = "keep_mutations"
 
 type database struct {
 	name, url, driver, dsn string
+	path                   string // SQLite: the file
 	once                   sync.Once
 	db                     *sql.DB
+	vet                    *vetter // SQLite: judges each statement before it runs
 	err                    error
 	mu                     sync.Mutex
-	ready                  bool // keep_mutations exists
+	ready                  bool   // keep_mutations exists
+	marker                 string // keep_mutations as statements name it (PostgreSQL: schema-qualified)
 }
 
 // Conn holds the declared databases and their connection pools.
@@ -57,6 +60,10 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 	for name, u := range databases {
 		d := &database{name: name, url: u}
 		d.driver, d.dsn, d.err = dsnOf(u)
+		if d.driver == "sqlite" {
+			pu, _ := url.Parse(u)
+			d.path = pu.Path
+		}
 		c.dbs[name] = d
 	}
 	dbParam := connector.Param{Name: "db", Type: "string", Required: true, Doc: "a database named in keep.toml: `[connectors.sql.databases] NAME = \"postgres://…\"` (or `mysql://…`, `sqlite:///…`)"}
@@ -71,7 +78,7 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 				Summary: "Runs a query and returns its rows.",
 				Params:  []connector.Param{dbParam, sqlParam, argsParam},
 				Result:  fmt.Sprintf("an array of rows, each an object by column name (numbers, strings, booleans, null; times as RFC 3339; bytes as text), at most %d rows", MaxRows),
-				Errors:  "a bad statement or a constraint: logic, with the database's message; the database unreachable: transient.",
+				Errors:  "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back; the database unreachable: transient.",
 			}},
 			"exec": {Name: "exec", Kind: connector.KindMutate, Identity: []string{"db", "sql"}, Validate: c.validate("sql.exec"), Do: c.exec,
 				Reconcile: c.reconcile, ComparePayload: compareArgs, Target: func(a map[string]any) string { return "sql.exec on " + str(a["db"]) + ": " + crop(str(a["sql"]), 80) },
@@ -81,7 +88,7 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 					Result:  "`{ rowsAffected }`; a write found already done adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
 					Reconcile: "looks the key up in `" + Table + "`: there means committed (with the result it recorded), absent means the transaction never committed — certain, since the row commits with the statement. " +
 						"On MariaDB/MySQL a DDL statement (CREATE, ALTER, DROP…) commits by itself and escapes the transaction: keep cannot make it exactly once.",
-					Errors: "a bad statement or a constraint violation: logic (rolled back, nothing written); the database unreachable before the statement: transient; the connection lost during COMMIT: unknown, settled by reconcile.",
+					Errors: "a bad statement or a constraint violation: logic (rolled back, nothing written); so is more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, and on SQLite `ATTACH`/`PRAGMA`; the database unreachable before the statement: transient; the connection lost during COMMIT: unknown, settled by reconcile.",
 				}},
 		},
 	}, c
@@ -92,6 +99,9 @@ func (c *Conn) Close() {
 	for _, d := range c.dbs {
 		if d.db != nil {
 			d.db.Close()
+		}
+		if d.vet != nil {
+			d.vet.close()
 		}
 	}
 }
@@ -143,6 +153,7 @@ func (c *Conn) open(name string) (*database, *kt.Error) {
 		d.db, d.err = sql.Open(d.driver, d.dsn)
 		if d.err == nil && d.driver == "sqlite" {
 			d.db.SetMaxOpenConns(1)
+			d.vet, d.err = openVetter(d.path)
 		}
 	})
 	if d.err != nil {
@@ -209,7 +220,10 @@ func bind(a map[string]any) []any {
 func classify(what string, err error) *kt.Error {
 	var pg *pgconn.PgError
 	var my *mysql.MySQLError
+	var no refusal
 	switch {
+	case errors.As(err, &no):
+		return kt.Errorf(kt.ClassLogic, "%s: %s", what, no.msg)
 	case errors.As(err, &pg):
 		class := kt.ClassLogic
 		if strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "53") || strings.HasPrefix(pg.Code, "57") || pg.Code == "40001" || pg.Code == "40P01" {
@@ -222,7 +236,11 @@ func classify(what string, err error) *kt.Error {
 		case 1205, 1213, 1040, 1053: // lock wait timeout, deadlock, too many connections, shutdown
 			class = kt.ClassTransient
 		}
-		return kt.Errorf(class, "%s: %s (error %d)", what, my.Message, my.Number)
+		hint := ""
+		if my.Number == 1064 {
+			hint = "; note that keep runs one statement at a time"
+		}
+		return kt.Errorf(class, "%s: %s (error %d)%s", what, my.Message, my.Number, hint)
 	case isNet(err):
 		return kt.Errorf(kt.ClassTransient, "%s: the database is unreachable: %v", what, err)
 	}
@@ -237,25 +255,6 @@ func isNet(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
 		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "bad connection") || strings.Contains(err.Error(), "invalid connection")
-}
-
-func (c *Conn) query(ctx context.Context, call connector.Call) connector.Result {
-	a := call.Args
-	d, kerr := c.open(str(a["db"]))
-	if kerr != nil {
-		return connector.Result{Err: kerr}
-	}
-	what := "sql.query on " + d.name
-	rows, err := d.db.QueryContext(ctx, str(a["sql"]), bind(a)...)
-	if err != nil {
-		return connector.Result{Err: classify(what, err)}
-	}
-	defer rows.Close()
-	out, err := scan(rows)
-	if err != nil {
-		return connector.Result{Err: classify(what, err)}
-	}
-	return connector.Result{Value: out}
 }
 
 func scan(rows *sql.Rows) ([]any, error) {
@@ -305,83 +304,6 @@ func jsonValue(v any) any {
 		}
 	}
 	return fmt.Sprint(v)
-}
-
-// markerDDL creates keep_mutations in the database's own dialect.
-func (d *database) markerDDL() string {
-	return `CREATE TABLE IF NOT EXISTS ` + Table + ` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`
-}
-
-func (d *database) ph(n int) string {
-	if d.driver == "pgx" {
-		return fmt.Sprintf("$%d", n)
-	}
-	return "?"
-}
-
-func (d *database) ensureTable(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.ready {
-		return nil
-	}
-	if _, err := d.db.ExecContext(ctx, d.markerDDL()); err != nil {
-		return err
-	}
-	d.ready = true
-	return nil
-}
-
-func (d *database) recorded(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, key string) (string, bool, error) {
-	var res string
-	err := q.QueryRowContext(ctx, `SELECT result FROM `+Table+` WHERE idempotency_key = `+d.ph(1), key).Scan(&res)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	return res, err == nil, err
-}
-
-func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
-	a := call.Args
-	d, kerr := c.open(str(a["db"]))
-	if kerr != nil {
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
-	}
-	what := "sql.exec on " + d.name
-	failed := func(err error) connector.Result {
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: classify(what, err)}
-	}
-	if err := d.ensureTable(ctx); err != nil {
-		return failed(err)
-	}
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return failed(err)
-	}
-	defer tx.Rollback()
-	if res, ok, err := d.recorded(ctx, tx, call.IdempotencyKey); err != nil {
-		return failed(err)
-	} else if ok {
-		return connector.Result{Outcome: connector.OutcomeApplied, Value: withFlag(res, "replayed")}
-	}
-	r, err := tx.ExecContext(ctx, str(a["sql"]), bind(a)...)
-	if err != nil {
-		return failed(err)
-	}
-	n, _ := r.RowsAffected()
-	res, _ := json.Marshal(map[string]any{"rowsAffected": n})
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+Table+` (idempotency_key, result, applied_at) VALUES (`+d.ph(1)+`, `+d.ph(2)+`, `+d.ph(3)+`)`,
-		call.IdempotencyKey, string(res), time.Now().UnixMilli()); err != nil {
-		return failed(err)
-	}
-	if err := tx.Commit(); err != nil {
-		// The COMMIT went out and its answer did not come back: it may have
-		// committed. Reconcile looks the key up.
-		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: COMMIT got no answer (%v); the statement may have been committed", what, err)}
-	}
-	return connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"rowsAffected": n}}
 }
 
 func withFlag(res, flag string) map[string]any {

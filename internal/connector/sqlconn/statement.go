@@ -1,0 +1,527 @@
+package sqlconn
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"modernc.org/sqlite"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// What a script's statement may do is judged by the database, before it
+// runs where that is possible: PostgreSQL parses and describes it (one
+// statement, and for a query one that returns rows), MariaDB/MySQL prepares
+// it server-side, SQLite compiles it under an authorizer (sqlitevet.go).
+// A query then runs in a read-only transaction that is always rolled back;
+// an exec runs in keep's transaction with its marker row, and keep checks
+// before COMMIT that the statement neither ended that transaction nor
+// touched the marker rows (docs/design.md, "sql.exec: one statement").
+
+// refusal is a statement keep will not run: the script's to change.
+type refusal struct{ msg string }
+
+func (r refusal) Error() string { return r.msg }
+
+const (
+	oneStatement = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
+	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES, SHOW, EXPLAIN); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
+	txControl    = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
+	markersTouch = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
+)
+
+// onePG words PostgreSQL's refusal of several statements in one Parse.
+func onePG(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42601" && strings.Contains(pg.Message, "multiple commands") {
+		return refusal{oneStatement}
+	}
+	return err
+}
+
+func (c *Conn) query(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	d, kerr := c.open(str(a["db"]))
+	if kerr != nil {
+		return connector.Result{Err: kerr}
+	}
+	var out []any
+	var err error
+	switch d.driver {
+	case "pgx":
+		out, err = d.queryPG(ctx, str(a["sql"]), bind(a))
+	case "mysql":
+		out, err = d.queryMySQL(ctx, str(a["sql"]), bind(a))
+	default:
+		out, err = d.querySQLite(ctx, str(a["sql"]), bind(a))
+	}
+	if err != nil {
+		var ke *kt.Error
+		if errors.As(err, &ke) {
+			return connector.Result{Err: ke}
+		}
+		return connector.Result{Err: classify("sql.query on "+d.name, err)}
+	}
+	return connector.Result{Value: out}
+}
+
+func readOnly(ctx context.Context, conn *sql.Conn, run func(*sql.Tx) ([]any, error)) ([]any, error) {
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() // a query never commits
+	return run(tx)
+}
+
+func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	// Parse and Describe without running: one statement (the extended
+	// protocol refuses more), and one that returns rows — COPY … TO
+	// PROGRAM, which a read-only transaction allows, returns none.
+	if err := conn.Raw(func(dc any) error {
+		sd, err := dc.(*stdlib.Conn).Conn().PgConn().Prepare(ctx, "", q, nil)
+		if err != nil {
+			return onePG(err)
+		}
+		if len(sd.Fields) == 0 {
+			return refusal{noRows}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
+		rows, err := tx.QueryContext(ctx, q, args...) // pgx's stdlib queries with the extended protocol
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		return scan(rows)
+	})
+}
+
+// columnsOf reads how many columns a prepared MySQL statement returns, as
+// the server answered the prepare (go-sql-driver keeps it unexported).
+func columnsOf(st driver.Stmt) (int, bool) {
+	v := reflect.ValueOf(st)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return 0, false
+	}
+	f := v.Elem().FieldByName("columns")
+	if !f.IsValid() || f.Kind() != reflect.Slice {
+		return 0, false
+	}
+	return f.Len(), true
+}
+
+func (d *database) queryMySQL(ctx context.Context, q string, args []any) ([]any, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	// A server-side prepare: one statement, and the columns it returns.
+	// START TRANSACTION READ ONLY does not stop DDL (MariaDB commits the
+	// transaction first) nor SELECT … INTO OUTFILE; both return no rows.
+	if err := conn.Raw(func(dc any) error {
+		st, err := dc.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		n, ok := columnsOf(st)
+		if !ok {
+			return refusal{"keep cannot tell whether this statement returns rows (the MySQL driver changed), so sql.query refuses it"}
+		}
+		if n == 0 {
+			return refusal{noRows}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
+		st, err := tx.PrepareContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		rows, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		return scan(rows)
+	})
+}
+
+// sqliteAttachedLimit is SQLITE_LIMIT_ATTACHED: 0 attached databases.
+const sqliteAttachedLimit = 7
+
+func (d *database) querySQLite(ctx context.Context, q string, args []any) ([]any, error) {
+	if err := d.vet.vet(q, true); err != nil {
+		return nil, sqliteVetErr(err)
+	}
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if _, err := sqlite.Limit(conn, sqliteAttachedLimit, 0); err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "PRAGMA query_only = 1"); err != nil {
+		return nil, err
+	}
+	defer conn.ExecContext(context.Background(), "PRAGMA query_only = 0")
+	return readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		return scan(rows)
+	})
+}
+
+// sqliteVetErr: the vetter's verdict is the script's to fix, unless the
+// file was busy.
+func sqliteVetErr(err error) error {
+	if strings.Contains(err.Error(), "locked") || strings.Contains(err.Error(), "busy") {
+		return err
+	}
+	return refusal{err.Error()}
+}
+
+// markSum is the count of keep's marker rows and a sum over their
+// content, read in keep's transaction before and after the statement.
+type markSum struct{ n, sum int64 }
+
+// execTx is keep's transaction around one sql.exec, per database.
+type execTx interface {
+	recorded(key string) (string, bool, error)
+	// markers locks the marker rows against other writers of the database
+	// (the first time) and sums them.
+	markers() (markSum, error)
+	// run runs the statement, and refuses it if it ended the transaction.
+	run(q string, args []any) (int64, error)
+	record(key, result string) error
+	commit() error
+}
+
+func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
+	a := call.Args
+	d, kerr := c.open(str(a["db"]))
+	if kerr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
+	}
+	what := "sql.exec on " + d.name
+	failed := func(err error) connector.Result {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: classify(what, err)}
+	}
+	if err := d.ensureTable(ctx); err != nil {
+		return failed(err)
+	}
+	if d.driver == "sqlite" {
+		if err := d.vet.vet(str(a["sql"]), false); err != nil {
+			return failed(sqliteVetErr(err))
+		}
+	}
+	var res connector.Result
+	err := d.withExecTx(ctx, func(tx execTx) {
+		if r, ok, err := tx.recorded(call.IdempotencyKey); err != nil {
+			res = failed(err)
+			return
+		} else if ok {
+			res = connector.Result{Outcome: connector.OutcomeApplied, Value: withFlag(r, "replayed")}
+			return
+		}
+		before, err := tx.markers()
+		if err != nil {
+			res = failed(err)
+			return
+		}
+		n, err := tx.run(str(a["sql"]), bind(a))
+		if err != nil {
+			res = failed(err)
+			return
+		}
+		after, err := tx.markers()
+		if err != nil {
+			res = failed(err)
+			return
+		}
+		if after != before {
+			res = failed(refusal{markersTouch})
+			return
+		}
+		out, _ := json.Marshal(map[string]any{"rowsAffected": n})
+		if err := tx.record(call.IdempotencyKey, string(out)); err != nil {
+			res = failed(err)
+			return
+		}
+		if err := tx.commit(); err != nil {
+			// The COMMIT went out and its answer did not come back: it may
+			// have committed. Reconcile looks the key up.
+			res = connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: COMMIT got no answer (%v); the statement may have been committed", what, err)}
+			return
+		}
+		res = connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"rowsAffected": n}}
+	})
+	if err != nil {
+		return failed(err)
+	}
+	return res
+}
+
+// withExecTx runs f in keep's transaction on a connection of its own.
+// PostgreSQL's and MariaDB's connection is closed afterwards, so nothing a
+// statement left in the session (a temporary table, a setting) outlives
+// the call.
+func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	switch d.driver {
+	case "pgx":
+		var begun error
+		conn.Raw(func(dc any) error {
+			pc := dc.(*stdlib.Conn).Conn()
+			tx, err := pc.Begin(ctx)
+			if err != nil {
+				begun = err
+				return driver.ErrBadConn
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+d.marker+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+				begun = err
+				return driver.ErrBadConn
+			}
+			f(&pgTx{ctx: ctx, d: d, pc: pc, tx: tx})
+			return driver.ErrBadConn // close the session
+		})
+		return begun
+	case "mysql":
+		defer conn.Raw(func(any) error { return driver.ErrBadConn }) // close the session
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		f(&myTx{sqlTx{ctx: ctx, d: d, tx: tx}})
+		return nil
+	}
+	if _, err := sqlite.Limit(conn, sqliteAttachedLimit, 0); err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	f(&sqlTx{ctx: ctx, d: d, tx: tx})
+	return nil
+}
+
+type pgTx struct {
+	ctx context.Context
+	d   *database
+	pc  *pgx.Conn
+	tx  pgx.Tx
+}
+
+func (t *pgTx) recorded(key string) (string, bool, error) {
+	var res string
+	err := t.tx.QueryRow(t.ctx, `SELECT result FROM `+t.d.marker+` WHERE idempotency_key = $1`, key).Scan(&res)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return res, err == nil, err
+}
+
+func (t *pgTx) markers() (markSum, error) {
+	var m markSum
+	err := t.tx.QueryRow(t.ctx, `SELECT count(*), coalesce(sum(hashtext(idempotency_key || result)), 0)::bigint FROM `+t.d.marker).Scan(&m.n, &m.sum)
+	return m, err
+}
+
+// pgTxControl are the command tags of statements that end, split or
+// reconfigure keep's transaction or the session.
+var pgTxControl = map[string]bool{"BEGIN": true, "START TRANSACTION": true, "COMMIT": true, "ROLLBACK": true, "SAVEPOINT": true, "RELEASE": true,
+	"PREPARE TRANSACTION": true, "COMMIT PREPARED": true, "ROLLBACK PREPARED": true, "SET": true, "RESET": true, "DISCARD ALL": true, "DISCARD": true}
+
+func (t *pgTx) run(q string, args []any) (int64, error) {
+	// The extended protocol, even without args: Parse takes one statement.
+	rows, err := t.tx.Query(t.ctx, q, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
+	if err != nil {
+		return 0, onePG(err)
+	}
+	for rows.Next() {
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, onePG(err)
+	}
+	tag := rows.CommandTag()
+	if t.pc.PgConn().TxStatus() != 'T' || pgTxControl[tag.String()] {
+		return 0, refusal{txControl + " (the statement was " + tag.String() + ")"}
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t *pgTx) record(key, result string) error {
+	_, err := t.tx.Exec(t.ctx, `INSERT INTO `+t.d.marker+` (idempotency_key, result, applied_at) VALUES ($1, $2, $3)`, key, result, time.Now().UnixMilli())
+	return err
+}
+
+func (t *pgTx) commit() error { return t.tx.Commit(t.ctx) }
+
+// sqlTx is keep's transaction through database/sql (SQLite, and the base
+// of MariaDB/MySQL's).
+type sqlTx struct {
+	ctx context.Context
+	d   *database
+	tx  *sql.Tx
+}
+
+func (t *sqlTx) recorded(key string) (string, bool, error) { return t.d.recorded(t.ctx, t.tx, key) }
+
+func (t *sqlTx) markers() (markSum, error) {
+	// SQLite: the vetter refused any statement that names keep_mutations;
+	// the count is a second look.
+	var m markSum
+	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*), coalesce(sum(length(idempotency_key) + length(result)), 0) FROM `+t.d.marker).Scan(&m.n, &m.sum)
+	return m, err
+}
+
+func (t *sqlTx) run(q string, args []any) (int64, error) {
+	r, err := t.tx.ExecContext(t.ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+func (t *sqlTx) record(key, result string) error {
+	_, err := t.tx.ExecContext(t.ctx, `INSERT INTO `+t.d.marker+` (idempotency_key, result, applied_at) VALUES (?, ?, ?)`, key, result, time.Now().UnixMilli())
+	return err
+}
+
+func (t *sqlTx) commit() error { return t.tx.Commit() }
+
+type myTx struct{ sqlTx }
+
+func (t *myTx) markers() (markSum, error) {
+	// FOR UPDATE locks every marker row and the gaps: another sql.exec on
+	// this database waits for this one's COMMIT.
+	var m markSum
+	err := t.tx.QueryRowContext(t.ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(CRC32(CONCAT(idempotency_key, result))), 0) AS SIGNED) FROM `+t.d.marker+` FOR UPDATE`).Scan(&m.n, &m.sum)
+	return m, err
+}
+
+// myTxControl are the session counters of statements that end, split or
+// reconfigure a transaction or the session: MariaDB prepares COMMIT,
+// ROLLBACK, BEGIN, SAVEPOINT and SET, and counts each it runs.
+const myTxControl = `SHOW SESSION STATUS WHERE Variable_name IN ('Com_begin', 'Com_commit', 'Com_rollback', 'Com_savepoint', 'Com_rollback_to_savepoint',
+ 'Com_release_savepoint', 'Com_set_option', 'Com_xa_start', 'Com_xa_end', 'Com_xa_prepare', 'Com_xa_commit', 'Com_xa_rollback', 'Com_lock_tables', 'Com_unlock_tables')`
+
+func (t *myTx) controls() (int64, error) {
+	rows, err := t.tx.QueryContext(t.ctx, myTxControl)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var total int64
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, rows.Err()
+}
+
+func (t *myTx) run(q string, args []any) (int64, error) {
+	before, err := t.controls()
+	if err != nil {
+		return 0, err
+	}
+	st, err := t.tx.PrepareContext(t.ctx, q) // server-side: one statement
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	r, err := st.ExecContext(t.ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	after, err := t.controls()
+	if err != nil {
+		return 0, err
+	}
+	if after != before {
+		return 0, refusal{txControl}
+	}
+	return r.RowsAffected()
+}
+
+func (d *database) ensureTable(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ready {
+		return nil
+	}
+	d.marker = Table
+	if d.driver == "pgx" {
+		// Named with its schema, so a temporary table of the same name
+		// (pg_temp comes first in the search path) cannot stand in for it.
+		var schema sql.NullString
+		if err := d.db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			return err
+		}
+		if !schema.Valid {
+			return fmt.Errorf("the database's search_path names no schema that exists")
+		}
+		d.marker = pgx.Identifier{schema.String, Table}.Sanitize()
+	}
+	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.marker+` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+		return err
+	}
+	d.ready = true
+	return nil
+}
+
+func (d *database) recorded(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, key string) (string, bool, error) {
+	ph := "?"
+	if d.driver == "pgx" {
+		ph = "$1"
+	}
+	var res string
+	err := q.QueryRowContext(ctx, `SELECT result FROM `+d.marker+` WHERE idempotency_key = `+ph, key).Scan(&res)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return res, err == nil, err
+}
