@@ -38,6 +38,7 @@ type Server struct {
 	mu        sync.Mutex
 	sent      []string // Message-IDs the SMTP server took
 	subjects  []string // and their subjects
+	raw       []string // and the messages as the server took them
 	cut       int      // cut this many connections after taking the message
 }
 
@@ -93,6 +94,13 @@ func (s *Server) Sent() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.sent...)
+}
+
+// Messages lists the messages the SMTP server took, whole, in order.
+func (s *Server) Messages() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.raw...)
 }
 
 // Subjects lists the subjects of the messages the SMTP server took, in order.
@@ -164,6 +172,7 @@ func (x *session) Data(r io.Reader) error {
 	s.sent = append(s.sent, msg.Header.Get("Message-ID"))
 	subj, _ := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
 	s.subjects = append(s.subjects, subj)
+	s.raw = append(s.raw, string(b))
 	cut := s.cut > 0
 	if cut {
 		s.cut--

@@ -137,6 +137,9 @@ func validateSend(a map[string]any) error {
 	if strings.TrimSpace(str(a["subject"])) == "" || strings.ContainsAny(str(a["subject"]), "\r\n") {
 		return fmt.Errorf("email.send needs subject: one line of text")
 	}
+	if err := oneLine("subject", str(a["subject"])); err != nil {
+		return err
+	}
 	if _, ok := a["text"].(string); !ok {
 		return fmt.Errorf("email.send needs text (the plain-text body, a string)")
 	}
@@ -145,13 +148,40 @@ func validateSend(a map[string]any) error {
 		if !ok || (k == "to" && len(l) == 0) {
 			return fmt.Errorf("email.send: %s must be an address or an array of addresses", k)
 		}
-		for _, addr := range l {
-			if _, err := mail.ParseAddress(addr); err != nil {
-				return fmt.Errorf("email.send: %s %q is not an email address", k, addr)
-			}
+		if _, err := formatAddresses(k, l); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// oneLine refuses a header value holding a control character: a line
+// break would end the header early and start one of the sender's choosing
+// (a Reply-To, a second Message-ID, a body), even inside an address's
+// comment, which net/mail accepts.
+func oneLine(field, v string) error {
+	if i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("email.send: %s %q holds a control character (%q at byte %d); a header is one line of text", field, v, v[i], i)
+	}
+	return nil
+}
+
+// formatAddresses parses each address and writes it back as net/mail
+// formats it (a comment dropped, a name encoded): what goes into the
+// header is the parsed address, never the script's text.
+func formatAddresses(field string, l []string) (string, error) {
+	out := make([]string, 0, len(l))
+	for _, raw := range l {
+		if err := oneLine(field, raw); err != nil {
+			return "", err
+		}
+		addr, err := mail.ParseAddress(raw)
+		if err != nil {
+			return "", fmt.Errorf("email.send: %s %q is not an email address", field, raw)
+		}
+		out = append(out, addr.String())
+	}
+	return strings.Join(out, ", "), nil
 }
 
 // parseCursor reads "UIDVALIDITY:UID".
@@ -369,15 +399,30 @@ func messageID(key string) string {
 	return "<keep." + hex.EncodeToString(sum[:16]) + "@keep.run>"
 }
 
-func (c *conn) build(a map[string]any, key string) []byte {
+func (c *conn) build(a map[string]any, key string) ([]byte, error) {
 	to, _ := list(a["to"])
 	cc, _ := list(a["cc"])
+	from, err := formatAddresses("from (keep.toml [connectors.email])", []string{c.cfg.From})
+	if err != nil {
+		return nil, err
+	}
+	toLine, err := formatAddresses("to", to)
+	if err != nil {
+		return nil, err
+	}
+	ccLine, err := formatAddresses("cc", cc)
+	if err != nil {
+		return nil, err
+	}
+	if err := oneLine("subject", str(a["subject"])); err != nil {
+		return nil, err
+	}
 	var b strings.Builder
 	h := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
-	h("From", c.cfg.From)
-	h("To", strings.Join(to, ", "))
+	h("From", from)
+	h("To", toLine)
 	if len(cc) > 0 {
-		h("Cc", strings.Join(cc, ", "))
+		h("Cc", ccLine)
 	}
 	h("Subject", mime.QEncoding.Encode("utf-8", str(a["subject"])))
 	h("Date", time.Now().UTC().Format(time.RFC1123Z))
@@ -398,12 +443,12 @@ func (c *conn) build(a map[string]any, key string) []byte {
 			b.WriteString("\r\n--" + boundary + "\r\nContent-Type: " + p.typ + "; charset=UTF-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n" + body(p.s))
 		}
 		b.WriteString("\r\n--" + boundary + "--\r\n")
-		return []byte(b.String())
+		return []byte(b.String()), nil
 	}
 	h("Content-Type", "text/plain; charset=UTF-8")
 	h("Content-Transfer-Encoding", "quoted-printable")
 	b.WriteString("\r\n" + body(str(a["text"])))
-	return []byte(b.String())
+	return []byte(b.String()), nil
 }
 
 // dialSMTP connects, says hello and logs in. Nothing of a message has
@@ -464,6 +509,10 @@ func (c *conn) send(ctx context.Context, call connector.Call) connector.Result {
 	a := call.Args
 	what := "email.send to " + addrList(a["to"])
 	failed := func(e *kt.Error) connector.Result { return connector.Result{Outcome: connector.OutcomeFailed, Err: e} }
+	msg, err := c.build(a, call.IdempotencyKey)
+	if err != nil {
+		return failed(kt.Errorf(kt.ClassLogic, "%v", err))
+	}
 	cl, err := c.dialSMTP(ctx)
 	if err != nil {
 		return failed(asKt(err))
@@ -484,7 +533,6 @@ func (c *conn) send(ctx context.Context, call connector.Call) connector.Result {
 	if err != nil {
 		return failed(smtpErr("DATA", err))
 	}
-	msg := c.build(a, call.IdempotencyKey)
 	if _, err := w.Write(msg); err != nil {
 		// The end of the message (the lone dot) never went out: a server
 		// never delivers a message it did not get whole.
@@ -559,13 +607,21 @@ func asKt(err error) *kt.Error {
 // crash; it has no Message-ID of keep's.
 func Notify(ctx context.Context, cfg config.Email, to, subject, text string) error {
 	c := &conn{cfg: cfg}
+	from, err := formatAddresses("from (keep.toml [connectors.email])", []string{cfg.From})
+	if err != nil {
+		return err
+	}
+	toLine, err := formatAddresses("to", []string{to})
+	if err != nil {
+		return err
+	}
 	cl, err := c.dialSMTP(ctx)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	var b strings.Builder
-	for _, h := range [][2]string{{"From", cfg.From}, {"To", to}, {"Subject", mime.QEncoding.Encode("utf-8", subject)},
+	for _, h := range [][2]string{{"From", from}, {"To", toLine}, {"Subject", mime.QEncoding.Encode("utf-8", subject)},
 		{"Date", time.Now().UTC().Format(time.RFC1123Z)}, {"MIME-Version", "1.0"}, {"Content-Type", "text/plain; charset=UTF-8"}, {"Content-Transfer-Encoding", "quoted-printable"}} {
 		b.WriteString(h[0] + ": " + h[1] + "\r\n")
 	}

@@ -125,3 +125,50 @@ func TestNoServerConfigured(t *testing.T) {
 		t.Fatalf("%+v", r.Err)
 	}
 }
+
+// An address whose comment holds CR/LF (issue 23 #5) once wrote its own
+// Reply-To, a second Message-ID and a body, pushing keep's Message-ID out
+// of the headers (reconcile then said "not sent"). Now validation refuses
+// it saying why, the connector itself refuses it too, and an address with
+// an ordinary comment goes out as the parsed address.
+func TestAnAddressCannotInjectHeaders(t *testing.T) {
+	srv, reg := setup(t, true)
+	m, _ := reg.Method("email", "send")
+	evil := "bob@example.com (x\r\nReply-To: evil@attacker.org\r\nMessage-ID: <forged@attacker.org>\r\n\r\nbody)"
+	for _, args := range []map[string]any{
+		{"to": evil, "subject": "Your order", "text": "shipped"},
+		{"to": "bob@example.com", "cc": []any{evil}, "subject": "Your order", "text": "shipped"},
+		{"to": "bob@example.com", "subject": "Your order\x00", "text": "shipped"},
+	} {
+		err := m.Validate(args)
+		if err == nil || !strings.Contains(err.Error(), "control character") {
+			t.Fatalf("validation of %q: %v; want a refusal naming the control character", args, err)
+		}
+		// Past validation too: the connector never writes such a header.
+		r := m.Do(context.Background(), connector.Call{Args: args, IdempotencyKey: "keep-evil"})
+		if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "control character") {
+			t.Fatalf("send of %q: %v %+v", args, r.Outcome, r.Err)
+		}
+	}
+	if got := srv.Messages(); len(got) != 0 {
+		t.Fatalf("the server took %d messages: %q", len(got), got)
+	}
+	r := do(t, reg, "send", map[string]any{"to": "bob@example.com (Bob at work)", "cc": "Ann <ann@example.com>", "subject": "Your order", "text": "shipped"}, "keep-1")
+	if r.Outcome != connector.OutcomeApplied {
+		t.Fatalf("send: %v %+v", r.Outcome, r.Err)
+	}
+	msgs := srv.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("the server took %d messages", len(msgs))
+	}
+	head, _, _ := strings.Cut(msgs[0], "\r\n\r\n")
+	if !strings.Contains(head, "\r\nTo: \"Bob at work\" <bob@example.com>\r\n") || !strings.Contains(head, "\r\nCc: \"Ann\" <ann@example.com>\r\n") {
+		t.Fatalf("the addresses are not written as parsed:\n%s", head)
+	}
+	if sent := srv.Sent(); len(sent) != 1 || sent[0] != r.Value.(map[string]any)["messageId"] {
+		t.Fatalf("the delivered Message-ID %v is not keep's %v", sent, r.Value)
+	}
+	if st, err := reconcile(t, reg, map[string]any{"to": "bob@example.com", "subject": "Your order", "text": "shipped"}, "keep-1"); st != connector.ReconcileApplied {
+		t.Fatalf("reconcile of the sent message: %s %v", st, err)
+	}
+}
