@@ -270,6 +270,10 @@ func Open(o Options) (*Keep, error) {
 		})
 	}
 	k.Scheduler = sched
+	if k.maintainer != nil {
+		k.maintainer.Lease = sched.WithLease
+		k.Metrics.CounterFunc("keep_maintainer_waits_total", "Times the Maintainer found a failed run's workflow taken (another node repairs it, or a step ran here) and left it for later.", func() float64 { return float64(k.maintainer.Waits()) })
+	}
 	return k, nil
 }
 

@@ -265,6 +265,10 @@ type DeployOptions struct {
 	// Grant grants what the version uses, with the deploy: the person
 	// deploying allows it (keep run, keep deploy --grant).
 	Grant bool
+	// IfActive, when not 0, deploys only while that version is still the
+	// workflow's active one (checked in the deploy's transaction): a
+	// repair checked against a version never replaces another one.
+	IfActive int64
 	// grantBySystem: the grant is the caller's (Deploy: keep bench, tests),
 	// not a person's decision, and stays out of the decision log.
 	grantBySystem bool
@@ -303,6 +307,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			cur, err := tx.VersionGet(name, wf.ActiveVersion)
 			if err != nil {
 				return err
+			}
+			if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
+				return &ActionError{Code: CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
 			}
 			if cur.Script == source && kind == "" {
 				res.Version, res.Unchanged = cur, true

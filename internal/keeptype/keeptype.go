@@ -593,6 +593,7 @@ func NeedsGrant(msg string) bool { return strings.Contains(msg, " — grant it: 
 type RepairStatus string
 
 const (
+	RepairAsking    RepairStatus = "asking"    // recorded before the model is asked (one node asks at a time)
 	RepairRefused   RepairStatus = "refused"   // the answer failed a check; fed back to the model
 	RepairFailed    RepairStatus = "failed"    // no answer: the endpoint failed, or the budget ran out
 	RepairHeld      RepairStatus = "held"      // potentially impactful: waits for a person

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,7 +49,19 @@ type Maintainer struct {
 	Config   config.Maintainer
 	Now      func() time.Time
 	Log      *slog.Logger
+	// Lease runs fn under the workflow's lease (scheduler.WithLease);
+	// held is false when another node (or this one's scheduler) has the
+	// workflow now. nil: fn runs at once (one engine alone on its store).
+	Lease func(ctx context.Context, wf string, fn func(context.Context) error) (held bool, err error)
+
+	// waits counts the passes that found a failed run's workflow taken
+	// (keep_maintainer_waits_total).
+	waits atomic.Int64
 }
+
+// Waits is how many times a failed run waited because its workflow was
+// taken (another node repairs it, or a step ran here).
+func (m *Maintainer) Waits() int64 { return m.waits.Load() }
 
 // Run repairs every interval (and when woken) until ctx ends.
 func (m *Maintainer) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
@@ -94,8 +107,19 @@ func (m *Maintainer) Pass(ctx context.Context) error {
 		return err
 	}
 	for _, r := range runs {
-		if err := m.repair(ctx, r); err != nil {
+		fn := func(ctx context.Context) error { return m.repair(ctx, r) }
+		if m.Lease == nil {
+			if err := fn(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		held, err := m.Lease(ctx, r.Workflow, fn)
+		if err != nil {
 			return err
+		}
+		if !held {
+			m.waits.Add(1)
 		}
 	}
 	return nil
@@ -104,6 +128,10 @@ func (m *Maintainer) Pass(ctx context.Context) error {
 // final reports whether a repair attempt ends the Maintainer's work on its run.
 func final(s kt.RepairStatus) bool { return s != kt.RepairRefused }
 
+// repair works on one failed run, under its workflow's lease: every
+// attempt is recorded (asking) before the model is asked, so another node,
+// or this one after a restart, sees it; the budget is what the store's
+// attempts of the day cost.
 func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 	wf := run.Workflow
 	var (
@@ -111,9 +139,24 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 		spent   int
 		version kt.Version
 		events  []kt.Event
+		stale   bool
 	)
 	day := m.Now().UTC().Truncate(24 * time.Hour).UnixMilli()
 	err := m.Store.View(ctx, func(tx store.Tx) error {
+		// Under the lease now: the run may have been repaired meanwhile.
+		cur, err := tx.RunOpen(wf)
+		if errors.Is(err, kt.ErrNotFound) {
+			stale = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur.ID != run.ID || cur.Status != kt.StatusFailedLogic || cur.Action != "" {
+			stale = true
+			return nil
+		}
+		run = cur
 		all, err := tx.RepairList(wf)
 		if err != nil {
 			return err
@@ -137,10 +180,19 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 		events, err = tx.EventList(wf, store.EventFilter{Status: kt.EventPending, Limit: 5})
 		return err
 	})
-	if err != nil {
+	if err != nil || stale {
 		return err
 	}
-	for _, r := range past {
+	for i, r := range past {
+		if r.Status == kt.RepairAsking {
+			// Asked by a node that stopped before the answer was recorded
+			// (this workflow's lease is ours now): that attempt is over.
+			past[i].Status, past[i].Reason = kt.RepairFailed, "keep stopped while the model was asked; the attempt was not finished"
+			if err := m.save(ctx, past[i]); err != nil {
+				return err
+			}
+			continue
+		}
 		if final(r.Status) {
 			return nil
 		}
@@ -151,6 +203,10 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 		if spent >= m.Config.DailyTokenBudget {
 			rec.Status, rec.Reason = kt.RepairFailed, fmt.Sprintf("the Maintainer's daily token budget for %s is spent (%d of %d tokens today); a person repairs it, or it waits until tomorrow", wf, spent, m.Config.DailyTokenBudget)
 			return m.save(ctx, rec)
+		}
+		rec.Status, rec.Reason = kt.RepairAsking, "the model is being asked"
+		if err := m.save(ctx, rec); err != nil {
+			return err // the lease was lost (store.ErrFenced): another node has it
 		}
 		ans, err := m.Model.Ask(ctx, chat)
 		rec.Tokens, spent = ans.Tokens, spent+ans.Tokens
@@ -247,7 +303,7 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 		rec.Status, rec.Reason = kt.RepairHeld, "potentially impactful: "+why+". A person approves or rejects it: keep repairs "+rec.Workflow
 		return m.save(ctx, rec)
 	}
-	v, err := Activate(ctx, m.Engine, rec.Workflow, old.File, src, "maintainer")
+	v, err := Activate(ctx, m.Engine, rec.Workflow, old.File, src, "maintainer", old.ID)
 	if err != nil {
 		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks but could not be deployed: "+err.Error()
 		return m.save(ctx, rec)
@@ -258,8 +314,10 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 
 // Activate deploys a repaired script as the next minor version, by who:
 // the failed run then retries on it.
-func Activate(ctx context.Context, e *engine.Engine, wf, file, src, who string) (kt.Version, error) {
-	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: engine.DeployMinor})
+// It deploys only while from, the version the repair was checked against,
+// is still the active one.
+func Activate(ctx context.Context, e *engine.Engine, wf, file, src, who string, from int64) (kt.Version, error) {
+	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: engine.DeployMinor, IfActive: from})
 	return res.Version, err
 }
 
@@ -375,7 +433,7 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, wf, id string
 	rec.DecidedBy, rec.UpdatedAt = who, now.UnixMilli()
 	msg := ""
 	if approve {
-		v, err := Activate(ctx, e, wf, file, rec.Script, who)
+		v, err := Activate(ctx, e, wf, file, rec.Script, who, rec.FromVersion)
 		if err != nil {
 			return "", err
 		}

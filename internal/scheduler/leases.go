@@ -156,3 +156,29 @@ func (s *Scheduler) fairShare(due int) int {
 	}
 	return min(s.workers, max(1, (due+int(n)-1)/int(n)))
 }
+
+// WithLease runs fn while this node holds wf's lease (renewed as long as
+// fn runs; fn's context is fenced by it, so no write of fn lands once
+// another node took the workflow over), and while this node steps it
+// nowhere else. held is false when the workflow is busy here or another
+// node holds it: fn did not run. The Maintainer repairs under it, so one
+// failed run is repaired by one node at a time (issue 22).
+func (s *Scheduler) WithLease(ctx context.Context, wf string, fn func(context.Context) error) (held bool, err error) {
+	s.mu.Lock()
+	if s.busy[wf] {
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.busy[wf] = true
+	s.mu.Unlock()
+	defer s.release(wf)
+	if s.node != "" {
+		fence, ok, err := s.acquire(ctx, wf)
+		if err != nil || !ok {
+			return false, err
+		}
+		defer s.keepRenewing(fence)()
+		ctx = store.WithFence(ctx, fence)
+	}
+	return true, fn(ctx)
+}

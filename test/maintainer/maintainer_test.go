@@ -57,7 +57,9 @@ func answer(script string) string {
 }
 
 type rig struct {
-	t     *testing.T
+	t *testing.T
+	// keep runs the CLI against the rig's store.
+	keep  func(args ...string) (string, int)
 	dir   string
 	sink  *testsink.Sink
 	llm   *llmfake.Server
@@ -85,6 +87,7 @@ func setup(t *testing.T, note string, cfgExtra string, replies func(src string) 
 	jobs, _ := json.Marshal([]map[string]string{{"id": "1", "customer": "ann"}, {"id": "2", "note": note}, {"id": "3", "customer": "bob"}})
 	os.WriteFile(filepath.Join(dir, "jobs.json"), jobs, 0o644)
 	r := &rig{t: t, dir: dir, sink: sink, llm: llm, src: src}
+	r.keep = r.cli
 	if out, code := r.keep("deploy", "--grant", "orders.js"); code != 0 {
 		t.Fatalf("deploy: %s", out)
 	}
@@ -103,7 +106,7 @@ func setup(t *testing.T, note string, cfgExtra string, replies func(src string) 
 	return r
 }
 
-func (r *rig) keep(args ...string) (string, int) {
+func (r *rig) cli(args ...string) (string, int) {
 	cmd := exec.Command(keepBin, args...)
 	cmd.Dir = r.dir
 	var out bytes.Buffer
@@ -243,7 +246,7 @@ func TestTheEndpointDownOrTheBudgetSpentSaySo(t *testing.T) {
 		r := setup(t, "bob", "", func(string) []llmfake.Reply {
 			return []llmfake.Reply{{Status: 500, Content: "the model is overloaded"}, {Status: 500, Content: "the model is overloaded"}}
 		})
-		r.waitFor("the failure to be recorded", func() bool { return len(r.repairs()) == 1 })
+		r.waitFor("the failure to be recorded", func() bool { rs := r.repairs(); return len(rs) == 1 && rs[0].Status != "asking" })
 		if rs := r.repairs(); rs[0].Status != "failed" || !strings.Contains(rs[0].Reason, "500") {
 			t.Fatalf("repairs %+v", rs)
 		}

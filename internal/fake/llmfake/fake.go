@@ -53,6 +53,18 @@ type Server struct {
 	mu       sync.Mutex
 	replies  []Reply
 	requests []Request
+	gate     chan struct{}
+}
+
+// Hold makes every answer wait until release is called (the requests are
+// recorded at once): a test sees who asks while an answer is on its way.
+func (s *Server) Hold() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := make(chan struct{})
+	s.gate = g
+	var once sync.Once
+	return func() { once.Do(func() { close(g) }) }
 }
 
 // New returns a server that answers with replies, then 500s.
@@ -82,7 +94,15 @@ func (s *Server) Handler() http.Handler {
 		} else {
 			rep = Reply{Status: 500, Content: "no more scripted replies"}
 		}
+		gate := s.gate
 		s.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if rep.Status != 0 && rep.Status != 200 {
 			w.WriteHeader(rep.Status)

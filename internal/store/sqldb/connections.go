@@ -107,7 +107,7 @@ const repairCols = `id, workflow, run_id, attempt, status, from_version, to_vers
 
 func (t *Tx) RepairPut(r kt.Repair) error {
 	_, err := t.r.Exec(`INSERT INTO repairs(`+repairCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT(id) DO UPDATE SET status=excluded.status, to_version=excluded.to_version, reason=excluded.reason, decided_by=excluded.decided_by, updated_at=excluded.updated_at`,
+ON CONFLICT(id) DO UPDATE SET status=excluded.status, to_version=excluded.to_version, script=excluded.script, explanation=excluded.explanation, reason=excluded.reason, tokens=excluded.tokens, decided_by=excluded.decided_by, updated_at=excluded.updated_at`,
 		r.ID, r.Workflow, r.RunID, r.Attempt, string(r.Status), r.FromVersion, r.ToVersion, r.Script, r.Explanation, r.Reason, r.Tokens, r.DecidedBy, r.CreatedAt, r.UpdatedAt)
 	if err != nil {
 		return fmt.Errorf("save repair %s: %w", r.ID, err)

@@ -913,18 +913,21 @@ func exerciseTransactions(run runCase) {
 
 	run("repairs: attempts kept, a decision updates its status", func(t *testing.T, s store.Store) {
 		a := kt.Repair{ID: "r1", Workflow: "w", RunID: "run", Attempt: 1, Status: kt.RepairRefused, FromVersion: 1, Script: "x", Explanation: "e", Reason: "bad", Tokens: 10, CreatedAt: 1, UpdatedAt: 1}
-		b := kt.Repair{ID: "r2", Workflow: "w", RunID: "run", Attempt: 2, Status: kt.RepairHeld, FromVersion: 1, Script: "y", Tokens: 20, CreatedAt: 2, UpdatedAt: 2}
+		// Recorded before the model is asked, then with its answer.
+		b := kt.Repair{ID: "r2", Workflow: "w", RunID: "run", Attempt: 2, Status: kt.RepairAsking, FromVersion: 1, CreatedAt: 2, UpdatedAt: 2}
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			if err := tx.RepairPut(a); err != nil {
 				return err
 			}
 			return tx.RepairPut(b)
 		}))
+		b.Status, b.Script, b.Explanation, b.Tokens = kt.RepairHeld, "y", "why", 20
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.RepairPut(b) }))
 		b.Status, b.ToVersion, b.DecidedBy, b.UpdatedAt = kt.RepairActivated, 7, "ann", 3
 		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.RepairPut(b) }))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			rs, err := tx.RepairList("w")
-			if err != nil || len(rs) != 2 || rs[0].Status != kt.RepairRefused || rs[0].Tokens != 10 || rs[1].Status != kt.RepairActivated || rs[1].ToVersion != 7 || rs[1].DecidedBy != "ann" || rs[1].Script != "y" {
+			if err != nil || len(rs) != 2 || rs[0].Status != kt.RepairRefused || rs[0].Tokens != 10 || rs[1].Status != kt.RepairActivated || rs[1].ToVersion != 7 || rs[1].DecidedBy != "ann" || rs[1].Script != "y" || rs[1].Explanation != "why" || rs[1].Tokens != 20 {
 				return fmt.Errorf("repairs %+v %v", rs, err)
 			}
 			return nil
