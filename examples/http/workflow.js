@@ -4,7 +4,10 @@
 // uncertain POST (timeout, reset, 5xx) created the ticket before sending again.
 //
 //   go run ./examples/http/service &      # the ticket service on 127.0.0.1:8090
-//   go run ./cmd/keep run examples/http/workflow.js
+//   go run ./cmd/keep run --config examples/http/keep.toml examples/http/workflow.js
+//
+// keep.toml allows 127.0.0.1:8090: keep refuses this machine's and private
+// networks' addresses that keep.toml does not name.
 export default Keep.workflow({
   name: "alerts-to-tickets",
   topics: { "alert.raised": {} },

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,12 +29,16 @@ type rig struct {
 func newRig(t *testing.T, token string) *rig {
 	t.Helper()
 	dir := t.TempDir()
-	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	sink := testsink.New()
+	cfg := filepath.Join(dir, "keep.toml")
+	if err := os.WriteFile(cfg, []byte(sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(k.HTTPHandler(token))
-	sink := testsink.New()
 	t.Cleanup(func() { srv.Close(); sink.Close(); k.Close() })
 	return &rig{t: t, k: k, srv: srv, sink: sink}
 }

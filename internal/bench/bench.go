@@ -276,7 +276,7 @@ func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error
 		rw.WriteHeader(http.StatusCreated)
 	}))
 	defer sink.Close()
-	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Allow: []string{sink.Listener.Addr().String()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return res, err
 	}
@@ -361,7 +361,7 @@ func latency(ctx context.Context, dir string, m int) (p50, p99 float64, err erro
 		rw.WriteHeader(http.StatusCreated)
 	}))
 	defer sink.Close()
-	k, err := daemon.Open(daemon.Options{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Allow: []string{sink.Listener.Addr().String()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -24,6 +24,17 @@ func keep(t *testing.T, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
+// sinkConfig writes dir/keep.toml allowing the sink (keep refuses loopback
+// addresses a keep.toml does not allow) and returns its path.
+func sinkConfig(t *testing.T, dir string, sink *testsink.Sink) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "keep.toml")
+	if err := os.WriteFile(cfg, []byte(sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // quickstartOrders are the tests' own three orders: what a user drops into
 // examples/quickstart/incoming/ (as the README suggests) must not change
 // what the tests see (issue 12).
@@ -193,7 +204,7 @@ func TestBlockedRunExits3AndIsResolvedFromTheCLI(t *testing.T) {
     async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
     async mutate(ctx) { await ctx.http.request({ method: "POST", url: "` + sink.URL + `/write/a", json: {}, timeoutMs: 200, headers: { Authorization: "Bearer planted-secret-123" } }) } }) } })`
 	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644)
-	r := keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
+	r := keep(t, "run", "--data", data, "--config", sinkConfig(t, dir, sink), filepath.Join(dir, "wf.js"))
 	if r.code != 3 || !strings.Contains(r.out, "BLOCKED") || !strings.Contains(r.out, "outcome unknown") || !strings.Contains(r.out, "--didnt-happen") || !strings.Contains(r.out, "Job a") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
@@ -231,7 +242,7 @@ func TestBlockedRunExits3AndIsResolvedFromTheCLI(t *testing.T) {
 	if r := keep(t, "inputs", "--data", data, "hook"); !strings.Contains(r.out, "skipped") {
 		t.Fatalf("after skip, the input: %s", r.out)
 	}
-	r = keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
+	r = keep(t, "run", "--data", data, "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js"))
 	if r.code != 0 || !strings.Contains(r.out, "skipped") {
 		t.Fatalf("after skip: %d\n%s\n%s", r.code, r.out, r.err)
 	}

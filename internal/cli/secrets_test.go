@@ -48,7 +48,7 @@ func plantAndLook(t *testing.T, headers, probeHeaders, userinfo, query string, r
 	sink.QueueProbe(500, 500, 500, 500)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nreconcile_attempts = 1\nreconcile_backoff = \"10ms\"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nreconcile_attempts = 1\nreconcile_backoff = \"10ms\"\n"+sink.AllowTOML()), 0o644)
 	withCreds := strings.Replace(sink.URL, "://", "://"+userinfo, 1)
 	src := `export default Keep.workflow({ name: "sec", topics: { "job": {} },
   producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
@@ -76,7 +76,7 @@ func plantAndLook(t *testing.T, headers, probeHeaders, userinfo, query string, r
 	if i := strings.Index(r.out, "keep resolve "); i >= 0 {
 		blocked = strings.Fields(r.out[i:])[2]
 	}
-	add(keep(t, "resolve", "--data", data, blocked, "--try-again"))
+	add(keep(t, "resolve", "--data", data, "--config", filepath.Join(dir, "keep.toml"), blocked, "--try-again"))
 	r = keep(t, "run", "--data", data, "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js"))
 	add(r)
 	if r.code != 3 || !strings.Contains(r.out, "outcome unknown") {

@@ -39,6 +39,7 @@ func TestKeepRunSaysEachRetryAndWhatARunIsAbout(t *testing.T) {
   }) },
 });`
 	cfg := "[policy]\ntransient_backoff = \"100ms\"\ntransient_backoff_max = \"200ms\"\ntransient_retries = 2\n"
+	cfg += "[connectors.http]\nallow = [\"" + l.Addr().String() + "\"]\n" // a local service, declared
 	for name, body := range map[string]string{"wf.js": script, "keep.toml": cfg} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -105,7 +106,7 @@ func TestApproveWithoutServeSendsAtOnce(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
+	r := keep(t, "run", "--data", data, "--config", sinkConfig(t, dir, sink), filepath.Join(dir, "wf.js"))
 	if r.code != ExitBlocked || !strings.Contains(r.out, "keep approve ") {
 		t.Fatalf("run: %d\n%s\n%s", r.code, r.out, r.err)
 	}
@@ -116,7 +117,7 @@ func TestApproveWithoutServeSendsAtOnce(t *testing.T) {
 	if !strings.Contains(r.out, "waiting:  waiting for approval: POST") || strings.Contains(r.out, "error:    : ") {
 		t.Fatalf("show run of an approval wait:\n%s", r.out)
 	}
-	r = keep(t, "approve", "--data", data, runID)
+	r = keep(t, "approve", "--data", data, "--config", filepath.Join(dir, "keep.toml"), runID)
 	if r.code != 0 || !strings.Contains(r.out, "approved") || !strings.Contains(r.out, "carried out; needs-ok is idle") {
 		t.Fatalf("approve: %d\n%s\n%s", r.code, r.out, r.err)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/keep-run/keep/internal/netguard"
 )
 
 // Policy is the set of host policies. Every field's default is set by Defaults.
@@ -88,6 +90,12 @@ type Config struct {
 	// SlackEndpoint is a Slack stand-in's base URL ([connectors.slack]
 	// endpoint, keep-fake slack); empty is Slack.
 	SlackEndpoint string
+	// HTTPAllow ([connectors.http] allow) names the hosts on this machine
+	// or its private networks that the http connector, custom connectors
+	// and the [notify] webhook may reach: "127.0.0.1:8090" (that port),
+	// "localhost" (every port). Everything else internal is refused
+	// (netguard). One list for all three: each reaches a URL.
+	HTTPAllow []string
 	// Custom are the connectors declared over HTTP ([connectors.custom.NAME]).
 	Custom     map[string]Custom
 	LLM        LLM
@@ -315,6 +323,12 @@ func parseConnectors(name string, v any, cfg *Config) error {
 		if k == "custom" {
 			continue // parseCustom reads it, strictly
 		}
+		if k == "http" {
+			if err := parseHTTP(name, sect, cfg); err != nil {
+				return err
+			}
+			continue
+		}
 		if k == "slack" {
 			sl, ok := sect.(map[string]any)
 			if !ok {
@@ -331,7 +345,7 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			continue
 		}
 		if k != "google" {
-			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.slack], [connectors.sql.databases], [connectors.email], [connectors.custom.NAME])", name, k)
+			return fmt.Errorf("config %s: unknown connector section [connectors.%s] (known: [connectors.google], [connectors.slack], [connectors.http], [connectors.sql.databases], [connectors.email], [connectors.custom.NAME])", name, k)
 		}
 		g, ok := sect.(map[string]any)
 		if !ok {
@@ -356,6 +370,34 @@ func parseConnectors(name string, v any, cfg *Config) error {
 			default:
 				return fmt.Errorf("config %s: unknown key [connectors.google] %s (known: client_id, client_secret, endpoint)", name, key)
 			}
+		}
+	}
+	return nil
+}
+
+// parseHTTP reads [connectors.http]: allow = ["host:port", "host"].
+func parseHTTP(name string, v any, cfg *Config) error {
+	sect, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("config %s: [connectors.http] must be a table", name)
+	}
+	for k, val := range sect {
+		if k != "allow" {
+			return fmt.Errorf("config %s: unknown key [connectors.http] %s (known: allow = [\"127.0.0.1:8090\", \"localhost\"])", name, k)
+		}
+		list, ok := val.([]any)
+		if !ok {
+			return fmt.Errorf("config %s: [connectors.http] allow must be a list of hosts: allow = [\"127.0.0.1:8090\", \"localhost\"]", name)
+		}
+		for i, e := range list {
+			s, isStr := e.(string)
+			if !isStr {
+				return fmt.Errorf("config %s: [connectors.http] allow[%d] must be a string like \"127.0.0.1:8090\", got %v", name, i, e)
+			}
+			if _, _, err := netguard.Parse(s); err != nil {
+				return fmt.Errorf("config %s: [connectors.http] allow[%d]: %v", name, i, err)
+			}
+			cfg.HTTPAllow = append(cfg.HTTPAllow, s)
 		}
 	}
 	return nil

@@ -149,3 +149,22 @@ func TestNotifySection(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPAllow(t *testing.T) {
+	t.Parallel()
+	c, err := Parse("keep.toml", "[connectors.http]\nallow = [\"127.0.0.1:8090\", \"localhost\", \"[::1]:9000\"]\n")
+	if err != nil || strings.Join(c.HTTPAllow, " ") != "127.0.0.1:8090 localhost [::1]:9000" {
+		t.Fatalf("%v %v", c.HTTPAllow, err)
+	}
+	for text, want := range map[string]string{
+		"[connectors.http]\nallow = \"127.0.0.1\"\n":               "allow must be a list",
+		"[connectors.http]\nallow = [\"http://127.0.0.1:8090\"]\n": "allow[0]",
+		"[connectors.http]\nallow = [\"127.0.0.1:8090\", 5]\n":     "allow[1] must be a string",
+		"[connectors.http]\nallowed = [\"127.0.0.1\"]\n":           "unknown key [connectors.http] allowed",
+		"[connectors.http]\nallow = [\"127.0.0.1:8090/api\"]\n":    "no scheme, no path",
+	} {
+		if _, err := Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "keep.toml") {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
+	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/notify"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store/backend"
@@ -49,6 +50,9 @@ type Options struct {
 	DataDir string
 	// ConfigFile is a TOML file with [policy]; empty means built-in defaults.
 	ConfigFile string
+	// Allow adds hosts to keep.toml's [connectors.http] allow: keep bench
+	// allows the sink it starts itself.
+	Allow []string
 	// FilesRootForAll, when set, roots the files connector of every
 	// workflow there, whatever its deploy recorded (keep serve --files-root:
 	// the operator's explicit choice).
@@ -90,19 +94,22 @@ func Registry(filesRoot string) *connector.Registry { return RegistryOf(config.C
 // the sql databases): what keep validate and keep connectors know.
 func RegistryOf(cfg config.Config, filesRoot string) *connector.Registry {
 	sqlc, _ := sqlconn.New(cfg.SQL.Databases)
-	return registry(filesRoot, nil, sqlc, email.New(cfg.Email), slackconn.New(nil), customs(cfg))
+	return registry(filesRoot, nil, sqlc, email.New(cfg.Email), slackconn.New(nil), urlConnectors(cfg))
 }
 
-func customs(cfg config.Config) []*connector.Connector {
-	var out []*connector.Connector
+// urlConnectors are the connectors that reach URLs a script names: http
+// and the custom ones, behind one guard made of [connectors.http] allow.
+func urlConnectors(cfg config.Config) []*connector.Connector {
+	guard := netguard.New(cfg.HTTPAllow)
+	out := []*connector.Connector{khttp.New(guard)}
 	for name, c := range cfg.Custom {
-		out = append(out, custom.New(name, c))
+		out = append(out, custom.New(name, c, guard))
 	}
 	return out
 }
 
 func registry(filesRoot string, g *google.Auth, sqlc, mail, sl *connector.Connector, more []*connector.Connector) *connector.Registry {
-	cs := append([]*connector.Connector{files.New(filesRoot), khttp.New(), system.New(), sqlc, mail, sl}, google.New(g)...)
+	cs := append([]*connector.Connector{files.New(filesRoot), system.New(), sqlc, mail, sl}, google.New(g)...)
 	return connector.NewRegistry(append(cs, more...)...)
 }
 
@@ -153,6 +160,7 @@ func Open(o Options) (*Keep, error) {
 		o.DataDir = "keep-data"
 	}
 	cfg, err := config.Load(o.ConfigFile)
+	cfg.HTTPAllow = append(cfg.HTTPAllow, o.Allow...)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +218,7 @@ func Open(o Options) (*Keep, error) {
 	mail := email.New(cfg.Email)
 	slackBot := &slackconn.Slack{Endpoint: cfg.SlackEndpoint, Accounts: accts}
 	sl := slackconn.New(slackBot)
-	own := customs(cfg)
+	own := urlConnectors(cfg)
 	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail, sl, own) }
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
@@ -229,7 +237,7 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, netguard.New(cfg.HTTPAllow), logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler

@@ -93,7 +93,11 @@ func TestFullDataDirNeverStartsAnUnrecordedCall(t *testing.T) {
 	mnt := tmpfs(t, "8M")
 	sink := testsink.New()
 	defer sink.Close()
-	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(mnt, "data"), FilesRoot: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := filepath.Join(t.TempDir(), "keep.toml")
+	if err := os.WriteFile(cfg, []byte(sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(mnt, "data"), ConfigFile: cfg, FilesRoot: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,9 @@ func newEnvWith(t testing.TB, policy string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
-	if err := os.WriteFile(cfg, []byte(policy), 0o644); err != nil {
+	// The sink is on 127.0.0.1: keep.toml allows it, as a person would.
+	s := testsink.New()
+	if err := os.WriteFile(cfg, []byte(policy+"\n"+s.AllowTOML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// KEEP_TEST_ENGINE_STORE=postgres runs the engine's tests on
@@ -71,7 +73,6 @@ func newEnvWith(t testing.TB, policy string) *env {
 	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := testsink.New()
 	t.Cleanup(func() { s.Close(); k.Close() })
 	return &env{t: t, dir: dir, k: k, sink: s}
 }

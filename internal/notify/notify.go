@@ -21,6 +21,7 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector/email"
+	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -57,10 +58,15 @@ type Notifier struct {
 
 // New builds the notifier of [notify]; nil when it names no channel.
 // slack posts to a Slack channel as the connected bot (nil: no Slack).
-func New(st store.Store, n config.Notify, mail config.Email, slack Poster, log *slog.Logger) *Notifier {
+// The webhook's connections pass guard, as the http connector's do
+// ([connectors.http] allow): a webhook on this machine or a private
+// network must be allowed there. (Slack's endpoint is Slack's, or a
+// stand-in keep.toml names; no script chooses it.)
+func New(st store.Store, n config.Notify, mail config.Email, slack Poster, guard *netguard.Guard, log *slog.Logger) *Notifier {
 	var chans []Channel
 	if n.Webhook != "" {
-		chans = append(chans, &Webhook{URL: n.Webhook, Client: &http.Client{Timeout: 15 * time.Second}})
+		base := http.DefaultTransport.(*http.Transport)
+		chans = append(chans, &Webhook{URL: n.Webhook, Client: &http.Client{Timeout: 15 * time.Second, Transport: guard.Transport(base)}})
 	}
 	if n.Email != "" {
 		chans = append(chans, &Email{To: n.Email, Mail: mail})

@@ -67,6 +67,13 @@ func New() *Sink {
 	return s
 }
 
+// Host is the sink's "127.0.0.1:port": what a test puts in keep.toml's
+// [connectors.http] allow (keep refuses loopback addresses otherwise).
+func (s *Sink) Host() string { return s.Listener.Addr().String() }
+
+// AllowTOML is the keep.toml section that lets keep reach the sink.
+func (s *Sink) AllowTOML() string { return "[connectors.http]\nallow = [\"" + s.Host() + "\"]\n" }
+
 // Queue adds faults for the next write requests (then OK).
 func (s *Sink) Queue(f ...Fault) {
 	s.mu.Lock()

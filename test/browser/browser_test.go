@@ -163,7 +163,10 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 		}
 	}
 	addr := freePort(t)
-	serve := exec.Command(keepBin, "serve", "--data", data, "--addr", addr)
+	// The sinks are on 127.0.0.1: keep.toml allows them (keep refuses loopback otherwise).
+	cfg := filepath.Join(dir, "keep.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("[connectors.http]\nallow = [%q, %q, %q]\n", skipSink.Host(), approveSink.Host(), didntSink.Host())), 0o644)
+	serve := exec.Command(keepBin, "serve", "--data", data, "--config", cfg, "--addr", addr)
 	logs := &strings.Builder{}
 	serve.Stdout, serve.Stderr = logs, logs
 	if err := serve.Start(); err != nil {

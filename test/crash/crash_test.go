@@ -67,7 +67,7 @@ func setup(t *testing.T, sink *testsink.Sink, reconcile bool) string {
 	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := "[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\nreconcile_attempts = 2\n"
+	cfg := "[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\nreconcile_attempts = 2\n" + sink.AllowTOML()
 	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func setupItems(t *testing.T, sink *testsink.Sink) string {
 	t.Helper()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(strings.ReplaceAll(itemScript, "%SINK%", sink.URL)), 0o644)
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n"+sink.AllowTOML()), 0o644)
 	// The files root is the script's folder, recorded at deploy (keep
 	// serve reads and writes there too).
 	inbox := filepath.Join(dir, "inbox")

@@ -80,7 +80,7 @@ func setup(t *testing.T, note string, cfgExtra string, replies func(src string) 
 	ep := httptest.NewServer(llm.Handler())
 	t.Cleanup(ep.Close)
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("[llm]\nbase_url = %q\nmodel = \"fake-coder\"\n\n[policy]\ntransient_backoff = \"20ms\"\n%s", ep.URL+"/v1", cfgExtra)
+	cfg := sink.AllowTOML() + fmt.Sprintf("\n[llm]\nbase_url = %q\nmodel = \"fake-coder\"\n\n[policy]\ntransient_backoff = \"20ms\"\n%s", ep.URL+"/v1", cfgExtra)
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
 	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(src), 0o644)
 	// The jobs come from outside: job 2 (no customer: the bug) carries a note.

@@ -33,7 +33,7 @@ func TestTwoNodesRepairAFailedRunOnce(t *testing.T) {
 	ep := httptest.NewServer(llm.Handler())
 	t.Cleanup(ep.Close)
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[llm]\nbase_url = %q\nmodel = \"fake-coder\"\n\n[policy]\ntransient_backoff = \"20ms\"\nlease_ttl = \"3s\"\n", ep.URL+"/v1")), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(sink.AllowTOML()+fmt.Sprintf("\n[llm]\nbase_url = %q\nmodel = \"fake-coder\"\n\n[policy]\ntransient_backoff = \"20ms\"\nlease_ttl = \"3s\"\n", ep.URL+"/v1")), 0o644)
 	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(src), 0o644)
 	jobs, _ := json.Marshal([]map[string]string{{"id": "1", "customer": "ann"}, {"id": "2", "note": "bob"}, {"id": "3", "customer": "bob"}})
 	os.WriteFile(filepath.Join(dir, "jobs.json"), jobs, 0o644)

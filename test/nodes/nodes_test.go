@@ -90,7 +90,7 @@ func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
 	r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t)}
 	sink := testsink.New()
 	defer sink.Close()
-	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
 	wf := filepath.Join(r.dir, "wf.js")
 	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
 	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
@@ -205,7 +205,7 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 	viaProxy.Host = px.ln.Addr().String()
 	sink := testsink.New()
 	defer sink.Close()
-	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
 	wf := filepath.Join(r.dir, "wf.js")
 	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
 	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {

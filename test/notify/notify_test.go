@@ -151,7 +151,8 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 	defer slackSrv.Close()
 
 	dir := t.TempDir()
-	cfg := mail.Config() + fmt.Sprintf("\n[connectors.slack]\nendpoint = %q\n\n[notify]\nwebhook = %q\nemail = \"owner@example.com\"\nslack = \"C9\"\ndigest = \"00:00\"\n", slackSrv.URL, hooks.URL)
+	// The service the workflows write to and the webhook are on 127.0.0.1: declared.
+	cfg := mail.Config() + fmt.Sprintf("\n[connectors.http]\nallow = [%q, %q]\n", service.Listener.Addr().String(), hooks.Listener.Addr().String()) + fmt.Sprintf("\n[connectors.slack]\nendpoint = %q\n\n[notify]\nwebhook = %q\nemail = \"owner@example.com\"\nslack = \"C9\"\ndigest = \"00:00\"\n", slackSrv.URL, hooks.URL)
 	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
 	connect := exec.Command(keepBin, "connect", "slack", "--token", "xoxb-notices", "--data", filepath.Join(dir, "data"))
 	connect.Dir = dir

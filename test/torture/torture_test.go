@@ -562,7 +562,7 @@ func TestTorture(t *testing.T) {
 		t.Fatal(err)
 	}
 	target.Close()
-	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(r.mail.Config()+"\n[connectors.sql.databases]\ntarget = \"sqlite://"+filepath.Join(dir, "target.db")+"\"\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(r.mail.Config()+"\n"+sink.AllowTOML()+"\n[connectors.sql.databases]\ntarget = \"sqlite://"+filepath.Join(dir, "target.db")+"\"\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"200ms\"\nreconcile_backoff = \"20ms\"\nreconcile_backoff_max = \"200ms\"\nreconcile_attempts = 3\nlease_ttl = \"1s\"\n"), 0o644)
 	for _, wf := range r.names {
 		src := workflow(wf, sink.URL, wf != "noprobe", wf == "chain")
 		if wf == "items" {

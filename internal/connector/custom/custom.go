@@ -21,13 +21,16 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/netguard"
 )
 
 var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// New builds the connector name of the declaration c.
-func New(name string, c config.Custom) *connector.Connector {
-	req := khttp.New().Methods["request"]
+// New builds the connector name of the declaration c. Its requests go
+// through the http connector with guard ([connectors.http] allow applies
+// to custom connectors too: their base_url is checked like any URL).
+func New(name string, c config.Custom, guard *netguard.Guard) *connector.Connector {
+	req := khttp.New(guard).Methods["request"]
 	out := &connector.Connector{Name: name, Doc: c.Doc + " (declared in keep.toml over " + c.BaseURL + ")", Methods: map[string]*connector.Method{}, Sources: map[string][]string{}}
 	for _, src := range c.Sources {
 		s, t, _ := strings.Cut(src, "/")

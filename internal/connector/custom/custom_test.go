@@ -11,12 +11,13 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/custom"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
 func crm(t *testing.T, sink *testsink.Sink) *connector.Registry {
 	t.Setenv("CRM_TOKEN", "s3cret-token")
-	cfg, err := config.Parse("keep.toml", `
+	cfg, err := config.Parse("keep.toml", sink.AllowTOML()+`
 [connectors.custom.crm]
 base_url = "`+sink.URL+`"
 headers = { Authorization = "Bearer ${CRM_TOKEN}" }
@@ -39,7 +40,7 @@ params = { customer = "who", active = "only active ones" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connector.NewRegistry(custom.New("crm", cfg.Custom["crm"]))
+	return connector.NewRegistry(custom.New("crm", cfg.Custom["crm"], netguard.New(cfg.HTTPAllow)))
 }
 
 func do(t *testing.T, reg *connector.Registry, method string, args map[string]any, key string) connector.Result {

@@ -21,31 +21,36 @@ import (
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/redact"
 )
 
 // MaxBodyBytes bounds a response body handed to a script.
 const MaxBodyBytes = 8 << 20
 
-// New returns the http connector.
-func New() *connector.Connector {
+// New returns the http connector. Every connection it opens passes guard
+// (netguard: no loopback, private or metadata address unless keep.toml
+// allows the host); a nil guard allows nothing internal.
+func New(guard *netguard.Guard) *connector.Connector {
 	noRedirect := func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse }
+	base := nethttp.DefaultTransport.(*nethttp.Transport)
 	c := &client{
 		// Redirects of a mutation would re-send it elsewhere; keep reports them instead.
-		reads: &nethttp.Client{CheckRedirect: noRedirect},
+		reads: &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.Transport(base)},
 		// Writes never reuse a connection. Go's transport silently re-sends a
 		// request that failed on a reused connection when it looks idempotent —
 		// and a request carrying an Idempotency-Key header does. The torture
 		// test caught that as a duplicate write; keep decides about re-sending
 		// itself, through the ledger.
-		writes: &nethttp.Client{CheckRedirect: noRedirect, Transport: &nethttp.Transport{
+		writes: &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.Transport(&nethttp.Transport{
 			Proxy: nethttp.ProxyFromEnvironment, DisableKeepAlives: true, ForceAttemptHTTP2: false,
 			TLSHandshakeTimeout: 10 * time.Second, MaxIdleConns: 0,
-		}},
+		})},
 	}
 	return &connector.Connector{
 		Name: "http",
 		Doc: "Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. " +
+			"Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = [\"127.0.0.1:8090\"]`. " +
 			"Credentials go in `headers` (e.g. `Authorization`); they are masked wherever a call is shown.",
 		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
 		Methods: map[string]*connector.Method{
@@ -252,6 +257,11 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 		key = call.IdempotencyKey
 	}
 	resp, body, s, err := c.do(ctx, a, method, u, key)
+	if r, refused := netguard.Refused(err); refused {
+		// Nothing was sent, and trying again cannot help: a person decides
+		// whether this address is meant to be reached (the card says how).
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPermission, "%s was not sent: %v", target, r)}
+	}
 	if err != nil {
 		if read {
 			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", target, connector.CleanErr(err))}
@@ -307,6 +317,9 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 		args["timeoutMs"] = t
 	}
 	resp, body, _, err := c.do(ctx, args, method, u, "")
+	if r, refused := netguard.Refused(err); refused {
+		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s was not sent: %v", method, redactURL(u), r)
+	}
 	if err != nil {
 		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %v", method, redactURL(u), connector.CleanErr(err))
 	}

@@ -11,12 +11,19 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
+// allowing is the http connector with the sink's address allowed, as
+// keep.toml's [connectors.http] allow = ["127.0.0.1:port"] makes it.
+func allowing(sink *testsink.Sink) *connector.Connector {
+	return khttp.New(netguard.New([]string{sink.Host()}))
+}
+
 func request(t *testing.T, sink *testsink.Sink, method string, extra map[string]any) connector.Result {
 	t.Helper()
-	m := khttp.New().Methods["request"]
+	m := allowing(sink).Methods["request"]
 	args := map[string]any{"method": method, "url": sink.URL + "/write/x", "json": map[string]any{"n": 1}, "timeoutMs": float64(300)}
 	for k, v := range extra {
 		args[k] = v
@@ -79,7 +86,7 @@ func TestConnectionRefusedIsDefiniteTransient(t *testing.T) {
 	sink := testsink.New()
 	url := sink.URL
 	sink.Close()
-	m := khttp.New().Methods["request"]
+	m := allowing(sink).Methods["request"]
 	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"method": "POST", "url": url + "/x"}})
 	if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassTransient || !strings.Contains(r.Err.Message, "was not sent") {
 		t.Fatalf("%+v %+v", r.Outcome, r.Err)
@@ -97,7 +104,7 @@ func TestIdempotencyKeyAndSecretsHeaders(t *testing.T) {
 	if got := sink.Headers[0].Get("Idempotency-Key"); got != "keep-test-key" {
 		t.Fatalf("Idempotency-Key %q", got)
 	}
-	m := khttp.New().Methods["request"]
+	m := allowing(sink).Methods["request"]
 	red := m.Redact(map[string]any{"headers": map[string]any{"Authorization": "Bearer s3cret", "X-Trace": "1"}})
 	if h := red["headers"].(map[string]any); h["Authorization"] != "[redacted]" || h["X-Trace"] != "1" {
 		t.Fatalf("redacted %v", red)
@@ -108,7 +115,7 @@ func TestReadsAreClassified(t *testing.T) {
 	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
-	m := khttp.New().Methods["request"]
+	m := allowing(sink).Methods["request"]
 	if m.KindFor(map[string]any{"method": "GET"}) != connector.KindRead || m.KindFor(map[string]any{"method": "post"}) != connector.KindMutate {
 		t.Fatal("kinds")
 	}
@@ -127,7 +134,7 @@ func TestReconcileProbe(t *testing.T) {
 	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
-	m := khttp.New().Methods["request"]
+	m := allowing(sink).Methods["request"]
 	args := map[string]any{"method": "POST", "url": sink.URL + "/write/x", "reconcile": map[string]any{"url": sink.URL + "/writes/{idempotencyKey}"}}
 	if !m.CanReconcile(args) || m.CanReconcile(map[string]any{"method": "POST"}) {
 		t.Fatal("CanReconcile")
@@ -154,7 +161,7 @@ func TestTransportNeverResendsAWrite(t *testing.T) {
 	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
-	m := khttp.New().Methods["request"]
+	m := allowing(sink).Methods["request"]
 	for i, fault := range []testsink.Fault{testsink.OK, testsink.ResetAfter, testsink.OK, testsink.ResetAfter} {
 		sink.Queue(fault)
 		r := m.Do(context.Background(), connector.Call{Args: map[string]any{"method": "POST", "url": sink.URL + "/write/x", "json": map[string]any{"i": i}},
@@ -170,7 +177,7 @@ func TestTransportNeverResendsAWrite(t *testing.T) {
 
 func TestComparePayload(t *testing.T) {
 	t.Parallel()
-	cmp := khttp.New().Methods["request"].ComparePayload
+	cmp := khttp.New(nil).Methods["request"].ComparePayload
 	a := map[string]any{"json": map[string]any{"x": 1, "y": []any{"a"}}, "headers": map[string]any{"X-Trace": "1"}}
 	same := map[string]any{"json": map[string]any{"y": []any{"a"}, "x": 1}, "headers": map[string]any{"X-Trace": "1"}}
 	headers := map[string]any{"json": map[string]any{"x": 1, "y": []any{"a"}}, "headers": map[string]any{"X-Trace": "2"}}
