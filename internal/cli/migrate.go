@@ -17,7 +17,7 @@ func (a *app) migrateCmd() *cobra.Command {
 	var from, to string
 	c := &cobra.Command{
 		Use:   "migrate --to postgres://… [--from sqlite:///path/keep.db]",
-		Short: "copy every workflow's ledgers (versions, items, events, runs, mutations, decisions) into an empty store",
+		Short: "copy everything keep stores (every workflow's versions, items, events, runs, mutations, decisions, grants and repairs; accounts; notices sent) into an empty store",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to == "" {
@@ -55,8 +55,8 @@ func (a *app) migrateCmd() *cobra.Command {
 			if a.jsonOut {
 				return a.printJSON(n)
 			}
-			fmt.Fprintf(a.out, "copied %d workflows from %s to %s: %d versions, %d handlers, %d items (%d attempts), %d events, %d runs, %d mutations, %d decisions, %d connected accounts\n",
-				n.Workflows, src.Show(), dst.Show(), n.Versions, n.Handlers, n.Items, n.Attempts, n.Events, n.Runs, n.Mutations, n.Decisions, n.Connections)
+			fmt.Fprintf(a.out, "copied %d workflows from %s to %s: %d versions, %d handlers, %d items (%d attempts), %d events, %d runs, %d mutations, %d decisions, %d grants, %d repairs, %d connected accounts, %d notices sent\n",
+				n.Workflows, src.Show(), dst.Show(), n.Versions, n.Handlers, n.Items, n.Attempts, n.Events, n.Runs, n.Mutations, n.Decisions, n.Grants, n.Repairs, n.Connections, n.Notices)
 			fmt.Fprintf(a.out, "from now on, pass --store %s (or set KEEP_STORE) to every command; the old store is left as it was\n", dst.Show())
 			return nil
 		},

@@ -255,9 +255,18 @@ type Tx interface {
 	NoticeSent(key, channel string) (int64, error)
 	// NoticePut records that a notice went out.
 	NoticePut(key, channel string, at int64) error
+	// NoticeList lists every notice that went out, by key and channel.
+	NoticeList() ([]Notice, error)
 
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting
 	// for a retry, a person's action or reconciliation.
 	DueWorkflows(now int64) ([]string, error)
+}
+
+// Notice records that a notice (a blocked run's, a digest's) went out on a
+// channel, so that it is not sent again.
+type Notice struct {
+	Key, Channel string
+	SentAt       int64
 }

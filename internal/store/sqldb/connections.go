@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
 )
 
 const connectionCols = `provider, account, scopes, sealed, broken, created_at, updated_at`
@@ -76,6 +77,23 @@ func (t *Tx) NoticeSent(key, channel string) (int64, error) {
 func (t *Tx) NoticePut(key, channel string, at int64) error {
 	_, err := t.r.Exec(`INSERT INTO notices(key, channel, sent_at) VALUES(?,?,?) ON CONFLICT(key, channel) DO NOTHING`, key, channel, at)
 	return err
+}
+
+func (t *Tx) NoticeList() ([]store.Notice, error) {
+	rows, err := t.r.Query(`SELECT key, channel, sent_at FROM notices ORDER BY key, channel`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Notice
+	for rows.Next() {
+		var n store.Notice
+		if err := rows.Scan(&n.Key, &n.Channel, &n.SentAt); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
 }
 
 func (t *Tx) GrantList(workflow string) ([]kt.Grant, error) {

@@ -337,6 +337,11 @@ func (r recordingTx) NoticePut(key, channel string, at int64) error {
 	return r.tx.NoticePut(key, channel, at)
 }
 
+func (r recordingTx) NoticeList() ([]store.Notice, error) {
+	r.c.note("NoticeList")
+	return r.tx.NoticeList()
+}
+
 func (r recordingTx) GrantList(workflow string) ([]kt.Grant, error) {
 	r.c.note("GrantList")
 	return r.tx.GrantList(workflow)

@@ -884,6 +884,9 @@ func exerciseTransactions(run runCase) {
 			if at, err := tx.NoticeSent("run-1", "email"); err != nil || at != 0 {
 				return fmt.Errorf("run-1 email, never sent: %d %v", at, err)
 			}
+			if l, err := tx.NoticeList(); err != nil || len(l) != 1 || l[0] != (store.Notice{Key: "run-1", Channel: "webhook", SentAt: 5}) {
+				return fmt.Errorf("the list of notices: %+v %v", l, err)
+			}
 			return nil
 		}))
 	})

@@ -1,7 +1,11 @@
 // Package transfer copies keep's ledgers from one store to another (`keep
 // migrate`): every workflow with its versions, handlers, items and their
-// attempts, events, runs, mutations and decisions, through store.Tx only,
-// so that it works between any two backends.
+// attempts, events, runs, mutations, decisions, grants and repairs, then
+// the connected accounts and the notices already sent, through store.Tx
+// only, so that it works between any two backends. Every table of the
+// store is carried except the ones that belong to the old store's running
+// nodes (leases, nodes) and its own bookkeeping (schema_migrations,
+// commit_seq); transfer_test lists the store's tables to hold that.
 //
 // It may import store and keeptype.
 package transfer
@@ -17,7 +21,7 @@ import (
 
 // Counts says what was copied.
 type Counts struct {
-	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Connections int
+	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Grants, Repairs, Connections, Notices int
 }
 
 // ErrNotEmpty means the destination already holds workflows.
@@ -58,11 +62,16 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 		w.count(&c)
 	}
 	// The accounts go as they are: still sealed, so the destination's
-	// nodes need the same secret key (KEEP_SECRET_KEY) to use them.
+	// nodes need the same secret key (KEEP_SECRET_KEY) to use them. The
+	// notices already sent go too, so no person is told again.
 	var conns []kt.Connection
+	var notices []store.Notice
 	if err := from.View(ctx, func(tx store.Tx) error {
 		var err error
-		conns, err = tx.ConnectionList()
+		if conns, err = tx.ConnectionList(); err != nil {
+			return err
+		}
+		notices, err = tx.NoticeList()
 		return err
 	}); err != nil {
 		return c, err
@@ -73,11 +82,16 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 				return err
 			}
 		}
+		for _, n := range notices {
+			if err := tx.NoticePut(n.Key, n.Channel, n.SentAt); err != nil {
+				return err
+			}
+		}
 		return nil
 	}); err != nil {
-		return c, fmt.Errorf("write the connections: %w", err)
+		return c, fmt.Errorf("write the connections and notices: %w", err)
 	}
-	c.Connections = len(conns)
+	c.Connections, c.Notices = len(conns), len(notices)
 	return c, nil
 }
 
@@ -92,6 +106,8 @@ type workflow struct {
 	runs      []kt.Run
 	mutations []kt.Mutation
 	decisions []kt.Decision
+	grants    []kt.Grant
+	repairs   []kt.Repair
 }
 
 func (w *workflow) read(tx store.Tx, name string) error {
@@ -124,7 +140,13 @@ func (w *workflow) read(tx store.Tx, name string) error {
 	if w.mutations, err = tx.MutationList(name); err != nil {
 		return err
 	}
-	w.decisions, err = tx.DecisionList(name, "")
+	if w.decisions, err = tx.DecisionList(name, ""); err != nil {
+		return err
+	}
+	if w.grants, err = tx.GrantList(name); err != nil {
+		return err
+	}
+	w.repairs, err = tx.RepairList(name)
 	return err
 }
 
@@ -196,6 +218,16 @@ func (w *workflow) write(tx store.Tx) error {
 			return err
 		}
 	}
+	for _, g := range w.grants {
+		if err := tx.GrantAdd(g); err != nil {
+			return err
+		}
+	}
+	for _, r := range w.repairs {
+		if err := tx.RepairPut(r); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -209,4 +241,6 @@ func (w *workflow) count(c *Counts) {
 	c.Runs += len(w.runs)
 	c.Mutations += len(w.mutations)
 	c.Decisions += len(w.decisions)
+	c.Grants += len(w.grants)
+	c.Repairs += len(w.repairs)
 }
