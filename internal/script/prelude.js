@@ -15,6 +15,7 @@
   const host = globalThis.__keep_host;
   const settle = globalThis.__keep_settle;
   const armed = globalThis.__keep_armed;
+  const entry = globalThis.__keep_entry;
   // Builtins are captured before the script runs, so a script that replaces
   // them cannot change how keep talks to the host.
   const stringify = JSON.stringify, parse = JSON.parse, keys = Object.keys, isArray = Array.isArray;
@@ -24,6 +25,14 @@
   delete globalThis.__keep_host;
   delete globalThis.__keep_settle;
   delete globalThis.__keep_armed;
+  delete globalThis.__keep_entry;
+  // The host's entry points below are on the global object, where the host
+  // finds them; each first asks the host whether the host is the caller
+  // (the answer is true once per host call), so a script that calls one
+  // itself, with whatever arguments, gets an error of its own.
+  const hostOnly = (name) => {
+    if (entry() !== true) throw new TypeError(name + " is keep's own: the host calls it, a script cannot");
+  };
   let epoch = 0; // the current invocation; see the top of this file
   let factory; // the script, wrapped: returns what it exports
 
@@ -184,6 +193,7 @@
   } });
 
   Object.defineProperty(globalThis, "__keep_invoke", { value: function (kind, name, phase, argsJSON, specJSON, ep) {
+    hostOnly("__keep_invoke");
     epoch = ep;
     const done = (ok, payload) => settle(ok, payload, ep);
     let d;
@@ -310,6 +320,7 @@
   const list = (v) => Array.isArray(v) ? v.filter((x) => typeof x === "string") : (typeof v === "string" ? [v] : []);
   const fnInfo = (f) => typeof f === "function";
   Object.defineProperty(globalThis, "__keep_describe", { value: function () {
+    hostOnly("__keep_describe");
     const d = load();
     if (d === undefined || d === null || typeof d !== "object") return stringify({ missing: true });
     const out = { name: d.name, topics: null, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };

@@ -249,7 +249,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 
 	args := "[" + joinRaw(inv.Args) + "]"
 	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools, "task": inv.Kind == kt.HandlerTask})
-	_, callErr := vm.Call("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec), v.epoch)
+	_, callErr := v.enter("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec), v.epoch)
 	// Drain the job queue until it is empty, also after the handler settled:
 	// a promise chain left running that calls ctx then is caught (its work
 	// would be lost), instead of silently dropped. An empty queue is also
@@ -489,7 +489,7 @@ func (p *Program) describe() (Declaration, error) {
 	if err := v.loadScript(p); err != nil {
 		return d, err
 	}
-	r, err := v.vm.Call("__keep_describe")
+	r, err := v.enter("__keep_describe")
 	if err != nil {
 		return d, p.scriptError("while loading the script", err, &vmState{})
 	}
