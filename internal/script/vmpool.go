@@ -40,9 +40,9 @@ type sandboxVM struct {
 	// point (__keep_invoke, __keep_describe), which takes it at once
 	// (__keep_entry): the same call made by a script finds it false.
 	entering bool
-	limit int64
-	uses  int
-	epoch int64
+	limit    int64
+	uses     int
+	epoch    int64
 	// The invocation under way; the host functions read them.
 	st   *vmState
 	host HostFunc
