@@ -94,7 +94,7 @@ func String(s string) string {
 // URL masks the userinfo and the values of secret query parameters of a URL.
 func URL(u string) string {
 	pu, err := url.Parse(u)
-	if err != nil || pu.Host == "" {
+	if err != nil || pu.Host == "" && pu.Scheme == "" {
 		return u
 	}
 	changed := false

@@ -2,16 +2,19 @@
 // DetectDialect does): `--store` or KEEP_STORE, by default the embedded
 // SQLite file in the data directory.
 //
-// It may import store and its backends.
+// It may import store, its backends and redact.
 package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/postgres"
 	"github.com/keep-run/keep/internal/store/sqlite"
@@ -46,7 +49,12 @@ func Parse(raw, dataDir string) (Location, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Location{}, fmt.Errorf("--store %q is not a URL (%v): use sqlite:///path/to/keep.db, or leave it out for %s", raw, err, Default(dataDir).Path)
+		// url.Error quotes the whole URL, password included: only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Location{}, fmt.Errorf("--store %s is not a URL (%v): use sqlite:///path/to/keep.db, or leave it out for %s", shown(raw), err, Default(dataDir).Path)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "sqlite", "sqlite3":
@@ -55,14 +63,14 @@ func Parse(raw, dataDir string) (Location, error) {
 			path = u.Opaque
 		}
 		if path == "" {
-			return Location{}, fmt.Errorf("--store %q names no file: use sqlite:///path/to/keep.db", raw)
+			return Location{}, fmt.Errorf("--store %s names no file: use sqlite:///path/to/keep.db", shown(raw))
 		}
 		return Location{Kind: SQLite, Path: path, URL: raw}, nil
 	case "postgres", "postgresql":
 		return Location{Kind: Postgres, URL: raw}, nil
 	}
-	return Location{}, fmt.Errorf("--store %q: unknown kind of store %q; keep stores its ledgers in SQLite (sqlite:///path/to/keep.db, the default is %s) or PostgreSQL (postgres://user@host/db)",
-		raw, u.Scheme, Default(dataDir).Path)
+	return Location{}, fmt.Errorf("--store %s: unknown kind of store %q; keep stores its ledgers in SQLite (sqlite:///path/to/keep.db, the default is %s) or PostgreSQL (postgres://user@host/db)",
+		shown(raw), u.Scheme, Default(dataDir).Path)
 }
 
 // Open opens the store at l.
@@ -89,11 +97,25 @@ func (l Location) Show() string {
 	return l.Path
 }
 
-// redactURL hides a password in a store URL.
+// hidden stands for a store URL that cannot be shown safely.
+const hidden = "(the store URL, not shown: it may hold a password)"
+
+// redactURL is a store URL as keep prints it: the userinfo's password and
+// any in the query (?password=…) masked, as everywhere keep shows a URL
+// (internal/redact). Text that does not parse as a URL with a scheme may
+// be a connection string ("host=… password=…"): it is not shown at all.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return "(the store URL)"
+	if err != nil || u.Scheme == "" && strings.ContainsAny(raw, "=@:") {
+		return hidden
 	}
-	return u.Redacted()
+	return redact.URL(raw)
+}
+
+// shown is redactURL, quoted, for an error message.
+func shown(raw string) string {
+	if r := redactURL(raw); r != hidden {
+		return strconv.Quote(r)
+	}
+	return hidden
 }

@@ -49,3 +49,40 @@ func TestOpenSQLiteFileAndAnUnreachablePostgres(t *testing.T) {
 		t.Fatalf("opening an unreachable PostgreSQL: %v, want a clear error without the password", err)
 	}
 }
+
+// A password in a --store URL never shows (issue 23, low): not in the
+// userinfo, not in ?password=, not in a parse error (which quotes the
+// whole URL), not in a connection string, not in the error of a
+// PostgreSQL that cannot be reached.
+func TestStorePasswordsNeverShow(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://keep:s3cret@127.0.0.1:1/db?password=s3cret&connect_timeout=1",
+		"postgres://keep:s3cret@127.0.0.1:1/db%zz",
+		"mysql://keep:s3cret@127.0.0.1/db?password=s3cret",
+		"host=127.0.0.1 user=keep password=s3cret",
+		"postgres:///db?host=/nonexistent&password=s3cret&connect_timeout=1",
+	} {
+		var msgs []string
+		l, err := Parse(raw, t.TempDir())
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		} else {
+			msgs = append(msgs, l.Show())
+			if st, err := l.Open(); err == nil {
+				st.Close()
+				t.Fatalf("%s opened", l.Show())
+			} else {
+				msgs = append(msgs, err.Error())
+			}
+		}
+		for _, m := range msgs {
+			if strings.Contains(m, "s3cret") {
+				t.Errorf("a password shows: %s", m)
+			}
+			if m == "" {
+				t.Errorf("an empty message for %s", l.Show())
+			}
+		}
+		t.Log(msgs)
+	}
+}

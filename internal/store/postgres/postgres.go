@@ -8,7 +8,7 @@
 // single writer serializes them: every Update sees the state the previous
 // one committed. Reads are repeatable-read snapshots of committed data.
 //
-// It may import store, sqldb and keeptype.
+// It may import store, sqldb, keeptype and redact.
 package postgres
 
 import (
@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib" // also the pgx driver for database/sql
 
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqldb"
 )
@@ -82,11 +83,10 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 
 // Redact hides a password in a store URL.
 func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(the store URL)"
+	if _, err := url.Parse(rawURL); err != nil {
+		return "(the store URL, not shown: it may hold a password)"
 	}
-	return u.Redacted()
+	return redact.URL(rawURL)
 }
 
 // migrate applies the embedded migrations not yet applied, under the
