@@ -123,11 +123,31 @@ func (d *decl) validate(a map[string]any) error {
 		return fmt.Errorf("%s has no parameter %s (keep.toml declares: %s)", d.full, strings.Join(unknown, ", "), strings.Join(names(d.m.Params), ", "))
 	}
 	for _, p := range placeholder.FindAllStringSubmatch(d.m.Path, -1) {
-		if _, ok := a[p[1]]; !ok {
+		v, ok := a[p[1]]
+		if !ok {
 			return fmt.Errorf("%s needs %s: its path %s uses it", d.full, p[1], d.m.Path)
+		}
+		if p[1] != "idempotencyKey" {
+			if _, err := segment(p[1], v); err != nil {
+				return fmt.Errorf("%s: %v (its path is %s)", d.full, err, d.m.Path)
+			}
 		}
 	}
 	return nil
+}
+
+// segment is a parameter's value as one segment of a path: percent-encoded,
+// and never one that would move the request elsewhere on the server
+// ("..", ".", a "/" or "\" that some servers decode, an empty segment).
+func segment(name string, v any) (string, error) {
+	s := fmt.Sprint(v)
+	switch {
+	case s == "" || s == "." || s == "..":
+		return "", fmt.Errorf("%s is %q, which is not a path segment", name, s)
+	case strings.ContainsAny(s, "/\\"):
+		return "", fmt.Errorf("%s %q holds a slash; a path parameter fills one segment of the path", name, s)
+	}
+	return url.PathEscape(s), nil
 }
 
 func names(m map[string]string) []string {
@@ -142,7 +162,7 @@ func names(m map[string]string) []string {
 // url fills a path's {param}s and joins it to base_url; {idempotencyKey}
 // stays for the http connector to fill.
 func (d *decl) url(path string, a map[string]any) (string, error) {
-	var missing string
+	var bad error
 	p := placeholder.ReplaceAllStringFunc(path, func(m string) string {
 		name := m[1 : len(m)-1]
 		if name == "idempotencyKey" {
@@ -150,13 +170,17 @@ func (d *decl) url(path string, a map[string]any) (string, error) {
 		}
 		v, ok := a[name]
 		if !ok {
-			missing = name
+			bad = fmt.Errorf("the path %s needs %s", path, name)
 			return m
 		}
-		return url.PathEscape(fmt.Sprint(v))
+		seg, err := segment(name, v)
+		if err != nil {
+			bad = err
+		}
+		return seg
 	})
-	if missing != "" {
-		return "", fmt.Errorf("the path %s needs %s", path, missing)
+	if bad != nil {
+		return "", bad
 	}
 	return strings.TrimRight(d.c.BaseURL, "/") + p, nil
 }

@@ -128,3 +128,29 @@ func TestBadDeclarationsSayWhere(t *testing.T) {
 		}
 	}
 }
+
+// A path parameter fills one segment of the path (issue 23, low): ".."
+// once went out as /write/.. and reached another resource of the server.
+func TestAPathParameterIsOneSegment(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	reg := crm(t, sink)
+	m, _ := reg.Method("crm", "createTicket")
+	for _, v := range []string{"..", ".", "", "../admin", "a/b", `..\admin`} {
+		args := map[string]any{"customer": v, "subject": "x"}
+		err := m.Validate(args)
+		if err == nil || !strings.Contains(err.Error(), "customer") {
+			t.Errorf("customer %q: validation said %v; want a refusal naming customer", v, err)
+		}
+		if r := m.Do(context.Background(), connector.Call{Args: args, IdempotencyKey: "keep-" + v}); r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassLogic {
+			t.Errorf("customer %q: sent anyway: %v %+v", v, r.Outcome, r.Err)
+		}
+	}
+	if w := sink.Writes(); len(w) != 0 {
+		t.Fatalf("the server got %+v", w)
+	}
+	r := do(t, reg, "createTicket", map[string]any{"customer": "a b?c#d%2e%2e", "subject": "x"}, "keep-ok")
+	if w := sink.Writes(); r.Err != nil || len(w) != 1 || w[0].Path != "/write/a b?c#d%2e%2e" {
+		t.Fatalf("an ordinary value with reserved characters: %+v %+v", r.Err, w)
+	}
+}
