@@ -340,6 +340,9 @@ func (s *Slack) Notify(ctx context.Context, channel, text string) error {
 	if kerr != nil {
 		return kerr
 	}
-	_, _, err := api.PostMessageContext(ctx, channel, slack.MsgOptionText(text, false))
+	// A notice quotes outside data (a title, an error): escaped by Slack's
+	// rules (&, <, >), so "<!channel>" or "<http://x|a forged link>" in it
+	// arrives as text, never as a mention or a link.
+	_, _, err := api.PostMessageContext(ctx, channel, slack.MsgOptionText(text, true))
 	return err
 }

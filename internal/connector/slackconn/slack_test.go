@@ -18,6 +18,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/fake/slackfake"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/notify"
 	"github.com/keep-run/keep/internal/store/sqlite"
 )
 
@@ -25,6 +26,7 @@ type env struct {
 	t   *testing.T
 	url string
 	reg *connector.Registry
+	bot *slackconn.Slack
 }
 
 func setup(t *testing.T) *env {
@@ -43,7 +45,8 @@ func setup(t *testing.T) *env {
 	if err := accts.Save(context.Background(), slackconn.Provider, "keep@keep-fake", nil, &oauth2.Token{AccessToken: slackfake.Token}); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, url: srv.URL, reg: connector.NewRegistry(slackconn.New(&slackconn.Slack{Endpoint: srv.URL, Accounts: accts}))}
+	bot := &slackconn.Slack{Endpoint: srv.URL, Accounts: accts}
+	return &env{t: t, url: srv.URL, reg: connector.NewRegistry(slackconn.New(bot)), bot: bot}
 }
 
 func (e *env) admin(path string, body, out any) {
@@ -181,5 +184,24 @@ func TestHistoryReactionsAndARevokedToken(t *testing.T) {
 	}
 	if r := e.do("history", map[string]any{"channel": "C2"}, ""); r.Err == nil || r.Err.Class != kt.ClassPermission {
 		t.Fatalf("a read after the revocation: %+v", r.Err)
+	}
+}
+
+// A notice quotes outside data: a title with "<!channel>" or a forged link
+// "<http://x|…>" once pinged the whole channel and showed a link under
+// words of the title's choosing (issue 23, low). Slack now gets them
+// escaped by its rules, as text.
+func TestANoticeIsEscapedForSlack(t *testing.T) {
+	e := setup(t)
+	ch := &notify.Slack{Channel: "C9", Post: e.bot.Notify}
+	n := notify.Notice{Kind: "blocked", Subject: "keep: <!channel> needs you", Text: "Order <http://evil.example|your invoice> & <@U123>"}
+	if err := ch.Send(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	var out struct{ Messages []map[string]any }
+	e.admin("/_admin/channels/C9", nil, &out)
+	want := "*keep: &lt;!channel&gt; needs you*\nOrder &lt;http://evil.example|your invoice&gt; &amp; &lt;@U123&gt;"
+	if len(out.Messages) != 1 || out.Messages[0]["text"] != want {
+		t.Fatalf("Slack got %v; want the text %q", out.Messages, want)
 	}
 }
