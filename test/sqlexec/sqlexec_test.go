@@ -18,6 +18,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
 
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
@@ -186,5 +187,45 @@ func TestAnExecOfSeveralStatementsWritesNothing(t *testing.T) {
 				t.Fatalf("after the attack: %d rows in shipped and %d marker rows; want the orders workflow's 3 and 3", rows, marks)
 			}
 		})
+	}
+}
+
+// A SQLite target cannot reach keep's own keep.db (issue 23 #2): a read
+// ATTACHed it and granted itself everything. Now ATTACH is refused, in a
+// query and in an exec, the run fails saying so, and keep.db itself is
+// refused as a target.
+func TestASQLiteTargetCannotReachKeepsStore(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	keepDB := filepath.Join(data, "keep.db")
+	cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", "sqlite://"+filepath.Join(dir, "app.db"))
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
+	for _, attack := range []string{
+		`await ctx.sql.exec({ db: "shop", sql: "ATTACH '` + keepDB + `' AS k" })`,
+		`await ctx.sql.query({ db: "shop", sql: "SELECT 1; ATTACH '` + keepDB + `' AS k" })`,
+	} {
+		wf := strings.NewReplacer(`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })`, attack).Replace(script)
+		if !strings.Contains(wf, "ATTACH") {
+			t.Fatal("the attack script was not made")
+		}
+		os.WriteFile(filepath.Join(dir, "wf.js"), []byte(wf), 0o644)
+		code, out := keep(t, dir, nil, "run", "--data", data, "wf.js")
+		if code == 0 || !strings.Contains(out, "failed:logic") || !strings.Contains(out, "ATTACH") {
+			t.Fatalf("keep run with %s exited %d; want failed:logic saying ATTACH is refused:\n%s", attack, code, out)
+		}
+		db, err := sql.Open("sqlite", keepDB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var grants int
+		err = db.QueryRow("SELECT COUNT(*) FROM grants WHERE item = '*'").Scan(&grants)
+		db.Close()
+		if err != nil || grants != 0 {
+			t.Fatalf("grants of * in keep.db: %d %v", grants, err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", "sqlite://"+keepDB)), 0o644)
+	if code, out := keep(t, dir, nil, "run", "--data", data, "wf.js"); code == 0 || !strings.Contains(out, "keep's own store") {
+		t.Fatalf("keep run with keep.db declared as a target exited %d:\n%s", code, out)
 	}
 }
