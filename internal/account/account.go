@@ -3,7 +3,7 @@
 // key in a 0600 file of the data directory or KEEP_SECRET_KEY, refreshed
 // when they expire and saved again, never printed.
 //
-// It may import store, keeptype and golang.org/x/oauth2.
+// It may import store, keeptype, redact and golang.org/x/oauth2.
 package account
 
 import (
@@ -25,6 +25,7 @@ import (
 	"golang.org/x/oauth2"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -154,6 +155,7 @@ func (a *Accounts) Save(ctx context.Context, provider, account string, scopes []
 	if err != nil {
 		return err
 	}
+	redact.Learn(tok.AccessToken, tok.RefreshToken)
 	now := a.now().UnixMilli()
 	return a.Store.Update(ctx, func(tx store.Tx) error {
 		c, err := tx.ConnectionGet(provider)
@@ -186,6 +188,7 @@ func (a *Accounts) Get(ctx context.Context, provider string) (kt.Connection, *oa
 	if err := json.Unmarshal(plain, &tok); err != nil {
 		return c, nil, fmt.Errorf("the stored %s credentials are unreadable: %v", provider, err)
 	}
+	redact.Learn(tok.AccessToken, tok.RefreshToken)
 	return c, &tok, nil
 }
 

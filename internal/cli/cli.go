@@ -50,9 +50,15 @@ type app struct {
 
 // Run executes the CLI with args and returns the process exit code.
 func Run(args []string, stdout, stderr io.Writer) int {
+	return RunWithInput(args, os.Stdin, stdout, stderr)
+}
+
+// RunWithInput is Run reading standard input from stdin (keep secret set).
+func RunWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &app{out: stdout, errOut: stderr}
 	root := a.root()
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
@@ -87,7 +93,7 @@ func (a *app) root() *cobra.Command {
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		cmd.SetContext(engine.WithActor(cmd.Context(), a.by))
 	}
-	root.AddCommand(a.serveCmd(), a.grantCmd(), a.repairsCmd(), a.planCmd(), a.connectCmd(), a.connectionsCmd(), a.migrateCmd(), a.connectorsCmd(), a.eventsCmd(), a.resetStateCmd(), a.skipPendingCmd(), a.runCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
+	root.AddCommand(a.serveCmd(), a.secretCmd(), a.grantCmd(), a.repairsCmd(), a.planCmd(), a.connectCmd(), a.connectionsCmd(), a.migrateCmd(), a.connectorsCmd(), a.eventsCmd(), a.resetStateCmd(), a.skipPendingCmd(), a.runCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
 		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.itemsCmd(), a.itemActionCmd("skip"), a.itemActionCmd("reprocess"), a.benchCmd(), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"))
 	return root
 }

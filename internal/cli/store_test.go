@@ -146,6 +146,9 @@ func TestMigrateFromSQLiteToPostgres(t *testing.T) {
 		t.Fatalf("reprocess: %s %s", r.out, r.err)
 	}
 	before := keep(t, "outputs", "--data", data, "quickstart-orders", "--json").out
+	if r := keepIn(t, "tok-carried-1234", "secret", "set", "--data", data, "api"); r.code != 0 {
+		t.Fatalf("secret set: %s %s", r.out, r.err)
+	}
 
 	// A running engine holds the source.
 	k, err := daemon.Open(daemon.Options{DataDir: data})
@@ -167,6 +170,9 @@ func TestMigrateFromSQLiteToPostgres(t *testing.T) {
 	}
 	if r := keep(t, "migrate", "--data", data, "--to", "sqlite://"+filepath.Join(data, "keep.db")); r.code != exitUsageCode {
 		t.Fatalf("migrate into itself: %d %s", r.code, r.err)
+	}
+	if r := keep(t, "secret", "list", "--data", data, "--store", pg); r.code != 0 || !strings.Contains(r.out, "api") {
+		t.Fatalf("the secrets after the move: %d %s %s", r.code, r.out, r.err)
 	}
 	// On PostgreSQL: the same outputs, and running again writes nothing.
 	if after := keep(t, "outputs", "--data", data, "--store", pg, "quickstart-orders", "--json").out; after != before {

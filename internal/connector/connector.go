@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/url"
 	"sort"
+	"strings"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
@@ -35,6 +36,86 @@ type Call struct {
 	// IdempotencyKey is stable for one mutation identity; connectors pass it to
 	// the external system where it allows (a header, a message id, a marker).
 	IdempotencyKey string
+	// Secret opens the secrets a call names as {secret:NAME} (FillSecrets);
+	// nil where none may be named.
+	Secret SecretFunc
+}
+
+// SecretFunc opens a named secret at the moment of a call. A name keep
+// does not have is an error wrapping kt.ErrNotFound.
+type SecretFunc func(name string) (string, error)
+
+const secretOpen, secretClose = "{secret:", "}"
+
+// FillSecrets returns s with every {secret:NAME} replaced by the secret's
+// value. Only the request that goes out carries the value: the arguments
+// keep records, hashes, traces and shows keep the placeholder. A name keep
+// does not have is a permission error whose card says `keep secret set
+// NAME`.
+func FillSecrets(s string, open SecretFunc) (string, error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, secretOpen)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		j := strings.Index(s[i+len(secretOpen):], secretClose)
+		if j < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		name := s[i+len(secretOpen) : i+len(secretOpen)+j]
+		if err := kt.CheckSecretName(name); err != nil {
+			return "", kt.Errorf(kt.ClassLogic, "{secret:%s}: %v", name, err)
+		}
+		if open == nil {
+			return "", kt.Errorf(kt.ClassLogic, "{secret:%s}: secrets cannot be named here", name)
+		}
+		v, err := open(name)
+		if errors.Is(err, kt.ErrNotFound) {
+			return "", kt.Errorf(kt.ClassPermission, "the call names {secret:%s}, and keep has no secret of that name%s", name, kt.SecretSuffix(name))
+		}
+		if err != nil {
+			return "", kt.Errorf(kt.ClassInternal, "open the secret %s: %v", name, err)
+		}
+		b.WriteString(s[:i])
+		b.WriteString(v)
+		s = s[i+len(secretOpen)+j+len(secretClose):]
+	}
+}
+
+// NamesSecret reports whether s holds a {secret:NAME}.
+func NamesSecret(s string) bool {
+	i := strings.Index(s, secretOpen)
+	return i >= 0 && strings.Contains(s[i:], secretClose)
+}
+
+// FillHeaders returns a copy of a header object ({name: value}) with the
+// secrets its values name filled in (FillSecrets).
+func FillHeaders(h any, open SecretFunc) (map[string]any, error) {
+	hm, _ := h.(map[string]any)
+	if hm == nil {
+		return nil, nil
+	}
+	out := make(map[string]any, len(hm))
+	for k, v := range hm {
+		sv, ok := v.(string)
+		if !ok {
+			out[k] = v
+			continue
+		}
+		filled, err := FillSecrets(sv, open)
+		if err != nil {
+			var ke *kt.Error
+			if errors.As(err, &ke) {
+				ke.Message = "header " + k + ": " + ke.Message
+			}
+			return nil, err
+		}
+		out[k] = filled
+	}
+	return out, nil
 }
 
 // Outcome of a mutation as the connector saw it.

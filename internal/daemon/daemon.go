@@ -39,6 +39,7 @@ import (
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/notify"
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/web"
@@ -121,6 +122,17 @@ func Accounts(dataDir string, st store.Store) (*account.Accounts, error) {
 		return nil, err
 	}
 	return &account.Accounts{Store: st, Box: box}, nil
+}
+
+// learnSecrets tells package redact every value keep knows to be secret
+// before anything runs: the named secrets, the configuration's keys (the
+// Google client secret, the model's API key). Account tokens are learned
+// as they are handed out (account.Source).
+func learnSecrets(cfg config.Config, secrets *account.Secrets, logger *slog.Logger) {
+	redact.Learn(cfg.Google.ClientSecret, os.Getenv(cfg.LLM.APIKeyEnv))
+	if err := secrets.LearnAll(context.Background()); err != nil {
+		logger.Warn("the stored secrets could not be opened; calls that name them will fail", "err", err)
+	}
 }
 
 // Keep is a running engine over a data directory.
@@ -241,8 +253,10 @@ func Open(o Options) (*Keep, error) {
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
+	secrets := &account.Secrets{Store: st, Box: accts.Box}
+	learnSecrets(cfg, secrets, logger)
 	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail, sl, own), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
-		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify,
+		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
 		OnChange: func(wf string) {
 			sched.Wake()
 			k.Hub.Publish(wf)

@@ -57,6 +57,10 @@ type Options struct {
 	// keep works on by itself: a retry scheduled, retries given up (keep
 	// run prints them, so a wait is never silent).
 	Notify func(Notice)
+	// Secret opens a named secret ({secret:NAME} in a call's headers) at
+	// the moment of the call; a name keep does not have wraps
+	// kt.ErrNotFound. Nil: no call may name one.
+	Secret func(ctx context.Context, name string) (string, error)
 }
 
 // Notice is something a person watching should know, as one line.
@@ -85,6 +89,7 @@ type Engine struct {
 	onChange    func(string)
 	observer    Observer
 	notify      func(Notice)
+	secret      func(context.Context, string) (string, error)
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
@@ -92,7 +97,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy = *o.Policy
 	} else {

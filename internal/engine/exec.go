@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -61,6 +63,60 @@ func (x *runExec) save(with func(tx store.Tx) error) error {
 		}
 		return putRun(tx, *x.run)
 	})
+}
+
+// secrets opens the secrets this run's calls name (connector.FillSecrets).
+func (x *runExec) secrets() connector.SecretFunc {
+	if x.e.secret == nil {
+		return nil
+	}
+	return func(name string) (string, error) { return x.e.secret(x.ctx, name) }
+}
+
+// do makes a connector call with the run's secrets at hand and returns its
+// answer with every value keep knows to be secret masked (redact.Learn):
+// a server that echoes a header back shows the script, the trace and the
+// ledger only the mask.
+func (x *runExec) do(ctx context.Context, m *connector.Method, call connector.Call) connector.Result {
+	call.Secret = x.secrets()
+	return maskResult(m.Do(ctx, call))
+}
+
+// probe is do for a reconcile probe.
+func (x *runExec) probe(ctx context.Context, m *connector.Method, call connector.Call) (connector.ReconcileStatus, any, error) {
+	call.Secret = x.secrets()
+	status, value, err := m.Reconcile(ctx, call)
+	if err != nil {
+		err = errors.New(redact.String(err.Error()))
+	}
+	return status, maskKnown(value), err
+}
+
+func maskResult(res connector.Result) connector.Result {
+	res.Value = maskKnown(res.Value)
+	if res.Err != nil {
+		e := *res.Err
+		e.Message = redact.String(e.Message)
+		res.Err = &e
+	}
+	return res
+}
+
+// maskKnown masks the secret values in a connector's answer, and nothing
+// else: an answer's "nextPageToken" is the script's to read.
+func maskKnown(v any) any {
+	if v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil || !redact.Known(string(b)) {
+		return v
+	}
+	var out any
+	if json.Unmarshal([]byte(redact.MaskKnown(string(b))), &out) != nil {
+		return v
+	}
+	return out
 }
 
 // host builds the server of one phase's ctx calls.

@@ -158,7 +158,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(lc.x.ctx, e.toolTimeout(lc.args))
-	res := lc.m.Do(cctx, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
+	res := lc.x.do(cctx, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
 	cancel()
 	e.crashPoint(CrashAfterCall)
 	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
@@ -199,7 +199,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(x.ctx, e.toolTimeout(call.Args))
-	status, value, rerr := m.Reconcile(cctx, call)
+	status, value, rerr := x.probe(cctx, m, call)
 	cancel()
 	text := string(status)
 	if rerr != nil {

@@ -573,6 +573,36 @@ type Connection struct {
 	UpdatedAt int64
 }
 
+// Secret is a named credential a person gave keep (`keep secret set
+// NAME`): what scripts name as {secret:NAME} in a call's headers, and what
+// a webhook's signature is checked with. Sealed by package account; the
+// store keeps only the sealed bytes.
+type Secret struct {
+	Name      string
+	Sealed    []byte
+	CreatedAt int64
+	UpdatedAt int64
+}
+
+// SecretSuffix ends the message of a call that named a secret keep does
+// not have: the card says how to give it.
+func SecretSuffix(name string) string { return " — set it: keep secret set " + name }
+
+// CheckSecretName says what is wrong with a secret's name, or nil: letters,
+// digits, '_', '-' and '.', at most 100, so that {secret:NAME} reads the
+// same in a header and on a card.
+func CheckSecretName(name string) error {
+	if name == "" || len(name) > 100 {
+		return fmt.Errorf("a secret's name has 1 to 100 characters (got %d)", len(name))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return fmt.Errorf("a secret's name has only letters, digits, '_', '-' and '.' (%q has %q)", name, r)
+		}
+	}
+	return nil
+}
+
 // Grant is one thing a person allowed a workflow to use: a connector
 // method ("gmail.send"), an input source ("source:gmail"), or all ("*").
 type Grant struct {

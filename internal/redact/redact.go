@@ -9,9 +9,13 @@
 package redact
 
 import (
+	"encoding/json"
 	"net/url"
 	"regexp"
+	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Mask replaces every secret value.
@@ -79,9 +83,11 @@ var (
 	bearerInText = regexp.MustCompile(`(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}`)
 )
 
-// String masks credentials inside free text: in every URL it quotes (the
-// userinfo and the values of secret query parameters) and after "Bearer".
+// String masks credentials inside free text: every value keep knows to be
+// secret (Learn), in every URL it quotes (the userinfo and the values of
+// secret query parameters) and after "Bearer".
 func String(s string) string {
+	s = MaskKnown(s)
 	if !strings.Contains(s, "://") && !strings.ContainsAny(s, "bBtT") {
 		return s
 	}
@@ -120,4 +126,68 @@ func URL(u string) string {
 	out := pu.String()
 	// Keep the mask readable rather than percent-encoded.
 	return strings.NewReplacer("%5Bredacted%5D", Mask, "%5bredacted%5d", Mask).Replace(out)
+}
+
+// Values keep knows to be secret, masked wherever they appear, whatever
+// name they go under (an X-Custom-Sig header, a server that echoes a
+// header back in an error body, a token quoted in a log line).
+var (
+	knownMu     sync.Mutex
+	knownValues = map[string]bool{}
+	known       atomic.Pointer[strings.Replacer]
+)
+
+// MinKnown is the shortest value Learn masks: a shorter one would mask
+// ordinary text and hide little.
+const MinKnown = 4
+
+// Learn tells redact about values that are secret: the named secrets (when
+// they are set or opened), account tokens (when they are handed out), keys
+// from the configuration. From then on String, Value and Map mask them,
+// also as they appear inside JSON text.
+func Learn(values ...string) {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	changed := false
+	for _, v := range values {
+		if len(v) < MinKnown || knownValues[v] {
+			continue
+		}
+		knownValues[v] = true
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	var forms []string
+	for v := range knownValues {
+		forms = append(forms, v)
+		if b, err := json.Marshal(v); err == nil {
+			if esc := string(b[1 : len(b)-1]); esc != v {
+				forms = append(forms, esc)
+			}
+		}
+	}
+	// Longest first: a value that starts another must not leave its tail.
+	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
+	pairs := make([]string, 0, 2*len(forms))
+	for _, f := range forms {
+		pairs = append(pairs, f, Mask)
+	}
+	known.Store(strings.NewReplacer(pairs...))
+}
+
+// MaskKnown masks only the values Learn was told about (String masks
+// credentials by their names and places too).
+func MaskKnown(s string) string {
+	if r := known.Load(); r != nil {
+		return r.Replace(s)
+	}
+	return s
+}
+
+// Known reports whether s holds a value Learn was told about.
+func Known(s string) bool {
+	r := known.Load()
+	return r != nil && r.Replace(s) != s
 }

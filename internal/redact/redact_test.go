@@ -67,3 +67,35 @@ func toString(v any) string {
 	walk(v)
 	return b.String()
 }
+
+// A value keep knows to be secret is masked whatever it goes under: a
+// header named like nothing secret, an error body that echoes it, the same
+// value escaped inside JSON text; a value that starts another leaves no
+// tail of the longer one.
+func TestKnownValuesAreMaskedWherever(t *testing.T) {
+	const sig, longer, quoted = "sig-4d1e77", "sig-4d1e77-and-more", `q"uo\te-9a8b`
+	Learn(sig, longer, quoted, "ab") // "ab" is too short to learn
+	for _, text := range []string{
+		"X-Custom-Sig: " + sig,
+		"400 Bad Request: {\"echo\": \"" + longer + "\"}",
+		`{"v":"q\"uo\\te-9a8b"}`,
+		"plain " + quoted,
+	} {
+		got := String(text)
+		if strings.Contains(got, "4d1e77") || strings.Contains(got, "uo") || strings.Contains(got, "and-more") {
+			t.Errorf("String(%q) = %q", text, got)
+		}
+		if !strings.Contains(got, Mask) {
+			t.Errorf("String(%q) = %q: no mask", text, got)
+		}
+	}
+	if got := Map(map[string]any{"headers": map[string]any{"X-Custom-Sig": sig}}); strings.Contains(toString(got), sig) {
+		t.Errorf("Map kept a known value: %v", got)
+	}
+	if got := String("grab a tab"); got != "grab a tab" {
+		t.Errorf("a value shorter than %d was learned: %q", MinKnown, got)
+	}
+	if !Known("x "+sig) || Known("nothing here") {
+		t.Error("Known")
+	}
+}

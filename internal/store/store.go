@@ -238,6 +238,15 @@ type Tx interface {
 	ConnectionDelete(provider string) error
 	// ConnectionList lists every account, by provider.
 	ConnectionList() ([]kt.Connection, error)
+	// SecretGet reads a named secret (kt.ErrNotFound: none).
+	SecretGet(name string) (kt.Secret, error)
+	// SecretPut writes a named secret, replacing the one before (its
+	// creation time stays).
+	SecretPut(s kt.Secret) error
+	// SecretDelete forgets a named secret (kt.ErrNotFound: none).
+	SecretDelete(name string) error
+	// SecretList lists every secret, by name.
+	SecretList() ([]kt.Secret, error)
 
 	// GrantList lists what a person granted a workflow (kt.Grant.Item:
 	// "tool.method", "source:NAME", or "*").

@@ -28,6 +28,9 @@ const (
 	ResetAfter    Fault = "reset-after"    // apply, then drop the connection
 	TruncAfter    Fault = "truncated-after"
 	Slow          Fault = "slow" // apply and answer 200 after 200ms
+	// EchoHeaders answers 400 without applying, the request's headers
+	// in the error body: a server that quotes a credential back.
+	EchoHeaders Fault = "echo-headers"
 	// ApplyLate applies the write 700ms after the client gave up waiting,
 	// as a slow server does: a probe right after the timeout finds nothing.
 	ApplyLate Fault = "apply-late"
@@ -131,7 +134,12 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodGet {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "path": r.URL.Path})
+		out := map[string]any{"ok": true, "path": r.URL.Path}
+		if r.URL.Path == "/echo" {
+			// A read that echoes what it was sent.
+			out["headers"] = r.Header
+		}
+		_ = json.NewEncoder(w).Encode(out)
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
@@ -163,6 +171,9 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	case f == Status500:
 		s.apply(r, body)
 		http.Error(w, "internal error", http.StatusInternalServerError)
+	case f == EchoHeaders:
+		b, _ := json.Marshal(r.Header)
+		http.Error(w, "bad signature "+r.Header.Get("X-Custom-Sig")+"; you sent "+string(b), http.StatusBadRequest)
 	case f == Status503:
 		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 	case f == ResetAfter:

@@ -22,6 +22,7 @@ import (
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
+	"github.com/keep-run/keep/internal/redact"
 )
 
 var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*)\}`)
@@ -59,7 +60,7 @@ func method(cname, mname string, c config.Custom, m config.CustomMethod, req *co
 			if err != nil {
 				return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s: %v", full, err)}
 			}
-			r := req.Do(ctx, connector.Call{Args: args, IdempotencyKey: call.IdempotencyKey})
+			r := req.Do(ctx, connector.Call{Args: args, IdempotencyKey: call.IdempotencyKey, Secret: call.Secret})
 			return d.remap(r)
 		},
 		Target: func(a map[string]any) string { u, _ := d.url(m.Path, a); return verb + " " + u },
@@ -91,7 +92,7 @@ func method(cname, mname string, c config.Custom, m config.CustomMethod, req *co
 				}
 				// The http connector puts the key in {idempotencyKey} itself.
 				args["reconcile"] = map[string]any{"method": pm, "url": probe, "headers": args["headers"]}
-				return req.Reconcile(ctx, connector.Call{Args: args, IdempotencyKey: call.IdempotencyKey})
+				return req.Reconcile(ctx, connector.Call{Args: args, IdempotencyKey: call.IdempotencyKey, Secret: call.Secret})
 			}
 		}
 	}
@@ -187,7 +188,8 @@ func (d *decl) url(path string, a map[string]any) (string, error) {
 
 // request turns a call into http.request's arguments: the path filled,
 // the other params as the query (reads) or a JSON body (writes), the
-// declared headers with ${VAR}s from the environment.
+// declared headers with ${VAR}s from the environment (a {secret:NAME} in
+// them the http connector fills at the call, from keep's secrets).
 func (d *decl) request(a map[string]any) (map[string]any, error) {
 	u, err := d.url(d.m.Path, a)
 	if err != nil {
@@ -219,7 +221,12 @@ func (d *decl) request(a map[string]any) (map[string]any, error) {
 	}
 	headers := map[string]any{}
 	for k, v := range d.c.Headers {
-		headers[k] = os.ExpandEnv(v)
+		headers[k] = os.Expand(v, func(name string) string {
+			// A header's ${VAR} is a credential: masked wherever it appears.
+			val := os.Getenv(name)
+			redact.Learn(val)
+			return val
+		})
 	}
 	out["headers"] = headers
 	return out, nil

@@ -154,3 +154,50 @@ func TestAPathParameterIsOneSegment(t *testing.T) {
 		t.Fatalf("an ordinary value with reserved characters: %+v %+v", r.Err, w)
 	}
 }
+
+// A declared header may name a secret kept in keep: the http connector
+// fills it in at the call and at the reconcile probe; a name keep does not
+// have sends nothing and says `keep secret set NAME`.
+func TestACustomHeaderNamesASecret(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	cfg, err := config.Parse("keep.toml", sink.AllowTOML()+`
+[connectors.custom.crm]
+base_url = "`+sink.URL+`"
+headers = { X-Custom-Sig = "{secret:crm_sig}" }
+
+[connectors.custom.crm.methods.createTicket]
+kind = "write"
+path = "/write/{customer}"
+params = { customer = "who" }
+identity = ["customer"]
+reconcile = { path = "/writes/{idempotencyKey}" }
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := connector.NewRegistry(custom.New("crm", cfg.Custom["crm"], netguard.New(cfg.HTTPAllow))).Method("crm", "createTicket")
+	secrets := map[string]string{}
+	open := func(name string) (string, error) {
+		v, ok := secrets[name]
+		if !ok {
+			return "", kt.ErrNotFound
+		}
+		return v, nil
+	}
+	call := connector.Call{Args: map[string]any{"customer": "ann"}, IdempotencyKey: "keep-s1", Secret: open}
+	r := m.Do(context.Background(), call)
+	if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassPermission || !strings.HasSuffix(r.Err.Message, "keep secret set crm_sig") || sink.Requests() != 0 {
+		t.Fatalf("an unknown secret: %v %+v, %d requests", r.Outcome, r.Err, sink.Requests())
+	}
+	secrets["crm_sig"] = "sig-from-keep-1234"
+	if r := m.Do(context.Background(), call); r.Outcome != connector.OutcomeApplied {
+		t.Fatalf("%v %+v", r.Outcome, r.Err)
+	}
+	if st, _, err := m.Reconcile(context.Background(), call); st != connector.ReconcileApplied || err != nil {
+		t.Fatalf("reconcile: %s %v", st, err)
+	}
+	if h := sink.Headers[0].Get("X-Custom-Sig"); h != "sig-from-keep-1234" {
+		t.Fatalf("the declared header went as %q", h)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	nethttp "net/http"
@@ -51,7 +52,8 @@ func New(guard *netguard.Guard) *connector.Connector {
 		Name: "http",
 		Doc: "Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. " +
 			"Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = [\"127.0.0.1:8090\"]`. " +
-			"Credentials go in `headers` (e.g. `Authorization`); they are masked wherever a call is shown.",
+			"Credentials stay in keep, not in the script: `keep secret set NAME`, then name it in a header, e.g. " +
+			"`headers: { Authorization: \"Bearer {secret:NAME}\" }`; keep fills it in at the call and masks it wherever a call is shown.",
 		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
 		Methods: map[string]*connector.Method{
 			"request": {
@@ -247,8 +249,35 @@ func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemK
 	return resp, body, s, nil
 }
 
+// withSecrets returns a copy of a call's arguments with the secrets its
+// headers name filled in; the call's own arguments, which keep records,
+// keep the placeholders.
+func withSecrets(a map[string]any, open connector.SecretFunc) (map[string]any, *kt.Error) {
+	h, ok := a["headers"]
+	if !ok {
+		return a, nil
+	}
+	filled, err := connector.FillHeaders(h, open)
+	if err != nil {
+		var ke *kt.Error
+		if errors.As(err, &ke) {
+			return nil, ke
+		}
+		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
+	}
+	out := make(map[string]any, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	out["headers"] = filled
+	return out, nil
+}
+
 func (c *client) request(ctx context.Context, call connector.Call) connector.Result {
-	a := call.Args
+	a, serr := withSecrets(call.Args, call.Secret)
+	if serr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: serr}
+	}
 	method, u := methodOf(a), str(a["url"])
 	target := method + " " + redactURL(u)
 	read := method == "GET" || method == "HEAD"
@@ -312,7 +341,10 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 		method = "GET"
 	}
 	u := strings.ReplaceAll(str(probe["url"]), "{idempotencyKey}", url.PathEscape(call.IdempotencyKey))
-	args := map[string]any{"headers": probe["headers"]}
+	args, serr := withSecrets(map[string]any{"headers": probe["headers"]}, call.Secret)
+	if serr != nil {
+		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %s", method, redactURL(u), serr.Message)
+	}
 	if t, ok := call.Args["timeoutMs"]; ok {
 		args["timeoutMs"] = t
 	}

@@ -327,6 +327,26 @@ func (r recordingTx) ConnectionList() ([]kt.Connection, error) {
 	return r.tx.ConnectionList()
 }
 
+func (r recordingTx) SecretGet(name string) (kt.Secret, error) {
+	r.c.note("SecretGet")
+	return r.tx.SecretGet(name)
+}
+
+func (r recordingTx) SecretPut(x kt.Secret) error {
+	r.c.note("SecretPut")
+	return r.tx.SecretPut(x)
+}
+
+func (r recordingTx) SecretDelete(name string) error {
+	r.c.note("SecretDelete")
+	return r.tx.SecretDelete(name)
+}
+
+func (r recordingTx) SecretList() ([]kt.Secret, error) {
+	r.c.note("SecretList")
+	return r.tx.SecretList()
+}
+
 func (r recordingTx) NoticeSent(key, channel string) (int64, error) {
 	r.c.note("NoticeSent")
 	return r.tx.NoticeSent(key, channel)

@@ -830,6 +830,43 @@ func exerciseTransactions(run runCase) {
 		}))
 	})
 
+	run("secrets: put replaces and keeps the creation time, list by name, delete", func(t *testing.T, s store.Store) {
+		sealed := []byte{0, 1, 2, 255, 'x'}
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.SecretPut(kt.Secret{Name: "sig", Sealed: []byte("old"), CreatedAt: 1, UpdatedAt: 1}); err != nil {
+				return err
+			}
+			if err := tx.SecretPut(kt.Secret{Name: "sig", Sealed: sealed, CreatedAt: 9, UpdatedAt: 9}); err != nil {
+				return err
+			}
+			return tx.SecretPut(kt.Secret{Name: "api", Sealed: []byte("a"), CreatedAt: 2, UpdatedAt: 2})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			x, err := tx.SecretGet("sig")
+			if err != nil || string(x.Sealed) != string(sealed) || x.CreatedAt != 1 || x.UpdatedAt != 9 {
+				return fmt.Errorf("sig after a second put: %+v %v", x, err)
+			}
+			xs, err := tx.SecretList()
+			if err != nil || len(xs) != 2 || xs[0].Name != "api" || xs[1].Name != "sig" {
+				return fmt.Errorf("secrets %+v %v", xs, err)
+			}
+			return nil
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.SecretDelete("api") }))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.SecretDelete("api"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("deleting a secret twice: %v", err)
+			}
+			return nil
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.SecretGet("api"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a deleted secret: %v", err)
+			}
+			return nil
+		}))
+	})
+
 	run("connections: put replaces, list, delete", func(t *testing.T, s store.Store) {
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			if _, err := tx.ConnectionGet("google"); !errors.Is(err, kt.ErrNotFound) {

@@ -21,7 +21,7 @@ import (
 
 // Counts says what was copied.
 type Counts struct {
-	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Grants, Repairs, Connections, Notices int
+	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Grants, Repairs, Connections, Secrets, Notices int
 }
 
 // ErrNotEmpty means the destination already holds workflows.
@@ -61,38 +61,44 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 		}
 		w.count(&c)
 	}
-	// The accounts go as they are: still sealed, so the destination's
-	// nodes need the same secret key (KEEP_SECRET_KEY) to use them. The
+	// The accounts and the secrets go as they are: still sealed, so the
+	// destination's nodes need the same secret key (KEEP_SECRET_KEY). The
 	// notices already sent go too, so no person is told again.
-	var conns []kt.Connection
-	var notices []store.Notice
-	if err := from.View(ctx, func(tx store.Tx) error {
-		var err error
-		if conns, err = tx.ConnectionList(); err != nil {
-			return err
-		}
-		notices, err = tx.NoticeList()
-		return err
-	}); err != nil {
+	var err error
+	if c.Connections, err = copyAll(ctx, from, to, "connections", store.Tx.ConnectionList, store.Tx.ConnectionPut); err != nil {
 		return c, err
 	}
+	if c.Secrets, err = copyAll(ctx, from, to, "secrets", store.Tx.SecretList, store.Tx.SecretPut); err != nil {
+		return c, err
+	}
+	c.Notices, err = copyAll(ctx, from, to, "notices", store.Tx.NoticeList, func(tx store.Tx, n store.Notice) error {
+		return tx.NoticePut(n.Key, n.Channel, n.SentAt)
+	})
+	return c, err
+}
+
+// copyAll copies every row a list reads into the other store, in one
+// transaction.
+func copyAll[T any](ctx context.Context, from, to store.Store, what string, list func(store.Tx) ([]T, error), put func(store.Tx, T) error) (int, error) {
+	var rows []T
+	if err := from.View(ctx, func(tx store.Tx) error {
+		var err error
+		rows, err = list(tx)
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("read the %s: %w", what, err)
+	}
 	if err := to.Update(ctx, func(tx store.Tx) error {
-		for _, conn := range conns {
-			if err := tx.ConnectionPut(conn); err != nil {
-				return err
-			}
-		}
-		for _, n := range notices {
-			if err := tx.NoticePut(n.Key, n.Channel, n.SentAt); err != nil {
+		for _, r := range rows {
+			if err := put(tx, r); err != nil {
 				return err
 			}
 		}
 		return nil
 	}); err != nil {
-		return c, fmt.Errorf("write the connections and notices: %w", err)
+		return 0, fmt.Errorf("write the %s: %w", what, err)
 	}
-	c.Connections, c.Notices = len(conns), len(notices)
-	return c, nil
+	return len(rows), nil
 }
 
 // workflow is everything one workflow's ledgers hold.

@@ -73,6 +73,9 @@ func fill(t *testing.T, s store.Store) {
 			func() error {
 				return tx.ConnectionPut(kt.Connection{Provider: "google", Account: "a@example.com", Sealed: []byte{1, 2}, CreatedAt: 1, UpdatedAt: 1})
 			},
+			func() error {
+				return tx.SecretPut(kt.Secret{Name: "crm_token", Sealed: []byte{3, 4}, CreatedAt: 1, UpdatedAt: 1})
+			},
 			func() error { return tx.NoticePut("run-1", "webhook", 6) },
 			func() error { return tx.LeasePut(kt.Lease{Workflow: "w", Node: "n1", Token: 1, ExpiresAt: 9}) },
 			func() error { return tx.NodePut(kt.Node{ID: "n1", SeenAt: 9}) },

@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/daemon"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+)
+
+func (a *app) secretCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "secret set NAME | list | rm NAME",
+		Short: "keep credentials in keep, not in scripts: a script names one as {secret:NAME} in a call's headers",
+		Long: "keep secret set NAME reads the value from standard input (one line; a trailing newline is dropped) and\n" +
+			"stores it encrypted like the accounts' tokens (the key is secret.key in the data directory, or\n" +
+			"KEEP_SECRET_KEY). A script names it in a header, e.g. \"Authorization\": \"Bearer {secret:NAME}\": keep\n" +
+			"fills it in at the call, the script never sees it, and the value is masked wherever keep shows text.\n" +
+			"keep secret list shows names and when they were set, never values; keep secret rm NAME forgets one.",
+	}
+	set := &cobra.Command{
+		Use:   "set NAME",
+		Short: "store a secret read from standard input (echo -n … | keep secret set NAME)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := kt.CheckSecretName(args[0]); err != nil {
+				return err
+			}
+			value, err := readSecretValue(cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			return a.withSecrets(true, func(s *account.Secrets) error {
+				if err := s.Set(cmd.Context(), args[0], value); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); scripts name it as {secret:%s}\n", args[0], len(value), args[0])
+				return nil
+			})
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the secrets' names and when each was set (never their values)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withSecrets(false, func(s *account.Secrets) error {
+				xs, err := s.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				type row struct {
+					Name    string `json:"name"`
+					SetAt   string `json:"setAt"`
+					Created string `json:"createdAt"`
+				}
+				rows := make([]row, 0, len(xs))
+				for _, x := range xs {
+					rows = append(rows, row{Name: x.Name, SetAt: report.Time(x.UpdatedAt), Created: report.Time(x.CreatedAt)})
+				}
+				if a.jsonOut {
+					return a.printJSON(rows)
+				}
+				if len(rows) == 0 {
+					fmt.Fprintln(a.out, "no secrets (keep secret set NAME)")
+					return nil
+				}
+				w := a.table()
+				fmt.Fprintln(w, "NAME\tSET")
+				for _, r := range rows {
+					fmt.Fprintf(w, "%s\t%s\n", r.Name, r.SetAt)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	a.addJSON(list)
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "forget a secret (calls that name it then wait for a person)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withSecrets(false, func(s *account.Secrets) error {
+				err := s.Remove(cmd.Context(), args[0])
+				if errors.Is(err, kt.ErrNotFound) {
+					return fmt.Errorf("no secret named %s (keep secret list shows them)", args[0])
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.out, "secret %s removed\n", args[0])
+				return nil
+			})
+		},
+	}
+	c.AddCommand(set, list, rm)
+	return c
+}
+
+// readSecretValue reads one value from standard input: everything up to
+// the end, without the trailing newline a terminal or echo adds.
+func readSecretValue(in io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(bufio.NewReader(in), 64<<10+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > 64<<10 {
+		return "", errors.New("the secret is longer than 64 KiB; nothing was stored")
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	if v == "" {
+		return "", errors.New("no value on standard input; give it there, e.g. `printf %s \"$TOKEN\" | keep secret set NAME`; nothing was stored")
+	}
+	return v, nil
+}
+
+// withSecrets opens the store's secrets with the data directory's key;
+// create makes the store when there is none yet (a person may set a
+// secret before deploying).
+func (a *app) withSecrets(create bool, fn func(*account.Secrets) error) error {
+	open := a.openStore
+	if create {
+		open = a.openOrCreateStore
+	}
+	st, err := open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	accts, err := daemon.Accounts(a.dataDir, st)
+	if err != nil {
+		return err
+	}
+	return fn(&account.Secrets{Store: st, Box: accts.Box})
+}

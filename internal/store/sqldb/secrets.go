@@ -1,0 +1,61 @@
+package sqldb
+
+import (
+	"fmt"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+const secretCols = `name, sealed, created_at, updated_at`
+
+func scanSecret(s interface{ Scan(...any) error }) (kt.Secret, error) {
+	var x kt.Secret
+	err := s.Scan(&x.Name, &x.Sealed, &x.CreatedAt, &x.UpdatedAt)
+	return x, err
+}
+
+func (t *Tx) SecretGet(name string) (kt.Secret, error) {
+	x, err := scanSecret(t.r.QueryRow(`SELECT `+secretCols+` FROM secrets WHERE name=?`, name))
+	if err != nil {
+		return x, notFound("secret", name, err)
+	}
+	return x, nil
+}
+
+func (t *Tx) SecretPut(x kt.Secret) error {
+	_, err := t.r.Exec(`INSERT INTO secrets(`+secretCols+`) VALUES(?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.updated_at`,
+		x.Name, x.Sealed, x.CreatedAt, x.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save the secret %s: %w", x.Name, err)
+	}
+	return nil
+}
+
+func (t *Tx) SecretDelete(name string) error {
+	res, err := t.r.Exec(`DELETE FROM secrets WHERE name=?`, name)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("secret %s: %w", name, kt.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *Tx) SecretList() ([]kt.Secret, error) {
+	rows, err := t.r.Query(`SELECT ` + secretCols + ` FROM secrets ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Secret
+	for rows.Next() {
+		x, err := scanSecret(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
