@@ -2,10 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/testsink"
 )
 
 func keepIn(t *testing.T, stdin string, args ...string) result {
@@ -51,5 +59,82 @@ func TestSecretSetListRemove(t *testing.T) {
 	}
 	if r := keep(t, "secret", "list", "--data", data); !strings.Contains(r.out, "no secrets") {
 		t.Fatalf("list after rm: %s", r.out)
+	}
+}
+
+// Issue 23 (low): a custom header naming a secret, and a server that
+// quotes it back in an error body. The value reaches the server, and
+// nothing keep shows holds it: keep run's output and log, keep status,
+// keep runs, keep show run (text and JSON), and keep serve's API.
+func TestAnEchoedSecretShowsNowhere(t *testing.T) {
+	t.Parallel()
+	const value = "sig-echoed-6b1f0e"
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.EchoHeaders)
+	dir := t.TempDir()
+	data, cfg := filepath.Join(dir, "data"), filepath.Join(dir, "keep.toml")
+	os.WriteFile(cfg, []byte(sink.AllowTOML()), 0o644)
+	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(`export default Keep.workflow({ name: "sig", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: {} })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx, p) {
+      await ctx.http.request({ method: "POST", url: "`+sink.URL+`/write/a", json: {}, headers: { "X-Custom-Sig": "{secret:sig}" } })
+    } }) } })`), 0o644)
+	if r := keepIn(t, value, "secret", "set", "--data", data, "sig"); r.code != 0 {
+		t.Fatalf("secret set: %s %s", r.out, r.err)
+	}
+	var seen strings.Builder
+	add := func(r result) { seen.WriteString(r.out); seen.WriteString(r.err) }
+	r := keep(t, "run", "--data", data, "--config", cfg, filepath.Join(dir, "wf.js"))
+	add(r)
+	if r.code != 3 || !strings.Contains(r.out, "bad signature [redacted]") {
+		t.Fatalf("keep run: exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	if len(sink.Headers) != 1 || sink.Headers[0].Get("X-Custom-Sig") != value {
+		t.Fatalf("the server got %v", sink.Headers)
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"runs", "sig", "--json"}, {"outputs", "sig", "--json"}} {
+		add(keep(t, append(args, "--data", data)...))
+	}
+	var runs []struct{ ID string }
+	if err := json.Unmarshal([]byte(keep(t, "runs", "sig", "--data", data, "--json").out), &runs); err != nil || len(runs) == 0 {
+		t.Fatalf("runs: %v", err)
+	}
+	k, err := daemon.Open(daemon.Options{DataDir: data, ConfigFile: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(k.HTTPHandler(""))
+	defer func() { srv.Close(); k.Close() }()
+	get := func(path string) string {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	seen.WriteString(get("/api/v1/workflows/sig/blocked"))
+	for _, run := range runs {
+		add(keep(t, "show", "run", "--data", data, run.ID))
+		add(keep(t, "show", "run", "--data", data, run.ID, "--json"))
+		seen.WriteString(get("/api/v1/runs/" + run.ID))
+		seen.WriteString(get("/api/v1/runs/" + run.ID + "/trace"))
+	}
+	if strings.Contains(seen.String(), value) {
+		i := strings.Index(seen.String(), value)
+		t.Fatalf("the secret shows: …%s…", seen.String()[max(0, i-200):i+30])
+	}
+	if !strings.Contains(seen.String(), "{secret:sig}") || strings.Count(seen.String(), "[redacted]") < 3 {
+		t.Fatalf("the calls were not seen with their placeholder and the mask:\n%s", seen.String())
 	}
 }

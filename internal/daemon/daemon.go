@@ -249,6 +249,8 @@ func Open(o Options) (*Keep, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	// Every log line keep writes is masked like everything else it shows.
+	logger = slog.New(redact.Logger(logger.Handler()))
 	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, netguard.New(cfg.HTTPAllow), logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })

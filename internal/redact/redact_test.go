@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -97,5 +99,16 @@ func TestKnownValuesAreMaskedWherever(t *testing.T) {
 	}
 	if !Known("x "+sig) || Known("nothing here") {
 		t.Error("Known")
+	}
+}
+
+func TestLogLinesAreMasked(t *testing.T) {
+	const v = "log-secret-31c5"
+	Learn(v)
+	var b strings.Builder
+	log := slog.New(Logger(slog.NewTextHandler(&b, nil))).With("target", "https://u:"+v+"@x.example/")
+	log.Warn("call failed: "+v, "err", errors.New("server said "+v), "group", slog.GroupValue(slog.String("k", v)), "n", 3)
+	if strings.Contains(b.String(), v) || !strings.Contains(b.String(), "n=3") || !strings.Contains(b.String(), Mask) {
+		t.Fatalf("log line: %s", b.String())
 	}
 }
