@@ -27,10 +27,22 @@ type DryRunResult struct {
 }
 
 // DryRun replays a failed consumer run on a proposed script (issue 17, the
-// Maintainer's last check): prepare reads as usual, mutate's write is
-// captured and never sent, and nothing is stored. It returns the write
+// Maintainer's last check): prepare runs, mutate's write is
+// captured and never sent, every read answered from what the failed run
+// read, and nothing is stored. It returns the write
 // the repaired run would make; an error is the script's failure on it.
 func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRunResult, error) {
+	reads := &recordedReads{}
+	res, err := e.dryRun(ctx, workflow, runID, src, reads)
+	if miss := reads.missErr(); miss != nil {
+		// Whatever the script made of the refused read, keep cannot tell
+		// what it would do: the read is the answer.
+		return res, miss
+	}
+	return res, err
+}
+
+func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads *recordedReads) (DryRunResult, error) {
 	var wf kt.Workflow
 	var run kt.Run
 	var hrow kt.Handler
@@ -51,11 +63,14 @@ func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRu
 	if err != nil {
 		return DryRunResult{Supported: true}, err
 	}
+	// Every read is answered from what the failed run read (issue 22):
+	// a read it did not make ends the dry run; nothing reaches the world.
+	*reads = *readsOf(run.Trace)
 	if run.HandlerType == kt.HandlerTask {
 		// An item script runs from the start again: items are read, never
 		// written; writes the ledger has applied replay; the first new
 		// write stops the replay, which then counts as reaching it.
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), dry: true}
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), dry: true, reads: reads}
 		h := x.host(phaseTask)
 		h.task = &taskState{}
 		res := DryRunResult{Supported: true, Replayed: "task"}
@@ -73,7 +88,7 @@ func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRu
 	if run.HandlerType == kt.HandlerProducer {
 		// A producer registers and publishes into its host and commits at
 		// the end: run, its collections dropped, it stores nothing.
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf)}
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), reads: reads}
 		h := x.host(phaseProducer)
 		h.allowPublish, h.inputByKey, h.knownInputs = set(prog.Decl.Producers[run.Handler].Publishes), map[string]string{}, map[string]bool{}
 		if _, err := x.invoke(h, hrow.State); err != nil {
@@ -95,7 +110,7 @@ func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRu
 		return DryRunResult{}, err
 	}
 	dry := run
-	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &dry, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf)}
+	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &dry, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), reads: reads}
 	res := DryRunResult{Supported: true}
 	dv := x.declView()
 	// The retry resumes where the engine's own rule says (Engine.retry):
@@ -188,5 +203,3 @@ func (e *Engine) dryMutate(x *runExec, dv declView, prepared json.RawMessage, re
 	res.Identity = Identity{Workflow: x.run.Workflow, Handler: x.run.Handler, Tool: call.Tool, Method: m.Name, Params: identity, Subkey: subkey}.ConsumerKey(unit)
 	return *res, nil
 }
-
-var _ = json.RawMessage{}

@@ -36,6 +36,14 @@ type runExec struct {
 	// hostBytes counts what this run's calls moved between the sandbox
 	// and keep's process, both ways (kt.MaxHostBytesPerRun).
 	hostBytes int
+	// reads, in a dry run, answers every read from a recorded run's trace:
+	// the dry run never reaches the world (replay.go).
+	reads *recordedReads
+	// impact: replaying done work to compare it (Engine.ReplayDone): done
+	// items run again as if not done, their writes compared with the
+	// ledger's; every difference is noted in diffs.
+	impact bool
+	diffs  []Difference
 }
 
 // newExec starts carrying out run; its trace continues the run's own.

@@ -29,6 +29,14 @@ type TraceEntry struct {
 	Duration int64  `json:"durationMs,omitempty"`
 	Outcome  string `json:"outcome,omitempty"`
 	Text     string `json:"text,omitempty"`
+	// ArgsHash and Result record a read (a call that succeeded without
+	// writing): the hash of its whole arguments and what it answered, so
+	// that a dry run answers the same read from here and never from the
+	// world (issue 22). Results past maxTraceResult, or past
+	// maxTraceResults in one trace, are not kept: such a read cannot be
+	// replayed, and a dry run that makes it stops there.
+	ArgsHash string          `json:"argsHash,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
 }
 
 // Per-run bounds of what a handler publishes (buffered until the commit).
@@ -43,6 +51,8 @@ const (
 	maxTraceText    = 4000
 	maxTraceArgs    = 16 << 10
 	maxTraceEntries = 2000
+	maxTraceResult  = 256 << 10
+	maxTraceResults = 2 << 20
 	maxLogLine      = 1000
 	maxLogLines     = 10000
 )
@@ -51,6 +61,8 @@ const (
 type trace struct {
 	entries []TraceEntry
 	dropped int
+	// results is the bytes of read results kept (maxTraceResults).
+	results int
 }
 
 func loadTrace(raw json.RawMessage) *trace {
@@ -62,6 +74,9 @@ func loadTrace(raw json.RawMessage) *trace {
 		}
 		if json.Unmarshal(raw, &w) == nil {
 			t.entries, t.dropped = w.Entries, w.Dropped
+			for _, e := range w.Entries {
+				t.results += len(e.Result)
+			}
 		}
 	}
 	return t
@@ -84,6 +99,15 @@ func (t *trace) add(e TraceEntry) {
 			e.Args = fmt.Sprintf("(%d bytes of arguments, not kept in the trace; the first %d: %s…)", len(b), maxTraceText/4, clip(string(b), maxTraceText/4))
 		}
 	}
+	if len(e.Result) > maxTraceResult || t.results+len(e.Result) > maxTraceResults {
+		e.Result = nil
+	} else if len(e.Result) > 0 {
+		var v any
+		if json.Unmarshal(e.Result, &v) == nil {
+			e.Result, _ = json.Marshal(redact.Value(v))
+		}
+	}
+	t.results += len(e.Result)
 	t.entries = append(t.entries, e)
 }
 
@@ -289,6 +313,11 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
 		return nil, script.ErrSuspend
 	}
+	argsHash := hashOf(tool, m.Name, args)
+	if h.reads != nil {
+		// A dry run: the read is answered from what the recorded run read.
+		return h.reads.answer(method, argsHash)
+	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(h.ctx, h.e.policy.ToolTimeout)
 	defer cancel()
@@ -297,11 +326,12 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 		h.traceCall(method, m.Redact(args), start, string(res.Err.Class)+": "+res.Err.Message)
 		return nil, res.Err
 	}
-	h.traceCall(method, m.Redact(args), start, "ok")
 	b, err := json.Marshal(res.Value)
 	if err != nil {
+		h.traceCall(method, m.Redact(args), start, "ok")
 		return nil, kt.Errorf(kt.ClassInternal, "ctx.%s returned a value keep cannot encode: %v", method, err)
 	}
+	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: m.Redact(args), Duration: time.Since(start).Milliseconds(), Outcome: "ok", ArgsHash: argsHash, Result: b})
 	return b, nil
 }
 

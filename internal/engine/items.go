@@ -21,6 +21,12 @@ type taskState struct {
 	// item; empty means "by the error's class".
 	failStatus kt.ItemStatus
 	mutations  int
+	// In a replay of done work (runExec.impact): wasDone is whether the
+	// current item was done before the replay (it runs as if not), entered
+	// the items the recorded run entered, and seen those entered again.
+	wasDone bool
+	entered map[string]bool
+	seen    map[string]bool
 }
 
 // ItemView is what ctx.item shows a handler.
@@ -399,10 +405,12 @@ func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
 func (h *host) enterItemDry(id, title string) (json.RawMessage, error) {
 	ts := h.task
 	var it kt.Input
+	found := true
 	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
 		switch {
 		case errors.Is(err, kt.ErrNotFound):
+			found = false
 			cur = kt.Input{Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing, CurrentAttempt: 1}
 		case err != nil:
 			return err
@@ -410,13 +418,49 @@ func (h *host) enterItemDry(id, title string) (json.RawMessage, error) {
 			return kt.Errorf(kt.ClassLogic, "withItem(%q): that key belongs to an input of this workflow; choose item ids with a prefix of their own", id)
 		}
 		it = cur
+		if h.impact && ts.entered == nil {
+			ts.entered, ts.seen = map[string]bool{}, map[string]bool{}
+			all, err := tx.InputList(h.run.Workflow)
+			if err != nil {
+				return err
+			}
+			for _, in := range all {
+				if in.Kind == kt.KindTask && in.LastRun == h.run.ID {
+					ts.entered[in.Key] = true
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, storeError(err, "read item "+id)
 	}
 	ts.item, ts.isDone = &it, itemDone(it.Status)
+	if h.impact {
+		// Done items run again, their writes compared with the ledger's.
+		// An item the ledger does not have, before every item the recorded
+		// run entered was entered again, is done work under a new id.
+		ts.wasDone, ts.isDone = ts.isDone, false
+		ts.seen[id] = true
+		if !found {
+			if len(ts.seen)-1 < len(ts.entered) && !allSeen(ts.entered, ts.seen) {
+				h.noteDiff("item "+id, "not in the ledger", "a new item, while done items were not entered again (their ids changed?)")
+				return nil, errDiffers
+			}
+			// Past what the recorded run reached: new work, not compared.
+			return nil, &errDryWrite{write: "a new item " + id}
+		}
+	}
 	return json.Marshal(ItemView{ID: it.Key, Title: title, IsDone: ts.isDone, Attempt: it.CurrentAttempt})
+}
+
+func allSeen(want, seen map[string]bool) bool {
+	for k := range want {
+		if !seen[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // errDryWrite stops a dry run at the first write that would be sent.
@@ -429,6 +473,22 @@ func (e *errDryWrite) Error() string { return "dry run: reached " + e.write }
 // significantly different payload fails, as the real run would; the first
 // new one stops the run, never sent.
 func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
+	if h.impact {
+		// A replay of done work: the write the ledger has, with the same
+		// payload, replays; any other write of a done item is a difference;
+		// a new write of an item not done is new work, where the replay ends.
+		switch {
+		case lc.found && lc.mut.Status == kt.MutationApplied && lc.mut.PayloadHash == lc.payloadHash:
+			return lc.cachedResult(), nil
+		case lc.found && lc.mut.Status == kt.MutationApplied:
+			h.noteDiff("item "+h.task.item.Key, lc.method()+" "+lc.mut.Target, lc.method()+" "+lc.target+" with another payload")
+			return nil, errDiffers
+		case h.task.wasDone:
+			h.noteDiff("item "+h.task.item.Key, "done", lc.method()+" "+lc.target+", a write the ledger does not have (another target or identity: written again)")
+			return nil, errDiffers
+		}
+		return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+	}
 	switch lc.step() {
 	case stepConflict:
 		return nil, kt.Errorf(kt.ClassLogic, "item %q: %s was already applied in this attempt with different content; the real run would stop there", h.task.item.Key, lc.target)

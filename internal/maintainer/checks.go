@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/script"
 )
@@ -68,11 +67,10 @@ func noWider(old, new string) string {
 }
 
 var (
-	keyExprRe   = regexp.MustCompile(`\b(messageId|subkey)\s*:\s*([^,}\n]+)`)
-	withItemRe  = regexp.MustCompile(`withItem\s*\(\s*([^,]+),`)
-	inputIDRe   = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*?\bid\s*:\s*([^,}\n]+)`)
-	spaceRe     = regexp.MustCompile(`\s+`)
-	callStartRe = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(`)
+	keyExprRe  = regexp.MustCompile(`\b(messageId|subkey)\s*:\s*([^,}\n]+)`)
+	withItemRe = regexp.MustCompile(`withItem\s*\(\s*([^,]+),`)
+	inputIDRe  = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*?\bid\s*:\s*([^,}\n]+)`)
+	spaceRe    = regexp.MustCompile(`\s+`)
 )
 
 func norm(s string) string { return spaceRe.ReplaceAllString(strings.TrimSpace(s), "") }
@@ -101,44 +99,4 @@ func frozenIDs(old, new string) string {
 		return ""
 	}
 	return fmt.Sprintf("the expressions that build item IDs, message ids or subkeys changed (%s → %s); a repair keeps them, or done work would be done again", strings.Join(o, "; "), strings.Join(n, "; "))
-}
-
-// writeCalls returns the text of every write call (a mutate-kind method)
-// of a script, normalized, sorted.
-func writeCalls(src string, reg *connector.Registry) []string {
-	var out []string
-	for _, loc := range callStartRe.FindAllStringSubmatchIndex(src, -1) {
-		tool, method := src[loc[2]:loc[3]], src[loc[4]:loc[5]]
-		m, err := reg.Method(tool, method)
-		if err != nil || (m.Kind != connector.KindMutate && m.KindOf == nil) {
-			continue
-		}
-		depth, end := 0, len(src)
-		for i := loc[1] - 1; i < len(src); i++ {
-			switch src[i] {
-			case '(':
-				depth++
-			case ')':
-				depth--
-			}
-			if depth == 0 {
-				end = i + 1
-				break
-			}
-		}
-		out = append(out, norm(src[loc[0]:end]))
-	}
-	sort.Strings(out)
-	return out
-}
-
-// impact says whether a repair may change which writes happen or what
-// they send for work already done: any change to a write call's text is
-// potentially impactful (a person looks); otherwise it is safe.
-func impact(old, new string, reg *connector.Registry) (safe bool, why string) {
-	o, n := writeCalls(old, reg), writeCalls(new, reg)
-	if strings.Join(o, "\n") == strings.Join(n, "\n") {
-		return true, "the writes are written as before; the fix changes how the script gets to them"
-	}
-	return false, fmt.Sprintf("the writes change (%s → %s): work already done may have been written differently", strings.Join(o, "; "), strings.Join(n, "; "))
 }

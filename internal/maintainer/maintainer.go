@@ -295,12 +295,21 @@ func (m *Maintainer) dryRun(ctx context.Context, run kt.Run, src string) string 
 	return ""
 }
 
-// conclude activates a safe repair as the next minor version, or holds a
-// potentially impactful one for a person.
+// conclude judges a repair by what it does: the work the version in place
+// already did is replayed on it (reads answered from what was recorded,
+// writes intercepted). A repair that changes nothing done is activated as
+// the next minor version; one that would change any done item, input,
+// event or write is held for a person, with what would change — outside
+// data was in the prompt, so a repair that changes a write never runs
+// unattended.
 func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version, src string) error {
-	safe, why := impact(old.Script, src, m.Registry)
-	if !safe {
-		rec.Status, rec.Reason = kt.RepairHeld, "potentially impactful: "+why+". A person approves or rejects it: keep repairs "+rec.Workflow
+	rep, err := m.Engine.ReplayDone(ctx, rec.Workflow, old.ID, src, rec.RunID)
+	if err != nil {
+		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks, but keep could not replay the done work on it: "+err.Error()
+		return m.save(ctx, rec)
+	}
+	if len(rep.Differences) > 0 {
+		rec.Status, rec.Reason = kt.RepairHeld, "potentially impactful: replayed on the work version "+old.Label()+" did, it would change it — "+differences(rep.Differences)+". A person approves or rejects it: keep repairs "+rec.Workflow
 		return m.save(ctx, rec)
 	}
 	v, err := Activate(ctx, m.Engine, rec.Workflow, old.File, src, "maintainer", old.ID)
@@ -308,8 +317,22 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks but could not be deployed: "+err.Error()
 		return m.save(ctx, rec)
 	}
-	rec.Status, rec.ToVersion, rec.DecidedBy, rec.Reason = kt.RepairActivated, v.ID, "maintainer", "safe: "+why+"; activated as version "+v.Label()
+	rec.Status, rec.ToVersion, rec.DecidedBy = kt.RepairActivated, v.ID, "maintainer"
+	rec.Reason = fmt.Sprintf("safe: replayed on the %d done runs of version %s (reads as recorded, writes intercepted), it changes no item, input, event or write; activated as version %s", rep.Runs, old.Label(), v.Label())
 	return m.save(ctx, rec)
+}
+
+// differences lists what a repair would change, the first ten.
+func differences(ds []engine.Difference) string {
+	var out []string
+	for i, d := range ds {
+		if i == 10 {
+			out = append(out, fmt.Sprintf("and %d more", len(ds)-10))
+			break
+		}
+		out = append(out, d.String())
+	}
+	return strings.Join(out, "; ")
 }
 
 // Activate deploys a repaired script as the next minor version, by who:
@@ -372,6 +395,7 @@ func (m *Maintainer) conversation(v kt.Version, run kt.Run, events []kt.Event, p
 			lines = append(lines, fmt.Sprintf("… %d more", len(tr.Entries)-80))
 			break
 		}
+		e.ArgsHash, e.Result = "", nil // what reads answered stays with keep
 		line, _ := json.Marshal(e)
 		lines = append(lines, clip(string(line), 4000))
 	}

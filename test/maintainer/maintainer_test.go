@@ -208,7 +208,7 @@ func TestAnImpactfulRepairWaitsForAPerson(t *testing.T) {
 	})
 	r.waitFor("the repair to be held", func() bool { rs := r.repairs(); return len(rs) == 1 && rs[0].Status == "held" })
 	rs := r.repairs()
-	if !strings.Contains(rs[0].Reason, "potentially impactful") || !strings.Contains(rs[0].Reason, "who:p.data.who") {
+	if !strings.Contains(rs[0].Reason, "potentially impactful") || !strings.Contains(rs[0].Reason, "write of job/job-1") || !strings.Contains(rs[0].Reason, "with another payload") {
 		t.Fatalf("held for %q", rs[0].Reason)
 	}
 	out, _ := r.keep("repairs", "orders")

@@ -1,0 +1,333 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Judging a proposed version by what it does (issue 22): the work the
+// version in place already did is replayed on the proposed one — every read
+// answered from what the run recorded (TraceEntry.Result), every write
+// intercepted — and what it would do is compared with what the ledgers
+// hold: item keys, messageIds, input ids, each write's tool, method,
+// target, identity and payload hash. Nothing of a replay reaches the world
+// or the store. The text of the script is never read.
+
+// Difference is one piece of done work the proposed version would do
+// otherwise.
+type Difference struct {
+	RunID   string `json:"runId"`
+	Handler string `json:"handler"`
+	// What names the piece: "item email:a", "write of run …", "event job/job-1".
+	What string `json:"what"`
+	// Was is what the ledger holds; Would what the proposed version does.
+	Was   string `json:"was"`
+	Would string `json:"would"`
+}
+
+func (d Difference) String() string {
+	return fmt.Sprintf("%s %s (run %s): was %s, would be %s", d.Handler, d.What, shortRun(d.RunID), d.Was, d.Would)
+}
+
+func shortRun(id string) string {
+	if len(id) > 8 {
+		return id[len(id)-8:]
+	}
+	return id
+}
+
+// ReplayReport is what replaying done work found.
+type ReplayReport struct {
+	// Runs is how many done runs were replayed.
+	Runs        int          `json:"runs"`
+	Differences []Difference `json:"differences"`
+}
+
+// maxReplayRuns bounds the done runs replayed (the newest first).
+const maxReplayRuns = 200
+
+// recordedReads answers a dry run's reads from recorded traces.
+type recordedReads struct {
+	entries []TraceEntry
+	used    []bool
+	// miss is the first read it could not answer: the dry run cannot tell
+	// what the proposed version would do past it.
+	miss string
+}
+
+func readsOf(traces ...json.RawMessage) *recordedReads {
+	r := &recordedReads{}
+	for _, t := range traces {
+		for _, e := range loadTrace(t).entries {
+			if e.Kind == "call" && e.ArgsHash != "" && len(e.Result) > 0 {
+				r.entries = append(r.entries, e)
+			}
+		}
+	}
+	r.used = make([]bool, len(r.entries))
+	return r
+}
+
+// answer returns what the recorded run read with the same arguments (the
+// next unused answer, then any: a script may read one thing twice).
+func (r *recordedReads) answer(method, argsHash string) (json.RawMessage, error) {
+	for pass := 0; pass < 2; pass++ {
+		for i, e := range r.entries {
+			if e.Method == method && e.ArgsHash == argsHash && (pass == 1 || !r.used[i]) {
+				r.used[i] = true
+				return e.Result, nil
+			}
+		}
+	}
+	if r.miss == "" {
+		r.miss = "ctx." + method
+	}
+	return nil, kt.Errorf(kt.ClassLogic, "dry run: ctx.%s with these arguments is a read the recorded run did not make; a dry run answers reads only from what was recorded, and sends nothing", method)
+}
+
+// missErr is the error of a dry run that made a read it could not answer.
+func (r *recordedReads) missErr() error {
+	if r == nil || r.miss == "" {
+		return nil
+	}
+	return fmt.Errorf("it makes a read the recorded run did not make (%s with other arguments, or a read keep did not keep); a dry run never reaches the world, so keep cannot tell what it would do", r.miss)
+}
+
+// noteDiff records a difference of the replay (sticky: a script that
+// catches the error it gets still counts as different).
+func (x *runExec) noteDiff(what, was, would string) {
+	x.diffs = append(x.diffs, Difference{RunID: x.run.ID, Handler: x.run.Handler, What: what, Was: was, Would: would})
+}
+
+// errDiffers stops a replay at its first difference.
+var errDiffers = kt.Errorf(kt.ClassLogic, "dry run: the done work would change")
+
+// ReplayDone replays the done runs of a workflow's version (the newest
+// maxReplayRuns), and the run also when it is an item script's (its done
+// items are done work too), on the proposed script src, and reports every
+// difference from what the ledgers hold. Each run starts from the
+// handler's state as it is now (a run's starting state is not kept): a
+// producer whose reads depend on it makes reads its run did not, and
+// counts as different — a person looks.
+func (e *Engine) ReplayDone(ctx context.Context, workflow string, version int64, src, also string) (ReplayReport, error) {
+	var rep ReplayReport
+	prog, err := script.Compile("replay.js", src)
+	if err != nil {
+		return rep, err
+	}
+	var wf kt.Workflow
+	var runs []kt.Run
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if wf, err = tx.WorkflowGet(workflow); err != nil {
+			return err
+		}
+		all, err := tx.RunList(workflow, 0)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Version == version && r.Status == kt.StatusCommitted || r.ID == also && r.HandlerType == kt.HandlerTask {
+				runs = append(runs, r)
+			}
+		}
+		return nil
+	}); err != nil {
+		return rep, err
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt > runs[j].CreatedAt })
+	if len(runs) > maxReplayRuns {
+		runs = runs[:maxReplayRuns]
+	}
+	for i := range runs {
+		run := runs[i]
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("replay", e.nowMs()), reg: e.connectorsOf(wf), dry: true, impact: true, reads: readsOf(run.Trace)}
+		var err error
+		switch run.HandlerType {
+		case kt.HandlerTask:
+			err = x.replayTask()
+		case kt.HandlerProducer:
+			err = x.replayProducer()
+		case kt.HandlerConsumer:
+			err = x.replayConsumer()
+		default:
+			continue
+		}
+		var dw *errDryWrite
+		if errors.As(err, &dw) {
+			err = nil // it reached new work: done work ends there
+		}
+		rep.Runs++
+		if miss := x.reads.missErr(); miss != nil {
+			x.noteDiff("replay", "done", miss.Error())
+		} else if err != nil && len(x.diffs) == 0 {
+			var ke *kt.Error
+			if !errors.As(err, &ke) {
+				return rep, err // keep's own failure, not the script's
+			}
+			x.noteDiff("run", "done", "failing: "+err.Error())
+		}
+		rep.Differences = append(rep.Differences, x.diffs...)
+	}
+	return rep, nil
+}
+
+// handlerState is the run's handler's state as it is now.
+func (x *runExec) handlerState() (json.RawMessage, error) {
+	var hrow kt.Handler
+	err := x.e.store.View(x.ctx, func(tx store.Tx) error {
+		var err error
+		hrow, err = tx.HandlerGet(x.wf.Name, x.run.Handler)
+		return err
+	})
+	return hrow.State, err
+}
+
+// replayTask runs an item script again with done items run as if not
+// done: each item must be one the ledger has, each write the one it
+// recorded (enterItemDry, itemMutationDry).
+func (x *runExec) replayTask() error {
+	state, err := x.handlerState()
+	if err != nil {
+		return err
+	}
+	h := x.host(phaseTask)
+	h.task = &taskState{}
+	_, err = x.invoke(h, state)
+	return err
+}
+
+// replayProducer runs a producer again: every input it registers and
+// every event it publishes must be one the store has.
+func (x *runExec) replayProducer() error {
+	state, err := x.handlerState()
+	if err != nil {
+		return err
+	}
+	h := x.host(phaseProducer)
+	h.allowPublish, h.inputByKey, h.knownInputs = set(x.prog.Decl.Producers[x.run.Handler].Publishes), map[string]string{}, map[string]bool{}
+	_, err = x.invoke(h, state)
+	if verr := x.e.store.View(x.ctx, func(tx store.Tx) error {
+		keys := make([]string, 0, len(h.inputByKey))
+		for k := range h.inputByKey {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if _, err := tx.InputGetByKey(x.wf.Name, k); errors.Is(err, kt.ErrNotFound) {
+				x.noteDiff("input "+k, "not registered", "a new input (its id changed?)")
+			} else if err != nil {
+				return err
+			}
+		}
+		for _, p := range h.publishes {
+			if _, err := tx.EventGet(x.wf.Name, p.Topic, p.MessageID); errors.Is(err, kt.ErrNotFound) {
+				x.noteDiff("event "+p.Topic+"/"+p.MessageID, "not published", "a new event, done again by its consumer (its messageId changed?)")
+			} else if err != nil {
+				return err
+			}
+		}
+		return nil
+	}); verr != nil {
+		return verr
+	}
+	return err
+}
+
+// replayConsumer runs mutate again on the run's recorded selection: it
+// must make the write the ledger recorded (tool, method, target, identity
+// and payload), or none when there was none.
+func (x *runExec) replayConsumer() error {
+	pr, err := DecodePrepareResult(x.run.PrepareResult)
+	if err != nil || len(pr.Reservations) == 0 || !x.prog.Decl.Consumers[x.run.Handler].Mutate {
+		return nil // it selected nothing: mutate did not run
+	}
+	var had kt.Mutation
+	hadOne := true
+	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
+		var err error
+		had, err = tx.MutationByRun(x.run.ID)
+		if errors.Is(err, kt.ErrNotFound) {
+			hadOne = false
+			return nil
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	hm := x.host(phaseMutate)
+	hm.decl = x.declView()
+	if _, err := x.invoke(hm, preparedArg(x.run.PrepareResult)); err != nil && !errors.Is(err, script.ErrSuspend) {
+		return err
+	}
+	what := "write of " + describeSelection(pr)
+	switch call := hm.captured; {
+	case call == nil && !hadOne:
+		return nil
+	case call == nil:
+		x.noteDiff(what, had.Tool+"."+had.Method+" "+had.Target, "no write")
+	case !hadOne:
+		m, err := x.reg.Method(call.Tool, call.Method)
+		if err != nil {
+			return err
+		}
+		x.noteDiff(what, "no write", call.Tool+"."+m.Name+" "+targetOf(m, call.Tool, call.Args))
+	default:
+		m, err := x.reg.Method(call.Tool, call.Method)
+		if err != nil {
+			return err
+		}
+		if d := compareWrite(had, call.Tool, m, call.Args); d != "" {
+			x.noteDiff(what, had.Tool+"."+had.Method+" "+had.Target, d)
+		}
+	}
+	return nil
+}
+
+// describeSelection names what a consumer run selected.
+func describeSelection(pr PrepareResult) string {
+	var ids []string
+	for _, r := range pr.Reservations {
+		for _, id := range r.IDs {
+			ids = append(ids, r.Topic+"/"+id)
+		}
+	}
+	return strings.Join(ids, ", ")
+}
+
+// compareWrite says how a write differs from a recorded one ("" for the
+// same): tool and method, target, identity params and subkey, payload hash.
+func compareWrite(had kt.Mutation, tool string, m *connector.Method, args map[string]any) string {
+	target := targetOf(m, tool, args)
+	if tool != had.Tool || m.Name != had.Method {
+		return fmt.Sprintf("%s.%s %s (another tool or method)", tool, m.Name, target)
+	}
+	if target != had.Target {
+		return fmt.Sprintf("%s.%s %s (another target)", tool, m.Name, target)
+	}
+	var hadArgs map[string]any
+	if err := json.Unmarshal(had.Params, &hadArgs); err != nil {
+		return "a write keep cannot compare with the recorded one"
+	}
+	hi, hp := m.Split(hadArgs)
+	ni, np := m.Split(args)
+	hs, _ := hadArgs["subkey"].(string)
+	ns, _ := args["subkey"].(string)
+	if hashOf(hi, hs) != hashOf(ni, ns) {
+		return fmt.Sprintf("%s.%s %s with another identity or subkey (written again under a new idempotency key)", tool, m.Name, target)
+	}
+	_ = hp
+	if PayloadHash(np) != had.PayloadHash {
+		return fmt.Sprintf("%s.%s %s with another payload", tool, m.Name, target)
+	}
+	return ""
+}
