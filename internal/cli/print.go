@@ -92,6 +92,9 @@ func (a *app) printCard(c report.Card) {
 		fmt.Fprintf(a.out, "  input:   %s\n", in.Title)
 	}
 	fmt.Fprintf(a.out, "  why:     %s\n", c.Reason)
+	for _, n := range c.Notes {
+		fmt.Fprintf(a.out, "  note:    %s\n", n)
+	}
 	for _, r := range c.Repairs {
 		fmt.Fprintf(a.out, "  repair:  attempt %d %s (%d tokens): %s\n", r.Attempt, r.Status, r.Tokens, crop(r.Reason, 300))
 	}

@@ -67,6 +67,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Notify receives what a person watching should know (engine.Notice).
 	Notify func(engine.Notice)
+	// AtDurableStep, when set, is told each durable step the engine
+	// reaches (engine.Crash*), as the crash tests' KEEP_TEST_CRASH_AFTER
+	// is: tests take a person's decision there.
+	AtDurableStep func(step string)
 }
 
 // ErrBusy means another keep process owns the data directory's engine.
@@ -258,7 +262,7 @@ func Open(o Options) (*Keep, error) {
 	secrets := &account.Secrets{Store: st, Box: accts.Box}
 	learnSecrets(cfg, secrets, logger)
 	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail, sl, own), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
-		AtDurableStep: crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER")), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
+		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
 		OnChange: func(wf string) {
 			sched.Wake()
 			k.Hub.Publish(wf)
@@ -299,6 +303,24 @@ func Open(o Options) (*Keep, error) {
 		k.Metrics.CounterFunc("keep_maintainer_waits_total", "Times the Maintainer found a failed run's workflow taken (another node repairs it, or a step ran here) and left it for later.", func() float64 { return float64(k.maintainer.Waits()) })
 	}
 	return k, nil
+}
+
+// atStep calls both hooks a durable step is told to; nil when neither is set.
+func atStep(hooks ...func(string)) func(string) {
+	var set []func(string)
+	for _, h := range hooks {
+		if h != nil {
+			set = append(set, h)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return func(step string) {
+		for _, h := range set {
+			h(step)
+		}
+	}
 }
 
 // crashAt is the crash tests' hook: with KEEP_TEST_CRASH_AFTER set to a

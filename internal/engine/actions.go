@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -111,8 +112,14 @@ func Resolve(ctx context.Context, st store.Store, runID string, what Resolution,
 		if msg, err = d.carryOut(what); err != nil {
 			return err
 		}
+		// Each action's own check says why it does not fit (carryOut,
+		// whose writes this error rolls back); any other action the card
+		// does not offer is refused here: never recorded, then ignored.
+		if !slices.Contains(d.allowed, string(what)) {
+			return refuse("%s is not offered for run %s (%s); its card offers %s", what, runID, d.run.Status, strings.Join(d.allowed, ", "))
+		}
 		d.run.UpdatedAt = d.ms
-		if err := putRun(tx, d.run); err != nil {
+		if err := putRun(tx, &d.run); err != nil {
 			return err
 		}
 		dec := kt.Decision{Workflow: d.run.Workflow, RunID: runID, Action: string(what), Detail: msg, At: d.ms}
@@ -197,6 +204,9 @@ func (d *decision) carryOut(what Resolution) (string, error) {
 		if d.hasMut && d.mut.Status == kt.MutationApplied {
 			return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
 		}
+		if d.checking() {
+			return fmt.Sprintf("run %s will be skipped: %s is not sent again — unless the check keep has under way finds it applied: proof wins, and then the run completes", d.run.ID, d.mut.Target), nil
+		}
 		return fmt.Sprintf("run %s will be skipped", d.run.ID), nil
 	case ResolveApprove:
 		return d.approve()
@@ -212,18 +222,24 @@ func (d *decision) tryAgain() (string, error) {
 		run.Action = ActionRetry
 		msg := fmt.Sprintf("run %s will be retried", run.ID)
 		if run.Status == kt.StatusFailedLogic {
-			msg += " with the same script (deploy a fixed version with `keep deploy --minor` if it fails the same way)"
+			w, err := d.tx.WorkflowGet(run.Workflow)
+			if err != nil {
+				return "", err
+			}
+			if w.ActiveVersion > run.Version {
+				msg += " on the version deployed since it failed"
+			} else {
+				msg += " with the same script: if it fails the same way, fix the script and deploy it with `keep deploy --minor FILE` (keep then retries the run on the fix by itself)"
+			}
 		}
 		return msg, unpause(d.tx, run.Workflow, d.ms)
 	}
 	if !mut.CanReconcile {
 		return "", refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", run.ID, mut.Target)
 	}
-	mut.Status, mut.ReconcileAttempts, mut.NextReconcileAt, mut.ResolvedBy, mut.UpdatedAt = kt.MutationNeedsReconcile, 0, d.ms, kt.ResolvedByUserRetry, d.ms
-	if err := putMutation(d.tx, *mut); err != nil {
-		return "", err
-	}
-	run.Status, run.ErrorMessage = kt.StatusReconciliation, fmt.Sprintf("a person asked keep to check %s again", mut.Target)
+	// The ledger row is keep's: the engine resets it when it carries the
+	// decision out (decideOnWrite), after any step under way.
+	run.Action = kt.ActionCheckAgain
 	return fmt.Sprintf("keep will check again whether %s happened", mut.Target), nil
 }
 
@@ -235,13 +251,19 @@ func (d *decision) didntHappen() (string, error) {
 	if !kt.MutationTransitionAllowed(mut.Status, kt.MutationFailed) {
 		return "", refuse("mutation %s is %s and cannot be marked failed", mut.ID, mut.Status)
 	}
-	mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByUserAssertFailed, d.ms
-	mut.ErrorMessage = "a person stated that it did not happen"
-	if err := putMutation(d.tx, *mut); err != nil {
-		return "", err
+	run.Action = kt.ActionDidntHappen
+	msg := fmt.Sprintf("%s is marked as not done; mutate runs again and sends it once more", mut.Target)
+	if d.checking() {
+		msg += fmt.Sprintf(" — unless the check keep has under way finds it applied first: proof wins, and then it is not sent again")
 	}
-	run.Action = ActionRetry
-	return fmt.Sprintf("%s is marked as not done; mutate runs again and sends it once more", mut.Target), nil
+	return msg, nil
+}
+
+// checking says keep is checking the run's write by itself right now (a
+// background reconcile): its answer may settle the write before the
+// person's decision is carried out.
+func (d *decision) checking() bool {
+	return d.hasMut && d.mut.Status == kt.MutationNeedsReconcile && WhoActs(d.run, d.mut, d.hasMut) == Keep
 }
 
 func (d *decision) approve() (string, error) {
@@ -405,7 +427,7 @@ func Resume(ctx context.Context, st store.Store, wf string, now time.Time) error
 		}
 		if r, err := tx.RunOpen(wf); err == nil && r.Status == kt.StatusFailedInternal && r.Action == "" {
 			r.Action, r.UpdatedAt = ActionRetry, now.UnixMilli()
-			return putRun(tx, r)
+			return putRun(tx, &r)
 		}
 		return nil
 	})

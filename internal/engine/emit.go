@@ -22,11 +22,16 @@ func (x *runExec) emit(dv declView, reserve []kt.Event) error {
 	var mstatus struct {
 		Status string `json:"status"`
 	}
-	_ = json.Unmarshal(mr, &mstatus)
+	if err := decodeStored("mutation result", "run "+run.ID, mr, &mstatus); err != nil {
+		return x.fail(err)
+	}
 	h := x.host(phaseNext)
 	h.decl, h.allowPublish = dv, dv.publishes
 	var newState json.RawMessage
-	pr, _ := DecodePrepareResult(run.PrepareResult)
+	pr, err := DecodePrepareResult(run.PrepareResult)
+	if err != nil {
+		return x.fail(kt.Errorf(kt.ClassInternal, "the stored PrepareResult of run %s does not decode (%v): keep's store was changed outside keep or is damaged; keep stopped here and changed nothing of it — restore the store from a backup", run.ID, err))
+	}
 	if pr.reservesNothing() {
 		// Nothing to do (SPEC §4, docs/scripts.md): the run commits at once;
 		// next is for work that was selected.
@@ -122,7 +127,10 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 	if state != nil {
 		hrow.State = state
 	}
-	pr, _ := DecodePrepareResult(x.run.PrepareResult)
+	pr, err := DecodePrepareResult(x.run.PrepareResult)
+	if err != nil {
+		return err // emit stopped on it before
+	}
 	if pr.reservesNothing() {
 		hrow.Dirty = selfDirty
 	}

@@ -503,7 +503,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		for _, r := range runs {
 			r.Status, r.UpdatedAt = kt.StatusCrashed, now
 			r.ErrorClass, r.ErrorMessage = kt.ClassInternal, "keep stopped while this run was active; it will be recovered"
-			if err := putRun(tx, r); err != nil {
+			if err := putRun(tx, &r); err != nil {
 				return err
 			}
 			n++
@@ -536,8 +536,8 @@ func (e *Engine) migrateConsumerIdentities(tx store.Tx) error {
 				continue
 			}
 			var args map[string]any
-			if json.Unmarshal(m.Params, &args) != nil {
-				continue
+			if err := decodeStored("params", "mutation "+m.ID, m.Params, &args); err != nil {
+				return err
 			}
 			reserved, err := tx.EventsReservedBy(run.ID)
 			if err != nil {

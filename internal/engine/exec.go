@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -60,17 +61,71 @@ func (x *runExec) finished(err error) {
 }
 
 // save writes the run, with its trace, in one transition together with
-// what with writes (nil: the run alone).
+// what with writes (nil: the run alone). When a person's decision came in
+// while the step was under way, the write finds the run written since
+// (store.ErrConflict): save takes the decision over (takeDecision) and
+// writes again, so the step's findings and the decision both stand.
 func (x *runExec) save(with func(tx store.Tx) error) error {
-	x.run.Trace = x.tr.json()
-	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
-		if with != nil {
-			if err := with(tx); err != nil {
-				return err
+	for tries := 0; ; tries++ {
+		x.run.Trace = x.tr.json()
+		err := x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+			if with != nil {
+				if err := with(tx); err != nil {
+					return err
+				}
 			}
+			return putRun(tx, x.run)
+		})
+		if !errors.Is(err, store.ErrConflict) || tries == maxSaveTries {
+			return err
 		}
-		return putRun(tx, *x.run)
-	})
+		if err := x.takeDecision(); err != nil {
+			return err
+		}
+	}
+}
+
+// maxSaveTries bounds how often one write of a step takes a decision over:
+// a person decides once per run (Resolve refuses a second), so more is a bug.
+const maxSaveTries = 3
+
+// takeDecision re-reads the run after a write of this step found it written
+// since: a person's decision came in while the step was under way. The
+// step's findings are facts (what the target answered) and stay; the
+// decision stays on the run and is carried out after this step
+// (handleOpen), against what the step found — proof that a write applied
+// wins over "it didn't happen". A run closed meanwhile ends the step.
+func (x *runExec) takeDecision() error {
+	var cur kt.Run
+	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
+		var err error
+		cur, err = tx.RunGet(x.run.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	if cur.Status.Finished() {
+		return fmt.Errorf("run %s was closed (%s) while this step was under way: %w", cur.ID, cur.Status, store.ErrConflict)
+	}
+	x.run.Rev = cur.Rev
+	if cur.Action != "" {
+		x.run.Action = cur.Action
+	}
+	if cur.ApprovedHash != "" {
+		x.run.ApprovedHash = cur.ApprovedHash
+	}
+	x.phaseNote(string(x.run.Phase), fmt.Sprintf("a person's decision (%s) came in while keep was working on this run; keep carries it out after this step", cur.Action))
+	return nil
+}
+
+// decodeStored decodes JSON keep stored itself. JSON that does not decode
+// was changed outside keep or is damaged: the caller stops with this clear
+// error instead of acting on a guess (issue 24 #3).
+func decodeStored(what, owner string, raw json.RawMessage, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return kt.Errorf(kt.ClassInternal, "the stored %s of %s does not decode (%v): keep's store was changed outside keep or is damaged; keep stopped here and changed nothing of it — restore the store from a backup", what, owner, err)
+	}
+	return nil
 }
 
 // secrets opens the secrets this run's calls name (connector.FillSecrets).

@@ -17,7 +17,12 @@ import (
 const maxErrorText = 4000
 
 // fail records a failed run by the taxonomy of SPEC §6 and applies the reset rules of §4.
-func (x *runExec) fail(cause error) error {
+func (x *runExec) fail(cause error) error { return x.failWith(cause, nil) }
+
+// failWith is fail with more writes (with, nil for none) in the failure's
+// one transaction: a state change is never split in two, so a crash cannot
+// leave the run waiting behind a message its ledger row no longer bears out.
+func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 	e, run := x.e, x.run
 	if errors.Is(cause, script.ErrStopping) || errors.Is(cause, store.ErrFenced) {
 		// Not a failure of the run: keep is stopping, or another node took
@@ -31,7 +36,9 @@ func (x *runExec) fail(cause error) error {
 	// threw a 20 MB message, stored twice and printed whole).
 	msg := clip(redact.String(cause.Error()), maxErrorText)
 	now := e.nowMs()
-	run.ErrorClass, run.ErrorMessage, run.UpdatedAt, run.Action = class, msg, now, ""
+	// run.Action stays: a person's decision that came in while this step
+	// was under way is carried out after it, never cleared (issue 24).
+	run.ErrorClass, run.ErrorMessage, run.UpdatedAt = class, msg, now
 	run.NextAttemptAt = 0
 	var wait *approvalWait
 	if errors.As(cause, &wait) {
@@ -58,6 +65,11 @@ func (x *runExec) fail(cause error) error {
 	x.tr.add(TraceEntry{At: now, Kind: "error", Phase: string(run.Phase), Outcome: string(class), Text: msg})
 	e.log.Info("run failed", "workflow", x.wf.Name, "run", run.ID, "handler", run.Handler, "phase", run.Phase, "status", run.Status, "error", msg)
 	return x.save(func(tx store.Tx) error {
+		if with != nil {
+			if err := with(tx); err != nil {
+				return err
+			}
+		}
 		if run.HandlerType == kt.HandlerConsumer && releasesReservations(run, class) {
 			if err := releaseReservations(tx, run.ID, now); err != nil {
 				return err

@@ -52,6 +52,13 @@ var roomyPolicy = strings.Replace(testPolicy, `handler_timeout = "2s"`, `handler
 
 func newEnvWith(t testing.TB, policy string) *env {
 	t.Helper()
+	return newEnvAt(t, policy, nil)
+}
+
+// newEnvAt is newEnvWith whose engine tells atStep each durable step it
+// reaches (engine.Crash*), from the step's own goroutine.
+func newEnvAt(t testing.TB, policy string, atStep func(step string)) *env {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
 	// The sink is on 127.0.0.1: keep.toml allows it, as a person would.
@@ -66,7 +73,7 @@ func newEnvWith(t testing.TB, policy string) *env {
 		storeURL = pgtest.FreshSchema(t)
 	}
 	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AtDurableStep: atStep})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func skipTaskItem(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	msg := fmt.Sprintf("item %q skipped", it.Key)
 	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
 		r.Action, r.UpdatedAt = ActionSkip, ms
-		if err := putRun(tx, r); err != nil {
+		if err := putRun(tx, &r); err != nil {
 			return "", err
 		}
 		msg += fmt.Sprintf("; blocked run %s goes on with the other items", r.ID)
@@ -124,7 +124,7 @@ func skipInput(tx store.Tx, it kt.Input, ms int64) (string, error) {
 			}
 			if !r.Status.Finished() && r.Action == "" {
 				r.Action, r.UpdatedAt = ActionSkip, ms
-				if err := putRun(tx, r); err != nil {
+				if err := putRun(tx, &r); err != nil {
 					return "", err
 				}
 				runs = append(runs, r.ID)
@@ -192,7 +192,7 @@ func closeBlockedHolders(tx store.Tx, it kt.Input, evs []kt.Event, ms int64) ([]
 			}
 		}
 		r.Status, r.Action, r.UpdatedAt, r.FinishedAt = kt.StatusSkipped, "", ms, ms
-		if err := putRun(tx, r); err != nil {
+		if err := putRun(tx, &r); err != nil {
 			return nil, err
 		}
 		closed = append(closed, r.ID)
@@ -244,7 +244,7 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	}
 	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
 		r.Action, r.UpdatedAt = ActionRetry, ms
-		if err := putRun(tx, r); err != nil {
+		if err := putRun(tx, &r); err != nil {
 			return "", err
 		}
 	}

@@ -205,7 +205,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		}
 		// The item will point at this run: the run is recorded with it.
 		h.run.UpdatedAt = now
-		if err := putRun(tx, *h.run); err != nil {
+		if err := putRun(tx, h.run); err != nil {
 			return err
 		}
 		if !itemDone(cur.Status) {

@@ -55,6 +55,11 @@ func (x *runExec) openLedger(phase, tool string, m *connector.Method, args map[s
 	x.run.PendingCall, _ = json.Marshal(lc.pending())
 	var err error
 	lc.mut, lc.found, err = x.e.lookupMutation(x.ctx, lc.identityKey)
+	if err == nil && lc.found && len(lc.mut.Params) > 0 {
+		// comparePayloads reads them: a row that does not decode stops here.
+		var stored map[string]any
+		err = decodeStored("params", "mutation "+lc.mut.ID, lc.mut.Params, &stored)
+	}
 	return lc, err
 }
 
@@ -201,6 +206,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	cctx, cancel := context.WithTimeout(x.ctx, e.toolTimeout(call.Args))
 	status, value, rerr := x.probe(cctx, m, call)
 	cancel()
+	e.crashPoint(CrashAfterProbe)
 	text := string(status)
 	if rerr != nil {
 		text += ": " + rerr.Error()

@@ -98,7 +98,11 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 	case stepReplay:
 		lc.noteReplay()
 		var result any
-		_ = json.Unmarshal(lc.mut.Result, &result)
+		if len(lc.mut.Result) > 0 {
+			if err := decodeStored("result", "mutation "+lc.mut.ID, lc.mut.Result, &result); err != nil {
+				return false, x.fail(err)
+			}
+		}
 		return x.mutationApplied(&lc.mut, result, lc.mut.ResolvedBy)
 	case stepBlocked:
 		// A write that may have happened: never send it again blindly.
@@ -150,7 +154,7 @@ func (x *runExec) writeReserved(reserve []kt.Event) error {
 			return err
 		}
 		if x.run.Phase == kt.PhasePrepared {
-			return putRun(tx, *x.run)
+			return putRun(tx, x.run)
 		}
 		return nil
 	}); err != nil {
@@ -220,13 +224,12 @@ func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string
 }
 
 // mutationFailed records a definite failure: the write did not happen, so the
-// run fails by the error's class and a retry runs mutate again.
+// run fails by the error's class and a retry runs mutate again — the ledger
+// row and the run in one transaction (issue 24 #3: two once let a crash
+// between them leave the run waiting behind a stale message).
 func (x *runExec) mutationFailed(mut *kt.Mutation, cause *kt.Error, resolvedBy string) error {
 	markFailed(mut, cause, resolvedBy, x.e.nowMs())
-	if err := x.e.store.Update(x.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
-		return err
-	}
-	return x.fail(cause)
+	return x.failWith(cause, func(tx store.Tx) error { return putMutation(tx, *mut) })
 }
 
 // blockOnMutation escalates: the outcome is unknown and cannot be checked.
@@ -246,7 +249,9 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 	// The connector's message often starts with the target the card
 	// names already ("POST X — POST X: …" read twice).
 	why = strings.TrimPrefix(why, mut.Target+": ")
-	x.e.ensurePendingCall(run, *mut)
+	if err := x.e.ensurePendingCall(run, *mut); err != nil {
+		return err
+	}
 	verify := "keep cannot check whether it happened (this call has no reconcile): look at the target yourself, then choose It didn't happen (send again) or Skip"
 	if mut.CanReconcile {
 		verify = "keep could not establish whether it happened; Try again to check once more, or look yourself and choose It didn't happen or Skip"
@@ -261,18 +266,23 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 // ensurePendingCall gives a run that took over a ledger row (a retry after a
 // crash, which does not run mutate again) the preview of the call as it was
 // sent, so its card shows what, to what, and how.
-func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) {
+func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) error {
 	if len(run.PendingCall) > 0 {
-		return
+		return nil
 	}
 	var args map[string]any
-	_ = json.Unmarshal(mut.Params, &args)
+	if len(mut.Params) > 0 {
+		if err := decodeStored("params", "mutation "+mut.ID, mut.Params, &args); err != nil {
+			return err
+		}
+	}
 	pc := PendingCall{Tool: mut.Tool, Method: mut.Method, Target: mut.Target, PayloadHash: mut.PayloadHash}
 	if m, err := e.registry.Method(mut.Tool, mut.Method); err == nil && args != nil {
 		identity, payload := m.Split(args)
 		pc.Args, pc.CallHash = m.Redact(args), CallHash(mut.Tool, mut.Method, mut.Target, identity, payload)
 	}
 	run.PendingCall, _ = json.Marshal(pc)
+	return nil
 }
 
 // reconcile asks the connector whether an uncertain write of a consumer run
@@ -280,7 +290,9 @@ func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) {
 // call, or on recovery) does not count against the policy's background
 // attempts.
 func (x *runExec) reconcile(mut *kt.Mutation, when reconcileAttempt) (bool, error) {
-	x.e.ensurePendingCall(x.run, *mut)
+	if err := x.e.ensurePendingCall(x.run, *mut); err != nil {
+		return false, err
+	}
 	ans := x.askReconcile(mut, "mutating", when)
 	switch ans.step {
 	case recApplied:
@@ -323,22 +335,33 @@ func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
 
 // putRun saves a run after checking its status change against the run
 // status machine (keeptype's table): the one writer of runs in the engine.
-// A forbidden move — a finished run written over, which a stale step could
-// attempt — is refused as an internal error and nothing is written.
-func putRun(tx store.Tx, r kt.Run) error {
-	from, err := storedState(func() (kt.Run, error) { return tx.RunGet(r.ID) }, func(p kt.Run) kt.Status { return p.Status })
+// An existing run is written only from the revision its writer read
+// (r.Rev, store.Tx.RunSetIfRev), and r.Rev follows the write: a writer
+// that read an older state — a step under way when a person's decision
+// came in, another node — gets store.ErrConflict and re-reads instead of
+// writing over it. A forbidden move is refused as an internal error.
+func putRun(tx store.Tx, r *kt.Run) error {
+	prev, err := tx.RunGet(r.ID)
+	if errors.Is(err, kt.ErrNotFound) {
+		if !kt.RunStatusTransitionAllowed("", r.Status) {
+			return kt.Errorf(kt.ClassInternal, "run %s: a new run cannot start as %q", r.ID, r.Status)
+		}
+		return tx.RunPut(*r)
+	}
 	if err != nil {
 		return err
 	}
-	if !kt.RunStatusTransitionAllowed(from, r.Status) {
-		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
+	if prev.Rev != r.Rev {
+		return fmt.Errorf("run %s was written since this writer read it (revision %d, now %d): %w", r.ID, r.Rev, prev.Rev, store.ErrConflict)
 	}
-	if from == "" {
-		return tx.RunPut(r)
+	if !kt.RunStatusTransitionAllowed(prev.Status, r.Status) {
+		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, prev.Status, r.Status)
 	}
-	// Conditional on the status just read: a writer that read an older state
-	// (another node, a stale step) cannot overwrite a newer one.
-	return tx.RunSetIf(r, from)
+	if err := tx.RunSetIfRev(*r); err != nil {
+		return err
+	}
+	r.Rev++
+	return nil
 }
 
 // putItem saves an item after checking a task item's state change against

@@ -98,7 +98,17 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 	now := x.e.nowMs()
 	x.tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	x.run.Status, x.run.Trace, x.run.UpdatedAt, x.run.FinishedAt, x.run.ErrorClass, x.run.ErrorMessage = kt.StatusCommitted, x.tr.json(), now, now, "", ""
-	return putRun(tx, *x.run)
+	if asked := x.run.Action; asked != "" {
+		// A person's decision came in while this step was under way
+		// (takeDecision), and the step found the write applied: proof
+		// wins, the run completes, and the decision log says so.
+		x.run.Action = ""
+		if err := logDecision(WithActor(x.ctx, "keep"), tx, kt.Decision{Workflow: x.run.Workflow, RunID: x.run.ID, Action: string(asked), At: now,
+			Detail: fmt.Sprintf("not carried out: keep found the write applied before %s could be, so run %s completed (proof wins)", asked, x.run.ID)}); err != nil {
+			return err
+		}
+	}
+	return putRun(tx, x.run)
 }
 
 // insertPublishes writes a run's buffered publishes at commit (last write

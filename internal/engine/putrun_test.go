@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,18 +23,25 @@ func TestPutRunRefusesToWriteOverAFinishedRun(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	r := kt.Run{ID: "r1", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: kt.StatusActive}
-	if err := st.Update(ctx, func(tx store.Tx) error { return putRun(tx, r) }); err != nil {
+	if err := st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &r) }); err != nil {
 		t.Fatal(err)
 	}
 	stale := r
 	r.Status, r.Phase = kt.StatusCommitted, kt.PhaseCommitted
-	if err := st.Update(ctx, func(tx store.Tx) error { return putRun(tx, r) }); err != nil {
+	if err := st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &r) }); err != nil {
 		t.Fatal(err)
 	}
 	stale.Status, stale.ErrorMessage = kt.StatusTransient, "a late failure"
-	err = st.Update(ctx, func(tx store.Tx) error { return putRun(tx, stale) })
+	err = st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &stale) })
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("want the write from an older revision refused, got %v", err)
+	}
+	// From the current revision, the run status machine still refuses.
+	late := r
+	late.Status, late.ErrorMessage = kt.StatusTransient, "a late failure"
+	err = st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &late) })
 	if err == nil || kt.ClassOf(err) != kt.ClassInternal || !strings.Contains(err.Error(), `"committed" → "paused:transient"`) {
-		t.Fatalf("want the stale write refused, got %v", err)
+		t.Fatalf("want the forbidden move refused, got %v", err)
 	}
 	_ = st.View(ctx, func(tx store.Tx) error {
 		got, err := tx.RunGet("r1")

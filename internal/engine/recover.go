@@ -27,6 +27,8 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 		return true, e.skip(ctx, wf, run)
 	case run.Action == ActionRetry:
 		return true, e.retry(ctx, wf, run)
+	case run.Action == kt.ActionCheckAgain || run.Action == kt.ActionDidntHappen:
+		return true, e.decideOnWrite(ctx, wf, run)
 	case run.Status == kt.StatusCrashed || run.Status == kt.StatusActive:
 		// Steps of one workflow never overlap and one process owns the data
 		// directory, so an active run seen here was left by a step that
@@ -41,6 +43,50 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 		return e.reconcileDue(ctx, wf, run)
 	}
 	return false, nil
+}
+
+// decideOnWrite carries out a person's Try again or It didn't happen on a
+// write whose outcome was unknown when they chose, in one transaction with
+// the run: against what the ledger says now, since a check under way when
+// they chose may have settled it. Proof wins: a write found applied is
+// never marked failed (the run goes on after it); one found not to have
+// happened is sent again, as either choice asked.
+func (e *Engine) decideOnWrite(ctx context.Context, wf kt.Workflow, run kt.Run) error {
+	now := e.nowMs()
+	return e.update(ctx, wf.Name, func(tx store.Tx) error {
+		mut, err := tx.MutationByRun(run.ID)
+		if err != nil && !errors.Is(err, kt.ErrNotFound) {
+			return err
+		}
+		unknown := err == nil && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile)
+		asked := run.Action
+		run.Action, run.UpdatedAt = ActionRetry, now
+		var note string
+		switch {
+		case unknown && asked == kt.ActionCheckAgain:
+			mut.Status, mut.ReconcileAttempts, mut.NextReconcileAt, mut.ResolvedBy, mut.UpdatedAt = kt.MutationNeedsReconcile, 0, now, kt.ResolvedByUserRetry, now
+			run.Action, run.Status, run.ErrorMessage = "", kt.StatusReconciliation, fmt.Sprintf("a person asked keep to check %s again", mut.Target)
+		case unknown:
+			mut.Status, mut.ResolvedBy, mut.UpdatedAt = kt.MutationFailed, kt.ResolvedByUserAssertFailed, now
+			mut.ErrorMessage = "a person stated that it did not happen"
+		case err == nil && mut.Status == kt.MutationApplied:
+			note = fmt.Sprintf("%s was found applied before %s was carried out: proof wins, so it is not sent again and the run goes on after it", mut.Target, asked)
+		case err == nil:
+			note = fmt.Sprintf("%s was found not to have happened before %s was carried out; it is sent again", mut.Target, asked)
+		}
+		if unknown {
+			if err := putMutation(tx, mut); err != nil {
+				return err
+			}
+		}
+		if err := putRun(tx, &run); err != nil {
+			return err
+		}
+		if note == "" {
+			return nil
+		}
+		return logDecision(WithActor(ctx, "keep"), tx, kt.Decision{Workflow: run.Workflow, RunID: run.ID, MutationID: mut.ID, Action: string(asked), Detail: note, At: now})
+	})
 }
 
 // reconcileDue makes a background reconcile attempt for a run waiting on a
@@ -103,7 +149,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	nr.Trace = newTrace(fmt.Sprintf("retry of run %s (%s in %s)", old.ID, old.Status, old.Phase), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	err = e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putRun(tx, old); err != nil {
+		if err := putRun(tx, &old); err != nil {
 			return err
 		}
 		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) {
@@ -121,7 +167,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 				return err
 			}
 		}
-		return putRun(tx, nr)
+		return putRun(tx, &nr)
 	})
 	if err != nil {
 		return err
@@ -229,7 +275,8 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	now := e.nowMs()
 	switch {
 	case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated) && old.Phase != kt.PhaseEmitting:
-		// The mutation happened: skipping it is no longer possible; the run completes.
+		// The mutation happened (a check under way when the person chose
+		// Skip found it applied: proof wins): the run completes.
 		return e.retry(ctx, wf, old)
 	case old.Phase == kt.PhaseEmitting && old.Status == kt.StatusFailedLogic || pinned == 0:
 		// next itself fails, or nothing is reserved: close the run, skip its events, publish nothing.
@@ -238,7 +285,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 				return err
 			}
 			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-			return putRun(tx, old)
+			return putRun(tx, &old)
 		})
 	}
 	return e.skipMutation(ctx, wf, old)
@@ -299,7 +346,7 @@ func (e *Engine) skipProducerRun(ctx context.Context, wf kt.Workflow, old kt.Run
 	now := e.nowMs()
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
 		old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-		if err := putRun(tx, old); err != nil {
+		if err := putRun(tx, &old); err != nil {
 			return err
 		}
 		h, err := tx.HandlerGet(wf.Name, old.Handler)
@@ -330,7 +377,7 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 	nr.Trace = newTrace(fmt.Sprintf("a person skipped the mutation of run %s", old.ID), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putRun(tx, old); err != nil {
+		if err := putRun(tx, &old); err != nil {
 			return err
 		}
 		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) { ev.ReservedBy = nr.ID }); err != nil {
@@ -344,7 +391,7 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {
 			return err
 		}
-		return putRun(tx, nr)
+		return putRun(tx, &nr)
 	}); err != nil {
 		return err
 	}

@@ -20,6 +20,10 @@ const (
 	CrashAfterCall     = "after-call"
 	CrashAfterApplied  = "after-applied"
 	CrashInsideCommit  = "inside-commit"
+	// CrashAfterProbe: a reconcile probe answered, before its answer is
+	// recorded (after a background attempt's, the run is not active: a
+	// person may decide meanwhile).
+	CrashAfterProbe = "after-probe"
 )
 
 func (e *Engine) crashPoint(name string) {
@@ -42,6 +46,18 @@ func advance(r *kt.Run, to kt.Phase) error {
 // whether it did anything. The caller guarantees that no other Step of the
 // same workflow runs at the same time.
 func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
+	did, err := e.step(ctx, name)
+	if errors.Is(err, store.ErrConflict) {
+		// The run was written while this step worked on it (a person's
+		// decision, a reprocess that closed it): nothing was written over
+		// it, and the next step starts from what is stored.
+		e.log.Info("the run changed while a step worked on it; stepping again", "workflow", name, "error", err)
+		return true, nil
+	}
+	return did, err
+}
+
+func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	p := &stepPlan{now: e.nowMs()}
 	var open *kt.Run
 	picked := false

@@ -282,6 +282,12 @@ type RunAction string
 const (
 	ActionRetry RunAction = "retry"
 	ActionSkip  RunAction = "skip"
+	// ActionCheckAgain: Try again on a write whose outcome is unknown —
+	// keep asks the target once more (reconcile), attempts reset.
+	ActionCheckAgain RunAction = "check-again"
+	// ActionDidntHappen: a person states that an unknown write did not
+	// happen; carried out only while no proof says it did (proof wins).
+	ActionDidntHappen RunAction = "didnt-happen"
 )
 
 // Input is one external thing that happened (the input ledger; an item of kind "input").
@@ -380,6 +386,9 @@ type Run struct {
 	CreatedAt      int64
 	UpdatedAt      int64
 	FinishedAt     int64
+	// Rev counts the writes of the run: every write after the first is
+	// conditional on the revision its writer read (store.Tx.RunSetIfRev).
+	Rev int64
 }
 
 // MutationStatus is the mutation ledger state of chapter 13.

@@ -126,6 +126,9 @@ type Card struct {
 	// AppliedWrite is the run's write when it already happened (the block
 	// is elsewhere, e.g. next threw): shown as done, never as what is blocked.
 	AppliedWrite *engine.PendingCall `json:"appliedWrite,omitempty"`
+	// Notes say what a person should know before choosing: that proof of
+	// a write wins over "it didn't happen", how to fix a script's bug.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Time renders a millisecond timestamp for people and JSON.
@@ -482,7 +485,39 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 	if hasMut && m.Status == kt.MutationApplied && c.Mutation != nil {
 		c.AppliedWrite, c.Mutation = c.Mutation, nil
 	}
+	if c.Notes, err = cardNotes(tx, r, c.Actions); err != nil {
+		return c, false, err
+	}
 	return c, blocked, nil
+}
+
+// cardNotes says what a person should know about a card's actions (issue
+// 24 #1, #10): proof of a write wins over "it didn't happen"; a script's bug
+// is fixed by deploying a minor version, which retries the run by itself.
+func cardNotes(tx store.Tx, r kt.Run, actions []string) ([]string, error) {
+	var notes []string
+	if slices.Contains(actions, string(engine.ResolveDidntHappen)) {
+		notes = append(notes, "It didn't happen is carried out after any check keep has under way; if that check finds the write applied, the proof wins and the write is not sent again.")
+	}
+	if r.Status != kt.StatusFailedLogic {
+		return notes, nil
+	}
+	w, err := tx.WorkflowGet(r.Workflow)
+	if err != nil {
+		return nil, err
+	}
+	if w.ActiveVersion > r.Version {
+		v, err := tx.VersionGet(r.Workflow, w.ActiveVersion)
+		if err != nil {
+			return nil, err
+		}
+		return append(notes, fmt.Sprintf("Version %s was deployed after this run failed: keep retries the run on it by itself (or now: keep resolve %s --try-again).", v.Label(), r.ID)), nil
+	}
+	v, err := tx.VersionGet(r.Workflow, r.Version)
+	if err != nil {
+		return nil, err
+	}
+	return append(notes, fmt.Sprintf("This is a bug in the script: fix %s, then deploy the fix with `keep deploy --minor %s` — keep retries this run on the fixed version by itself (or: keep resolve %s --try-again). Try again alone runs the same script again.", v.File, v.File, r.ID)), nil
 }
 
 // RunDetail is `keep show run`: the run, its trace, its mutation and, when

@@ -192,12 +192,14 @@ type Tx interface {
 
 	RunGet(id string) (kt.Run, error)
 	// RunPut creates a run, or overwrites one whatever its state (seeding,
-	// tests); the engine changes an existing run only with RunSetIf.
+	// tests); the engine changes an existing run only with RunSetIfRev.
 	RunPut(r kt.Run) error
-	// RunSetIf overwrites run r.ID only while its stored status is from
-	// (like River's JobSetStateIfRunning); when it is not, or the run does
-	// not exist, it writes nothing and returns ErrConflict (wrapped).
-	RunSetIf(r kt.Run, from kt.Status) error
+	// RunSetIfRev overwrites run r.ID only while its stored revision is
+	// still r.Rev, the one its writer read (like River's
+	// JobSetStateIfRunning), and stores revision r.Rev+1; when the run was
+	// written since, or does not exist, it writes nothing and returns
+	// ErrConflict (wrapped): the writer re-reads instead of overwriting.
+	RunSetIfRev(r kt.Run) error
 	RunList(workflow string, limit int) ([]kt.Run, error)
 	// RunOpen returns the workflow's unfinished run (the one that blocks it).
 	RunOpen(workflow string) (kt.Run, error)

@@ -61,6 +61,21 @@ type Sink struct {
 	probes      int
 	hang        time.Duration
 	Headers     []http.Header // every write request's headers, applied or not
+	// holdAt is the probe (1-based) held until hold is closed (HoldProbe).
+	holdAt int
+	hold   chan struct{}
+}
+
+// HoldProbe holds the n-th reconcile probe (counting from 1, from now on)
+// until release is called, so that a test can act while keep waits for the
+// answer; the probe then answers as it would have.
+func (s *Sink) HoldProbe(n int) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdAt, s.hold = s.probes+n, make(chan struct{})
+	ch := s.hold
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
 }
 
 // New starts a sink. Hang is how long timeout faults hold the request.
@@ -218,6 +233,15 @@ func hijackClose(w http.ResponseWriter, partial string) {
 func (s *Sink) probe(w http.ResponseWriter, r *http.Request, key string) {
 	s.mu.Lock()
 	s.probes++
+	if s.probes == s.holdAt {
+		hold := s.hold
+		s.mu.Unlock()
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+		s.mu.Lock()
+	}
 	var forced int
 	if len(s.probeFaults) > 0 {
 		forced = s.probeFaults[0]

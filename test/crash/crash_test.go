@@ -264,12 +264,16 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 // restart ends with exactly one write at the sink.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
-	for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit} {
+	for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterProbe, engine.CrashAfterApplied, engine.CrashInsideCommit} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			sink := testsink.New()
 			defer sink.Close()
 			dir := setup(t, sink, true)
+			if point == engine.CrashAfterProbe {
+				// The write's answer is lost (applied, then 500): keep probes.
+				sink.Queue(testsink.Status500)
+			}
 			p := serve(t, dir, "KEEP_TEST_CRASH_AFTER="+point)
 			if !p.exited(30 * time.Second) {
 				t.Fatalf("keep did not reach crash point %s; logs:\n%s", point, p.logs)

@@ -511,13 +511,13 @@ func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
 // --- runs ---
 
 const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
- approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at`
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev`
 
 func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
 	var r kt.Run
 	var pr, mr, pc, tr sql.NullString
 	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
-		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt)
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev)
 	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
 	return r, err
 }
@@ -548,29 +548,29 @@ func (t *Tx) RunGet(id string) (kt.Run, error) {
 }
 
 func (t *Tx) RunPut(r kt.Run) error {
-	_, err := t.r.Exec(`INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	_, err := t.r.Exec(`INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
  mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
  error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
- updated_at=excluded.updated_at, finished_at=excluded.finished_at, open=excluded.open`,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open`,
 		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
-		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()))
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, b2i(!r.Status.Finished()))
 	if err != nil {
 		return fmt.Errorf("save run %s: %w", r.ID, err)
 	}
 	return nil
 }
 
-func (t *Tx) RunSetIf(r kt.Run, from kt.Status) error {
+func (t *Tx) RunSetIfRev(r kt.Run) error {
 	res, err := t.r.Exec(`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
- error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=? WHERE id=? AND status=?`,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
-		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.ID, from)
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.Rev+1, r.ID, r.Rev)
 	if err != nil {
 		return fmt.Errorf("save run %s: %w", r.ID, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return fmt.Errorf("save run %s (%s → %s): %w", r.ID, from, r.Status, store.ErrConflict)
+		return fmt.Errorf("save run %s (as %s, from revision %d): %w", r.ID, r.Status, r.Rev, store.ErrConflict)
 	}
 	return nil
 }

@@ -237,9 +237,9 @@ func (r recordingTx) RunPut(run kt.Run) error {
 	return r.tx.RunPut(run)
 }
 
-func (r recordingTx) RunSetIf(run kt.Run, from kt.Status) error {
-	r.c.note("RunSetIf")
-	return r.tx.RunSetIf(run, from)
+func (r recordingTx) RunSetIfRev(run kt.Run) error {
+	r.c.note("RunSetIfRev")
+	return r.tx.RunSetIfRev(run)
 }
 
 func (r recordingTx) RunList(workflow string, limit int) ([]kt.Run, error) {

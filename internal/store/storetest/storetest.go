@@ -350,21 +350,31 @@ func exerciseLookups(run runCase) {
 			}
 			return nil
 		}))
-		// A conditional write whose expected status is stale writes nothing.
+		// A conditional write from a revision that is no longer the
+		// stored one (a decision came in between) writes nothing.
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			r, _ := tx.RunGet("r2")
-			r.Status, r.ErrorMessage = kt.StatusCommitted, "stale"
-			if err := tx.RunSetIf(r, kt.StatusActive); !errors.Is(err, store.ErrConflict) {
-				return fmt.Errorf("a write expecting active over a paused run: %v, want ErrConflict", err)
+			stale := r
+			r.Action = "skip"
+			if err := tx.RunSetIfRev(r); err != nil {
+				return fmt.Errorf("a write from the stored revision: %v", err)
 			}
-			if err := tx.RunSetIf(kt.Run{ID: "nope", Status: kt.StatusCommitted}, kt.StatusActive); !errors.Is(err, store.ErrConflict) {
+			if got, _ := tx.RunGet("r2"); got.Rev != r.Rev+1 || got.Action != "skip" {
+				return fmt.Errorf("after a conditional write: rev %d (want %d), action %q", got.Rev, r.Rev+1, got.Action)
+			}
+			stale.Status, stale.ErrorMessage = kt.StatusCommitted, "stale"
+			if err := tx.RunSetIfRev(stale); !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("a write from an older revision: %v, want ErrConflict", err)
+			}
+			if err := tx.RunSetIfRev(kt.Run{ID: "nope", Status: kt.StatusCommitted}); !errors.Is(err, store.ErrConflict) {
 				return fmt.Errorf("a conditional write of a missing run: %v, want ErrConflict", err)
 			}
-			if got, _ := tx.RunGet("r2"); got.Status != kt.StatusReconciliation || got.ErrorMessage == "stale" {
+			if got, _ := tx.RunGet("r2"); got.Status != kt.StatusReconciliation || got.ErrorMessage == "stale" || got.Action != "skip" {
 				return fmt.Errorf("the refused write changed the run: %+v", got)
 			}
-			r.Status, r.ErrorMessage = kt.StatusRetried, ""
-			return tx.RunSetIf(r, kt.StatusReconciliation)
+			r, _ = tx.RunGet("r2")
+			r.Status, r.ErrorMessage, r.Action = kt.StatusRetried, "", ""
+			return tx.RunSetIfRev(r)
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			if _, err := tx.RunOpen("w"); !errors.Is(err, kt.ErrNotFound) {

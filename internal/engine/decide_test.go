@@ -1,0 +1,253 @@
+package engine_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+// decider takes one person's decision on the workflow's open run at a
+// durable step of the engine (Options.AtDurableStep, as the crash points
+// are reached), and records what Resolve answered.
+type decider struct {
+	e      **env
+	point  string
+	what   engine.Resolution
+	only   func(kt.Run) bool // which run states to decide on (nil: any)
+	mu     sync.Mutex
+	taken  bool
+	msg    string
+	err    error
+	atStep string
+}
+
+func (d *decider) at(step string) {
+	if step != d.point || *d.e == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.taken {
+		return
+	}
+	e := *d.e
+	var run kt.Run
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		var err error
+		run, err = tx.RunOpen("hook")
+		return err
+	}); err != nil || (d.only != nil && !d.only(run)) {
+		return
+	}
+	d.taken, d.atStep = true, step
+	d.msg, d.err = engine.Resolve(e.ctx(), e.k.Store, run.ID, d.what, time.Now())
+}
+
+// decisions lists the decision log of the hook workflow.
+func (e *env) decisions() []kt.Decision {
+	e.t.Helper()
+	var ds []kt.Decision
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		var err error
+		ds, err = tx.DecisionList("hook", "")
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return ds
+}
+
+func (e *env) mutation(wf string) kt.Mutation {
+	e.t.Helper()
+	var ms []kt.Mutation
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		var err error
+		ms, err = tx.MutationList(wf)
+		return err
+	}); err != nil || len(ms) != 1 {
+		e.t.Fatalf("mutations %d %v", len(ms), err)
+	}
+	return ms[0]
+}
+
+// A person's decision taken while keep checks a write in the background
+// (issue 24 #1: a Skip was written over by the step under way and the write
+// the person declined went out; "It didn't happen" dropped the probe's
+// proof and sent the write again) is honoured whatever the check finds: a
+// Skip that stands never sends the write; proof that the write applied
+// wins over "it didn't happen"; nothing a person decided is lost.
+func TestADecisionDuringABackgroundCheckIsHonoured(t *testing.T) {
+	t.Parallel()
+	background := func(r kt.Run) bool { return r.Status == kt.StatusReconciliation }
+	cases := []struct {
+		name   string
+		what   engine.Resolution
+		post   testsink.Fault
+		probes []int // answers forced on the first probes
+		writes int   // writes at the sink in the end
+		mut    kt.MutationStatus
+		last   string // what next saw
+		note   string // a line of the decision log after the person's
+	}{
+		{"skip, the check finds nothing", engine.ResolveSkip, testsink.TimeoutBefore, nil, 0, kt.MutationSkipped, "skipped", ""},
+		{"skip, the check cannot tell", engine.ResolveSkip, testsink.TimeoutBefore, []int{503, 503}, 0, kt.MutationSkipped, "skipped", ""},
+		{"skip, the check finds it applied", engine.ResolveSkip, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
+		{"it didn't happen, the check finds it applied", engine.ResolveDidntHappen, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
+		{"it didn't happen, the check finds nothing", engine.ResolveDidntHappen, testsink.TimeoutBefore, nil, 1, kt.MutationApplied, "applied", "sent again"},
+		{"it didn't happen, the check cannot tell", engine.ResolveDidntHappen, testsink.TimeoutBefore, []int{503, 503}, 1, kt.MutationApplied, "applied", ""},
+		{"try again, the check finds it applied", engine.ResolveTryAgain, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
+		{"try again, the check cannot tell", engine.ResolveTryAgain, testsink.TimeoutAfter, []int{503, 503}, 1, kt.MutationApplied, "applied", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var e *env
+			d := &decider{e: &e, point: engine.CrashAfterProbe, what: c.what, only: background}
+			e = newEnvAt(t, testPolicy, d.at)
+			e.sink.Queue(c.post)
+			e.sink.QueueProbe(c.probes...)
+			wf := e.deploy(hookScript("", withProbe))
+			e.settle()
+			d.mu.Lock()
+			taken, msg, derr := d.taken, d.msg, d.err
+			d.mu.Unlock()
+			if !taken || derr != nil {
+				t.Fatalf("the decision was not taken during the background check: taken %v, %v", taken, derr)
+			}
+			e.noOpenRun(wf)
+			if n := len(e.sink.Writes()); n != c.writes {
+				t.Fatalf("writes at the sink: %d, want %d (the decision: %q)", n, c.writes, msg)
+			}
+			if m := e.mutation(wf); m.Status != c.mut {
+				t.Fatalf("mutation %s (%s), want %s", m.Status, m.ResolvedBy, c.mut)
+			}
+			state := e.handlerState(wf, "c")
+			if !strings.Contains(state, fmt.Sprintf(`"last":%q`, c.last)) {
+				t.Fatalf("next saw %s, want %q", state, c.last)
+			}
+			ds := e.decisions()
+			if len(ds) == 0 || ds[0].Action != string(c.what) {
+				t.Fatalf("decision log %+v", ds)
+			}
+			if c.note != "" && (len(ds) != 2 || !strings.Contains(ds[1].Detail, c.note) || ds[1].By != "keep") {
+				t.Fatalf("decision log %+v, want keep's note %q", ds, c.note)
+			}
+		})
+	}
+}
+
+// A decision at every durable step of a run is either refused with why and
+// not recorded (the run is running right now), or honoured.
+func TestADecisionAtEachDurableStepIsRefusedOrHonoured(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterProbe, engine.CrashAfterApplied} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			var e *env
+			d := &decider{e: &e, point: point, what: engine.ResolveSkip}
+			e = newEnvAt(t, testPolicy, d.at)
+			if point == engine.CrashAfterProbe {
+				e.sink.Queue(testsink.TimeoutAfter) // an inline probe right after the call
+			}
+			wf := e.deploy(hookScript("", withProbe))
+			e.settle()
+			e.noOpenRun(wf)
+			if !d.taken {
+				t.Fatalf("the step %s was not reached", point)
+			}
+			var ae *engine.ActionError
+			if !errors.As(d.err, &ae) || !strings.Contains(d.err.Error(), "running right now") {
+				t.Fatalf("a Skip while the run is active: %v (%q)", d.err, d.msg)
+			}
+			if ds := e.decisions(); len(ds) != 0 {
+				t.Fatalf("a refused decision was recorded: %+v", ds)
+			}
+			if n := len(e.sink.Writes()); n != 1 {
+				t.Fatalf("writes %d", n)
+			}
+		})
+	}
+}
+
+// handlerState is a handler's stored state, as JSON.
+func (e *env) handlerState(wf, name string) string {
+	e.t.Helper()
+	var h kt.Handler
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		var err error
+		h, err = tx.HandlerGet(wf, name)
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return string(h.State)
+}
+
+// bugInNext deploys hookScript with a next that throws: its run ends
+// failed:logic after the write applied.
+func bugInNext(t *testing.T) (*env, string, kt.Run) {
+	t.Helper()
+	e := newEnv(t)
+	bug := strings.Replace(hookScript("", ""), `async next(ctx, p, r) { return { last: r.status } }`, `async next(ctx, p, r) { throw new Error("a bug in next") }`, 1)
+	wf := e.deploy(bug)
+	e.settle()
+	r := e.open(wf)
+	return e, wf, r
+}
+
+// A logic error's card says how to fix the script, with the commands; Try
+// again says "the same script" only while no fix is deployed (issue 24 #10).
+func TestALogicErrorsCardSaysHowToFixTheScript(t *testing.T) {
+	t.Parallel()
+	e, wf, r := bugInNext(t)
+	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
+	if err != nil || len(cards) != 1 {
+		t.Fatalf("cards %d %v", len(cards), err)
+	}
+	if notes := strings.Join(cards[0].Notes, " "); !strings.Contains(notes, "fix wf.js, then deploy the fix with `keep deploy --minor wf.js`") || !strings.Contains(notes, "keep resolve "+r.ID+" --try-again") {
+		t.Fatalf("card notes: %q", cards[0].Notes)
+	}
+	// A fix deployed since: Try again runs it, and says so.
+	e.redeploy(hookScript("", ""), engine.DeployMinor)
+	msg := e.resolve(r.ID, engine.ResolveTryAgain)
+	if strings.Contains(msg, "same script") || !strings.Contains(msg, "on the version deployed since it failed") {
+		t.Fatalf("try again after a fix: %q", msg)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+}
+
+// keep's own stored JSON that does not decode stops the run with a clear
+// error, instead of being read as nothing (issue 24 #3).
+func TestStoredJSONThatDoesNotDecodeStopsWithAClearError(t *testing.T) {
+	t.Parallel()
+	e, wf, r := bugInNext(t)
+	if err := e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
+		got, err := tx.RunGet(r.ID)
+		if err != nil {
+			return err
+		}
+		got.MutationResult = []byte(`[1,2]`) // JSON, but not what keep wrote
+		return tx.RunPut(got)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.settle()
+	r = e.open(wf)
+	if r.Status != kt.StatusFailedInternal || !strings.Contains(r.ErrorMessage, "the stored mutation result of run") || !strings.Contains(r.ErrorMessage, "does not decode") {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes %d", n)
+	}
+}
