@@ -194,3 +194,16 @@ func TestItemTitleIsBounded(t *testing.T) {
 		t.Fatalf("%d items stored", n)
 	}
 }
+
+// peek reads no further than its answer's bound: large events come fewer
+// than limit (1,000 events of 1 MiB would have been 1 GiB in keep), and
+// the rest in later runs.
+func TestPeekOfLargeEventsIsBounded(t *testing.T) {
+	t.Parallel()
+	e, wf := consumerAttack(t, "bigpeek", 17, `const all = await ctx.peek("a", { limit: 1000 })
+      if (all.length === 0 || all.length >= 17) throw new Error("peek answered " + all.length + " events")`)
+	e.noOpenRun(wf)
+	if n := len(e.sink.Writes()); n != 17 {
+		t.Fatalf("%d writes at the sink, want one per event (17)", n)
+	}
+}

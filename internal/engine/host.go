@@ -679,8 +679,10 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 			if limit < 1 || limit > kt.MaxReadIDs {
 				return kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and %d, got %d", kt.MaxReadIDs, limit)
 			}
+			// Large events: fewer than limit, read no further than the
+			// bound of one answer (1,000 of 1 MiB would be 1 GiB here).
 			var err error
-			if evs, err = tx.EventsPending(h.run.Workflow, req.Topic, limit); err != nil || h.released == "" {
+			if evs, _, err = tx.EventsPendingWithin(h.run.Workflow, req.Topic, limit, kt.MaxHostCallBytes/2); err != nil || h.released == "" {
 				return err
 			}
 			// A dry run sees the failed run's pinned events as its retry

@@ -171,6 +171,10 @@ type Tx interface {
 	EventGet(workflow, topic, messageID string) (kt.Event, error)
 	// EventsPending lists pending events not reserved by any run, oldest first.
 	EventsPending(workflow, topic string, limit int) ([]kt.Event, error)
+	// EventsPendingWithin is EventsPending that stops reading before the
+	// events' payloads and messageIds pass maxBytes (the first event is
+	// always read); more says it stopped there.
+	EventsPendingWithin(workflow, topic string, limit, maxBytes int) (evs []kt.Event, more bool, err error)
 	EventsReservedBy(runID string) ([]kt.Event, error)
 	EventsByInput(inputID string) ([]kt.Event, error)
 	EventUpdate(e kt.Event) error

@@ -309,8 +309,31 @@ func (t *Tx) EventGet(workflow, topic, messageID string) (kt.Event, error) {
 	return e, nil
 }
 
+const pendingSQL = `SELECT ` + eventCols + ` FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT `
+
 func (t *Tx) EventsPending(workflow, topic string, limit int) ([]kt.Event, error) {
-	return t.queryEvents(`SELECT `+eventCols+` FROM events WHERE workflow=? AND topic=? AND status='pending' AND reserved_by='' ORDER BY id LIMIT `+limitSQL(limit), workflow, topic)
+	return t.queryEvents(pendingSQL+limitSQL(limit), workflow, topic)
+}
+
+func (t *Tx) EventsPendingWithin(workflow, topic string, limit, maxBytes int) ([]kt.Event, bool, error) {
+	rows, err := t.r.Query(pendingSQL+limitSQL(limit), workflow, topic)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	var out []kt.Event
+	size := 0
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		if size += len(e.Payload) + len(e.MessageID); size > maxBytes && len(out) > 0 {
+			return out, true, nil
+		}
+		out = append(out, e)
+	}
+	return out, false, rows.Err()
 }
 
 func (t *Tx) EventsReservedBy(runID string) ([]kt.Event, error) {

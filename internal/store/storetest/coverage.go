@@ -137,6 +137,11 @@ func (r recordingTx) EventsPending(workflow, topic string, limit int) ([]kt.Even
 	return r.tx.EventsPending(workflow, topic, limit)
 }
 
+func (r recordingTx) EventsPendingWithin(workflow, topic string, limit, maxBytes int) ([]kt.Event, bool, error) {
+	r.c.note("EventsPendingWithin")
+	return r.tx.EventsPendingWithin(workflow, topic, limit, maxBytes)
+}
+
 func (r recordingTx) EventsReservedBy(runID string) ([]kt.Event, error) {
 	r.c.note("EventsReservedBy")
 	return r.tx.EventsReservedBy(runID)

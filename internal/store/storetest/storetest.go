@@ -236,6 +236,17 @@ func exerciseLookups(run runCase) {
 			if err != nil || len(evs) != 2 || evs[0].MessageID != "2" || evs[1].MessageID != "3" {
 				return fmt.Errorf("pending %+v %v", evs, err)
 			}
+			// Bounded by bytes: stops before passing them, the first always read.
+			evs, more, err := tx.EventsPendingWithin("w", "t", 10, len(evs[0].Payload)+len(evs[0].MessageID))
+			if err != nil || !more || len(evs) != 1 || evs[0].MessageID != "2" {
+				return fmt.Errorf("pending within one event's bytes: %+v %v %v", evs, more, err)
+			}
+			if evs, more, err = tx.EventsPendingWithin("w", "t", 10, 0); err != nil || !more || len(evs) != 1 {
+				return fmt.Errorf("pending within 0 bytes (the first is always read): %+v %v %v", evs, more, err)
+			}
+			if evs, more, err = tx.EventsPendingWithin("w", "t", 2, 1<<20); err != nil || more || len(evs) != 2 {
+				return fmt.Errorf("pending within room to spare: %+v %v %v", evs, more, err)
+			}
 			at, ok, err := tx.OldestPending("w", []string{"t", "other"})
 			if err != nil || !ok || at != 102 {
 				return fmt.Errorf("oldest %d %v %v", at, ok, err)
