@@ -197,6 +197,9 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 			return nil
 		}
 	}
+	// Credentials written in the script never reach the model: they go as
+	// placeholders, put back into the script it answers.
+	creds := script.FindCredentials(version.Script)
 	chat := m.conversation(version, run, events, past)
 	for attempt := len(past) + 1; attempt <= m.Config.MaxAttempts; attempt++ {
 		rec := kt.Repair{ID: uuid.Must(uuid.NewV7()).String(), Workflow: wf, RunID: run.ID, Attempt: attempt, FromVersion: version.ID, CreatedAt: m.Now().UnixMilli()}
@@ -208,13 +211,14 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 		if err := m.save(ctx, rec); err != nil {
 			return err // the lease was lost (store.ErrFenced): another node has it
 		}
-		ans, err := m.Model.Ask(ctx, chat)
+		ans, err := m.Model.Ask(ctx, masked(chat, creds))
 		rec.Tokens, spent = ans.Tokens, spent+ans.Tokens
 		if err != nil {
 			rec.Status, rec.Reason = kt.RepairFailed, "no answer: "+err.Error()
 			return m.save(ctx, rec)
 		}
 		src, explanation, ok := Script(ans.Content)
+		src = creds.Restore(src)
 		rec.Script, rec.Explanation = src, explanation
 		var why string
 		if !ok {
@@ -367,6 +371,16 @@ func untrusted(lines ...string) string {
 	}
 	b.WriteString("</untrusted-data>")
 	return b.String()
+}
+
+// masked is the conversation as it is sent: every credential the script
+// carries as a placeholder, every value keep knows to be secret masked.
+func masked(chat []Chat, creds *script.Credentials) []Chat {
+	out := make([]Chat, len(chat))
+	for i, c := range chat {
+		out[i] = Chat{Role: c.Role, Content: creds.Placeholders(c.Content)}
+	}
+	return out
 }
 
 // refusal is what the model is told about a refused answer: the reason

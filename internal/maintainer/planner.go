@@ -58,6 +58,10 @@ func review(src string) string {
 // the new one revises.
 func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) (Plan, error) {
 	var b strings.Builder
+	creds := script.FindCredentials("")
+	if current != nil {
+		creds = script.FindCredentials(current.Script) // never sent: placeholders, put back
+	}
 	fmt.Fprintf(&b, "What the person wants:\n\n%s\n\n", intent)
 	if current != nil {
 		fmt.Fprintf(&b, "Revise this workflow (%s, version %s) into its next major version:\n\n```js\n%s\n```\n\n", current.Workflow, current.Label(), current.Script)
@@ -67,12 +71,13 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 	var plan Plan
 	var why string
 	for plan.Attempts = 1; plan.Attempts <= p.MaxAttempts; plan.Attempts++ {
-		ans, err := p.Model.Ask(ctx, chat)
+		ans, err := p.Model.Ask(ctx, masked(chat, creds))
 		plan.Tokens += ans.Tokens
 		if err != nil {
 			return plan, fmt.Errorf("no answer: %v", err)
 		}
 		src, summary, ok := Script(ans.Content)
+		src = creds.Restore(src)
 		switch {
 		case !ok:
 			why = "the answer has no fenced code block with the whole script"

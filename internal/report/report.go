@@ -18,6 +18,7 @@ import (
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -747,8 +748,10 @@ type Blast struct {
 }
 
 // RepairRow renders a repair.
+// Credentials written literally in the script are masked (script.Credentials).
 func RepairRow(r kt.Repair) Repair {
-	return Repair{ID: r.ID, RunID: r.RunID, Attempt: r.Attempt, Status: string(r.Status), Reason: r.Reason, Explanation: r.Explanation, Script: r.Script,
+	c := script.FindCredentials(r.Script)
+	return Repair{ID: r.ID, RunID: r.RunID, Attempt: r.Attempt, Status: string(r.Status), Reason: c.Hide(r.Reason), Explanation: c.Hide(r.Explanation), Script: c.Hide(r.Script),
 		Tokens: r.Tokens, DecidedBy: r.DecidedBy, At: Time(r.CreatedAt)}
 }
 
@@ -778,7 +781,8 @@ func repairView(tx store.Tx, r kt.Repair) (Repair, error) {
 	row := RepairRow(r)
 	if r.Script != "" {
 		if v, err := tx.VersionGet(r.Workflow, r.FromVersion); err == nil {
-			row.Diff = LineDiff(v.Script, r.Script)
+			was, now := script.FindCredentials(v.Script), script.FindCredentials(r.Script)
+			row.Diff = LineDiff(now.Hide(was.Hide(v.Script)), was.Hide(now.Hide(r.Script)))
 		}
 	}
 	if r.Status == kt.RepairHeld {

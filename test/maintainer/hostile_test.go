@@ -3,11 +3,13 @@ package maintainer
 import (
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/keep-run/keep/internal/fake/llmfake"
+	"github.com/keep-run/keep/internal/script"
 )
 
 // The corpus of hostile repairs (issue 22): each is answered by the model
@@ -156,6 +158,52 @@ func TestARepairOfACrashBeforeTheWriteIsActivated(t *testing.T) {
 	for path, n := range r.writes() {
 		if n != 1 {
 			t.Fatalf("%s written %d times", path, n)
+		}
+	}
+}
+
+// Case 7: a credential written in the script's headers, and a secret of
+// keep's named in them, never reach the model's endpoint nor keep
+// repairs; the repaired version still sends both.
+func TestCredentialsNeverReachTheModel(t *testing.T) {
+	const literal, secret = "sk-live-0123456789abcdef", "sig-value-98765"
+	withHeaders := func(src string) string {
+		return strings.Replace(src, "json: { id: p.data.id } })", `json: { id: p.data.id }, headers: { "Authorization": "Bearer `+literal+`", "X-Sig": "{secret:sig}" } })`, 1)
+	}
+	r := prepare(t, "bob", "", func(src string) []llmfake.Reply {
+		// The model sees the script with placeholders, and answers with them.
+		masked := script.FindCredentials(src).Placeholders(src)
+		if strings.Contains(masked, literal) {
+			t.Errorf("the credential is not masked in the script as the model would see it")
+		}
+		return []llmfake.Reply{{Content: answer(fixed(masked)), Tokens: 10}}
+	}, withHeaders)
+	cmd := exec.Command(keepBin, "secret", "set", "sig")
+	cmd.Dir, cmd.Stdin = r.dir, strings.NewReader(secret+"\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("secret set: %v %s", err, out)
+	}
+	r.start()
+	r.waitFor("every order written", func() bool { return len(r.writes()) == 3 && r.idle() })
+	if rs := r.repairs(); len(rs) != 1 || rs[0].Status != "activated" {
+		t.Fatalf("repairs %+v", rs)
+	}
+	for _, req := range r.llm.Requests() {
+		for _, m := range req.Messages {
+			if strings.Contains(m.Text(), literal) || strings.Contains(m.Text(), secret) {
+				t.Fatalf("a credential was sent to the model's endpoint:\n%s", m.Text())
+			}
+		}
+	}
+	for _, args := range [][]string{{"repairs", "orders"}, {"repairs", "orders", "--json"}} {
+		if out, _ := r.keep(args...); strings.Contains(out, literal) || strings.Contains(out, secret) || !strings.Contains(out, "[redacted]") {
+			t.Fatalf("keep %v shows a credential, or masks nothing:\n%s", args, out)
+		}
+	}
+	// The repaired version carries the credential back: every write has it.
+	for i, h := range r.sink.Headers {
+		if h.Get("Authorization") != "Bearer "+literal || h.Get("X-Sig") != secret {
+			t.Fatalf("write %d went without its credentials: %v", i, h)
 		}
 	}
 }

@@ -70,6 +70,13 @@ type rig struct {
 }
 
 func setup(t *testing.T, note string, cfgExtra string, replies func(src string) []llmfake.Reply, variant ...func(string) string) *rig {
+	r := prepare(t, note, cfgExtra, replies, variant...)
+	r.start()
+	return r
+}
+
+// prepare deploys the workflow; start runs keep serve.
+func prepare(t *testing.T, note string, cfgExtra string, replies func(src string) []llmfake.Reply, variant ...func(string) string) *rig {
 	sink := testsink.New()
 	t.Cleanup(sink.Close)
 	src := strings.ReplaceAll(broken, "%SINK%", sink.URL)
@@ -91,19 +98,23 @@ func setup(t *testing.T, note string, cfgExtra string, replies func(src string) 
 	if out, code := r.keep("deploy", "--grant", "orders.js"); code != 0 {
 		t.Fatalf("deploy: %s", out)
 	}
+	return r
+}
+
+func (r *rig) start() {
+	t := r.t
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
 	r.addr = addr
 	r.serve = exec.Command(keepBin, "serve", "--addr", addr)
-	r.serve.Dir = dir
+	r.serve.Dir = r.dir
 	r.logs = &strings.Builder{}
 	r.serve.Stdout, r.serve.Stderr = r.logs, r.logs
 	if err := r.serve.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.serve.Process.Kill(); r.serve.Wait() })
-	return r
 }
 
 func (r *rig) cli(args ...string) (string, int) {
