@@ -53,6 +53,12 @@ const secretOpen, secretClose = "{secret:", "}"
 // does not have is a permission error whose card says `keep secret set
 // NAME`.
 func FillSecrets(s string, open SecretFunc) (string, error) {
+	return FillSecretsEscaped(s, open, nil)
+}
+
+// FillSecretsEscaped is FillSecrets writing each value through escape (a
+// secret in a URL's query goes url.QueryEscape'd); nil writes it as it is.
+func FillSecretsEscaped(s string, open SecretFunc, escape func(string) string) (string, error) {
 	var b strings.Builder
 	for {
 		i := strings.Index(s, secretOpen)
@@ -78,6 +84,9 @@ func FillSecrets(s string, open SecretFunc) (string, error) {
 		}
 		if err != nil {
 			return "", kt.Errorf(kt.ClassInternal, "open the secret %s: %v", name, err)
+		}
+		if escape != nil {
+			v = escape(v)
 		}
 		b.WriteString(s[:i])
 		b.WriteString(v)

@@ -23,9 +23,9 @@ const secretScript = `export default Keep.workflow({ name: "sig", topics: { "job
   consumers: { c: Keep.consumer({ subscribe: ["job"],
     async prepare(ctx) {
       const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }
-      const seen = await ctx.http.request({ method: "GET", url: "%SINK%/echo", headers: { "X-Custom-Sig": "{secret:sig}" } })
-      ctx.log("the script saw " + JSON.stringify(seen.json.headers))
-      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: { seen: seen.json.headers } }
+      const seen = await ctx.http.request({ method: "GET", url: "%SINK%/echo?key={secret:sig}", headers: { "X-Custom-Sig": "{secret:sig}" } })
+      ctx.log("the script saw " + JSON.stringify(seen.json))
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: { seen: seen.json.headers, query: seen.json.query } }
     },
     async mutate(ctx, p) {
       await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: p.data,
@@ -103,7 +103,7 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 	if !strings.Contains(string(shown), "X-Custom-Sig") || !strings.Contains(string(shown), "{secret:sig}") || !strings.Contains(string(shown), "[redacted]") {
 		t.Errorf("keep show run should show the call with its placeholder and the echo masked: %s", shown)
 	}
-	if !strings.Contains(string(r.PrepareResult), "[redacted]") {
+	if !strings.Contains(string(r.PrepareResult), `"X-Custom-Sig":["[redacted]"]`) || !strings.Contains(string(r.PrepareResult), `"query":"key=[redacted]"`) {
 		t.Errorf("the script saw the echo unmasked, or not at all: %s", r.PrepareResult)
 	}
 }

@@ -152,7 +152,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{"ok": true, "path": r.URL.Path}
 		if r.URL.Path == "/echo" {
 			// A read that echoes what it was sent.
-			out["headers"] = r.Header
+			out["headers"], out["query"] = r.Header, r.URL.RawQuery
 		}
 		_ = json.NewEncoder(w).Encode(out)
 		return

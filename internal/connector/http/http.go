@@ -53,7 +53,7 @@ func New(guard *netguard.Guard) *connector.Connector {
 		Doc: "Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. " +
 			"Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = [\"127.0.0.1:8090\"]`. " +
 			"Credentials stay in keep, not in the script: `keep secret set NAME`, then name it in a header, e.g. " +
-			"`headers: { Authorization: \"Bearer {secret:NAME}\" }`; keep fills it in at the call and masks it wherever a call is shown.",
+			"`headers: { Authorization: \"Bearer {secret:NAME}\" }` (or in the URL's query: `?key={secret:NAME}`); keep fills it in at the call and masks it wherever a call is shown.",
 		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
 		Methods: map[string]*connector.Method{
 			"request": {
@@ -273,13 +273,32 @@ func withSecrets(a map[string]any, open connector.SecretFunc) (map[string]any, *
 	return out, nil
 }
 
+// fillURL fills the secrets a URL names ({secret:NAME} in its query, e.g.
+// ?key={secret:maps_key}), each escaped for a query.
+func fillURL(u string, open connector.SecretFunc) (string, *kt.Error) {
+	filled, err := connector.FillSecretsEscaped(u, open, url.QueryEscape)
+	if err != nil {
+		var ke *kt.Error
+		if errors.As(err, &ke) {
+			return "", ke
+		}
+		return "", kt.Errorf(kt.ClassInternal, "%v", err)
+	}
+	return filled, nil
+}
+
 func (c *client) request(ctx context.Context, call connector.Call) connector.Result {
 	a, serr := withSecrets(call.Args, call.Secret)
 	if serr != nil {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: serr}
 	}
-	method, u := methodOf(a), str(a["url"])
-	target := method + " " + redactURL(u)
+	method := methodOf(a)
+	// What is shown is the URL as the script wrote it, placeholders and all.
+	target := method + " " + redactURL(str(call.Args["url"]))
+	u, serr := fillURL(str(a["url"]), call.Secret)
+	if serr != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: serr}
+	}
 	read := method == "GET" || method == "HEAD"
 	key := ""
 	if !read {
@@ -342,13 +361,17 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 	}
 	u := strings.ReplaceAll(str(probe["url"]), "{idempotencyKey}", url.PathEscape(call.IdempotencyKey))
 	args, serr := withSecrets(map[string]any{"headers": probe["headers"]}, call.Secret)
+	sent := ""
+	if serr == nil {
+		sent, serr = fillURL(u, call.Secret)
+	}
 	if serr != nil {
 		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %s", method, redactURL(u), serr.Message)
 	}
 	if t, ok := call.Args["timeoutMs"]; ok {
 		args["timeoutMs"] = t
 	}
-	resp, body, _, err := c.do(ctx, args, method, u, "")
+	resp, body, _, err := c.do(ctx, args, method, sent, "")
 	if r, refused := netguard.Refused(err); refused {
 		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s was not sent: %v", method, redactURL(u), r)
 	}
