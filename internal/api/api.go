@@ -73,13 +73,23 @@ func (s *Server) Handler() http.Handler {
 		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API route %s %s (see docs/api.md)", r.Method, r.URL.Path))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(w, r.WithContext(engine.WithActor(r.Context(), ActorOf(r, "api"))))
+		def := "api"
+		if AuthOf(r) == AuthToken {
+			def = "api (token)"
+		}
+		mux.ServeHTTP(w, r.WithContext(engine.WithActor(r.Context(), ActorOf(r, def))))
 	})
 }
 
 // ActorOf names the person behind a request for the decision log: the
-// X-Keep-Actor header (the CLI's --by), else def.
+// X-Keep-Actor header (the CLI's --by) when the request carries the
+// instance secret — its sender can read the data directory, so it is a
+// person at keep's own terminal —, else def. A header alone names nobody:
+// a script once signed its decisions with any name it liked.
 func ActorOf(r *http.Request, def string) string {
+	if AuthOf(r) != AuthSecret {
+		return def
+	}
 	who := strings.TrimSpace(r.Header.Get("X-Keep-Actor"))
 	if who == "" || len(who) > 100 || strings.ContainsFunc(who, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
 		return def

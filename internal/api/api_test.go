@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -26,24 +27,40 @@ type rig struct {
 	sink *testsink.Sink
 }
 
-func newRig(t *testing.T, token string) *rig {
+func newRig(t *testing.T, token string) *rig { return newRigWith(t, token, false) }
+
+// newRigWith is newRig; allowSelf puts keep serve's own address in
+// keep.toml's [connectors.http] allow (a person who declared it).
+func newRigWith(t *testing.T, token string, allowSelf bool) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	sink := testsink.New()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow := fmt.Sprintf("%q", sink.Host())
+	if allowSelf {
+		allow += fmt.Sprintf(", %q", ln.Addr().String())
+	}
 	cfg := filepath.Join(dir, "keep.toml")
-	if err := os.WriteFile(cfg, []byte(sink.AllowTOML()), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("[connectors.http]\nallow = ["+allow+"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(k.HTTPHandler(token))
+	srv := httptest.NewUnstartedServer(k.HTTPHandler(token))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); sink.Close(); k.Close() })
 	return &rig{t: t, k: k, srv: srv, sink: sink}
 }
 
-// call sends a request as keep's CLI would (X-Keep-Client) unless headers say otherwise.
+// call sends a request as keep's CLI would (the data directory's instance
+// secret) unless headers say otherwise ("" removes a header).
 func (r *rig) call(method, path string, body any, headers map[string]string) (int, map[string]any, []any) {
 	r.t.Helper()
 	var rd io.Reader
@@ -56,7 +73,11 @@ func (r *rig) call(method, path string, body any, headers map[string]string) (in
 		}
 	}
 	req, _ := http.NewRequest(method, r.srv.URL+path, rd)
-	req.Header.Set("X-Keep-Client", "test")
+	secret, err := daemon.ReadAPISecret(r.k.DataDir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
 	for k, v := range headers {
 		if k == "Host" {
 			req.Host = v
@@ -80,6 +101,23 @@ func (r *rig) call(method, path string, body any, headers map[string]string) (in
 		_ = json.Unmarshal(raw, &arr)
 	}
 	return resp.StatusCode, obj, arr
+}
+
+// pageCSRF is the CSRF cookie the page sets, as a browser keeps it.
+func (r *rig) pageCSRF() *http.Cookie {
+	r.t.Helper()
+	resp, err := http.Get(r.srv.URL + "/")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "keep_csrf" {
+			return c
+		}
+	}
+	r.t.Fatal("the page set no CSRF cookie")
+	return nil
 }
 
 func (r *rig) settle() {
@@ -279,7 +317,7 @@ func TestTokenAndCSRF(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "s3cret-token")
 	// No token: 401 for the API, a redirect to the login page for pages.
-	if code, obj, _ := r.call("GET", "/api/v1/workflows", nil, nil); code != 401 || errorCode(obj) != "unauthorized" {
+	if code, obj, _ := r.call("GET", "/api/v1/workflows", nil, map[string]string{"Authorization": ""}); code != 401 || errorCode(obj) != "unauthorized" {
 		t.Fatalf("no token: %d %v", code, obj)
 	}
 	if code, _, _ := r.call("GET", "/api/v1/workflows", nil, map[string]string{"Authorization": "Bearer wrong"}); code != 401 {
@@ -321,15 +359,22 @@ func TestTokenAndCSRF(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") || resp.Header.Get("X-Frame-Options") != "DENY" {
 		t.Fatalf("page with a session: %d %v", resp.StatusCode, resp.Header)
 	}
-	// CSRF: a state change with the session cookie but without proof is refused.
+	// CSRF: a state change with the session cookie but without proof is
+	// refused: the API's needs a bearer, the page's its CSRF token.
 	req, _ = http.NewRequest("POST", r.srv.URL+"/api/v1/workflows/hook/pause", nil)
 	req.AddCookie(session)
 	resp, _ = http.DefaultClient.Do(req)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("cookie-only POST to the API: %d", resp.StatusCode)
+	}
+	req, _ = http.NewRequest("POST", r.srv.URL+"/w/hook/pause", nil)
+	req.AddCookie(session)
+	resp, _ = http.DefaultClient.Do(req)
 	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("cookie-only POST: %d", resp.StatusCode)
+		t.Fatalf("cookie-only POST to the page: %d", resp.StatusCode)
 	}
 	// A cross-site form post is refused even with keep's header.
-	code, obj, _ := r.call("POST", "/api/v1/workflows/hook/pause", nil, map[string]string{"Authorization": "", "Origin": "http://evil.example", "X-Keep-Client": ""})
+	code, obj, _ := r.call("POST", "/api/v1/workflows/hook/pause", nil, map[string]string{"Authorization": "", "Origin": "http://evil.example"})
 	if code != 401 && code != 403 {
 		t.Fatalf("cross-site: %d %v", code, obj)
 	}
@@ -339,25 +384,20 @@ func TestLoopbackCSRFWithoutToken(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
 	// A page on another site posting to keep on localhost: no cookie, no header.
-	code, obj, _ := r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"X-Keep-Client": "", "Origin": "http://evil.example"})
+	code, obj, _ := r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"Authorization": "", "Origin": "http://evil.example"})
 	if code != http.StatusForbidden || errorCode(obj) != "csrf" {
 		t.Fatalf("cross-site post to loopback: %d %v", code, obj)
 	}
-	code, obj, _ = r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"X-Keep-Client": "", "Content-Type": "application/x-www-form-urlencoded"})
-	if code != http.StatusForbidden {
-		t.Fatalf("form post without CSRF token: %d %v", code, obj)
+	code, obj, _ = r.call("POST", "/api/v1/workflows/x/pause", nil, map[string]string{"Authorization": "", "Content-Type": "application/x-www-form-urlencoded"})
+	if code != http.StatusUnauthorized {
+		t.Fatalf("form post to the API without the secret: %d %v", code, obj)
+	}
+	code, obj, _ = r.call("POST", "/w/x/pause", nil, map[string]string{"Authorization": "", "Content-Type": "application/x-www-form-urlencoded"})
+	if code != http.StatusForbidden || errorCode(obj) != "csrf" {
+		t.Fatalf("form post to the page without its CSRF token: %d %v", code, obj)
 	}
 	// keep's own page: the CSRF cookie and field match.
-	resp, _ := http.Get(r.srv.URL + "/")
-	var csrf *http.Cookie
-	for _, c := range resp.Cookies() {
-		if c.Name == "keep_csrf" {
-			csrf = c
-		}
-	}
-	if csrf == nil {
-		t.Fatal("the page set no CSRF cookie")
-	}
+	csrf := r.pageCSRF()
 	req, _ := http.NewRequest("POST", r.srv.URL+"/w/x/pause", strings.NewReader(url.Values{"csrf": {csrf.Value}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.AddCookie(csrf)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,26 +13,86 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/keep-run/keep/internal/connector"
 )
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // Guard protects every request: security headers; a token when one is set
 // (API: "Authorization: Bearer"; pages: a session cookie from /login); and
-// CSRF checks on every state-changing request.
+// on every state-changing request, proof that a shared header cannot give:
+// the API needs the instance secret (the CLI's, read from the data
+// directory) or the token; the page needs its CSRF token.
 type Guard struct {
 	// Token, when set, is required. keep serve refuses a non-loopback address without one.
 	Token string
-	// secret signs session cookies and CSRF tokens; random per process.
+	// Secret is the instance secret of the data directory
+	// (daemon.APISecretFile): whoever sends it can read the data directory,
+	// so it is the one credential whose X-Keep-Actor is believed.
+	Secret string
+	// secret signs session cookies, CSRF tokens and flash messages; random per process.
 	secret []byte
 }
 
 // NewGuard builds a Guard.
-func NewGuard(token string) *Guard {
-	g := &Guard{Token: token, secret: make([]byte, 32)}
+func NewGuard(token, instanceSecret string) *Guard {
+	g := &Guard{Token: token, Secret: instanceSecret, secret: make([]byte, 32)}
 	_, _ = rand.Read(g.secret)
 	return g
 }
+
+// Auth is how a request proved who sent it.
+type Auth int
+
+const (
+	// AuthNone: nothing (a tokenless keep serve still serves reads).
+	AuthNone Auth = iota
+	// AuthSession: the page's session cookie (keep serve --token, /login).
+	AuthSession
+	// AuthToken: Authorization: Bearer <keep serve's --token>.
+	AuthToken
+	// AuthSecret: Authorization: Bearer <the data directory's api.secret>.
+	AuthSecret
+)
+
+type authKey struct{}
+
+// AuthOf is how the request was authenticated (set by Wrap).
+func AuthOf(r *http.Request) Auth {
+	a, _ := r.Context().Value(authKey{}).(Auth)
+	return a
+}
+
+func (g *Guard) authOf(r *http.Request) Auth {
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		b := []byte(strings.TrimPrefix(h, "Bearer "))
+		switch {
+		case g.Secret != "" && subtle.ConstantTimeCompare(b, []byte(g.Secret)) == 1:
+			return AuthSecret
+		case g.Token != "" && subtle.ConstantTimeCompare(b, []byte(g.Token)) == 1:
+			return AuthToken
+		}
+		return AuthNone
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil && g.Token != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(g.session())) == 1 {
+		return AuthSession
+	}
+	return AuthNone
+}
+
+// Sign returns a signature of v by this process (flash messages: the page
+// shows only what keep itself put in a link).
+func (g *Guard) Sign(v string) string { return g.sign("flash:" + v) }
+
+// Signed reports whether sig is this process's signature of v.
+func (g *Guard) Signed(v, sig string) bool {
+	return sig != "" && hmac.Equal([]byte(sig), []byte(g.Sign(v)))
+}
+
+// APISecretName is the instance secret's file in the data directory
+// (daemon.APISecretFile; named here too so the API's errors can say it).
+const APISecretName = "api.secret"
 
 const (
 	sessionCookie = "keep_session"
@@ -61,18 +122,10 @@ func (g *Guard) sign(v string) string {
 
 func (g *Guard) session() string { return g.sign("session:" + g.Token) }
 
-// Authenticated reports whether a request carries the token or a valid session.
+// Authenticated reports whether a request carries the token, the
+// instance secret or a valid session (anything, when there is no token).
 func (g *Guard) Authenticated(r *http.Request) bool {
-	if g.Token == "" {
-		return true
-	}
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		return subtle.ConstantTimeCompare([]byte(strings.TrimPrefix(h, "Bearer ")), []byte(g.Token)) == 1
-	}
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		return subtle.ConstantTimeCompare([]byte(c.Value), []byte(g.session())) == 1
-	}
-	return false
+	return g.Token == "" || g.authOf(r) != AuthNone
 }
 
 // Login checks a token from the login form and sets the session cookie.
@@ -97,20 +150,16 @@ func (g *Guard) CSRFToken(w http.ResponseWriter, r *http.Request) string {
 	return v
 }
 
-// csrfOK accepts a state-changing request when it proves it does not come
-// from another site: a bearer token (not sent by browsers on their own), or
-// the double-submit CSRF token matching its cookie, or keep's own client
-// header (which a cross-site page cannot set without a CORS preflight, and
-// keep answers none) with no cross-site markers.
+// csrfOK accepts a state-changing request of the page when it proves it
+// comes from keep's own page — the double-submit CSRF token matching its
+// cookie — or carries the instance secret or the token (not sent by
+// browsers on their own). A header anybody can set is no proof: a script
+// calling keep's address sets any header it likes.
 func (g *Guard) csrfOK(r *http.Request) bool {
-	// A write from a browser names its page's origin: another site's page
-	// is refused whatever else the request carries.
-	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
-		if u, err := url.Parse(origin); err != nil || u.Host != r.Host {
-			return false
-		}
+	if !sameOrigin(r) {
+		return false
 	}
-	if g.Token != "" && strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+	if a := g.authOf(r); a == AuthSecret || a == AuthToken {
 		return true
 	}
 	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
@@ -125,7 +174,18 @@ func (g *Guard) csrfOK(r *http.Request) bool {
 			return true
 		}
 	}
-	return r.Header.Get("X-Keep-Client") != ""
+	return false
+}
+
+// sameOrigin: a write from a browser names its page's origin; another
+// site's page is refused whatever else the request carries.
+func sameOrigin(r *http.Request) bool {
+	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
+		if u, err := url.Parse(origin); err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
 }
 
 // InstancePath answers which keep serve this is, without a token: the CLI
@@ -170,16 +230,30 @@ func (g *Guard) Wrap(next http.Handler, loginPath string) http.Handler {
 		if !public && !g.Authenticated(r) {
 			if isAPI || r.URL.Path == "/metrics" || r.URL.Path == "/events" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="keep"`)
-				Error(w, http.StatusUnauthorized, "unauthorized", "this keep needs a token: send Authorization: Bearer <token> (the --token or KEEP_TOKEN of keep serve)")
+				Error(w, http.StatusUnauthorized, "unauthorized", "this keep needs a token: send Authorization: Bearer <token> (the --token or KEEP_TOKEN of keep serve), or the instance secret of its data directory (DATA/"+APISecretName+"), which keep's CLI sends")
 				return
 			}
 			http.Redirect(w, r, loginPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.URL.Path != loginPath && !g.csrfOK(r) {
-			Error(w, http.StatusForbidden, "csrf", "this request changes state but carries no proof that it comes from keep's own page or client (CSRF token or X-Keep-Client header)")
-			return
+		auth := g.authOf(r)
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.URL.Path != loginPath {
+			switch {
+			case r.Header.Get("User-Agent") == connector.UserAgent:
+				Error(w, http.StatusForbidden, "connector", "this request comes from one of keep's own connectors (a workflow's script): a workflow may not change keep's state through keep's API or page")
+				return
+			case !sameOrigin(r):
+				Error(w, http.StatusForbidden, "csrf", "this request changes state but comes from a page of another site ("+r.Header.Get("Origin")+")")
+				return
+			case isAPI && auth != AuthSecret && auth != AuthToken:
+				Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are: keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
+				return
+			case !isAPI && !g.csrfOK(r):
+				Error(w, http.StatusForbidden, "csrf", "this request changes state but carries no proof that it comes from keep's own page (its CSRF token) or keep's CLI (the instance secret): reload the page and try again")
+				return
+			}
 		}
+		r = r.WithContext(context.WithValue(r.Context(), authKey{}, auth))
 		next.ServeHTTP(w, r)
 	})
 }

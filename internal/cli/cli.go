@@ -49,12 +49,18 @@ type app struct {
 }
 
 // Run executes the CLI with args and returns the process exit code.
+// Everything it prints goes through safeText (in RunWithInput): no
+// control character from stored data reaches the terminal.
 func Run(args []string, stdout, stderr io.Writer) int {
 	return RunWithInput(args, os.Stdin, stdout, stderr)
 }
 
 // RunWithInput is Run reading standard input from stdin (keep secret set).
 func RunWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	out, errOut := newSafeText(stdout), newSafeText(stderr)
+	defer out.Flush()
+	defer errOut.Flush()
+	stdout, stderr = out, errOut
 	a := &app{out: stdout, errOut: stderr}
 	root := a.root()
 	root.SetArgs(args)

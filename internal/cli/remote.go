@@ -42,11 +42,16 @@ func (a *app) callAPI(method, path string, body, out any) (apiErr *api.ErrorBody
 	if err != nil {
 		return nil, false, nil
 	}
-	req.Header.Set("X-Keep-Client", "cli")
 	req.Header.Set("X-Keep-Actor", a.by)
 	req.Header.Set("Content-Type", "application/json")
-	if t := os.Getenv("KEEP_TOKEN"); t != "" {
+	// The data directory's instance secret proves this is its owner (and
+	// makes keep serve believe --by); KEEP_TOKEN serves who cannot read it.
+	if secret, err := daemon.ReadAPISecret(a.dataDir); err == nil {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	} else if t := os.Getenv("KEEP_TOKEN"); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)
+	} else if method != http.MethodGet {
+		return nil, true, fmt.Errorf("a keep serve runs on %s, and acting through it needs the instance secret, which cannot be read: %v (or set KEEP_TOKEN to keep serve's --token)", a.dataDir, err)
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)

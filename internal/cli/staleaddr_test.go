@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/daemon"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -103,5 +104,25 @@ func TestDeployBesideServeGoesThroughTheAPI(t *testing.T) {
 	r = keep(t, "deploy", "--grant", "--data", data, "--major", "--reprocess=none", script)
 	if r.code != 0 || !strings.Contains(r.out, "version 2.0 (through keep serve)") {
 		t.Fatalf("major deploy: %d %s %s", r.code, r.out, r.err)
+	}
+	// A decision goes through the API with the data directory's instance
+	// secret, so keep serve believes --by: the log names alice.
+	if r := keep(t, "pause", "--data", data, "--by", "alice", "quickstart-orders"); r.code != 0 {
+		t.Fatalf("pause: %d %s %s", r.code, r.out, r.err)
+	}
+	var ds []kt.Decision
+	if err := k.Store.View(context.Background(), func(tx store.Tx) error {
+		var err error
+		ds, err = tx.DecisionList("quickstart-orders", "")
+		return err
+	}); err != nil || len(ds) == 0 || ds[len(ds)-1].Action != "pause" || ds[len(ds)-1].By != "alice" {
+		t.Fatalf("decision log: %v %+v", err, ds)
+	}
+	// An api.secret others may read is not used: the CLI says what to do.
+	if err := os.Chmod(daemon.APISecretPath(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := keep(t, "resume", "--data", data, "quickstart-orders"); r.code == 0 || !strings.Contains(r.err, "chmod 600") {
+		t.Fatalf("resume with a readable api.secret: %d %s %s", r.code, r.out, r.err)
 	}
 }

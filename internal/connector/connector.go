@@ -21,6 +21,12 @@ import (
 	"github.com/keep-run/keep/internal/redact"
 )
 
+// UserAgent is the User-Agent of every HTTP request keep's connectors send
+// (set after the script's headers, so a script cannot change it). keep
+// serve refuses a state change that carries it: a workflow never acts on
+// keep through keep's own API.
+const UserAgent = "keep"
+
 // Kind is what a method does to the outside world; the phase rules of SPEC §3 are written in kinds.
 type Kind string
 

@@ -153,9 +153,11 @@ type Keep struct {
 	// address may belong to another program, or to another data directory's
 	// keep serve, by now).
 	Instance string
-	lock     *os.File
-	release  func() // the store's own engine lock
-	shared   bool   // several nodes share the store (leases)
+	// apiSecret is the data directory's instance secret (APISecretFile).
+	apiSecret string
+	lock      *os.File
+	release   func() // the store's own engine lock
+	shared    bool   // several nodes share the store (leases)
 	// stopListening ends the wake-ups by other nodes' commits.
 	stopListening func()
 	// accounts runs the page's Connect Google.
@@ -190,6 +192,11 @@ func Open(o Options) (*Keep, error) {
 	if err := flockSoon(lock); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
+	}
+	apiSecret, err := loadAPISecret(o.DataDir)
+	if err != nil {
+		lock.Close()
+		return nil, err
 	}
 	loc, err := backend.Parse(o.Store, o.DataDir)
 	if err != nil {
@@ -255,7 +262,7 @@ func Open(o Options) (*Keep, error) {
 	}
 	// Every log line keep writes is masked like everything else it shows.
 	logger = slog.New(redact.Logger(logger.Handler()))
-	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, netguard.New(cfg.HTTPAllow), logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID()}
+	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, netguard.New(cfg.HTTPAllow), logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID(), apiSecret: apiSecret}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
@@ -384,9 +391,10 @@ func (k *Keep) Changed(wf string) {
 }
 
 // HTTPHandler serves the API, the pages, live updates and metrics, all
-// behind one guard (token, CSRF, security headers).
+// behind one guard (the instance secret or the token for the API's state
+// changes, CSRF for the page's, security headers).
 func (k *Keep) HTTPHandler(token string) http.Handler {
-	guard := api.NewGuard(token)
+	guard := api.NewGuard(token, k.apiSecret)
 	mux := http.NewServeMux()
 	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem}).Handler())
 	mux.HandleFunc("GET "+api.InstancePath, func(w http.ResponseWriter, r *http.Request) {

@@ -147,7 +147,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 	data["Title"] = title
 	data["Problem"] = s.problem()
 	if _, ok := data["Flash"]; !ok {
-		data["Flash"] = r.URL.Query().Get("flash")
+		data["Flash"] = s.flashOf(r)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := t.ExecuteTemplate(w, "layout", data); err != nil {
@@ -298,7 +298,23 @@ func (s *Server) groupInputs(inputs []report.Input, outputs []report.Output, orp
 }
 
 func (s *Server) back(w http.ResponseWriter, r *http.Request, to, msg string) {
-	http.Redirect(w, r, to+"?flash="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.Redirect(w, r, s.flashURL(to, msg), http.StatusSeeOther)
+}
+
+// flashURL is to with msg as its flash message, signed: the page shows
+// only messages keep itself put in a link, never a text someone else's
+// link carries (?flash=Your+session+expired,+log+in+at+evil.example).
+func (s *Server) flashURL(to, msg string) string {
+	return to + "?flash=" + url.QueryEscape(msg) + "&fs=" + s.Guard.Sign(msg)
+}
+
+// flashOf is the request's flash message when keep signed it, else "".
+func (s *Server) flashOf(r *http.Request) string {
+	q := r.URL.Query()
+	if msg := q.Get("flash"); msg != "" && s.Guard.Signed(msg, q.Get("fs")) {
+		return msg
+	}
+	return ""
 }
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
@@ -480,7 +496,7 @@ func (s *Server) connectGoogle(w http.ResponseWriter, r *http.Request) {
 	}
 	u, err := s.Accounts.StartGoogle(r.Context(), "http://"+r.Host+"/connect/google/callback")
 	if err != nil {
-		http.Redirect(w, r, "/connections?flash="+url.QueryEscape(err.Error()), http.StatusSeeOther)
+		http.Redirect(w, r, s.flashURL("/connections", err.Error()), http.StatusSeeOther)
 		return
 	}
 	http.Redirect(w, r, u, http.StatusSeeOther)
@@ -503,7 +519,7 @@ func (s *Server) connectGoogleDone(w http.ResponseWriter, r *http.Request) {
 			s.Changed("")
 		}
 	}
-	http.Redirect(w, r, "/connections?flash="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.Redirect(w, r, s.flashURL("/connections", msg), http.StatusSeeOther)
 }
 
 // decideRepair is the card's Approve or Reject of a held repair.

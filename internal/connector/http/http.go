@@ -184,7 +184,7 @@ func (c *client) build(ctx context.Context, a map[string]any, method, rawURL, id
 			req.Header.Set(k, str(v))
 		}
 	}
-	req.Header.Set("User-Agent", "keep")
+	req.Header.Set("User-Agent", connector.UserAgent) // after the script's: it cannot pass for another client
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
