@@ -131,7 +131,7 @@ type Custom struct {
 
 // CustomMethod is one method of a custom connector.
 type CustomMethod struct {
-	Kind     string            `toml:"kind"`   // "read" or "write"
+	Kind     string            `toml:"kind"`   // "read" (list/search), "readById" or "write"
 	Method   string            `toml:"method"` // HTTP method (default GET for reads, POST for writes)
 	Path     string            `toml:"path"`   // "/tickets/{id}": {param} from the call's arguments
 	Doc      string            `toml:"doc"`
@@ -528,9 +528,9 @@ func parseCustom(name, text string, cfg *Config) error {
 				return fmt.Errorf("%s: a method's name is a JavaScript identifier", mw)
 			}
 			switch m.Kind {
-			case "read", "write":
+			case "read", "readById", "write":
 			default:
-				return fmt.Errorf("%s: kind must be \"read\" or \"write\", got %q", mw, m.Kind)
+				return fmt.Errorf("%s: kind must be \"read\" (list or search), \"readById\" (one thing by its id: mutate may call it) or \"write\", got %q", mw, m.Kind)
 			}
 			if !strings.HasPrefix(m.Path, "/") {
 				return fmt.Errorf("%s: path must start with /, like \"/tickets/{id}\"", mw)

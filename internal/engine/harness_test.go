@@ -63,7 +63,8 @@ func newEnvAt(t testing.TB, policy string, atStep func(step string)) *env {
 	cfg := filepath.Join(dir, "keep.toml")
 	// The sink is on 127.0.0.1: keep.toml allows it, as a person would.
 	s := testsink.New()
-	if err := os.WriteFile(cfg, []byte(policy+"\n"+s.AllowTOML()), 0o644); err != nil {
+	// %SINK% in the policy is the sink's URL (a custom connector's base_url).
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(policy, "%SINK%", s.URL)+"\n"+s.AllowTOML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// KEEP_TEST_ENGINE_STORE=postgres runs the engine's tests on

@@ -269,3 +269,51 @@ func TestLogicFailureWaitsForMinorVersion(t *testing.T) {
 		t.Fatalf("writes %d", len(e.sink.Writes()))
 	}
 }
+
+// mutate may read by id (ch 06): an http GET the script marks kind "byId",
+// a custom connector's readById method; list and search reads stay refused
+// there (issue 24 #8: every GET in mutate was refused as a list read).
+func TestMutateMayReadByID(t *testing.T) {
+	t.Parallel()
+	custom := `
+[connectors.custom.crm]
+base_url = "%SINK%"
+[connectors.custom.crm.methods.getOrder]
+kind = "readById"
+path = "/orders/{id}"
+params = { id = "the order's id" }
+required = ["id"]
+[connectors.custom.crm.methods.findOrders]
+kind = "read"
+path = "/orders"
+params = { q = "what to look for" }
+`
+	const write = `await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300 })`
+	for _, c := range []struct{ name, read, refused string }{
+		{"http byId", `const o = await ctx.http.request({ url: "%SINK%/orders/" + p.data.id, kind: "byId" }); if (!o.json.ok) throw new Error("no order")`, ""},
+		{"custom readById", `const o = await ctx.crm.getOrder({ id: p.data.id }); if (!o.json.ok) throw new Error("no order")`, ""},
+		{"http list", `await ctx.http.request({ url: "%SINK%/orders" })`, "ctx.http.request is a list/search read; mutate may only read by id"},
+		{"custom search", `await ctx.crm.findOrders({ q: "a" })`, "ctx.crm.findOrders is a list/search read"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, testPolicy+custom)
+			wf := e.deploy(strings.Replace(hookScript("", ""), write, c.read+"; "+write, 1))
+			e.settle()
+			if c.refused == "" {
+				e.noOpenRun(wf)
+				if n := len(e.sink.Writes()); n != 1 {
+					t.Fatalf("writes %d", n)
+				}
+				return
+			}
+			r := e.open(wf)
+			if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, c.refused) {
+				t.Fatalf("run %s: %s (want failed:logic with %q)", r.Status, r.ErrorMessage, c.refused)
+			}
+			if n := e.sink.Requests(); n != 0 {
+				t.Fatalf("requests at the sink: %d", n)
+			}
+		})
+	}
+}

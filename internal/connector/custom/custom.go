@@ -66,6 +66,9 @@ func method(cname, mname string, c config.Custom, m config.CustomMethod, req *co
 		Target: func(a map[string]any) string { u, _ := d.url(m.Path, a); return verb + " " + u },
 		Doc:    d.doc(),
 	}
+	if m.Kind == "readById" {
+		meth.Kind = connector.KindReadByID
+	}
 	if write {
 		meth.Kind = connector.KindMutate
 		meth.ComparePayload = func(old, new map[string]any) connector.Comparison {

@@ -117,7 +117,7 @@ func TestBadDeclarationsSayWhere(t *testing.T) {
 	for text, want := range map[string]string{
 		"[connectors.custom.crm]\nbase_url = \"ftp://x\"\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                              "[connectors.custom.crm]: base_url must be an http(s) URL",
 		"[connectors.custom.http]\nbase_url = \"http://x\"\n[connectors.custom.http.methods.a]\nkind=\"read\"\npath=\"/\"\n":                           "not one of keep's own",
-		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"delete\"\npath=\"/\"\n":                           `kind must be "read" or "write"`,
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"delete\"\npath=\"/\"\n":                           `kind must be "read" (list or search), "readById"`,
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"write\"\npath=\"/\"\n":                            "a write needs identity",
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"write\"\npath=\"/\"\nidentity=[\"id\"]\n":         `"id" is not one of its params`,
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\ncolour = 1\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                 "unknown key [connectors.custom.crm.colour]",

@@ -61,6 +61,11 @@ func New(guard *netguard.Guard) *connector.Connector {
 				KindOf: func(a map[string]any) connector.Kind {
 					switch methodOf(a) {
 					case "GET", "HEAD":
+						// The script says a GET reads one thing by its id
+						// (ch 06: mutate may read by id, never list or search).
+						if str(a["kind"]) == "byId" {
+							return connector.KindReadByID
+						}
 						return connector.KindRead
 					}
 					return connector.KindMutate
@@ -81,7 +86,7 @@ func New(guard *netguard.Guard) *connector.Connector {
 // requestDoc is http.request as docs/scripts.md shows it.
 var requestDoc = connector.MethodDoc{
 	Summary: "Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once.",
-	Kind:    "GET and HEAD are reads (producers, prepare, mutate); POST, PUT, PATCH and DELETE are writes (mutate, or an item's handler)",
+	Kind:    "GET and HEAD are list/search reads (producers, prepare, tasks), or reads by id with `kind: \"byId\"` (also allowed in mutate); POST, PUT, PATCH and DELETE are writes (mutate, or an item's handler)",
 	Params: []connector.Param{
 		{Name: "url", Type: "string", Required: true, Doc: "an absolute http(s) URL"},
 		{Name: "method", Type: "string", Doc: "GET (default), HEAD, POST, PUT, PATCH or DELETE"},
@@ -91,6 +96,7 @@ var requestDoc = connector.MethodDoc{
 		{Name: "timeoutMs", Type: "number", Doc: "the call's time limit, 1 to 600000 ms (default: the policy's `tool_timeout`)"},
 		{Name: "reconcile", Type: "{ method?, url, headers? }", Doc: "a probe that finds the write afterwards; `{idempotencyKey}` in its url is replaced by the write's key. Without it an uncertain write goes to a person"},
 		{Name: "subkey", Type: "string", Doc: "tells apart two writes of one run to the same method and url"},
+		{Name: "kind", Type: "\"byId\"", Doc: "marks a GET or HEAD as a read of one thing by its id, which `mutate` may make (list and search reads it may not)"},
 	},
 	Result: "`{ status, headers, body, json }`: `headers` in lower case (no `set-cookie`), `body` the text, `json` the parsed body or `null`. " +
 		"A reconciled write returns the probe's answer with `reconciled: true` and `via` (the probe's method and url).",
@@ -150,6 +156,14 @@ func validate(a map[string]any) error {
 		rm, ok := r.(map[string]any)
 		if !ok || str(rm["url"]) == "" {
 			return fmt.Errorf("http.request: reconcile must be { method: \"GET\", url: \"https://.../{idempotencyKey}\" }")
+		}
+	}
+	if k, ok := a["kind"]; ok {
+		if str(k) != "byId" {
+			return fmt.Errorf("http.request: kind must be \"byId\" (a GET that reads one thing by its id), got %v", k)
+		}
+		if m := methodOf(a); m != "GET" && m != "HEAD" {
+			return fmt.Errorf("http.request: kind \"byId\" marks a read; a %s is a write", m)
 		}
 	}
 	if t, ok := a["timeoutMs"]; ok {
