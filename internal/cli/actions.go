@@ -46,7 +46,7 @@ func (a *app) resolveCmd() *cobra.Command {
 	c.Flags().BoolVar(&tryAgain, "try-again", false, "check again whether the write happened (or retry a failed run)")
 	c.Flags().BoolVar(&didnt, "didnt-happen", false, "you verified the write did not happen: send it again")
 	c.Flags().BoolVar(&skip, "skip", false, "give up this write: next runs with {status:'skipped'} and its inputs are skipped")
-	c.Flags().BoolVar(&reprocess, "reprocess", false, "the run tried to change an item that is already done: start a new attempt of that item and retry")
+	c.Flags().BoolVar(&reprocess, "reprocess", false, "the run is blocked on an item (one that needs attention, or one already done): start a new attempt of that item and retry")
 	return c
 }
 

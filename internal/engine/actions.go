@@ -286,8 +286,11 @@ func (d *decision) approve() (string, error) {
 func (d *decision) reprocessItem() (string, error) {
 	run := &d.run
 	key := doneItemOf(*run)
+	if key == "" {
+		key = blockedItemOf(*run)
+	}
 	if key == "" || !slices.Contains(d.allowed, string(ResolveReprocess)) {
-		return "", refuse("Reprocess applies to a run that tried to change an item that is already done; run %s is %s", run.ID, run.Status)
+		return "", refuse("Reprocess applies to a task run blocked on an item (one that needs attention, or one already done); run %s is %s", run.ID, run.Status)
 	}
 	it, err := FindItem(d.tx, run.Workflow, key)
 	if err != nil {
@@ -297,7 +300,21 @@ func (d *decision) reprocessItem() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	run.Action = ActionRetry
+	if d.unknown() {
+		// The person chose to do the item again: the write whose outcome
+		// was unknown is no longer waited on (the new attempt writes anew).
+		d.mut.Status, d.mut.ResolvedBy, d.mut.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, d.ms
+		if err := putMutation(d.tx, d.mut); err != nil {
+			return "", err
+		}
+		msg += fmt.Sprintf(" (its write %s, whose outcome is unknown, is not waited on: the new attempt writes again)", d.mut.Target)
+	}
+	// reprocess wrote the run (its item's last run) in this transaction.
+	cur, err := d.tx.RunGet(run.ID)
+	if err != nil {
+		return "", err
+	}
+	run.Rev, run.Action = cur.Rev, ActionRetry
 	return msg + fmt.Sprintf("; run %s is retried", run.ID), nil
 }
 
@@ -351,13 +368,22 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 		if mut.CanReconcile {
 			out = append(out, string(ResolveTryAgain))
 		}
-		return append(out, string(ResolveDidntHappen), string(ResolveSkip))
+		out = append(out, string(ResolveDidntHappen), string(ResolveSkip))
+		if blockedItemOf(r) != "" {
+			// The item needs attention (ch 12 §12.7): a new attempt of it.
+			out = append(out, string(ResolveReprocess))
+		}
+		return out
 	case IsApprovalWait(r):
 		return []string{string(ResolveApprove), string(ResolveSkip)}
 	case doneItemOf(r) != "" && r.Status == kt.StatusFailedLogic:
 		// Skipping an item that is already done changes nothing: the next
 		// run would fail the same way.
 		return []string{string(ResolveReprocess), string(ResolveTryAgain)}
+	case r.Status == kt.StatusFailedLogic && blockedItemOf(r) != "":
+		// A write of the item conflicts with one applied in this attempt
+		// (the item needs attention): reprocess it, or skip it.
+		return []string{string(ResolveTryAgain), string(ResolveSkip), string(ResolveReprocess)}
 	case r.HandlerType == kt.HandlerConsumer && r.Phase == kt.PhasePreparing && held == 0:
 		// prepare failed before it selected anything: there is nothing a
 		// Skip could skip, and the next run would fail the same way.
@@ -367,15 +393,24 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 }
 
 // doneItemOf is the done item a run's handler tried to mutate, if any.
-func doneItemOf(r kt.Run) string {
-	if len(r.PendingCall) == 0 {
+func doneItemOf(r kt.Run) string { return pendingOf(r).DoneItem }
+
+// blockedItemOf is the task item a task run's last write was on, if any.
+func blockedItemOf(r kt.Run) string {
+	if r.HandlerType != kt.HandlerTask {
 		return ""
 	}
+	return pendingOf(r).Item
+}
+
+// pendingOf is the call a run was making; a run without one, or whose
+// stored preview does not decode (the card then shows no call), has none.
+func pendingOf(r kt.Run) PendingCall {
 	var pc PendingCall
-	if json.Unmarshal(r.PendingCall, &pc) != nil {
-		return ""
+	if len(r.PendingCall) > 0 && json.Unmarshal(r.PendingCall, &pc) != nil {
+		return PendingCall{}
 	}
-	return pc.DoneItem
+	return pc
 }
 
 func unpause(tx store.Tx, wf string, now int64) error {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -249,5 +250,41 @@ func TestStoredJSONThatDoesNotDecodeStopsWithAClearError(t *testing.T) {
 	}
 	if n := len(e.sink.Writes()); n != 1 {
 		t.Fatalf("writes %d", n)
+	}
+}
+
+// An item that needs attention (its write's outcome is unknown) is offered
+// Reprocess on its run's card, and Reprocess from the card starts a new
+// attempt that writes again (issue 24 #7: only `keep reprocess ITEM` did).
+func TestAnItemThatNeedsAttentionIsOfferedReprocess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	writeInbox(t, e, "a")
+	e.sink.Queue(testsink.TimeoutAfter) // applied, no answer, no probe: unknown
+	wf := e.deploy(itemScript("", `if (ctx.item.isDone) return
+          await ctx.http.request({ method: "POST", url: "%SINK%/write/" + id, json: { id }, timeoutMs: 300 })`))
+	e.settle()
+	r := e.open(wf)
+	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
+	if err != nil || len(cards) != 1 || !slices.Contains(cards[0].Actions, string(engine.ResolveReprocess)) {
+		t.Fatalf("card actions %+v %v", cards, err)
+	}
+	msg := e.resolve(r.ID, engine.ResolveReprocess)
+	if !strings.Contains(msg, `item "email:a": attempt 2 started`) {
+		t.Fatalf("reprocess: %q", msg)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	ws := e.sink.Writes()
+	if len(ws) != 2 || ws[0].Key == ws[1].Key {
+		t.Fatalf("writes %+v: want the first attempt's and the second's, under two keys", ws)
+	}
+	var it kt.Input
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		var err error
+		it, err = tx.InputGetByKey(wf, "email:a")
+		return err
+	}); err != nil || it.Status != kt.ItemDone || it.CurrentAttempt != 2 {
+		t.Fatalf("item %+v %v", it, err)
 	}
 }

@@ -251,6 +251,9 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "read the mutation ledger: %v", err)
 	}
+	pc := lc.pending()
+	pc.Item = it.Key
+	run.PendingCall, _ = json.Marshal(pc)
 	if h.dry {
 		return h.itemMutationDry(lc)
 	}

@@ -166,7 +166,7 @@ func TestBlockedItemMutationStaysActionable(t *testing.T) {
 		t.Fatal("the run was not retried")
 	}
 	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
-	if len(cards) != 1 || cards[0].MutationStatus != "indeterminate" || strings.Join(cards[0].Actions, ",") != "didnt-happen,skip" {
+	if len(cards) != 1 || cards[0].MutationStatus != "indeterminate" || strings.Join(cards[0].Actions, ",") != "didnt-happen,skip,reprocess" {
 		t.Fatalf("card %+v", cards)
 	}
 	e.resolve(r2.ID, engine.ResolveSkip)

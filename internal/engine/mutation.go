@@ -28,6 +28,9 @@ type PendingCall struct {
 	// item is done: the run failed before sending it, and Skip cannot end
 	// that block; Reprocess of the item can (ch 14 §14.2.2).
 	DoneItem string `json:"doneItem,omitempty"`
+	// Item is the key of the task item this call was made on: when the run
+	// blocks on it (the item needs attention), its card offers Reprocess.
+	Item string `json:"item,omitempty"`
 }
 
 func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {
