@@ -288,3 +288,62 @@ func TestAnItemThatNeedsAttentionIsOfferedReprocess(t *testing.T) {
 		t.Fatalf("item %+v %v", it, err)
 	}
 }
+
+// Two installations write under different idempotency keys, so a service
+// both write to never drops the second one's writes as repeats; a ledger
+// row keeps the key it was created with, so a write an older keep left
+// failed (or in flight) is sent again under its old key (issue 24 #9).
+func TestIdempotencyKeysCarryTheInstallation(t *testing.T) {
+	t.Parallel()
+	src := `export default Keep.workflow({ name: "hook", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: { id: "a" } }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.files.write({ path: "out/a.txt", content: "a" }) } }) } })`
+	var rows []kt.Mutation
+	var installs []string
+	for i := 0; i < 2; i++ {
+		e := newEnv(t)
+		wf := e.deploy(src)
+		e.settle()
+		e.noOpenRun(wf)
+		m := e.mutation(wf)
+		var id string
+		if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+			var err error
+			id, err = tx.InstallationID()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rows, installs = append(rows, m), append(installs, id)
+	}
+	if rows[0].IdentityKey != rows[1].IdentityKey {
+		t.Fatalf("the same write has two identities: %s %s", rows[0].IdentityKey, rows[1].IdentityKey)
+	}
+	if rows[0].IdempotencyKey == rows[1].IdempotencyKey || rows[0].IdempotencyKey != engine.IdempotencyKey(installs[0], rows[0].IdentityKey) {
+		t.Fatalf("keys of two installations: %s %s", rows[0].IdempotencyKey, rows[1].IdempotencyKey)
+	}
+
+	// A row keeps the key it was created with, whatever new rows get
+	// after (an upgrade that changed the key's making, here a store given
+	// another installation id, then a restart).
+	e := newEnvWith(t, strings.Replace(testPolicy, "transient_retries = 2", "transient_retries = 0", 1))
+	e.sink.Queue(testsink.Status(429)) // certainly not applied: failed, transient
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	old := e.mutation(wf)
+	if err := e.k.Store.Update(e.ctx(), func(tx store.Tx) error { return tx.InstallationSet("another-installation") }); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.settle()
+	e.noOpenRun(wf)
+	if ws := e.sink.Writes(); len(ws) != 1 || ws[0].Key != old.IdempotencyKey || ws[0].Key == engine.IdempotencyKey("another-installation", old.IdentityKey) {
+		t.Fatalf("writes %+v: want one, under the row's own key %s", ws, old.IdempotencyKey)
+	}
+}

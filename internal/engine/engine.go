@@ -93,6 +93,8 @@ type Engine struct {
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
+	// installation is the store's id, read once (installationID).
+	installation string
 }
 
 // New builds an Engine.
@@ -126,6 +128,27 @@ func (e *Engine) connectorsOf(wf kt.Workflow) *connector.Registry {
 		e.registries[wf.FilesRoot] = r
 	}
 	return r
+}
+
+// installationID is the store's installation id, read once.
+func (e *Engine) installationID(ctx context.Context) (string, error) {
+	e.mu.Lock()
+	id := e.installation
+	e.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		id, err = tx.InstallationID()
+		return err
+	}); err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.installation = id
+	e.mu.Unlock()
+	return id, nil
 }
 
 // Policy returns the engine's host policies.

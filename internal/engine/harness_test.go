@@ -26,6 +26,7 @@ type env struct {
 	dir  string
 	k    *daemon.Keep
 	sink *testsink.Sink
+	opts daemon.Options
 }
 
 const testPolicy = `[policy]
@@ -73,16 +74,32 @@ func newEnvAt(t testing.TB, policy string, atStep func(step string)) *env {
 	if os.Getenv("KEEP_TEST_ENGINE_STORE") == "postgres" {
 		storeURL = pgtest.FreshSchema(t)
 	}
-	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AtDurableStep: atStep})
+	opts := daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AtDurableStep: atStep}
+	k, err := daemon.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close(); k.Close() })
-	return &env{t: t, dir: dir, k: k, sink: s}
+	e := &env{t: t, dir: dir, k: k, sink: s, opts: opts}
+	t.Cleanup(func() { s.Close(); e.k.Close() })
+	return e
+}
+
+// restart closes keep and opens it again on the same store, as an upgrade
+// or a restart does.
+func (e *env) restart() {
+	e.t.Helper()
+	if err := e.k.Close(); err != nil {
+		e.t.Fatal(err)
+	}
+	k, err := daemon.Open(e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.k = k
 }
 
 func (e *env) ctx() context.Context { return context.Background() }

@@ -32,6 +32,8 @@ type ledgerCall struct {
 	payloadHash string
 	callHash    string
 
+	// installation is the store's id, mixed into a new row's key.
+	installation string
 	// mut is the ledger row: the one the identity found, or a new one.
 	mut   kt.Mutation
 	found bool
@@ -54,6 +56,9 @@ func (x *runExec) openLedger(phase, tool string, m *connector.Method, args map[s
 	lc.callHash = CallHash(tool, m.Name, lc.target, identity, payload)
 	x.run.PendingCall, _ = json.Marshal(lc.pending())
 	var err error
+	if lc.installation, err = x.e.installationID(x.ctx); err != nil {
+		return lc, err
+	}
 	lc.mut, lc.found, err = x.e.lookupMutation(x.ctx, lc.identityKey)
 	if err == nil && lc.found && len(lc.mut.Params) > 0 {
 		// comparePayloads reads them: a row that does not decode stops here.
@@ -114,8 +119,18 @@ func (lc *ledgerCall) newRow(itemKeys []string, attempt int) {
 	}
 	run := lc.x.run
 	lc.mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
-		Tool: lc.tool, Method: lc.m.Name, IdentityKey: lc.identityKey, IdempotencyKey: "keep-" + lc.identityKey[:32],
+		Tool: lc.tool, Method: lc.m.Name, IdentityKey: lc.identityKey, IdempotencyKey: IdempotencyKey(lc.installation, lc.identityKey),
 		CreatedAt: lc.x.e.nowMs()}
+}
+
+// IdempotencyKey is the key a new write carries to the service: its
+// identity mixed with the installation's id (store.Tx.InstallationID), so
+// two installations writing to one service (dev and prod) never send the
+// same key, which the service would take for a repeat and drop (issue 24
+// #9). A ledger row keeps the key it was created with: a write in flight
+// when keep was upgraded is reconciled and re-sent under its old key.
+func IdempotencyKey(installation, identityKey string) string {
+	return "keep-" + hashOf("idempotency", installation, identityKey)[:32]
 }
 
 // needsApproval says the call waits for a person's approval of exactly

@@ -244,6 +244,12 @@ type Tx interface {
 	ConnectionDelete(provider string) error
 	// ConnectionList lists every account, by provider.
 	ConnectionList() ([]kt.Connection, error)
+	// InstallationID is the random id the store was given when it was
+	// created; it is mixed into new idempotency keys (engine.IdempotencyKey),
+	// so two installations never send one service the same key.
+	InstallationID() (string, error)
+	// InstallationSet replaces it: keep migrate carries the source's id.
+	InstallationSet(id string) error
 	// SecretGet reads a named secret (kt.ErrNotFound: none).
 	SecretGet(name string) (kt.Secret, error)
 	// SecretPut writes a named secret, replacing the one before (its

@@ -332,6 +332,16 @@ func (r recordingTx) ConnectionList() ([]kt.Connection, error) {
 	return r.tx.ConnectionList()
 }
 
+func (r recordingTx) InstallationID() (string, error) {
+	r.c.note("InstallationID")
+	return r.tx.InstallationID()
+}
+
+func (r recordingTx) InstallationSet(id string) error {
+	r.c.note("InstallationSet")
+	return r.tx.InstallationSet(id)
+}
+
 func (r recordingTx) SecretGet(name string) (kt.Secret, error) {
 	r.c.note("SecretGet")
 	return r.tx.SecretGet(name)

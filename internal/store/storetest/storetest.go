@@ -851,6 +851,32 @@ func exerciseTransactions(run runCase) {
 		}))
 	})
 
+	run("the installation id: made with the store, the same on every read, replaced only by InstallationSet", func(t *testing.T, s store.Store) {
+		var first string
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			var err error
+			if first, err = tx.InstallationID(); err != nil || len(first) < 16 {
+				return fmt.Errorf("a new store's installation id %q: %v", first, err)
+			}
+			return nil
+		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if again, err := tx.InstallationID(); err != nil || again != first {
+				return fmt.Errorf("the id changed: %q then %q (%v)", first, again, err)
+			}
+			if err := tx.InstallationSet(""); err == nil {
+				return fmt.Errorf("an empty installation id was accepted")
+			}
+			return tx.InstallationSet("from-another-store")
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if id, err := tx.InstallationID(); err != nil || id != "from-another-store" {
+				return fmt.Errorf("after InstallationSet: %q %v", id, err)
+			}
+			return nil
+		}))
+	})
+
 	run("secrets: put replaces and keeps the creation time, list by name, delete", func(t *testing.T, s store.Store) {
 		sealed := []byte{0, 1, 2, 255, 'x'}
 		must(t, s.Update(ctx, func(tx store.Tx) error {

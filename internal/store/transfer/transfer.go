@@ -61,6 +61,10 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 		}
 		w.count(&c)
 	}
+	// The installation keeps its id (its idempotency keys stay its own).
+	if err := carryInstallation(ctx, from, to); err != nil {
+		return c, err
+	}
 	// The accounts and the secrets go as they are: still sealed, so the
 	// destination's nodes need the same secret key (KEEP_SECRET_KEY). The
 	// notices already sent go too, so no person is told again.
@@ -75,6 +79,19 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 		return tx.NoticePut(n.Key, n.Channel, n.SentAt)
 	})
 	return c, err
+}
+
+// carryInstallation gives the destination the source's installation id.
+func carryInstallation(ctx context.Context, from, to store.Store) error {
+	var id string
+	if err := from.View(ctx, func(tx store.Tx) error {
+		var err error
+		id, err = tx.InstallationID()
+		return err
+	}); err != nil {
+		return err
+	}
+	return to.Update(ctx, func(tx store.Tx) error { return tx.InstallationSet(id) })
 }
 
 // copyAll copies every row a list reads into the other store, in one

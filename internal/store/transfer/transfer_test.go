@@ -155,6 +155,20 @@ func TestEveryTableIsCarried(t *testing.T) {
 		if _, err := transfer.Copy(context.Background(), src, dst); err != nil {
 			t.Fatal(err)
 		}
+		// The installation keeps its id (its idempotency keys stay its own).
+		var ids [2]string
+		for i, st := range []store.Store{src, dst} {
+			if err := st.View(context.Background(), func(tx store.Tx) error {
+				var err error
+				ids[i], err = tx.InstallationID()
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ids[0] != ids[1] {
+			t.Errorf("installation id %q after keep migrate, the source's is %q", ids[1], ids[0])
+		}
 		after := rowsPerTable(t, db, list)
 		for _, table := range names {
 			if _, skip := notCarried[table]; skip {
