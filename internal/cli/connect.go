@@ -19,6 +19,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/google"
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -109,7 +110,7 @@ func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string
 		}
 		sources = append(sources, string(b))
 	}
-	scopes := google.ScopesFor(daemon.Registry("."), sources)
+	scopes := google.ScopesFor(daemon.Registry("."), engine.UsesOf(sources))
 	if scopes == nil {
 		return nil, errors.New(google.NoScopesError)
 	}

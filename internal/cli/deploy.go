@@ -118,7 +118,7 @@ func validateFile(file string, reg *connector.Registry) (name string, problems [
 		}
 		return "", nil, err
 	}
-	return p.Decl.WorkflowName(), script.ValidateAll(p, reg.Tools(), reg.SourceTypes()), nil
+	return p.Decl.WorkflowName(), script.Check(p, engine.ScriptConnectors(reg)), nil
 }
 
 func deployKind(minor, major bool) (engine.DeployKind, error) {

@@ -286,6 +286,13 @@ func (r *Registry) Method(tool, method string) (*Method, error) {
 	return m, nil
 }
 
+// Writes reports whether a call of tool.method with these arguments
+// writes; an unknown method writes nothing.
+func (r *Registry) Writes(tool, method string, args map[string]any) bool {
+	m, err := r.Method(tool, method)
+	return err == nil && m.KindFor(args) == KindMutate
+}
+
 // Tools lists each connector's method names, for ctx and for validation.
 func (r *Registry) Tools() map[string][]string {
 	out := map[string][]string{}

@@ -9,6 +9,7 @@ import (
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector/google"
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -38,7 +39,7 @@ func (p *pageAccounts) StartGoogle(ctx context.Context, redirect string) (string
 	if err != nil {
 		return "", err
 	}
-	scopes := google.ScopesFor(Registry("."), scripts)
+	scopes := google.ScopesFor(Registry("."), engine.UsesOf(scripts))
 	if scopes == nil {
 		return "", errors.New(google.NoScopesError)
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	sc "github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -20,27 +20,27 @@ import (
 // run as paused:approval with a card that says what to grant. Grants are
 // kept per workflow, so a new version that uses nothing new needs none.
 
-// ctxBuiltins are ctx's own calls, which need no grant.
-var ctxBuiltins = map[string]bool{"publish": true, "peek": true, "getByIds": true, "registerInput": true, "log": true, "now": true, "random": true, "withItem": true, "item": true}
-
-var (
-	toolCallRe  = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(`)
-	sourceLitRe = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*?source\s*:\s*["'\x60]([A-Za-z0-9_-]+)["'\x60]`)
-)
-
-// Uses lists what a script calls that needs a grant, sorted:
-// "tool.method" for each ctx.TOOL.METHOD( and "source:NAME" for each
-// registerInput whose source is written as a literal. What the reading
-// misses (a computed name) is still refused at the call until granted.
+// Uses lists what a script calls that needs a grant, sorted, as
+// script.Analyze reads it: "tool.method" for each connector call on ctx
+// however ctx reaches it, and "source:NAME" for each registerInput whose
+// source is a literal. Validation refuses a connector reached by a
+// computed name; a computed source is refused at the call until granted.
+// A script that does not parse uses nothing it can be granted.
 func Uses(script string) []string {
-	set := map[string]bool{}
-	for _, m := range toolCallRe.FindAllStringSubmatch(script, -1) {
-		if !ctxBuiltins[m[1]] {
-			set[m[1]+"."+m[2]] = true
-		}
+	a, err := sc.Analyze(script)
+	if err != nil {
+		return nil
 	}
-	for _, m := range sourceLitRe.FindAllStringSubmatch(script, -1) {
-		set["source:"+m[1]] = true
+	return a.Uses()
+}
+
+// UsesOf is Uses of several scripts together, sorted, once each.
+func UsesOf(scripts []string) []string {
+	set := map[string]bool{}
+	for _, s := range scripts {
+		for _, u := range Uses(s) {
+			set[u] = true
+		}
 	}
 	out := make([]string, 0, len(set))
 	for u := range set {

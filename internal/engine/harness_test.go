@@ -115,6 +115,18 @@ func (e *env) deploy(src string) string {
 	return res.Workflow
 }
 
+// deployUnchecked deploys a script the static analysis refuses, to try
+// the run-time checks behind it.
+func (e *env) deployUnchecked(src string) string {
+	e.t.Helper()
+	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
+	res, err := engine.DeployUnchecked(e.ctx(), e.k.Engine, "wf.js", src)
+	if err != nil {
+		e.t.Fatalf("deploy: %v", err)
+	}
+	return res.Workflow
+}
+
 func (e *env) redeploy(src string, kind engine.DeployKind) {
 	e.t.Helper()
 	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -429,16 +429,25 @@ func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string,
 	return n, err
 }
 
-var itemPrefix = regexp.MustCompile("withItem\\(\\s*[`'\"]([A-Za-z0-9_.-]+:)")
-
-// KeyPrefixes lists the item key prefixes a script uses in withItem calls ("email:").
+// KeyPrefixes lists the item key prefixes a script gives withItem
+// ("email:"), as script.Analyze reads the ids: the constant text an id
+// starts with, up to its first colon.
 func KeyPrefixes(source string) []string {
+	a, err := script.Analyze(source)
+	if err != nil {
+		return nil
+	}
 	seen := map[string]bool{}
 	var out []string
-	for _, m := range itemPrefix.FindAllStringSubmatch(source, -1) {
-		if !seen[m[1]] {
-			seen[m[1]] = true
-			out = append(out, m[1])
+	for _, e := range a.Items {
+		i := strings.Index(e.Prefix, ":")
+		if i <= 0 {
+			continue
+		}
+		p := e.Prefix[:i+1]
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
 		}
 	}
 	sort.Strings(out)

@@ -88,17 +88,30 @@ func TestPhaseViolationsFailTheRunEvenWhenCaught(t *testing.T) {
 func TestSecondMutationInMutateIsLogicErrorAndNothingIsWritten(t *testing.T) {
 	t.Parallel()
 	const first = `await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300 })`
-	for _, c := range []struct{ name, mutate, want string }{
-		{"at once", `ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: {} }); ctx.http.request({ method: "POST", url: "%SINK%/write/2", json: {} })`, "ctx.http.request after ctx.http.request: a second mutation in mutate"},
-		{"one after the other", first + `; await ctx.http.request({ method: "PUT", url: "%SINK%/write/2", json: {} })`, "ctx.http.request after ctx.http.request: a second mutation in mutate"},
-		{"using the first result", `const r = ` + first + `; await ctx.http.request({ method: "POST", url: "%SINK%/write/" + r.id, json: {} })`, "after its mutation call, which must be the last thing mutate does"},
-		{"a throw after it", first + `; throw new Error("checked after the write")`, "checked after the write"},
-		{"a read after it", first + `; await ctx.http.request({ method: "GET", url: "%SINK%/read" })`, "was called after the mutation call ctx.http.request"},
+	for _, c := range []struct {
+		name, mutate, want string
+		refused            bool // by validation too: two writes where it sees them
+	}{
+		{"at once", `ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: {} }); ctx.http.request({ method: "POST", url: "%SINK%/write/2", json: {} })`, "ctx.http.request after ctx.http.request: a second mutation in mutate", true},
+		{"one after the other", first + `; await ctx.http.request({ method: "PUT", url: "%SINK%/write/2", json: {} })`, "ctx.http.request after ctx.http.request: a second mutation in mutate", true},
+		{"using the first result", `const r = ` + first + `; await ctx.http.request({ method: "POST", url: "%SINK%/write/" + r.id, json: {} })`, "after its mutation call, which must be the last thing mutate does", true},
+		{"a throw after it", first + `; throw new Error("checked after the write")`, "checked after the write", false},
+		{"a read after it", first + `; await ctx.http.request({ method: "GET", url: "%SINK%/read" })`, "was called after the mutation call ctx.http.request", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			wf := e.deploy(strings.Replace(hookScript("", ""), first, c.mutate, 1))
+			src := strings.Replace(hookScript("", ""), first, c.mutate, 1)
+			deploy := e.deploy
+			if c.refused {
+				// Validation names both calls (the static half); deployed
+				// regardless, the engine stops the second at run time.
+				if _, _, err := e.k.Engine.Check("wf.js", src); err == nil || !strings.Contains(err.Error(), "consumers.c.mutate can write twice: ctx.http.request") || strings.Count(err.Error(), "ctx.http.request({") != 2 {
+					t.Fatalf("validation: %v", err)
+				}
+				deploy = e.deployUnchecked
+			}
+			wf := deploy(src)
 			e.settle()
 			r := e.open(wf)
 			if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, c.want) {

@@ -3,7 +3,6 @@ package maintainer
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -66,30 +65,22 @@ func noWider(old, new string) string {
 	return ""
 }
 
-var (
-	keyExprRe  = regexp.MustCompile(`\b(messageId|subkey)\s*:\s*([^,}\n]+)`)
-	withItemRe = regexp.MustCompile(`withItem\s*\(\s*([^,]+),`)
-	inputIDRe  = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*?\bid\s*:\s*([^,}\n]+)`)
-	spaceRe    = regexp.MustCompile(`\s+`)
-)
-
-func norm(s string) string { return spaceRe.ReplaceAllString(strings.TrimSpace(s), "") }
+// analysisOf reads a script (script.Analyze); a script that does not
+// parse has failed validation before any check here runs.
+func analysisOf(src string) *script.Analysis {
+	a, err := script.Analyze(src)
+	if err != nil {
+		return &script.Analysis{}
+	}
+	return a
+}
 
 // identityExprs are the expressions that build item IDs, message ids,
-// input ids and subkeys, as written.
+// input ids and subkeys, each with the definitions it reads (normalized
+// source: comments and spacing do not count), as script.Analyze reads
+// them.
 func identityExprs(src string) []string {
-	var out []string
-	for _, m := range keyExprRe.FindAllStringSubmatch(src, -1) {
-		out = append(out, m[1]+": "+norm(m[2]))
-	}
-	for _, m := range withItemRe.FindAllStringSubmatch(src, -1) {
-		out = append(out, "withItem: "+norm(m[1]))
-	}
-	for _, m := range inputIDRe.FindAllStringSubmatch(src, -1) {
-		out = append(out, "registerInput id: "+norm(m[1]))
-	}
-	sort.Strings(out)
-	return out
+	return analysisOf(src).Identities()
 }
 
 // frozenIDs: item-ID and subkey expressions unchanged (ch 12 §12.9).

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
@@ -34,21 +33,20 @@ type Plan struct {
 	Attempts int
 }
 
-var (
-	registerCallRe = regexp.MustCompile(`registerInput\s*\(\s*\{[^}]*\}`)
-	unstableRe     = regexp.MustCompile(`Date\.now|new Date|ctx\.now|Math\.random|ctx\.random`)
-)
-
-// review applies the Planner's rules beyond validation; "" when it passes.
+// review applies the Planner's rules beyond validation, on the script as
+// script.Analyze reads it; "" when it passes.
 func review(src string) string {
-	for _, call := range registerCallRe.FindAllString(src, -1) {
-		if !strings.Contains(call, "title") {
-			return "an input is registered without a title: give every registerInput a title a person understands"
+	a := analysisOf(src)
+	for _, in := range a.Inputs {
+		if !in.HasTitle {
+			return fmt.Sprintf("the input registered on line %d has no title: give every registerInput a title a person understands", in.Line)
 		}
 	}
-	for _, e := range identityExprs(src) {
-		if unstableRe.MatchString(e) {
-			return fmt.Sprintf("%q is built from the time or chance; build item IDs, messageIds and subkeys from the data's own ids", e)
+	// Time and chance in any part of an id, or in anything it is built
+	// from, make a new id every run: the work would be done again.
+	for _, e := range a.IdentityExprs() {
+		if len(e.Unstable) > 0 {
+			return fmt.Sprintf("%s (line %d) is built from the time or chance (%s); build item IDs, messageIds, input ids and subkeys from the data's own ids", e.Text, e.Line, strings.Join(e.Unstable, ", "))
 		}
 	}
 	return ""

@@ -52,26 +52,13 @@ func preludeBytecode() ([]byte, error) {
 	return preludeCode, preludeErr
 }
 
-// exportDefault matches the module form the chapters use. keep runs a
-// script as the body of a strict function (a module's semantics, and new
-// bindings for every invocation): the export becomes an assignment on the
-// same line, and the wrapper's head stays on line 1, so line numbers in
-// errors stay true.
-var exportDefault = regexp.MustCompile(`(?m)^(\s*)export\s+default\s+`)
-
-const exportGlobal = "__keep_export"
-
-func wrapScript(source string) string {
-	body := exportDefault.ReplaceAllString(source, "${1}"+exportGlobal+" = ")
-	return `__keep_define(function () { "use strict"; let ` + exportGlobal + `; ` + body + "\n;return " + exportGlobal + ";\n});"
-}
-
 // Program is one compiled workflow script version.
 type Program struct {
 	File     string
 	Source   string
 	bytecode []byte
 	Decl     Declaration
+	analysis *analysisOnce
 }
 
 // SyntaxError is a script that does not parse.
@@ -129,15 +116,16 @@ func compileHere(file, source string) (*Program, error) {
 
 // compileBytecode parses a script into bytecode; parsing runs none of it.
 func compileBytecode(file, source string) (*Program, error) {
-	if n := len(exportDefault.FindAllStringIndex(source, -1)); n > 1 {
-		return nil, fmt.Errorf("%s: more than one `export default`", file)
+	wrapped, err := wrapScript(source)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", file, err)
 	}
 	vm, err := quickjs.NewVM()
 	if err != nil {
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	defer vm.Close()
-	code, err := vm.Compile(wrapScript(source), quickjs.EvalGlobal)
+	code, err := vm.Compile(wrapped, quickjs.EvalGlobal)
 	if err != nil {
 		var qe *quickjs.Error
 		if errors.As(err, &qe) {
@@ -145,7 +133,7 @@ func compileBytecode(file, source string) (*Program, error) {
 		}
 		return nil, fmt.Errorf("%s: %v", file, err)
 	}
-	return &Program{File: file, Source: source, bytecode: code}, nil
+	return &Program{File: file, Source: source, bytecode: code, analysis: &analysisOnce{}}, nil
 }
 
 // Limits bound one invocation.

@@ -30,11 +30,37 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s: %s%s%s", p.Severity, loc, who, p.Message)
 }
 
-// Validate checks a compiled script against the rules of SPEC §2. known
-// maps each connector name to its method names. Errors come first, then
-// warnings; each names the handler, topic and line where it can.
+// Connectors is what validation knows of the connectors.
+type Connectors struct {
+	Tools   map[string][]string // each connector's method names
+	Sources map[string][]string // each input source's types
+	// Writes reports whether a call with these literal arguments writes
+	// (connector.Registry.Writes); nil: no call is taken for a write.
+	Writes func(tool, method string, args map[string]any) bool
+}
+
+// Validate checks a compiled script's declaration against the rules of
+// SPEC §2, and the connectors it calls. known maps each connector name to
+// its method names. Errors come first, then warnings; each names the
+// handler, topic and line where it can. Check is every check.
 func Validate(p *Program, known map[string][]string) []Problem {
+	return validate(p, Connectors{Tools: known}, false)
+}
+
+// Check is every static check of a script: its declaration (Validate), the
+// connectors and sources it reaches as the analysis reads them, and what
+// the analysis cannot follow. Errors come first.
+func Check(p *Program, c Connectors) []Problem {
+	return validate(p, c, true)
+}
+
+func validate(p *Program, c Connectors, full bool) []Problem {
 	v := &validation{p: p, d: p.Decl, writers: map[string][]string{}, readers: map[string][]string{}}
+	v.an, v.anErr = p.Analysis()
+	if v.anErr != nil {
+		v.out = append(v.out, Problem{Severity: "error", Message: "keep cannot read the script: " + v.anErr.Error()})
+		return v.out
+	}
 	if v.d.Missing {
 		v.add("error", "", "", "the script declares no workflow: it must run `export default Keep.workflow({ name, topics, producers, consumers })`")
 		return v.out
@@ -44,7 +70,14 @@ func Validate(p *Program, known map[string][]string) []Problem {
 	v.consumers()
 	v.tasks()
 	v.topics()
-	v.connectors(known)
+	v.connectors(c.Tools)
+	if full {
+		v.followed()
+		v.out = append(v.out, sourceProblems(v.an, c.Sources)...)
+	}
+	if c.Writes != nil {
+		v.oneWrite(c.Writes)
+	}
 	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Severity == "error" && v.out[j].Severity != "error" })
 	return v.out
 }
@@ -54,12 +87,65 @@ func Validate(p *Program, known map[string][]string) []Problem {
 type validation struct {
 	p                *Program
 	d                Declaration
+	an               *Analysis
+	anErr            error
 	out              []Problem
 	writers, readers map[string][]string
 }
 
 func (v *validation) add(sev, handler, topic, msg string) {
-	v.out = append(v.out, Problem{Severity: sev, Handler: handler, Topic: topic, Line: v.p.lineOf(handler, topic), Message: msg})
+	v.out = append(v.out, Problem{Severity: sev, Handler: handler, Topic: topic, Line: v.an.LineOf(handler, topic), Message: msg})
+}
+
+// followed makes an error of everything the analysis could not follow,
+// and of every handler whose function it did not find: what it reads is
+// then all the script can do.
+func (v *validation) followed() {
+	for _, r := range v.an.Refused {
+		v.out = append(v.out, Problem{Severity: "error", Handler: strings.Join(r.Handlers, ", "), Line: r.Line, Message: r.Text})
+	}
+	if v.an.DefaultExports > 1 {
+		v.out = append(v.out, Problem{Severity: "error", Message: fmt.Sprintf("the script has %d `export default` statements; it exports one workflow", v.an.DefaultExports)})
+	}
+	var declared []string
+	for n, h := range v.d.Producers {
+		if h.Handler {
+			declared = append(declared, "producers."+n+".handler")
+		}
+	}
+	for n, h := range v.d.Consumers {
+		for phase, ok := range map[string]bool{"prepare": h.Prepare, "mutate": h.Mutate, "next": h.Next} {
+			if ok {
+				declared = append(declared, "consumers."+n+"."+phase)
+			}
+		}
+	}
+	for n, h := range v.d.Tasks {
+		if h.Run {
+			declared = append(declared, "tasks."+n+".run")
+		}
+	}
+	sort.Strings(declared)
+	for _, h := range declared {
+		if !contains(v.an.Handlers, h) {
+			parts := strings.Split(h, ".")
+			v.out = append(v.out, Problem{Severity: "error", Handler: h, Line: v.an.LineOf(parts[0]+"."+parts[1], ""),
+				Message: fmt.Sprintf("keep cannot find the function of %s in the script's text, so it cannot see what it does: write it in Keep.workflow({ ... }) (async %s(ctx, ...) { ... }), or as a function the script declares by name", h, parts[2])})
+		}
+	}
+}
+
+// oneWrite: a mutate makes one write; two write calls where the second
+// can run after the first are an error naming both (issue 24).
+func (v *validation) oneWrite(writes func(tool, method string, args map[string]any) bool) {
+	isWrite := func(c Call) bool { return writes(c.Tool, c.Method, c.Args) }
+	for _, w := range v.an.WritePairs(isWrite) {
+		if !strings.HasSuffix(w.Handler, ".mutate") {
+			continue
+		}
+		v.out = append(v.out, Problem{Severity: "error", Handler: w.Handler, Line: w.Second.Line,
+			Message: fmt.Sprintf("%s can write twice: %s (line %d) and then %s (line %d); a mutate makes one write, its run's only side effect — publish an event from next and write the second thing in the consumer of that topic", w.Handler, w.First.Text, w.First.Line, w.Second.Text, w.Second.Line)})
+	}
 }
 
 // workflow checks the declaration as a whole: its shape, name, handlers.
@@ -173,13 +259,8 @@ func (v *validation) topics() {
 
 // connectors checks the connectors the script reaches through ctx.<name>.<method>.
 func (v *validation) connectors(known map[string][]string) {
-	src := v.p.Source
-	for _, m := range toolUse.FindAllStringSubmatchIndex(src, -1) {
-		tool, method := src[m[2]:m[3]], src[m[4]:m[5]]
-		if builtinCtx[tool] {
-			continue
-		}
-		line := strings.Count(src[:m[0]], "\n") + 1
+	for _, c := range v.an.Calls {
+		tool, method, line := c.Tool, c.Method, c.Line
 		methods, ok := known[tool]
 		if !ok {
 			v.out = append(v.out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s: there is no connector named %q (available: %s)", tool, tool, strings.Join(sortedKeys(known), ", "))})
@@ -191,11 +272,9 @@ func (v *validation) connectors(known map[string][]string) {
 	}
 }
 
-// ValidateAll is Validate and ValidateSources, errors first.
+// ValidateAll is Check without knowing which calls write.
 func ValidateAll(p *Program, tools, sources map[string][]string) []Problem {
-	out := append(Validate(p, tools), ValidateSources(p, sources)...)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == "error" && out[j].Severity != "error" })
-	return out
+	return Check(p, Connectors{Tools: tools, Sources: sources})
 }
 
 // ValidateSources checks the literal sources and types of registerInput
@@ -205,11 +284,17 @@ func ValidateAll(p *Program, tools, sources map[string][]string) []Problem {
 // types. Computed sources cannot be checked here; the host checks them at
 // run time.
 func ValidateSources(p *Program, sources map[string][]string) []Problem {
+	an, err := p.Analysis()
+	if err != nil {
+		return nil // Validate says why
+	}
+	return sourceProblems(an, sources)
+}
+
+func sourceProblems(an *Analysis, sources map[string][]string) []Problem {
 	var out []Problem
-	for _, m := range registerCall.FindAllStringSubmatchIndex(p.Source, -1) {
-		body := p.Source[m[2]:m[3]]
-		line := strings.Count(p.Source[:m[0]], "\n") + 1
-		src := literalField(body, "source")
+	for _, in := range an.Inputs {
+		line, src, typ := in.Line, in.Source, in.Type
 		if src == "" {
 			continue
 		}
@@ -218,21 +303,11 @@ func ValidateSources(p *Program, sources map[string][]string) []Problem {
 			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: unknown source %q (known: %s); a source is the connector the input comes from", src, strings.Join(sortedKeys(sources), ", "))})
 			continue
 		}
-		if typ := literalField(body, "type"); typ != "" && !contains(types, typ) {
+		if typ != "" && !contains(types, typ) {
 			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: source %q has no type %q (it has: %s)", src, typ, strings.Join(types, ", "))})
 		}
 	}
 	return out
-}
-
-// literalField returns the value of `name: "literal"` in an object literal's text.
-func literalField(body, name string) string {
-	re := regexp.MustCompile(`(?:^|[,{\s])` + name + `\s*:\s*(?:"([^"\\$]*)"|'([^'\\]*)'|` + "`" + `([^` + "`" + `$\\]*)` + "`" + `)`)
-	m := re.FindStringSubmatch(body)
-	if m == nil {
-		return ""
-	}
-	return m[1] + m[2] + m[3]
 }
 
 // HasErrors reports whether any problem is an error.
@@ -245,12 +320,7 @@ func HasErrors(ps []Problem) bool {
 	return false
 }
 
-var (
-	validName    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-	registerCall = regexp.MustCompile(`\bregisterInput\s*\(\s*\{([^}]*)\}`)
-	toolUse      = regexp.MustCompile(`\bctx\s*\.\s*([A-Za-z_$][\w$]*)\s*\.\s*([A-Za-z_$][\w$]*)`)
-	builtinCtx   = map[string]bool{"item": true, "log": true, "now": true, "random": true, "peek": true, "getByIds": true, "registerInput": true, "publish": true, "withItem": true}
-)
+var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
@@ -277,32 +347,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// lineOf finds the line where a handler (e.g. "consumers.processEmail") or,
-// failing that, a topic is written in the source. 0 when it cannot tell.
-func (p *Program) lineOf(handler, topic string) int {
-	find := func(pat string) int {
-		re, err := regexp.Compile(pat)
-		if err != nil {
-			return 0
-		}
-		loc := re.FindStringIndex(p.Source)
-		if loc == nil {
-			return 0
-		}
-		return strings.Count(p.Source[:loc[0]], "\n") + 1
-	}
-	if handler != "" {
-		parts := strings.SplitN(handler, ".", 2)
-		if len(parts) == 2 {
-			if l := find(`["']?\b` + regexp.QuoteMeta(parts[1]) + `\b["']?\s*[:(]`); l > 0 {
-				return l
-			}
-		}
-	}
-	if topic != "" {
-		return find(`["']` + regexp.QuoteMeta(topic) + `["']`)
-	}
-	return 0
 }

@@ -1,5 +1,6 @@
 // A ctx captured in prepare used in mutate
 // expect: not extensible
+// refused: ctx is stored in an object's property
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

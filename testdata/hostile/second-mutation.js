@@ -1,5 +1,6 @@
 // Two mutations in mutate
 // expect: second mutation
+// refused: consumers.c.mutate can write twice
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

@@ -1,5 +1,6 @@
 // A host abort inside finally blocks
 // expect: phase violation
+// refused: consumers.c.mutate can write twice
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

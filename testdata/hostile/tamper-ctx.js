@@ -1,5 +1,6 @@
 // Tampering with ctx
 // expect: read-only
+// refused: ctx is passed to Object.defineProperty
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -72,24 +71,25 @@ func (f *Flow) Finish(ctx context.Context, accts *account.Accounts, code string)
 	return info.Email, granted, nil
 }
 
-var toolCallRe = regexp.MustCompile(`ctx\s*\.\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(`)
-
 // ScopesFor returns the scopes the connector methods that scripts call
 // need (each method's first scope, and its reconcile's), plus openid and
 // email, which name the account and reach no data; nil when the scripts
-// call no Google method.
-func ScopesFor(reg *connector.Registry, scripts []string) []string {
+// call no Google method. uses are what the scripts use as the analysis
+// reads them (engine.UsesOf: "gmail.send", "source:gmail").
+func ScopesFor(reg *connector.Registry, uses []string) []string {
 	set := map[string]bool{}
-	for _, src := range scripts {
-		for _, m := range toolCallRe.FindAllStringSubmatch(src, -1) {
-			meth, err := reg.Method(m[1], m[2])
-			if err != nil || len(meth.Scopes) == 0 {
-				continue
-			}
-			set[meth.Scopes[0]] = true
-			if len(meth.ReconcileScopes) > 0 {
-				set[meth.ReconcileScopes[0]] = true
-			}
+	for _, u := range uses {
+		tool, method, ok := strings.Cut(u, ".")
+		if !ok {
+			continue
+		}
+		meth, err := reg.Method(tool, method)
+		if err != nil || len(meth.Scopes) == 0 {
+			continue
+		}
+		set[meth.Scopes[0]] = true
+		if len(meth.ReconcileScopes) > 0 {
+			set[meth.ReconcileScopes[0]] = true
 		}
 	}
 	if len(set) == 0 {
