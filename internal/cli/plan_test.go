@@ -80,3 +80,37 @@ func TestPlanWritesAValidReviewedScript(t *testing.T) {
 		t.Fatalf("without a model: %d %s", r.code, r.err)
 	}
 }
+
+// Issue 22 #10: time or chance in any part of an id is refused — inside a
+// template's ${}, or in a name the id is built from — and the refusal
+// says which, so the model can answer with the data's own ids.
+func TestPlanRefusesTimeAndChanceInAnyPartOfAnID(t *testing.T) {
+	fake := llmfake.New(
+		llmfake.Reply{Content: planned("`f:${f.name}:${Date.now()}`"), Tokens: 10},
+		llmfake.Reply{Content: strings.Replace(planned("`f:${f.name}:${stamp}`"), "for (const f of", "const stamp = new Date().toISOString()\n    for (const f of", 1), Tokens: 10},
+		llmfake.Reply{Content: planned("`f:${f.name}:${ctx.random()}`"), Tokens: 10},
+		llmfake.Reply{Content: planned("`f:${f.name}`"), Tokens: 10},
+	)
+	srv := httptest.NewServer(fake.Handler())
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keep.toml")
+	os.WriteFile(cfg, []byte("[llm]\nbase_url = \""+srv.URL+"/v1\"\nmodel = \"fake\"\n\n[maintainer]\nmax_attempts = 4\n"), 0o644)
+	out := filepath.Join(dir, "notes.js")
+	r := keep(t, "plan", "copy each note in in/ to out/", "-o", out, "--config", cfg, "--data", filepath.Join(dir, "data"))
+	if r.code != 0 || !strings.Contains(r.out, "4 attempts") {
+		t.Fatalf("keep plan: %d\n%s%s", r.code, r.out, r.err)
+	}
+	reqs := fake.Requests()
+	for i, want := range []string{"`f:${f.name}:${Date.now()}` (line 7) is built from the time or chance (Date.now)",
+		"`f:${f.name}:${stamp}` (line 8) is built from the time or chance (new Date())",
+		"is built from the time or chance (ctx.random)"} {
+		if got := reqs[i+1].Messages[len(reqs[i+1].Messages)-1].Text(); !strings.Contains(got, want) {
+			t.Fatalf("refusal %d: %s\nwant %q", i+1, got, want)
+		}
+	}
+	saved, _ := os.ReadFile(out)
+	if strings.Contains(string(saved), "Date") || strings.Contains(string(saved), "random") {
+		t.Fatalf("saved a script built from the time:\n%s", saved)
+	}
+}

@@ -379,6 +379,7 @@ type analyzer struct {
 	defs   map[*js.Var][]js.INode
 	funcs  map[js.INode]*fnInfo
 	stack  []js.INode // enclosing functions
+	stmtAt []js.INode // enclosing simple statements, for positions
 	report bool
 	grew   bool
 
@@ -548,6 +549,13 @@ func (a *analyzer) line(n js.INode) int {
 	p := &posFinder{a: a, lit: -1, vr: -1}
 	js.Walk(p, n)
 	off := p.lit
+	if off < 0 && len(a.stmtAt) > 0 {
+		// A bare name points where it was declared; the statement it is
+		// used in is closer.
+		q := &posFinder{a: a, lit: -1, vr: -1}
+		js.Walk(q, a.stmtAt[len(a.stmtAt)-1])
+		off = q.lit
+	}
 	if off < 0 {
 		off = p.vr
 	}
@@ -675,6 +683,13 @@ func (a *analyzer) stmts(list []js.IStmt) {
 }
 
 func (a *analyzer) stmt(s js.IStmt) {
+	if a.report && s != nil {
+		switch s.(type) {
+		case *js.ExprStmt, *js.VarDecl, *js.ReturnStmt, *js.ThrowStmt:
+			a.stmtAt = append(a.stmtAt, s)
+			defer func() { a.stmtAt = a.stmtAt[:len(a.stmtAt)-1] }()
+		}
+	}
 	switch n := s.(type) {
 	case nil:
 	case *js.BlockStmt:

@@ -70,10 +70,24 @@ func TestASecondWriteInMutateFailsTheRun(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	src := consumerScript(sink, `await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: {} })
       await ctx.http.request({ method: "POST", url: "%SINK%/write/b", json: {} })`)
+	if err := os.WriteFile(filepath.Join(dir, "plain.js"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Where the reading sees both writes, keep validate (and so keep run
+	// and deploy) refuses the script, naming both calls.
+	code, out := keep(t, "validate", filepath.Join(dir, "plain.js"))
+	if code != 2 || !strings.Contains(out, "consumers.c.mutate can write twice: ctx.http.request") || !strings.Contains(out, "/write/b") {
+		t.Fatalf("keep validate: exit %d\n%s", code, out)
+	}
+	// Where it cannot (the second write called through an array), the
+	// run fails at the second call.
+	src = consumerScript(sink, `const later = [async () => ctx.http.request({ method: "POST", url: "%SINK%/write/b", json: {} })]
+      await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: {} })
+      await later[0]()`)
 	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out := keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
+	code, out = keep(t, "run", "--data", data, filepath.Join(dir, "wf.js"))
 	if code != 3 || !strings.Contains(out, "ctx.http.request after ctx.http.request: a second mutation in mutate") {
 		t.Fatalf("keep run: exit %d\n%s", code, out)
 	}
