@@ -138,3 +138,19 @@ func TestAnEchoedSecretShowsNowhere(t *testing.T) {
 		t.Fatalf("the calls were not seen with their placeholder and the mask:\n%s", seen.String())
 	}
 }
+
+// keep validate points a literal credential to keep secret set, without
+// printing it; the script still validates (a warning).
+func TestValidateWarnsOfALiteralCredential(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "wf.js")
+	os.WriteFile(f, []byte(`export default Keep.workflow({ name: "lit", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    await ctx.http.request({ method: "GET", url: "https://api.example/x", headers: { Authorization: "Bearer tok_9f8e7d6c5b4a3210" } })
+  } } } })`), 0o644)
+	r := keep(t, "validate", f)
+	out := r.out + r.err
+	if r.code != 0 || !strings.Contains(out, "line 3") || !strings.Contains(out, "keep secret set NAME") || strings.Contains(out, "tok_9f8e7d6c5b4a3210") {
+		t.Fatalf("validate: exit %d\n%s", r.code, out)
+	}
+}

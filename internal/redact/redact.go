@@ -81,13 +81,20 @@ func Map(m map[string]any) map[string]any {
 var (
 	urlInText    = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
 	bearerInText = regexp.MustCompile(`(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}`)
+	// tokenInText matches the published forms of well-known API tokens
+	// (Slack, GitHub, GitLab, OpenAI/Anthropic-style sk-, Stripe, AWS
+	// access keys, Google API keys and OAuth access tokens): such a value
+	// is a credential wherever it appears, whatever carries it.
+	tokenInText = regexp.MustCompile(`\b(xox[abprse]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}|[sr]k_(live|test)_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|ya29\.[A-Za-z0-9_-]{20,})`)
 )
 
 // String masks credentials inside free text: every value keep knows to be
-// secret (Learn), in every URL it quotes (the userinfo and the values of
-// secret query parameters) and after "Bearer".
+// secret (Learn), tokens of a well-known form (LooksLikeToken), in every URL
+// it quotes (the userinfo and the values of secret query parameters) and
+// after "Bearer".
 func String(s string) string {
 	s = MaskKnown(s)
+	s = tokenInText.ReplaceAllString(s, Mask)
 	if !strings.Contains(s, "://") && !strings.ContainsAny(s, "bBtT") {
 		return s
 	}
@@ -185,6 +192,11 @@ func MaskKnown(s string) string {
 	}
 	return s
 }
+
+// LooksLikeToken reports whether s holds a token of a well-known form (a
+// Slack bot token, a GitHub or GitLab token, an sk- API key, an AWS access
+// key id, a Google API key or access token).
+func LooksLikeToken(s string) bool { return tokenInText.MatchString(s) }
 
 // Known reports whether s holds a value Learn was told about.
 func Known(s string) bool {

@@ -112,3 +112,18 @@ func TestLogLinesAreMasked(t *testing.T) {
 		t.Fatalf("log line: %s", b.String())
 	}
 }
+
+func TestWellKnownTokenFormsAreMasked(t *testing.T) {
+	for _, tok := range []string{"xoxb-123456789012-abcdefABCDEF", "ghp_0123456789abcdefghijABCDEFGHIJ", "sk-proj-0123456789abcdefghij", "sk_live_0123456789abcdef",
+		"AKIAIOSFODNN7EXAMPLE", "AIzaSyA0123456789abcdefghijklmnopqrstuv", "glpat-0123456789abcdefghij", "ya29.a0AfH6SMB0123456789abcdef"} {
+		text := "the key is " + tok + ", see"
+		if got := String(text); strings.Contains(got, tok) || !strings.Contains(got, Mask) || !LooksLikeToken(tok) {
+			t.Errorf("String(%q) = %q", text, got)
+		}
+	}
+	for _, plain := range []string{"scikit sk-learn", "ask-me", "AKIA is a word", "github_pat"} {
+		if got := String(plain); got != plain || LooksLikeToken(plain) {
+			t.Errorf("ordinary text %q became %q", plain, got)
+		}
+	}
+}

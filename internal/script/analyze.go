@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/tdewolff/parse/v2"
 	"github.com/tdewolff/parse/v2/js"
@@ -493,16 +492,7 @@ func (a *analyzer) setParam(fn js.INode, i int, s vset, def js.INode) {
 // Positions: the parser keeps no offsets, but every token it keeps is a
 // slice of the buffer it read, so a token's offset is where it points.
 
-func (a *analyzer) offsetOf(b []byte) int {
-	if len(b) == 0 || len(a.buf) == 0 {
-		return -1
-	}
-	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(a.buf))))
-	if off < 0 || off >= len(a.buf) || &a.buf[off] != &b[0] {
-		return -1
-	}
-	return off
-}
+func (a *analyzer) offsetOf(b []byte) int { return offsetIn(a.buf, b) }
 
 type posFinder struct {
 	a        *analyzer

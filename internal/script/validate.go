@@ -78,6 +78,7 @@ func validate(p *Program, c Connectors, full bool) []Problem {
 	if c.Writes != nil {
 		v.oneWrite(c.Writes)
 	}
+	v.literalCredentials()
 	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Severity == "error" && v.out[j].Severity != "error" })
 	return v.out
 }

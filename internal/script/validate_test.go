@@ -124,3 +124,43 @@ func TestRegisterInputSourcesAreValidated(t *testing.T) {
 		t.Fatalf("errors: %q", errs)
 	}
 }
+
+// keep validate warns about a credential written in the script, at its
+// line, read from the syntax tree: a literal Authorization value, a token
+// of a well-known form kept in a const, a URL's password; never a
+// comment, a {secret:NAME} or an ordinary string.
+func TestLiteralCredentialsAreWarnedAbout(t *testing.T) {
+	t.Parallel()
+	ps := problems(t, `// Bearer in-a-comment-0123456789 is not a credential
+const KEY = "ghp_0123456789abcdefghijABCDEFGHIJ"
+export default Keep.workflow({ name: "creds", topics: { "a": {} },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx) { return { reservations: [] } },
+    async mutate(ctx, p) {
+      await ctx.http.request({ method: "POST", url: "https://api.example/x", json: { title: "hello world" },
+        headers: { "Authorization": "Bearer tok_9f8e7d6c5b4a",
+          "X-Sig": "{secret:sig}", "X-Key": KEY } })
+      await ctx.http.request({ method: "GET", url: "https://user:hunter22@api.example/y" })
+    } }) },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async () => {} } } })`)
+	var lines []int
+	for _, p := range ps {
+		if strings.Contains(p.Message, "a credential is written in the script") {
+			if p.Severity != "warning" || !strings.Contains(p.Message, "keep secret set NAME") || !strings.Contains(p.Message, "{secret:NAME}") {
+				t.Errorf("warning %v", p)
+			}
+			for _, leak := range []string{"tok_9f8e7d6c5b4a", "hunter22", "0123456789abcdef"} {
+				if strings.Contains(p.Message, leak) {
+					t.Errorf("the warning prints the credential: %v", p)
+				}
+			}
+			lines = append(lines, p.Line)
+		}
+	}
+	if len(lines) != 3 || lines[0] != 2 || lines[1] != 8 || lines[2] != 10 {
+		t.Fatalf("credential warnings at lines %v, want 2, 8, 10: %v", lines, ps)
+	}
+	if HasErrors(ps) {
+		t.Fatalf("a credential is a warning, not an error: %v", ps)
+	}
+}
