@@ -201,3 +201,27 @@ reconcile = { path = "/writes/{idempotencyKey}" }
 		t.Fatalf("the declared header went as %q", h)
 	}
 }
+
+// A custom connector's base_url on this machine is refused like any URL
+// unless keep.toml allows it ([connectors.http] allow serves both).
+func TestAnUndeclaredLocalBaseURLIsRefused(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	cfg, err := config.Parse("keep.toml", `
+[connectors.custom.crm]
+base_url = "`+sink.URL+`"
+[connectors.custom.crm.methods.createTicket]
+kind = "write"
+path = "/write/{customer}"
+params = { customer = "who" }
+identity = ["customer"]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := connector.NewRegistry(custom.New("crm", cfg.Custom["crm"], netguard.New(cfg.HTTPAllow))).Method("crm", "createTicket")
+	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"customer": "ann"}, IdempotencyKey: "keep-k1"})
+	if r.Outcome != connector.OutcomeFailed || r.Err == nil || r.Err.Class != kt.ClassPermission || !strings.Contains(r.Err.Message, "[connectors.http] allow") || sink.Requests() != 0 {
+		t.Fatalf("%v %+v, %d requests", r.Outcome, r.Err, sink.Requests())
+	}
+}
