@@ -315,6 +315,11 @@ type DeployOptions struct {
 	// workflow's active one (checked in the deploy's transaction): a
 	// repair checked against a version never replaces another one.
 	IfActive int64
+	// idChanges are the done items, events and inputs that would get other
+	// ids on this version (DeployWith replays the active version's done
+	// work on it, replay.go): a minor version is refused with them, a
+	// major one says how many.
+	idChanges []Difference
 	// grantBySystem: the grant is the caller's (Deploy: keep bench, tests),
 	// not a person's decision, and stays out of the decision log.
 	grantBySystem bool
@@ -347,6 +352,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		return DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
 	res := DeployResult{Workflow: name, Problems: problems}
+	if o.idChanges, err = e.idChanges(ctx, name, source); err != nil {
+		return res, err
+	}
 	now := e.nowMs()
 	err = e.update(ctx, name, func(tx store.Tx) error {
 		wf, err := tx.WorkflowGet(name)
@@ -448,7 +456,14 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	if err != nil {
 		return err
 	}
+	ids := ""
+	if n := len(o.idChanges); n > 0 {
+		ids = fmt.Sprintf("replayed on it, %d piece(s) of done work would get other ids and be done again — %s", n, ListDifferences(o.idChanges))
+	}
 	if o.Kind != DeployMajor {
+		if ids != "" {
+			return refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
+		}
 		if w != "" {
 			return refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
 		}
@@ -462,11 +477,17 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 		return err
 	}
 	if w != "" && !o.AcceptOrphans {
+		if ids != "" {
+			w += "; " + ids
+		}
 		return refuse("%s. Nothing was deployed: to activate it anyway, deploy again with --accept-orphans", w)
 	}
 	v.Major, v.Minor = cur.Major+1, 0
 	if w != "" {
 		res.Warnings = append(res.Warnings, w)
+	}
+	if ids != "" {
+		res.Warnings = append(res.Warnings, ids)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
@@ -25,6 +26,7 @@ type taskState struct {
 	// current item was done before the replay (it runs as if not), entered
 	// the items the recorded run entered, and seen those entered again.
 	wasDone bool
+	renamed bool // the current item is new where done ones were not entered again
 	entered map[string]bool
 	seen    map[string]bool
 }
@@ -445,25 +447,37 @@ func (h *host) enterItemDry(id, title string) (json.RawMessage, error) {
 		// run entered was entered again, is done work under a new id.
 		ts.wasDone, ts.isDone = ts.isDone, false
 		ts.seen[id] = true
+		ts.renamed = false
 		if !found {
-			if len(ts.seen)-1 < len(ts.entered) && !allSeen(ts.entered, ts.seen) {
-				h.noteDiff("item "+id, "not in the ledger", "a new item, while done items were not entered again (their ids changed?)")
-				return nil, errDiffers
+			if missing := unseen(ts.entered, ts.seen); len(missing) > 0 {
+				// Noted, and the replay goes on: every item is named.
+				h.noteDiff("item "+id, "items "+strings.Join(missing, ", ")+" (not entered again)", "a new item "+id+" (the ids of done items changed?)")
+				if len(h.diffs) >= maxReplayDiffs {
+					return nil, errDiffers
+				}
+				ts.renamed = true
+			} else {
+				// Past what the recorded run reached: new work, not compared.
+				return nil, &errDryWrite{write: "a new item " + id}
 			}
-			// Past what the recorded run reached: new work, not compared.
-			return nil, &errDryWrite{write: "a new item " + id}
 		}
 	}
 	return json.Marshal(ItemView{ID: it.Key, Title: title, IsDone: ts.isDone, Attempt: it.CurrentAttempt})
 }
 
-func allSeen(want, seen map[string]bool) bool {
+// unseen lists the items of want not seen (sorted, the first five).
+func unseen(want, seen map[string]bool) []string {
+	var out []string
 	for k := range want {
 		if !seen[k] {
-			return false
+			out = append(out, k)
 		}
 	}
-	return true
+	sort.Strings(out)
+	if len(out) > 5 {
+		out = append(out[:5], "…")
+	}
+	return out
 }
 
 // errDryWrite stops a dry run at the first write that would be sent.
@@ -481,16 +495,21 @@ func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
 		// payload, replays; any other write of a done item is a difference;
 		// a new write of an item not done is new work, where the replay ends.
 		switch {
+		case h.task.renamed:
+			return json.RawMessage("null"), nil // its difference is noted
 		case lc.found && lc.mut.Status == kt.MutationApplied && lc.mut.PayloadHash == lc.payloadHash:
 			return lc.cachedResult(), nil
 		case lc.found && lc.mut.Status == kt.MutationApplied:
 			h.noteDiff("item "+h.task.item.Key, lc.method()+" "+lc.mut.Target, lc.method()+" "+lc.target+" with another payload")
-			return nil, errDiffers
 		case h.task.wasDone:
 			h.noteDiff("item "+h.task.item.Key, "done", lc.method()+" "+lc.target+", a write the ledger does not have (another target or identity: written again)")
+		default:
+			return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+		}
+		if len(h.diffs) >= maxReplayDiffs {
 			return nil, errDiffers
 		}
-		return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+		return lc.cachedResult(), nil // noted; the replay goes on to name the rest
 	}
 	switch lc.step() {
 	case stepConflict:

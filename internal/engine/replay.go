@@ -52,8 +52,12 @@ type ReplayReport struct {
 	Differences []Difference `json:"differences"`
 }
 
-// maxReplayRuns bounds the done runs replayed (the newest first).
-const maxReplayRuns = 200
+// maxReplayRuns bounds the done runs replayed (the newest first), and
+// maxReplayDiffs the differences one run's replay names.
+const (
+	maxReplayRuns  = 200
+	maxReplayDiffs = 50
+)
 
 // recordedReads answers a dry run's reads from recorded traces.
 type recordedReads struct {
@@ -118,7 +122,42 @@ var errDiffers = kt.Errorf(kt.ClassLogic, "dry run: the done work would change")
 // handler's state as it is now (a run's starting state is not kept): a
 // producer whose reads depend on it makes reads its run did not, and
 // counts as different — a person looks.
+//
+// The version's own script is replayed the same way first: what it does
+// not reproduce itself (a producer whose output depends on the state it
+// had then) is the replay's limit, not a change, and is not counted.
 func (e *Engine) ReplayDone(ctx context.Context, workflow string, version int64, src, also string) (ReplayReport, error) {
+	var v kt.Version
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		v, err = tx.VersionGet(workflow, version)
+		return err
+	}); err != nil {
+		return ReplayReport{}, err
+	}
+	base, err := e.replayDone(ctx, workflow, version, v.Script, also)
+	if err != nil {
+		return ReplayReport{}, fmt.Errorf("replay version %s itself: %w", v.Label(), err)
+	}
+	rep, err := e.replayDone(ctx, workflow, version, src, also)
+	if err != nil {
+		return rep, err
+	}
+	itself := map[string]bool{}
+	for _, d := range base.Differences {
+		itself[d.RunID+"\x00"+d.What+"\x00"+d.Would] = true
+	}
+	kept := rep.Differences[:0]
+	for _, d := range rep.Differences {
+		if !itself[d.RunID+"\x00"+d.What+"\x00"+d.Would] {
+			kept = append(kept, d)
+		}
+	}
+	rep.Differences = kept
+	return rep, nil
+}
+
+func (e *Engine) replayDone(ctx context.Context, workflow string, version int64, src, also string) (ReplayReport, error) {
 	var rep ReplayReport
 	prog, err := script.Compile("replay.js", src)
 	if err != nil {
@@ -330,4 +369,46 @@ func compareWrite(had kt.Mutation, tool string, m *connector.Method, args map[st
 		return fmt.Sprintf("%s.%s %s with another payload", tool, m.Name, target)
 	}
 	return ""
+}
+
+// idChanges replays the done work of wf's active version on source and
+// keeps the differences of ids (items, events, inputs): what a deploy
+// must not do silently. A new workflow has none.
+func (e *Engine) idChanges(ctx context.Context, wf, source string) ([]Difference, error) {
+	var active int64
+	err := e.store.View(ctx, func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		if errors.Is(err, kt.ErrNotFound) {
+			return nil
+		}
+		active = w.ActiveVersion
+		return err
+	})
+	if err != nil || active == 0 {
+		return nil, err
+	}
+	rep, err := e.ReplayDone(ctx, wf, active, source, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []Difference
+	for _, d := range rep.Differences {
+		if strings.HasPrefix(d.What, "item ") || strings.HasPrefix(d.What, "event ") || strings.HasPrefix(d.What, "input ") {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// ListDifferences names the first ten differences.
+func ListDifferences(ds []Difference) string {
+	var out []string
+	for i, d := range ds {
+		if i == 10 {
+			out = append(out, fmt.Sprintf("and %d more", len(ds)-10))
+			break
+		}
+		out = append(out, d.String())
+	}
+	return strings.Join(out, "; ")
 }

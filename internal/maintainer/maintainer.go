@@ -313,7 +313,7 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 		return m.save(ctx, rec)
 	}
 	if len(rep.Differences) > 0 {
-		rec.Status, rec.Reason = kt.RepairHeld, "potentially impactful: replayed on the work version "+old.Label()+" did, it would change it — "+differences(rep.Differences)+". A person approves or rejects it: keep repairs "+rec.Workflow
+		rec.Status, rec.Reason = kt.RepairHeld, "potentially impactful: replayed on the work version "+old.Label()+" did, it would change it — "+engine.ListDifferences(rep.Differences)+". A person approves or rejects it: keep repairs "+rec.Workflow
 		return m.save(ctx, rec)
 	}
 	v, err := Activate(ctx, m.Engine, rec.Workflow, old.File, src, "maintainer", old.ID)
@@ -324,19 +324,6 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 	rec.Status, rec.ToVersion, rec.DecidedBy = kt.RepairActivated, v.ID, "maintainer"
 	rec.Reason = fmt.Sprintf("safe: replayed on the %d done runs of version %s (reads as recorded, writes intercepted), it changes no item, input, event or write; activated as version %s", rep.Runs, old.Label(), v.Label())
 	return m.save(ctx, rec)
-}
-
-// differences lists what a repair would change, the first ten.
-func differences(ds []engine.Difference) string {
-	var out []string
-	for i, d := range ds {
-		if i == 10 {
-			out = append(out, fmt.Sprintf("and %d more", len(ds)-10))
-			break
-		}
-		out = append(out, d.String())
-	}
-	return strings.Join(out, "; ")
 }
 
 // Activate deploys a repaired script as the next minor version, by who:

@@ -105,7 +105,7 @@ func TestHostileRepairMapsTheItemList(t *testing.T) {
 	hostile(t, asTaskScript, func(src string) string {
 		mapped := strings.Replace(src, `.content)) {`, `.content).map(j => ({ ...j, id: "r2-" + j.id }))) {`, 1)
 		return strings.Replace(mapped, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
-	}, []string{"/write/order-1", "/write/order-2"}, "item order:r2-1", "their ids changed")
+	}, []string{"/write/order-1", "/write/order-2"}, "a new item order:r2-1", "the ids of done items changed")
 }
 
 // asTaskScript turns the rig's script into taskScript on the same sink.
