@@ -397,10 +397,14 @@ type analyzer struct {
 	// changed are the variables whose object is written to after it is
 	// made (x.y = ..., or x handed to code the script does not define).
 	changed map[*js.Var]bool
+	// Memos of the last pass: the arguments each parameter was given, the
+	// time and chance each node reads.
+	paramIndex   map[*js.Var][]js.INode
+	unstableMemo map[js.INode][]string
 }
 
 func newAnalyzer(buf []byte, tree *js.AST) *analyzer {
-	return &analyzer{buf: buf, tree: tree, localCalls: map[js.INode][]js.INode{}, changed: map[*js.Var]bool{}, callbacks: map[js.INode][]js.INode{}, out: &Analysis{handlerLine: map[string]int{}, stringLine: map[string]int{}}, vals: map[*js.Var]vset{}, defs: map[*js.Var][]js.INode{},
+	return &analyzer{buf: buf, tree: tree, localCalls: map[js.INode][]js.INode{}, changed: map[*js.Var]bool{}, unstableMemo: map[js.INode][]string{}, callbacks: map[js.INode][]js.INode{}, out: &Analysis{handlerLine: map[string]int{}, stringLine: map[string]int{}}, vals: map[*js.Var]vset{}, defs: map[*js.Var][]js.INode{},
 		funcs: map[js.INode]*fnInfo{}, refused: map[string]bool{}, exprMemo: map[js.INode]string{}}
 }
 
@@ -1795,7 +1799,13 @@ func (a *analyzer) identity(e js.IExpr) Expr {
 	x := Expr{Site: a.site(e, a.text(e))}
 	nodes := a.slice(e)
 	for _, n := range nodes {
-		x.Unstable = append(x.Unstable, a.unstableIn(n)...)
+		if u, ok := a.unstableMemo[n]; ok {
+			x.Unstable = append(x.Unstable, u...)
+			continue
+		}
+		u := a.unstableIn(n)
+		a.unstableMemo[n] = u
+		x.Unstable = append(x.Unstable, u...)
 	}
 	x.Unstable = dedupe(x.Unstable)
 	x.Deps = a.deps(e)
@@ -1911,34 +1921,37 @@ func (s *stmtWalker) Exit(js.INode) {}
 
 // paramDefs are the arguments a function parameter was given.
 func (a *analyzer) paramDefs(v *js.Var) []js.INode {
-	var out []js.INode
-	for fn, f := range a.funcs {
-		var params *js.Params
-		switch x := fn.(type) {
-		case *js.FuncDecl:
-			params = &x.Params
-		case *js.ArrowFunc:
-			params = &x.Params
-		case *js.MethodDecl:
-			params = &x.Params
-		}
-		if params == nil {
-			continue
-		}
-		for i, p := range params.List {
-			if pv, ok := p.Binding.(*js.Var); ok && varOf(pv) == v && i < len(f.defs) {
-				out = append(out, f.defs[i]...)
+	if a.paramIndex == nil {
+		a.paramIndex = map[*js.Var][]js.INode{}
+		for fn, f := range a.funcs {
+			var params *js.Params
+			switch x := fn.(type) {
+			case *js.FuncDecl:
+				params = &x.Params
+			case *js.ArrowFunc:
+				params = &x.Params
+			case *js.MethodDecl:
+				params = &x.Params
+			}
+			if params == nil {
+				continue
+			}
+			for i, p := range params.List {
+				if pv, ok := p.Binding.(*js.Var); ok && i < len(f.defs) {
+					pv = varOf(pv)
+					a.paramIndex[pv] = append(a.paramIndex[pv], f.defs[i]...)
+				}
 			}
 		}
 	}
-	return out
+	return a.paramIndex[v]
 }
 
 // slice is an expression and every definition it reads.
 func (a *analyzer) slice(e js.IExpr) []js.INode {
 	out := []js.INode{e}
 	seen := map[*js.Var]bool{}
-	for i := 0; i < len(out) && i < 200; i++ {
+	for i := 0; i < len(out) && i < 64; i++ {
 		js.Walk(&varCollector{fn: func(v *js.Var) {
 			v = varOf(v)
 			if seen[v] || v.Decl == js.NoDecl {
