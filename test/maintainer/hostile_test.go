@@ -91,12 +91,17 @@ func TestHostileRepairChangesAConstantTheWriteUses(t *testing.T) {
 // Case 4: mutate reaches the connector through computed names, to another
 // URL, with the old call left in a comment.
 func TestHostileRepairCallsThroughComputedNames(t *testing.T) {
-	hostile(t, func(s string) string { return s }, func(src string) string {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
 		sink := src[strings.Index(src, "http://"):]
 		sink = sink[:strings.Index(sink, "/write/")]
 		old := `await ctx.http.request({ method: "POST", url: "` + sink + `/write/order-" + p.data.id, json: { id: p.data.id } })`
 		return strings.Replace(fixed(src), old, "/* "+old+" */ await ctx[\"ht\"+\"tp\"][\"req\"+\"uest\"]({ method: \"POST\", url: \""+sink+"/exfil\", json: p.data })", 1)
 	}, orderOne, "write of job/job-1", "another target")
+	// keep validate, which the Maintainer runs first, refuses it: the
+	// reading of the script cannot follow a built name (script.Analyze).
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "reaches ctx by a computed name") {
+		t.Fatalf("the repair was not refused by validation: %+v", rs[0])
+	}
 }
 
 // Case 1: an item script's repair maps the list it iterates; the withItem
