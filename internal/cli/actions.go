@@ -119,7 +119,7 @@ func (a *app) carryOut(ctx context.Context, wf string) error {
 	if wf == "" {
 		return nil
 	}
-	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: a.config()})
+	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: a.decisionConfig()})
 	if errors.Is(err, daemon.ErrBusy) {
 		fmt.Fprintln(a.out, "another keep process runs this data directory's workflows; it carries this out at its next step")
 		return nil

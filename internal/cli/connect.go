@@ -24,11 +24,9 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// config is the config file every command reads: --config, else
-// keep.toml in the current folder when there is one. Every command that
-// steps a workflow (run, serve, and the actions the CLI carries out itself)
-// reads the same one, so a retry the CLI carries out runs with the same
-// policies and connectors as keep serve's.
+// config is the config file a command reads: --config, else keep.toml in
+// the current folder when there is one, else the one recorded in the data
+// directory (daemon.ConfigFile) by the last keep deploy, run or serve.
 func (a *app) config() string {
 	if a.configFile != "" {
 		return a.configFile
@@ -36,10 +34,28 @@ func (a *app) config() string {
 	if _, err := os.Stat("keep.toml"); err == nil {
 		return "keep.toml"
 	}
-	return ""
+	return daemon.RecordedConfig(a.dataDir)
 }
 
-const configHelp = "TOML config file: [policy], [connectors.google] (default: ./keep.toml when there is one)"
+// runConfig is the config of the commands that deploy or run workflows
+// (keep deploy, run, serve): the one they are given (--config, ./keep.toml)
+// becomes the data directory's, recorded there, so that the decisions the
+// CLI carries out later run under it from any folder (decisionConfig).
+func (a *app) runConfig() (string, error) {
+	path := a.config()
+	if path == daemon.RecordedConfig(a.dataDir) {
+		return path, nil
+	}
+	return path, daemon.RecordConfig(a.dataDir, path)
+}
+
+// decisionConfig is the config a decision the CLI carries out itself runs
+// under: the workflow's own, recorded in the data directory, never the
+// keep.toml of the folder the command was typed in (issue 24 #5); none
+// recorded: the workflows ran under the built-in defaults.
+func (a *app) decisionConfig() string { return daemon.RecordedConfig(a.dataDir) }
+
+const configHelp = "TOML config file: [policy], [connectors.google] (default: ./keep.toml when there is one, else the data directory's keep.toml, recorded by the last deploy, run or serve given one; decisions carried out by resolve, retry, run-now… always run under the recorded one)"
 
 func (a *app) connectCmd() *cobra.Command {
 	var timeout time.Duration

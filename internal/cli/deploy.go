@@ -192,6 +192,11 @@ func (a *app) deployCmd() *cobra.Command {
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
+			// The workflow runs under the config it was deployed with
+			// (beside keep serve, under keep serve's, recorded by it).
+			if _, err := a.runConfig(); err != nil {
+				return err
+			}
 			a.printWarnings(args[0], res.Problems)
 			for _, w := range res.Warnings {
 				fmt.Fprintf(a.errOut, "warning: %s\n", w)

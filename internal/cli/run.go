@@ -35,6 +35,11 @@ func (a *app) runCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			// Recorded once this process runs the data directory's workflows
+			// (not when another keep holds it).
+			if _, err := a.runConfig(); err != nil {
+				return err
+			}
 			if timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, timeout)

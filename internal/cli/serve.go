@@ -34,6 +34,11 @@ func (a *app) serveCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			// Recorded once this process runs the data directory's workflows
+			// (not when another keep holds it).
+			if _, err := a.runConfig(); err != nil {
+				return err
+			}
 			n, err := k.Recover(ctx)
 			if err != nil {
 				return err

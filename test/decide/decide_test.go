@@ -23,14 +23,7 @@ func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
 // keep runs the binary and returns its exit code and output.
 func keep(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	out, err := exec.Command(keepBin, args...).CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), string(out)
-	}
-	if err != nil {
-		t.Fatalf("keep %v: %v", args, err)
-	}
-	return 0, string(out)
+	return keepIn(t, "", args...)
 }
 
 // consumerScript is a workflow whose consumer writes with mutate's body.
