@@ -60,6 +60,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/revoke", s.revoke)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/repairs", s.repairs)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/repairs/{id}/{verb}", s.decideRepair)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/handlers/{handler}/reset-state", s.resetState)
@@ -276,7 +277,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		warnings = append(warnings, p.String())
 	}
 	warnings = append(warnings, res.Warnings...)
-	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted)})
+	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused)})
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
@@ -356,10 +357,31 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	s.actionReply(w, wf, msg, err)
 }
 
-// grant grants a workflow what its active version uses (a person allows it).
+// grant grants a workflow what a person allows it: without a body (or
+// without items), what its active version uses and its blocked run was
+// refused; with {"items": [...]}, exactly those.
 func (s *Server) grant(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	msg, err := engine.GrantAction(r.Context(), s.Store, wf, s.now())
+	var req GrantRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			Error(w, http.StatusBadRequest, "bad_request", err.Error())
+			return
+		}
+	}
+	msg, err := engine.GrantAction(r.Context(), s.Store, wf, req.Items, s.now())
+	s.actionReply(w, wf, msg, err)
+}
+
+// revoke takes grants back ({"items": [...]}, each as it was granted).
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	var req GrantRequest
+	if err := decode(r, &req); err != nil {
+		Error(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	msg, err := engine.Revoke(r.Context(), s.Store, wf, req.Items, s.now())
 	s.actionReply(w, wf, msg, err)
 }
 

@@ -550,8 +550,9 @@ func TestEventStreamsAreCapped(t *testing.T) {
 func TestTheGrantThePageAndTheAPIOffer(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
+	sinkHost := strings.TrimPrefix(r.sink.URL, "http://")
 	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL)}, nil); code != 200 ||
-		fmt.Sprint(obj["ungranted"]) != "[http.request source:system]" {
+		fmt.Sprint(obj["ungranted"]) != "[http.request POST "+sinkHost+" source:system]" {
 		t.Fatalf("deploy without a grant: %d %v", code, obj)
 	}
 	r.settle()
@@ -568,12 +569,30 @@ func TestTheGrantThePageAndTheAPIOffer(t *testing.T) {
 		t.Fatalf("the page before the grant:\n%s", p)
 	}
 	code, obj, _ := r.call("POST", "/api/v1/workflows/hook/grant", nil, nil)
-	if code != 200 || !strings.Contains(fmt.Sprint(obj["message"]), "granted hook: http.request, source:system") {
+	if code != 200 || !strings.Contains(fmt.Sprint(obj["message"]), "granted hook: http.request POST "+sinkHost+", source:system") {
 		t.Fatalf("grant: %d %v", code, obj)
 	}
 	r.settle()
 	// The run went on to its write, which this script has a person approve.
-	if p := page(); strings.Contains(p, "needs your permission") || strings.Contains(p, "is not granted") || !strings.Contains(p, "Waiting for your approval") {
+	p := page()
+	if strings.Contains(p, "needs your permission") || strings.Contains(p, "is not granted") || !strings.Contains(p, "Waiting for your approval") {
 		t.Fatalf("the page after the grant:\n%s", p)
+	}
+	// The page lists the grants, each with Revoke; the API revokes one
+	// as it was granted, and refuses one the workflow does not have.
+	if !strings.Contains(p, "<code>http.request POST "+sinkHost+"</code>") || !strings.Contains(p, `action="/w/hook/revoke"`) {
+		t.Fatalf("the page does not list the grants with Revoke:\n%s", p)
+	}
+	code, obj, _ = r.call("POST", "/api/v1/workflows/hook/revoke", map[string]any{"items": []string{"http.request GET " + sinkHost}}, nil)
+	if code != 409 || !strings.Contains(fmt.Sprint(obj["error"]), "has no grant 'http.request GET "+sinkHost+"'") {
+		t.Fatalf("revoking a grant the workflow lacks: %d %v", code, obj)
+	}
+	code, obj, _ = r.call("POST", "/api/v1/workflows/hook/revoke", map[string]any{"items": []string{"http.request POST " + sinkHost}}, nil)
+	if code != 200 || !strings.Contains(fmt.Sprint(obj["message"]), "revoked hook: http.request POST "+sinkHost) {
+		t.Fatalf("revoke: %d %v", code, obj)
+	}
+	_, obj, _ = r.call("GET", "/api/v1/workflows/hook", nil, nil)
+	if st := fmt.Sprint(obj["status"]); strings.Contains(st, "grants:[http.request POST") || !strings.Contains(st, "ungranted:[http.request POST "+sinkHost+"]") {
+		t.Fatalf("the status after the revoke: %s", st)
 	}
 }

@@ -85,6 +85,11 @@ func TestAScriptCannotActOnKeepThroughItsAPI(t *testing.T) {
 			if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": attacker(addr, victim.ID), "grant": true}, operator); code != 200 {
 				t.Fatalf("deploy attacker: %d %v", code, obj)
 			}
+			// The attack's premise: http.request granted for every host
+			// (the form grants had then), so the guard is what stops it.
+			if code, obj, _ := r.call("POST", "/api/v1/workflows/attacker/grant", map[string]any{"items": []string{"http.request"}}, operator); code != 200 {
+				t.Fatalf("grant the attacker http.request: %d %v", code, obj)
+			}
 			want := "keep refuses to connect to " + addr + ": a loopback address"
 			if allowSelf {
 				want = "answered 403 Forbidden"
@@ -116,7 +121,7 @@ func TestAScriptCannotActOnKeepThroughItsAPI(t *testing.T) {
 					t.Fatalf("a decision by %q (%s %s): only the operator decided", d.By, d.Action, d.Workflow)
 				}
 			}
-			if n := len(r.decisions("attacker")); n != 4 { // deploy + three skips
+			if n := len(r.decisions("attacker")); n != 5 { // deploy, the grant, three skips
 				t.Fatalf("attacker's decisions: %d", n)
 			}
 		})

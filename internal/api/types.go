@@ -43,6 +43,13 @@ type Problem struct {
 	Message  string `json:"message"`
 }
 
+// GrantRequest is the body of POST /api/v1/workflows/{wf}/grant (optional)
+// and …/revoke: grants as keep writes them ("http.request POST
+// api.example.com", "sql.exec reports", "gmail.send", "source:gmail").
+type GrantRequest struct {
+	Items []string `json:"items"`
+}
+
 // DeployReply answers POST /api/v1/workflows.
 type DeployReply struct {
 	Workflow    string   `json:"workflow"`
@@ -55,6 +62,9 @@ type DeployReply struct {
 	// that waits for a person's grant (keep grant WF).
 	Granted   []string `json:"granted"`
 	Ungranted []string `json:"ungranted"`
+	// Unused are grants the new version reaches no more: kept, shown
+	// with how to revoke them (POST …/revoke).
+	Unused []string `json:"unused"`
 }
 
 // HealthReply answers GET /api/v1/health: Problem says why keep serve

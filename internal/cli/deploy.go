@@ -207,7 +207,7 @@ func (a *app) deployCmd() *cobra.Command {
 			}
 			if a.jsonOut {
 				return a.printJSON(api.DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(res.Warnings), Reprocessed: n, FilesRoot: res.FilesRoot,
-					Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted)})
+					Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused)})
 			}
 			if res.Unchanged {
 				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
@@ -215,7 +215,7 @@ func (a *app) deployCmd() *cobra.Command {
 				fmt.Fprintf(a.out, "deployed %s version %s\n", res.Workflow, res.Version.Label())
 			}
 			fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", res.FilesRoot)
-			a.printGrants(res.Workflow, res.Granted, res.Ungranted)
+			a.printGrants(res.Workflow, res.Granted, res.Ungranted, res.Unused)
 			return nil
 		},
 	}
@@ -223,7 +223,7 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().BoolVar(&minor, "minor", false, "a repair: keep all state; a run failed:logic retries on this version")
 	c.Flags().BoolVar(&major, "major", false, "an intent change")
 	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major (required): none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
-	c.Flags().BoolVar(&grant, "grant", false, "grant what the version uses (connector methods, input sources): you allow it")
+	c.Flags().BoolVar(&grant, "grant", false, "grant what the version uses, as far as its script names it (http.request METHOD HOST, sql.query DB, connector methods, input sources): you allow it")
 	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though item ids change format and old items become orphaned")
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder the workflow's files connector reads and writes, for keep run and keep serve alike (default: the script's folder)")
 	a.addJSON(c)
@@ -263,17 +263,20 @@ func (a *app) deployReply(file string, reply api.DeployReply, apiErr *api.ErrorB
 		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply.Workflow, reply.Version)
 	}
 	fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", reply.FilesRoot)
-	a.printGrants(reply.Workflow, reply.Granted, reply.Ungranted)
+	a.printGrants(reply.Workflow, reply.Granted, reply.Ungranted, reply.Unused)
 	return nil
 }
 
 // printGrants says what a deploy granted, and what waits for a grant.
-func (a *app) printGrants(wf string, granted, ungranted []string) {
+func (a *app) printGrants(wf string, granted, ungranted, unused []string) {
 	if len(granted) > 0 {
 		fmt.Fprintf(a.out, "granted: %s\n", strings.Join(granted, ", "))
 	}
 	if len(ungranted) > 0 {
 		fmt.Fprintf(a.out, "not yet granted: %s — a run that calls them waits for you; grant them with keep grant %s (or --grant)\n", strings.Join(ungranted, ", "), wf)
+	}
+	for _, u := range unused {
+		fmt.Fprintf(a.out, "no longer used by this version, still granted: %s — revoke it: keep grant %s --revoke '%s'\n", u, wf, u)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
@@ -133,40 +134,61 @@ func (a *app) confirm(yes bool, question string) error {
 	return nil
 }
 
-// grantCmd lets a person allow what a workflow's active version uses.
+// grantCmd lets a person allow what a workflow reaches, or take it back.
 func (a *app) grantCmd() *cobra.Command {
 	var yes bool
+	var revoke []string
 	c := &cobra.Command{
-		Use:   "grant WORKFLOW",
-		Short: "allow a workflow what its active version uses (connector methods, input sources); a run blocked for want of it tries again",
-		Args:  cobra.ExactArgs(1),
+		Use:   "grant WORKFLOW ['GRANT'...]",
+		Short: "allow a workflow what its active version uses and its blocked run was refused, or exactly the grants named ('http.request POST api.example.com', 'sql.exec reports'); --revoke takes grants back",
+		Long: "A grant names what a call reaches: 'http.request METHOD HOST[:PORT]', 'sql.query DB', 'sql.exec DB', 'TOOL.METHOD' for other connectors, 'source:NAME', or '*'. " +
+			"Without grants named, keep grant allows what the active version's script names and what its blocked run was refused; a run blocked for want of it tries again. " +
+			"A method's name alone ('http.request', the form of grants made before keep named targets) allows every target of it.",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			wf := args[0]
-			var ungranted []string
-			if err := a.withStore(func(st store.Store) error {
-				return st.View(cmd.Context(), func(tx store.Tx) error {
-					var err error
-					ungranted, err = engine.Ungranted(tx, wf)
-					if errors.Is(err, kt.ErrNotFound) {
-						return fmt.Errorf("there is no workflow %q (see keep status)", wf)
-					}
-					return err
-				})
-			}); err != nil {
-				return err
+			wf, items := args[0], args[1:]
+			for _, it := range append(append([]string(nil), items...), revoke...) {
+				if err := kt.CheckGrantItem(it); err != nil {
+					return &exitError{code: exitUsageCode, err: err}
+				}
 			}
-			if len(ungranted) == 0 {
-				fmt.Fprintf(a.out, "%s was granted everything its active version uses already\n", wf)
-				return nil
+			path := "/api/v1/workflows/" + url.PathEscape(wf)
+			if len(revoke) > 0 {
+				if len(items) > 0 {
+					return &exitError{code: exitUsageCode, err: errors.New("grant or revoke, not both in one command")}
+				}
+				return a.perform(cmd.Context(), path+"/revoke", api.GrantRequest{Items: revoke}, func(st store.Store) (string, string, error) {
+					msg, err := engine.Revoke(cmd.Context(), st, wf, revoke, time.Now())
+					return msg, "", err
+				})
+			}
+			pending := items
+			if len(items) == 0 {
+				if err := a.withStore(func(st store.Store) error {
+					return st.View(cmd.Context(), func(tx store.Tx) error {
+						var err error
+						pending, err = engine.ToGrant(tx, wf)
+						if errors.Is(err, kt.ErrNotFound) {
+							return fmt.Errorf("there is no workflow %q (see keep status)", wf)
+						}
+						return err
+					})
+				}); err != nil {
+					return err
+				}
+				if len(pending) == 0 {
+					fmt.Fprintf(a.out, "%s was granted everything its active version uses already\n", wf)
+					return nil
+				}
 			}
 			reg, err := a.registry(".")
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "%s uses, not yet granted:\n", wf)
-			for _, u := range ungranted {
+			fmt.Fprintf(a.out, "%s would be allowed:\n", wf)
+			for _, u := range pending {
 				line := "  " + u
-				if tool, method, ok := strings.Cut(u, "."); ok {
+				if tool, method, ok := strings.Cut(kt.GrantBase(u), "."); ok {
 					if m, err := reg.Method(tool, method); err == nil && len(m.Scopes) > 0 {
 						line += "  (Google scope " + strings.TrimPrefix(m.Scopes[0], "https://www.googleapis.com/auth/") + ")"
 					}
@@ -176,12 +198,17 @@ func (a *app) grantCmd() *cobra.Command {
 			if err := a.confirm(yes, "Allow "+wf+" these?"); err != nil {
 				return err
 			}
-			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(wf)+"/grant", nil, func(st store.Store) (string, string, error) {
-				msg, err := engine.GrantAction(cmd.Context(), st, wf, time.Now())
+			var body any
+			if len(items) > 0 {
+				body = api.GrantRequest{Items: items}
+			}
+			return a.perform(cmd.Context(), path+"/grant", body, func(st store.Store) (string, string, error) {
+				msg, err := engine.GrantAction(cmd.Context(), st, wf, items, time.Now())
 				return msg, wf, err
 			})
 		},
 	}
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
+	c.Flags().StringArrayVar(&revoke, "revoke", nil, "take a grant back, written as it was granted (repeat for several); calls that need it are refused from then on")
 	return c
 }

@@ -100,7 +100,11 @@ func (a *app) printCard(c report.Card) {
 	}
 	var acts []string
 	if c.Grant {
-		acts = append(acts, "keep grant "+c.Workflow+"   (allow it: the run then tries again by itself)")
+		if c.GrantItem != "" {
+			acts = append(acts, "keep grant "+c.Workflow+" '"+c.GrantItem+"'   (allow exactly this: the run then tries again by itself)")
+		} else {
+			acts = append(acts, "keep grant "+c.Workflow+"   (allow it: the run then tries again by itself)")
+		}
 	}
 	if c.Reconnect != "" {
 		// Trying again before reconnecting would fail the same way.

@@ -232,6 +232,10 @@ type DeployResult struct {
 	// Granted is what the deploy granted (DeployOptions.Grant); Ungranted
 	// what the version uses that still waits for a person's grant.
 	Granted, Ungranted []string
+	// Unused are grants of the workflow that the new version reaches no
+	// more. They stay (a rollback to the version before needs them) and
+	// are shown with how to revoke them: grants never pile up unseen.
+	Unused []string
 }
 
 // ValidationError carries the problems that stopped a deploy.
@@ -428,6 +432,7 @@ func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source st
 			missing = append(missing, u)
 		}
 	}
+	res.Unused = Unused(gs, source)
 	if o.Grant {
 		res.Granted = missing
 		return grantAll(ctx, tx, name, missing, now, !o.grantBySystem)

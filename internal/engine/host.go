@@ -298,10 +298,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 	if !ok {
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s does not exist", method)
 	}
-	if err := h.checkGrant(tool+"."+m.Name, "ctx."+method); err != nil {
-		return nil, err
-	}
-	args, err := h.checkArgs(method, m, raw)
+	args, err := h.checkArgs(tool, method, m, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -337,12 +334,22 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 
 // checkArgs decodes a connector call's arguments and checks them: allowed
 // in this phase, valid for the method, a string subkey.
-func (h *host) checkArgs(method string, m *connector.Method, raw json.RawMessage) (map[string]any, error) {
+func (h *host) checkArgs(tool, method string, m *connector.Method, raw json.RawMessage) (map[string]any, error) {
 	args, err := connector.DecodeArgs(raw)
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
 	}
 	if err := h.allowed(method, m.KindFor(args)); err != nil {
+		return nil, err
+	}
+	// The grant is of what this call reaches (an HTTP method and host, a
+	// database), read from its arguments as they are now; checked before
+	// the connector's own checks, which may open the database.
+	item, err := kt.GrantItem(tool, m.Name, args)
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: %v", method, err)
+	}
+	if err := h.checkGrant(item, "ctx."+method+strings.TrimPrefix(item, tool+"."+m.Name)); err != nil {
 		return nil, err
 	}
 	if m.Validate != nil {

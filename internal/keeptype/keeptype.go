@@ -621,13 +621,6 @@ type Grant struct {
 	GrantedAt int64
 }
 
-// GrantSuffix ends the message of a call refused for want of a grant;
-// NeedsGrant finds it, so a card can offer Grant.
-func GrantSuffix(workflow string) string { return " — grant it: keep grant " + workflow }
-
-// NeedsGrant reports whether a run's error asks a person for a grant.
-func NeedsGrant(msg string) bool { return strings.Contains(msg, " — grant it: keep grant ") }
-
 // RepairStatus is where a Maintainer's repair attempt stands (issue 17).
 type RepairStatus string
 

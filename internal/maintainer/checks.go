@@ -3,6 +3,7 @@ package maintainer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,12 +51,12 @@ func sameShape(old, new script.Declaration) string {
 // noWider: no connector method or input source the old script did not use.
 func noWider(old, new string) string {
 	had := map[string]bool{}
-	for _, u := range engine.Uses(old) {
+	for _, u := range append(engine.Uses(old), engine.Reaches(old)...) {
 		had[u] = true
 	}
 	var more []string
-	for _, u := range engine.Uses(new) {
-		if !had[u] {
+	for _, u := range append(engine.Uses(new), engine.Reaches(new)...) {
+		if !had[u] && !slices.Contains(more, u) {
 			more = append(more, u)
 		}
 	}

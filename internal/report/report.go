@@ -97,6 +97,9 @@ type Status struct {
 	// Ungranted is what the active version uses that no person granted
 	// yet (keep grant): a run calling it waits.
 	Ungranted []string `json:"ungranted,omitempty"`
+	// Grants are what people granted the workflow, each as it is revoked
+	// (keep grant WF --revoke 'ITEM').
+	Grants []string `json:"grants,omitempty"`
 }
 
 // Card explains one blocked run to a person: what, why, and what they can do.
@@ -124,6 +127,11 @@ type Card struct {
 	// Grant is true when the run waits for a person to grant the workflow
 	// what it called (keep grant WF; the run then tries again by itself).
 	Grant bool `json:"grant,omitempty"`
+	// GrantItem is the grant the run was refused ("http.request POST
+	// api.example.com"): the card's Grant grants exactly that. "" for a
+	// run refused before grants named targets (Grant grants what the
+	// version uses).
+	GrantItem string `json:"grantItem,omitempty"`
 	// AppliedWrite is the run's write when it already happened (the block
 	// is elsewhere, e.g. next threw): shown as done, never as what is blocked.
 	AppliedWrite *engine.PendingCall `json:"appliedWrite,omitempty"`
@@ -353,6 +361,13 @@ func status(tx store.Tx, w kt.Workflow) (Status, error) {
 	if s.Ungranted, err = engine.Ungranted(tx, w.Name); err != nil {
 		return s, err
 	}
+	gs, err := tx.GrantList(w.Name)
+	if err != nil {
+		return s, err
+	}
+	for _, g := range gs {
+		s.Grants = append(s.Grants, g.Item)
+	}
 	r, err := tx.RunOpen(w.Name)
 	switch {
 	case err == nil:
@@ -467,6 +482,7 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 	if r.Status == kt.StatusApproval {
 		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)
 		c.Grant = kt.NeedsGrant(r.ErrorMessage)
+		c.GrantItem = kt.NeededGrant(r.ErrorMessage)
 	}
 	if r.Status == kt.StatusFailedLogic {
 		rs, err := tx.RepairList(r.Workflow)

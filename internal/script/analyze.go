@@ -105,8 +105,18 @@ type Call struct {
 	Site
 	Tool, Method string
 	// Args are the literal fields of the argument object ({ method: "GET" }
-	// gives "method": "GET"); fields written as expressions are absent.
+	// gives "method": "GET"), directly or through a const; fields written
+	// as expressions are in Prefixes instead.
 	Args map[string]any
+	// Prefixes are the fields written as expressions, each with the
+	// constant text its value starts with ("https://api.example.com/" of
+	// API + "/x" where const API = "https://api.example.com/"; "" when it
+	// starts with something computed).
+	Prefixes map[string]string
+	// Open: the argument is not one object literal whose fields all have
+	// names (a variable, a spread, a computed key): Args and Prefixes may
+	// miss fields the call gets.
+	Open bool
 	// Subkey is the subkey field of the argument, when there is one.
 	Subkey *Expr
 	// Deps are the definitions the call's arguments read (a URL kept in a
@@ -1461,16 +1471,23 @@ func (a *analyzer) connectorCall(n js.INode, v val, exprs []js.IExpr) {
 	if v.fn == viaCall {
 		argAt = 1
 	}
-	c := Call{Site: a.site(n, a.text(n)), Tool: v.tool, Method: v.name, Args: map[string]any{}}
+	c := Call{Site: a.site(n, a.text(n)), Tool: v.tool, Method: v.name, Args: map[string]any{}, Prefixes: map[string]string{}, Open: true}
 	if v.fn != viaApply {
 		if obj := a.objectOf(argOf(exprs, argAt)); obj != nil {
+			c.Open = false
 			for _, p := range obj.List {
 				name, ok := propName(p)
 				if !ok {
+					c.Open = true
 					continue
 				}
-				if lit, ok := literalValue(p.Value); ok {
+				// The last field of a name is the one the call gets.
+				delete(c.Args, name)
+				delete(c.Prefixes, name)
+				if lit, ok := literalValue(a.resolve(p.Value)); ok {
 					c.Args[name] = lit
+				} else {
+					c.Prefixes[name] = a.prefix(p.Value, 0)
 				}
 				if name == "subkey" {
 					e := a.identity(p.Value)

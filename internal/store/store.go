@@ -260,11 +260,15 @@ type Tx interface {
 	// SecretList lists every secret, by name.
 	SecretList() ([]kt.Secret, error)
 
-	// GrantList lists what a person granted a workflow (kt.Grant.Item:
-	// "tool.method", "source:NAME", or "*").
+	// GrantList lists what a person granted a workflow (kt.Grant.Item, in
+	// the form of keeptype's grants.go: "http.request GET api.example.com",
+	// "sql.exec reports", "tool.method", "source:NAME", or "*").
 	GrantList(workflow string) ([]kt.Grant, error)
 	// GrantAdd records a grant (a grant made again keeps the first).
 	GrantAdd(g kt.Grant) error
+	// GrantRemove deletes a workflow's grant of item, reporting whether
+	// there was one.
+	GrantRemove(workflow, item string) (bool, error)
 
 	// RepairPut writes a repair attempt (insert or update by ID).
 	RepairPut(r kt.Repair) error

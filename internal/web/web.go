@@ -340,8 +340,19 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	if r.PathValue("verb") == "grant" {
-		msg, err := engine.GrantAction(r.Context(), s.Store, wf, s.Now())
+	if err := r.ParseForm(); err != nil {
+		s.back(w, r, "/w/"+url.PathEscape(wf), "the form could not be read: "+err.Error())
+		return
+	}
+	switch r.PathValue("verb") {
+	case "grant":
+		// The card's Grant names the grant its run was refused; the
+		// workflow's Grant names none (what the version uses).
+		msg, err := engine.GrantAction(r.Context(), s.Store, wf, r.PostForm["item"], s.Now())
+		s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
+		return
+	case "revoke":
+		msg, err := engine.Revoke(r.Context(), s.Store, wf, r.PostForm["item"], s.Now())
 		s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
 		return
 	}

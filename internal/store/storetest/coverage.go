@@ -382,6 +382,11 @@ func (r recordingTx) GrantList(workflow string) ([]kt.Grant, error) {
 	return r.tx.GrantList(workflow)
 }
 
+func (r recordingTx) GrantRemove(workflow, item string) (bool, error) {
+	r.c.note("GrantRemove")
+	return r.tx.GrantRemove(workflow, item)
+}
+
 func (r recordingTx) GrantAdd(g kt.Grant) error {
 	r.c.note("GrantAdd")
 	return r.tx.GrantAdd(g)

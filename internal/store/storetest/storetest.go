@@ -996,6 +996,22 @@ func exerciseTransactions(run runCase) {
 			}
 			return nil
 		}))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if ok, err := tx.GrantRemove("w", "gmail.send"); !ok || err != nil {
+				return fmt.Errorf("revoke a grant: %v %v", ok, err)
+			}
+			if ok, err := tx.GrantRemove("w", "gmail.send"); ok || err != nil {
+				return fmt.Errorf("revoke it again: %v %v, want false", ok, err)
+			}
+			gs, err := tx.GrantList("w")
+			if err != nil || len(gs) != 1 || gs[0].Item != "source:gmail" {
+				return fmt.Errorf("grants of w after the revoke: %+v %v", gs, err)
+			}
+			if gs, err := tx.GrantList("v"); err != nil || len(gs) != 1 {
+				return fmt.Errorf("another workflow's grants after the revoke: %+v %v", gs, err)
+			}
+			return nil
+		}))
 	})
 
 	run("repairs: attempts kept, a decision updates its status", func(t *testing.T, s store.Store) {
