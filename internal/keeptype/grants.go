@@ -46,6 +46,14 @@ func GrantItem(tool, method string, args map[string]any) (item string, err error
 		if err != nil {
 			return "", err
 		}
+		// The reconcile probe rides on the write's grant, so it asks the
+		// server the write went to and nowhere else.
+		if probe, ok := args["reconcile"].(map[string]any); ok {
+			pu, _ := probe["url"].(string)
+			if ph, err := HostOfURL(pu, true); err != nil || ph != host {
+				return "", fmt.Errorf("http.request: the reconcile probe's url %q does not reach %s, where the write goes; a probe asks the server the write went to", crop(pu, 200), host)
+			}
+		}
 		return base + " " + m + " " + host, nil
 	case "sql.query", "sql.exec":
 		db, _ := args["db"].(string)

@@ -37,7 +37,12 @@ func TestAGrantCoversOnlyWhatItNames(t *testing.T) {
 	if got := item("gmail", "send", map[string]any{"to": "a@example.org"}); got != "gmail.send" {
 		t.Errorf("gmail: %q", got)
 	}
-	for _, args := range []map[string]any{{"url": "ftp://x/"}, {"url": "/relative"}, {"url": "http://x'y/"}, {"url": "http://a.example/", "method": 1}} {
+	probe := func(u string) map[string]any { return map[string]any{"method": "GET", "url": u} }
+	if got := item("http", "request", map[string]any{"url": "https://a.example/x", "method": "POST", "reconcile": probe("https://a.example/x/{idempotencyKey}")}); got != "http.request POST a.example" {
+		t.Errorf("a probe on the write's host: %q", got)
+	}
+	for _, args := range []map[string]any{{"url": "https://a.example/x", "method": "POST", "reconcile": probe("https://b.example/leak")},
+		{"url": "https://a.example/x", "method": "POST", "reconcile": probe("https://{idempotencyKey}.a.example/")}, {"url": "ftp://x/"}, {"url": "/relative"}, {"url": "http://x'y/"}, {"url": "http://a.example/", "method": 1}} {
 		if it, err := GrantItem("http", "request", args); err == nil {
 			t.Errorf("%v gave %q, want an error", args, it)
 		}
