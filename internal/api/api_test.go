@@ -568,6 +568,14 @@ func TestTheGrantThePageAndTheAPIOffer(t *testing.T) {
 	if p := page(); !strings.Contains(p, "This workflow needs your permission") || !strings.Contains(p, `action="/w/hook/grant"`) || !strings.Contains(p, "is not granted to hook") {
 		t.Fatalf("the page before the grant:\n%s", p)
 	}
+	// The card's Grant names exactly what its run was refused.
+	_, blocked, _ := r.call("GET", "/api/v1/workflows/hook", nil, nil)
+	if !strings.Contains(fmt.Sprint(blocked["blocked"]), "grantItem:source:system") {
+		t.Fatalf("the card does not name the grant it offers: %v", blocked["blocked"])
+	}
+	if p := page(); !strings.Contains(p, `<input type="hidden" name="item" value="source:system"><button class="primary grant">Grant <code>source:system</code></button>`) {
+		t.Fatalf("the card's Grant does not carry what it grants:\n%s", p)
+	}
 	code, obj, _ := r.call("POST", "/api/v1/workflows/hook/grant", nil, nil)
 	if code != 200 || !strings.Contains(fmt.Sprint(obj["message"]), "granted hook: http.request POST "+sinkHost+", source:system") {
 		t.Fatalf("grant: %d %v", code, obj)

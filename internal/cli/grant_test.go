@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"os"
@@ -170,5 +171,66 @@ func TestAGrantLetsThroughExactlyWhatItNames(t *testing.T) {
 	got := strings.Join(log, "\n")
 	if !strings.Contains(got, "ann grant granted http.request POST "+hostA) || !strings.Contains(got, "ann revoke revoked http.request POST "+hostA) {
 		t.Fatalf("the decision log:\n%s", got)
+	}
+}
+
+// Issue 23 #7 for sql: an exec granted on one database reaches no other.
+// The database comes from the event, so the run is refused naming it;
+// `sql.exec a` lets the writes on a through, and the one on b waits.
+// Through the CLI against two real SQLite databases.
+func TestAnSQLGrantReachesOneDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data, cfg := filepath.Join(dir, "data"), filepath.Join(dir, "keep.toml")
+	dbs := map[string]string{"a": filepath.Join(dir, "a.db"), "b": filepath.Join(dir, "b.db")}
+	for _, p := range dbs {
+		db, err := sql.Open("sqlite", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`CREATE TABLE shipped (id TEXT)`); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+	}
+	os.WriteFile(cfg, []byte("[connectors.sql.databases]\na = \"sqlite://"+dbs["a"]+"\"\nb = \"sqlite://"+dbs["b"]+"\"\n"), 0o644)
+	wf := filepath.Join(dir, "wf.js")
+	os.WriteFile(wf, []byte(`export default Keep.workflow({ name: "ship", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    for (const [id, db] of [["1", "a"], ["2", "b"], ["3", "a"]]) {
+      const inputId = ctx.registerInput({ source: "system", type: "schedule", id, title: "Job " + id })
+      await ctx.publish("job", { messageId: id, inputId, payload: { db } })
+    }
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: { db: e.payload.db, id: e.messageId } } },
+    async mutate(ctx, p) { await ctx.sql.exec({ db: p.data.db, sql: "INSERT INTO shipped (id) VALUES (?)", args: [p.data.id] }) } }) } })`), 0o644)
+	rows := func(name string) int {
+		db, err := sql.Open("sqlite", dbs[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM shipped`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if r := keep(t, "deploy", "--grant", "--data", data, "--config", cfg, wf); r.code != 0 || strings.Contains(r.out, "sql.exec") {
+		t.Fatalf("deploy: the database is the event's, so nothing of sql is granted: %d %s %s", r.code, r.out, r.err)
+	}
+	r := keep(t, "run-now", "ship", "--data", data, "--config", cfg)
+	if r.code != ExitBlocked || !strings.Contains(r.out, "keep grant ship 'sql.exec a'") || rows("a") != 0 {
+		t.Fatalf("the first exec: %d (%d rows in a)\n%s%s", r.code, rows("a"), r.out, r.err)
+	}
+	r = keep(t, "grant", "ship", "--yes", "--data", data, "--config", cfg, "sql.exec a")
+	if r.code != ExitBlocked || !strings.Contains(r.out, "keep grant ship 'sql.exec b'") || rows("a") != 1 || rows("b") != 0 {
+		t.Fatalf("after sql.exec a was granted: %d rows in a, %d in b (want 1, 0)\n%s%s", rows("a"), rows("b"), r.out, r.err)
+	}
+	// A read on a is not a write: sql.query a is another grant, and b still waits.
+	if r := keep(t, "grant", "ship", "--yes", "--data", data, "--config", cfg, "sql.query b"); r.code != ExitBlocked || rows("b") != 0 {
+		t.Fatalf("sql.query b let an exec through: %d rows in b\n%s%s", rows("b"), r.out, r.err)
 	}
 }
