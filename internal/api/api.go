@@ -282,13 +282,18 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	msg, queued, err := engine.WorkflowAction(r.Context(), s.Store, wf, r.PathValue("verb"), s.now())
+	verb := engine.Action(r.PathValue("verb"))
+	if verb != engine.ActPause && verb != engine.ActResume && verb != engine.ActRunNow {
+		fail(w, &engine.ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), Code: engine.CodeUnknownAction})
+		return
+	}
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: verb, Workflow: wf})
 	if err != nil {
 		fail(w, err)
 		return
 	}
 	s.changed(wf)
-	reply(w, WorkflowActionReply{OK: true, Workflow: wf, Queued: queued, Message: msg})
+	reply(w, WorkflowActionReply{OK: true, Workflow: wf, Queued: rep.Queued, Message: rep.Message})
 }
 
 func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
@@ -353,8 +358,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	msg, err := engine.SkipPending(r.Context(), s.Store, wf, r.PathValue("topic"), s.now())
-	s.actionReply(w, wf, msg, err)
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
+	s.actionReply(w, wf, rep.Message, err)
 }
 
 // grant grants a workflow what a person allows it: without a body (or
@@ -369,8 +374,8 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	msg, err := engine.GrantAction(r.Context(), s.Store, wf, req.Items, s.now())
-	s.actionReply(w, wf, msg, err)
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActGrant, Workflow: wf, Items: req.Items})
+	s.actionReply(w, wf, rep.Message, err)
 }
 
 // revoke takes grants back ({"items": [...]}, each as it was granted).
@@ -381,8 +386,8 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	msg, err := engine.Revoke(r.Context(), s.Store, wf, req.Items, s.now())
-	s.actionReply(w, wf, msg, err)
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActRevoke, Workflow: wf, Items: req.Items})
+	s.actionReply(w, wf, rep.Message, err)
 }
 
 func (s *Server) repairs(w http.ResponseWriter, r *http.Request) {
@@ -401,14 +406,18 @@ func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", "a repair is approved or rejected: POST …/repairs/ID/approve or …/reject")
 		return
 	}
-	msg, err := maintainer.Decide(r.Context(), s.Store, s.Engine, wf, r.PathValue("id"), verb == "approve", s.now())
-	s.actionReply(w, wf, msg, err)
+	act := engine.ActApproveRepair
+	if verb == "reject" {
+		act = engine.ActRejectRepair
+	}
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
+	s.actionReply(w, wf, rep.Message, err)
 }
 
 func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	msg, err := engine.ResetState(r.Context(), s.Store, wf, r.PathValue("handler"), s.now())
-	s.actionReply(w, wf, msg, err)
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActResetState, Workflow: wf, Handler: r.PathValue("handler")})
+	s.actionReply(w, wf, rep.Message, err)
 }
 
 // actionReply answers a workflow's action: what will happen, or why not.
@@ -514,22 +523,13 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, e
 
 func (s *Server) act(w http.ResponseWriter, r *http.Request, what engine.Resolution) {
 	id := r.PathValue("id")
-	msg, err := engine.Resolve(r.Context(), s.Store, id, what, s.now())
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.Action(what), Run: id})
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	s.changedRun(r.Context(), id)
-	reply(w, RunActionReply{OK: true, RunID: id, Action: string(what), Message: msg})
-}
-
-func (s *Server) changedRun(ctx context.Context, runID string) {
-	_ = s.Store.View(ctx, func(tx store.Tx) error {
-		if run, err := tx.RunGet(runID); err == nil {
-			s.changed(run.Workflow)
-		}
-		return nil
-	})
+	s.changed(rep.Workflow)
+	reply(w, RunActionReply{OK: true, RunID: id, Action: string(what), Message: rep.Message})
 }
 
 func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
@@ -543,7 +543,13 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
-	msg, err := engine.ItemAction(r.Context(), s.Store, engine.ItemRef{Workflow: wf, Ref: ref}, verb, s.now())
+	act := map[string]engine.Action{"skip": engine.ActSkipItem, "reprocess": engine.ActReprocessItem}[verb]
+	if act == "" {
+		fail(w, &engine.ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), Code: engine.CodeUnknownAction})
+		return
+	}
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Item: ref})
+	msg := rep.Message
 	if err != nil {
 		fail(w, err)
 		return
@@ -551,4 +557,12 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	d, _ := report.ShowItem(r.Context(), s.Store, wf, ref)
 	s.changed(d.Item.Workflow)
 	reply(w, ItemActionReply{OK: true, Item: ref, Action: verb, Message: msg})
+}
+
+// control is the one place people's actions are carried out (engine.Control).
+func (s *Server) control() *engine.Control {
+	return &engine.Control{Store: s.Store, Now: s.now,
+		DecideRepair: func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error) {
+			return maintainer.Decide(ctx, s.Store, s.Engine, wf, id, approve, now)
+		}}
 }

@@ -10,8 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -64,32 +66,16 @@ func (a *app) act(ctx context.Context, runID string, what engine.Resolution) err
 	if what == engine.ResolveApprove {
 		path, body = "/api/v1/runs/"+url.PathEscape(runID)+"/approve", nil
 	}
-	return a.perform(ctx, path, body, func(st store.Store) (string, string, error) {
-		msg, err := engine.Resolve(ctx, st, runID, what, time.Now())
-		if err != nil {
-			return "", "", err
-		}
-		wf, err := workflowOfRun(ctx, st, runID)
-		return msg, wf, err
-	})
-}
-
-func workflowOfRun(ctx context.Context, st store.Store, runID string) (string, error) {
-	var wf string
-	err := st.View(ctx, func(tx store.Tx) error {
-		r, err := tx.RunGet(runID)
-		wf = r.Workflow
-		return err
-	})
-	return wf, err
+	return a.perform(ctx, path, body, engine.Request{Action: engine.Action(what), Run: runID})
 }
 
 // perform carries out a person's action: through the API of the keep serve
 // running on the data directory (it acts at once, open pages update), or,
-// when none runs, on the store itself (local, which names the workflow it
-// touched) and then at once by an engine of its own (carryOut), so that a
-// decision never waits silently for the next keep run (issue 12 #6).
-func (a *app) perform(ctx context.Context, path string, body any, local func(st store.Store) (msg, wf string, err error)) error {
+// when none runs, by the same engine.Control on the store itself and then
+// at once by an engine of its own (carryOut), so that a decision never
+// waits silently for the next keep run (issue 12 #6). Pause, revoke and
+// skip-pending leave nothing to carry out.
+func (a *app) perform(ctx context.Context, path string, body any, req engine.Request) error {
 	var reply api.ActionReply
 	if handled, err := a.viaAPI("POST", path, body, &reply); handled {
 		if err != nil {
@@ -100,12 +86,14 @@ func (a *app) perform(ctx context.Context, path string, body any, local func(st 
 	}
 	var wf string
 	if err := a.withStore(func(st store.Store) error {
-		msg, w, err := local(st)
+		rep, err := a.control(st).Do(ctx, req)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(a.out, msg)
-		wf = w
+		fmt.Fprintln(a.out, rep.Message)
+		if req.Action != engine.ActPause && req.Action != engine.ActSkipPending && req.Action != engine.ActRevoke {
+			wf = rep.Workflow
+		}
 		return nil
 	}); err != nil {
 		return err
@@ -165,13 +153,22 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 	return &cobra.Command{
 		Use: verb + " WORKFLOW", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(args[0])+"/"+verb, nil, func(st store.Store) (string, string, error) {
-				msg, _, err := engine.WorkflowAction(cmd.Context(), st, args[0], verb, time.Now())
-				if verb == "pause" {
-					return msg, "", err // nothing to carry out
-				}
-				return msg, args[0], err
-			})
+			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(args[0])+"/"+verb, nil, engine.Request{Action: engine.Action(verb), Workflow: args[0]})
 		},
 	}
+}
+
+// control is the CLI's own engine.Control on st (no keep serve): the same
+// actions as the API's, and a repair approved is deployed with the
+// connectors of the data directory's recorded config, never the caller's
+// folder's.
+func (a *app) control(st store.Store) *engine.Control {
+	return &engine.Control{Store: st, DecideRepair: func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error) {
+		cfg, err := config.Load(a.decisionConfig())
+		if err != nil {
+			return "", err
+		}
+		eng := engine.New(engine.Options{Store: st, Registry: daemon.RegistryOf(cfg, ".")})
+		return maintainer.Decide(ctx, st, eng, wf, id, approve, now)
+	}}
 }

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -82,25 +81,23 @@ func (a *app) eventsFlags(c *cobra.Command, topic, state *string, after *int64, 
 func (a *app) resetStateCmd() *cobra.Command {
 	return a.controlCmd(&cobra.Command{Use: "reset-state WORKFLOW HANDLER", Short: "forget a producer's (or task's) state: its next run, at once, starts from scratch"},
 		"Reset the state of %[2]s in %[1]s? Its next run starts from scratch (inputs and events it finds again are not duplicated).", "handlers/%s/reset-state",
-		func(ctx context.Context, st store.Store, wf, handler string) (string, string, error) {
-			msg, err := engine.ResetState(ctx, st, wf, handler, time.Now())
-			return msg, wf, err // the producer runs now: carried out
+		func(wf, handler string) engine.Request {
+			return engine.Request{Action: engine.ActResetState, Workflow: wf, Handler: handler} // the producer runs now: carried out
 		})
 }
 
 func (a *app) skipPendingCmd() *cobra.Command {
 	return a.controlCmd(&cobra.Command{Use: "skip-pending WORKFLOW TOPIC", Short: "skip every pending event of a topic that no run holds (their inputs show skipped)"},
 		"Skip every pending event of topic %[2]s in %[1]s? Its consumer will not see them.", "topics/%s/skip-pending",
-		func(ctx context.Context, st store.Store, wf, topic string) (string, string, error) {
-			msg, err := engine.SkipPending(ctx, st, wf, topic, time.Now())
-			return msg, "", err // nothing to run
+		func(wf, topic string) engine.Request {
+			return engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: topic}
 		})
 }
 
 // controlCmd makes c a control of a workflow's part (WORKFLOW NAME): it
 // asks question (with the workflow and the name), then performs it through
-// keep serve's API at /api/v1/workflows/WF/ + route, or locally with act.
-func (a *app) controlCmd(c *cobra.Command, question, route string, act func(ctx context.Context, st store.Store, wf, name string) (string, string, error)) *cobra.Command {
+// keep serve's API at /api/v1/workflows/WF/ + route, or locally.
+func (a *app) controlCmd(c *cobra.Command, question, route string, req func(wf, name string) engine.Request) *cobra.Command {
 	var yes bool
 	c.Args = cobra.ExactArgs(2)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
@@ -109,7 +106,7 @@ func (a *app) controlCmd(c *cobra.Command, question, route string, act func(ctx 
 			return err
 		}
 		path := "/api/v1/workflows/" + url.PathEscape(wf) + "/" + fmt.Sprintf(route, url.PathEscape(name))
-		return a.perform(cmd.Context(), path, nil, func(st store.Store) (string, string, error) { return act(cmd.Context(), st, wf, name) })
+		return a.perform(cmd.Context(), path, nil, req(wf, name))
 	}
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
 	return c
@@ -157,10 +154,7 @@ func (a *app) grantCmd() *cobra.Command {
 				if len(items) > 0 {
 					return &exitError{code: exitUsageCode, err: errors.New("grant or revoke, not both in one command")}
 				}
-				return a.perform(cmd.Context(), path+"/revoke", api.GrantRequest{Items: revoke}, func(st store.Store) (string, string, error) {
-					msg, err := engine.Revoke(cmd.Context(), st, wf, revoke, time.Now())
-					return msg, "", err
-				})
+				return a.perform(cmd.Context(), path+"/revoke", api.GrantRequest{Items: revoke}, engine.Request{Action: engine.ActRevoke, Workflow: wf, Items: revoke})
 			}
 			pending := items
 			if len(items) == 0 {
@@ -202,10 +196,7 @@ func (a *app) grantCmd() *cobra.Command {
 			if len(items) > 0 {
 				body = api.GrantRequest{Items: items}
 			}
-			return a.perform(cmd.Context(), path+"/grant", body, func(st store.Store) (string, string, error) {
-				msg, err := engine.GrantAction(cmd.Context(), st, wf, items, time.Now())
-				return msg, wf, err
-			})
+			return a.perform(cmd.Context(), path+"/grant", body, engine.Request{Action: engine.ActGrant, Workflow: wf, Items: items})
 		},
 	}
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,14 +82,8 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 	c := &cobra.Command{
 		Use: verb + " ITEM", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.perform(cmd.Context(), "/api/v1/items/"+url.PathEscape(args[0])+"/"+verb+"?workflow="+url.QueryEscape(wf), nil, func(st store.Store) (string, string, error) {
-				msg, err := engine.ItemAction(cmd.Context(), st, engine.ItemRef{Workflow: wf, Ref: args[0]}, verb, time.Now())
-				if err != nil {
-					return "", "", err
-				}
-				it, err := report.ShowItem(cmd.Context(), st, wf, args[0])
-				return msg, it.Item.Workflow, err
-			})
+			act := map[string]engine.Action{"skip": engine.ActSkipItem, "reprocess": engine.ActReprocessItem}[verb]
+			return a.perform(cmd.Context(), "/api/v1/items/"+url.PathEscape(args[0])+"/"+verb+"?workflow="+url.QueryEscape(wf), nil, engine.Request{Action: act, Workflow: wf, Item: args[0]})
 		},
 	}
 	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")

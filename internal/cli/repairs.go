@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/engine"
-	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -34,15 +32,11 @@ func (a *app) repairsCmd() *cobra.Command {
 					verb = "reject"
 				}
 				path := "/api/v1/workflows/" + url.PathEscape(wf) + "/repairs/" + url.PathEscape(id) + "/" + verb
-				return a.perform(cmd.Context(), path, nil, func(st store.Store) (string, string, error) {
-					reg, err := a.registry(".")
-					if err != nil {
-						return "", "", err
-					}
-					eng := engine.New(engine.Options{Store: st, Registry: reg})
-					msg, err := maintainer.Decide(cmd.Context(), st, eng, wf, id, verb == "approve", time.Now())
-					return msg, wf, err
-				})
+				act := engine.ActApproveRepair
+				if reject != "" {
+					act = engine.ActRejectRepair
+				}
+				return a.perform(cmd.Context(), path, nil, engine.Request{Action: act, Workflow: wf, Repair: id})
 			}
 			return a.withReadStore(func(st store.Store) error {
 				rs, err := report.Repairs(cmd.Context(), st, wf)

@@ -329,7 +329,8 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		s.back(w, r, "/w/"+url.PathEscape(wf), fmt.Sprintf("unknown action %q", what))
 		return
 	}
-	msg, err := engine.Resolve(r.Context(), s.Store, id, what, s.Now())
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.Action(what), Run: id})
+	msg := rep.Message
 	if err != nil {
 		msg = err.Error()
 	} else if s.Changed != nil {
@@ -344,20 +345,16 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 		s.back(w, r, "/w/"+url.PathEscape(wf), "the form could not be read: "+err.Error())
 		return
 	}
-	switch r.PathValue("verb") {
-	case "grant":
+	verb := engine.Action(r.PathValue("verb"))
+	var rep engine.Reply
+	var err error = &engine.ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now, grant, revoke)", verb), Code: engine.CodeUnknownAction}
+	switch verb {
+	case engine.ActPause, engine.ActResume, engine.ActRunNow, engine.ActGrant, engine.ActRevoke:
 		// The card's Grant names the grant its run was refused; the
 		// workflow's Grant names none (what the version uses).
-		msg, err := engine.GrantAction(r.Context(), s.Store, wf, r.PostForm["item"], s.Now())
-		s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
-		return
-	case "revoke":
-		msg, err := engine.Revoke(r.Context(), s.Store, wf, r.PostForm["item"], s.Now())
-		s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
-		return
+		rep, err = s.control().Do(r.Context(), engine.Request{Action: verb, Workflow: wf, Items: r.PostForm["item"]})
 	}
-	msg, _, err := engine.WorkflowAction(r.Context(), s.Store, wf, r.PathValue("verb"), s.Now())
-	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
+	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, rep.Message, err)
 }
 
 // topics is chapter 06's view of a workflow's topics and events, with the
@@ -401,7 +398,10 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	s.confirmed(w, r, confirmation{Question: fmt.Sprintf("Skip every pending event of topic %s?", topic),
 		Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
 		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"},
-		func() (string, error) { return engine.SkipPending(r.Context(), s.Store, wf, topic, s.Now()) })
+		func() (string, error) {
+			rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: topic})
+			return rep.Message, err
+		})
 }
 
 func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
@@ -409,7 +409,10 @@ func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 	s.confirmed(w, r, confirmation{Question: fmt.Sprintf("Reset the state of %s?", h),
 		Detail: "Its next run, at once, starts from scratch; inputs it registers again are the same inputs, and events it publishes again keep their status. This is recorded in the decision log.",
 		Action: "/w/" + url.PathEscape(wf) + "/handlers/" + url.PathEscape(h) + "/reset-state", Button: "Reset it"},
-		func() (string, error) { return engine.ResetState(r.Context(), s.Store, wf, h, s.Now()) })
+		func() (string, error) {
+			rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActResetState, Workflow: wf, Handler: h})
+			return rep.Message, err
+		})
 }
 
 func (s *Server) confirmed(w http.ResponseWriter, r *http.Request, c confirmation, act func() (string, error)) {
@@ -442,8 +445,9 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("ref")
-	msg, err := engine.ItemAction(r.Context(), s.Store, engine.ItemRef{Ref: ref}, r.PathValue("verb"), s.Now())
-	s.acted(w, r, "/items/"+url.PathEscape(ref), "", msg, err)
+	act := map[string]engine.Action{"skip": engine.ActSkipItem, "reprocess": engine.ActReprocessItem}[r.PathValue("verb")]
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Item: ref})
+	s.acted(w, r, "/items/"+url.PathEscape(ref), "", rep.Message, err)
 }
 
 // acted sends a person back to the page they acted on, with what happened.
@@ -540,6 +544,21 @@ func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	msg, err := s.DecideRepair(r.Context(), wf, r.PathValue("id"), verb == "approve")
-	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, msg, err)
+	act := engine.ActApproveRepair
+	if verb == "reject" {
+		act = engine.ActRejectRepair
+	}
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
+	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, rep.Message, err)
+}
+
+// control is the one place people's actions are carried out (engine.Control).
+func (s *Server) control() *engine.Control {
+	c := &engine.Control{Store: s.Store, Now: s.Now}
+	if s.DecideRepair != nil {
+		c.DecideRepair = func(ctx context.Context, wf, id string, approve bool, _ time.Time) (string, error) {
+			return s.DecideRepair(ctx, wf, id, approve)
+		}
+	}
+	return c
 }

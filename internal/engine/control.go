@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Action is one thing a person can do to keep's state.
+type Action string
+
+// People's actions: the one list. The API, the page and the CLI offer
+// these and no others, each carried out by Control.Do.
+const (
+	ActTryAgain      Action = "try-again"      // a run: check again, or retry a failed run
+	ActDidntHappen   Action = "didnt-happen"   // a run: the write did not happen, send it again
+	ActSkip          Action = "skip"           // a run: give up its write
+	ActReprocess     Action = "reprocess"      // a run blocked on an item: a new attempt of the item
+	ActApprove       Action = "approve"        // a run waiting for approval of its write
+	ActPause         Action = "pause"          // a workflow
+	ActResume        Action = "resume"         // a workflow
+	ActRunNow        Action = "run-now"        // a workflow: every producer now
+	ActGrant         Action = "grant"          // a workflow: allow what its active version uses, or the Items named
+	ActRevoke        Action = "revoke"         // a workflow: take the Items granted back
+	ActSkipPending   Action = "skip-pending"   // a topic's pending events
+	ActResetState    Action = "reset-state"    // a producer's stored state
+	ActSkipItem      Action = "skip-item"      // an item
+	ActReprocessItem Action = "reprocess-item" // an item
+	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
+	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
+)
+
+// Actions lists every action Control carries out, in the order above.
+func Actions() []Action {
+	return []Action{ActTryAgain, ActDidntHappen, ActSkip, ActReprocess, ActApprove, ActPause, ActResume, ActRunNow,
+		ActGrant, ActRevoke, ActSkipPending, ActResetState, ActSkipItem, ActReprocessItem, ActApproveRepair, ActRejectRepair}
+}
+
+// Request names an action and what it acts on: Run for the run actions,
+// Workflow for the others (with Topic, Handler, Item or Repair).
+type Request struct {
+	Action                                      Action
+	Run, Workflow, Topic, Handler, Item, Repair string
+	Items                                       []string // grant, revoke: what, as it is granted
+}
+
+// Reply is what a carried-out action says, and the workflow it touched.
+type Reply struct {
+	Message  string
+	Workflow string
+	Queued   int // run-now: producers queued
+}
+
+// Control is the one place people's actions are carried out: the API, the
+// page and the CLI's own path (no keep serve) call Do, so what each action
+// does and what it is refused with is written once. Who acts is the
+// context's actor (WithActor).
+type Control struct {
+	Store store.Store
+	// DecideRepair approves or rejects a repair the Maintainer held (the
+	// maintainer package builds on the engine); nil: refused.
+	DecideRepair func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Do carries out one action.
+func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
+	var msg string
+	var err error
+	rep := Reply{Workflow: q.Workflow}
+	switch q.Action {
+	case ActTryAgain, ActDidntHappen, ActSkip, ActReprocess, ActApprove:
+		msg, err = Resolve(ctx, c.Store, q.Run, Resolution(q.Action), now)
+		if err == nil && rep.Workflow == "" {
+			rep.Workflow, err = c.workflowOfRun(ctx, q.Run)
+		}
+	case ActPause, ActResume, ActRunNow:
+		msg, rep.Queued, err = WorkflowAction(ctx, c.Store, q.Workflow, string(q.Action), now)
+	case ActGrant:
+		msg, err = GrantAction(ctx, c.Store, q.Workflow, q.Items, now)
+	case ActRevoke:
+		msg, err = Revoke(ctx, c.Store, q.Workflow, q.Items, now)
+	case ActSkipPending:
+		msg, err = SkipPending(ctx, c.Store, q.Workflow, q.Topic, now)
+	case ActResetState:
+		msg, err = ResetState(ctx, c.Store, q.Workflow, q.Handler, now)
+	case ActSkipItem, ActReprocessItem:
+		verb := map[Action]string{ActSkipItem: "skip", ActReprocessItem: "reprocess"}[q.Action]
+		msg, err = ItemAction(ctx, c.Store, ItemRef{Workflow: q.Workflow, Ref: q.Item}, verb, now)
+		if err == nil && rep.Workflow == "" {
+			err = c.Store.View(ctx, func(tx store.Tx) error {
+				it, err := FindItem(tx, "", q.Item)
+				rep.Workflow = it.Workflow
+				return err
+			})
+		}
+	case ActApproveRepair, ActRejectRepair:
+		if c.DecideRepair == nil {
+			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}
+		}
+		msg, err = c.DecideRepair(ctx, q.Workflow, q.Repair, q.Action == ActApproveRepair, now)
+	default:
+		return Reply{}, &ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: CodeUnknownAction}
+	}
+	if err != nil {
+		return Reply{}, err
+	}
+	rep.Message = msg
+	return rep, nil
+}
+
+func (c *Control) workflowOfRun(ctx context.Context, runID string) (string, error) {
+	var wf string
+	err := c.Store.View(ctx, func(tx store.Tx) error {
+		r, err := tx.RunGet(runID)
+		wf = r.Workflow
+		return err
+	})
+	return wf, err
+}
