@@ -220,6 +220,12 @@ type MethodDoc struct {
 	Reconcile string
 	// Errors says what failures a script sees and how keep treats them.
 	Errors string
+	// Limits says what the service limits (rates, quotas, page sizes) and
+	// what keep does at them (pacing, paging, retrying).
+	Limits string
+	// Needs names what the service must grant beside Scopes (Slack's bot
+	// scopes), for the call and for its reconcile.
+	Needs string
 }
 
 // Param is one argument of a method.

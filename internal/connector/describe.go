@@ -36,6 +36,8 @@ type MethodInfo struct {
 	ComparePayload   bool     `json:"comparePayload"`
 	RequiresApproval bool     `json:"requiresApproval"`
 	Errors           string   `json:"errors"`
+	Limits           string   `json:"limits,omitempty"`
+	Needs            string   `json:"needs,omitempty"`
 }
 
 // Connectors lists the registry's connectors by name.
@@ -69,7 +71,7 @@ func Describe(r *Registry) []Info {
 func describeMethod(m *Method) MethodInfo {
 	mi := MethodInfo{Name: m.Name, Summary: m.Doc.Summary, Kind: string(m.Kind), Identity: m.Identity, Secret: m.Secret, Scopes: m.Scopes, ReconcileScopes: m.ReconcileScopes,
 		Params: m.Doc.Params, Result: m.Doc.Result, Reconcile: m.Doc.Reconcile, ComparePayload: m.ComparePayload != nil,
-		RequiresApproval: m.RequiresApproval, Errors: m.Doc.Errors}
+		RequiresApproval: m.RequiresApproval, Errors: m.Doc.Errors, Limits: m.Doc.Limits, Needs: m.Doc.Needs}
 	if m.Doc.Kind != "" {
 		mi.Kind = m.Doc.Kind
 	}
@@ -152,6 +154,9 @@ func markdownMethod(b *strings.Builder, tool string, m MethodInfo) {
 	if len(m.ReconcileScopes) > 0 {
 		fmt.Fprintf(b, "- **Reconcile's scope:** `%s` too, to read what it looks for (asked for with the one above).\n", m.ReconcileScopes[0])
 	}
+	if m.Needs != "" {
+		fmt.Fprintf(b, "- **Needs:** %s\n", m.Needs)
+	}
 	if m.Reconcile != "" {
 		fmt.Fprintf(b, "- **Reconcile:** %s\n", m.Reconcile)
 	}
@@ -161,7 +166,11 @@ func markdownMethod(b *strings.Builder, tool string, m MethodInfo) {
 	if m.RequiresApproval {
 		fmt.Fprintf(b, "- **Approval:** every call waits for a person (`keep approve`).\n")
 	}
-	fmt.Fprintf(b, "- **Errors:** %s\n\n", m.Errors)
+	fmt.Fprintf(b, "- **Errors:** %s\n", m.Errors)
+	if m.Limits != "" {
+		fmt.Fprintf(b, "- **Limits:** %s\n", m.Limits)
+	}
+	b.WriteString("\n")
 }
 
 func kindText(k string) string {

@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/slack-go/slack"
 
@@ -37,12 +39,16 @@ type Slack struct {
 	// Endpoint is a stand-in's base URL (keep-fake slack); "" is Slack.
 	Endpoint string
 	Accounts *account.Accounts
+
+	mu  sync.Mutex
+	ids map[string]string // channel name → ID, as conversations.list answered
 }
 
 // New returns the slack connector (s nil: no token; every call says so).
 func New(s *Slack) *connector.Connector {
 	c := &conn{s: s}
-	chParam := connector.Param{Name: "channel", Type: "string", Required: true, Doc: "a channel id (`C0123…`) or name (`#ops`)"}
+	chParam := connector.Param{Name: "channel", Type: "string", Required: true, Doc: "a channel id (`C0123…`) or name (`#ops`; keep resolves a name to its ID once, with `conversations.list`, and keeps it)"}
+	nameNeeds := "a channel given by name also needs `channels:read` (`groups:read` for a private channel) to resolve it; an ID needs neither."
 	return &connector.Connector{
 		Name: "slack",
 		Doc:  "A Slack workspace, as the bot whose token `keep connect slack --token xoxb-…` stored. Invite the bot to the channels it reads and writes.",
@@ -51,11 +57,13 @@ func New(s *Slack) *connector.Connector {
 		},
 		Methods: map[string]*connector.Method{
 			"history": {Name: "history", Kind: connector.KindRead, Validate: validate("slack.history", "channel"), Do: c.history, Doc: connector.MethodDoc{
-				Summary: "Reads a channel's messages, oldest first.",
-				Params: []connector.Param{chParam, {Name: "after", Type: "string", Doc: "a cursor: a previous result's `lastCursor` (a message `ts`); only later messages come back"},
+				Summary: "Reads a channel's messages, oldest first. A thread's replies are not among them (Slack's `conversations.history` lists a thread's parent only; a reply also sent to the channel is listed).",
+				Params: []connector.Param{chParam, {Name: "after", Type: "string", Doc: "a cursor: a previous result's `lastCursor` (a message `ts`); only later messages come back, the oldest first. `\"0\"` starts at the channel's first message; without it, the latest `limit` messages come back"},
 					{Name: "limit", Type: "number", Doc: "at most this many, 1 to 999 (default 100)"}},
-				Result: "an array of `{ ts, user, text, threadTs }` (`ts` is the message's id: register inputs by it) with a property `lastCursor`",
-				Errors: "a channel that does not exist or the bot is not in: logic; a revoked token: permission (reconnect); rate limits: transient, after Slack's Retry-After.",
+				Result: "an array of `{ ts, user, text, threadTs }` (`ts` is the message's id: register inputs by it) with a property `lastCursor`: the last message returned (or `after` again when nothing came), so more than `limit` new messages are read over the next polls, none skipped",
+				Errors: "a channel that does not exist or the bot is not in, or a name no channel has: logic; a revoked token: permission (reconnect); rate limits: transient, after Slack's Retry-After.",
+				Needs:  "the bot scope `channels:history` (`groups:history` for a private channel, `im:history`, `mpim:history` for direct messages), and the bot invited to the channel; " + nameNeeds,
+				Limits: "Slack answers in pages, which may hold fewer messages than asked while more exist (`has_more`, `next_cursor`); keep reads every page after `after` and returns the oldest `limit`. `conversations.history` is Tier 3 (about 50 requests a minute) — but 1 a minute with pages of 15 for apps distributed outside the Slack Marketplace (an app made for one workspace is not); a poll reads one page per 200 messages (per 15 there), and a 429 is retried after Slack's Retry-After.",
 			}},
 			"postMessage": {Name: "postMessage", Kind: connector.KindMutate, Identity: []string{"channel", "threadTs"}, Validate: validate("slack.postMessage", "channel", "text"),
 				Do: c.post, Reconcile: c.reconcilePost, ComparePayload: connector.ComparePayloadOf("text"), Target: func(a map[string]any) string { return "slack.postMessage to " + str(a["channel"]) },
@@ -64,8 +72,10 @@ func New(s *Slack) *connector.Connector {
 					Params: []connector.Param{chParam, {Name: "text", Type: "string", Required: true, Doc: "the message (Slack's mrkdwn)"},
 						{Name: "threadTs", Type: "string", Doc: "reply in this message's thread"}, {Name: "subkey", Type: "string", Doc: "tells apart two posts of one run to the same channel"}},
 					Result:    "`{ channel, ts }`; a reconciled post adds `reconciled: true`",
-					Reconcile: fmt.Sprintf("reads the channel's latest %d messages with their metadata, looking for the key: found means posted; not found (seen twice, after the settle time) means not, and keep posts it.", ReconcileWindow),
+					Reconcile: fmt.Sprintf("reads the channel's latest %d messages with their metadata (`conversations.history`), or, for a reply, the thread's (`conversations.replies`: a reply is never in the channel's history), looking for the key: found means posted; not found (seen twice, after the settle time) means not, and keep posts it.", ReconcileWindow),
 					Errors:    "`channel_not_found`, `not_in_channel`, `is_archived`: precondition, nothing posted; a revoked or invalid token: permission (Reconnect Slack); `ratelimited`: transient, nothing posted; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Needs:     "the bot scope `chat:write` (`chat:write.public` to post in a public channel the bot was not invited to); its reconcile reads the channel with `channels:history` (`groups:history` for a private one), so grant that too; " + nameNeeds,
+					Limits:    "about one message a second per channel (Slack's special tier for `chat.postMessage`; bursts are tolerated); a 429 is transient and retried after Slack's Retry-After, nothing posted.",
 				}},
 			"addReaction": {Name: "addReaction", Kind: connector.KindMutate, Identity: []string{"channel", "ts", "name"}, Validate: validate("slack.addReaction", "channel", "ts", "name"),
 				Do: c.react, Reconcile: c.reconcileReaction, Target: func(a map[string]any) string {
@@ -78,6 +88,8 @@ func New(s *Slack) *connector.Connector {
 					Result:    "`{ channel, ts, name }`",
 					Reconcile: "reads the message's reactions: the bot among the users of `name` means applied.",
 					Errors:    "a message that does not exist: precondition; otherwise as postMessage.",
+					Needs:     "the bot scope `reactions:write`; its reconcile `reactions:read` (and `auth.test`, which needs none); " + nameNeeds,
+					Limits:    "`reactions.add` is Tier 3 (about 50 a minute); a 429 is transient, retried after Slack's Retry-After.",
 				}},
 		},
 	}
@@ -157,10 +169,15 @@ func (c *conn) classify(ctx context.Context, what string, write bool, w *wire, e
 	var rl *slack.RateLimitedError
 	var se slack.SlackErrorResponse
 	var sc slack.StatusCodeError
+	var nc errNoChannel
 	failed := func(class kt.ErrorClass, format string, args ...any) connector.Result {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(class, "%s: "+format, append([]any{what}, args...)...)}
 	}
 	switch {
+	case errors.As(err, &nc) && write:
+		return failed(kt.ClassPrecondition, "%v", nc)
+	case errors.As(err, &nc):
+		return failed(kt.ClassLogic, "%v", nc)
 	case errors.As(err, &rl):
 		r := failed(kt.ClassTransient, "Slack is rate limiting the bot")
 		r.Err.RetryAfter = rl.RetryAfter
@@ -211,25 +228,23 @@ func (c *conn) history(ctx context.Context, call connector.Call) connector.Resul
 	if kerr != nil {
 		return connector.Result{Err: kerr}
 	}
+	id, err := c.s.channelID(ctx, api, str(a["channel"]))
+	if err != nil {
+		return connector.Result{Err: c.classify(ctx, what, false, w, err).Err}
+	}
 	limit := 100
 	if f, ok := a["limit"].(float64); ok {
 		limit = int(f)
 	}
-	resp, err := api.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{ChannelID: str(a["channel"]), Oldest: str(a["after"]), Limit: limit})
+	msgs, err := readHistory(ctx, api, id, str(a["after"]), limit)
 	if err != nil {
 		return connector.Result{Err: c.classify(ctx, what, false, w, err).Err}
 	}
 	items := []any{}
 	cursor := str(a["after"])
-	for i := len(resp.Messages) - 1; i >= 0; i-- { // Slack answers newest first
-		m := resp.Messages[i]
-		if cursor != "" && !after(m.Timestamp, str(a["after"])) {
-			continue
-		}
+	for _, m := range msgs {
 		items = append(items, map[string]any{"ts": m.Timestamp, "user": m.User, "text": m.Text, "threadTs": m.ThreadTimestamp})
-		if cursor == "" || after(m.Timestamp, cursor) {
-			cursor = m.Timestamp
-		}
+		cursor = m.Timestamp
 	}
 	props := map[string]any{}
 	if cursor != "" {
@@ -238,10 +253,113 @@ func (c *conn) history(ctx context.Context, call connector.Call) connector.Resul
 	return connector.Result{Value: connector.ListWith(items, props)}
 }
 
-func after(a, b string) bool {
-	x, _ := strconv.ParseFloat(a, 64)
-	y, _ := strconv.ParseFloat(b, 64)
-	return x > y
+// readHistory reads a channel's messages oldest first: with after, the
+// oldest limit messages later than it, read through every page (Slack
+// answers newest first, in pages that may be short while has_more is
+// set), so that a burst larger than limit is taken from its start and the
+// next poll goes on where this one stopped; without after, the latest
+// limit messages.
+func readHistory(ctx context.Context, api *slack.Client, id, after string, limit int) ([]slack.Message, error) {
+	params := &slack.GetConversationHistoryParameters{ChannelID: id, Oldest: after, Limit: min(limit, 200)}
+	var msgs []slack.Message
+	for {
+		resp, err := api.GetConversationHistoryContext(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range resp.Messages {
+			if after == "" || laterThan(m.Timestamp, after) {
+				msgs = append(msgs, m)
+			}
+		}
+		if !resp.HasMore || resp.ResponseMetaData.NextCursor == "" || (after == "" && len(msgs) >= limit) {
+			break
+		}
+		params.Cursor = resp.ResponseMetaData.NextCursor
+	}
+	sort.SliceStable(msgs, func(i, j int) bool { return laterThan(msgs[j].Timestamp, msgs[i].Timestamp) })
+	if len(msgs) > limit {
+		if after == "" {
+			return msgs[len(msgs)-limit:], nil
+		}
+		return msgs[:limit], nil
+	}
+	return msgs, nil
+}
+
+// laterThan compares two Slack timestamps ("1700000000.000100") exactly:
+// seconds, then the fraction (a float64 would round microseconds away).
+func laterThan(a, b string) bool {
+	as, af, _ := strings.Cut(a, ".")
+	bs, bf, _ := strings.Cut(b, ".")
+	x, _ := strconv.ParseInt(as, 10, 64)
+	y, _ := strconv.ParseInt(bs, 10, 64)
+	if x != y {
+		return x > y
+	}
+	for len(af) < len(bf) {
+		af += "0"
+	}
+	for len(bf) < len(af) {
+		bf += "0"
+	}
+	return af > bf
+}
+
+// channelIDRe is a conversation ID (C…, G…, D…: upper case; names never are).
+var channelIDRe = regexp.MustCompile(`^[CGD][A-Z0-9]+$`)
+
+// errNoChannel is a channel name conversations.list does not know.
+type errNoChannel struct{ name string }
+
+func (e errNoChannel) Error() string {
+	return fmt.Sprintf("no channel named #%s that the bot can see (invite the bot to it, or give the channel's ID, C0123…)", e.name)
+}
+
+// channelID resolves a channel name (#ops, ops) to its ID: Slack takes
+// names in chat.postMessage only. Names are read from conversations.list
+// (public, then private channels) once and kept; an ID is itself.
+func (s *Slack) channelID(ctx context.Context, api *slack.Client, ref string) (string, error) {
+	if channelIDRe.MatchString(ref) {
+		return ref, nil
+	}
+	name := strings.TrimPrefix(ref, "#")
+	s.mu.Lock()
+	id, ok := s.ids[name]
+	s.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	for _, typ := range []string{"public_channel", "private_channel"} {
+		params := &slack.GetConversationsParameters{Types: []string{typ}, ExcludeArchived: true, Limit: 1000}
+		for {
+			chans, next, err := api.GetConversationsContext(ctx, params)
+			var se slack.SlackErrorResponse
+			if typ == "private_channel" && errors.As(err, &se) && se.Err == "missing_scope" {
+				break // without groups:read: public channels only
+			}
+			if err != nil {
+				return "", fmt.Errorf("resolving the channel name #%s to its ID (conversations.list, bot scope channels:read): %w", name, err)
+			}
+			s.mu.Lock()
+			if s.ids == nil {
+				s.ids = map[string]string{}
+			}
+			for _, ch := range chans {
+				s.ids[ch.Name] = ch.ID
+			}
+			id, ok = s.ids[name]
+			s.mu.Unlock()
+			if ok {
+				return id, nil
+			}
+			if next == "" {
+				break
+			}
+			params.Cursor = next
+		}
+	}
+	return "", errNoChannel{name}
 }
 
 func (c *conn) post(ctx context.Context, call connector.Call) connector.Result {
@@ -269,22 +387,51 @@ func (c *conn) reconcilePost(ctx context.Context, call connector.Call) (connecto
 	if kerr != nil {
 		return connector.ReconcileRetry, nil, kerr
 	}
-	params := &slack.GetConversationHistoryParameters{ChannelID: str(call.Args["channel"]), Limit: 200, IncludeAllMetadata: true}
-	for read := 0; read < ReconcileWindow; {
-		resp, err := api.GetConversationHistoryContext(ctx, params)
-		if err != nil {
-			return connector.ReconcileRetry, nil, fmt.Errorf("%s: %v", what, err)
-		}
-		for _, m := range resp.Messages {
+	id, err := c.s.channelID(ctx, api, str(call.Args["channel"]))
+	if err != nil {
+		return connector.ReconcileRetry, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ours := func(msgs []slack.Message) string {
+		for _, m := range msgs {
 			if m.Metadata.EventType == metaEvent && fmt.Sprint(m.Metadata.EventPayload["idempotency_key"]) == call.IdempotencyKey {
-				return connector.ReconcileApplied, map[string]any{"channel": str(call.Args["channel"]), "ts": m.Timestamp, "reconciled": true}, nil
+				return m.Timestamp
 			}
 		}
-		read += len(resp.Messages)
-		if !resp.HasMore || resp.ResponseMetaData.NextCursor == "" || len(resp.Messages) == 0 {
+		return ""
+	}
+	// A reply is in its thread (conversations.replies), never in the
+	// channel's history, which lists a thread's parent only.
+	next := func(cursor string) ([]slack.Message, string, error) {
+		if ts := str(call.Args["threadTs"]); ts != "" {
+			msgs, more, next, err := api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: id, Timestamp: ts, Limit: 200, Cursor: cursor, IncludeAllMetadata: true})
+			if !more {
+				next = ""
+			}
+			return msgs, next, err
+		}
+		resp, err := api.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{ChannelID: id, Limit: 200, Cursor: cursor, IncludeAllMetadata: true})
+		if err != nil {
+			return nil, "", err
+		}
+		if !resp.HasMore {
+			return resp.Messages, "", nil
+		}
+		return resp.Messages, resp.ResponseMetaData.NextCursor, nil
+	}
+	cursor := ""
+	for read := 0; read < ReconcileWindow; {
+		msgs, nextCursor, err := next(cursor)
+		if err != nil {
+			return connector.ReconcileRetry, nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if ts := ours(msgs); ts != "" {
+			return connector.ReconcileApplied, map[string]any{"channel": id, "ts": ts, "reconciled": true}, nil
+		}
+		read += len(msgs)
+		if nextCursor == "" || len(msgs) == 0 {
 			break
 		}
-		params.Cursor = resp.ResponseMetaData.NextCursor
+		cursor = nextCursor
 	}
 	return connector.ReconcileFailed, nil, nil
 }
@@ -296,7 +443,11 @@ func (c *conn) react(ctx context.Context, call connector.Call) connector.Result 
 	if kerr != nil {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
 	}
-	err := api.AddReactionContext(ctx, strings.Trim(str(a["name"]), ":"), slack.NewRefToMessage(str(a["channel"]), str(a["ts"])))
+	id, err := c.s.channelID(ctx, api, str(a["channel"]))
+	if err != nil {
+		return c.classify(ctx, what, true, w, err)
+	}
+	err = api.AddReactionContext(ctx, strings.Trim(str(a["name"]), ":"), slack.NewRefToMessage(id, str(a["ts"])))
 	var se slack.SlackErrorResponse
 	if err != nil && !(errors.As(err, &se) && se.Err == "already_reacted") {
 		return c.classify(ctx, what, true, w, err)
@@ -310,11 +461,15 @@ func (c *conn) reconcileReaction(ctx context.Context, call connector.Call) (conn
 	if kerr != nil {
 		return connector.ReconcileRetry, nil, kerr
 	}
+	id, err := c.s.channelID(ctx, api, str(a["channel"]))
+	if err != nil {
+		return connector.ReconcileRetry, nil, err
+	}
 	me, err := api.AuthTestContext(ctx)
 	if err != nil {
 		return connector.ReconcileRetry, nil, err
 	}
-	item, err := api.GetReactionsContext(ctx, slack.NewRefToMessage(str(a["channel"]), str(a["ts"])), slack.GetReactionsParameters{Full: true})
+	item, err := api.GetReactionsContext(ctx, slack.NewRefToMessage(id, str(a["ts"])), slack.GetReactionsParameters{Full: true})
 	if err != nil {
 		return connector.ReconcileRetry, nil, err
 	}
@@ -329,8 +484,6 @@ func (c *conn) reconcileReaction(ctx context.Context, call connector.Call) (conn
 	}
 	return connector.ReconcileFailed, nil, nil
 }
-
-var _ = time.Second
 
 // Notify posts a plain message as the bot (keep's notices, package
 // notify); it carries no idempotency key: a notice may go twice after a crash.

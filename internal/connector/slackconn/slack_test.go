@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -203,5 +204,114 @@ func TestANoticeIsEscapedForSlack(t *testing.T) {
 	want := "*keep: &lt;!channel&gt; needs you*\nOrder &lt;http://evil.example|your invoice&gt; &amp; &lt;@U123&gt;"
 	if len(out.Messages) != 1 || out.Messages[0]["text"] != want {
 		t.Fatalf("Slack got %v; want the text %q", out.Messages, want)
+	}
+}
+
+// history reads every page: Slack answers short pages (15 items for apps
+// outside its Marketplace, fewer than asked) with has_more and a
+// next_cursor. Forty messages between two polls, read with limit 25 and
+// the cursor, come each once, oldest first, none skipped.
+func TestHistoryPagesAndTheCursorSkipsNothing(t *testing.T) {
+	e := setup(t)
+	var want []string
+	for i := 0; i < 40; i++ {
+		var m struct{ TS string }
+		e.admin("/_admin/messages", map[string]any{"channel": "C3", "text": fmt.Sprintf("m%d", i)}, &m)
+		want = append(want, m.TS)
+	}
+	var got []string
+	cursor := any("0") // from the channel's first message
+	for poll := 0; poll < 5; poll++ {
+		r := e.do("history", map[string]any{"channel": "C3", "after": cursor, "limit": 25}, "")
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		v := r.Value.(map[string]any)
+		for _, it := range v["$array"].([]any) {
+			got = append(got, it.(map[string]any)["ts"].(string))
+		}
+		cursor = v["lastCursor"]
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read %d messages %v, want the 40 in order %v", len(got), got, want)
+	}
+	// Without after: the latest limit messages, oldest first.
+	r := e.do("history", map[string]any{"channel": "C3", "limit": 20}, "")
+	items := r.Value.(map[string]any)["$array"].([]any)
+	if r.Err != nil || len(items) != 20 || items[0].(map[string]any)["ts"] != want[20] || items[19].(map[string]any)["ts"] != want[39] {
+		t.Fatalf("the latest 20: %v %v", r.Err, items)
+	}
+}
+
+// A reply in a thread is not in conversations.history (Slack lists the
+// thread's parent only): reconcile reads the thread with
+// conversations.replies, so a reply whose answer was lost is found and
+// never posted twice.
+func TestAThreadReplyWhoseAnswerWasLostIsFound(t *testing.T) {
+	e := setup(t)
+	var parent struct{ TS string }
+	e.admin("/_admin/messages", map[string]any{"channel": "C4", "text": "deploy failed"}, &parent)
+	for i := 0; i < 20; i++ { // the parent is well past history's first page
+		e.admin("/_admin/messages", map[string]any{"channel": "C4", "text": fmt.Sprintf("later %d", i)}, nil)
+	}
+	args := map[string]any{"channel": "C4", "threadTs": parent.TS, "text": "on it"}
+	if st := e.reconcile("postMessage", args, "keep-reply"); st != connector.ReconcileFailed {
+		t.Fatalf("reconciled as %s before the reply", st)
+	}
+	e.admin("/_admin/faults", map[string]any{"method": "slack.postMessage", "fault": "drop_after_apply"}, nil)
+	if r := e.do("postMessage", args, "keep-reply"); r.Outcome != connector.OutcomeUncertain {
+		t.Fatalf("%v %+v", r.Outcome, r.Err)
+	}
+	if st := e.reconcile("postMessage", args, "keep-reply"); st != connector.ReconcileApplied {
+		t.Fatalf("the reply that was posted reconciled as %s: keep would post it again", st)
+	}
+	if n := e.posted("C4"); n != 1 {
+		t.Fatalf("%d replies posted", n)
+	}
+	// history lists the thread's parent, never the reply.
+	r := e.do("history", map[string]any{"channel": "C4", "after": "0", "limit": 100}, "")
+	for _, it := range r.Value.(map[string]any)["$array"].([]any) {
+		if it.(map[string]any)["text"] == "on it" {
+			t.Fatalf("history listed a thread reply: %v", it)
+		}
+	}
+}
+
+// A channel by name (#ops) works for every method: history, reactions and
+// reconcile resolve it to the channel's ID (Slack takes names only in
+// chat.postMessage), once.
+func TestAChannelByNameWorksEverywhere(t *testing.T) {
+	e := setup(t)
+	for i := 0; i < 20; i++ { // other channels before it: conversations.list pages
+		e.admin("/_admin/messages", map[string]any{"channel": fmt.Sprintf("#room-%02d", i), "text": "x"}, nil)
+	}
+	var seeded struct{ TS, Channel string }
+	e.admin("/_admin/messages", map[string]any{"channel": "#ops", "text": "disk full"}, &seeded)
+	r := e.do("history", map[string]any{"channel": "#ops", "after": "0"}, "")
+	if r.Err != nil || len(r.Value.(map[string]any)["$array"].([]any)) != 1 {
+		t.Fatalf("history of #ops: %+v %v", r.Err, r.Value)
+	}
+	args := map[string]any{"channel": "#ops", "text": "looking"}
+	e.admin("/_admin/faults", map[string]any{"method": "slack.postMessage", "fault": "timeout_after_apply"}, nil)
+	if r := e.do("postMessage", args, "keep-ops"); r.Outcome != connector.OutcomeUncertain {
+		t.Fatalf("%v %+v", r.Outcome, r.Err)
+	}
+	if st := e.reconcile("postMessage", args, "keep-ops"); st != connector.ReconcileApplied {
+		t.Fatalf("a post to #ops reconciled as %s", st)
+	}
+	react := map[string]any{"channel": "#ops", "ts": seeded.TS, "name": "eyes"}
+	if r := e.do("addReaction", react, "r"); r.Err != nil {
+		t.Fatalf("addReaction on #ops: %+v", r.Err)
+	}
+	if st := e.reconcile("addReaction", react, "r"); st != connector.ReconcileApplied {
+		t.Fatalf("a reaction on #ops reconciled as %s", st)
+	}
+	var calls map[string]int
+	e.admin("/_admin/calls", nil, &calls)
+	if calls["conversations.list"] < 2 || calls["conversations.list"] > 3 {
+		t.Fatalf("conversations.list called %d times: the name is resolved once (its pages), then cached", calls["conversations.list"])
+	}
+	if r := e.do("history", map[string]any{"channel": "#nowhere"}, ""); r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "#nowhere") {
+		t.Fatalf("a name no channel has: %+v", r.Err)
 	}
 }

@@ -1,15 +1,22 @@
 // Package slackfake is a faithful fake of the Slack Web API methods keep's
 // slack connector uses (auth.test, chat.postMessage with metadata,
-// conversations.history, reactions.add, reactions.get): the same form
-// parameters, the same {"ok": …} answers and error strings, 429 with
-// Retry-After. An admin API seeds messages and arms faults. `keep-fake
+// conversations.history, conversations.replies, conversations.list,
+// reactions.add, reactions.get), as Slack's reference defines them: the
+// same form parameters, the same {"ok": …} answers and error strings, 429
+// with Retry-After; channels with an ID and a name (chat.postMessage takes
+// either, the other methods only the ID); history that lists a thread's
+// parent and never its replies (conversations.replies has them); pages cut
+// short with a next_cursor (at most PageMax items, fewer than asked, as
+// Slack may). An admin API seeds messages and arms faults. `keep-fake
 // slack` serves it; tests start it in process. Not linked into keep.
 package slackfake
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,14 +30,29 @@ const Token = "xoxb-keep-fake"
 // BotUser is the user id of the fake's bot.
 const BotUser = "UKEEPBOT"
 
+// PageMax is the most items one page holds by default, whatever limit
+// asks: Slack's limit for conversations.history and .replies of apps
+// outside its Marketplace (15), and a page that is shorter than asked
+// while more exist, which every paginated Slack method may answer.
+const PageMax = 15
+
 type message struct {
-	TS        string         `json:"ts"`
-	User      string         `json:"user"`
-	Text      string         `json:"text"`
-	ThreadTS  string         `json:"thread_ts,omitempty"`
-	Type      string         `json:"type"`
-	Metadata  map[string]any `json:"metadata,omitempty"`
-	Reactions []*reaction    `json:"reactions,omitempty"`
+	TS         string         `json:"ts"`
+	User       string         `json:"user"`
+	Text       string         `json:"text"`
+	ThreadTS   string         `json:"thread_ts,omitempty"`
+	ReplyCount int            `json:"reply_count,omitempty"`
+	Subtype    string         `json:"subtype,omitempty"`
+	Type       string         `json:"type"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	Reactions  []*reaction    `json:"reactions,omitempty"`
+}
+
+// channel is a conversation: an ID (C…, G… for a private one) and a name.
+type channel struct {
+	ID, Name string
+	Private  bool
+	msgs     []*message // parents and replies, oldest first
 }
 
 type reaction struct {
@@ -49,16 +71,54 @@ type fault struct {
 // Server is one fake Slack workspace.
 type Server struct {
 	mu       sync.Mutex
-	channels map[string][]*message
+	channels map[string]*channel // by ID
 	revoked  bool
 	faults   map[string][]*fault
 	writes   map[string]int
 	seq      int64
+	pageMax  int
+	calls    map[string]int
 }
 
-// New returns an empty workspace; any channel exists from its first use.
+// New returns an empty workspace. A channel exists from its first use: by
+// ID (C1, G7: a private one), or, in chat.postMessage and the admin
+// routes, by name (#ops), which gives it an ID.
 func New() *Server {
-	return &Server{channels: map[string][]*message{}, faults: map[string][]*fault{}, writes: map[string]int{}}
+	return &Server{channels: map[string]*channel{}, faults: map[string][]*fault{}, writes: map[string]int{}, pageMax: PageMax, calls: map[string]int{}}
+}
+
+// idRe is a conversation ID: Slack's are upper case (names never are).
+var idRe = regexp.MustCompile(`^[CGD][A-Z0-9]+$`)
+
+// byID finds a channel by its ID, creating it on first use; a name is
+// not an ID (nil: Slack answers channel_not_found).
+func (s *Server) byID(id string) *channel {
+	if !idRe.MatchString(id) {
+		return nil
+	}
+	c, ok := s.channels[id]
+	if !ok {
+		c = &channel{ID: id, Name: strings.ToLower(id), Private: strings.HasPrefix(id, "G")}
+		s.channels[id] = c
+	}
+	return c
+}
+
+// byIDOrName finds a channel by ID or by name (with or without #),
+// creating a named one with a new ID on first use.
+func (s *Server) byIDOrName(ref string) *channel {
+	if c := s.byID(ref); c != nil {
+		return c
+	}
+	name := strings.TrimPrefix(ref, "#")
+	for _, c := range s.channels {
+		if c.Name == name {
+			return c
+		}
+	}
+	c := &channel{ID: fmt.Sprintf("C%08X", len(s.channels)+1), Name: name}
+	s.channels[c.ID] = c
+	return c
 }
 
 // Handler serves the API (/api/…) and the admin routes (/_admin/…).
@@ -67,11 +127,19 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/auth.test", s.api("", s.authTest))
 	mux.HandleFunc("POST /api/chat.postMessage", s.api("slack.postMessage", s.postMessage))
 	mux.HandleFunc("POST /api/conversations.history", s.api("slack.history", s.history))
+	mux.HandleFunc("POST /api/conversations.replies", s.api("slack.replies", s.replies))
+	mux.HandleFunc("POST /api/conversations.list", s.api("slack.list", s.list))
 	mux.HandleFunc("POST /api/reactions.add", s.api("slack.addReaction", s.addReaction))
 	mux.HandleFunc("POST /api/reactions.get", s.api("slack.getReactions", s.getReactions))
 	mux.HandleFunc("POST /_admin/messages", s.adminPost)
 	mux.HandleFunc("GET /_admin/channels/{id}", s.adminChannel)
 	mux.HandleFunc("POST /_admin/faults", s.adminFault)
+	mux.HandleFunc("POST /_admin/page_max", s.adminPageMax)
+	mux.HandleFunc("GET /_admin/calls", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		answer(w, s.calls)
+	})
 	mux.HandleFunc("POST /_admin/revoke", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.revoked = true
@@ -117,6 +185,7 @@ func (s *Server) api(method string, h func(w http.ResponseWriter, r *http.Reques
 			fail(w, "token_revoked")
 			return
 		}
+		s.calls[strings.TrimPrefix(r.URL.Path, "/api/")]++
 		var f *fault
 		if fs := s.faults[method]; method != "" && len(fs) > 0 {
 			f = fs[0]
@@ -190,14 +259,23 @@ func (s *Server) nextTS() string {
 	return fmt.Sprintf("%d.%06d", now.Unix(), (int64(now.Nanosecond()/1000)+s.seq)%1000000)
 }
 
-func (s *Server) post(channel, user, text, thread string, meta map[string]any) *message {
+// post adds a message; thread is the parent's ts of a reply ("" for none),
+// broadcast a reply also sent to the channel (reply_broadcast).
+func (s *Server) post(c *channel, user, text, thread string, broadcast bool, meta map[string]any) *message {
 	m := &message{TS: s.nextTS(), User: user, Text: text, ThreadTS: thread, Type: "message", Metadata: meta}
 	// Keep timestamps increasing even within one microsecond.
-	if msgs := s.channels[channel]; len(msgs) > 0 && m.TS <= msgs[len(msgs)-1].TS {
-		last, _ := strconv.ParseFloat(msgs[len(msgs)-1].TS, 64)
+	if len(c.msgs) > 0 && !tsAfter(m.TS, c.msgs[len(c.msgs)-1].TS) {
+		last, _ := strconv.ParseFloat(c.msgs[len(c.msgs)-1].TS, 64)
 		m.TS = strconv.FormatFloat(last+0.000001, 'f', 6, 64)
 	}
-	s.channels[channel] = append(s.channels[channel], m)
+	if parent := c.find(thread); parent != nil {
+		parent.ThreadTS = parent.TS
+		parent.ReplyCount++
+		if broadcast {
+			m.Subtype = "thread_broadcast"
+		}
+	}
+	c.msgs = append(c.msgs, m)
 	return m
 }
 
@@ -221,33 +299,142 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 	}
-	m := s.post(ch, BotUser, text, r.Form.Get("thread_ts"), meta)
+	c := s.byIDOrName(ch)
+	m := s.post(c, BotUser, text, r.Form.Get("thread_ts"), r.Form.Get("reply_broadcast") == "true", meta)
 	s.writes["slack.postMessage"]++
-	answer(w, map[string]any{"ok": true, "channel": ch, "ts": m.TS, "message": m})
+	answer(w, map[string]any{"ok": true, "channel": c.ID, "ts": m.TS, "message": m})
 	return true
 }
 
-func (s *Server) history(w http.ResponseWriter, r *http.Request) bool {
-	ch := r.Form.Get("channel")
-	oldest, latest := r.Form.Get("oldest"), r.Form.Get("latest")
+// limitOf reads a page's limit: what was asked (def when not), never more
+// than the fake's page size.
+func (s *Server) limitOf(r *http.Request, def int) int {
 	limit, _ := strconv.Atoi(r.Form.Get("limit"))
 	if limit <= 0 || limit > 999 {
-		limit = 100
+		limit = def
 	}
-	withMeta := r.Form.Get("include_all_metadata") == "true" || r.Form.Get("include_all_metadata") == "1"
-	var out []message
-	msgs := s.channels[ch]
-	for i := len(msgs) - 1; i >= 0 && len(out) < limit; i-- { // newest first, as Slack answers
-		m := *msgs[i]
-		if (oldest != "" && !tsAfter(m.TS, oldest)) || (latest != "" && !tsAfter(latest, m.TS)) {
+	return min(limit, s.pageMax)
+}
+
+// page cuts items at the cursor (an opaque offset, as Slack's are opaque)
+// and answers the page with has_more and response_metadata.next_cursor.
+func page[T any](w http.ResponseWriter, r *http.Request, items []T, limit int, key string) {
+	start := 0
+	if c := r.Form.Get("cursor"); c != "" {
+		b, err := base64.StdEncoding.DecodeString(c)
+		n, err2 := strconv.Atoi(strings.TrimPrefix(string(b), "next:"))
+		if err != nil || err2 != nil || n < 0 || n > len(items) {
+			fail(w, "invalid_cursor")
+			return
+		}
+		start = n
+	}
+	end := min(start+limit, len(items))
+	next := ""
+	if end < len(items) {
+		next = base64.StdEncoding.EncodeToString([]byte("next:" + strconv.Itoa(end)))
+	}
+	out := map[string]any{"ok": true, key: items[start:end], "response_metadata": map[string]any{"next_cursor": next}}
+	if key == "messages" {
+		out["has_more"] = next != ""
+	}
+	answer(w, out)
+}
+
+// view is a message as a read answers it: metadata only when asked.
+func view(m *message, withMeta bool) message {
+	v := *m
+	if !withMeta {
+		v.Metadata = nil
+	}
+	return v
+}
+
+func withMeta(r *http.Request) bool {
+	v := r.Form.Get("include_all_metadata")
+	return v == "true" || v == "1"
+}
+
+// history answers conversations.history: a channel by ID, newest first,
+// within oldest/latest (exclusive unless inclusive), parents only — a
+// thread's replies are in conversations.replies (a reply sent to the
+// channel too, thread_broadcast, is listed).
+func (s *Server) history(w http.ResponseWriter, r *http.Request) bool {
+	c := s.byID(r.Form.Get("channel"))
+	if c == nil {
+		fail(w, "channel_not_found")
+		return false
+	}
+	oldest, latest := r.Form.Get("oldest"), r.Form.Get("latest")
+	incl := r.Form.Get("inclusive") == "1" || r.Form.Get("inclusive") == "true"
+	out := []message{}
+	for i := len(c.msgs) - 1; i >= 0; i-- {
+		m := c.msgs[i]
+		if m.ThreadTS != "" && m.ThreadTS != m.TS && m.Subtype != "thread_broadcast" {
 			continue
 		}
-		if !withMeta {
-			m.Metadata = nil
+		if !within(m.TS, oldest, latest, incl) {
+			continue
 		}
-		out = append(out, m)
+		out = append(out, view(m, withMeta(r)))
 	}
-	answer(w, map[string]any{"ok": true, "messages": out, "has_more": false, "response_metadata": map[string]any{"next_cursor": ""}})
+	page(w, r, out, s.limitOf(r, 100), "messages")
+	return false
+}
+
+func within(ts, oldest, latest string, incl bool) bool {
+	if oldest != "" && !(tsAfter(ts, oldest) || (incl && ts == oldest)) {
+		return false
+	}
+	return latest == "" || tsAfter(latest, ts) || (incl && ts == latest)
+}
+
+// replies answers conversations.replies: the parent first, then its
+// replies oldest first; a message without replies comes alone.
+func (s *Server) replies(w http.ResponseWriter, r *http.Request) bool {
+	c := s.byID(r.Form.Get("channel"))
+	if c == nil {
+		fail(w, "channel_not_found")
+		return false
+	}
+	ts := r.Form.Get("ts")
+	parent := c.find(ts)
+	if parent == nil {
+		fail(w, "thread_not_found")
+		return false
+	}
+	out := []message{view(parent, withMeta(r))}
+	for _, m := range c.msgs {
+		if m.ThreadTS == ts && m.TS != ts {
+			out = append(out, view(m, withMeta(r)))
+		}
+	}
+	page(w, r, out, s.limitOf(r, 1000), "messages")
+	return false
+}
+
+// list answers conversations.list: types public_channel (the default)
+// and private_channel, by ID.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) bool {
+	types := r.Form.Get("types")
+	if types == "" {
+		types = "public_channel"
+	}
+	ids := make([]string, 0, len(s.channels))
+	for id := range s.channels {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := []map[string]any{}
+	for _, id := range ids {
+		c := s.channels[id]
+		if (c.Private && !strings.Contains(types, "private_channel")) || (!c.Private && !strings.Contains(types, "public_channel")) || strings.HasPrefix(id, "D") {
+			continue
+		}
+		out = append(out, map[string]any{"id": c.ID, "name": c.Name, "name_normalized": c.Name, "is_channel": !c.Private, "is_group": c.Private,
+			"is_private": c.Private, "is_member": true, "is_archived": false})
+	}
+	page(w, r, out, s.limitOf(r, 100), "channels")
 	return false
 }
 
@@ -257,8 +444,11 @@ func tsAfter(a, b string) bool {
 	return x > y
 }
 
-func (s *Server) find(ch, ts string) *message {
-	for _, m := range s.channels[ch] {
+func (c *channel) find(ts string) *message {
+	if c == nil || ts == "" {
+		return nil
+	}
+	for _, m := range c.msgs {
 		if m.TS == ts {
 			return m
 		}
@@ -267,7 +457,12 @@ func (s *Server) find(ch, ts string) *message {
 }
 
 func (s *Server) addReaction(w http.ResponseWriter, r *http.Request) bool {
-	m := s.find(r.Form.Get("channel"), r.Form.Get("timestamp"))
+	c := s.byID(r.Form.Get("channel"))
+	if c == nil {
+		fail(w, "channel_not_found")
+		return false
+	}
+	m := c.find(r.Form.Get("timestamp"))
 	name := r.Form.Get("name")
 	if m == nil {
 		fail(w, "message_not_found")
@@ -298,18 +493,24 @@ func (s *Server) addReaction(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) getReactions(w http.ResponseWriter, r *http.Request) bool {
-	ch := r.Form.Get("channel")
-	m := s.find(ch, r.Form.Get("timestamp"))
+	c := s.byID(r.Form.Get("channel"))
+	if c == nil {
+		fail(w, "channel_not_found")
+		return false
+	}
+	m := c.find(r.Form.Get("timestamp"))
 	if m == nil {
 		fail(w, "message_not_found")
 		return false
 	}
-	answer(w, map[string]any{"ok": true, "type": "message", "channel": ch, "message": m})
+	answer(w, map[string]any{"ok": true, "type": "message", "channel": c.ID, "message": m})
 	return false
 }
 
+// adminPost adds a person's message: {channel (ID or name), user, text,
+// threadTs (a reply)}; it answers {ts, channel (the ID)}.
 func (s *Server) adminPost(w http.ResponseWriter, r *http.Request) {
-	var b struct{ Channel, User, Text string }
+	var b struct{ Channel, User, Text, ThreadTs string }
 	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.Channel == "" {
 		http.Error(w, `give {"channel": "C1", "user": "U1", "text": "…"}`, http.StatusBadRequest)
 		return
@@ -318,17 +519,34 @@ func (s *Server) adminPost(w http.ResponseWriter, r *http.Request) {
 		b.User = "UPERSON"
 	}
 	s.mu.Lock()
-	m := s.post(b.Channel, b.User, b.Text, "", nil)
+	c := s.byIDOrName(b.Channel)
+	m := s.post(c, b.User, b.Text, b.ThreadTs, false, nil)
 	s.mu.Unlock()
-	answer(w, map[string]any{"ts": m.TS})
+	answer(w, map[string]any{"ts": m.TS, "channel": c.ID})
 }
 
+// adminChannel lists a channel's messages, replies included, oldest first
+// (by ID or name).
 func (s *Server) adminChannel(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	msgs := append([]*message{}, s.channels[r.PathValue("id")]...)
+	c := s.byIDOrName(r.PathValue("id"))
+	msgs := append([]*message{}, c.msgs...)
 	sort.SliceStable(msgs, func(i, j int) bool { return tsAfter(msgs[j].TS, msgs[i].TS) })
-	answer(w, map[string]any{"messages": msgs})
+	answer(w, map[string]any{"id": c.ID, "name": c.Name, "messages": msgs})
+}
+
+// adminPageMax sets the most items a page holds: {"max": 3}.
+func (s *Server) adminPageMax(w http.ResponseWriter, r *http.Request) {
+	var b struct{ Max int }
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.Max < 1 {
+		http.Error(w, `give {"max": 3}`, http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.pageMax = b.Max
+	s.mu.Unlock()
+	answer(w, map[string]any{"max": b.Max})
 }
 
 func (s *Server) adminFault(w http.ResponseWriter, r *http.Request) {
