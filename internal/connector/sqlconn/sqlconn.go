@@ -19,7 +19,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,7 +67,7 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 	}
 	dbParam := connector.Param{Name: "db", Type: "string", Required: true, Doc: "a database named in keep.toml: `[connectors.sql.databases] NAME = \"postgres://…\"` (or `mysql://…`, `sqlite:///…`)"}
 	sqlParam := connector.Param{Name: "sql", Type: "string", Required: true, Doc: "one statement, with placeholders `$1, $2…` (PostgreSQL) or `?` (MariaDB/MySQL, SQLite)"}
-	argsParam := connector.Param{Name: "args", Type: "array", Doc: "the placeholders' values, bound by the driver (never spliced into the text)"}
+	argsParam := connector.Param{Name: "args", Type: "array", Doc: "the placeholders' values, bound by the driver (never spliced into the text): numbers, strings, booleans, null, bytes as `{ base64: \"…\" }`; an integer beyond 2^53 as a string"}
 	return &connector.Connector{
 		Name:    "sql",
 		Doc:     "PostgreSQL, MariaDB/MySQL and SQLite databases declared in keep.toml. Credentials stay in keep.toml; scripts name a database, never a URL.",
@@ -77,18 +76,18 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 			"query": {Name: "query", Kind: connector.KindRead, Validate: c.validate("sql.query"), Do: c.query, Doc: connector.MethodDoc{
 				Summary: "Runs a query and returns its rows.",
 				Params:  []connector.Param{dbParam, sqlParam, argsParam},
-				Result:  fmt.Sprintf("an array of rows, each an object by column name (numbers, strings, booleans, null; times as RFC 3339; bytes as text), at most %d rows", MaxRows),
-				Errors:  "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back; the database unreachable: transient.",
+				Result:  fmt.Sprintf("an array of rows, each an object by column name, each value as it travels (see \"How values travel\" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most %d rows and %d MiB", MaxRows, MaxResultBytes>>20),
+				Errors:  "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back; more rows or bytes than the bounds, an argument beyond 2^53: logic; the login refused or a privilege missing: permission; the database unreachable, a lock wait timed out (`lock_timeout`, MariaDB's lock wait), a deadlock or serialization failure: transient.",
 			}},
 			"exec": {Name: "exec", Kind: connector.KindMutate, Identity: []string{"db", "sql"}, Validate: c.validate("sql.exec"), Do: c.exec,
 				Reconcile: c.reconcile, ComparePayload: compareArgs, Target: func(a map[string]any) string { return "sql.exec on " + str(a["db"]) + ": " + crop(str(a["sql"]), 80) },
 				Doc: connector.MethodDoc{
 					Summary: "Runs one statement exactly once. keep runs it in a transaction with an insert into the database's own `" + Table + "` table (created on first use: the write's idempotency key and its result); a second attempt of the same write finds that row and returns the recorded result without running the statement again.",
 					Params:  []connector.Param{dbParam, sqlParam, argsParam, {Name: "subkey", Type: "string", Doc: "tells apart two runs of the same statement in one run"}},
-					Result:  "`{ rowsAffected }`; a write found already done adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
+					Result:  "`{ rowsAffected, rows }`: `rows` (as sql.query returns them) only when the statement returns rows (`INSERT … RETURNING id`), kept with the write's result; a write found already done returns the recorded result and adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
 					Reconcile: "looks the key up in `" + Table + "`: there means committed (with the result it recorded), absent means the transaction never committed — certain, since the row commits with the statement. " +
 						"On MariaDB/MySQL a DDL statement (CREATE, ALTER, DROP…) commits by itself and escapes the transaction: keep cannot make it exactly once.",
-					Errors: "a bad statement or a constraint violation: logic (rolled back, nothing written); so is more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, and on SQLite `ATTACH`/`PRAGMA`; the database unreachable before the statement: transient; the connection lost during COMMIT: unknown, settled by reconcile.",
+					Errors: "a bad statement or a constraint violation (also one a deferred constraint raises at COMMIT): logic (rolled back, nothing written); so is more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, on SQLite `ATTACH`/`PRAGMA`, an argument beyond 2^53 and returned rows beyond the bounds; the login refused or a privilege missing: permission; the database unreachable before the statement, a lock wait timed out, a deadlock or serialization failure: transient; the connection lost during COMMIT (no answer): unknown, settled by reconcile.",
 				}},
 		},
 	}, c
@@ -125,10 +124,10 @@ func dsnOf(raw string) (driver, dsn string, err error) {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()
 		cfg.ParseTime = true
+		// DATETIME and TIMESTAMP come back as the wall clock they show in
+		// UTC, without a zone, in the form MariaDB takes back (values.go).
+		cfg.Params = map[string]string{"time_zone": "'+00:00'"}
 		for k, vs := range u.Query() {
-			if cfg.Params == nil {
-				cfg.Params = map[string]string{}
-			}
 			cfg.Params[k] = vs[0]
 		}
 		return "mysql", cfg.FormatDSN(), nil
@@ -186,10 +185,8 @@ func (c *Conn) validate(method string) func(map[string]any) error {
 				return fmt.Errorf("%s: args must be an array of the placeholders' values", method)
 			}
 			for i, x := range args {
-				switch x.(type) {
-				case nil, string, float64, bool:
-				default:
-					return fmt.Errorf("%s: args[%d] is an %T; bind numbers, strings, booleans or null (JSON.stringify objects first)", method, i, x)
+				if err := checkArg(method, i, x); err != nil {
+					return err
 				}
 			}
 		}
@@ -199,20 +196,6 @@ func (c *Conn) validate(method string) func(map[string]any) error {
 		}
 		return nil
 	}
-}
-
-// bind turns JSON values into driver values (whole numbers as integers).
-func bind(a map[string]any) []any {
-	args, _ := a["args"].([]any)
-	out := make([]any, len(args))
-	for i, v := range args {
-		if f, ok := v.(float64); ok && f == float64(int64(f)) && f < 1<<53 && f > -(1<<53) {
-			out[i] = int64(f)
-			continue
-		}
-		out[i] = v
-	}
-	return out
 }
 
 // classify says what a database error means: unreachable is transient;
@@ -226,8 +209,11 @@ func classify(what string, err error) *kt.Error {
 		return kt.Errorf(kt.ClassLogic, "%s: %s", what, no.msg)
 	case errors.As(err, &pg):
 		class := kt.ClassLogic
-		if strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "53") || strings.HasPrefix(pg.Code, "57") || pg.Code == "40001" || pg.Code == "40P01" {
-			class = kt.ClassTransient // connection, resources, shutdown, serialization, deadlock
+		switch {
+		case strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "53") || strings.HasPrefix(pg.Code, "57") || pg.Code == "40001" || pg.Code == "40P01" || pg.Code == "55P03":
+			class = kt.ClassTransient // connection, resources, shutdown, serialization, deadlock, lock not granted in time
+		case strings.HasPrefix(pg.Code, "28") || pg.Code == "42501":
+			class = kt.ClassPermission // the login refused, a privilege missing: the database's owner grants it
 		}
 		return kt.Errorf(class, "%s: %s (SQLSTATE %s)", what, pg.Message, pg.Code)
 	case errors.As(err, &my):
@@ -235,6 +221,8 @@ func classify(what string, err error) *kt.Error {
 		switch my.Number {
 		case 1205, 1213, 1040, 1053: // lock wait timeout, deadlock, too many connections, shutdown
 			class = kt.ClassTransient
+		case 1044, 1045, 1142, 1143, 1227, 1698: // access denied: the login, the database, a table, a column, a privilege
+			class = kt.ClassPermission
 		}
 		hint := ""
 		if my.Number == 1064 {
@@ -255,55 +243,6 @@ func isNet(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
 		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "bad connection") || strings.Contains(err.Error(), "invalid connection")
-}
-
-func scan(rows *sql.Rows) ([]any, error) {
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
-	}
-	out := []any{}
-	for rows.Next() {
-		if len(out) >= MaxRows {
-			return nil, kt.Errorf(kt.ClassLogic, "the query returned more than %d rows; add a LIMIT", MaxRows)
-		}
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		row := map[string]any{}
-		for i, col := range cols {
-			row[col] = jsonValue(vals[i])
-		}
-		out = append(out, row)
-	}
-	return out, rows.Err()
-}
-
-func jsonValue(v any) any {
-	switch t := v.(type) {
-	case []byte:
-		return string(t)
-	case time.Time:
-		return t.UTC().Format(time.RFC3339Nano)
-	case int64, float64, bool, string, nil:
-		return t
-	case int32:
-		return int64(t)
-	case float32:
-		return float64(t)
-	}
-	if b, err := json.Marshal(v); err == nil {
-		var x any
-		if json.Unmarshal(b, &x) == nil {
-			return x
-		}
-	}
-	return fmt.Sprint(v)
 }
 
 func withFlag(res, flag string) map[string]any {

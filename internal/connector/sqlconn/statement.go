@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -112,7 +113,7 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 			return nil, err
 		}
 		defer rows.Close()
-		return scan(rows)
+		return scan(rows, d.driver)
 	})
 }
 
@@ -167,7 +168,7 @@ func (d *database) queryMySQL(ctx context.Context, q string, args []any) ([]any,
 			return nil, err
 		}
 		defer rows.Close()
-		return scan(rows)
+		return scan(rows, d.driver)
 	})
 }
 
@@ -196,7 +197,7 @@ func (d *database) querySQLite(ctx context.Context, q string, args []any) ([]any
 			return nil, err
 		}
 		defer rows.Close()
-		return scan(rows)
+		return scan(rows, d.driver)
 	})
 }
 
@@ -219,8 +220,9 @@ type execTx interface {
 	// markers locks the marker rows against other writers of the database
 	// (the first time) and sums them.
 	markers() (markSum, error)
-	// run runs the statement, and refuses it if it ended the transaction.
-	run(q string, args []any) (int64, error)
+	// run runs the statement, and refuses it if it ended the transaction;
+	// rows is what the statement returned (RETURNING), nil if no columns.
+	run(q string, args []any) (n int64, rows []any, err error)
 	record(key, result string) error
 	commit() error
 }
@@ -257,7 +259,7 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 			res = failed(err)
 			return
 		}
-		n, err := tx.run(str(a["sql"]), bind(a))
+		n, rows, err := tx.run(str(a["sql"]), bind(a))
 		if err != nil {
 			res = failed(err)
 			return
@@ -271,23 +273,49 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 			res = failed(refusal{markersTouch})
 			return
 		}
-		out, _ := json.Marshal(map[string]any{"rowsAffected": n})
+		result := map[string]any{"rowsAffected": n}
+		if rows != nil {
+			result["rows"] = rows
+		}
+		out, err := json.Marshal(result)
+		if err != nil {
+			res = connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassInternal, "%s: record the result: %v", what, err)}
+			return
+		}
 		if err := tx.record(call.IdempotencyKey, string(out)); err != nil {
 			res = failed(err)
 			return
 		}
 		if err := tx.commit(); err != nil {
-			// The COMMIT went out and its answer did not come back: it may
-			// have committed. Reconcile looks the key up.
-			res = connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: COMMIT got no answer (%v); the statement may have been committed", what, err)}
+			res = commitFailed(what, d.driver, err)
 			return
 		}
-		res = connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"rowsAffected": n}}
+		// What a replay returns: the recorded JSON, read back.
+		var v map[string]any
+		json.Unmarshal(out, &v)
+		v["rowsAffected"] = n
+		res = connector.Result{Outcome: connector.OutcomeApplied, Value: v}
 	})
 	if err != nil {
 		return failed(err)
 	}
 	return res
+}
+
+// commitFailed says what an error from COMMIT means. An error the database
+// answered (a deferred constraint, a serialization failure; any error of
+// SQLite, which runs in this process) is an answer: the transaction did
+// not commit. Only a COMMIT whose answer never came may have committed;
+// reconcile looks the key up.
+func commitFailed(what, driver string, err error) connector.Result {
+	var pg *pgconn.PgError
+	var my *mysql.MySQLError
+	if errors.As(err, &pg) || errors.As(err, &my) || driver == "sqlite" {
+		e := classify(what, err)
+		e.Message += "; the database refused the COMMIT, so nothing of the statement was written"
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: e}
+	}
+	return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: COMMIT got no answer (%v); the statement may have been committed", what, err)}
 }
 
 // withExecTx runs f in keep's transaction on a connection of its own.
@@ -368,23 +396,30 @@ func (t *pgTx) markers() (markSum, error) {
 var pgTxControl = map[string]bool{"BEGIN": true, "START TRANSACTION": true, "COMMIT": true, "ROLLBACK": true, "SAVEPOINT": true, "RELEASE": true,
 	"PREPARE TRANSACTION": true, "COMMIT PREPARED": true, "ROLLBACK PREPARED": true, "SET": true, "RESET": true, "DISCARD ALL": true, "DISCARD": true}
 
-func (t *pgTx) run(q string, args []any) (int64, error) {
+func (t *pgTx) run(q string, args []any) (int64, []any, error) {
 	// The extended protocol, even without args: Parse takes one statement.
 	rows, err := t.tx.Query(t.ctx, q, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 	if err != nil {
-		return 0, onePG(err)
+		return 0, nil, onePG(err)
 	}
-	for rows.Next() {
+	var out []any
+	if len(rows.FieldDescriptions()) > 0 {
+		out, err = scanPG(rows, t.pc.TypeMap())
+	}
+	for rows.Next() { // what scanPG left when it refused the result
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, onePG(err)
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return 0, nil, onePG(err)
 	}
 	tag := rows.CommandTag()
 	if t.pc.PgConn().TxStatus() != 'T' || pgTxControl[tag.String()] {
-		return 0, refusal{txControl + " (the statement was " + tag.String() + ")"}
+		return 0, nil, refusal{txControl + " (the statement was " + tag.String() + ")"}
 	}
-	return tag.RowsAffected(), nil
+	return tag.RowsAffected(), out, nil
 }
 
 func (t *pgTx) record(key, result string) error {
@@ -412,12 +447,32 @@ func (t *sqlTx) markers() (markSum, error) {
 	return m, err
 }
 
-func (t *sqlTx) run(q string, args []any) (int64, error) {
-	r, err := t.tx.ExecContext(t.ctx, q, args...)
+func (t *sqlTx) run(q string, args []any) (int64, []any, error) {
+	rows, err := t.tx.QueryContext(t.ctx, q, args...)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return r.RowsAffected()
+	return t.rowsOf(rows, `SELECT changes()`)
+}
+
+// rowsOf reads what a statement returned: its rows (and as many rows
+// affected), or when it returned no columns the count countQ reads.
+func (t *sqlTx) rowsOf(rows *sql.Rows, countQ string) (int64, []any, error) {
+	cols, err := rows.Columns()
+	var out []any
+	if err == nil && len(cols) > 0 {
+		out, err = scan(rows, t.d.driver)
+	}
+	rows.Close()
+	if err != nil {
+		return 0, nil, err
+	}
+	if out != nil {
+		return int64(len(out)), out, nil
+	}
+	var n int64
+	err = t.tx.QueryRowContext(t.ctx, countQ).Scan(&n)
+	return n, nil, err
 }
 
 func (t *sqlTx) record(key, result string) error {
@@ -461,28 +516,34 @@ func (t *myTx) controls() (int64, error) {
 	return total, rows.Err()
 }
 
-func (t *myTx) run(q string, args []any) (int64, error) {
+func (t *myTx) run(q string, args []any) (int64, []any, error) {
 	before, err := t.controls()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	st, err := t.tx.PrepareContext(t.ctx, q) // server-side: one statement
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer st.Close()
-	r, err := st.ExecContext(t.ctx, args...)
+	rows, err := st.QueryContext(t.ctx, args...)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	// ROW_COUNT() right after the statement: what it changed (an INSERT …
+	// RETURNING counts its rows instead).
+	n, out, err := t.rowsOf(rows, `SELECT ROW_COUNT()`)
+	if err != nil {
+		return 0, nil, err
 	}
 	after, err := t.controls()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if after != before {
-		return 0, refusal{txControl}
+		return 0, nil, refusal{txControl}
 	}
-	return r.RowsAffected()
+	return n, out, nil
 }
 
 func (d *database) ensureTable(ctx context.Context) error {
