@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -18,13 +19,99 @@ import (
 // dies stops renewing: another takes the workflow over when the lease
 // expires, with the next token, and recovers its open run as after a crash.
 
-// acquire takes wf's lease (or renews this node's), for a step.
-func (s *Scheduler) acquire(ctx context.Context, wf string) (store.Fence, bool, error) {
+// A lease is kept while the node works, not taken and released per step:
+// the node holds the leases of the workflows it stepped lately, renews them
+// all in one transaction every third of the lease's time, and releases
+// one when it has been idle since the previous renewal (or when the
+// scheduler stops), so that another node can take that workflow at once.
+
+// heldLease is a lease this node holds and when a step last used it.
+type heldLease struct {
+	fence store.Fence
+	used  time.Time
+}
+
+// lease returns this node's lease of wf for a step: the one it holds while
+// enough of it is left, else a new grant (the caller has marked wf busy, so
+// the renewer does not release it meanwhile). held is false when another
+// node holds it; then the scheduler leaves wf alone until that lease ends.
+func (s *Scheduler) lease(ctx context.Context, wf string) (store.Fence, bool, error) {
+	s.mu.Lock()
+	h := s.held[wf]
+	if h != nil {
+		h.used = time.Now()
+	}
+	s.mu.Unlock()
+	if h != nil && h.fence.Live(time.Now().Add(s.ttl/3).UnixMilli()) {
+		return h.fence, true, nil
+	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if h == nil {
+		s.makeRoom()
+	}
+	f, until, held, err := s.acquire(ctx, wf)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || !held {
+		delete(s.held, wf)
+		if err == nil {
+			// Another node works on it: do not ask again before its lease ends.
+			s.backoff[wf] = time.UnixMilli(min(until, time.Now().Add(s.ttl).UnixMilli()))
+		}
+		return store.Fence{}, false, err
+	}
+	s.held[wf] = &heldLease{fence: f, used: time.Now()}
+	if !s.renewing {
+		s.renewing = true
+		go s.renewer()
+	}
+	return f, true, nil
+}
+
+// makeRoom keeps this node within its fair share of leases when it is one
+// of several: before it takes one more, it releases the idle ones it holds
+// beyond the share, the longest idle first, so the other nodes can take
+// those workflows. The caller holds leaseMu.
+func (s *Scheduler) makeRoom() {
+	s.mu.Lock()
+	share := int(s.share.Load())
+	var idle []*heldLease
+	if share > 0 && len(s.held) >= share {
+		for wf, h := range s.held {
+			if !s.busy[wf] {
+				idle = append(idle, h)
+			}
+		}
+		slices.SortFunc(idle, func(a, b *heldLease) int { return a.used.Compare(b.used) })
+		idle = idle[:min(len(idle), len(s.held)-share+1)]
+		for _, h := range idle {
+			delete(s.held, h.fence.Workflow)
+		}
+	}
+	s.mu.Unlock()
+	if len(idle) == 0 {
+		return
+	}
+	if err := s.store.Update(context.Background(), func(tx store.Tx) error {
+		for _, h := range idle {
+			if err := releaseIn(tx, h.fence); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		s.log.Warn("leases not released (they expire by themselves)", "leases", len(idle), "error", err)
+	}
+}
+
+// acquire takes wf's lease (or renews this node's). When another node
+// holds it, until is when that lease ends.
+func (s *Scheduler) acquire(ctx context.Context, wf string) (f store.Fence, until int64, held bool, err error) {
 	start := time.Now()
-	until := start.Add(s.ttl)
+	end := start.Add(s.ttl)
 	var l kt.Lease
-	held := false
-	err := s.store.Update(ctx, func(tx store.Tx) error {
+	err = s.store.Update(ctx, func(tx store.Tx) error {
 		cur, err := tx.LeaseGet(wf)
 		var prev *kt.Lease
 		switch {
@@ -33,86 +120,174 @@ func (s *Scheduler) acquire(ctx context.Context, wf string) (store.Fence, bool, 
 		case !errors.Is(err, kt.ErrNotFound):
 			return err
 		}
-		if l, held = kt.GrantLease(prev, wf, s.node, start.UnixMilli(), until.UnixMilli()); !held {
+		if l, held = kt.GrantLease(prev, wf, s.node, start.UnixMilli(), end.UnixMilli()); !held {
 			return nil
 		}
 		return tx.LeasePut(l)
 	})
 	if err != nil || !held {
-		return store.Fence{}, false, err
+		return store.Fence{}, l.ExpiresAt, false, err
 	}
-	f := store.Fence{Workflow: wf, Node: s.node, Token: l.Token, Until: &atomic.Int64{}}
+	f = store.Fence{Workflow: wf, Node: s.node, Token: l.Token, Until: &atomic.Int64{}}
 	// The local deadline counts from before the write: conservative.
-	f.Until.Store(until.UnixMilli())
-	return f, true, nil
+	f.Until.Store(end.UnixMilli())
+	return f, 0, true, nil
 }
 
-// keepRenewing renews the lease every third of its time while the step
-// goes on; the returned function stops it and releases the lease, so that
-// any node can take the workflow's next work at once.
-func (s *Scheduler) keepRenewing(f store.Fence) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(s.ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if !s.renew(f) {
-				f.Until.Store(0) // lost: no external call may start now
-				return
-			}
+// renewer renews the held leases every third of their time until none is
+// held.
+func (s *Scheduler) renewer() {
+	t := time.NewTicker(s.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.renewKick:
 		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-		s.releaseLease(f)
+		s.renewAll(false)
+		s.mu.Lock()
+		if len(s.held) == 0 {
+			s.renewing = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
 	}
 }
 
-// renew extends the lease while the store still shows this node's token.
-func (s *Scheduler) renew(f store.Fence) bool {
+// renewAll renews, in one transaction, the leases still in use (a step
+// under way, or one since the previous renewal) and releases the others
+// (all of them when all is set).
+func (s *Scheduler) renewAll(all bool) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
 	start := time.Now()
 	until := start.Add(s.ttl)
-	ok := false
-	err := s.store.Update(context.Background(), func(tx store.Tx) error {
-		cur, err := tx.LeaseGet(f.Workflow)
-		if err != nil {
-			return err
+	var keep, drop []*heldLease
+	s.mu.Lock()
+	for wf, h := range s.held {
+		if !s.busy[wf] && (all || start.Sub(h.used) > s.ttl/3) {
+			drop = append(drop, h)
+			delete(s.held, wf)
+			continue
 		}
-		var l kt.Lease
-		if l, ok = kt.RenewLease(cur, s.node, f.Token, until.UnixMilli()); !ok {
-			return nil
-		}
-		return tx.LeasePut(l)
-	})
-	if err != nil || !ok {
-		s.log.Warn("lease not renewed", "workflow", f.Workflow, "error", err)
-		return false
+		keep = append(keep, h)
 	}
-	f.Until.Store(until.UnixMilli())
-	return true
-}
-
-// releaseLease ends the lease now, keeping its token (the next holder gets
-// the one after).
-func (s *Scheduler) releaseLease(f store.Fence) {
+	s.mu.Unlock()
+	if len(keep)+len(drop) == 0 {
+		return
+	}
+	lost := map[*heldLease]bool{}
 	err := s.store.Update(context.Background(), func(tx store.Tx) error {
-		cur, err := tx.LeaseGet(f.Workflow)
-		if err != nil || cur.Node != s.node || cur.Token != f.Token {
-			return err
+		clear(lost)
+		for _, h := range keep {
+			cur, err := tx.LeaseGet(h.fence.Workflow)
+			if err != nil {
+				return err
+			}
+			l, ok := kt.RenewLease(cur, s.node, h.fence.Token, until.UnixMilli())
+			if !ok {
+				lost[h] = true
+				continue
+			}
+			if err := tx.LeasePut(l); err != nil {
+				return err
+			}
 		}
-		cur.ExpiresAt = 0
-		return tx.LeasePut(cur)
+		for _, h := range drop {
+			if err := releaseIn(tx, h.fence); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		s.log.Warn("lease not released (it expires by itself)", "workflow", f.Workflow, "error", err)
+		// Not renewed: each lease still ends by this node's clock, and a
+		// release not made lets the lease expire by itself.
+		s.log.Warn("leases not renewed", "leases", len(keep), "released", len(drop), "error", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range keep {
+		if !lost[h] {
+			h.fence.Until.Store(until.UnixMilli())
+			continue
+		}
+		s.log.Warn("lease lost", "workflow", h.fence.Workflow)
+		h.fence.Until.Store(0) // no external call may start now
+		if s.held[h.fence.Workflow] == h {
+			delete(s.held, h.fence.Workflow)
+		}
+	}
+}
+
+// releaseIn ends the lease now, keeping its token (the next holder gets
+// the one after), if the store still shows it as f.
+func releaseIn(tx store.Tx, f store.Fence) error {
+	cur, err := tx.LeaseGet(f.Workflow)
+	if err != nil || cur.Node != f.Node || cur.Token != f.Token {
+		return err
+	}
+	cur.ExpiresAt = 0
+	return tx.LeasePut(cur)
+}
+
+// done says a step of wf with lease f ended. lost: its write was fenced,
+// the lease is another node's. Outside Run and RunUntilIdle (one
+// workflow stepped on request, a repair) the lease is released at once.
+func (s *Scheduler) done(f store.Fence, lost bool) {
+	s.mu.Lock()
+	h := s.held[f.Workflow]
+	if h != nil && h.fence.Token == f.Token {
+		h.used = time.Now()
+		if lost {
+			delete(s.held, f.Workflow)
+			h = nil
+		}
+	}
+	running := s.runs > 0
+	s.mu.Unlock()
+	if h == nil || running {
+		return
+	}
+	s.releaseOne(f.Workflow)
+}
+
+// releaseOne releases this node's lease of wf now.
+func (s *Scheduler) releaseOne(wf string) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	s.mu.Lock()
+	h := s.held[wf]
+	delete(s.held, wf)
+	s.mu.Unlock()
+	if h == nil {
+		return
+	}
+	if err := s.store.Update(context.Background(), func(tx store.Tx) error { return releaseIn(tx, h.fence) }); err != nil {
+		s.log.Warn("lease not released (it expires by itself)", "workflow", wf, "error", err)
+	}
+}
+
+// running marks a Run or RunUntilIdle under way; the returned function
+// ends it, releasing every lease when the last one ends.
+func (s *Scheduler) running() (end func()) {
+	s.mu.Lock()
+	s.runs++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.runs--
+		last := s.runs == 0
+		s.mu.Unlock()
+		if last && s.node != "" {
+			s.renewAll(true)
+			select {
+			case s.renewKick <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -146,15 +321,18 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 // aliveWithin is how recently a node must have been seen to count as alive.
 const aliveWithin = 3 * heartbeatEvery
 
-// fairShare is how many workflows this node steps at once: all of them
-// alone, else its part of what is due among the nodes alive (rounded up),
-// so that the others take the rest.
+// fairShare is how many workflows this node steps at once, and holds the
+// leases of: all of them alone, else its part of what is due among the
+// nodes alive (rounded up), so that the others take the rest.
 func (s *Scheduler) fairShare(due int) int {
 	n := s.alive.Load()
 	if s.node == "" || n <= 1 {
+		s.share.Store(0) // alone: no bound on the leases held
 		return s.workers
 	}
-	return min(s.workers, max(1, (due+int(n)-1)/int(n)))
+	share := min(s.workers, max(1, (due+int(n)-1)/int(n)))
+	s.share.Store(int64(share))
+	return share
 }
 
 // WithLease runs fn while this node holds wf's lease (renewed as long as
@@ -173,12 +351,14 @@ func (s *Scheduler) WithLease(ctx context.Context, wf string, fn func(context.Co
 	s.mu.Unlock()
 	defer s.release(wf)
 	if s.node != "" {
-		fence, ok, err := s.acquire(ctx, wf)
+		fence, ok, err := s.lease(ctx, wf)
 		if err != nil || !ok {
 			return false, err
 		}
-		defer s.keepRenewing(fence)()
 		ctx = store.WithFence(ctx, fence)
+		err = fn(ctx)
+		s.done(fence, errors.Is(err, store.ErrFenced))
+		return true, err
 	}
 	return true, fn(ctx)
 }

@@ -50,15 +50,24 @@ type Scheduler struct {
 	node    string
 	ttl     time.Duration
 
+	// leaseMu serializes this node's lease transactions (leases.go).
+	leaseMu sync.Mutex
+
 	mu       sync.Mutex
 	busy     map[string]bool
+	held     map[string]*heldLease // this node's leases (leases.go)
+	renewing bool                  // the renewer runs
+	runs     int                   // Run and RunUntilIdle under way
 	backoff  map[string]time.Time
 	errs     []error
 	problem  string       // see Problem
 	progress atomic.Int64 // steps that did something
 	fatal    atomic.Pointer[fatalError]
 	addr     atomic.Value // this node's address, for the nodes list
-	alive    atomic.Int64 // nodes alive at the last heartbeat (fair share)
+	// renewKick wakes the renewer, to see that no lease is held any more.
+	renewKick chan struct{}
+	alive     atomic.Int64 // nodes alive at the last heartbeat (fair share)
+	share     atomic.Int64 // the leases this node may hold (0: no bound)
 }
 
 // heartbeatEvery is how often a node records that it is alive.
@@ -76,7 +85,7 @@ func (s *Scheduler) NodeAddr() string {
 // New builds a Scheduler.
 func New(o Options) *Scheduler {
 	s := &Scheduler{eng: o.Engine, store: o.Engine.Store(), workers: o.Workers, poll: o.Poll, log: o.Logger,
-		wake: make(chan struct{}, 1), busy: map[string]bool{}, backoff: map[string]time.Time{}, node: o.Node, ttl: o.LeaseTTL}
+		wake: make(chan struct{}, 1), busy: map[string]bool{}, held: map[string]*heldLease{}, renewKick: make(chan struct{}, 1), backoff: map[string]time.Time{}, node: o.Node, ttl: o.LeaseTTL}
 	if s.ttl <= 0 {
 		s.ttl = 15 * time.Second
 	}
@@ -102,6 +111,7 @@ func (s *Scheduler) Wake() {
 
 // Run dispatches due work until ctx is cancelled, then waits for running steps.
 func (s *Scheduler) Run(ctx context.Context) error {
+	defer s.running()()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, s.workers)
@@ -209,27 +219,33 @@ func (s *Scheduler) release(wf string) {
 // cancelled: stopping must not cut a run between two of its durable writes.
 func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 	stepCtx := context.WithoutCancel(ctx)
-	if s.node != "" {
-		fence, held, err := s.acquire(stepCtx, wf)
-		if err != nil || !held {
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("scheduler: take the lease", "workflow", wf, "error", err)
-			}
-			return // another node steps it
-		}
-		defer s.keepRenewing(fence)()
-		stepCtx = store.WithFence(stepCtx, fence)
+	if s.node == "" {
+		s.stepLoop(ctx, stepCtx, wf)
+		return
 	}
+	fence, held, err := s.lease(stepCtx, wf)
+	if err != nil || !held {
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("scheduler: take the lease", "workflow", wf, "error", err)
+		}
+		return // another node steps it
+	}
+	s.done(fence, s.stepLoop(ctx, store.WithFence(stepCtx, fence), wf))
+}
+
+// stepLoop steps wf until it has no work, an error, or ctx ends; lost says
+// a write was fenced: another node took the workflow over.
+func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool) {
 	for ctx.Err() == nil {
 		did, err := s.step(stepCtx, wf)
 		if errors.Is(err, store.ErrFenced) {
 			// Another node took the workflow over: its work now.
 			s.log.Info("lease lost", "workflow", wf, "error", err)
-			return
+			return true
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			s.noteFatal(err)
 			s.log.Error("step failed", "workflow", wf, "error", err)
@@ -238,16 +254,17 @@ func (s *Scheduler) stepAll(ctx context.Context, wf string) {
 			s.backoff[wf] = time.Now().Add(time.Second)
 			s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
 			s.mu.Unlock()
-			return
+			return false
 		}
 		if !did {
-			return
+			return false
 		}
 		s.mu.Lock()
 		s.problem = ""
 		s.mu.Unlock()
 		s.progress.Add(1)
 	}
+	return false
 }
 
 func (s *Scheduler) step(ctx context.Context, wf string) (did bool, err error) {
@@ -302,6 +319,7 @@ func (s *Scheduler) Errors() []error {
 // waiting for a retry or a reconcile attempt; producer schedules and
 // consumers' wakeAt in the future do not count. It is `keep run`.
 func (s *Scheduler) RunUntilIdle(ctx context.Context) error {
+	defer s.running()()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.workers)
 	for {

@@ -111,15 +111,25 @@ func Fenced(ctx context.Context, fn func(Tx) error) func(Tx) error {
 		return fn
 	}
 	return func(tx Tx) error {
-		l, err := tx.LeaseGet(f.Workflow)
-		if err != nil && !errors.Is(err, kt.ErrNotFound) {
+		if err := CheckFence(f, tx.LeaseGet); err != nil {
 			return err
-		}
-		if err != nil || l.Node != f.Node || l.Token != f.Token {
-			return fmt.Errorf("%w (%s: this node holds token %d, the store %d held by %s)", ErrFenced, f.Workflow, f.Token, l.Token, l.Node)
 		}
 		return fn(tx)
 	}
+}
+
+// CheckFence reads f's workflow's lease with get (LeaseGet, or a backend's
+// own read of it) and says whether it is still f: ErrFenced when another
+// node took it over or there is none.
+func CheckFence(f Fence, get func(workflow string) (kt.Lease, error)) error {
+	l, err := get(f.Workflow)
+	if err != nil && !errors.Is(err, kt.ErrNotFound) {
+		return err
+	}
+	if err != nil || l.Node != f.Node || l.Token != f.Token {
+		return fmt.Errorf("%w (%s: this node holds token %d, the store %d held by %s)", ErrFenced, f.Workflow, f.Token, l.Token, l.Node)
+	}
+	return nil
 }
 
 // EventFilter selects events for EventList.

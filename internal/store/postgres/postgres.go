@@ -4,9 +4,10 @@
 // owns the connections (pgx v5 through database/sql, so that the one SQL
 // implementation serves both), the transactions and the schema.
 //
-// Writers are serialized by a transaction-scoped advisory lock, as SQLite's
-// single writer serializes them: every Update sees the state the previous
-// one committed. Reads are repeatable-read snapshots of committed data.
+// Writers are serialized per workflow (Update): every Update sees the state
+// the previous writer of its workflow committed, as under SQLite's single
+// writer, while different workflows' steps write at once. Reads are
+// repeatable-read snapshots of committed data.
 //
 // It may import store, sqldb, keeptype and redact.
 package postgres
@@ -27,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib" // also the pgx driver for database/sql
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqldb"
@@ -47,8 +49,11 @@ type Store struct {
 	commits, transactions atomic.Int64
 	closed                atomic.Bool
 	// channel is where commits are announced (NOTIFY) to the other nodes
-	// of this schema.
-	channel string
+	// of this schema; channelName is the same unquoted, for pg_notify.
+	channel, channelName string
+	// notify carries commits to the announcer; stop ends it, announced
+	// says it ended.
+	notify, stop, announced chan struct{}
 }
 
 // Open connects to a PostgreSQL database by its URL and applies the
@@ -67,15 +72,17 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("PostgreSQL at %s cannot be reached: %w", Redact(rawURL), err)
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, notify: make(chan struct{}, 1), stop: make(chan struct{}), announced: make(chan struct{})}
 	var schema string
 	if err := db.QueryRowContext(pctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("PostgreSQL at %s: %w", Redact(rawURL), err)
 	}
-	s.channel = pgx.Identifier{"keep_" + schema}.Sanitize()
+	s.channelName = "keep_" + schema
+	s.channel = pgx.Identifier{s.channelName}.Sanitize()
+	go s.announcer()
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -153,6 +160,18 @@ func appliedMigrations(r sqldb.Runner) (map[string]bool, error) {
 // Update runs fn in one write transaction, committed (durably, by
 // PostgreSQL's own WAL) before Update returns. A panic in fn rolls the
 // transaction back and reaches the caller.
+//
+// Writers are serialized per workflow, not per schema: a step's
+// transaction (its context carries the workflow's lease, store.Fence)
+// takes the writers' lock shared and then locks its workflow's lease row,
+// which also checks the fence, in one statement; a transaction without a
+// lease (a person's action, a deploy, the leases themselves) takes the
+// writers' lock exclusively, so it waits for the steps under way and
+// they for it. Either way each writer sees what the previous writer of
+// the same workflow committed (read committed: every statement after the
+// lock reads a snapshot taken after it). Rows of no workflow are taken
+// under a lock of their own (runner.LockShared). docs/design.md says why
+// this is enough.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error) {
 	if s.closed.Load() {
 		return ErrClosed
@@ -170,19 +189,19 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 			_ = tx.Rollback()
 		}
 	}()
-	// Keyed by the schema too: installations in two schemas of one
-	// database do not wait for each other.
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, writerLock); err != nil {
+	r := &runner{ctx: ctx, tx: tx}
+	if f, ok := store.FenceOf(ctx); ok {
+		r.scoped = true
+		if err := store.CheckFence(f, r.lockWorkflow); err != nil {
+			return err
+		}
+	} else if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, writerLock); err != nil {
+		// Keyed by the schema too: installations in two schemas of one
+		// database do not wait for each other.
 		return fmt.Errorf("take the writers' lock: %w", err)
 	}
-	if err := store.Fenced(ctx, fn)(sqldb.NewTx(runner{ctx: ctx, tx: tx})); err != nil {
+	if err := fn(sqldb.NewTx(r)); err != nil {
 		return err
-	}
-	// Delivered to the listening nodes when, and only if, this commits.
-	if s.channel != "" {
-		if _, err := tx.ExecContext(ctx, `NOTIFY `+s.channel); err != nil {
-			return fmt.Errorf("announce the change: %w", err)
-		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -190,7 +209,83 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	committed = true
 	s.commits.Add(1)
 	s.transactions.Add(1)
+	s.announce()
 	return nil
+}
+
+// lockWorkflow takes the writers' lock shared and the workflow's lease row
+// (FOR NO KEY UPDATE: the step's writes of this workflow are serialized on
+// it) and reads the lease, in one round trip. The row lock is taken after
+// the advisory lock (LockRows is the plan's top) and reads the lease's
+// latest committed version, whatever the statement's snapshot.
+func (r *runner) lockWorkflow(wf string) (kt.Lease, error) {
+	l := kt.Lease{Workflow: wf}
+	err := r.tx.QueryRowContext(r.ctx, `SELECT l.node, l.token FROM (SELECT pg_advisory_xact_lock_shared($1, hashtext(current_schema()))) g, leases l
+WHERE l.workflow = $2 FOR NO KEY UPDATE OF l`, writerLock, wf).Scan(&l.Node, &l.Token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, fmt.Errorf("lease of %q: %w", wf, kt.ErrNotFound)
+	}
+	if err != nil {
+		return l, fmt.Errorf("take the workflow's lock: %w", err)
+	}
+	return l, nil
+}
+
+// sharedLock is the advisory lock on the rows of no workflow.
+const sharedLock = 0x6b6573
+
+// LockShared takes the lock on the rows of no workflow, once per
+// transaction: only a step's transaction needs it (the others hold the
+// writers' lock exclusively). It is always the last lock a transaction
+// takes, so it cannot close a cycle.
+func (r *runner) LockShared() error {
+	if !r.scoped || r.sharedHeld {
+		return nil
+	}
+	if _, err := r.tx.ExecContext(r.ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, sharedLock); err != nil {
+		return fmt.Errorf("take the lock of the shared rows: %w", err)
+	}
+	r.sharedHeld = true
+	return nil
+}
+
+// announce wakes the other nodes of this schema (NOTIFY) after a commit.
+// The notice is sent outside the transaction, by one goroutine that
+// coalesces commits made while it sends: a NOTIFY inside a transaction
+// takes a database-wide lock held through the commit's WAL flush, which
+// would serialize every writer again.
+func (s *Store) announce() {
+	if s.channel == "" {
+		return
+	}
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// announceEvery bounds how often the announcer sends.
+const announceEvery = 5 * time.Millisecond
+
+func (s *Store) announcer() {
+	defer close(s.announced)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.notify:
+		}
+		// A failed notice is not retried: the nodes find the work at
+		// their next poll.
+		_, _ = s.db.Exec(`SELECT pg_notify($1, '')`, s.channelName)
+		// At most one notice per announceEvery: the commits made meanwhile
+		// share the next.
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(announceEvery):
+		}
+	}
 }
 
 // View runs fn in a read-only snapshot of committed data.
@@ -203,7 +298,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(sqldb.NewTx(runner{ctx: ctx, tx: tx}))
+	return fn(sqldb.NewTx(&runner{ctx: ctx, tx: tx}))
 }
 
 // Stats reports the commits made.
@@ -248,6 +343,8 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	close(s.stop)
+	<-s.announced
 	return s.db.Close()
 }
 
@@ -293,17 +390,20 @@ func (s *Store) listenOnce(ctx context.Context, changed func()) error {
 type runner struct {
 	ctx context.Context
 	tx  *sql.Tx
+	// scoped: a step's transaction, holding its workflow's lock and the
+	// writers' lock shared; sharedHeld: it took LockShared.
+	scoped, sharedHeld bool
 }
 
-func (r runner) Exec(q string, args ...any) (sql.Result, error) {
+func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
 	return r.tx.ExecContext(r.ctx, rebind(q), args...)
 }
 
-func (r runner) Query(q string, args ...any) (*sql.Rows, error) {
+func (r *runner) Query(q string, args ...any) (*sql.Rows, error) {
 	return r.tx.QueryContext(r.ctx, rebind(q), args...)
 }
 
-func (r runner) QueryRow(q string, args ...any) sqldb.Row {
+func (r *runner) QueryRow(q string, args ...any) sqldb.Row {
 	return r.tx.QueryRowContext(r.ctx, rebind(q), args...)
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,120 @@ func TestACommitWakesTheOtherNodes(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("no node was woken by a commit within 30 s")
+		}
+	}
+}
+
+// Steps of different workflows write at once: no lock serializes them. Two
+// writers of one workflow are serialized, and the second sees what the
+// first committed. Waiting is observed in pg_stat_activity (the test's own
+// connections, by application_name), never timed.
+func TestWritersAreSerializedPerWorkflow(t *testing.T) {
+	app := "keep_lock_test_" + strings.ReplaceAll(t.Name(), "/", "_")
+	u := freshSchema(t) + "&application_name=" + app
+	s, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	waiting := func() int {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ctx := context.Background()
+	fence := map[string]context.Context{}
+	for _, wf := range []string{"w1", "w2"} {
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			return tx.LeasePut(kt.Lease{Workflow: wf, Node: "n", Token: 1, ExpiresAt: 1 << 50})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fence[wf] = store.WithFence(ctx, store.Fence{Workflow: wf, Node: "n", Token: 1})
+	}
+	put := func(tx store.Tx, wf, name string) error {
+		return tx.HandlerPut(kt.Handler{Workflow: wf, Name: name, Type: kt.HandlerProducer})
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Update(fence["w1"], func(tx store.Tx) error {
+			if err := put(tx, "w1", "a"); err != nil {
+				return err
+			}
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	// w1's transaction is open: a step of w2 commits meanwhile.
+	other := make(chan error, 1)
+	go func() { other <- s.Update(fence["w2"], func(tx store.Tx) error { return put(tx, "w2", "b") }) }()
+	for done := false; !done; {
+		select {
+		case err := <-other:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		default:
+			if waiting() > 0 {
+				close(release)
+				t.Fatal("a step of w2 waits for a lock held by a step of w1")
+			}
+		}
+	}
+	// A second writer of w1 waits for the first, then sees its write.
+	second := make(chan error, 1)
+	go func() {
+		second <- s.Update(fence["w1"], func(tx store.Tx) error {
+			hs, err := tx.HandlerList("w1")
+			if err != nil {
+				return err
+			}
+			if len(hs) != 1 || hs[0].Name != "a" {
+				return fmt.Errorf("the second writer of w1 sees %+v, not the first's handler", hs)
+			}
+			return put(tx, "w1", "c")
+		})
+	}()
+	untilWaiting := func(c chan error, what string) {
+		for waiting() == 0 {
+			select {
+			case err := <-c:
+				t.Fatalf("%s: %v", what, err)
+			default:
+			}
+		}
+	}
+	untilWaiting(second, "the second writer of w1 did not wait for the first")
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	// A write without a lease (a person's action) waits for every step.
+	inside, release = make(chan struct{}), make(chan struct{})
+	go func() {
+		first <- s.Update(fence["w2"], func(tx store.Tx) error { close(inside); <-release; return put(tx, "w2", "d") })
+	}()
+	<-inside
+	go func() { second <- s.Update(ctx, func(tx store.Tx) error { return put(tx, "w1", "e") }) }()
+	untilWaiting(second, "a write without a lease did not wait for a step")
+	close(release)
+	for _, c := range []chan error{first, second} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -25,6 +25,9 @@ func scanConnection(s interface{ Scan(...any) error }) (kt.Connection, error) {
 }
 
 func (t *Tx) ConnectionGet(provider string) (kt.Connection, error) {
+	if err := t.shared(); err != nil {
+		return kt.Connection{}, err
+	}
 	c, err := scanConnection(t.r.QueryRow(`SELECT `+connectionCols+` FROM connections WHERE provider=?`, provider))
 	if err != nil {
 		return c, notFound("connection", provider, err)
@@ -33,6 +36,9 @@ func (t *Tx) ConnectionGet(provider string) (kt.Connection, error) {
 }
 
 func (t *Tx) ConnectionPut(c kt.Connection) error {
+	if err := t.shared(); err != nil {
+		return err
+	}
 	_, err := t.r.Exec(`INSERT INTO connections(`+connectionCols+`) VALUES(?,?,?,?,?,?,?)
 ON CONFLICT(provider) DO UPDATE SET account=excluded.account, scopes=excluded.scopes, sealed=excluded.sealed,
 broken=excluded.broken, updated_at=excluded.updated_at`,
@@ -44,6 +50,9 @@ broken=excluded.broken, updated_at=excluded.updated_at`,
 }
 
 func (t *Tx) ConnectionDelete(provider string) error {
+	if err := t.shared(); err != nil {
+		return err
+	}
 	_, err := t.r.Exec(`DELETE FROM connections WHERE provider=?`, provider)
 	return err
 }
@@ -66,6 +75,9 @@ func (t *Tx) ConnectionList() ([]kt.Connection, error) {
 }
 
 func (t *Tx) NoticeSent(key, channel string) (int64, error) {
+	if err := t.shared(); err != nil {
+		return 0, err
+	}
 	var at int64
 	err := t.r.QueryRow(`SELECT sent_at FROM notices WHERE key=? AND channel=?`, key, channel).Scan(&at)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -75,6 +87,9 @@ func (t *Tx) NoticeSent(key, channel string) (int64, error) {
 }
 
 func (t *Tx) NoticePut(key, channel string, at int64) error {
+	if err := t.shared(); err != nil {
+		return err
+	}
 	_, err := t.r.Exec(`INSERT INTO notices(key, channel, sent_at) VALUES(?,?,?) ON CONFLICT(key, channel) DO NOTHING`, key, channel, at)
 	return err
 }

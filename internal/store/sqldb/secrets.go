@@ -15,6 +15,9 @@ func scanSecret(s interface{ Scan(...any) error }) (kt.Secret, error) {
 }
 
 func (t *Tx) SecretGet(name string) (kt.Secret, error) {
+	if err := t.shared(); err != nil {
+		return kt.Secret{}, err
+	}
 	x, err := scanSecret(t.r.QueryRow(`SELECT `+secretCols+` FROM secrets WHERE name=?`, name))
 	if err != nil {
 		return x, notFound("secret", name, err)
@@ -23,6 +26,9 @@ func (t *Tx) SecretGet(name string) (kt.Secret, error) {
 }
 
 func (t *Tx) SecretPut(x kt.Secret) error {
+	if err := t.shared(); err != nil {
+		return err
+	}
 	_, err := t.r.Exec(`INSERT INTO secrets(`+secretCols+`) VALUES(?,?,?,?)
 ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.updated_at`,
 		x.Name, x.Sealed, x.CreatedAt, x.UpdatedAt)
@@ -33,6 +39,9 @@ ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.upda
 }
 
 func (t *Tx) SecretDelete(name string) error {
+	if err := t.shared(); err != nil {
+		return err
+	}
 	res, err := t.r.Exec(`DELETE FROM secrets WHERE name=?`, name)
 	if err != nil {
 		return err

@@ -19,3 +19,21 @@ type Runner interface {
 type Row interface {
 	Scan(dest ...any) error
 }
+
+// SharedLocker is what a backend's Runner implements when write
+// transactions of different workflows may run at once (PostgreSQL): the
+// rows that belong to no workflow (connections, secrets, notices, the
+// installation) are read and written only after LockShared, which
+// serializes those transactions on them. A Runner without it (SQLite's
+// single writer) needs nothing.
+type SharedLocker interface {
+	LockShared() error
+}
+
+// shared takes the backend's lock on the rows of no workflow, if it has one.
+func (t *Tx) shared() error {
+	if l, ok := t.r.(SharedLocker); ok {
+		return l.LockShared()
+	}
+	return nil
+}
