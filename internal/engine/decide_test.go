@@ -347,3 +347,36 @@ func TestIdempotencyKeysCarryTheInstallation(t *testing.T) {
 		t.Fatalf("writes %+v: want one, under the row's own key %s", ws, old.IdempotencyKey)
 	}
 }
+
+// After It didn't happen, a new send whose outcome is unknown again starts
+// its own reconcile attempts: the run says "attempt 1 of 2", never "attempt
+// 3 of 2" (issue 27's papercut: "attempt 2 of 1").
+func TestAResendCountsItsOwnReconcileAttempts(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, roomyPolicy)
+	// The first send times out; both background probes cannot tell: a person is asked.
+	e.sink.Queue(testsink.TimeoutBefore, testsink.TimeoutBefore)
+	e.sink.QueueProbe(503, 503, 503, 503, 503, 503)
+	wf := e.deploy(hookScript("", withProbe))
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusReconciliation || e.mutation(wf).Status != kt.MutationIndeterminate {
+		t.Fatalf("run %s %q", r.Status, r.ErrorMessage)
+	}
+	e.resolve(r.ID, engine.ResolveDidntHappen)
+	// The resend times out too; its inline probe cannot tell: keep waits to check again.
+	var seen []string
+	for i := 0; i < 50; i++ {
+		if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil {
+			t.Fatal(err)
+		}
+		r = e.open(wf)
+		seen = append(seen, r.ErrorMessage)
+		if strings.Contains(r.ErrorMessage, "(attempt ") {
+			break
+		}
+	}
+	if !strings.Contains(r.ErrorMessage, "(attempt 1 of 2)") {
+		t.Fatalf("after It didn't happen the resend says %q (messages %q)", r.ErrorMessage, seen)
+	}
+}

@@ -125,7 +125,7 @@ func TestItemRules(t *testing.T) {
 	})
 	t.Run("concurrent withItem calls are serialized", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newEnvWith(t, roomyPolicy) // three serialized item writes: the time limit is not what is tested
 		writeInbox(t, e, "a", "b", "c")
 		src := strings.Replace(itemScript("", ""), `for (const f of await ctx.files.list({ dir: "inbox", glob: "*.json" })) {`,
 			`const files = await ctx.files.list({ dir: "inbox", glob: "*.json" }); await Promise.all(files.map((f) => ctx.withItem("p:" + f.name, "P " + f.name, async (ctx) => { await ctx.files.write({ path: "par/" + f.name, content: ctx.item.id }) }))); for (const f of []) {`, 1)

@@ -148,7 +148,9 @@ func (lc *ledgerCall) recordInFlight(reserve []kt.Event) error {
 	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = x.run.ID, params, lc.payloadHash, lc.target
 	mut.CanReconcile = lc.m.CanReconcile(lc.args)
 	mut.Status, mut.ErrorClass, mut.ErrorMessage, mut.ResolvedBy, mut.Result, mut.UpdatedAt = kt.MutationInFlight, "", "", "", nil, now
-	mut.SentAt, mut.NotFoundAt = now, 0
+	// Each call that goes out has its own reconcile attempts: after It didn't
+	// happen a new uncertain send starts again at attempt 1 of the policy's.
+	mut.SentAt, mut.NotFoundAt, mut.ReconcileAttempts = now, 0, 0
 	lc.note("in_flight", true)
 	x.run.UpdatedAt = now
 	if err := x.save(func(tx store.Tx) error {

@@ -315,8 +315,13 @@ func (x *runExec) reconcile(mut *kt.Mutation, when reconcileAttempt) (bool, erro
 	switch ans.step {
 	case recFailed:
 		// Proven not to have happened: mutate runs again with the same PrepareResult.
-		return false, x.mutationFailed(mut,
-			kt.Errorf(kt.ClassTransient, "reconciliation found that %s did not happen; it will be sent again", mut.Target), kt.ResolvedByReconciliation)
+		// What the call answered stays in the message: a person who finds the run
+		// blocked after the retries must see why the write kept failing (a 503).
+		why := fmt.Sprintf("reconciliation found that %s did not happen", mut.Target)
+		if mut.ErrorMessage != "" {
+			why += " (the call's answer: " + mut.ErrorMessage + ")"
+		}
+		return false, x.mutationFailed(mut, kt.Errorf(kt.ClassTransient, "%s; it will be sent again", why), kt.ResolvedByReconciliation)
 	case recRecheck:
 		return false, x.checkAgainAt(mut, ans.settleAt, fmt.Sprintf("%s was not found at the target yet; a slow service may still apply it, so keep checks once more in %s before it would send it again",
 			mut.Target, time.Duration(ans.settleAt-x.e.nowMs())*time.Millisecond))

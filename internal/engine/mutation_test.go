@@ -381,3 +381,33 @@ func TestASlowServerDoesNotGetTheWriteTwice(t *testing.T) {
 		t.Fatalf("next saw %s, outputs show %s", committed.MutationResult, outs[0].Result)
 	}
 }
+
+// TestGivingUpNamesTheAnswer: a run blocked after repeated 503s says what
+// the service answered, not only that keep gave up (issue 27's papercut).
+func TestGivingUpNamesTheAnswer(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		fault testsink.Fault
+		opts  string
+		want  string
+	}{
+		"429 on a write":              {testsink.Status(429), "", "429"},
+		"503 then proven not applied": {testsink.Status(503), withProbe, "503"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, roomyPolicy)
+			e.sink.Queue(c.fault, c.fault, c.fault, c.fault, c.fault, c.fault)
+			wf := e.deploy(hookScript("", c.opts))
+			e.settle()
+			r := e.open(wf)
+			if r.Status != kt.StatusTransient || !strings.Contains(r.ErrorMessage, "gave up") || !strings.Contains(r.ErrorMessage, c.want) {
+				t.Fatalf("run %s %q", r.Status, r.ErrorMessage)
+			}
+			cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
+			if err != nil || len(cards) != 1 || !strings.Contains(cards[0].Reason, c.want) {
+				t.Fatalf("card %+v %v", cards, err)
+			}
+		})
+	}
+}

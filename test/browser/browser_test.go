@@ -9,7 +9,6 @@ package browser
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,15 +50,6 @@ func shots(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func flow(name, sinkURL, extra string) string {
@@ -162,7 +152,7 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 			t.Fatalf("deploy %s: %v %s", name, err, out)
 		}
 	}
-	addr := freePort(t)
+	addr := testbin.FreePort(t)
 	// The sinks are on 127.0.0.1: keep.toml allows them (keep refuses loopback otherwise).
 	cfg := filepath.Join(dir, "keep.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("[connectors.http]\nallow = [%q, %q, %q]\n", skipSink.Host(), approveSink.Host(), didntSink.Host())), 0o644)

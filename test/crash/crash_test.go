@@ -111,18 +111,6 @@ func (p *proc) exited(timeout time.Duration) bool {
 	}
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 type ledger struct {
 	mutation kt.Mutation
 	hasMut   bool
@@ -178,7 +166,7 @@ func TestKillDuringMutationReconcilesInsteadOfResending(t *testing.T) {
 	sink.Queue(testsink.TimeoutAfter)
 	dir := setup(t, sink, true)
 	p := serve(t, dir)
-	waitFor(t, "the write to reach the sink", 30*time.Second, func() bool { return sink.Requests() >= 1 })
+	testbin.WaitFor(t, "the write to reach the sink", func() bool { return sink.Requests() >= 1 })
 	l := read(t, dir)
 	if !l.hasMut || l.mutation.Status != kt.MutationInFlight {
 		t.Fatalf("before the kill the ledger must say in_flight, got %+v", l.mutation.Status)
@@ -186,7 +174,7 @@ func TestKillDuringMutationReconcilesInsteadOfResending(t *testing.T) {
 	p.kill()
 
 	serve(t, dir)
-	waitFor(t, "the run to commit after restart", 30*time.Second, func() bool { return committed(read(t, dir)) })
+	testbin.WaitFor(t, "the run to commit after restart", func() bool { return committed(read(t, dir)) })
 	if n := len(sink.Writes()); n != 1 {
 		t.Fatalf("writes at the sink: %d, want exactly 1", n)
 	}
@@ -207,10 +195,10 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 	sink.Queue(testsink.TimeoutAfter)
 	dir := setup(t, sink, false)
 	p := serve(t, dir)
-	waitFor(t, "the write to reach the sink", 30*time.Second, func() bool { return sink.Requests() >= 1 })
+	testbin.WaitFor(t, "the write to reach the sink", func() bool { return sink.Requests() >= 1 })
 	p.kill()
 	serve(t, dir)
-	waitFor(t, "the mutation to be escalated", 30*time.Second, func() bool {
+	testbin.WaitFor(t, "the mutation to be escalated", func() bool {
 		l := read(t, dir)
 		return l.hasMut && l.mutation.Status == kt.MutationIndeterminate && l.open != nil && l.open.Status == kt.StatusReconciliation
 	})
@@ -254,7 +242,7 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("resolve: %v %s", err, out)
 	}
-	waitFor(t, "the skip to be carried out", 30*time.Second, func() bool { return read(t, dir).open == nil })
+	testbin.WaitFor(t, "the skip to be carried out", func() bool { return read(t, dir).open == nil })
 	if sink.Requests() != 1 {
 		t.Fatalf("requests after skip: %d", sink.Requests())
 	}
@@ -279,7 +267,7 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatalf("keep did not reach crash point %s; logs:\n%s", point, p.logs)
 			}
 			serve(t, dir)
-			waitFor(t, "the run to commit after restart", 30*time.Second, func() bool { return committed(read(t, dir)) })
+			testbin.WaitFor(t, "the run to commit after restart", func() bool { return committed(read(t, dir)) })
 			if n := len(sink.Writes()); n != 1 {
 				t.Fatalf("crash %s: writes at the sink: %d, want exactly 1", point, n)
 			}
@@ -351,10 +339,10 @@ func TestKillInsideAnItemHandler(t *testing.T) {
 	sink.Queue(testsink.OK, testsink.TimeoutAfter)
 	dir := setupItems(t, sink)
 	p := serve(t, dir)
-	waitFor(t, "the second write to reach the sink", 30*time.Second, func() bool { return sink.Requests() >= 2 })
+	testbin.WaitFor(t, "the second write to reach the sink", func() bool { return sink.Requests() >= 2 })
 	p.kill()
 	serve(t, dir)
-	waitFor(t, "the item to be done after restart", 30*time.Second, func() bool { return itemDone(t, dir) })
+	testbin.WaitFor(t, "the item to be done after restart", func() bool { return itemDone(t, dir) })
 	if a, b := writesTo(sink, "/write/first-a"), writesTo(sink, "/write/second-a"); a != 1 || b != 1 {
 		t.Fatalf("writes: first %d, second %d; want exactly one each", a, b)
 	}
@@ -376,7 +364,7 @@ func TestItemCrashPoints(t *testing.T) {
 				t.Fatalf("keep did not reach crash point %s; logs:\n%s", point, p.logs)
 			}
 			serve(t, dir)
-			waitFor(t, "the item to be done after restart", 30*time.Second, func() bool { return itemDone(t, dir) })
+			testbin.WaitFor(t, "the item to be done after restart", func() bool { return itemDone(t, dir) })
 			if a, b := writesTo(sink, "/write/first-a"), writesTo(sink, "/write/second-a"); a != 1 || b != 1 {
 				t.Fatalf("crash %s: writes first %d, second %d; want exactly one each", point, a, b)
 			}

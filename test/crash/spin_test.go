@@ -2,6 +2,7 @@ package crash
 
 import (
 	"context"
+	"github.com/keep-run/keep/internal/testbin"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,7 +103,7 @@ func TestSIGTERMStopsAHandlerSpinningInANativeLoop(t *testing.T) {
 	dir := spinSetup(t)
 	p := serve(t, dir)
 	var workers []int
-	waitFor(t, "a handler to start spinning in a sandbox worker", 60*time.Second, func() bool {
+	testbin.WaitFor(t, "a handler to start spinning in a sandbox worker", func() bool {
 		workers = children(p.cmd.Process.Pid)
 		return spinning(workers)
 	})
@@ -114,7 +115,7 @@ func TestSIGTERMStopsAHandlerSpinningInANativeLoop(t *testing.T) {
 		t.Fatalf("keep serve did not stop on SIGTERM while a handler spun\n%s", p.logs.String())
 	}
 	for _, w := range workers {
-		waitFor(t, "the sandbox worker to be gone", 30*time.Second, func() bool { return !alive(w) })
+		testbin.WaitFor(t, "the sandbox worker to be gone", func() bool { return !alive(w) })
 	}
 	// Nothing is recorded as failed: the stop is not the script's fault, and
 	// the next start runs the producer again.
@@ -143,13 +144,13 @@ func TestAWorkerDoesNotOutliveAKilledKeep(t *testing.T) {
 	dir := spinSetup(t)
 	p := serve(t, dir)
 	var workers []int
-	waitFor(t, "a handler to start spinning in a sandbox worker", 60*time.Second, func() bool {
+	testbin.WaitFor(t, "a handler to start spinning in a sandbox worker", func() bool {
 		workers = children(p.cmd.Process.Pid)
 		return spinning(workers)
 	})
 	p.kill()
 	for _, w := range workers {
-		waitFor(t, "the orphaned sandbox worker to exit", 30*time.Second, func() bool { return !alive(w) })
+		testbin.WaitFor(t, "the orphaned sandbox worker to exit", func() bool { return !alive(w) })
 	}
 }
 
@@ -162,7 +163,7 @@ func TestADeletedWALIsDetected(t *testing.T) {
 	defer sink.Close()
 	dir := setup(t, sink, true)
 	p := serve(t, dir)
-	waitFor(t, "the write to be applied", 60*time.Second, func() bool { return committed(read(t, dir)) })
+	testbin.WaitFor(t, "the write to be applied", func() bool { return committed(read(t, dir)) })
 	p.kill()
 	wal := filepath.Join(dir, "data", "keep.db-wal")
 	if _, err := os.Stat(wal); err != nil {

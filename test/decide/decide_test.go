@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
@@ -109,17 +108,6 @@ func runs(t *testing.T, data string) []run {
 	return rs
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestADecisionWhileServeChecksAWriteIsHonoured is issue 24 #1 as people
 // met it: keep serve re-checks a write in the background (its probe is held
 // at the sink while the person decides) and the person chooses Skip, or It
@@ -164,7 +152,7 @@ func TestADecisionWhileServeChecksAWriteIsHonoured(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { serve.Process.Kill(); serve.Wait() }()
-			waitFor(t, "keep serve to check the write in the background", func() bool { return sink.Probes() == 2 })
+			testbin.WaitFor(t, "keep serve to check the write in the background", func() bool { return sink.Probes() == 2 })
 			var blocked string
 			for _, r := range runs(t, data) {
 				if r.Status == "paused:reconciliation" {
@@ -179,7 +167,7 @@ func TestADecisionWhileServeChecksAWriteIsHonoured(t *testing.T) {
 				t.Fatalf("keep resolve %s: exit %d %s", c.flag, code, out)
 			}
 			release()
-			waitFor(t, "the run to finish", func() bool {
+			testbin.WaitFor(t, "the run to finish", func() bool {
 				rs := runs(t, data)
 				return len(rs) > 0 && !strings.HasPrefix(rs[0].Status, "paused") && rs[0].Status != "active" && func() bool {
 					for _, r := range rs {

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"encoding/json"
+	"github.com/keep-run/keep/internal/testbin"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,7 +78,7 @@ func TestADecisionRunsUnderTheWorkflowsPolicy(t *testing.T) {
 	serve.Stdout, serve.Stderr = &logs, &logs
 	must(t, serve.Start())
 	defer func() { serve.Process.Kill(); serve.Wait() }()
-	waitFor(t, "keep serve to record its address", func() bool {
+	testbin.WaitFor(t, "keep serve to record its address", func() bool {
 		_, err := os.Stat(filepath.Join(data, "serve.addr"))
 		return err == nil
 	})
@@ -86,7 +87,7 @@ func TestADecisionRunsUnderTheWorkflowsPolicy(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("keep resolve beside keep serve: exit %d\n%s", code, out)
 	}
-	waitFor(t, "the run to be blocked again by its third 429", func() bool {
+	testbin.WaitFor(t, "the run to be blocked again by its third 429", func() bool {
 		if sink.Requests() < 3 {
 			return false
 		}

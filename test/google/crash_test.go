@@ -2,8 +2,8 @@ package google
 
 import (
 	"encoding/json"
+	"github.com/keep-run/keep/internal/testbin"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -205,7 +205,7 @@ func TestARevokedGrantWaitsForReconnect(t *testing.T) {
 func TestThePageReconnectsGoogle(t *testing.T) {
 	base, dir := newProject(t, googleWrites[0].call)
 	admin(t, base, "POST", "/_admin/faults", map[string]any{"method": "sheets.appendRow", "fault": "revoke", "count": 1}, nil)
-	addr := freePort(t)
+	addr := testbin.FreePort(t)
 	serve := exec.Command(keepBin, "serve", "--addr", addr) // keep.toml of the folder: the fake's endpoint
 	serve.Dir = dir
 	logs := &strings.Builder{}
@@ -271,13 +271,4 @@ func TestThePageReconnectsGoogle(t *testing.T) {
 	serve.Process.Kill()
 	serve.Wait()
 	checkOnce(t, base, dir, "sheets.appendRow")
-}
-
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

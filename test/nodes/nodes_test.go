@@ -59,18 +59,6 @@ func (r *rig) serve(name string, env ...string) *exec.Cmd {
 	return cmd
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // stopped says the process is stopped (state T in /proc).
 func stopped(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -97,12 +85,12 @@ func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
 	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
-	waitFor(t, "node a to stop itself with the write in_flight", func() bool { return stopped(a.Process.Pid) })
+	testbin.WaitFor(t, "node a to stop itself with the write in_flight", func() bool { return stopped(a.Process.Pid) })
 	if n := sink.Requests(); n != 0 {
 		t.Fatalf("the sink got %d requests before the pause", n)
 	}
 	r.serve("b")
-	waitFor(t, "node b to take over and send the write once", func() bool { return len(sink.Writes()) == 1 })
+	testbin.WaitFor(t, "node b to take over and send the write once", func() bool { return len(sink.Writes()) == 1 })
 	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +203,7 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 	r.store = viaProxy.String()
 	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
 	r.store = direct
-	waitFor(t, "node a to record the write in_flight", func() bool { return stopped(a.Process.Pid) })
+	testbin.WaitFor(t, "node a to record the write in_flight", func() bool { return stopped(a.Process.Pid) })
 	px.setCut(true)
 	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -231,7 +219,7 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 		ins, err := report.Inputs(context.Background(), st, "orders")
 		return err == nil && len(ins) == 1 && ins[0].Status == "done"
 	}
-	waitFor(t, "node b to settle the write", done)
+	testbin.WaitFor(t, "node b to settle the write", done)
 	px.setCut(false) // node a is back
 	time.Sleep(3 * time.Second)
 	if n := len(sink.Writes()); n != 1 {
@@ -271,7 +259,7 @@ func TestNodesShareTheWork(t *testing.T) {
 	defer st.Close()
 	// The share holds once the nodes know each other: each counts the
 	// nodes alive at its heartbeat (every 5 s).
-	waitFor(t, "both nodes to be seen", func() bool {
+	testbin.WaitFor(t, "both nodes to be seen", func() bool {
 		ns, _ := report.Nodes(context.Background(), st, time.Now().UnixMilli())
 		return len(ns) == 2 && ns[0].Alive && ns[1].Alive
 	})

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -86,17 +85,6 @@ func (h *hook) runsNotified() map[string]int {
 	return out
 }
 
-func waitFor(t *testing.T, what string, logs *strings.Builder, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; keep serve said:\n%s", what, logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // slackNotices counts the block notices the bot posted into C9.
 func slackNotices(t *testing.T, base string) int {
 	resp, err := http.Get(base + "/_admin/channels/C9")
@@ -125,15 +113,6 @@ func recorded(t *testing.T, db string) int {
 	var n int
 	d.QueryRow(`SELECT count(*) FROM notices`).Scan(&n)
 	return n
-}
-
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
@@ -165,7 +144,7 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 			t.Fatalf("deploy: %v %s", err, out)
 		}
 	}
-	addr := freePort(t)
+	addr := testbin.FreePort(t)
 	serve := func() (*exec.Cmd, *strings.Builder) {
 		cmd := exec.Command(keepBin, "serve", "--data", filepath.Join(dir, "data"), "--addr", addr)
 		cmd.Dir = dir
@@ -183,8 +162,8 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 		return string(out)
 	}
 	// The webhook failing does not hold anything up: the other workflow finishes.
-	waitFor(t, "the fine workflow to be idle", logs, func() bool { return strings.Contains(status("fine"), `"status": "idle"`) })
-	waitFor(t, "the notice of the blocked run", logs, func() bool { return len(h.runsNotified()) == 1 })
+	testbin.WaitFor(t, "the fine workflow to be idle", func() bool { return strings.Contains(status("fine"), `"status": "idle"`) }, logs)
+	testbin.WaitFor(t, "the notice of the blocked run", func() bool { return len(h.runsNotified()) == 1 }, logs)
 	h.mu.Lock()
 	n := h.got[0]
 	refused := h.refused
@@ -202,7 +181,7 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "the email notice", logs, func() bool { return needsYou() == 1 })
+	testbin.WaitFor(t, "the email notice", func() bool { return needsYou() == 1 }, logs)
 	if s := strings.Join(mail.Subjects(), "|"); !strings.Contains(s, "keep: stuck needs you: http.request → POST") {
 		t.Fatalf("the emails' subjects: %q", s)
 	}
@@ -211,7 +190,7 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 	// again. (A notice sent and not yet recorded when keep dies is sent
 	// again — a person told twice beats one never told — so the kill waits
 	// for the records: the block's and the digest's, on both channels.)
-	waitFor(t, "the notices to be recorded", logs, func() bool { return recorded(t, filepath.Join(dir, "data", "keep.db")) >= 6 })
+	testbin.WaitFor(t, "the notices to be recorded", func() bool { return recorded(t, filepath.Join(dir, "data", "keep.db")) >= 6 }, logs)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	os.WriteFile(filepath.Join(dir, "later.js"), []byte(flow("later", service.URL+"/forbidden/2")), 0o644)
@@ -219,14 +198,14 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
 	_, logs = serve()
-	waitFor(t, "the notice of the second blocked run", logs, func() bool { return len(h.runsNotified()) == 2 })
+	testbin.WaitFor(t, "the notice of the second blocked run", func() bool { return len(h.runsNotified()) == 2 }, logs)
 	for run, times := range h.runsNotified() {
 		if times != 1 {
 			t.Fatalf("%s was notified %d times", run, times)
 		}
 	}
 	// The Slack channel got each block's notice once too.
-	waitFor(t, "the second Slack notice", logs, func() bool { return slackNotices(t, slackSrv.URL) == 2 })
+	testbin.WaitFor(t, "the second Slack notice", func() bool { return slackNotices(t, slackSrv.URL) == 2 }, logs)
 	// The daily digest (due since 00:00 UTC) went out once, restart or not
 	// — unless this test ran across midnight, when a second day's is due.
 	if now := time.Now().UTC(); now.Hour() != 0 || now.Minute() > 2 {
@@ -245,5 +224,5 @@ func TestOneNoticePerBlockEvenAfterAKill(t *testing.T) {
 			t.Fatalf("%d digests", digests)
 		}
 	}
-	waitFor(t, "the second email", logs, func() bool { return needsYou() == 2 })
+	testbin.WaitFor(t, "the second email", func() bool { return needsYou() == 2 }, logs)
 }
