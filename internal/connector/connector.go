@@ -142,6 +142,18 @@ const (
 	OutcomeUncertain                // the write may or may not have happened
 )
 
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeApplied:
+		return "applied"
+	case OutcomeFailed:
+		return "failed"
+	case OutcomeUncertain:
+		return "uncertain"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
 // Result is what a connector method returns.
 type Result struct {
 	Value   any

@@ -3,7 +3,6 @@ package googlefake
 import (
 	"net/http"
 	"sort"
-	"strings"
 )
 
 // adminAddMessage delivers a message to the inbox: {from, to, subject, text}.
@@ -107,31 +106,6 @@ func (s *Server) adminCalendar(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"items": items})
 }
 
-// adminFault arms a fault: {"method": "sheets.appendRow", "fault": "timeout_after_apply", "count": 1}.
-func (s *Server) adminFault(w http.ResponseWriter, r *http.Request) {
-	var f fault
-	if err := decode(r, &f); err != nil || f.Method == "" {
-		http.Error(w, `give {"method": "sheets.appendRow", "fault": "timeout_after_apply", "count": 1}`, http.StatusBadRequest)
-		return
-	}
-	if _, ok := faultKinds[f.Fault]; !ok {
-		var kinds []string
-		for k := range faultKinds {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		http.Error(w, "unknown fault "+f.Fault+"; known: "+strings.Join(kinds, ", "), http.StatusBadRequest)
-		return
-	}
-	if f.Count <= 0 {
-		f.Count = 1
-	}
-	s.mu.Lock()
-	s.faults[f.Method] = append(s.faults[f.Method], &f)
-	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, f)
-}
-
 // adminRevoke revokes every grant, as a person removing keep's access does.
 func (s *Server) adminRevoke(w http.ResponseWriter, r *http.Request) {
 	s.revokeAll()
@@ -151,15 +125,4 @@ func (s *Server) adminWrites(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	writeJSON(w, http.StatusOK, s.writes)
-}
-
-// adminFaults lists the faults still armed (a test checks its fault fired).
-func (s *Server) adminFaults(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := []*fault{}
-	for _, fs := range s.faults {
-		out = append(out, fs...)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"faults": out})
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keep-run/keep/internal/fake/fault"
 )
 
 // Server is one fake Google.
@@ -33,7 +35,7 @@ type Server struct {
 	nextMsg  int
 	sheets   map[string]*spreadsheet
 	calendar map[string]map[string]*event // calendar id → event id → event
-	faults   map[string][]*fault
+	faults   *fault.Set
 
 	// Writes counts the writes each method applied, for tests (sink counts).
 	writes map[string]int
@@ -52,7 +54,7 @@ func New() *Server {
 	return &Server{
 		now: time.Now, codes: map[string]grant{}, access: map[string]grant{}, refresh: map[string]grant{},
 		account: "me@example.com", sheets: map[string]*spreadsheet{}, calendar: map[string]map[string]*event{},
-		faults: map[string][]*fault{}, writes: map[string]int{},
+		faults: newFaults(), writes: map[string]int{},
 		labels: []label{
 			{ID: "INBOX", Name: "INBOX", Type: "system"}, {ID: "SENT", Name: "SENT", Type: "system"},
 			{ID: "UNREAD", Name: "UNREAD", Type: "system"}, {ID: "STARRED", Name: "STARRED", Type: "system"},
@@ -92,8 +94,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /_admin/sheets/{id}", s.adminSheet)
 	mux.HandleFunc("POST /_admin/sheets/{id}/rows", s.adminAddRow)
 	mux.HandleFunc("GET /_admin/calendar/{cal}", s.adminCalendar)
-	mux.HandleFunc("POST /_admin/faults", s.adminFault)
-	mux.HandleFunc("GET /_admin/faults", s.adminFaults)
+	mux.HandleFunc("POST /_admin/faults", s.faults.AdminArm)
+	mux.HandleFunc("GET /_admin/faults", s.faults.AdminList)
 	mux.HandleFunc("POST /_admin/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /_admin/expire", s.adminExpire)
 	mux.HandleFunc("GET /_admin/writes", s.adminWrites)
@@ -123,21 +125,8 @@ func (s *Server) api(method string, h func(w http.ResponseWriter, r *http.Reques
 			apiError(w, http.StatusForbidden, "PERMISSION_DENIED", "insufficientPermissions", "Request had insufficient authentication scopes.")
 			return
 		}
-		f := s.takeFault(method)
-		if f != nil && !f.afterApply() {
-			s.mu.Unlock()
-			f.before(w, r, s)
-			return
-		}
-		if f == nil {
-			defer s.mu.Unlock()
-			h(w, r)
-			return
-		}
-		// The write is applied, and its answer lost.
-		h(discard{}, r)
-		s.mu.Unlock()
-		f.after(w, r)
+		// A fault after the write applies it and loses its answer.
+		fault.Serve(w, r, &s.mu, s.faults.Take(method), s, func(w http.ResponseWriter) { h(w, r) }, s.ownFault)
 	}
 }
 
@@ -164,10 +153,3 @@ func apiError(w http.ResponseWriter, code int, status, reason, msg string) {
 func decode(r *http.Request, v any) error {
 	return json.NewDecoder(http.MaxBytesReader(nil, r.Body, 8<<20)).Decode(v)
 }
-
-// discard swallows the answer of a write whose answer a fault loses.
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/keep-run/keep/internal/fake/fault"
 )
 
 const scopePrefix = "https://www.googleapis.com/auth/"
@@ -44,11 +46,12 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	s.mu.Lock()
-	f := s.takeFault("token")
-	s.mu.Unlock()
-	if f != nil {
-		f.before(w, r, s)
+	if f := s.faults.Take("token"); f != nil {
+		if _, own := ownFaults[f.Fault]; own {
+			s.ownFault(w, r, f)
+		} else {
+			fault.Before(w, r, f, s)
+		}
 		return
 	}
 	s.mu.Lock()

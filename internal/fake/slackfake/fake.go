@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keep-run/keep/internal/fake/fault"
 )
 
 // Token is the bot token the fake accepts (any token starting xoxb- works).
@@ -61,19 +63,12 @@ type reaction struct {
 	Count int      `json:"count"`
 }
 
-type fault struct {
-	Method     string `json:"method"`
-	Fault      string `json:"fault"`
-	Count      int    `json:"count"`
-	RetryAfter int    `json:"retryAfter"`
-}
-
 // Server is one fake Slack workspace.
 type Server struct {
 	mu       sync.Mutex
 	channels map[string]*channel // by ID
 	revoked  bool
-	faults   map[string][]*fault
+	faults   *fault.Set
 	writes   map[string]int
 	seq      int64
 	pageMax  int
@@ -84,7 +79,8 @@ type Server struct {
 // ID (C1, G7: a private one), or, in chat.postMessage and the admin
 // routes, by name (#ops), which gives it an ID.
 func New() *Server {
-	return &Server{channels: map[string]*channel{}, faults: map[string][]*fault{}, writes: map[string]int{}, pageMax: PageMax, calls: map[string]int{}}
+	return &Server{channels: map[string]*channel{}, writes: map[string]int{}, pageMax: PageMax, calls: map[string]int{},
+		faults: &fault.Set{Example: `{"method": "slack.postMessage", "fault": "drop_after_apply", "count": 1}`, Extra: slackError.MatchString}}
 }
 
 // idRe is a conversation ID: Slack's are upper case (names never are).
@@ -133,7 +129,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/reactions.get", s.api("slack.getReactions", s.getReactions))
 	mux.HandleFunc("POST /_admin/messages", s.adminPost)
 	mux.HandleFunc("GET /_admin/channels/{id}", s.adminChannel)
-	mux.HandleFunc("POST /_admin/faults", s.adminFault)
+	mux.HandleFunc("POST /_admin/faults", s.faults.AdminArm)
+	mux.HandleFunc("GET /_admin/faults", s.faults.AdminList)
 	mux.HandleFunc("POST /_admin/page_max", s.adminPageMax)
 	mux.HandleFunc("GET /_admin/calls", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -186,66 +183,32 @@ func (s *Server) api(method string, h func(w http.ResponseWriter, r *http.Reques
 			return
 		}
 		s.calls[strings.TrimPrefix(r.URL.Path, "/api/")]++
-		var f *fault
-		if fs := s.faults[method]; method != "" && len(fs) > 0 {
-			f = fs[0]
-			if f.Count--; f.Count <= 0 {
-				s.faults[method] = fs[1:]
-			}
-		}
-		if f == nil || !strings.HasSuffix(f.Fault, "_after_apply") {
-			if f != nil {
-				s.mu.Unlock()
-				before(w, r, f)
-				return
-			}
-			defer s.mu.Unlock()
-			h(w, r)
-			return
-		}
-		h(discard{}, r)
-		s.mu.Unlock()
-		switch f.Fault {
-		case "timeout_after_apply":
-			<-r.Context().Done()
-		case "drop_after_apply":
-			if hj, ok := w.(http.Hijacker); ok {
-				if c, _, err := hj.Hijack(); err == nil {
-					c.Close()
-					return
-				}
-			}
-			panic(http.ErrAbortHandler)
-		default: // 500_after_apply
-			http.Error(w, "internal error", http.StatusInternalServerError)
-		}
+		fault.Serve(w, r, &s.mu, s.faults.Take(method), s, func(w http.ResponseWriter) { h(w, r) },
+			func(w http.ResponseWriter, r *http.Request, f *fault.Fault) { fail(w, f.Fault) })
 	}
 }
 
-func before(w http.ResponseWriter, r *http.Request, f *fault) {
-	switch f.Fault {
-	case "429":
-		ra := f.RetryAfter
-		if ra <= 0 {
-			ra = 1
-		}
-		w.Header().Set("Retry-After", strconv.Itoa(ra))
-		w.WriteHeader(http.StatusTooManyRequests)
-		answer(w, map[string]any{"ok": false, "error": "ratelimited"})
-	case "500":
-		http.Error(w, "internal error", http.StatusInternalServerError)
-	case "timeout":
-		<-r.Context().Done()
+// slackError is a Slack error string a fault may answer (channel_not_found,
+// not_in_channel, …), beside the common kinds.
+var slackError = regexp.MustCompile(`^[a-z][a-z_]*$`)
+
+// Error answers as Slack does: a rate limit is HTTP 429 with Retry-After,
+// an error of the token is {"ok": false} with its error string, a 5xx a
+// bare status.
+func (s *Server) Error(w http.ResponseWriter, r *http.Request, code int) {
+	switch code {
+	case http.StatusTooManyRequests:
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "ratelimited"})
+	case http.StatusUnauthorized:
+		fail(w, "invalid_auth")
+	case http.StatusForbidden:
+		fail(w, "missing_scope")
 	default:
-		fail(w, f.Fault) // any Slack error string: channel_not_found, not_in_channel, …
+		http.Error(w, "internal error", code)
 	}
 }
-
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}
 
 func (s *Server) authTest(w http.ResponseWriter, r *http.Request) bool {
 	answer(w, map[string]any{"ok": true, "url": "https://keep-fake.slack.com/", "team": "keep-fake", "user": "keep", "team_id": "TKEEP", "user_id": BotUser, "bot_id": "BKEEP"})
@@ -547,19 +510,4 @@ func (s *Server) adminPageMax(w http.ResponseWriter, r *http.Request) {
 	s.pageMax = b.Max
 	s.mu.Unlock()
 	answer(w, map[string]any{"max": b.Max})
-}
-
-func (s *Server) adminFault(w http.ResponseWriter, r *http.Request) {
-	var f fault
-	if err := json.NewDecoder(r.Body).Decode(&f); err != nil || f.Method == "" || f.Fault == "" {
-		http.Error(w, `give {"method": "slack.postMessage", "fault": "drop_after_apply", "count": 1}`, http.StatusBadRequest)
-		return
-	}
-	if f.Count <= 0 {
-		f.Count = 1
-	}
-	s.mu.Lock()
-	s.faults[f.Method] = append(s.faults[f.Method], &f)
-	s.mu.Unlock()
-	answer(w, f)
 }
