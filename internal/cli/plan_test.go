@@ -59,7 +59,10 @@ func TestPlanWritesAValidReviewedScript(t *testing.T) {
 	if r := keep(t, "deploy", "--grant", "--data", filepath.Join(dir, "data"), out); r.code != 0 {
 		t.Fatalf("deploy: %s %s", r.out, r.err)
 	}
-	fake2 := llmfake.New(llmfake.Reply{Content: planned(`"note:" + f.name`), Tokens: 50})
+	// A first answer for another workflow is refused (deploying it would
+	// start a second workflow beside this one) and the model is told why.
+	fake2 := llmfake.New(llmfake.Reply{Content: strings.Replace(planned(`"note:" + f.name`), `name: "notes"`, `name: "memos"`, 1), Tokens: 50},
+		llmfake.Reply{Content: planned(`"note:" + f.name`), Tokens: 50})
 	srv2 := httptest.NewServer(fake2.Handler())
 	defer srv2.Close()
 	os.WriteFile(cfg, []byte("[llm]\nbase_url = \""+srv2.URL+"/v1\"\nmodel = \"fake\"\n"), 0o644)
@@ -67,8 +70,10 @@ func TestPlanWritesAValidReviewedScript(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "--accept-orphans") || !strings.Contains(r.out, "keep deploy --major") {
 		t.Fatalf("keep plan --revise: %d\n%s%s", r.code, r.out, r.err)
 	}
-	if req := fake2.Requests(); len(req) != 1 || !strings.Contains(req[0].Messages[1].Text(), "messageId: f.name") {
+	if req := fake2.Requests(); len(req) != 2 || !strings.Contains(req[0].Messages[1].Text(), "messageId: f.name") {
 		t.Fatal("the version in place was not sent")
+	} else if last := req[1].Messages[len(req[1].Messages)-1].Text(); !strings.Contains(last, `it is named "memos", but it revises the workflow "notes"`) {
+		t.Fatalf("the other workflow's script was not refused: %q", last)
 	}
 	if r := keep(t, "plan", "x", "-o", out, "--config", cfg); r.code == 0 || !strings.Contains(r.err, "exists") {
 		t.Fatalf("an existing file: %d %s", r.code, r.err)

@@ -34,11 +34,16 @@ type Model struct {
 
 // NewModel returns the endpoint of [llm] (its key from api_key_env).
 func NewModel(cfg config.LLM) *Model {
-	key := os.Getenv(cfg.APIKeyEnv)
-	if key == "" {
-		key = "none" // Ollama and llama.cpp's server need none; the client wants one
+	// Only [llm]'s own key is sent, and only when it is set (Ollama and
+	// llama.cpp's server need none): the client library's defaults read
+	// OPENAI_API_KEY, OPENAI_ORG_ID and friends from the environment, which
+	// must never reach an endpoint keep.toml did not give them to.
+	opts := []option.RequestOption{option.WithBaseURL(cfg.BaseURL + "/"), option.WithAPIKey(os.Getenv(cfg.APIKeyEnv)),
+		option.WithAdminAPIKey(""), option.WithOrganization(""), option.WithProject(""), option.WithMaxRetries(1)}
+	for _, h := range []string{"OpenAI-Organization", "OpenAI-Project"} {
+		opts = append(opts, option.WithHeaderDel(h))
 	}
-	return &Model{client: openai.NewClient(option.WithBaseURL(cfg.BaseURL+"/"), option.WithAPIKey(key), option.WithMaxRetries(1)), model: cfg.Model}
+	return &Model{client: openai.NewClient(opts...), model: cfg.Model}
 }
 
 // Ask sends the conversation: POST {base_url}/chat/completions.

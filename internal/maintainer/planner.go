@@ -80,7 +80,7 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 		case !ok:
 			why = "the answer has no fenced code block with the whole script"
 		default:
-			why = p.validate(src)
+			why = p.validate(src, current)
 		}
 		if why == "" {
 			plan.Script, plan.Summary = src, summary
@@ -98,8 +98,8 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 	return plan, fmt.Errorf("no answer passed keep's checks in %d attempts; the last was refused because %s", p.MaxAttempts, why)
 }
 
-func (p *Planner) validate(src string) string {
-	_, problems, err := p.Check("plan.js", src)
+func (p *Planner) validate(src string, current *kt.Version) string {
+	prog, problems, err := p.Check("plan.js", src)
 	if err != nil {
 		var lines []string
 		for _, pr := range problems {
@@ -109,6 +109,11 @@ func (p *Planner) validate(src string) string {
 			lines = append(lines, err.Error())
 		}
 		return "it does not pass keep validate: " + strings.Join(lines, "; ")
+	}
+	// A revision is the next version of the same workflow: under another
+	// name, deploying it would start a second workflow beside the first.
+	if current != nil && prog.Decl.WorkflowName() != current.Workflow {
+		return fmt.Sprintf("it is named %q, but it revises the workflow %q: keep the name %q", prog.Decl.WorkflowName(), current.Workflow, current.Workflow)
 	}
 	return review(src)
 }

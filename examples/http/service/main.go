@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -59,6 +60,11 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(t)
 	})
-	fmt.Printf("ticket service on http://%s\n", *addr)
-	log.Fatal(http.ListenAndServe(*addr, nil))
+	// Bind first, then say where: a taken port is an error, never a false "on".
+	l, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("ticket service on http://%s\n", l.Addr())
+	log.Fatal(http.Serve(l, nil))
 }

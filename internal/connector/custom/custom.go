@@ -10,6 +10,7 @@ package custom
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -57,6 +58,10 @@ func method(cname, mname string, c config.Custom, m config.CustomMethod, req *co
 	meth := &connector.Method{Name: mname, Kind: connector.KindRead, Identity: m.Identity, Validate: d.validate,
 		Do: func(ctx context.Context, call connector.Call) connector.Result {
 			args, err := d.request(call.Args)
+			if errors.Is(err, errUnsetVar) {
+				// A person's setting, not the script's bug: nothing was sent.
+				return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPermission, "%s: %v", full, err)}
+			}
 			if err != nil {
 				return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s: %v", full, err)}
 			}
@@ -222,17 +227,39 @@ func (d *decl) request(a map[string]any) (map[string]any, error) {
 		}
 		out["url"] = u + sep + q.Encode()
 	}
-	headers := map[string]any{}
-	for k, v := range d.c.Headers {
-		headers[k] = os.Expand(v, func(name string) string {
-			// A header's ${VAR} is a credential: masked wherever it appears.
-			val := os.Getenv(name)
-			redact.Learn(val)
-			return val
-		})
+	headers, err := d.headers()
+	if err != nil {
+		return nil, err
 	}
 	out["headers"] = headers
 	return out, nil
+}
+
+// errUnsetVar is a header's ${VAR} that keep's environment does not set: the
+// call is refused before anything is sent (a "Bearer " with no token would
+// only come back as a 401 that names nothing).
+var errUnsetVar = errors.New("unset variable")
+
+// headers are the declared headers with their ${VAR}s filled in.
+func (d *decl) headers() (map[string]any, error) {
+	headers := map[string]any{}
+	for _, k := range names(d.c.Headers) {
+		var missing []string
+		headers[k] = os.Expand(d.c.Headers[k], func(name string) string {
+			// A header's ${VAR} is a credential: masked wherever it appears.
+			val := os.Getenv(name)
+			if val == "" {
+				missing = append(missing, name)
+			}
+			redact.Learn(val)
+			return val
+		})
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("%w: keep.toml's header %s of [connectors.custom.%s] uses ${%s}, which keep's environment does not set: set it where keep runs and restart keep",
+				errUnsetVar, k, strings.SplitN(d.full, ".", 2)[0], strings.Join(missing, "}, ${"))
+		}
+	}
+	return headers, nil
 }
 
 func toStrings(m map[string]any) map[string]string {

@@ -3,6 +3,7 @@ package custom_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +224,24 @@ identity = ["customer"]
 	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"customer": "ann"}, IdempotencyKey: "keep-k1"})
 	if r.Outcome != connector.OutcomeFailed || r.Err == nil || r.Err.Class != kt.ClassPermission || !strings.Contains(r.Err.Message, "[connectors.http] allow") || sink.Requests() != 0 {
 		t.Fatalf("%v %+v, %d requests", r.Outcome, r.Err, sink.Requests())
+	}
+}
+
+// An unset ${VAR} in a declared header refuses the call before anything is
+// sent, naming the variable and the header: a person's setting to fix, not a
+// 401 that names nothing (issue 27's papercut).
+func TestAnUnsetHeaderVariableIsNamedAndNothingIsSent(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	reg := crm(t, sink)
+	t.Setenv("CRM_TOKEN", "")
+	r := do(t, reg, "createTicket", map[string]any{"customer": "ann@example.com", "subject": "Broken mug"}, "keep-k9")
+	var ke *kt.Error
+	if r.Outcome != connector.OutcomeFailed || !errors.As(r.Err, &ke) || ke.Class != kt.ClassPermission ||
+		!strings.Contains(ke.Message, "header Authorization of [connectors.custom.crm] uses ${CRM_TOKEN}, which keep's environment does not set") {
+		t.Fatalf("%v %v", r.Outcome, r.Err)
+	}
+	if n := sink.Requests(); n != 0 {
+		t.Fatalf("%d requests reached the service", n)
 	}
 }

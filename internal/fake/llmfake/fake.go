@@ -27,6 +27,8 @@ type Message struct {
 type Request struct {
 	Model    string    `json:"model"`
 	Messages []Message `json:"messages"`
+	// Headers are the request's HTTP headers (what credentials were sent).
+	Headers http.Header `json:"-"`
 }
 
 // Text returns a message's content as text (a string or text parts).
@@ -86,6 +88,7 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, `{"error":{"message":"bad json","type":"invalid_request_error"}}`, http.StatusBadRequest)
 			return
 		}
+		req.Headers = r.Header.Clone()
 		s.mu.Lock()
 		s.requests = append(s.requests, req)
 		var rep Reply
