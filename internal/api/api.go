@@ -529,7 +529,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, what engine.Resolut
 		return
 	}
 	s.changed(rep.Workflow)
-	reply(w, RunActionReply{OK: true, RunID: id, Action: string(what), Message: rep.Message})
+	reply(w, RunActionReply{OK: true, RunID: id, Workflow: rep.Workflow, Action: string(what), Message: rep.Message})
 }
 
 func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
@@ -554,9 +554,8 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	d, _ := report.ShowItem(r.Context(), s.Store, wf, ref)
-	s.changed(d.Item.Workflow)
-	reply(w, ItemActionReply{OK: true, Item: ref, Action: verb, Message: msg})
+	s.changed(rep.Workflow)
+	reply(w, ItemActionReply{OK: true, Item: ref, Workflow: rep.Workflow, Action: verb, Message: msg})
 }
 
 // control is the one place people's actions are carried out (engine.Control).

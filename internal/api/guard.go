@@ -208,6 +208,16 @@ func LoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// InProcess serves next to a caller of this very process (the CLI's own
+// API when no keep serve runs, daemon.LocalAPI): no socket reaches it, and
+// its caller opened the data directory itself, so it is authenticated as
+// the instance secret's holder is.
+func InProcess(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, AuthSecret)))
+	})
+}
+
 // Wrap applies the guard to a handler. loginPath is where pages send people
 // without a session (API requests get 401 instead).
 func (g *Guard) Wrap(next http.Handler, loginPath string) http.Handler {

@@ -84,18 +84,20 @@ type WorkflowActionReply struct {
 
 // RunActionReply answers resolve and approve.
 type RunActionReply struct {
-	OK      bool   `json:"ok"`
-	RunID   string `json:"runId"`
-	Action  string `json:"action"`
-	Message string `json:"message"`
+	OK       bool   `json:"ok"`
+	RunID    string `json:"runId"`
+	Workflow string `json:"workflow"`
+	Action   string `json:"action"`
+	Message  string `json:"message"`
 }
 
 // ItemActionReply answers skip and reprocess of an item.
 type ItemActionReply struct {
-	OK      bool   `json:"ok"`
-	Item    string `json:"item"`
-	Action  string `json:"action"`
-	Message string `json:"message"`
+	OK       bool   `json:"ok"`
+	Item     string `json:"item"`
+	Workflow string `json:"workflow"`
+	Action   string `json:"action"`
+	Message  string `json:"message"`
 }
 
 // ActionReply is what every action's reply has: what will happen.

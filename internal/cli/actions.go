@@ -4,18 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/api"
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
-	"github.com/keep-run/keep/internal/maintainer"
-	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 func (a *app) resolveCmd() *cobra.Command {
@@ -62,41 +56,38 @@ func (a *app) approveCmd() *cobra.Command {
 }
 
 func (a *app) act(ctx context.Context, runID string, what engine.Resolution) error {
-	path, body := "/api/v1/runs/"+url.PathEscape(runID)+"/resolve", any(map[string]string{"action": string(what)})
-	if what == engine.ResolveApprove {
-		path, body = "/api/v1/runs/"+url.PathEscape(runID)+"/approve", nil
-	}
-	return a.perform(ctx, path, body, engine.Request{Action: engine.Action(what), Run: runID})
+	return a.perform(ctx, func(c *keepAPI) (string, string, error) {
+		var r api.RunActionReply
+		var err error
+		if what == engine.ResolveApprove {
+			r, err = c.Approve(ctx, runID)
+		} else {
+			r, err = c.Resolve(ctx, runID, string(what))
+		}
+		return r.Message, r.Workflow, err
+	})
 }
 
-// perform carries out a person's action: through the API of the keep serve
-// running on the data directory (it acts at once, open pages update), or,
-// when none runs, by the same engine.Control on the store itself and then
-// at once by an engine of its own (carryOut), so that a decision never
-// waits silently for the next keep run (issue 12 #6). Pause, revoke and
-// skip-pending leave nothing to carry out.
-func (a *app) perform(ctx context.Context, path string, body any, req engine.Request) error {
-	var reply api.ActionReply
-	if handled, err := a.viaAPI("POST", path, body, &reply); handled {
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(a.out, reply.Message)
-		return nil
-	}
-	var wf string
-	if err := a.withStore(func(st store.Store) error {
-		rep, err := a.control(st).Do(ctx, req)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(a.out, rep.Message)
-		if req.Action != engine.ActPause && req.Action != engine.ActSkipPending && req.Action != engine.ActRevoke {
-			wf = rep.Workflow
-		}
-		return nil
-	}); err != nil {
+// perform carries out a person's action through keep's API (apiFor): the
+// keep serve running on the data directory acts at once and open pages
+// update; with the API served in this process, the workflow the action
+// touched is then stepped at once by an engine of its own (carryOut), so
+// that a decision never waits silently for the next keep run (issue 12
+// #6). do returns the API's message and the workflow to carry out ("" for
+// pause, revoke and skip-pending, which leave nothing to carry out).
+func (a *app) perform(ctx context.Context, do func(c *keepAPI) (msg, wf string, err error)) error {
+	c, err := a.actionAPI(ctx)
+	if err != nil {
 		return err
+	}
+	msg, wf, err := do(c)
+	c.Close()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.out, msg)
+	if c.local == nil {
+		return nil
 	}
 	return a.carryOut(ctx, wf)
 }
@@ -124,17 +115,22 @@ func (a *app) carryOut(ctx context.Context, wf string) error {
 	if err := k.Scheduler.StepWorkflow(ctx, wf); err != nil {
 		return err
 	}
-	return a.printWhereItStands(ctx, k.Store, wf)
+	return a.printWhereItStands(ctx, wf)
 }
 
 // printWhereItStands says what a workflow is doing now: idle, waiting for
 // a retry (and when), or blocked (its card).
-func (a *app) printWhereItStands(ctx context.Context, st store.Store, wf string) error {
-	ss, err := report.Statuses(ctx, st, wf)
-	if err != nil || len(ss) == 0 {
+func (a *app) printWhereItStands(ctx context.Context, wf string) error {
+	c, err := a.actionAPI(ctx)
+	if err != nil {
 		return err
 	}
-	s := ss[0]
+	defer c.Close()
+	v, err := c.Workflow(ctx, wf)
+	if err != nil {
+		return err
+	}
+	s := v.Status
 	switch {
 	case s.Card != nil:
 		fmt.Fprintf(a.out, "carried out; %s is blocked again:\n\n", wf)
@@ -153,22 +149,13 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 	return &cobra.Command{
 		Use: verb + " WORKFLOW", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.perform(cmd.Context(), "/api/v1/workflows/"+url.PathEscape(args[0])+"/"+verb, nil, engine.Request{Action: engine.Action(verb), Workflow: args[0]})
+			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
+				r, err := c.WorkflowAction(cmd.Context(), args[0], verb)
+				if verb == string(engine.ActPause) {
+					return r.Message, "", err
+				}
+				return r.Message, args[0], err
+			})
 		},
 	}
-}
-
-// control is the CLI's own engine.Control on st (no keep serve): the same
-// actions as the API's, and a repair approved is deployed with the
-// connectors of the data directory's recorded config, never the caller's
-// folder's.
-func (a *app) control(st store.Store) *engine.Control {
-	return &engine.Control{Store: st, DecideRepair: func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error) {
-		cfg, err := config.Load(a.decisionConfig())
-		if err != nil {
-			return "", err
-		}
-		eng := engine.New(engine.Options{Store: st, Registry: daemon.RegistryOf(cfg, ".")})
-		return maintainer.Decide(ctx, st, eng, wf, id, approve, now)
-	}}
 }

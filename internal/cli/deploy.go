@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/daemon"
@@ -163,60 +164,27 @@ func (a *app) deployCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(a.dataDir, 0o755); err != nil {
-				return err
-			}
-			st, err := daemon.OpenStore(a.dataDir, a.storeURL)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			if major && reprocess == "" {
 				if reprocess, err = a.askReprocess(); err != nil {
 					return err
 				}
 			}
-			// Beside a running keep serve the deploy goes through its API: one
-			// engine decides, and open pages update at once.
+			// Beside a running keep serve the deploy goes to its API (one
+			// engine decides, open pages update at once); else to the same
+			// API in this process, validating with this folder's config.
+			c, err := a.apiFor(cmd.Context(), daemon.LocalOptions{ConfigFile: a.config(), FilesRoot: root})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
 			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant}
-			var reply api.DeployReply
-			if apiErr, handled, err := a.callAPI("POST", "/api/v1/workflows", req, &reply); handled {
-				return a.deployReply(args[0], reply, apiErr, err)
+			reply, err := c.Deploy(cmd.Context(), req)
+			if err == nil && c.local != nil {
+				// The workflow runs under the config it was deployed with
+				// (beside keep serve, under keep serve's, recorded by it).
+				_, err = a.runConfig()
 			}
-			reg, err := a.registry(root)
-			if err != nil {
-				return err
-			}
-			eng := engine.New(engine.Options{Store: st, Registry: reg})
-			res, err := eng.DeployWith(cmd.Context(), args[0], src, engine.DeployOptions{Name: name, Kind: kind, Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant})
-			if err != nil {
-				return a.deployError(args[0], err)
-			}
-			// The workflow runs under the config it was deployed with
-			// (beside keep serve, under keep serve's, recorded by it).
-			if _, err := a.runConfig(); err != nil {
-				return err
-			}
-			a.printWarnings(args[0], res.Problems)
-			for _, w := range res.Warnings {
-				fmt.Fprintf(a.errOut, "warning: %s\n", w)
-			}
-			n := res.Reprocessed
-			if n > 0 && !a.jsonOut {
-				fmt.Fprintf(a.out, "%d items start a new attempt\n", n)
-			}
-			if a.jsonOut {
-				return a.printJSON(api.DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(res.Warnings), Reprocessed: n, FilesRoot: res.FilesRoot,
-					Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused)})
-			}
-			if res.Unchanged {
-				fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", res.Workflow, res.Version.Label())
-			} else {
-				fmt.Fprintf(a.out, "deployed %s version %s\n", res.Workflow, res.Version.Label())
-			}
-			fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", res.FilesRoot)
-			a.printGrants(res.Workflow, res.Granted, res.Ungranted, res.Unused)
-			return nil
+			return a.deployReply(args[0], reply, c.local == nil, err)
 		},
 	}
 	c.Flags().StringVar(&name, "name", "", "workflow name (default: the script's name)")
@@ -230,23 +198,21 @@ func (a *app) deployCmd() *cobra.Command {
 	return c
 }
 
-// deployReply prints what keep serve's API answered to a deploy, as the
-// local deploy prints it.
-func (a *app) deployReply(file string, reply api.DeployReply, apiErr *api.ErrorBody, err error) error {
-	if err != nil {
-		return err
-	}
-	if apiErr != nil {
-		if apiErr.Code != "invalid_script" {
-			return errors.New(apiErr.Message)
-		}
-		for _, p := range apiErr.Problems {
+// deployReply prints what keep's API answered to a deploy (remote: keep
+// serve's).
+func (a *app) deployReply(file string, reply api.DeployReply, remote bool, err error) error {
+	var apiErr *apiclient.Error
+	if errors.As(err, &apiErr) && apiErr.Body.Code == "invalid_script" {
+		for _, p := range apiErr.Body.Problems {
 			fmt.Fprintf(a.errOut, "%s:%s\n", file, script.Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message}.String())
 		}
-		if len(apiErr.Problems) == 0 {
-			fmt.Fprintf(a.errOut, "%s\n", apiErr.Message)
+		if len(apiErr.Body.Problems) == 0 {
+			fmt.Fprintf(a.errOut, "%s\n", apiErr.Body.Message)
 		}
 		return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
+	}
+	if err != nil {
+		return err
 	}
 	for _, w := range reply.Warnings {
 		fmt.Fprintf(a.errOut, "warning: %s\n", w)
@@ -260,7 +226,11 @@ func (a *app) deployReply(file string, reply api.DeployReply, apiErr *api.ErrorB
 	if reply.Unchanged {
 		fmt.Fprintf(a.out, "%s is already active as version %s; nothing deployed\n", reply.Workflow, reply.Version)
 	} else {
-		fmt.Fprintf(a.out, "deployed %s version %s (through keep serve)\n", reply.Workflow, reply.Version)
+		through := ""
+		if remote {
+			through = " (through keep serve)"
+		}
+		fmt.Fprintf(a.out, "deployed %s version %s%s\n", reply.Workflow, reply.Version, through)
 	}
 	fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", reply.FilesRoot)
 	a.printGrants(reply.Workflow, reply.Granted, reply.Ungranted, reply.Unused)

@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
@@ -80,24 +78,25 @@ func (a *app) eventsFlags(c *cobra.Command, topic, state *string, after *int64, 
 // for a confirmation (or --yes) and is recorded in the decision log.
 func (a *app) resetStateCmd() *cobra.Command {
 	return a.controlCmd(&cobra.Command{Use: "reset-state WORKFLOW HANDLER", Short: "forget a producer's (or task's) state: its next run, at once, starts from scratch"},
-		"Reset the state of %[2]s in %[1]s? Its next run starts from scratch (inputs and events it finds again are not duplicated).", "handlers/%s/reset-state",
-		func(wf, handler string) engine.Request {
-			return engine.Request{Action: engine.ActResetState, Workflow: wf, Handler: handler} // the producer runs now: carried out
+		"Reset the state of %[2]s in %[1]s? Its next run starts from scratch (inputs and events it finds again are not duplicated).",
+		func(ctx context.Context, c *keepAPI, wf, handler string) (string, string, error) {
+			r, err := c.ResetState(ctx, wf, handler)
+			return r.Message, wf, err // the producer runs now: carried out
 		})
 }
 
 func (a *app) skipPendingCmd() *cobra.Command {
 	return a.controlCmd(&cobra.Command{Use: "skip-pending WORKFLOW TOPIC", Short: "skip every pending event of a topic that no run holds (their inputs show skipped)"},
-		"Skip every pending event of topic %[2]s in %[1]s? Its consumer will not see them.", "topics/%s/skip-pending",
-		func(wf, topic string) engine.Request {
-			return engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: topic}
+		"Skip every pending event of topic %[2]s in %[1]s? Its consumer will not see them.",
+		func(ctx context.Context, c *keepAPI, wf, topic string) (string, string, error) {
+			r, err := c.SkipPending(ctx, wf, topic)
+			return r.Message, "", err
 		})
 }
 
 // controlCmd makes c a control of a workflow's part (WORKFLOW NAME): it
-// asks question (with the workflow and the name), then performs it through
-// keep serve's API at /api/v1/workflows/WF/ + route, or locally.
-func (a *app) controlCmd(c *cobra.Command, question, route string, req func(wf, name string) engine.Request) *cobra.Command {
+// asks question (with the workflow and the name), then performs do.
+func (a *app) controlCmd(c *cobra.Command, question string, do func(ctx context.Context, c *keepAPI, wf, name string) (string, string, error)) *cobra.Command {
 	var yes bool
 	c.Args = cobra.ExactArgs(2)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
@@ -105,8 +104,7 @@ func (a *app) controlCmd(c *cobra.Command, question, route string, req func(wf, 
 		if err := a.confirm(yes, fmt.Sprintf(question, wf, name)); err != nil {
 			return err
 		}
-		path := "/api/v1/workflows/" + url.PathEscape(wf) + "/" + fmt.Sprintf(route, url.PathEscape(name))
-		return a.perform(cmd.Context(), path, nil, req(wf, name))
+		return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) { return do(cmd.Context(), c, wf, name) })
 	}
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
 	return c
@@ -149,12 +147,14 @@ func (a *app) grantCmd() *cobra.Command {
 					return &exitError{code: exitUsageCode, err: err}
 				}
 			}
-			path := "/api/v1/workflows/" + url.PathEscape(wf)
 			if len(revoke) > 0 {
 				if len(items) > 0 {
 					return &exitError{code: exitUsageCode, err: errors.New("grant or revoke, not both in one command")}
 				}
-				return a.perform(cmd.Context(), path+"/revoke", api.GrantRequest{Items: revoke}, engine.Request{Action: engine.ActRevoke, Workflow: wf, Items: revoke})
+				return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
+					r, err := c.Revoke(cmd.Context(), wf, revoke)
+					return r.Message, "", err
+				})
 			}
 			pending := items
 			if len(items) == 0 {
@@ -192,11 +192,10 @@ func (a *app) grantCmd() *cobra.Command {
 			if err := a.confirm(yes, "Allow "+wf+" these?"); err != nil {
 				return err
 			}
-			var body any
-			if len(items) > 0 {
-				body = api.GrantRequest{Items: items}
-			}
-			return a.perform(cmd.Context(), path+"/grant", body, engine.Request{Action: engine.ActGrant, Workflow: wf, Items: items})
+			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
+				r, err := c.Grant(cmd.Context(), wf, items)
+				return r.Message, wf, err
+			})
 		},
 	}
 	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")

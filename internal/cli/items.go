@@ -3,11 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -82,8 +80,10 @@ func (a *app) itemActionCmd(verb string) *cobra.Command {
 	c := &cobra.Command{
 		Use: verb + " ITEM", Short: short, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			act := map[string]engine.Action{"skip": engine.ActSkipItem, "reprocess": engine.ActReprocessItem}[verb]
-			return a.perform(cmd.Context(), "/api/v1/items/"+url.PathEscape(args[0])+"/"+verb+"?workflow="+url.QueryEscape(wf), nil, engine.Request{Action: act, Workflow: wf, Item: args[0]})
+			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
+				r, err := c.ItemAction(cmd.Context(), args[0], verb, wf)
+				return r.Message, r.Workflow, err
+			})
 		},
 	}
 	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")

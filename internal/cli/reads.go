@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -31,9 +30,10 @@ func (a *app) statusCmd() *cobra.Command {
 				// What the store shows cannot tell that keep serve is stuck
 				// (a full disk: nothing it does is written); it can.
 				problem := ""
-				var health api.HealthReply
-				if handled, err := a.viaAPI("GET", "/api/v1/health", nil, &health); handled && err == nil {
-					problem = health.Problem
+				if c, found, _ := a.serveAPI(cmd.Context()); found {
+					if health, err := c.Health(cmd.Context()); err == nil {
+						problem = health.Problem
+					}
 				}
 				for i := range ss {
 					if problem != "" && ss[i].Status != "paused" {

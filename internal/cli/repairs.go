@@ -2,12 +2,10 @@ package cli
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -31,12 +29,10 @@ func (a *app) repairsCmd() *cobra.Command {
 				if reject != "" {
 					verb = "reject"
 				}
-				path := "/api/v1/workflows/" + url.PathEscape(wf) + "/repairs/" + url.PathEscape(id) + "/" + verb
-				act := engine.ActApproveRepair
-				if reject != "" {
-					act = engine.ActRejectRepair
-				}
-				return a.perform(cmd.Context(), path, nil, engine.Request{Action: act, Workflow: wf, Repair: id})
+				return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
+					r, err := c.DecideRepair(cmd.Context(), wf, id, verb)
+					return r.Message, wf, err
+				})
 			}
 			return a.withReadStore(func(st store.Store) error {
 				rs, err := report.Repairs(cmd.Context(), st, wf)

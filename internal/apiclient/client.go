@@ -1,0 +1,221 @@
+// Package apiclient is the typed client of keep's HTTP API (package api's
+// routes, with the shapes of api/types.go and report's). The CLI reaches
+// keep through it and nothing else: a keep serve on the data directory
+// over TCP, or, when none runs, the same API served in this process
+// (daemon.LocalAPI) through a transport that calls its handler directly.
+// Either way every command has one path.
+package apiclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"time"
+
+	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/report"
+)
+
+// Client calls one keep API.
+type Client struct {
+	base  string // http://host:port, without a trailing slash
+	http  *http.Client
+	auth  string // the Authorization header's value, "" for none
+	actor string // X-Keep-Actor: believed only beside the instance secret
+}
+
+// Remote is a client of the keep serve at addr (host:port). bearer is the
+// instance secret of its data directory, or keep serve's --token ("" for
+// reads only); actor names who acts, for the decision log.
+func Remote(addr, bearer, actor string) *Client {
+	c := &Client{base: "http://" + addr, http: &http.Client{Timeout: 30 * time.Second}, actor: actor}
+	if bearer != "" {
+		c.auth = "Bearer " + bearer
+	}
+	return c
+}
+
+// InProcess is a client of an API handler of this process: each request is
+// handed to h as keep serve's listener would hand it, without a socket.
+func InProcess(h http.Handler, actor string) *Client {
+	return &Client{base: "http://localhost", http: &http.Client{Transport: handlerTransport{h}}, actor: actor}
+}
+
+// handlerTransport answers a request by calling a handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	in := r.Clone(r.Context())
+	in.Host, in.RequestURI, in.RemoteAddr = r.URL.Host, r.URL.RequestURI(), "in-process"
+	if in.Body == nil {
+		in.Body = http.NoBody
+	}
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, in)
+	return rec.Result(), nil
+}
+
+// Error is the API's answer to a request it refused: its status and its
+// error object (code, message, an invalid script's problems).
+type Error struct {
+	Status int
+	Body   api.ErrorBody
+}
+
+func (e *Error) Error() string { return e.Body.Message }
+
+// Unreachable means no keep API answered at the address.
+type Unreachable struct{ Err error }
+
+func (e *Unreachable) Error() string { return "no keep serve answers: " + e.Err.Error() }
+func (e *Unreachable) Unwrap() error { return e.Err }
+
+// call sends one request and decodes the answer into out (nil: ignored).
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.actor != "" {
+		req.Header.Set("X-Keep-Actor", c.actor)
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return &Unreachable{Err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading keep's answer to %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		var e api.ErrorReply
+		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Message == "" {
+			return fmt.Errorf("keep answered %s %s with %s and something that is not an error object", method, path, resp.Status)
+		}
+		return &Error{Status: resp.StatusCode, Body: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("keep answered %s %s with something that is not the expected JSON: %v", method, path, err)
+	}
+	return nil
+}
+
+// Instance is the instance id of the keep serve answering (GET
+// /api/v1/instance, no token needed).
+func (c *Client) Instance(ctx context.Context) (string, error) {
+	var who struct {
+		Instance string `json:"instance"`
+	}
+	err := c.call(ctx, http.MethodGet, api.InstancePath, nil, &who)
+	return who.Instance, err
+}
+
+// Health says whether keep can go on by itself.
+func (c *Client) Health(ctx context.Context) (api.HealthReply, error) {
+	var h api.HealthReply
+	return h, c.call(ctx, http.MethodGet, "/api/v1/health", nil, &h)
+}
+
+// WorkflowView is GET /api/v1/workflows/{wf}: its status and blocked runs.
+type WorkflowView struct {
+	Status  report.Status `json:"status"`
+	Blocked []report.Card `json:"blocked"`
+}
+
+// Workflow reads one workflow's status and cards.
+func (c *Client) Workflow(ctx context.Context, wf string) (WorkflowView, error) {
+	var v WorkflowView
+	return v, c.call(ctx, http.MethodGet, "/api/v1/workflows/"+url.PathEscape(wf), nil, &v)
+}
+
+// Deploy deploys a script (POST /api/v1/workflows).
+func (c *Client) Deploy(ctx context.Context, req api.DeployRequest) (api.DeployReply, error) {
+	var r api.DeployReply
+	return r, c.call(ctx, http.MethodPost, "/api/v1/workflows", req, &r)
+}
+
+// Resolve takes a decision on a blocked run: try-again, didnt-happen,
+// skip or reprocess.
+func (c *Client) Resolve(ctx context.Context, run, action string) (api.RunActionReply, error) {
+	var r api.RunActionReply
+	return r, c.call(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(run)+"/resolve", api.ResolveRequest{Action: action}, &r)
+}
+
+// Approve approves the write a run waits for.
+func (c *Client) Approve(ctx context.Context, run string) (api.RunActionReply, error) {
+	var r api.RunActionReply
+	return r, c.call(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(run)+"/approve", nil, &r)
+}
+
+// WorkflowAction is pause, resume or run-now.
+func (c *Client) WorkflowAction(ctx context.Context, wf, verb string) (api.WorkflowActionReply, error) {
+	var r api.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, verb), nil, &r)
+}
+
+// Grant grants a workflow items (none: what its active version uses).
+func (c *Client) Grant(ctx context.Context, wf string, items []string) (api.WorkflowActionReply, error) {
+	var body any
+	if len(items) > 0 {
+		body = api.GrantRequest{Items: items}
+	}
+	var r api.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "grant"), body, &r)
+}
+
+// Revoke takes grants back.
+func (c *Client) Revoke(ctx context.Context, wf string, items []string) (api.WorkflowActionReply, error) {
+	var r api.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "revoke"), api.GrantRequest{Items: items}, &r)
+}
+
+// SkipPending skips a topic's pending events.
+func (c *Client) SkipPending(ctx context.Context, wf, topic string) (api.WorkflowActionReply, error) {
+	var r api.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "topics/"+url.PathEscape(topic)+"/skip-pending"), nil, &r)
+}
+
+// ResetState forgets a producer's stored state.
+func (c *Client) ResetState(ctx context.Context, wf, handler string) (api.WorkflowActionReply, error) {
+	var r api.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "handlers/"+url.PathEscape(handler)+"/reset-state"), nil, &r)
+}
+
+// DecideRepair approves (verb "approve") or rejects ("reject") a repair
+// the Maintainer held.
+func (c *Client) DecideRepair(ctx context.Context, wf, id, verb string) (api.WorkflowActionReply, error) {
+	var r api.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "repairs/"+url.PathEscape(id)+"/"+url.PathEscape(verb)), nil, &r)
+}
+
+// ItemAction skips or reprocesses an item (verb "skip", "reprocess");
+// wf names the workflow when the key is in several ("" otherwise).
+func (c *Client) ItemAction(ctx context.Context, ref, verb, wf string) (api.ItemActionReply, error) {
+	var r api.ItemActionReply
+	return r, c.call(ctx, http.MethodPost, "/api/v1/items/"+url.PathEscape(ref)+"/"+url.PathEscape(verb)+"?workflow="+url.QueryEscape(wf), nil, &r)
+}
+
+func (c *Client) wfPath(wf, rest string) string {
+	return "/api/v1/workflows/" + url.PathEscape(wf) + "/" + rest
+}
