@@ -1,0 +1,168 @@
+// Package layers checks who imports whom among keep's packages: the rules
+// are the table below, written once; docs/design.md's "Who imports whom"
+// is its rendering (TestDesignShowsTheImportRules keeps the two equal).
+package layers
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/keep-run/keep/"
+
+// rules lists, for every package of keep (tests excluded), the packages of
+// keep it may import. A package missing here, or an import not listed, fails
+// TestImportRules; so does a listed import no longer made (the table stays
+// true). "" is a package that imports nothing of keep.
+var rules = []struct {
+	pkg     string
+	imports string // space-separated, sorted
+	why     string
+}{
+	{"internal/keeptype", "", "plain types and state tables"},
+	{"internal/redact", "", "what is a credential"},
+	{"internal/schedule", "", "intervals and cron"},
+	{"internal/netguard", "", "the address guard"},
+	{"internal/config", "internal/netguard", "keep.toml"},
+	{"internal/store", "internal/keeptype", "the storage seam: stores, decides nothing"},
+	{"internal/store/sqldb", "internal/keeptype internal/store", "the ledger's SQL, once"},
+	{"internal/store/sqlite", "internal/store internal/store/sqldb", "a backend"},
+	{"internal/store/postgres", "internal/keeptype internal/redact internal/store internal/store/sqldb", "a backend"},
+	{"internal/store/postgres/pgtest", "", "test schemas"},
+	{"internal/store/backend", "internal/redact internal/store internal/store/postgres internal/store/sqlite", "the one place a store is chosen"},
+	{"internal/store/storetest", "internal/keeptype internal/store", "the conformance suite"},
+	{"internal/store/transfer", "internal/keeptype internal/store", "keep migrate's copy"},
+	{"internal/account", "internal/keeptype internal/redact internal/store", "sealed tokens and secrets"},
+	{"internal/script", "internal/keeptype internal/redact internal/schedule", "the sandbox and the one reading of a script"},
+	{"internal/connector", "internal/keeptype internal/redact", "method specs, the registry"},
+	{"internal/connector/files", "internal/connector internal/keeptype", "a connector"},
+	{"internal/connector/system", "internal/connector", "a connector"},
+	{"internal/connector/http", "internal/connector internal/keeptype internal/netguard internal/redact", "a connector"},
+	{"internal/connector/custom", "internal/config internal/connector internal/connector/http internal/keeptype internal/netguard internal/redact", "connectors declared in keep.toml"},
+	{"internal/connector/email", "internal/config internal/connector internal/keeptype", "a connector"},
+	{"internal/connector/google", "internal/account internal/config internal/connector internal/keeptype", "a connector"},
+	{"internal/connector/slackconn", "internal/account internal/connector internal/keeptype", "a connector"},
+	{"internal/connector/sqlconn", "internal/connector internal/keeptype internal/redact", "a connector"},
+	{"internal/connector/connectortest", "internal/connector internal/engine internal/fake/fault internal/keeptype internal/redact", "the suite of connectors with writes"},
+	{"internal/engine", "internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store", "the run state machine and engine.Control: every rule of runs and people's actions"},
+	{"internal/maintainer", "internal/config internal/connector internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
+	{"internal/report", "internal/engine internal/keeptype internal/script internal/store", "what people see"},
+	{"internal/scheduler", "internal/engine internal/keeptype internal/store", "due work"},
+	{"internal/metrics", "internal/keeptype internal/store", "Prometheus"},
+	{"internal/notify", "internal/config internal/connector/email internal/netguard internal/report internal/store", "notices"},
+	{"internal/api", "internal/connector internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store", "the HTTP API over engine.Control and report"},
+	{"internal/apiclient", "internal/api internal/report", "the API's typed client: shapes only"},
+	{"internal/web", "internal/api internal/engine internal/report internal/store", "the page"},
+	{"internal/daemon", "internal/account internal/api internal/config internal/connector internal/connector/custom internal/connector/email internal/connector/files internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/connector/system internal/engine internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/web", "the one place that wires everything"},
+	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
+	// The CLI: actions and deploys reach keep only through apiclient
+	// (keep serve's API, or daemon.LocalAPI in process). Its reads, keep
+	// run, keep connect, keep secret, keep plan and keep migrate still use
+	// the packages after apiclient directly.
+	{"internal/cli", "internal/account internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/google internal/connector/slackconn internal/daemon internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store internal/store/backend internal/store/sqlite internal/store/transfer", "the commands"},
+	{"internal/fake/fault", "", "fault injection of the fakes"},
+	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
+	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},
+	{"internal/fake/llmfake", "", "a fake"},
+	{"internal/testbin", "", "test helpers"},
+	{"internal/testdb", "", "test helpers"},
+	{"internal/testmail", "", "test helpers"},
+	{"internal/testsink", "", "test helpers"},
+	{"cmd/keep", "internal/cli", "the binary"},
+	{"cmd/keep-fake", "internal/fake/googlefake internal/fake/slackfake", "the fakes' binary"},
+}
+
+// graph is `go list`'s view: each package of the module and the packages
+// of the module it imports (its non-test files).
+func graph(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	g := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module)
+		if strings.HasPrefix(pkg, "test/") || strings.HasPrefix(pkg, "examples/") {
+			continue // tests and examples: no rule
+		}
+		var own []string
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module) {
+				own = append(own, strings.TrimPrefix(imp, module))
+			}
+		}
+		slices.Sort(own)
+		g[pkg] = own
+	}
+	return g
+}
+
+func TestImportRules(t *testing.T) {
+	g := graph(t)
+	if len(g) < 40 {
+		t.Fatalf("go list found %d packages of keep: is the module root right?", len(g))
+	}
+	seen := map[string]bool{}
+	for _, r := range rules {
+		seen[r.pkg] = true
+		got, ok := g[r.pkg]
+		if !ok {
+			t.Errorf("%s is in the rules but go list does not know it: remove it from the table and docs/design.md", r.pkg)
+			continue
+		}
+		allowed := strings.Fields(r.imports)
+		for _, imp := range got {
+			if !slices.Contains(allowed, imp) {
+				t.Errorf("%s imports %s, which its rule does not allow (%s may import: %q)", r.pkg, imp, r.pkg, r.imports)
+			}
+		}
+		for _, imp := range allowed {
+			if !slices.Contains(got, imp) {
+				t.Errorf("%s no longer imports %s: take it out of its rule (and docs/design.md), so the table stays true", r.pkg, imp)
+			}
+		}
+	}
+	for pkg := range g {
+		if !seen[pkg] {
+			t.Errorf("%s has no import rule: add it to the table (and docs/design.md)", pkg)
+		}
+	}
+}
+
+// TestDesignShowsTheImportRules: docs/design.md's "Who imports whom" is
+// the rendering of the table, line for line.
+func TestDesignShowsTheImportRules(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- import rules: test/layers -->\n", "<!-- end of import rules -->\n"
+	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
+	if i < 0 || j < i {
+		t.Fatalf("docs/design.md has no block between %q and %q", begin, end)
+	}
+	if got, want := string(doc[i+len(begin):j]), render(); got != want {
+		t.Errorf("docs/design.md's import rules differ from the table of test/layers; put this between the markers:\n%s", want)
+	}
+}
+
+func render() string {
+	var b strings.Builder
+	b.WriteString("| package | may import (of keep) | why |\n|---|---|---|\n")
+	for _, r := range rules {
+		imps := "nothing"
+		if r.imports != "" {
+			imps = "`" + strings.ReplaceAll(strings.ReplaceAll(r.imports, "internal/", ""), " ", "`, `") + "`"
+		}
+		b.WriteString("| `" + strings.TrimPrefix(r.pkg, "internal/") + "` | " + imps + " | " + r.why + " |\n")
+	}
+	return b.String()
+}
