@@ -199,6 +199,9 @@ func fsyncRate(dir string, n int) (float64, error) {
 type e2e struct {
 	perSec, fsyncsPerRun float64
 	cpuMicrosPerEvent    float64 // user + system CPU time of the process per event
+	// roundTripsPerRun: statements sent to the server per consumer run,
+	// leases and all (PostgreSQL; 0 on SQLite).
+	roundTripsPerRun float64
 }
 
 // cpuBoundNote explains a W=1 ratio far from the serial bound: one
@@ -333,6 +336,7 @@ func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error
 	if txs > 0 {
 		res.fsyncsPerRun = float64(txs-int64(w)) / float64(w*n) * float64(commits) / float64(txs)
 	}
+	res.roundTripsPerRun = float64(stats.RoundTrips-stats0.RoundTrips) / float64(w*n)
 	res.perSec = float64(w*n) / elapsed.Seconds()
 	res.cpuMicrosPerEvent = float64(cpu.Microseconds()) / float64(w*n)
 	return res, nil

@@ -64,5 +64,6 @@ func benchPostgres(b *testing.B, w, n int) {
 	}
 	b.ReportMetric(r.perSec, "events/s")
 	b.ReportMetric(r.fsyncsPerRun, "commits/run")
+	b.ReportMetric(r.roundTripsPerRun, "round-trips/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
 }

@@ -60,6 +60,10 @@ type Stats struct {
 	// Transactions is the number of Update calls committed. Group commit
 	// lets one durable commit carry the transactions of several callers.
 	Transactions int64
+	// RoundTrips counts the statements a client-server backend sent
+	// (PostgreSQL: begin and commit included; several writes sent
+	// together count once); 0 where not counted (SQLite).
+	RoundTrips int64
 }
 
 // Counts is a summary of the ledgers.

@@ -40,6 +40,17 @@ var migrations embed.FS
 // writerLock is the advisory lock every write transaction takes.
 const writerLock = 0x6b6570 // with the schema's hash: pg_advisory_xact_lock(int, int)
 
+// idleInTransaction ends (PostgreSQL's idle_in_transaction_session_timeout)
+// a transaction whose process stopped between two statements — paused
+// (SIGSTOP), a frozen VM — so that the locks it holds (the writers' lock,
+// a workflow's) hold up the other nodes for this long at most; keep's own
+// transactions never wait between statements. A store URL that sets the
+// parameter keeps its own.
+const (
+	idleParam         = "idle_in_transaction_session_timeout"
+	idleInTransaction = "10s"
+)
+
 // ErrClosed is returned by a closed store.
 var ErrClosed = errors.New("the store is closed")
 
@@ -47,6 +58,7 @@ var ErrClosed = errors.New("the store is closed")
 type Store struct {
 	db                    *sql.DB
 	commits, transactions atomic.Int64
+	trips                 atomic.Int64 // statements sent, begin and commit included
 	closed                atomic.Bool
 	// channel is where commits are announced (NOTIFY) to the other nodes
 	// of this schema; channelName is the same unquoted, for pg_notify.
@@ -60,10 +72,14 @@ type Store struct {
 // schema's migrations; a database whose schema is newer than this keep
 // knows is refused.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
-	db, err := sql.Open("pgx", rawURL)
+	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", Redact(rawURL), err)
 	}
+	if _, set := cfg.RuntimeParams[idleParam]; !set {
+		cfg.RuntimeParams[idleParam] = idleInTransaction
+	}
+	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(8)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -189,13 +205,14 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 			_ = tx.Rollback()
 		}
 	}()
-	r := &runner{ctx: ctx, tx: tx}
+	r := &runner{ctx: ctx, tx: tx, write: true, trips: &s.trips}
+	s.trips.Add(1) // begin
 	if f, ok := store.FenceOf(ctx); ok {
 		r.scoped = true
 		if err := store.CheckFence(f, r.lockWorkflow); err != nil {
 			return err
 		}
-	} else if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, writerLock); err != nil {
+	} else if _, err := r.Exec(`SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, writerLock); err != nil {
 		// Keyed by the schema too: installations in two schemas of one
 		// database do not wait for each other.
 		return fmt.Errorf("take the writers' lock: %w", err)
@@ -203,6 +220,10 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	if err := fn(sqldb.NewTx(r)); err != nil {
 		return err
 	}
+	if err := r.flush(); err != nil {
+		return err
+	}
+	s.trips.Add(1)
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -220,8 +241,8 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 // latest committed version, whatever the statement's snapshot.
 func (r *runner) lockWorkflow(wf string) (kt.Lease, error) {
 	l := kt.Lease{Workflow: wf}
-	err := r.tx.QueryRowContext(r.ctx, `SELECT l.node, l.token FROM (SELECT pg_advisory_xact_lock_shared($1, hashtext(current_schema()))) g, leases l
-WHERE l.workflow = $2 FOR NO KEY UPDATE OF l`, writerLock, wf).Scan(&l.Node, &l.Token)
+	err := r.QueryRow(`SELECT l.node, l.token FROM (SELECT pg_advisory_xact_lock_shared(?, hashtext(current_schema()))) g, leases l
+WHERE l.workflow = ? FOR NO KEY UPDATE OF l`, writerLock, wf).Scan(&l.Node, &l.Token)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, fmt.Errorf("lease of %q: %w", wf, kt.ErrNotFound)
 	}
@@ -242,7 +263,7 @@ func (r *runner) LockShared() error {
 	if !r.scoped || r.sharedHeld {
 		return nil
 	}
-	if _, err := r.tx.ExecContext(r.ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, sharedLock); err != nil {
+	if _, err := r.Exec(`SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, sharedLock); err != nil {
 		return fmt.Errorf("take the lock of the shared rows: %w", err)
 	}
 	r.sharedHeld = true
@@ -298,12 +319,13 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(sqldb.NewTx(&runner{ctx: ctx, tx: tx}))
+	s.trips.Add(2) // begin, rollback
+	return fn(sqldb.NewTx(&runner{ctx: ctx, tx: tx, trips: &s.trips}))
 }
 
 // Stats reports the commits made.
 func (s *Store) Stats() store.Stats {
-	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load()}
+	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load(), RoundTrips: s.trips.Load()}
 }
 
 // engineLock is a session advisory lock for commands that must not run
@@ -393,18 +415,89 @@ type runner struct {
 	// scoped: a step's transaction, holding its workflow's lock and the
 	// writers' lock shared; sharedHeld: it took LockShared.
 	scoped, sharedHeld bool
+	// write: a write transaction, whose writes may be held back (pending).
+	write   bool
+	pending []deferred
+	// trips counts the statements sent (Stats.RoundTrips).
+	trips *atomic.Int64
 }
 
 func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
+	if err := r.flush(); err != nil {
+		return nil, err
+	}
+	r.trips.Add(1)
 	return r.tx.ExecContext(r.ctx, rebind(q), args...)
 }
 
 func (r *runner) Query(q string, args ...any) (*sql.Rows, error) {
+	if err := r.flush(); err != nil {
+		return nil, err
+	}
+	r.trips.Add(1)
 	return r.tx.QueryContext(r.ctx, rebind(q), args...)
 }
 
 func (r *runner) QueryRow(q string, args ...any) sqldb.Row {
+	if err := r.flush(); err != nil {
+		return errRow{err}
+	}
+	r.trips.Add(1)
 	return r.tx.QueryRowContext(r.ctx, rebind(q), args...)
+}
+
+type errRow struct{ err error }
+
+func (e errRow) Scan(...any) error { return e.err }
+
+// deferred is a write held back until the next statement or the commit.
+type deferred struct {
+	what, q string
+	args    []any
+}
+
+// Defer holds a write of a write transaction back (sqldb.Deferrer).
+func (r *runner) Defer(what, q string, args ...any) bool {
+	if !r.write {
+		return false
+	}
+	r.pending = append(r.pending, deferred{what, q, args})
+	return true
+}
+
+// flush sends the writes held back in one round trip: one alone as a
+// prepared statement; several as one simple-protocol query, pgx quoting
+// the arguments into its text (PostgreSQL runs a simple query's statements
+// in order, inside the transaction). The error names every write sent, as
+// PostgreSQL does not say which failed.
+func (r *runner) flush() error {
+	if len(r.pending) == 0 {
+		return nil
+	}
+	ps := r.pending
+	r.pending = nil
+	r.trips.Add(1)
+	if len(ps) == 1 {
+		if _, err := r.tx.ExecContext(r.ctx, rebind(ps[0].q), ps[0].args...); err != nil {
+			return fmt.Errorf("%s: %w", ps[0].what, err)
+		}
+		return nil
+	}
+	var b strings.Builder
+	args := []any{pgx.QueryExecModeSimpleProtocol}
+	whats := make([]string, len(ps))
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteString(";\n")
+		}
+		b.WriteString(rebindFrom(p.q, len(args)-1))
+		args = append(args, p.args...)
+		whats[i] = p.what
+	}
+	if _, err := r.tx.ExecContext(r.ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(whats, "; "), err)
+	}
+	return nil
 }
 
 var rebound sync.Map // statement text → its PostgreSQL form
@@ -414,8 +507,15 @@ func rebind(q string) string {
 	if v, ok := rebound.Load(q); ok {
 		return v.(string)
 	}
+	out := rebindFrom(q, 0)
+	rebound.Store(q, out)
+	return out
+}
+
+// rebindFrom turns ? placeholders into $n+1, $n+2, …
+func rebindFrom(q string, n int) string {
 	var b strings.Builder
-	n, quoted := 0, false
+	quoted := false
 	for _, c := range q {
 		switch {
 		case c == '\'':
@@ -427,7 +527,5 @@ func rebind(q string) string {
 		}
 		b.WriteRune(c)
 	}
-	out := b.String()
-	rebound.Store(q, out)
-	return out
+	return b.String()
 }

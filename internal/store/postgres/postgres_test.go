@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -205,5 +206,111 @@ func TestWritersAreSerializedPerWorkflow(t *testing.T) {
 		if err := <-c; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Writes are held back and sent together (runner.Defer): a read in the same
+// transaction sees them, and one that fails fails the whole transaction,
+// naming the writes sent with it; nothing of it is stored.
+func TestHeldBackWrites(t *testing.T) {
+	s, err := Open(context.Background(), freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	before := s.Stats().RoundTrips
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		for _, n := range []string{"a", "b", "c"} {
+			if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: n, Type: kt.HandlerProducer, State: []byte(`{"q":"it's"}`)}); err != nil {
+				return err
+			}
+		}
+		hs, err := tx.HandlerList("w")
+		if err != nil || len(hs) != 3 || string(hs[0].State) != `{"q": "it's"}` && string(hs[0].State) != `{"q":"it's"}` {
+			return fmt.Errorf("the transaction's own writes, read back: %+v %v", hs, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// begin, the writers' lock, the three writes together, the read, commit
+	if n := s.Stats().RoundTrips - before; n != 5 {
+		t.Errorf("%d round trips, want 5", n)
+	}
+	m := kt.Mutation{ID: "m1", Workflow: "w", IdentityKey: "same", Status: kt.MutationInFlight}
+	err = s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "d", Type: kt.HandlerProducer}); err != nil {
+			return err
+		}
+		if err := tx.MutationPut(m); err != nil {
+			return err
+		}
+		m2 := m
+		m2.ID = "m2" // the same identity: refused by the unique key
+		return tx.MutationPut(m2)
+	})
+	if err == nil || !strings.Contains(err.Error(), "save mutation m2") || !strings.Contains(err.Error(), "identity_key") {
+		t.Fatalf("a failing held-back write: %v", err)
+	}
+	if err := s.View(ctx, func(tx store.Tx) error {
+		hs, err := tx.HandlerList("w")
+		if err != nil || len(hs) != 3 {
+			return fmt.Errorf("handlers after the failed transaction: %+v %v", hs, err)
+		}
+		if _, err := tx.MutationGet("m1"); !errors.Is(err, kt.ErrNotFound) {
+			return fmt.Errorf("m1 after the failed transaction: %v", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A transaction whose process stops between two statements (paused, a
+// frozen VM) does not hold the writers' lock for ever: PostgreSQL ends it
+// (idle_in_transaction_session_timeout, here shortened through the URL),
+// its Update fails and writes nothing, and the other writers go on.
+func TestAStoppedTransactionReleasesItsLocks(t *testing.T) {
+	s, err := Open(context.Background(), freshSchema(t)+"&"+idleParam+"=300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	inside, release := make(chan struct{}), make(chan struct{})
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.WorkflowPut(kt.Workflow{Name: "stopped", CreatedAt: 1, UpdatedAt: 1}); err != nil {
+				return err
+			}
+			if _, err := tx.WorkflowGet("stopped"); err != nil { // sent: the lock and the write are held
+				return err
+			}
+			close(inside)
+			<-release // the process "stops" here, between two statements
+			return nil
+		})
+	}()
+	<-inside
+	// Waits for the writers' lock until PostgreSQL ends the stopped one.
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.WorkflowPut(kt.Workflow{Name: "other", CreatedAt: 1, UpdatedAt: 1})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-stopped; err == nil {
+		t.Fatal("the stopped transaction committed after PostgreSQL ended it")
+	}
+	if err := s.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.WorkflowGet("stopped"); !errors.Is(err, kt.ErrNotFound) {
+			return fmt.Errorf("the stopped transaction's write: %v", err)
+		}
+		_, err := tx.WorkflowGet("other")
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

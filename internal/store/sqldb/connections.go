@@ -39,14 +39,10 @@ func (t *Tx) ConnectionPut(c kt.Connection) error {
 	if err := t.shared(); err != nil {
 		return err
 	}
-	_, err := t.r.Exec(`INSERT INTO connections(`+connectionCols+`) VALUES(?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save the %s connection", c.Provider), `INSERT INTO connections(`+connectionCols+`) VALUES(?,?,?,?,?,?,?)
 ON CONFLICT(provider) DO UPDATE SET account=excluded.account, scopes=excluded.scopes, sealed=excluded.sealed,
 broken=excluded.broken, updated_at=excluded.updated_at`,
 		c.Provider, c.Account, strings.Join(c.Scopes, " "), c.Sealed, c.Broken, c.CreatedAt, c.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("save the %s connection: %w", c.Provider, err)
-	}
-	return nil
 }
 
 func (t *Tx) ConnectionDelete(provider string) error {
@@ -129,11 +125,8 @@ func (t *Tx) GrantList(workflow string) ([]kt.Grant, error) {
 }
 
 func (t *Tx) GrantAdd(g kt.Grant) error {
-	_, err := t.r.Exec(`INSERT INTO grants(workflow, item, granted_by, granted_at) VALUES(?,?,?,?) ON CONFLICT(workflow, item) DO NOTHING`, g.Workflow, g.Item, g.GrantedBy, g.GrantedAt)
-	if err != nil {
-		return fmt.Errorf("grant %s to %s: %w", g.Item, g.Workflow, err)
-	}
-	return nil
+	return t.write(fmt.Sprintf("grant %s to %s", g.Item, g.Workflow), `INSERT INTO grants(workflow, item, granted_by, granted_at) VALUES(?,?,?,?) ON CONFLICT(workflow, item) DO NOTHING`,
+		g.Workflow, g.Item, g.GrantedBy, g.GrantedAt)
 }
 
 func (t *Tx) GrantRemove(workflow, item string) (bool, error) {
@@ -148,13 +141,9 @@ func (t *Tx) GrantRemove(workflow, item string) (bool, error) {
 const repairCols = `id, workflow, run_id, attempt, status, from_version, to_version, script, explanation, reason, tokens, decided_by, created_at, updated_at`
 
 func (t *Tx) RepairPut(r kt.Repair) error {
-	_, err := t.r.Exec(`INSERT INTO repairs(`+repairCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save repair %s", r.ID), `INSERT INTO repairs(`+repairCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET status=excluded.status, to_version=excluded.to_version, script=excluded.script, explanation=excluded.explanation, reason=excluded.reason, tokens=excluded.tokens, decided_by=excluded.decided_by, updated_at=excluded.updated_at`,
 		r.ID, r.Workflow, r.RunID, r.Attempt, string(r.Status), r.FromVersion, r.ToVersion, r.Script, r.Explanation, r.Reason, r.Tokens, r.DecidedBy, r.CreatedAt, r.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("save repair %s: %w", r.ID, err)
-	}
-	return nil
 }
 
 func (t *Tx) RepairList(workflow string) ([]kt.Repair, error) {

@@ -16,12 +16,9 @@ func (t *Tx) LeaseGet(workflow string) (kt.Lease, error) {
 }
 
 func (t *Tx) LeasePut(l kt.Lease) error {
-	_, err := t.r.Exec(`INSERT INTO leases(workflow, node, token, expires_at) VALUES(?,?,?,?)
-ON CONFLICT(workflow) DO UPDATE SET node=excluded.node, token=excluded.token, expires_at=excluded.expires_at`, l.Workflow, l.Node, l.Token, l.ExpiresAt)
-	if err != nil {
-		return fmt.Errorf("save the lease of %s: %w", l.Workflow, err)
-	}
-	return nil
+	return t.write(fmt.Sprintf("save the lease of %s", l.Workflow), `INSERT INTO leases(workflow, node, token, expires_at) VALUES(?,?,?,?)
+ON CONFLICT(workflow) DO UPDATE SET node=excluded.node, token=excluded.token, expires_at=excluded.expires_at`,
+		l.Workflow, l.Node, l.Token, l.ExpiresAt)
 }
 
 func (t *Tx) LeaseList() ([]kt.Lease, error) {
@@ -42,12 +39,9 @@ func (t *Tx) LeaseList() ([]kt.Lease, error) {
 }
 
 func (t *Tx) NodePut(n kt.Node) error {
-	_, err := t.r.Exec(`INSERT INTO nodes(id, addr, started_at, seen_at) VALUES(?,?,?,?)
-ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at`, n.ID, n.Addr, n.StartedAt, n.SeenAt)
-	if err != nil {
-		return fmt.Errorf("save node %s: %w", n.ID, err)
-	}
-	return nil
+	return t.write(fmt.Sprintf("save node %s", n.ID), `INSERT INTO nodes(id, addr, started_at, seen_at) VALUES(?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at`,
+		n.ID, n.Addr, n.StartedAt, n.SeenAt)
 }
 
 func (t *Tx) NodeList() ([]kt.Node, error) {

@@ -6,7 +6,10 @@
 // It may import store and keeptype.
 package sqldb
 
-import "database/sql"
+import (
+	"database/sql"
+	"fmt"
+)
 
 // Runner runs the statements of one transaction.
 type Runner interface {
@@ -34,6 +37,29 @@ type SharedLocker interface {
 func (t *Tx) shared() error {
 	if l, ok := t.r.(SharedLocker); ok {
 		return l.LockShared()
+	}
+	return nil
+}
+
+// Deferrer is what a backend's Runner implements when it can hold back a
+// write whose only answer is success or an error and send it with the
+// next statement that needs an answer, or at commit: one round trip for
+// several writes (PostgreSQL). Defer reports false when it did not take
+// the statement (a read-only transaction); the caller runs it then.
+type Deferrer interface {
+	Defer(what, q string, args ...any) bool
+}
+
+// write runs a statement whose result is only its error, deferred when the
+// backend can (Deferrer): then a failure fails the transaction at a later
+// statement or at commit, naming what failed. Nothing in the engine goes on
+// after a failed write, so the later report changes no outcome.
+func (t *Tx) write(what, q string, args ...any) error {
+	if d, ok := t.r.(Deferrer); ok && d.Defer(what, q, args...) {
+		return nil
+	}
+	if _, err := t.r.Exec(q, args...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

@@ -101,25 +101,17 @@ func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
 }
 
 func (t *Tx) WorkflowPut(w kt.Workflow) error {
-	_, err := t.r.Exec(`INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, created_at, updated_at) VALUES(?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save workflow %s", w.Name), `INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, created_at, updated_at) VALUES(?,?,?,?,?,?,?)
 ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, updated_at=excluded.updated_at`,
 		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.CreatedAt, w.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("save workflow %s: %w", w.Name, err)
-	}
-	return nil
 }
 
 func (t *Tx) VersionInsert(v *kt.Version) error {
 	if err := t.r.QueryRow(`SELECT coalesce(max(id),0)+1 FROM versions WHERE workflow=?`, v.Workflow).Scan(&v.ID); err != nil {
 		return err
 	}
-	_, err := t.r.Exec(`INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,?,?,?,?,?,?)`,
+	return t.write(fmt.Sprintf("save version of %s", v.Workflow), `INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,?,?,?,?,?,?)`,
 		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.CreatedAt)
-	if err != nil {
-		return fmt.Errorf("save version of %s: %w", v.Workflow, err)
-	}
-	return nil
 }
 
 const versionCols = `workflow, id, major, minor, script, file, created_at`
@@ -195,14 +187,10 @@ func (t *Tx) HandlerList(workflow string) ([]kt.Handler, error) {
 }
 
 func (t *Tx) HandlerPut(h kt.Handler) error {
-	_, err := t.r.Exec(`INSERT INTO handlers(`+handlerCols+`) VALUES(?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save handler %s/%s", h.Workflow, h.Name), `INSERT INTO handlers(`+handlerCols+`) VALUES(?,?,?,?,?,?,?,?,?)
 ON CONFLICT(workflow, name) DO UPDATE SET type=excluded.type, state=excluded.state, dirty=excluded.dirty, wake_at=excluded.wake_at,
  next_run_at=excluded.next_run_at, queued=excluded.queued, updated_at=excluded.updated_at`,
 		h.Workflow, h.Name, h.Type, jsonText(h.State), b2i(h.Dirty), h.WakeAt, h.NextRunAt, b2i(h.Queued), h.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("save handler %s/%s: %w", h.Workflow, h.Name, err)
-	}
-	return nil
 }
 
 // --- events ---
@@ -239,10 +227,9 @@ func (t *Tx) EventPublish(e *kt.Event) (bool, error) {
 	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
 	if err == nil {
 		*e = kt.Published(&existing, *e)
-		_, err := t.r.Exec(`UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
-			string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
-		if err != nil {
-			return false, fmt.Errorf("update event %s/%s: %w", e.Topic, e.MessageID, err)
+		if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+			string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
+			return false, err
 		}
 		return false, t.setCauses(e.ID, e.CausedBy)
 	}
@@ -262,7 +249,7 @@ func (t *Tx) EventPublish(e *kt.Event) (bool, error) {
 // nothing is deleted.
 func (t *Tx) setCauses(eventID int64, causes []string) error {
 	for _, c := range causes {
-		if _, err := t.r.Exec(`INSERT INTO event_causes(event_id, input_id) VALUES(?,?) ON CONFLICT DO NOTHING`, eventID, c); err != nil {
+		if err := t.write(fmt.Sprintf("record a cause of event %d", eventID), `INSERT INTO event_causes(event_id, input_id) VALUES(?,?) ON CONFLICT DO NOTHING`, eventID, c); err != nil {
 			return err
 		}
 	}
@@ -270,12 +257,8 @@ func (t *Tx) setCauses(eventID int64, causes []string) error {
 }
 
 func (t *Tx) DecisionAdd(d kt.Decision) error {
-	_, err := t.r.Exec(`INSERT INTO decisions(workflow, run_id, mutation_id, item_id, action, by, detail, at) VALUES(?,?,?,?,?,?,?,?)`,
+	return t.write(fmt.Sprintf("record the decision %s on %s", d.Action, d.Workflow), `INSERT INTO decisions(workflow, run_id, mutation_id, item_id, action, by, detail, at) VALUES(?,?,?,?,?,?,?,?)`,
 		d.Workflow, d.RunID, d.MutationID, d.ItemID, d.Action, d.By, d.Detail, d.At)
-	if err != nil {
-		return fmt.Errorf("record the decision %s on %s: %w", d.Action, d.Workflow, err)
-	}
-	return nil
 }
 
 func (t *Tx) DecisionList(workflow, runID string) ([]kt.Decision, error) {
@@ -353,12 +336,8 @@ func prefixed(p, cols string) string {
 }
 
 func (t *Tx) EventUpdate(e kt.Event) error {
-	_, err := t.r.Exec(`UPDATE events SET payload=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+	return t.write(fmt.Sprintf("update event %d", e.ID), `UPDATE events SET payload=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
 		string(e.Payload), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
-	if err != nil {
-		return fmt.Errorf("update event %d: %w", e.ID, err)
-	}
-	return nil
 }
 
 func (t *Tx) OldestPending(workflow string, topics []string) (int64, bool, error) {
@@ -477,14 +456,10 @@ func (t *Tx) InputGetByKey(workflow, key string) (kt.Input, error) {
 }
 
 func (t *Tx) InputPut(i kt.Input) error {
-	_, err := t.r.Exec(`INSERT INTO items(`+itemCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save input %s", i.Key), `INSERT INTO items(`+itemCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, current_attempt=excluded.current_attempt, last_run=excluded.last_run,
  last_version=excluded.last_version, updated_at=excluded.updated_at`,
 		i.ID, i.Workflow, i.Key, i.Kind, i.Source, i.Type, i.ExternalID, i.Title, i.Status, i.CurrentAttempt, i.CreatedBy, i.LastRun, i.LastVersion, i.CreatedAt, i.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("save input %s: %w", i.Key, err)
-	}
-	return nil
 }
 
 func (t *Tx) InputList(workflow string) ([]kt.Input, error) {
@@ -505,13 +480,9 @@ func (t *Tx) InputList(workflow string) ([]kt.Input, error) {
 }
 
 func (t *Tx) ItemAttemptPut(a kt.ItemAttempt) error {
-	_, err := t.r.Exec(`INSERT INTO item_attempts(item_id, attempt, status, version, started_at, updated_at) VALUES(?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save attempt %d of item %s", a.Attempt, a.ItemID), `INSERT INTO item_attempts(item_id, attempt, status, version, started_at, updated_at) VALUES(?,?,?,?,?,?)
 ON CONFLICT(item_id, attempt) DO UPDATE SET status=excluded.status, version=excluded.version, updated_at=excluded.updated_at`,
 		a.ItemID, a.Attempt, a.Status, a.Version, a.StartedAt, a.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("save attempt %d of item %s: %w", a.Attempt, a.ItemID, err)
-	}
-	return nil
 }
 
 func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
@@ -571,17 +542,13 @@ func (t *Tx) RunGet(id string) (kt.Run, error) {
 }
 
 func (t *Tx) RunPut(r kt.Run) error {
-	_, err := t.r.Exec(`INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
  mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
  error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
  updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open`,
 		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
 		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, b2i(!r.Status.Finished()))
-	if err != nil {
-		return fmt.Errorf("save run %s: %w", r.ID, err)
-	}
-	return nil
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
@@ -678,16 +645,12 @@ func (t *Tx) MutationByRun(runID string) (kt.Mutation, error) {
 }
 
 func (t *Tx) MutationPut(m kt.Mutation) error {
-	_, err := t.r.Exec(`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save mutation %s", m.ID), `INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, identity_key=excluded.identity_key, sent_at=excluded.sent_at, not_found_at=excluded.not_found_at, params=excluded.params, payload_hash=excluded.payload_hash, status=excluded.status, result=excluded.result,
  error_class=excluded.error_class, error_message=excluded.error_message, can_reconcile=excluded.can_reconcile, reconcile_attempts=excluded.reconcile_attempts,
  next_reconcile_at=excluded.next_reconcile_at, resolved_by=excluded.resolved_by, updated_at=excluded.updated_at`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
 		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
-	if err != nil {
-		return fmt.Errorf("save mutation %s: %w", m.ID, err)
-	}
-	return nil
 }
 
 func (t *Tx) MutationList(workflow string) ([]kt.Mutation, error) {
