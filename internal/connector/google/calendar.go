@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	calendar "google.golang.org/api/calendar/v3"
@@ -15,10 +18,20 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 )
 
+// Calendar's scopes, as its discovery document lists them per method:
+// keep asks for calendar.events (a calendar shared with the account is
+// not its own, which calendar.events.owned would not reach); an account
+// that granted the narrower calendar.events.owned(.readonly) works with
+// its own calendars.
 var (
-	calendarRead  = []string{Scope("calendar.events.readonly"), Scope("calendar.readonly"), Scope("calendar.events"), Scope("calendar")}
-	calendarWrite = []string{Scope("calendar.events"), Scope("calendar")}
+	calendarRead = []string{Scope("calendar.events.readonly"), Scope("calendar.readonly"), Scope("calendar.events"), Scope("calendar"),
+		Scope("calendar.events.owned.readonly"), Scope("calendar.events.owned")}
+	calendarWrite = []string{Scope("calendar.events"), Scope("calendar"), Scope("calendar.events.owned")}
 )
+
+// sendUpdatesValues are Calendar's choices of whom it mails an invitation
+// or an update: everyone, guests outside the account's domain, no one.
+var sendUpdatesValues = []string{"all", "externalOnly", "none"}
 
 // eventID is the id createEvent gives the event: made from the write's
 // idempotency key (hex is within Calendar's base32hex alphabet), so a
@@ -44,6 +57,7 @@ func newCalendar(auth *Auth) *connector.Connector {
 		{Name: "attendees", Type: "array of strings", Doc: "guests' email addresses"},
 		{Name: "description", Type: "string", Doc: "the description"},
 		{Name: "location", Type: "string", Doc: "the location"},
+		{Name: "sendUpdates", Type: "string", Doc: "whom Google mails the invitation or the change: `all` guests, `externalOnly` (guests outside the account's domain) or `none` (the default: guests see it in their calendars, no mail)"},
 	}
 	create := append([]connector.Param{calParam}, eventParams...)
 	create[1].Required, create[2].Required, create[3].Required = true, true, true
@@ -59,8 +73,9 @@ func newCalendar(auth *Auth) *connector.Connector {
 				Summary: "Lists events, by start time (recurring events as their single occurrences).",
 				Params: []connector.Param{calParam, {Name: "from", Type: "string", Doc: "RFC 3339: events ending after it"},
 					{Name: "to", Type: "string", Doc: "RFC 3339: events starting before it"}, {Name: "max", Type: "number", Doc: "at most this many, 1 to 2500 (default 250)"}},
-				Result: "an array of `{ id, summary, start, end, attendees, status, htmlLink }` (`start`/`end` as given: a time or a date)",
-				Errors: "a calendar that does not exist: logic; 401/403: permission; 429 and 5xx: transient.",
+				Result: "an array of `{ id, summary, description, location, start, end, attendees, status, htmlLink }` (`start`/`end` a time, in the calendar's time zone as Google answers it, or a date)",
+				Errors: "a calendar that does not exist: logic; 401/403: permission (403 `accessNotConfigured`: enable the Google Calendar API in the OAuth client's Cloud project); 429 and 403 usage limits (`rateLimitExceeded`, `quotaExceeded`, …): transient; 5xx: transient.",
+				Limits: "Google answers in pages (250 events at most, and a page may be short or even empty while more follow); keep reads every page up to `max`. Calendar allows about 600 requests a minute per user; a 403 usage limit or 429 is retried.",
 			}},
 			"createEvent": {Name: "createEvent", Kind: connector.KindMutate, Scopes: calendarWrite, Identity: []string{"calendarId"},
 				Validate: validateEvent(true), Do: c.create, Reconcile: c.reconcileCreate, ComparePayload: connector.ComparePayloadOf("summary", "start", "end", "attendees", "description", "location"),
@@ -70,7 +85,8 @@ func newCalendar(auth *Auth) *connector.Connector {
 					Result:  "`{ id, summary, start, end, attendees, status, htmlLink }`; a reconciled create adds `reconciled: true`",
 					Reconcile: "gets the event by its id: there means created, 404 means not (believed after the settle time, twice). " +
 						"A second attempt that finds the id taken (409) reads the event and returns it.",
-					Errors: "a bad time range: logic; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 429: transient, nothing written; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Errors: "a bad time range: logic; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 403 `accessNotConfigured`: permission, enable the Google Calendar API in the OAuth client's Cloud project; 429 and 403 usage limits (`rateLimitExceeded`, `quotaExceeded`): transient, nothing written; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Limits: "Calendar allows about 600 requests a minute per user and limits how many events and invitations an account may create in a short time (403 `quotaExceeded`, lifted after a few hours); keep retries these as transient, after Google's Retry-After when it gives one.",
 				}},
 			"updateEvent": {Name: "updateEvent", Kind: connector.KindMutate, Scopes: calendarWrite, Identity: []string{"calendarId", "eventId"},
 				Validate: validateEvent(false), Do: c.update, Reconcile: c.reconcileUpdate, ComparePayload: connector.ComparePayloadOf("summary", "start", "end", "attendees", "description", "location"),
@@ -78,8 +94,9 @@ func newCalendar(auth *Auth) *connector.Connector {
 					Summary:   "Changes the given fields of an event (the others stay).",
 					Params:    update,
 					Result:    "the event, as createEvent returns it",
-					Reconcile: "gets the event: every given field as asked means applied, else not.",
+					Reconcile: "gets the event: every given field as asked (`summary`, `description`, `location`, `attendees` as a set of addresses, `start` and `end` as instants — Google answers them in the calendar's time zone) means applied, else not.",
 					Errors:    "an event that does not exist: precondition; otherwise as createEvent.",
+					Limits:    "as createEvent.",
 				}},
 		},
 	}
@@ -142,6 +159,9 @@ func validateEvent(create bool) func(map[string]any) error {
 		if _, ok := strList(a["attendees"]); !ok {
 			return fmt.Errorf("%s: attendees must be an array of email addresses", method)
 		}
+		if v, ok := a["sendUpdates"]; ok && v != nil && !slices.Contains(sendUpdatesValues, str(v)) {
+			return fmt.Errorf("%s: sendUpdates must be \"all\", \"externalOnly\" or \"none\" (got %v)", method, v)
+		}
 		for _, k := range []string{"calendarId", "summary", "description", "location"} {
 			if v, ok := a[k]; ok && v != nil {
 				if _, isStr := v.(string); !isStr {
@@ -193,8 +213,8 @@ func eventValue(e *calendar.Event) map[string]any {
 	for _, a := range e.Attendees {
 		attendees = append(attendees, a.Email)
 	}
-	return map[string]any{"id": e.Id, "summary": e.Summary, "start": at(e.Start), "end": at(e.End), "attendees": attendees,
-		"status": e.Status, "htmlLink": e.HtmlLink}
+	return map[string]any{"id": e.Id, "summary": e.Summary, "description": e.Description, "location": e.Location, "start": at(e.Start), "end": at(e.End),
+		"attendees": attendees, "status": e.Status, "htmlLink": e.HtmlLink}
 }
 
 func (c *calendarConn) list(ctx context.Context, call connector.Call) connector.Result {
@@ -218,14 +238,23 @@ func (c *calendarConn) list(ctx context.Context, call connector.Call) connector.
 		if s := str(a["to"]); s != "" {
 			q = q.TimeMax(s)
 		}
-		evs, err := q.Do()
-		if err != nil {
-			return err
+		// Every page, up to max: a page may be short, or empty, while
+		// nextPageToken says more follow.
+		err = q.Pages(ctx, func(evs *calendar.Events) error {
+			for _, e := range evs.Items {
+				if int64(len(out)) < max {
+					out = append(out, eventValue(e))
+				}
+			}
+			if int64(len(out)) >= max {
+				return errEnough
+			}
+			return nil
+		})
+		if errors.Is(err, errEnough) {
+			return nil
 		}
-		for _, e := range evs.Items {
-			out = append(out, eventValue(e))
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return connector.Result{Err: err}
@@ -242,7 +271,7 @@ func (c *calendarConn) create(ctx context.Context, call connector.Call) connecto
 		}
 		e := eventOf(call.Args)
 		e.Id = eventID(call.IdempotencyKey)
-		made, err := svc.Events.Insert(cal, e).Context(ctx).Do()
+		made, err := svc.Events.Insert(cal, e).SendUpdates(strOr(call.Args["sendUpdates"], "none")).Context(ctx).Do()
 		var ge *googleapi.Error
 		if errors.As(err, &ge) && ge.Code == http.StatusConflict {
 			// The id is taken: only this write makes it, so an earlier
@@ -297,7 +326,7 @@ func (c *calendarConn) update(ctx context.Context, call connector.Call) connecto
 		if err != nil {
 			return nil, err
 		}
-		e, err := svc.Events.Patch(cal, id, eventOf(call.Args)).Context(ctx).Do()
+		e, err := svc.Events.Patch(cal, id, eventOf(call.Args)).SendUpdates(strOr(call.Args["sendUpdates"], "none")).Context(ctx).Do()
 		if err != nil {
 			return nil, err
 		}
@@ -319,12 +348,54 @@ func (c *calendarConn) reconcileUpdate(ctx context.Context, call connector.Call)
 	if err != nil {
 		return connector.ReconcileRetry, nil, err
 	}
-	have, want := eventValue(got), eventValue(eventOf(call.Args))
-	for _, k := range []string{"summary", "start", "end"} {
-		if _, asked := call.Args[k]; asked && fmt.Sprint(have[k]) != fmt.Sprint(want[k]) {
-			return connector.ReconcileFailed, nil, nil
-		}
+	if !sameEvent(got, call.Args) {
+		return connector.ReconcileFailed, nil, nil
 	}
+	have := eventValue(got)
 	have["reconciled"] = true
 	return connector.ReconcileApplied, have, nil
+}
+
+// sameEvent says the event has every field args give as they give it:
+// texts equal, attendees the same set of addresses, times the same
+// instants (Calendar answers them in the calendar's time zone, whatever
+// offset they were sent with), dates the same dates.
+func sameEvent(got *calendar.Event, args map[string]any) bool {
+	want := eventOf(args)
+	for k, pair := range map[string][2]string{"summary": {got.Summary, want.Summary}, "description": {got.Description, want.Description}, "location": {got.Location, want.Location}} {
+		if _, asked := args[k]; asked && pair[0] != pair[1] {
+			return false
+		}
+	}
+	if _, asked := args["attendees"]; asked {
+		set := func(as []*calendar.EventAttendee) string {
+			var l []string
+			for _, a := range as {
+				l = append(l, strings.ToLower(a.Email))
+			}
+			sort.Strings(l)
+			return strings.Join(l, ",")
+		}
+		if set(got.Attendees) != set(want.Attendees) {
+			return false
+		}
+	}
+	for k, pair := range map[string][2]*calendar.EventDateTime{"start": {got.Start, want.Start}, "end": {got.End, want.End}} {
+		if _, asked := args[k]; asked && !sameWhen(pair[0], pair[1]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameWhen(got, want *calendar.EventDateTime) bool {
+	if got == nil || want == nil {
+		return got == want
+	}
+	if want.Date != "" {
+		return got.Date == want.Date
+	}
+	g, err1 := time.Parse(time.RFC3339, got.DateTime)
+	w, err2 := time.Parse(time.RFC3339, want.DateTime)
+	return err1 == nil && err2 == nil && g.Equal(w)
 }

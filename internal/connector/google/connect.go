@@ -95,12 +95,29 @@ func ScopesFor(reg *connector.Registry, uses []string) []string {
 	if len(set) == 0 {
 		return nil
 	}
+	for narrow, broader := range subsumed {
+		for _, b := range broader {
+			if set[b] {
+				delete(set, narrow)
+			}
+		}
+	}
 	var out []string
 	for s := range set {
 		out = append(out, s)
 	}
 	sort.Strings(out)
 	return append([]string{"openid", "email"}, out...)
+}
+
+// subsumed are scopes keep asks for only when no broader one is asked:
+// a token that carries gmail.metadata may neither search nor read a body,
+// whatever else it carries, and calendar.events.owned.readonly adds
+// nothing to calendar.events.owned.
+var subsumed = map[string][]string{
+	Scope("gmail.metadata"):                 {Scope("gmail.readonly"), Scope("gmail.modify"), "https://mail.google.com/"},
+	Scope("calendar.events.owned.readonly"): {Scope("calendar.events.owned"), Scope("calendar.events"), Scope("calendar")},
+	Scope("calendar.events.readonly"):       {Scope("calendar.events"), Scope("calendar")},
 }
 
 // NoScopesError is what keep says when no deployed workflow uses Google.

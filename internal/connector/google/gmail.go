@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -23,6 +24,11 @@ var (
 	gmailRead   = []string{Scope("gmail.readonly"), Scope("gmail.modify"), "https://mail.google.com/"}
 	gmailSend   = []string{Scope("gmail.send"), Scope("gmail.compose"), Scope("gmail.modify"), "https://mail.google.com/"}
 	gmailModify = []string{Scope("gmail.modify"), "https://mail.google.com/"}
+	// gmailHeaders reads headers only: what gmail.send's reconcile and a
+	// reply's threading need. Gmail refuses searches (q) and bodies to a
+	// token that carries it, even beside broader scopes, so keep asks for
+	// it only when no broader Gmail scope is asked (ScopesFor).
+	gmailHeaders = []string{Scope("gmail.metadata"), Scope("gmail.readonly"), Scope("gmail.modify"), "https://mail.google.com/"}
 )
 
 // keyHeader carries a sent message's idempotency key, so reconcile can
@@ -60,22 +66,24 @@ func newGmail(auth *Auth) *connector.Connector {
 				Result:  "`{ id, threadId, from, to, cc, subject, snippet, date, labels, text, html }`: `text` the plain body (or the HTML's text when there is none), `html` the HTML body or \"\"",
 				Errors:  "an id that does not exist is a logic error; otherwise as search.",
 			}},
-			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, ReconcileScopes: gmailRead, Identity: []string{"to", "threadId"},
+			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, ReconcileScopes: gmailHeaders, Identity: []string{"to", "threadId"},
 				Validate: validateSend, Do: g.send, Reconcile: g.reconcileSend, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"),
 				Target: func(a map[string]any) string { return "gmail.send to " + str(a["to"]) }, Doc: connector.MethodDoc{
-					Summary: "Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key`.",
+					Summary: "Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key` (Gmail may replace the Message-ID; the header stays). " +
+						"A reply (`threadId`) carries `In-Reply-To` and `References` naming the thread's last message, which keep reads first: Gmail puts a sent message in the thread only with them and a matching subject (`Re: ` + the thread's subject).",
 					Params: []connector.Param{
 						{Name: "to", Type: "string or array of strings", Required: true, Doc: "recipients (identity: with `threadId`, what the write is to)"},
 						{Name: "subject", Type: "string", Required: true, Doc: "the subject"},
 						{Name: "text", Type: "string", Required: true, Doc: "the plain-text body"},
 						{Name: "html", Type: "string", Doc: "an HTML body sent beside the text"},
 						{Name: "cc", Type: "string or array of strings", Doc: "copies"},
-						{Name: "threadId", Type: "string", Doc: "the thread to reply in"},
+						{Name: "threadId", Type: "string", Doc: "the thread to reply in (from search or get); give the thread's subject, `Re: …`"},
 						{Name: "subkey", Type: "string", Doc: "tells apart two sends of one run to the same recipients"},
 					},
 					Result:    "`{ id, threadId, messageId }`; a reconciled send adds `reconciled: true`",
-					Reconcile: "searches the mailbox for the Message-ID (`rfc822msgid:`), then the recent Sent mail to the same recipients for the key header: found means sent; not found (seen twice, after the settle time) means not sent, and keep sends it.",
-					Errors:    "429 and 403 rate limits: transient, nothing sent; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 400 (bad address): logic; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Reconcile: fmt.Sprintf("reads the headers of the latest %d messages in Sent, looking for the key header `X-Keep-Idempotency-Key` (or the Message-ID keep gave): found means sent; not found (seen twice, after the settle time) means not sent, and keep sends it. With a scope that may search (not `gmail.metadata`), it first asks Gmail for the Message-ID (`rfc822msgid:`).", sentWindow),
+					Errors:    "429 and 403 usage limits (`rateLimitExceeded`, `userRateLimitExceeded`, `dailyLimitExceeded`): transient, nothing sent (a daily quota is tried again after midnight Pacific time); 403 `accessNotConfigured`: permission, enable the Gmail API in the OAuth client's Cloud project; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 400 (bad address): logic; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Limits:    "Gmail allows 250 quota units a second per user (a send costs 100, so about 2 sends a second) and a daily sending limit (500 recipients a day for a personal account, 2,000 for Workspace); above them Google answers 429 or 403, which keep retries after Google's Retry-After. A reply reads its thread first (one `threads.get`).",
 				}},
 			"modifyLabels": {Name: "modifyLabels", Kind: connector.KindMutate, Scopes: gmailModify, Identity: []string{"id"},
 				Validate: validateLabels, Do: g.modifyLabels, Reconcile: g.reconcileLabels, ComparePayload: connector.ComparePayloadOf("add", "remove"),
@@ -181,12 +189,13 @@ func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Resu
 	}
 	q := strings.TrimSpace(str(a["query"]))
 	if after > 0 {
-		q = strings.TrimSpace(q + " after:" + strconv.FormatInt(after/1000, 10))
+		// after: is in seconds; a second earlier, so the cursor's own
+		// second is never cut off by how Gmail rounds.
+		q = strings.TrimSpace(q + " after:" + strconv.FormatInt(after/1000-1, 10))
 	}
 	var found []*gmail.Message
 	var names map[string]string
 	err := g.auth.read(ctx, "gmail.search", gmailRead, func(ctx context.Context, hc *http.Client) error {
-		found = nil
 		svc, err := g.service(ctx, hc)
 		if err != nil {
 			return err
@@ -194,41 +203,12 @@ func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Resu
 		if names, err = labelNames(svc, ctx); err != nil {
 			return err
 		}
-		var ids []string
-		err = svc.Users.Messages.List("me").Q(q).MaxResults(int64(max)).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
-			for _, m := range p.Messages {
-				if len(ids) < max {
-					ids = append(ids, m.Id)
-				}
-			}
-			if len(ids) >= max {
-				return errEnough
-			}
-			return nil
-		})
-		if err != nil && err != errEnough {
-			return err
-		}
-		for _, id := range ids {
-			m, err := svc.Users.Messages.Get("me", id).Format("metadata").MetadataHeaders("From", "To", "Subject", "Date").Context(ctx).Do()
-			if err != nil {
-				return err
-			}
-			if m.InternalDate >= after {
-				found = append(found, m)
-			}
-		}
-		return nil
+		found, err = oldestAfter(ctx, svc, q, after, max)
+		return err
 	})
 	if err != nil {
 		return connector.Result{Err: err}
 	}
-	// Gmail lists newest first; oldest first is the order mail came in
-	// (within one millisecond too).
-	for i, j := 0, len(found)-1; i < j; i, j = i+1, j-1 {
-		found[i], found[j] = found[j], found[i]
-	}
-	sort.SliceStable(found, func(i, j int) bool { return found[i].InternalDate < found[j].InternalDate })
 	items := []any{}
 	cursor := after
 	for _, m := range found {
@@ -242,7 +222,45 @@ func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Resu
 	return connector.Result{Value: connector.ListWith(items, props)}
 }
 
-var errEnough = fmt.Errorf("enough")
+// oldestAfter returns, oldest first, the max oldest messages matching q
+// received after the cursor (ms), and every one received in the cursor's
+// own millisecond (counted apart: a poll always moves on, and none of
+// that millisecond is lost). Gmail lists newest first, in pages that may
+// be short: every page is read (ids only, 500 a page), then messages are
+// read from the oldest end until max are found — so a burst larger than
+// max between two polls, or a first poll, is taken from its start and
+// the cursor never passes mail it did not return.
+func oldestAfter(ctx context.Context, svc *gmail.Service, q string, after int64, max int) ([]*gmail.Message, error) {
+	var ids []string
+	err := svc.Users.Messages.List("me").Q(q).MaxResults(500).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
+		for _, m := range p.Messages {
+			ids = append(ids, m.Id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var found []*gmail.Message
+	counted := 0
+	for i := len(ids) - 1; i >= 0 && counted < max; i-- {
+		m, err := svc.Users.Messages.Get("me", ids[i]).Format("metadata").MetadataHeaders("From", "To", "Subject", "Date").Context(ctx).Do()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case m.InternalDate < after:
+		case m.InternalDate == after:
+			found = append(found, m)
+		default:
+			found = append(found, m)
+			counted++
+		}
+	}
+	// Oldest first, as mail came in (within one millisecond too).
+	sort.SliceStable(found, func(i, j int) bool { return found[i].InternalDate < found[j].InternalDate })
+	return found, nil
+}
 
 func max64(a, b int64) int64 {
 	if a > b {
@@ -372,8 +390,9 @@ func messageID(key string) string {
 	return "<keep." + hex.EncodeToString(sum[:16]) + "@keep.run>"
 }
 
-// rfc822 builds the message a send hands Gmail.
-func rfc822(a map[string]any, key string) string {
+// rfc822 builds the message a send hands Gmail; inReplyTo and references
+// thread a reply ("" for none).
+func rfc822(a map[string]any, key, inReplyTo, references string) string {
 	to, _ := strList(a["to"])
 	cc, _ := strList(a["cc"])
 	var b strings.Builder
@@ -385,6 +404,10 @@ func rfc822(a map[string]any, key string) string {
 	h("Subject", mime.QEncoding.Encode("utf-8", str(a["subject"])))
 	h("Message-ID", messageID(key))
 	h(keyHeader, key)
+	if inReplyTo != "" {
+		h("In-Reply-To", inReplyTo)
+		h("References", strings.TrimSpace(references+" "+inReplyTo))
+	}
 	h("MIME-Version", "1.0")
 	text, html := str(a["text"]), str(a["html"])
 	if html == "" {
@@ -414,13 +437,19 @@ func wrap(s string) string {
 }
 
 func (g *gmailConn) send(ctx context.Context, c connector.Call) connector.Result {
-	raw := rfc822(c.Args, c.IdempotencyKey)
 	what := "gmail.send to " + str(c.Args["to"])
 	return g.auth.write(ctx, what, gmailSend, func(ctx context.Context, hc *http.Client) (any, error) {
 		svc, err := g.service(ctx, hc)
 		if err != nil {
 			return nil, err
 		}
+		inReplyTo, refs := "", ""
+		if t := str(c.Args["threadId"]); t != "" {
+			if inReplyTo, refs, err = lastOfThread(ctx, svc, t); err != nil {
+				return nil, err
+			}
+		}
+		raw := rfc822(c.Args, c.IdempotencyKey, inReplyTo, refs)
 		m, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw)), ThreadId: str(c.Args["threadId"])}).Context(ctx).Do()
 		if err != nil {
 			return nil, err
@@ -429,40 +458,66 @@ func (g *gmailConn) send(ctx context.Context, c connector.Call) connector.Result
 	})
 }
 
+// lastOfThread reads the Message-ID and References of a thread's last
+// message, which a reply's In-Reply-To and References name (RFC 5322).
+func lastOfThread(ctx context.Context, svc *gmail.Service, thread string) (msgID, refs string, err error) {
+	t, err := svc.Users.Threads.Get("me", thread).Format("metadata").MetadataHeaders("Message-ID", "References").Context(ctx).Do()
+	if err != nil {
+		return "", "", err
+	}
+	if len(t.Messages) == 0 {
+		return "", "", nil
+	}
+	last := t.Messages[len(t.Messages)-1].Payload
+	return header(last, "Message-ID"), header(last, "References"), nil
+}
+
+// sentWindow is how many of the latest messages in Sent gmail.send's
+// reconcile reads.
+const sentWindow = 200
+
 func (g *gmailConn) reconcileSend(ctx context.Context, c connector.Call) (connector.ReconcileStatus, any, error) {
 	var found *gmail.Message
-	err := g.auth.read(ctx, "gmail.send's reconcile", gmailRead, func(ctx context.Context, hc *http.Client) error {
+	mid := messageID(c.IdempotencyKey)
+	search := g.auth.granted(ctx, gmailRead) && !g.auth.granted(ctx, gmailHeaders[:1])
+	err := g.auth.read(ctx, "gmail.send's reconcile", gmailHeaders, func(ctx context.Context, hc *http.Client) error {
 		svc, err := g.service(ctx, hc)
 		if err != nil {
 			return err
 		}
-		mid := strings.Trim(messageID(c.IdempotencyKey), "<>")
-		l, err := svc.Users.Messages.List("me").Q("rfc822msgid:" + mid).MaxResults(5).Context(ctx).Do()
-		if err != nil {
-			return err
-		}
-		if len(l.Messages) > 0 {
-			found = l.Messages[0]
-			return nil
-		}
-		// A relay may have rewritten the Message-ID: look at the recent
-		// Sent mail to the same recipients for the key header.
-		to, _ := strList(c.Args["to"])
-		l, err = svc.Users.Messages.List("me").Q("in:sent to:" + to[0]).MaxResults(25).Context(ctx).Do()
-		if err != nil {
-			return err
-		}
-		for _, ref := range l.Messages {
-			m, err := svc.Users.Messages.Get("me", ref.Id).Format("metadata").MetadataHeaders(keyHeader).Context(ctx).Do()
+		if search {
+			l, err := svc.Users.Messages.List("me").Q("rfc822msgid:" + strings.Trim(mid, "<>")).MaxResults(5).Context(ctx).Do()
 			if err != nil {
 				return err
 			}
-			if header(m.Payload, keyHeader) == c.IdempotencyKey {
-				found = m
+			if len(l.Messages) > 0 {
+				found = l.Messages[0]
 				return nil
 			}
 		}
-		return nil
+		// Gmail may have replaced the Message-ID: read the headers of the
+		// latest mail in Sent (no search: gmail.metadata allows none).
+		read := 0
+		err = svc.Users.Messages.List("me").LabelIds("SENT").MaxResults(100).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
+			for _, ref := range p.Messages {
+				m, err := svc.Users.Messages.Get("me", ref.Id).Format("metadata").MetadataHeaders(keyHeader, "Message-ID").Context(ctx).Do()
+				if err != nil {
+					return err
+				}
+				if header(m.Payload, keyHeader) == c.IdempotencyKey || header(m.Payload, "Message-ID") == mid {
+					found = m
+					return errEnough
+				}
+				if read++; read >= sentWindow {
+					return errEnough
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, errEnough) {
+			return nil
+		}
+		return err
 	})
 	if err != nil {
 		return connector.ReconcileRetry, nil, err
@@ -470,8 +525,11 @@ func (g *gmailConn) reconcileSend(ctx context.Context, c connector.Call) (connec
 	if found == nil {
 		return connector.ReconcileFailed, nil, nil
 	}
-	return connector.ReconcileApplied, map[string]any{"id": found.Id, "threadId": found.ThreadId, "messageId": messageID(c.IdempotencyKey), "reconciled": true}, nil
+	return connector.ReconcileApplied, map[string]any{"id": found.Id, "threadId": found.ThreadId, "messageId": mid, "reconciled": true}, nil
 }
+
+// errEnough stops a listing that found what it looked for.
+var errEnough = errors.New("enough")
 
 func validateLabels(a map[string]any) error {
 	if err := need("gmail.modifyLabels", a, "id"); err != nil {

@@ -47,14 +47,15 @@ const (
 // endpoint of keep.toml, and the stored account. A nil *Auth (keep
 // validate, the docs) has no account: every call says to connect one.
 type Auth struct {
-	cfg    config.Google
-	source *account.Source
-	base   http.RoundTripper
+	cfg        config.Google
+	source     *account.Source
+	base       http.RoundTripper
+	sheetsPace *pacer
 }
 
 // NewAuth returns the credentials of the connected Google account.
 func NewAuth(cfg config.Google, accts *account.Accounts) *Auth {
-	a := &Auth{cfg: cfg, base: http.DefaultTransport}
+	a := &Auth{cfg: cfg, base: http.DefaultTransport, sheetsPace: newPacer(SheetsPerMinute)}
 	a.source = accts.Source(Provider, a.OAuth("", nil))
 	return a
 }
@@ -131,6 +132,16 @@ func (a *Auth) call(ctx context.Context, what string, scopes []string, fn func(c
 	}
 }
 
+// granted says the connected account granted one of scopes (false when
+// none is connected or its token cannot be had).
+func (a *Auth) granted(ctx context.Context, scopes []string) bool {
+	if a == nil {
+		return false
+	}
+	_, granted, err := a.source.Token(ctx)
+	return err == nil && anyOf(granted, scopes)
+}
+
 func anyOf(granted, scopes []string) bool {
 	for _, g := range granted {
 		for _, s := range scopes {
@@ -195,10 +206,16 @@ func outcome(what string, write bool, w *wire, err error) connector.Result {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(class, "%s%s", msg, extra)}
 	}
 	switch {
-	case ge.Code == 429 || (ge.Code == 403 && (reason == "rateLimitExceeded" || reason == "userRateLimitExceeded")):
+	case ge.Code == 403 && reason == "dailyLimitExceeded":
+		r := failed(kt.ClassTransient, ": the Cloud project's daily quota is used up; Google renews it at midnight Pacific time, and keep tries again then")
+		r.Err.RetryAfter = max(retryAfter(ge.Header), untilPacificMidnight(time.Now()))
+		return r
+	case ge.Code == 429 || (ge.Code == 403 && usageLimits[reason]):
 		r := failed(kt.ClassTransient, "")
 		r.Err.RetryAfter = retryAfter(ge.Header)
 		return r
+	case ge.Code == 403 && reason == "accessNotConfigured":
+		return failed(kt.ClassPermission, fmt.Sprintf(": enable the %s in the Google Cloud project of keep's OAuth client (APIs & Services, Library), then try again", apiName(what)))
 	case ge.Code == 401:
 		return failed(kt.ClassPermission, kt.ReconnectSuffix(Provider))
 	case ge.Code == 403 && (reason == "insufficientPermissions" || strings.Contains(ge.Message, "insufficient authentication scopes")):
@@ -213,6 +230,30 @@ func outcome(what string, write bool, w *wire, err error) connector.Result {
 		return failed(kt.ClassTransient, "")
 	}
 	return failed(kt.ClassLogic, "")
+}
+
+// usageLimits are the reasons of Google's 403s that are rate limits and
+// quotas (domain usageLimits): retried, like a 429.
+var usageLimits = map[string]bool{"rateLimitExceeded": true, "userRateLimitExceeded": true, "quotaExceeded": true, "dailyLimitExceeded": true}
+
+// apiName is the Google API a method calls, by the name the Cloud
+// console's library lists it under.
+func apiName(what string) string {
+	switch {
+	case strings.HasPrefix(what, "sheets."):
+		return "Google Sheets API"
+	case strings.HasPrefix(what, "calendar."):
+		return "Google Calendar API"
+	}
+	return "Gmail API"
+}
+
+// untilPacificMidnight is how long until Google renews daily quotas
+// (midnight US Pacific time; standard time's offset, so at most an hour late).
+func untilPacificMidnight(now time.Time) time.Duration {
+	pt := now.In(time.FixedZone("PST", -8*3600))
+	next := time.Date(pt.Year(), pt.Month(), pt.Day()+1, 0, 0, 0, 0, pt.Location())
+	return next.Sub(pt)
 }
 
 func retryAfter(h http.Header) time.Duration {

@@ -25,7 +25,10 @@ func rowMark(key string) string { return "keep:" + key }
 
 type sheetsConn struct{ auth *Auth }
 
+// service is the Sheets client, its requests paced under Google's
+// per-user quota (pace.go).
 func (s *sheetsConn) service(ctx context.Context, hc *http.Client) (*sheets.Service, error) {
+	hc = &http.Client{Transport: paced{base: hc.Transport, p: s.auth.sheetsPace}, CheckRedirect: hc.CheckRedirect}
 	return sheets.NewService(ctx, s.auth.options(hc, "")...)
 }
 

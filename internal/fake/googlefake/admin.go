@@ -37,8 +37,12 @@ func (s *Server) adminMessages(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		sort.Strings(names)
+		headers := map[string]string{}
+		for _, x := range m.Extra {
+			headers[x[0]] = x[1]
+		}
 		out = append(out, map[string]any{"id": m.ID, "threadId": m.ThreadID, "from": m.From, "to": m.To, "subject": m.Subject,
-			"text": m.Text, "labels": names, "messageId": m.MessageID})
+			"text": m.Text, "labels": names, "messageId": m.MessageID, "headers": headers})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
 }
@@ -100,10 +104,10 @@ func (s *Server) adminCalendar(w http.ResponseWriter, r *http.Request) {
 	calID, c := s.cal(r.PathValue("cal"))
 	items := []map[string]any{}
 	for _, e := range c {
-		items = append(items, e.json(calID))
+		items = append(items, e.json(calID, s.zone()))
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i]["id"].(string) < items[j]["id"].(string) })
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "notified": append([]string{}, s.notified...)})
 }
 
 // adminRevoke revokes every grant, as a person removing keep's access does.
@@ -125,4 +129,17 @@ func (s *Server) adminWrites(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	writeJSON(w, http.StatusOK, s.writes)
+}
+
+// adminPageMax sets the most items a page of a list holds: {"max": 3}.
+func (s *Server) adminPageMax(w http.ResponseWriter, r *http.Request) {
+	var b struct{ Max int }
+	if err := decode(r, &b); err != nil || b.Max < 1 {
+		http.Error(w, `give {"max": 3}`, http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.pageMax = b.Max
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"max": b.Max})
 }

@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
+	_ "time/tzdata" // the calendars' time zone, wherever the fake runs
 )
 
 type event struct {
@@ -20,10 +24,26 @@ type event struct {
 	Extra     map[string]any // description, location
 }
 
-func (e *event) json(cal string) map[string]any {
+// at answers an event's start or end as Calendar does: a time in the
+// calendar's time zone (whatever offset it was given with), a date as it is.
+func at(v map[string]any, zone *time.Location) map[string]any {
+	out := map[string]any{}
+	for k, x := range v {
+		out[k] = x
+	}
+	if t, ok := timeOf(v); ok && v["dateTime"] != nil {
+		out["dateTime"] = t.In(zone).Format(time.RFC3339)
+		if out["timeZone"] == nil {
+			out["timeZone"] = zone.String()
+		}
+	}
+	return out
+}
+
+func (e *event) json(cal string, zone *time.Location) map[string]any {
 	out := map[string]any{"kind": "calendar#event", "etag": fmt.Sprintf("\"%d\"", e.Updated.UnixMicro()), "id": e.ID, "status": "confirmed",
 		"htmlLink": "https://www.google.com/calendar/event?eid=" + e.ID, "created": e.Created.UTC().Format(time.RFC3339Nano),
-		"updated": e.Updated.UTC().Format(time.RFC3339Nano), "summary": e.Summary, "start": e.Start, "end": e.End,
+		"updated": e.Updated.UTC().Format(time.RFC3339Nano), "summary": e.Summary, "start": at(e.Start, zone), "end": at(e.End, zone),
 		"iCalUID": e.ID + "@google.com", "sequence": 0, "organizer": map[string]any{"email": cal, "self": true}}
 	if len(e.Attendees) > 0 {
 		out["attendees"] = e.Attendees
@@ -32,6 +52,36 @@ func (e *event) json(cal string) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// CalendarZone is the time zone of every calendar of the fake: Calendar
+// answers times in the calendar's zone, not in the offset they were sent with.
+const CalendarZone = "America/Los_Angeles"
+
+func (s *Server) zone() *time.Location {
+	loc, err := time.LoadLocation(CalendarZone)
+	if err != nil {
+		panic(err) // time/tzdata is linked in
+	}
+	return loc
+}
+
+// notify records the invitations or updates Calendar would mail the
+// attendees: sendUpdates all (or the older sendNotifications=true), or
+// externalOnly (guests outside the account's domain); none by default.
+func (s *Server) notify(r *http.Request, e *event) {
+	q := r.URL.Query()
+	mode := q.Get("sendUpdates")
+	if mode == "" && q.Get("sendNotifications") == "true" {
+		mode = "all"
+	}
+	_, domain, _ := strings.Cut(s.account, "@")
+	for _, a := range e.Attendees {
+		addr, _ := a["email"].(string)
+		if mode == "all" || (mode == "externalOnly" && !strings.HasSuffix(addr, "@"+domain)) {
+			s.notified = append(s.notified, e.ID+" "+addr)
+		}
+	}
 }
 
 func (s *Server) cal(id string) (string, map[string]*event) {
@@ -103,7 +153,8 @@ func (s *Server) calInsert(w http.ResponseWriter, r *http.Request) bool {
 	apply(e, b)
 	c[e.ID] = e
 	s.writes["calendar.createEvent"]++
-	writeJSON(w, http.StatusOK, e.json(calID))
+	s.notify(r, e)
+	writeJSON(w, http.StatusOK, e.json(calID, s.zone()))
 	return true
 }
 
@@ -143,7 +194,7 @@ func (s *Server) calGet(w http.ResponseWriter, r *http.Request) bool {
 		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "Not Found")
 		return false
 	}
-	writeJSON(w, http.StatusOK, e.json(calID))
+	writeJSON(w, http.StatusOK, e.json(calID, s.zone()))
 	return false
 }
 
@@ -162,7 +213,8 @@ func (s *Server) calPatch(w http.ResponseWriter, r *http.Request) bool {
 	apply(e, b)
 	e.Updated = s.now()
 	s.writes["calendar.updateEvent"]++
-	writeJSON(w, http.StatusOK, e.json(calID))
+	s.notify(r, e)
+	writeJSON(w, http.StatusOK, e.json(calID, s.zone()))
 	return true
 }
 
@@ -199,8 +251,36 @@ func (s *Server) calList(w http.ResponseWriter, r *http.Request) bool {
 	})
 	items := []map[string]any{}
 	for _, e := range es {
-		items = append(items, e.json(calID))
+		items = append(items, e.json(calID, s.zone()))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"kind": "calendar#events", "summary": calID, "timeZone": "UTC", "items": items})
+	writeJSON(w, http.StatusOK, s.calPage(q, calID, items))
 	return false
+}
+
+// calPage cuts a listing into pages of maxResults (at most 2500, and at
+// most the fake's page size): a page may be short, and, as Calendar may
+// answer, the second page of a listing is empty while its nextPageToken
+// says more follow.
+func (s *Server) calPage(q url.Values, calID string, items []map[string]any) map[string]any {
+	limit, err := strconv.Atoi(q.Get("maxResults"))
+	if err != nil || limit <= 0 || limit > 2500 {
+		limit = 250
+	}
+	limit = min(limit, s.pageMax)
+	tok := q.Get("pageToken")
+	start, _ := strconv.Atoi(strings.TrimLeft(tok, "ep"))
+	out := map[string]any{"kind": "calendar#events", "summary": calID, "timeZone": CalendarZone, "items": []map[string]any{}}
+	switch {
+	case strings.HasPrefix(tok, "e"):
+		out["nextPageToken"] = "p" + strconv.Itoa(start)
+	default:
+		end := min(start+limit, len(items))
+		out["items"] = items[start:end]
+		if end < len(items) && tok == "" {
+			out["nextPageToken"] = "e" + strconv.Itoa(end)
+		} else if end < len(items) {
+			out["nextPageToken"] = "p" + strconv.Itoa(end)
+		}
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,6 +20,9 @@ import (
 
 	"github.com/keep-run/keep/internal/fake/fault"
 )
+
+// PageMax is the most items one page of a list holds by default.
+const PageMax = 100
 
 // Server is one fake Google.
 type Server struct {
@@ -36,6 +40,13 @@ type Server struct {
 	sheets   map[string]*spreadsheet
 	calendar map[string]map[string]*event // calendar id → event id → event
 	faults   *fault.Set
+	notified []string // "eventId address": invitations Calendar would have mailed
+	// sheetsUse holds the times of the Sheets requests of the last minute,
+	// reads and writes apart (Google's per-user quotas).
+	sheetsUse map[bool][]time.Time
+	// pageMax is the most items a page of a list holds, whatever was
+	// asked (Google's lists may answer short pages with a nextPageToken).
+	pageMax int
 
 	// Writes counts the writes each method applied, for tests (sink counts).
 	writes map[string]int
@@ -54,7 +65,7 @@ func New() *Server {
 	return &Server{
 		now: time.Now, codes: map[string]grant{}, access: map[string]grant{}, refresh: map[string]grant{},
 		account: "me@example.com", sheets: map[string]*spreadsheet{}, calendar: map[string]map[string]*event{},
-		faults: newFaults(), writes: map[string]int{},
+		faults: newFaults(), writes: map[string]int{}, pageMax: PageMax, sheetsUse: map[bool][]time.Time{},
 		labels: []label{
 			{ID: "INBOX", Name: "INBOX", Type: "system"}, {ID: "SENT", Name: "SENT", Type: "system"},
 			{ID: "UNREAD", Name: "UNREAD", Type: "system"}, {ID: "STARRED", Name: "STARRED", Type: "system"},
@@ -76,6 +87,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /gmail/v1/users/{user}/messages/{id}", s.api("gmail.get", s.gmailGet))
 	mux.HandleFunc("POST /gmail/v1/users/{user}/messages/send", s.api("gmail.send", s.gmailSend))
 	mux.HandleFunc("POST /gmail/v1/users/{user}/messages/{id}/modify", s.api("gmail.modifyLabels", s.gmailModify))
+	mux.HandleFunc("GET /gmail/v1/users/{user}/threads/{id}", s.api("gmail.getThread", s.gmailThread))
 	mux.HandleFunc("GET /gmail/v1/users/{user}/labels", s.api("", s.gmailLabels))
 	mux.HandleFunc("POST /gmail/v1/users/{user}/labels", s.api("gmail.createLabel", s.gmailCreateLabel))
 
@@ -95,6 +107,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /_admin/sheets/{id}/rows", s.adminAddRow)
 	mux.HandleFunc("GET /_admin/calendar/{cal}", s.adminCalendar)
 	mux.HandleFunc("POST /_admin/faults", s.faults.AdminArm)
+	mux.HandleFunc("POST /_admin/page_max", s.adminPageMax)
 	mux.HandleFunc("GET /_admin/faults", s.faults.AdminList)
 	mux.HandleFunc("POST /_admin/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /_admin/expire", s.adminExpire)
@@ -125,9 +138,53 @@ func (s *Server) api(method string, h func(w http.ResponseWriter, r *http.Reques
 			apiError(w, http.StatusForbidden, "PERMISSION_DENIED", "insufficientPermissions", "Request had insufficient authentication scopes.")
 			return
 		}
+		if msg := metadataOnly(r, g.scopes); msg != "" {
+			s.mu.Unlock()
+			apiError(w, http.StatusForbidden, "PERMISSION_DENIED", "forbidden", msg)
+			return
+		}
+		if s.overSheetsQuota(r) {
+			s.mu.Unlock()
+			kind := map[bool]string{true: "Write", false: "Read"}[r.Method != http.MethodGet]
+			w.Header().Set("Retry-After", "60")
+			apiError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "rateLimitExceeded",
+				fmt.Sprintf("Quota exceeded for quota metric '%s requests' and limit '%s requests per minute per user' of service 'sheets.googleapis.com'.", kind, kind))
+			return
+		}
 		// A fault after the write applies it and loses its answer.
 		fault.Serve(w, r, &s.mu, s.faults.Take(method), s, func(w http.ResponseWriter) { h(w, r) }, s.ownFault)
 	}
+}
+
+// SheetsPerMinute is what Sheets allows each user per minute, of reads
+// and of writes apart.
+const SheetsPerMinute = 60
+
+// overSheetsQuota counts a Sheets request against the user's quota of the
+// last minute (by the fake's clock); true when it is over (s.mu is held).
+func (s *Server) overSheetsQuota(r *http.Request) bool {
+	if !strings.HasPrefix(r.URL.Path, "/v4/") {
+		return false
+	}
+	write, now := r.Method != http.MethodGet, s.now()
+	use := s.sheetsUse[write]
+	for len(use) > 0 && !now.Before(use[0].Add(time.Minute)) {
+		use = use[1:]
+	}
+	if len(use) >= SheetsPerMinute {
+		s.sheetsUse[write] = use
+		return true
+	}
+	s.sheetsUse[write] = append(use, now)
+	return false
+}
+
+// SetClock replaces the clock that stamps mail and counts the Sheets
+// quota (tests that pace by a clock of their own).
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	s.now = now
+	s.mu.Unlock()
 }
 
 func newToken(prefix string) string {

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"net/mail"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,9 @@ type message struct {
 	MessageID             string // the RFC 822 Message-ID header
 	Date                  int64  // internalDate, ms
 	Raw                   string
+	// Extra are the headers a sent message carried beyond those above
+	// (In-Reply-To, References, X-…), in order.
+	Extra [][2]string
 }
 
 type label struct {
@@ -35,13 +39,33 @@ func (m *message) headers() []map[string]string {
 		h = append(h, map[string]string{"name": "Cc", "value": m.Cc})
 	}
 	h = append(h, map[string]string{"name": "Date", "value": fmtDate(m.Date)}, map[string]string{"name": "Message-ID", "value": m.MessageID})
+	for _, x := range m.Extra {
+		h = append(h, map[string]string{"name": x[0], "value": x[1]})
+	}
 	return h
+}
+
+// only keeps the headers named (format metadata with metadataHeaders, as
+// Gmail answers: case-insensitive; none named is all).
+func only(h []map[string]string, names []string) []map[string]string {
+	if len(names) == 0 {
+		return h
+	}
+	out := []map[string]string{}
+	for _, x := range h {
+		for _, n := range names {
+			if strings.EqualFold(x["name"], n) {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
 }
 
 func b64(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
 
 // json renders a message as users.messages.get does in format full.
-func (m *message) json(format string) map[string]any {
+func (m *message) json(format string, metadataHeaders ...string) map[string]any {
 	snippet := m.Text
 	if len(snippet) > 100 {
 		snippet = snippet[:100]
@@ -64,7 +88,7 @@ func (m *message) json(format string) map[string]any {
 		}
 	}
 	if format == "metadata" {
-		payload = map[string]any{"headers": m.headers(), "mimeType": payload["mimeType"]}
+		payload = map[string]any{"headers": only(m.headers(), metadataHeaders), "mimeType": payload["mimeType"]}
 	}
 	out["payload"] = payload
 	return out
@@ -180,13 +204,15 @@ func (s *Server) gmailList(w http.ResponseWriter, r *http.Request) bool {
 	if n, err := strconv.Atoi(q.Get("maxResults")); err == nil && n > 0 && n <= 500 {
 		max = n
 	}
+	max = min(max, s.pageMax)
 	start, _ := strconv.Atoi(q.Get("pageToken"))
 	var found []*message
 	for i := len(s.messages) - 1; i >= 0; i-- { // newest first
-		if m := s.messages[i]; s.matches(m, q.Get("q")) {
+		if m := s.messages[i]; s.matches(m, q.Get("q")) && s.labelled(m, q["labelIds"]) {
 			found = append(found, m)
 		}
 	}
+	sort.SliceStable(found, func(i, j int) bool { return found[i].Date > found[j].Date })
 	out := map[string]any{"resultSizeEstimate": len(found)}
 	var page []map[string]string
 	for i := start; i < len(found) && i < start+max; i++ {
@@ -200,6 +226,16 @@ func (s *Server) gmailList(w http.ResponseWriter, r *http.Request) bool {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return false
+}
+
+// labelled says m carries every label of ids (messages.list's labelIds).
+func (s *Server) labelled(m *message, ids []string) bool {
+	for _, id := range ids {
+		if !slices.Contains(m.Labels, id) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) message(id string) *message {
@@ -221,12 +257,36 @@ func (s *Server) gmailGet(w http.ResponseWriter, r *http.Request) bool {
 	if format == "" {
 		format = "full"
 	}
-	writeJSON(w, http.StatusOK, m.json(format))
+	writeJSON(w, http.StatusOK, m.json(format, r.URL.Query()["metadataHeaders"]...))
+	return false
+}
+
+// gmailThread answers users.threads.get: the thread's messages, oldest first.
+func (s *Server) gmailThread(w http.ResponseWriter, r *http.Request) bool {
+	format := r.URL.Query().Get("format")
+	if format == "" {
+		format = "full"
+	}
+	msgs := []map[string]any{}
+	for _, m := range s.messages {
+		if m.ThreadID == r.PathValue("id") {
+			msgs = append(msgs, m.json(format, r.URL.Query()["metadataHeaders"]...))
+		}
+	}
+	if len(msgs) == 0 {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "Requested entity was not found.")
+		return false
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "historyId": "1", "messages": msgs})
 	return false
 }
 
 // gmailSend takes users.messages.send's {raw, threadId}: raw is an RFC 822
-// message, base64url encoded. Gmail keeps the Message-ID a client sets.
+// message, base64url encoded. Gmail may replace the Message-ID a client
+// sets (the fake always does: a sender finds its mail by another header);
+// other headers are kept. A message joins threadId only as Gmail's rule
+// says: its In-Reply-To or References name a message of the thread, and
+// the subjects match (Re:/Fwd: aside); otherwise it starts a new thread.
 func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) bool {
 	var body struct {
 		Raw      string `json:"raw"`
@@ -250,11 +310,62 @@ func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	text, _ := io.ReadAll(msg.Body)
-	m := s.addMessage(&message{ThreadID: body.ThreadID, Labels: []string{"SENT"}, From: s.account, To: msg.Header.Get("To"),
-		Cc: msg.Header.Get("Cc"), Subject: decodeHeader(msg.Header.Get("Subject")), Text: string(text), MessageID: msg.Header.Get("Message-ID"), Raw: string(raw)})
+	var extra [][2]string
+	for k, vs := range msg.Header {
+		switch k {
+		case "To", "Cc", "Subject", "Message-Id", "From", "Date", "Mime-Version", "Content-Type", "Content-Transfer-Encoding":
+			continue
+		}
+		for _, v := range vs {
+			extra = append(extra, [2]string{k, v})
+		}
+	}
+	sort.Slice(extra, func(i, j int) bool { return extra[i][0] < extra[j][0] })
+	subject := decodeHeader(msg.Header.Get("Subject"))
+	thread := ""
+	if body.ThreadID != "" && s.threads(body.ThreadID, msg.Header.Get("In-Reply-To")+" "+msg.Header.Get("References"), subject) {
+		thread = body.ThreadID
+	}
+	m := s.addMessage(&message{ThreadID: thread, Labels: []string{"SENT"}, From: s.account, To: msg.Header.Get("To"),
+		Cc: msg.Header.Get("Cc"), Subject: subject, Text: string(text), Raw: string(raw), Extra: extra})
+	m.MessageID = "<CA" + m.ID + "@mail.gmail.com>"
 	s.writes["gmail.send"]++
 	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels})
 	return true
+}
+
+// threads says a message whose In-Reply-To/References are refs and whose
+// subject is subject joins thread id.
+func (s *Server) threads(id, refs, subject string) bool {
+	bare := func(t string) string {
+		t = strings.TrimSpace(t)
+		for {
+			l := strings.ToLower(t)
+			cut := false
+			for _, p := range []string{"re:", "fwd:", "fw:"} {
+				if strings.HasPrefix(l, p) {
+					t, cut = strings.TrimSpace(t[len(p):]), true
+					break
+				}
+			}
+			if !cut {
+				return t
+			}
+		}
+	}
+	named, sameSubject := false, false
+	for _, m := range s.messages {
+		if m.ThreadID != id {
+			continue
+		}
+		if strings.Contains(refs, m.MessageID) {
+			named = true
+		}
+		if strings.EqualFold(bare(m.Subject), bare(subject)) {
+			sameSubject = true
+		}
+	}
+	return named && sameSubject
 }
 
 func decodeHeader(v string) string {

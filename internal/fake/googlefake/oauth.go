@@ -1,6 +1,7 @@
 package googlefake
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
@@ -125,15 +126,16 @@ func scopesFor(r *http.Request) []string {
 	case strings.HasSuffix(p, "/profile"):
 		return nil
 	case strings.HasPrefix(p, "/gmail/"):
-		return sc("gmail.readonly", "gmail.modify")
+		return sc("gmail.readonly", "gmail.modify", "gmail.metadata")
 	case strings.HasPrefix(p, "/v4/") && write:
 		return []string{scopePrefix + "spreadsheets"}
 	case strings.HasPrefix(p, "/v4/"):
 		return []string{scopePrefix + "spreadsheets.readonly", scopePrefix + "spreadsheets"}
 	case strings.HasPrefix(p, "/calendar/") && write:
-		return []string{scopePrefix + "calendar.events", scopePrefix + "calendar"}
+		return []string{scopePrefix + "calendar.events", scopePrefix + "calendar", scopePrefix + "calendar.events.owned"}
 	case strings.HasPrefix(p, "/calendar/"):
-		return []string{scopePrefix + "calendar.events.readonly", scopePrefix + "calendar.readonly", scopePrefix + "calendar.events", scopePrefix + "calendar"}
+		return []string{scopePrefix + "calendar.events.readonly", scopePrefix + "calendar.readonly", scopePrefix + "calendar.events", scopePrefix + "calendar",
+			scopePrefix + "calendar.events.owned", scopePrefix + "calendar.events.owned.readonly"}
 	}
 	return nil
 }
@@ -147,4 +149,21 @@ func hasAny(have, need []string) bool {
 		}
 	}
 	return false
+}
+
+// metadataOnly is Gmail's refusal of what a token carrying gmail.metadata
+// may not ask, even beside broader scopes: a search (q) and a message's
+// body (format full or raw).
+func metadataOnly(r *http.Request, scopes []string) string {
+	if !strings.HasPrefix(r.URL.Path, "/gmail/") || !hasAny(scopes, []string{scopePrefix + "gmail.metadata"}) {
+		return ""
+	}
+	q := r.URL.Query()
+	if _, ok := q["q"]; ok {
+		return "Metadata scope does not support 'q' parameter"
+	}
+	if f := q.Get("format"); r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/messages/") && (f == "" || f == "full" || f == "raw") {
+		return "Metadata scope doesn't allow format " + strings.ToUpper(cmp.Or(f, "full"))
+	}
+	return ""
 }

@@ -1,0 +1,12 @@
+package google
+
+import (
+	"context"
+	"time"
+)
+
+// SetPaceClock makes the Sheets pacer of a read its time from now and
+// wait with sleep (tests that run a minute of calls by a clock of their own).
+func SetPaceClock(a *Auth, now func() time.Time, sleep func(ctx context.Context, d time.Duration) error) {
+	a.sheetsPace.now, a.sheetsPace.sleep = now, sleep
+}
