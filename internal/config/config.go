@@ -5,6 +5,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net/url"
 	"os"
@@ -164,8 +165,15 @@ type Notify struct {
 type Email struct {
 	IMAP, SMTP, From, SentFolder string
 	// ServerKeepsSent: the SMTP server files what it sends into the Sent
-	// folder itself, so "not in Sent" proves "not sent".
+	// folder itself, so "not in Sent" proves "not sent" (once a message of
+	// keep's was seen filed by the server: the email connector checks).
 	ServerKeepsSent bool
+	// CAFile is a PEM file of the CA (private) that signed the servers'
+	// certificates; empty trusts the system's CAs.
+	CAFile string
+	// StartTLS asks STARTTLS of imap:// and smtp:// servers on this
+	// machine too (elsewhere it is always asked).
+	StartTLS bool
 }
 
 // SQL is [connectors.sql]: the databases scripts may name, NAME = URL
@@ -631,12 +639,16 @@ func parseEmail(name string, v any, cfg *Config) error {
 	}
 	for k, val := range sect {
 		where := fmt.Sprintf("config %s: [connectors.email] %s", name, k)
-		if k == "server_keeps_sent" {
+		if k == "server_keeps_sent" || k == "starttls" {
 			b, isBool := val.(bool)
 			if !isBool {
 				return fmt.Errorf("%s must be true or false", where)
 			}
-			cfg.Email.ServerKeepsSent = b
+			if k == "starttls" {
+				cfg.Email.StartTLS = b
+			} else {
+				cfg.Email.ServerKeepsSent = b
+			}
 			continue
 		}
 		str, isStr := val.(string)
@@ -667,8 +679,15 @@ func parseEmail(name string, v any, cfg *Config) error {
 			}
 		case "sent_folder":
 			cfg.Email.SentFolder = str
+		case "ca_file":
+			cfg.Email.CAFile = str
+			if b, rerr := os.ReadFile(str); rerr != nil {
+				err = fmt.Errorf("%s: %v", where, rerr)
+			} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+				err = fmt.Errorf("%s: %s holds no PEM certificate (a CA's, \"-----BEGIN CERTIFICATE-----\")", where, str)
+			}
 		default:
-			err = fmt.Errorf("config %s: unknown key [connectors.email] %s (known: imap, smtp, from, sent_folder, server_keeps_sent)", name, k)
+			err = fmt.Errorf("config %s: unknown key [connectors.email] %s (known: imap, smtp, from, sent_folder, server_keeps_sent, starttls, ca_file)", name, k)
 		}
 		if err != nil {
 			return err

@@ -1,16 +1,30 @@
 // Package testmail runs real mail servers on 127.0.0.1 for tests: an IMAP
 // server (go-imap's imapserver with its in-memory backend) and an SMTP
 // server (go-smtp) that delivers into it, with faults: the connection cut
-// right after the server took a message, before its answer.
+// right after the server took a message, before its answer; an answer held
+// back. Options shape them like the stock servers keep meets: Debian's
+// Dovecot (INBOX only, SPECIAL-USE, TRYCREATE on APPEND to a folder that
+// does not exist, a certificate of its own, STARTTLS before login) and
+// Postfix (files nothing into Sent; submission requires STARTTLS).
 package testmail
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"mime"
 	"net"
 	"net/mail"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,55 +43,126 @@ const (
 	Password = "secret-pw"
 )
 
+// Options shape the servers.
+type Options struct {
+	// KeepsSent makes the SMTP server file what it sends into the Sent folder.
+	KeepsSent bool
+	// Sent names the Sent folder, marked \Sent (SPECIAL-USE); "" makes
+	// none, as stock Dovecot has none.
+	Sent string
+	// TLS gives both servers a certificate signed by a CA of the test's own
+	// (CAFile) and refuses a login before STARTTLS.
+	TLS bool
+}
+
 // Server is an IMAP and an SMTP server for one mailbox.
 type Server struct {
 	IMAPAddr, SMTPAddr string
 	// KeepsSent makes the SMTP server file what it sends into Sent.
 	KeepsSent bool
-	user      *imapmemserver.User
-	mu        sync.Mutex
-	sent      []string // Message-IDs the SMTP server took
-	subjects  []string // and their subjects
-	raw       []string // and the messages as the server took them
-	cut       int      // cut this many connections after taking the message
+	// CAFile is the PEM file of the CA that signed the servers' certificate (Options.TLS).
+	CAFile   string
+	opts     Options
+	stall    chan struct{} // closed to answer a held-back DATA
+	held     chan struct{} // closed when a DATA is being held back
+	user     *imapmemserver.User
+	mu       sync.Mutex
+	sent     []string // Message-IDs the SMTP server took
+	subjects []string // and their subjects
+	raw      []string // and the messages as the server took them
+	cut      int      // cut this many connections after taking the message
 }
 
-// Start runs both servers until the test ends.
+// Start runs both servers until the test ends, with a Sent folder.
 func Start(t testing.TB, keepsSent bool) *Server {
+	return StartWith(t, Options{KeepsSent: keepsSent, Sent: "Sent"})
+}
+
+// StartWith runs both servers shaped by o until the test ends.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	s := &Server{KeepsSent: keepsSent, user: imapmemserver.NewUser(User, Password)}
-	for _, box := range []string{"INBOX", "Sent"} {
-		if err := s.user.Create(box, nil); err != nil {
+	s := &Server{KeepsSent: o.KeepsSent, opts: o, user: imapmemserver.NewUser(User, Password)}
+	if err := s.user.Create("INBOX", nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.Sent != "" {
+		if err := s.user.Create(o.Sent, &imap.CreateOptions{SpecialUse: []imap.MailboxAttr{imap.MailboxAttrSent}}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var tlsCfg *tls.Config
+	if o.TLS {
+		tlsCfg, s.CAFile = certificate(t)
 	}
 	mem := imapmemserver.New()
 	mem.AddUser(s.user)
 	isrv := imapserver.New(&imapserver.Options{NewSession: func(*imapserver.Conn) (imapserver.Session, *imapserver.GreetingData, error) {
 		return mem.NewSession(), nil, nil
-	}, Caps: imap.CapSet{imap.CapIMAP4rev1: {}}, InsecureAuth: true})
+	}, Caps: imap.CapSet{imap.CapIMAP4rev1: {}, imap.CapSpecialUse: {}, imap.CapListExtended: {}}, InsecureAuth: !o.TLS, TLSConfig: tlsCfg})
 	iln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go isrv.Serve(iln)
 	ssrv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &session{s: s, c: c}, nil }))
-	ssrv.Domain, ssrv.AllowInsecureAuth = "localhost", true
+	ssrv.Domain, ssrv.AllowInsecureAuth, ssrv.TLSConfig = "localhost", !o.TLS, tlsCfg
 	ssrv.ReadTimeout, ssrv.WriteTimeout = time.Minute, time.Minute
 	sln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go ssrv.Serve(sln)
-	t.Cleanup(func() { isrv.Close(); ssrv.Close() })
+	t.Cleanup(func() { s.Release(); isrv.Close(); ssrv.Close() })
 	s.IMAPAddr, s.SMTPAddr = iln.Addr().String(), sln.Addr().String()
 	return s
 }
 
 // Config is the [connectors.email] section that points keep at the servers.
 func (s *Server) Config() string {
-	return fmt.Sprintf("[connectors.email]\nimap = \"imap://%s:%s@%s\"\nsmtp = \"smtp://%s:%s@%s\"\nfrom = %q\nserver_keeps_sent = %v\n",
+	c := fmt.Sprintf("[connectors.email]\nimap = \"imap://%s:%s@%s\"\nsmtp = \"smtp://%s:%s@%s\"\nfrom = %q\nserver_keeps_sent = %v\n",
 		"keep%40example.com", Password, s.IMAPAddr, "keep%40example.com", Password, s.SMTPAddr, User, s.KeepsSent)
+	if s.opts.TLS {
+		c += fmt.Sprintf("starttls = true\nca_file = %q\n", s.CAFile)
+	}
+	return c
+}
+
+// Hold makes the SMTP server hold back its answer to the next message it
+// takes (after taking it whole) until Release, as a stalled relay does;
+// the returned channel is closed when it is holding one.
+func (s *Server) Hold() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stall, s.held = make(chan struct{}), make(chan struct{})
+	return s.held
+}
+
+// Holding reports whether the SMTP server still holds back an answer.
+func (s *Server) Holding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holding()
+}
+
+func (s *Server) holding() bool {
+	if s.stall == nil {
+		return false
+	}
+	select {
+	case <-s.stall:
+		return false
+	default:
+		return true
+	}
+}
+
+// Release lets a held-back answer go.
+func (s *Server) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holding() {
+		close(s.stall)
+	}
 }
 
 // CutAfterData makes the next n messages' connections close right after
@@ -177,12 +262,66 @@ func (x *session) Data(r io.Reader) error {
 	if cut {
 		s.cut--
 	}
+	stall, held := s.stall, s.held
+	s.stall, s.held = nil, nil
 	s.mu.Unlock()
 	if s.KeepsSent {
-		s.user.Append("Sent", literal(string(b)), &imap.AppendOptions{Flags: []imap.Flag{imap.FlagSeen}})
+		s.user.Append(s.opts.Sent, literal(string(b)), &imap.AppendOptions{Flags: []imap.Flag{imap.FlagSeen}})
 	}
 	if cut {
 		x.c.Conn().Close()
 	}
+	if stall != nil {
+		s.mu.Lock()
+		s.stall = stall // Holding and Release see it until released
+		s.mu.Unlock()
+		close(held)
+		select {
+		case <-stall:
+		case <-time.After(time.Minute): // a test that never releases it ends anyway
+		}
+	}
 	return nil
+}
+
+// certificate makes a CA of the test's own and a certificate it signs for
+// 127.0.0.1 and localhost; it returns the servers' TLS configuration and
+// the CA's PEM file.
+func certificate(t testing.TB) (*tls.Config, string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "keep test CA"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, file
+}
+
+// DeliverRaw puts a message, as given, into the INBOX.
+func (s *Server) DeliverRaw(t testing.TB, msg string) {
+	t.Helper()
+	if _, err := s.user.Append("INBOX", literal(msg), &imap.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

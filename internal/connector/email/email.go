@@ -9,27 +9,18 @@ package email
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/base64"
-	"encoding/hex"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
-	"mime/multipart"
 	"mime/quotedprintable"
 	"net"
 	"net/mail"
-	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/emersion/go-imap/v2"
-	"github.com/emersion/go-imap/v2/imapclient"
-	"github.com/emersion/go-sasl"
-	"github.com/emersion/go-smtp"
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
@@ -50,8 +41,9 @@ func New(cfg config.Email) *connector.Connector {
 	return &connector.Connector{
 		Name: "email",
 		Doc: "Any mailbox over IMAP (reading) and SMTP (sending), set in keep.toml: `[connectors.email] imap = \"imaps://user:password@host:993\"`, " +
-			"`smtp = \"smtp://user:password@host:587\"` (STARTTLS when offered; `smtps://` for TLS), `from = \"me@example.com\"`, `sent_folder = \"Sent\"`, " +
-			"and `server_keeps_sent = true` when the SMTP server files a copy of what it sends into the Sent folder itself (Gmail, Exchange, Fastmail do). Credentials stay in keep.toml.",
+			"`smtp = \"smtp://user:password@host:587\"` (STARTTLS; `smtps://` for TLS; plain only to a server on this machine unless `starttls = true`), `from = \"me@example.com\"`, " +
+			"`ca_file = \"/path/ca.pem\"` to trust a private CA, `sent_folder` (default: the folder marked \\Sent, else `Sent`, created when absent), " +
+			"and `server_keeps_sent = true` only when the SMTP server files a copy of what it sends into Sent itself (Gmail, Exchange, Fastmail do; Postfix does not): keep checks that before relying on it. Credentials stay in keep.toml.",
 		Sources: map[string][]string{"email": {"message"}},
 		Methods: map[string]*connector.Method{
 			"search": {Name: "search", Kind: connector.KindRead, Validate: validateSearch, Do: c.search, Doc: connector.MethodDoc{
@@ -64,25 +56,27 @@ func New(cfg config.Email) *connector.Connector {
 					{Name: "unseen", Type: "boolean", Doc: "only unread messages"},
 					{Name: "max", Type: "number", Doc: "at most this many, 1 to 500 (default 100)"},
 				},
-				Result: "an array of `{ id, uid, from, to, subject, date, text }` (`id` the Message-ID: register inputs by it; `text` the plain body, at most 64 KiB) with a property `lastCursor` to pass as the next `after`",
-				Errors: "a folder that does not exist: logic; login refused: permission; the server unreachable: transient.",
+				Result: "an array of `{ id, uid, from, to, subject, date, text, html? }` (`id` the Message-ID, or for a message without one an id of its place in the folder, stable while the folder is: register inputs by it; `from`/`to` with display names decoded; `text` the plain body decoded to UTF-8, made from the HTML when there is only HTML; `html` the HTML body when there is one; each at most 64 KiB) with a property `lastCursor` to pass as the next `after`",
+				Errors: "a folder that does not exist: logic; login refused, or a server certificate keep does not trust (set `ca_file`): permission; the server unreachable: transient.",
 			}},
 			"send": {Name: "send", Kind: connector.KindMutate, Identity: []string{"to"}, Validate: validateSend, Do: c.send,
 				Reconcile: c.reconcile, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"), Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
 				Doc: connector.MethodDoc{
-					Summary: "Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write) and the key travels in `X-Keep-Idempotency-Key`. Unless the server keeps sent copies, keep files one into the Sent folder after sending.",
+					Summary: "Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send.",
 					Params: []connector.Param{
 						{Name: "to", Type: "string or array of strings", Required: true, Doc: "recipients (identity)"},
 						{Name: "subject", Type: "string", Required: true, Doc: "the subject"},
 						{Name: "text", Type: "string", Required: true, Doc: "the plain-text body"},
 						{Name: "html", Type: "string", Doc: "an HTML body sent beside the text"},
 						{Name: "cc", Type: "string or array of strings", Doc: "copies"},
+						{Name: "inReplyTo", Type: "string", Doc: "the Message-ID of the message this replies to (a message's `id` from email.search): sets In-Reply-To, so the reply threads"},
+						{Name: "references", Type: "string or array of strings", Doc: "the Message-IDs of the thread, oldest first (default: `inReplyTo`)"},
 						{Name: "subkey", Type: "string", Doc: "tells apart two sends of one run to the same recipients"},
 					},
-					Result: "`{ messageId }`; a reconciled send adds `reconciled: true`",
-					Reconcile: "searches the Sent folder for the Message-ID. Found means sent. Not found means not sent only where the server keeps a copy of everything it sends (`server_keeps_sent = true`); " +
-						"elsewhere keep cannot tell (it files its own copy after sending, and a send cut off before that leaves none), and a person decides.",
-					Errors: "a recipient or sender refused (5xx): logic, nothing sent; 4xx and a server unreachable before the message went out: transient; the connection lost after the message's end was sent: unknown, settled by reconcile.",
+					Result: "`{ messageId, sentFolder, filedBy }` (`filedBy` is `server` or `keep`); when the copy could not be filed, `{ messageId, notFiled }` saying why (the message was sent); a reconciled send adds `reconciled: true`",
+					Reconcile: "searches the Sent folder for the Message-ID and compares what it finds with this write (recipients, subject): the same means sent; a message of that id that differs is not taken for it. Not found means not sent only where the server keeps a copy of everything it sends (`server_keeps_sent = true`) and Sent shows it (a message keep sent that the server filed); " +
+						"elsewhere keep cannot tell (it files its own copy after sending, and a send cut off before that leaves none), and a person decides, told which Message-ID to look for.",
+					Errors: "a recipient the server refuses (5xx): precondition, nothing sent — a person skips the message or fixes the address; the sender refused: permission; the message refused (5xx at its end): logic; 4xx and a server unreachable before the message went out: transient; a server certificate keep does not trust: permission (set `ca_file`); the connection lost, or the time limit passed, after the message's end was sent: unknown, settled by reconcile, and the card names the Message-ID.",
 				}},
 		},
 	}
@@ -143,6 +137,17 @@ func validateSend(a map[string]any) error {
 	if _, ok := a["text"].(string); !ok {
 		return fmt.Errorf("email.send needs text (the plain-text body, a string)")
 	}
+	if _, _, err := threading(a); err != nil {
+		return err
+	}
+	if v, ok := a["inReplyTo"]; ok && v != nil {
+		if _, isStr := v.(string); !isStr {
+			return fmt.Errorf("email.send: inReplyTo must be a string: the Message-ID of the message replied to")
+		}
+	}
+	if _, ok := list(a["references"]); !ok {
+		return fmt.Errorf("email.send: references must be a Message-ID or an array of them")
+	}
 	for _, k := range []string{"to", "cc"} {
 		l, ok := list(a[k])
 		if !ok || (k == "to" && len(l) == 0) {
@@ -195,46 +200,6 @@ func parseCursor(s string) (uint32, uint32, error) {
 	return uint32(validity), uint32(uid), nil
 }
 
-// dialIMAP connects and logs in: imaps:// is TLS, imap:// is STARTTLS
-// (plain only to a server on this machine).
-func (c *conn) dialIMAP(ctx context.Context) (*imapclient.Client, error) {
-	if c.cfg.IMAP == "" {
-		return nil, kt.Errorf(kt.ClassLogic, "email: no IMAP server: set [connectors.email] imap = \"imaps://user:password@host:993\" in keep.toml")
-	}
-	u, err := url.Parse(c.cfg.IMAP)
-	if err != nil {
-		return nil, kt.Errorf(kt.ClassLogic, "email: [connectors.email] imap: %v", err)
-	}
-	host := u.Host
-	var cl *imapclient.Client
-	d := &net.Dialer{Timeout: 15 * time.Second}
-	raw, err := d.DialContext(ctx, "tcp", withPort(host, u.Scheme == "imaps", "993", "143"))
-	if err != nil {
-		return nil, kt.Errorf(kt.ClassTransient, "email: the IMAP server is unreachable: %v", err)
-	}
-	if deadline, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(deadline)
-	}
-	switch {
-	case u.Scheme == "imaps":
-		cl = imapclient.New(tls.Client(raw, &tls.Config{ServerName: u.Hostname()}), nil)
-	case loopback(u.Hostname()):
-		cl = imapclient.New(raw, nil)
-	default:
-		// Credentials never cross a network in the clear: STARTTLS or nothing.
-		if cl, err = imapclient.NewStartTLS(raw, &imapclient.Options{TLSConfig: &tls.Config{ServerName: u.Hostname()}}); err != nil {
-			raw.Close()
-			return nil, kt.Errorf(kt.ClassTransient, "email: STARTTLS with %s: %v", u.Host, err)
-		}
-	}
-	pass, _ := u.User.Password()
-	if err := cl.Login(u.User.Username(), pass).Wait(); err != nil {
-		cl.Close()
-		return nil, kt.Errorf(kt.ClassPermission, "email: the IMAP server refused the login of %s: %v", u.User.Username(), err)
-	}
-	return cl, nil
-}
-
 func loopback(host string) bool {
 	ip := net.ParseIP(host)
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
@@ -250,348 +215,44 @@ func withPort(host string, secure bool, securePort, plainPort string) string {
 	return net.JoinHostPort(host, plainPort)
 }
 
-func (c *conn) search(ctx context.Context, call connector.Call) connector.Result {
-	a := call.Args
-	folder := str(a["folder"])
-	if folder == "" {
-		folder = "INBOX"
+// tlsConfig trusts the system's CAs and the one of ca_file.
+func (c *conn) tlsConfig(host string) (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: host}
+	if c.cfg.CAFile == "" {
+		return cfg, nil
 	}
-	max := 100
-	if f, ok := a["max"].(float64); ok {
-		max = int(f)
-	}
-	cl, err := c.dialIMAP(ctx)
+	b, err := os.ReadFile(c.cfg.CAFile)
 	if err != nil {
-		return connector.Result{Err: asKt(err)}
+		return nil, kt.Errorf(kt.ClassLogic, "email: [connectors.email] ca_file: %v", err)
 	}
-	defer cl.Close()
-	sel, err := cl.Select(folder, &imap.SelectOptions{ReadOnly: true}).Wait()
+	pool, err := x509.SystemCertPool()
 	if err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.search: folder %q: %v", folder, err)}
+		pool = x509.NewCertPool()
 	}
-	var after uint32
-	if s := str(a["after"]); s != "" {
-		validity, uid, _ := parseCursor(s)
-		if validity == sel.UIDValidity {
-			after = uid // else the folder was rebuilt: from the start again
-		}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, kt.Errorf(kt.ClassLogic, "email: [connectors.email] ca_file %s holds no PEM certificate", c.cfg.CAFile)
 	}
-	crit := &imap.SearchCriteria{UID: []imap.UIDSet{{imap.UIDRange{Start: imap.UID(after + 1), Stop: 0}}}}
-	if f := str(a["from"]); f != "" {
-		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "From", Value: f})
-	}
-	if s := str(a["subject"]); s != "" {
-		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "Subject", Value: s})
-	}
-	if u, _ := a["unseen"].(bool); u {
-		crit.NotFlag = append(crit.NotFlag, imap.FlagSeen)
-	}
-	found, err := cl.UIDSearch(crit, nil).Wait()
-	if err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.search in %s: %v", folder, err)}
-	}
-	var uids []imap.UID
-	for _, u := range found.AllUIDs() {
-		if uint32(u) > after { // "N:*" always matches the last message
-			uids = append(uids, u)
-		}
-	}
-	if len(uids) > max {
-		uids = uids[:max]
-	}
-	items := []any{}
-	cursor := after
-	if len(uids) > 0 {
-		msgs, err := cl.Fetch(imap.UIDSetNum(uids...), &imap.FetchOptions{UID: true, Envelope: true, InternalDate: true,
-			BodySection: []*imap.FetchItemBodySection{{Peek: true}}}).Collect()
-		if err != nil {
-			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.search in %s: fetch: %v", folder, err)}
-		}
-		for _, m := range msgs {
-			items = append(items, summary(m))
-			if uint32(m.UID) > cursor {
-				cursor = uint32(m.UID)
-			}
-		}
-	}
-	return connector.Result{Value: connector.ListWith(items, map[string]any{"lastCursor": fmt.Sprintf("%d:%d", sel.UIDValidity, cursor)})}
+	cfg.RootCAs = pool
+	return cfg, nil
 }
 
-func summary(m *imapclient.FetchMessageBuffer) map[string]any {
-	out := map[string]any{"uid": uint32(m.UID), "date": m.InternalDate.UTC().Format(time.RFC3339)}
-	if e := m.Envelope; e != nil {
-		out["id"], out["subject"] = e.MessageID, e.Subject
-		out["from"], out["to"] = addresses(e.From), addresses(e.To)
-	}
-	text := ""
-	if len(m.BodySection) > 0 {
-		text = plainText(m.BodySection[0].Bytes)
-	}
-	if len(text) > MaxText {
-		text = text[:MaxText]
-	}
-	out["text"] = text
-	return out
+// untrusted reports whether err is a certificate keep does not trust.
+func untrusted(err error) bool {
+	var verr *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var name x509.HostnameError
+	return errors.As(err, &verr) || errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &name)
 }
 
-func addresses(as []imap.Address) string {
-	var out []string
-	for _, a := range as {
-		addr := a.Addr()
-		if a.Name != "" {
-			addr = (&mail.Address{Name: a.Name, Address: addr}).String()
-		}
-		out = append(out, addr)
+// tlsFailed says what a failed TLS handshake means: a certificate keep
+// does not trust needs a person (ca_file, or the server's certificate
+// fixed), never a retry; anything else is the network's.
+func tlsFailed(server, host string, err error) *kt.Error {
+	if untrusted(err) {
+		return kt.Errorf(kt.ClassPermission, "email: the %s server's certificate at %s is not trusted (%v); keep sent it no password. If a private CA signed it, set ca_file = \"/path/to/ca.pem\" in [connectors.email]", server, host, err)
 	}
-	return strings.Join(out, ", ")
-}
-
-// plainText finds the text/plain body of an RFC 822 message.
-func plainText(raw []byte) string {
-	msg, err := mail.ReadMessage(bytes.NewReader(raw))
-	if err != nil {
-		return ""
-	}
-	return partText(msg.Header.Get("Content-Type"), msg.Header.Get("Content-Transfer-Encoding"), msg.Body)
-}
-
-func partText(ctype, enc string, body io.Reader) string {
-	mt, params, err := mime.ParseMediaType(ctype)
-	if ctype == "" {
-		mt, err = "text/plain", nil
-	}
-	if err != nil {
-		return ""
-	}
-	body = decoded(enc, body)
-	if strings.HasPrefix(mt, "multipart/") {
-		mr := multipart.NewReader(body, params["boundary"])
-		for {
-			p, err := mr.NextPart()
-			if err != nil {
-				return ""
-			}
-			if t := partText(p.Header.Get("Content-Type"), p.Header.Get("Content-Transfer-Encoding"), p); t != "" {
-				return t
-			}
-		}
-	}
-	if mt != "text/plain" {
-		return ""
-	}
-	b, _ := io.ReadAll(io.LimitReader(body, MaxText+1))
-	return string(b)
-}
-
-func decoded(enc string, r io.Reader) io.Reader {
-	switch strings.ToLower(strings.TrimSpace(enc)) {
-	case "base64":
-		return base64.NewDecoder(base64.StdEncoding, r)
-	case "quoted-printable":
-		return quotedprintable.NewReader(r)
-	}
-	return r
-}
-
-// messageID is a send's Message-ID: the same for every attempt of one write.
-func messageID(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "<keep." + hex.EncodeToString(sum[:16]) + "@keep.run>"
-}
-
-func (c *conn) build(a map[string]any, key string) ([]byte, error) {
-	to, _ := list(a["to"])
-	cc, _ := list(a["cc"])
-	from, err := formatAddresses("from (keep.toml [connectors.email])", []string{c.cfg.From})
-	if err != nil {
-		return nil, err
-	}
-	toLine, err := formatAddresses("to", to)
-	if err != nil {
-		return nil, err
-	}
-	ccLine, err := formatAddresses("cc", cc)
-	if err != nil {
-		return nil, err
-	}
-	if err := oneLine("subject", str(a["subject"])); err != nil {
-		return nil, err
-	}
-	var b strings.Builder
-	h := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
-	h("From", from)
-	h("To", toLine)
-	if len(cc) > 0 {
-		h("Cc", ccLine)
-	}
-	h("Subject", mime.QEncoding.Encode("utf-8", str(a["subject"])))
-	h("Date", time.Now().UTC().Format(time.RFC1123Z))
-	h("Message-ID", messageID(key))
-	h(keyHeader, key)
-	h("MIME-Version", "1.0")
-	body := func(s string) string {
-		var q bytes.Buffer
-		w := quotedprintable.NewWriter(&q)
-		w.Write([]byte(s))
-		w.Close()
-		return q.String()
-	}
-	if html := str(a["html"]); html != "" {
-		boundary := "keep-" + hex.EncodeToString([]byte(key))[:16]
-		h("Content-Type", `multipart/alternative; boundary="`+boundary+`"`)
-		for _, p := range []struct{ typ, s string }{{"text/plain", str(a["text"])}, {"text/html", html}} {
-			b.WriteString("\r\n--" + boundary + "\r\nContent-Type: " + p.typ + "; charset=UTF-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n" + body(p.s))
-		}
-		b.WriteString("\r\n--" + boundary + "--\r\n")
-		return []byte(b.String()), nil
-	}
-	h("Content-Type", "text/plain; charset=UTF-8")
-	h("Content-Transfer-Encoding", "quoted-printable")
-	b.WriteString("\r\n" + body(str(a["text"])))
-	return []byte(b.String()), nil
-}
-
-// dialSMTP connects, says hello and logs in. Nothing of a message has
-// gone out yet, so every error here means "not sent".
-func (c *conn) dialSMTP(ctx context.Context) (*smtp.Client, error) {
-	if c.cfg.SMTP == "" || c.cfg.From == "" {
-		return nil, kt.Errorf(kt.ClassLogic, "email.send: set [connectors.email] smtp = \"smtp://user:password@host:587\" and from = \"me@example.com\" in keep.toml")
-	}
-	u, err := url.Parse(c.cfg.SMTP)
-	if err != nil {
-		return nil, kt.Errorf(kt.ClassLogic, "email: [connectors.email] smtp: %v", err)
-	}
-	d := &net.Dialer{Timeout: 15 * time.Second}
-	raw, err := d.DialContext(ctx, "tcp", withPort(u.Host, u.Scheme == "smtps", "465", "587"))
-	if err != nil {
-		return nil, kt.Errorf(kt.ClassTransient, "email.send: the SMTP server is unreachable: %v", err)
-	}
-	if deadline, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(deadline)
-	}
-	var cl *smtp.Client
-	if u.Scheme == "smtps" {
-		cl = smtp.NewClient(tls.Client(raw, &tls.Config{ServerName: u.Hostname()}))
-	} else if loopback(u.Hostname()) {
-		// A relay on this machine: no TLS needed (nor, usually, offered).
-		cl = smtp.NewClient(raw)
-		if err := cl.Hello("keep"); err != nil {
-			cl.Close()
-			return nil, smtpErr("hello", err)
-		}
-	} else {
-		// Credentials never cross a network in the clear: STARTTLS or nothing.
-		if cl, err = smtp.NewClientStartTLS(raw, &tls.Config{ServerName: u.Hostname()}); err != nil {
-			raw.Close()
-			return nil, kt.Errorf(kt.ClassTransient, "email.send: STARTTLS with %s: %v", u.Host, err)
-		}
-	}
-	if u.User != nil && u.User.Username() != "" {
-		pass, _ := u.User.Password()
-		if err := cl.Auth(sasl.NewPlainClient("", u.User.Username(), pass)); err != nil {
-			cl.Close()
-			return nil, kt.Errorf(kt.ClassPermission, "email.send: the SMTP server refused the login of %s: %v", u.User.Username(), err)
-		}
-	}
-	return cl, nil
-}
-
-// smtpErr classifies an SMTP error that came before the message's end.
-func smtpErr(step string, err error) *kt.Error {
-	var se *smtp.SMTPError
-	if errors.As(err, &se) && se.Code >= 500 {
-		return kt.Errorf(kt.ClassLogic, "email.send: the server refused %s: %d %s", step, se.Code, se.Message)
-	}
-	return kt.Errorf(kt.ClassTransient, "email.send: %s: %v", step, err)
-}
-
-func (c *conn) send(ctx context.Context, call connector.Call) connector.Result {
-	a := call.Args
-	what := "email.send to " + addrList(a["to"])
-	failed := func(e *kt.Error) connector.Result { return connector.Result{Outcome: connector.OutcomeFailed, Err: e} }
-	msg, err := c.build(a, call.IdempotencyKey)
-	if err != nil {
-		return failed(kt.Errorf(kt.ClassLogic, "%v", err))
-	}
-	cl, err := c.dialSMTP(ctx)
-	if err != nil {
-		return failed(asKt(err))
-	}
-	defer cl.Close()
-	if err := cl.Mail(c.cfg.From, nil); err != nil {
-		return failed(smtpErr("the sender "+c.cfg.From, err))
-	}
-	to, _ := list(a["to"])
-	cc, _ := list(a["cc"])
-	for _, rcpt := range append(to, cc...) {
-		addr, _ := mail.ParseAddress(rcpt)
-		if err := cl.Rcpt(addr.Address, nil); err != nil {
-			return failed(smtpErr("the recipient "+addr.Address, err))
-		}
-	}
-	w, err := cl.Data()
-	if err != nil {
-		return failed(smtpErr("DATA", err))
-	}
-	if _, err := w.Write(msg); err != nil {
-		// The end of the message (the lone dot) never went out: a server
-		// never delivers a message it did not get whole.
-		return failed(kt.Errorf(kt.ClassTransient, "%s was not sent: the connection broke while sending it (%v)", what, err))
-	}
-	if err := w.Close(); err != nil {
-		var se *smtp.SMTPError
-		if errors.As(err, &se) {
-			class := kt.ClassTransient
-			if se.Code >= 500 {
-				class = kt.ClassLogic
-			}
-			return failed(kt.Errorf(class, "%s: the server refused the message: %d %s", what, se.Code, se.Message))
-		}
-		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate,
-			"%s: the message went out but the server's answer did not come back (%v); it may have been sent", what, err)}
-	}
-	cl.Quit()
-	if !c.cfg.ServerKeepsSent {
-		// File a copy in Sent, as mail programs do; a failure here does not
-		// unsend the message.
-		if imc, err := c.dialIMAP(ctx); err == nil {
-			cmd := imc.Append(c.sentFolder(), int64(len(msg)), &imap.AppendOptions{Flags: []imap.Flag{imap.FlagSeen}})
-			if _, err := cmd.Write(msg); err == nil && cmd.Close() == nil {
-				cmd.Wait()
-			}
-			imc.Close()
-		}
-	}
-	return connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"messageId": messageID(call.IdempotencyKey)}}
-}
-
-func (c *conn) sentFolder() string {
-	if c.cfg.SentFolder != "" {
-		return c.cfg.SentFolder
-	}
-	return "Sent"
-}
-
-func (c *conn) reconcile(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
-	cl, err := c.dialIMAP(ctx)
-	if err != nil {
-		return connector.ReconcileRetry, nil, err
-	}
-	defer cl.Close()
-	if _, err := cl.Select(c.sentFolder(), &imap.SelectOptions{ReadOnly: true}).Wait(); err != nil {
-		return connector.ReconcileRetry, nil, fmt.Errorf("email.send's reconcile: the Sent folder %q: %v", c.sentFolder(), err)
-	}
-	found, err := cl.UIDSearch(&imap.SearchCriteria{Header: []imap.SearchCriteriaHeaderField{{Key: "Message-ID", Value: messageID(call.IdempotencyKey)}}}, nil).Wait()
-	if err != nil {
-		return connector.ReconcileRetry, nil, fmt.Errorf("email.send's reconcile: search Sent: %v", err)
-	}
-	if len(found.AllUIDs()) > 0 {
-		return connector.ReconcileApplied, map[string]any{"messageId": messageID(call.IdempotencyKey), "reconciled": true}, nil
-	}
-	if !c.cfg.ServerKeepsSent {
-		return connector.ReconcileRetry, nil, fmt.Errorf("the message is not in %s, but this server keeps no copy of what it sends (server_keeps_sent is false), so that does not prove it was not sent: look in the recipient's mailbox", c.sentFolder())
-	}
-	return connector.ReconcileFailed, nil, nil
+	return kt.Errorf(kt.ClassTransient, "email: TLS with the %s server at %s: %v", server, host, err)
 }
 
 func asKt(err error) *kt.Error {
@@ -615,10 +276,11 @@ func Notify(ctx context.Context, cfg config.Email, to, subject, text string) err
 	if err != nil {
 		return err
 	}
-	cl, err := c.dialSMTP(ctx)
+	cl, stop, err := c.dialSMTP(ctx)
 	if err != nil {
 		return err
 	}
+	defer stop()
 	defer cl.Close()
 	var b strings.Builder
 	for _, h := range [][2]string{{"From", from}, {"To", toLine}, {"Subject", mime.QEncoding.Encode("utf-8", subject)},
