@@ -198,7 +198,7 @@ func fsyncRate(dir string, n int) (float64, error) {
 
 type e2e struct {
 	perSec, fsyncsPerRun float64
-	cpuMicrosPerEvent    float64 // user + system CPU time of the process per event
+	cpuMicrosPerEvent    float64 // user + system CPU time of keep and its sandbox workers per event
 	// roundTripsPerRun: statements sent to the server per consumer run,
 	// leases and all (PostgreSQL; 0 on SQLite).
 	roundTripsPerRun float64
@@ -234,13 +234,14 @@ func residentBytes() int64 {
 	return 0
 }
 
-// cpuTime is the process's user + system CPU time so far.
+// cpuTime is the user + system CPU time so far of keep's process and of
+// its sandbox workers (which run the handlers: a run's cost includes them).
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + script.WorkerCPU()
 }
 
 func benchScript(name, sinkURL string, n int) string {

@@ -378,10 +378,15 @@ func startWorker(file, source string, deadline time.Duration) (*worker, *Declara
 	}
 	workersStarted.Add(1)
 	wk := &worker{cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail, exited: make(chan struct{})}
+	liveWorkers.Store(wk, struct{}{})
 	// The one Wait: it also finishes copying the worker's stderr, which
 	// deathError reads (why it stopped: out of memory, a crash).
 	go func() {
 		_ = cmd.Wait()
+		if ps := cmd.ProcessState; ps != nil {
+			exitedCPU.Add(int64(ps.UserTime() + ps.SystemTime()))
+		}
+		liveWorkers.Delete(wk)
 		close(wk.exited)
 	}()
 	stop := time.AfterFunc(deadline, func() {
