@@ -46,12 +46,14 @@ func Topics(ctx context.Context, st store.Store, wf string) ([]Topic, []Producer
 	}); err != nil {
 		return nil, nil, err
 	}
-	// The topology is the active version's declaration.
-	p, err := script.Compile(v.File, v.Script)
+	// The topology is the active version's declaration, read once per
+	// process (the engine read it at deploy or at the first run): no
+	// sandbox worker per request (issue 25).
+	decl, err := script.Declare(v.File, v.Script)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
 	}
-	names, writers, consumers := topology(p.Decl)
+	names, writers, consumers := topology(decl)
 	err = st.View(ctx, func(tx store.Tx) error {
 		counts, err := tx.TopicCounts(wf)
 		if err != nil {

@@ -2,6 +2,7 @@ package script
 
 import (
 	"encoding/json"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,4 +32,64 @@ func BenchmarkHandlerCall(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// consumerScript is a consumer as keep bench deploys it: prepare peeks one
+// event and reserves it, mutate sends one POST.
+const consumerScript = `export default Keep.workflow({
+  name: "bench", topics: { "in": {} },
+  producers: { p: { publishes: ["in"], schedule: { interval: "1d" }, handler: async (ctx, state) => state } },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { const [e] = await ctx.peek("in", { limit: 1 }); if (!e) return { reservations: [] }; return { reservations: [{ topic: "in", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "http://127.0.0.1:1/sink/" + p.data.i, json: p.data }) },
+  }) },
+})`
+
+// BenchmarkConsumerRun measures what the sandbox costs a consumer run: its
+// two handler calls (prepare with one ctx.peek, mutate with one write taken
+// over by the host) as the engine makes them, without the engine. cpu-µs/run
+// is the CPU of this process and of its sandbox workers; run it with
+// KEEP_SANDBOX=in-process and without to see what the workers add (issue 25).
+func BenchmarkConsumerRun(b *testing.B) {
+	p, err := Compile("wf.js", consumerScript)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Release()
+	lim := Limits{Timeout: 5 * time.Second, MemoryLimit: 64 << 20}
+	tools := map[string][]string{"http": {"request"}}
+	peek := func(m string, a json.RawMessage) (json.RawMessage, error) {
+		if m == "peek" {
+			return json.RawMessage(`[{"messageId":"1","payload":{"i":1}}]`), nil
+		}
+		return nil, nil
+	}
+	write := func(m string, a json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend }
+	run := func() {
+		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "prepare", Args: []json.RawMessage{json.RawMessage(`null`)}, Tools: tools, Host: peek, Limits: lim})
+		if err != nil {
+			b.Fatal(err)
+		}
+		o, err = p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{o.Value}, Tools: tools, Host: write, Limits: lim})
+		if err != nil || !o.Suspended {
+			b.Fatalf("mutate: %v %+v", err, o)
+		}
+	}
+	run() // the worker and its VM
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPUTime() + WorkerCPU()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	b.ReportMetric(float64((processCPUTime()+WorkerCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/run")
+}
+
+// processCPUTime is this process's user + system CPU time.
+func processCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -13,6 +13,7 @@
 package script
 
 import (
+	"crypto/sha256"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -73,30 +74,99 @@ func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("%s:%d:%d: syntax error: %s", e.File, e.Line, e.Column, e.Message)
 }
 
-// Compile parses and compiles a script, evaluates its top level once in a
-// sandbox worker (killed if it does not finish within 10 s) and reads its
-// declaration. It does not validate the declaration; see Validate.
+// Compile parses and compiles a script and reads its declaration: once per
+// source in a process (Declare), evaluating its top level in a sandbox
+// worker that is ended right after (killed if it does not finish within
+// 10 s). A program's invocations start their own worker. It does not
+// validate the declaration; see Validate.
 func Compile(file, source string) (*Program, error) {
-	if InProcess() {
-		return compileHere(file, source)
-	}
 	p, err := compileBytecode(file, source)
 	if err != nil {
 		return nil, err
 	}
-	wk, decl, err := startWorker(file, source, loadDeadline)
-	if err != nil {
-		var ke *kt.Error
-		if errors.As(err, &ke) && !strings.HasPrefix(ke.Message, "while loading") && ke.Class == kt.ClassLogic {
-			ke.Message = "while loading the script: " + ke.Message
-		}
+	if p.Decl, err = Declare(file, source); err != nil {
 		return nil, err
 	}
-	p.Decl = *decl
-	// The worker that read the declaration serves the first invocation.
-	wk.prog = p
-	wk.giveBack()
 	return p, nil
+}
+
+// Declare returns a script's declaration: its top level evaluated once per
+// source in this process (in a sandbox worker ended right after, or here
+// with KEEP_SANDBOX=in-process), then remembered, so that reading a
+// version's topology (the topics page, GET …/topics) or compiling a version
+// deployed a moment before starts no worker. A script whose top level
+// fails is not remembered: each call says why.
+func Declare(file, source string) (Declaration, error) {
+	if d, ok := declarations.get(source); ok {
+		return d, nil
+	}
+	var d Declaration
+	if InProcess() {
+		p, err := compileHere(file, source)
+		if err != nil {
+			return d, err
+		}
+		d = p.Decl
+	} else {
+		wk, decl, err := startWorker(file, source, loadDeadline, false)
+		if err != nil {
+			var ke *kt.Error
+			if errors.As(err, &ke) && !strings.HasPrefix(ke.Message, "while loading") && ke.Class == kt.ClassLogic {
+				ke.Message = "while loading the script: " + ke.Message
+			}
+			return d, err
+		}
+		// No run uses this worker: its program is not known here, and a
+		// worker never serves two (issue 25: every deploy left one idle).
+		wk.close()
+		d = *decl
+	}
+	declarations.put(source, d)
+	return d, nil
+}
+
+// declarations remembers the declarations read, by source, up to
+// maxDeclarations (the oldest go first). Each is kept as its JSON and
+// decoded for every caller, who may then change it freely.
+var declarations = &declCache{m: map[[32]byte][]byte{}}
+
+const maxDeclarations = 4096
+
+type declCache struct {
+	mu    sync.Mutex
+	m     map[[32]byte][]byte
+	order [][32]byte
+}
+
+func (c *declCache) get(source string) (Declaration, bool) {
+	k := sha256.Sum256([]byte(source))
+	c.mu.Lock()
+	b, ok := c.m[k]
+	c.mu.Unlock()
+	var d Declaration
+	if !ok || json.Unmarshal(b, &d) != nil {
+		return d, false
+	}
+	return d, true
+}
+
+func (c *declCache) put(source string, d Declaration) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return
+	}
+	k := sha256.Sum256([]byte(source))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	c.m[k] = b
+	c.order = append(c.order, k)
+	if len(c.order) > maxDeclarations {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
 }
 
 // compileHere is Compile inside the current process (a sandbox worker, or

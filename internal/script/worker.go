@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +53,23 @@ const (
 
 func init() {
 	if os.Getenv(workerEnv) == "1" {
+		tuneWorker()
 		os.Exit(serveWorker(os.Stdin, os.Stdout))
+	}
+}
+
+// tuneWorker fits the Go runtime to a worker's one thread of work: one
+// invocation at a time, on one goroutine, with up to 128 workers beside
+// keep on the same cores. With one P the scheduler has no idle
+// processors to wake and spin looking for work at every pipe read (that
+// spinning, times 32 busy workers, was 40 % of their CPU: issue 25). The
+// worker's Go heap is small (frames and their JSON; QuickJS allocates
+// outside it), so a collection at a larger multiple of it costs little
+// memory and runs less often.
+func tuneWorker() {
+	runtime.GOMAXPROCS(1)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
 	}
 }
 
@@ -65,6 +83,9 @@ type frame struct {
 	// load
 	File   string `json:"file,omitempty"`
 	Source string `json:"source,omitempty"`
+	// Known says the host knows the declaration already: the worker only
+	// compiles the script and prepares the VM its invocations will use.
+	Known bool `json:"known,omitempty"`
 	// invoke
 	Kind   kt.HandlerType      `json:"kind,omitempty"`
 	Name   string              `json:"name,omitempty"`
@@ -185,6 +206,7 @@ func serveWorker(in io.Reader, out io.Writer) int {
 		}
 	}()
 	r, w := bufio.NewReaderSize(in, 64<<10), bufio.NewWriterSize(out, 64<<10)
+	mem := openMemoryWatch()
 	var prog *Program
 	for {
 		f, err := readFrame(r)
@@ -198,31 +220,32 @@ func serveWorker(in io.Reader, out io.Writer) int {
 		var reply frame
 		switch f.T {
 		case "load":
-			p, err := compileHere(f.File, f.Source)
-			prog = p
+			var err error
+			if prog, err = loadHere(f); err == nil && f.Known {
+				// The VM of the first invocation is made while the host
+				// sends it, not after (≈ 5 ms: issue 25).
+				if err := writeFrame(w, frame{T: "loaded"}); err != nil {
+					return 3
+				}
+				prewarm(prog)
+				continue
+			}
 			reply = frame{T: "loaded", Err: toWire(err)}
 			if err == nil {
-				reply.Decl = &p.Decl
+				reply.Decl = &prog.Decl
 			}
 		case "invoke":
 			if prog == nil {
 				reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: invoke before load"}}
 				break
 			}
-			inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w)}
+			inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w, mem)}
 			if f.Limits != nil {
 				inv.Limits = *f.Limits
 			}
-			stop := watchMemory(inv.MemoryLimit)
-			if inv.MemoryLimit > 0 {
-				// QuickJS's own limit throws an error a script can catch:
-				// it stays only as a far backstop, and the watch ends the
-				// process first (issue 10: a script caught its OOM and
-				// returned success).
-				inv.MemoryLimit = 2*inv.MemoryLimit + 16<<20
-			}
+			inv.MemoryLimit = mem.start(inv.MemoryLimit)
 			o, err := prog.invokeHere(inv)
-			stop()
+			mem.check()
 			reply = frame{T: "done", Value: o.Value, Suspended: o.Suspended, Err: toWire(err)}
 		default:
 			reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: unknown frame " + f.T}}
@@ -233,57 +256,95 @@ func serveWorker(in io.Reader, out io.Writer) int {
 	}
 }
 
-// memoryPoll is how often a worker looks at its own memory during an
-// invocation.
-const memoryPoll = 2 * time.Millisecond
-
-// watchMemory ends the worker process when its resident memory grows by
-// more than limit during an invocation: the script ran out of memory, and
-// nothing it catches can change that. It returns the function that stops
-// the watch.
-func watchMemory(limit int64) func() {
-	if limit <= 0 {
-		return func() {}
+// loadHere loads the script a load frame carries: its bytecode and, unless
+// the host knows it, its declaration (its top level evaluated).
+func loadHere(f frame) (*Program, error) {
+	if f.Known {
+		return compileBytecode(f.File, f.Source)
 	}
-	base := residentBytes()
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(memoryPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if used := residentBytes() - base; used > limit {
-					fmt.Fprintf(os.Stderr, "keep sandbox: out of memory: the script grew the sandbox by %d bytes, over its limit of %d\n", used, limit)
-					os.Exit(5)
-				}
-			}
-		}
-	}()
-	return func() { close(done) }
+	return compileHere(f.File, f.Source)
 }
 
-// residentBytes reads this process's resident memory from /proc.
-func residentBytes() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
+// prewarm makes the VM the program's first invocation takes: a new VM,
+// locked down, with the program loaded (none of the script runs yet). A
+// failure is met again, and reported, by that invocation.
+func prewarm(p *Program) {
+	if v, err := p.takeVM(Limits{}); err == nil {
+		v.giveBack()
+	}
+}
+
+// memoryWatch bounds the memory an invocation may add to its worker
+// without polling: the kernel keeps the process's peak resident memory
+// (getrusage's ru_maxrss), and writing "5" to /proc/self/clear_refs sets
+// that peak back to what is resident now. So an invocation starts by
+// resetting the peak and noting what is resident; at each of its host calls
+// and at its end the worker reads the peak (one system call), and when the
+// invocation grew it by more than its limit, the worker ends itself: the
+// script ran out of memory, and nothing it caught changes that (issue 10: a
+// script caught its OOM and returned success). Between those checks
+// QuickJS's own allocator limit, set higher, bounds the heap; a peak
+// between two checks is seen all the same, as the kernel kept it.
+type memoryWatch struct {
+	clearRefs *os.File // nil where /proc/self/clear_refs cannot be written
+	limit     int64
+	base      int64
+}
+
+// openMemoryWatch opens /proc/self/clear_refs once, before any script runs.
+func openMemoryWatch() *memoryWatch {
+	f, err := os.OpenFile("/proc/self/clear_refs", os.O_WRONLY, 0)
 	if err != nil {
+		return &memoryWatch{}
+	}
+	return &memoryWatch{clearRefs: f}
+}
+
+// start begins watching an invocation with limit bytes (0: no limit). It
+// returns the limit to set on QuickJS's allocator: a far backstop that a
+// script could catch when the peak can be watched, the limit itself when it
+// cannot.
+func (m *memoryWatch) start(limit int64) int64 {
+	m.limit = 0
+	if limit <= 0 {
 		return 0
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
+	if m.clearRefs == nil {
+		return limit
+	}
+	if _, err := m.clearRefs.Write([]byte("5")); err != nil {
+		return limit
+	}
+	m.limit, m.base = limit, peakResident()
+	return 2*limit + 16<<20
+}
+
+// check ends the worker when the invocation under way grew its peak
+// resident memory by more than its limit.
+func (m *memoryWatch) check() {
+	if m.limit <= 0 {
+		return
+	}
+	if used := peakResident() - m.base; used > m.limit {
+		fmt.Fprintf(os.Stderr, "keep sandbox: out of memory: the script grew the sandbox by %d bytes, over its limit of %d\n", used, m.limit)
+		os.Exit(5)
+	}
+}
+
+// peakResident is the process's peak resident memory since the last reset.
+func peakResident() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	var pages int64
-	fmt.Sscan(f[1], &pages)
-	return pages * int64(os.Getpagesize())
+	return ru.Maxrss << 10 // kilobytes on Linux
 }
 
 // workerHost forwards a script's host call to the keep process and waits
 // for its answer.
-func workerHost(r *bufio.Reader, w *bufio.Writer) HostFunc {
+func workerHost(r *bufio.Reader, w *bufio.Writer, mem *memoryWatch) HostFunc {
 	return func(method string, args json.RawMessage) (json.RawMessage, error) {
+		mem.check()
 		if noReply[method] {
 			// Sent without waiting: the host answers nothing, and if the
 			// call fails there it ends this invocation itself.
@@ -344,8 +405,9 @@ func SetIdleWorkers(n int) {
 func WorkerStats() (started, killed int64) { return workersStarted.Load(), workersKilled.Load() }
 
 // startWorker starts a worker process and loads source into it, with
-// deadline bounding the load (the script's top level runs there).
-func startWorker(file, source string, deadline time.Duration) (*worker, *Declaration, error) {
+// deadline bounding the load. Unless known (the host has the declaration
+// already), the script's top level runs there and its declaration comes back.
+func startWorker(file, source string, deadline time.Duration, known bool) (*worker, *Declaration, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
@@ -394,7 +456,7 @@ func startWorker(file, source string, deadline time.Duration) (*worker, *Declara
 		wk.kill()
 	})
 	defer stop.Stop()
-	if err := writeFrame(wk.w, frame{T: "load", File: file, Source: source}); err != nil {
+	if err := writeFrame(wk.w, frame{T: "load", File: file, Source: source, Known: known}); err != nil {
 		wk.kill()
 		return nil, nil, wk.deathError("while loading the script", deadline, 0)
 	}
@@ -472,7 +534,7 @@ func (p *Program) takeWorker(lim Limits) (*worker, error) {
 	if deadline <= 0 || deadline > loadDeadline {
 		deadline = loadDeadline
 	}
-	wk, _, err := startWorker(p.File, p.Source, deadline)
+	wk, _, err := startWorker(p.File, p.Source, deadline, true)
 	if err != nil {
 		return nil, err
 	}
@@ -640,3 +702,6 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	return string(t.b)
 }
+
+// IdleWorkers counts the sandbox workers kept idle between invocations.
+func IdleWorkers() int { return idleWorkers.count(func(*worker) bool { return true }) }

@@ -132,11 +132,45 @@ func TestACaughtOutOfMemoryStillFailsTheRun(t *testing.T) {
 	}
 }
 
+// Issue 25: memory is no longer polled; the kernel's peak of the worker's
+// resident memory is read at host calls and at the end. A peak the script
+// made and let go before it returned (below QuickJS's own backstop, so
+// nothing threw) is out of memory all the same, and so is one reached
+// before a host call that the script then waits on.
+func TestAPeakOfMemoryGoneByTheEndStillFailsTheRun(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"before the end":     `{ const a = new Uint8Array(48 << 20); a.fill(1) } return { ok: true }`,
+		"before a host call": `{ const a = new Uint8Array(48 << 20); a.fill(1) } await ctx.files.read({ path: "x" }); throw new Error("must not run")`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := compile(t, isolationScript(body))
+			defer p.Release()
+			o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+				Tools: map[string][]string{"files": {"read"}}, Limits: Limits{Timeout: time.Minute, MemoryLimit: 32 << 20},
+				Host: func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{"content":""}`), nil }})
+			if err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "out of memory") || !strings.Contains(err.Error(), "32 MiB") {
+				t.Fatalf("want a logic error: out of memory (limit 32 MiB), got %v (returned %s)", err, o.Value)
+			}
+		})
+	}
+	// Within the limit, the same script returns.
+	p := compile(t, isolationScript(`{ const a = new Uint8Array(8 << 20); a.fill(1) } return { ok: true }`))
+	defer p.Release()
+	o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{}, Limits: Limits{Timeout: time.Minute, MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+	if err != nil || string(o.Value) != `{"ok":true}` {
+		t.Fatalf("8 MiB under a 32 MiB limit: %v %s", err, o.Value)
+	}
+}
+
 // A sandbox worker gets no environment but the Go runtime's: keep's own
 // (KEEP_TOKEN, credentials) stays out of the process that runs scripts.
 func TestWorkersDoNotInheritKeepsEnvironment(t *testing.T) {
 	t.Setenv("KEEP_TOKEN", "planted-env-secret")
-	wk, _, err := startWorker("wf.js", isolationScript(`return {}`), time.Minute)
+	wk, _, err := startWorker("wf.js", isolationScript(`return {}`), time.Minute, false)
 	if err != nil {
 		t.Fatal(err)
 	}
