@@ -93,7 +93,11 @@ func (s *Scheduler) makeRoom() {
 	if len(idle) == 0 {
 		return
 	}
-	if err := s.store.Update(context.Background(), func(tx store.Tx) error {
+	var wfs []string
+	for _, h := range idle {
+		wfs = append(wfs, h.fence.Workflow)
+	}
+	if err := s.store.Update(store.ForWorkflows(context.Background(), wfs...), func(tx store.Tx) error {
 		for _, h := range idle {
 			if err := releaseIn(tx, h.fence); err != nil {
 				return err
@@ -111,7 +115,7 @@ func (s *Scheduler) acquire(ctx context.Context, wf string) (f store.Fence, unti
 	start := time.Now()
 	end := start.Add(s.ttl)
 	var l kt.Lease
-	err = s.store.Update(ctx, func(tx store.Tx) error {
+	err = s.store.Update(store.ForWorkflows(ctx, wf), func(tx store.Tx) error {
 		cur, err := tx.LeaseGet(wf)
 		var prev *kt.Lease
 		switch {
@@ -178,7 +182,11 @@ func (s *Scheduler) renewAll(all bool) {
 		return
 	}
 	lost := map[*heldLease]bool{}
-	err := s.store.Update(context.Background(), func(tx store.Tx) error {
+	var wfs []string
+	for _, h := range append(append([]*heldLease(nil), keep...), drop...) {
+		wfs = append(wfs, h.fence.Workflow)
+	}
+	err := s.store.Update(store.ForWorkflows(context.Background(), wfs...), func(tx store.Tx) error {
 		clear(lost)
 		for _, h := range keep {
 			cur, err := tx.LeaseGet(h.fence.Workflow)
@@ -265,7 +273,7 @@ func (s *Scheduler) releaseOne(wf string) {
 	if h == nil {
 		return
 	}
-	if err := s.store.Update(context.Background(), func(tx store.Tx) error { return releaseIn(tx, h.fence) }); err != nil {
+	if err := s.store.Update(store.ForWorkflows(context.Background(), wf), func(tx store.Tx) error { return releaseIn(tx, h.fence) }); err != nil {
 		s.log.Warn("lease not released (it expires by itself)", "workflow", wf, "error", err)
 	}
 }
@@ -300,7 +308,8 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	now := time.Now().UnixMilli()
 	n.ID, n.SeenAt = s.node, now
 	alive := 0
-	err := s.store.Update(ctx, func(tx store.Tx) error {
+	// Its own row of nodes only: no workflow's lock.
+	err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error {
 		if err := tx.NodePut(n); err != nil {
 			return err
 		}

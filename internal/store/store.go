@@ -106,6 +106,22 @@ func FenceOf(ctx context.Context) (Fence, bool) {
 	return f, ok
 }
 
+type workflowsKey struct{}
+
+// ForWorkflows marks an Update that writes only the leases of these
+// workflows and this node's own row of nodes (the scheduler's lease
+// transactions and heartbeats): a backend that serializes writers per
+// workflow (PostgreSQL) locks just those, instead of every writer.
+func ForWorkflows(ctx context.Context, workflows ...string) context.Context {
+	return context.WithValue(ctx, workflowsKey{}, workflows)
+}
+
+// WorkflowsOf returns what ForWorkflows marked.
+func WorkflowsOf(ctx context.Context) ([]string, bool) {
+	w, ok := ctx.Value(workflowsKey{}).([]string)
+	return w, ok
+}
+
 // Fenced wraps an Update's function with the check of the context's lease,
 // if it carries one: backends call it in Update, so every durable write of
 // a step is conditional on the step's token.

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -212,6 +213,11 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 		if err := store.CheckFence(f, r.lockWorkflow); err != nil {
 			return err
 		}
+	} else if wfs, ok := store.WorkflowsOf(ctx); ok {
+		r.scoped = true
+		if err := r.lockLeases(wfs); err != nil {
+			return err
+		}
 	} else if _, err := r.Exec(`SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, writerLock); err != nil {
 		// Keyed by the schema too: installations in two schemas of one
 		// database do not wait for each other.
@@ -250,6 +256,22 @@ WHERE l.workflow = ? FOR NO KEY UPDATE OF l`, writerLock, wf).Scan(&l.Node, &l.T
 		return l, fmt.Errorf("take the workflow's lock: %w", err)
 	}
 	return l, nil
+}
+
+// lockLeases takes the writers' lock shared and, in their order, a lock of
+// each workflow's leases (store.ForWorkflows): lease transactions of one
+// workflow are serialized on it, and a step's transaction, which only
+// reads its lease row under a row lock, makes a lease write wait for its
+// commit; nothing waits the other way, so no cycle forms.
+func (r *runner) lockLeases(wfs []string) error {
+	sorted := slices.Clone(wfs)
+	slices.Sort(sorted)
+	_, err := r.Exec(`SELECT pg_advisory_xact_lock_shared(?, hashtext(current_schema())),
+ (SELECT count(pg_advisory_xact_lock(hashtextextended(current_schema() || '/' || w, 0))) FROM (SELECT w FROM unnest(?::text[]) w ORDER BY w) s)`, writerLock, sorted)
+	if err != nil {
+		return fmt.Errorf("take the leases' locks: %w", err)
+	}
+	return nil
 }
 
 // sharedLock is the advisory lock on the rows of no workflow.

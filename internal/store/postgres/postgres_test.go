@@ -145,23 +145,33 @@ func TestWritersAreSerializedPerWorkflow(t *testing.T) {
 		})
 	}()
 	<-inside
-	// w1's transaction is open: a step of w2 commits meanwhile.
-	other := make(chan error, 1)
-	go func() { other <- s.Update(fence["w2"], func(tx store.Tx) error { return put(tx, "w2", "b") }) }()
-	for done := false; !done; {
-		select {
-		case err := <-other:
-			if err != nil {
-				t.Fatal(err)
-			}
-			done = true
-		default:
-			if waiting() > 0 {
-				close(release)
-				t.Fatal("a step of w2 waits for a lock held by a step of w1")
+	// w1's transaction is open: a step of w2 commits meanwhile, and so do
+	// a renewal of w2's lease and a node's heartbeat.
+	withoutWaiting := func(what string, ctx context.Context, fn func(store.Tx) error) {
+		c := make(chan error, 1)
+		go func() { c <- s.Update(ctx, fn) }()
+		for {
+			select {
+			case err := <-c:
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			default:
+				if waiting() > 0 {
+					close(release)
+					t.Fatalf("%s waits for a lock held by a step of w1", what)
+				}
 			}
 		}
 	}
+	withoutWaiting("a step of w2", fence["w2"], func(tx store.Tx) error { return put(tx, "w2", "b") })
+	withoutWaiting("a renewal of w2's lease", store.ForWorkflows(ctx, "w2"), func(tx store.Tx) error {
+		return tx.LeasePut(kt.Lease{Workflow: "w2", Node: "n", Token: 1, ExpiresAt: 1 << 51})
+	})
+	withoutWaiting("a heartbeat", store.ForWorkflows(ctx), func(tx store.Tx) error {
+		return tx.NodePut(kt.Node{ID: "n", SeenAt: 1})
+	})
 	// A second writer of w1 waits for the first, then sees its write.
 	second := make(chan error, 1)
 	go func() {
