@@ -293,3 +293,4 @@ func TestRunRefusesWhileServeOwnsTheData(t *testing.T) {
 		t.Fatalf("missing config: %d %s", r.code, r.err)
 	}
 }
+

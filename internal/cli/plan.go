@@ -66,7 +66,7 @@ func (a *app) planCmd() *cobra.Command {
 			if err := os.WriteFile(out, []byte(strings.TrimRight(plan.Script, "\n")+"\n"), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "wrote %s (valid; %d attempts, %d tokens)\n\n%s\n", out, plan.Attempts, plan.Tokens, plan.Summary)
+			fmt.Fprintf(a.out, "wrote %s (valid; %s, %s)\n\n%s\n", out, kt.Count(plan.Attempts, "attempt"), kt.Count(plan.Tokens, "token"), plan.Summary)
 			for _, n := range plan.Notes {
 				fmt.Fprintf(a.out, "\nnote: %s\n", n)
 			}

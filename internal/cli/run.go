@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"strings"
 	"time"
 
@@ -62,8 +63,12 @@ func (a *app) runCmd() *cobra.Command {
 				return err
 			}
 			if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
-				if errors.Is(err, context.DeadlineExceeded) {
-					return fmt.Errorf("still not idle after --timeout %s", timeout)
+				if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
+					// Say where it stopped: what is done, what is still pending.
+					if _, perr := a.printRunSummary(context.WithoutCancel(ctx), k.Store, res); perr != nil {
+						return perr
+					}
+					return fmt.Errorf("still not idle after --timeout %s: the inputs above marked pending are not done yet; keep run %s again, or keep serve, goes on from here", timeout, args[0])
 				}
 				return err
 			}
@@ -125,7 +130,7 @@ func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.De
 	if len(cards) > 0 {
 		state = "blocked"
 	}
-	fmt.Fprintf(a.out, "workflow %s (version %s): %s, %d runs\n\n", wf, res.Version.Label(), state, len(runs))
+	fmt.Fprintf(a.out, "workflow %s (version %s): %s, %s\n\n", wf, res.Version.Label(), state, kt.Count(len(runs), "run"))
 	a.printInputs(inputs)
 	fmt.Fprintln(a.out)
 	a.printOutputs(outputs, inputs)

@@ -482,7 +482,7 @@ func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int,
 		if n, err = queueScheduled(tx, wf, now.UnixMilli()); err != nil {
 			return err
 		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%d producers of %s queued", n, wf), At: now.UnixMilli()})
+		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%s of %s queued", kt.Count(n, "producer"), wf), At: now.UnixMilli()})
 	})
 	return n, err
 }
@@ -541,7 +541,7 @@ func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now ti
 		msg, err = wf+" resumed", Resume(ctx, st, wf, now)
 	case "run-now":
 		queued, err = RunNow(ctx, st, wf, now)
-		msg = fmt.Sprintf("%d producers of %s queued", queued, wf)
+		msg = fmt.Sprintf("%s of %s queued", kt.Count(queued, "producer"), wf)
 	default:
 		return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), Code: CodeUnknownAction}
 	}

@@ -54,3 +54,12 @@ func sizeOf(n int, unit string) string {
 	}
 	return fmt.Sprintf("%d %s", n, unit)
 }
+
+// Count says "1 run", "2 runs": a number with its noun, as people write it.
+// one is the singular; the plural adds "s" (keep's nouns are regular).
+func Count(n int, one string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}

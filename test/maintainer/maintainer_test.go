@@ -238,6 +238,10 @@ func TestAnImpactfulRepairWaitsForAPerson(t *testing.T) {
 	if !strings.Contains(string(page), "Approve and activate") || !strings.Contains(string(page), "potentially impactful") || !strings.Contains(string(page), "Blast radius: version 1.0 applied 1 writes") {
 		t.Fatalf("the page does not offer the held repair with its blast radius:\n%s", page)
 	}
+	// Its Approve is in sight, not inside a collapsed section beside a visible Try again.
+	if !strings.Contains(string(page), `<details class="repair r-held" open>`) {
+		t.Fatalf("the held repair is collapsed:\n%s", page)
+	}
 	if !strings.Contains(out, "blast radius: version 1.0 applied 1 writes, for 1 inputs and items: Order 1") || !strings.Contains(out, "+       return { reservations") && !strings.Contains(out, "+ ") {
 		t.Fatalf("keep repairs does not show the blast radius and the diff:\n%s", out)
 	}
