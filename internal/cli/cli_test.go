@@ -293,4 +293,3 @@ func TestRunRefusesWhileServeOwnsTheData(t *testing.T) {
 		t.Fatalf("missing config: %d %s", r.code, r.err)
 	}
 }
-
