@@ -250,3 +250,49 @@ func TestEmailToSheetsExampleUnmodified(t *testing.T) {
 		t.Fatalf("secret.key: %v %v", info, err)
 	}
 }
+
+// A burst of mail larger than the producer's max between two polls is
+// processed completely and once, through keep as a person runs it: the
+// fake answers pages of 4, the script asks 5 at a time, 12 mails come in.
+func TestABurstLargerThanMaxIsProcessedCompletelyAndOnce(t *testing.T) {
+	base := fake(t)
+	admin(t, base, "POST", "/_admin/page_max", map[string]any{"max": 4}, nil)
+	src, err := os.ReadFile("../../examples/email-to-sheets/workflow.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Replace(string(src), "ctx.gmail.search({ after: state?.cursor })", "ctx.gmail.search({ after: state?.cursor, max: 5 })", 1)
+	if script == string(src) {
+		t.Fatal("the example's search call changed; update this test")
+	}
+	dir := project(t, base, script)
+	if r := keep(t, dir, nil, "deploy", "--grant", "workflow.js"); r.code != 0 {
+		t.Fatalf("deploy: %d %s", r.code, r.err)
+	}
+	connect(t, dir)
+	want := map[string]bool{}
+	for i := 1; i <= 12; i++ {
+		subject := fmt.Sprintf("Order %02d", i)
+		admin(t, base, "POST", "/_admin/gmail/messages", map[string]string{"from": "shop@example.com", "subject": subject, "text": "x"}, nil)
+		want["shop@example.com|"+subject] = true
+	}
+	var rows [][]string
+	for run := 0; run < 5 && len(rows) < 12; run++ {
+		if r := keep(t, dir, nil, "run", "workflow.js"); r.code != 0 {
+			t.Fatalf("run %d: %d\n%s%s", run, r.code, r.out, r.err)
+		}
+		rows, _ = sheetRows(t, base, "...")
+	}
+	got := map[string]int{}
+	for _, row := range rows {
+		got[strings.Join(row, "|")]++
+	}
+	for k := range want {
+		if got[k] != 1 {
+			t.Fatalf("%s has %d rows; the sheet: %v", k, got[k], rows)
+		}
+	}
+	if len(rows) != 12 {
+		t.Fatalf("%d rows for 12 mails: %v", len(rows), rows)
+	}
+}

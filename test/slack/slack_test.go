@@ -144,3 +144,44 @@ func TestEachQuestionAnsweredOnce(t *testing.T) {
 		})
 	}
 }
+
+// A busy channel named by name (#support), read in Slack's short pages (15
+// a page), is answered completely and once, an answer lost on the way too:
+// every question gets one reply in its thread.
+func TestAPaginatedChannelByNameIsAnsweredCompletelyAndOnce(t *testing.T) {
+	base := fake(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.slack]\nendpoint = %q\n\n[policy]\ntool_timeout = \"2s\"\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n", base)), 0o644)
+	os.WriteFile(filepath.Join(dir, "workflow.js"), []byte(strings.ReplaceAll(script, `channel: "C1"`, `channel: "#support"`)), 0o644)
+	if code, out := keep(t, dir, nil, "connect", "slack", "--token", "xoxb-keep-fake"); code != 0 {
+		t.Fatalf("keep connect slack: %d %s", code, out)
+	}
+	for i := 0; i < 40; i++ {
+		post(t, base+"/_admin/messages", map[string]string{"channel": "#support", "text": fmt.Sprintf("question %d?", i)})
+	}
+	post(t, base+"/_admin/faults", map[string]any{"method": "slack.postMessage", "fault": "drop_after_apply", "count": 3})
+	if code, out := keep(t, dir, nil, "run", "workflow.js"); code != 0 {
+		t.Fatalf("keep run: %d\n%s", code, out)
+	}
+	resp, err := http.Get(base + "/_admin/channels/support")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Messages []map[string]any }
+	json.NewDecoder(resp.Body).Decode(&out)
+	got := map[string]int{}
+	for _, m := range out.Messages {
+		if m["user"] == "UKEEPBOT" {
+			got[fmt.Sprint(m["thread_ts"])]++
+		}
+	}
+	if len(got) != 40 {
+		t.Fatalf("%d of 40 questions answered", len(got))
+	}
+	for q, n := range got {
+		if n != 1 {
+			t.Fatalf("question %s answered %d times", q, n)
+		}
+	}
+}
