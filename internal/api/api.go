@@ -78,8 +78,24 @@ func (s *Server) Handler() http.Handler {
 		if AuthOf(r) == AuthToken {
 			def = "api (token)"
 		}
-		mux.ServeHTTP(w, r.WithContext(engine.WithActor(r.Context(), ActorOf(r, def))))
+		// The API authenticates and hands the actor and the proof on;
+		// engine.Control decides who may do what.
+		ctx := engine.WithProof(engine.WithActor(r.Context(), ActorOf(r, def)), proofOf(AuthOf(r)))
+		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// proofOf is how a request authenticated, as engine.Control reads it.
+func proofOf(a Auth) engine.Proof {
+	switch a {
+	case AuthSecret:
+		return engine.ProofSecret
+	case AuthToken:
+		return engine.ProofToken
+	}
+	// A session (the page's cookie) proves nothing to the API: a page
+	// changes state through its own forms, with their CSRF token.
+	return engine.ProofNone
 }
 
 // ActorOf names the person behind a request for the decision log: the
@@ -139,7 +155,11 @@ func fail(w http.ResponseWriter, err error) {
 	var ae *engine.ActionError
 	var ve *engine.ValidationError
 	var se *script.SyntaxError
+	var na *engine.NotAllowedError
 	switch {
+	case errors.As(err, &na):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="keep"`)
+		Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are ("+string(na.Action)+"): keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
 	case errors.Is(err, engine.ErrNotFound):
 		Error(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.As(err, &ae):
@@ -245,6 +265,10 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
+	if err := s.control().MayAct(r.Context(), engine.ActDeploy); err != nil {
+		fail(w, err)
+		return
+	}
 	var req DeployRequest
 	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
@@ -265,6 +289,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "workflow.js"
 	}
+
 	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant})
 	if err != nil {
 		fail(w, err)

@@ -255,9 +255,6 @@ func (g *Guard) Wrap(next http.Handler, loginPath string) http.Handler {
 			case !sameOrigin(r):
 				Error(w, http.StatusForbidden, "csrf", "this request changes state but comes from a page of another site ("+r.Header.Get("Origin")+")")
 				return
-			case isAPI && auth != AuthSecret && auth != AuthToken:
-				Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are: keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
-				return
 			case !isAPI && !g.csrfOK(r):
 				Error(w, http.StatusForbidden, "csrf", "this request changes state but carries no proof that it comes from keep's own page (its CSRF token) or keep's CLI (the instance secret): reload the page and try again")
 				return

@@ -61,7 +61,7 @@ func TestEveryActionHasOneCommandAndOneRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer((&api.Server{Store: st}).Handler())
+	srv := httptest.NewServer(api.InProcess((&api.Server{Store: st}).Handler()))
 	defer srv.Close()
 	for _, act := range engine.Actions() {
 		s := covered[act]

@@ -285,6 +285,9 @@ func (d *decision) approve() (string, error) {
 
 func (d *decision) reprocessItem() (string, error) {
 	run := &d.run
+	if run.HandlerType == kt.HandlerConsumer {
+		return d.reprocessInputs()
+	}
 	key := doneItemOf(*run)
 	if key == "" {
 		key = blockedItemOf(*run)
@@ -316,6 +319,52 @@ func (d *decision) reprocessItem() (string, error) {
 	}
 	run.Rev, run.Action = cur.Rev, ActionRetry
 	return msg + fmt.Sprintf("; run %s is retried", run.ID), nil
+}
+
+// reprocessInputs starts a new attempt of every input whose events a
+// blocked consumer run holds: the run is closed (its unfinished write is
+// not sent again), their events re-open under the new attempt, and the
+// consumer takes them in a new run (as keep reprocess INPUT does, for all
+// of the run's inputs in one transaction).
+func (d *decision) reprocessInputs() (string, error) {
+	if !slices.Contains(d.allowed, string(ResolveReprocess)) {
+		return "", refuse("Reprocess does not apply to run %s (%s): it applies to a run blocked on a write whose outcome is unknown; to start a new attempt of one of its inputs, use keep reprocess INPUT", d.run.ID, d.run.Status)
+	}
+	held, err := d.tx.EventsReservedBy(d.run.ID)
+	if err != nil {
+		return "", err
+	}
+	var ids []string
+	for _, ev := range held {
+		for _, id := range ev.CausedBy {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return "", refuse("run %s holds no input's events: nothing to reprocess; use --skip or --try-again", d.run.ID)
+	}
+	var msgs []string
+	for _, id := range ids {
+		it, err := d.tx.InputGet(id)
+		if err != nil {
+			return "", err
+		}
+		msg, err := reprocessInput(d.tx, it, d.ms)
+		if err != nil {
+			return "", err
+		}
+		msgs = append(msgs, msg)
+	}
+	// reprocessInput closed the run in this transaction: Resolve writes
+	// that state again with the decision (no action left to carry out).
+	cur, err := d.tx.RunGet(d.run.ID)
+	if err != nil {
+		return "", err
+	}
+	d.run = cur
+	return strings.Join(msgs, "; "), nil
 }
 
 // Who says who must move a run on next.
@@ -369,7 +418,7 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 			out = append(out, string(ResolveTryAgain))
 		}
 		out = append(out, string(ResolveDidntHappen), string(ResolveSkip))
-		if blockedItemOf(r) != "" {
+		if blockedItemOf(r) != "" || inputsReprocessable(r, held) {
 			// The item needs attention (ch 12 §12.7): a new attempt of it.
 			out = append(out, string(ResolveReprocess))
 		}
@@ -390,6 +439,16 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 		return []string{string(ResolveTryAgain)}
 	}
 	return []string{string(ResolveTryAgain), string(ResolveSkip)}
+}
+
+// inputsReprocessable says a blocked consumer run's inputs can start a new
+// attempt (ch 12 §12.7, keep reprocess ITEM of each as one action): it
+// holds their events and its write has not happened (reprocessInput
+// closes the run; a run past its write must complete first). Offered on a
+// write whose outcome is unknown; a consumer run failed on a payload that
+// conflicts with an applied one is reprocessed with keep reprocess INPUT.
+func inputsReprocessable(r kt.Run, held int) bool {
+	return r.HandlerType == kt.HandlerConsumer && held > 0 && kt.PhaseRank(r.Phase) < kt.PhaseRank(kt.PhaseMutated)
 }
 
 // doneItemOf is the done item a run's handler tried to mutate, if any.

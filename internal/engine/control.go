@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/keep-run/keep/internal/store"
@@ -31,6 +32,66 @@ const (
 	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
 	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
 )
+
+// ActDeploy is a deploy: carried out by Engine.DeployWith, and allowed or
+// refused by Control.MayAct like every action Do carries out.
+const ActDeploy Action = "deploy"
+
+// Proof is how the actor behind a request proved who they are: the API
+// and the page authenticate (and only that) and hand Control the proof
+// with WithProof; Control decides who may do what (MayAct).
+type Proof int
+
+const (
+	// ProofNone: nothing (a request without the token or the secret).
+	ProofNone Proof = iota + 1
+	// ProofPage: keep's own page (its CSRF token, and its session when
+	// keep serve has a token).
+	ProofPage
+	// ProofToken: keep serve's --token.
+	ProofToken
+	// ProofSecret: the data directory's instance secret (keep's CLI).
+	ProofSecret
+)
+
+type proofKey struct{}
+
+// WithProof records how the actor of ctx was authenticated.
+func WithProof(ctx context.Context, p Proof) context.Context {
+	return context.WithValue(ctx, proofKey{}, p)
+}
+
+// mayAct is who may do each action, by proof: the one table. Every
+// action changes keep's state, so each needs a person who proved who they
+// are; none is open to a request without proof.
+var mayAct = map[Action][]Proof{}
+
+func init() {
+	for _, a := range append(Actions(), ActDeploy) {
+		mayAct[a] = []Proof{ProofPage, ProofToken, ProofSecret}
+	}
+}
+
+// NotAllowedError refuses an action to an actor without the proof it needs.
+type NotAllowedError struct{ Action Action }
+
+func (e *NotAllowedError) Error() string {
+	return fmt.Sprintf("%s changes keep's state and needs proof of who you are", e.Action)
+}
+
+// MayAct says whether the actor of ctx may do act. A context without a
+// proof is code of this process (tests, the Maintainer), not a request:
+// the API and the page always hand one.
+func (c *Control) MayAct(ctx context.Context, act Action) error {
+	p, ok := ctx.Value(proofKey{}).(Proof)
+	if !ok {
+		return nil
+	}
+	if slices.Contains(mayAct[act], p) {
+		return nil
+	}
+	return &NotAllowedError{Action: act}
+}
 
 // Actions lists every action Control carries out, in the order above.
 func Actions() []Action {
@@ -71,6 +132,11 @@ func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 	now := time.Now()
 	if c.Now != nil {
 		now = c.Now()
+	}
+	if _, known := mayAct[q.Action]; known && q.Action != ActDeploy {
+		if err := c.MayAct(ctx, q.Action); err != nil {
+			return Reply{}, err
+		}
 	}
 	var msg string
 	var err error

@@ -129,7 +129,9 @@ func (s *Server) Handler() http.Handler {
 		if s.Guard != nil && s.Guard.Token != "" {
 			who = "web page (signed in)"
 		}
-		mux.ServeHTTP(w, r.WithContext(engine.WithActor(r.Context(), who)))
+		// The guard proved a state change comes from this page (its CSRF
+		// token); engine.Control decides who may do what.
+		mux.ServeHTTP(w, r.WithContext(engine.WithProof(engine.WithActor(r.Context(), who), engine.ProofPage)))
 	})
 }
 
