@@ -50,9 +50,9 @@ func (c *conn) dialIMAP(ctx context.Context) (*imapclient.Client, error) {
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassTransient, "email: the IMAP server is unreachable: %v", err)
 	}
-	if deadline, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(deadline)
-	}
+	// go-imap sets a deadline of its own for each command and response, so
+	// the call's end closes the connection (closing it twice is harmless).
+	context.AfterFunc(ctx, func() { raw.Close() })
 	opts := &imapclient.Options{WordDecoder: words, TLSConfig: tc}
 	var cl *imapclient.Client
 	switch {
