@@ -19,7 +19,6 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/keep-run/keep/internal/daemon"
@@ -41,19 +40,23 @@ type Options struct {
 
 // Result is what `keep bench --json` prints.
 type Result struct {
-	Quick               bool    `json:"quick"`
-	FsyncRate           float64 `json:"fsyncRate"`
-	FsyncsPerRun        float64 `json:"fsyncsPerRun"`
-	SerialBound         float64 `json:"serialBoundEventsPerSec"`
-	W1Events            int     `json:"w1Events"`
-	W1EventsPerSec      float64 `json:"w1EventsPerSec"`
-	W1Ratio             float64 `json:"w1Ratio"`
+	Quick          bool    `json:"quick"`
+	FsyncRate      float64 `json:"fsyncRate"`
+	FsyncsPerRun   float64 `json:"fsyncsPerRun"`
+	SerialBound    float64 `json:"serialBoundEventsPerSec"`
+	W1Events       int     `json:"w1Events"`
+	W1EventsPerSec float64 `json:"w1EventsPerSec"`
+	W1Ratio        float64 `json:"w1Ratio"`
+	// The CPU figures count keep's process and the sandbox worker
+	// processes it starts; the Worker ones are the workers' share.
 	W1CPUMicros         float64 `json:"w1CpuMicrosPerEvent"`
+	W1WorkerCPUMicros   float64 `json:"w1WorkerCpuMicrosPerEvent"`
 	W100Events          int     `json:"w100Events"`
 	W100EventsPerSec    float64 `json:"w100EventsPerSec"`
 	W100OverW1          float64 `json:"w100OverW1"`
 	W100FsyncsPerRun    float64 `json:"w100FsyncsPerRun"`
 	W100CPUMicros       float64 `json:"w100CpuMicrosPerEvent"`
+	W100WorkerCPUMicros float64 `json:"w100WorkerCpuMicrosPerEvent"`
 	W100RSSBytes        int64   `json:"w100RssBytes"` // resident memory of the process after W=100 (0 where unknown)
 	LatencyP50Millis    float64 `json:"latencyP50Millis"`
 	LatencyP99Millis    float64 `json:"latencyP99Millis"`
@@ -107,6 +110,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, fmt.Errorf("end to end W=1: %w", err)
 	}
 	r.W1Events, r.W1EventsPerSec, r.FsyncsPerRun, r.W1CPUMicros = n1, e1.perSec, e1.fsyncsPerRun, e1.cpuMicrosPerEvent
+	r.W1WorkerCPUMicros = e1.workerMicrosPerEvent
 	o.say("publish → commit latency, one event at a time ...")
 	if r.LatencyP50Millis, r.LatencyP99Millis, err = latency(ctx, filepath.Join(root, "latency"), map[bool]int{true: 50, false: 200}[o.Quick]); err != nil {
 		return r, fmt.Errorf("latency: %w", err)
@@ -122,6 +126,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, fmt.Errorf("end to end W=%d: %w", wN, err)
 	}
 	r.W100Events, r.W100EventsPerSec, r.W100FsyncsPerRun, r.W100CPUMicros = wN*perW, e100.perSec, e100.fsyncsPerRun, e100.cpuMicrosPerEvent
+	r.W100WorkerCPUMicros = e100.workerMicrosPerEvent
 	r.W100RSSBytes = residentBytes()
 	if r.W1EventsPerSec > 0 {
 		r.W100OverW1 = r.W100EventsPerSec / r.W1EventsPerSec
@@ -198,7 +203,8 @@ func fsyncRate(dir string, n int) (float64, error) {
 
 type e2e struct {
 	perSec, fsyncsPerRun float64
-	cpuMicrosPerEvent    float64 // user + system CPU time of keep and its sandbox workers per event
+	cpuMicrosPerEvent    float64 // user + system CPU time per event: keep's process and its sandbox workers
+	workerMicrosPerEvent float64 // the sandbox workers' share of it
 	// roundTripsPerRun: statements sent to the server per consumer run,
 	// leases and all (PostgreSQL; 0 on SQLite).
 	roundTripsPerRun float64
@@ -232,16 +238,6 @@ func residentBytes() int64 {
 		}
 	}
 	return 0
-}
-
-// cpuTime is the user + system CPU time so far of keep's process and of
-// its sandbox workers (which run the handlers: a run's cost includes them).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + script.WorkerCPU()
 }
 
 func benchScript(name, sinkURL string, n int) string {
@@ -321,11 +317,11 @@ func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error
 		}
 	}
 	stats0 := k.Store.Stats()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), cpuNow()
 	if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
 		return res, err
 	}
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu := time.Since(start), cpuNow().sub(cpu0)
 	if got := applied.Load(); got != int64(w*n) {
 		return res, fmt.Errorf("the sink saw %d writes, want %d", got, w*n)
 	}
@@ -339,7 +335,8 @@ func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error
 	}
 	res.roundTripsPerRun = float64(stats.RoundTrips-stats0.RoundTrips) / float64(w*n)
 	res.perSec = float64(w*n) / elapsed.Seconds()
-	res.cpuMicrosPerEvent = float64(cpu.Microseconds()) / float64(w*n)
+	res.cpuMicrosPerEvent = float64(cpu.total().Microseconds()) / float64(w*n)
+	res.workerMicrosPerEvent = float64(cpu.workers.Microseconds()) / float64(w*n)
 	return res, nil
 }
 

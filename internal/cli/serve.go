@@ -18,6 +18,7 @@ import (
 
 func (a *app) serveCmd() *cobra.Command {
 	var filesRoot, addr, token string
+	var profiles bool
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "run every deployed workflow on its schedule, with the web page and API, until stopped",
@@ -28,6 +29,9 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			if addr != "" && !api.IsLoopback(addr) && token == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
+			}
+			if profiles && addr == "" {
+				return &exitError{code: exitUsageCode, err: fmt.Errorf("--pprof serves the profiles on keep serve's address: give --addr too (it is \"\" here)")}
 			}
 			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRootForAll: filesRoot})
 			if err != nil {
@@ -49,7 +53,7 @@ func (a *app) serveCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("listen on %s: %w (another keep serve, or pass --addr)", addr, err)
 				}
-				srv := &http.Server{Handler: k.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
+				srv := &http.Server{Handler: k.HTTPHandlerWith(daemon.HTTPOptions{Token: token, Pprof: profiles}), ReadHeaderTimeout: 10 * time.Second}
 				go srv.Serve(ln)
 				defer srv.Close()
 				if err := k.WriteAddr(ln.Addr().String()); err != nil {
@@ -69,6 +73,7 @@ func (a *app) serveCmd() *cobra.Command {
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector for every workflow, instead of the one each recorded when it was deployed (without it: the recorded one, or DATA/files)")
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
 	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
+	c.Flags().BoolVar(&profiles, "pprof", false, "serve Go's profiles at "+daemon.ProfilesPath+" on --addr, only to requests with the token or the data directory's "+daemon.APISecretFile+" (docs/api.md)")
 	return c
 }
 

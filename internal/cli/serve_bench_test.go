@@ -31,7 +31,7 @@ func TestBenchJSONFields(t *testing.T) {
 	}
 	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w1Ratio", "w100EventsPerSec", "latencyP50Millis", "latencyP99Millis",
 		"handlerCallP50Micros", "peekP50Millis", "startupSeconds", "idleWorkflowBytes",
-		"w1CpuMicrosPerEvent", "w100FsyncsPerRun", "w100CpuMicrosPerEvent", "handlerFirstCallP50Micros", "newVMP50Micros", "w100RssBytes"} {
+		"w1CpuMicrosPerEvent", "w100FsyncsPerRun", "w100CpuMicrosPerEvent", "w1WorkerCpuMicrosPerEvent", "w100WorkerCpuMicrosPerEvent", "handlerFirstCallP50Micros", "newVMP50Micros", "w100RssBytes"} {
 		v, ok := got[f].(float64)
 		if !ok || v < 0 {
 			t.Errorf("%s = %v", f, got[f])
@@ -40,6 +40,14 @@ func TestBenchJSONFields(t *testing.T) {
 	for _, f := range []string{"fsyncRate", "fsyncsPerRun", "w1EventsPerSec", "w100EventsPerSec", "handlerCallP50Micros", "w100FsyncsPerRun", "newVMP50Micros"} {
 		if got[f].(float64) <= 0 {
 			t.Errorf("%s is zero", f)
+		}
+	}
+	// The handlers run in sandbox worker processes: a run's CPU counts theirs.
+	if got["sandbox"] == "worker processes" {
+		for _, f := range []string{"w1WorkerCpuMicrosPerEvent", "w100WorkerCpuMicrosPerEvent"} {
+			if w, all := got[f].(float64), got[strings.Replace(f, "Worker", "", 1)].(float64); w <= 0 || w >= all {
+				t.Errorf("%s = %v of %v: the workers' CPU is counted, and is a part of the whole", f, w, all)
+			}
 		}
 	}
 	// Group commit: with 100 workflows stepping at once, one fsync carries

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -394,8 +395,29 @@ func (k *Keep) Changed(wf string) {
 // behind one guard (the instance secret or the token for the API's state
 // changes, CSRF for the page's, security headers).
 func (k *Keep) HTTPHandler(token string) http.Handler {
+	return k.HTTPHandlerWith(HTTPOptions{Token: token})
+}
+
+// HTTPOptions choose what keep serve's address serves.
+type HTTPOptions struct {
+	// Token is keep serve's --token ("" for none).
+	Token string
+	// Pprof serves Go's profiles under /debug/pprof/ (keep serve --pprof),
+	// to whoever proves who they are (ProfilesPath).
+	Pprof bool
+}
+
+// ProfilesPath is where keep serve --pprof serves Go's profiles.
+const ProfilesPath = "/debug/pprof/"
+
+// HTTPHandlerWith is HTTPHandler with the options keep serve was given.
+func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
+	token := o.Token
 	guard := api.NewGuard(token, k.apiSecret)
 	mux := http.NewServeMux()
+	if o.Pprof {
+		mux.Handle(ProfilesPath, profiles())
+	}
 	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem}).Handler())
 	mux.HandleFunc("GET "+api.InstancePath, func(w http.ResponseWriter, r *http.Request) {
 		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
@@ -534,4 +556,28 @@ func (k *Keep) Close() error {
 	err := k.Store.Close()
 	k.lock.Close()
 	return err
+}
+
+// profiles serves net/http/pprof's pages to a request that carries the
+// token or the data directory's instance secret (or a page session of a
+// keep serve with a token), and to nothing else, even on a tokenless keep
+// serve that lets anyone on this machine read its page: a profile shows
+// keep's command line, and a goroutine dump shows what each run is doing.
+func profiles() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(ProfilesPath, pprof.Index)
+	mux.HandleFunc(ProfilesPath+"cmdline", pprof.Cmdline)
+	mux.HandleFunc(ProfilesPath+"profile", pprof.Profile)
+	mux.HandleFunc(ProfilesPath+"symbol", pprof.Symbol)
+	mux.HandleFunc(ProfilesPath+"trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := api.AuthOf(r); a != api.AuthToken && a != api.AuthSecret && a != api.AuthSession {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="keep"`)
+			api.Error(w, http.StatusUnauthorized, "unauthorized", "keep's profiles need proof of who you are: send Authorization: Bearer <keep serve's --token>, or the instance secret of its data directory (DATA/"+api.APISecretName+"), e.g. curl -H \"Authorization: Bearer $(cat DATA/"+api.APISecretName+")\" ADDR"+ProfilesPath+"profile?seconds=30 > cpu.pprof")
+			return
+		}
+		// Profiles are not pages: Go's own headers, not the page's CSP.
+		w.Header().Del("Content-Security-Policy")
+		mux.ServeHTTP(w, r)
+	})
 }

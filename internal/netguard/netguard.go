@@ -194,8 +194,25 @@ func (g *Guard) DialContext(d *net.Dialer) func(ctx context.Context, network, ad
 // the guard. A request sent through a proxy (HTTPS_PROXY/HTTP_PROXY) is
 // dialled by the proxy, so its host is resolved and checked here first.
 func (g *Guard) Transport(base *http.Transport) http.RoundTripper {
+	return g.TransportConns(base, nil)
+}
+
+// TransportConns is Transport with every connection, once dialled and
+// checked, handed to wrap (when not nil): the http connector counts the
+// bytes each connection sends.
+func (g *Guard) TransportConns(base *http.Transport, wrap func(net.Conn) net.Conn) http.RoundTripper {
 	t := base.Clone()
-	t.DialContext = g.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	dial := g.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	t.DialContext = dial
+	if wrap != nil {
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(c), nil
+		}
+	}
 	t.DialTLSContext = nil
 	return &proxied{g: g, t: t}
 }

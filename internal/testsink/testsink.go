@@ -26,6 +26,7 @@ const (
 	Status500     Fault = "500-after"      // apply, then answer 500
 	Status503     Fault = "503-before"     // answer 503 without applying
 	ResetAfter    Fault = "reset-after"    // apply, then drop the connection
+	DropBefore    Fault = "drop-before"    // read the request, drop the connection without applying
 	TruncAfter    Fault = "truncated-after"
 	Slow          Fault = "slow" // apply and answer 200 after 200ms
 	// EchoHeaders answers 400 without applying, the request's headers
@@ -64,6 +65,8 @@ type Sink struct {
 	// holdAt is the probe (1-based) held until hold is closed (HoldProbe).
 	holdAt int
 	hold   chan struct{}
+	opened int               // connections accepted
+	idle   map[net.Conn]bool // connections idle between requests (keep-alive)
 }
 
 // HoldProbe holds the n-th reconcile probe (counting from 1, from now on)
@@ -80,9 +83,48 @@ func (s *Sink) HoldProbe(n int) (release func()) {
 
 // New starts a sink. Hang is how long timeout faults hold the request.
 func New() *Sink {
-	s := &Sink{hang: 3 * time.Second}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s := &Sink{hang: 3 * time.Second, idle: map[net.Conn]bool{}}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.Server.Config.ConnState = s.connState
+	s.Server.Start()
 	return s
+}
+
+func (s *Sink) connState(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.opened++
+	case http.StateIdle:
+		s.idle[c] = true
+	default:
+		delete(s.idle, c)
+	}
+}
+
+// Conns is the number of connections clients opened to the sink.
+func (s *Sink) Conns() int { s.mu.Lock(); defer s.mu.Unlock(); return s.opened }
+
+// CloseIdle closes every connection that waits, idle, for a client's next
+// request — as a server whose keep-alive timeout ran out does: with a FIN,
+// or with a reset (abort) — and returns how many it closed. A client that
+// sends on one of them afterwards finds it dead.
+func (s *Sink) CloseIdle(abort bool) int {
+	s.mu.Lock()
+	var conns []net.Conn
+	for c := range s.idle {
+		conns = append(conns, c)
+		delete(s.idle, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok && abort {
+			_ = tc.SetLinger(0) // RST, not FIN
+		}
+		c.Close()
+	}
+	return len(conns)
 }
 
 // Host is the sink's "127.0.0.1:port": what a test puts in keep.toml's
@@ -111,6 +153,13 @@ func (s *Sink) Writes() []Write {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Write(nil), s.writes...)
+}
+
+// Seen returns the headers of every write request received, applied or not.
+func (s *Sink) Seen() []http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]http.Header(nil), s.Headers...)
 }
 
 // Requests is the number of write requests received (applied or not).
@@ -193,6 +242,8 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 	case f == ResetAfter:
 		s.apply(r, body)
+		hijackClose(w, "")
+	case f == DropBefore:
 		hijackClose(w, "")
 	case f == TruncAfter:
 		s.apply(r, body)

@@ -10,14 +10,17 @@ package http
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	nethttp "net/http"
 	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keep-run/keep/internal/connector"
@@ -37,16 +40,9 @@ func New(guard *netguard.Guard) *connector.Connector {
 	base := nethttp.DefaultTransport.(*nethttp.Transport)
 	c := &client{
 		// Redirects of a mutation would re-send it elsewhere; keep reports them instead.
-		reads: &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.Transport(base)},
-		// Writes never reuse a connection. Go's transport silently re-sends a
-		// request that failed on a reused connection when it looks idempotent —
-		// and a request carrying an Idempotency-Key header does. The torture
-		// test caught that as a duplicate write; keep decides about re-sending
-		// itself, through the ledger.
-		writes: &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.Transport(&nethttp.Transport{
-			Proxy: nethttp.ProxyFromEnvironment, DisableKeepAlives: true, ForceAttemptHTTP2: false,
-			TLSHandshakeTimeout: 10 * time.Second, MaxIdleConns: 0,
-		})},
+		reads:  &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.Transport(base)},
+		writes: &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.TransportConns(writeTransport(true), countBytes)},
+		fresh:  &nethttp.Client{CheckRedirect: noRedirect, Transport: guard.TransportConns(writeTransport(false), countBytes)},
 	}
 	return &connector.Connector{
 		Name: "http",
@@ -107,7 +103,32 @@ var requestDoc = connector.MethodDoc{
 		"a connection refused before anything was sent is transient.",
 }
 
-type client struct{ reads, writes *nethttp.Client }
+// client holds three clients. Reads use Go's defaults. Writes reuse
+// connections (writes), but keep alone decides whether a failed write goes
+// again (send): Go's transport re-sends a request that failed on a reused
+// connection when it looks idempotent — and a request with an
+// Idempotency-Key header does — even after the request was written; the
+// torture test caught that as a duplicate write. A write with a body has
+// no GetBody, which Go's transport never re-sends; a write without a body
+// it would, so such a write, and keep's one re-send, open a connection of
+// their own (fresh) that no other request shares.
+type client struct{ reads, writes, fresh *nethttp.Client }
+
+// writeIdle is how long a write connection may wait, idle, for the next
+// write: under the keep-alive timeouts of common servers (2 s and more),
+// so that keep drops an idle connection before the server closes it; a
+// server that closes it first makes a write fail (see send).
+const writeIdle = time.Second
+
+// writeTransport is HTTP/1.1 only (HTTP/2 has its own retries), with or
+// without keep-alive.
+func writeTransport(keepAlive bool) *nethttp.Transport {
+	return &nethttp.Transport{
+		Proxy: nethttp.ProxyFromEnvironment, DisableKeepAlives: !keepAlive, ForceAttemptHTTP2: false,
+		TLSNextProto:        map[string]func(string, *tls.Conn) nethttp.RoundTripper{},
+		TLSHandshakeTimeout: 10 * time.Second, MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: writeIdle,
+	}
+}
 
 func str(v any) string { s, _ := v.(string); return s }
 
@@ -230,37 +251,164 @@ func responseValue(resp *nethttp.Response, body []byte) map[string]any {
 	return out
 }
 
-// sent tracks whether the request reached the wire: an error before that
-// is a definite failure; after it the server may have applied the write.
-type sent struct{ wrote bool }
-
-func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (*nethttp.Response, []byte, *sent, error) {
+// do sends one request and reads its answer. sent says whether any byte
+// of the request may have reached the server (always, once an answer
+// came): an error before that is a definite failure; after it the server
+// may have applied the write.
+func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (resp *nethttp.Response, body []byte, sent bool, err error) {
 	ctx, cancel := timeoutOf(ctx, a)
 	defer cancel()
-	s := &sent{}
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { s.wrote = true }})
-	req, err := c.build(ctx, a, method, rawURL, idemKey)
-	if err != nil {
-		return nil, nil, s, err
+	if method == "GET" || method == "HEAD" {
+		resp, sent, err = c.send(ctx, c.reads, a, method, rawURL, idemKey)
+	} else {
+		resp, sent, err = c.write(ctx, a, method, rawURL, idemKey)
 	}
-	hc := c.reads
-	if method != "GET" && method != "HEAD" {
-		hc = c.writes
-		req.GetBody = nil // never replayable by the transport
-	}
-	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, nil, s, err
+		return nil, nil, sent, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
 	if err != nil {
-		return resp, nil, s, fmt.Errorf("reading the response body: %w", err)
+		return resp, nil, true, fmt.Errorf("reading the response body: %w", err)
 	}
 	if len(body) > MaxBodyBytes {
-		return resp, nil, s, fmt.Errorf("the response body is larger than %d bytes", MaxBodyBytes)
+		return resp, nil, true, fmt.Errorf("the response body is larger than %d bytes", MaxBodyBytes)
 	}
-	return resp, body, s, nil
+	return resp, body, true, nil
+}
+
+// write sends a write, on a reused connection when one is idle. When that
+// connection turns out dead before a byte of the request went out (its
+// server closed it while idle), the write goes once more, on a new
+// connection: the server cannot have seen it. Any later failure is
+// returned as it is, for the ledger to treat as an unknown outcome.
+func (c *client) write(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (*nethttp.Response, bool, error) {
+	hc := c.writes
+	if _, hasBody := a["json"]; !hasBody && str(a["body"]) == "" {
+		hc = c.fresh
+	}
+	resp, sent, reused, err := c.sendTraced(ctx, hc, a, method, rawURL, idemKey)
+	if err == nil || sent || !reused || ctx.Err() != nil {
+		return resp, sent, err
+	}
+	resp, sent, _, err = c.sendTraced(ctx, c.fresh, a, method, rawURL, idemKey)
+	return resp, sent, err
+}
+
+// send sends a read, which may go again whatever happened.
+func (c *client) send(ctx context.Context, hc *nethttp.Client, a map[string]any, method, rawURL, idemKey string) (*nethttp.Response, bool, error) {
+	resp, sent, _, err := c.sendTraced(ctx, hc, a, method, rawURL, idemKey)
+	return resp, sent, err
+}
+
+// sendTraced sends one request and says, from httptrace and the bytes its
+// connection sent, whether it may have reached the server and whether it
+// went on a reused connection.
+func (c *client) sendTraced(ctx context.Context, hc *nethttp.Client, a map[string]any, method, rawURL, idemKey string) (resp *nethttp.Response, sent, reused bool, err error) {
+	at := &attempt{}
+	req, err := c.build(httptrace.WithClientTrace(ctx, at.trace()), a, method, rawURL, idemKey)
+	if err != nil {
+		return nil, false, false, err
+	}
+	req.GetBody = nil // never re-sent by Go's transport (see client)
+	resp, err = hc.Do(req)
+	if err != nil {
+		sent, reused = at.outcome()
+		return nil, sent, reused, err
+	}
+	return resp, true, at.isReused(), nil
+}
+
+// attempt is what httptrace saw of one request: the connection it got
+// (reused or new), and whether it started writing the request.
+type attempt struct {
+	mu     sync.Mutex
+	reused bool
+	wrote  bool  // httptrace's WroteRequest: the request was (perhaps partly) written
+	conn   *wire // the connection, when it is one of the write transports'
+	from   int64 // the bytes that connection had sent before this request
+}
+
+func (at *attempt) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			at.mu.Lock()
+			defer at.mu.Unlock()
+			at.reused, at.conn, at.from = info.Reused, nil, 0
+			if w := wireOf(info.Conn); w != nil {
+				at.conn, at.from = w, w.written()
+			}
+		},
+		WroteRequest: func(httptrace.WroteRequestInfo) { at.mu.Lock(); at.wrote = true; at.mu.Unlock() },
+	}
+}
+
+func (at *attempt) isReused() bool { at.mu.Lock(); defer at.mu.Unlock(); return at.reused }
+
+// outcome, after a failed request, says whether any byte of it may have
+// reached the server, and whether it went on a reused connection. On a
+// connection of keep's own it counts the bytes the connection sent since
+// it was handed to this request, after closing it for good (the request
+// failed: the connection is of no more use), so that no write can slip
+// out after the count. Elsewhere it believes httptrace's WroteRequest.
+func (at *attempt) outcome() (sent, reused bool) {
+	at.mu.Lock()
+	defer at.mu.Unlock()
+	if at.conn == nil {
+		return at.wrote, at.reused
+	}
+	return at.conn.seal() > at.from, at.reused
+}
+
+// wire is a connection that counts the bytes it hands to the kernel.
+type wire struct {
+	net.Conn
+	mu     sync.Mutex
+	n      int64
+	sealed bool
+}
+
+func countBytes(c net.Conn) net.Conn { return &wire{Conn: c} }
+
+func (w *wire) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sealed {
+		return 0, net.ErrClosed
+	}
+	n, err := w.Conn.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// NetConn is the connection wrapped (as tls.Conn's).
+func (w *wire) NetConn() net.Conn { return w.Conn }
+
+func (w *wire) written() int64 { w.mu.Lock(); defer w.mu.Unlock(); return w.n }
+
+// seal closes the connection (which ends a write blocked in it), refuses
+// every later write, and returns the bytes it sent.
+func (w *wire) seal() int64 {
+	w.Conn.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sealed = true
+	return w.n
+}
+
+// wireOf finds keep's own connection under c (a TLS connection wraps it).
+func wireOf(c net.Conn) *wire {
+	for c != nil {
+		if w, ok := c.(*wire); ok {
+			return w
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = u.NetConn()
+	}
+	return nil
 }
 
 // withSecrets returns a copy of a call's arguments with the secrets its
@@ -318,7 +466,7 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 	if !read {
 		key = call.IdempotencyKey
 	}
-	resp, body, s, err := c.do(ctx, a, method, u, key)
+	resp, body, sent, err := c.do(ctx, a, method, u, key)
 	if r, refused := netguard.Refused(err); refused {
 		// Nothing was sent, and trying again cannot help: a person decides
 		// whether this address is meant to be reached (the card says how).
@@ -328,8 +476,9 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 		if read {
 			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "%s failed: %v", target, connector.CleanErr(err))}
 		}
-		if resp == nil && !s.wrote && !connector.IsTimeout(err) {
-			// Nothing reached the server: refused, DNS, TLS: safe to try again later.
+		if !sent {
+			// Not a byte reached the server (refused, DNS, TLS, a dead
+			// connection, a time limit before sending): safe to try again later.
 			return connector.Result{Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s was not sent: %v", target, connector.CleanErr(err))}
 		}
 		return connector.Result{Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s: the request was sent but no complete answer came back (%v); the server may have applied it", target, connector.CleanErr(err))}
