@@ -88,6 +88,12 @@ func (o Options) say(format string, args ...any) {
 // Run measures everything.
 func Run(ctx context.Context, o Options) (Result, error) {
 	r := Result{Quick: o.Quick}
+	if o.Dir != "" {
+		// --dir names a disk to measure: a folder not made yet is made.
+		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+			return r, fmt.Errorf("--dir %s: %w", o.Dir, err)
+		}
+	}
 	root, err := os.MkdirTemp(o.Dir, "keep-bench-")
 	if err != nil {
 		return r, err

@@ -568,6 +568,17 @@ type Node struct {
 	SeenAt    int64
 }
 
+// NodeHeartbeatEvery is how often a keep serve node records that it is alive.
+const NodeHeartbeatEvery = 5 * time.Second
+
+// AliveAt says whether the node was seen recently enough at now (ms) to be
+// counted alive — by the scheduler's fair share and by what people see
+// (keep status, the page), one rule for both: three missed heartbeats,
+// about when lease_ttl's default (15 s) hands its workflows to others.
+func (n Node) AliveAt(now int64) bool {
+	return now-n.SeenAt < 3*NodeHeartbeatEvery.Milliseconds()
+}
+
 // Connection is an account keep acts with on a provider's behalf (`keep
 // connect google`). Sealed holds the credentials encrypted (package
 // account); the store never sees them in the clear.

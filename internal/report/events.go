@@ -253,8 +253,8 @@ type NodeView struct {
 	Holds     []string `json:"holds"`
 }
 
-// Nodes lists the nodes that share the store (none on SQLite), alive when
-// seen within the last 30 s, each with the workflows it holds.
+// Nodes lists the nodes that share the store (none on SQLite), alive as
+// keeptype.Node.AliveAt says, each with the workflows it holds.
 func Nodes(ctx context.Context, st store.Store, now int64) ([]NodeView, error) {
 	out := []NodeView{}
 	err := st.View(ctx, func(tx store.Tx) error {
@@ -267,7 +267,7 @@ func Nodes(ctx context.Context, st store.Store, now int64) ([]NodeView, error) {
 			return err
 		}
 		for _, n := range ns {
-			v := NodeView{ID: n.ID, Addr: n.Addr, StartedAt: Time(n.StartedAt), SeenAt: Time(n.SeenAt), Alive: now-n.SeenAt < 30000, Holds: []string{}}
+			v := NodeView{ID: n.ID, Addr: n.Addr, StartedAt: Time(n.StartedAt), SeenAt: Time(n.SeenAt), Alive: n.AliveAt(now), Holds: []string{}}
 			for _, l := range ls {
 				if l.Node == n.ID && l.ExpiresAt > now {
 					v.Holds = append(v.Holds, l.Workflow)

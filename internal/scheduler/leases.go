@@ -315,7 +315,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 		}
 		ns, err := tx.NodeList()
 		for _, o := range ns {
-			if now-o.SeenAt < aliveWithin.Milliseconds() {
+			if o.AliveAt(now) {
 				alive++
 			}
 		}
@@ -326,9 +326,6 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	}
 	return err
 }
-
-// aliveWithin is how recently a node must have been seen to count as alive.
-const aliveWithin = 3 * heartbeatEvery
 
 // fairShare is how many workflows this node steps at once, and holds the
 // leases of: all of them alone, else its part of what is due among the

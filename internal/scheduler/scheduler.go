@@ -70,8 +70,9 @@ type Scheduler struct {
 	share     atomic.Int64 // the leases this node may hold (0: no bound)
 }
 
-// heartbeatEvery is how often a node records that it is alive.
-const heartbeatEvery = 5 * time.Second
+// heartbeatEvery is how often a node records that it is alive (the rule
+// of who counts as alive is keeptype.Node.AliveAt).
+const heartbeatEvery = kt.NodeHeartbeatEvery
 
 // SetNodeAddr tells the scheduler where this node serves its API.
 func (s *Scheduler) SetNodeAddr(addr string) { s.addr.Store(addr) }
