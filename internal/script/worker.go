@@ -52,9 +52,9 @@ const (
 )
 
 func init() {
-	if os.Getenv(workerEnv) == "1" {
+	if v := os.Getenv(workerEnv); v == "1" || v == "runs" {
 		tuneWorker()
-		os.Exit(serveWorker(os.Stdin, os.Stdout))
+		os.Exit(serveWorker(os.Stdin, os.Stdout, v == "runs"))
 	}
 }
 
@@ -192,7 +192,7 @@ func readFrame(r *bufio.Reader) (frame, error) {
 // serveWorker is the main loop of a sandbox worker process: it loads one
 // script version and runs the invocations the host sends, forwarding every
 // call the script makes to the host. It returns the process exit code.
-func serveWorker(in io.Reader, out io.Writer) int {
+func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 	// A worker outlives a keep killed with -9 only until it notices: its
 	// input closes (seen between invocations) or, in the middle of a native
 	// loop that reads nothing, it is handed to another parent. (Pdeathsig
@@ -208,6 +208,12 @@ func serveWorker(in io.Reader, out io.Writer) int {
 	r, w := bufio.NewReaderSize(in, 64<<10), bufio.NewWriterSize(out, 64<<10)
 	mem := openMemoryWatch()
 	var prog *Program
+	// A worker for runs makes its VM before it knows its script: as a
+	// spare, long before (see spare).
+	var blank *sandboxVM
+	if forRuns {
+		blank, _ = newSandboxVM(Limits{}, forHandlers)
+	}
 	for {
 		f, err := readFrame(r)
 		if err != nil {
@@ -222,13 +228,8 @@ func serveWorker(in io.Reader, out io.Writer) int {
 		case "load":
 			var err error
 			if prog, err = loadHere(f); err == nil && f.Known {
-				// The VM of the first invocation is made while the host
-				// sends it, not after (≈ 5 ms: issue 25).
-				if err := writeFrame(w, frame{T: "loaded"}); err != nil {
-					return 3
-				}
-				prewarm(prog)
-				continue
+				err = prog.adopt(blank)
+				blank = nil
 			}
 			reply = frame{T: "loaded", Err: toWire(err)}
 			if err == nil {
@@ -253,6 +254,21 @@ func serveWorker(in io.Reader, out io.Writer) int {
 		if err := writeFrame(w, reply); err != nil {
 			return 3
 		}
+		if f.T == "invoke" && prog != nil {
+			prog.prewarm()
+		}
+	}
+}
+
+// prewarm makes a VM for p's next invocation when none is idle (the last
+// one ended abnormally and was closed), after the answer has gone: the
+// host has its own work to do with it meanwhile.
+func (p *Program) prewarm() {
+	if idleVMs.count(func(v *sandboxVM) bool { return v.prog == p }) > 0 {
+		return
+	}
+	if v, err := p.takeVM(Limits{}); err == nil {
+		v.giveBack()
 	}
 }
 
@@ -265,13 +281,20 @@ func loadHere(f frame) (*Program, error) {
 	return compileHere(f.File, f.Source)
 }
 
-// prewarm makes the VM the program's first invocation takes: a new VM,
-// locked down, with the program loaded (none of the script runs yet). A
-// failure is met again, and reported, by that invocation.
-func prewarm(p *Program) {
-	if v, err := p.takeVM(Limits{}); err == nil {
-		v.giveBack()
+// adopt loads p into v, a VM made for runs that has run no script yet (nil
+// when none could be made: the first invocation makes one), and keeps it
+// for p's first invocation. Loading evaluates the bytecode that hands the
+// prelude the script's function; none of the script runs.
+func (p *Program) adopt(v *sandboxVM) error {
+	if v == nil {
+		return nil
 	}
+	if err := v.loadScript(p); err != nil {
+		v.vm.Close()
+		return err
+	}
+	v.giveBack()
+	return nil
 }
 
 // memoryWatch bounds the memory an invocation may add to its worker
@@ -408,15 +431,33 @@ func WorkerStats() (started, killed int64) { return workersStarted.Load(), worke
 // deadline bounding the load. Unless known (the host has the declaration
 // already), the script's top level runs there and its declaration comes back.
 func startWorker(file, source string, deadline time.Duration, known bool) (*worker, *Declaration, error) {
+	wk, err := spawnWorker(known)
+	if err != nil {
+		return nil, nil, err
+	}
+	decl, err := wk.load(file, source, deadline, known)
+	if err != nil {
+		return nil, nil, err
+	}
+	return wk, decl, nil
+}
+
+// spawnWorker starts a worker process with nothing loaded. One for runs
+// (forRuns) makes at once the locked-down VM its first invocation will use;
+// one that reads a declaration needs another VM (vmpool.go: forDeclaration).
+func spawnWorker(forRuns bool) (*worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+		return nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
 	cmd := exec.Command(exe)
 	// Only what the Go runtime reads: keep's own environment (KEEP_TOKEN,
 	// credentials) has no business in a process that runs untrusted code,
 	// even one with no way to read it.
 	cmd.Env = []string{workerEnv + "=1"}
+	if forRuns {
+		cmd.Env[0] = workerEnv + "=runs"
+	}
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "GO") {
 			cmd.Env = append(cmd.Env, kv)
@@ -427,16 +468,16 @@ func startWorker(file, source string, deadline time.Duration, known bool) (*work
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+		return nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+		return nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stderr = tail
 	if err := cmd.Start(); err != nil {
-		return nil, nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
+		return nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
 	workersStarted.Add(1)
 	wk := &worker{cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail, exited: make(chan struct{})}
@@ -451,6 +492,12 @@ func startWorker(file, source string, deadline time.Duration, known bool) (*work
 		liveWorkers.Delete(wk)
 		close(wk.exited)
 	}()
+	return wk, nil
+}
+
+// load loads a script version into a worker that has none, with deadline
+// bounding the load; see startWorker.
+func (wk *worker) load(file, source string, deadline time.Duration, known bool) (*Declaration, error) {
 	stop := time.AfterFunc(deadline, func() {
 		wk.timedOut.Store(true)
 		wk.kill()
@@ -458,18 +505,18 @@ func startWorker(file, source string, deadline time.Duration, known bool) (*work
 	defer stop.Stop()
 	if err := writeFrame(wk.w, frame{T: "load", File: file, Source: source, Known: known}); err != nil {
 		wk.kill()
-		return nil, nil, wk.deathError("while loading the script", deadline, 0)
+		return nil, wk.deathError("while loading the script", deadline, 0)
 	}
 	f, err := readFrame(wk.r)
 	if err != nil {
 		wk.kill()
-		return nil, nil, wk.deathError("while loading the script", deadline, 0)
+		return nil, wk.deathError("while loading the script", deadline, 0)
 	}
 	if f.Err != nil {
 		wk.close()
-		return nil, nil, f.Err.toError()
+		return nil, f.Err.toError()
 	}
-	return wk, f.Decl, nil
+	return f.Decl, nil
 }
 
 // kill ends the worker at once; its invocation, if any, fails.
@@ -525,21 +572,89 @@ func firstLine(s string) string {
 	return s
 }
 
-// takeWorker returns an idle worker that runs p, else a new one.
-func (p *Program) takeWorker(lim Limits) (*worker, error) {
+// takeWorker returns an idle worker that runs p, else the spare worker
+// (started ahead, its VM made) with p loaded, else a new one.
+func (p *Program) takeWorker() (*worker, error) {
 	if wk, ok := idleWorkers.take(func(wk *worker) bool { return wk.prog == p }); ok {
 		return wk, nil
 	}
-	deadline := lim.Timeout
-	if deadline <= 0 || deadline > loadDeadline {
-		deadline = loadDeadline
+	wk := spare.take()
+	if wk == nil {
+		var err error
+		if wk, err = spawnWorker(true); err != nil {
+			return nil, err
+		}
 	}
-	wk, _, err := startWorker(p.File, p.Source, deadline, true)
-	if err != nil {
+	// No script code runs in this load (the bytecode only hands the
+	// prelude the script's function), so a busy machine's slow process
+	// start does not count against the handler's time limit.
+	if _, err := wk.load(p.File, p.Source, loadDeadline, true); err != nil {
 		return nil, err
 	}
 	wk.prog = p
 	return wk, nil
+}
+
+// spare is the one worker for runs started ahead of need: a first call of
+// a script version (a new version, or one whose workers were retired) then
+// pays for loading its bytecode into a VM made already, not for a process
+// and a VM (≈ 5 ms of the VM's built-ins, prelude and lockdown: issue 25).
+// Each one taken is replaced in the background. A spare has run no script,
+// so it may serve any version.
+var spare = &spareWorker{}
+
+type spareWorker struct {
+	mu       sync.Mutex
+	wk       *worker
+	starting bool
+}
+
+// take returns the spare, if one is ready, and starts the next.
+func (s *spareWorker) take() *worker {
+	s.mu.Lock()
+	wk := s.wk
+	s.wk = nil
+	s.mu.Unlock()
+	s.refill()
+	if wk != nil && wk.dead.Load() {
+		return nil
+	}
+	return wk
+}
+
+// refill starts a spare in the background unless one is there or coming.
+func (s *spareWorker) refill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wk != nil || s.starting || stopping.Load() {
+		return
+	}
+	s.starting = true
+	go func() {
+		wk, err := spawnWorker(true)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.starting = false
+		if err != nil {
+			return
+		}
+		if s.wk != nil || stopping.Load() {
+			wk.close()
+			return
+		}
+		s.wk = wk
+	}()
+}
+
+// stop ends the spare (keep is stopping).
+func (s *spareWorker) stop() {
+	s.mu.Lock()
+	wk := s.wk
+	s.wk = nil
+	s.mu.Unlock()
+	if wk != nil {
+		wk.close()
+	}
 }
 
 // loadDeadline bounds the start of a worker and the run of a script's top
@@ -577,6 +692,7 @@ var (
 // native loop must not hold a shutdown for its whole time limit).
 func StopWorkers() {
 	stopping.Store(true)
+	spare.stop()
 	for _, wk := range idleWorkers.remove(nil) {
 		wk.close()
 	}
@@ -594,7 +710,7 @@ func ResumeWorkers() { stopping.Store(false) }
 // script's host calls here, and kills the worker if the phase outlives its
 // time limit.
 func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
-	wk, err := p.takeWorker(inv.Limits)
+	wk, err := p.takeWorker()
 	if err != nil {
 		return Outcome{}, err
 	}
