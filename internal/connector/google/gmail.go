@@ -58,13 +58,15 @@ func newGmail(auth *Auth) *connector.Connector {
 				},
 				Result: "an array of `{ id, threadId, from, to, subject, snippet, date, labels }` (`date` RFC 3339, `labels` by name) with a property `lastCursor` to pass as the next `after` " +
 					"(it is `after` again when nothing new came, so `return { cursor: emails.lastCursor }` never goes back). A message received in the cursor's millisecond may come twice: register it by `id`, which keeps one.",
-				Errors: "401 after a refresh, a revoked grant, a missing scope: a permission error (the run waits for Reconnect); 429 and 5xx: transient, retried.",
+				Errors: "401 after a refresh, a revoked grant, a missing scope: a permission error (the run waits for Reconnect); 403 `accessNotConfigured`: permission, enable the Gmail API in the OAuth client's Cloud project; 429, 403 usage limits and 5xx: transient, retried.",
+				Limits: "Gmail allows 250 quota units a second per user: a list page costs 5, each message read 5, so a poll of 100 new messages costs about 500 units (two seconds' worth); keep lists every match since the cursor (ids only, 500 a page) and reads at most `max` (plus those in the cursor's millisecond). A 429 or 403 usage limit is retried after Google's Retry-After.",
 			}},
 			"get": {Name: "get", Kind: connector.KindReadByID, Scopes: gmailRead, Validate: func(a map[string]any) error { return need("gmail.get", a, "id") }, Do: g.get, Doc: connector.MethodDoc{
 				Summary: "Reads one message with its body.",
 				Params:  []connector.Param{{Name: "id", Type: "string", Required: true, Doc: "the message's id (from search)"}},
 				Result:  "`{ id, threadId, from, to, cc, subject, snippet, date, labels, text, html }`: `text` the plain body (or the HTML's text when there is none), `html` the HTML body or \"\"",
 				Errors:  "an id that does not exist is a logic error; otherwise as search.",
+				Limits:  "one message read (5 quota units of Gmail's 250 a second per user) and the label names (1).",
 			}},
 			"send": {Name: "send", Kind: connector.KindMutate, Scopes: gmailSend, ReconcileScopes: gmailHeaders, Identity: []string{"to", "threadId"},
 				Validate: validateSend, Do: g.send, Reconcile: g.reconcileSend, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"),
@@ -98,6 +100,7 @@ func newGmail(auth *Auth) *connector.Connector {
 					Result:    "`{ id, labels }` (by name)",
 					Reconcile: "reads the message's labels: every `add` present and every `remove` absent means applied, else not.",
 					Errors:    "a message that does not exist: precondition (nothing to label); otherwise as send.",
+					Limits:    "a modify costs 5 quota units of Gmail's 250 a second per user, a label to create 5 more; usage limits are retried.",
 				}},
 		},
 	}

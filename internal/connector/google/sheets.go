@@ -23,6 +23,9 @@ var (
 // tells keep's row from an identical one a person typed (docs/scripts.md).
 func rowMark(key string) string { return "keep:" + key }
 
+// sheetsLimits is what each Sheets method says of Google's quota.
+var sheetsLimits = fmt.Sprintf("Google allows each user %d read requests and %d write requests a minute; keep paces its requests so that no minute holds more (a call waits its turn; one whose turn comes after its time limit is not sent and is retried), per keep process.", SheetsPerMinute, SheetsPerMinute)
+
 type sheetsConn struct{ auth *Auth }
 
 // service is the Sheets client, its requests paced under Google's
@@ -45,7 +48,8 @@ func newSheets(auth *Auth) *connector.Connector {
 				Summary: "Reads rows as Sheets shows them (formatted values).",
 				Params:  []connector.Param{idParam, sheetParam, {Name: "range", Type: "string", Doc: "A1 cells within the sheet, like `A2:D` (default: the whole sheet)"}},
 				Result:  "an array of `{ rowId, values }`: `rowId` the row's number, `values` its cells as strings (empty rows come as `values: []`)",
-				Errors:  "a spreadsheet or sheet that does not exist, or a bad range: logic; 401/403: permission; 429 and 5xx: transient.",
+				Errors:  "a spreadsheet or sheet that does not exist, or a bad range: logic; 401/403: permission (403 `accessNotConfigured`: enable the Google Sheets API in the OAuth client's Cloud project); 429, 403 usage limits and 5xx: transient.",
+				Limits:  sheetsLimits + " A read costs one or two read requests.",
 			}},
 			"appendRow": {Name: "appendRow", Kind: connector.KindMutate, Scopes: sheetsWrite, Identity: []string{"spreadsheetId", "sheet"},
 				Validate: validateSheet("sheets.appendRow", true), Do: s.appendRow, Reconcile: s.reconcileAppend, ComparePayload: connector.ComparePayloadOf("values"),
@@ -59,7 +63,8 @@ func newSheets(auth *Auth) *connector.Connector {
 						{Name: "subkey", Type: "string", Doc: "tells apart two appends of one run to the same sheet"}},
 					Result:    "`{ rowId, range }`: the new row's number and its A1 range, like `Sheet1!A5:B5`; a reconciled append adds `reconciled: true`",
 					Reconcile: "reads the sheet's first column looking for the note `keep:<key>`. A row with the same values but without that note — one a person typed, or another run's — is never taken for keep's: it answers \"not applied\" (after the settle time, twice), and keep appends.",
-					Errors:    "a spreadsheet or sheet that does not exist: precondition; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 429: transient, nothing written; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Errors:    "a spreadsheet or sheet that does not exist: precondition; 401 after a refresh or a revoked grant: permission (Reconnect Google); a missing scope names it; 403 `accessNotConfigured`: permission, enable the Google Sheets API in the OAuth client's Cloud project; 429 and 403 usage limits: transient, nothing written; 5xx or no answer after the request went out: unknown, settled by reconcile.",
+					Limits:    sheetsLimits + " An append costs three requests: two reads (the sheet's id, then its row number) and one write; its reconcile one read.",
 				}},
 			"updateRow": {Name: "updateRow", Kind: connector.KindMutate, Scopes: sheetsWrite, Identity: []string{"spreadsheetId", "sheet", "rowId"},
 				Validate: validateUpdate, Do: s.updateRow, Reconcile: s.reconcileUpdate, ComparePayload: connector.ComparePayloadOf("values"),
@@ -74,6 +79,7 @@ func newSheets(auth *Auth) *connector.Connector {
 					Result:    "`{ rowId, range }`",
 					Reconcile: "reads the row: the same values mean applied, others not.",
 					Errors:    "as appendRow.",
+					Limits:    sheetsLimits + " An update costs one read (the sheet) and one write; its reconcile two reads.",
 				}},
 		},
 	}
