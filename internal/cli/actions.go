@@ -98,7 +98,9 @@ func (a *app) carryOut(ctx context.Context, wf string) error {
 	if wf == "" {
 		return nil
 	}
-	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: a.decisionConfig()})
+	// The workflow's own policy, recorded at its deploy (the connectors:
+	// the data directory's recorded config), never the caller's folder's.
+	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: a.decisionConfig(), PolicyOf: wf})
 	if errors.Is(err, daemon.ErrBusy) {
 		fmt.Fprintln(a.out, "another keep process runs this data directory's workflows; it carries this out at its next step")
 		return nil

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Notify receives what a person watching should know (engine.Notice).
 	Notify func(engine.Notice)
+	// PolicyOf, when set, names a workflow whose recorded policy
+	// (kt.Workflow.Policy, recorded at its deploy) replaces the config's
+	// [policy]: the CLI carries out a decision on it under its own policy.
+	PolicyOf string
 	// AtDurableStep, when set, is told each durable step the engine
 	// reaches (engine.Crash*), as the crash tests' KEEP_TEST_CRASH_AFTER
 	// is: tests take a person's decision there.
@@ -217,6 +222,11 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
+	if err := policyOf(st, o.PolicyOf, &cfg.Policy); err != nil {
+		st.Close()
+		lock.Close()
+		return nil, err
+	}
 	// On PostgreSQL several nodes share the store, each stepping the
 	// workflows it holds the lease of; SQLite has one engine, which holds
 	// keep.db itself.
@@ -311,6 +321,29 @@ func Open(o Options) (*Keep, error) {
 		k.Metrics.CounterFunc("keep_maintainer_waits_total", "Times the Maintainer found a failed run's workflow taken (another node repairs it, or a step ran here) and left it for later.", func() float64 { return float64(k.maintainer.Waits()) })
 	}
 	return k, nil
+}
+
+// policyOf replaces pol by the policy workflow wf was deployed under, when
+// it recorded one ("" wf: nothing to do).
+func policyOf(st store.Store, wf string, pol *config.Policy) error {
+	if wf == "" {
+		return nil
+	}
+	var rec string
+	err := st.View(context.Background(), func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		rec = w.Policy
+		return err
+	})
+	if err != nil || rec == "" {
+		return err
+	}
+	var p config.Policy
+	if err := json.Unmarshal([]byte(rec), &p); err != nil {
+		return fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf, err)
+	}
+	*pol = p
+	return nil
 }
 
 // atStep calls both hooks a durable step is told to; nil when neither is set.

@@ -72,7 +72,13 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 		root = "."
 	}
 	l := &LocalAPI{Store: st}
-	eng := engine.New(engine.Options{Store: st, Registry: RegistryOf(cfg, root)})
+	// What it deploys records the policy of the config it was given
+	// (kt.Workflow.Policy), as keep serve's and keep run's deploys do.
+	var pol *config.Policy
+	if o.ConfigFile != "" {
+		pol = &cfg.Policy
+	}
+	eng := engine.New(engine.Options{Store: st, Registry: RegistryOf(cfg, root), Policy: pol})
 	srv := &api.Server{Store: st, Engine: eng, Changed: l.note}
 	l.Handler = api.InProcess(srv.Handler())
 	return l, nil

@@ -83,6 +83,7 @@ type Engine struct {
 	registryFor func(string) *connector.Registry
 	registries  map[string]*connector.Registry // by files root
 	policy      config.Policy
+	hasPolicy   bool // given by Options (recorded with what it deploys)
 	now         func() time.Time
 	log         *slog.Logger
 	atStep      func(step string)
@@ -101,7 +102,7 @@ type Engine struct {
 func New(o Options) *Engine {
 	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
-		e.policy = *o.Policy
+		e.policy, e.hasPolicy = *o.Policy, true
 	} else {
 		e.policy = config.Defaults()
 	}
@@ -382,7 +383,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 				if err := e.grantOnDeploy(ctx, tx, name, source, o, now, &res); err != nil {
 					return err
 				}
-				return e.recordFilesRoot(tx, wf, o.FilesRoot, &res)
+				return e.recordDeployed(tx, wf, o.FilesRoot, &res)
 			}
 			if err := nextVersion(tx, cur, &v, o, &res); err != nil {
 				return err
@@ -394,6 +395,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		wf.ActiveVersion, wf.UpdatedAt = v.ID, now
 		if o.FilesRoot != "" {
 			wf.FilesRoot = o.FilesRoot
+		}
+		if pol := e.policyRecord(); pol != "" {
+			wf.Policy = pol
 		}
 		if err := tx.WorkflowPut(wf); err != nil {
 			return err
@@ -443,14 +447,36 @@ func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source st
 
 // recordFilesRoot records a new files root for a workflow whose script
 // did not change.
-func (e *Engine) recordFilesRoot(tx store.Tx, wf kt.Workflow, root string, res *DeployResult) error {
+// recordDeployed records, for a version deployed again unchanged, the
+// folder of its files connector and the policy it is deployed under.
+func (e *Engine) recordDeployed(tx store.Tx, wf kt.Workflow, root string, res *DeployResult) error {
 	res.FilesRoot = wf.FilesRoot
-	if root == "" || root == wf.FilesRoot {
+	pol := e.policyRecord()
+	if (root == "" || root == wf.FilesRoot) && (pol == "" || pol == wf.Policy) {
 		return nil
 	}
-	wf.FilesRoot, wf.UpdatedAt = root, e.nowMs()
-	res.FilesRoot = root
+	if root != "" {
+		wf.FilesRoot = root
+	}
+	if pol != "" {
+		wf.Policy = pol
+	}
+	wf.UpdatedAt = e.nowMs()
+	res.FilesRoot = wf.FilesRoot
 	return tx.WorkflowPut(wf)
+}
+
+// policyRecord is the policy this engine deploys under, as a workflow
+// records it (kt.Workflow.Policy); "" when it was given none.
+func (e *Engine) policyRecord() string {
+	if !e.hasPolicy {
+		return ""
+	}
+	b, err := json.Marshal(e.policy)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // nextVersion numbers a new version of a deployed workflow (SPEC §9): a

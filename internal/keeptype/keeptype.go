@@ -489,6 +489,10 @@ type Workflow struct {
 	// FilesRoot is the folder its files connector is rooted at, recorded
 	// at deploy ("" for workflows deployed before it was recorded).
 	FilesRoot string
+	// Policy is the [policy] the workflow was last deployed under (JSON
+	// of config.Policy; "" before it was recorded): the decisions the CLI
+	// carries out for it run under it, wherever they are typed.
+	Policy    string
 	CreatedAt int64
 	UpdatedAt int64
 }

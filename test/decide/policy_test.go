@@ -109,3 +109,49 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestADecisionRunsUnderItsOwnWorkflowsPolicy: the policy a decision runs
+// under is the workflow's, recorded with it at its deploy — not the data
+// directory's last recorded config, which another workflow's deploy from
+// another folder replaced, nor the caller's folder's (issue 24 #5).
+func TestADecisionRunsUnderItsOwnWorkflowsPolicy(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	root := t.TempDir()
+	data := filepath.Join(root, "data")
+	wfDir, secondDir, otherDir := filepath.Join(root, "wf"), filepath.Join(root, "second"), filepath.Join(root, "other")
+	for _, d := range []string{wfDir, secondDir, otherDir} {
+		must(t, os.MkdirAll(d, 0o755))
+	}
+	src := consumerScript(sink, `await ctx.http.request({ method: "POST", url: "%SINK%/write/a", json: {} })`)
+	must(t, os.WriteFile(filepath.Join(wfDir, "wf.js"), []byte(src), 0o644))
+	must(t, os.WriteFile(filepath.Join(wfDir, "keep.toml"), []byte("[policy]\ntransient_retries = 0\n"+sink.AllowTOML()), 0o644))
+	second := strings.Replace(src, `name: "decide"`, `name: "second"`, 1)
+	must(t, os.WriteFile(filepath.Join(secondDir, "second.js"), []byte(second), 0o644))
+	// The second workflow's folder and the caller's have the default
+	// policy (five automatic retries of a transient failure).
+	must(t, os.WriteFile(filepath.Join(secondDir, "keep.toml"), []byte(sink.AllowTOML()), 0o644))
+	must(t, os.WriteFile(filepath.Join(otherDir, "keep.toml"), []byte(sink.AllowTOML()), 0o644))
+
+	sink.Queue(testsink.Status(429))
+	code, out := keepIn(t, wfDir, "run", "--data", data, "wf.js")
+	if code != 3 || sink.Requests() != 1 {
+		t.Fatalf("keep run (transient_retries = 0): exit %d, %d requests\n%s", code, sink.Requests(), out)
+	}
+	run := blockedRun(t, data)
+	// Another workflow deployed from another folder: the data directory's
+	// recorded config is now that folder's.
+	if code, out := keepIn(t, secondDir, "deploy", "--grant", "--data", data, "second.js"); code != 0 {
+		t.Fatalf("deploy second: exit %d\n%s", code, out)
+	}
+	recorded, err := os.ReadFile(filepath.Join(data, "keep.toml"))
+	if err != nil || strings.Contains(string(recorded), "transient_retries") {
+		t.Fatalf("the data directory's recorded config is not the second folder's: %v\n%s", err, recorded)
+	}
+	sink.Queue(testsink.Status(429))
+	code, out = keepIn(t, otherDir, "resolve", "--data", data, run, "--try-again")
+	if code != 3 || !strings.Contains(out, "blocked again") || !strings.Contains(out, "keep retried 0 times") || sink.Requests() != 2 {
+		t.Fatalf("keep resolve --try-again: exit %d, %d requests (want 3 and 2: blocked again under decide's own transient_retries = 0)\n%s", code, sink.Requests(), out)
+	}
+}

@@ -72,8 +72,8 @@ func b2i(b bool) int {
 func (t *Tx) WorkflowGet(name string) (kt.Workflow, error) {
 	var w kt.Workflow
 	var paused int
-	err := t.r.QueryRow(`SELECT name, active_version, paused, paused_reason, files_root, created_at, updated_at FROM workflows WHERE name=?`, name).
-		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.CreatedAt, &w.UpdatedAt)
+	err := t.r.QueryRow(`SELECT name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at FROM workflows WHERE name=?`, name).
+		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.Policy, &w.CreatedAt, &w.UpdatedAt)
 	if err != nil {
 		return w, notFound("workflow", name, err)
 	}
@@ -82,7 +82,7 @@ func (t *Tx) WorkflowGet(name string) (kt.Workflow, error) {
 }
 
 func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
-	rows, err := t.r.Query(`SELECT name, active_version, paused, paused_reason, files_root, created_at, updated_at FROM workflows ORDER BY name`)
+	rows, err := t.r.Query(`SELECT name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at FROM workflows ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
 	for rows.Next() {
 		var w kt.Workflow
 		var paused int
-		if err := rows.Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.CreatedAt, &w.UpdatedAt); err != nil {
+		if err := rows.Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.Policy, &w.CreatedAt, &w.UpdatedAt); err != nil {
 			return nil, err
 		}
 		w.Paused = paused != 0
@@ -101,9 +101,9 @@ func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
 }
 
 func (t *Tx) WorkflowPut(w kt.Workflow) error {
-	return t.write(fmt.Sprintf("save workflow %s", w.Name), `INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, created_at, updated_at) VALUES(?,?,?,?,?,?,?)
-ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, updated_at=excluded.updated_at`,
-		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.CreatedAt, w.UpdatedAt)
+	return t.write(fmt.Sprintf("save workflow %s", w.Name), `INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, policy=excluded.policy, updated_at=excluded.updated_at`,
+		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.Policy, w.CreatedAt, w.UpdatedAt)
 }
 
 func (t *Tx) VersionInsert(v *kt.Version) error {

@@ -57,11 +57,11 @@ func exerciseRows(run runCase) {
 			if v.ID != 1 || v2.ID != 2 {
 				return fmt.Errorf("version ids %d %d", v.ID, v2.ID)
 			}
-			return tx.WorkflowPut(kt.Workflow{Name: "w", ActiveVersion: 2, FilesRoot: "/srv/orders", CreatedAt: 1, UpdatedAt: 2})
+			return tx.WorkflowPut(kt.Workflow{Name: "w", ActiveVersion: 2, FilesRoot: "/srv/orders", Policy: `{"TransientRetries":0}`, CreatedAt: 1, UpdatedAt: 2})
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			w, err := tx.WorkflowGet("w")
-			if err != nil || w.ActiveVersion != 2 || w.FilesRoot != "/srv/orders" {
+			if err != nil || w.ActiveVersion != 2 || w.FilesRoot != "/srv/orders" || w.Policy != `{"TransientRetries":0}` {
 				return fmt.Errorf("workflow %+v %v", w, err)
 			}
 			v, err := tx.VersionGet("w", 2)
