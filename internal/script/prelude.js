@@ -323,10 +323,16 @@
     hostOnly("__keep_describe");
     const d = load();
     if (d === undefined || d === null || typeof d !== "object") return stringify({ missing: true });
-    const out = { name: d.name, topics: null, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
+    const out = { name: d.name, topics: null, topicFrom: {}, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
     if (d.topics !== undefined) {
       if (d.topics === null || typeof d.topics !== "object" || Array.isArray(d.topics)) out.shapeErrors.push("topics must be an object whose keys are topic names");
-      else out.topics = Object.keys(d.topics);
+      else {
+        out.topics = Object.keys(d.topics);
+        for (const t of out.topics) {
+          const o = d.topics[t];
+          if (o !== null && typeof o === "object" && o.from !== undefined) out.topicFrom[t] = typeof o.from === "string" ? o.from : "(a " + typeof o.from + ")";
+        }
+      }
     }
     for (const [group, key] of [["producers", "producers"], ["consumers", "consumers"], ["tasks", "tasks"]]) {
       const g = d[group];

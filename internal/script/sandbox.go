@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -509,6 +510,7 @@ type Declaration struct {
 	Missing         bool                   `json:"missing"`
 	Name            any                    `json:"name"`
 	Topics          []string               `json:"topics"`
+	TopicFrom       map[string]string      `json:"topicFrom"` // topic → its from: (FromAPI), as declared
 	Producers       map[string]HandlerDecl `json:"producers"`
 	Consumers       map[string]HandlerDecl `json:"consumers"`
 	Tasks           map[string]HandlerDecl `json:"tasks"`
@@ -527,6 +529,15 @@ type HandlerDecl struct {
 	Mutate       bool           `json:"mutate"`
 	Next         bool           `json:"next"`
 	Run          bool           `json:"run"`
+}
+
+// FromAPI is the one value of a topic's from: the topic is open to events
+// posted through keep's API (POST …/topics/{topic}/events, keep publish).
+const FromAPI = "api"
+
+// OpenToAPI says whether the workflow declares topic as { from: "api" }.
+func (d Declaration) OpenToAPI(topic string) bool {
+	return slices.Contains(d.Topics, topic) && d.TopicFrom[topic] == FromAPI
 }
 
 // WorkflowName returns the declared name, or "" when it is not a string.

@@ -243,9 +243,19 @@ func (v *validation) topics() {
 		}
 	}
 	for _, t := range v.d.Topics {
-		switch w := v.writers[t]; {
+		w := v.writers[t]
+		from, set := v.d.TopicFrom[t]
+		switch {
+		case set && from != FromAPI:
+			v.add("error", "", t, fmt.Sprintf("topic %q: from: %q is not a source keep knows; the one value is \"api\" (events posted through keep's API: POST …/topics/%s/events or keep publish); remove from for a topic a handler publishes", t, from, t))
+		case set:
+			// The event API is the topic's writer.
+			w = append([]string{"the event API (from: \"api\")"}, w...)
+		}
+		switch {
+		case set && from != FromAPI: // said above
 		case len(w) == 0:
-			v.add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's publishes or a consumer's publishes must name it", t))
+			v.add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's publishes or a consumer's publishes must name it, or declare it %q: { from: \"api\" } for events posted through keep's API", t, t))
 		case len(w) > 1:
 			v.add("error", w[1], t, fmt.Sprintf("topic %q has %d writers (%s); in v1 each topic has exactly one", t, len(w), strings.Join(w, ", ")))
 		}

@@ -29,6 +29,28 @@ func TestValidWorkflowHasNoErrors(t *testing.T) {
 	}
 }
 
+// TestTopicFromAPIIsItsWriter: a topic declared { from: "api" } is
+// written by keep's event API, so a workflow of one consumer is whole.
+func TestTopicFromAPIIsItsWriter(t *testing.T) {
+	t.Parallel()
+	ps := problems(t, `export default Keep.workflow({
+  name: "orders",
+  topics: { "order.placed": { from: "api" }, other: {} },
+  producers: { p: { publishes: ["other"], schedule: { interval: "1m" }, handler: async () => {} } },
+  consumers: { c: Keep.consumer({ subscribe: ["order.placed", "other"], async prepare() { return { reservations: [] } } }) },
+})`)
+	if HasErrors(ps) {
+		t.Fatalf("problems %v", ps)
+	}
+	p, err := Compile("wf.js", `export default Keep.workflow({ name: "o", topics: { a: { from: "api" }, b: {} } })`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Decl.OpenToAPI("a") || p.Decl.OpenToAPI("b") || p.Decl.OpenToAPI("c") {
+		t.Fatalf("OpenToAPI: a %v, b %v, c %v (topicFrom %v)", p.Decl.OpenToAPI("a"), p.Decl.OpenToAPI("b"), p.Decl.OpenToAPI("c"), p.Decl.TopicFrom)
+	}
+}
+
 func TestValidationRules(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -50,6 +72,9 @@ func TestValidationRules(t *testing.T) {
 		{"two writers", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} }, q: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "has 2 writers", 1},
 		{"two consumers", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } }, consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() {} }), d: Keep.consumer({ subscribe: ["a"], async prepare() {} }) } })`, "has 2 consumers", 1},
 		{"no writer", `export default Keep.workflow({ name: "x", topics: {"a":{}}, consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() {} }) } })`, "has no writer", 1},
+		{"unknown from", `export default Keep.workflow({ name: "x", topics: {"a": { from: "webhook" }}, consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() {} }) } })`, `topic "a": from: "webhook" is not a source keep knows; the one value is "api"`, 1},
+		{"from not a string", `export default Keep.workflow({ name: "x", topics: {"a": { from: 1 }}, consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() {} }) } })`, `from: "(a number)" is not a source keep knows`, 1},
+		{"from api and a producer", `export default Keep.workflow({ name: "x", topics: {"a": { from: "api" }}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, `has 2 writers (the event API (from: "api"), producers.p)`, 1},
 		{"unknown connector", "export default Keep.workflow({ name: \"x\", topics: {\"a\":{}}, producers: { p: { publishes: [\"a\"], schedule: {interval:\"1m\"},\n handler: async (ctx) => { await ctx.gmial.search({}) } } } })", `no connector named "gmial"`, 2},
 		{"unknown method", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async (ctx) => { await ctx.files.delete({}) } } } })`, `has no method "delete"`, 1},
 		{"bad name", `export default Keep.workflow({ name: "a b/c", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "may use only letters", 0},
