@@ -59,6 +59,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/events", s.publish)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/revoke", s.revoke)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/repairs", s.repairs)
@@ -162,6 +163,8 @@ func fail(w http.ResponseWriter, err error) {
 		Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are ("+string(na.Action)+"): keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
 	case errors.Is(err, engine.ErrNotFound):
 		Error(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, engine.ErrBadInput):
+		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
 	case errors.As(err, &ve):
@@ -385,6 +388,31 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
 	s.actionReply(w, wf, rep.Message, err)
+}
+
+// publish posts one event to a topic the workflow opens to the event API:
+// its input and event in one transaction (engine.PostEvent), 201 when
+// new, 200 when the id was posted before.
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
+	wf, topic := r.PathValue("wf"), r.PathValue("topic")
+	var req PublishRequest
+	if err := decode(r, &req); err != nil {
+		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("event for topic %s of %s: %v; send {\"id\": \"…\", \"title\": \"…\", \"payload\": {…}} with a payload of at most 1 MiB (see docs/api.md)", topic, wf, err))
+		return
+	}
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActPublish, Workflow: wf, Topic: topic,
+		Event: engine.APIEvent{ID: req.ID, Title: req.Title, Payload: req.Payload}})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	code := http.StatusCreated
+	if rep.Posted.Already {
+		code = http.StatusOK
+	} else {
+		s.changed(wf)
+	}
+	JSON(w, code, PublishReply{OK: true, Workflow: wf, Topic: topic, Input: rep.Posted.Input, Event: rep.Posted.Event, Already: rep.Posted.Already, Message: rep.Message})
 }
 
 // grant grants a workflow what a person allows it: without a body (or

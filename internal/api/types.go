@@ -4,6 +4,8 @@ package api
 // decodes these, the page reads the same JSON): one definition of each
 // shape. docs/api.md describes them.
 
+import "encoding/json"
+
 // DeployRequest is the body of POST /api/v1/workflows.
 type DeployRequest struct {
 	Script    string `json:"script"`
@@ -72,6 +74,26 @@ type DeployReply struct {
 type HealthReply struct {
 	OK      bool   `json:"ok"`
 	Problem string `json:"problem"`
+}
+
+// PublishRequest is the body of POST /api/v1/workflows/{wf}/topics/{topic}/events:
+// one event for a topic the workflow declares { from: "api" }.
+type PublishRequest struct {
+	ID      string          `json:"id"`      // the event's id in the sender's system; the same id again is the same event
+	Title   string          `json:"title"`   // what the input is, in a line
+	Payload json.RawMessage `json:"payload"` // any JSON value (at most 1 MiB); absent: null
+}
+
+// PublishReply answers an event posted: its input and event, and whether
+// the id was posted before (already: nothing new was written).
+type PublishReply struct {
+	OK       bool   `json:"ok"`
+	Workflow string `json:"workflow"`
+	Topic    string `json:"topic"`
+	Input    string `json:"input"`
+	Event    int64  `json:"event"`
+	Already  bool   `json:"already"`
+	Message  string `json:"message"`
 }
 
 // WorkflowActionReply answers pause, resume and run-now.

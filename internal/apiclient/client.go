@@ -196,6 +196,12 @@ func (c *Client) SkipPending(ctx context.Context, wf, topic string) (api.Workflo
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "topics/"+url.PathEscape(topic)+"/skip-pending"), nil, &r)
 }
 
+// Publish posts one event to a topic the workflow opens to the event API.
+func (c *Client) Publish(ctx context.Context, wf, topic string, req api.PublishRequest) (api.PublishReply, error) {
+	var r api.PublishReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "topics/"+url.PathEscape(topic)+"/events"), req, &r)
+}
+
 // ResetState forgets a producer's stored state.
 func (c *Client) ResetState(ctx context.Context, wf, handler string) (api.WorkflowActionReply, error) {
 	var r api.WorkflowActionReply

@@ -41,6 +41,7 @@ func TestEveryActionHasOneCommandAndOneRoute(t *testing.T) {
 		engine.ActReprocessItem: {[]string{"reprocess"}, "/api/v1/items/I/reprocess", ""},
 		engine.ActApproveRepair: {[]string{"repairs", "--approve"}, "/api/v1/workflows/W/repairs/X/approve", ""},
 		engine.ActRejectRepair:  {[]string{"repairs", "--reject"}, "/api/v1/workflows/W/repairs/X/reject", ""},
+		engine.ActPublish:       {[]string{"publish", "--id", "--title", "--json"}, "/api/v1/workflows/W/topics/T/events", `{"id":"1","title":"t"}`},
 	}
 	var listed []engine.Action
 	for a := range covered {

@@ -44,6 +44,9 @@ const (
 	CodeNotApplicable ActionCode = iota
 	CodeNotFound
 	CodeUnknownAction
+	// CodeBadInput: what the request carries is not valid (a missing id,
+	// a payload that is not JSON or over its bound).
+	CodeBadInput
 )
 
 // The kinds of ActionError, for errors.Is.
@@ -51,6 +54,7 @@ var (
 	ErrNotApplicable = &ActionError{Code: CodeNotApplicable}
 	ErrNotFound      = &ActionError{Code: CodeNotFound}
 	ErrUnknownAction = &ActionError{Code: CodeUnknownAction}
+	ErrBadInput      = &ActionError{Code: CodeBadInput}
 )
 
 func (e *ActionError) Error() string { return e.Msg }

@@ -31,6 +31,7 @@ const (
 	ActReprocessItem Action = "reprocess-item" // an item
 	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
 	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
+	ActPublish       Action = "publish"        // a topic open to the event API: post one event (PostEvent)
 )
 
 // ActDeploy is a deploy: carried out by Engine.DeployWith, and allowed or
@@ -96,7 +97,7 @@ func (c *Control) MayAct(ctx context.Context, act Action) error {
 // Actions lists every action Control carries out, in the order above.
 func Actions() []Action {
 	return []Action{ActTryAgain, ActDidntHappen, ActSkip, ActReprocess, ActApprove, ActPause, ActResume, ActRunNow,
-		ActGrant, ActRevoke, ActSkipPending, ActResetState, ActSkipItem, ActReprocessItem, ActApproveRepair, ActRejectRepair}
+		ActGrant, ActRevoke, ActSkipPending, ActResetState, ActSkipItem, ActReprocessItem, ActApproveRepair, ActRejectRepair, ActPublish}
 }
 
 // Request names an action and what it acts on: Run for the run actions,
@@ -105,13 +106,15 @@ type Request struct {
 	Action                                      Action
 	Run, Workflow, Topic, Handler, Item, Repair string
 	Items                                       []string // grant, revoke: what, as it is granted
+	Event                                       APIEvent // publish: the event (its Workflow and Topic are the request's)
 }
 
 // Reply is what a carried-out action says, and the workflow it touched.
 type Reply struct {
 	Message  string
 	Workflow string
-	Queued   int // run-now: producers queued
+	Queued   int    // run-now: producers queued
+	Posted   Posted // publish: the input and event, and whether they were there already
 }
 
 // Control is the one place people's actions are carried out: the API, the
@@ -167,6 +170,11 @@ func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 				return err
 			})
 		}
+	case ActPublish:
+		ev := q.Event
+		ev.Workflow, ev.Topic = q.Workflow, q.Topic
+		rep.Posted, err = PostEvent(ctx, c.Store, ev, now)
+		msg = rep.Posted.Message
 	case ActApproveRepair, ActRejectRepair:
 		if c.DecideRepair == nil {
 			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}

@@ -319,8 +319,12 @@ func startAttempt(tx store.Tx, it *kt.Input, prevStatus kt.ItemStatus, ms int64)
 func reopenEvents(tx store.Tx, evs []kt.Event, attempt int, ms int64) (int, error) {
 	roots := 0
 	for _, ev := range evs {
-		r, err := tx.RunGet(ev.CreatedBy)
-		if err != nil || r.HandlerType != kt.HandlerProducer {
+		root := ev.CreatedBy == createdByAPI // posted with its input: its own
+		if !root {
+			r, err := tx.RunGet(ev.CreatedBy)
+			root = err == nil && r.HandlerType == kt.HandlerProducer
+		}
+		if !root {
 			if ev.Status == kt.EventPending {
 				ev.Status, ev.ReservedBy, ev.UpdatedAt = kt.EventSkipped, "", ms
 				if err := tx.EventUpdate(ev); err != nil {

@@ -1,0 +1,100 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// ordersScript opens order.placed to the event API; its consumer writes
+// each order to the sink, and notes is a topic its handlers write.
+const ordersScript = `export default Keep.workflow({
+  name: "orders",
+  topics: { "order.placed": { from: "api" }, notes: {} },
+  producers: { p: { publishes: ["notes"], schedule: { interval: "1h" }, handler: async () => {} } },
+  consumers: { c: Keep.consumer({ subscribe: ["order.placed"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("order.placed")
+      if (!e) return { reservations: [] }
+      return { reservations: [{ topic: "order.placed", ids: [e.messageId] }], data: e.payload }
+    },
+    async mutate(ctx, prepared) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + prepared.data.order, json: prepared.data }) } }) } })`
+
+// TestPublishThroughTheAPI: an event posted twice (same id) is one input
+// and one event, and the consumer writes it to the sink once; what the
+// API refuses it refuses with a clear error and writes nothing.
+func TestPublishThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true}, nil); code != 200 {
+		t.Fatalf("deploy: %d %v", code, obj)
+	}
+	r.settle()
+	const path = "/api/v1/workflows/orders/topics/order.placed/events"
+	body := map[string]any{"id": "1042", "title": "Order 1042 from alice@example.com", "payload": map[string]any{"order": 1042, "total": "12.50"}}
+	code, first, _ := r.call("POST", path, body, nil)
+	if code != http.StatusCreated || first["ok"] != true || first["already"] != false || first["input"] == "" {
+		t.Fatalf("first post: %d %v", code, first)
+	}
+	// The same id again, even with another title: the same input, no
+	// second event, and the answer says so.
+	body["title"] = "Order 1042 (sent again)"
+	code, again, _ := r.call("POST", path, body, nil)
+	if code != http.StatusOK || again["already"] != true || again["input"] != first["input"] || again["event"] != first["event"] || !strings.Contains(again["message"].(string), "already posted") {
+		t.Fatalf("second post: %d %v (first %v)", code, again, first)
+	}
+	r.settle()
+	// Posted once more after its consumer wrote it: still nothing new.
+	if code, obj, _ := r.call("POST", path, body, nil); code != http.StatusOK || obj["already"] != true {
+		t.Fatalf("third post: %d %v", code, obj)
+	}
+	r.settle()
+	if ws := r.sink.Writes(); len(ws) != 1 || ws[0].Path != "/write/1042" || !strings.Contains(string(ws[0].Body), `"total":"12.50"`) {
+		t.Fatalf("sink writes %v, want one to /write/1042", ws)
+	}
+	_, _, inputs := r.call("GET", "/api/v1/workflows/orders/inputs", nil, nil)
+	if len(inputs) != 1 {
+		t.Fatalf("inputs %v", inputs)
+	}
+	in := inputs[0].(map[string]any)
+	if in["source"] != "api" || in["type"] != "order.placed" || in["externalId"] != "1042" || in["title"] != "Order 1042 from alice@example.com" || in["status"] != "done" {
+		t.Fatalf("input %v", in)
+	}
+
+	refused := []struct {
+		name, path string
+		body       any
+		code       int
+		says       string
+	}{
+		{"handlers' topic", "/api/v1/workflows/orders/topics/notes/events", map[string]any{"id": "1", "title": "t"}, http.StatusConflict, `declare it "notes": { from: "api" }`},
+		{"unknown topic", "/api/v1/workflows/orders/topics/nope/events", map[string]any{"id": "1", "title": "t"}, http.StatusNotFound, `has no topic "nope" (topics open to the event API: order.placed)`},
+		{"unknown workflow", "/api/v1/workflows/nope/topics/order.placed/events", map[string]any{"id": "1", "title": "t"}, http.StatusNotFound, `no workflow "nope"`},
+		{"bad JSON", path, `{"id": "1", "title": "t", "payload": {`, http.StatusBadRequest, `send {"id": "…", "title": "…", "payload": {…}}`},
+		{"unknown field", path, `{"id": "1", "title": "t", "data": {}}`, http.StatusBadRequest, `unknown field "data"`},
+		{"missing id", path, map[string]any{"title": "t", "payload": 1}, http.StatusBadRequest, "it has no id; send the event's id in your system"},
+		{"missing title", path, map[string]any{"id": "2"}, http.StatusBadRequest, "it has no title"},
+		{"long id", path, map[string]any{"id": strings.Repeat("i", 501), "title": "t"}, http.StatusBadRequest, "the id has 501 characters, over keep's bound of 500 characters"},
+		{"oversize payload", path, map[string]any{"id": "3", "title": "t", "payload": strings.Repeat("x", 1<<20)}, http.StatusBadRequest, "over keep's bound of 1 MiB"},
+		{"body over the API's bound", path, `{"id": "4", "title": "t", "payload": "` + strings.Repeat("x", 5<<20) + `"}`, http.StatusBadRequest, "too large"},
+	}
+	for _, c := range refused {
+		code, obj, _ := r.call("POST", c.path, c.body, nil)
+		msg, _ := obj["error"].(map[string]any)["message"].(string)
+		if code != c.code || !strings.Contains(msg, c.says) {
+			t.Errorf("%s: %d %q, want %d saying %q", c.name, code, msg, c.code, c.says)
+		}
+	}
+	// Without proof of who sends it, nothing is posted.
+	if code, obj, _ := r.call("POST", path, map[string]any{"id": "5", "title": "t"}, map[string]string{"Authorization": ""}); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("without the secret: %d %v", code, obj)
+	}
+	if _, _, inputs := r.call("GET", "/api/v1/workflows/orders/inputs", nil, nil); len(inputs) != 1 {
+		t.Fatalf("refused posts stored inputs: %v", inputs)
+	}
+	r.settle()
+	if ws := r.sink.Writes(); len(ws) != 1 {
+		t.Fatalf("sink writes after refused posts %v", ws)
+	}
+}

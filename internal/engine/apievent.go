@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// createdByAPI is the creator of an input and its event posted through the
+// event API: no run made them.
+const createdByAPI = "api"
+
+// APIEvent is one event posted through keep's event API (issue 26):
+// POST /api/v1/workflows/{wf}/topics/{topic}/events, keep publish.
+type APIEvent struct {
+	Workflow, Topic string
+	ID              string          // the event's id in the sender's system: posting it again changes nothing
+	Title           string          // what the input is, in a line
+	Payload         json.RawMessage // the event's payload (JSON; empty: null)
+}
+
+// Posted is what posting an event did.
+type Posted struct {
+	Input   string // the input's id
+	Event   int64  // the event's id
+	Already bool   // the id was posted before: nothing new was written
+	Message string
+}
+
+// PostEvent registers an input (source api, type the topic) and publishes
+// its one event, in one transaction: both exist or neither. Posting the
+// same id again to the same topic finds the input and writes nothing. Only
+// a topic the active version declares { from: "api" } takes events.
+func PostEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
+	if err := ev.check(); err != nil {
+		return Posted{}, err
+	}
+	// The declaration is read outside the write transaction (it may start
+	// a sandbox worker); the transaction checks the version is still the one read.
+	var v kt.Version
+	if err := st.View(ctx, func(tx store.Tx) error {
+		w, err := workflow(tx, ev.Workflow)
+		if err != nil {
+			return err
+		}
+		v, err = tx.VersionGet(ev.Workflow, w.ActiveVersion)
+		return err
+	}); err != nil {
+		return Posted{}, err
+	}
+	decl, err := script.Declare(v.File, v.Script)
+	if err != nil {
+		return Posted{}, fmt.Errorf("read the declaration of %s version %s: %w", ev.Workflow, v.Label(), err)
+	}
+	if err := ev.open(decl); err != nil {
+		return Posted{}, err
+	}
+	var p Posted
+	err = st.Update(ctx, func(tx store.Tx) error {
+		w, err := workflow(tx, ev.Workflow)
+		if err != nil {
+			return err
+		}
+		if w.ActiveVersion != v.ID {
+			return refuse("workflow %s was deployed while this event was posted (version %s is no longer active); post it again", ev.Workflow, v.Label())
+		}
+		p, err = ev.commit(tx, v, decl, now.UnixMilli())
+		return err
+	})
+	return p, err
+}
+
+// check refuses what the request itself gets wrong, before any reading.
+func (ev *APIEvent) check() error {
+	bad := func(format string, args ...any) error {
+		return &ActionError{Msg: fmt.Sprintf(format, args...), Code: CodeBadInput}
+	}
+	where := fmt.Sprintf("event for topic %s of %s", ev.Topic, ev.Workflow)
+	switch {
+	case ev.ID == "":
+		return bad("%s: it has no id; send the event's id in your system (an order number, a message id): posting the same id again is then harmless", where)
+	case len(ev.ID) > kt.MaxIDChars:
+		return bad("%s", kt.OverBound(where, "the id has", len(ev.ID), kt.MaxIDChars, "characters", "the id names the event in your system; put its data in the payload").Message)
+	case strings.TrimSpace(ev.Title) == "":
+		return bad("%s %q: it has no title; send one that says what the input is in a line, e.g. `Order 1042 from alice@example.com`", where, ev.ID)
+	case len(ev.Title) > kt.MaxTitleChars:
+		return bad("%s", kt.OverBound(where, "the title has", len(ev.Title), kt.MaxTitleChars, "characters", "a title says what the input is in a line; put the rest in the payload").Message)
+	case len(ev.Payload) > kt.MaxJSONBytes:
+		return bad("%s", kt.OverBound(where, "the payload has", len(ev.Payload), kt.MaxJSONBytes, "bytes", "keep payloads small and pass references (a URL, a file name)").Message)
+	}
+	if len(ev.Payload) == 0 {
+		ev.Payload = json.RawMessage("null")
+	}
+	if !json.Valid(ev.Payload) {
+		return bad("%s %q: the payload is not JSON; send a JSON value (an object such as {\"order\": 1042})", where, ev.ID)
+	}
+	return nil
+}
+
+// open refuses a topic the workflow does not open to the event API.
+func (ev *APIEvent) open(decl script.Declaration) error {
+	if decl.OpenToAPI(ev.Topic) {
+		return nil
+	}
+	var open []string
+	for _, t := range decl.Topics {
+		if decl.OpenToAPI(t) {
+			open = append(open, t)
+		}
+	}
+	known := "none; declare one in the script's topics as \"NAME\": { from: \"api\" } and deploy"
+	if len(open) > 0 {
+		known = strings.Join(open, ", ")
+	}
+	for _, t := range decl.Topics {
+		if t == ev.Topic {
+			return refuse("topic %s of %s is written by its handlers, not open to the event API (topics open to it: %s); to post events to it, declare it %q: { from: \"api\" } in the script's topics and deploy", ev.Topic, ev.Workflow, known, ev.Topic)
+		}
+	}
+	return missing("workflow %s has no topic %q (topics open to the event API: %s)", ev.Workflow, ev.Topic, known)
+}
+
+// commit writes the input, its first attempt and its event, and wakes the
+// topic's consumer; an id posted before is found and left as it is.
+func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, ms int64) (Posted, error) {
+	key := script.FromAPI + ":" + ev.Topic + ":" + ev.ID
+	had, err := tx.InputGetByKey(ev.Workflow, key)
+	switch {
+	case err == nil:
+		e, err := tx.EventGet(ev.Workflow, ev.Topic, had.ID)
+		if err != nil {
+			return Posted{}, err
+		}
+		return Posted{Input: had.ID, Event: e.ID, Already: true, Message: fmt.Sprintf("event %s of topic %s in %s was already posted (input %s, event %d, %s): nothing new was written",
+			ev.ID, ev.Topic, ev.Workflow, had.ID, e.ID, e.Status)}, nil
+	case !errors.Is(err, kt.ErrNotFound):
+		return Posted{}, err
+	}
+	in := kt.Input{ID: newID(), Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
+		CurrentAttempt: 1, CreatedBy: createdByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}
+	if err := putItem(tx, in); err != nil {
+		return Posted{}, err
+	}
+	if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: v.ID, StartedAt: ms, UpdatedAt: ms}); err != nil {
+		return Posted{}, err
+	}
+	e := kt.Event{Workflow: ev.Workflow, Topic: ev.Topic, MessageID: in.ID, Payload: ev.Payload, CreatedBy: createdByAPI,
+		CausedBy: []string{in.ID}, Attempt: 1, CreatedAt: ms, UpdatedAt: ms}
+	if _, err := tx.EventPublish(&e); err != nil {
+		return Posted{}, err
+	}
+	dirty := map[string]bool{}
+	if c, ok := consumerOf(decl)[ev.Topic]; ok {
+		dirty[c] = true
+	}
+	if err := markDirty(tx, ev.Workflow, dirty, ms); err != nil {
+		return Posted{}, err
+	}
+	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
+}
