@@ -126,19 +126,16 @@ func (x *runExec) consumer(hrow *kt.Handler) (err error) {
 		return x.fail(kt.Errorf(kt.ClassLogic, "consumer %s is not declared by version %d of the script", run.Handler, run.Version))
 	}
 	dv := x.declView()
-	// reserve holds events selected by prepare and not yet written as
-	// reserved: they are written in the run's next transaction (with
-	// in_flight, or with the commit), one fsync less per run.
-	var reserve []kt.Event
+	// The events prepare selects are held (x.reserve) and written as
+	// reserved in the run's next write: with in_flight, with a wait or a
+	// failure, or with the final commit.
 	if run.Phase == kt.PhasePreparing {
-		var done bool
-		if reserve, done, err = x.prepare(hrow, dv, decl.Mutate); done || err != nil {
+		if done, err := x.prepare(hrow, dv, decl.Mutate); done || err != nil {
 			return err
 		}
 	}
 	if run.Phase == kt.PhasePrepared || run.Phase == kt.PhaseMutating {
-		proceed, err := x.mutate(dv, reserve)
-		reserve = nil
+		proceed, err := x.mutate(dv)
 		if err != nil || !proceed {
 			return err
 		}
@@ -149,18 +146,19 @@ func (x *runExec) consumer(hrow *kt.Handler) (err error) {
 		}
 	}
 	if run.Phase == kt.PhaseEmitting {
-		return x.emit(dv, reserve)
+		return x.emit(dv)
 	}
 	return nil
 }
 
-// prepare runs the prepare phase and checks its selection; done says the
-// run ended here (it failed, and the failure is recorded).
-func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (reserve []kt.Event, done bool, err error) {
+// prepare runs the prepare phase and checks its selection, which it holds
+// for the run's next write (x.reserve); done says the run ended here (it
+// failed, and the failure is recorded).
+func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done bool, err error) {
 	run := x.run
 	x.phaseNote("preparing", "consumer "+run.Handler+" started")
 	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, run.Handler, hrow); err != nil {
-		return nil, true, err
+		return true, err
 	}
 	h := x.host(phasePrepare)
 	h.decl = dv
@@ -173,50 +171,49 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (reserve 
 		pr, err = DecodePrepareResult(out.Value)
 	}
 	if err != nil {
-		return nil, true, x.fail(err)
+		return true, x.fail(err)
 	}
 	next := kt.PhasePrepared
 	if pr.reservesNothing() || !mutates {
 		next = kt.PhaseEmitting
 		run.MutationResult = json.RawMessage(`{"status":"none"}`)
 	}
+	var reserve []kt.Event
 	var resErr error
 	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
 		var err error
 		reserve, resErr, err = checkReservations(tx, x.wf.Name, run, pr, dv)
 		return err
 	}); err != nil {
-		return nil, true, err
+		return true, err
 	}
 	if resErr != nil {
-		return nil, true, x.fail(resErr)
+		return true, x.fail(resErr)
 	}
 	if err := advance(run, next); err != nil {
-		return nil, true, err
+		return true, err
 	}
-	run.PrepareResult = out.Value
+	run.PrepareResult, x.reserve = out.Value, reserve
 	x.phaseNote(string(next), fmt.Sprintf("prepared: %d events to reserve", len(reserve)))
-	return reserve, false, nil
+	return false, nil
 }
 
 // mutate runs the mutate phase and the mutation it asked for; proceed says
 // the run goes on to next.
-func (x *runExec) mutate(dv declView, reserve []kt.Event) (proceed bool, err error) {
+func (x *runExec) mutate(dv declView) (proceed bool, err error) {
 	run := x.run
 	h := x.host(phaseMutate)
 	h.decl = dv
 	if _, err := x.invoke(h, preparedArg(run.PrepareResult)); err != nil {
-		if len(reserve) > 0 {
-			// A failure inside mutate keeps the selection pinned (SPEC §4):
-			// after a transient, permission or precondition failure the
-			// retry re-runs mutate with the same PrepareResult; after a
-			// logic failure the inputs show what is stuck, Skip skips them
-			// and a repair releases them at a fresh prepare.
+		if run.Phase == kt.PhasePrepared {
+			// A failure inside mutate keeps the selection pinned (SPEC §4),
+			// written with the failure: after a transient, permission or
+			// precondition failure the retry re-runs mutate with the same
+			// PrepareResult; after a logic failure the inputs show what is
+			// stuck, Skip skips them and a repair releases them at a fresh
+			// prepare.
 			if aerr := advance(run, kt.PhaseMutating); aerr != nil {
 				return false, aerr
-			}
-			if werr := x.e.store.Update(x.ctx, func(tx store.Tx) error { return writeReservations(tx, run, reserve, x.e.nowMs()) }); werr != nil {
-				return false, werr
 			}
 		}
 		return false, x.fail(err)
@@ -225,7 +222,7 @@ func (x *runExec) mutate(dv declView, reserve []kt.Event) (proceed bool, err err
 		run.MutationResult = json.RawMessage(`{"status":"none"}`)
 		return true, advance(run, kt.PhaseEmitting)
 	}
-	return x.executeMutation(h.captured, reserve)
+	return x.executeMutation(h.captured)
 }
 
 // checkReservations validates a PrepareResult's reservations (SPEC §4:

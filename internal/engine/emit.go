@@ -9,11 +9,11 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// emit runs a consumer's next phase and commits the run: its reserved
-// events consumed (or skipped), what next published, the new state and the
-// wake time, in one transaction (SPEC §4). reserve holds events prepare
-// selected that are not yet written as reserved.
-func (x *runExec) emit(dv declView, reserve []kt.Event) error {
+// emit runs a consumer's next phase and commits the run: the write's
+// outcome and the selection when the run holds them (writeHeld), its
+// reserved events consumed (or skipped), what next published, the new
+// state and the wake time, in one transaction (SPEC §4).
+func (x *runExec) emit(dv declView) error {
 	run := x.run
 	mr := run.MutationResult
 	if len(mr) == 0 {
@@ -50,10 +50,7 @@ func (x *runExec) emit(dv declView, reserve []kt.Event) error {
 	if mstatus.Status == "skipped" {
 		final = kt.EventSkipped
 	}
-	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
-		if err := writeReservations(tx, run, reserve, x.e.nowMs()); err != nil {
-			return err
-		}
+	return x.write(func(tx store.Tx) error {
 		settled, err := settleReserved(tx, run.ID, final, x.e.nowMs())
 		if err != nil {
 			return err

@@ -45,6 +45,14 @@ type runExec struct {
 	// ledger's; every difference is noted in diffs.
 	impact bool
 	diffs  []Difference
+	// Held for the run's next write (writeHeld), which makes them durable
+	// with it: reserve, the events prepare selected, not yet written as
+	// reserved; outcome, the ledger row of a write whose answer (applied)
+	// is not yet written. So a consumer run that writes makes two commits:
+	// prepare's result and selection with the write's in_flight record,
+	// then the outcome with next's publishes and the consumption.
+	reserve []kt.Event
+	outcome *kt.Mutation
 }
 
 // newExec starts carrying out run; its trace continues the run's own.
@@ -61,21 +69,44 @@ func (x *runExec) finished(err error) {
 }
 
 // save writes the run, with its trace, in one transition together with
-// what with writes (nil: the run alone). When a person's decision came in
-// while the step was under way, the write finds the run written since
-// (store.ErrConflict): save takes the decision over (takeDecision) and
-// writes again, so the step's findings and the decision both stand.
+// what with writes (nil: the run alone) and what the run holds
+// (writeHeld). When a person's decision came in while the step was under
+// way, the write finds the run written since (store.ErrConflict): save
+// takes the decision over (takeDecision) and writes again, so the step's
+// findings and the decision both stand.
 func (x *runExec) save(with func(tx store.Tx) error) error {
-	for tries := 0; ; tries++ {
-		x.run.Trace = x.tr.json()
-		err := x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
-			if with != nil {
-				if err := with(tx); err != nil {
-					return err
-				}
+	return x.write(func(tx store.Tx) error {
+		if with != nil {
+			if err := with(tx); err != nil {
+				return err
 			}
-			return putRun(tx, x.run)
+		}
+		return putRun(tx, x.run)
+	})
+}
+
+// write is save's loop: fn writes the run itself (putRun). A write that
+// fails leaves the run and its trace as they were before it, so the next
+// try starts from the same state.
+func (x *runExec) write(fn func(tx store.Tx) error) error {
+	for tries := 0; ; tries++ {
+		run, tr := *x.run, *x.tr
+		x.run.Trace = x.tr.json()
+		pinned := len(x.reserve) > 0
+		err := x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+			if err := x.writeHeld(tx); err != nil {
+				return err
+			}
+			return fn(tx)
 		})
+		if err == nil {
+			x.reserve, x.outcome = nil, nil
+			if pinned {
+				x.e.crashPoint(CrashAfterPrepared)
+			}
+			return nil
+		}
+		*x.run, *x.tr = run, tr
 		if !errors.Is(err, store.ErrConflict) || tries == maxSaveTries {
 			return err
 		}
@@ -83,6 +114,18 @@ func (x *runExec) save(with func(tx store.Tx) error) error {
 			return err
 		}
 	}
+}
+
+// writeHeld writes what the run holds for its next write: the selection
+// (reserved by the run) and a write's outcome.
+func (x *runExec) writeHeld(tx store.Tx) error {
+	if err := writeReservations(tx, x.run, x.reserve, x.e.nowMs()); err != nil {
+		return err
+	}
+	if x.outcome != nil {
+		return putMutation(tx, *x.outcome)
+	}
+	return nil
 }
 
 // maxSaveTries bounds how often one write of a step takes a decision over:

@@ -62,6 +62,10 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 	default:
 		run.Status = kt.StatusFailedInternal
 	}
+	release := run.HandlerType == kt.HandlerConsumer && releasesReservations(run, class)
+	if release {
+		x.reserve = nil // selected, never written: nothing to pin
+	}
 	x.tr.add(TraceEntry{At: now, Kind: "error", Phase: string(run.Phase), Outcome: string(class), Text: msg})
 	e.log.Info("run failed", "workflow", x.wf.Name, "run", run.ID, "handler", run.Handler, "phase", run.Phase, "status", run.Status, "error", msg)
 	return x.save(func(tx store.Tx) error {
@@ -70,7 +74,7 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 				return err
 			}
 		}
-		if run.HandlerType == kt.HandlerConsumer && releasesReservations(run, class) {
+		if release {
 			if err := releaseReservations(tx, run.ID, now); err != nil {
 				return err
 			}

@@ -285,7 +285,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		ts.failStatus = kt.ItemProcessing
 		return nil, &approvalWait{target: lc.target}
 	}
-	if err := lc.recordInFlight(nil); err != nil {
+	if err := lc.recordInFlight(); err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
 	res, next, err := lc.send()

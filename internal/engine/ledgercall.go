@@ -140,9 +140,11 @@ func (lc *ledgerCall) needsApproval() bool {
 }
 
 // recordInFlight writes the row in_flight, with the run, before the call
-// starts (ch 13 §13.7.1), and the events prepare selected (reserve) with
-// them. After a crash from here on, the write may have happened.
-func (lc *ledgerCall) recordInFlight(reserve []kt.Event) error {
+// starts (ch 13 §13.7.1): a consumer's first commit, which makes prepare's
+// result and the events it selected (x.reserve) durable with it. A crash
+// before it re-runs prepare (prepare has no side effects); from here on,
+// the write may have happened.
+func (lc *ledgerCall) recordInFlight() error {
 	x, mut, now := lc.x, &lc.mut, lc.x.e.nowMs()
 	params, _ := json.Marshal(lc.args)
 	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = x.run.ID, params, lc.payloadHash, lc.target
@@ -154,15 +156,13 @@ func (lc *ledgerCall) recordInFlight(reserve []kt.Event) error {
 	lc.note("in_flight", true)
 	x.run.UpdatedAt = now
 	if err := x.save(func(tx store.Tx) error {
-		if err := writeReservations(tx, x.run, reserve, now); err != nil {
+		if err := putMutation(tx, *mut); err != nil {
 			return err
 		}
-		return putMutation(tx, *mut)
+		x.e.crashPoint(CrashInsideInFlight)
+		return nil
 	}); err != nil {
 		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
-	}
-	if len(reserve) > 0 {
-		x.e.crashPoint(CrashAfterPrepared)
 	}
 	x.e.crashPoint(CrashAfterInFlight)
 	return nil

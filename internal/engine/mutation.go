@@ -59,9 +59,8 @@ func targetOf(m *connector.Method, tool string, args map[string]any) string {
 
 // executeMutation runs the captured mutation of a consumer run through the
 // ledger (SPEC §7). It returns true when the mutation is applied and the run
-// may go on to next. reserve holds the events prepare selected that are not
-// yet written as reserved.
-func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool, error) {
+// may go on to next (the outcome is held for the run's final commit).
+func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 	m, err := x.reg.Method(call.Tool, call.Method)
 	if err != nil {
 		return false, x.fail(kt.Errorf(kt.ClassLogic, "%v", err))
@@ -69,7 +68,7 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 	var causes, unit []string
 	var attempt int
 	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
-		evs := reserve
+		evs := x.reserve
 		if evs == nil {
 			var err error
 			if evs, err = tx.EventsReservedBy(x.run.ID); err != nil {
@@ -86,12 +85,6 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 	lc, err := x.openLedger("mutating", call.Tool, m, call.Args, func(id Identity) string { return id.ConsumerKey(unit) })
 	if err != nil {
 		return false, err
-	}
-	if lc.found && lc.mut.Status != kt.MutationFailed && lc.mut.Status != kt.MutationSkipped {
-		if err := x.writeReserved(reserve); err != nil {
-			return false, err
-		}
-		reserve = nil
 	}
 	switch lc.step() {
 	case stepConflict:
@@ -117,15 +110,12 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 	}
 	lc.newRow(causes, attempt)
 	if lc.needsApproval() {
-		if err := x.writeReserved(reserve); err != nil {
-			return false, err
-		}
 		return false, x.waitForApproval(lc)
 	}
 	if err := advance(x.run, kt.PhaseMutating); err != nil {
 		return false, err
 	}
-	if err := lc.recordInFlight(reserve); err != nil {
+	if err := lc.recordInFlight(); err != nil {
 		return false, err
 	}
 	res, next, err := lc.send()
@@ -143,28 +133,6 @@ func (x *runExec) executeMutation(call *capturedCall, reserve []kt.Event) (bool,
 	}
 	lc.mut.Status = kt.MutationNeedsReconcile
 	return x.reconcile(&lc.mut, inlineAttempt)
-}
-
-// writeReserved makes the events prepare selected durable as reserved on
-// the paths that record no in_flight (a cached result, a blocked ledger
-// row, an approval wait).
-func (x *runExec) writeReserved(reserve []kt.Event) error {
-	if len(reserve) == 0 {
-		return nil
-	}
-	if err := x.e.store.Update(x.ctx, func(tx store.Tx) error {
-		if err := writeReservations(tx, x.run, reserve, x.e.nowMs()); err != nil {
-			return err
-		}
-		if x.run.Phase == kt.PhasePrepared {
-			return putRun(tx, x.run)
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	x.e.crashPoint(CrashAfterPrepared)
-	return nil
 }
 
 // waitForApproval parks the run until a person approves exactly this call.
@@ -200,6 +168,10 @@ func (x *runExec) saveWithMutation(mut *kt.Mutation) error {
 	return x.save(func(tx store.Tx) error { return putMutation(tx, *mut) })
 }
 
+// mutationApplied takes a write's answer (applied) in: the run goes on to
+// next, and its final commit records the outcome with next's publishes and
+// the consumption (emit). Until then the row stays in_flight (or as it
+// was): a crash in between is recovered by reconciling it.
 func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string) (bool, error) {
 	run, now := x.run, x.e.nowMs()
 	result, err := json.Marshal(value)
@@ -219,10 +191,8 @@ func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string
 	mr, _ := json.Marshal(map[string]any{"status": "applied", "result": json.RawMessage(result)})
 	run.MutationResult, run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = mr, kt.StatusActive, "", "", now
 	x.phaseNote("mutated", "mutation applied: "+mut.Target)
-	if err := x.saveWithMutation(mut); err != nil {
-		return false, err
-	}
-	x.e.crashPoint(CrashAfterApplied)
+	held := *mut
+	x.outcome = &held
 	return true, nil
 }
 

@@ -122,7 +122,7 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 	if err := advance(&run, kt.PhaseEmitting); err != nil {
 		return true, err
 	}
-	return true, x.emit(x.declView(), nil)
+	return true, x.emit(x.declView())
 }
 
 // retry replaces a failed or crashed run with a new run (retry_of → old),
@@ -396,5 +396,5 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 		return err
 	}
 	x := e.newExec(ctx, wf, prog, &nr)
-	return x.emit(x.declView(), nil)
+	return x.emit(x.declView())
 }

@@ -14,12 +14,27 @@ import (
 
 // Crash points: the durable steps Options.AtDurableStep is told about; crash
 // tests end the process at one of them, as if it were killed there.
+//
+// A consumer run that writes makes two commits (docs/design.md "Runs and
+// phases"): the first (prepare's result, its selection and the write's
+// in_flight row) has CrashInsideInFlight inside it and CrashAfterPrepared
+// and CrashAfterInFlight after it; the second (the write's outcome, next's
+// publishes, the consumption) has CrashInsideCommit inside it.
 const (
+	// CrashAfterPrepared: prepare's selection is durable (with in_flight,
+	// or with the wait for an approval, or the failure that pins it).
 	CrashAfterPrepared = "after-prepared"
-	CrashAfterInFlight = "after-inflight"
-	CrashAfterCall     = "after-call"
-	CrashAfterApplied  = "after-applied"
-	CrashInsideCommit  = "inside-commit"
+	// CrashInsideInFlight: inside the first commit, before it is made: a
+	// crash here re-runs prepare and nothing was sent.
+	CrashInsideInFlight = "inside-inflight"
+	CrashAfterInFlight  = "after-inflight"
+	CrashAfterCall      = "after-call"
+	// CrashAfterApplied: an item script's write recorded applied (a
+	// consumer's outcome is recorded inside its final commit).
+	CrashAfterApplied = "after-applied"
+	// CrashInsideCommit: inside a consumer's final commit, before it is
+	// made: the write's answer is lost, the row still in_flight.
+	CrashInsideCommit = "inside-commit"
 	// CrashAfterProbe: a reconcile probe answered, before its answer is
 	// recorded (after a background attempt's, the run is not active: a
 	// person may decide meanwhile).

@@ -83,14 +83,15 @@ const (
 // may move to from each one. A new run ("") may be written in any status (a
 // producer's run is first written at its commit or its failure). A blocked
 // run moves on in place only from reconciliation (the write turned out
-// applied, or failed, or stays unknown); otherwise it is replaced by a
+// applied — the run may then commit in place, its outcome with next's —
+// or failed, or stays unknown); otherwise it is replaced by a
 // retry (retried) or closed by a person (skipped). Finished runs never
 // change: a stale worker, or a second node, cannot write over them.
 var runStatusFrom = map[Status][]Status{
 	StatusActive:         {StatusTransient, StatusApproval, StatusReconciliation, StatusFailedLogic, StatusFailedInternal, StatusCrashed, StatusCommitted, StatusRetried, StatusSkipped},
 	StatusTransient:      {StatusRetried, StatusSkipped},
 	StatusApproval:       {StatusRetried, StatusSkipped, StatusReconciliation},
-	StatusReconciliation: {StatusActive, StatusTransient, StatusApproval, StatusFailedLogic, StatusFailedInternal, StatusRetried, StatusSkipped},
+	StatusReconciliation: {StatusActive, StatusTransient, StatusApproval, StatusFailedLogic, StatusFailedInternal, StatusCommitted, StatusRetried, StatusSkipped},
 	StatusFailedLogic:    {StatusRetried, StatusSkipped},
 	StatusFailedInternal: {StatusRetried, StatusSkipped},
 	StatusCrashed:        {StatusRetried, StatusSkipped},

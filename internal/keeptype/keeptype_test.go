@@ -111,7 +111,7 @@ func TestRunStatusMachine(t *testing.T) {
 			case to == StatusRetried || to == StatusSkipped:
 				want = blocked[from]
 			case from == StatusReconciliation:
-				want = to == StatusActive || to == StatusTransient || to == StatusApproval || to == StatusFailedLogic || to == StatusFailedInternal
+				want = to == StatusActive || to == StatusTransient || to == StatusApproval || to == StatusFailedLogic || to == StatusFailedInternal || to == StatusCommitted
 			case from == StatusApproval:
 				want = to == StatusReconciliation
 			}

@@ -252,7 +252,7 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 // restart ends with exactly one write at the sink.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
-	for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterProbe, engine.CrashAfterApplied, engine.CrashInsideCommit} {
+	for _, point := range []string{engine.CrashAfterPrepared, engine.CrashInsideInFlight, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterProbe, engine.CrashInsideCommit} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			sink := testsink.New()

@@ -87,7 +87,7 @@ func TestKillAtEveryStepOfAnSQLExec(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		for _, point := range []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit} {
+		for _, point := range []string{engine.CrashAfterPrepared, engine.CrashInsideInFlight, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashInsideCommit} {
 			t.Run(tg.name+"/"+point, func(t *testing.T) {
 				// Each case starts afresh: keep's marker rows of the last case
 				// would (rightly) answer this case's writes as done.

@@ -268,7 +268,7 @@ func (n *node) kill() {
 // a durable step), then kills one of them at a random moment: the others
 // take its workflows over when its leases expire.
 func (r *rig) roundFleet() {
-	points := []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
+	points := []string{engine.CrashAfterPrepared, engine.CrashInsideInFlight, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
 	for i := range r.fleet {
 		if n := r.fleet[i]; n != nil {
 			select {
@@ -312,7 +312,7 @@ func (r *rig) round() {
 		r.roundFleet()
 		return
 	}
-	points := []string{engine.CrashAfterPrepared, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
+	points := []string{engine.CrashAfterPrepared, engine.CrashInsideInFlight, engine.CrashAfterInFlight, engine.CrashAfterCall, engine.CrashAfterApplied, engine.CrashInsideCommit}
 	if r.rng.Intn(3) == 0 {
 		p := points[r.rng.Intn(len(points))]
 		cmd := r.serve("KEEP_TEST_CRASH_AFTER=" + p)
@@ -516,6 +516,24 @@ func (r *rig) settle(timeout time.Duration) {
 			fmt.Fprintf(&why, "  status %+v\n", s)
 		}
 		_ = st.View(ctx, func(tx store.Tx) error {
+			// Why a workflow with pending events does not run them: its
+			// consumers' flags, and who holds the oldest pending events.
+			hs, _ := tx.HandlerList(wf)
+			for _, h := range hs {
+				if h.Type == kt.HandlerConsumer {
+					fmt.Fprintf(&why, "  consumer %s dirty=%v wakeAt=%d\n", h.Name, h.Dirty, h.WakeAt)
+				}
+			}
+			evs, _ := tx.EventList(wf, store.EventFilter{Status: kt.EventPending, Limit: 3})
+			for _, ev := range evs {
+				held := ""
+				if ev.ReservedBy != "" {
+					if run, err := tx.RunGet(ev.ReservedBy); err == nil {
+						held = fmt.Sprintf(" (run %s %s in %s)", run.Status, run.Handler, run.Phase)
+					}
+				}
+				fmt.Fprintf(&why, "  pending %s/%s reserved by %q%s\n", ev.Topic, ev.MessageID, ev.ReservedBy, held)
+			}
 			if run, err := tx.RunOpen(wf); err == nil {
 				fmt.Fprintf(&why, "  open run %s %s %s action=%q next=%d err=%s: %s\n", run.ID, run.HandlerType, run.Status, run.Action, run.NextAttemptAt, run.ErrorClass, run.ErrorMessage)
 				if m, err := tx.MutationByRun(run.ID); err == nil {
