@@ -86,6 +86,9 @@ type frame struct {
 	// Known says the host knows the declaration already: the worker only
 	// compiles the script and prepares the VM its invocations will use.
 	Known bool `json:"known,omitempty"`
+	// Bytecode is the script compiled by the host, sent with Known: the
+	// worker then compiles nothing.
+	Bytecode []byte `json:"bytecode,omitempty"`
 	// invoke
 	Kind   kt.HandlerType      `json:"kind,omitempty"`
 	Name   string              `json:"name,omitempty"`
@@ -275,6 +278,9 @@ func (p *Program) prewarm() {
 // loadHere loads the script a load frame carries: its bytecode and, unless
 // the host knows it, its declaration (its top level evaluated).
 func loadHere(f frame) (*Program, error) {
+	if f.Known && len(f.Bytecode) > 0 {
+		return &Program{File: f.File, Source: f.Source, bytecode: f.Bytecode, analysis: &analysisOnce{}}, nil
+	}
 	if f.Known {
 		return compileBytecode(f.File, f.Source)
 	}
@@ -435,7 +441,7 @@ func startWorker(file, source string, deadline time.Duration, known bool) (*work
 	if err != nil {
 		return nil, nil, err
 	}
-	decl, err := wk.load(file, source, deadline, known)
+	decl, err := wk.load(frame{T: "load", File: file, Source: source, Known: known}, deadline)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -497,13 +503,13 @@ func spawnWorker(forRuns bool) (*worker, error) {
 
 // load loads a script version into a worker that has none, with deadline
 // bounding the load; see startWorker.
-func (wk *worker) load(file, source string, deadline time.Duration, known bool) (*Declaration, error) {
+func (wk *worker) load(f frame, deadline time.Duration) (*Declaration, error) {
 	stop := time.AfterFunc(deadline, func() {
 		wk.timedOut.Store(true)
 		wk.kill()
 	})
 	defer stop.Stop()
-	if err := writeFrame(wk.w, frame{T: "load", File: file, Source: source, Known: known}); err != nil {
+	if err := writeFrame(wk.w, f); err != nil {
 		wk.kill()
 		return nil, wk.deathError("while loading the script", deadline, 0)
 	}
@@ -588,7 +594,7 @@ func (p *Program) takeWorker() (*worker, error) {
 	// No script code runs in this load (the bytecode only hands the
 	// prelude the script's function), so a busy machine's slow process
 	// start does not count against the handler's time limit.
-	if _, err := wk.load(p.File, p.Source, loadDeadline, true); err != nil {
+	if _, err := wk.load(frame{T: "load", File: p.File, Source: p.Source, Known: true, Bytecode: p.bytecode}, loadDeadline); err != nil {
 		return nil, err
 	}
 	wk.prog = p
@@ -609,13 +615,14 @@ type spareWorker struct {
 	starting bool
 }
 
-// take returns the spare, if one is ready, and starts the next.
+// take returns the spare, if one is ready; the invocation that took it
+// starts the next once it is done (invokeInWorker), so that the two do not
+// share the cores.
 func (s *spareWorker) take() *worker {
 	s.mu.Lock()
 	wk := s.wk
 	s.wk = nil
 	s.mu.Unlock()
-	s.refill()
 	if wk != nil && wk.dead.Load() {
 		return nil
 	}
@@ -732,6 +739,7 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 	if stop != nil {
 		stop.Stop()
 	}
+	spare.refill()
 	where := fmt.Sprintf("%s %s: %s", inv.Kind, inv.Name, inv.Phase)
 	if !healthy {
 		wk.kill()
