@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,6 +53,10 @@ func TestPublishThroughTheAPI(t *testing.T) {
 	r.settle()
 	if ws := r.sink.Writes(); len(ws) != 1 || ws[0].Path != "/write/1042" || !strings.Contains(string(ws[0].Body), `"total":"12.50"`) {
 		t.Fatalf("sink writes %v, want one to /write/1042", ws)
+	}
+	_, topics, _ := r.call("GET", "/api/v1/workflows/orders/topics", nil, nil)
+	if ts, _ := topics["topics"].([]any); len(ts) == 0 || fmt.Sprint(ts[0].(map[string]any)["writers"]) != "[the event API]" || ts[0].(map[string]any)["consumed"] != 1.0 {
+		t.Fatalf("topics %v", topics)
 	}
 	_, _, inputs := r.call("GET", "/api/v1/workflows/orders/inputs", nil, nil)
 	if len(inputs) != 1 {

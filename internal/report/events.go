@@ -92,6 +92,11 @@ func Topics(ctx context.Context, st store.Store, wf string) ([]Topic, []Producer
 func topology(d script.Declaration) (names []string, writers, consumers map[string][]string) {
 	names = append(names, d.Topics...)
 	writers, consumers = map[string][]string{}, map[string][]string{}
+	for _, t := range d.Topics {
+		if d.OpenToAPI(t) {
+			writers[t] = append(writers[t], "the event API")
+		}
+	}
 	for n, h := range d.Producers {
 		for _, t := range h.Publishes {
 			writers[t] = append(writers[t], "producer "+n)
