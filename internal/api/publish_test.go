@@ -102,4 +102,13 @@ func TestPublishThroughTheAPI(t *testing.T) {
 	if ws := r.sink.Writes(); len(ws) != 1 {
 		t.Fatalf("sink writes after refused posts %v", ws)
 	}
+	// A person's reprocess of the posted input opens its event again: its
+	// consumer writes it once more, as for a producer's input.
+	if code, obj, _ := r.call("POST", "/api/v1/items/"+first["input"].(string)+"/reprocess", nil, nil); code != 200 {
+		t.Fatalf("reprocess: %d %v", code, obj)
+	}
+	r.settle()
+	if ws := r.sink.Writes(); len(ws) != 2 || ws[1].Path != "/write/1042" {
+		t.Fatalf("sink writes after reprocess %v, want a second to /write/1042", ws)
+	}
 }
