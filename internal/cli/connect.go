@@ -2,22 +2,17 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"html"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/slack-go/slack"
 	"github.com/spf13/cobra"
-	"golang.org/x/oauth2"
 
+	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/connector/google"
-	"github.com/keep-run/keep/internal/connector/slackconn"
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
@@ -60,45 +55,58 @@ const configHelp = "TOML config file: [policy], [connectors.google] (default: ./
 func (a *app) connectCmd() *cobra.Command {
 	var timeout time.Duration
 	var token string
+	names := builtin.Connectable()
+	long := "connect stores an account's credentials encrypted in the store (the key is secret.key in the data directory, or KEEP_SECRET_KEY)."
+	for _, n := range names {
+		d, _ := builtin.Find(n)
+		long += "\n\nkeep connect " + n + " " + d.Connect.Usage + ": " + d.Connect.Doc
+	}
 	c := &cobra.Command{
-		Use:   "connect google [SCRIPT...] | connect slack --token xoxb-…",
-		Short: "connect a Google account: keep asks for the scopes the deployed workflows (and SCRIPTs) use, and keeps the tokens encrypted",
-		Long: "connect runs Google's OAuth 2.0 flow for installed apps (a loopback redirect with PKCE): it prints a URL to open\n" +
-			"in a browser, waits for the answer on 127.0.0.1, and stores the tokens encrypted in the store (the key is\n" +
-			"secret.key in the data directory, or KEEP_SECRET_KEY). It asks only for the scopes that the methods of the\n" +
-			"deployed workflows, and of the SCRIPTs named, need. The OAuth client comes from [connectors.google] client_id\n" +
-			"and client_secret in keep.toml or KEEP_GOOGLE_CLIENT_ID / KEEP_GOOGLE_CLIENT_SECRET; against keep-fake google\n" +
-			"(endpoint = \"http://…\") none is needed.",
-		Args: cobra.MinimumNArgs(1),
+		Use:   "connect " + strings.Join(names, "|") + " …",
+		Short: "connect an account (google: keep asks for the scopes the deployed workflows and SCRIPTs use; slack: a bot token), stored encrypted",
+		Long:  long,
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			d, ok := builtin.Find(args[0])
+			if !ok || d.Connect == nil {
+				return fmt.Errorf("keep connect knows %s (got %q)", strings.Join(names, " and "), args[0])
+			}
 			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
-			if args[0] == slackconn.Provider {
-				if token == "" {
-					token = os.Getenv("KEEP_SLACK_TOKEN")
+			if token == "" {
+				token = os.Getenv("KEEP_" + strings.ToUpper(d.Name) + "_TOKEN")
+			}
+			var st store.Store
+			defer func() {
+				if st != nil {
+					st.Close()
 				}
-				return a.connectSlack(cmd.Context(), cfg.SlackEndpoint, token)
-			}
-			if args[0] != google.Provider {
-				return fmt.Errorf("keep connect knows google and slack (got %q)", args[0])
-			}
-			if cfg.Google.Endpoint == "" && cfg.Google.ClientID == "" {
-				return fmt.Errorf("no Google OAuth client: set [connectors.google] client_id and client_secret in keep.toml (a \"Desktop app\" client of your Google Cloud project), or KEEP_GOOGLE_CLIENT_ID and KEEP_GOOGLE_CLIENT_SECRET; to try keep without Google, run keep-fake google and set [connectors.google] endpoint")
-			}
-			st, err := a.openOrCreateStore()
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			scopes, err := scopesNeeded(cmd.Context(), st, args[1:])
-			if err != nil {
-				return err
+			}()
+			open := func() (store.Store, error) {
+				if st == nil {
+					st, err = a.openOrCreateStore()
+				}
+				return st, err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			return a.connectGoogle(ctx, st, cfg.Google, scopes)
+			return d.Connect.Run(ctx, connector.ConnectCall{Table: cfg.Connectors[d.Name], Args: args[1:], Token: token, Out: a.out,
+				Accounts: func() (*account.Accounts, error) {
+					st, err := open()
+					if err != nil {
+						return nil, err
+					}
+					return daemon.Accounts(a.dataDir, st)
+				},
+				Uses: func(scripts []string) ([]string, error) {
+					st, err := open()
+					if err != nil {
+						return nil, err
+					}
+					return usesOf(cmd.Context(), st, scripts)
+				}})
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the browser's answer")
@@ -112,9 +120,9 @@ func (a *app) openOrCreateStore() (store.Store, error) {
 	return daemon.OpenStore(a.dataDir, a.storeURL)
 }
 
-// scopesNeeded returns the scopes the deployed workflows and the named
-// scripts need (google.ScopesFor).
-func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string, error) {
+// usesOf lists the methods the deployed workflows and the named scripts
+// call (engine.UsesOf).
+func usesOf(ctx context.Context, st store.Store, files []string) ([]string, error) {
 	sources, err := report.LatestScripts(ctx, st)
 	if err != nil {
 		return nil, err
@@ -126,87 +134,7 @@ func scopesNeeded(ctx context.Context, st store.Store, files []string) ([]string
 		}
 		sources = append(sources, string(b))
 	}
-	scopes := google.ScopesFor(daemon.Registry("."), engine.UsesOf(sources))
-	if scopes == nil {
-		return nil, errors.New(google.NoScopesError)
-	}
-	return scopes, nil
-}
-
-func (a *app) connectGoogle(ctx context.Context, st store.Store, g config.Google, scopes []string) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen on 127.0.0.1 for Google's answer: %w", err)
-	}
-	redirect := "http://" + ln.Addr().String() + "/callback"
-	flow := google.StartFlow(g, redirect, scopes)
-	type answer struct {
-		code string
-		err  error
-	}
-	got := make(chan answer, 1)
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/callback" {
-			http.NotFound(w, r)
-			return
-		}
-		q := r.URL.Query()
-		var ans answer
-		switch {
-		case q.Get("state") != flow.State:
-			ans.err = errors.New("the answer's state does not match this request (an old browser tab?); run keep connect google again")
-		case q.Get("error") != "":
-			ans.err = fmt.Errorf("Google answered %s: %s", q.Get("error"), q.Get("error_description"))
-		case q.Get("code") == "":
-			ans.err = errors.New("Google's answer carried no code")
-		default:
-			ans.code = q.Get("code")
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if ans.err != nil {
-			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, "<!doctype html><title>keep</title><p>keep was not connected: %s</p>", html.EscapeString(ans.err.Error()))
-		} else {
-			fmt.Fprint(w, "<!doctype html><title>keep</title><p>keep is connected to your Google account. You can close this tab.</p>")
-		}
-		select {
-		case got <- ans:
-		default:
-		}
-	})}
-	go srv.Serve(ln)
-	defer srv.Close()
-
-	fmt.Fprintln(a.out, "Open this URL in a browser and allow keep to act as your Google account:")
-	fmt.Fprintln(a.out, flow.URL())
-	fmt.Fprintf(a.out, "keep asks for: %s\nWaiting for the answer on %s …\n", strings.Join(scopes, " "), redirect)
-	var ans answer
-	select {
-	case ans = <-got:
-	case <-ctx.Done():
-		return fmt.Errorf("no answer from the browser within the time (--timeout); nothing was stored")
-	}
-	if ans.err != nil {
-		return ans.err
-	}
-	accts, err := daemon.Accounts(a.dataDir, st)
-	if err != nil {
-		return err
-	}
-	email, granted, err := flow.Finish(ctx, accts, ans.code)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(a.out, "connected google as %s (scopes: %s); the tokens are stored encrypted\n", email, strings.Join(shortScopes(granted), ", "))
-	return nil
-}
-
-func shortScopes(scopes []string) []string {
-	out := make([]string, len(scopes))
-	for i, s := range scopes {
-		out[i] = strings.TrimPrefix(s, "https://www.googleapis.com/auth/")
-	}
-	return out
+	return engine.UsesOf(sources), nil
 }
 
 func (a *app) connectionsCmd() *cobra.Command {
@@ -238,34 +166,4 @@ func (a *app) connectionsCmd() *cobra.Command {
 	}
 	a.addJSON(c)
 	return c
-}
-
-// connectSlack checks a bot token with auth.test and stores it sealed.
-func (a *app) connectSlack(ctx context.Context, endpoint, token string) error {
-	if !strings.HasPrefix(token, "xox") {
-		return errors.New("keep connect slack needs the bot's token: --token xoxb-… (or KEEP_SLACK_TOKEN), from your Slack app's OAuth & Permissions page")
-	}
-	opts := []slack.Option{}
-	if endpoint != "" {
-		opts = append(opts, slack.OptionAPIURL(endpoint+"/api/"))
-	}
-	who, err := slack.New(token, opts...).AuthTestContext(ctx)
-	if err != nil {
-		return fmt.Errorf("Slack refused the token (%v); nothing was stored", err)
-	}
-	st, err := a.openOrCreateStore()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	accts, err := daemon.Accounts(a.dataDir, st)
-	if err != nil {
-		return err
-	}
-	account := who.User + "@" + who.Team
-	if err := accts.Save(ctx, slackconn.Provider, account, nil, &oauth2.Token{AccessToken: token}); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.out, "connected slack as %s (bot %s); the token is stored encrypted\n", account, who.UserID)
-	return nil
 }

@@ -2,12 +2,12 @@ package cli
 
 import (
 	"flag"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/testbin"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite the generated part of docs/scripts.md")
@@ -27,25 +27,8 @@ func TestScriptsDocIsCurrent(t *testing.T) {
 	if missing := connector.Undocumented(infos); len(missing) > 0 {
 		t.Fatalf("these methods declare no Doc (summary, result, errors) for docs/scripts.md: %v", missing)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
-	if i < 0 || j < i {
-		t.Fatalf("docs/scripts.md lacks the markers of its generated part:\n%s%s", docBegin, docEnd)
-	}
 	want := connector.Markdown(infos)
-	if got := doc[i+len(docBegin) : j]; got != want {
-		if *updateDocs {
-			if err := os.WriteFile(path, []byte(doc[:i+len(docBegin)]+want+doc[j:]), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-		t.Fatalf("the connector reference in docs/scripts.md is stale: run go test ./internal/cli -run TestScriptsDocIsCurrent -update")
-	}
+	doc := testbin.CurrentDoc(t, path, docBegin, docEnd, want, *updateDocs, "go test ./internal/cli -run TestScriptsDocIsCurrent -update")
 	for _, c := range infos {
 		for _, m := range c.Methods {
 			if !strings.Contains(doc, "`ctx."+c.Name+"."+m.Name+"(") {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/account"
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector/google"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
@@ -17,7 +16,7 @@ import (
 // pageAccounts runs the page's Connect Google: the flows started here wait
 // for Google's answer for at most flowTTL.
 type pageAccounts struct {
-	cfg   config.Google
+	cfg   google.Config
 	accts *account.Accounts
 	st    store.Store
 	mu    sync.Mutex

@@ -28,14 +28,12 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/connector/custom"
+	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/connector/email"
-	"github.com/keep-run/keep/internal/connector/files"
 	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/connector/sqlconn"
-	"github.com/keep-run/keep/internal/connector/system"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
@@ -99,29 +97,20 @@ func OpenStore(dataDir, storeURL string) (store.Store, error) {
 // Registry returns the connectors keep ships, with files rooted at root.
 // The Google connectors have no account here (keep validate, the docs):
 // their calls say to connect one.
-func Registry(filesRoot string) *connector.Registry { return RegistryOf(config.Config{}, filesRoot) }
+func Registry(filesRoot string) *connector.Registry {
+	cfg, _ := config.Parse("", "")
+	return RegistryOf(cfg, filesRoot)
+}
 
 // RegistryOf is Registry with the connectors cfg declares (custom ones,
 // the sql databases): what keep validate and keep connectors know.
 func RegistryOf(cfg config.Config, filesRoot string) *connector.Registry {
-	sqlc, _ := sqlconn.New(cfg.SQL.Databases)
-	return registry(filesRoot, nil, sqlc, email.New(cfg.Email), slackconn.New(nil), urlConnectors(cfg))
-}
-
-// urlConnectors are the connectors that reach URLs a script names: http
-// and the custom ones, behind one guard made of [connectors.http] allow.
-func urlConnectors(cfg config.Config) []*connector.Connector {
-	guard := netguard.New(cfg.HTTPAllow)
-	out := []*connector.Connector{khttp.New(guard)}
-	for name, c := range cfg.Custom {
-		out = append(out, custom.New(name, c, guard))
+	set, err := builtin.Build(&connector.Host{Config: cfg, Guard: netguard.New(khttp.Allow(cfg))})
+	if err != nil {
+		panic(err) // only a live host opens anything that can fail
 	}
-	return out
-}
-
-func registry(filesRoot string, g *google.Auth, sqlc, mail, sl *connector.Connector, more []*connector.Connector) *connector.Registry {
-	cs := append([]*connector.Connector{files.New(filesRoot), system.New(), sqlc, mail, sl}, google.New(g)...)
-	return connector.NewRegistry(append(cs, more...)...)
+	defer set.Close()
+	return set.Registry(filesRoot)
 }
 
 // Accounts opens the connected accounts of a store, sealed with the data
@@ -139,7 +128,7 @@ func Accounts(dataDir string, st store.Store) (*account.Accounts, error) {
 // Google client secret, the model's API key). Account tokens are learned
 // as they are handed out (account.Source).
 func learnSecrets(cfg config.Config, secrets *account.Secrets, logger *slog.Logger) {
-	redact.Learn(cfg.Google.ClientSecret, os.Getenv(cfg.LLM.APIKeyEnv))
+	redact.Learn(append(cfg.Secrets(), os.Getenv(cfg.LLM.APIKeyEnv))...)
 	if err := secrets.LearnAll(context.Background()); err != nil {
 		logger.Warn("the stored secrets could not be opened; calls that name them will fail", "err", err)
 	}
@@ -168,8 +157,9 @@ type Keep struct {
 	stopListening func()
 	// accounts runs the page's Connect Google.
 	accounts *pageAccounts
-	// sqlPools are the sql connector's connections, closed with keep.
-	sqlPools *sqlconn.Conn
+	// connectors are the connectors built for this process; closing
+	// them closes what they opened (the sql pools).
+	connectors *builtin.Set
 	// notifier tells people about blocked runs ([notify]); nil: none.
 	notifier *notify.Notifier
 	notified chan struct{}
@@ -184,10 +174,10 @@ func Open(o Options) (*Keep, error) {
 		o.DataDir = "keep-data"
 	}
 	cfg, err := config.Load(o.ConfigFile)
-	cfg.HTTPAllow = append(cfg.HTTPAllow, o.Allow...)
 	if err != nil {
 		return nil, err
 	}
+	allow := append(khttp.Allow(cfg), o.Allow...)
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", o.DataDir, err)
 	}
@@ -213,7 +203,7 @@ func Open(o Options) (*Keep, error) {
 	if loc.Kind == backend.Postgres {
 		storePath, storeURL = "", loc.URL
 	}
-	if err := sqlconn.RefuseKeepsStore(cfg.SQL.Databases, storePath, storeURL); err != nil {
+	if err := sqlconn.RefuseKeepsStore(sqlconn.Databases(cfg), storePath, storeURL); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -247,13 +237,15 @@ func Open(o Options) (*Keep, error) {
 		lock.Close()
 		return nil, err
 	}
-	gauth := google.NewAuth(cfg.Google, accts)
-	sqlc, sqlPools := sqlconn.New(cfg.SQL.Databases)
-	mail := email.New(cfg.Email)
-	slackBot := &slackconn.Slack{Endpoint: cfg.SlackEndpoint, Accounts: accts}
-	sl := slackconn.New(slackBot)
-	own := urlConnectors(cfg)
-	perWorkflow := func(root string) *connector.Registry { return registry(root, gauth, sqlc, mail, sl, own) }
+	host := &connector.Host{Config: cfg, Accounts: accts, Guard: netguard.New(allow), Live: true}
+	conns, err := builtin.Build(host)
+	if err != nil {
+		st.Close()
+		release()
+		lock.Close()
+		return nil, err
+	}
+	perWorkflow := conns.Registry
 	if o.FilesRootForAll != "" {
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
@@ -273,13 +265,14 @@ func Open(o Options) (*Keep, error) {
 	}
 	// Every log line keep writes is masked like everything else it shows.
 	logger = slog.New(redact.Logger(logger.Handler()))
-	k := &Keep{notifier: notify.New(st, cfg.Notify, cfg.Email, slackBot.Notify, netguard.New(cfg.HTTPAllow), logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), sqlPools: sqlPools, accounts: &pageAccounts{cfg: cfg.Google, accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID(), apiSecret: apiSecret}
+	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
+	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns, accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID(), apiSecret: apiSecret}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	var sched *scheduler.Scheduler
 	secrets := &account.Secrets{Store: st, Box: accts.Box}
 	learnSecrets(cfg, secrets, logger)
-	k.Engine = engine.New(engine.Options{Store: st, Registry: registry(o.FilesRoot, gauth, sqlc, mail, sl, own), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Store: st, Registry: conns.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
 		OnChange: func(wf string) {
 			sched.Wake()
@@ -582,9 +575,7 @@ func (k *Keep) Close() error {
 	if k.stopListening != nil {
 		k.stopListening()
 	}
-	if k.sqlPools != nil {
-		k.sqlPools.Close()
-	}
+	k.connectors.Close()
 	k.release()
 	err := k.Store.Close()
 	k.lock.Close()

@@ -211,7 +211,7 @@ func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phas
 }
 
 func (e *Engine) limits() script.Limits {
-	return script.Limits{Timeout: e.policy.HandlerTimeout, MemoryLimit: e.policy.MemoryLimit}
+	return script.Limits{Timeout: e.policy.HandlerTimeout, MemoryLimit: int64(e.policy.MemoryLimit)}
 }
 
 func set(list []string) map[string]bool {

@@ -62,7 +62,7 @@ type Notifier struct {
 // ([connectors.http] allow): a webhook on this machine or a private
 // network must be allowed there. (Slack's endpoint is Slack's, or a
 // stand-in keep.toml names; no script chooses it.)
-func New(st store.Store, n config.Notify, mail config.Email, slack Poster, guard *netguard.Guard, log *slog.Logger) *Notifier {
+func New(st store.Store, n config.Notify, mail email.Config, slack Poster, guard *netguard.Guard, log *slog.Logger) *Notifier {
 	var chans []Channel
 	if n.Webhook != "" {
 		base := http.DefaultTransport.(*http.Transport)
@@ -248,7 +248,7 @@ func (w *Webhook) Send(ctx context.Context, n Notice) error {
 // Email sends the notice through [connectors.email]'s SMTP server.
 type Email struct {
 	To   string
-	Mail config.Email
+	Mail email.Config
 }
 
 func (e *Email) Name() string { return "email" }

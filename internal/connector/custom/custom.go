@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -31,7 +30,7 @@ var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 // New builds the connector name of the declaration c. Its requests go
 // through the http connector with guard ([connectors.http] allow applies
 // to custom connectors too: their base_url is checked like any URL).
-func New(name string, c config.Custom, guard *netguard.Guard) *connector.Connector {
+func New(name string, c Custom, guard *netguard.Guard) *connector.Connector {
 	req := khttp.New(guard).Methods["request"]
 	out := &connector.Connector{Name: name, Doc: c.Doc + " (declared in keep.toml over " + c.BaseURL + ")", Methods: map[string]*connector.Method{}, Sources: map[string][]string{}}
 	for _, src := range c.Sources {
@@ -44,7 +43,7 @@ func New(name string, c config.Custom, guard *netguard.Guard) *connector.Connect
 	return out
 }
 
-func method(cname, mname string, c config.Custom, m config.CustomMethod, req *connector.Method) *connector.Method {
+func method(cname, mname string, c Custom, m CustomMethod, req *connector.Method) *connector.Method {
 	full := cname + "." + mname
 	write := m.Kind == "write"
 	verb := strings.ToUpper(m.Method)
@@ -108,8 +107,8 @@ func method(cname, mname string, c config.Custom, m config.CustomMethod, req *co
 }
 
 type decl struct {
-	c     config.Custom
-	m     config.CustomMethod
+	c     Custom
+	m     CustomMethod
 	verb  string
 	full  string
 	write bool

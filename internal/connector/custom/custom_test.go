@@ -10,7 +10,9 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	_ "github.com/keep-run/keep/internal/connector/builtin" // registers the connectors' tables
 	"github.com/keep-run/keep/internal/connector/custom"
+	khttp "github.com/keep-run/keep/internal/connector/http"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/testsink"
@@ -41,7 +43,7 @@ params = { customer = "who", active = "only active ones" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connector.NewRegistry(custom.New("crm", cfg.Custom["crm"], netguard.New(cfg.HTTPAllow)))
+	return connector.NewRegistry(custom.New("crm", config.Get[custom.Config](cfg, "custom")["crm"], netguard.New(khttp.Allow(cfg))))
 }
 
 func do(t *testing.T, reg *connector.Registry, method string, args map[string]any, key string) connector.Result {
@@ -116,12 +118,12 @@ func TestACustomWriteIsAnHTTPWriteWithItsLedgerStory(t *testing.T) {
 
 func TestBadDeclarationsSayWhere(t *testing.T) {
 	for text, want := range map[string]string{
-		"[connectors.custom.crm]\nbase_url = \"ftp://x\"\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                              "[connectors.custom.crm]: base_url must be an http(s) URL",
+		"[connectors.custom.crm]\nbase_url = \"ftp://x\"\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                              "[connectors.custom] crm.base_url: must be an http(s) URL",
 		"[connectors.custom.http]\nbase_url = \"http://x\"\n[connectors.custom.http.methods.a]\nkind=\"read\"\npath=\"/\"\n":                           "not one of keep's own",
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"delete\"\npath=\"/\"\n":                           `kind must be "read" (list or search), "readById"`,
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"write\"\npath=\"/\"\n":                            "a write needs identity",
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"write\"\npath=\"/\"\nidentity=[\"id\"]\n":         `"id" is not one of its params`,
-		"[connectors.custom.crm]\nbase_url = \"http://x\"\ncolour = 1\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                 "unknown key [connectors.custom.crm.colour]",
+		"[connectors.custom.crm]\nbase_url = \"http://x\"\ncolour = 1\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\n":                 "unknown key [connectors.custom.crm] colour (known: base_url, doc, headers, sources, methods)",
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkind=\"read\"\npath=\"/\"\nerrors={\"200\"=\"logic\"}\n": "errors maps HTTP statuses 400–599",
 	} {
 		if _, err := config.Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) {
@@ -177,7 +179,7 @@ reconcile = { path = "/writes/{idempotencyKey}" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := connector.NewRegistry(custom.New("crm", cfg.Custom["crm"], netguard.New(cfg.HTTPAllow))).Method("crm", "createTicket")
+	m, _ := connector.NewRegistry(custom.New("crm", config.Get[custom.Config](cfg, "custom")["crm"], netguard.New(khttp.Allow(cfg)))).Method("crm", "createTicket")
 	secrets := map[string]string{}
 	open := func(name string) (string, error) {
 		v, ok := secrets[name]
@@ -220,7 +222,7 @@ identity = ["customer"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := connector.NewRegistry(custom.New("crm", cfg.Custom["crm"], netguard.New(cfg.HTTPAllow))).Method("crm", "createTicket")
+	m, _ := connector.NewRegistry(custom.New("crm", config.Get[custom.Config](cfg, "custom")["crm"], netguard.New(khttp.Allow(cfg)))).Method("crm", "createTicket")
 	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"customer": "ann"}, IdempotencyKey: "keep-k1"})
 	if r.Outcome != connector.OutcomeFailed || r.Err == nil || r.Err.Class != kt.ClassPermission || !strings.Contains(r.Err.Message, "[connectors.http] allow") || sink.Requests() != 0 {
 		t.Fatalf("%v %+v, %d requests", r.Outcome, r.Err, sink.Requests())

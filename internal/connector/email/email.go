@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -33,10 +32,10 @@ const keyHeader = "X-Keep-Idempotency-Key"
 // MaxText bounds the text of a message handed to a script.
 const MaxText = 64 << 10
 
-type conn struct{ cfg config.Email }
+type conn struct{ cfg Config }
 
 // New returns the email connector for the mailbox of [connectors.email].
-func New(cfg config.Email) *connector.Connector {
+func New(cfg Config) *connector.Connector {
 	c := &conn{cfg: cfg}
 	return &connector.Connector{
 		Name: "email",
@@ -266,7 +265,7 @@ func asKt(err error) *kt.Error {
 // Notify sends a plain message to one address through the mailbox's SMTP
 // server (keep's notices, package notify). A notice may go twice after a
 // crash; it has no Message-ID of keep's.
-func Notify(ctx context.Context, cfg config.Email, to, subject, text string) error {
+func Notify(ctx context.Context, cfg Config, to, subject, text string) error {
 	c := &conn{cfg: cfg}
 	from, err := formatAddresses("from (keep.toml [connectors.email])", []string{cfg.From})
 	if err != nil {

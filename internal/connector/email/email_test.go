@@ -9,6 +9,7 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	_ "github.com/keep-run/keep/internal/connector/builtin" // registers the connectors' tables
 	"github.com/keep-run/keep/internal/connector/email"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testmail"
@@ -20,7 +21,7 @@ func setup(t *testing.T, keepsSent bool) (*testmail.Server, *connector.Registry)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, connector.NewRegistry(email.New(cfg.Email))
+	return srv, connector.NewRegistry(email.New(email.ConfigOf(cfg)))
 }
 
 func do(t *testing.T, reg *connector.Registry, method string, args map[string]any, key string) connector.Result {
@@ -126,7 +127,7 @@ func TestWithoutServerCopiesNotInSentProvesNothing(t *testing.T) {
 }
 
 func TestNoServerConfigured(t *testing.T) {
-	reg := connector.NewRegistry(email.New(config.Email{}))
+	reg := connector.NewRegistry(email.New(email.Config{}))
 	r := do(t, reg, "send", map[string]any{"to": "bob@example.com", "subject": "s", "text": "t"}, "k")
 	if r.Err == nil || !strings.Contains(r.Err.Message, "[connectors.email]") {
 		t.Fatalf("%+v", r.Err)

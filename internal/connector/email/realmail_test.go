@@ -22,7 +22,7 @@ func setupWith(t *testing.T, o testmail.Options, extra string) (*testmail.Server
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, connector.NewRegistry(email.New(cfg.Email))
+	return srv, connector.NewRegistry(email.New(email.ConfigOf(cfg)))
 }
 
 func folder(t *testing.T, reg *connector.Registry, name string) []map[string]any {
@@ -71,7 +71,7 @@ func TestFilingThatFailsIsSaid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := connector.NewRegistry(email.New(cfg.Email))
+	reg := connector.NewRegistry(email.New(email.ConfigOf(cfg)))
 	r := do(t, reg, "send", map[string]any{"to": "bob@example.com", "subject": "s", "text": "t"}, "keep-1")
 	v, _ := r.Value.(map[string]any)
 	if r.Outcome != connector.OutcomeApplied || !strings.Contains(str(v["notFiled"]), "not filed into Sent") || v["sentFolder"] != nil {
@@ -92,7 +92,7 @@ func TestServerKeepsSentIsCheckedBeforeItIsTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := connector.NewRegistry(email.New(cfg.Email))
+	reg := connector.NewRegistry(email.New(email.ConfigOf(cfg)))
 	args := map[string]any{"to": "bob@example.com", "subject": "Your order", "text": "shipped"}
 	r := do(t, reg, "send", map[string]any{"to": "ann@example.com", "subject": "First", "text": "one"}, "keep-0")
 	if v := r.Value.(map[string]any); r.Outcome != connector.OutcomeApplied || v["filedBy"] != "keep" {
@@ -156,7 +156,7 @@ func TestPrivateCAAndStartTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg = connector.NewRegistry(email.New(cfg.Email))
+	reg = connector.NewRegistry(email.New(email.ConfigOf(cfg)))
 	for _, method := range []string{"search", "send"} {
 		r := do(t, reg, method, map[string]any{"to": "bob@example.com", "subject": "s", "text": "t"}, "keep-2")
 		if r.Err == nil || r.Err.Class != kt.ClassPermission || !strings.Contains(r.Err.Message, "not trusted") || !strings.Contains(r.Err.Message, "ca_file") {

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/keep-run/keep/internal/account"
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 )
 
@@ -21,7 +20,7 @@ import (
 // PKCE): keep connect google runs it over a loopback listener, the page
 // over keep serve's own address.
 type Flow struct {
-	cfg      config.Google
+	cfg      Config
 	conf     *oauth2.Config
 	verifier string
 	State    string
@@ -29,7 +28,7 @@ type Flow struct {
 }
 
 // StartFlow begins an authorization whose answer comes to redirect.
-func StartFlow(cfg config.Google, redirect string, scopes []string) *Flow {
+func StartFlow(cfg Config, redirect string, scopes []string) *Flow {
 	b := make([]byte, 16)
 	rand.Read(b)
 	return &Flow{cfg: cfg, conf: OAuthConfig(cfg, redirect, scopes), verifier: oauth2.GenerateVerifier(), State: hex.EncodeToString(b), Scopes: scopes}

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/keep-run/keep/internal/account"
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -47,14 +46,14 @@ const (
 // endpoint of keep.toml, and the stored account. A nil *Auth (keep
 // validate, the docs) has no account: every call says to connect one.
 type Auth struct {
-	cfg        config.Google
+	cfg        Config
 	source     *account.Source
 	base       http.RoundTripper
 	sheetsPace *pacer
 }
 
 // NewAuth returns the credentials of the connected Google account.
-func NewAuth(cfg config.Google, accts *account.Accounts) *Auth {
+func NewAuth(cfg Config, accts *account.Accounts) *Auth {
 	a := &Auth{cfg: cfg, base: http.DefaultTransport, sheetsPace: newPacer(SheetsPerMinute)}
 	a.source = accts.Source(Provider, a.OAuth("", nil))
 	return a
@@ -66,7 +65,7 @@ func (a *Auth) OAuth(redirect string, scopes []string) *oauth2.Config {
 }
 
 // OAuthConfig is the OAuth 2.0 client of [connectors.google].
-func OAuthConfig(cfg config.Google, redirect string, scopes []string) *oauth2.Config {
+func OAuthConfig(cfg Config, redirect string, scopes []string) *oauth2.Config {
 	ep := oauth2.Endpoint{AuthURL: googleAuthURL, TokenURL: googleTokenURL, AuthStyle: oauth2.AuthStyleInParams}
 	if cfg.Endpoint != "" {
 		ep.AuthURL, ep.TokenURL = cfg.Endpoint+"/o/oauth2/auth", cfg.Endpoint+"/token"
@@ -79,7 +78,7 @@ func OAuthConfig(cfg config.Google, redirect string, scopes []string) *oauth2.Co
 }
 
 // UserinfoURL is where the connected account's address is read.
-func UserinfoURL(cfg config.Google) string {
+func UserinfoURL(cfg Config) string {
 	if cfg.Endpoint != "" {
 		return cfg.Endpoint + "/v1/userinfo"
 	}

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/keep-run/keep/internal/account"
-	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/google"
 	"github.com/keep-run/keep/internal/fake/googlefake"
@@ -51,7 +50,7 @@ func setup(t *testing.T, scopes ...string) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, url: srv.URL, accts: &account.Accounts{Store: st, Box: box}, fake: fake}
-	cfg := config.Google{Endpoint: srv.URL}
+	cfg := google.Config{Endpoint: srv.URL}
 	if len(scopes) == 0 {
 		scopes = []string{google.Scope("gmail.modify"), google.Scope("spreadsheets"), google.Scope("calendar.events")}
 	}
@@ -63,7 +62,7 @@ func setup(t *testing.T, scopes ...string) *env {
 
 // connect runs the authorization-code flow with PKCE against the fake, as
 // keep connect does, and stores the token.
-func (e *env) connect(cfg config.Google, scopes []string) {
+func (e *env) connect(cfg google.Config, scopes []string) {
 	t := e.t
 	conf := google.OAuthConfig(cfg, "http://127.0.0.1:9/callback", scopes)
 	verifier := oauth2.GenerateVerifier()
