@@ -27,6 +27,7 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	_ "github.com/keep-run/keep/internal/connector/builtin" // registers the connectors' tables
 	"github.com/keep-run/keep/internal/connector/email"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -127,7 +128,7 @@ func firstMail(t *testing.T, srv *testmail.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := email.New(cfg.Email).Methods["send"]
+	m := email.New(email.ConfigOf(cfg)).Methods["send"]
 	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"to": "first@example.com", "subject": "first", "text": "before the kills"}, IdempotencyKey: "keep-torture-first"})
 	if r.Outcome != connector.OutcomeApplied || r.Value.(map[string]any)["filedBy"] != "server" {
 		t.Fatalf("the first mail: %v %+v %v", r.Outcome, r.Err, r.Value)

@@ -3,8 +3,8 @@ package email
 import (
 	"crypto/x509"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/keep-run/keep/internal/config"

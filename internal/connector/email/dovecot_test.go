@@ -29,7 +29,7 @@ func TestAgainstDovecot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return connector.NewRegistry(email.New(cfg.Email))
+		return connector.NewRegistry(email.New(email.ConfigOf(cfg)))
 	}
 	r := reg(false)
 	appendRaw(t, imapAddr, "INBOX", "From: =?iso-8859-1?q?J=FCrgen?= <j@example.com>\r\nTo: keep@example.com\r\nSubject: Caf=?iso-8859-1?q?=E9?=\r\n"+
