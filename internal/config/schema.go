@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -408,6 +409,22 @@ func (s *Size) UnmarshalText(b []byte) error {
 	}
 	n, _ := strconv.ParseInt(m[1], 10, 64)
 	*s = Size(n * map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 1000, "MB": 1000000, "GB": 1000000000}[m[2]])
+	return nil
+}
+
+// UnmarshalJSON reads a size recorded as JSON: a number of bytes (what
+// json.Marshal writes of a Size, as a workflow's recorded policy holds it)
+// or a string as keep.toml writes it.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	var text string
+	if json.Unmarshal(b, &text) == nil {
+		return s.UnmarshalText([]byte(text))
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf(`must be a number of bytes or a size like "64MiB", got %s`, b)
+	}
+	*s = Size(n)
 	return nil
 }
 
