@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
@@ -218,10 +220,21 @@ func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
 		case kt.EventSkipped:
 			skipped++
 		case kt.EventPending:
-			pending = true
 			if ev.ReservedBy == "" {
+				// An event no consumer of the active version reads ends its
+				// chain (ch 06a's example publishes row.created for nobody):
+				// it does not keep its input pending. A later version that
+				// reads the topic makes it pending again, as it then is.
+				read, err := consumedTopics(tx, in.Workflow)
+				if err != nil {
+					return "", err
+				}
+				if read[ev.Topic] {
+					pending = true
+				}
 				continue
 			}
+			pending = true
 			r, err := tx.RunGet(ev.ReservedBy)
 			if err != nil {
 				continue
@@ -917,4 +930,37 @@ func LineDiff(a, b string) string {
 		out.WriteString(string(o.op) + " " + o.text + "\n")
 	}
 	return strings.TrimRight(out.String(), "\n")
+}
+
+// versionTopics caches, per workflow version (immutable once deployed),
+// the topics its consumers read.
+var versionTopics sync.Map // "workflow\x00versionID" → map[string]bool
+
+// consumedTopics are the topics some consumer of wf's active version
+// subscribes to, from its declaration (read once per version and process).
+func consumedTopics(tx store.Tx, wf string) (map[string]bool, error) {
+	w, err := tx.WorkflowGet(wf)
+	if err != nil {
+		return nil, err
+	}
+	key := wf + "\x00" + strconv.FormatInt(w.ActiveVersion, 10)
+	if m, ok := versionTopics.Load(key); ok {
+		return m.(map[string]bool), nil
+	}
+	v, err := tx.VersionGet(wf, w.ActiveVersion)
+	if err != nil {
+		return nil, err
+	}
+	decl, err := script.Declare(v.File, v.Script)
+	if err != nil {
+		return nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+	}
+	read := map[string]bool{}
+	for _, c := range decl.Consumers {
+		for _, t := range c.Subscribe {
+			read[t] = true
+		}
+	}
+	versionTopics.Store(key, read)
+	return read, nil
 }

@@ -261,7 +261,7 @@ func (v *validation) topics() {
 		}
 		switch r := v.readers[t]; {
 		case len(r) == 0:
-			v.add("warning", "", t, fmt.Sprintf("topic %q has no consumer: its events will stay pending", t))
+			v.add("warning", "", t, fmt.Sprintf("topic %q has no consumer: its events end the chain there (they wait, and their inputs count as done, until a version reads them)", t))
 		case len(r) > 1:
 			v.add("error", r[1], t, fmt.Sprintf("topic %q has %d consumers (%s); in v1 each topic has at most one", t, len(r), strings.Join(r, ", ")))
 		}

@@ -139,7 +139,7 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 		"skip-me":    flow("skip-me", skipSink.URL, ""),
 		"approve-me": flow("approve-me", approveSink.URL, `requireApproval: ["http.request"],`),
 		"didnt-me":   flow("didnt-me", didntSink.URL, ""),
-		// A topic nobody consumes yet: its events stay pending, for the Topics view.
+		// A topic nobody consumes yet: its events wait, pending, for the Topics view.
 		"queue": `export default Keep.workflow({ name: "queue", topics: { "job": {} },
   producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
     const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "7", title: "Job 7 for carol" })
