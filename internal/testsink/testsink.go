@@ -37,6 +37,10 @@ const (
 	ApplyLate Fault = "apply-late"
 )
 
+// RetryAfter returns a fault that answers 429 with Retry-After: seconds,
+// without applying.
+func RetryAfter(seconds int) Fault { return Fault("retry-after|" + itoa(seconds)) }
+
 // Status returns a fault that answers the HTTP status without applying.
 func Status(code int) Fault { return Fault("status-" + http.StatusText(code) + "|" + itoa(code)) }
 
@@ -248,6 +252,9 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	case f == TruncAfter:
 		s.apply(r, body)
 		hijackClose(w, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":")
+	case strings.HasPrefix(string(f), "retry-after|"):
+		w.Header().Set("Retry-After", strings.TrimPrefix(string(f), "retry-after|"))
+		http.Error(w, "slow down", http.StatusTooManyRequests)
 	case strings.HasPrefix(string(f), "status-"):
 		code := 0
 		_ = json.Unmarshal([]byte(string(f)[strings.LastIndexByte(string(f), '|')+1:]), &code)

@@ -42,8 +42,16 @@ type Target struct {
 	// call; retryAfter is the 429's Retry-After in seconds.
 	Arm func(t *testing.T, kind string, retryAfter int)
 	// Kinds are the fault kinds the server can inject (default: all of
-	// package fault's; a real server may offer fewer).
+	// package fault's not in NotApplicable).
 	Kinds []string
+	// NotApplicable names the fault kinds that cannot happen to this
+	// connector, each with the reason (a local file has no 429). Every
+	// kind of package fault is either run or named here: the suite fails
+	// on a kind left out silently, and reports each one named here.
+	NotApplicable map[string]string
+	// Open opens the secrets a call names ({secret:NAME}), as the daemon
+	// hands them to the connector; nil when the connector holds its own.
+	Open connector.SecretFunc
 	// Refreshes401 says a 401 means an expired access token that the
 	// connector refreshes and sends once more (Google): the write is
 	// applied once. Otherwise a 401 is a permission error.
@@ -128,7 +136,7 @@ func (tg *Target) do(t *testing.T, key string, limit time.Duration) connector.Re
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	return m.Do(ctx, connector.Call{Args: a, IdempotencyKey: key})
+	return m.Do(ctx, connector.Call{Args: a, IdempotencyKey: key, Secret: tg.Open})
 }
 
 func (tg *Target) reconcile(t *testing.T, key string) connector.ReconcileStatus {
@@ -148,7 +156,7 @@ func (tg *Target) tryReconcile(t *testing.T, key string) (connector.ReconcileSta
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, _, err := m.Reconcile(ctx, connector.Call{Args: args(t, tg.Args), IdempotencyKey: key})
+	st, _, err := m.Reconcile(ctx, connector.Call{Args: args(t, tg.Args), IdempotencyKey: key, Secret: tg.Open})
 	return st, err
 }
 
@@ -207,10 +215,7 @@ func reconcile(t *testing.T, tg *Target) {
 // credential: a refused one stays refused until a person reconnects.
 func faults(t *testing.T, newTarget func(t *testing.T) *Target) {
 	first := newTarget(t)
-	kinds := first.Kinds
-	if kinds == nil {
-		kinds = fault.KindNames()
-	}
+	kinds := first.kinds(t)
 	for _, kind := range kinds {
 		want, ok := classes[kind]
 		if !ok {
@@ -248,6 +253,39 @@ func faults(t *testing.T, newTarget func(t *testing.T) *Target) {
 			}
 		})
 	}
+}
+
+// kinds are the fault kinds to run: Kinds, or every kind of package fault
+// not declared NotApplicable. A kind neither run nor declared fails the
+// suite; each declared one shows as a skipped subtest with its reason.
+func (tg *Target) kinds(t *testing.T) []string {
+	t.Helper()
+	run := map[string]bool{}
+	for _, k := range tg.Kinds {
+		run[k] = true
+	}
+	var kinds []string
+	for _, kind := range fault.KindNames() {
+		reason, na := tg.NotApplicable[kind]
+		switch {
+		case na && run[kind]:
+			t.Fatalf("fault %q is both run (Kinds) and declared not applicable", kind)
+		case na && reason == "":
+			t.Fatalf("fault %q is declared not applicable without a reason", kind)
+		case na:
+			t.Run(kind, func(t *testing.T) { t.Skipf("not applicable to %s.%s: %s", tg.Tool, tg.Method, reason) })
+		case tg.Kinds == nil || run[kind]:
+			kinds = append(kinds, kind)
+		default:
+			t.Errorf("fault %q is neither run (Kinds) nor declared not applicable (NotApplicable, with the reason)", kind)
+		}
+	}
+	for k := range tg.NotApplicable {
+		if _, ok := fault.Kinds[k]; !ok {
+			t.Errorf("NotApplicable names %q, which is no fault kind", k)
+		}
+	}
+	return kinds
 }
 
 // payload: the same payload is equivalent, a changed one significant.

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
-	"strconv"
 	"strings"
 	"time"
 
@@ -207,11 +206,11 @@ func outcome(what string, write bool, w *wire, err error) connector.Result {
 	switch {
 	case ge.Code == 403 && reason == "dailyLimitExceeded":
 		r := failed(kt.ClassTransient, ": the Cloud project's daily quota is used up; Google renews it at midnight Pacific time, and keep tries again then")
-		r.Err.RetryAfter = max(retryAfter(ge.Header), untilPacificMidnight(time.Now()))
+		r.Err.RetryAfter = max(connector.RetryAfter(ge.Header), untilPacificMidnight(time.Now()))
 		return r
 	case ge.Code == 429 || (ge.Code == 403 && usageLimits[reason]):
 		r := failed(kt.ClassTransient, "")
-		r.Err.RetryAfter = retryAfter(ge.Header)
+		r.Err.RetryAfter = connector.RetryAfter(ge.Header)
 		return r
 	case ge.Code == 403 && reason == "accessNotConfigured":
 		return failed(kt.ClassPermission, fmt.Sprintf(": enable the %s in the Google Cloud project of keep's OAuth client (APIs & Services, Library), then try again", apiName(what)))
@@ -253,17 +252,6 @@ func untilPacificMidnight(now time.Time) time.Duration {
 	pt := now.In(time.FixedZone("PST", -8*3600))
 	next := time.Date(pt.Year(), pt.Month(), pt.Day()+1, 0, 0, 0, 0, pt.Location())
 	return next.Sub(pt)
-}
-
-func retryAfter(h http.Header) time.Duration {
-	v := h.Get("Retry-After")
-	if n, err := strconv.Atoi(v); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t)
-	}
-	return 0
 }
 
 // read runs a read and turns its error into the run's.

@@ -494,7 +494,7 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 		case st == 401 || st == 403:
 			return connector.Result{Value: val, Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials", target, st, nethttp.StatusText(st))}
 		case st == 408 || st == 429 || st >= 500:
-			return connector.Result{Value: val, Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
+			return connector.Result{Value: val, Err: transient(target, resp)}
 		default:
 			return connector.Result{Value: val, Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
 		}
@@ -505,7 +505,7 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 	case st < 400:
 		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered a redirect %d to %s; keep does not follow redirects of writes: use the final URL", target, st, resp.Header.Get("Location"))}
 	case st == 408 || st == 429:
-		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, st, nethttp.StatusText(st))}
+		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: transient(target, resp)}
 	case st == 401 || st == 403:
 		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassPermission, "%s answered %d %s: check the credentials or the permissions of the account", target, st, nethttp.StatusText(st))}
 	case st == 404 || st == 409 || st == 410 || st == 412:
@@ -514,6 +514,14 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered %d %s: %s", target, st, nethttp.StatusText(st), snippet(body))}
 	}
 	return connector.Result{Value: val, Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s answered %d %s: the server may or may not have applied the write", target, st, nethttp.StatusText(st))}
+}
+
+// transient is a transient error for a status that asks to come back later,
+// with the server's Retry-After when it gives one.
+func transient(target string, resp *nethttp.Response) *kt.Error {
+	e := kt.Errorf(kt.ClassTransient, "%s answered %d %s", target, resp.StatusCode, nethttp.StatusText(resp.StatusCode))
+	e.RetryAfter = connector.RetryAfter(resp.Header)
+	return e
 }
 
 func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.ReconcileStatus, any, error) {
