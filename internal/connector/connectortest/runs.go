@@ -1,0 +1,27 @@
+package connectortest
+
+// Runs names each write method of keep's connectors that passes this
+// suite ("tool.method"; "custom" for every custom connector's writes) and
+// the test file, from the repository's root, that runs it.
+// internal/connector/builtin's tests fail on a write method of
+// builtin.All that is neither here nor in NotRunYet.
+var Runs = map[string]string{
+	"http.request":         "internal/connector/http/suite_test.go",
+	"custom":               "internal/connector/custom/suite_test.go",
+	"sql.exec":             "internal/connector/sqlconn/suite_test.go",
+	"files.write":          "internal/connector/files/suite_test.go",
+	"slack.postMessage":    "internal/connector/slackconn/suite_test.go",
+	"sheets.appendRow":     "internal/connector/google/suite_test.go",
+	"gmail.send":           "internal/connector/google/suite_test.go",
+	"calendar.createEvent": "internal/connector/google/suite_test.go",
+}
+
+// NotRunYet names the write methods the suite does not run yet, each with
+// what is missing: a known gap, listed so that it is seen, not forgotten.
+var NotRunYet = map[string]string{
+	"email.send":           "a target on internal/testmail: its SMTP server injects a cut after DATA and a held answer, not the other kinds, and reconcile before the server was seen filing a copy answers \"cannot tell\"",
+	"slack.addReaction":    "a target on keep-fake slack (a message to react to first)",
+	"gmail.modifyLabels":   "a target on keep-fake google (a message to label first)",
+	"sheets.updateRow":     "a target on keep-fake google (a row to update first)",
+	"calendar.updateEvent": "a target on keep-fake google (an event to update first)",
+}
