@@ -129,7 +129,13 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 		return err // emit stopped on it before
 	}
 	if pr.reservesNothing() {
-		hrow.Dirty = selfDirty
+		// An event that came in while this run prepared (the event API,
+		// another run's publish) marked the consumer dirty after the run
+		// began: that wake-up stands, or the event would wait, unseen,
+		// for the next one (a lost wake-up). A mark from before the run
+		// is what started it, and prepare has seen what it marked.
+		woken := hrow.Dirty && hrow.UpdatedAt >= x.run.CreatedAt
+		hrow.Dirty = selfDirty || woken
 	}
 	hrow.WakeAt, hrow.UpdatedAt = x.e.wakeTime(pr.WakeAt), x.e.nowMs()
 	return tx.HandlerPut(hrow)

@@ -28,6 +28,16 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 		// Not a failure of the run: keep is stopping, or another node took
 		// the workflow over. The run stays active and is recovered like a
 		// crashed one (by the next start, or by the new owner).
+		if errors.Is(cause, script.ErrStopping) && x.outcome != nil {
+			// A write's answer is held for the run's second commit: keep
+			// knows it applied, so it records that before it stops (the run
+			// stays active at mutated, and the restart runs next after it).
+			// Dropped, the restart would find the write in_flight and ask a
+			// person whether it happened — offering to send it again.
+			if err := x.save(nil); err != nil {
+				return errors.Join(cause, fmt.Errorf("record the applied write before stopping: %w", err))
+			}
+		}
 		return cause
 	}
 	class := kt.ClassOf(cause)

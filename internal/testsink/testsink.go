@@ -58,6 +58,10 @@ type Write struct {
 // Sink is the server.
 type Sink struct {
 	*httptest.Server
+	// OnRead, when set (before the first request), is called with the
+	// path of every read (GET) before it is answered: a test's way to make
+	// something happen while a handler waits on a read.
+	OnRead      func(path string)
 	mu          sync.Mutex
 	faults      []Fault
 	probeFaults []int
@@ -201,6 +205,9 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodGet {
+		if s.OnRead != nil {
+			s.OnRead(r.URL.Path)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		out := map[string]any{"ok": true, "path": r.URL.Path}
 		if r.URL.Path == "/echo" {

@@ -1,0 +1,58 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/engine"
+)
+
+// An event posted while the consumer's prepare is under way and finds
+// nothing is not stranded: the run that reserved nothing does not clear the
+// wake-up the event set, so the consumer runs again and takes it (an attack
+// found it pending for good, with the workflow shown idle).
+func TestAnEventThatComesInDuringAnEmptyPrepareIsTaken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var once sync.Once
+	posted := make(chan error, 1)
+	e.sink.OnRead = func(path string) {
+		if path != "/read" {
+			return
+		}
+		// The consumer's prepare found nothing and now waits on this read:
+		// an app posts an event, committed before prepare returns.
+		once.Do(func() {
+			_, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: "late", Topic: "job", ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}, time.Now())
+			posted <- err
+		})
+	}
+	wf := e.deploy(`export default Keep.workflow({ name: "late",
+  topics: { "job": { from: "api" } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) {
+      const [ev] = await ctx.peek("job")
+      if (!ev) { await ctx.http.request({ method: "GET", url: "%SINK%/read" }); return { reservations: [] } }
+      return { reservations: [{ topic: "job", ids: [ev.messageId] }], data: ev.payload }
+    },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data }) },
+  }) },
+})`)
+	e.settle()
+	select {
+	case err := <-posted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("the consumer's prepare never read: the test did not post its event")
+	}
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes at the sink: %d, want 1 (the event posted during an empty prepare was stranded: inputs %+v)", n, e.inputs(wf))
+	}
+	if in := e.inputs(wf); len(in) != 1 || in[0].Status != "done" {
+		t.Fatalf("inputs %+v", in)
+	}
+}

@@ -1,0 +1,82 @@
+package crash
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+// A write whose answer keep holds for the run's second commit is recorded
+// when keep serve stops (SIGTERM) during next: the restart finds it applied,
+// never in_flight behind a card offering to send it again (an attack found
+// "It didn't happen (send again)" offered for a write answered 200).
+func TestAStopDuringNextKeepsTheWritesAnswer(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	dir := t.TempDir()
+	src := fmt.Sprintf(`export default Keep.workflow({ name: "stop", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%s/write/a", json: {} }) },
+    // next spins: only the stop ends it (the time limit is an hour away).
+    async next(ctx) { for (;;) {} } }) } })`, sink.URL)
+	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\n\n"+sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	p := serve(t, dir)
+	testbin.WaitFor(t, "the write to reach the sink", func() bool { return len(sink.Writes()) == 1 })
+	testbin.WaitFor(t, "next to spin in a sandbox worker", func() bool { return spinning(children(p.cmd.Process.Pid)) })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !p.exited(2 * time.Minute) {
+		t.Fatalf("keep serve did not stop on SIGTERM\n%s", p.logs.String())
+	}
+	st, err := sqlite.Open(filepath.Join(dir, "data", "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		ms, err := tx.MutationList("stop")
+		if err != nil {
+			return err
+		}
+		if len(ms) != 1 || ms[0].Status != kt.MutationApplied {
+			t.Errorf("after the stop the write is %+v, want applied (keep had its 2xx)", ms)
+		}
+		runs, err := tx.RunList("stop", 0)
+		for _, r := range runs {
+			if len(ms) == 1 && r.ID == ms[0].RunID && (r.Status != kt.StatusActive || r.Phase != kt.PhaseMutated && r.Phase != kt.PhaseEmitting) {
+				t.Errorf("the consumer run is %s at %s (%s), want active after its write\n%s", r.Status, r.Phase, r.ErrorMessage, p.logs.String())
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sink.Writes()); n != 1 {
+		t.Fatalf("writes at the sink: %d", n)
+	}
+}
