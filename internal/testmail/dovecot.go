@@ -57,13 +57,7 @@ func Dovecot(t testing.TB) string {
 			t.Fatalf("chown the mail home to dovecot: %v %s", err, out)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
+	addr, port := freeAddr(t)
 	conf := filepath.Join(dir, "dovecot.conf")
 	if err := os.WriteFile(conf, []byte(dovecotConf(dir, home, port, owner, grp)), 0o644); err != nil {
 		t.Fatal(err)
@@ -79,6 +73,20 @@ func Dovecot(t testing.TB) string {
 	})
 	waitGreeting(t, addr, filepath.Join(dir, "dovecot.log"))
 	return addr
+}
+
+// freeAddr is an address on 127.0.0.1 no one listens on, and its port,
+// for a server the test starts.
+func freeAddr(t testing.TB) (addr, port string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	_, port, _ = net.SplitHostPort(addr)
+	return addr, port
 }
 
 func dovecotConf(dir, home, port, owner, group string) string {

@@ -286,7 +286,7 @@ func (x *session) Data(r io.Reader) error {
 
 // certificate makes a CA of the test's own and a certificate it signs for
 // 127.0.0.1 and localhost; it returns the servers' TLS configuration and
-// the CA's PEM file.
+// the CA's PEM file (with cert.pem and key.pem beside it).
 func certificate(t testing.TB) (*tls.Config, string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -311,8 +311,21 @@ func certificate(t testing.TB) (*tls.Config, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "ca.pem")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The certificate and its key as files too, next to ca.pem, for a
+	// server that reads them (Postfix).
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, file
