@@ -48,7 +48,7 @@ var rules = []struct {
 	{"internal/connector/slackconn", "internal/account internal/config internal/connector internal/keeptype", "a connector"},
 	{"internal/connector/sqlconn", "internal/config internal/connector internal/keeptype internal/redact", "a connector"},
 	{"internal/connector/builtin", "internal/config internal/connector internal/connector/custom internal/connector/email internal/connector/files internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/connector/system", "the one list of the connectors keep ships"},
-	{"internal/connector/connectortest", "internal/connector internal/engine internal/fake/fault internal/keeptype internal/redact", "the suite of connectors with writes"},
+	{"internal/connector/connectortest", "internal/connector internal/engine internal/fake/fault internal/keeptype internal/redact internal/testsink", "the suite of connectors with writes"},
 	{"internal/engine", "internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store", "the run state machine and engine.Control: every rule of runs and people's actions"},
 	{"internal/maintainer", "internal/config internal/connector internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
 	{"internal/report", "internal/engine internal/keeptype internal/script internal/store", "what people see"},
@@ -72,7 +72,7 @@ var rules = []struct {
 	{"internal/testbin", "", "test helpers"},
 	{"internal/testdb", "", "test helpers"},
 	{"internal/testmail", "", "test helpers"},
-	{"internal/testsink", "", "test helpers"},
+	{"internal/testsink", "internal/fake/fault", "test helpers"},
 	{"cmd/keep", "internal/cli", "the binary"},
 	{"cmd/keep-fake", "internal/fake/googlefake internal/fake/slackfake", "the fakes' binary"},
 }
