@@ -85,7 +85,7 @@ type file struct {
 // Tables are keep's own tables, for the reference (docs/scripts.md).
 func Tables() []Section {
 	return []Section{
-		{Name: "policy", Doc: "the host policies: retries, reconciliation, time and memory limits, concurrency.", New: func() any { return &Policy{} }},
+		{Name: "policy", Doc: "the host policies: retries, reconciliation, time and memory limits, concurrency. A workflow runs under the policy it was deployed with, whichever keep serve runs it: deploy it again to change it (workers, lease_ttl and sandbox_workers are the running keep's).", New: func() any { return &Policy{} }},
 		{Name: "notify", Doc: "how keep tells a person that a run needs them.", New: func() any { return &Notify{} }},
 		{Name: "llm", Doc: "an OpenAI-compatible chat-completions endpoint, for the Maintainer and keep plan. `KEEP_LLM_BASE_URL` and `KEEP_LLM_MODEL` override the file.", New: func() any { return &LLM{} }},
 		{Name: "maintainer", Doc: "the agent that repairs runs failed with a logic error (needs [llm]).", New: func() any { return &Maintainer{} }},

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +34,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
@@ -322,18 +322,18 @@ func policyOf(st store.Store, wf string, pol *config.Policy) error {
 	if wf == "" {
 		return nil
 	}
-	var rec string
+	var w kt.Workflow
 	err := st.View(context.Background(), func(tx store.Tx) error {
-		w, err := tx.WorkflowGet(wf)
-		rec = w.Policy
+		var err error
+		w, err = tx.WorkflowGet(wf)
 		return err
 	})
-	if err != nil || rec == "" {
+	if err != nil || w.Policy == "" {
 		return err
 	}
-	var p config.Policy
-	if err := json.Unmarshal([]byte(rec), &p); err != nil {
-		return fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf, err)
+	p, err := engine.RecordedPolicy(w)
+	if err != nil {
+		return err
 	}
 	*pol = p
 	return nil

@@ -59,6 +59,10 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 	}); err != nil {
 		return DryRunResult{}, err
 	}
+	pol, err := e.policyFor(wf)
+	if err != nil {
+		return DryRunResult{}, err
+	}
 	prog, err := script.Compile("dry-run.js", src)
 	if err != nil {
 		return DryRunResult{Supported: true}, err
@@ -70,7 +74,7 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 		// An item script runs from the start again: items are read, never
 		// written; writes the ledger has applied replay; the first new
 		// write stops the replay, which then counts as reaching it.
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), dry: true, reads: reads}
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads}
 		h := x.host(phaseTask)
 		h.task = &taskState{}
 		res := DryRunResult{Supported: true, Replayed: "task"}
@@ -88,7 +92,7 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 	if run.HandlerType == kt.HandlerProducer {
 		// A producer registers and publishes into its host and commits at
 		// the end: run, its collections dropped, it stores nothing.
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), reads: reads}
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
 		h := x.host(phaseProducer)
 		h.allowPublish, h.inputByKey, h.knownInputs = set(prog.Decl.Producers[run.Handler].Publishes), map[string]string{}, map[string]bool{}
 		if _, err := x.invoke(h, hrow.State); err != nil {
@@ -110,7 +114,7 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 		return DryRunResult{}, err
 	}
 	dry := run
-	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &dry, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), reads: reads}
+	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &dry, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
 	res := DryRunResult{Supported: true}
 	dv := x.declView()
 	// The retry resumes where the engine's own rule says (Engine.retry):

@@ -84,13 +84,16 @@ type Engine struct {
 	registries  map[string]*connector.Registry // by files root
 	policy      config.Policy
 	hasPolicy   bool // given by Options (recorded with what it deploys)
-	now         func() time.Time
-	log         *slog.Logger
-	atStep      func(step string)
-	onChange    func(string)
-	observer    Observer
-	notify      func(Notice)
-	secret      func(context.Context, string) (string, error)
+	// policies caches the decoded recorded policies (policyFor), by
+	// their record.
+	policies sync.Map
+	now      func() time.Time
+	log      *slog.Logger
+	atStep   func(step string)
+	onChange func(string)
+	observer Observer
+	notify   func(Notice)
+	secret   func(context.Context, string) (string, error)
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
@@ -154,6 +157,37 @@ func (e *Engine) installationID(ctx context.Context) (string, error) {
 
 // Policy returns the engine's host policies.
 func (e *Engine) Policy() config.Policy { return e.policy }
+
+// policyFor is the policy workflow wf's runs run under — timeouts,
+// retries and their backoff, reconcile attempts, the memory limit: the
+// one recorded at its deploy (kt.Workflow.Policy), whatever this process
+// was started with; this engine's own for a workflow deployed before keep
+// recorded it. The one place the engine picks a run's policy.
+func (e *Engine) policyFor(wf kt.Workflow) (config.Policy, error) {
+	if wf.Policy == "" {
+		return e.policy, nil
+	}
+	if p, ok := e.policies.Load(wf.Policy); ok {
+		return p.(config.Policy), nil
+	}
+	p, err := RecordedPolicy(wf)
+	if err != nil {
+		return config.Policy{}, err
+	}
+	e.policies.Store(wf.Policy, p)
+	return p, nil
+}
+
+// RecordedPolicy decodes the policy recorded for wf at its deploy; a
+// setting the record predates keeps its default. Stored JSON that does not
+// decode is an error saying what to do.
+func RecordedPolicy(wf kt.Workflow) (config.Policy, error) {
+	p := config.Defaults()
+	if err := json.Unmarshal([]byte(wf.Policy), &p); err != nil {
+		return config.Policy{}, fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf.Name, err)
+	}
+	return p, nil
+}
 
 // Store returns the engine's store.
 func (e *Engine) Store() store.Store { return e.store }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
@@ -27,6 +28,8 @@ type runExec struct {
 	prog *script.Program
 	run  *kt.Run
 	tr   *trace
+	// pol is the policy the run runs under (Engine.policyFor).
+	pol config.Policy
 	// reg holds the connectors the workflow's runs call (Engine.connectorsOf).
 	reg *connector.Registry
 	// grants are what a person granted the workflow (read at the first call).
@@ -56,8 +59,14 @@ type runExec struct {
 }
 
 // newExec starts carrying out run; its trace continues the run's own.
-func (e *Engine) newExec(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) *runExec {
-	return &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: run, tr: loadTrace(run.Trace), reg: e.connectorsOf(wf)}
+// A policy recorded for wf that does not decode is an error (a step finds
+// it before it writes anything: Engine.step).
+func (e *Engine) newExec(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (*runExec, error) {
+	pol, err := e.policyFor(wf)
+	if err != nil {
+		return nil, err
+	}
+	return &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: run, tr: loadTrace(run.Trace), reg: e.connectorsOf(wf), pol: pol}, nil
 }
 
 // finished tells the observer about a run that ended its step without an
@@ -234,7 +243,7 @@ func (x *runExec) host(phase hostPhase) *host {
 func (x *runExec) invoke(h *host, args ...json.RawMessage) (script.Outcome, error) {
 	kind, name := h.phase.invocation()
 	return x.e.invoke(x.prog, script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
-		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.e.limits()})
+		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits()})
 }
 
 // hostPhase is the handler phase a host serves; SPEC §3's table of what

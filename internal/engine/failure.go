@@ -107,16 +107,16 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 // policy's backoff), or says that keep gave up; either is told to a person
 // watching (Notify), so a wait is never silent.
 func (x *runExec) scheduleRetry(msg string, now int64, asked time.Duration) {
-	e, run := x.e, x.run
+	run := x.run
 	who := fmt.Sprintf("%s %s", run.HandlerType, run.Handler)
-	if run.RetryCount < e.policy.TransientRetries {
-		delay := config.Backoff(e.policy.TransientBackoff, e.policy.TransientBackoffMax, run.RetryCount+1)
+	if run.RetryCount < x.pol.TransientRetries {
+		delay := config.Backoff(x.pol.TransientBackoff, x.pol.TransientBackoffMax, run.RetryCount+1)
 		if asked > delay {
 			// The service said how long to wait (Retry-After): sooner is refused.
 			delay = asked
 		}
 		run.NextAttemptAt = now + delay.Milliseconds()
-		x.notify(fmt.Sprintf("%s: %s; retry %d of %d in %s", who, msg, run.RetryCount+1, e.policy.TransientRetries, delay))
+		x.notify(fmt.Sprintf("%s: %s; retry %d of %d in %s", who, msg, run.RetryCount+1, x.pol.TransientRetries, delay))
 		return
 	}
 	// "it will be sent again" was true of the retry that did not come.

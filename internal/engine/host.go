@@ -316,7 +316,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 		return h.reads.answer(method, argsHash)
 	}
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(h.ctx, h.e.policy.ToolTimeout)
+	cctx, cancel := context.WithTimeout(h.ctx, h.pol.ToolTimeout)
 	defer cancel()
 	res := h.do(cctx, m, connector.Call{Args: args})
 	if res.Err != nil {

@@ -179,7 +179,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 		return connector.Result{}, "", fmt.Errorf("%w: the lease ran out before %s was sent; it was not sent", store.ErrFenced, lc.target)
 	}
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(lc.x.ctx, e.toolTimeout(lc.args))
+	cctx, cancel := context.WithTimeout(lc.x.ctx, lc.x.toolTimeout(lc.args))
 	res := lc.x.do(cctx, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
 	cancel()
 	e.crashPoint(CrashAfterCall)
@@ -220,7 +220,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 		return reconcileAnswer{step: recUncheckable}
 	}
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(x.ctx, e.toolTimeout(call.Args))
+	cctx, cancel := context.WithTimeout(x.ctx, x.toolTimeout(call.Args))
 	status, value, rerr := x.probe(cctx, m, call)
 	cancel()
 	e.crashPoint(CrashAfterProbe)
@@ -235,11 +235,11 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	}
 	ans := reconcileAnswer{value: value, err: rerr}
 	if status == connector.ReconcileFailed {
-		ans.settleAt = e.notHappenedYet(mut, call.Args)
+		ans.settleAt = x.notHappenedYet(mut, call.Args)
 	}
-	ans.step = onReconcile(status, ans.settleAt, reconcileExhausted(when, mut.ReconcileAttempts, e.policy.ReconcileAttempts))
+	ans.step = onReconcile(status, ans.settleAt, reconcileExhausted(when, mut.ReconcileAttempts, x.pol.ReconcileAttempts))
 	if ans.step == recRetryLater {
-		ans.delay = config.Backoff(e.policy.ReconcileBackoff, e.policy.ReconcileBackoffMax, mut.ReconcileAttempts+1)
+		ans.delay = config.Backoff(x.pol.ReconcileBackoff, x.pol.ReconcileBackoffMax, mut.ReconcileAttempts+1)
 		ans.retryAt = e.nowMs() + ans.delay.Milliseconds()
 	}
 	return ans
@@ -288,11 +288,11 @@ func markRecheck(mut *kt.Mutation, at, now int64) {
 // call's own timeout when longer) has passed since the call went out. It
 // returns 0 when the answer is proof, else when to check again; it records
 // the first answer on mut.
-func (e *Engine) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
-	now := e.nowMs()
-	settle := e.toolTimeout(args)
-	if e.policy.ReconcileSettle > settle {
-		settle = e.policy.ReconcileSettle
+func (x *runExec) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
+	now := x.e.nowMs()
+	settle := x.toolTimeout(args)
+	if x.pol.ReconcileSettle > settle {
+		settle = x.pol.ReconcileSettle
 	}
 	sent := mut.SentAt
 	if sent == 0 {

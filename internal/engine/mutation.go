@@ -147,11 +147,11 @@ func (x *runExec) waitForApproval(lc *ledgerCall) error {
 	return x.save(nil)
 }
 
-func (e *Engine) toolTimeout(args map[string]any) time.Duration {
+func (x *runExec) toolTimeout(args map[string]any) time.Duration {
 	if ms, ok := args["timeoutMs"].(float64); ok && ms > 0 {
 		return time.Duration(ms)*time.Millisecond + time.Second
 	}
-	return e.policy.ToolTimeout
+	return x.pol.ToolTimeout
 }
 
 // toMutating moves a run that took over a ledger row (recovery, a retry)
@@ -297,7 +297,7 @@ func (x *runExec) reconcile(mut *kt.Mutation, when reconcileAttempt) (bool, erro
 			mut.Target, time.Duration(ans.settleAt-x.e.nowMs())*time.Millisecond))
 	}
 	return false, x.checkAgainAt(mut, ans.retryAt, fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)",
-		mut.Target, ans.delay, mut.ReconcileAttempts+1, x.e.policy.ReconcileAttempts))
+		mut.Target, ans.delay, mut.ReconcileAttempts+1, x.pol.ReconcileAttempts))
 }
 
 // checkAgainAt keeps a write whose outcome is not known yet in

@@ -8,6 +8,7 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -111,7 +112,10 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 	if err != nil {
 		return false, err
 	}
-	x := e.newExec(ctx, wf, prog, &run)
+	x, err := e.newExec(ctx, wf, prog, &run)
+	if err != nil {
+		return false, err
+	}
 	if run.HandlerType == kt.HandlerTask {
 		return true, x.reconcileTaskMutation(mut)
 	}
@@ -125,10 +129,19 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 	return true, x.emit(x.declView())
 }
 
+// runnable is the program of wf's active version, once the policy its
+// runs run under decodes: a decision stops before it writes anything.
+func (e *Engine) runnable(ctx context.Context, wf kt.Workflow) (*script.Program, error) {
+	if _, err := e.policyFor(wf); err != nil {
+		return nil, err
+	}
+	return e.program(ctx, wf.Name, wf.ActiveVersion)
+}
+
 // retry replaces a failed or crashed run with a new run (retry_of → old),
 // starting where SPEC §4's reset rules say.
 func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
-	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+	prog, err := e.runnable(ctx, wf)
 	if err != nil {
 		return err
 	}
@@ -172,7 +185,10 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	if err != nil {
 		return err
 	}
-	x := e.newExec(ctx, wf, prog, &nr)
+	x, err := e.newExec(ctx, wf, prog, &nr)
+	if err != nil {
+		return err
+	}
 	switch old.HandlerType {
 	case kt.HandlerProducer:
 		return x.producer(nil)
@@ -339,7 +355,7 @@ func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
 // skipProducerRun ends a failed producer run skipped; the producer runs
 // again at its next scheduled time.
 func (e *Engine) skipProducerRun(ctx context.Context, wf kt.Workflow, old kt.Run) error {
-	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+	prog, err := e.runnable(ctx, wf)
 	if err != nil {
 		return err
 	}
@@ -366,7 +382,7 @@ func (e *Engine) skipProducerRun(ctx context.Context, wf kt.Workflow, old kt.Run
 // skipMutation skips a consumer's write before it applied: next runs with
 // {status:'skipped'} and the reserved events end skipped.
 func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) error {
-	prog, err := e.program(ctx, wf.Name, wf.ActiveVersion)
+	prog, err := e.runnable(ctx, wf)
 	if err != nil {
 		return err
 	}
@@ -395,6 +411,9 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 	}); err != nil {
 		return err
 	}
-	x := e.newExec(ctx, wf, prog, &nr)
+	x, err := e.newExec(ctx, wf, prog, &nr)
+	if err != nil {
+		return err
+	}
 	return x.emit(x.declView())
 }

@@ -183,13 +183,17 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 	}); err != nil {
 		return rep, err
 	}
+	pol, err := e.policyFor(wf)
+	if err != nil {
+		return rep, err
+	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt > runs[j].CreatedAt })
 	if len(runs) > maxReplayRuns {
 		runs = runs[:maxReplayRuns]
 	}
 	for i := range runs {
 		run := runs[i]
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("replay", e.nowMs()), reg: e.connectorsOf(wf), dry: true, impact: true, reads: readsOf(run.Trace)}
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("replay", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, impact: true, reads: readsOf(run.Trace)}
 		var err error
 		switch run.HandlerType {
 		case kt.HandlerTask:

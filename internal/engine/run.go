@@ -123,7 +123,10 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 		phase = kt.PhasePreparing
 	}
 	run := e.newRun(p.wf, h.Name, h.Type, phase)
-	x := e.newExec(ctx, p.wf, p.prog, &run)
+	x, err := e.newExec(ctx, p.wf, p.prog, &run)
+	if err != nil {
+		return false, err
+	}
 	switch h.Type {
 	case kt.HandlerConsumer:
 		return true, x.consumer(&h)
@@ -210,8 +213,8 @@ func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phas
 		Phase: phase, Status: kt.StatusActive, CreatedAt: now, UpdatedAt: now}
 }
 
-func (e *Engine) limits() script.Limits {
-	return script.Limits{Timeout: e.policy.HandlerTimeout, MemoryLimit: int64(e.policy.MemoryLimit)}
+func (x *runExec) limits() script.Limits {
+	return script.Limits{Timeout: x.pol.HandlerTimeout, MemoryLimit: int64(x.pol.MemoryLimit)}
 }
 
 func set(list []string) map[string]bool {
