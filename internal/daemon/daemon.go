@@ -34,7 +34,6 @@ import (
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/engine"
-	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
@@ -322,16 +321,16 @@ func policyOf(st store.Store, wf string, pol *config.Policy) error {
 	if wf == "" {
 		return nil
 	}
-	var w kt.Workflow
+	var rec string
 	err := st.View(context.Background(), func(tx store.Tx) error {
-		var err error
-		w, err = tx.WorkflowGet(wf)
+		w, err := tx.WorkflowGet(wf)
+		rec = w.Policy
 		return err
 	})
-	if err != nil || w.Policy == "" {
+	if err != nil || rec == "" {
 		return err
 	}
-	p, err := engine.RecordedPolicy(w)
+	p, err := engine.RecordedPolicy(wf, rec)
 	if err != nil {
 		return err
 	}

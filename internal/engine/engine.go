@@ -170,7 +170,7 @@ func (e *Engine) policyFor(wf kt.Workflow) (config.Policy, error) {
 	if p, ok := e.policies.Load(wf.Policy); ok {
 		return p.(config.Policy), nil
 	}
-	p, err := RecordedPolicy(wf)
+	p, err := RecordedPolicy(wf.Name, wf.Policy)
 	if err != nil {
 		return config.Policy{}, err
 	}
@@ -178,13 +178,13 @@ func (e *Engine) policyFor(wf kt.Workflow) (config.Policy, error) {
 	return p, nil
 }
 
-// RecordedPolicy decodes the policy recorded for wf at its deploy; a
-// setting the record predates keeps its default. Stored JSON that does not
-// decode is an error saying what to do.
-func RecordedPolicy(wf kt.Workflow) (config.Policy, error) {
+// RecordedPolicy decodes rec, the policy recorded for workflow wf at its
+// deploy (kt.Workflow.Policy); a setting the record predates keeps its
+// default. Stored JSON that does not decode is an error saying what to do.
+func RecordedPolicy(wf, rec string) (config.Policy, error) {
 	p := config.Defaults()
-	if err := json.Unmarshal([]byte(wf.Policy), &p); err != nil {
-		return config.Policy{}, fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf.Name, err)
+	if err := json.Unmarshal([]byte(rec), &p); err != nil {
+		return config.Policy{}, fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf, err)
 	}
 	return p, nil
 }
