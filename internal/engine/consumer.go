@@ -119,6 +119,15 @@ func (e *Engine) wakeTime(v any) int64 {
 // consumer runs a consumer from its run's phase on. hrow is the handler's
 // row when the caller has just read it, nil to read it here.
 func (x *runExec) consumer(hrow *kt.Handler) (err error) {
+	defer func() {
+		// (Runs last.) A selection a person changed while prepare ran: the
+		// run was never stored and nothing was sent; the consumer, still
+		// dirty, prepares again at its next step.
+		if errors.Is(err, errSelectionGone) {
+			x.e.log.Info("prepare again: a person changed the selection while the run prepared", "workflow", x.wf.Name, "handler", x.run.Handler, "why", err.Error())
+			err = nil
+		}
+	}()
 	defer func() { x.finished(err) }()
 	run := x.run
 	decl, ok := x.prog.Decl.Consumers[run.Handler]
@@ -243,6 +252,11 @@ func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv
 				return nil, nil, err
 			}
 			if ev.Status != kt.EventPending {
+				if ev.UpdatedAt >= run.CreatedAt {
+					// It was pending when this run began: a person skipped it
+					// while prepare ran. Not the script's mistake: prepare again.
+					return nil, nil, fmt.Errorf("%w: %s/%s is %s now", errSelectionGone, res.Topic, id, ev.Status)
+				}
 				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which is already %s", res.Topic, id, ev.Status), nil
 			}
 			if ev.ReservedBy != "" && ev.ReservedBy != run.ID {
@@ -257,9 +271,24 @@ func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv
 	return evs, nil, nil
 }
 
-// writeReservations marks events as reserved by a run, inside a transition's transaction.
+// errSelectionGone says an event prepare selected was skipped (or taken)
+// by a person between prepare's read and the run's first write, which would
+// reserve it: the run is dropped unrecorded — nothing of it was stored, and
+// its write was not sent — and the consumer prepares again.
+var errSelectionGone = errors.New("the events prepare selected changed before keep recorded the selection")
+
+// writeReservations marks events as reserved by a run, inside a
+// transition's transaction, each as it is now (not the copy prepare read):
+// one skipped or reserved since is never written back as pending.
 func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
-	for _, ev := range evs {
+	for _, held := range evs {
+		ev, err := tx.EventGet(held.Workflow, held.Topic, held.MessageID)
+		if err != nil {
+			return err
+		}
+		if ev.Status != kt.EventPending || (ev.ReservedBy != "" && ev.ReservedBy != run.ID) {
+			return fmt.Errorf("%w: %s/%s is %s now", errSelectionGone, ev.Topic, ev.MessageID, ev.Status)
+		}
 		ev.ReservedBy, ev.UpdatedAt = run.ID, now
 		if err := tx.EventUpdate(ev); err != nil {
 			return err
