@@ -98,8 +98,8 @@ var requestDoc = connector.MethodDoc{
 		"A reconciled write returns the probe's answer with `reconciled: true` and `via` (the probe's method and url).",
 	Reconcile: "only with a `reconcile` probe: 2xx means it happened, 404 or 410 that it did not (believed once a second probe agrees after the settle time), anything else that keep cannot tell yet.",
 	Errors: "reads: 401/403 permission, 408/429/5xx and network errors transient (retried), 404/410 returned as they are, other 4xx logic. " +
-		"Writes: 2xx applied; a redirect or 4xx a logic error (404/409/410/412 precondition, 401/403 permission, 408/429 transient) and certainly not applied; " +
-		"5xx, or no complete answer after the request went out, an unknown outcome that reconcile settles (or a person, without a probe); " +
+		"Writes: 2xx applied; a 307/308 redirect or 4xx a logic error (404/409/410/412 precondition, 401/403 permission, 408/429 transient) and certainly not applied; " +
+		"a 301/302/303 redirect (Post/Redirect/Get: often applied), a 5xx, or no complete answer after the request went out, an unknown outcome that reconcile settles (or a person, without a probe); " +
 		"a connection refused before anything was sent is transient.",
 }
 
@@ -502,7 +502,13 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 	switch {
 	case st < 300:
 		return connector.Result{Outcome: connector.OutcomeApplied, Value: val}
+	case st == 301 || st == 302 || st == 303:
+		// Post/Redirect/Get: a server that applied a POST often answers
+		// with a redirect to the result. keep follows no redirect of a
+		// write, so it cannot tell: never "certainly not applied".
+		return connector.Result{Value: val, Outcome: connector.OutcomeUncertain, Err: kt.Errorf(kt.ClassIndeterminate, "%s answered a redirect %d to %s: after a write this often means it was applied (Post/Redirect/Get); keep follows no redirect of a write, so the outcome is unknown — use the final URL in the script", target, st, resp.Header.Get("Location"))}
 	case st < 400:
+		// 307 and 308 ask for the same request at another URL: not applied here.
 		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: kt.Errorf(kt.ClassLogic, "%s answered a redirect %d to %s; keep does not follow redirects of writes: use the final URL", target, st, resp.Header.Get("Location"))}
 	case st == 408 || st == 429:
 		return connector.Result{Value: val, Outcome: connector.OutcomeFailed, Err: transient(target, resp)}

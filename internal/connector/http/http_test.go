@@ -60,6 +60,12 @@ func TestMutationFaultMatrix(t *testing.T) {
 		{testsink.Status(409), connector.OutcomeFailed, kt.ClassPrecondition, 0},
 		{testsink.Status(429), connector.OutcomeFailed, kt.ClassTransient, 0},
 		{testsink.Status(400), connector.OutcomeFailed, kt.ClassLogic, 0},
+		// Post/Redirect/Get: a redirect after a write may follow an applied
+		// write, so it is never "certainly not applied"; 307/308 ask for the
+		// same request elsewhere.
+		{testsink.Status(303), connector.OutcomeUncertain, kt.ClassIndeterminate, 0},
+		{testsink.Status(302), connector.OutcomeUncertain, kt.ClassIndeterminate, 0},
+		{testsink.Status(307), connector.OutcomeFailed, kt.ClassLogic, 0},
 	}
 	for _, c := range cases {
 		t.Run(string(c.fault), func(t *testing.T) {
