@@ -82,6 +82,11 @@ func TestPublishThroughTheAPI(t *testing.T) {
 		{"missing title", path, map[string]any{"id": "2"}, http.StatusBadRequest, "it has no title"},
 		{"long id", path, map[string]any{"id": strings.Repeat("i", 501), "title": "t"}, http.StatusBadRequest, "the id has 501 characters, over keep's bound of 500 characters"},
 		{"oversize payload", path, map[string]any{"id": "3", "title": "t", "payload": strings.Repeat("x", 1<<20)}, http.StatusBadRequest, "over keep's bound of 1 MiB"},
+		{"blank id", path, map[string]any{"id": "   ", "title": "t"}, http.StatusBadRequest, "it has no id"},
+		// A lone surrogate becomes U+FFFD when decoded: two ids would become one.
+		{"id that is not text", path, `{"id": "\ud800", "title": "t"}`, http.StatusBadRequest, "the id is not plain text"},
+		{"NUL in the id", path, map[string]any{"id": "a\x00b", "title": "t"}, http.StatusBadRequest, "the id is not plain text"},
+		{"NUL in the title", path, map[string]any{"id": "6", "title": "a\x00b"}, http.StatusBadRequest, "the title is not plain text"},
 		{"body over the API's bound", path, `{"id": "4", "title": "t", "payload": "` + strings.Repeat("x", 5<<20) + `"}`, http.StatusBadRequest, "too large"},
 	}
 	for _, c := range refused {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -84,8 +86,16 @@ func (ev *APIEvent) check() error {
 	}
 	where := fmt.Sprintf("event for topic %s of %s", ev.Topic, ev.Workflow)
 	switch {
-	case ev.ID == "":
+	case strings.TrimSpace(ev.ID) == "":
 		return bad("%s: it has no id; send the event's id in your system (an order number, a message id): posting the same id again is then harmless", where)
+	case strings.Contains(ev.Topic, ":"):
+		// The input's key is api:TOPIC:ID: a colon in the topic would let
+		// two different events share one key.
+		return bad("%s: a topic open to the event API may not contain \":\"; rename the topic in the script", where)
+	case !cleanText(ev.ID):
+		return bad("%s: the id is not plain text (it has a control character, or bytes that are not UTF-8, which JSON turns into U+FFFD): two different ids would become one; send the id as plain text", where)
+	case !cleanText(ev.Title):
+		return bad("%s %q: the title is not plain text (a NUL or other control character, or bytes that are not UTF-8); send it as plain text", where, ev.ID)
 	case len(ev.ID) > kt.MaxIDChars:
 		return bad("%s", kt.OverBound(where, "the id has", len(ev.ID), kt.MaxIDChars, "characters", "the id names the event in your system; put its data in the payload").Message)
 	case strings.TrimSpace(ev.Title) == "":
@@ -164,4 +174,20 @@ func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, m
 		return Posted{}, err
 	}
 	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
+}
+
+// cleanText says s is UTF-8 text a person can read: no control characters
+// (tabs aside) and no U+FFFD, which is what JSON decoding makes of invalid
+// bytes and lone surrogates — two different ids would otherwise become one,
+// and PostgreSQL refuses a NUL that SQLite stores.
+func cleanText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || (unicode.IsControl(r) && r != '\t') {
+			return false
+		}
+	}
+	return true
 }

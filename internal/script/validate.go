@@ -248,6 +248,9 @@ func (v *validation) topics() {
 		switch {
 		case set && from != FromAPI:
 			v.add("error", "", t, fmt.Sprintf("topic %q: from: %q is not a source keep knows; the one value is \"api\" (events posted through keep's API: POST …/topics/%s/events or keep publish); remove from for a topic a handler publishes", t, from, t))
+		case set && strings.Contains(t, ":"):
+			v.add("error", "", t, fmt.Sprintf("topic %q is open to the event API and has a \":\" in its name: the inputs it makes are keyed api:TOPIC:ID, so two different events could share a key; rename the topic (e.g. with a \".\")", t))
+			w = append([]string{"the event API (from: \"api\")"}, w...)
 		case set:
 			// The event API is the topic's writer.
 			w = append([]string{"the event API (from: \"api\")"}, w...)
