@@ -3,6 +3,7 @@ package testmail
 import (
 	"bufio"
 	"fmt"
+	"github.com/keep-run/keep/internal/testbin"
 	"net"
 	"os"
 	"os/exec"
@@ -148,15 +149,35 @@ service anvil {
 // waitGreeting waits until Dovecot greets on addr; its log says why not.
 func waitGreeting(t testing.TB, addr, log string) {
 	t.Helper()
+	if err := awaitGreeting(addr, "* OK", "", nil); err != nil {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("Dovecot did not greet on %s: %v\n%s", addr, err, b)
+	}
+}
+
+// awaitGreeting dials addr until the server's first line starts with
+// prefix (then sends bye, if any), or stopped says the server is gone. It
+// waits as long as testbin.Patience: a server starting on a busy machine
+// is not a failure, only one that never greets.
+func awaitGreeting(addr, prefix, bye string, stopped func() error) error {
 	var last error
-	for i := 0; i < 600; i++ {
+	deadline := time.Now().Add(testbin.Patience())
+	for time.Now().Before(deadline) {
+		if stopped != nil {
+			if err := stopped(); err != nil {
+				return err
+			}
+		}
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			line, err := bufio.NewReader(c).ReadString('\n')
+			if bye != "" {
+				c.Write([]byte(bye))
+			}
 			c.Close()
-			if err == nil && strings.HasPrefix(line, "* OK") {
-				return
+			if err == nil && strings.HasPrefix(line, prefix) {
+				return nil
 			}
 			last = fmt.Errorf("greeting %q: %v", line, err)
 		} else {
@@ -164,6 +185,5 @@ func waitGreeting(t testing.TB, addr, log string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	b, _ := os.ReadFile(log)
-	t.Fatalf("Dovecot did not greet on %s: %v\n%s", addr, last, b)
+	return last
 }

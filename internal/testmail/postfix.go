@@ -1,9 +1,7 @@
 package testmail
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -158,30 +156,23 @@ func (p *Postfix) Log() string {
 // waitGreeting waits until Postfix greets, or its master exits.
 func (p *Postfix) waitGreeting(t testing.TB, exited chan error) {
 	t.Helper()
-	var last error
-	for i := 0; i < 1200; i++ {
+	var gone error
+	stopped := func() error {
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("Postfix stopped before it greeted (%v):\n%s", err, p.Log())
+			gone = fmt.Errorf("Postfix stopped before it greeted (%v)", err)
+			return gone
 		default:
+			return nil
 		}
-		c, err := net.Dial("tcp", p.Addr)
-		if err == nil {
-			c.SetReadDeadline(time.Now().Add(30 * time.Second))
-			line, err := bufio.NewReader(c).ReadString('\n')
-			c.Write([]byte("QUIT\r\n"))
-			c.Close()
-			if err == nil && strings.HasPrefix(line, "220 ") {
-				return
-			}
-			last = fmt.Errorf("greeting %q: %v", line, err)
-		} else {
-			last = err
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("Postfix did not greet on %s: %v\n%s", p.Addr, last, p.Log())
+	if err := awaitGreeting(p.Addr, "220 ", "QUIT\r\n", stopped); err != nil {
+		if gone != nil {
+			t.Fatalf("%v:\n%s", gone, p.Log())
+		}
+		t.Fatalf("Postfix did not greet on %s: %v\n%s", p.Addr, err, p.Log())
+	}
 }
 
 func postfixMain(dir, uid, gid string) string {
