@@ -13,9 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
@@ -932,20 +930,14 @@ func LineDiff(a, b string) string {
 	return strings.TrimRight(out.String(), "\n")
 }
 
-// versionTopics caches, per workflow version (immutable once deployed),
-// the topics its consumers read.
-var versionTopics sync.Map // "workflow\x00versionID" → map[string]bool
-
 // consumedTopics are the topics some consumer of wf's active version
-// subscribes to, from its declaration (read once per version and process).
+// subscribes to, from its declaration (script.Declare reads each source
+// once per process; the key is the script itself, so two stores in one
+// process — tests, keep migrate — never share an answer).
 func consumedTopics(tx store.Tx, wf string) (map[string]bool, error) {
 	w, err := tx.WorkflowGet(wf)
 	if err != nil {
 		return nil, err
-	}
-	key := wf + "\x00" + strconv.FormatInt(w.ActiveVersion, 10)
-	if m, ok := versionTopics.Load(key); ok {
-		return m.(map[string]bool), nil
 	}
 	v, err := tx.VersionGet(wf, w.ActiveVersion)
 	if err != nil {
@@ -961,6 +953,5 @@ func consumedTopics(tx store.Tx, wf string) (map[string]bool, error) {
 			read[t] = true
 		}
 	}
-	versionTopics.Store(key, read)
 	return read, nil
 }
