@@ -36,6 +36,7 @@ type Policy struct {
 	MemoryLimit         Size          `toml:"memory_limit" default:"'64MiB'" min:"1MiB" doc:"The sandbox's heap per run."`
 	Workers             int           `toml:"workers" default:"32" min:"1" max:"1000" doc:"How many workflows step at the same time: more steps in flight let more transitions share one fsync (0.7 fsyncs per run with 16, 0.4 with 32 in keep bench), and runs waiting on slow services do not hold others up."`
 	LeaseTTL            time.Duration `toml:"lease_ttl" default:"'15s'" doc:"How long a node's lease of a workflow lasts without a renewal (PostgreSQL, several nodes): a node that dies has its workflows taken over within it."`
+	WebhookMaxBody      Size          `toml:"webhook_max_body" default:"'1MiB'" min:"1KiB" max:"16MiB" doc:"The largest body a webhook takes (POST /hooks/WORKFLOW/NAME); a larger one is answered 413 and never reaches the handler."`
 	SandboxWorkers      int           `toml:"sandbox_workers" default:"128" min:"1" max:"1000" doc:"The idle sandbox worker processes kept between handler calls (≈ 15 MiB each); a script version without an idle one starts a new process (≈ 10 ms)."`
 }
 

@@ -127,6 +127,9 @@ const (
 	HandlerProducer HandlerType = "producer"
 	HandlerConsumer HandlerType = "consumer"
 	HandlerTask     HandlerType = "task"
+	// HandlerWebhook is a webhook's handler (issue 26): producer-like, run
+	// for one delivery while its sender waits; it has no run of its own.
+	HandlerWebhook HandlerType = "webhook"
 )
 
 // ErrorClass is the closed failure taxonomy of SPEC §6.
@@ -665,4 +668,42 @@ type Repair struct {
 	DecidedBy   string
 	CreatedAt   int64
 	UpdatedAt   int64
+}
+
+// DeliveryStatus is what keep made of one request to a webhook.
+type DeliveryStatus string
+
+const (
+	// DeliveryAccepted: verified, its handler ran, and what it registered
+	// and published was committed before the sender got its 2xx.
+	DeliveryAccepted DeliveryStatus = "accepted"
+	// DeliveryDuplicate: a delivery id accepted before; nothing changed.
+	DeliveryDuplicate DeliveryStatus = "duplicate"
+	// DeliveryRefused: it failed verification (or keep lacks the secret to
+	// verify it); the handler never saw it.
+	DeliveryRefused DeliveryStatus = "refused"
+	// DeliveryFailed: verified, but its handler failed; nothing it did was
+	// stored, and the sender is told to retry.
+	DeliveryFailed DeliveryStatus = "failed"
+)
+
+// Delivery is the record of one request to a webhook (POST
+// /hooks/{wf}/{name}). An accepted one's DeliveryID is never accepted again.
+type Delivery struct {
+	ID         int64
+	Workflow   string
+	Webhook    string
+	DeliveryID string // from the webhook's dedupe (a header, a JSON path) or the body's hash
+	Status     DeliveryStatus
+	Reason     string // why it was refused or failed, what was done for an accepted one
+	Inputs     int    // inputs registered (accepted)
+	Events     int    // events published (accepted)
+	ReceivedAt int64
+}
+
+// DeliveryCount is how many deliveries of one webhook ended in one status.
+type DeliveryCount struct {
+	Webhook string
+	Status  DeliveryStatus
+	Count   int
 }

@@ -1998,7 +1998,7 @@ func dedupe(s []string) []string {
 // Handlers: read from the object given to Keep.workflow (exported, or
 // passed to the call), through consts and Keep.consumer/producer/task.
 
-var phases = map[string][]string{"producers": {"handler"}, "consumers": {"prepare", "mutate", "next"}, "tasks": {"run"}}
+var phases = map[string][]string{"producers": {"handler"}, "consumers": {"prepare", "mutate", "next"}, "tasks": {"run"}, "webhooks": {"handler"}}
 
 func (a *analyzer) handlers() {
 	var defs []js.IExpr

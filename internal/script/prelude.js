@@ -170,10 +170,10 @@
   };
 
   const handlerOf = (d, kind, name, phase) => {
-    const group = kind === "producer" ? d.producers : kind === "consumer" ? d.consumers : d.tasks;
+    const group = kind === "producer" ? d.producers : kind === "consumer" ? d.consumers : kind === "webhook" ? d.webhooks : d.tasks;
     const h = group && group[name];
     if (!h) throw new Error("no " + kind + " named " + name);
-    const fn = kind === "producer" ? h.handler : kind === "task" ? h.run : h[phase];
+    const fn = kind === "producer" || kind === "webhook" ? h.handler : kind === "task" ? h.run : h[phase];
     if (typeof fn !== "function") throw new Error(kind + " " + name + " has no " + phase + " function");
     return fn;
   };
@@ -323,7 +323,7 @@
     hostOnly("__keep_describe");
     const d = load();
     if (d === undefined || d === null || typeof d !== "object") return stringify({ missing: true });
-    const out = { name: d.name, topics: null, topicFrom: {}, producers: {}, consumers: {}, tasks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
+    const out = { name: d.name, topics: null, topicFrom: {}, producers: {}, consumers: {}, tasks: {}, webhooks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
     if (d.topics !== undefined) {
       if (d.topics === null || typeof d.topics !== "object" || Array.isArray(d.topics)) out.shapeErrors.push("topics must be an object whose keys are topic names");
       else {
@@ -345,6 +345,20 @@
           publishes: list(h.publishes), publishesRaw: h.publishes !== undefined, subscribe: list(h.subscribe),
           schedule: h.schedule === undefined ? null : h.schedule,
           handler: fnInfo(h.handler), prepare: fnInfo(h.prepare), mutate: fnInfo(h.mutate), next: fnInfo(h.next), run: fnInfo(h.run),
+        };
+      }
+    }
+    // Webhooks (issue 26): verify and dedupe are plain data, read as JSON
+    // (script.WebhookDecl.Parse checks them); the handler is a function.
+    if (d.webhooks !== undefined) {
+      const g = d.webhooks;
+      if (g === null || typeof g !== "object" || isArray(g)) out.shapeErrors.push("webhooks must be an object whose keys are webhook names");
+      else for (const name of Object.keys(g)) {
+        const h = g[name];
+        if (h === null || typeof h !== "object") { out.shapeErrors.push("webhooks." + name + " must be an object"); continue; }
+        out.webhooks[name] = {
+          publishes: list(h.publishes), publishesRaw: h.publishes !== undefined, handler: fnInfo(h.handler),
+          verify: h.verify === undefined ? null : h.verify, dedupe: h.dedupe === undefined ? null : h.dedupe,
         };
       }
     }

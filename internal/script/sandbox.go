@@ -514,6 +514,7 @@ type Declaration struct {
 	Producers       map[string]HandlerDecl `json:"producers"`
 	Consumers       map[string]HandlerDecl `json:"consumers"`
 	Tasks           map[string]HandlerDecl `json:"tasks"`
+	Webhooks        map[string]WebhookDecl `json:"webhooks"`
 	RequireApproval any                    `json:"requireApproval"`
 	ShapeErrors     []string               `json:"shapeErrors"`
 }

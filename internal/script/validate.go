@@ -69,6 +69,7 @@ func validate(p *Program, c Connectors, full bool) []Problem {
 	v.producers()
 	v.consumers()
 	v.tasks()
+	v.webhooks()
 	v.topics()
 	v.connectors(c.Tools)
 	if full {
@@ -126,6 +127,11 @@ func (v *validation) followed() {
 			declared = append(declared, "tasks."+n+".run")
 		}
 	}
+	for n, h := range v.d.Webhooks {
+		if h.Handler {
+			declared = append(declared, "webhooks."+n+".handler")
+		}
+	}
 	sort.Strings(declared)
 	for _, h := range declared {
 		if !contains(v.an.Handlers, h) {
@@ -161,8 +167,8 @@ func (v *validation) workflow() {
 	} else if !validName.MatchString(name) {
 		v.add("error", "", "", fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100)", name))
 	}
-	if len(d.Producers)+len(d.Consumers)+len(d.Tasks) == 0 {
-		v.add("error", "", "", "the workflow has no handler: declare at least one producer, consumer or task")
+	if len(d.Producers)+len(d.Consumers)+len(d.Tasks)+len(d.Webhooks) == 0 {
+		v.add("error", "", "", "the workflow has no handler: declare at least one producer, consumer, task or webhook")
 	}
 }
 
@@ -223,6 +229,21 @@ func (v *validation) tasks() {
 	}
 }
 
+// webhooks checks each webhook's declaration (WebhookDecl.Parse, which the
+// engine reads too): its name, handler, publishes, verify and dedupe.
+func (v *validation) webhooks() {
+	for _, n := range sortedKeys(v.d.Webhooks) {
+		who := "webhooks." + n
+		_, problems := v.d.Webhooks[n].Parse(n)
+		for _, p := range problems {
+			v.add("error", who, "", p)
+		}
+		for _, t := range v.d.Webhooks[n].Publishes {
+			v.writers[t] = append(v.writers[t], who)
+		}
+	}
+}
+
 // topics checks SPEC §2's topic rules: declared, one writer, one consumer.
 func (v *validation) topics() {
 	declared := map[string]bool{}
@@ -258,7 +279,7 @@ func (v *validation) topics() {
 		switch {
 		case set && from != FromAPI: // said above
 		case len(w) == 0:
-			v.add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's publishes or a consumer's publishes must name it, or declare it %q: { from: \"api\" } for events posted through keep's API", t, t))
+			v.add("error", "", t, fmt.Sprintf("topic %q has no writer: a producer's, a consumer's or a webhook's publishes must name it, or declare it %q: { from: \"api\" } for events posted through keep's API", t, t))
 		case len(w) > 1:
 			v.add("error", w[1], t, fmt.Sprintf("topic %q has %d writers (%s); in v1 each topic has exactly one", t, len(w), strings.Join(w, ", ")))
 		}
