@@ -2,7 +2,7 @@
 // server (go-imap's imapserver with its in-memory backend) and an SMTP
 // server (go-smtp) that delivers into it, with faults: the connection cut
 // right after the server took a message, before its answer; an answer held
-// back. Options shape them like the stock servers keep meets: Debian's
+// back; and package fault's kinds that SMTP has (QueueKind). Options shape them like the stock servers keep meets: Debian's
 // Dovecot (INBOX only, SPECIAL-USE, TRYCREATE on APPEND to a folder that
 // does not exist, a certificate of its own, STARTTLS before login) and
 // Postfix (files nothing into Sent; submission requires STARTTLS).
@@ -17,12 +17,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"mime"
 	"net"
 	"net/mail"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +37,8 @@ import (
 	"github.com/emersion/go-imap/v2/imapserver/imapmemserver"
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
+
+	"github.com/keep-run/keep/internal/fake/fault"
 )
 
 // User and Password log in to both servers.
@@ -53,6 +57,8 @@ type Options struct {
 	// TLS gives both servers a certificate signed by a CA of the test's own
 	// (CAFile) and refuses a login before STARTTLS.
 	TLS bool
+	// Password is User's password on both servers ("" is Password).
+	Password string
 }
 
 // Server is an IMAP and an SMTP server for one mailbox.
@@ -71,6 +77,8 @@ type Server struct {
 	subjects []string // and their subjects
 	raw      []string // and the messages as the server took them
 	cut      int      // cut this many connections after taking the message
+	before   []string // fault.Drop or fault.Timeout for the next messages: not taken
+	refuse   map[string]int
 }
 
 // Start runs both servers until the test ends, with a Sent folder.
@@ -81,7 +89,10 @@ func Start(t testing.TB, keepsSent bool) *Server {
 // StartWith runs both servers shaped by o until the test ends.
 func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	s := &Server{KeepsSent: o.KeepsSent, opts: o, user: imapmemserver.NewUser(User, Password)}
+	if o.Password == "" {
+		o.Password = Password
+	}
+	s := &Server{KeepsSent: o.KeepsSent, opts: o, user: imapmemserver.NewUser(User, o.Password), refuse: map[string]int{}}
 	if err := s.user.Create("INBOX", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +131,7 @@ func StartWith(t testing.TB, o Options) *Server {
 // Config is the [connectors.email] section that points keep at the servers.
 func (s *Server) Config() string {
 	c := fmt.Sprintf("[connectors.email]\nimap = \"imap://%s:%s@%s\"\nsmtp = \"smtp://%s:%s@%s\"\nfrom = %q\nserver_keeps_sent = %v\n",
-		"keep%40example.com", Password, s.IMAPAddr, "keep%40example.com", Password, s.SMTPAddr, User, s.KeepsSent)
+		"keep%40example.com", url.PathEscape(s.opts.Password), s.IMAPAddr, "keep%40example.com", url.PathEscape(s.opts.Password), s.SMTPAddr, User, s.KeepsSent)
 	if s.opts.TLS {
 		c += fmt.Sprintf("starttls = true\nca_file = %q\n", s.CAFile)
 	}
@@ -135,6 +146,44 @@ func (s *Server) Hold() <-chan struct{} {
 	defer s.mu.Unlock()
 	s.stall, s.held = make(chan struct{}), make(chan struct{})
 	return s.held
+}
+
+// QueueKind injects one fault of package fault's kinds into the next send,
+// as SMTP has it: the message taken, then its answer held back
+// (timeout_after_apply, until Release or the test's end) or the connection
+// cut (drop_after_apply); the message read whole but not taken, then the
+// answer held back (timeout) or the connection cut (drop); the login
+// refused (401: 535 5.7.8); the sender refused (403: 550 5.7.1, the login
+// may not send as it). It reports false for a kind SMTP has not: a
+// status with Retry-After (429), a server error after which the message
+// may have been taken (SMTP's reply to the end of DATA is final).
+func (s *Server) QueueKind(kind string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch kind {
+	case fault.TimeoutAfterApply:
+		s.stall, s.held = make(chan struct{}), make(chan struct{})
+	case fault.DropAfterApply:
+		s.cut++
+	case fault.Timeout, fault.Drop:
+		s.before = append(s.before, kind)
+	case fault.Status401, fault.Status403:
+		s.refuse[kind]++
+	default:
+		return false
+	}
+	return true
+}
+
+// refused uses up one armed refusal of kind.
+func (s *Server) refused(kind string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refuse[kind] == 0 {
+		return false
+	}
+	s.refuse[kind]--
+	return true
 }
 
 // Holding reports whether the SMTP server still holds back an answer.
@@ -220,7 +269,7 @@ func (x *session) AuthMechanisms() []string { return []string{"PLAIN"} }
 
 func (x *session) Auth(mech string) (sasl.Server, error) {
 	return sasl.NewPlainServer(func(identity, username, password string) error {
-		if username != User || password != Password {
+		if username != User || password != x.s.opts.Password || x.s.refused(fault.Status401) {
 			return &smtp.SMTPError{Code: 535, EnhancedCode: smtp.EnhancedCode{5, 7, 8}, Message: "bad credentials"}
 		}
 		return nil
@@ -230,7 +279,7 @@ func (x *session) Auth(mech string) (sasl.Server, error) {
 func (x *session) Reset()        {}
 func (x *session) Logout() error { return nil }
 func (x *session) Mail(from string, _ *smtp.MailOptions) error {
-	if from != User {
+	if from != User || x.s.refused(fault.Status403) {
 		return &smtp.SMTPError{Code: 553, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "sender not allowed"}
 	}
 	return nil
@@ -254,6 +303,17 @@ func (x *session) Data(r io.Reader) error {
 	}
 	s := x.s
 	s.mu.Lock()
+	if len(s.before) > 0 {
+		kind := s.before[0]
+		s.before = s.before[1:]
+		s.mu.Unlock()
+		if kind == fault.Drop {
+			x.c.Conn().Close()
+			return errors.New("cut before taking the message")
+		}
+		s.wait(make(chan struct{}), make(chan struct{}))
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "not taken"}
+	}
 	s.sent = append(s.sent, msg.Header.Get("Message-ID"))
 	subj, _ := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
 	s.subjects = append(s.subjects, subj)
@@ -272,16 +332,22 @@ func (x *session) Data(r io.Reader) error {
 		x.c.Conn().Close()
 	}
 	if stall != nil {
-		s.mu.Lock()
-		s.stall = stall // Holding and Release see it until released
-		s.mu.Unlock()
-		close(held)
-		select {
-		case <-stall:
-		case <-time.After(time.Minute): // a test that never releases it ends anyway
-		}
+		s.wait(stall, held)
 	}
 	return nil
+}
+
+// wait holds an answer back until Release (or a minute: a test that never
+// releases it ends anyway); held is closed once Holding sees it.
+func (s *Server) wait(stall, held chan struct{}) {
+	s.mu.Lock()
+	s.stall = stall // Holding and Release see it until released
+	s.mu.Unlock()
+	close(held)
+	select {
+	case <-stall:
+	case <-time.After(time.Minute):
+	}
 }
 
 // certificate makes a CA of the test's own and a certificate it signs for

@@ -71,7 +71,7 @@ var rules = []struct {
 	{"internal/fake/llmfake", "", "a fake"},
 	{"internal/testbin", "", "test helpers"},
 	{"internal/testdb", "", "test helpers"},
-	{"internal/testmail", "internal/testbin", "test helpers"},
+	{"internal/testmail", "internal/fake/fault internal/testbin", "test helpers"},
 	{"internal/testsink", "internal/fake/fault", "test helpers"},
 	{"cmd/keep", "internal/cli", "the binary"},
 	{"cmd/keep-fake", "internal/fake/googlefake internal/fake/slackfake", "the fakes' binary"},

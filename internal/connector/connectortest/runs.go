@@ -18,10 +18,9 @@ var Runs = map[string]string{
 	"gmail.modifyLabels":   "internal/connector/google/suite_test.go",
 	"sheets.updateRow":     "internal/connector/google/suite_test.go",
 	"calendar.updateEvent": "internal/connector/google/suite_test.go",
+	"email.send":           "internal/connector/email/suite_test.go",
 }
 
 // NotRunYet names the write methods the suite does not run yet, each with
 // what is missing: a known gap, listed so that it is seen, not forgotten.
-var NotRunYet = map[string]string{
-	"email.send": "a target on internal/testmail: its SMTP server injects a cut after DATA and a held answer, not the other kinds, and reconcile before the server was seen filing a copy answers \"cannot tell\"",
-}
+var NotRunYet = map[string]string{}
