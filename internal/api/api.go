@@ -55,6 +55,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/runs", s.runs)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/items", s.items)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/blocked", s.blocked)
+	mux.HandleFunc("GET /api/v1/blocked", s.blocked)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/schedule", s.schedule)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/grants", s.grants)
+	mux.HandleFunc("GET /api/v1/inputs/{ref}", s.getInput)
+	mux.HandleFunc("GET /api/v1/connections", s.connections)
+	mux.HandleFunc("GET /api/v1/secrets", s.secrets)
 	mux.HandleFunc("GET /api/v1/nodes", s.nodes)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
@@ -520,13 +526,91 @@ func (s *Server) items(w http.ResponseWriter, r *http.Request) {
 	reply(w, nonNil(v))
 }
 
+// blocked answers the cards of one workflow's blocked runs, or of every
+// workflow's (GET /api/v1/blocked).
 func (s *Server) blocked(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	if wf != "" {
+		if _, err := report.Statuses(r.Context(), s.Store, wf); err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	v, err := report.Blocked(r.Context(), s.Store, wf)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+// schedule answers when a workflow's producers and tasks run next.
+func (s *Server) schedule(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	if _, err := report.Statuses(r.Context(), s.Store, wf); err != nil {
 		fail(w, err)
 		return
 	}
-	v, err := report.Blocked(r.Context(), s.Store, wf)
+	v, err := report.Schedule(r.Context(), s.Store, wf)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+// grants answers what people granted a workflow and what a grant without
+// items would allow now (engine.ToGrant): what its active version uses
+// that nobody granted, and what its blocked run was refused.
+func (s *Server) grants(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	g := GrantsReply{Workflow: wf, Grants: []string{}}
+	err := s.Store.View(r.Context(), func(tx store.Tx) error {
+		var err error
+		if g.ToGrant, err = engine.ToGrant(tx, wf); errors.Is(err, kt.ErrNotFound) {
+			return engine.Missing("there is no workflow %q (see keep status)", wf)
+		} else if err != nil {
+			return err
+		}
+		gs, err := tx.GrantList(wf)
+		for _, x := range gs {
+			g.Grants = append(g.Grants, x.Item)
+		}
+		return err
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	g.ToGrant = nonNil(g.ToGrant)
+	reply(w, g)
+}
+
+// getInput answers an input (by id or key source:type:id, in any
+// workflow) and the writes it caused.
+func (s *Server) getInput(w http.ResponseWriter, r *http.Request) {
+	d, err := report.ShowInput(r.Context(), s.Store, r.PathValue("ref"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, d)
+}
+
+// connections answers the connected accounts, never their credentials.
+func (s *Server) connections(w http.ResponseWriter, r *http.Request) {
+	v, err := report.Connections(r.Context(), s.Store)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, nonNil(v))
+}
+
+// secrets answers the named secrets' names and when each was set, never
+// their values.
+func (s *Server) secrets(w http.ResponseWriter, r *http.Request) {
+	v, err := report.Secrets(r.Context(), s.Store)
 	if err != nil {
 		fail(w, err)
 		return

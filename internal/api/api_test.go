@@ -604,3 +604,71 @@ func TestTheGrantThePageAndTheAPIOffer(t *testing.T) {
 		t.Fatalf("the status after the revoke: %s", st)
 	}
 }
+
+// TestTheReadsTheCLIPrints: the reads added for the CLI's commands (keep
+// status's cards of every workflow, keep run's schedule, keep grant's
+// preview, keep show input, keep connections, keep secret list) answer
+// what a person sees, and an unknown name is a 404 saying so.
+func TestTheReadsTheCLIPrints(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	src := strings.ReplaceAll(script, "%SINK%", r.sink.URL)
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "hook.js"}, nil); code != 200 {
+		t.Fatalf("deploy: %d %v", code, obj)
+	}
+	// Not granted yet: the grant's preview lists what the version uses.
+	code, obj, _ := r.call("GET", "/api/v1/workflows/hook/grants", nil, nil)
+	toGrant, _ := obj["toGrant"].([]any)
+	if code != 200 || len(toGrant) == 0 || len(obj["grants"].([]any)) != 0 {
+		t.Fatalf("grants before: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/grant", nil, nil); code != 200 {
+		t.Fatalf("grant: %d %v", code, obj)
+	}
+	code, obj, _ = r.call("GET", "/api/v1/workflows/hook/grants", nil, nil)
+	if code != 200 || len(obj["toGrant"].([]any)) != 0 || len(obj["grants"].([]any)) != len(toGrant) {
+		t.Fatalf("grants after: %d %v (before: %v)", code, obj, toGrant)
+	}
+	r.settle()
+	// Blocked on the approval: every workflow's cards list it.
+	_, _, cards := r.call("GET", "/api/v1/blocked", nil, nil)
+	if len(cards) != 1 || cards[0].(map[string]any)["workflow"] != "hook" {
+		t.Fatalf("cards of every workflow: %v", cards)
+	}
+	_, _, sched := r.call("GET", "/api/v1/workflows/hook/schedule", nil, nil)
+	if len(sched) != 1 || sched[0].(map[string]any)["handler"] != "p" || sched[0].(map[string]any)["nextRunAt"] == "" {
+		t.Fatalf("schedule: %v", sched)
+	}
+	code, obj, _ = r.call("GET", "/api/v1/inputs/"+url.PathEscape("system:schedule:a"), nil, nil)
+	if in, _ := obj["input"].(map[string]any); code != 200 || in["title"] != "<script>alert(1)</script> Job a" || obj["outputs"] == nil {
+		t.Fatalf("input: %d %v", code, obj)
+	}
+	// A secret's name and when it was set; never its value.
+	d := &daemon.Direct{DataDir: r.k.DataDir, Create: true}
+	defer d.Close()
+	secrets, err := d.Secrets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := secrets.Set(t.Context(), "crm", "s3cret-value"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(r.srv.URL + "/api/v1/secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), `"name": "crm"`) || !strings.Contains(string(raw), `"setAt"`) || strings.Contains(string(raw), "s3cret") {
+		t.Fatalf("secrets: %d %s", resp.StatusCode, raw)
+	}
+	if code, _, arr := r.call("GET", "/api/v1/connections", nil, nil); code != 200 || arr == nil || len(arr) != 0 {
+		t.Fatalf("connections: %d %v", code, arr)
+	}
+	for _, p := range []string{"/api/v1/workflows/nope/grants", "/api/v1/workflows/nope/schedule", "/api/v1/workflows/nope/blocked", "/api/v1/inputs/nope"} {
+		code, obj, _ := r.call("GET", p, nil, nil)
+		if e, _ := obj["error"].(map[string]any); code != http.StatusNotFound || !strings.Contains(fmt.Sprint(e["message"]), "nope") {
+			t.Errorf("%s: %d %v", p, code, obj)
+		}
+	}
+}

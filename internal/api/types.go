@@ -126,3 +126,12 @@ type ItemActionReply struct {
 type ActionReply struct {
 	Message string `json:"message"`
 }
+
+// GrantsReply answers GET /api/v1/workflows/{wf}/grants: what people
+// granted the workflow (each as it is revoked), and what POST …/grant
+// without items would allow now.
+type GrantsReply struct {
+	Workflow string   `json:"workflow"`
+	Grants   []string `json:"grants"`
+	ToGrant  []string `json:"toGrant"`
+}

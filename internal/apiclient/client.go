@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/keep-run/keep/internal/api"
@@ -147,6 +148,134 @@ type WorkflowView struct {
 func (c *Client) Workflow(ctx context.Context, wf string) (WorkflowView, error) {
 	var v WorkflowView
 	return v, c.call(ctx, http.MethodGet, "/api/v1/workflows/"+url.PathEscape(wf), nil, &v)
+}
+
+// Reads. Each is one GET of docs/api.md's "Reads", decoded into the
+// shapes report and api/types.go define: what the CLI prints and what
+// the page reads are the same answers.
+
+// Statuses lists every workflow with its status (GET /api/v1/workflows).
+func (c *Client) Statuses(ctx context.Context) ([]report.Status, error) {
+	var v []report.Status
+	return v, c.call(ctx, http.MethodGet, "/api/v1/workflows", nil, &v)
+}
+
+// Blocked lists the cards of a workflow's blocked runs ("" for every
+// workflow's).
+func (c *Client) Blocked(ctx context.Context, wf string) ([]report.Card, error) {
+	path := "/api/v1/blocked"
+	if wf != "" {
+		path = c.wfPath(wf, "blocked")
+	}
+	var v []report.Card
+	return v, c.call(ctx, http.MethodGet, path, nil, &v)
+}
+
+// Nodes lists the keep serve nodes sharing the store and what each holds.
+func (c *Client) Nodes(ctx context.Context) ([]report.NodeView, error) {
+	var v []report.NodeView
+	return v, c.call(ctx, http.MethodGet, "/api/v1/nodes", nil, &v)
+}
+
+// Inputs lists a workflow's inputs.
+func (c *Client) Inputs(ctx context.Context, wf string) ([]report.Input, error) {
+	var v []report.Input
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "inputs"), nil, &v)
+}
+
+// Outputs lists a workflow's outputs, one per mutation.
+func (c *Client) Outputs(ctx context.Context, wf string) ([]report.Output, error) {
+	var v []report.Output
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "outputs"), nil, &v)
+}
+
+// Runs lists a workflow's runs, newest first (limit 0: all).
+func (c *Client) Runs(ctx context.Context, wf string, limit int) ([]report.Run, error) {
+	var v []report.Run
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "runs")+"?limit="+strconv.Itoa(limit), nil, &v)
+}
+
+// Items lists a workflow's items (orphaned: only those a major version
+// left behind).
+func (c *Client) Items(ctx context.Context, wf string, orphaned bool) ([]report.Item, error) {
+	q := ""
+	if orphaned {
+		q = "?orphaned=1"
+	}
+	var v []report.Item
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "items")+q, nil, &v)
+}
+
+// Schedule lists when a workflow's producers and tasks run next.
+func (c *Client) Schedule(ctx context.Context, wf string) ([]report.Scheduled, error) {
+	var v []report.Scheduled
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "schedule"), nil, &v)
+}
+
+// Topics lists a workflow's topics with their counts, and its producers.
+func (c *Client) Topics(ctx context.Context, wf string) (api.TopicsReply, error) {
+	var v api.TopicsReply
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "topics"), nil, &v)
+}
+
+// Events reads one page of a workflow's events ("" topic or status: any).
+func (c *Client) Events(ctx context.Context, wf, topic, status string, after int64, limit int) (report.EventPage, error) {
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if topic != "" {
+		q.Set("topic", topic)
+	}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if after != 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	var v report.EventPage
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "events")+"?"+q.Encode(), nil, &v)
+}
+
+// Repairs lists the Maintainer's repairs of a workflow.
+func (c *Client) Repairs(ctx context.Context, wf string) ([]report.Repair, error) {
+	var v []report.Repair
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "repairs"), nil, &v)
+}
+
+// Grants says what a workflow was granted and what a grant without items
+// would allow now.
+func (c *Client) Grants(ctx context.Context, wf string) (api.GrantsReply, error) {
+	var v api.GrantsReply
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "grants"), nil, &v)
+}
+
+// Run reads one run in full.
+func (c *Client) Run(ctx context.Context, id string) (report.RunDetail, error) {
+	var v report.RunDetail
+	return v, c.call(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id), nil, &v)
+}
+
+// Input reads an input (by id or key) and the writes it caused.
+func (c *Client) Input(ctx context.Context, ref string) (report.InputDetail, error) {
+	var v report.InputDetail
+	return v, c.call(ctx, http.MethodGet, "/api/v1/inputs/"+url.PathEscape(ref), nil, &v)
+}
+
+// Item reads an item (by id or key; wf names the workflow when the key is
+// in several, "" otherwise) and its attempts.
+func (c *Client) Item(ctx context.Context, ref, wf string) (report.ItemDetail, error) {
+	var v report.ItemDetail
+	return v, c.call(ctx, http.MethodGet, "/api/v1/items/"+url.PathEscape(ref)+"?workflow="+url.QueryEscape(wf), nil, &v)
+}
+
+// Connections lists the connected accounts, never their credentials.
+func (c *Client) Connections(ctx context.Context) ([]report.Connection, error) {
+	var v []report.Connection
+	return v, c.call(ctx, http.MethodGet, "/api/v1/connections", nil, &v)
+}
+
+// Secrets lists the named secrets' names and when each was set.
+func (c *Client) Secrets(ctx context.Context) ([]report.Secret, error) {
+	var v []report.Secret
+	return v, c.call(ctx, http.MethodGet, "/api/v1/secrets", nil, &v)
 }
 
 // Deploy deploys a script (POST /api/v1/workflows).

@@ -1,6 +1,10 @@
-// Package cli is keep's command line. Reads and people's actions go straight
-// to the store of the data directory, so they work with or without a
-// running `keep serve`; `serve` and `run` own the engine.
+// Package cli is keep's command line: a typed client of keep's API
+// (package apiclient) for every read and every person's action — the API
+// of the keep serve running on the data directory, or the same API served
+// in this process (daemon.LocalAPI) — so they work with or without a
+// running `keep serve`. `serve` and `run` own the engine; the few commands
+// that need the store by nature reach it through daemon (daemon.Direct,
+// daemon.Migrate).
 package cli
 
 import (
@@ -17,9 +21,6 @@ import (
 
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/script"
-	"github.com/keep-run/keep/internal/store"
-	"github.com/keep-run/keep/internal/store/backend"
-	"github.com/keep-run/keep/internal/store/sqlite"
 )
 
 // Exit codes.
@@ -140,52 +141,6 @@ func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// openStore opens the data directory's store for reads and actions; a
-// missing database is an error rather than a new empty one.
-func (a *app) openStore() (store.Store, error) {
-	loc, err := backend.Parse(a.storeURL, a.dataDir)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(loc.Path); loc.Kind == backend.SQLite && err != nil {
-		return nil, fmt.Errorf("no keep data in %s (nothing deployed yet; run `keep deploy FILE` or `keep run FILE`, or pass --data)", loc.Path)
-	}
-	return loc.Open()
-}
-
-// storeLocation is the store --store names; a bad URL was already refused
-// by openStore.
-func (a *app) storeLocation() backend.Location {
-	l, err := backend.Parse(a.storeURL, a.dataDir)
-	if err != nil {
-		return backend.Default(a.dataDir)
-	}
-	return l
-}
-
-func (a *app) withStore(fn func(st store.Store) error) error {
-	st, err := a.openStore()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	return fn(st)
-}
-
-// withReadStore is withStore for commands that only read: on a read-only
-// data directory they still work.
-func (a *app) withReadStore(fn func(st store.Store) error) error {
-	st, err := a.openStore()
-	if errors.Is(err, sqlite.ErrReadOnly) {
-		st, err = a.storeLocation().OpenReadOnly()
-	}
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	return fn(st)
 }
 
 func readScript(file string) (string, error) {

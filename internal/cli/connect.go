@@ -9,14 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
-	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 // config is the config file a command reads: --config, else keep.toml in
@@ -78,34 +75,16 @@ func (a *app) connectCmd() *cobra.Command {
 			if token == "" {
 				token = os.Getenv("KEEP_" + strings.ToUpper(d.Name) + "_TOKEN")
 			}
-			var st store.Store
-			defer func() {
-				if st != nil {
-					st.Close()
-				}
-			}()
-			open := func() (store.Store, error) {
-				if st == nil {
-					st, err = a.openOrCreateStore()
-				}
-				return st, err
-			}
+			// The store is opened (made, before any deploy) only when the
+			// connector asks for it.
+			direct := a.direct(true)
+			defer direct.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			return d.Connect.Run(ctx, connector.ConnectCall{Table: cfg.Connectors[d.Name], Args: args[1:], Token: token, Out: a.out,
-				Accounts: func() (*account.Accounts, error) {
-					st, err := open()
-					if err != nil {
-						return nil, err
-					}
-					return daemon.Accounts(a.dataDir, st)
-				},
+				Accounts: direct.Accounts,
 				Uses: func(scripts []string) ([]string, error) {
-					st, err := open()
-					if err != nil {
-						return nil, err
-					}
-					return usesOf(cmd.Context(), st, scripts)
+					return usesOf(cmd.Context(), direct, scripts)
 				}})
 		},
 	}
@@ -114,16 +93,17 @@ func (a *app) connectCmd() *cobra.Command {
 	return c
 }
 
-// openOrCreateStore opens the store, creating the embedded one if this is
-// the first command run (a person may connect before deploying).
-func (a *app) openOrCreateStore() (store.Store, error) {
-	return daemon.OpenStore(a.dataDir, a.storeURL)
+// direct is the data directory's store for the commands that need it by
+// nature (daemon.Direct: keep connect, keep secret set and rm, keep plan
+// --revise); create makes it when there is none yet.
+func (a *app) direct(create bool) *daemon.Direct {
+	return &daemon.Direct{DataDir: a.dataDir, Store: a.storeURL, Create: create}
 }
 
 // usesOf lists the methods the deployed workflows and the named scripts
 // call (engine.UsesOf).
-func usesOf(ctx context.Context, st store.Store, files []string) ([]string, error) {
-	sources, err := report.LatestScripts(ctx, st)
+func usesOf(ctx context.Context, d *daemon.Direct, files []string) ([]string, error) {
+	sources, err := d.LatestScripts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +123,8 @@ func (a *app) connectionsCmd() *cobra.Command {
 		Short: "list the connected accounts and their scopes (never their tokens)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withStore(func(st store.Store) error {
-				cs, err := report.Connections(cmd.Context(), st)
+			return a.read(cmd.Context(), func(k *keepAPI) error {
+				cs, err := k.Connections(cmd.Context())
 				if err != nil {
 					return err
 				}

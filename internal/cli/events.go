@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,10 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 // eventsView is what `keep events --json` prints.
@@ -31,15 +31,15 @@ func (a *app) eventsCmd() *cobra.Command {
 	var after int64
 	var limit int
 	c := reader(a, &cobra.Command{Use: "events WORKFLOW", Short: "show a workflow's topics and events: pending, reserved, consumed, skipped, with payloads and causes", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) (eventsView, error) {
-			topics, producers, err := report.Topics(ctx, st, args[0])
+		func(ctx context.Context, k *keepAPI, args []string) (eventsView, error) {
+			t, err := k.Topics(ctx, args[0])
 			if err != nil {
 				return eventsView{}, err
 			}
-			page, err := report.Events(ctx, st, args[0], topic, state, after, limit)
-			return eventsView{Topics: topics, Producers: producers, EventPage: page}, err
+			page, err := k.Events(ctx, args[0], topic, state, after, limit)
+			return eventsView{Topics: t.Topics, Producers: t.Producers, EventPage: page}, err
 		},
-		func(_ context.Context, _ store.Store, v eventsView) error { a.printEvents(v); return nil })
+		func(_ context.Context, _ *keepAPI, v eventsView) error { a.printEvents(v); return nil })
 	a.eventsFlags(c, &topic, &state, &after, &limit)
 	return c
 }
@@ -59,12 +59,21 @@ func (a *app) printEvents(v eventsView) {
 		for _, c := range e.CausedBy {
 			causes = append(causes, crop(c.Title, 40))
 		}
-		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Topic, crop(e.MessageID, 30), e.Status, strings.Join(causes, "; "), crop(string(e.Payload), 60))
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Topic, crop(e.MessageID, 30), e.Status, strings.Join(causes, "; "), crop(compact(e.Payload), 60))
 	}
 	w.Flush()
 	if v.Next != 0 {
 		fmt.Fprintf(a.out, "  … more: --after %d\n", v.Next)
 	}
+}
+
+// compact is a JSON value on one line, however the API laid it out.
+func compact(raw []byte) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
 }
 
 func (a *app) eventsFlags(c *cobra.Command, topic, state *string, after *int64, limit *int) {
@@ -158,15 +167,10 @@ func (a *app) grantCmd() *cobra.Command {
 			}
 			pending := items
 			if len(items) == 0 {
-				if err := a.withStore(func(st store.Store) error {
-					return st.View(cmd.Context(), func(tx store.Tx) error {
-						var err error
-						pending, err = engine.ToGrant(tx, wf)
-						if errors.Is(err, kt.ErrNotFound) {
-							return fmt.Errorf("there is no workflow %q (see keep status)", wf)
-						}
-						return err
-					})
+				if err := a.read(cmd.Context(), func(k *keepAPI) error {
+					g, err := k.Grants(cmd.Context(), wf)
+					pending = g.ToGrant
+					return err
 				}); err != nil {
 					return err
 				}

@@ -7,17 +7,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 func (a *app) itemsCmd() *cobra.Command {
 	var orphaned bool
 	c := reader(a, &cobra.Command{Use: "items WORKFLOW", Short: "list a workflow's items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) ([]report.Item, error) {
-			items, err := report.Items(ctx, st, args[0], orphaned)
+		func(ctx context.Context, k *keepAPI, args []string) ([]report.Item, error) {
+			items, err := k.Items(ctx, args[0], orphaned)
 			return nonNil(items), err
 		},
-		func(_ context.Context, _ store.Store, items []report.Item) error {
+		func(_ context.Context, _ *keepAPI, items []report.Item) error {
 			if len(items) == 0 {
 				fmt.Fprintln(a.out, "no items")
 				return nil
@@ -40,10 +39,10 @@ func (a *app) itemsCmd() *cobra.Command {
 func (a *app) showItemCmd() *cobra.Command {
 	var wf string
 	c := reader(a, &cobra.Command{Use: "item ID|KEY", Short: "show an item and its attempts, each with its mutations", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) (report.ItemDetail, error) {
-			return report.ShowItem(ctx, st, wf, args[0])
+		func(ctx context.Context, k *keepAPI, args []string) (report.ItemDetail, error) {
+			return k.Item(ctx, args[0], wf)
 		},
-		func(_ context.Context, _ store.Store, d report.ItemDetail) error { a.printItem(d); return nil })
+		func(_ context.Context, _ *keepAPI, d report.ItemDetail) error { a.printItem(d); return nil })
 	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")
 	return c
 }

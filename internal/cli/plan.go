@@ -12,7 +12,6 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
-	"github.com/keep-run/keep/internal/store"
 )
 
 // planCmd is the Planner: a script from a person's words.
@@ -43,19 +42,13 @@ func (a *app) planCmd() *cobra.Command {
 			}
 			var current *kt.Version
 			if revise != "" {
-				if err := a.withReadStore(func(st store.Store) error {
-					return st.View(cmd.Context(), func(tx store.Tx) error {
-						w, err := tx.WorkflowGet(revise)
-						if err != nil {
-							return fmt.Errorf("there is no workflow %q to revise (see keep status)", revise)
-						}
-						v, err := tx.VersionGet(revise, w.ActiveVersion)
-						current = &v
-						return err
-					})
-				}); err != nil {
+				d := a.direct(false)
+				v, err := d.ActiveVersion(cmd.Context(), revise)
+				d.Close()
+				if err != nil {
 					return err
 				}
+				current = &v
 			}
 			eng := engine.New(engine.Options{Registry: reg})
 			p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 func (a *app) statusCmd() *cobra.Command {
@@ -22,84 +20,97 @@ func (a *app) statusCmd() *cobra.Command {
 			if len(args) == 1 {
 				only = args[0]
 			}
-			return a.withReadStore(func(st store.Store) error {
-				ss, err := report.Statuses(cmd.Context(), st, only)
-				if err != nil {
-					return err
-				}
-				// What the store shows cannot tell that keep serve is stuck
-				// (a full disk: nothing it does is written); it can.
-				problem := ""
-				if c, found, _ := a.serveAPI(cmd.Context()); found {
-					if health, err := c.Health(cmd.Context()); err == nil {
-						problem = health.Problem
-					}
-				}
-				for i := range ss {
-					if problem != "" && ss[i].Status != "paused" {
-						ss[i].Status, ss[i].Reason = "error", "keep serve cannot go on: "+problem
-					}
-				}
-				if a.jsonOut {
-					return a.printJSON(nonNil(ss))
-				}
-				if problem != "" {
-					fmt.Fprintf(a.out, "keep serve cannot go on by itself: %s\n\n", problem)
-				}
-				if len(ss) == 0 {
-					fmt.Fprintln(a.out, "no workflows deployed")
-					return nil
-				}
-				w := a.table()
-				fmt.Fprintln(w, "WORKFLOW\tVERSION\tSTATUS\tPENDING\tFILES\tBLOCKED RUN")
-				for _, s := range ss {
-					files := s.FilesRoot
-					if files == "" {
-						files = "(keep serve's --files-root)"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Status, s.PendingEvents, files, s.BlockedRunID)
-				}
-				w.Flush()
-				for _, s := range ss {
-					if s.Status == "running" && s.Reason != "" {
-						fmt.Fprintf(a.out, "%s: %s\n", s.Name, s.Reason)
-					}
-					if len(s.Ungranted) > 0 {
-						fmt.Fprintf(a.out, "%s: not yet granted: %s (keep grant %s)\n", s.Name, strings.Join(s.Ungranted, ", "), s.Name)
-					}
-				}
-				if err := a.printNodes(cmd.Context(), st); err != nil {
-					return err
-				}
-				cards, err := report.Blocked(cmd.Context(), st, only)
-				if err != nil {
-					return err
-				}
-				for _, c := range cards {
-					fmt.Fprintln(a.out)
-					a.printCard(c)
-				}
-				return nil
-			})
+			return a.read(cmd.Context(), func(k *keepAPI) error { return a.printStatus(cmd.Context(), k, only) })
 		},
 	}
 	a.addJSON(c)
 	return c
 }
 
-// reader makes c a read command: fetch reads what report computes, which
-// is printed as JSON with --json, else as text by show.
-func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, st store.Store, args []string) (T, error), show func(ctx context.Context, st store.Store, v T) error) *cobra.Command {
+// printStatus prints every workflow's status (or only's), the nodes
+// sharing the store, and the blocked runs' cards.
+func (a *app) printStatus(ctx context.Context, k *keepAPI, only string) error {
+	var ss []report.Status
+	if only != "" {
+		v, err := k.Workflow(ctx, only)
+		if err != nil {
+			return err
+		}
+		ss = []report.Status{v.Status}
+	} else {
+		var err error
+		if ss, err = k.Statuses(ctx); err != nil {
+			return err
+		}
+	}
+	// What the store shows cannot tell that keep serve is stuck (a full
+	// disk: nothing it does is written); it can.
+	problem := ""
+	if serve := k.serveClient(); serve != nil {
+		if health, err := serve.Health(ctx); err == nil {
+			problem = health.Problem
+		}
+	}
+	for i := range ss {
+		if problem != "" && ss[i].Status != "paused" {
+			ss[i].Status, ss[i].Reason = "error", "keep serve cannot go on: "+problem
+		}
+	}
+	if a.jsonOut {
+		return a.printJSON(nonNil(ss))
+	}
+	if problem != "" {
+		fmt.Fprintf(a.out, "keep serve cannot go on by itself: %s\n\n", problem)
+	}
+	if len(ss) == 0 {
+		fmt.Fprintln(a.out, "no workflows deployed")
+		return nil
+	}
+	w := a.table()
+	fmt.Fprintln(w, "WORKFLOW\tVERSION\tSTATUS\tPENDING\tFILES\tBLOCKED RUN")
+	for _, s := range ss {
+		files := s.FilesRoot
+		if files == "" {
+			files = "(keep serve's --files-root)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Status, s.PendingEvents, files, s.BlockedRunID)
+	}
+	w.Flush()
+	for _, s := range ss {
+		if s.Status == "running" && s.Reason != "" {
+			fmt.Fprintf(a.out, "%s: %s\n", s.Name, s.Reason)
+		}
+		if len(s.Ungranted) > 0 {
+			fmt.Fprintf(a.out, "%s: not yet granted: %s (keep grant %s)\n", s.Name, strings.Join(s.Ungranted, ", "), s.Name)
+		}
+	}
+	if err := a.printNodes(ctx, k); err != nil {
+		return err
+	}
+	cards, err := k.Blocked(ctx, only)
+	if err != nil {
+		return err
+	}
+	for _, c := range cards {
+		fmt.Fprintln(a.out)
+		a.printCard(c)
+	}
+	return nil
+}
+
+// reader makes c a read command: fetch reads through keep's API
+// (readAPI), which is printed as JSON with --json, else as text by show.
+func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, k *keepAPI, args []string) (T, error), show func(ctx context.Context, k *keepAPI, v T) error) *cobra.Command {
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		return a.withReadStore(func(st store.Store) error {
-			v, err := fetch(cmd.Context(), st, args)
+		return a.read(cmd.Context(), func(k *keepAPI) error {
+			v, err := fetch(cmd.Context(), k, args)
 			if err != nil {
 				return err
 			}
 			if a.jsonOut {
 				return a.printJSON(v)
 			}
-			return show(cmd.Context(), st, v)
+			return show(cmd.Context(), k, v)
 		})
 	}
 	a.addJSON(c)
@@ -108,23 +119,23 @@ func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, st 
 
 func (a *app) inputsCmd() *cobra.Command {
 	return reader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) ([]report.Input, error) {
-			ins, err := report.Inputs(ctx, st, args[0])
+		func(ctx context.Context, k *keepAPI, args []string) ([]report.Input, error) {
+			ins, err := k.Inputs(ctx, args[0])
 			return nonNil(ins), err
 		},
-		func(_ context.Context, _ store.Store, ins []report.Input) error { a.printInputs(ins); return nil })
+		func(_ context.Context, _ *keepAPI, ins []report.Input) error { a.printInputs(ins); return nil })
 }
 
 func (a *app) outputsCmd() *cobra.Command {
 	var wf string
 	return reader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) ([]report.Output, error) {
+		func(ctx context.Context, k *keepAPI, args []string) ([]report.Output, error) {
 			wf = args[0]
-			outs, err := report.Outputs(ctx, st, wf)
+			outs, err := k.Outputs(ctx, wf)
 			return nonNil(outs), err
 		},
-		func(ctx context.Context, st store.Store, outs []report.Output) error {
-			ins, err := report.Inputs(ctx, st, wf)
+		func(ctx context.Context, k *keepAPI, outs []report.Output) error {
+			ins, err := k.Inputs(ctx, wf)
 			if err != nil {
 				return err
 			}
@@ -136,11 +147,11 @@ func (a *app) outputsCmd() *cobra.Command {
 func (a *app) runsCmd() *cobra.Command {
 	var limit int
 	c := reader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) ([]report.Run, error) {
-			rs, err := report.Runs(ctx, st, args[0], limit)
+		func(ctx context.Context, k *keepAPI, args []string) ([]report.Run, error) {
+			rs, err := k.Runs(ctx, args[0], limit)
 			return nonNil(rs), err
 		},
-		func(_ context.Context, _ store.Store, rs []report.Run) error {
+		func(_ context.Context, _ *keepAPI, rs []report.Run) error {
 			w := a.table()
 			fmt.Fprintln(w, "RUN\tHANDLER\tABOUT\tPHASE\tSTATUS\tCREATED\tERROR")
 			for _, r := range rs {
@@ -159,15 +170,15 @@ func (a *app) runsCmd() *cobra.Command {
 func (a *app) showCmd() *cobra.Command {
 	show := &cobra.Command{Use: "show", Short: "show one run, input or item in full"}
 	runC := reader(a, &cobra.Command{Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) (report.RunDetail, error) {
-			return report.ShowRun(ctx, st, args[0])
+		func(ctx context.Context, k *keepAPI, args []string) (report.RunDetail, error) {
+			return k.Run(ctx, args[0])
 		},
-		func(_ context.Context, _ store.Store, d report.RunDetail) error { a.printRun(d); return nil })
+		func(_ context.Context, _ *keepAPI, d report.RunDetail) error { a.printRun(d); return nil })
 	inputC := reader(a, &cobra.Command{Use: "input ID|KEY", Short: "show an input and what it caused (by the id `keep inputs` prints, or its key source:type:id)", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, st store.Store, args []string) (report.InputDetail, error) {
-			return report.ShowInput(ctx, st, args[0])
+		func(ctx context.Context, k *keepAPI, args []string) (report.InputDetail, error) {
+			return k.Input(ctx, args[0])
 		},
-		func(_ context.Context, _ store.Store, d report.InputDetail) error {
+		func(_ context.Context, _ *keepAPI, d report.InputDetail) error {
 			in := d.Input
 			fmt.Fprintf(a.out, "input %s\n  title:  %s\n  source: %s/%s id %s\n  status: %s\n  attempt: %d\n\n", in.ID, in.Title, in.Source, in.Type, in.ExternalID, in.Status, in.Attempt)
 			a.printOutputs(d.Outputs, []report.Input{in})
@@ -179,8 +190,8 @@ func (a *app) showCmd() *cobra.Command {
 
 // printNodes lists the keep serve nodes sharing the store (PostgreSQL) and
 // the workflows each holds now.
-func (a *app) printNodes(ctx context.Context, st store.Store) error {
-	ns, err := report.Nodes(ctx, st, time.Now().UnixMilli())
+func (a *app) printNodes(ctx context.Context, k *keepAPI) error {
+	ns, err := k.Nodes(ctx)
 	if err != nil || len(ns) == 0 {
 		return err
 	}

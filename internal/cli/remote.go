@@ -18,6 +18,10 @@ import (
 type keepAPI struct {
 	*apiclient.Client
 	local *daemon.LocalAPI
+	// serve is the keep serve of the data directory when one answers but
+	// this process cannot prove it may act there (reads then go to the
+	// store in process); nil otherwise.
+	serve *apiclient.Client
 }
 
 func (k *keepAPI) Close() {
@@ -43,6 +47,36 @@ func (a *app) apiFor(ctx context.Context, o daemon.LocalOptions) (*keepAPI, erro
 		return nil, err
 	}
 	return &keepAPI{Client: apiclient.InProcess(l.Handler, a.by), local: l}, nil
+}
+
+// readAPI is the keep API of a command that only reads: keep serve's when
+// it answers and this process may read there, else the same API in this
+// process on the data directory's store — opened for reads only when the
+// data directory cannot be written, so reads work there too.
+func (a *app) readAPI(ctx context.Context) (*keepAPI, error) {
+	c, found, noSecret := a.serveAPI(ctx)
+	if found && noSecret == nil {
+		return &keepAPI{Client: c}, nil
+	}
+	l, err := daemon.OpenLocalAPI(daemon.LocalOptions{DataDir: a.dataDir, Store: a.storeURL, MustExist: true, Reads: true})
+	if err != nil {
+		return nil, err
+	}
+	k := &keepAPI{Client: apiclient.InProcess(l.Handler, a.by), local: l}
+	if found {
+		k.serve = c
+	}
+	return k, nil
+}
+
+// read is a read command's body: fn reads through readAPI.
+func (a *app) read(ctx context.Context, fn func(c *keepAPI) error) error {
+	c, err := a.readAPI(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
 }
 
 // actionAPI is the keep API of a person's action: a repair approved here
@@ -79,4 +113,13 @@ func (a *app) serveAPI(ctx context.Context) (c *apiclient.Client, found bool, no
 		}
 	}
 	return apiclient.Remote(addr, secret, a.by), true, err
+}
+
+// serveClient is the keep serve answering for the data directory, whether
+// or not this process may act there; nil when none answers.
+func (k *keepAPI) serveClient() *apiclient.Client {
+	if k.local == nil {
+		return k.Client
+	}
+	return k.serve
 }

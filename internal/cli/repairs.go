@@ -5,9 +5,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 // repairsCmd shows the Maintainer's repairs of a workflow and lets a person
@@ -34,8 +31,8 @@ func (a *app) repairsCmd() *cobra.Command {
 					return r.Message, wf, err
 				})
 			}
-			return a.withReadStore(func(st store.Store) error {
-				rs, err := report.Repairs(cmd.Context(), st, wf)
+			return a.read(cmd.Context(), func(k *keepAPI) error {
+				rs, err := k.Repairs(cmd.Context(), wf)
 				if err != nil {
 					return err
 				}

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	kt "github.com/keep-run/keep/internal/keeptype"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
-	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 func (a *app) runCmd() *cobra.Command {
@@ -65,7 +64,7 @@ func (a *app) runCmd() *cobra.Command {
 			if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
 					// Say where it stopped: what is done, what is still pending.
-					if _, perr := a.printRunSummary(context.WithoutCancel(ctx), k.Store, res); perr != nil {
+					if _, perr := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res); perr != nil {
 						return perr
 					}
 					return fmt.Errorf("still not idle after --timeout %s: the inputs above marked pending are not done yet; keep run %s again, or keep serve, goes on from here", timeout, args[0])
@@ -75,7 +74,7 @@ func (a *app) runCmd() *cobra.Command {
 			if errs := k.Scheduler.Errors(); len(errs) > 0 {
 				return fmt.Errorf("keep hit an internal error: %v", errs[0])
 			}
-			blocked, err := a.printRunSummary(ctx, k.Store, res)
+			blocked, err := a.printRunSummary(ctx, apiclient.InProcess(k.API(), a.by), res)
 			if err != nil {
 				return err
 			}
@@ -100,25 +99,27 @@ func (a *app) printNotice(n engine.Notice) {
 	fmt.Fprintf(a.errOut, "%s  %s: %s\n", time.Now().Format("15:04:05"), n.Workflow, n.Text)
 }
 
-func (a *app) printRunSummary(ctx context.Context, st store.Store, res engine.DeployResult) (bool, error) {
+// printRunSummary prints where keep run left the workflow, read through
+// the API on the engine keep run holds (c).
+func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res engine.DeployResult) (bool, error) {
 	wf := res.Workflow
-	inputs, err := report.Inputs(ctx, st, wf)
+	inputs, err := c.Inputs(ctx, wf)
 	if err != nil {
 		return false, err
 	}
-	outputs, err := report.Outputs(ctx, st, wf)
+	outputs, err := c.Outputs(ctx, wf)
 	if err != nil {
 		return false, err
 	}
-	runs, err := report.Runs(ctx, st, wf, 0)
+	runs, err := c.Runs(ctx, wf, 0)
 	if err != nil {
 		return false, err
 	}
-	cards, err := report.Blocked(ctx, st, wf)
+	cards, err := c.Blocked(ctx, wf)
 	if err != nil {
 		return false, err
 	}
-	next, err := report.Schedule(ctx, st, wf)
+	next, err := c.Schedule(ctx, wf)
 	if err != nil {
 		return false, err
 	}

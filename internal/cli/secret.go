@@ -9,10 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/account"
-	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/report"
 )
 
 func (a *app) secretCmd() *cobra.Command {
@@ -37,13 +34,17 @@ func (a *app) secretCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.withSecrets(true, func(s *account.Secrets) error {
-				if err := s.Set(cmd.Context(), args[0], value); err != nil {
-					return err
-				}
-				fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); scripts name it as {secret:%s}\n", args[0], len(value), args[0])
-				return nil
-			})
+			d := a.direct(true)
+			defer d.Close()
+			s, err := d.Secrets()
+			if err != nil {
+				return err
+			}
+			if err := s.Set(cmd.Context(), args[0], value); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); scripts name it as {secret:%s}\n", args[0], len(value), args[0])
+			return nil
 		},
 	}
 	list := &cobra.Command{
@@ -51,20 +52,12 @@ func (a *app) secretCmd() *cobra.Command {
 		Short: "list the secrets' names and when each was set (never their values)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withSecrets(false, func(s *account.Secrets) error {
-				xs, err := s.List(cmd.Context())
+			return a.read(cmd.Context(), func(k *keepAPI) error {
+				rows, err := k.Secrets(cmd.Context())
 				if err != nil {
 					return err
 				}
-				type row struct {
-					Name    string `json:"name"`
-					SetAt   string `json:"setAt"`
-					Created string `json:"createdAt"`
-				}
-				rows := make([]row, 0, len(xs))
-				for _, x := range xs {
-					rows = append(rows, row{Name: x.Name, SetAt: report.Time(x.UpdatedAt), Created: report.Time(x.CreatedAt)})
-				}
+				rows = nonNil(rows)
 				if a.jsonOut {
 					return a.printJSON(rows)
 				}
@@ -87,17 +80,21 @@ func (a *app) secretCmd() *cobra.Command {
 		Short: "forget a secret (calls that name it then wait for a person)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withSecrets(false, func(s *account.Secrets) error {
-				err := s.Remove(cmd.Context(), args[0])
-				if errors.Is(err, kt.ErrNotFound) {
-					return fmt.Errorf("no secret named %s (keep secret list shows them)", args[0])
-				}
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(a.out, "secret %s removed\n", args[0])
-				return nil
-			})
+			d := a.direct(false)
+			defer d.Close()
+			s, err := d.Secrets()
+			if err != nil {
+				return err
+			}
+			err = s.Remove(cmd.Context(), args[0])
+			if errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("no secret named %s (keep secret list shows them)", args[0])
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "secret %s removed\n", args[0])
+			return nil
 		},
 	}
 	c.AddCommand(set, list, rm)
@@ -119,24 +116,4 @@ func readSecretValue(in io.Reader) (string, error) {
 		return "", errors.New("no value on standard input; give it there, e.g. `printf %s \"$TOKEN\" | keep secret set NAME`; nothing was stored")
 	}
 	return v, nil
-}
-
-// withSecrets opens the store's secrets with the data directory's key;
-// create makes the store when there is none yet (a person may set a
-// secret before deploying).
-func (a *app) withSecrets(create bool, fn func(*account.Secrets) error) error {
-	open := a.openStore
-	if create {
-		open = a.openOrCreateStore
-	}
-	st, err := open()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	accts, err := daemon.Accounts(a.dataDir, st)
-	if err != nil {
-		return err
-	}
-	return fn(&account.Secrets{Store: st, Box: accts.Box})
 }

@@ -459,6 +459,13 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 	return guard.Wrap(mux, "/login")
 }
 
+// API is keep's API on this Keep's store and engine for a caller in this
+// process, without keep serve's guard (api.InProcess): keep run reads
+// what it prints through it, as every other command reads through the API.
+func (k *Keep) API() http.Handler {
+	return api.InProcess((&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem}).Handler())
+}
+
 // AddrFile is where keep serve writes the address of its API and its
 // Instance, so the CLI beside it can use the API.
 func AddrFile(dataDir string) string { return filepath.Join(dataDir, "serve.addr") }

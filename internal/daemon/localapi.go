@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -42,6 +43,10 @@ type LocalOptions struct {
 	// MustExist refuses a data directory with no store yet (reads and
 	// actions) instead of creating one (deploy).
 	MustExist bool
+	// Reads serves a command that only reads: on a data directory that
+	// cannot be written the store is opened for reads only (its actions
+	// then fail saying so).
+	Reads bool
 }
 
 // OpenLocalAPI opens the store of a data directory and serves keep's API
@@ -55,15 +60,20 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 	if err != nil {
 		return nil, err
 	}
-	if loc.Kind == backend.SQLite {
-		if _, err := os.Stat(loc.Path); err != nil && o.MustExist {
-			return nil, fmt.Errorf("no keep data in %s (nothing deployed yet; run `keep deploy FILE` or `keep run FILE`, or pass --data)", loc.Path)
+	if o.MustExist {
+		if err := mustExist(loc); err != nil {
+			return nil, err
 		}
+	}
+	if loc.Kind == backend.SQLite {
 		if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create data directory %s: %w", o.DataDir, err)
 		}
 	}
 	st, err := loc.Open()
+	if o.Reads && errors.Is(err, backend.ErrReadOnly) {
+		st, err = loc.OpenReadOnly()
+	}
 	if err != nil {
 		return nil, err
 	}

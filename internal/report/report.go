@@ -723,6 +723,27 @@ func Connections(ctx context.Context, st store.Store) ([]Connection, error) {
 	return out, err
 }
 
+// Secret is a named secret as people see it: its name and when it was
+// set, never its value.
+type Secret struct {
+	Name      string `json:"name"`
+	SetAt     string `json:"setAt"`
+	CreatedAt string `json:"createdAt"`
+}
+
+// Secrets lists the named secrets (keep secret set NAME).
+func Secrets(ctx context.Context, st store.Store) ([]Secret, error) {
+	out := []Secret{}
+	err := st.View(ctx, func(tx store.Tx) error {
+		xs, err := tx.SecretList()
+		for _, x := range xs {
+			out = append(out, Secret{Name: x.Name, SetAt: Time(x.UpdatedAt), CreatedAt: Time(x.CreatedAt)})
+		}
+		return err
+	})
+	return out, err
+}
+
 // LatestScripts returns the script of every workflow's latest version
 // (what keep connect reads to ask for the scopes the workflows need).
 func LatestScripts(ctx context.Context, st store.Store) ([]string, error) {

@@ -58,13 +58,15 @@ var rules = []struct {
 	{"internal/api", "internal/connector internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store", "the HTTP API over engine.Control and report"},
 	{"internal/apiclient", "internal/api internal/report", "the API's typed client: shapes only"},
 	{"internal/web", "internal/api internal/engine internal/report internal/store", "the page"},
-	{"internal/daemon", "internal/account internal/api internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/web", "the one place that wires everything"},
+	{"internal/daemon", "internal/account internal/api internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
 	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
-	// The CLI: actions and deploys reach keep only through apiclient
-	// (keep serve's API, or daemon.LocalAPI in process). Its reads, keep
-	// run, keep connect, keep secret, keep plan and keep migrate still use
-	// the packages after apiclient directly.
-	{"internal/cli", "internal/account internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store internal/store/backend internal/store/sqlite internal/store/transfer", "the commands"},
+	// The CLI: reads, actions and deploys reach keep only through
+	// apiclient (keep serve's API, or daemon.LocalAPI in process); api and
+	// report for the shapes it prints. The commands that need the store or
+	// an engine by nature (run, serve, migrate, connect, secret set/rm,
+	// plan) reach it through daemon; engine, script, connector and config
+	// for what runs in the CLI itself (validate, plan, the registry).
+	{"internal/cli", "internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/engine internal/keeptype internal/maintainer internal/report internal/script", "the commands: a client of the API"},
 	{"internal/fake/fault", "", "fault injection of the fakes"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},

@@ -81,6 +81,10 @@ func (l Location) Open() (store.Store, error) {
 	return sqlite.Open(l.Path)
 }
 
+// ErrReadOnly means the data directory cannot be written (Open fails
+// with it; OpenReadOnly still reads).
+var ErrReadOnly = sqlite.ErrReadOnly
+
 // OpenReadOnly opens the store at l for reads only (a read-only data directory).
 func (l Location) OpenReadOnly() (store.Store, error) {
 	if l.Kind == Postgres {
