@@ -32,6 +32,9 @@ func (x *runExec) emit(dv declView) error {
 	if err != nil {
 		return x.fail(kt.Errorf(kt.ClassInternal, "the stored PrepareResult of run %s does not decode (%v): keep's store was changed outside keep or is damaged; keep stopped here and changed nothing of it — restore the store from a backup", run.ID, err))
 	}
+	if pr.reservesNothing() && x.unstored {
+		return x.idle()
+	}
 	if pr.reservesNothing() {
 		// Nothing to do (SPEC §4, docs/scripts.md): the run commits at once;
 		// next is for work that was selected.
@@ -70,6 +73,24 @@ func (x *runExec) emit(dv declView) error {
 		}
 		x.e.crashPoint(CrashInsideCommit)
 		return nil
+	})
+}
+
+// idle ends a new consumer run whose prepare reserved nothing: nothing to
+// do (SPEC §4), so next does not run, and the run is not stored — an empty
+// poll is no work a person looks at, and would fill `keep runs`, the page
+// and the status with a row per wake-up (issue 27). Only the consumer's
+// state is written: its wake time and a wake-up that came in meanwhile
+// (saveConsumerState). A retry that reserves nothing was stored when it
+// was made, and commits as a run.
+func (x *runExec) idle() error {
+	if err := advance(x.run, kt.PhaseCommitted); err != nil {
+		return err
+	}
+	x.run.Status = kt.StatusCommitted
+	x.e.log.Debug("a consumer's prepare reserved nothing: no run recorded", "workflow", x.wf.Name, "handler", x.run.Handler)
+	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+		return x.saveConsumerState(tx, nil, false)
 	})
 }
 

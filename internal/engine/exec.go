@@ -56,6 +56,11 @@ type runExec struct {
 	// then the outcome with next's publishes and the consumption.
 	reserve []kt.Event
 	outcome *kt.Mutation
+	// unstored: nothing of the run is written yet (a new run of Step; a
+	// retry is written when it is made). A consumer run whose prepare
+	// reserved nothing and that is still unstored is never written
+	// (idle): an empty poll is not work a person looks at.
+	unstored bool
 }
 
 // newExec starts carrying out run; its trace continues the run's own.
@@ -109,7 +114,7 @@ func (x *runExec) write(fn func(tx store.Tx) error) error {
 			return fn(tx)
 		})
 		if err == nil {
-			x.reserve, x.outcome = nil, nil
+			x.reserve, x.outcome, x.unstored = nil, nil, false
 			if pinned {
 				x.e.crashPoint(CrashAfterPrepared)
 			}

@@ -127,6 +127,7 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	x.unstored = true
 	switch h.Type {
 	case kt.HandlerConsumer:
 		return true, x.consumer(&h)
