@@ -15,14 +15,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"sort"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -196,47 +195,65 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	err = s.onConn(ctx, "begin", true, func(r *runner) error {
+		if f, ok := store.FenceOf(ctx); ok {
+			r.scoped = true
+			if err := store.CheckFence(f, r.lockWorkflow); err != nil {
+				return err
+			}
+		} else if wfs, ok := store.WorkflowsOf(ctx); ok {
+			r.scoped = true
+			r.lockLeases(wfs)
+		} else {
+			// Keyed by the schema too: installations in two schemas of one
+			// database do not wait for each other. Sent with the first
+			// statement that needs an answer, after the BEGIN.
+			r.Defer("take the writers' lock", `SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, writerLock)
+		}
+		if err := fn(sqldb.NewTx(r)); err != nil {
+			return err
+		}
+		return r.commit()
+	})
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback()
-		}
-	}()
-	r := &runner{ctx: ctx, tx: tx, write: true, trips: &s.trips}
-	s.trips.Add(1) // begin
-	if f, ok := store.FenceOf(ctx); ok {
-		r.scoped = true
-		if err := store.CheckFence(f, r.lockWorkflow); err != nil {
-			return err
-		}
-	} else if wfs, ok := store.WorkflowsOf(ctx); ok {
-		r.scoped = true
-		if err := r.lockLeases(wfs); err != nil {
-			return err
-		}
-	} else if _, err := r.Exec(`SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, writerLock); err != nil {
-		// Keyed by the schema too: installations in two schemas of one
-		// database do not wait for each other.
-		return fmt.Errorf("take the writers' lock: %w", err)
-	}
-	if err := fn(sqldb.NewTx(r)); err != nil {
 		return err
 	}
-	if err := r.flush(); err != nil {
-		return err
-	}
-	s.trips.Add(1)
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	committed = true
 	s.commits.Add(1)
 	s.transactions.Add(1)
 	s.announce()
+	return nil
+}
+
+// onConn runs fn in a transaction (begin is its BEGIN) on a connection of
+// the pool, talked to through pgx itself (database/sql would send every
+// statement, the BEGIN and the COMMIT alone: runner pipelines them). fn
+// commits; a transaction fn did not commit is rolled back, and a
+// connection whose state is not known is closed, not reused. A panic in
+// fn closes the connection (PostgreSQL rolls its transaction back) and
+// reaches the caller.
+func (s *Store) onConn(ctx context.Context, begin string, write bool, fn func(*runner) error) error {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", begin, err)
+	}
+	defer c.Close()
+	var ferr error
+	rerr := c.Raw(func(dc any) error {
+		r := &runner{ctx: ctx, conn: dc.(*stdlib.Conn).Conn(), begin: begin, write: write, trips: &s.trips}
+		if ferr = fn(r); ferr != nil || !write {
+			r.rollback()
+		}
+		if r.broken {
+			return driver.ErrBadConn // database/sql closes the connection
+		}
+		return nil
+	})
+	if ferr != nil {
+		return ferr
+	}
+	if rerr != nil && !errors.Is(rerr, driver.ErrBadConn) {
+		return rerr
+	}
 	return nil
 }
 
@@ -263,15 +280,11 @@ WHERE l.workflow = ? FOR NO KEY UPDATE OF l`, writerLock, wf).Scan(&l.Node, &l.T
 // workflow are serialized on it, and a step's transaction, which only
 // reads its lease row under a row lock, makes a lease write wait for its
 // commit; nothing waits the other way, so no cycle forms.
-func (r *runner) lockLeases(wfs []string) error {
+func (r *runner) lockLeases(wfs []string) {
 	sorted := slices.Clone(wfs)
 	slices.Sort(sorted)
-	_, err := r.Exec(`SELECT pg_advisory_xact_lock_shared(?, hashtext(current_schema())),
+	r.Defer("take the leases' locks", `SELECT pg_advisory_xact_lock_shared(?, hashtext(current_schema())),
  (SELECT count(pg_advisory_xact_lock(hashtextextended(current_schema() || '/' || w, 0))) FROM (SELECT w FROM unnest(?::text[]) w ORDER BY w) s)`, writerLock, sorted)
-	if err != nil {
-		return fmt.Errorf("take the leases' locks: %w", err)
-	}
-	return nil
 }
 
 // sharedLock is the advisory lock on the rows of no workflow.
@@ -285,9 +298,7 @@ func (r *runner) LockShared() error {
 	if !r.scoped || r.sharedHeld {
 		return nil
 	}
-	if _, err := r.Exec(`SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, sharedLock); err != nil {
-		return fmt.Errorf("take the lock of the shared rows: %w", err)
-	}
+	r.Defer("take the lock of the shared rows", `SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, sharedLock)
 	r.sharedHeld = true
 	return nil
 }
@@ -331,18 +342,15 @@ func (s *Store) announcer() {
 	}
 }
 
-// View runs fn in a read-only snapshot of committed data.
+// View runs fn in a read-only snapshot of committed data. Its BEGIN goes
+// with its first statement, and a View that reads nothing sends nothing.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		return fmt.Errorf("begin read: %w", err)
-	}
-	defer tx.Rollback()
-	s.trips.Add(2) // begin, rollback
-	return fn(sqldb.NewTx(&runner{ctx: ctx, tx: tx, trips: &s.trips}))
+	return s.onConn(ctx, "begin isolation level repeatable read read only", false, func(r *runner) error {
+		return fn(sqldb.NewTx(r))
+	})
 }
 
 // Stats reports the commits made.
@@ -427,127 +435,4 @@ func (s *Store) listenOnce(ctx context.Context, changed func()) error {
 			changed()
 		}
 	})
-}
-
-// runner runs sqldb's statements in a transaction, with PostgreSQL's
-// placeholders.
-type runner struct {
-	ctx context.Context
-	tx  *sql.Tx
-	// scoped: a step's transaction, holding its workflow's lock and the
-	// writers' lock shared; sharedHeld: it took LockShared.
-	scoped, sharedHeld bool
-	// write: a write transaction, whose writes may be held back (pending).
-	write   bool
-	pending []deferred
-	// trips counts the statements sent (Stats.RoundTrips).
-	trips *atomic.Int64
-}
-
-func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
-	if err := r.flush(); err != nil {
-		return nil, err
-	}
-	r.trips.Add(1)
-	return r.tx.ExecContext(r.ctx, rebind(q), args...)
-}
-
-func (r *runner) Query(q string, args ...any) (*sql.Rows, error) {
-	if err := r.flush(); err != nil {
-		return nil, err
-	}
-	r.trips.Add(1)
-	return r.tx.QueryContext(r.ctx, rebind(q), args...)
-}
-
-func (r *runner) QueryRow(q string, args ...any) sqldb.Row {
-	if err := r.flush(); err != nil {
-		return errRow{err}
-	}
-	r.trips.Add(1)
-	return r.tx.QueryRowContext(r.ctx, rebind(q), args...)
-}
-
-type errRow struct{ err error }
-
-func (e errRow) Scan(...any) error { return e.err }
-
-// deferred is a write held back until the next statement or the commit.
-type deferred struct {
-	what, q string
-	args    []any
-}
-
-// Defer holds a write of a write transaction back (sqldb.Deferrer).
-func (r *runner) Defer(what, q string, args ...any) bool {
-	if !r.write {
-		return false
-	}
-	r.pending = append(r.pending, deferred{what, q, args})
-	return true
-}
-
-// flush sends the writes held back in one round trip: one alone as a
-// prepared statement; several as one simple-protocol query, pgx quoting
-// the arguments into its text (PostgreSQL runs a simple query's statements
-// in order, inside the transaction). The error names every write sent, as
-// PostgreSQL does not say which failed.
-func (r *runner) flush() error {
-	if len(r.pending) == 0 {
-		return nil
-	}
-	ps := r.pending
-	r.pending = nil
-	r.trips.Add(1)
-	if len(ps) == 1 {
-		if _, err := r.tx.ExecContext(r.ctx, rebind(ps[0].q), ps[0].args...); err != nil {
-			return fmt.Errorf("%s: %w", ps[0].what, err)
-		}
-		return nil
-	}
-	var b strings.Builder
-	args := []any{pgx.QueryExecModeSimpleProtocol}
-	whats := make([]string, len(ps))
-	for i, p := range ps {
-		if i > 0 {
-			b.WriteString(";\n")
-		}
-		b.WriteString(rebindFrom(p.q, len(args)-1))
-		args = append(args, p.args...)
-		whats[i] = p.what
-	}
-	if _, err := r.tx.ExecContext(r.ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("%s: %w", strings.Join(whats, "; "), err)
-	}
-	return nil
-}
-
-var rebound sync.Map // statement text → its PostgreSQL form
-
-// rebind turns ? placeholders into $1, $2, … (outside quoted literals).
-func rebind(q string) string {
-	if v, ok := rebound.Load(q); ok {
-		return v.(string)
-	}
-	out := rebindFrom(q, 0)
-	rebound.Store(q, out)
-	return out
-}
-
-// rebindFrom turns ? placeholders into $n+1, $n+2, …
-func rebindFrom(q string, n int) string {
-	var b strings.Builder
-	quoted := false
-	for _, c := range q {
-		switch {
-		case c == '\'':
-			quoted = !quoted
-		case c == '?' && !quoted:
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

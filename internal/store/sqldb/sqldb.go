@@ -14,8 +14,18 @@ import (
 // Runner runs the statements of one transaction.
 type Runner interface {
 	Exec(q string, args ...any) (sql.Result, error)
-	Query(q string, args ...any) (*sql.Rows, error)
+	Query(q string, args ...any) (Rows, error)
 	QueryRow(q string, args ...any) Row
+}
+
+// Rows are the rows of a Query, read as database/sql's are (*sql.Rows is
+// one): a backend that talks to its database directly (PostgreSQL's pgx)
+// returns its own.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
 }
 
 // Row is one row of a QueryRow.

@@ -66,15 +66,21 @@ func (c *conn) Exec(q string, args ...any) (sql.Result, error) {
 }
 
 // Query runs a statement that returns rows.
-func (c *conn) Query(q string, args ...any) (*sql.Rows, error) {
+func (c *conn) Query(q string, args ...any) (sqldb.Rows, error) {
 	st, err := c.stmt(q)
+	var rows *sql.Rows
 	switch {
 	case err != nil:
 		return nil, err
 	case st == nil:
-		return c.c.QueryContext(context.Background(), q, args...)
+		rows, err = c.c.QueryContext(context.Background(), q, args...)
+	default:
+		rows, err = st.Query(args...)
 	}
-	return st.Query(args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // row is the result of QueryRow: *sql.Row cannot be built outside

@@ -1,0 +1,300 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keep-run/keep/internal/store/sqldb"
+)
+
+// runner runs sqldb's statements in one transaction on a pgx connection of
+// the pool, with PostgreSQL's placeholders, in as few round trips as the
+// answers allow: the transaction's BEGIN and the writes held back (Defer)
+// go in one pipeline with the next statement that needs an answer, and
+// the last writes with the COMMIT. A transaction that sends no statement
+// sends no BEGIN either.
+type runner struct {
+	ctx  context.Context
+	conn *pgx.Conn
+	// begin is the BEGIN not sent yet ("" once sent).
+	begin string
+	// scoped: a step's transaction, holding its workflow's lock and the
+	// writers' lock shared; sharedHeld: it took LockShared.
+	scoped, sharedHeld bool
+	// write: a write transaction, whose writes may be held back (pending).
+	write   bool
+	pending []deferred
+	// open is the answer being read (its rows), closed before the next send.
+	open pgx.BatchResults
+	// broken: the connection's state is not known (a send failed midway,
+	// the rollback failed): it is closed instead of going back to the pool.
+	broken bool
+	// trips counts the round trips (Stats.RoundTrips).
+	trips *atomic.Int64
+}
+
+// deferred is a write held back until the next statement or the commit.
+type deferred struct {
+	what, q string
+	args    []any
+}
+
+// Defer holds a write of a write transaction back (sqldb.Deferrer).
+func (r *runner) Defer(what, q string, args ...any) bool {
+	if !r.write {
+		return false
+	}
+	r.pending = append(r.pending, deferred{what, q, args})
+	return true
+}
+
+// send sends the BEGIN if not sent yet, the writes held back and then q
+// (if not ""), in one pipeline, and reads every answer but q's, which the
+// caller reads from the results returned (and closes).
+func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
+	if err := r.closeOpen(); err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	begin := r.begin
+	if begin != "" {
+		b.Queue(begin)
+	}
+	ps := r.pending
+	for _, p := range ps {
+		b.Queue(rebind(p.q), p.args...)
+	}
+	if q != "" {
+		b.Queue(rebind(q), args...)
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	r.begin, r.pending = "", nil
+	r.trips.Add(1)
+	br := r.conn.SendBatch(r.ctx, b)
+	if begin != "" {
+		if _, err := br.Exec(); err != nil {
+			r.fail(br)
+			return nil, fmt.Errorf("begin: %w", err)
+		}
+	}
+	for _, p := range ps {
+		if _, err := br.Exec(); err != nil {
+			r.fail(br)
+			return nil, fmt.Errorf("%s: %w", p.what, err)
+		}
+	}
+	if q == "" {
+		if err := br.Close(); err != nil {
+			r.broken = true
+			return nil, err
+		}
+		return nil, nil
+	}
+	r.open = br
+	return br, nil
+}
+
+// fail closes a pipeline after an error in it; the transaction is aborted
+// (its ROLLBACK follows), and the connection is dropped if even closing fails.
+func (r *runner) fail(br pgx.BatchResults) {
+	if err := br.Close(); err != nil && r.conn.IsClosed() {
+		r.broken = true
+	}
+}
+
+// closeOpen ends the reading of the previous answer (rows not read to the end).
+func (r *runner) closeOpen() error {
+	if r.open == nil {
+		return nil
+	}
+	br := r.open
+	r.open = nil
+	if err := br.Close(); err != nil {
+		if r.conn.IsClosed() {
+			r.broken = true
+		}
+		return err
+	}
+	return nil
+}
+
+// flush sends what is held back (the BEGIN, writes) without a statement of its own.
+func (r *runner) flush() error {
+	_, err := r.send("")
+	return err
+}
+
+// Exec runs a statement. One without arguments may be several statements
+// (a migration's file): it goes by the simple protocol, on its own.
+func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
+	if len(args) == 0 {
+		if err := r.flush(); err != nil {
+			return nil, err
+		}
+		r.trips.Add(1)
+		tag, err := r.conn.Exec(r.ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		return result(tag.RowsAffected()), nil
+	}
+	br, err := r.send(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	r.open = nil
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return result(tag.RowsAffected()), nil
+}
+
+// Query runs a statement that returns rows.
+func (r *runner) Query(q string, args ...any) (sqldb.Rows, error) {
+	br, err := r.send(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		r.open = nil
+		br.Close()
+		return nil, err
+	}
+	return &pgRows{Rows: rows, r: r, br: br}, nil
+}
+
+// QueryRow runs a statement that returns at most one row.
+func (r *runner) QueryRow(q string, args ...any) sqldb.Row {
+	rows, err := r.Query(q, args...)
+	if err != nil {
+		return errRow{err}
+	}
+	return oneRow{rows}
+}
+
+// commit sends what is held back and the COMMIT, in one round trip.
+func (r *runner) commit() error {
+	if r.begin != "" && len(r.pending) == 0 {
+		return nil // nothing was sent: nothing to commit
+	}
+	br, err := r.send("commit")
+	if err != nil {
+		return err
+	}
+	r.open = nil
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if tag.String() == "ROLLBACK" { // the transaction had failed: PostgreSQL rolled it back
+		return fmt.Errorf("commit: %w", pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
+// rollback ends a transaction that is not committed (nothing to do when
+// no BEGIN was sent); a connection left in an unknown state is dropped.
+func (r *runner) rollback() {
+	if err := r.closeOpen(); err != nil && r.conn.IsClosed() {
+		r.broken = true
+		return
+	}
+	if r.begin != "" || r.broken || r.conn.IsClosed() {
+		r.broken = r.broken || r.conn.IsClosed()
+		return
+	}
+	r.trips.Add(1)
+	if _, err := r.conn.Exec(context.Background(), "rollback"); err != nil {
+		r.broken = true
+	}
+}
+
+// pgRows are a Query's rows; closing them ends the pipeline they came in.
+type pgRows struct {
+	pgx.Rows
+	r  *runner
+	br pgx.BatchResults
+}
+
+func (p *pgRows) Close() error {
+	p.Rows.Close()
+	err := p.Rows.Err()
+	if p.r.open == p.br {
+		p.r.open = nil
+		if cerr := p.br.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// oneRow is QueryRow's answer, read as database/sql's *sql.Row.
+type oneRow struct{ rows sqldb.Rows }
+
+func (o oneRow) Scan(dest ...any) error {
+	if !o.rows.Next() {
+		if err := o.rows.Close(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	err := o.rows.Scan(dest...)
+	if cerr := o.rows.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type errRow struct{ err error }
+
+func (e errRow) Scan(...any) error { return e.err }
+
+// result is an Exec's answer: the rows it changed.
+type result int64
+
+func (n result) RowsAffected() (int64, error) { return int64(n), nil }
+func (result) LastInsertId() (int64, error) {
+	return 0, errors.New("PostgreSQL has no last insert id: use RETURNING")
+}
+
+var rebound sync.Map // statement text → its PostgreSQL form
+
+// rebind turns ? placeholders into $1, $2, … (outside quoted literals).
+func rebind(q string) string {
+	if v, ok := rebound.Load(q); ok {
+		return v.(string)
+	}
+	var b strings.Builder
+	quoted, n := false, 0
+	for _, c := range q {
+		switch {
+		case c == '\'':
+			quoted = !quoted
+		case c == '?' && !quoted:
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	rebound.Store(q, out)
+	return out
+}
