@@ -51,6 +51,8 @@
     consumer: mark("consumer"),
     producer: mark("producer"),
     task: mark("task"),
+    // A workflow's tests (keep test): plain data, read by __keep_describe.
+    test: mark("test"),
   };
   Object.freeze(Keep);
   Object.defineProperty(globalThis, "Keep", { value: Keep, writable: false, configurable: false });
@@ -323,6 +325,12 @@
     hostOnly("__keep_describe");
     const d = load();
     if (d === undefined || d === null || typeof d !== "object") return stringify({ missing: true });
+    if (d.__keepKind === "test") {
+      // A test file is data: what JSON cannot carry (a function) is said,
+      // never dropped, so keep test never runs a case other than written.
+      const bad = jsonCheck(d, "the test", []);
+      return stringify({ test: bad ? null : d, testError: bad, shapeErrors: ["this file is a workflow's test (Keep.test): run it with keep test FILE, and deploy the workflow it names"] });
+    }
     const out = { name: d.name, topics: null, topicFrom: {}, producers: {}, consumers: {}, tasks: {}, webhooks: {}, requireApproval: d.requireApproval, shapeErrors: [] };
     if (d.topics !== undefined) {
       if (d.topics === null || typeof d.topics !== "object" || Array.isArray(d.topics)) out.shapeErrors.push("topics must be an object whose keys are topic names");

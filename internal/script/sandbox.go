@@ -517,6 +517,10 @@ type Declaration struct {
 	Webhooks        map[string]WebhookDecl `json:"webhooks"`
 	RequireApproval any                    `json:"requireApproval"`
 	ShapeErrors     []string               `json:"shapeErrors"`
+	// Test is the object of a test file (export default Keep.test({...}))
+	// as JSON; TestError says what in it JSON cannot carry (a function).
+	Test      json.RawMessage `json:"test,omitempty"`
+	TestError string          `json:"testError,omitempty"`
 }
 
 // HandlerDecl describes one producer, consumer or task.

@@ -38,7 +38,7 @@ var rules = []struct {
 	{"internal/store/transfer", "internal/keeptype internal/store", "keep migrate's copy"},
 	{"internal/account", "internal/keeptype internal/redact internal/store", "sealed tokens and secrets"},
 	{"internal/script", "internal/keeptype internal/redact internal/schedule", "the sandbox and the one reading of a script"},
-	{"internal/connector", "internal/account internal/config internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector"},
+	{"internal/connector", "internal/account internal/config internal/fake/fault internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector, what a fault means (FaultClasses)"},
 	{"internal/connector/files", "internal/connector internal/keeptype", "a connector"},
 	{"internal/connector/system", "internal/connector", "a connector"},
 	{"internal/connector/http", "internal/config internal/connector internal/keeptype internal/netguard internal/redact", "a connector"},
@@ -59,6 +59,7 @@ var rules = []struct {
 	{"internal/apiclient", "internal/api internal/report", "the API's typed client: shapes only"},
 	{"internal/web", "internal/api internal/engine internal/report internal/store", "the page"},
 	{"internal/daemon", "internal/account internal/api internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
+	{"internal/testrun", "internal/config internal/connector internal/connector/builtin internal/engine internal/fake/fault internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
 	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
 	// The CLI: reads, actions and deploys reach keep only through
 	// apiclient (keep serve's API, or daemon.LocalAPI in process); api and
@@ -66,7 +67,7 @@ var rules = []struct {
 	// an engine by nature (run, serve, migrate, connect, secret set/rm,
 	// plan) reach it through daemon; engine, script, connector and config
 	// for what runs in the CLI itself (validate, plan, the registry).
-	{"internal/cli", "internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/engine internal/keeptype internal/maintainer internal/report internal/script", "the commands: a client of the API"},
+	{"internal/cli", "internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/testrun", "the commands: a client of the API"},
 	{"internal/fake/fault", "", "fault injection of the fakes"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},

@@ -70,30 +70,6 @@ type Target struct {
 	NoCredential string
 }
 
-// expect is how docs/scripts.md classifies a fault of a write.
-type expect struct {
-	outcome connector.Outcome
-	class   kt.ErrorClass
-	applied bool
-}
-
-// classes is the table of "Errors a script sees" for a write: an answer
-// lost after the request went out is indeterminate (reconcile settles it),
-// a 5xx too (the server may have applied it); a 429 is transient with its
-// Retry-After; 401 and 403 are permission errors.
-var classes = map[string]expect{
-	fault.TimeoutAfterApply: {connector.OutcomeUncertain, kt.ClassIndeterminate, true},
-	fault.DropAfterApply:    {connector.OutcomeUncertain, kt.ClassIndeterminate, true},
-	fault.Status500After:    {connector.OutcomeUncertain, kt.ClassIndeterminate, true},
-	fault.Timeout:           {connector.OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Drop:              {connector.OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Status500:         {connector.OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Status503:         {connector.OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Status429:         {connector.OutcomeFailed, kt.ClassTransient, false},
-	fault.Status401:         {connector.OutcomeFailed, kt.ClassPermission, false},
-	fault.Status403:         {connector.OutcomeFailed, kt.ClassPermission, false},
-}
-
 // hangs are the kinds whose server answers nothing: only they get a short
 // limit, which the server never races (it waits for the client to give up).
 var hangs = map[string]bool{fault.Timeout: true, fault.TimeoutAfterApply: true}
@@ -234,12 +210,12 @@ func faults(t *testing.T, newTarget func(t *testing.T) *Target) {
 	first := newTarget(t)
 	kinds := first.kinds(t)
 	for _, kind := range kinds {
-		want, ok := classes[kind]
+		want, ok := connector.FaultClasses[kind]
 		if !ok {
 			t.Fatalf("no class is documented for the fault %q", kind)
 		}
 		if kind == fault.Status401 && first.Refreshes401 {
-			want = expect{outcome: connector.OutcomeApplied, applied: true}
+			want = connector.FaultClass{Outcome: connector.OutcomeApplied, Applied: true}
 		}
 		t.Run(kind, func(t *testing.T) {
 			tg := newTarget(t)
@@ -251,19 +227,19 @@ func faults(t *testing.T, newTarget func(t *testing.T) *Target) {
 				limit = 500 * time.Millisecond
 			}
 			r := tg.do(t, key, limit)
-			if r.Outcome != want.outcome || (want.class == "") != (r.Err == nil) || (r.Err != nil && r.Err.Class != want.class) {
-				t.Fatalf("outcome %v, error %+v; docs/scripts.md says %v %q", r.Outcome, r.Err, want.outcome, want.class)
+			if r.Outcome != want.Outcome || (want.Class == "") != (r.Err == nil) || (r.Err != nil && r.Err.Class != want.Class) {
+				t.Fatalf("outcome %v, error %+v; docs/scripts.md says %v %q", r.Outcome, r.Err, want.Outcome, want.Class)
 			}
-			if applied := tg.Applied(t) == before+1; applied != want.applied {
-				t.Fatalf("the server holds the write: %v; want %v", applied, want.applied)
+			if applied := tg.Applied(t) == before+1; applied != want.Applied {
+				t.Fatalf("the server holds the write: %v; want %v", applied, want.Applied)
 			}
 			st, err := tg.tryReconcile(t, key)
-			if err != nil && (want.class != kt.ClassPermission || want.applied) {
+			if err != nil && (want.Class != kt.ClassPermission || want.Applied) {
 				// Only a refused credential leaves reconcile unable to look.
 				t.Fatalf("reconcile: %v", err)
 			}
-			if err == nil && (st == connector.ReconcileApplied) != want.applied {
-				t.Fatalf("reconcile answered %s; the write was applied: %v", st, want.applied)
+			if err == nil && (st == connector.ReconcileApplied) != want.Applied {
+				t.Fatalf("reconcile answered %s; the write was applied: %v", st, want.Applied)
 			}
 			if kind == fault.Status429 && r.Err.RetryAfter != 2*time.Second {
 				t.Fatalf("429 with Retry-After: 2 came as a retry after %v", r.Err.RetryAfter)

@@ -1,0 +1,263 @@
+package testrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/netguard"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/scheduler"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
+)
+
+// Options say what Run runs.
+type Options struct {
+	// Config is keep.toml's path: the workflow's policy and the
+	// connectors it declares (custom ones). Empty: the keep.toml beside
+	// the workflow, if there is one, else keep's defaults.
+	Config string
+	// Only, when set, runs the case of that name alone.
+	Only string
+	// CaseLimit bounds one case's run (a script that never goes idle).
+	// Defaults to 2 minutes.
+	CaseLimit time.Duration
+}
+
+// Result is what a test file's cases did.
+type Result struct {
+	File     string       `json:"file"`
+	Workflow string       `json:"workflow"`
+	Cases    []CaseResult `json:"cases"`
+}
+
+// Failed counts the cases that failed.
+func (r *Result) Failed() int {
+	n := 0
+	for _, c := range r.Cases {
+		if !c.OK {
+			n++
+		}
+	}
+	return n
+}
+
+// CaseResult is one case: ok, or the assertions it failed.
+type CaseResult struct {
+	Name     string    `json:"name"`
+	Line     int       `json:"line"`
+	OK       bool      `json:"ok"`
+	Failures []Failure `json:"failures"`
+	Elapsed  string    `json:"elapsed"`
+}
+
+// Failure is one assertion a case failed: which, where it is written,
+// what it expected and what keep got.
+type Failure struct {
+	Assertion string `json:"assertion"`
+	Line      int    `json:"line"`
+	Message   string `json:"message"`
+	Expected  string `json:"expected,omitempty"`
+	Got       string `json:"got,omitempty"`
+}
+
+// Run reads the test file and runs its cases. An error is a test file (or
+// its workflow) keep cannot run; an *Invalid says where and what to fix.
+func Run(ctx context.Context, file string, o Options) (*Result, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read the test file: %w", err)
+	}
+	cfgPath := o.Config
+	wfDir := filepath.Dir(file)
+	base, cfg, err := registryFor(cfgPath, wfDir)
+	if err != nil {
+		return nil, err
+	}
+	tf, err := Read(file, string(src), base)
+	if err != nil {
+		return nil, err
+	}
+	wfFile := tf.Workflow
+	if !filepath.IsAbs(wfFile) {
+		wfFile = filepath.Join(wfDir, wfFile)
+	}
+	wfSrc, err := os.ReadFile(wfFile)
+	if err != nil {
+		return nil, &Invalid{File: file, Line: script.LinesOfTest(string(src)).Of("workflow"), Path: "workflow", Msg: fmt.Sprintf("%v: name the workflow's script, relative to the test file", err)}
+	}
+	if o.Only != "" && !hasCase(tf, o.Only) {
+		return nil, &Invalid{File: file, Msg: fmt.Sprintf("has no case named %q (--run)", o.Only)}
+	}
+	if o.CaseLimit == 0 {
+		o.CaseLimit = 2 * time.Minute
+	}
+	res := &Result{File: file, Workflow: wfFile}
+	for i := range tf.Cases {
+		c := &tf.Cases[i]
+		if o.Only != "" && c.Name != o.Only {
+			continue
+		}
+		start := time.Now()
+		cr, err := runCase(ctx, c, wfFile, string(wfSrc), base, testPolicy(cfg.Policy), o.CaseLimit)
+		if err != nil {
+			return res, err
+		}
+		cr.Elapsed = time.Since(start).Round(time.Millisecond).String()
+		res.Cases = append(res.Cases, cr)
+	}
+	return res, nil
+}
+
+func hasCase(f *File, name string) bool {
+	for _, c := range f.Cases {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// registryFor builds the connectors of keep and of the config (without
+// credentials or connections: their calls are replaced).
+func registryFor(cfgPath, wfDir string) (*connector.Registry, config.Config, error) {
+	if cfgPath == "" {
+		if _, err := os.Stat(filepath.Join(wfDir, "keep.toml")); err == nil {
+			cfgPath = filepath.Join(wfDir, "keep.toml")
+		}
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return nil, cfg, err
+	}
+	set, err := builtin.Build(&connector.Host{Config: cfg, Guard: netguard.New(nil)})
+	if err != nil {
+		return nil, cfg, err
+	}
+	return set.Registry(wfDir), cfg, nil
+}
+
+// testPolicy is the workflow's policy with keep's own waits shortened:
+// every retry, reconcile attempt and settle happens as in production, in
+// the same order and number, but a case does not wait 10 s for each. A
+// 429's Retry-After is the test's own (retryAfter) and is waited for.
+func testPolicy(p config.Policy) config.Policy {
+	const short = 10 * time.Millisecond
+	p.TransientBackoff, p.TransientBackoffMax = short, short
+	p.ReconcileBackoff, p.ReconcileBackoffMax = short, short
+	p.ReconcileSettle = 0
+	// The settle rule waits for the call's own limit; a fake answers at
+	// once, so a short one changes nothing but the wait.
+	p.ToolTimeout = 100 * time.Millisecond
+	p.Workers = 1
+	return p
+}
+
+// runCase deploys the workflow on a store of its own, runs it until idle
+// as keep run does, and checks what it did.
+func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector.Registry, pol config.Policy, limit time.Duration) (CaseResult, error) {
+	cr := CaseResult{Name: c.Name, Line: c.Line, Failures: []Failure{}}
+	dir, err := os.MkdirTemp("", "keep-test-")
+	if err != nil {
+		return cr, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "keep.db"))
+	if err != nil {
+		return cr, err
+	}
+	defer st.Close()
+	fk := newFakes(c)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var sched *scheduler.Scheduler
+	eng := engine.New(engine.Options{Store: st, Registry: fk.registry(base), Policy: &pol, Logger: logger,
+		OnChange: func(string) { sched.Wake() }})
+	sched = scheduler.New(scheduler.Options{Engine: eng, Logger: logger, Workers: pol.Workers})
+	dep, err := eng.DeployWith(ctx, wfFile, wfSrc, engine.DeployOptions{FilesRoot: dir, Grant: true})
+	if err != nil {
+		return cr, deployError(wfFile, err)
+	}
+	if _, err := engine.QueueAtStart(ctx, st, dep.Workflow, time.Now()); err != nil {
+		return cr, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := sched.RunUntilIdle(rctx); err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return cr, err
+		}
+		cr.Failures = append(cr.Failures, Failure{Assertion: "idle", Line: c.Line, Message: fmt.Sprintf("the workflow was still not idle after %s: a retry or reconcile that never ends, or a producer that always finds work", limit)})
+	}
+	if errs := sched.Errors(); len(errs) > 0 {
+		return cr, fmt.Errorf("keep hit an internal error: %v", errs[0])
+	}
+	got, err := observe(context.WithoutCancel(ctx), st, dep.Workflow, fk)
+	if err != nil {
+		return cr, err
+	}
+	cr.Failures = append(cr.Failures, check(c, got)...)
+	cr.OK = len(cr.Failures) == 0
+	return cr, nil
+}
+
+// deployError says why the workflow cannot be deployed, at its lines.
+func deployError(file string, err error) error {
+	var ve *engine.ValidationError
+	if errors.As(err, &ve) {
+		msg := fmt.Sprintf("%s is not valid, so no case ran:", file)
+		for _, p := range ve.Problems {
+			if p.Severity != "warning" {
+				msg += fmt.Sprintf("\n  %s:%s", file, p.String())
+			}
+		}
+		return &Invalid{Msg: msg}
+	}
+	var se *script.SyntaxError
+	if errors.As(err, &se) {
+		return &Invalid{Msg: se.Error()}
+	}
+	return err
+}
+
+// observed is what keep recorded for a case, and what the fakes saw.
+type observed struct {
+	inputs    []report.Input
+	items     []report.Item
+	runs      []report.Run
+	cards     []report.Card
+	writes    []write
+	unmatched []string
+}
+
+func observe(ctx context.Context, s store.Store, wf string, fk *fakes) (observed, error) {
+	var o observed
+	var err error
+	if o.inputs, err = report.Inputs(ctx, s, wf); err != nil {
+		return o, err
+	}
+	if o.items, err = report.Items(ctx, s, wf, false); err != nil {
+		return o, err
+	}
+	if o.runs, err = report.Runs(ctx, s, wf, 0); err != nil {
+		return o, err
+	}
+	if o.cards, err = report.Blocked(ctx, s, wf); err != nil {
+		return o, err
+	}
+	fk.mu.Lock()
+	o.writes = append([]write(nil), fk.writes...)
+	o.unmatched = append([]string(nil), fk.unmatched...)
+	fk.mu.Unlock()
+	return o, nil
+}

@@ -1,0 +1,178 @@
+package testrun
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sendWorkflow writes one file per job the producer finds: a consumer's
+// write, with files.write's real reconcile (by content at its path).
+const sendWorkflow = `export default Keep.workflow({
+  name: "send",
+  topics: { "job": {} },
+  producers: { poll: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const jobs = await ctx.files.list({ dir: "jobs" });
+    for (const j of jobs) {
+      const inputId = ctx.registerInput({ source: "files", type: "file", id: j.path, title: "Job " + j.name });
+      await ctx.publish("job", { messageId: j.name, inputId, payload: { name: j.name } });
+    }
+  } } },
+  consumers: { send: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("job", { limit: 1 });
+      if (!e) return { reservations: [] };
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload, ui: { title: "Send " + e.payload.name } };
+    },
+    async mutate(ctx, p) { await ctx.files.write({ path: "out/" + p.data.name, content: "sent " + p.data.name }); },
+  }) },
+});
+`
+
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// oneJob is a case whose producer finds one job, with a fault and an
+// expectation.
+func oneJob(faults, expect string) string {
+	return `{ answers: { "files.list": [{ args: { dir: "jobs" }, answer: [{ path: "jobs/a", name: "a" }] }] },
+    faults: ` + faults + `, expect: ` + expect + ` }`
+}
+
+// TestFaultsBehaveAsInProduction runs each fault class through the real
+// engine: what the fake connector applied is what reconcile finds, so a
+// write whose answer was lost is never sent again, and one that never
+// landed is sent once more.
+func TestFaultsBehaveAsInProduction(t *testing.T) {
+	t.Parallel()
+	once := `{ writes: [{ tool: "files.write", target: "file out/a", payload: { content: "sent a" } }], inputs: [{ title: "Job a", status: "done" }] }`
+	cases := map[string]string{
+		"timeoutAfterApply": oneJob(`{ "files.write": [{ fault: "timeoutAfterApply" }] }`, once),
+		"500AfterApply":     oneJob(`{ "files.write": [{ fault: "500AfterApply" }] }`, once),
+		"timeout":           oneJob(`{ "files.write": [{ fault: "timeout" }] }`, once),
+		"503":               oneJob(`{ "files.write": [{ fault: "503" }] }`, once),
+		"429":               oneJob(`{ "files.write": [{ fault: "429", retryAfter: 0, times: 2 }] }`, once),
+		"401":               oneJob(`{ "files.write": [{ fault: "401" }] }`, `{ writes: [], blocked: ["Send a"], runs: { "paused:approval": 1 } }`),
+		"read 503":          `{ answers: { "files.list": [{ answer: [] }] }, faults: { "files.list": [{ fault: "503" }] }, expect: { writes: [], runs: { retried: 1, committed: 2 } } }`,
+	}
+	var b strings.Builder
+	b.WriteString("export default Keep.test({ workflow: \"./wf.js\", cases: {\n")
+	for name, c := range cases {
+		b.WriteString("  \"" + name + "\": " + c + ",\n")
+	}
+	b.WriteString("} });\n")
+	dir := writeFiles(t, map[string]string{"wf.js": sendWorkflow, "wf.test.js": b.String()})
+	res, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cases) != len(cases) {
+		t.Fatalf("ran %d cases, want %d", len(res.Cases), len(cases))
+	}
+	for _, c := range res.Cases {
+		if !c.OK {
+			t.Errorf("case %s failed: %+v", c.Name, c.Failures)
+		}
+	}
+}
+
+// TestAFailureSaysWhichAssertionAndWhy: a case expecting the write twice,
+// and one whose read the test does not declare.
+func TestAFailureSaysWhichAssertionAndWhy(t *testing.T) {
+	t.Parallel()
+	test := `export default Keep.test({
+  workflow: "./wf.js",
+  cases: {
+    "twice": {
+      answers: { "files.list": [{ answer: [{ path: "jobs/a", name: "a" }] }] },
+      faults: { "files.write": [{ fault: "timeoutAfterApply" }] },
+      expect: {
+        writes: [{ tool: "files.write" }, { tool: "files.write" }],
+      },
+    },
+    "no answer": {
+      answers: { "files.read": [{ args: { path: "x" }, answer: {} }] },
+      expect: { writes: [] },
+    },
+  },
+});
+`
+	dir := writeFiles(t, map[string]string{"wf.js": sendWorkflow, "wf.test.js": test})
+	res, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed() != 2 {
+		t.Fatalf("%d cases failed, want 2: %+v", res.Failed(), res.Cases)
+	}
+	twice := res.Cases[0].Failures
+	if len(twice) != 1 || twice[0].Assertion != "expect.writes" || twice[0].Line != 8 || !strings.Contains(twice[0].Message, "expected 2 writes, got 1") {
+		t.Errorf("the failure of twice: %+v", twice)
+	}
+	none := res.Cases[1].Failures
+	if len(none) != 1 || none[0].Assertion != "answers" || !strings.Contains(none[0].Message, `files.list({"dir":"jobs"})`) || !strings.Contains(none[0].Message, "its answers declare files.read") {
+		t.Errorf("the failure of no answer: %+v", none)
+	}
+}
+
+// TestInvalidTestFileSaysWhereAndWhat: each mistake at its line, with
+// what to write instead.
+func TestInvalidTestFileSaysWhereAndWhat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, cases, want string }{
+		{"fault", `"c": {
+      faults: { "files.write": [{ fault: "timeout_after" }] },
+      expect: {} }`, `wf.test.js:5: cases.c.faults["files.write"][0].fault: "timeout_after" is no fault keep test knows; write one of`},
+		{"method", `"c": {
+      answers: { "files.lst": [{ answer: [] }] },
+      expect: {} }`, `wf.test.js:5: cases.c.answers["files.lst"]: connector "files" has no method "lst"; files has: files.list`},
+		{"key", `"c": {
+      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, expect`},
+		{"read after apply", `"c": {
+      faults: { "files.list": [{ fault: "timeoutAfterApply" }] },
+      expect: {} }`, `timeoutAfterApply is a fault of a write`},
+		{"function", `"c": { answers: { "files.list": [{ answer: () => [] }] }, expect: {} }`, `is a function; a test is data`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			test := "export default Keep.test({\n  workflow: \"./wf.js\",\n  cases: {\n    " + tc.cases + "\n  },\n});\n"
+			dir := writeFiles(t, map[string]string{"wf.js": sendWorkflow, "wf.test.js": test})
+			_, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+			var inv *Invalid
+			if !errors.As(err, &inv) {
+				t.Fatalf("err %v, want *Invalid", err)
+			}
+			if msg := strings.ReplaceAll(err.Error(), dir+"/", ""); !strings.Contains(msg, tc.want) {
+				t.Fatalf("error %q\nwant it to contain %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+// TestEveryFaultKindHasAName: a fault kind keep's fakes know and keep
+// test cannot arm would be a failure class no author can test.
+func TestEveryFaultKindHasAName(t *testing.T) {
+	named := map[string]bool{}
+	for _, k := range FaultNames {
+		named[k] = true
+	}
+	for k := range faultKinds() {
+		if !named[k] {
+			t.Errorf("fault kind %q has no name in FaultNames", k)
+		}
+		if faultText[k] == "" {
+			t.Errorf("fault kind %q has no text in faultText", k)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+// Package keeptest runs `keep test` through the binary as a script's
+// author does: every example's test file passes, and a failing one says
+// which assertion failed and why, with exit status 1 (2 for a test file
+// keep cannot run).
+package keeptest
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/testbin"
+)
+
+var keepBin string
+
+func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
+
+func repoRoot() string {
+	_, here, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(here), "..", "..")
+}
+
+// keep runs the binary in dir and returns its exit status and output.
+func keep(t *testing.T, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(keepBin, args...)
+	cmd.Dir = dir
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), errOut.String()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return 0, out.String(), errOut.String()
+}
+
+// TestExamplesPassTheirTests: each example ships a test file, and
+// `keep test` passes every case of it.
+func TestExamplesPassTheirTests(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot(), "examples", "*", "workflow.test.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 {
+		t.Fatalf("found %d example test files, want at least quickstart's and one with a fault case", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(filepath.Dir(f)), func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := keep(t, t.TempDir(), "test", f, "--json")
+			if code != 0 {
+				t.Fatalf("keep test %s: exit %d\n%s%s", f, code, out, errOut)
+			}
+			var res struct {
+				Cases []struct {
+					Name string
+					OK   bool
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if len(res.Cases) == 0 {
+				t.Fatalf("no case ran: %s", out)
+			}
+			for _, c := range res.Cases {
+				if !c.OK {
+					t.Errorf("case %q failed", c.Name)
+				}
+			}
+		})
+	}
+}
+
+// A workflow with a bug: it writes each confirmation twice.
+const twiceWorkflow = `export default Keep.workflow({
+  name: "twice",
+  tasks: { confirm: Keep.task({ schedule: { interval: "1h" }, async run(ctx) {
+    for (const f of await ctx.files.list({ dir: "in" })) {
+      await ctx.withItem("order:" + f.name, "Order " + f.name, async (ictx) => {
+        await ictx.files.write({ path: "out/" + f.name, content: "confirmed" });
+        await ictx.files.write({ path: "out/" + f.name + ".copy", content: "confirmed" });
+      });
+    }
+  } }) },
+});
+`
+
+const twiceTest = `export default Keep.test({
+  workflow: "./workflow.js",
+  cases: {
+    "one confirmation per order": {
+      answers: { "files.list": [{ args: { dir: "in" }, answer: [{ path: "in/a", name: "a" }] }] },
+      expect: {
+        writes: [{ tool: "files.write", target: "file out/a" }],
+      },
+    },
+  },
+});
+`
+
+// TestAFailingTestSaysWhy: the case fails, names the assertion and its
+// line, says expected against got, and keep exits 1.
+func TestAFailingTestSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"workflow.js": twiceWorkflow, "workflow.test.js": twiceTest} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := keep(t, dir, "test", "workflow.test.js")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"FAIL  one confirmation per order (workflow.test.js:4",
+		"expect.writes (line 7): expected 1 write, got 2",
+		"expected: files.write file out/a",
+		"got:      files.write file out/a {\"content\":\"confirmed\"}; files.write file out/a.copy",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "1 case of 1 failed") {
+		t.Errorf("stderr: %s", errOut)
+	}
+}
+
+// TestAnInvalidTestFileExits2: where the mistake is, and what to write.
+func TestAnInvalidTestFileExits2(t *testing.T) {
+	dir := t.TempDir()
+	bad := strings.Replace(twiceTest, `writes: [`, `writes: [{ tool: "files.writ" }, `, 1)
+	for name, body := range map[string]string{"workflow.js": twiceWorkflow, "workflow.test.js": bad} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := keep(t, dir, "test", "workflow.test.js")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s%s", code, out, errOut)
+	}
+	want := `workflow.test.js:7: cases["one confirmation per order"].expect.writes[0].tool: connector "files" has no method "writ"; files has: files.list, files.read, files.write`
+	if !strings.Contains(errOut, want) {
+		t.Fatalf("stderr %q\nwant %q", errOut, want)
+	}
+}
+
+// TestScriptsDocExamplePasses: the workflow and test that docs/scripts.md
+// shows under "Testing a workflow" pass as it says they do.
+func TestScriptsDocExamplePasses(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "scripts.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for tag, name := range map[string]string{"workflow": "workflow.js", "test": "workflow.test.js"} {
+		_, after, ok := strings.Cut(string(doc), "<!-- docs example: "+tag+" -->\n```js\n")
+		if !ok {
+			t.Fatalf("docs/scripts.md has no example marked %q", tag)
+		}
+		code, _, _ := strings.Cut(after, "```\n")
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := keep(t, dir, "test", "workflow.test.js")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	_, shown, _ := strings.Cut(string(doc), "$ keep test workflow.test.js\n")
+	shown, _, _ = strings.Cut(shown, "```")
+	for _, line := range strings.Split(strings.TrimSpace(shown), "\n") {
+		name, _, _ := strings.Cut(strings.TrimPrefix(line, "ok    "), " (")
+		if !strings.Contains(out, "ok    "+name+" (") {
+			t.Errorf("the document shows %q; keep test printed:\n%s", line, out)
+		}
+	}
+}
