@@ -332,7 +332,7 @@ func (d *decision) reprocessItem() (string, error) {
 // of the run's inputs in one transaction).
 func (d *decision) reprocessInputs() (string, error) {
 	if !slices.Contains(d.allowed, string(ResolveReprocess)) {
-		return "", refuse("Reprocess does not apply to run %s (%s): it applies to a run blocked on a write whose outcome is unknown; to start a new attempt of one of its inputs, use keep reprocess INPUT", d.run.ID, d.run.Status)
+		return "", refuse("Reprocess does not apply to run %s (%s): it applies to a run blocked on a write whose outcome is unknown, or refused because it was applied before with other content; to start a new attempt of one of its inputs, use keep reprocess INPUT", d.run.ID, d.run.Status)
 	}
 	held, err := d.tx.EventsReservedBy(d.run.ID)
 	if err != nil {
@@ -437,6 +437,10 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 		// A write of the item conflicts with one applied in this attempt
 		// (the item needs attention): reprocess it, or skip it.
 		return []string{string(ResolveTryAgain), string(ResolveSkip), string(ResolveReprocess)}
+	case r.Status == kt.StatusFailedLogic && PayloadConflict(r) && inputsReprocessable(r, held):
+		// The same for a consumer's write: its inputs need attention; a new
+		// attempt of them writes the new content under a new identity.
+		return []string{string(ResolveTryAgain), string(ResolveSkip), string(ResolveReprocess)}
 	case r.HandlerType == kt.HandlerConsumer && r.Phase == kt.PhasePreparing && held == 0:
 		// prepare failed before it selected anything: there is nothing a
 		// Skip could skip, and the next run would fail the same way.
@@ -445,12 +449,20 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 	return []string{string(ResolveTryAgain), string(ResolveSkip)}
 }
 
+// PayloadConflict says a consumer run failed because its write was
+// already applied for its inputs with significantly different content
+// (ch 14 §14.5): its inputs need attention (report.InputStatus) and its
+// card offers Reprocess.
+func PayloadConflict(r kt.Run) bool {
+	return r.HandlerType == kt.HandlerConsumer && r.Status == kt.StatusFailedLogic && pendingOf(r).Conflict
+}
+
 // inputsReprocessable says a blocked consumer run's inputs can start a new
 // attempt (ch 12 §12.7, keep reprocess ITEM of each as one action): it
 // holds their events and its write has not happened (reprocessInput
 // closes the run; a run past its write must complete first). Offered on a
-// write whose outcome is unknown; a consumer run failed on a payload that
-// conflicts with an applied one is reprocessed with keep reprocess INPUT.
+// write whose outcome is unknown and on a write refused because the same
+// write was applied with other content (PayloadConflict).
 func inputsReprocessable(r kt.Run, held int) bool {
 	return r.HandlerType == kt.HandlerConsumer && held > 0 && kt.PhaseRank(r.Phase) < kt.PhaseRank(kt.PhaseMutated)
 }

@@ -380,3 +380,64 @@ func TestAResendCountsItsOwnReconcileAttempts(t *testing.T) {
 		t.Fatalf("after It didn't happen the resend says %q (messages %q)", r.ErrorMessage, seen)
 	}
 }
+
+// A consumer's write found applied for the same events and attempt with
+// significantly different content is refused as the conflict it is (ch 14
+// §14.5): its input needs attention and the card offers Reprocess, as it
+// says ("skip or reprocess the input"; issue 24 #7), which writes the new
+// content once, in a new attempt under a key of its own. The state is
+// reached by re-opening a consumed event with other content in the store
+// (what an events table restored from an older copy beside a newer ledger
+// would hold): the engine's ordinary runs commit a write and its events'
+// consumption together.
+func TestAConsumerWriteAppliedWithOtherContentIsOfferedReprocess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	e.noOpenRun(wf)
+	must(t, e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
+		ev, err := tx.EventGet(wf, "job", "a")
+		if err != nil {
+			return err
+		}
+		ev.Status, ev.ReservedBy, ev.Payload = kt.EventPending, "", []byte(`{"id":"a","amount":2}`)
+		if err := tx.EventUpdate(ev); err != nil {
+			return err
+		}
+		h, err := tx.HandlerGet(wf, "c")
+		if err != nil {
+			return err
+		}
+		h.Dirty = true
+		return tx.HandlerPut(h)
+	}))
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, "different content") {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+	if ins := e.inputs(wf); ins[0].Status != kt.ItemNeedsAttention {
+		t.Fatalf("input %s, want needs_attention", ins[0].Status)
+	}
+	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
+	if err != nil || len(cards) != 1 || !slices.Contains(cards[0].Actions, string(engine.ResolveReprocess)) {
+		t.Fatalf("card %+v %v", cards, err)
+	}
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes %d before the decision: the conflicting write was sent", n)
+	}
+	msg := e.resolve(r.ID, engine.ResolveReprocess)
+	if !strings.Contains(msg, "attempt 2") {
+		t.Fatalf("reprocess: %q", msg)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	ws := e.sink.Writes()
+	if len(ws) != 2 || string(ws[1].Body) != `{"amount":2,"id":"a"}` || ws[0].Key == ws[1].Key {
+		t.Fatalf("writes %+v: want the new content once more, under a new key", ws)
+	}
+	if ins := e.inputs(wf); ins[0].Status != kt.ItemDone || ins[0].Attempt != 2 {
+		t.Fatalf("input after the reprocess: %+v", ins[0])
+	}
+}

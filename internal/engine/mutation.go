@@ -31,6 +31,11 @@ type PendingCall struct {
 	// Item is the key of the task item this call was made on: when the run
 	// blocks on it (the item needs attention), its card offers Reprocess.
 	Item string `json:"item,omitempty"`
+	// Conflict says the call was refused because the same write was
+	// already applied for these inputs with significantly different
+	// content (ch 14 §14.5): a consumer's inputs then need attention, and
+	// its card offers Reprocess (a new attempt writes the new content).
+	Conflict bool `json:"conflict,omitempty"`
 }
 
 func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {
@@ -89,6 +94,9 @@ func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 	switch lc.step() {
 	case stepConflict:
 		lc.noteConflict()
+		pc := lc.pending()
+		pc.Conflict = true
+		x.run.PendingCall, _ = json.Marshal(pc)
 		return false, x.fail(kt.Errorf(kt.ClassLogic,
 			"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", lc.target))
 	case stepReplay:

@@ -238,6 +238,12 @@ func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
 				continue
 			}
 			switch {
+			case engine.PayloadConflict(r):
+				// Its write was applied before with other content: a
+				// person decides (ch 12 §12.7), as for an unknown outcome.
+				if worst != kt.ItemFailed {
+					worst = kt.ItemNeedsAttention
+				}
 			case r.Status == kt.StatusFailedLogic || r.Status == kt.StatusFailedInternal:
 				worst = kt.ItemFailed
 			case worst != "" && worst != ItemChecking:
