@@ -1,3 +1,5 @@
+// @ts-check
+/// <reference path="./keep.d.ts" />
 // The HTTP example again, through a connector declared in keep.toml
 // (tickets.open) instead of raw http.request calls:
 //

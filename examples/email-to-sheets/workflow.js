@@ -1,3 +1,5 @@
+// @ts-check
+/// <reference path="./keep.d.ts" />
 export default Keep.workflow({
   name: "email-to-sheets",
 

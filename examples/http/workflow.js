@@ -1,3 +1,5 @@
+// @ts-check
+/// <reference path="./keep.d.ts" />
 // HTTP example: each alert in alerts.json becomes an input, and each alert
 // opens exactly one ticket in a local ticket service. The POST carries keep's
 // Idempotency-Key; the reconcile probe lets keep find out whether an

@@ -1,3 +1,5 @@
+// @ts-check
+/// <reference path="./keep.d.ts" />
 // Quick start: every order file dropped into incoming/ becomes an input,
 // and each order gets exactly one confirmation file in out/.
 // Run it with: go run ./cmd/keep run examples/quickstart/workflow.js

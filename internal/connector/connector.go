@@ -228,6 +228,14 @@ type MethodDoc struct {
 	Params []Param
 	// Result is the shape of what it returns.
 	Result string
+	// ResultTS is what it returns as a TypeScript type expression (keep
+	// types writes it into keep.d.ts; a test fails on a method without one).
+	ResultTS string
+	// KindArgs, for a method whose kind KindOf decides per call, is for
+	// each kind a TypeScript type that the arguments of such a call have
+	// (http.request: a write has a method other than GET or HEAD), so
+	// keep.d.ts offers a phase only the calls it may make.
+	KindArgs map[Kind]string
 	// Reconcile says how keep finds out whether an uncertain write happened.
 	Reconcile string
 	// Errors says what failures a script sees and how keep treats them.
@@ -242,10 +250,33 @@ type MethodDoc struct {
 
 // Param is one argument of a method.
 type Param struct {
-	Name     string `json:"name"`
-	Type     string `json:"type"`
+	Name string `json:"name"`
+	// Type is the value's type in words, for people.
+	Type string `json:"type"`
+	// TS is its TypeScript type expression, when Type is not one of the
+	// words TSType reads itself (string, number, boolean).
+	TS       string `json:"ts,omitempty"`
 	Required bool   `json:"required"`
 	Doc      string `json:"doc"`
+}
+
+// TSType is the parameter's TypeScript type, or "" when the declaration
+// does not say it.
+func (p Param) TSType() string {
+	if p.TS != "" {
+		return p.TS
+	}
+	switch p.Type {
+	case "string", "number", "boolean":
+		return p.Type
+	case "array of strings":
+		return "string[]"
+	case "string or array of strings":
+		return "string | string[]"
+	case "array of strings, numbers or booleans":
+		return "Array<string | number | boolean>"
+	}
+	return ""
 }
 
 // KindFor returns the kind of one call.

@@ -29,15 +29,19 @@ type MethodInfo struct {
 	// Scopes are the OAuth scopes any of which lets a call through.
 	Scopes []string `json:"scopes,omitempty"`
 	// ReconcileScopes are what its reconcile needs beside Scopes.
-	ReconcileScopes  []string `json:"reconcileScopes,omitempty"`
-	Params           []Param  `json:"params"`
-	Result           string   `json:"result"`
-	Reconcile        string   `json:"reconcile,omitempty"`
-	ComparePayload   bool     `json:"comparePayload"`
-	RequiresApproval bool     `json:"requiresApproval"`
-	Errors           string   `json:"errors"`
-	Limits           string   `json:"limits,omitempty"`
-	Needs            string   `json:"needs,omitempty"`
+	ReconcileScopes []string `json:"reconcileScopes,omitempty"`
+	Params          []Param  `json:"params"`
+	Result          string   `json:"result"`
+	// ResultTS is Result as a TypeScript type; KindArgs, for a method
+	// whose kind depends on the call, the arguments of each kind's calls.
+	ResultTS         string          `json:"resultTs"`
+	KindArgs         map[Kind]string `json:"kindArgs,omitempty"`
+	Reconcile        string          `json:"reconcile,omitempty"`
+	ComparePayload   bool            `json:"comparePayload"`
+	RequiresApproval bool            `json:"requiresApproval"`
+	Errors           string          `json:"errors"`
+	Limits           string          `json:"limits,omitempty"`
+	Needs            string          `json:"needs,omitempty"`
 }
 
 // Connectors lists the registry's connectors by name.
@@ -70,7 +74,7 @@ func Describe(r *Registry) []Info {
 
 func describeMethod(m *Method) MethodInfo {
 	mi := MethodInfo{Name: m.Name, Summary: m.Doc.Summary, Kind: string(m.Kind), Identity: m.Identity, Secret: m.Secret, Scopes: m.Scopes, ReconcileScopes: m.ReconcileScopes,
-		Params: m.Doc.Params, Result: m.Doc.Result, Reconcile: m.Doc.Reconcile, ComparePayload: m.ComparePayload != nil,
+		Params: m.Doc.Params, Result: m.Doc.Result, ResultTS: m.Doc.ResultTS, KindArgs: m.Doc.KindArgs, Reconcile: m.Doc.Reconcile, ComparePayload: m.ComparePayload != nil,
 		RequiresApproval: m.RequiresApproval, Errors: m.Doc.Errors, Limits: m.Doc.Limits, Needs: m.Doc.Needs}
 	if m.Doc.Kind != "" {
 		mi.Kind = m.Doc.Kind
@@ -92,6 +96,34 @@ func Undocumented(infos []Info) []string {
 		for _, m := range c.Methods {
 			if m.Summary == "" || m.Result == "" || m.Errors == "" {
 				out = append(out, c.Name+"."+m.Name)
+			}
+		}
+	}
+	return out
+}
+
+// Untyped lists what keep types cannot declare: a method without a
+// ResultTS, a parameter without a TypeScript type, a method whose kind
+// depends on the call without KindArgs.
+func Untyped(infos []Info) []string {
+	var out []string
+	for _, c := range infos {
+		for _, m := range c.Methods {
+			name := c.Name + "." + m.Name
+			if m.ResultTS == "" {
+				out = append(out, name+": no ResultTS")
+			}
+			switch Kind(m.Kind) {
+			case KindRead, KindReadByID, KindMutate:
+			default:
+				if len(m.KindArgs) == 0 {
+					out = append(out, name+": its kind depends on the call, and it declares no KindArgs")
+				}
+			}
+			for _, p := range m.Params {
+				if p.TSType() == "" {
+					out = append(out, fmt.Sprintf("%s: parameter %s (%s) has no TS type", name, p.Name, p.Type))
+				}
 			}
 		}
 	}

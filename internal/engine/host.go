@@ -386,30 +386,40 @@ func (h *host) toolMethod(method string) (string, *connector.Method, bool) {
 	return method[:i], m, true
 }
 
-// allowed applies the table of SPEC §3 to a connector call.
-func (h *host) allowed(method string, kind connector.Kind) error {
-	switch h.phase {
-	case phaseProducer:
-		if kind == connector.KindMutate {
-			return violation("ctx.%s is a mutation; producers only read and publish — move the write into a consumer's mutate", method)
-		}
-	case phasePrepare:
-		if kind == connector.KindMutate {
-			return violation("ctx.%s is a mutation; prepare only reads and selects — do the write in mutate", method)
-		}
-	case phaseMutate:
-		if kind == connector.KindRead {
-			return violation("ctx.%s is a list/search read; mutate may only read by id — select in prepare and pass the data along", method)
-		}
-	case phaseNext:
-		return violation("ctx.%s: next may not call connectors; it only publishes and returns state", method)
+// ctxPhase is the phase of keeptype's table this host serves: a task's
+// run is in an item while withItem's handler runs.
+func (h *host) ctxPhase() kt.CtxPhase {
+	if h.phase == phaseTask && h.task != nil && h.task.item != nil {
+		return kt.CtxItem
 	}
-	return nil
+	return kt.CtxPhase(h.phase)
+}
+
+// allowed applies SPEC §3's table (keeptype's ctxRules) to a connector
+// call; the message says what the phase is for and where the call goes.
+func (h *host) allowed(method string, kind connector.Kind) error {
+	p := h.ctxPhase()
+	if kt.CtxAllows(p, kt.CtxCall(kind)) {
+		return nil
+	}
+	switch {
+	case p == kt.CtxNext:
+		return violation("ctx.%s: next may not call connectors; it only publishes and returns state", method)
+	case p == kt.CtxMutate && kind == connector.KindRead:
+		return violation("ctx.%s is a list/search read; mutate may only read by id — select in prepare and pass the data along", method)
+	case p == kt.CtxProducer && kind == connector.KindMutate:
+		return violation("ctx.%s is a mutation; producers only read and publish — move the write into a consumer's mutate", method)
+	case p == kt.CtxPrepare && kind == connector.KindMutate:
+		return violation("ctx.%s is a mutation; prepare only reads and selects — do the write in mutate", method)
+	case p == kt.CtxTask && kind == connector.KindMutate:
+		return violation("ctx.%s is a mutation outside withItem; in an item script every mutation belongs to an item: wrap it in ctx.withItem(id, title, async (ctx) => { ... })", method)
+	}
+	return violation("ctx.%s (%s) is not allowed in %s; it is allowed in %s", method, kind, kt.CtxPhaseTitle(p), kt.CtxAllowedIn(kt.CtxCall(kind)))
 }
 
 func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
-	if h.phase != phaseProducer {
-		return nil, violation("registerInput is only allowed in a producer (called in %s)", h.phase)
+	if !kt.CtxAllows(h.ctxPhase(), kt.CallRegisterInput) {
+		return nil, violation("registerInput is only allowed in %s (called in %s)", kt.CtxAllowedIn(kt.CallRegisterInput), h.phase)
 	}
 	var in struct {
 		Source string `json:"source"`
@@ -481,8 +491,8 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
-	if h.phase != phaseProducer && h.phase != phaseNext {
-		return nil, violation("publish is only allowed in a producer or in next (called in %s)", h.phase)
+	if !kt.CtxAllows(h.ctxPhase(), kt.CallPublish) {
+		return nil, violation("publish is only allowed in %s (called in %s)", kt.CtxAllowedIn(kt.CallPublish), h.phase)
 	}
 	req, err := decodePublish(raw)
 	if err != nil {
@@ -658,8 +668,8 @@ type eventView struct {
 }
 
 func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, error) {
-	if h.phase != phasePrepare {
-		return nil, violation("%s is only allowed in prepare (called in %s)", method, h.phase)
+	if !kt.CtxAllows(h.ctxPhase(), kt.CallEvents) {
+		return nil, violation("%s is only allowed in %s (called in %s)", method, kt.CtxAllowedIn(kt.CallEvents), h.phase)
 	}
 	var req struct {
 		Topic string   `json:"topic"`

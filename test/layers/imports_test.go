@@ -49,6 +49,7 @@ var rules = []struct {
 	{"internal/connector/sqlconn", "internal/config internal/connector internal/keeptype internal/redact", "a connector"},
 	{"internal/connector/builtin", "internal/config internal/connector internal/connector/custom internal/connector/email internal/connector/files internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/connector/system", "the one list of the connectors keep ships"},
 	{"internal/connector/connectortest", "internal/connector internal/engine internal/fake/fault internal/keeptype internal/redact internal/testsink", "the suite of connectors with writes"},
+	{"internal/dts", "internal/connector internal/keeptype", "keep.d.ts: the script API's types, from the connectors' declarations and the ctx table"},
 	{"internal/engine", "internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store", "the run state machine and engine.Control: every rule of runs and people's actions"},
 	{"internal/maintainer", "internal/config internal/connector internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
 	{"internal/report", "internal/engine internal/keeptype internal/script internal/store", "what people see"},
@@ -67,7 +68,7 @@ var rules = []struct {
 	// an engine by nature (run, serve, migrate, connect, secret set/rm,
 	// plan) reach it through daemon; engine, script, connector and config
 	// for what runs in the CLI itself (validate, plan, the registry).
-	{"internal/cli", "internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/testrun", "the commands: a client of the API"},
+	{"internal/cli", "internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/dts internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/testrun", "the commands: a client of the API"},
 	{"internal/fake/fault", "", "fault injection of the fakes"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},

@@ -291,7 +291,7 @@ func (d *decl) remap(r connector.Result) connector.Result {
 }
 
 func (d *decl) doc() connector.MethodDoc {
-	doc := connector.MethodDoc{Summary: d.m.Doc, Result: "the response as `http.request` returns it: `{ status, headers, body, json }`",
+	doc := connector.MethodDoc{Summary: d.m.Doc, Result: "the response as `http.request` returns it: `{ status, headers, body, json }`", ResultTS: khttp.ResultTS,
 		Errors: "as `http.request`"}
 	if doc.Summary == "" {
 		doc.Summary = d.verb + " " + d.c.BaseURL + d.m.Path
@@ -301,7 +301,7 @@ func (d *decl) doc() connector.MethodDoc {
 		req[r] = true
 	}
 	for _, n := range names(d.m.Params) {
-		doc.Params = append(doc.Params, connector.Param{Name: n, Type: "any", Required: req[n], Doc: d.m.Params[n]})
+		doc.Params = append(doc.Params, connector.Param{Name: n, Type: "any", TS: "unknown", Required: req[n], Doc: d.m.Params[n]})
 	}
 	if d.write {
 		doc.Params = append(doc.Params, connector.Param{Name: "subkey", Type: "string", Doc: "tells apart two calls of one run to the same target"})

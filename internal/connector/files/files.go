@@ -54,13 +54,15 @@ func New(root string) *connector.Connector {
 					{Name: "dir", Type: "string", Doc: "the folder, relative to the root (default: the root)"},
 					{Name: "glob", Type: "string", Doc: "a pattern for the file names, e.g. `*.json` (default `*`)"},
 				},
-				Result: "an array of `{ path, name, size, modTime }` (`path` relative to the root, `modTime` an ISO time); `[]` when the folder does not exist.",
-				Errors: "a bad glob is a logic error; a folder keep may not read is a permission error; other I/O errors are transient (retried).",
+				Result:   "an array of `{ path, name, size, modTime }` (`path` relative to the root, `modTime` an ISO time); `[]` when the folder does not exist.",
+				ResultTS: "Array<{ path: string; name: string; size: number; modTime: string }>",
+				Errors:   "a bad glob is a logic error; a folder keep may not read is a permission error; other I/O errors are transient (retried).",
 			}},
 			"read": {Name: "read", Kind: connector.KindReadByID, Do: f.read, Validate: needString("path"), Doc: connector.MethodDoc{
-				Summary: "Reads one file as text.",
-				Params:  []connector.Param{{Name: "path", Type: "string", Required: true, Doc: "the file, relative to the root"}},
-				Result:  "`{ path, content, sha256 }`.",
+				Summary:  "Reads one file as text.",
+				Params:   []connector.Param{{Name: "path", Type: "string", Required: true, Doc: "the file, relative to the root"}},
+				Result:   "`{ path, content, sha256 }`.",
+				ResultTS: "{ path: string; content: string; sha256: string }",
 				Errors: fmt.Sprintf("a missing file is a precondition error (the run waits for a person); a file that is not a regular file, "+
 					"or a path out of the root, a permission error; a file over %d MiB a logic error.", MaxFileBytes>>20),
 			}},
@@ -83,7 +85,8 @@ func New(root string) *connector.Connector {
 						{Name: "path", Type: "string", Required: true, Doc: "the file, relative to the root"},
 						{Name: "content", Type: "string", Required: true, Doc: "the whole new content (`JSON.stringify` objects)"},
 					},
-					Result: "`{ path, sha256, bytes }`.",
+					Result:   "`{ path, sha256, bytes }`.",
+					ResultTS: "{ path: string; sha256: string; bytes: number }",
 					Reconcile: "reads the file: the same content (by SHA-256) means it happened; no file means it did not (believed only once a second check agrees after the settle time); " +
 						"other content means keep cannot tell yet and checks again.",
 					Errors: "a path out of the root is a permission error, a missing root folder a precondition error, other I/O errors transient; " +

@@ -79,23 +79,40 @@ func New(guard *netguard.Guard) *connector.Connector {
 	}
 }
 
+// The methods http.request takes (validate), in either case, as
+// TypeScript types: GET and HEAD read, the others write (KindOf).
+const (
+	readMethods  = `"GET" | "HEAD" | "get" | "head"`
+	writeMethods = `"POST" | "PUT" | "PATCH" | "DELETE" | "post" | "put" | "patch" | "delete"`
+)
+
+// ResultTS is what http.request returns, as a TypeScript type (custom
+// connectors return it too).
+const ResultTS = "{ status: number; headers: Record<string, string>; body: string; json: any; reconciled?: boolean; via?: string }"
+
 // requestDoc is http.request as docs/scripts.md shows it.
 var requestDoc = connector.MethodDoc{
 	Summary: "Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once.",
 	Kind:    "GET and HEAD are list/search reads (producers, prepare, tasks), or reads by id with `kind: \"byId\"` (also allowed in mutate); POST, PUT, PATCH and DELETE are writes (mutate, or an item's handler)",
 	Params: []connector.Param{
 		{Name: "url", Type: "string", Required: true, Doc: "an absolute http(s) URL"},
-		{Name: "method", Type: "string", Doc: "GET (default), HEAD, POST, PUT, PATCH or DELETE"},
-		{Name: "headers", Type: "object of strings", Doc: "request headers"},
-		{Name: "json", Type: "any", Doc: "a body sent as JSON (sets `Content-Type: application/json`)"},
+		{Name: "method", Type: "string", TS: readMethods + " | " + writeMethods, Doc: "GET (default), HEAD, POST, PUT, PATCH or DELETE"},
+		{Name: "headers", Type: "object of strings", TS: "Record<string, string>", Doc: "request headers"},
+		{Name: "json", Type: "any", TS: "unknown", Doc: "a body sent as JSON (sets `Content-Type: application/json`)"},
 		{Name: "body", Type: "string", Doc: "a raw body (not with `json`)"},
 		{Name: "timeoutMs", Type: "number", Doc: "the call's time limit, 1 to 600000 ms (default: the policy's `tool_timeout`)"},
-		{Name: "reconcile", Type: "{ method?, url, headers? }", Doc: "a probe that finds the write afterwards; `{idempotencyKey}` in its url is replaced by the write's key. Without it an uncertain write goes to a person"},
+		{Name: "reconcile", Type: "{ method?, url, headers? }", TS: "{ method?: " + readMethods + "; url: string; headers?: Record<string, string> }", Doc: "a probe that finds the write afterwards; `{idempotencyKey}` in its url is replaced by the write's key. Without it an uncertain write goes to a person"},
 		{Name: "subkey", Type: "string", Doc: "tells apart two writes of one run to the same method and url"},
-		{Name: "kind", Type: "\"byId\"", Doc: "marks a GET or HEAD as a read of one thing by its id, which `mutate` may make (list and search reads it may not)"},
+		{Name: "kind", Type: "\"byId\"", TS: `"byId"`, Doc: "marks a GET or HEAD as a read of one thing by its id, which `mutate` may make (list and search reads it may not)"},
 	},
 	Result: "`{ status, headers, body, json }`: `headers` in lower case (no `set-cookie`), `body` the text, `json` the parsed body or `null`. " +
 		"A reconciled write returns the probe's answer with `reconciled: true` and `via` (the probe's method and url).",
+	ResultTS: ResultTS,
+	KindArgs: map[connector.Kind]string{
+		connector.KindRead:     "{ method?: " + readMethods + "; kind?: undefined }",
+		connector.KindReadByID: "{ method?: " + readMethods + `; kind: "byId" }`,
+		connector.KindMutate:   "{ method: " + writeMethods + " }",
+	},
 	Reconcile: "only with a `reconcile` probe: 2xx means it happened, 404 or 410 that it did not (believed once a second probe agrees after the settle time), anything else that keep cannot tell yet.",
 	Errors: "reads: 401/403 permission, 408/429/5xx and network errors transient (retried), 404/410 returned as they are, other 4xx logic. " +
 		"Writes: 2xx applied; a 307/308 redirect or 4xx a logic error (404/409/410/412 precondition, 401/403 permission, 408/429 transient) and certainly not applied; " +

@@ -67,24 +67,26 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 	}
 	dbParam := connector.Param{Name: "db", Type: "string", Required: true, Doc: "a database named in keep.toml: `[connectors.sql.databases] NAME = \"postgres://…\"` (or `mysql://…`, `sqlite:///…`)"}
 	sqlParam := connector.Param{Name: "sql", Type: "string", Required: true, Doc: "one statement, with placeholders `$1, $2…` (PostgreSQL) or `?` (MariaDB/MySQL, SQLite)"}
-	argsParam := connector.Param{Name: "args", Type: "array", Doc: "the placeholders' values, bound by the driver (never spliced into the text): numbers, strings, booleans, null, bytes as `{ base64: \"…\" }`; an integer beyond 2^53 as a string"}
+	argsParam := connector.Param{Name: "args", Type: "array", TS: "unknown[]", Doc: "the placeholders' values, bound by the driver (never spliced into the text): numbers, strings, booleans, null, bytes as `{ base64: \"…\" }`; an integer beyond 2^53 as a string"}
 	return &connector.Connector{
 		Name:    "sql",
 		Doc:     "PostgreSQL, MariaDB/MySQL and SQLite databases declared in keep.toml. Credentials stay in keep.toml; scripts name a database, never a URL.",
 		Sources: map[string][]string{"sql": {"row"}},
 		Methods: map[string]*connector.Method{
 			"query": {Name: "query", Kind: connector.KindRead, Validate: c.validate("sql.query"), Do: c.query, Doc: connector.MethodDoc{
-				Summary: "Runs a query and returns its rows.",
-				Params:  []connector.Param{dbParam, sqlParam, argsParam},
-				Result:  fmt.Sprintf("an array of rows, each an object by column name, each value as it travels (see \"How values travel\" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most %d rows and %d MiB", MaxRows, MaxResultBytes>>20),
-				Errors:  "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back; more rows or bytes than the bounds, an argument beyond 2^53: logic; the login refused or a privilege missing: permission; the database unreachable, a lock wait timed out (`lock_timeout`, MariaDB's lock wait), a deadlock or serialization failure: transient.",
+				Summary:  "Runs a query and returns its rows.",
+				Params:   []connector.Param{dbParam, sqlParam, argsParam},
+				ResultTS: "Array<Record<string, any>>",
+				Result:   fmt.Sprintf("an array of rows, each an object by column name, each value as it travels (see \"How values travel\" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most %d rows and %d MiB", MaxRows, MaxResultBytes>>20),
+				Errors:   "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back; more rows or bytes than the bounds, an argument beyond 2^53: logic; the login refused or a privilege missing: permission; the database unreachable, a lock wait timed out (`lock_timeout`, MariaDB's lock wait), a deadlock or serialization failure: transient.",
 			}},
 			"exec": {Name: "exec", Kind: connector.KindMutate, Identity: []string{"db", "sql"}, Validate: c.validate("sql.exec"), Do: c.exec,
 				Reconcile: c.reconcile, ComparePayload: compareArgs, Target: func(a map[string]any) string { return "sql.exec on " + str(a["db"]) + ": " + crop(str(a["sql"]), 80) },
 				Doc: connector.MethodDoc{
-					Summary: "Runs one statement exactly once. keep runs it in a transaction with an insert into the database's own `" + Table + "` table (created on first use: the write's idempotency key and its result); a second attempt of the same write finds that row and returns the recorded result without running the statement again.",
-					Params:  []connector.Param{dbParam, sqlParam, argsParam, {Name: "subkey", Type: "string", Doc: "tells apart two runs of the same statement in one run"}},
-					Result:  "`{ rowsAffected, rows }`: `rows` (as sql.query returns them) only when the statement returns rows (`INSERT … RETURNING id`), kept with the write's result; a write found already done returns the recorded result and adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
+					Summary:  "Runs one statement exactly once. keep runs it in a transaction with an insert into the database's own `" + Table + "` table (created on first use: the write's idempotency key and its result); a second attempt of the same write finds that row and returns the recorded result without running the statement again.",
+					Params:   []connector.Param{dbParam, sqlParam, argsParam, {Name: "subkey", Type: "string", Doc: "tells apart two runs of the same statement in one run"}},
+					ResultTS: "{ rowsAffected: number; rows?: Array<Record<string, any>>; replayed?: boolean; reconciled?: boolean }",
+					Result:   "`{ rowsAffected, rows }`: `rows` (as sql.query returns them) only when the statement returns rows (`INSERT … RETURNING id`), kept with the write's result; a write found already done returns the recorded result and adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
 					Reconcile: "looks the key up in `" + Table + "`: there means committed (with the result it recorded), absent means the transaction never committed — certain, since the row commits with the statement. " +
 						"On MariaDB/MySQL a DDL statement (CREATE, ALTER, DROP…) commits by itself and escapes the transaction: keep cannot make it exactly once.",
 					Errors: "a bad statement or a constraint violation (also one a deferred constraint raises at COMMIT): logic (rolled back, nothing written); so is more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, on SQLite `ATTACH`/`PRAGMA`, an argument beyond 2^53 and returned rows beyond the bounds; the login refused or a privilege missing: permission; the database unreachable before the statement, a lock wait timed out, a deadlock or serialization failure: transient; the connection lost during COMMIT (no answer): unknown, settled by reconcile.",

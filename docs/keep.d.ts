@@ -1,0 +1,695 @@
+// keep.d.ts: the types of keep's script API, written by `keep types`; do not edit it, run `keep types` again.
+// Use it in a script: put the two lines
+//   // @ts-check
+//   /// <reference path="./keep.d.ts" />
+// at its top; then an editor, or tsc --noEmit --allowJs --checkJs, says
+// where a call breaks keep's rules before keep runs it.
+
+declare namespace Keep {
+  /** Declares the workflow: end the script with `export default Keep.workflow({ ... })`. */
+  function workflow(def: Workflow): Workflow;
+  /** Marks a producer (writing the object directly works too). */
+  function producer(p: Producer): Producer;
+  /** Marks a consumer (writing the object directly works too). */
+  function consumer(c: Consumer): Consumer;
+  /** Marks an item script (writing the object directly works too). */
+  function task(t: Task): Task;
+
+  interface Workflow {
+    /** letters, digits, . _ - (at most 100) */
+    name: string;
+    /** every topic a handler publishes or subscribes to */
+    topics?: { [topic: string]: Topic };
+    producers?: { [name: string]: Producer };
+    consumers?: { [name: string]: Consumer };
+    tasks?: { [name: string]: Task };
+    /** true, or tool / tool.method names whose every call waits for a person */
+    requireApproval?: boolean | string[];
+    // A new kind of handler (webhooks) is declared here, with its ctx below.
+  }
+  interface Topic {
+    /** "api": the topic's events are posted by apps (keep publish, the event API), not by a handler */
+    from?: "api";
+  }
+  /** an interval (`30s`, `5m`, `1h`, `1d`) or a cron of 5 fields */
+  type Schedule = { interval: string; cron?: undefined } | { cron: string; interval?: undefined };
+  interface Producer {
+    publishes: string[];
+    schedule: Schedule;
+    /** brings things from the outside in; returns the state its next run gets */
+    handler(ctx: ProducerCtx, state: any): unknown;
+  }
+  interface Consumer {
+    subscribe: string[];
+    /** the topics next may publish to */
+    publishes?: string[];
+    /** selects the work: which events this run takes, and the data mutate and next need */
+    prepare(ctx: PrepareCtx, state: any): PrepareResult | Promise<PrepareResult>;
+    /** at most one write, the last thing it does; the write's result goes to next */
+    mutate?(ctx: MutateCtx, prepared: PrepareResult): unknown;
+    /** publishes what follows and returns the new state */
+    next?(ctx: NextCtx, prepared: PrepareResult, mutationResult: MutationResult): unknown;
+  }
+  interface Task {
+    schedule: Schedule;
+    /** runs on its schedule; every write happens inside ctx.withItem */
+    run(ctx: TaskCtx, state: any): unknown;
+  }
+  /** what prepare returns */
+  interface PrepareResult<D = any> {
+    /** the events this run takes; [] means nothing to do */
+    reservations?: Reservation[];
+    /** anything mutate and next need (JSON, at most 1 MiB) */
+    data?: D;
+    /** what the run is about, for people */
+    ui?: { title?: string };
+    /** when to run again without new events: ms since 1970 or an ISO time */
+    wakeAt?: number | string;
+  }
+  interface Reservation {
+    topic: string;
+    /** messageIds of pending events of the topic */
+    ids: string[];
+  }
+  /** what next learns of mutate's write */
+  type MutationResult = { status: "applied"; result: any } | { status: "none" } | { status: "skipped" };
+  /** an event, as ctx.peek and ctx.getByIds return it */
+  interface Event {
+    messageId: string;
+    topic: string;
+    payload: any;
+    attempt: number;
+    createdAt: number;
+  }
+  /** the item withItem's handler works on */
+  interface Item {
+    id: string;
+    title: string;
+    /** done in an earlier run: do not write again */
+    isDone: boolean;
+    attempt: number;
+  }
+  /** what every phase's ctx has */
+  interface BaseCtx {
+    /** a line in the run's trace */
+    log(...values: any[]): void;
+    /** milliseconds since 1970, recorded in the trace */
+    now(): number;
+    /** a number in [0, 1), recorded in the trace */
+    random(): number;
+  }
+  /** a source a connector declares, and its types */
+  type Source =
+    | { source: "calendar"; type: "event" }
+    | { source: "email"; type: "message" }
+    | { source: "files"; type: "file" }
+    | { source: "gmail"; type: "email" | "thread" }
+    | { source: "http"; type: "record" | "request" | "webhook" }
+    | { source: "sheets"; type: "row" }
+    | { source: "slack"; type: "message" | "reaction" }
+    | { source: "sql"; type: "row" }
+    | { source: "system"; type: "random" | "schedule" };
+  /** an external thing that happened, as ctx.registerInput records it */
+  type InputRef = Source & {
+    /** its identifier in the source (a message id, a file name) */
+    id: string | number;
+    /** what it is, to a person (at most 500 characters) */
+    title: string;
+  };
+  /** ctx in a producer */
+  interface ProducerCtx extends BaseCtx {
+    calendar: {
+      /** Lists events, by start time (recurring events as their single occurrences). */
+      listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
+    };
+    email: {
+      /** Lists messages of a folder, oldest first. */
+      search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
+    };
+    files: {
+      /** Lists the regular files of a folder whose names match a glob, sorted by name (folders, devices and links out of the root are left out). */
+      list(args?: connector.files.ListArgs): Promise<connector.files.ListResult>;
+      /** Reads one file as text. */
+      read(args: connector.files.ReadArgs): Promise<connector.files.ReadResult>;
+    };
+    gmail: {
+      /** Reads one message with its body. */
+      get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
+      /** Finds messages with Gmail's search syntax, oldest first. */
+      search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
+    };
+    http: {
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs & ({ method?: "GET" | "HEAD" | "get" | "head"; kind?: undefined } | { method?: "GET" | "HEAD" | "get" | "head"; kind: "byId" })): Promise<connector.http.RequestResult>;
+    };
+    sheets: {
+      /** Reads rows as Sheets shows them (formatted values). */
+      getRows(args: connector.sheets.GetRowsArgs): Promise<connector.sheets.GetRowsResult>;
+    };
+    slack: {
+      /** Reads a channel's messages, oldest first. A thread's replies are not among them (Slack's `conversations.history` lists a thread's parent only; a reply also sent to the channel is listed). */
+      history(args: connector.slack.HistoryArgs): Promise<connector.slack.HistoryResult>;
+    };
+    sql: {
+      /** Runs a query and returns its rows. */
+      query(args: connector.sql.QueryArgs): Promise<connector.sql.QueryResult>;
+    };
+    /** records an external thing that happened; returns its input id (the same for the same source, type and id) */
+    registerInput(input: InputRef): string;
+    /** an event for the consumers of the topic(s), written when the run commits */
+    publish(topics: string | string[], event: { inputId: string; messageId?: string | number; payload?: any }): Promise<void>;
+  }
+  /** ctx in prepare */
+  interface PrepareCtx extends BaseCtx {
+    calendar: {
+      /** Lists events, by start time (recurring events as their single occurrences). */
+      listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
+    };
+    email: {
+      /** Lists messages of a folder, oldest first. */
+      search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
+    };
+    files: {
+      /** Lists the regular files of a folder whose names match a glob, sorted by name (folders, devices and links out of the root are left out). */
+      list(args?: connector.files.ListArgs): Promise<connector.files.ListResult>;
+      /** Reads one file as text. */
+      read(args: connector.files.ReadArgs): Promise<connector.files.ReadResult>;
+    };
+    gmail: {
+      /** Reads one message with its body. */
+      get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
+      /** Finds messages with Gmail's search syntax, oldest first. */
+      search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
+    };
+    http: {
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs & ({ method?: "GET" | "HEAD" | "get" | "head"; kind?: undefined } | { method?: "GET" | "HEAD" | "get" | "head"; kind: "byId" })): Promise<connector.http.RequestResult>;
+    };
+    sheets: {
+      /** Reads rows as Sheets shows them (formatted values). */
+      getRows(args: connector.sheets.GetRowsArgs): Promise<connector.sheets.GetRowsResult>;
+    };
+    slack: {
+      /** Reads a channel's messages, oldest first. A thread's replies are not among them (Slack's `conversations.history` lists a thread's parent only; a reply also sent to the channel is listed). */
+      history(args: connector.slack.HistoryArgs): Promise<connector.slack.HistoryResult>;
+    };
+    sql: {
+      /** Runs a query and returns its rows. */
+      query(args: connector.sql.QueryArgs): Promise<connector.sql.QueryResult>;
+    };
+    /** pending, unreserved events of a subscribed topic, oldest first */
+    peek(topic: string, opts?: { limit?: number }): Promise<Event[]>;
+    /** those events of a subscribed topic, whatever their status (missing ones left out) */
+    getByIds(topic: string, ids: string[]): Promise<Event[]>;
+  }
+  /** ctx in mutate */
+  interface MutateCtx extends BaseCtx {
+    calendar: {
+      /** Creates an event whose id is made from the write's idempotency key: a second attempt of the same write cannot create a second event. */
+      createEvent(args: connector.calendar.CreateEventArgs): Promise<void>;
+      /** Changes the given fields of an event (the others stay). */
+      updateEvent(args: connector.calendar.UpdateEventArgs): Promise<void>;
+    };
+    email: {
+      /** Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send. */
+      send(args: connector.email.SendArgs): Promise<void>;
+    };
+    files: {
+      /** Reads one file as text. */
+      read(args: connector.files.ReadArgs): Promise<connector.files.ReadResult>;
+      /** Writes one file atomically (a temporary file, fsync, rename): a crash leaves the old content or the new, never half. Folders are created. */
+      write(args: connector.files.WriteArgs): Promise<void>;
+    };
+    gmail: {
+      /** Reads one message with its body. */
+      get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
+      /** Adds and removes labels of a message. Labels are names (`Processed`) or Gmail's system labels (`INBOX`, `UNREAD`, `STARRED`, `IMPORTANT`); a label to add that does not exist is created. */
+      modifyLabels(args: connector.gmail.ModifyLabelsArgs): Promise<void>;
+      /** Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key` (Gmail may replace the Message-ID; the header stays). A reply (`threadId`) carries `In-Reply-To` and `References` naming the thread's last message, which keep reads first: Gmail puts a sent message in the thread only with them and a matching subject (`Re: ` + the thread's subject). */
+      send(args: connector.gmail.SendArgs): Promise<void>;
+    };
+    http: {
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs & ({ method?: "GET" | "HEAD" | "get" | "head"; kind: "byId" })): Promise<connector.http.RequestResult>;
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs & ({ method: "POST" | "PUT" | "PATCH" | "DELETE" | "post" | "put" | "patch" | "delete" })): Promise<void>;
+    };
+    sheets: {
+      /** Appends one row after the last row of the sheet. Values are written as they are (a text starting with `=` stays text, never a formula). The Sheets API has no idempotency key, so the row's first cell carries a note `keep:<key>` written in the same request as the row: that note is how keep finds its own row again. Leave it in place. */
+      appendRow(args: connector.sheets.AppendRowArgs): Promise<void>;
+      /** Overwrites the cells of one row from column A (cells past `values` are left as they are). */
+      updateRow(args: connector.sheets.UpdateRowArgs): Promise<void>;
+    };
+    slack: {
+      /** Adds the bot's reaction to a message (a reaction the bot already gave counts as done). */
+      addReaction(args: connector.slack.AddReactionArgs): Promise<void>;
+      /** Posts a message as the bot. The message's metadata carries the write's idempotency key (`event_type: keep_write`). */
+      postMessage(args: connector.slack.PostMessageArgs): Promise<void>;
+    };
+    sql: {
+      /** Runs one statement exactly once. keep runs it in a transaction with an insert into the database's own `keep_mutations` table (created on first use: the write's idempotency key and its result); a second attempt of the same write finds that row and returns the recorded result without running the statement again. */
+      exec(args: connector.sql.ExecArgs): Promise<void>;
+    };
+  }
+  /** ctx in next */
+  interface NextCtx extends BaseCtx {
+    /** an event for the consumers of the topic(s), written when the run commits */
+    publish(topics: string | string[], event: { messageId: string | number; payload?: any }): Promise<void>;
+  }
+  /** ctx in a task's run */
+  interface TaskCtx extends BaseCtx {
+    calendar: {
+      /** Lists events, by start time (recurring events as their single occurrences). */
+      listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
+    };
+    email: {
+      /** Lists messages of a folder, oldest first. */
+      search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
+    };
+    files: {
+      /** Lists the regular files of a folder whose names match a glob, sorted by name (folders, devices and links out of the root are left out). */
+      list(args?: connector.files.ListArgs): Promise<connector.files.ListResult>;
+      /** Reads one file as text. */
+      read(args: connector.files.ReadArgs): Promise<connector.files.ReadResult>;
+    };
+    gmail: {
+      /** Reads one message with its body. */
+      get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
+      /** Finds messages with Gmail's search syntax, oldest first. */
+      search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
+    };
+    http: {
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs & ({ method?: "GET" | "HEAD" | "get" | "head"; kind?: undefined } | { method?: "GET" | "HEAD" | "get" | "head"; kind: "byId" })): Promise<connector.http.RequestResult>;
+    };
+    sheets: {
+      /** Reads rows as Sheets shows them (formatted values). */
+      getRows(args: connector.sheets.GetRowsArgs): Promise<connector.sheets.GetRowsResult>;
+    };
+    slack: {
+      /** Reads a channel's messages, oldest first. A thread's replies are not among them (Slack's `conversations.history` lists a thread's parent only; a reply also sent to the channel is listed). */
+      history(args: connector.slack.HistoryArgs): Promise<connector.slack.HistoryResult>;
+    };
+    sql: {
+      /** Runs a query and returns its rows. */
+      query(args: connector.sql.QueryArgs): Promise<connector.sql.QueryResult>;
+    };
+    /** works on one item: every write happens in its handler, through the ledger */
+    withItem(id: string, title: string, handler: (ctx: ItemCtx) => unknown): Promise<void>;
+  }
+  /** ctx in withItem's handler */
+  interface ItemCtx extends BaseCtx {
+    calendar: {
+      /** Creates an event whose id is made from the write's idempotency key: a second attempt of the same write cannot create a second event. */
+      createEvent(args: connector.calendar.CreateEventArgs): Promise<connector.calendar.CreateEventResult>;
+      /** Lists events, by start time (recurring events as their single occurrences). */
+      listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
+      /** Changes the given fields of an event (the others stay). */
+      updateEvent(args: connector.calendar.UpdateEventArgs): Promise<connector.calendar.UpdateEventResult>;
+    };
+    email: {
+      /** Lists messages of a folder, oldest first. */
+      search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
+      /** Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send. */
+      send(args: connector.email.SendArgs): Promise<connector.email.SendResult>;
+    };
+    files: {
+      /** Lists the regular files of a folder whose names match a glob, sorted by name (folders, devices and links out of the root are left out). */
+      list(args?: connector.files.ListArgs): Promise<connector.files.ListResult>;
+      /** Reads one file as text. */
+      read(args: connector.files.ReadArgs): Promise<connector.files.ReadResult>;
+      /** Writes one file atomically (a temporary file, fsync, rename): a crash leaves the old content or the new, never half. Folders are created. */
+      write(args: connector.files.WriteArgs): Promise<connector.files.WriteResult>;
+    };
+    gmail: {
+      /** Reads one message with its body. */
+      get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
+      /** Adds and removes labels of a message. Labels are names (`Processed`) or Gmail's system labels (`INBOX`, `UNREAD`, `STARRED`, `IMPORTANT`); a label to add that does not exist is created. */
+      modifyLabels(args: connector.gmail.ModifyLabelsArgs): Promise<connector.gmail.ModifyLabelsResult>;
+      /** Finds messages with Gmail's search syntax, oldest first. */
+      search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
+      /** Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key` (Gmail may replace the Message-ID; the header stays). A reply (`threadId`) carries `In-Reply-To` and `References` naming the thread's last message, which keep reads first: Gmail puts a sent message in the thread only with them and a matching subject (`Re: ` + the thread's subject). */
+      send(args: connector.gmail.SendArgs): Promise<connector.gmail.SendResult>;
+    };
+    http: {
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs): Promise<connector.http.RequestResult>;
+    };
+    sheets: {
+      /** Appends one row after the last row of the sheet. Values are written as they are (a text starting with `=` stays text, never a formula). The Sheets API has no idempotency key, so the row's first cell carries a note `keep:<key>` written in the same request as the row: that note is how keep finds its own row again. Leave it in place. */
+      appendRow(args: connector.sheets.AppendRowArgs): Promise<connector.sheets.AppendRowResult>;
+      /** Reads rows as Sheets shows them (formatted values). */
+      getRows(args: connector.sheets.GetRowsArgs): Promise<connector.sheets.GetRowsResult>;
+      /** Overwrites the cells of one row from column A (cells past `values` are left as they are). */
+      updateRow(args: connector.sheets.UpdateRowArgs): Promise<connector.sheets.UpdateRowResult>;
+    };
+    slack: {
+      /** Adds the bot's reaction to a message (a reaction the bot already gave counts as done). */
+      addReaction(args: connector.slack.AddReactionArgs): Promise<connector.slack.AddReactionResult>;
+      /** Reads a channel's messages, oldest first. A thread's replies are not among them (Slack's `conversations.history` lists a thread's parent only; a reply also sent to the channel is listed). */
+      history(args: connector.slack.HistoryArgs): Promise<connector.slack.HistoryResult>;
+      /** Posts a message as the bot. The message's metadata carries the write's idempotency key (`event_type: keep_write`). */
+      postMessage(args: connector.slack.PostMessageArgs): Promise<connector.slack.PostMessageResult>;
+    };
+    sql: {
+      /** Runs one statement exactly once. keep runs it in a transaction with an insert into the database's own `keep_mutations` table (created on first use: the write's idempotency key and its result); a second attempt of the same write finds that row and returns the recorded result without running the statement again. */
+      exec(args: connector.sql.ExecArgs): Promise<connector.sql.ExecResult>;
+      /** Runs a query and returns its rows. */
+      query(args: connector.sql.QueryArgs): Promise<connector.sql.QueryResult>;
+    };
+    readonly item: Item;
+  }
+}
+
+/** each connector method's arguments and result */
+declare namespace Keep.connector {
+  /** Google Calendar, through the Calendar API with the account of `keep connect google`. */
+  namespace calendar {
+    /** the arguments of ctx.calendar.createEvent */
+    interface CreateEventArgs {
+      /** the calendar (default `primary`, the account's own) */
+      calendarId?: string;
+      /** the title */
+      summary: string;
+      /** RFC 3339 time (`2026-12-01T10:00:00+01:00`) or a date (`2026-12-01`, all day) */
+      start: string;
+      /** as start; not before it */
+      end: string;
+      /** guests' email addresses */
+      attendees?: string[];
+      /** the description */
+      description?: string;
+      /** the location */
+      location?: string;
+      /** whom Google mails the invitation or the change: `all` guests, `externalOnly` (guests outside the account's domain) or `none` (the default: guests see it in their calendars, no mail) */
+      sendUpdates?: string;
+      /** tells apart two events one run creates in the same calendar */
+      subkey?: string;
+    }
+    /** `{ id, summary, start, end, attendees, status, htmlLink }`; a reconciled create adds `reconciled: true` */
+    type CreateEventResult = { id: string; summary: string; description: string; location: string; start: string; end: string; attendees: string[]; status: string; htmlLink: string; reconciled?: boolean };
+    /** the arguments of ctx.calendar.listEvents */
+    interface ListEventsArgs {
+      /** the calendar (default `primary`, the account's own) */
+      calendarId?: string;
+      /** RFC 3339: events ending after it */
+      from?: string;
+      /** RFC 3339: events starting before it */
+      to?: string;
+      /** at most this many, 1 to 2500 (default 250) */
+      max?: number;
+    }
+    /** an array of `{ id, summary, description, location, start, end, attendees, status, htmlLink }` (`start`/`end` a time, in the calendar's time zone as Google answers it, or a date) */
+    type ListEventsResult = Array<{ id: string; summary: string; description: string; location: string; start: string; end: string; attendees: string[]; status: string; htmlLink: string }>;
+    /** the arguments of ctx.calendar.updateEvent */
+    interface UpdateEventArgs {
+      /** the calendar (default `primary`, the account's own) */
+      calendarId?: string;
+      /** the event's id (identity) */
+      eventId: string;
+      /** the title */
+      summary?: string;
+      /** RFC 3339 time (`2026-12-01T10:00:00+01:00`) or a date (`2026-12-01`, all day) */
+      start?: string;
+      /** as start; not before it */
+      end?: string;
+      /** guests' email addresses */
+      attendees?: string[];
+      /** the description */
+      description?: string;
+      /** the location */
+      location?: string;
+      /** whom Google mails the invitation or the change: `all` guests, `externalOnly` (guests outside the account's domain) or `none` (the default: guests see it in their calendars, no mail) */
+      sendUpdates?: string;
+      /** tells apart two updates of one run to the same event */
+      subkey?: string;
+    }
+    /** the event, as createEvent returns it */
+    type UpdateEventResult = { id: string; summary: string; description: string; location: string; start: string; end: string; attendees: string[]; status: string; htmlLink: string; reconciled?: boolean };
+  }
+  /** Any mailbox over IMAP (reading) and SMTP (sending), set in keep.toml: `[connectors.email] imap = "imaps://user:password@host:993"`, `smtp = "smtp://user:password@host:587"` (STARTTLS; `smtps://` for TLS; plain only to a server on this machine unless `starttls = true`), `from = "me@example.com"`, `ca_file = "/path/ca.pem"` to trust a private CA, `sent_folder` (default: the folder marked \Sent, else `Sent`, created when absent), and `server_keeps_sent = true` only when the SMTP server files a copy of what it sends into Sent itself (Gmail, Exchange, Fastmail do; Postfix does not): keep checks that before relying on it. Credentials stay in keep.toml. */
+  namespace email {
+    /** the arguments of ctx.email.search */
+    interface SearchArgs {
+      /** the folder (default `INBOX`) */
+      folder?: string;
+      /** a cursor: a previous result's `lastCursor`; only messages that arrived after it come back */
+      after?: string;
+      /** only messages whose From contains this */
+      from?: string;
+      /** only messages whose Subject contains this */
+      subject?: string;
+      /** only unread messages */
+      unseen?: boolean;
+      /** at most this many, 1 to 500 (default 100) */
+      max?: number;
+    }
+    /** an array of `{ id, uid, from, to, subject, date, text, html? }` (`id` the Message-ID, or for a message without one an id of its place in the folder, stable while the folder is: register inputs by it; `from`/`to` with display names decoded; `text` the plain body decoded to UTF-8, made from the HTML when there is only HTML; `html` the HTML body when there is one; each at most 64 KiB) with a property `lastCursor` to pass as the next `after` */
+    type SearchResult = Array<{ id: string; uid: number; from: string; to: string; subject: string; date: string; text: string; html?: string }> & { lastCursor: string };
+    /** the arguments of ctx.email.send */
+    interface SendArgs {
+      /** recipients (identity) */
+      to: string | string[];
+      /** the subject */
+      subject: string;
+      /** the plain-text body */
+      text: string;
+      /** an HTML body sent beside the text */
+      html?: string;
+      /** copies */
+      cc?: string | string[];
+      /** the Message-ID of the message this replies to (a message's `id` from email.search): sets In-Reply-To, so the reply threads */
+      inReplyTo?: string;
+      /** the Message-IDs of the thread, oldest first (default: `inReplyTo`) */
+      references?: string | string[];
+      /** tells apart two sends of one run to the same recipients */
+      subkey?: string;
+    }
+    /** `{ messageId, sentFolder, filedBy }` (`filedBy` is `server` or `keep`); when the copy could not be filed, `{ messageId, notFiled }` saying why (the message was sent); a reconciled send adds `reconciled: true` */
+    type SendResult = { messageId: string; sentFolder?: string; filedBy?: "server" | "keep"; notFiled?: string; reconciled?: boolean };
+  }
+  /** A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused. */
+  namespace files {
+    /** the arguments of ctx.files.list */
+    interface ListArgs {
+      /** the folder, relative to the root (default: the root) */
+      dir?: string;
+      /** a pattern for the file names, e.g. `*.json` (default `*`) */
+      glob?: string;
+    }
+    /** an array of `{ path, name, size, modTime }` (`path` relative to the root, `modTime` an ISO time); `[]` when the folder does not exist. */
+    type ListResult = Array<{ path: string; name: string; size: number; modTime: string }>;
+    /** the arguments of ctx.files.read */
+    interface ReadArgs {
+      /** the file, relative to the root */
+      path: string;
+    }
+    /** `{ path, content, sha256 }`. */
+    type ReadResult = { path: string; content: string; sha256: string };
+    /** the arguments of ctx.files.write */
+    interface WriteArgs {
+      /** the file, relative to the root */
+      path: string;
+      /** the whole new content (`JSON.stringify` objects) */
+      content: string;
+    }
+    /** `{ path, sha256, bytes }`. */
+    type WriteResult = { path: string; sha256: string; bytes: number };
+  }
+  /** A Gmail mailbox, through the Gmail API with the account of `keep connect google`. Try it without a Google account against `keep-fake google` (see the README). */
+  namespace gmail {
+    /** the arguments of ctx.gmail.get */
+    interface GetArgs {
+      /** the message's id (from search) */
+      id: string;
+    }
+    /** `{ id, threadId, from, to, cc, subject, snippet, date, labels, text, html }`: `text` the plain body (or the HTML's text when there is none), `html` the HTML body or "" */
+    type GetResult = { id: string; threadId: string; from: string; to: string; cc: string; subject: string; snippet: string; date: string; labels: string[]; text: string; html: string };
+    /** the arguments of ctx.gmail.modifyLabels */
+    interface ModifyLabelsArgs {
+      /** the message's id (identity) */
+      id: string;
+      /** labels to add */
+      add?: string | string[];
+      /** labels to remove */
+      remove?: string | string[];
+      /** tells apart two label changes of one run on the same message */
+      subkey?: string;
+    }
+    /** `{ id, labels }` (by name) */
+    type ModifyLabelsResult = { id: string; labels: string[]; reconciled?: boolean };
+    /** the arguments of ctx.gmail.search */
+    interface SearchArgs {
+      /** Gmail search, e.g. `from:alice has:attachment` or `in:inbox invoice` (default: all mail but spam and trash) */
+      query?: string;
+      /** a cursor: a previous result's `lastCursor`; only messages received at or after it come back */
+      after?: string;
+      /** at most this many messages, 1 to 500 (default 100) */
+      max?: number;
+    }
+    /** an array of `{ id, threadId, from, to, subject, snippet, date, labels }` (`date` RFC 3339, `labels` by name) with a property `lastCursor` to pass as the next `after` (it is `after` again when nothing new came, so `return { cursor: emails.lastCursor }` never goes back). A message received in the cursor's millisecond may come twice: register it by `id`, which keeps one. */
+    type SearchResult = Array<{ id: string; threadId: string; from: string; to: string; subject: string; snippet: string; date: string; labels: string[] }> & { lastCursor: string };
+    /** the arguments of ctx.gmail.send */
+    interface SendArgs {
+      /** recipients (identity: with `threadId`, what the write is to) */
+      to: string | string[];
+      /** the subject */
+      subject: string;
+      /** the plain-text body */
+      text: string;
+      /** an HTML body sent beside the text */
+      html?: string;
+      /** copies */
+      cc?: string | string[];
+      /** the thread to reply in (from search or get); give the thread's subject, `Re: …` */
+      threadId?: string;
+      /** tells apart two sends of one run to the same recipients */
+      subkey?: string;
+    }
+    /** `{ id, threadId, messageId }`; a reconciled send adds `reconciled: true` */
+    type SendResult = { id: string; threadId: string; messageId: string; reconciled?: boolean };
+  }
+  /** Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = ["127.0.0.1:8090"]`. Credentials stay in keep, not in the script: `keep secret set NAME`, then name it in a header, e.g. `headers: { Authorization: "Bearer {secret:NAME}" }` (or in the URL's query: `?key={secret:NAME}`); keep fills it in at the call and masks it wherever a call is shown. */
+  namespace http {
+    /** the arguments of ctx.http.request */
+    interface RequestArgs {
+      /** an absolute http(s) URL */
+      url: string;
+      /** GET (default), HEAD, POST, PUT, PATCH or DELETE */
+      method?: "GET" | "HEAD" | "get" | "head" | "POST" | "PUT" | "PATCH" | "DELETE" | "post" | "put" | "patch" | "delete";
+      /** request headers */
+      headers?: Record<string, string>;
+      /** a body sent as JSON (sets `Content-Type: application/json`) */
+      json?: unknown;
+      /** a raw body (not with `json`) */
+      body?: string;
+      /** the call's time limit, 1 to 600000 ms (default: the policy's `tool_timeout`) */
+      timeoutMs?: number;
+      /** a probe that finds the write afterwards; `{idempotencyKey}` in its url is replaced by the write's key. Without it an uncertain write goes to a person */
+      reconcile?: { method?: "GET" | "HEAD" | "get" | "head"; url: string; headers?: Record<string, string> };
+      /** tells apart two writes of one run to the same method and url */
+      subkey?: string;
+      /** marks a GET or HEAD as a read of one thing by its id, which `mutate` may make (list and search reads it may not) */
+      kind?: "byId";
+    }
+    /** `{ status, headers, body, json }`: `headers` in lower case (no `set-cookie`), `body` the text, `json` the parsed body or `null`. A reconciled write returns the probe's answer with `reconciled: true` and `via` (the probe's method and url). */
+    type RequestResult = { status: number; headers: Record<string, string>; body: string; json: any; reconciled?: boolean; via?: string };
+  }
+  /** Google Sheets, through the Sheets API with the account of `keep connect google`. Rows are numbered as Sheets numbers them (the first row is 1). */
+  namespace sheets {
+    /** the arguments of ctx.sheets.appendRow */
+    interface AppendRowArgs {
+      /** the spreadsheet's id (from its URL: /spreadsheets/d/ID/edit) */
+      spreadsheetId: string;
+      /** the sheet's (tab's) title (default: the first sheet) */
+      sheet?: string;
+      /** the row's cells, from column A */
+      values: Array<string | number | boolean>;
+      /** tells apart two appends of one run to the same sheet */
+      subkey?: string;
+    }
+    /** `{ rowId, range }`: the new row's number and its A1 range, like `Sheet1!A5:B5`; a reconciled append adds `reconciled: true` */
+    type AppendRowResult = { rowId: number; range: string; reconciled?: boolean };
+    /** the arguments of ctx.sheets.getRows */
+    interface GetRowsArgs {
+      /** the spreadsheet's id (from its URL: /spreadsheets/d/ID/edit) */
+      spreadsheetId: string;
+      /** the sheet's (tab's) title (default: the first sheet) */
+      sheet?: string;
+      /** A1 cells within the sheet, like `A2:D` (default: the whole sheet) */
+      range?: string;
+    }
+    /** an array of `{ rowId, values }`: `rowId` the row's number, `values` its cells as strings (empty rows come as `values: []`) */
+    type GetRowsResult = Array<{ rowId: number; values: string[] }>;
+    /** the arguments of ctx.sheets.updateRow */
+    interface UpdateRowArgs {
+      /** the spreadsheet's id (from its URL: /spreadsheets/d/ID/edit) */
+      spreadsheetId: string;
+      /** the sheet's (tab's) title (default: the first sheet) */
+      sheet?: string;
+      /** the row's number (from appendRow or getRows) */
+      rowId: number;
+      /** the new cells */
+      values: Array<string | number | boolean>;
+      /** tells apart two updates of one run to the same row */
+      subkey?: string;
+    }
+    /** `{ rowId, range }` */
+    type UpdateRowResult = { rowId: number; range: string; reconciled?: boolean };
+  }
+  /** A Slack workspace, as the bot whose token `keep connect slack --token xoxb-…` stored. Invite the bot to the channels it reads and writes. */
+  namespace slack {
+    /** the arguments of ctx.slack.addReaction */
+    interface AddReactionArgs {
+      /** a channel id (`C0123…`) or name (`#ops`; keep resolves a name to its ID once, with `conversations.list`, and keeps it) */
+      channel: string;
+      /** the message's ts */
+      ts: string;
+      /** the emoji's name, without colons (`white_check_mark`) */
+      name: string;
+    }
+    /** `{ channel, ts, name }` */
+    type AddReactionResult = { channel: string; ts: string; name: string; reconciled?: boolean };
+    /** the arguments of ctx.slack.history */
+    interface HistoryArgs {
+      /** a channel id (`C0123…`) or name (`#ops`; keep resolves a name to its ID once, with `conversations.list`, and keeps it) */
+      channel: string;
+      /** a cursor: a previous result's `lastCursor` (a message `ts`); only later messages come back, the oldest first. `"0"` starts at the channel's first message; without it, the latest `limit` messages come back */
+      after?: string;
+      /** at most this many, 1 to 999 (default 100) */
+      limit?: number;
+    }
+    /** an array of `{ ts, user, text, threadTs }` (`ts` is the message's id: register inputs by it) with a property `lastCursor`: the last message returned (or `after` again when nothing came), so more than `limit` new messages are read over the next polls, none skipped */
+    type HistoryResult = Array<{ ts: string; user: string; text: string; threadTs: string }> & { lastCursor: string };
+    /** the arguments of ctx.slack.postMessage */
+    interface PostMessageArgs {
+      /** a channel id (`C0123…`) or name (`#ops`; keep resolves a name to its ID once, with `conversations.list`, and keeps it) */
+      channel: string;
+      /** the message (Slack's mrkdwn) */
+      text: string;
+      /** reply in this message's thread */
+      threadTs?: string;
+      /** tells apart two posts of one run to the same channel */
+      subkey?: string;
+    }
+    /** `{ channel, ts }`; a reconciled post adds `reconciled: true` */
+    type PostMessageResult = { channel: string; ts: string; reconciled?: boolean };
+  }
+  /** PostgreSQL, MariaDB/MySQL and SQLite databases declared in keep.toml. Credentials stay in keep.toml; scripts name a database, never a URL. */
+  namespace sql {
+    /** the arguments of ctx.sql.exec */
+    interface ExecArgs {
+      /** a database named in keep.toml: `[connectors.sql.databases] NAME = "postgres://…"` (or `mysql://…`, `sqlite:///…`) */
+      db: string;
+      /** one statement, with placeholders `$1, $2…` (PostgreSQL) or `?` (MariaDB/MySQL, SQLite) */
+      sql: string;
+      /** the placeholders' values, bound by the driver (never spliced into the text): numbers, strings, booleans, null, bytes as `{ base64: "…" }`; an integer beyond 2^53 as a string */
+      args?: unknown[];
+      /** tells apart two runs of the same statement in one run */
+      subkey?: string;
+    }
+    /** `{ rowsAffected, rows }`: `rows` (as sql.query returns them) only when the statement returns rows (`INSERT … RETURNING id`), kept with the write's result; a write found already done returns the recorded result and adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile) */
+    type ExecResult = { rowsAffected: number; rows?: Array<Record<string, any>>; replayed?: boolean; reconciled?: boolean };
+    /** the arguments of ctx.sql.query */
+    interface QueryArgs {
+      /** a database named in keep.toml: `[connectors.sql.databases] NAME = "postgres://…"` (or `mysql://…`, `sqlite:///…`) */
+      db: string;
+      /** one statement, with placeholders `$1, $2…` (PostgreSQL) or `?` (MariaDB/MySQL, SQLite) */
+      sql: string;
+      /** the placeholders' values, bound by the driver (never spliced into the text): numbers, strings, booleans, null, bytes as `{ base64: "…" }`; an integer beyond 2^53 as a string */
+      args?: unknown[];
+    }
+    /** an array of rows, each an object by column name, each value as it travels (see "How values travel" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most 10000 rows and 16 MiB */
+    type QueryResult = Array<Record<string, any>>;
+  }
+}
+
+/** the one declaration a script's last statement makes */
+type PrepareResult<D = any> = Keep.PrepareResult<D>;
+declare var console: {
+  log(...values: any[]): void;
+  info(...values: any[]): void;
+  warn(...values: any[]): void;
+  error(...values: any[]): void;
+  debug(...values: any[]): void;
+};
