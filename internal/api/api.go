@@ -311,7 +311,11 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		warnings = append(warnings, p.String())
 	}
 	warnings = append(warnings, res.Warnings...)
-	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused)})
+	stranded := []StrandedTopic{}
+	for _, x := range res.Stranded {
+		stranded = append(stranded, StrandedTopic{Topic: x.Topic, Pending: x.Pending, Message: x.Message})
+	}
+	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused), Stranded: stranded})
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {

@@ -117,3 +117,66 @@ func TestPublishThroughTheAPI(t *testing.T) {
 		t.Fatalf("sink writes after reprocess %v, want a second to /write/1042", ws)
 	}
 }
+
+// TestTheDeployAnswerSaysWhichEventsItLeavesWaiting: the deploy's answer
+// lists the topics whose waiting events the new version leaves without
+// their consumer or without the event API, with their count and the
+// command that skips them; a version that still reads them says the event
+// API no longer takes new ones; nothing waiting, nothing said.
+func TestTheDeployAnswerSaysWhichEventsItLeavesWaiting(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	consumer := `consumers: { c: Keep.consumer({ subscribe: ["order.placed"],
+    async prepare(ctx) { const [e] = await ctx.peek("order.placed"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "order.placed", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.files.write({ path: "out/" + p.data.order + ".json", content: "x" }) } }) }`
+	v1 := `export default Keep.workflow({ name: "orders", topics: { "order.placed": { from: "api" } }, ` + consumer + ` })`
+	// Still read, now published by a producer of its own.
+	v2 := `export default Keep.workflow({ name: "orders", topics: { "order.placed": {} },
+  producers: { p: { publishes: ["order.placed"], schedule: { interval: "1h" }, handler: async () => {} } }, ` + consumer + ` })`
+	// Neither read nor open to the API.
+	v3 := `export default Keep.workflow({ name: "orders", topics: { notes: {} },
+  producers: { p: { publishes: ["notes"], schedule: { interval: "1h" }, handler: async () => {} } } })`
+	deploy := func(src string) []any {
+		t.Helper()
+		code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true, "kind": "major", "reprocess": "none"}, nil)
+		if code != 200 {
+			t.Fatalf("deploy: %d %v", code, obj)
+		}
+		s, ok := obj["stranded"].([]any)
+		if !ok {
+			t.Fatalf("the deploy's answer has no stranded list: %v", obj)
+		}
+		return s
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": v1, "file": "orders.js", "grant": true}, nil); code != 200 {
+		t.Fatalf("deploy v1: %d %v", code, obj)
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/pause", nil, nil); code != 200 {
+		t.Fatalf("pause: %d %v", code, obj)
+	}
+	for _, id := range []string{"1", "2", "3"} {
+		if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": id, "title": "Order " + id, "payload": map[string]any{"order": id}}, nil); code != 201 {
+			t.Fatalf("post %s: %d %v", id, code, obj)
+		}
+	}
+	s := deploy(v2)
+	if len(s) != 1 {
+		t.Fatalf("v2 stranded %v", s)
+	}
+	x := s[0].(map[string]any)
+	if x["topic"] != "order.placed" || x["pending"] != float64(3) || !strings.Contains(x["message"].(string), "3 events posted through the event API wait on topic order.placed, which version 2.0 no longer opens to the event API (new posts are refused); c still takes the ones waiting") {
+		t.Fatalf("v2 stranded %v", x)
+	}
+	s = deploy(v3)
+	if len(s) != 1 {
+		t.Fatalf("v3 stranded %v", s)
+	}
+	x = s[0].(map[string]any)
+	if x["pending"] != float64(3) || !strings.Contains(x["message"].(string), "3 events wait on topic order.placed, which no consumer of version 3.0 reads (c read it)") || !strings.Contains(x["message"].(string), "keep skip-pending orders order.placed") {
+		t.Fatalf("v3 stranded %v", x)
+	}
+	// v1 again reads them: nothing is left behind.
+	if s := deploy(v1); len(s) != 0 {
+		t.Fatalf("v1 again: stranded %v", s)
+	}
+}

@@ -67,6 +67,17 @@ type DeployReply struct {
 	// Unused are grants the new version reaches no more: kept, shown
 	// with how to revoke them (POST …/revoke).
 	Unused []string `json:"unused"`
+	// Stranded are the topics whose waiting events the new version leaves
+	// without the consumer that read them or without the event API that
+	// fed them: how many wait, and what a person can do.
+	Stranded []StrandedTopic `json:"stranded"`
+}
+
+// StrandedTopic is one topic of DeployReply.Stranded (engine.Stranded).
+type StrandedTopic struct {
+	Topic   string `json:"topic"`
+	Pending int    `json:"pending"`
+	Message string `json:"message"`
 }
 
 // HealthReply answers GET /api/v1/health: Problem says why keep serve

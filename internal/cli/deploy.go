@@ -234,6 +234,9 @@ func (a *app) deployReply(file string, reply api.DeployReply, remote bool, err e
 	}
 	fmt.Fprintf(a.out, "its files connector reads and writes %s (keep run and keep serve alike)\n", reply.FilesRoot)
 	a.printGrants(reply.Workflow, reply.Granted, reply.Ungranted, reply.Unused)
+	for _, x := range reply.Stranded {
+		fmt.Fprintf(a.out, "waiting: %s\n", x.Message)
+	}
 	return nil
 }
 

@@ -53,6 +53,9 @@ func (a *app) runCmd() *cobra.Command {
 				return a.deployError(args[0], err)
 			}
 			a.printWarnings(args[0], res.Problems)
+			for _, x := range res.Stranded {
+				fmt.Fprintf(a.errOut, "waiting: %s\n", x.Message)
+			}
 			if len(res.Granted) > 0 {
 				// keep run is a person running this script: what it uses is theirs to allow.
 				fmt.Fprintf(a.errOut, "granted %s: %s\n", res.Workflow, strings.Join(res.Granted, ", "))

@@ -271,6 +271,9 @@ type DeployResult struct {
 	// more. They stay (a rollback to the version before needs them) and
 	// are shown with how to revoke them: grants never pile up unseen.
 	Unused []string
+	// Stranded are the topics whose waiting events the new version leaves
+	// without their consumer or the event API, with what a person can do.
+	Stranded []Stranded
 }
 
 // ValidationError carries the problems that stopped a deploy.
@@ -420,6 +423,9 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 				return e.recordDeployed(tx, wf, o.FilesRoot, &res)
 			}
 			if err := nextVersion(tx, cur, &v, o, &res); err != nil {
+				return err
+			}
+			if res.Stranded, err = strandedBy(tx, name, cur, p.Decl, v.Label()); err != nil {
 				return err
 			}
 		}
