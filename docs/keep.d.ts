@@ -25,7 +25,33 @@ declare namespace Keep {
     tasks?: { [name: string]: Task };
     /** true, or tool / tool.method names whose every call waits for a person */
     requireApproval?: boolean | string[];
-    // A new kind of handler (webhooks) is declared here, with its ctx below.
+    /** requests other systems push to keep: POST /hooks/WORKFLOW/NAME (keep serve --webhooks-addr) */
+    webhooks?: { [name: string]: Webhook };
+  }
+  interface Webhook {
+    publishes: string[];
+    /** how each request is checked before the handler sees it; secret names a secret set with keep secret set NAME */
+    verify:
+      | { hmac: { header: string; prefix?: string; secret: string } }
+      | { stripe: { secret: string; tolerance?: number } }
+      | { slack: { secret: string; tolerance?: number } }
+      | { token: { header: string; prefix?: string; secret: string } };
+    /** where a delivery's id is (a retry of an accepted one changes nothing); none: the body's hash */
+    dedupe?: { header: string } | { json: string };
+    /** runs for each new, verified delivery; what it registers and publishes is committed before the sender gets its 2xx */
+    handler(ctx: WebhookCtx, req: WebhookRequest): unknown;
+  }
+  /** the request a webhook's handler receives */
+  interface WebhookRequest {
+    method: string;
+    /** header names in lower case; a repeated header's values joined by ", " */
+    headers: { [name: string]: string };
+    /** the first value of each query parameter */
+    query: { [name: string]: string };
+    /** the body parsed as JSON, or null */
+    json: any;
+    /** the body as text */
+    body: string;
   }
   interface Topic {
     /** "api": the topic's events are posted by apps (keep publish, the event API), not by a handler */
@@ -118,6 +144,49 @@ declare namespace Keep {
   };
   /** ctx in a producer */
   interface ProducerCtx extends BaseCtx {
+    calendar: {
+      /** Lists events, by start time (recurring events as their single occurrences). */
+      listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
+    };
+    email: {
+      /** Lists messages of a folder, oldest first. */
+      search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
+    };
+    files: {
+      /** Lists the regular files of a folder whose names match a glob, sorted by name (folders, devices and links out of the root are left out). */
+      list(args?: connector.files.ListArgs): Promise<connector.files.ListResult>;
+      /** Reads one file as text. */
+      read(args: connector.files.ReadArgs): Promise<connector.files.ReadResult>;
+    };
+    gmail: {
+      /** Reads one message with its body. */
+      get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
+      /** Finds messages with Gmail's search syntax, oldest first. */
+      search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
+    };
+    http: {
+      /** Sends one HTTP request. A write carries the header `Idempotency-Key: keep-…`, the same for every attempt of the same write, so a server that honours it applies the write once. */
+      request(args: connector.http.RequestArgs & ({ method?: "GET" | "HEAD" | "get" | "head"; kind?: undefined } | { method?: "GET" | "HEAD" | "get" | "head"; kind: "byId" })): Promise<connector.http.RequestResult>;
+    };
+    sheets: {
+      /** Reads rows as Sheets shows them (formatted values). */
+      getRows(args: connector.sheets.GetRowsArgs): Promise<connector.sheets.GetRowsResult>;
+    };
+    slack: {
+      /** Reads a channel's messages, oldest first. A thread's replies are not among them (Slack's `conversations.history` lists a thread's parent only; a reply also sent to the channel is listed). */
+      history(args: connector.slack.HistoryArgs): Promise<connector.slack.HistoryResult>;
+    };
+    sql: {
+      /** Runs a query and returns its rows. */
+      query(args: connector.sql.QueryArgs): Promise<connector.sql.QueryResult>;
+    };
+    /** records an external thing that happened; returns its input id (the same for the same source, type and id) */
+    registerInput(input: InputRef): string;
+    /** an event for the consumers of the topic(s), written when the run commits */
+    publish(topics: string | string[], event: { inputId: string; messageId?: string | number; payload?: any }): Promise<void>;
+  }
+  /** ctx in a webhook's handler */
+  interface WebhookCtx extends BaseCtx {
     calendar: {
       /** Lists events, by start time (recurring events as their single occurrences). */
       listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;

@@ -36,6 +36,9 @@ type Server struct {
 	// Problem reports what keep serve cannot get past by itself (a full
 	// disk); "" when all is well. Nil for no scheduler.
 	Problem func() string
+	// WebhooksURL is where keep serve --webhooks-addr serves the webhooks
+	// ("http://ADDR"; "" for nowhere), shown with each webhook.
+	WebhooksURL string
 }
 
 // MaxBody bounds request bodies (a deployed script included).
@@ -66,6 +69,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/events", s.publish)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/webhooks", s.webhooks)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/revoke", s.revoke)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/repairs", s.repairs)
@@ -398,6 +402,26 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
 	s.actionReply(w, wf, rep.Message, err)
+}
+
+// webhooks answers a workflow's webhooks (their URLs, how each is
+// verified, its secret's name) and their newest deliveries: ?limit= (1 to
+// 1000, default 20).
+func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
+	wf, limit := r.PathValue("wf"), 20
+	if l := r.URL.Query().Get("limit"); l != "" {
+		var err error
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 1000 {
+			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q: use a number from 1 to 1000", l))
+			return
+		}
+	}
+	hooks, ds, err := report.Webhooks(r.Context(), s.Store, wf, s.WebhooksURL, limit)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, WebhooksReply{Workflow: wf, Served: s.WebhooksURL != "", Webhooks: hooks, Deliveries: ds})
 }
 
 // publish posts one event to a topic the workflow opens to the event API:

@@ -4,7 +4,11 @@ package api
 // decodes these, the page reads the same JSON): one definition of each
 // shape. docs/api.md describes them.
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/keep-run/keep/internal/report"
+)
 
 // DeployRequest is the body of POST /api/v1/workflows.
 type DeployRequest struct {
@@ -145,4 +149,15 @@ type GrantsReply struct {
 	Workflow string   `json:"workflow"`
 	Grants   []string `json:"grants"`
 	ToGrant  []string `json:"toGrant"`
+}
+
+// WebhooksReply answers GET /api/v1/workflows/{wf}/webhooks: the
+// workflow's webhooks and their newest deliveries, newest first. Served
+// is whether this keep serves webhooks (keep serve --webhooks-addr); each
+// webhook's url is empty when it does not.
+type WebhooksReply struct {
+	Workflow   string            `json:"workflow"`
+	Served     bool              `json:"served"`
+	Webhooks   []report.Webhook  `json:"webhooks"`
+	Deliveries []report.Delivery `json:"deliveries"`
 }

@@ -325,6 +325,12 @@ func (c *Client) SkipPending(ctx context.Context, wf, topic string) (api.Workflo
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "topics/"+url.PathEscape(topic)+"/skip-pending"), nil, &r)
 }
 
+// Webhooks reads a workflow's webhooks and their newest deliveries.
+func (c *Client) Webhooks(ctx context.Context, wf string, limit int) (api.WebhooksReply, error) {
+	var r api.WebhooksReply
+	return r, c.call(ctx, http.MethodGet, c.wfPath(wf, "webhooks")+"?limit="+strconv.Itoa(limit), nil, &r)
+}
+
 // Publish posts one event to a topic the workflow opens to the event API.
 func (c *Client) Publish(ctx context.Context, wf, topic string, req api.PublishRequest) (api.PublishReply, error) {
 	var r api.PublishReply

@@ -32,8 +32,8 @@ func (a *app) migrateCmd() *cobra.Command {
 			if a.jsonOut {
 				return a.printJSON(n)
 			}
-			fmt.Fprintf(a.out, "copied %d workflows from %s to %s: %d versions, %d handlers, %d items (%d attempts), %d events, %d runs, %d mutations, %d decisions, %d grants, %d repairs, %d connected accounts, %d secrets, %d notices sent\n",
-				n.Workflows, m.From, m.To, n.Versions, n.Handlers, n.Items, n.Attempts, n.Events, n.Runs, n.Mutations, n.Decisions, n.Grants, n.Repairs, n.Connections, n.Secrets, n.Notices)
+			fmt.Fprintf(a.out, "copied %d workflows from %s to %s: %d versions, %d handlers, %d items (%d attempts), %d events, %d runs, %d mutations, %d decisions, %d grants, %d repairs, %d webhook deliveries, %d connected accounts, %d secrets, %d notices sent\n",
+				n.Workflows, m.From, m.To, n.Versions, n.Handlers, n.Items, n.Attempts, n.Events, n.Runs, n.Mutations, n.Decisions, n.Grants, n.Repairs, n.Deliveries, n.Connections, n.Secrets, n.Notices)
 			fmt.Fprintf(a.out, "from now on, pass --store %s (or set KEEP_STORE) to every command; the old store is left as it was\n", m.To)
 			return nil
 		},

@@ -17,7 +17,7 @@ import (
 )
 
 func (a *app) serveCmd() *cobra.Command {
-	var filesRoot, addr, token string
+	var filesRoot, addr, token, hooksAddr string
 	var profiles bool
 	c := &cobra.Command{
 		Use:   "serve",
@@ -47,13 +47,26 @@ func (a *app) serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			hooksURL := ""
+			if hooksAddr != "" {
+				ln, err := net.Listen("tcp", hooksAddr)
+				if err != nil {
+					return fmt.Errorf("listen for webhooks on %s: %w (another program has it, or pass another --webhooks-addr)", hooksAddr, err)
+				}
+				// Its own server: no API route, no page and no guard of the
+				// API's is reachable on this address.
+				srv := &http.Server{Handler: k.WebhooksHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+				go srv.Serve(ln)
+				defer srv.Close()
+				hooksURL = "http://" + ln.Addr().String()
+			}
 			where := "no web page (--addr \"\")"
 			if addr != "" {
 				ln, err := net.Listen("tcp", addr)
 				if err != nil {
 					return fmt.Errorf("listen on %s: %w (another keep serve, or pass --addr)", addr, err)
 				}
-				srv := &http.Server{Handler: k.HTTPHandlerWith(daemon.HTTPOptions{Token: token, Pprof: profiles}), ReadHeaderTimeout: 10 * time.Second}
+				srv := &http.Server{Handler: k.HTTPHandlerWith(daemon.HTTPOptions{Token: token, Pprof: profiles, WebhooksURL: hooksURL}), ReadHeaderTimeout: 10 * time.Second}
 				go srv.Serve(ln)
 				defer srv.Close()
 				if err := k.WriteAddr(ln.Addr().String()); err != nil {
@@ -66,12 +79,16 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			go k.Notify(ctx)
 			go k.Maintain(ctx)
+			if hooksURL != "" {
+				where += ", webhooks at " + hooksURL + "/hooks/"
+			}
 			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
 			return k.Scheduler.Run(ctx)
 		},
 	}
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder of the files connector for every workflow, instead of the one each recorded when it was deployed (without it: the recorded one, or DATA/files)")
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8347", "address of the web page and API (\"\" for none); beyond loopback it needs a token")
+	c.Flags().StringVar(&hooksAddr, "webhooks-addr", "", "address that serves the workflows' webhooks (POST /hooks/WORKFLOW/NAME) and nothing else: no API, no page; each webhook verifies its requests as its script declares, so it may face the internet (\"\" for none)")
 	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
 	c.Flags().BoolVar(&profiles, "pprof", false, "serve Go's profiles at "+daemon.ProfilesPath+" on --addr, only to requests with the token or the data directory's "+daemon.APISecretFile+" (docs/api.md)")
 	return c

@@ -34,6 +34,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/hooks"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
@@ -165,6 +166,8 @@ type Keep struct {
 	// maintainer repairs failed:logic runs ([llm], [maintainer]); nil: none.
 	maintainer *maintainer.Maintainer
 	maintain   chan struct{}
+	// log is keep's logger (masked).
+	log *slog.Logger
 }
 
 // Open takes the engine lock of the data directory and wires an engine.
@@ -308,6 +311,7 @@ func Open(o Options) (*Keep, error) {
 		})
 	}
 	k.Scheduler = sched
+	k.log = logger
 	if k.maintainer != nil {
 		k.maintainer.Lease = sched.WithLease
 		k.Metrics.CounterFunc("keep_maintainer_waits_total", "Times the Maintainer found a failed run's workflow taken (another node repairs it, or a step ran here) and left it for later.", func() float64 { return float64(k.maintainer.Waits()) })
@@ -430,6 +434,17 @@ type HTTPOptions struct {
 	// Pprof serves Go's profiles under /debug/pprof/ (keep serve --pprof),
 	// to whoever proves who they are (ProfilesPath).
 	Pprof bool
+	// WebhooksURL is where keep serve --webhooks-addr serves the webhooks
+	// ("http://ADDR"; "" for nowhere): the API shows each webhook's URL.
+	WebhooksURL string
+}
+
+// WebhooksHandler serves the webhooks (POST /hooks/{wf}/{name}) and
+// nothing else, on an address of their own (keep serve --webhooks-addr):
+// no API route and no page is reachable through it, and the API's guard
+// is not in its path — each webhook is verified as its script declares.
+func (k *Keep) WebhooksHandler() http.Handler {
+	return hooks.Handler(k.Engine, k.log)
 }
 
 // ProfilesPath is where keep serve --pprof serves Go's profiles.
@@ -443,7 +458,7 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 	if o.Pprof {
 		mux.Handle(ProfilesPath, profiles())
 	}
-	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem}).Handler())
+	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, WebhooksURL: o.WebhooksURL}).Handler())
 	mux.HandleFunc("GET "+api.InstancePath, func(w http.ResponseWriter, r *http.Request) {
 		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
 	})

@@ -66,7 +66,33 @@ const core = `  /** Declares the workflow: end the script with ` + "`export defa
     tasks?: { [name: string]: Task };
     /** true, or tool / tool.method names whose every call waits for a person */
     requireApproval?: boolean | string[];
-    // A new kind of handler (webhooks) is declared here, with its ctx below.
+    /** requests other systems push to keep: POST /hooks/WORKFLOW/NAME (keep serve --webhooks-addr) */
+    webhooks?: { [name: string]: Webhook };
+  }
+  interface Webhook {
+    publishes: string[];
+    /** how each request is checked before the handler sees it; secret names a secret set with keep secret set NAME */
+    verify:
+      | { hmac: { header: string; prefix?: string; secret: string } }
+      | { stripe: { secret: string; tolerance?: number } }
+      | { slack: { secret: string; tolerance?: number } }
+      | { token: { header: string; prefix?: string; secret: string } };
+    /** where a delivery's id is (a retry of an accepted one changes nothing); none: the body's hash */
+    dedupe?: { header: string } | { json: string };
+    /** runs for each new, verified delivery; what it registers and publishes is committed before the sender gets its 2xx */
+    handler(ctx: WebhookCtx, req: WebhookRequest): unknown;
+  }
+  /** the request a webhook's handler receives */
+  interface WebhookRequest {
+    method: string;
+    /** header names in lower case; a repeated header's values joined by ", " */
+    headers: { [name: string]: string };
+    /** the first value of each query parameter */
+    query: { [name: string]: string };
+    /** the body parsed as JSON, or null */
+    json: any;
+    /** the body as text */
+    body: string;
   }
   interface Topic {
     /** "api": the topic's events are posted by apps (keep publish, the event API), not by a handler */
@@ -220,7 +246,7 @@ func writeCtx(b *strings.Builder, p kt.CtxPhase, infos []connector.Info) {
 		// producer's event belongs to an input it registered; next's are
 		// linked to the reserved events' inputs and need a stable id.
 		ev := "{ messageId: string | number; payload?: any }"
-		if p == kt.CtxProducer {
+		if p == kt.CtxProducer || p == kt.CtxWebhook {
 			ev = "{ inputId: string; messageId?: string | number; payload?: any }"
 		}
 		fmt.Fprintf(b, "    /** an event for the consumers of the topic(s), written when the run commits */\n    publish(topics: string | string[], event: %s): Promise<void>;\n", ev)

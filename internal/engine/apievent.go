@@ -155,24 +155,12 @@ func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, m
 	}
 	in := kt.Input{ID: newID(), Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
 		CurrentAttempt: 1, CreatedBy: createdByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}
-	if err := putItem(tx, in); err != nil {
+	evs, err := writeProduced(tx, produced{workflow: ev.Workflow, version: v.ID, decl: decl, createdBy: createdByAPI, inputs: []kt.Input{in},
+		publishes: []publishReq{{Topic: ev.Topic, MessageID: in.ID, InputID: in.ID, Payload: ev.Payload}}, now: ms})
+	if err != nil {
 		return Posted{}, err
 	}
-	if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: v.ID, StartedAt: ms, UpdatedAt: ms}); err != nil {
-		return Posted{}, err
-	}
-	e := kt.Event{Workflow: ev.Workflow, Topic: ev.Topic, MessageID: in.ID, Payload: ev.Payload, CreatedBy: createdByAPI,
-		CausedBy: []string{in.ID}, Attempt: 1, CreatedAt: ms, UpdatedAt: ms}
-	if _, err := tx.EventPublish(&e); err != nil {
-		return Posted{}, err
-	}
-	dirty := map[string]bool{}
-	if c, ok := consumerOf(decl)[ev.Topic]; ok {
-		dirty[c] = true
-	}
-	if err := markDirty(tx, ev.Workflow, dirty, ms); err != nil {
-		return Posted{}, err
-	}
+	e := evs[0]
 	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
 }
 

@@ -261,6 +261,9 @@ const (
 	phaseMutate   hostPhase = "mutate"
 	phaseNext     hostPhase = "next"
 	phaseTask     hostPhase = "task"
+	// phaseWebhook serves a webhook's handler: a producer's calls (reads,
+	// registerInput, publish) for one delivery.
+	phaseWebhook hostPhase = "webhook"
 )
 
 // invocation names the handler kind and the phase as the sandbox knows them.
@@ -270,6 +273,8 @@ func (p hostPhase) invocation() (kt.HandlerType, string) {
 		return kt.HandlerProducer, "handler"
 	case phaseTask:
 		return kt.HandlerTask, "run"
+	case phaseWebhook:
+		return kt.HandlerWebhook, "handler"
 	}
 	return kt.HandlerConsumer, string(p)
 }

@@ -409,6 +409,8 @@ func (h *host) allowed(method string, kind connector.Kind) error {
 		return violation("ctx.%s is a list/search read; mutate may only read by id — select in prepare and pass the data along", method)
 	case p == kt.CtxProducer && kind == connector.KindMutate:
 		return violation("ctx.%s is a mutation; producers only read and publish — move the write into a consumer's mutate", method)
+	case p == kt.CtxWebhook && kind == connector.KindMutate:
+		return violation("ctx.%s is a mutation; a webhook's handler only reads, registers inputs and publishes — move the write into a consumer's mutate", method)
 	case p == kt.CtxPrepare && kind == connector.KindMutate:
 		return violation("ctx.%s is a mutation; prepare only reads and selects — do the write in mutate", method)
 	case p == kt.CtxTask && kind == connector.KindMutate:
@@ -599,7 +601,7 @@ func publishTopics(v any) ([]string, error) {
 // next's events get their inputs from the reserved events and need a
 // stable messageId.
 func (h *host) eventIDs(msgID string, input *string) (string, string, error) {
-	if h.phase != phaseProducer {
+	if h.phase != phaseProducer && h.phase != phaseWebhook {
 		if input != nil {
 			return "", "", violation("publish in next may not pass inputId: keep links the event to the inputs of the reserved events itself")
 		}
@@ -613,7 +615,7 @@ func (h *host) eventIDs(msgID string, input *string) (string, string, error) {
 		inputID = *input
 	}
 	if inputID == "" {
-		return "", "", kt.Errorf(kt.ClassLogic, "publish from a producer needs inputId: register the input first (const inputId = ctx.registerInput({...})) and pass it")
+		return "", "", kt.Errorf(kt.ClassLogic, "publish from a producer or a webhook needs inputId: register the input first (const inputId = ctx.registerInput({...})) and pass it")
 	}
 	if !h.knownInputs[inputID] {
 		return "", "", kt.Errorf(kt.ClassLogic, "publish: inputId %q was not returned by registerInput in this run", inputID)

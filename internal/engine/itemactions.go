@@ -319,7 +319,7 @@ func startAttempt(tx store.Tx, it *kt.Input, prevStatus kt.ItemStatus, ms int64)
 func reopenEvents(tx store.Tx, evs []kt.Event, attempt int, ms int64) (int, error) {
 	roots := 0
 	for _, ev := range evs {
-		root := ev.CreatedBy == createdByAPI // posted with its input: its own
+		root := ev.CreatedBy == createdByAPI || ev.CreatedBy == createdByWebhook // posted with its input: its own
 		if !root {
 			r, err := tx.RunGet(ev.CreatedBy)
 			root = err == nil && r.HandlerType == kt.HandlerProducer

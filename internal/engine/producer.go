@@ -6,6 +6,7 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -41,34 +42,56 @@ func (x *runExec) producer(hrow *kt.Handler) (err error) {
 }
 
 // commitProduced writes what a producer registered and published, inside
-// its commit: new inputs with their first attempt, events with the input
-// (and its attempt) that caused them.
+// its commit (writeProduced).
 func (x *runExec) commitProduced(tx store.Tx, h *host) error {
-	now := x.e.nowMs()
+	_, err := writeProduced(tx, produced{workflow: x.wf.Name, version: x.run.Version, decl: x.prog.Decl, createdBy: x.run.ID,
+		inputs: h.inputs, publishes: h.publishes, now: x.e.nowMs()})
+	return err
+}
+
+// produced is what a producer-like step registered and published: a
+// producer run, an event posted through the event API (PostEvent), a
+// webhook's delivery (Deliver). writeProduced is the one place it is
+// written, so the three cannot differ in what an input and its events are.
+type produced struct {
+	workflow  string
+	version   int64
+	decl      script.Declaration // whose consumers are woken
+	createdBy string             // the run's id, or createdByAPI, createdByWebhook
+	inputs    []kt.Input         // new ones (CreatedBy createdBy) get their first attempt
+	publishes []publishReq
+	now       int64
+}
+
+// writeProduced writes, inside the caller's transaction, new and changed
+// inputs (a new one with its first attempt) and the events published, each
+// caused by its input in the input's current attempt, and marks the
+// topics' consumers dirty. It returns the events as written.
+func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 	attempts := map[string]int{}
-	for _, in := range h.inputs {
+	for _, in := range p.inputs {
 		if err := putItem(tx, in); err != nil {
-			return err
+			return nil, err
 		}
-		if in.CreatedBy == x.run.ID {
-			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: x.run.Version, StartedAt: now, UpdatedAt: now}); err != nil {
-				return err
+		if in.CreatedBy == p.createdBy {
+			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: p.version, StartedAt: p.now, UpdatedAt: p.now}); err != nil {
+				return nil, err
 			}
 		}
 		attempts[in.ID] = in.CurrentAttempt
 	}
-	_, err := x.insertPublishes(tx, h.publishes, func(p publishReq) ([]string, int, error) {
-		attempt, ok := attempts[p.InputID]
+	evs, _, err := publishAll(tx, p.workflow, p.createdBy, p.decl, p.now, p.publishes, func(q publishReq) ([]string, int, error) {
+		attempt, ok := attempts[q.InputID]
 		if !ok {
-			in, err := tx.InputGet(p.InputID)
+			in, err := tx.InputGet(q.InputID)
 			if err != nil {
 				return nil, 0, err
 			}
 			attempt = in.CurrentAttempt
 		}
-		return []string{p.InputID}, attempt, nil
+		return []string{q.InputID}, attempt, nil
 	})
-	return err
+	return evs, err
 }
 
 // commitScheduled ends a producer or task run inside its commit: the new
@@ -115,24 +138,32 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 // wins), with caused_by and attempt from cause, and marks the consumers of
 // the topics dirty. It returns the handlers it marked.
 func (x *runExec) insertPublishes(tx store.Tx, reqs []publishReq, cause func(publishReq) ([]string, int, error)) (map[string]bool, error) {
-	wf, runID, now := x.wf.Name, x.run.ID, x.e.nowMs()
-	subscribers := consumerOf(x.prog.Decl)
+	_, dirty, err := publishAll(tx, x.wf.Name, x.run.ID, x.prog.Decl, x.e.nowMs(), reqs, cause)
+	return dirty, err
+}
+
+// publishAll is insertPublishes for any creator: the events as written,
+// and the consumers it marked dirty.
+func publishAll(tx store.Tx, wf, createdBy string, decl script.Declaration, now int64, reqs []publishReq, cause func(publishReq) ([]string, int, error)) ([]kt.Event, map[string]bool, error) {
+	subscribers := consumerOf(decl)
 	dirty := map[string]bool{}
+	evs := make([]kt.Event, 0, len(reqs))
 	for _, p := range reqs {
 		causedBy, attempt, err := cause(p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		ev := kt.Event{Workflow: wf, Topic: p.Topic, MessageID: p.MessageID, Payload: p.Payload, CreatedBy: runID,
+		ev := kt.Event{Workflow: wf, Topic: p.Topic, MessageID: p.MessageID, Payload: p.Payload, CreatedBy: createdBy,
 			CausedBy: causedBy, Attempt: attempt, CreatedAt: now, UpdatedAt: now}
 		if _, err := tx.EventPublish(&ev); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		evs = append(evs, ev)
 		if c, ok := subscribers[p.Topic]; ok {
 			dirty[c] = true
 		}
 	}
-	return dirty, markDirty(tx, wf, dirty, now)
+	return evs, dirty, markDirty(tx, wf, dirty, now)
 }
 
 func markDirty(tx store.Tx, wf string, names map[string]bool, now int64) error {

@@ -39,6 +39,9 @@ const (
 	// recorded (after a background attempt's, the run is not active: a
 	// person may decide meanwhile).
 	CrashAfterProbe = "after-probe"
+	// CrashInsideDelivery: inside a webhook delivery's commit, before it
+	// is made: the sender gets no answer, and its retry is a new delivery.
+	CrashInsideDelivery = "inside-delivery"
 )
 
 func (e *Engine) crashPoint(name string) {

@@ -17,12 +17,13 @@ const (
 	CtxNext     CtxPhase = "next"     // a consumer's next
 	CtxTask     CtxPhase = "task"     // a task's run, outside withItem
 	CtxItem     CtxPhase = "item"     // the handler withItem runs for one item
-	// A phase added here (a webhook's handler) gets a row in ctxRules and
-	// a title in CtxPhaseTitle; keep types then declares its ctx.
+	CtxWebhook  CtxPhase = "webhook"  // a webhook's handler, for one delivery
+	// A phase added here gets a row in ctxRules and a title in
+	// CtxPhaseTitle; keep types then declares its ctx.
 )
 
 // CtxPhases lists every phase, in the order a workflow's handlers run.
-var CtxPhases = []CtxPhase{CtxProducer, CtxPrepare, CtxMutate, CtxNext, CtxTask, CtxItem}
+var CtxPhases = []CtxPhase{CtxProducer, CtxWebhook, CtxPrepare, CtxMutate, CtxNext, CtxTask, CtxItem}
 
 // CtxCall is a kind of ctx call the table rules. The first three are the
 // kinds of connector methods (connector.Kind's values).
@@ -42,6 +43,7 @@ const (
 // ctx.now and ctx.random are allowed everywhere.
 var ctxRules = map[CtxPhase][]CtxCall{
 	CtxProducer: {CallRead, CallReadByID, CallRegisterInput, CallPublish},
+	CtxWebhook:  {CallRead, CallReadByID, CallRegisterInput, CallPublish},
 	CtxPrepare:  {CallRead, CallReadByID, CallEvents},
 	CtxMutate:   {CallReadByID, CallWrite},
 	CtxNext:     {CallPublish},
@@ -68,6 +70,8 @@ func CtxPhaseTitle(p CtxPhase) string {
 		return "a task's run"
 	case CtxItem:
 		return "withItem's handler"
+	case CtxWebhook:
+		return "a webhook's handler"
 	}
 	return string(p)
 }

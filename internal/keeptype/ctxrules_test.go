@@ -9,8 +9,8 @@ func TestCtxRules(t *testing.T) {
 		}
 	}
 	for c, want := range map[CtxCall]string{
-		CallRegisterInput: "a producer",
-		CallPublish:       "a producer or next",
+		CallRegisterInput: "a producer or a webhook's handler",
+		CallPublish:       "a producer or a webhook's handler or next",
 		CallEvents:        "prepare",
 		CallWrite:         "mutate or withItem's handler",
 		CallWithItem:      "a task's run",

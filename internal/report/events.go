@@ -102,6 +102,11 @@ func topology(d script.Declaration) (names []string, writers, consumers map[stri
 			writers[t] = append(writers[t], "producer "+n)
 		}
 	}
+	for n, h := range d.Webhooks {
+		for _, t := range h.Publishes {
+			writers[t] = append(writers[t], "webhook "+n)
+		}
+	}
 	for n, h := range d.Consumers {
 		for _, t := range h.Publishes {
 			writers[t] = append(writers[t], "consumer "+n)

@@ -313,6 +313,23 @@ type Tx interface {
 	// NoticeList lists every notice that went out, by key and channel.
 	NoticeList() ([]Notice, error)
 
+	// DeliveryAdd records one request to a webhook (fills d.ID). A second
+	// accepted delivery of the same workflow, webhook and delivery id is
+	// an error: the first stands.
+	DeliveryAdd(d *kt.Delivery) error
+	// DeliveryAccepted reads the accepted delivery of that id
+	// (kt.ErrNotFound: none).
+	DeliveryAccepted(workflow, webhook, deliveryID string) (kt.Delivery, error)
+	// DeliveryList lists a workflow's newest deliveries, newest first, at
+	// most limit (≤ 0: all).
+	DeliveryList(workflow string, limit int) ([]kt.Delivery, error)
+	// DeliveryCounts counts a workflow's deliveries per webhook and status.
+	DeliveryCounts(workflow string) ([]kt.DeliveryCount, error)
+	// DeliveryPrune forgets all but the newest keep deliveries of a
+	// webhook that were not accepted (accepted ones stay: they are what a
+	// retry is found by).
+	DeliveryPrune(workflow, webhook string, keep int) error
+
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting
 	// for a retry, a person's action or reconciliation.

@@ -401,3 +401,28 @@ func (r recordingTx) RepairList(workflow string) ([]kt.Repair, error) {
 	r.c.note("RepairList")
 	return r.tx.RepairList(workflow)
 }
+
+func (r recordingTx) DeliveryAdd(d *kt.Delivery) error {
+	r.c.note("DeliveryAdd")
+	return r.tx.DeliveryAdd(d)
+}
+
+func (r recordingTx) DeliveryAccepted(workflow, webhook, deliveryID string) (kt.Delivery, error) {
+	r.c.note("DeliveryAccepted")
+	return r.tx.DeliveryAccepted(workflow, webhook, deliveryID)
+}
+
+func (r recordingTx) DeliveryList(workflow string, limit int) ([]kt.Delivery, error) {
+	r.c.note("DeliveryList")
+	return r.tx.DeliveryList(workflow, limit)
+}
+
+func (r recordingTx) DeliveryCounts(workflow string) ([]kt.DeliveryCount, error) {
+	r.c.note("DeliveryCounts")
+	return r.tx.DeliveryCounts(workflow)
+}
+
+func (r recordingTx) DeliveryPrune(workflow, webhook string, keep int) error {
+	r.c.note("DeliveryPrune")
+	return r.tx.DeliveryPrune(workflow, webhook, keep)
+}

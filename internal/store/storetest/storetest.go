@@ -34,6 +34,7 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 	exerciseLookups(run)
 	exerciseDue(run)
 	exerciseTransactions(run)
+	exerciseDeliveries(run)
 }
 
 // runCase runs one case of the suite on a fresh store. The exercise*

@@ -21,7 +21,7 @@ import (
 
 // Counts says what was copied.
 type Counts struct {
-	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Grants, Repairs, Connections, Secrets, Notices int
+	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Grants, Repairs, Deliveries, Connections, Secrets, Notices int
 }
 
 // ErrNotEmpty means the destination already holds workflows.
@@ -131,6 +131,9 @@ type workflow struct {
 	decisions []kt.Decision
 	grants    []kt.Grant
 	repairs   []kt.Repair
+	// deliveries, newest first: the accepted ones are what a webhook's
+	// retried delivery is found by.
+	deliveries []kt.Delivery
 }
 
 func (w *workflow) read(tx store.Tx, name string) error {
@@ -169,7 +172,10 @@ func (w *workflow) read(tx store.Tx, name string) error {
 	if w.grants, err = tx.GrantList(name); err != nil {
 		return err
 	}
-	w.repairs, err = tx.RepairList(name)
+	if w.repairs, err = tx.RepairList(name); err != nil {
+		return err
+	}
+	w.deliveries, err = tx.DeliveryList(name, 0)
 	return err
 }
 
@@ -251,6 +257,11 @@ func (w *workflow) write(tx store.Tx) error {
 			return err
 		}
 	}
+	for i := len(w.deliveries) - 1; i >= 0; i-- { // oldest first: the list keeps its order
+		if err := tx.DeliveryAdd(&w.deliveries[i]); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -266,4 +277,5 @@ func (w *workflow) count(c *Counts) {
 	c.Decisions += len(w.decisions)
 	c.Grants += len(w.grants)
 	c.Repairs += len(w.repairs)
+	c.Deliveries += len(w.deliveries)
 }

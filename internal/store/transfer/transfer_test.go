@@ -71,6 +71,9 @@ func fill(t *testing.T, s store.Store) {
 				return tx.RepairPut(kt.Repair{ID: "rep-1", Workflow: "w", RunID: "run-1", Attempt: 1, Status: kt.RepairStatus("held"), FromVersion: v.ID, Script: "x", CreatedAt: 5, UpdatedAt: 5})
 			},
 			func() error {
+				return tx.DeliveryAdd(&kt.Delivery{Workflow: "w", Webhook: "github", DeliveryID: "d-1", Status: kt.DeliveryAccepted, Inputs: 1, Events: 1, ReceivedAt: 6})
+			},
+			func() error {
 				return tx.ConnectionPut(kt.Connection{Provider: "google", Account: "a@example.com", Sealed: []byte{1, 2}, CreatedAt: 1, UpdatedAt: 1})
 			},
 			func() error {

@@ -1,0 +1,392 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/redact"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// createdByWebhook is the creator of the inputs and events a webhook's
+// delivery makes: no run made them.
+const createdByWebhook = "webhook"
+
+// keepDeliveries is how many deliveries of a webhook that were not accepted
+// keep remembers (the newest): a sender, or anyone, refused a million
+// times does not fill the store. Accepted ones stay: a retry is found by them.
+const keepDeliveries = 1000
+
+// Hook is one request to a webhook (POST /hooks/{wf}/{name}) as its
+// listener received it.
+type Hook struct {
+	Workflow, Name string
+	Method         string
+	Header         http.Header
+	Query          url.Values
+	Body           []byte
+	// TooLarge: the body was over the workflow's webhook_max_body and was
+	// not read (Body is empty); the delivery is refused.
+	TooLarge bool
+}
+
+// Why says, beside a delivery's status, what the sender is answered.
+type Why string
+
+const (
+	WhyAccepted  Why = "accepted"   // committed: 2xx
+	WhyDuplicate Why = "duplicate"  // accepted before: 2xx, nothing changed
+	WhyNotFound  Why = "not-found"  // no such workflow or webhook: not recorded
+	WhyTooLarge  Why = "too-large"  // over webhook_max_body
+	WhyBadSig    Why = "bad-sig"    // verification failed
+	WhyNoSecret  Why = "no-secret"  // keep lacks the secret to verify with: the sender retries once it is set
+	WhyBadInput  Why = "bad-input"  // verified, but without the delivery id dedupe names
+	WhyFailed    Why = "failed"     // the handler failed: the sender retries
+	WhyRedeploy  Why = "redeployed" // a deploy came in while the handler ran: the sender retries
+)
+
+// Delivered is what keep made of a delivery.
+type Delivered struct {
+	Status     kt.DeliveryStatus // "" when nothing was recorded (WhyNotFound)
+	Why        Why
+	DeliveryID string
+	Inputs     int
+	Events     int
+	Message    string
+}
+
+// Deliver carries out one request to a webhook: verified with the secret
+// its declaration names (a request that fails never reaches the handler),
+// found by its delivery id when accepted before (nothing changes), else its
+// handler run in the sandbox as a producer runs, and what it registered and
+// published committed in one transaction with the delivery's record
+// (writeProduced, as a producer's and the event API's are): the sender is
+// answered 2xx only once Deliver returns WhyAccepted or WhyDuplicate. Every
+// delivery but one to an unknown webhook is recorded (kt.Delivery).
+func (e *Engine) Deliver(ctx context.Context, h Hook) (Delivered, error) {
+	w, v, prog, err := e.activeProgram(ctx, h.Workflow)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Delivered{Why: WhyNotFound, Message: err.Error()}, nil
+		}
+		return Delivered{}, err
+	}
+	wh, problems, ok := prog.Decl.Webhook(h.Name)
+	if !ok {
+		names := strings.Join(prog.Decl.WebhookNames(), ", ")
+		if names == "" {
+			names = "none"
+		}
+		return Delivered{Why: WhyNotFound, Message: fmt.Sprintf("workflow %s has no webhook %q (its webhooks: %s)", h.Workflow, h.Name, names)}, nil
+	}
+	d := kt.Delivery{Workflow: h.Workflow, Webhook: h.Name, ReceivedAt: e.nowMs()}
+	if len(problems) > 0 {
+		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, fmt.Sprintf("webhook %s of %s is not declared right (%s); fix the script and deploy it", h.Name, h.Workflow, strings.Join(problems, "; ")))
+	}
+	if h.TooLarge {
+		pol, err := e.policyFor(w)
+		if err != nil {
+			return Delivered{}, err
+		}
+		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
+	}
+	if why, msg, err := e.verifyHook(ctx, wh, h); err != nil || why != "" {
+		if err != nil {
+			return Delivered{}, err
+		}
+		return e.record(ctx, d, kt.DeliveryRefused, why, msg)
+	}
+	if d.DeliveryID, err = deliveryID(wh.Dedupe, h); err != nil {
+		return e.record(ctx, d, kt.DeliveryRefused, WhyBadInput, err.Error())
+	}
+	var had kt.Delivery
+	err = e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		had, err = tx.DeliveryAccepted(h.Workflow, h.Name, d.DeliveryID)
+		return err
+	})
+	switch {
+	case err == nil:
+		return e.record(ctx, d, kt.DeliveryDuplicate, WhyDuplicate, duplicateText(had))
+	case !errors.Is(err, kt.ErrNotFound):
+		return Delivered{}, err
+	}
+	return e.handle(ctx, w, v, prog, wh, h, d)
+}
+
+// activeProgram reads a workflow, its active version and that version's program.
+func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.Version, *script.Program, error) {
+	var w kt.Workflow
+	var v kt.Version
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if w, err = workflow(tx, wf); err != nil {
+			return err
+		}
+		v, err = tx.VersionGet(wf, w.ActiveVersion)
+		return err
+	}); err != nil {
+		return w, v, nil, err
+	}
+	prog, err := e.program(ctx, wf, v.ID)
+	return w, v, prog, err
+}
+
+// handle runs the webhook's handler for a verified, new delivery and
+// commits what it did with the delivery's record.
+func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *script.Program, wh script.Webhook, h Hook, d kt.Delivery) (Delivered, error) {
+	pol, err := e.policyFor(w)
+	if err != nil {
+		return Delivered{}, err
+	}
+	run := &kt.Run{ID: createdByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
+	x := &runExec{e: e, ctx: ctx, wf: w, prog: prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol}
+	hs := x.host(phaseWebhook)
+	hs.allowPublish, hs.inputByKey, hs.knownInputs = set(wh.Publishes), map[string]string{}, map[string]bool{}
+	req, err := requestOf(wh, h)
+	if err != nil {
+		return Delivered{}, err
+	}
+	if _, err := x.invoke(hs, req); err != nil {
+		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, clip(redact.String(err.Error()), maxTraceText))
+	}
+	for i := range hs.inputs {
+		if hs.inputs[i].LastRun == run.ID {
+			hs.inputs[i].LastRun = "" // no run made it
+		}
+	}
+	var out Delivered
+	err = e.store.Update(ctx, func(tx store.Tx) error {
+		cur, err := workflow(tx, w.Name)
+		if err != nil {
+			return err
+		}
+		if cur.ActiveVersion != v.ID {
+			out, err = deliveryRecord(tx, d, kt.DeliveryFailed, WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
+			return err
+		}
+		if had, err := tx.DeliveryAccepted(w.Name, wh.Name, d.DeliveryID); err == nil {
+			out, err = deliveryRecord(tx, d, kt.DeliveryDuplicate, WhyDuplicate, duplicateText(had))
+			return err
+		} else if !errors.Is(err, kt.ErrNotFound) {
+			return err
+		}
+		inputs, publishes, err := sameInputs(tx, w.Name, hs.inputs, hs.publishes)
+		if err != nil {
+			return err
+		}
+		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: createdByWebhook, inputs: inputs, publishes: publishes, now: e.nowMs()})
+		if err != nil {
+			return err
+		}
+		d.Inputs, d.Events = len(inputs), len(evs)
+		e.crashPoint(CrashInsideDelivery)
+		out, err = deliveryRecord(tx, d, kt.DeliveryAccepted, WhyAccepted, fmt.Sprintf("%s registered, %s published", kt.Count(len(inputs), "input"), kt.Count(len(evs), "event")))
+		return err
+	})
+	if err != nil {
+		return Delivered{}, err
+	}
+	if out.Why == WhyAccepted {
+		e.changed(w.Name)
+	}
+	return out, nil
+}
+
+// sameInputs makes the inputs a delivery registers new by key within its
+// transaction: a delivery that ran at the same time as this one may have
+// registered the same input since its handler looked (two deliveries about
+// one order). Such an input is the stored one; the events name it.
+func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq) ([]kt.Input, []publishReq, error) {
+	renamed := map[string]string{}
+	out := make([]kt.Input, 0, len(inputs))
+	for _, in := range inputs {
+		if in.CreatedBy == createdByWebhook {
+			had, err := tx.InputGetByKey(wf, in.Key)
+			switch {
+			case err == nil:
+				renamed[in.ID] = had.ID
+				had.Title, had.UpdatedAt = in.Title, in.UpdatedAt
+				in = had
+			case !errors.Is(err, kt.ErrNotFound):
+				return nil, nil, err
+			}
+		}
+		out = append(out, in)
+	}
+	for i, p := range pubs {
+		if id, ok := renamed[p.InputID]; ok {
+			if p.MessageID == p.InputID {
+				pubs[i].MessageID = id
+			}
+			pubs[i].InputID = id
+		}
+	}
+	return out, pubs, nil
+}
+
+// record stores a delivery that was not accepted, in a transaction of its own.
+func (e *Engine) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus, why Why, msg string) (Delivered, error) {
+	var out Delivered
+	err := e.store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		out, err = deliveryRecord(tx, d, st, why, msg)
+		return err
+	})
+	if err == nil {
+		e.changed(d.Workflow)
+	}
+	return out, err
+}
+
+// deliveryRecord writes a delivery's record inside tx; a delivery that was
+// not accepted makes room for itself (keepDeliveries).
+func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why Why, msg string) (Delivered, error) {
+	d.Status, d.Reason = st, msg
+	if d.DeliveryID == "" {
+		d.DeliveryID = "-" // refused before its id was read
+	}
+	if err := tx.DeliveryAdd(&d); err != nil {
+		return Delivered{}, err
+	}
+	if st != kt.DeliveryAccepted {
+		if err := tx.DeliveryPrune(d.Workflow, d.Webhook, keepDeliveries); err != nil {
+			return Delivered{}, err
+		}
+	}
+	return Delivered{Status: st, Why: why, DeliveryID: d.DeliveryID, Inputs: d.Inputs, Events: d.Events,
+		Message: fmt.Sprintf("webhook %s of %s, delivery %s: %s: %s", d.Webhook, d.Workflow, d.DeliveryID, st, msg)}, nil
+}
+
+func duplicateText(had kt.Delivery) string {
+	return fmt.Sprintf("accepted before (delivery record %d: %s); nothing changed", had.ID, had.Reason)
+}
+
+// deliveryID is a delivery's id as its webhook's dedupe says: a header, a
+// dotted path into the JSON body, or the body's hash. An id too long to
+// store is its hash.
+func deliveryID(dd script.Dedupe, h Hook) (string, error) {
+	var id string
+	switch {
+	case dd.Header != "":
+		id = strings.TrimSpace(h.Header.Get(dd.Header))
+		if id == "" {
+			return "", fmt.Errorf("the request has no %s header, which webhook %s's dedupe names as its delivery id", dd.Header, h.Name)
+		}
+	case dd.JSON != "":
+		var v any
+		if err := json.Unmarshal(h.Body, &v); err != nil {
+			return "", fmt.Errorf("the body is not JSON, so it has no %q, which webhook %s's dedupe names as its delivery id", dd.JSON, h.Name)
+		}
+		for _, k := range strings.Split(dd.JSON, ".") {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		switch x := v.(type) {
+		case string:
+			id = x
+		case float64:
+			id = strconv.FormatFloat(x, 'f', -1, 64)
+		}
+		if strings.TrimSpace(id) == "" {
+			return "", fmt.Errorf("the JSON body has no %q (a string or a number), which webhook %s's dedupe names as its delivery id", dd.JSON, h.Name)
+		}
+	default:
+		sum := sha256.Sum256(h.Body)
+		return "sha256:" + hex.EncodeToString(sum[:]), nil
+	}
+	if len(id) > kt.MaxIDChars || !utf8.ValidString(id) {
+		sum := sha256.Sum256([]byte(id))
+		return "sha256:" + hex.EncodeToString(sum[:]), nil
+	}
+	return id, nil
+}
+
+// requestOf is the handler's req: method, headers (lower-case names, the
+// values of a repeated header joined by ", "), query (the first value of
+// each name), json (the body parsed, or null) and body (its text). A token
+// webhook's token header is left out: it is the secret itself.
+func requestOf(wh script.Webhook, h Hook) (json.RawMessage, error) {
+	headers := map[string]string{}
+	for k, vs := range h.Header {
+		if wh.Verify.Kind == script.VerifyToken && strings.EqualFold(k, wh.Verify.Header) {
+			continue
+		}
+		headers[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	query := map[string]string{}
+	for k, vs := range h.Query {
+		if len(vs) > 0 {
+			query[k] = vs[0]
+		}
+	}
+	var parsed json.RawMessage = []byte("null")
+	if json.Valid(h.Body) {
+		parsed = h.Body
+	}
+	return json.Marshal(map[string]any{"method": h.Method, "headers": headers, "query": query, "json": parsed, "body": string(h.Body)})
+}
+
+// DeliveriesOf lists a workflow's webhooks as its active version declares
+// them, with their newest deliveries (at most limit) and their counts.
+func DeliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]script.Webhook, []kt.Delivery, []kt.DeliveryCount, error) {
+	var v kt.Version
+	var ds []kt.Delivery
+	var cs []kt.DeliveryCount
+	if err := st.View(ctx, func(tx store.Tx) error {
+		w, err := workflow(tx, wf)
+		if err != nil {
+			return err
+		}
+		if v, err = tx.VersionGet(wf, w.ActiveVersion); err != nil {
+			return err
+		}
+		if ds, err = tx.DeliveryList(wf, limit); err != nil {
+			return err
+		}
+		cs, err = tx.DeliveryCounts(wf)
+		return err
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	decl, err := script.Declare(v.File, v.Script)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+	}
+	var hooks []script.Webhook
+	for _, n := range decl.WebhookNames() {
+		wh, _, _ := decl.Webhook(n)
+		hooks = append(hooks, wh)
+	}
+	return hooks, ds, cs, nil
+}
+
+// WebhookMaxBody is the largest body a webhook of wf takes: the
+// webhook_max_body of the [policy] wf was deployed under (this keep's for
+// a workflow it does not know, which Deliver then refuses).
+func (e *Engine) WebhookMaxBody(ctx context.Context, wf string) int64 {
+	var w kt.Workflow
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		w, err = tx.WorkflowGet(wf)
+		return err
+	}); err != nil {
+		return int64(e.policy.WebhookMaxBody)
+	}
+	pol, err := e.policyFor(w)
+	if err != nil {
+		return int64(e.policy.WebhookMaxBody)
+	}
+	return int64(pol.WebhookMaxBody)
+}

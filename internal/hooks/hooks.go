@@ -1,0 +1,111 @@
+// Package hooks is the webhooks' listener (issue 26): POST
+// /hooks/{wf}/{name}, served by keep serve --webhooks-addr on an address
+// of its own. It reads a request within its bound, hands it to
+// engine.Deliver, and answers the sender with what keep made of it. It
+// serves nothing else: none of the API's routes, none of its
+// authentication (a webhook is proven by its own verify, never by keep's
+// token or instance secret), so exposing it exposes no API action.
+//
+// It may import engine and keeptype only.
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+// Path is where webhooks are served: Path + "{wf}/{name}".
+const Path = "/hooks/"
+
+// Reply is what a sender is answered (JSON).
+type Reply struct {
+	OK       bool   `json:"ok"`
+	Status   string `json:"status,omitempty"` // accepted, duplicate, refused, failed
+	Delivery string `json:"delivery,omitempty"`
+	Inputs   int    `json:"inputs"`
+	Events   int    `json:"events"`
+	Message  string `json:"message"`
+}
+
+// codes is what each outcome answers: 2xx only for a delivery whose work
+// is committed (or was, before); 5xx where the sender should retry (the
+// handler failed, the secret is not set yet, a deploy came in).
+var codes = map[engine.Why]int{
+	engine.WhyAccepted:  http.StatusOK,
+	engine.WhyDuplicate: http.StatusOK,
+	engine.WhyNotFound:  http.StatusNotFound,
+	engine.WhyTooLarge:  http.StatusRequestEntityTooLarge,
+	engine.WhyBadSig:    http.StatusUnauthorized,
+	engine.WhyBadInput:  http.StatusBadRequest,
+	engine.WhyNoSecret:  http.StatusServiceUnavailable,
+	engine.WhyFailed:    http.StatusInternalServerError,
+	engine.WhyRedeploy:  http.StatusServiceUnavailable,
+}
+
+// Handler serves the webhooks of e's store.
+func Handler(e *engine.Engine, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+Path+"{wf}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		deliver(w, r, e, log)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			answer(w, http.StatusMethodNotAllowed, Reply{Message: "this address serves only webhooks: POST " + Path + "WORKFLOW/NAME"})
+			return
+		}
+		answer(w, http.StatusNotFound, Reply{Message: "this address serves only webhooks: POST " + Path + "WORKFLOW/NAME"})
+	})
+	return mux
+}
+
+func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog.Logger) {
+	h := engine.Hook{Workflow: r.PathValue("wf"), Name: r.PathValue("name"), Method: r.Method, Header: r.Header, Query: r.URL.Query()}
+	limit := e.WebhookMaxBody(r.Context(), h.Workflow)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		h.TooLarge = true
+	case err != nil:
+		// The sender went away or sent a broken body: there is no one to answer.
+		answer(w, http.StatusBadRequest, Reply{Message: fmt.Sprintf("the body could not be read: %v", err)})
+		return
+	default:
+		h.Body = body
+	}
+	// The delivery is carried out to its end even when the sender hangs up:
+	// either its commit is made or nothing is (the sender retries).
+	d, err := e.Deliver(context.WithoutCancel(r.Context()), h)
+	if err != nil {
+		log.Error("a webhook delivery failed inside keep", "workflow", h.Workflow, "webhook", h.Name, "err", err)
+		answer(w, http.StatusInternalServerError, Reply{Message: fmt.Sprintf("keep could not take this delivery (%v); nothing of it was kept, send it again", err)})
+		return
+	}
+	if d.Why == engine.WhyNotFound {
+		// Said to anyone who asks: which workflows and webhooks exist is
+		// not theirs to learn here.
+		d.Message = fmt.Sprintf("there is no webhook %s/%s here", h.Workflow, h.Name)
+	}
+	code, ok := codes[d.Why]
+	if !ok {
+		code = http.StatusInternalServerError
+	}
+	answer(w, code, Reply{OK: d.Status == kt.DeliveryAccepted || d.Status == kt.DeliveryDuplicate, Status: string(d.Status), Delivery: d.DeliveryID, Inputs: d.Inputs, Events: d.Events, Message: d.Message})
+}
+
+func answer(w http.ResponseWriter, code int, r Reply) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(r)
+}

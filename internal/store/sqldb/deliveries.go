@@ -1,0 +1,81 @@
+package sqldb
+
+import (
+	"fmt"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+)
+
+const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at`
+
+func scanDelivery(s interface{ Scan(...any) error }) (kt.Delivery, error) {
+	var d kt.Delivery
+	var status string
+	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt)
+	d.Status = kt.DeliveryStatus(status)
+	return d, err
+}
+
+func (t *Tx) DeliveryAdd(d *kt.Delivery) error {
+	err := t.r.QueryRow(`INSERT INTO deliveries(workflow, webhook, delivery_id, status, reason, inputs, events, received_at) VALUES(?,?,?,?,?,?,?,?) RETURNING id`,
+		d.Workflow, d.Webhook, d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ReceivedAt).Scan(&d.ID)
+	if err != nil {
+		return fmt.Errorf("record delivery %s of webhook %s of %s: %w", d.DeliveryID, d.Webhook, d.Workflow, err)
+	}
+	return nil
+}
+
+func (t *Tx) DeliveryAccepted(workflow, webhook, deliveryID string) (kt.Delivery, error) {
+	d, err := scanDelivery(t.r.QueryRow(`SELECT `+deliveryCols+` FROM deliveries WHERE workflow=? AND webhook=? AND delivery_id=? AND status=?`,
+		workflow, webhook, deliveryID, string(kt.DeliveryAccepted)))
+	if err != nil {
+		return d, notFound("accepted delivery", workflow+"/"+webhook+"/"+deliveryID, err)
+	}
+	return d, nil
+}
+
+func (t *Tx) DeliveryList(workflow string, limit int) ([]kt.Delivery, error) {
+	q := `SELECT ` + deliveryCols + ` FROM deliveries WHERE workflow=? ORDER BY id DESC`
+	if limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, limit)
+	}
+	rows, err := t.r.Query(q, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeliveryCounts(workflow string) ([]kt.DeliveryCount, error) {
+	rows, err := t.r.Query(`SELECT webhook, status, COUNT(*) FROM deliveries WHERE workflow=? GROUP BY webhook, status ORDER BY webhook, status`, workflow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.DeliveryCount
+	for rows.Next() {
+		var c kt.DeliveryCount
+		var status string
+		if err := rows.Scan(&c.Webhook, &status, &c.Count); err != nil {
+			return nil, err
+		}
+		c.Status = kt.DeliveryStatus(status)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeliveryPrune(workflow, webhook string, keep int) error {
+	return t.write(fmt.Sprintf("forget old deliveries of webhook %s of %s", webhook, workflow),
+		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status<>? AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status<>? ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
+		workflow, webhook, string(kt.DeliveryAccepted), workflow, webhook, string(kt.DeliveryAccepted))
+}
