@@ -23,6 +23,28 @@ const Header = "// keep.d.ts: the types of keep's script API, written by `keep t
 // Render writes keep.d.ts for the connectors infos describe (every one a
 // registry has: keep's own and those a keep.toml declares).
 func Render(infos []connector.Info) string {
+	return render(infos, infos)
+}
+
+// RenderFor writes keep.d.ts with only the methods of the connectors tools
+// names (the ones a script calls: what a model repairing it needs to
+// read); every source stays, and everything of keep's own.
+func RenderFor(infos []connector.Info, tools []string) string {
+	var some []connector.Info
+	for _, c := range infos {
+		for _, t := range tools {
+			if c.Name == t {
+				some = append(some, c)
+				break
+			}
+		}
+	}
+	return render(infos, some)
+}
+
+// render declares the sources of every connector in all, and the methods
+// of those in some.
+func render(all, some []connector.Info) string {
 	var b strings.Builder
 	b.WriteString(Header + "\n")
 	b.WriteString(`// Use it in a script: put the two lines
@@ -34,12 +56,12 @@ func Render(infos []connector.Info) string {
 declare namespace Keep {
 `)
 	b.WriteString(core)
-	writeSources(&b, infos)
+	writeSources(&b, all)
 	for _, p := range kt.CtxPhases {
-		writeCtx(&b, p, infos)
+		writeCtx(&b, p, some)
 	}
 	b.WriteString("}\n\n")
-	writeConnectors(&b, infos)
+	writeConnectors(&b, some)
 	b.WriteString(globals)
 	return b.String()
 }

@@ -386,6 +386,7 @@ func (m *Maintainer) conversation(v kt.Version, run kt.Run, events []kt.Event, p
 	fmt.Fprintf(&b, "## The script\n\n```js\n%s\n```\n\n", v.Script)
 	fmt.Fprintf(&b, "## The error (it may quote outside data)\n\n%s\n\n", untrusted(clip(run.ErrorMessage, 4000)))
 	fmt.Fprintf(&b, "## What the connectors do\n\n%s\n\n", connector.Markdown(connector.Describe(m.Registry)))
+	b.WriteString(typesSection(m.Registry, v.Script))
 	var tr struct {
 		Entries []engine.TraceEntry `json:"entries"`
 	}

@@ -65,6 +65,7 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 		fmt.Fprintf(&b, "Revise this workflow (%s, version %s) into its next major version:\n\n```js\n%s\n```\n\n", current.Workflow, current.Label(), current.Script)
 	}
 	fmt.Fprintf(&b, "## The connectors you may use\n\n%s\n", connector.Markdown(connector.Describe(p.Registry)))
+	b.WriteString("\n" + typesSection(p.Registry, ""))
 	chat := []Chat{{Role: "system", Content: planPrompt}, {Role: "user", Content: b.String()}}
 	var plan Plan
 	var why string

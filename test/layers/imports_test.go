@@ -51,7 +51,7 @@ var rules = []struct {
 	{"internal/connector/connectortest", "internal/connector internal/engine internal/fake/fault internal/keeptype internal/redact internal/testsink", "the suite of connectors with writes"},
 	{"internal/dts", "internal/connector internal/keeptype", "keep.d.ts: the script API's types, from the connectors' declarations and the ctx table"},
 	{"internal/engine", "internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store", "the run state machine and engine.Control: every rule of runs and people's actions"},
-	{"internal/maintainer", "internal/config internal/connector internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
+	{"internal/maintainer", "internal/config internal/connector internal/dts internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
 	{"internal/report", "internal/engine internal/keeptype internal/script internal/store", "what people see"},
 	{"internal/scheduler", "internal/engine internal/keeptype internal/store", "due work"},
 	{"internal/metrics", "internal/keeptype internal/store", "Prometheus"},
