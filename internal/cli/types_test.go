@@ -232,3 +232,15 @@ export default Keep.workflow({
 }
 
 func fmt4(i int) string { return "case" + string(rune('a'+i)) }
+
+// docs/scripts.md's "ctx in every phase" is keeptype's table, the one the
+// engine enforces and keep types declares; rewrite it with:
+// go test ./internal/cli -run TestPhaseTableIsCurrent -update
+func TestPhaseTableIsCurrent(t *testing.T) {
+	want, err := dts.PhaseTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbin.CurrentDoc(t, "../../docs/scripts.md", "<!-- generated from keeptype's ctx table (dts.PhaseTable): begin -->\n",
+		"<!-- generated from keeptype's ctx table (dts.PhaseTable): end -->", want, *updateDocs, "go test ./internal/cli -run TestPhaseTableIsCurrent -update")
+}
