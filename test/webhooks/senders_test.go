@@ -177,3 +177,36 @@ func TestAKillBeforeTheCommitLosesNothing(t *testing.T) {
 		t.Fatalf("after the crash and two retries: %d inputs, %d writes; want 1 and 1", n, w)
 	}
 }
+
+// TestScriptsDocWebhookExampleWorks: the webhook docs/scripts.md shows
+// passes keep validate, deploys, and takes a push signed as GitHub signs.
+func TestScriptsDocWebhookExampleWorks(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/scripts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "<!-- docs example: webhook -->\n```js\n")
+	if !ok {
+		t.Fatal("docs/scripts.md has no example marked webhook")
+	}
+	code, _, _ := strings.Cut(after, "```\n")
+	k := &keep{t: t, dir: t.TempDir()}
+	k.write("github-pushes.js", code)
+	k.write("keep.toml", "")
+	for _, args := range [][]string{{"validate", k.path("github-pushes.js")}, {"deploy", "--grant", k.path("github-pushes.js")}} {
+		if out, err := k.keep("", args...); err != nil {
+			t.Fatalf("keep %s: %v\n%s", args[0], err, out)
+		}
+	}
+	if out, err := k.keep("doc-secret", "secret", "set", "GITHUB_WEBHOOK_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	k.serve()
+	push := []byte(`{"ref": "refs/heads/main", "after": "c0ffee", "commits": [{"id": "c0ffee"}]}`)
+	sign := func(event, delivery string, body []byte) map[string]string {
+		return map[string]string{"X-GitHub-Event": event, "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": "sha256=" + hexMAC("doc-secret", string(body))}
+	}
+	k.expect(k.post("/hooks/github-pushes/github", push, sign("push", "g-1", push)), http.StatusOK, `"inputs":1,"events":1`)
+	ping := []byte(`{"zen": "Keep it logically awesome."}`)
+	k.expect(k.post("/hooks/github-pushes/github", ping, sign("ping", "g-2", ping)), http.StatusOK, `"inputs":0,"events":0`)
+}
