@@ -41,10 +41,17 @@ func (d *Direct) open() (store.Store, error) {
 			return nil, err
 		}
 	}
-	if d.st, err = OpenStore(d.DataDir, d.Store); err != nil {
+	st, err := loc.Open()
+	if !d.Create && errors.Is(err, backend.ErrReadOnly) {
+		// keep plan --revise only reads; a write (keep secret rm) then
+		// fails saying the data directory is read-only.
+		st, err = loc.OpenReadOnly()
+	}
+	if err != nil {
 		return nil, err
 	}
-	return d.st, nil
+	d.st = st
+	return st, nil
 }
 
 // mustExist refuses an embedded store that was never made.
