@@ -1,0 +1,204 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// exerciseEvents covers events: publish, pending, reservation, lists and counts.
+func exerciseEvents(run runCase) {
+	ctx := context.Background()
+	run("publish is last-write-wins and keeps status", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":1}`), CausedBy: []string{"i1"}}
+			created, err := tx.EventPublish(&ev)
+			if err != nil || !created || ev.Status != kt.EventPending || ev.Attempt != 1 {
+				return fmt.Errorf("first publish: %v %v %+v", created, err, ev)
+			}
+			ev.Status, ev.ReservedBy = kt.EventConsumed, "r1"
+			if err := tx.EventUpdate(ev); err != nil {
+				return err
+			}
+			again := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":2}`), CausedBy: []string{"i1"}, Attempt: 1}
+			created, err = tx.EventPublish(&again)
+			if err != nil || created || again.ID != ev.ID {
+				return fmt.Errorf("republish: %v %v", created, err)
+			}
+			got, err := tx.EventGet("w", "t", "m")
+			if err != nil || got.Status != kt.EventConsumed || string(got.Payload) != `{"v":2}` {
+				return fmt.Errorf("after LWW: %+v %v", got, err)
+			}
+			// A newer attempt re-opens it.
+			newer := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":3}`), CausedBy: []string{"i1"}, Attempt: 2}
+			if _, err := tx.EventPublish(&newer); err != nil {
+				return err
+			}
+			got, _ = tx.EventGet("w", "t", "m")
+			if got.Status != kt.EventPending || got.ReservedBy != "" || got.Attempt != 2 {
+				return fmt.Errorf("newer attempt did not re-open: %+v", got)
+			}
+			byInput, err := tx.EventsByInput("i1")
+			if err != nil || len(byInput) != 1 {
+				return fmt.Errorf("events by input: %d %v", len(byInput), err)
+			}
+			return nil
+		}))
+	})
+	run("a republish keeps every cause the event had", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`1`), CausedBy: []string{"i1"}}
+			if _, err := tx.EventPublish(&ev); err != nil {
+				return err
+			}
+			// From a run that reserved nothing: no causes of its own.
+			if _, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`2`)}); err != nil {
+				return err
+			}
+			got, err := tx.EventGet("w", "t", "m")
+			if err != nil || strings.Join(got.CausedBy, ",") != "i1" {
+				return fmt.Errorf("after a republish without causes: %v %v", got.CausedBy, err)
+			}
+			if _, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`3`), CausedBy: []string{"i0"}}); err != nil {
+				return err
+			}
+			got, _ = tx.EventGet("w", "t", "m")
+			if strings.Join(got.CausedBy, ",") != "i0,i1" {
+				return fmt.Errorf("after a republish with another cause: %v", got.CausedBy)
+			}
+			for _, in := range []string{"i0", "i1"} {
+				if evs, err := tx.EventsByInput(in); err != nil || len(evs) != 1 {
+					return fmt.Errorf("events caused by %s: %d %v", in, len(evs), err)
+				}
+			}
+			return nil
+		}))
+	})
+	run("pending excludes reserved and consumed, oldest first", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i := 0; i < 5; i++ {
+				ev := kt.Event{Workflow: "w", Topic: "t", MessageID: fmt.Sprint(i), Payload: json.RawMessage(`1`), CreatedAt: int64(100 + i)}
+				if _, err := tx.EventPublish(&ev); err != nil {
+					return err
+				}
+				switch i {
+				case 0:
+					ev.Status = kt.EventConsumed
+				case 1:
+					ev.ReservedBy = "r"
+				}
+				if err := tx.EventUpdate(ev); err != nil {
+					return err
+				}
+			}
+			evs, err := tx.EventsPending("w", "t", 2)
+			if err != nil || len(evs) != 2 || evs[0].MessageID != "2" || evs[1].MessageID != "3" {
+				return fmt.Errorf("pending %+v %v", evs, err)
+			}
+			// Bounded by bytes: stops before passing them, the first always read.
+			evs, more, err := tx.EventsPendingWithin("w", "t", 10, len(evs[0].Payload)+len(evs[0].MessageID))
+			if err != nil || !more || len(evs) != 1 || evs[0].MessageID != "2" {
+				return fmt.Errorf("pending within one event's bytes: %+v %v %v", evs, more, err)
+			}
+			if evs, more, err = tx.EventsPendingWithin("w", "t", 10, 0); err != nil || !more || len(evs) != 1 {
+				return fmt.Errorf("pending within 0 bytes (the first is always read): %+v %v %v", evs, more, err)
+			}
+			if evs, more, err = tx.EventsPendingWithin("w", "t", 2, 1<<20); err != nil || more || len(evs) != 2 {
+				return fmt.Errorf("pending within room to spare: %+v %v %v", evs, more, err)
+			}
+			at, ok, err := tx.OldestPending("w", []string{"t", "other"})
+			if err != nil || !ok || at != 102 {
+				return fmt.Errorf("oldest %d %v %v", at, ok, err)
+			}
+			// Over several topics, the oldest of any; none when all are empty.
+			older := kt.Event{Workflow: "w", Topic: "u", MessageID: "x", Payload: json.RawMessage(`1`), CreatedAt: 50}
+			if _, err := tx.EventPublish(&older); err != nil {
+				return err
+			}
+			if at, ok, err := tx.OldestPending("w", []string{"t", "other", "u"}); err != nil || !ok || at != 50 {
+				return fmt.Errorf("oldest of three topics %d %v %v, want 50", at, ok, err)
+			}
+			if _, ok, err := tx.OldestPending("w", []string{"other", "none"}); err != nil || ok {
+				return fmt.Errorf("oldest of empty topics: ok=%v %v", ok, err)
+			}
+			res, err := tx.EventsReservedBy("r")
+			if err != nil || len(res) != 1 || res[0].MessageID != "1" {
+				return fmt.Errorf("reserved %+v %v", res, err)
+			}
+			n, err := tx.CountPending("w")
+			if err != nil || n != 5 { // 2, 3, 4 and 1 (reserved, still pending) of t, x of u
+				return fmt.Errorf("count pending %d %v", n, err)
+			}
+			return nil
+		}))
+	})
+	run("events listed by topic, state and page; counted per topic", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, st := range []kt.EventStatus{kt.EventConsumed, kt.EventPending, kt.EventPending, kt.EventSkipped, kt.EventPending} {
+				topic := "t"
+				if i == 4 {
+					topic = "u"
+				}
+				ev := kt.Event{Workflow: "w", Topic: topic, MessageID: fmt.Sprint(i), Payload: json.RawMessage(`1`), CausedBy: []string{"in"}, CreatedAt: int64(i)}
+				if _, err := tx.EventPublish(&ev); err != nil {
+					return err
+				}
+				ev.Status = st
+				if i == 1 {
+					ev.ReservedBy = "r"
+				}
+				if err := tx.EventUpdate(ev); err != nil {
+					return err
+				}
+			}
+			other := kt.Event{Workflow: "other", Topic: "t", MessageID: "x", Payload: json.RawMessage(`1`)}
+			_, err := tx.EventPublish(&other)
+			return err
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			ids := func(f store.EventFilter) string {
+				evs, err := tx.EventList("w", f)
+				if err != nil {
+					return err.Error()
+				}
+				var out []string
+				for _, e := range evs {
+					out = append(out, e.MessageID)
+				}
+				return strings.Join(out, ",")
+			}
+			all, _ := tx.EventList("w", store.EventFilter{})
+			for _, c := range []struct {
+				f    store.EventFilter
+				want string
+			}{
+				{store.EventFilter{}, "0,1,2,3,4"},
+				{store.EventFilter{Topic: "t"}, "0,1,2,3"},
+				{store.EventFilter{Status: kt.EventPending}, "1,2,4"},
+				{store.EventFilter{Status: kt.EventPending, Held: store.HeldReserved}, "1"},
+				{store.EventFilter{Topic: "t", Status: kt.EventPending, Held: store.HeldFree}, "2"},
+				{store.EventFilter{Limit: 2}, "0,1"},
+				{store.EventFilter{AfterID: all[1].ID, Limit: 2}, "2,3"},
+			} {
+				if got := ids(c.f); got != c.want {
+					return fmt.Errorf("events %+v: %s, want %s", c.f, got, c.want)
+				}
+			}
+			if len(all) == 0 || len(all[0].CausedBy) != 1 || string(all[0].Payload) != "1" {
+				return fmt.Errorf("a listed event lacks its payload or causes: %+v", all)
+			}
+			counts, err := tx.TopicCounts("w")
+			want := []store.TopicCount{{Topic: "t", Pending: 1, Reserved: 1, Consumed: 1, Skipped: 1}, {Topic: "u", Pending: 1}}
+			if err != nil || !reflect.DeepEqual(counts, want) {
+				return fmt.Errorf("topic counts %+v %v, want %+v", counts, err, want)
+			}
+			return nil
+		}))
+	})
+}

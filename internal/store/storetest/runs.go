@@ -1,0 +1,73 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// exerciseRuns covers runs.
+func exerciseRuns(run runCase) {
+	ctx := context.Background()
+	run("runs: open run and status lookups", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.RunPut(kt.Run{ID: "r1", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseCommitted, Status: kt.StatusCommitted, CreatedAt: 1}); err != nil {
+				return err
+			}
+			return tx.RunPut(kt.Run{ID: "r2", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: kt.StatusReconciliation,
+				PrepareResult: json.RawMessage(`{"reservations":[]}`), CreatedAt: 2})
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			r, err := tx.RunOpen("w")
+			if err != nil || r.ID != "r2" || string(r.PrepareResult) != `{"reservations":[]}` {
+				return fmt.Errorf("open run %+v %v", r, err)
+			}
+			rs, err := tx.RunList("w", 0)
+			if err != nil || len(rs) != 2 || rs[0].ID != "r2" {
+				return fmt.Errorf("list %v", err)
+			}
+			st, err := tx.RunsWithStatus(kt.StatusReconciliation)
+			if err != nil || len(st) != 1 {
+				return fmt.Errorf("by status %d %v", len(st), err)
+			}
+			return nil
+		}))
+		// A conditional write from a revision that is no longer the
+		// stored one (a decision came in between) writes nothing.
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			r, _ := tx.RunGet("r2")
+			stale := r
+			r.Action = "skip"
+			if err := tx.RunSetIfRev(r); err != nil {
+				return fmt.Errorf("a write from the stored revision: %v", err)
+			}
+			if got, _ := tx.RunGet("r2"); got.Rev != r.Rev+1 || got.Action != "skip" {
+				return fmt.Errorf("after a conditional write: rev %d (want %d), action %q", got.Rev, r.Rev+1, got.Action)
+			}
+			stale.Status, stale.ErrorMessage = kt.StatusCommitted, "stale"
+			if err := tx.RunSetIfRev(stale); !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("a write from an older revision: %v, want ErrConflict", err)
+			}
+			if err := tx.RunSetIfRev(kt.Run{ID: "nope", Status: kt.StatusCommitted}); !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("a conditional write of a missing run: %v, want ErrConflict", err)
+			}
+			if got, _ := tx.RunGet("r2"); got.Status != kt.StatusReconciliation || got.ErrorMessage == "stale" || got.Action != "skip" {
+				return fmt.Errorf("the refused write changed the run: %+v", got)
+			}
+			r, _ = tx.RunGet("r2")
+			r.Status, r.ErrorMessage, r.Action = kt.StatusRetried, "", ""
+			return tx.RunSetIfRev(r)
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.RunOpen("w"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a retried run still blocks: %v", err)
+			}
+			return nil
+		}))
+	})
+}
