@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 
 	"github.com/keep-run/keep/internal/account"
@@ -28,11 +27,7 @@ import (
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
-	"github.com/keep-run/keep/internal/connector/email"
-	"github.com/keep-run/keep/internal/connector/google"
 	khttp "github.com/keep-run/keep/internal/connector/http"
-	"github.com/keep-run/keep/internal/connector/slackconn"
-	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/hooks"
 	"github.com/keep-run/keep/internal/maintainer"
@@ -168,155 +163,6 @@ type Keep struct {
 	maintain   chan struct{}
 	// log is keep's logger (masked).
 	log *slog.Logger
-}
-
-// Open takes the engine lock of the data directory and wires an engine.
-func Open(o Options) (*Keep, error) {
-	if o.DataDir == "" {
-		o.DataDir = "keep-data"
-	}
-	cfg, err := config.Load(o.ConfigFile)
-	if err != nil {
-		return nil, err
-	}
-	allow := append(khttp.Allow(cfg), o.Allow...)
-	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", o.DataDir, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(o.DataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open the engine lock in %s: %w", o.DataDir, err)
-	}
-	if err := flockSoon(lock); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, o.DataDir)
-	}
-	apiSecret, err := loadAPISecret(o.DataDir)
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
-	loc, err := backend.Parse(o.Store, o.DataDir)
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
-	storePath, storeURL := loc.Path, ""
-	if loc.Kind == backend.Postgres {
-		storePath, storeURL = "", loc.URL
-	}
-	if err := sqlconn.RefuseKeepsStore(sqlconn.Databases(cfg), storePath, storeURL); err != nil {
-		lock.Close()
-		return nil, err
-	}
-	st, err := loc.Open()
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
-	if err := policyOf(st, o.PolicyOf, &cfg.Policy); err != nil {
-		st.Close()
-		lock.Close()
-		return nil, err
-	}
-	// On PostgreSQL several nodes share the store, each stepping the
-	// workflows it holds the lease of; SQLite has one engine, which holds
-	// keep.db itself.
-	shared := loc.Kind == backend.Postgres
-	release := func() {}
-	if !shared {
-		release, err = lockStore(loc, st, o.DataDir)
-	}
-	if err != nil {
-		st.Close()
-		lock.Close()
-		return nil, err
-	}
-	accts, err := Accounts(o.DataDir, st)
-	if err != nil {
-		st.Close()
-		release()
-		lock.Close()
-		return nil, err
-	}
-	host := &connector.Host{Config: cfg, Accounts: accts, Guard: netguard.New(allow), Live: true}
-	conns, err := builtin.Build(host)
-	if err != nil {
-		st.Close()
-		release()
-		lock.Close()
-		return nil, err
-	}
-	perWorkflow := conns.Registry
-	if o.FilesRootForAll != "" {
-		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
-	}
-	if o.FilesRoot == "" {
-		o.FilesRoot = filepath.Join(o.DataDir, "files")
-		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
-			st.Close()
-			release()
-			lock.Close()
-			return nil, err
-		}
-	}
-	script.SetIdleWorkers(cfg.Policy.SandboxWorkers)
-	logger := o.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	// Every log line keep writes is masked like everything else it shows.
-	logger = slog.New(redact.Logger(logger.Handler()))
-	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
-	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns, accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}}, Store: st, Policy: cfg.Policy, lock: lock, release: release, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: o.DataDir, Instance: newInstanceID(), apiSecret: apiSecret}
-	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
-	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
-	var sched *scheduler.Scheduler
-	secrets := &account.Secrets{Store: st, Box: accts.Box}
-	learnSecrets(cfg, secrets, logger)
-	k.Engine = engine.New(engine.Options{Store: st, Registry: conns.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
-		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
-		OnChange: func(wf string) {
-			sched.Wake()
-			k.Hub.Publish(wf)
-			select {
-			case k.notified <- struct{}{}:
-			default:
-			}
-			select {
-			case k.maintain <- struct{}{}:
-			default:
-			}
-		}})
-	if cfg.Maintainer.Enabled {
-		k.maintainer = &maintainer.Maintainer{Store: st, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
-			Config: cfg.Maintainer, Now: time.Now, Log: logger}
-	}
-	node := ""
-	if shared {
-		node = k.Instance
-	}
-	k.shared = shared
-	sched = scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers, Node: node, LeaseTTL: cfg.Policy.LeaseTTL})
-	if l, ok := st.(interface {
-		Listen(context.Context, func())
-	}); ok {
-		// Other nodes' commits (a decision taken on another node, new
-		// work) wake this one at once, and its open pages.
-		lctx, cancel := context.WithCancel(context.Background())
-		k.stopListening = cancel
-		go l.Listen(lctx, func() {
-			sched.Wake()
-			k.Hub.Publish("")
-		})
-	}
-	k.Scheduler = sched
-	k.log = logger
-	if k.maintainer != nil {
-		k.maintainer.Lease = sched.WithLease
-		k.Metrics.CounterFunc("keep_maintainer_waits_total", "Times the Maintainer found a failed run's workflow taken (another node repairs it, or a step ran here) and left it for later.", func() float64 { return float64(k.maintainer.Waits()) })
-	}
-	return k, nil
 }
 
 // policyOf replaces pol by the policy workflow wf was deployed under, when

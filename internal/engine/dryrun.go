@@ -42,6 +42,7 @@ func (e *Engine) DryRun(ctx context.Context, workflow, runID, src string) (DryRu
 	return res, err
 }
 
+// dryRun reads the failed run and replays it on src by its kind.
 func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads *recordedReads) (DryRunResult, error) {
 	var wf kt.Workflow
 	var run kt.Run
@@ -70,39 +71,61 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 	// Every read is answered from what the failed run read (issue 22):
 	// a read it did not make ends the dry run; nothing reaches the world.
 	*reads = *readsOf(run.Trace)
-	if run.HandlerType == kt.HandlerTask {
-		// An item script runs from the start again: items are read, never
-		// written; writes the ledger has applied replay; the first new
-		// write stops the replay, which then counts as reaching it.
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads}
-		h := x.host(phaseTask)
-		h.task = &taskState{}
-		res := DryRunResult{Supported: true, Replayed: "task"}
-		_, err := x.invoke(h, hrow.State)
-		var dw *errDryWrite
-		if errors.As(err, &dw) {
-			res.Write, res.Identity = dw.write, dw.identity
-			return res, nil
-		}
-		if err != nil {
-			return res, fmt.Errorf("the task: %w", err)
-		}
+	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
+	switch run.HandlerType {
+	case kt.HandlerTask:
+		return x.dryTask(hrow)
+	case kt.HandlerProducer:
+		return x.dryProducer(hrow)
+	}
+	return x.dryConsumer(hrow)
+}
+
+// dryTask runs an item script from the start again: items are read,
+// never written; writes the ledger has applied replay; the first new write
+// stops the replay, which then counts as reaching it.
+func (x *runExec) dryTask(hrow kt.Handler) (DryRunResult, error) {
+	x.dry = true
+	h := x.host(phaseTask)
+	h.task = &taskState{}
+	res := DryRunResult{Supported: true, Replayed: "task"}
+	_, err := x.invoke(h, hrow.State)
+	var dw *errDryWrite
+	if errors.As(err, &dw) {
+		res.Write, res.Identity = dw.write, dw.identity
 		return res, nil
 	}
-	if run.HandlerType == kt.HandlerProducer {
-		// A producer registers and publishes into its host and commits at
-		// the end: run, its collections dropped, it stores nothing.
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
-		h := x.host(phaseProducer)
-		h.allowPublish, h.inputByKey, h.knownInputs = set(prog.Decl.Producers[run.Handler].Publishes), map[string]string{}, map[string]bool{}
-		if _, err := x.invoke(h, hrow.State); err != nil {
-			return DryRunResult{Supported: true, Replayed: "producer"}, fmt.Errorf("the producer: %w", err)
-		}
-		return DryRunResult{Supported: true, Replayed: "producer"}, nil
+	if err != nil {
+		return res, fmt.Errorf("the task: %w", err)
 	}
+	return res, nil
+}
+
+// dryProducer runs a producer: it registers and publishes into its host
+// and commits at the end, so run, its collections dropped, it stores
+// nothing.
+func (x *runExec) dryProducer(hrow kt.Handler) (DryRunResult, error) {
+	h := x.host(phaseProducer)
+	h.allowPublish, h.inputByKey, h.knownInputs = set(x.prog.Decl.Producers[x.run.Handler].Publishes), map[string]string{}, map[string]bool{}
+	res := DryRunResult{Supported: true, Replayed: "producer"}
+	if _, err := x.invoke(h, hrow.State); err != nil {
+		return res, fmt.Errorf("the producer: %w", err)
+	}
+	return res, nil
+}
+
+// dryConsumer replays a consumer run where its retry resumes, by the
+// engine's own rule (Engine.retry): past the write, only next runs again;
+// with a write that may have happened, mutate runs again on the same
+// selection; otherwise the run prepares afresh, its pinned events
+// released. It works on a copy of the run.
+func (x *runExec) dryConsumer(hrow kt.Handler) (DryRunResult, error) {
+	run := *x.run
+	dry := run
+	x.run = &dry
 	var mut kt.Mutation
 	hasMut := false
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
 		var err error
 		mut, err = tx.MutationByRun(run.ID)
 		if errors.Is(err, kt.ErrNotFound) {
@@ -113,62 +136,70 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 	}); err != nil {
 		return DryRunResult{}, err
 	}
-	dry := run
-	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &dry, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
 	res := DryRunResult{Supported: true}
 	dv := x.declView()
-	// The retry resumes where the engine's own rule says (Engine.retry):
-	// past the write, only next runs again; with a write that may have
-	// happened, mutate runs again on the same selection; otherwise the run
-	// prepares afresh, its pinned events released.
 	switch {
 	case kt.PhaseRank(run.Phase) >= kt.PhaseRank(kt.PhaseMutated):
 		res.Replayed = "next"
-		if !prog.Decl.Consumers[run.Handler].Next {
-			return res, nil
-		}
-		h := x.host(phaseNext)
-		h.decl, h.allowPublish = dv, dv.publishes
-		mr := run.MutationResult
-		if len(mr) == 0 {
-			mr = json.RawMessage(`{"status":"none"}`)
-		}
-		if _, err := x.invoke(h, preparedArg(run.PrepareResult), mr); err != nil {
-			return res, fmt.Errorf("next: %w", err)
-		}
-		return res, nil // its publishes were collected, never stored
+		return res, x.dryNext(dv, run)
 	case hasMut && mayHaveHappened(mut):
 		res.Replayed = "mutate"
-		return e.dryMutate(x, dv, run.PrepareResult, nil, &res)
+		return x.e.dryMutate(x, dv, run.PrepareResult, nil, &res)
 	}
 	res.Replayed = "prepare"
+	return x.dryPrepare(dv, hrow, &res)
+}
+
+// dryNext runs next on the run's recorded PrepareResult and write; its
+// publishes are collected, never stored.
+func (x *runExec) dryNext(dv declView, run kt.Run) error {
+	if !x.prog.Decl.Consumers[run.Handler].Next {
+		return nil
+	}
+	h := x.host(phaseNext)
+	h.decl, h.allowPublish = dv, dv.publishes
+	mr := run.MutationResult
+	if len(mr) == 0 {
+		mr = json.RawMessage(`{"status":"none"}`)
+	}
+	if _, err := x.invoke(h, preparedArg(run.PrepareResult), mr); err != nil {
+		return fmt.Errorf("next: %w", err)
+	}
+	return nil
+}
+
+// dryPrepare runs prepare afresh (the run's pinned events released) and
+// mutate on what it selects, with the write captured.
+func (x *runExec) dryPrepare(dv declView, hrow kt.Handler, res *DryRunResult) (DryRunResult, error) {
+	dry := x.run
+	released := dry.ID
 	dry.Phase, dry.PrepareResult, dry.MutationResult = kt.PhasePreparing, nil, nil
 	h := x.host(phasePrepare)
-	h.decl, h.released = dv, run.ID
+	h.decl, h.released = dv, released
 	out, err := x.invoke(h, hrow.State)
 	if err != nil {
-		return res, fmt.Errorf("prepare: %w", err)
+		return *res, fmt.Errorf("prepare: %w", err)
 	}
 	pr, err := DecodePrepareResult(out.Value)
 	if err != nil {
-		return res, fmt.Errorf("prepare: %w", err)
+		return *res, fmt.Errorf("prepare: %w", err)
 	}
-	if len(pr.Reservations) == 0 || !prog.Decl.Consumers[run.Handler].Mutate {
-		return res, nil // it succeeds without a write
+	if len(pr.Reservations) == 0 || !x.prog.Decl.Consumers[dry.Handler].Mutate {
+		return *res, nil // it succeeds without a write
 	}
 	var reserve []kt.Event
 	var resErr error
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
 		var err error
-		reserve, resErr, err = checkReservations(tx, wf.Name, &dry, pr, dv)
+		reserve, resErr, err = checkReservations(tx, x.wf.Name, dry, pr, dv)
 		return err
 	}); err != nil {
-		return res, err
+		return *res, err
 	}
 	if resErr != nil {
-		return res, fmt.Errorf("prepare's reservations: %w", resErr)
+		return *res, fmt.Errorf("prepare's reservations: %w", resErr)
 	}
-	return e.dryMutate(x, dv, out.Value, reserve, &res)
+	return x.e.dryMutate(x, dv, out.Value, reserve, res)
 }
 
 // dryMutate runs mutate with the write captured, and names the write.

@@ -1,0 +1,241 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/connector/email"
+	"github.com/keep-run/keep/internal/connector/google"
+	khttp "github.com/keep-run/keep/internal/connector/http"
+	"github.com/keep-run/keep/internal/connector/slackconn"
+	"github.com/keep-run/keep/internal/connector/sqlconn"
+	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/maintainer"
+	"github.com/keep-run/keep/internal/metrics"
+	"github.com/keep-run/keep/internal/netguard"
+	"github.com/keep-run/keep/internal/notify"
+	"github.com/keep-run/keep/internal/redact"
+	"github.com/keep-run/keep/internal/scheduler"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/backend"
+)
+
+// Open takes the engine lock of the data directory and wires an engine:
+// the lock, the store, the connectors, then the engine and the scheduler
+// over them. What it opened is closed again when a later step fails.
+func Open(o Options) (k *Keep, err error) {
+	if o.DataDir == "" {
+		o.DataDir = "keep-data"
+	}
+	cfg, err := config.Load(o.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	var opened undoList
+	defer func() {
+		if err != nil {
+			opened.undo()
+		}
+	}()
+	lock, apiSecret, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	opened.add(func() { lock.Close() })
+	st, release, shared, err := openOwnStore(o, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	opened.add(release)
+	opened.add(func() { st.Close() })
+	accts, err := Accounts(o.DataDir, st)
+	if err != nil {
+		return nil, err
+	}
+	host := &connector.Host{Config: cfg, Accounts: accts, Guard: netguard.New(append(khttp.Allow(cfg), o.Allow...)), Live: true}
+	conns, err := builtin.Build(host)
+	if err != nil {
+		return nil, err
+	}
+	opened.add(func() { conns.Close() })
+	perWorkflow, err := filesRoots(&o, conns)
+	if err != nil {
+		return nil, err
+	}
+	script.SetIdleWorkers(cfg.Policy.SandboxWorkers)
+	logger := maskedLogger(o.Logger)
+	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
+	k.lock, k.release, k.apiSecret, k.shared = lock, release, apiSecret, shared
+	k.wireEngine(o, cfg, accts, perWorkflow, logger)
+	k.wireScheduler(cfg, logger)
+	return k, nil
+}
+
+// undoList closes what Open opened, the last first.
+type undoList []func()
+
+func (u *undoList) add(f func()) { *u = append(*u, f) }
+
+func (u undoList) undo() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// lockDataDir makes the data directory, takes its engine lock (ErrBusy
+// while another keep process holds it) and reads its instance secret.
+func lockDataDir(dataDir string) (*os.File, string, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("create data directory %s: %w", dataDir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, "", fmt.Errorf("open the engine lock in %s: %w", dataDir, err)
+	}
+	if err := flockSoon(lock); err != nil {
+		lock.Close()
+		return nil, "", fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, dataDir)
+	}
+	apiSecret, err := loadAPISecret(dataDir)
+	if err != nil {
+		lock.Close()
+		return nil, "", err
+	}
+	return lock, apiSecret, nil
+}
+
+// openOwnStore opens the store the engine runs on, refusing one a sql
+// connector also names, and puts the recorded policy of o.PolicyOf in
+// cfg. On PostgreSQL several nodes share the store (shared), each stepping
+// the workflows it holds the lease of; SQLite has one engine, which holds
+// keep.db itself (release lets it go).
+func openOwnStore(o Options, cfg *config.Config) (st store.Store, release func(), shared bool, err error) {
+	loc, err := backend.Parse(o.Store, o.DataDir)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	storePath, storeURL := loc.Path, ""
+	if loc.Kind == backend.Postgres {
+		storePath, storeURL = "", loc.URL
+	}
+	if err := sqlconn.RefuseKeepsStore(sqlconn.Databases(*cfg), storePath, storeURL); err != nil {
+		return nil, nil, false, err
+	}
+	if st, err = loc.Open(); err != nil {
+		return nil, nil, false, err
+	}
+	if err := policyOf(st, o.PolicyOf, &cfg.Policy); err != nil {
+		st.Close()
+		return nil, nil, false, err
+	}
+	shared, release = loc.Kind == backend.Postgres, func() {}
+	if !shared {
+		if release, err = lockStore(loc, st, o.DataDir); err != nil {
+			st.Close()
+			return nil, nil, false, err
+		}
+	}
+	return st, release, shared, nil
+}
+
+// filesRoots settles the files roots: keep serve --files-root roots every
+// workflow there (no registry per workflow), else each workflow's recorded
+// root, and o.FilesRoot (DataDir/files by default) for those without one.
+func filesRoots(o *Options, conns *builtin.Set) (perWorkflow func(string) *connector.Registry, err error) {
+	perWorkflow = conns.Registry
+	if o.FilesRootForAll != "" {
+		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
+	}
+	if o.FilesRoot == "" {
+		o.FilesRoot = filepath.Join(o.DataDir, "files")
+		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return perWorkflow, nil
+}
+
+// maskedLogger is logger (a text logger on stderr at warn level when nil)
+// with every line masked like everything else keep shows.
+func maskedLogger(logger *slog.Logger) *slog.Logger {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(redact.Logger(logger.Handler()))
+}
+
+// newKeep is the Keep over an open store, before its engine: notices,
+// the page's accounts, the hub and the metrics.
+func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.Accounts, host *connector.Host, conns *builtin.Set, logger *slog.Logger) *Keep {
+	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
+	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
+		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
+		Store:    st, Policy: cfg.Policy, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
+	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
+	return k
+}
+
+// wireEngine builds the engine (and the Maintainer, when enabled): its
+// commits wake the scheduler, the open pages, the notifier and the
+// Maintainer. The secrets are learned before anything runs.
+func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts, perWorkflow func(string) *connector.Registry, logger *slog.Logger) {
+	secrets := &account.Secrets{Store: k.Store, Box: accts.Box}
+	learnSecrets(cfg, secrets, logger)
+	k.Engine = engine.New(engine.Options{Store: k.Store, Registry: k.connectors.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
+		OnChange: func(wf string) {
+			k.Scheduler.Wake()
+			k.Hub.Publish(wf)
+			select {
+			case k.notified <- struct{}{}:
+			default:
+			}
+			select {
+			case k.maintain <- struct{}{}:
+			default:
+			}
+		}})
+	if cfg.Maintainer.Enabled {
+		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
+			Config: cfg.Maintainer, Now: time.Now, Log: logger}
+	}
+}
+
+// wireScheduler builds the scheduler (a node of its own on a shared
+// store), wakes it on other nodes' commits when the store tells of them,
+// and gives the Maintainer its leases.
+func (k *Keep) wireScheduler(cfg config.Config, logger *slog.Logger) {
+	node := ""
+	if k.shared {
+		node = k.Instance
+	}
+	sched := scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers, Node: node, LeaseTTL: cfg.Policy.LeaseTTL})
+	if l, ok := k.Store.(interface {
+		Listen(context.Context, func())
+	}); ok {
+		// Other nodes' commits (a decision taken on another node, new
+		// work) wake this one at once, and its open pages.
+		lctx, cancel := context.WithCancel(context.Background())
+		k.stopListening = cancel
+		go l.Listen(lctx, func() {
+			sched.Wake()
+			k.Hub.Publish("")
+		})
+	}
+	k.Scheduler = sched
+	if k.maintainer != nil {
+		k.maintainer.Lease = sched.WithLease
+		k.Metrics.CounterFunc("keep_maintainer_waits_total", "Times the Maintainer found a failed run's workflow taken (another node repairs it, or a step ran here) and left it for later.", func() float64 { return float64(k.maintainer.Waits()) })
+	}
+}
