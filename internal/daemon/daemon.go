@@ -313,6 +313,7 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 	page := web.New(k.Store, guard, k.Changed)
 	page.Problem = k.Scheduler.Problem
 	page.Accounts = k.accounts
+	page.WebhooksURL = o.WebhooksURL
 	page.DecideRepair = func(ctx context.Context, wf, id string, approve bool) (string, error) {
 		return maintainer.Decide(ctx, k.Store, k.Engine, wf, id, approve, time.Now())
 	}

@@ -48,7 +48,10 @@ type Server struct {
 	// DecideRepair approves or rejects a repair the Maintainer held; nil:
 	// the page shows repairs without the buttons.
 	DecideRepair func(ctx context.Context, wf, id string, approve bool) (string, error)
-	pages        map[string]*template.Template
+	// WebhooksURL is where keep serve --webhooks-addr serves webhooks
+	// ("http://ADDR"; "" for nowhere).
+	WebhooksURL string
+	pages       map[string]*template.Template
 }
 
 // Connector runs the OAuth flow of "Connect Google" for the page: the
@@ -95,7 +98,7 @@ var baseFuncs = template.FuncMap{
 // New parses the templates once.
 func New(st store.Store, g *api.Guard, changed func(string)) *Server {
 	s := &Server{Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
-	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections"} {
+	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections", "webhooks"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 		s.pages[page] = t
 	}
@@ -113,6 +116,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /w/{wf}/runs/{id}/approve", s.resolve)
 	mux.HandleFunc("POST /w/{wf}/{verb}", s.workflowAction)
 	mux.HandleFunc("GET /w/{wf}/topics", s.topics)
+	mux.HandleFunc("GET /w/{wf}/webhooks", s.webhooks)
 	mux.HandleFunc("POST /w/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /w/{wf}/handlers/{handler}/reset-state", s.resetState)
 	mux.HandleFunc("GET /runs/{id}", s.run)
@@ -363,6 +367,18 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 // controls to skip a topic's pending events and to reset a producer.
 func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
 	s.renderTopics(w, r, nil)
+}
+
+// webhooks shows a workflow's webhooks (URL, verification, the secret's
+// name) and their last deliveries, as GET …/webhooks answers them.
+func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
+	wf := r.PathValue("wf")
+	hooks, ds, err := report.Webhooks(r.Context(), s.Store, wf, s.WebhooksURL, 50)
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	s.render(w, r, "webhooks", wf+": webhooks", map[string]any{"Workflow": wf, "Served": s.WebhooksURL != "", "Webhooks": hooks, "Deliveries": ds})
 }
 
 // confirmation is the second step of a control: what it will do, and the

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -98,6 +99,18 @@ func TestSignedDeliveriesFromGitHubStripeAndSlack(t *testing.T) {
 	for _, want := range []string{"POST " + k.hooks + "/hooks/hooks/github", "GITHUB_SECRET", "header X-GitHub-Delivery", "refused", "the signature does not match the body", "keep secret set OPS_TOKEN", "duplicate", "failed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("keep webhooks does not show %q:\n%s", want, out)
+		}
+	}
+	// The page shows the same, to a person at keep serve's address.
+	resp, err := http.Get(k.api + "/w/hooks/webhooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"POST " + k.hooks + "/hooks/hooks/github", "GITHUB_SECRET", "STRIPE_SECRET", "refused", "the signature does not match the body", "keep secret set OPS_TOKEN"} {
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), want) {
+			t.Errorf("the webhooks page (%d) does not show %q", resp.StatusCode, want)
 		}
 	}
 	// Each consumer wrote once: the duplicates changed nothing.
