@@ -25,6 +25,7 @@ var tableCalls = []struct {
 // phase: which topics, which ids, how many writes.
 var cellNotes = map[kt.CtxPhase]map[kt.CtxCall]string{
 	kt.CtxProducer: {kt.CallPublish: "declared topics, `inputId` required"},
+	kt.CtxWebhook:  {kt.CallPublish: "declared topics, `inputId` required"},
 	kt.CtxPrepare:  {kt.CallEvents: "subscribed topics"},
 	kt.CtxMutate:   {kt.CallWrite: "at most one, its last call"},
 	kt.CtxNext:     {kt.CallPublish: "declared topics, no `inputId`"},
@@ -33,6 +34,7 @@ var cellNotes = map[kt.CtxPhase]map[kt.CtxCall]string{
 
 var rowTitles = map[kt.CtxPhase]string{
 	kt.CtxProducer: "producer `handler`",
+	kt.CtxWebhook:  "webhook `handler`",
 	kt.CtxPrepare:  "`prepare`",
 	kt.CtxMutate:   "`mutate`",
 	kt.CtxNext:     "`next`",
