@@ -303,7 +303,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		req.File = "workflow.js"
 	}
 
-	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant})
+	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant, Test: req.Test})
 	if err != nil {
 		fail(w, err)
 		return

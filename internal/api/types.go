@@ -24,6 +24,9 @@ type DeployRequest struct {
 	FilesRoot string `json:"filesRoot,omitempty"`
 	// Grant grants what the version uses (the person deploying allows it).
 	Grant bool `json:"grant,omitempty"`
+	// Test is the workflow's test file (keep test), recorded with the
+	// version: a Maintainer repair must pass it before it is activated.
+	Test string `json:"test,omitempty"`
 }
 
 // ErrorReply is every error's answer: {"error":{"code","message"}}, with

@@ -164,6 +164,10 @@ func (a *app) deployCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			test, err := a.testBeside(args[0])
+			if err != nil {
+				return err
+			}
 			if major && reprocess == "" {
 				if reprocess, err = a.askReprocess(); err != nil {
 					return err
@@ -177,7 +181,7 @@ func (a *app) deployCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant}
+			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant, Test: test}
 			reply, err := c.Deploy(cmd.Context(), req)
 			if err == nil && c.local != nil {
 				// The workflow runs under the config it was deployed with

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,6 +14,7 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
+	"github.com/keep-run/keep/internal/testrun"
 )
 
 // planCmd is the Planner: a script from a person's words.
@@ -33,8 +36,11 @@ func (a *app) planCmd() *cobra.Command {
 			if out == "" {
 				out = "workflow.js"
 			}
-			if _, err := os.Stat(out); err == nil && !force {
-				return fmt.Errorf("%s exists; name another file with -o, or pass --force to overwrite it", out)
+			testOut := strings.TrimSuffix(out, filepath.Ext(out)) + ".test.js"
+			for _, f := range []string{out, testOut} {
+				if _, err := os.Stat(f); err == nil && !force {
+					return fmt.Errorf("%s exists; name another file with -o, or pass --force to overwrite it", f)
+				}
 			}
 			reg, err := a.registry(".")
 			if err != nil {
@@ -51,7 +57,8 @@ func (a *app) planCmd() *cobra.Command {
 				current = &v
 			}
 			eng := engine.New(engine.Options{Registry: reg})
-			p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts}
+			p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts,
+				File: filepath.Base(out), Test: a.planTest(out, testOut)}
 			plan, err := p.Plan(cmd.Context(), args[0], current)
 			if err != nil {
 				return fmt.Errorf("%v (%d tokens); nothing was saved", err, plan.Tokens)
@@ -59,7 +66,10 @@ func (a *app) planCmd() *cobra.Command {
 			if err := os.WriteFile(out, []byte(strings.TrimRight(plan.Script, "\n")+"\n"), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "wrote %s (valid; %s, %s)\n\n%s\n", out, kt.Count(plan.Attempts, "attempt"), kt.Count(plan.Tokens, "token"), plan.Summary)
+			if err := os.WriteFile(testOut, []byte(strings.TrimRight(plan.Test, "\n")+"\n"), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "wrote %s (valid; %s, %s) and its test %s (passes: keep test %s)\n\n%s\n", out, kt.Count(plan.Attempts, "attempt"), kt.Count(plan.Tokens, "token"), testOut, testOut, plan.Summary)
 			for _, n := range plan.Notes {
 				fmt.Fprintf(a.out, "\nnote: %s\n", n)
 			}
@@ -71,8 +81,27 @@ func (a *app) planCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVarP(&out, "output", "o", "", "the file to write (default workflow.js)")
+	c.Flags().StringVarP(&out, "output", "o", "", "the file to write (default workflow.js); its test goes beside it (workflow.test.js)")
 	c.Flags().StringVar(&revise, "revise", "", "write the next major version of this deployed workflow")
 	c.Flags().BoolVar(&force, "force", false, "overwrite the output file")
 	return c
+}
+
+// planTest runs the test the Planner's answer carries on its script
+// (keep test, before anything is saved): why they are refused, "" when
+// every case passes.
+func (a *app) planTest(out, testOut string) func(ctx context.Context, testSrc, src string) string {
+	return func(ctx context.Context, testSrc, src string) string {
+		res, err := testrun.RunSource(ctx, filepath.Base(testOut), testSrc, out, src, testrun.Options{Config: a.config()})
+		if err != nil {
+			return "its test cannot be run (keep test): " + err.Error()
+		}
+		if want := "./" + filepath.Base(out); res.Named != want && res.Named != filepath.Base(out) {
+			return fmt.Sprintf("its test names the workflow %q; the script is saved as %s: write workflow: %q", res.Named, filepath.Base(out), want)
+		}
+		if f := res.FirstFailure(); f != "" {
+			return "its test fails (keep test): " + f
+		}
+		return ""
+	}
 }

@@ -25,8 +25,26 @@ const plannedScript = `export default Keep.workflow({
   }) },
 })`
 
-func planned(id string) string {
-	return "Here it is.\n\n```js\n" + strings.Replace(plannedScript, "%ID%", id, 1) + "\n```\n\nIt copies notes."
+// plannedTest is the test a Planner's answer carries; writes is what its
+// case expects.
+func plannedTest(file, writes string) string {
+	return `export default Keep.test({
+  workflow: "./` + file + `",
+  cases: {
+    "a note is copied once": {
+      answers: { "files.list": [{ args: { dir: "in" }, answer: [{ path: "in/a", name: "a" }] }] },
+      faults: { "files.write": [{ fault: "timeoutAfterApply" }] },
+      expect: { writes: ` + writes + `, inputs: [{ title: "Note a", status: "done" }] },
+    },
+  },
+})`
+}
+
+func planned(id string) string { return plannedFor(id, "notes.js") }
+
+func plannedFor(id, file string) string {
+	return "Here it is.\n\n```js\n" + strings.Replace(plannedScript, "%ID%", id, 1) + "\n```\n\nIts test:\n\n```js\n" +
+		plannedTest(file, `[{ tool: "files.write", target: "file out/a" }]`) + "\n```\n\nIt copies notes."
 }
 
 func TestPlanWritesAValidReviewedScript(t *testing.T) {
@@ -61,8 +79,8 @@ func TestPlanWritesAValidReviewedScript(t *testing.T) {
 	}
 	// A first answer for another workflow is refused (deploying it would
 	// start a second workflow beside this one) and the model is told why.
-	fake2 := llmfake.New(llmfake.Reply{Content: strings.Replace(planned(`"note:" + f.name`), `name: "notes"`, `name: "memos"`, 1), Tokens: 50},
-		llmfake.Reply{Content: planned(`"note:" + f.name`), Tokens: 50})
+	fake2 := llmfake.New(llmfake.Reply{Content: strings.Replace(plannedFor(`"note:" + f.name`, "notes2.js"), `name: "notes"`, `name: "memos"`, 1), Tokens: 50},
+		llmfake.Reply{Content: plannedFor(`"note:" + f.name`, "notes2.js"), Tokens: 50})
 	srv2 := httptest.NewServer(fake2.Handler())
 	defer srv2.Close()
 	os.WriteFile(cfg, []byte("[llm]\nbase_url = \""+srv2.URL+"/v1\"\nmodel = \"fake\"\n"), 0o644)
@@ -117,5 +135,44 @@ func TestPlanRefusesTimeAndChanceInAnyPartOfAnID(t *testing.T) {
 	saved, _ := os.ReadFile(out)
 	if strings.Contains(string(saved), "Date") || strings.Contains(string(saved), "random") {
 		t.Fatalf("saved a script built from the time:\n%s", saved)
+	}
+}
+
+// keep plan writes the script's test beside it, and only one that passes
+// on the script: an answer without a test, or whose test fails, is
+// refused and the model told why.
+func TestPlanWritesATestThatPasses(t *testing.T) {
+	script := "```js\n" + strings.Replace(plannedScript, "%ID%", "f.name", 1) + "\n```\n"
+	fake := llmfake.New(
+		llmfake.Reply{Content: script + "It copies notes.", Tokens: 10},
+		llmfake.Reply{Content: script + "\n```js\n" + plannedTest("notes.js", `[{ tool: "files.write" }, { tool: "files.write" }]`) + "\n```\n", Tokens: 10},
+		llmfake.Reply{Content: planned("f.name"), Tokens: 10},
+	)
+	srv := httptest.NewServer(fake.Handler())
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keep.toml")
+	os.WriteFile(cfg, []byte("[llm]\nbase_url = \""+srv.URL+"/v1\"\nmodel = \"fake\"\n\n[maintainer]\nmax_attempts = 3\n"), 0o644)
+	out := filepath.Join(dir, "notes.js")
+	r := keep(t, "plan", "copy each note in in/ to out/", "-o", out, "--config", cfg, "--data", filepath.Join(dir, "data"))
+	testOut := filepath.Join(dir, "notes.test.js")
+	if r.code != 0 || !strings.Contains(r.out, "and its test "+testOut+" (passes: keep test "+testOut+")") {
+		t.Fatalf("keep plan: %d\n%s%s", r.code, r.out, r.err)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if got := reqs[0].Messages[1].Text(); !strings.Contains(got, `its test starts export default Keep.test({ workflow: "./notes.js"`) {
+		t.Fatalf("the request does not say what the test names: %s", got)
+	}
+	for i, want := range []string{"no second fenced code block with the script's test",
+		`its test fails (keep test): case "a note is copied once" fails: expect.writes (line 7): expected 2 writes, got 1`} {
+		if got := reqs[i+1].Messages[len(reqs[i+1].Messages)-1].Text(); !strings.Contains(got, want) {
+			t.Fatalf("refusal %d: %s\nwant %q", i+1, got, want)
+		}
+	}
+	if r := keep(t, "test", testOut); r.code != 0 || !strings.Contains(r.out, "ok    a note is copied once") {
+		t.Fatalf("keep test on the saved test: %d %s %s", r.code, r.out, r.err)
 	}
 }

@@ -30,6 +30,10 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			test, err := a.testBeside(args[0])
+			if err != nil {
+				return err
+			}
 			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRoot: root, Notify: a.printNotice})
 			if err != nil {
 				return err
@@ -48,7 +52,7 @@ func (a *app) runCmd() *cobra.Command {
 			if _, err := k.Recover(ctx); err != nil {
 				return err
 			}
-			res, err := k.Engine.DeployWith(ctx, args[0], src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: root, Grant: true})
+			res, err := k.Engine.DeployWith(ctx, args[0], src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: root, Grant: true, Test: test})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}

@@ -3,6 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -64,4 +67,28 @@ func (a *app) printTestResult(res *testrun.Result) {
 			}
 		}
 	}
+}
+
+// testBeside reads the test file beside a script (workflow.js →
+// workflow.test.js), for keep deploy and keep run to record with the
+// version: a Maintainer repair must pass it. "" when there is none; a test
+// file keep cannot run is refused with the deploy, so that no repair is
+// held for a test that was broken from the start.
+func (a *app) testBeside(file string) (string, error) {
+	path := strings.TrimSuffix(file, filepath.Ext(file)) + ".test.js"
+	src, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	reg, err := a.registry(filepath.Dir(file))
+	if err != nil {
+		return "", err
+	}
+	if _, err := testrun.Read(path, string(src), reg); err != nil {
+		return "", &exitError{code: ExitInvalid, err: fmt.Errorf("%v\n(the test beside %s is recorded with it, for the Maintainer's repairs to pass: fix it, or move it away; nothing was deployed)", err, file)}
+	}
+	return string(src), nil
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store/backend"
+	"github.com/keep-run/keep/internal/testrun"
 	"github.com/keep-run/keep/internal/web"
 )
 
@@ -163,6 +164,19 @@ type Keep struct {
 	maintain   chan struct{}
 	// log is keep's logger (masked).
 	log *slog.Logger
+}
+
+// recordedTests runs a workflow's recorded tests on a repair, with the
+// connectors and policy of keep's config.
+func recordedTests(cfgFile string) func(ctx context.Context, test, file, src string) (string, error) {
+	return func(ctx context.Context, test, file, src string) (string, error) {
+		testFile := strings.TrimSuffix(file, filepath.Ext(file)) + ".test.js"
+		res, err := testrun.RunSource(ctx, testFile, test, file, src, testrun.Options{Config: cfgFile})
+		if err != nil {
+			return "", err
+		}
+		return res.FirstFailure(), nil
+	}
 }
 
 // policyOf replaces pol by the policy workflow wf was deployed under, when

@@ -208,7 +208,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 		}})
 	if cfg.Maintainer.Enabled {
 		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
-			Config: cfg.Maintainer, Now: time.Now, Log: logger}
+			Config: cfg.Maintainer, Now: time.Now, Log: logger, Tests: recordedTests(o.ConfigFile)}
 	}
 }
 

@@ -353,6 +353,12 @@ type DeployOptions struct {
 	// Grant grants what the version uses, with the deploy: the person
 	// deploying allows it (keep run, keep deploy --grant).
 	Grant bool
+	// Test is the workflow's test file (keep test), recorded with the
+	// version ("" none): keep deploy reads workflow.test.js beside the
+	// script. KeepTest records the active version's instead (a repair
+	// keeps the tests it must pass).
+	Test     string
+	KeepTest bool
 	// IfActive, when not 0, deploys only while that version is still the
 	// workflow's active one (checked in the deploy's transaction): a
 	// repair checked against a version never replaces another one.
@@ -404,7 +410,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		if err != nil && !isNew {
 			return err
 		}
-		v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, CreatedAt: now}
+		v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
 		if isNew {
 			wf = kt.Workflow{Name: name, CreatedAt: now}
 		} else {
@@ -415,7 +421,12 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 			if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
 				return &ActionError{Code: CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
 			}
-			if cur.Script == source && kind == "" {
+			if o.KeepTest {
+				v.Test = cur.Test
+			}
+			// A changed test is a new version: the tests a repair must pass
+			// are the ones recorded with the version it repairs.
+			if cur.Script == source && cur.Test == v.Test && kind == "" {
 				res.Version, res.Unchanged = cur, true
 				if err := e.grantOnDeploy(ctx, tx, name, source, o, now, &res); err != nil {
 					return err

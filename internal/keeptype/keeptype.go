@@ -503,12 +503,16 @@ type Workflow struct {
 
 // Version is one deployed script of a workflow.
 type Version struct {
-	Workflow  string
-	ID        int64
-	Major     int
-	Minor     int
-	Script    string
-	File      string
+	Workflow string
+	ID       int64
+	Major    int
+	Minor    int
+	Script   string
+	File     string
+	// Test is the workflow's test file (keep test) as it was at this
+	// version's deploy, "" when it had none: a Maintainer repair must pass
+	// it before it is activated.
+	Test      string
 	CreatedAt int64
 }
 

@@ -77,6 +77,23 @@ var fence = regexp.MustCompile("(?s)```(?:js|javascript|JavaScript|JS)?[ \\t]*\\
 
 // Script returns the first fenced code block of an answer and the rest
 // (the explanation); ok is false when there is no block.
+// Blocks returns every fenced code block of an answer, in order, and the
+// text outside them (the Planner's answer: the script, then its test).
+func Blocks(content string) (blocks []string, explanation string) {
+	rest := content
+	var outside strings.Builder
+	for {
+		m := fence.FindStringSubmatchIndex(rest)
+		if m == nil {
+			outside.WriteString(rest)
+			return blocks, strings.TrimSpace(outside.String())
+		}
+		blocks = append(blocks, rest[m[2]:m[3]])
+		outside.WriteString(rest[:m[0]])
+		rest = rest[m[1]:]
+	}
+}
+
 func Script(content string) (script, explanation string, ok bool) {
 	m := fence.FindStringSubmatchIndex(content)
 	if m == nil {

@@ -53,6 +53,11 @@ type Maintainer struct {
 	// held is false when another node (or this one's scheduler) has the
 	// workflow now. nil: fn runs at once (one engine alone on its store).
 	Lease func(ctx context.Context, wf string, fn func(context.Context) error) (held bool, err error)
+	// Tests runs the tests recorded with a version (keep test; test is the
+	// test file's source, file the script's) on a repair's script src: the
+	// first failing case and why, "" when every case passes. nil: a repair
+	// of a workflow with tests is held for a person.
+	Tests func(ctx context.Context, test, file, src string) (string, error)
 
 	// waits counts the passes that found a failed run's workflow taken
 	// (keep_maintainer_waits_total).
@@ -307,6 +312,12 @@ func (m *Maintainer) dryRun(ctx context.Context, run kt.Run, src string) string 
 // data was in the prompt, so a repair that changes a write never runs
 // unattended.
 func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version, src string) error {
+	if old.Test != "" {
+		if why := m.runTests(ctx, old, src); why != "" {
+			rec.Status, rec.Reason = kt.RepairHeld, why+". A person approves or rejects it: keep repairs "+rec.Workflow
+			return m.save(ctx, rec)
+		}
+	}
 	rep, err := m.Engine.ReplayDone(ctx, rec.Workflow, old.ID, src, rec.RunID)
 	if err != nil {
 		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks, but keep could not replay the done work on it: "+err.Error()
@@ -326,12 +337,28 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 	return m.save(ctx, rec)
 }
 
+// runTests runs the workflow's tests recorded with old on the repair: ""
+// when they pass, else why the repair is held.
+func (m *Maintainer) runTests(ctx context.Context, old kt.Version, src string) string {
+	if m.Tests == nil {
+		return "the workflow has tests (recorded at its deploy), and this keep cannot run them"
+	}
+	failing, err := m.Tests(ctx, old.Test, old.File, src)
+	if err != nil {
+		return "the workflow's tests (recorded with version " + old.Label() + ") could not be run on it: " + err.Error()
+	}
+	if failing != "" {
+		return "it fails the workflow's tests (recorded with version " + old.Label() + "): " + failing
+	}
+	return ""
+}
+
 // Activate deploys a repaired script as the next minor version, by who:
 // the failed run then retries on it.
 // It deploys only while from, the version the repair was checked against,
 // is still the active one.
 func Activate(ctx context.Context, e *engine.Engine, wf, file, src, who string, from int64) (kt.Version, error) {
-	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: engine.DeployMinor, IfActive: from})
+	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: engine.DeployMinor, IfActive: from, KeepTest: true})
 	return res.Version, err
 }
 

@@ -22,11 +22,19 @@ type Planner struct {
 	Check       func(file, src string) (*script.Program, []script.Problem, error)
 	Registry    *connector.Registry
 	MaxAttempts int
+	// File is the name the script is saved under ("workflow.js"): its test
+	// names it (workflow: "./workflow.js").
+	File string
+	// Test, when set, asks for the script's test too (keep test): the
+	// answer's second fenced block, run on the script (testSrc, src); it
+	// says why they are refused, "" when every case passes.
+	Test func(ctx context.Context, testSrc, src string) string
 }
 
 // Plan is a script the Planner wrote and what to tell the person.
 type Plan struct {
 	Script   string
+	Test     string   // the script's test file (Planner.Test set)
 	Summary  string   // the model's words
 	Notes    []string // keep's review: what the person should know before deploying
 	Tokens   int
@@ -64,6 +72,9 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 	if current != nil {
 		fmt.Fprintf(&b, "Revise this workflow (%s, version %s) into its next major version:\n\n```js\n%s\n```\n\n", current.Workflow, current.Label(), current.Script)
 	}
+	if p.Test != nil {
+		fmt.Fprintf(&b, "The script is saved as %s: its test starts export default Keep.test({ workflow: \"./%s\", cases: { ... } }).\n\n", p.File, p.File)
+	}
 	fmt.Fprintf(&b, "## The connectors you may use\n\n%s\n", connector.Markdown(connector.Describe(p.Registry)))
 	b.WriteString("\n" + typesSection(p.Registry, ""))
 	chat := []Chat{{Role: "system", Content: planPrompt}, {Role: "user", Content: b.String()}}
@@ -75,16 +86,29 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 		if err != nil {
 			return plan, fmt.Errorf("no answer: %v", err)
 		}
-		src, summary, ok := Script(ans.Content)
-		src = creds.Restore(src)
+		blocks, summary := Blocks(ans.Content)
+		var src, test string
+		if len(blocks) > 0 {
+			src = creds.Restore(blocks[0])
+		}
+		if len(blocks) > 1 {
+			test = creds.Restore(blocks[1])
+		}
 		switch {
-		case !ok:
+		case strings.TrimSpace(src) == "":
 			why = "the answer has no fenced code block with the whole script"
 		default:
 			why = p.validate(src, current)
 		}
+		if why == "" && p.Test != nil {
+			if strings.TrimSpace(test) == "" {
+				why = "the answer has no second fenced code block with the script's test (export default Keep.test({ ... }))"
+			} else {
+				why = p.Test(ctx, test, src)
+			}
+		}
 		if why == "" {
-			plan.Script, plan.Summary = src, summary
+			plan.Script, plan.Test, plan.Summary = src, test, summary
 			if current != nil {
 				if w := frozenIDs(current.Script, src); w != "" {
 					plan.Notes = append(plan.Notes, strings.Replace(w, "; a repair keeps them, or done work would be done again", "", 1)+

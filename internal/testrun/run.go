@@ -25,8 +25,9 @@ import (
 // Options say what Run runs.
 type Options struct {
 	// Config is keep.toml's path: the workflow's policy and the
-	// connectors it declares (custom ones). Empty: the keep.toml beside
-	// the workflow, if there is one, else keep's defaults.
+	// connectors it declares (custom ones). Empty: the keep.toml in the
+	// test file's folder (RunSource: the script's), if there is one, else
+	// keep's defaults.
 	Config string
 	// Only, when set, runs the case of that name alone.
 	Only string
@@ -37,9 +38,11 @@ type Options struct {
 
 // Result is what a test file's cases did.
 type Result struct {
-	File     string       `json:"file"`
-	Workflow string       `json:"workflow"`
-	Cases    []CaseResult `json:"cases"`
+	File     string `json:"file"`
+	Workflow string `json:"workflow"`
+	// Named is the workflow as the test file names it.
+	Named string       `json:"-"`
+	Cases []CaseResult `json:"cases"`
 }
 
 // Failed counts the cases that failed.
@@ -79,9 +82,7 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the test file: %w", err)
 	}
-	cfgPath := o.Config
-	wfDir := filepath.Dir(file)
-	base, cfg, err := registryFor(cfgPath, wfDir)
+	base, cfg, err := registryFor(o.Config, filepath.Dir(file))
 	if err != nil {
 		return nil, err
 	}
@@ -91,26 +92,45 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	}
 	wfFile := tf.Workflow
 	if !filepath.IsAbs(wfFile) {
-		wfFile = filepath.Join(wfDir, wfFile)
+		wfFile = filepath.Join(filepath.Dir(file), wfFile)
 	}
 	wfSrc, err := os.ReadFile(wfFile)
 	if err != nil {
 		return nil, &Invalid{File: file, Line: script.LinesOfTest(string(src)).Of("workflow"), Path: "workflow", Msg: fmt.Sprintf("%v: name the workflow's script, relative to the test file", err)}
 	}
+	return runCases(ctx, tf, wfFile, string(wfSrc), base, cfg, o)
+}
+
+// RunSource runs a test (its source as recorded with a version) on the
+// workflow source given, whatever script the test names: a Maintainer
+// repair is tested so before it is activated.
+func RunSource(ctx context.Context, testFile, testSrc, wfFile, wfSrc string, o Options) (*Result, error) {
+	base, cfg, err := registryFor(o.Config, filepath.Dir(wfFile))
+	if err != nil {
+		return nil, err
+	}
+	tf, err := Read(testFile, testSrc, base)
+	if err != nil {
+		return nil, err
+	}
+	return runCases(ctx, tf, wfFile, wfSrc, base, cfg, o)
+}
+
+func runCases(ctx context.Context, tf *File, wfFile, wfSrc string, base *connector.Registry, cfg config.Config, o Options) (*Result, error) {
 	if o.Only != "" && !hasCase(tf, o.Only) {
-		return nil, &Invalid{File: file, Msg: fmt.Sprintf("has no case named %q (--run)", o.Only)}
+		return nil, &Invalid{File: tf.Path, Msg: fmt.Sprintf("has no case named %q (--run)", o.Only)}
 	}
 	if o.CaseLimit == 0 {
 		o.CaseLimit = 2 * time.Minute
 	}
-	res := &Result{File: file, Workflow: wfFile}
+	res := &Result{File: tf.Path, Workflow: wfFile, Named: tf.Workflow}
 	for i := range tf.Cases {
 		c := &tf.Cases[i]
 		if o.Only != "" && c.Name != o.Only {
 			continue
 		}
 		start := time.Now()
-		cr, err := runCase(ctx, c, wfFile, string(wfSrc), base, testPolicy(cfg.Policy), o.CaseLimit)
+		cr, err := runCase(ctx, c, wfFile, wfSrc, base, testPolicy(cfg.Policy), o.CaseLimit)
 		if err != nil {
 			return res, err
 		}
@@ -118,6 +138,23 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 		res.Cases = append(res.Cases, cr)
 	}
 	return res, nil
+}
+
+// FirstFailure says the first failed case and why, for people ("" when
+// every case passed).
+func (r *Result) FirstFailure() string {
+	for _, c := range r.Cases {
+		if c.OK {
+			continue
+		}
+		f := c.Failures[0]
+		s := fmt.Sprintf("case %q fails: %s (line %d): %s", c.Name, f.Assertion, f.Line, f.Message)
+		if f.Expected != "" || f.Got != "" {
+			s += fmt.Sprintf(" — expected %s, got %s", f.Expected, f.Got)
+		}
+		return s
+	}
+	return ""
 }
 
 func hasCase(f *File, name string) bool {

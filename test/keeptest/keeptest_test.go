@@ -187,3 +187,64 @@ func TestScriptsDocExamplePasses(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannersExampleTestPasses: the script and test the Planner's prompt
+// shows the model are a pair keep test passes, so the model is never shown
+// a test its own checks would refuse.
+func TestPlannersExampleTestPasses(t *testing.T) {
+	prompt, err := os.ReadFile(filepath.Join(repoRoot(), "internal", "maintainer", "prompts", "plan.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rest := string(prompt)
+	for _, name := range []string{"workflow.js", "workflow.test.js"} {
+		var ok bool
+		if _, rest, ok = strings.Cut(rest, "```js\n"); !ok {
+			t.Fatalf("plan.md has no example for %s", name)
+		}
+		var code string
+		code, rest, _ = strings.Cut(rest, "```\n")
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := keep(t, dir, "test", "workflow.test.js")
+	if code != 0 || strings.Count(out, "ok    ") != 2 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestDeployRefusesABrokenTestBeside: keep deploy records the test beside
+// the script for the Maintainer's repairs, so one keep cannot run is
+// refused with the deploy, at its line, and nothing is deployed.
+func TestDeployRefusesABrokenTestBeside(t *testing.T) {
+	dir := t.TempDir()
+	bad := strings.Replace(twiceTest, `writes: [`, `wrotes: [`, 1)
+	for name, body := range map[string]string{"workflow.js": twiceWorkflow, "workflow.test.js": bad} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := keep(t, dir, "deploy", "--grant", "workflow.js")
+	if code != 2 || !strings.Contains(errOut, `workflow.test.js:7: cases["one confirmation per order"].expect.wrotes: is not something a test says`) || !strings.Contains(errOut, "nothing was deployed") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := keep(t, dir, "status", "twice"); code == 0 {
+		t.Fatalf("the workflow was deployed:\n%s", out)
+	}
+	// Fixed, it deploys, and a changed test alone is a new version.
+	if err := os.WriteFile(filepath.Join(dir, "workflow.test.js"), []byte(twiceTest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := keep(t, dir, "deploy", "--grant", "workflow.js"); code != 0 || !strings.Contains(out, "version 1.0") {
+		t.Fatalf("deploy: %d %s%s", code, out, errOut)
+	}
+	changed := strings.Replace(twiceTest, `target: "file out/a"`, `target: "file out/a.copy"`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "workflow.test.js"), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := keep(t, dir, "deploy", "--grant", "workflow.js"); code != 0 || !strings.Contains(out, "version 1.1") {
+		t.Fatalf("deploy with a changed test: %d %s%s", code, out, errOut)
+	}
+}

@@ -110,15 +110,15 @@ func (t *Tx) VersionInsert(v *kt.Version) error {
 	if err := t.r.QueryRow(`SELECT coalesce(max(id),0)+1 FROM versions WHERE workflow=?`, v.Workflow).Scan(&v.ID); err != nil {
 		return err
 	}
-	return t.write(fmt.Sprintf("save version of %s", v.Workflow), `INSERT INTO versions(workflow, id, major, minor, script, file, created_at) VALUES(?,?,?,?,?,?,?)`,
-		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.CreatedAt)
+	return t.write(fmt.Sprintf("save version of %s", v.Workflow), `INSERT INTO versions(workflow, id, major, minor, script, file, test, created_at) VALUES(?,?,?,?,?,?,?,?)`,
+		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.Test, v.CreatedAt)
 }
 
-const versionCols = `workflow, id, major, minor, script, file, created_at`
+const versionCols = `workflow, id, major, minor, script, file, test, created_at`
 
 func scanVersion(sc interface{ Scan(...any) error }) (kt.Version, error) {
 	var v kt.Version
-	err := sc.Scan(&v.Workflow, &v.ID, &v.Major, &v.Minor, &v.Script, &v.File, &v.CreatedAt)
+	err := sc.Scan(&v.Workflow, &v.ID, &v.Major, &v.Minor, &v.Script, &v.File, &v.Test, &v.CreatedAt)
 	return v, err
 }
 

@@ -50,7 +50,7 @@ func exerciseWorkflows(run runCase) {
 					return err
 				}
 				for i := 0; i < 2; i++ {
-					v := kt.Version{Workflow: w, Major: 1, Minor: i, Script: w, File: w + ".js"}
+					v := kt.Version{Workflow: w, Major: 1, Minor: i, Script: w, File: w + ".js", Test: "test of " + w}
 					if err := tx.VersionInsert(&v); err != nil {
 						return err
 					}
@@ -64,7 +64,7 @@ func exerciseWorkflows(run runCase) {
 				return fmt.Errorf("workflows %+v %v", ws, err)
 			}
 			vs, err := tx.VersionList("b")
-			if err != nil || len(vs) != 2 || vs[0].Label() != "1.0" || vs[1].Label() != "1.1" || vs[0].ID >= vs[1].ID || vs[1].File != "b.js" {
+			if err != nil || len(vs) != 2 || vs[0].Label() != "1.0" || vs[1].Label() != "1.1" || vs[0].ID >= vs[1].ID || vs[1].File != "b.js" || vs[1].Test != "test of b" {
 				return fmt.Errorf("versions %+v %v", vs, err)
 			}
 			if vs, err := tx.VersionList("none"); err != nil || len(vs) != 0 {
