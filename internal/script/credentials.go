@@ -31,16 +31,33 @@ func FindCredentials(src string) *Credentials {
 	if err != nil {
 		return c
 	}
-	js.Walk(credVisitor{c}, ast)
+	js.Walk(credVisitor{c, map[js.IExpr]bool{}}, ast)
 	return c
 }
 
-type credVisitor struct{ c *Credentials }
+// credVisitor finds the credentials; names holds the values that name a
+// secret of keep's instead of carrying one (a webhook's verify: { hmac: {
+// secret: "GITHUB_WEBHOOK_SECRET" } }), seen before them in the walk.
+type credVisitor struct {
+	c     *Credentials
+	names map[js.IExpr]bool
+}
 
 func (v credVisitor) Enter(n js.INode) js.IVisitor {
 	switch n := n.(type) {
 	case *js.Property:
-		if n.Name != nil && n.Name.Computed == nil && redact.Name(unquoted(n.Name.Literal.Data)) {
+		if n.Name == nil || n.Name.Computed != nil {
+			break
+		}
+		name := unquoted(n.Name.Literal.Data)
+		if o, ok := n.Value.(*js.ObjectExpr); ok && verifyFields[name].all != nil {
+			for _, p := range o.List {
+				if p.Name != nil && p.Name.Computed == nil && unquoted(p.Name.Literal.Data) == "secret" {
+					v.names[p.Value] = true
+				}
+			}
+		}
+		if redact.Name(name) && !v.names[n.Value] {
 			v.valueIsSecret(n.Value)
 		}
 	case *js.BindingElement:

@@ -32,3 +32,17 @@ export default Keep.workflow({ name: "w", consumers: { c: Keep.consumer({ subscr
 		t.Fatalf("hidden:\n%s", h)
 	}
 }
+
+// A webhook's verify names its secret (keep secret set NAME): the name is
+// no credential, and keep validate says nothing of it; a secret property
+// elsewhere still is one.
+func TestAWebhookSecretsNameIsNoCredential(t *testing.T) {
+	src := `export default Keep.workflow({ name: "w", topics: { a: {} },
+  webhooks: { gh: { publishes: ["a"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GITHUB_WEBHOOK_SECRET" } }, handler: async () => {} } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"], async prepare() { return { reservations: [] } },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "https://x.example", json: { secret: "s3cr3t-value-123" } }) } }) } })`
+	masked := FindCredentials(src).Placeholders(src)
+	if !strings.Contains(masked, `secret: "GITHUB_WEBHOOK_SECRET"`) || strings.Contains(masked, "s3cr3t-value-123") {
+		t.Fatalf("masked:\n%s", masked)
+	}
+}
