@@ -225,6 +225,17 @@ func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector
 	if err != nil {
 		return cr, deployError(wfFile, err)
 	}
+	for _, ev := range c.Events {
+		// As keep publish posts it: the input and its event in one step.
+		_, err := engine.PostEvent(ctx, st, engine.APIEvent{Workflow: dep.Workflow, Topic: ev.Topic, ID: ev.ID, Title: ev.Title, Payload: ev.Payload}, time.Now())
+		var ae *engine.ActionError
+		if errors.As(err, &ae) {
+			return cr, &Invalid{File: c.file, Line: ev.line, Path: pathText([]string{"cases", c.Name, "events", ev.Topic}), Msg: err.Error()}
+		}
+		if err != nil {
+			return cr, err
+		}
+	}
 	if _, err := engine.QueueAtStart(ctx, st, dep.Workflow, time.Now()); err != nil {
 		return cr, err
 	}

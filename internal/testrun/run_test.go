@@ -138,7 +138,7 @@ func TestInvalidTestFileSaysWhereAndWhat(t *testing.T) {
       answers: { "files.lst": [{ answer: [] }] },
       expect: {} }`, `wf.test.js:5: cases.c.answers["files.lst"]: connector "files" has no method "lst"; files has: files.list`},
 		{"key", `"c": {
-      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, expect`},
+      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, events, expect`},
 		{"read after apply", `"c": {
       faults: { "files.list": [{ fault: "timeoutAfterApply" }] },
       expect: {} }`, `timeoutAfterApply is a fault of a write`},
@@ -174,5 +174,53 @@ func TestEveryFaultKindHasAName(t *testing.T) {
 		if faultText[k] == "" {
 			t.Errorf("fault kind %q has no text in faultText", k)
 		}
+	}
+}
+
+// TestEventsArePostedAsKeepPublishDoes: a workflow fed by keep's event API
+// is tested with the events a case posts; a topic not open to the API is
+// refused at the event's line, as keep publish refuses it.
+func TestEventsArePostedAsKeepPublishDoes(t *testing.T) {
+	t.Parallel()
+	wf := `export default Keep.workflow({
+  name: "orders",
+  topics: { "order.placed": { from: "api" } },
+  consumers: { confirm: Keep.consumer({ subscribe: ["order.placed"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("order.placed", { limit: 1 });
+      if (!e) return { reservations: [] };
+      return { reservations: [{ topic: "order.placed", ids: [e.messageId] }], data: e.payload };
+    },
+    async mutate(ctx, p) { await ctx.files.write({ path: "out/" + p.data.id, content: "confirmed for " + p.data.customer }); },
+  }) },
+});
+`
+	test := `export default Keep.test({
+  workflow: "./wf.js",
+  cases: {
+    "an order posted is confirmed once": {
+      events: { "order.placed": [{ id: "1042", title: "Order 1042", payload: { id: "1042", customer: "ann" } }, { id: "1042", title: "Order 1042", payload: { id: "1042", customer: "ann" } }] },
+      expect: {
+        writes: [{ tool: "files.write", target: "file out/1042", payload: { content: "confirmed for ann" } }],
+        inputs: [{ title: "Order 1042", status: "done" }],
+      },
+    },
+  },
+});
+`
+	dir := writeFiles(t, map[string]string{"wf.js": wf, "wf.test.js": test})
+	res, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed() != 0 {
+		t.Fatalf("%+v", res.Cases)
+	}
+	closed := strings.Replace(test, `"order.placed": [`, `"order.shipped": [`, 1)
+	dir = writeFiles(t, map[string]string{"wf.js": wf, "wf.test.js": closed})
+	_, err = Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	var inv *Invalid
+	if !errors.As(err, &inv) || inv.Line != 5 || !strings.Contains(err.Error(), `cases["an order posted is confirmed once"].events["order.shipped"]`) {
+		t.Fatalf("err %v", err)
 	}
 }

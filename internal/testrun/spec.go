@@ -28,9 +28,13 @@ type Case struct {
 	Line    int
 	Answers map[string][]Answer // by "tool.method"
 	Faults  map[string][]Fault  // by "tool.method"
-	Expect  Expect
+	// Events are posted through keep's event API before the workflow
+	// runs (topics declared { from: "api" }), in order.
+	Events []EventIn
+	Expect Expect
 	// lines are where the case's parts are written ("expect.writes").
 	lines map[string]int
+	file  string
 }
 
 // lineOf is where part ("expect.writes", "answers") of the case is
@@ -40,6 +44,14 @@ func (c *Case) lineOf(part string) int {
 		return l
 	}
 	return c.Line
+}
+
+// EventIn is an event a case posts to a topic open to the event API, as
+// keep publish does.
+type EventIn struct {
+	Topic, ID, Title string
+	Payload          json.RawMessage
+	line             int
 }
 
 // Answer is what a fake connector answers a call whose arguments match
@@ -292,14 +304,14 @@ func Read(file, source string, reg *connector.Registry) (*File, error) {
 
 func (r *reader) kase(name string, raw json.RawMessage) (Case, error) {
 	path := []string{"cases", name}
-	c := Case{Name: name, Line: r.lines.Of(path...), Answers: map[string][]Answer{}, Faults: map[string][]Fault{}, lines: map[string]int{}}
+	c := Case{Name: name, Line: r.lines.Of(path...), Answers: map[string][]Answer{}, Faults: map[string][]Fault{}, lines: map[string]int{}, file: r.file}
 	for _, part := range []string{"answers", "faults", "expect"} {
 		c.lines[part] = r.lines.Of(append(path, part)...)
 	}
 	for _, part := range []string{"writes", "inputs", "items", "runs", "blocked"} {
 		c.lines["expect."+part] = r.lines.Of(append(path, "expect", part)...)
 	}
-	_, m, err := r.object(path, raw, "answers", "faults", "expect")
+	_, m, err := r.object(path, raw, "answers", "faults", "events", "expect")
 	if err != nil {
 		return c, err
 	}
@@ -331,6 +343,11 @@ func (r *reader) kase(name string, raw json.RawMessage) (Case, error) {
 			c.Faults[method] = append(c.Faults[method], f)
 			return nil
 		}, "args", "fault", "times", "retryAfter"); err != nil {
+			return c, err
+		}
+	}
+	if m["events"] != nil {
+		if c.Events, err = r.events(append(path, "events"), m["events"]); err != nil {
 			return c, err
 		}
 	}
@@ -436,6 +453,43 @@ func (r *reader) fault(p []string, method string, e map[string]json.RawMessage) 
 		return f, r.bad(append(p, "retryAfter"), "is a 429's Retry-After; this fault is %s", f.Name)
 	}
 	return f, nil
+}
+
+// events reads { "topic": [{ id, title, payload? }] }.
+func (r *reader) events(path []string, raw json.RawMessage) ([]EventIn, error) {
+	topics, m, err := r.object(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	var out []EventIn
+	for _, topic := range topics {
+		p := append(append([]string(nil), path...), topic)
+		list, err := r.list(p, m[topic])
+		if err != nil {
+			return nil, err
+		}
+		for i, raw := range list {
+			ep := append(append([]string(nil), p...), strconv.Itoa(i))
+			_, e, err := r.object(ep, raw, "id", "title", "payload")
+			if err != nil {
+				return nil, err
+			}
+			ev := EventIn{Topic: topic, Payload: e["payload"], line: r.lines.Of(ep...)}
+			for _, f := range []struct {
+				key string
+				to  *string
+			}{{"id", &ev.ID}, {"title", &ev.Title}} {
+				if e[f.key] == nil {
+					return nil, r.bad(ep, "has no %s: an event posted to keep's API has an id (the sender's) and a title", f.key)
+				}
+				if *f.to, err = r.str(append(ep, f.key), e[f.key]); err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, ev)
+		}
+	}
+	return out, nil
 }
 
 func (r *reader) expect(path []string, raw json.RawMessage) (Expect, error) {
