@@ -22,31 +22,7 @@ func (a *app) secretCmd() *cobra.Command {
 			"fills it in at the call, the script never sees it, and the value is masked wherever keep shows text.\n" +
 			"keep secret list shows names and when they were set, never values; keep secret rm NAME forgets one.",
 	}
-	set := &cobra.Command{
-		Use:   "set NAME",
-		Short: "store a secret read from standard input (echo -n … | keep secret set NAME)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := kt.CheckSecretName(args[0]); err != nil {
-				return err
-			}
-			value, err := readSecretValue(cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			d := a.direct(true)
-			defer d.Close()
-			s, err := d.Secrets()
-			if err != nil {
-				return err
-			}
-			if err := s.Set(cmd.Context(), args[0], value); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); scripts name it as {secret:%s}\n", args[0], len(value), args[0])
-			return nil
-		},
-	}
+	set := a.secretSetCmd()
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "list the secrets' names and when each was set (never their values)",
@@ -75,7 +51,43 @@ func (a *app) secretCmd() *cobra.Command {
 		},
 	}
 	a.addJSON(list)
-	rm := &cobra.Command{
+	rm := a.secretRmCmd()
+	c.AddCommand(set, list, rm)
+	return c
+}
+
+// secretSetCmd is keep secret set NAME: the value from standard input, stored sealed.
+func (a *app) secretSetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "set NAME",
+		Short: "store a secret read from standard input (echo -n … | keep secret set NAME)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := kt.CheckSecretName(args[0]); err != nil {
+				return err
+			}
+			value, err := readSecretValue(cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			d := a.direct(true)
+			defer d.Close()
+			s, err := d.Secrets()
+			if err != nil {
+				return err
+			}
+			if err := s.Set(cmd.Context(), args[0], value); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); scripts name it as {secret:%s}\n", args[0], len(value), args[0])
+			return nil
+		},
+	}
+}
+
+// secretRmCmd is keep secret rm NAME.
+func (a *app) secretRmCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "rm NAME",
 		Short: "forget a secret (calls that name it then wait for a person)",
 		Args:  cobra.ExactArgs(1),
@@ -97,8 +109,6 @@ func (a *app) secretCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(set, list, rm)
-	return c
 }
 
 // readSecretValue reads one value from standard input: everything up to

@@ -405,59 +405,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	}
 	now := e.nowMs()
 	err = e.update(ctx, name, func(tx store.Tx) error {
-		wf, err := tx.WorkflowGet(name)
-		isNew := errors.Is(err, kt.ErrNotFound)
-		if err != nil && !isNew {
-			return err
-		}
-		v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
-		if isNew {
-			wf = kt.Workflow{Name: name, CreatedAt: now}
-		} else {
-			cur, err := tx.VersionGet(name, wf.ActiveVersion)
-			if err != nil {
-				return err
-			}
-			if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
-				return &ActionError{Code: CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
-			}
-			if o.KeepTest {
-				v.Test = cur.Test
-			}
-			// A changed test is a new version: the tests a repair must pass
-			// are the ones recorded with the version it repairs.
-			if cur.Script == source && cur.Test == v.Test && kind == "" {
-				res.Version, res.Unchanged = cur, true
-				if err := e.grantOnDeploy(ctx, tx, name, source, o, now, &res); err != nil {
-					return err
-				}
-				return e.recordDeployed(tx, wf, o.FilesRoot, &res)
-			}
-			if err := nextVersion(tx, cur, &v, o, &res); err != nil {
-				return err
-			}
-			if res.Stranded, err = strandedBy(tx, name, cur, p.Decl, v.Label()); err != nil {
-				return err
-			}
-		}
-		if err := tx.VersionInsert(&v); err != nil {
-			return err
-		}
-		wf.ActiveVersion, wf.UpdatedAt = v.ID, now
-		if o.FilesRoot != "" {
-			wf.FilesRoot = o.FilesRoot
-		}
-		if pol := e.policyRecord(); pol != "" {
-			wf.Policy = pol
-		}
-		if err := tx.WorkflowPut(wf); err != nil {
-			return err
-		}
-		res.Version, res.FilesRoot = v, wf.FilesRoot
-		if err := e.grantOnDeploy(ctx, tx, name, source, o, now, &res); err != nil {
-			return err
-		}
-		return e.syncHandlers(tx, name, p.Decl, now)
+		return e.deployIn(ctx, tx, file, source, p, o, now, &res)
 	})
 	if err != nil {
 		var ae *ActionError
@@ -472,6 +420,67 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		}
 	}
 	return res, nil
+}
+
+// deployIn records a deploy in tx: the workflow, its new version (or
+// nothing new when the script is the active one's and no kind was asked),
+// the grants the deploy makes, the events a dropped consumer leaves
+// waiting (res.Stranded) and the handlers of the new declaration.
+func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string, p *script.Program, o DeployOptions, now int64, res *DeployResult) error {
+	name, kind := res.Workflow, o.Kind
+	wf, err := tx.WorkflowGet(name)
+	isNew := errors.Is(err, kt.ErrNotFound)
+	if err != nil && !isNew {
+		return err
+	}
+	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
+	if isNew {
+		wf = kt.Workflow{Name: name, CreatedAt: now}
+	} else {
+		cur, err := tx.VersionGet(name, wf.ActiveVersion)
+		if err != nil {
+			return err
+		}
+		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
+			return &ActionError{Code: CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
+		}
+		if o.KeepTest {
+			v.Test = cur.Test
+		}
+		// A changed test is a new version: the tests a repair must pass
+		// are the ones recorded with the version it repairs.
+		if cur.Script == source && cur.Test == v.Test && kind == "" {
+			res.Version, res.Unchanged = cur, true
+			if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
+				return err
+			}
+			return e.recordDeployed(tx, wf, o.FilesRoot, res)
+		}
+		if err := nextVersion(tx, cur, &v, o, res); err != nil {
+			return err
+		}
+		if res.Stranded, err = strandedBy(tx, name, cur, p.Decl, v.Label()); err != nil {
+			return err
+		}
+	}
+	if err := tx.VersionInsert(&v); err != nil {
+		return err
+	}
+	wf.ActiveVersion, wf.UpdatedAt = v.ID, now
+	if o.FilesRoot != "" {
+		wf.FilesRoot = o.FilesRoot
+	}
+	if pol := e.policyRecord(); pol != "" {
+		wf.Policy = pol
+	}
+	if err := tx.WorkflowPut(wf); err != nil {
+		return err
+	}
+	res.Version, res.FilesRoot = v, wf.FilesRoot
+	if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
+		return err
+	}
+	return e.syncHandlers(tx, name, p.Decl, now)
 }
 
 // grantOnDeploy grants what the version uses when the deploy says so, and

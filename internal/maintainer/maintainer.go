@@ -138,14 +138,45 @@ func final(s kt.RepairStatus) bool { return s != kt.RepairRefused }
 // or this one after a restart, sees it; the budget is what the store's
 // attempts of the day cost.
 func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
+	rc, err := m.evidence(ctx, run)
+	if err != nil || rc == nil {
+		return err
+	}
+	if done, err := m.closeAbandoned(ctx, rc.past); done || err != nil {
+		return err
+	}
+	// Credentials written in the script never reach the model: they go as
+	// placeholders, put back into the script it answers.
+	rc.creds = script.FindCredentials(rc.version.Script)
+	rc.chat = m.conversation(rc.version, rc.run, rc.events, rc.past)
+	for attempt := len(rc.past) + 1; attempt <= m.Config.MaxAttempts; attempt++ {
+		if done, err := m.attempt(ctx, rc, attempt); done || err != nil {
+			return err
+		}
+	}
+	out := kt.Repair{ID: uuid.Must(uuid.NewV7()).String(), Workflow: rc.run.Workflow, RunID: rc.run.ID, Attempt: m.Config.MaxAttempts + 1, FromVersion: rc.version.ID, CreatedAt: m.Now().UnixMilli(),
+		Status: kt.RepairFailed, Reason: fmt.Sprintf("no answer passed keep's checks in %d attempts; a person repairs it (keep deploy --minor)", m.Config.MaxAttempts)}
+	return m.save(ctx, out)
+}
+
+// repairCase is what the Maintainer works from on one failed run.
+type repairCase struct {
+	run     kt.Run
+	past    []kt.Repair // the run's earlier attempts
+	spent   int         // tokens the workflow's attempts cost today
+	version kt.Version  // the version the run failed on
+	events  []kt.Event  // the evidence: what it reserved, or what was pending
+	creds   *script.Credentials
+	chat    []Chat
+}
+
+// evidence reads the failed run again under the lease (nil when it was
+// repaired or decided meanwhile), its past attempts, the day's spending,
+// its version and its events.
+func (m *Maintainer) evidence(ctx context.Context, run kt.Run) (*repairCase, error) {
 	wf := run.Workflow
-	var (
-		past    []kt.Repair
-		spent   int
-		version kt.Version
-		events  []kt.Event
-		stale   bool
-	)
+	rc := &repairCase{}
+	stale := false
 	day := m.Now().UTC().Truncate(24 * time.Hour).UnixMilli()
 	err := m.Store.View(ctx, func(tx store.Tx) error {
 		// Under the lease now: the run may have been repaired meanwhile.
@@ -161,89 +192,92 @@ func (m *Maintainer) repair(ctx context.Context, run kt.Run) error {
 			stale = true
 			return nil
 		}
-		run = cur
+		rc.run = cur
 		all, err := tx.RepairList(wf)
 		if err != nil {
 			return err
 		}
 		for _, r := range all {
-			if r.RunID == run.ID {
-				past = append(past, r)
+			if r.RunID == cur.ID {
+				rc.past = append(rc.past, r)
 			}
 			if r.CreatedAt >= day {
-				spent += r.Tokens
+				rc.spent += r.Tokens
 			}
 		}
-		if version, err = tx.VersionGet(wf, run.Version); err != nil {
+		if rc.version, err = tx.VersionGet(wf, cur.Version); err != nil {
 			return err
 		}
-		if events, err = tx.EventsReservedBy(run.ID); err != nil || len(events) > 0 {
+		if rc.events, err = tx.EventsReservedBy(cur.ID); err != nil || len(rc.events) > 0 {
 			return err
 		}
 		// It failed before it reserved anything (in prepare): the events
 		// it was choosing among are the evidence.
-		events, err = tx.EventList(wf, store.EventFilter{Status: kt.EventPending, Limit: 5})
+		rc.events, err = tx.EventList(wf, store.EventFilter{Status: kt.EventPending, Limit: 5})
 		return err
 	})
 	if err != nil || stale {
-		return err
+		return nil, err
 	}
+	return rc, nil
+}
+
+// closeAbandoned ends an attempt a node left asking (it stopped before the
+// answer was recorded; this workflow's lease is ours now); done says an
+// earlier attempt ended the work on the run.
+func (m *Maintainer) closeAbandoned(ctx context.Context, past []kt.Repair) (done bool, err error) {
 	for i, r := range past {
 		if r.Status == kt.RepairAsking {
-			// Asked by a node that stopped before the answer was recorded
-			// (this workflow's lease is ours now): that attempt is over.
 			past[i].Status, past[i].Reason = kt.RepairFailed, "keep stopped while the model was asked; the attempt was not finished"
 			if err := m.save(ctx, past[i]); err != nil {
-				return err
+				return true, err
 			}
 			continue
 		}
 		if final(r.Status) {
-			return nil
+			return true, nil
 		}
 	}
-	// Credentials written in the script never reach the model: they go as
-	// placeholders, put back into the script it answers.
-	creds := script.FindCredentials(version.Script)
-	chat := m.conversation(version, run, events, past)
-	for attempt := len(past) + 1; attempt <= m.Config.MaxAttempts; attempt++ {
-		rec := kt.Repair{ID: uuid.Must(uuid.NewV7()).String(), Workflow: wf, RunID: run.ID, Attempt: attempt, FromVersion: version.ID, CreatedAt: m.Now().UnixMilli()}
-		if spent >= m.Config.DailyTokenBudget {
-			rec.Status, rec.Reason = kt.RepairFailed, fmt.Sprintf("the Maintainer's daily token budget for %s is spent (%d of %d tokens today); a person repairs it, or it waits until tomorrow", wf, spent, m.Config.DailyTokenBudget)
-			return m.save(ctx, rec)
-		}
-		rec.Status, rec.Reason = kt.RepairAsking, "the model is being asked"
-		if err := m.save(ctx, rec); err != nil {
-			return err // the lease was lost (store.ErrFenced): another node has it
-		}
-		ans, err := m.Model.Ask(ctx, masked(chat, creds))
-		rec.Tokens, spent = ans.Tokens, spent+ans.Tokens
-		if err != nil {
-			rec.Status, rec.Reason = kt.RepairFailed, "no answer: "+err.Error()
-			return m.save(ctx, rec)
-		}
-		src, explanation, ok := Script(ans.Content)
-		src = creds.Restore(src)
-		rec.Script, rec.Explanation = src, explanation
-		var why string
-		if !ok {
-			why = "the answer has no fenced code block with the whole script"
-		} else if why = m.check(version, src); why == "" {
-			why = m.dryRun(ctx, run, src)
-		}
-		if why == "" {
-			return m.conclude(ctx, rec, version, src)
-		}
-		rec.Status, rec.Reason = kt.RepairRefused, why
-		if err := m.save(ctx, rec); err != nil {
-			return err
-		}
-		chat = append(chat, Chat{Role: "assistant", Content: ans.Content},
-			Chat{Role: "user", Content: refusal(why)})
+	return false, nil
+}
+
+// attempt asks the model once and judges its answer: done when the work
+// on the run ends (concluded, failed, the budget spent); a refused answer
+// goes back to the model with why (rc.chat).
+func (m *Maintainer) attempt(ctx context.Context, rc *repairCase, attempt int) (done bool, err error) {
+	rec := kt.Repair{ID: uuid.Must(uuid.NewV7()).String(), Workflow: rc.run.Workflow, RunID: rc.run.ID, Attempt: attempt, FromVersion: rc.version.ID, CreatedAt: m.Now().UnixMilli()}
+	if rc.spent >= m.Config.DailyTokenBudget {
+		rec.Status, rec.Reason = kt.RepairFailed, fmt.Sprintf("the Maintainer's daily token budget for %s is spent (%d of %d tokens today); a person repairs it, or it waits until tomorrow", rc.run.Workflow, rc.spent, m.Config.DailyTokenBudget)
+		return true, m.save(ctx, rec)
 	}
-	out := kt.Repair{ID: uuid.Must(uuid.NewV7()).String(), Workflow: wf, RunID: run.ID, Attempt: m.Config.MaxAttempts + 1, FromVersion: version.ID, CreatedAt: m.Now().UnixMilli(),
-		Status: kt.RepairFailed, Reason: fmt.Sprintf("no answer passed keep's checks in %d attempts; a person repairs it (keep deploy --minor)", m.Config.MaxAttempts)}
-	return m.save(ctx, out)
+	rec.Status, rec.Reason = kt.RepairAsking, "the model is being asked"
+	if err := m.save(ctx, rec); err != nil {
+		return true, err // the lease was lost (store.ErrFenced): another node has it
+	}
+	ans, err := m.Model.Ask(ctx, masked(rc.chat, rc.creds))
+	rec.Tokens, rc.spent = ans.Tokens, rc.spent+ans.Tokens
+	if err != nil {
+		rec.Status, rec.Reason = kt.RepairFailed, "no answer: "+err.Error()
+		return true, m.save(ctx, rec)
+	}
+	src, explanation, ok := Script(ans.Content)
+	src = rc.creds.Restore(src)
+	rec.Script, rec.Explanation = src, explanation
+	var why string
+	if !ok {
+		why = "the answer has no fenced code block with the whole script"
+	} else if why = m.check(rc.version, src); why == "" {
+		why = m.dryRun(ctx, rc.run, src)
+	}
+	if why == "" {
+		return true, m.conclude(ctx, rec, rc.version, src)
+	}
+	rec.Status, rec.Reason = kt.RepairRefused, why
+	if err := m.save(ctx, rec); err != nil {
+		return true, err
+	}
+	rc.chat = append(rc.chat, Chat{Role: "assistant", Content: ans.Content}, Chat{Role: "user", Content: refusal(why)})
+	return false, nil
 }
 
 // check runs the checks of a repair; "" when it passes them all.
