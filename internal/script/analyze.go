@@ -686,6 +686,58 @@ func (a *analyzer) stmts(list []js.IStmt) {
 	}
 }
 
+// forIn reads for (k in x): it gives names only.
+func (a *analyzer) forIn(n *js.ForInStmt) {
+	src := a.expr(n.Value)
+	a.forBinding(n.Init, n.Value)
+	if src.capability() {
+		// for (k in ctx) only gives names; a name used on ctx is computed access.
+		_ = src
+	}
+	a.stmt(n.Body)
+}
+
+// tryStmt reads try, catch (its binding holds nothing known) and finally.
+func (a *analyzer) tryStmt(n *js.TryStmt) {
+	if n.Body != nil {
+		a.stmts(n.Body.List)
+	}
+	if n.Binding != nil {
+		a.bind(n.Binding, other, nil, n.Binding)
+	}
+	if n.Catch != nil {
+		a.stmts(n.Catch.List)
+	}
+	if n.Finally != nil {
+		a.stmts(n.Finally.List)
+	}
+}
+
+// export reads an export: the default one is the workflow.
+func (a *analyzer) export(n *js.ExportStmt) {
+	if n.Default {
+		if a.report {
+			a.out.DefaultExports++
+		}
+		v := a.expr(n.Decl)
+		_ = v
+	} else if n.Decl != nil {
+		if st, ok := n.Decl.(js.IStmt); ok {
+			a.stmt(st)
+		} else {
+			a.expr(n.Decl)
+		}
+	}
+}
+
+// forOf reads for (x of src): what src holds escapes to x.
+func (a *analyzer) forOf(n *js.ForOfStmt) {
+	src := a.expr(n.Value)
+	a.escape(src, n.Value, "is iterated over")
+	a.forBinding(n.Init, n.Value)
+	a.stmt(n.Body)
+}
+
 func (a *analyzer) stmt(s js.IStmt) {
 	if a.report && s != nil {
 		switch s.(type) {
@@ -720,18 +772,9 @@ func (a *analyzer) stmt(s js.IStmt) {
 		a.expr(n.Post)
 		a.stmt(n.Body)
 	case *js.ForInStmt:
-		src := a.expr(n.Value)
-		a.forBinding(n.Init, n.Value)
-		if src.capability() {
-			// for (k in ctx) only gives names; a name used on ctx is computed access.
-			_ = src
-		}
-		a.stmt(n.Body)
+		a.forIn(n)
 	case *js.ForOfStmt:
-		src := a.expr(n.Value)
-		a.escape(src, n.Value, "is iterated over")
-		a.forBinding(n.Init, n.Value)
-		a.stmt(n.Body)
+		a.forOf(n)
 	case *js.SwitchStmt:
 		a.expr(n.Init)
 		for i := range n.List {
@@ -753,18 +796,7 @@ func (a *analyzer) stmt(s js.IStmt) {
 		v := a.expr(n.Value)
 		a.escape(v, n.Value, "is thrown")
 	case *js.TryStmt:
-		if n.Body != nil {
-			a.stmts(n.Body.List)
-		}
-		if n.Binding != nil {
-			a.bind(n.Binding, other, nil, n.Binding)
-		}
-		if n.Catch != nil {
-			a.stmts(n.Catch.List)
-		}
-		if n.Finally != nil {
-			a.stmts(n.Finally.List)
-		}
+		a.tryStmt(n)
 	case *js.FuncDecl:
 		a.function(n)
 		if n.Name != nil {
@@ -776,19 +808,7 @@ func (a *analyzer) stmt(s js.IStmt) {
 			a.addVal(n.Name, other, n)
 		}
 	case *js.ExportStmt:
-		if n.Default {
-			if a.report {
-				a.out.DefaultExports++
-			}
-			v := a.expr(n.Decl)
-			_ = v
-		} else if n.Decl != nil {
-			if st, ok := n.Decl.(js.IStmt); ok {
-				a.stmt(st)
-			} else {
-				a.expr(n.Decl)
-			}
-		}
+		a.export(n)
 	case *js.ImportStmt:
 		if a.report {
 			a.refuse(n, "a script imports nothing: everything it reaches comes through ctx")
@@ -1116,34 +1136,91 @@ func callVia(name string) js.INode {
 	return nil // bind: the method itself
 }
 
+// variable is a name's values: a global that keep refuses or takes for
+// time or chance says so; a function value read is a reference of the
+// function reading it.
+func (a *analyzer) variable(n *js.Var) vset {
+	v := varOf(n)
+	if v.Decl == js.NoDecl {
+		switch string(v.Data) {
+		case "eval":
+			a.refuse(n, "eval is not allowed: keep reads what a script does from its text, and code in a string cannot be read")
+		case "arguments":
+			a.refuse(n, "arguments is not allowed: name a function's parameters, so keep can see where ctx goes")
+		case "crypto", "performance":
+			a.unstable(n, string(v.Data))
+		}
+		return other
+	}
+	if s := a.vals[v]; len(s) > 0 {
+		if parent := a.cur(); parent != nil {
+			for x := range s {
+				if x.kind == vFunc {
+					a.fn(parent).refs[x.fn] = true
+				}
+			}
+		}
+		return s
+	}
+	return other
+}
+
+// template reads a template literal; a tagged one is a call of its tag.
+func (a *analyzer) template(n *js.TemplateExpr) vset {
+	if n.Tag != nil {
+		callee := a.expr(n.Tag)
+		var args []vset
+		for _, p := range n.List {
+			args = append(args, a.expr(p.Expr))
+		}
+		a.callValues(n, callee, nil, args, nil)
+		return other
+	}
+	for _, p := range n.List {
+		a.expr(p.Expr)
+	}
+	return other
+}
+
+// index reads x[y]: a member by a static name, else a computed access,
+// refused on ctx.
+func (a *analyzer) index(n *js.IndexExpr) vset {
+	base := a.expr(n.X)
+	a.expr(n.Y)
+	if name, ok := staticName(n.Y); ok {
+		a.timeOrChance(n, n.X, name)
+		return a.member(base, name, n)
+	}
+	if base.capability() {
+		a.refuse(n, fmt.Sprintf("%s reaches ctx by a computed name, which keep cannot follow: write the name, as in ctx.http.request({ ... })", a.text(n)))
+	}
+	return other
+}
+
+// newExpr reads new X(args): new Date() is the time; what goes to an
+// unknown constructor escapes.
+func (a *analyzer) newExpr(n *js.NewExpr) vset {
+	callee := a.expr(n.X)
+	if v, ok := n.X.(*js.Var); ok && varOf(v).Decl == js.NoDecl && string(varOf(v).Data) == "Date" && (n.Args == nil || len(n.Args.List) == 0) {
+		a.unstable(n, "new Date()")
+	}
+	if n.Args != nil {
+		for _, arg := range n.Args.List {
+			v := a.expr(arg.Value)
+			if callee.unknown() {
+				a.escape(v, arg.Value, "is passed to new "+a.text(n.X))
+			}
+		}
+	}
+	return other
+}
+
 func (a *analyzer) expr(e js.IExpr) vset {
 	switch n := e.(type) {
 	case nil:
 		return other
 	case *js.Var:
-		v := varOf(n)
-		if v.Decl == js.NoDecl {
-			switch string(v.Data) {
-			case "eval":
-				a.refuse(n, "eval is not allowed: keep reads what a script does from its text, and code in a string cannot be read")
-			case "arguments":
-				a.refuse(n, "arguments is not allowed: name a function's parameters, so keep can see where ctx goes")
-			case "crypto", "performance":
-				a.unstable(n, string(v.Data))
-			}
-			return other
-		}
-		if s := a.vals[v]; len(s) > 0 {
-			if parent := a.cur(); parent != nil {
-				for x := range s {
-					if x.kind == vFunc {
-						a.fn(parent).refs[x.fn] = true
-					}
-				}
-			}
-			return s
-		}
-		return other
+		return a.variable(n)
 	case *js.LiteralExpr:
 		return other
 	case *js.GroupExpr:
@@ -1169,49 +1246,16 @@ func (a *analyzer) expr(e js.IExpr) vset {
 		a.object(n)
 		return other
 	case *js.TemplateExpr:
-		if n.Tag != nil {
-			callee := a.expr(n.Tag)
-			var args []vset
-			for _, p := range n.List {
-				args = append(args, a.expr(p.Expr))
-			}
-			a.callValues(n, callee, nil, args, nil)
-			return other
-		}
-		for _, p := range n.List {
-			a.expr(p.Expr)
-		}
-		return other
+		return a.template(n)
 	case *js.DotExpr:
 		base := a.expr(n.X)
 		name := dotName(n)
 		a.timeOrChance(n, n.X, name)
 		return a.member(base, name, n)
 	case *js.IndexExpr:
-		base := a.expr(n.X)
-		a.expr(n.Y)
-		if name, ok := staticName(n.Y); ok {
-			a.timeOrChance(n, n.X, name)
-			return a.member(base, name, n)
-		}
-		if base.capability() {
-			a.refuse(n, fmt.Sprintf("%s reaches ctx by a computed name, which keep cannot follow: write the name, as in ctx.http.request({ ... })", a.text(n)))
-		}
-		return other
+		return a.index(n)
 	case *js.NewExpr:
-		callee := a.expr(n.X)
-		if v, ok := n.X.(*js.Var); ok && varOf(v).Decl == js.NoDecl && string(varOf(v).Data) == "Date" && (n.Args == nil || len(n.Args.List) == 0) {
-			a.unstable(n, "new Date()")
-		}
-		if n.Args != nil {
-			for _, arg := range n.Args.List {
-				v := a.expr(arg.Value)
-				if callee.unknown() {
-					a.escape(v, arg.Value, "is passed to new "+a.text(n.X))
-				}
-			}
-		}
-		return other
+		return a.newExpr(n)
 	case *js.CallExpr:
 		return a.call(n)
 	case *js.UnaryExpr:
@@ -1506,6 +1550,45 @@ func (a *analyzer) connectorCall(n js.INode, v val, exprs []js.IExpr) {
 	a.callNode = append(a.callNode, n)
 }
 
+// registerInput reads a registerInput call's argument: its source, type,
+// id (an identity expression) and whether it has a title (an argument
+// keep cannot read is taken to have one: the host checks at run time).
+func (a *analyzer) registerInput(n js.INode, arg js.IExpr) {
+	in := Input{Site: a.site(n, a.text(n))}
+	obj := a.objectOf(arg)
+	if obj == nil {
+		in.HasTitle = true // not known: the host checks at run time
+	} else {
+		for _, p := range obj.List {
+			if p.Spread {
+				in.HasTitle = true
+				continue
+			}
+			name, ok := propName(p)
+			if !ok {
+				continue
+			}
+			switch name {
+			case "source":
+				in.Source, _ = literalString(p.Value)
+			case "type":
+				in.Type, _ = literalString(p.Value)
+			case "id":
+				e := a.identity(p.Value)
+				in.ID = &e
+			case "title":
+				in.HasTitle = true
+			}
+		}
+	}
+	if in.ID == nil && obj == nil && arg != nil {
+		e := a.identity(arg)
+		in.ID = &e
+	}
+	a.out.Inputs = append(a.out.Inputs, in)
+	a.inputFn = append(a.inputFn, a.cur())
+}
+
 func (a *analyzer) builtinCall(n js.INode, v val, exprs []js.IExpr, args []vset) {
 	at := 0
 	if v.fn == viaCall {
@@ -1530,42 +1613,9 @@ func (a *analyzer) builtinCall(n js.INode, v val, exprs []js.IExpr, args []vset)
 			}
 		}
 	case "registerInput":
-		if !a.report {
-			return
+		if a.report {
+			a.registerInput(n, argOf(exprs, at))
 		}
-		in := Input{Site: a.site(n, a.text(n))}
-		obj := a.objectOf(argOf(exprs, at))
-		if obj == nil {
-			in.HasTitle = true // not known: the host checks at run time
-		} else {
-			for _, p := range obj.List {
-				if p.Spread {
-					in.HasTitle = true
-					continue
-				}
-				name, ok := propName(p)
-				if !ok {
-					continue
-				}
-				switch name {
-				case "source":
-					in.Source, _ = literalString(p.Value)
-				case "type":
-					in.Type, _ = literalString(p.Value)
-				case "id":
-					e := a.identity(p.Value)
-					in.ID = &e
-				case "title":
-					in.HasTitle = true
-				}
-			}
-		}
-		if in.ID == nil && obj == nil && argOf(exprs, at) != nil {
-			e := a.identity(argOf(exprs, at))
-			in.ID = &e
-		}
-		a.out.Inputs = append(a.out.Inputs, in)
-		a.inputFn = append(a.inputFn, a.cur())
 	case "publish":
 		if !a.report {
 			return
@@ -2332,6 +2382,70 @@ func (w *seqWalker) loop(body js.IStmt, p iset) iset {
 	return out
 }
 
+// ifStmt: the body, the else, or either; a literal condition picks one.
+func (w *seqWalker) ifStmt(n *js.IfStmt, p iset) iset {
+	p = w.expr(n.Cond, p)
+	if l, ok := n.Cond.(*js.LiteralExpr); ok && (l.TokenType == js.FalseToken || l.TokenType == js.TrueToken) {
+		if l.TokenType == js.TrueToken {
+			return w.stmt(n.Body, p)
+		}
+		return w.stmt(n.Else, p) // if (false): the body never runs
+	}
+	t := w.stmt(n.Body, p)
+	if n.Else == nil {
+		return join(t, p)
+	}
+	return join(t, w.stmt(n.Else, p))
+}
+
+// switchStmt: each case falls through to the next; a break leaves.
+func (w *seqWalker) switchStmt(n *js.SwitchStmt, p iset) iset {
+	p = w.expr(n.Init, p)
+	w.breaks = append(w.breaks, nil)
+	var cur iset
+	for _, c := range n.List {
+		entry := join(w.expr(c.Cond, p), cur)
+		cur = w.stmts(c.List, entry)
+	}
+	out := join(cur, w.breaks[top(w.breaks)], p)
+	w.breaks = w.breaks[:top(w.breaks)]
+	return out
+}
+
+// branch: a break or continue ends the path here, joining its loop's exit
+// or next turn; a labelled one is not followed.
+func (w *seqWalker) branch(n *js.BranchStmt, p iset) iset {
+	if n.Label != nil {
+		return nil
+	}
+	if n.Type == js.BreakToken && len(w.breaks) > 0 {
+		w.breaks[top(w.breaks)] = join(w.breaks[top(w.breaks)], p)
+	} else if n.Type == js.ContinueToken && len(w.conts) > 0 {
+		w.conts[top(w.conts)] = join(w.conts[top(w.conts)], p)
+	}
+	return nil
+}
+
+// tryStmt: catch starts from anywhere the body could have thrown;
+// finally runs after either.
+func (w *seqWalker) tryStmt(n *js.TryStmt, p iset) iset {
+	w.throws = append(w.throws, nil)
+	var t iset
+	if n.Body != nil {
+		t = w.stmts(n.Body.List, p)
+	}
+	thrown := w.throws[top(w.throws)]
+	w.throws = w.throws[:top(w.throws)]
+	out := t
+	if n.Catch != nil {
+		out = join(t, w.stmts(n.Catch.List, join(p, t, thrown)))
+	}
+	if n.Finally != nil {
+		return w.stmts(n.Finally.List, join(out, p))
+	}
+	return out
+}
+
 func (w *seqWalker) stmt(s js.IStmt, p iset) iset {
 	// Loops walked twice inside loops are exponential in their depth; a
 	// script nested that deep gets no verdict past the budget (the run-time
@@ -2352,18 +2466,7 @@ func (w *seqWalker) stmt(s js.IStmt, p iset) iset {
 		}
 		return p
 	case *js.IfStmt:
-		p = w.expr(n.Cond, p)
-		if l, ok := n.Cond.(*js.LiteralExpr); ok && (l.TokenType == js.FalseToken || l.TokenType == js.TrueToken) {
-			if l.TokenType == js.TrueToken {
-				return w.stmt(n.Body, p)
-			}
-			return w.stmt(n.Else, p) // if (false): the body never runs
-		}
-		t := w.stmt(n.Body, p)
-		if n.Else == nil {
-			return join(t, p)
-		}
-		return join(t, w.stmt(n.Else, p))
+		return w.ifStmt(n, p)
 	case *js.WhileStmt:
 		return w.loop(n.Body, w.expr(n.Cond, p))
 	case *js.DoWhileStmt:
@@ -2378,16 +2481,7 @@ func (w *seqWalker) stmt(s js.IStmt, p iset) iset {
 	case *js.ForOfStmt:
 		return w.loop(n.Body, w.expr(n.Value, p))
 	case *js.SwitchStmt:
-		p = w.expr(n.Init, p)
-		w.breaks = append(w.breaks, nil)
-		var cur iset
-		for _, c := range n.List {
-			entry := join(w.expr(c.Cond, p), cur)
-			cur = w.stmts(c.List, entry)
-		}
-		out := join(cur, w.breaks[top(w.breaks)], p)
-		w.breaks = w.breaks[:top(w.breaks)]
-		return out
+		return w.switchStmt(n, p)
 	case *js.ReturnStmt:
 		p = w.expr(n.Value, p)
 		if len(w.returns) > 0 {
@@ -2401,35 +2495,13 @@ func (w *seqWalker) stmt(s js.IStmt, p iset) iset {
 		}
 		return nil
 	case *js.BranchStmt:
-		if n.Label != nil {
-			return nil
-		}
-		if n.Type == js.BreakToken && len(w.breaks) > 0 {
-			w.breaks[top(w.breaks)] = join(w.breaks[top(w.breaks)], p)
-		} else if n.Type == js.ContinueToken && len(w.conts) > 0 {
-			w.conts[top(w.conts)] = join(w.conts[top(w.conts)], p)
-		}
-		return nil
+		return w.branch(n, p)
 	case *js.LabelledStmt:
 		return w.stmt(n.Value, p)
 	case *js.WithStmt:
 		return w.stmt(n.Body, w.expr(n.Cond, p))
 	case *js.TryStmt:
-		w.throws = append(w.throws, nil)
-		var t iset
-		if n.Body != nil {
-			t = w.stmts(n.Body.List, p)
-		}
-		thrown := w.throws[top(w.throws)]
-		w.throws = w.throws[:top(w.throws)]
-		out := t
-		if n.Catch != nil {
-			out = join(t, w.stmts(n.Catch.List, join(p, t, thrown)))
-		}
-		if n.Finally != nil {
-			return w.stmts(n.Finally.List, join(out, p))
-		}
-		return out
+		return w.tryStmt(n, p)
 	case *js.ExportStmt:
 		if n.Default {
 			return w.expr(n.Decl, p)
