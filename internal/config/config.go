@@ -1,6 +1,6 @@
 // Package config reads keep's host configuration (TOML) strictly, each
 // table decoded from its schema (Section): keep's own ([policy], [notify],
-// [llm], [maintainer]) and the connectors' ([connectors.NAME]), which
+// [llm], [maintainer], [otel]) and the connectors' ([connectors.NAME]), which
 // their declarations register (package connector/builtin). It holds the
 // host policies of SPEC §6 with their defaults, written once in the tags.
 //
@@ -67,6 +67,7 @@ type Config struct {
 	Notify     Notify
 	LLM        LLM
 	Maintainer Maintainer
+	OTel       OTel
 	// Connectors are the connectors' tables ([connectors.NAME]) by name,
 	// each a pointer to its declared struct, defaults applied, present
 	// or not (Get reads one).
@@ -81,6 +82,7 @@ type file struct {
 	Notify     Notify                    `toml:"notify"`
 	LLM        LLM                       `toml:"llm"`
 	Maintainer Maintainer                `toml:"maintainer"`
+	OTel       OTel                      `toml:"otel"`
 }
 
 // Tables are keep's own tables, for the reference (docs/scripts.md).
@@ -90,6 +92,7 @@ func Tables() []Section {
 		{Name: "notify", Doc: "how keep tells a person that a run needs them.", New: func() any { return &Notify{} }},
 		{Name: "llm", Doc: "an OpenAI-compatible chat-completions endpoint, for the Maintainer and keep plan. `KEEP_LLM_BASE_URL` and `KEEP_LLM_MODEL` override the file.", New: func() any { return &LLM{} }},
 		{Name: "maintainer", Doc: "the agent that repairs runs failed with a logic error (needs [llm]).", New: func() any { return &Maintainer{} }},
+		{Name: "otel", Doc: "traces of runs for an OpenTelemetry collector, sent by OTLP over HTTP (protobuf): a span per run, a child per phase (prepare, mutate, next; producer, task) and per connector call, with the run's id, workflow, handler and input, each call's tool, method and outcome. Without `endpoint` it is off: no exporter, and the engine makes no spans at all. The traces `keep show run` and the page show do not depend on it.", New: func() any { return &OTel{} }},
 	}
 }
 
@@ -108,6 +111,28 @@ type Maintainer struct {
 	Enabled          bool `toml:"enabled" doc:"Whether keep serve repairs failed:logic runs. Defaults to true when [llm] is set."`
 	MaxAttempts      int  `toml:"max_attempts" default:"3" min:"1" max:"1000" doc:"Repair attempts per failure."`
 	DailyTokenBudget int  `toml:"daily_token_budget" default:"200000" min:"1000" doc:"Tokens per workflow and day."`
+}
+
+// OTel is [otel]: where keep sends the traces of its runs (package
+// daemon builds the exporter; the engine makes the spans).
+type OTel struct {
+	Endpoint    string            `toml:"endpoint" doc:"The collector's OTLP/HTTP address, like \"http://127.0.0.1:4318\": keep posts its traces to /v1/traces there (a URL that ends in /v1/traces is used as it is). Unset: no traces, no exporter, no cost."`
+	ServiceName string            `toml:"service_name" default:"'keep'" doc:"The service.name the traces carry."`
+	Headers     map[string]string `toml:"headers" secret:"true" doc:"Headers of every export, like a collector's token: Authorization = \"Bearer ${OTEL_TOKEN}\"; ${VAR} takes the environment's value, {secret:NAME} a secret of keep secret set."`
+	SampleRatio float64           `toml:"sample_ratio" default:"1.0" min:"0" max:"1" doc:"The share of runs traced, from 0 (none) to 1 (every run)."`
+	Timeout     time.Duration     `toml:"timeout" default:"'10s'" doc:"How long one export may take; keep's exit (keep run's end, keep serve's stop) waits at most this long to send the last traces."`
+}
+
+// Set reports whether traces are sent.
+func (o OTel) Set() bool { return o.Endpoint != "" }
+
+// TracesURL is where the traces are posted: the endpoint's /v1/traces,
+// as OTEL_EXPORTER_OTLP_ENDPOINT is read, unless the endpoint names it.
+func (o OTel) TracesURL() string {
+	if strings.HasSuffix(o.Endpoint, "/v1/traces") {
+		return o.Endpoint
+	}
+	return strings.TrimRight(o.Endpoint, "/") + "/v1/traces"
 }
 
 // Notify is [notify].
@@ -146,6 +171,7 @@ func parse(text string) (Config, error) {
 	f := file{Policy: Defaults()}
 	defaults(&f.LLM)
 	defaults(&f.Maintainer)
+	defaults(&f.OTel)
 	cfg := Config{Policy: f.Policy, Connectors: map[string]any{}}
 	md, err := toml.Decode(text, &f)
 	if err != nil {
@@ -154,7 +180,7 @@ func parse(text string) (Config, error) {
 	for _, t := range []struct {
 		name string
 		v    any
-	}{{"policy", &f.Policy}, {"notify", &f.Notify}, {"llm", &f.LLM}, {"maintainer", &f.Maintainer}} {
+	}{{"policy", &f.Policy}, {"notify", &f.Notify}, {"llm", &f.LLM}, {"maintainer", &f.Maintainer}, {"otel", &f.OTel}} {
 		if err := checkTags(md, []string{t.name}, t.v); err != nil {
 			return cfg, err
 		}
@@ -165,7 +191,10 @@ func parse(text string) (Config, error) {
 	if err := checkNotify(&f.Notify); err != nil {
 		return cfg, err
 	}
-	cfg.Policy, cfg.Notify, cfg.LLM, cfg.Maintainer = f.Policy, f.Notify, f.LLM, f.Maintainer
+	if err := checkOTel(&f.OTel); err != nil {
+		return cfg, err
+	}
+	cfg.Policy, cfg.Notify, cfg.LLM, cfg.Maintainer, cfg.OTel = f.Policy, f.Notify, f.LLM, f.Maintainer, f.OTel
 	for _, s := range Sections() {
 		p, defined := f.Connectors[s.Name]
 		v, err := decodeSection(md, s, p, defined, &cfg)
@@ -218,6 +247,29 @@ func checkNotify(n *Notify) error {
 		return keyError(where, "digest", `must be a time of day in UTC like "09:00", got `+strconv.Quote(n.Digest))
 	}
 	n.PageURL = strings.TrimRight(n.PageURL, "/")
+	return nil
+}
+
+// headerName is a header's name as HTTP allows it (a token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+func checkOTel(o *OTel) error {
+	where := []string{"otel"}
+	o.Endpoint = strings.TrimSpace(o.Endpoint)
+	if o.Endpoint != "" && HTTPURL(o.Endpoint) != nil {
+		return keyError(where, "endpoint", `must be the collector's http(s) URL, like "http://127.0.0.1:4318", got `+strconv.Quote(o.Endpoint))
+	}
+	if strings.TrimSpace(o.ServiceName) == "" {
+		return keyError(where, "service_name", `must name the service, like "keep"`)
+	}
+	for name := range o.Headers {
+		if !headerName.MatchString(name) {
+			return keyError(where, "headers", "has "+strconv.Quote(name)+", which is not a header's name (letters, digits and -)")
+		}
+	}
+	if len(o.Headers) > 0 && o.Endpoint == "" {
+		return keyError(where, "headers", "are set without an endpoint: set endpoint = \"http://…:4318\" or remove them")
+	}
 	return nil
 }
 

@@ -112,6 +112,8 @@ func typeName(t reflect.Type) string {
 		return "bool"
 	case reflect.Int, reflect.Int64:
 		return "integer"
+	case reflect.Float64:
+		return "number"
 	case reflect.Slice:
 		return "list of " + typeName(t.Elem())
 	case reflect.Map:
@@ -155,6 +157,12 @@ func checkTags(md toml.MetaData, where []string, v any) error {
 			}
 			continue
 		}
+		if fv.Kind() == reflect.Float64 {
+			if err := checkFloat(f, fv.Float(), where, name); err != nil {
+				return err
+			}
+			continue
+		}
 		if fv.Kind() != reflect.Int && fv.Kind() != reflect.Int64 {
 			continue
 		}
@@ -166,6 +174,25 @@ func checkTags(md toml.MetaData, where []string, v any) error {
 		}
 	}
 	return nil
+}
+
+// checkFloat applies a number's min and max tags.
+func checkFloat(f reflect.StructField, v float64, where []string, name string) error {
+	if lo := f.Tag.Get("min"); lo != "" && v < floatBound(lo) {
+		return keyError(where, name, "must be at least "+lo)
+	}
+	if hi := f.Tag.Get("max"); hi != "" && v > floatBound(hi) {
+		return keyError(where, name, "must be at most "+hi)
+	}
+	return nil
+}
+
+func floatBound(s string) float64 {
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 func bound(t reflect.Type, s string) int64 {
@@ -299,7 +326,7 @@ func unknownKey(md toml.MetaData, within ...string) error {
 		return nil
 	}
 	if len(k) == 1 {
-		return fmt.Errorf("unknown section or key %q (known: [policy], [connectors.NAME], [notify], [llm], [maintainer])", k[0])
+		return fmt.Errorf("unknown section or key %q (known: [policy], [connectors.NAME], [notify], [llm], [maintainer], [otel])", k[0])
 	}
 	if _, known := connectorSections[k[1]]; k[0] == "connectors" && !known {
 		var names []string
@@ -366,6 +393,13 @@ func knownAt(t reflect.Type, path []string) []string {
 // tables, for package redact.
 func (c Config) Secrets() []string {
 	var out []string
+	for _, v := range c.OTel.Headers {
+		// A header written out in keep.toml is a credential as it stands;
+		// one filled in from ${VAR} or {secret:NAME} is learned when filled.
+		if !strings.Contains(v, "${") && !strings.Contains(v, "{secret:") {
+			out = append(out, v)
+		}
+	}
 	for _, v := range c.Connectors {
 		rv := reflect.ValueOf(v).Elem()
 		if rv.Kind() != reflect.Struct {

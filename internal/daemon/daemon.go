@@ -164,6 +164,8 @@ type Keep struct {
 	maintain   chan struct{}
 	// log is keep's logger (masked).
 	log *slog.Logger
+	// tracing sends the runs' spans to keep.toml's [otel] collector; nil: none.
+	tracing *tracing
 }
 
 // recordedTests runs a workflow's recorded tests on a repair, with the
@@ -452,8 +454,9 @@ func lockStore(loc backend.Location, st store.Store, dataDir string) (func(), er
 	return func() { dbLock.Close() }, nil
 }
 
-// Close releases the store and the lock.
+// Close sends the traces still queued and releases the store and the lock.
 func (k *Keep) Close() error {
+	k.tracing.stop()
 	if k.stopListening != nil {
 		k.stopListening()
 	}

@@ -76,7 +76,9 @@ func Open(o Options) (k *Keep, err error) {
 	logger := maskedLogger(o.Logger)
 	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
 	k.lock, k.release, k.apiSecret, k.shared = lock, release, apiSecret, shared
-	k.wireEngine(o, cfg, accts, perWorkflow, logger)
+	if err = k.wireEngine(o, cfg, accts, perWorkflow, logger); err != nil {
+		return nil, err
+	}
 	k.wireScheduler(cfg, logger)
 	return k, nil
 }
@@ -188,12 +190,18 @@ func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.A
 
 // wireEngine builds the engine (and the Maintainer, when enabled): its
 // commits wake the scheduler, the open pages, the notifier and the
-// Maintainer. The secrets are learned before anything runs.
-func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts, perWorkflow func(string) *connector.Registry, logger *slog.Logger) {
+// Maintainer. The secrets are learned before anything runs; the spans go
+// to keep.toml's [otel] collector when it names one.
+func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts, perWorkflow func(string) *connector.Registry, logger *slog.Logger) error {
 	secrets := &account.Secrets{Store: k.Store, Box: accts.Box}
 	learnSecrets(cfg, secrets, logger)
+	var err error
+	open := func(name string) (string, error) { return secrets.Get(context.Background(), name) }
+	if k.tracing, err = startTracing(cfg.OTel, k.Instance, open, logger); err != nil {
+		return err
+	}
 	k.Engine = engine.New(engine.Options{Store: k.Store, Registry: k.connectors.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
-		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get,
+		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get, Tracer: k.tracing.tracer(),
 		OnChange: func(wf string) {
 			k.Scheduler.Wake()
 			k.Hub.Publish(wf)
@@ -210,6 +218,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
 			Config: cfg.Maintainer, Now: time.Now, Log: logger, Tests: recordedTests(o.ConfigFile)}
 	}
+	return nil
 }
 
 // wireScheduler builds the scheduler (a node of its own on a shared

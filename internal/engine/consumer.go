@@ -164,6 +164,7 @@ func (x *runExec) consumer(hrow *kt.Handler) (err error) {
 // for the run's next write (x.reserve); done says the run ended here (it
 // failed, and the failure is recorded).
 func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done bool, err error) {
+	defer x.startPhase(string(phasePrepare)).end(x)
 	run := x.run
 	x.phaseNote("preparing", "consumer "+run.Handler+" started")
 	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, run.Handler, hrow); err != nil {
@@ -203,6 +204,9 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 		return true, err
 	}
 	run.PrepareResult, x.reserve = out.Value, reserve
+	for _, ev := range reserve {
+		x.noteInputs(ev.CausedBy...)
+	}
 	x.phaseNote(string(next), fmt.Sprintf("prepared: %d events to reserve", len(reserve)))
 	return false, nil
 }
@@ -210,6 +214,7 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 // mutate runs the mutate phase and the mutation it asked for; proceed says
 // the run goes on to next.
 func (x *runExec) mutate(dv declView) (proceed bool, err error) {
+	defer x.startPhase(string(phaseMutate)).end(x)
 	run := x.run
 	h := x.host(phaseMutate)
 	h.decl = dv

@@ -14,6 +14,7 @@ import (
 // reserved events consumed (or skipped), what next published, the new
 // state and the wake time, in one transaction (SPEC §4).
 func (x *runExec) emit(dv declView) error {
+	defer x.startPhase(string(phaseNext)).end(x)
 	run := x.run
 	mr := run.MutationResult
 	if len(mr) == 0 {
@@ -59,6 +60,7 @@ func (x *runExec) emit(dv declView) error {
 			return err
 		}
 		causedBy, attempt := causesOf(settled)
+		x.noteInputs(causedBy...)
 		dirty, err := x.insertPublishes(tx, h.publishes, func(publishReq) ([]string, int, error) {
 			return causedBy, attempt, nil
 		})

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	otrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -61,6 +63,10 @@ type Options struct {
 	// the moment of the call; a name keep does not have wraps
 	// kt.ErrNotFound. Nil: no call may name one.
 	Secret func(ctx context.Context, name string) (string, error)
+	// Tracer, when set, makes the OpenTelemetry spans of runs, their
+	// phases and their connector calls (otel.go; keep.toml's [otel]).
+	// Nil: no spans at all.
+	Tracer otrace.Tracer
 }
 
 // Notice is something a person watching should know, as one line.
@@ -94,6 +100,7 @@ type Engine struct {
 	observer Observer
 	notify   func(Notice)
 	secret   func(context.Context, string) (string, error)
+	tracer   otrace.Tracer
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
@@ -103,7 +110,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, tracer: o.Tracer, programs: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy, e.hasPolicy = *o.Policy, true
 	} else {

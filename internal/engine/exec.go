@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	otrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -61,6 +63,14 @@ type runExec struct {
 	// reserved nothing and that is still unstored is never written
 	// (idle): an empty poll is not work a person looks at.
 	unstored bool
+	// span is the run's OpenTelemetry span, phase the phase's under way
+	// (otel.go); nil when keep does not trace (the run sampled out, no
+	// [otel] endpoint). inputs are the inputs the run works on, item the
+	// task item it is in: attributes of the spans.
+	span   otrace.Span
+	phase  otrace.Span
+	inputs []string
+	item   string
 }
 
 // newExec starts carrying out run; its trace continues the run's own.
@@ -196,19 +206,24 @@ func (x *runExec) secrets() connector.SecretFunc {
 // do makes a connector call with the run's secrets at hand and returns its
 // answer with every value keep knows to be secret masked (redact.Learn):
 // a server that echoes a header back shows the script, the trace and the
-// ledger only the mask.
-func (x *runExec) do(ctx context.Context, m *connector.Method, call connector.Call) connector.Result {
+// ledger only the mask. The call has its span when keep traces.
+func (x *runExec) do(ctx context.Context, tool string, m *connector.Method, call connector.Call) connector.Result {
+	ctx, span := x.startCall(ctx, "call", tool, m.Name)
 	call.Secret = x.secrets()
-	return maskResult(m.Do(ctx, call))
+	res := maskResult(m.Do(ctx, call))
+	endCall(span, m, call, res)
+	return res
 }
 
 // probe is do for a reconcile probe.
-func (x *runExec) probe(ctx context.Context, m *connector.Method, call connector.Call) (connector.ReconcileStatus, any, error) {
+func (x *runExec) probe(ctx context.Context, tool string, m *connector.Method, call connector.Call) (connector.ReconcileStatus, any, error) {
+	ctx, span := x.startCall(ctx, "reconcile", tool, m.Name)
 	call.Secret = x.secrets()
 	status, value, err := m.Reconcile(ctx, call)
 	if err != nil {
 		err = errors.New(redact.String(err.Error()))
 	}
+	endProbe(span, status, err)
 	return status, maskKnown(value), err
 }
 

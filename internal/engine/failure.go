@@ -77,6 +77,9 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 		x.reserve = nil // selected, never written: nothing to pin
 	}
 	x.tr.add(TraceEntry{At: now, Kind: "error", Phase: string(run.Phase), Outcome: string(class), Text: msg})
+	if run.ErrorClass != "" {
+		x.phaseFailed(class, msg) // a wait for an approval is no failure
+	}
 	e.log.Info("run failed", "workflow", x.wf.Name, "run", run.ID, "handler", run.Handler, "phase", run.Phase, "status", run.Status, "error", msg)
 	return x.save(func(tx store.Tx) error {
 		if with != nil {

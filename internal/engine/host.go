@@ -318,7 +318,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(h.ctx, h.pol.ToolTimeout)
 	defer cancel()
-	res := h.do(cctx, m, connector.Call{Args: args})
+	res := h.do(cctx, tool, m, connector.Call{Args: args})
 	if res.Err != nil {
 		h.traceCall(method, m.Redact(args), start, string(res.Err.Class)+": "+res.Err.Message)
 		return nil, res.Err

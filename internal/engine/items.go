@@ -46,6 +46,7 @@ func itemDone(status kt.ItemStatus) bool { return status == kt.ItemDone || statu
 // through the ledger, and replay returns cached results.
 func (x *runExec) task(hrow *kt.Handler) (err error) {
 	defer func() { x.finished(err) }()
+	defer x.startPhase(string(phaseTask)).end(x)
 	x.phaseNote(string(x.run.Phase), "task "+x.run.Handler+" started")
 	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, x.run.Handler, hrow); err != nil {
 		return err
@@ -166,7 +167,7 @@ func (h *host) itemExit() (json.RawMessage, error) {
 		}
 	}
 	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
-	ts.item, ts.isDone = nil, false
+	ts.item, ts.isDone, h.item = nil, false, ""
 	return nil, nil
 }
 
@@ -227,6 +228,8 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		return nil, storeError(err, "record item "+id)
 	}
 	ts.item, ts.isDone = &it, itemDone(it.Status)
+	h.item = it.ID
+	h.noteInputs(it.ID)
 	h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "item", Text: fmt.Sprintf("item %s (%s, attempt %d)", it.Key, it.Status, it.CurrentAttempt)})
 	return json.Marshal(ItemView{ID: it.Key, Title: it.Title, IsDone: ts.isDone, Attempt: it.CurrentAttempt})
 }
@@ -380,6 +383,7 @@ func (h *host) itemReconcile(mut *kt.Mutation) (json.RawMessage, error) {
 // reconcileTaskMutation is a background reconcile attempt for a task run
 // blocked on a mutation; a settled outcome lets the task run again (replay).
 func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
+	defer x.startPhase(phaseReconcile).end(x)
 	run := x.run
 	ans := x.askReconcile(&mut, "task", backgroundAttempt)
 	now := x.e.nowMs()

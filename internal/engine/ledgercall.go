@@ -89,6 +89,7 @@ func (lc *ledgerCall) note(outcome string, withArgs bool) {
 		e.Args = lc.redacted
 	}
 	lc.x.tr.add(e)
+	lc.x.mutationEvent(e.Method, outcome)
 }
 
 // noteConflict and noteReplay say why a found row is not sent again.
@@ -180,7 +181,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(lc.x.ctx, lc.x.toolTimeout(lc.args))
-	res := lc.x.do(cctx, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
+	res := lc.x.do(cctx, lc.tool, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
 	cancel()
 	e.crashPoint(CrashAfterCall)
 	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
@@ -221,7 +222,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(x.ctx, x.toolTimeout(call.Args))
-	status, value, rerr := x.probe(cctx, m, call)
+	status, value, rerr := x.probe(cctx, mut.Tool, m, call)
 	cancel()
 	e.crashPoint(CrashAfterProbe)
 	text := string(status)

@@ -81,6 +81,7 @@ func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 			}
 		}
 		causes, attempt = causesOf(evs)
+		x.noteInputs(causes...)
 		var err error
 		unit, err = UnitOfWork(tx, *x.run, evs)
 		return err

@@ -14,6 +14,7 @@ import (
 // just read it, nil to read it here.
 func (x *runExec) producer(hrow *kt.Handler) (err error) {
 	defer func() { x.finished(err) }()
+	defer x.startPhase(string(phaseProducer)).end(x)
 	x.phaseNote(string(x.run.Phase), "producer "+x.run.Handler+" started")
 	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, x.run.Handler, hrow); err != nil {
 		return err
@@ -27,6 +28,9 @@ func (x *runExec) producer(hrow *kt.Handler) (err error) {
 	}
 	if err != nil {
 		return x.fail(err)
+	}
+	for _, in := range h.inputs {
+		x.noteInputs(in.ID)
 	}
 	sched, err := schedule.Parse(decl.Schedule)
 	if err != nil {

@@ -112,21 +112,22 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 	if err != nil {
 		return false, err
 	}
-	x, err := e.newExec(ctx, wf, prog, &run)
-	if err != nil {
-		return false, err
-	}
-	if run.HandlerType == kt.HandlerTask {
-		return true, x.reconcileTaskMutation(mut)
-	}
-	proceed, err := x.reconcile(&mut, backgroundAttempt)
-	if err != nil || !proceed {
-		return true, err
-	}
-	if err := advance(&run, kt.PhaseEmitting); err != nil {
-		return true, err
-	}
-	return true, x.emit(x.declView())
+	started := false
+	err = e.carryOut(ctx, wf, prog, &run, func(x *runExec) error {
+		started = true
+		if run.HandlerType == kt.HandlerTask {
+			return x.reconcileTaskMutation(mut)
+		}
+		proceed, err := x.reconcileInPhase(&mut, backgroundAttempt)
+		if err != nil || !proceed {
+			return err
+		}
+		if err := advance(&run, kt.PhaseEmitting); err != nil {
+			return err
+		}
+		return x.emit(x.declView())
+	})
+	return started, err
 }
 
 // runnable is the program of wf's active version, once the policy its
@@ -185,29 +186,27 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	if err != nil {
 		return err
 	}
-	x, err := e.newExec(ctx, wf, prog, &nr)
-	if err != nil {
-		return err
-	}
-	switch old.HandlerType {
-	case kt.HandlerProducer:
-		return x.producer(nil)
-	case kt.HandlerTask:
-		return x.task(nil)
-	}
-	if hasMut && mayHaveHappened(mut) && nr.Phase == kt.PhaseMutating {
-		// The write may have happened: reconcile it from the ledger's own
-		// params; the mutate handler is not run again (ch 13 §13.10).
-		mut.RunID, mut.Status = nr.ID, kt.MutationNeedsReconcile
-		proceed, err := x.reconcile(&mut, inlineAttempt)
-		if err != nil || !proceed {
-			return err
+	return e.carryOut(ctx, wf, prog, &nr, func(x *runExec) error {
+		switch old.HandlerType {
+		case kt.HandlerProducer:
+			return x.producer(nil)
+		case kt.HandlerTask:
+			return x.task(nil)
 		}
-		if err := advance(&nr, kt.PhaseEmitting); err != nil {
-			return err
+		if hasMut && mayHaveHappened(mut) && nr.Phase == kt.PhaseMutating {
+			// The write may have happened: reconcile it from the ledger's own
+			// params; the mutate handler is not run again (ch 13 §13.10).
+			mut.RunID, mut.Status = nr.ID, kt.MutationNeedsReconcile
+			proceed, err := x.reconcileInPhase(&mut, inlineAttempt)
+			if err != nil || !proceed {
+				return err
+			}
+			if err := advance(&nr, kt.PhaseEmitting); err != nil {
+				return err
+			}
 		}
-	}
-	return x.consumer(nil)
+		return x.consumer(nil)
+	})
 }
 
 // mayHaveHappened says a ledger row's write may have reached the target.
@@ -411,9 +410,5 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 	}); err != nil {
 		return err
 	}
-	x, err := e.newExec(ctx, wf, prog, &nr)
-	if err != nil {
-		return err
-	}
-	return x.emit(x.declView())
+	return e.carryOut(ctx, wf, prog, &nr, func(x *runExec) error { return x.emit(x.declView()) })
 }

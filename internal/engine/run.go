@@ -126,18 +126,19 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 		phase = kt.PhasePreparing
 	}
 	run := e.newRun(p.wf, h.Name, h.Type, phase)
-	x, err := e.newExec(ctx, p.wf, p.prog, &run)
-	if err != nil {
-		return false, err
-	}
-	x.unstored = true
-	switch h.Type {
-	case kt.HandlerConsumer:
-		return true, x.consumer(&h)
-	case kt.HandlerTask:
-		return true, x.task(&h)
-	}
-	return true, x.producer(&h)
+	started := false
+	err = e.carryOut(ctx, p.wf, p.prog, &run, func(x *runExec) error {
+		started = true
+		x.unstored = true
+		switch h.Type {
+		case kt.HandlerConsumer:
+			return x.consumer(&h)
+		case kt.HandlerTask:
+			return x.task(&h)
+		}
+		return x.producer(&h)
+	})
+	return started, err
 }
 
 // stepPlan is what a step reads to choose the next run of a workflow.
