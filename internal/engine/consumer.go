@@ -124,6 +124,7 @@ func (x *runExec) consumer(hrow *kt.Handler) (err error) {
 		// run was never stored and nothing was sent; the consumer, still
 		// dirty, prepares again at its next step.
 		if errors.Is(err, errSelectionGone) {
+			x.unrecorded = true
 			x.e.log.Info("prepare again: a person changed the selection while the run prepared", "workflow", x.wf.Name, "handler", x.run.Handler, "why", err.Error())
 			err = nil
 		}

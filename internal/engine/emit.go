@@ -89,7 +89,7 @@ func (x *runExec) idle() error {
 	if err := advance(x.run, kt.PhaseCommitted); err != nil {
 		return err
 	}
-	x.run.Status = kt.StatusCommitted
+	x.run.Status, x.unrecorded = kt.StatusCommitted, true
 	x.e.log.Debug("a consumer's prepare reserved nothing: no run recorded", "workflow", x.wf.Name, "handler", x.run.Handler)
 	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
 		return x.saveConsumerState(tx, nil, false)

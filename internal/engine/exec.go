@@ -71,6 +71,9 @@ type runExec struct {
 	phase  otrace.Span
 	inputs []string
 	item   string
+	// unrecorded: the step ended without storing the run (an empty poll,
+	// a selection a person changed): its span is a poll's.
+	unrecorded bool
 }
 
 // newExec starts carrying out run; its trace continues the run's own.

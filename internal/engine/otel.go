@@ -92,7 +92,7 @@ func (x *runExec) endRun(err error) {
 	}
 	r := x.run
 	x.span.SetAttributes(attribute.String(AttrRunStatus, string(r.Status)), attribute.String(AttrRunPhase, string(r.Phase)))
-	if x.unstored {
+	if x.unrecorded {
 		// Nothing of it was stored — an empty poll (prepare reserved
 		// nothing), or a selection a person changed meanwhile: keep runs
 		// shows no such run, and the span says it was a poll.
