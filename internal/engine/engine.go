@@ -80,6 +80,10 @@ type Notice struct {
 type Observer interface {
 	RunFinished(handlerType kt.HandlerType, status kt.Status, d time.Duration)
 	SandboxCall(phase string, d time.Duration)
+	// Delivered counts one delivery to a declared webhook by what keep
+	// made of it (kt.Delivery*): refused ones included, so an operator sees
+	// a sender whose signatures fail.
+	Delivered(workflow, webhook string, status kt.DeliveryStatus)
 }
 
 // Engine executes runs.

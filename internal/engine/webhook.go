@@ -75,6 +75,14 @@ type Delivered struct {
 // answered 2xx only once Deliver returns WhyAccepted or WhyDuplicate. Every
 // delivery but one to an unknown webhook is recorded (kt.Delivery).
 func (e *Engine) Deliver(ctx context.Context, h Hook) (Delivered, error) {
+	d, err := e.deliver(ctx, h)
+	if err == nil && d.Status != "" && e.observer != nil {
+		e.observer.Delivered(h.Workflow, h.Name, d.Status)
+	}
+	return d, err
+}
+
+func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
 	w, v, prog, err := e.activeProgram(ctx, h.Workflow)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {

@@ -20,9 +20,10 @@ import (
 
 // Metrics is the engine observer and the /metrics handler.
 type Metrics struct {
-	registry *prometheus.Registry
-	runs     *prometheus.HistogramVec
-	sandbox  *prometheus.HistogramVec
+	registry   *prometheus.Registry
+	runs       *prometheus.HistogramVec
+	sandbox    *prometheus.HistogramVec
+	deliveries *prometheus.CounterVec
 }
 
 // New registers keep's metrics over a store.
@@ -36,7 +37,10 @@ func New(st store.Store) *Metrics {
 		Name: "keep_sandbox_call_seconds", Help: "Time of one handler phase in the JavaScript sandbox, host calls included.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"phase"})
-	m.registry.MustRegister(m.runs, m.sandbox, &ledgerCollector{st: st}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keep_webhook_deliveries_total", Help: "Requests to declared webhooks by what keep made of them: accepted, duplicate, refused (verification failed, no secret, too large), failed (the handler).",
+	}, []string{"workflow", "webhook", "status"})
+	m.registry.MustRegister(m.runs, m.sandbox, m.deliveries, &ledgerCollector{st: st}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Group commit at a glance: transactions ÷ commits is how many
 	// transitions one fsync carried.
 	m.CounterFunc("keep_store_commits_total", "Durable commits (fsyncs) of the store.", func() float64 { return float64(st.Stats().Commits) })
@@ -58,6 +62,11 @@ func (m *Metrics) RunFinished(t kt.HandlerType, s kt.Status, d time.Duration) {
 // SandboxCall implements engine.Observer.
 func (m *Metrics) SandboxCall(phase string, d time.Duration) {
 	m.sandbox.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+// Delivered implements engine.Observer.
+func (m *Metrics) Delivered(workflow, webhook string, status kt.DeliveryStatus) {
+	m.deliveries.WithLabelValues(workflow, webhook, string(status)).Inc()
 }
 
 // Handler serves the metrics.

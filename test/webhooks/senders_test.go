@@ -113,6 +113,18 @@ func TestSignedDeliveriesFromGitHubStripeAndSlack(t *testing.T) {
 			t.Errorf("the webhooks page (%d) does not show %q", resp.StatusCode, want)
 		}
 	}
+	// Counted for an operator's Prometheus too.
+	resp, err = http.Get(k.api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`keep_webhook_deliveries_total{status="refused",webhook="github",workflow="hooks"} 3`, `keep_webhook_deliveries_total{status="accepted",webhook="stripe",workflow="hooks"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics does not show %s", want)
+		}
+	}
 	// Each consumer wrote once: the duplicates changed nothing.
 	for _, topic := range []string{"gh.push", "stripe.event", "slack.event"} {
 		if n := k.writes(topic); n != 1 {
