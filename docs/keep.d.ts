@@ -428,6 +428,83 @@ declare namespace Keep {
     };
     readonly item: Item;
   }
+  /** A workflow's tests, run by keep test FILE: end a test file with export default Keep.test({ workflow: "./workflow.js", cases: { ... } }). */
+  function test(t: Test): Test;
+  interface Test {
+    /** the workflow script, relative to the test file */
+    workflow: string;
+    cases: { [name: string]: TestCase };
+  }
+  interface TestCase {
+    /** what each call answers: the first entry whose args all equal the call's (no args: any call) */
+    answers?: TestAnswers;
+    /** the next times matching calls fail so instead, as a real service's would */
+    faults?: TestFaults;
+    /** checked once the workflow is idle */
+    expect: TestExpect;
+  }
+  interface TestExpect {
+    /** every write made, in order (one sent twice shows twice) */
+    writes?: Array<{ tool: WriteMethod; target?: string; payload?: { [param: string]: any } }>;
+    inputs?: Array<{ title: string; status?: string }>;
+    items?: Array<{ title: string; status?: string }>;
+    /** how many runs end in each status named */
+    runs?: { [status: string]: number };
+    /** one text per blocked run, found in its card; none: nothing may be blocked */
+    blocked?: string[];
+  }
+  /** a test's answer: any part of what the method returns */
+  type DeepPartial<T> = T extends (infer U)[] ? DeepPartial<U>[] : T extends object ? { [K in keyof T]?: DeepPartial<T[K]> } : T;
+  /** a fault keep test knows */
+  type TestFault = "401" | "403" | "429" | "500" | "500AfterApply" | "503" | "drop" | "dropAfterApply" | "timeout" | "timeoutAfterApply";
+  interface TestAnswers {
+    "calendar.createEvent"?: Array<{ args?: Partial<connector.calendar.CreateEventArgs>; answer: DeepPartial<connector.calendar.CreateEventResult> }>;
+    "calendar.listEvents"?: Array<{ args?: Partial<connector.calendar.ListEventsArgs>; answer: DeepPartial<connector.calendar.ListEventsResult> }>;
+    "calendar.updateEvent"?: Array<{ args?: Partial<connector.calendar.UpdateEventArgs>; answer: DeepPartial<connector.calendar.UpdateEventResult> }>;
+    "email.search"?: Array<{ args?: Partial<connector.email.SearchArgs>; answer: DeepPartial<connector.email.SearchResult> }>;
+    "email.send"?: Array<{ args?: Partial<connector.email.SendArgs>; answer: DeepPartial<connector.email.SendResult> }>;
+    "files.list"?: Array<{ args?: Partial<connector.files.ListArgs>; answer: DeepPartial<connector.files.ListResult> }>;
+    "files.read"?: Array<{ args?: Partial<connector.files.ReadArgs>; answer: DeepPartial<connector.files.ReadResult> }>;
+    "files.write"?: Array<{ args?: Partial<connector.files.WriteArgs>; answer: DeepPartial<connector.files.WriteResult> }>;
+    "gmail.get"?: Array<{ args?: Partial<connector.gmail.GetArgs>; answer: DeepPartial<connector.gmail.GetResult> }>;
+    "gmail.modifyLabels"?: Array<{ args?: Partial<connector.gmail.ModifyLabelsArgs>; answer: DeepPartial<connector.gmail.ModifyLabelsResult> }>;
+    "gmail.search"?: Array<{ args?: Partial<connector.gmail.SearchArgs>; answer: DeepPartial<connector.gmail.SearchResult> }>;
+    "gmail.send"?: Array<{ args?: Partial<connector.gmail.SendArgs>; answer: DeepPartial<connector.gmail.SendResult> }>;
+    "http.request"?: Array<{ args?: Partial<connector.http.RequestArgs>; answer: DeepPartial<connector.http.RequestResult> }>;
+    "sheets.appendRow"?: Array<{ args?: Partial<connector.sheets.AppendRowArgs>; answer: DeepPartial<connector.sheets.AppendRowResult> }>;
+    "sheets.getRows"?: Array<{ args?: Partial<connector.sheets.GetRowsArgs>; answer: DeepPartial<connector.sheets.GetRowsResult> }>;
+    "sheets.updateRow"?: Array<{ args?: Partial<connector.sheets.UpdateRowArgs>; answer: DeepPartial<connector.sheets.UpdateRowResult> }>;
+    "slack.addReaction"?: Array<{ args?: Partial<connector.slack.AddReactionArgs>; answer: DeepPartial<connector.slack.AddReactionResult> }>;
+    "slack.history"?: Array<{ args?: Partial<connector.slack.HistoryArgs>; answer: DeepPartial<connector.slack.HistoryResult> }>;
+    "slack.postMessage"?: Array<{ args?: Partial<connector.slack.PostMessageArgs>; answer: DeepPartial<connector.slack.PostMessageResult> }>;
+    "sql.exec"?: Array<{ args?: Partial<connector.sql.ExecArgs>; answer: DeepPartial<connector.sql.ExecResult> }>;
+    "sql.query"?: Array<{ args?: Partial<connector.sql.QueryArgs>; answer: DeepPartial<connector.sql.QueryResult> }>;
+  }
+  interface TestFaults {
+    "calendar.createEvent"?: Array<{ args?: Partial<connector.calendar.CreateEventArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "calendar.listEvents"?: Array<{ args?: Partial<connector.calendar.ListEventsArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "calendar.updateEvent"?: Array<{ args?: Partial<connector.calendar.UpdateEventArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "email.search"?: Array<{ args?: Partial<connector.email.SearchArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "email.send"?: Array<{ args?: Partial<connector.email.SendArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "files.list"?: Array<{ args?: Partial<connector.files.ListArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "files.read"?: Array<{ args?: Partial<connector.files.ReadArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "files.write"?: Array<{ args?: Partial<connector.files.WriteArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "gmail.get"?: Array<{ args?: Partial<connector.gmail.GetArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "gmail.modifyLabels"?: Array<{ args?: Partial<connector.gmail.ModifyLabelsArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "gmail.search"?: Array<{ args?: Partial<connector.gmail.SearchArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "gmail.send"?: Array<{ args?: Partial<connector.gmail.SendArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "http.request"?: Array<{ args?: Partial<connector.http.RequestArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "sheets.appendRow"?: Array<{ args?: Partial<connector.sheets.AppendRowArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "sheets.getRows"?: Array<{ args?: Partial<connector.sheets.GetRowsArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "sheets.updateRow"?: Array<{ args?: Partial<connector.sheets.UpdateRowArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "slack.addReaction"?: Array<{ args?: Partial<connector.slack.AddReactionArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "slack.history"?: Array<{ args?: Partial<connector.slack.HistoryArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "slack.postMessage"?: Array<{ args?: Partial<connector.slack.PostMessageArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "sql.exec"?: Array<{ args?: Partial<connector.sql.ExecArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "sql.query"?: Array<{ args?: Partial<connector.sql.QueryArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+  }
+  /** a method that writes, as a test's expect.writes names it */
+  type WriteMethod = "calendar.createEvent" | "calendar.updateEvent" | "email.send" | "files.write" | "gmail.modifyLabels" | "gmail.send" | "http.request" | "sheets.appendRow" | "sheets.updateRow" | "slack.addReaction" | "slack.postMessage" | "sql.exec";
 }
 
 /** each connector method's arguments and result */

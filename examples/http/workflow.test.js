@@ -1,3 +1,5 @@
+// @ts-check
+/// <reference path="./keep.d.ts" />
 // Tests of the alerts-to-tickets example: run them with
 //   keep test examples/http/workflow.test.js
 // No ticket service is needed: http.request answers as each case says.

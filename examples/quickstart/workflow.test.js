@@ -1,3 +1,5 @@
+// @ts-check
+/// <reference path="./keep.d.ts" />
 // The quick start's tests: run them with
 //   keep test examples/quickstart/workflow.test.js
 // Nothing is read from incoming/ or written to out/: the files connector

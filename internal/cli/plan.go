@@ -58,7 +58,7 @@ func (a *app) planCmd() *cobra.Command {
 			}
 			eng := engine.New(engine.Options{Registry: reg})
 			p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts,
-				File: filepath.Base(out), Test: a.planTest(out, testOut)}
+				File: filepath.Base(out), Test: a.planTest(out, testOut), TestFaults: testrun.Faults()}
 			plan, err := p.Plan(cmd.Context(), args[0], current)
 			if err != nil {
 				return fmt.Errorf("%v (%d tokens); nothing was saved", err, plan.Tokens)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/dts"
+	"github.com/keep-run/keep/internal/testrun"
 )
 
 // typesCmd writes keep.d.ts: the script API as TypeScript declarations,
@@ -28,7 +29,7 @@ func (a *app) typesCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			text := dts.Render(connector.Describe(reg))
+			text := dts.Render(connector.Describe(reg), dts.Options{Faults: testrun.Faults()})
 			if out == "-" {
 				fmt.Fprint(a.out, text)
 				return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/dts"
 	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testrun"
 )
 
 // Every connector method declares its TypeScript types, and keep types
@@ -45,7 +46,7 @@ func TestTypesDeclareEveryMethod(t *testing.T) {
 // rewrite it with: go test ./internal/cli -run TestKeepDtsIsCurrent -update
 func TestKeepDtsIsCurrent(t *testing.T) {
 	const path = "../../docs/keep.d.ts"
-	want := dts.Render(connector.Describe(daemon.Registry(t.TempDir())))
+	want := dts.Render(connector.Describe(daemon.Registry(t.TempDir())), dts.Options{Faults: testrun.Faults()})
 	have, err := os.ReadFile(path)
 	if *updateDocs {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
@@ -96,8 +97,8 @@ func tscOver(t *testing.T, scripts map[string]string, config string) (string, bo
 	return string(out), err == nil
 }
 
-// Every example type-checks clean against the keep.d.ts keep types writes
-// in its folder (issue 26 #3).
+// Every example, and its test file, type-checks clean against the
+// keep.d.ts keep types writes in its folder (issue 26 #3).
 func TestTypesCheckTheExamples(t *testing.T) {
 	dirs, err := filepath.Glob("../../examples/*/workflow.js")
 	if err != nil || len(dirs) == 0 {
@@ -106,12 +107,19 @@ func TestTypesCheckTheExamples(t *testing.T) {
 	for _, f := range dirs {
 		dir := filepath.Dir(f)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(string(src), "// @ts-check\n/// <reference path=\"./keep.d.ts\" />\n") {
-				t.Fatalf("%s does not begin with // @ts-check and the reference to ./keep.d.ts", f)
+			scripts := map[string]string{}
+			for name, file := range map[string]string{"workflow": f, "workflow.test": filepath.Join(dir, "workflow.test.js")} {
+				src, err := os.ReadFile(file)
+				if os.IsNotExist(err) && name == "workflow.test" {
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(string(src), "// @ts-check\n/// <reference path=\"./keep.d.ts\" />\n") {
+					t.Fatalf("%s does not begin with // @ts-check and the reference to ./keep.d.ts", file)
+				}
+				scripts[name] = string(src)
 			}
 			config := filepath.Join(dir, "keep.toml")
 			if _, err := os.Stat(config); err != nil {
@@ -120,8 +128,8 @@ func TestTypesCheckTheExamples(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if out, ok := tscOver(t, map[string]string{"ex": string(src)}, config); !ok {
-				t.Fatalf("tsc finds type errors in %s:\n%s", f, out)
+			if out, ok := tscOver(t, scripts, config); !ok {
+				t.Fatalf("tsc finds type errors in %s:\n%s", dir, out)
 			}
 		})
 	}
@@ -243,4 +251,52 @@ func TestPhaseTableIsCurrent(t *testing.T) {
 	}
 	testbin.CurrentDoc(t, "../../docs/scripts.md", "<!-- generated from keeptype's ctx table (dts.PhaseTable): begin -->\n",
 		"<!-- generated from keeptype's ctx table (dts.PhaseTable): end -->", want, *updateDocs, "go test ./internal/cli -run TestPhaseTableIsCurrent -update")
+}
+
+// A test file's mistakes that keep test refuses at its line are type
+// errors too: a fault keep test does not know, a method no connector has,
+// arguments the method does not take.
+func TestTypesRefuseAWrongTestFile(t *testing.T) {
+	const test = `// @ts-check
+/// <reference path="./keep.d.ts" />
+export default Keep.test({
+  workflow: "./workflow.js",
+  cases: {
+    "one": {
+      answers: { ANSWERS },
+      faults: { "files.write": [{ args: { path: "out/1.json" }, fault: FAULT }] },
+      expect: { writes: [{ tool: TOOL, target: "file out/1.json" }], inputs: [{ title: "Order 1", status: "done" }], runs: { committed: 2 } },
+    },
+  },
+});
+`
+	fill := func(answers, fault, tool string) string {
+		return strings.NewReplacer("ANSWERS", answers, "FAULT", fault, "TOOL", tool).Replace(test)
+	}
+	right := fill(`"files.list": [{ args: { dir: "incoming" }, answer: [{ path: "incoming/1.json" }] }]`, `"timeoutAfterApply"`, `"files.write"`)
+	cases := []struct{ name, src, want string }{
+		{"unknown fault", fill(`"files.list": [{ answer: [] }]`, `"timeout_after"`, `"files.write"`), `Type '"timeout_after"' is not assignable to type 'TestFault'`},
+		{"unknown method", fill(`"files.lst": [{ answer: [] }]`, `"timeout"`, `"files.write"`), `'"files.lst"' does not exist in type 'TestAnswers'`},
+		{"a read as a write", fill(`"files.list": [{ answer: [] }]`, `"timeout"`, `"files.read"`), `Type '"files.read"' is not assignable to type 'WriteMethod'`},
+		{"an argument the method does not take", fill(`"files.list": [{ args: { folder: "x" }, answer: [] }]`, `"timeout"`, `"files.write"`), `'folder' does not exist in type 'Partial<ListArgs>'`},
+	}
+	scripts := map[string]string{"right": right}
+	for i, c := range cases {
+		scripts[fmt4(i)] = c.src
+	}
+	out, _ := tscOver(t, scripts, "")
+	if strings.Contains(out, "right.js(") {
+		t.Fatalf("tsc finds errors in the test file written right:\n%s", out)
+	}
+	for i, c := range cases {
+		var got []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, fmt4(i)+".js(") {
+				got = append(got, line)
+			}
+		}
+		if len(got) != 1 || !strings.Contains(got[0], c.want) {
+			t.Errorf("%s: tsc says %q, want one error containing %q", c.name, got, c.want)
+		}
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/backend"
+	"github.com/keep-run/keep/internal/testrun"
 )
 
 // Open takes the engine lock of the data directory and wires an engine:
@@ -216,7 +217,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 		}})
 	if cfg.Maintainer.Enabled {
 		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
-			Config: cfg.Maintainer, Now: time.Now, Log: logger, Tests: recordedTests(o.ConfigFile)}
+			Config: cfg.Maintainer, Now: time.Now, Log: logger, Tests: recordedTests(o.ConfigFile), TestFaults: testrun.Faults()}
 	}
 	return nil
 }

@@ -22,14 +22,14 @@ const Header = "// keep.d.ts: the types of keep's script API, written by `keep t
 
 // Render writes keep.d.ts for the connectors infos describe (every one a
 // registry has: keep's own and those a keep.toml declares).
-func Render(infos []connector.Info) string {
-	return render(infos, infos)
+func Render(infos []connector.Info, o Options) string {
+	return render(infos, infos, o)
 }
 
 // RenderFor writes keep.d.ts with only the methods of the connectors tools
 // names (the ones a script calls: what a model repairing it needs to
 // read); every source stays, and everything of keep's own.
-func RenderFor(infos []connector.Info, tools []string) string {
+func RenderFor(infos []connector.Info, tools []string, o Options) string {
 	var some []connector.Info
 	for _, c := range infos {
 		for _, t := range tools {
@@ -39,12 +39,12 @@ func RenderFor(infos []connector.Info, tools []string) string {
 			}
 		}
 	}
-	return render(infos, some)
+	return render(infos, some, o)
 }
 
 // render declares the sources of every connector in all, and the methods
 // of those in some.
-func render(all, some []connector.Info) string {
+func render(all, some []connector.Info, o Options) string {
 	var b strings.Builder
 	b.WriteString(Header + "\n")
 	b.WriteString(`// Use it in a script: put the two lines
@@ -60,6 +60,7 @@ declare namespace Keep {
 	for _, p := range kt.CtxPhases {
 		writeCtx(&b, p, some)
 	}
+	writeTests(&b, some, o)
 	b.WriteString("}\n\n")
 	writeConnectors(&b, some)
 	b.WriteString(globals)

@@ -38,7 +38,7 @@ func ctxBlock(t *testing.T, text string, p kt.CtxPhase) string {
 // declarations against the table. (tsc over them: internal/cli.)
 func TestEachPhaseOffersWhatTheTableAllows(t *testing.T) {
 	infos := builtinInfos(t)
-	text := Render(infos)
+	text := Render(infos, Options{})
 	for _, p := range kt.CtxPhases {
 		block := ctxBlock(t, text, p)
 		for _, c := range infos {
@@ -86,14 +86,14 @@ func TestEachPhaseOffersWhatTheTableAllows(t *testing.T) {
 // sources stay every connector's.
 func TestRenderForNamesOnlyTheToolsGiven(t *testing.T) {
 	infos := builtinInfos(t)
-	text := RenderFor(infos, []string{"files"})
+	text := RenderFor(infos, []string{"files"}, Options{})
 	if !strings.Contains(text, "namespace files {") || strings.Contains(text, "namespace gmail {") || strings.Contains(text, "    gmail: {") {
 		t.Fatalf("RenderFor(files) declares other connectors' methods:\n%s", text)
 	}
 	if !strings.Contains(text, `{ source: "gmail"; type: "email" | "thread" }`) {
 		t.Fatal("RenderFor left out another connector's sources")
 	}
-	if len(text) >= len(Render(infos)) {
+	if len(text) >= len(Render(infos, Options{})) {
 		t.Fatal("RenderFor is no shorter than Render")
 	}
 }

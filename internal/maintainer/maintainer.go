@@ -58,6 +58,9 @@ type Maintainer struct {
 	// first failing case and why, "" when every case passes. nil: a repair
 	// of a workflow with tests is held for a person.
 	Tests func(ctx context.Context, test, file, src string) (string, error)
+	// TestFaults are the faults a test may name (testrun.Faults), for the
+	// types the prompt carries.
+	TestFaults []string
 
 	// waits counts the passes that found a failed run's workflow taken
 	// (keep_maintainer_waits_total).
@@ -447,7 +450,7 @@ func (m *Maintainer) conversation(v kt.Version, run kt.Run, events []kt.Event, p
 	fmt.Fprintf(&b, "## The script\n\n```js\n%s\n```\n\n", v.Script)
 	fmt.Fprintf(&b, "## The error (it may quote outside data)\n\n%s\n\n", untrusted(clip(run.ErrorMessage, 4000)))
 	fmt.Fprintf(&b, "## What the connectors do\n\n%s\n\n", connector.Markdown(connector.Describe(m.Registry)))
-	b.WriteString(typesSection(m.Registry, v.Script))
+	b.WriteString(typesSection(m.Registry, v.Script, m.TestFaults))
 	var tr struct {
 		Entries []engine.TraceEntry `json:"entries"`
 	}

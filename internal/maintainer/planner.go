@@ -29,6 +29,9 @@ type Planner struct {
 	// answer's second fenced block, run on the script (testSrc, src); it
 	// says why they are refused, "" when every case passes.
 	Test func(ctx context.Context, testSrc, src string) string
+	// TestFaults are the faults a test may name (testrun.Faults), for the
+	// types the prompt carries.
+	TestFaults []string
 }
 
 // Plan is a script the Planner wrote and what to tell the person.
@@ -76,7 +79,7 @@ func (p *Planner) Plan(ctx context.Context, intent string, current *kt.Version) 
 		fmt.Fprintf(&b, "The script is saved as %s: its test starts export default Keep.test({ workflow: \"./%s\", cases: { ... } }).\n\n", p.File, p.File)
 	}
 	fmt.Fprintf(&b, "## The connectors you may use\n\n%s\n", connector.Markdown(connector.Describe(p.Registry)))
-	b.WriteString("\n" + typesSection(p.Registry, ""))
+	b.WriteString("\n" + typesSection(p.Registry, "", p.TestFaults))
 	chat := []Chat{{Role: "system", Content: planPrompt}, {Role: "user", Content: b.String()}}
 	var plan Plan
 	var why string

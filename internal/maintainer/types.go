@@ -10,23 +10,23 @@ import (
 )
 
 // maxTypes bounds the script API's declarations one prompt carries.
-const maxTypes = 48 << 10
+const maxTypes = 64 << 10
 
 // typesSection is keep.d.ts as a prompt carries it (issue 26 #3): the
 // exact ctx of each phase and each method's arguments and result, which
 // the model writes against as a person's editor checks against them. For
 // a script to repair, only the connectors it calls (a repair may call no
 // other); for a plan, all. Cut at a line past maxTypes, saying so.
-func typesSection(reg *connector.Registry, src string) string {
-	infos := connector.Describe(reg)
-	text := dts.Render(infos)
+func typesSection(reg *connector.Registry, src string, faults []string) string {
+	infos, o := connector.Describe(reg), dts.Options{Faults: faults}
+	text := dts.Render(infos, o)
 	if src != "" {
 		if a, err := script.Analyze(src); err == nil {
 			var tools []string
 			for _, c := range a.Calls {
 				tools = append(tools, c.Tool)
 			}
-			text = dts.RenderFor(infos, tools)
+			text = dts.RenderFor(infos, tools, o)
 		}
 	}
 	if len(text) > maxTypes {

@@ -72,7 +72,7 @@ func TestThePromptsTypesAreBounded(t *testing.T) {
 			Summary: strings.Repeat("a long summary ", 10), ResultTS: "string",
 			Params: []connector.Param{{Name: "q", Type: "string", Doc: strings.Repeat("what it is ", 10)}}}}
 	}
-	s := typesSection(connector.NewRegistry(c), "")
+	s := typesSection(connector.NewRegistry(c), "", nil)
 	if len(s) > maxTypes+1000 {
 		t.Fatalf("%d bytes of types in a prompt, over the bound of %d", len(s), maxTypes)
 	}

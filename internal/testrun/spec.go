@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +113,10 @@ var FaultNames = map[string]string{
 	"401":               fault.Status401,
 	"403":               fault.Status403,
 }
+
+// Faults lists the names FaultNames knows, sorted: keep.d.ts types a
+// test's fault as one of them.
+func Faults() []string { return slices.Sorted(maps.Keys(FaultNames)) }
 
 // Invalid is a test file keep cannot run: where, and what to fix.
 type Invalid struct {
