@@ -62,7 +62,10 @@ type produced struct {
 	version   int64
 	decl      script.Declaration // whose consumers are woken
 	createdBy string             // the run's id, or createdByAPI, createdByWebhook
-	inputs    []kt.Input         // new ones (CreatedBy createdBy) get their first attempt
+	// fresh names the inputs this step creates, which get their first
+	// attempt; nil: those created by createdBy (a run's id is its own).
+	fresh     map[string]bool
+	inputs    []kt.Input
 	publishes []publishReq
 	now       int64
 }
@@ -77,7 +80,7 @@ func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 		if err := putItem(tx, in); err != nil {
 			return nil, err
 		}
-		if in.CreatedBy == p.createdBy {
+		if isNew := p.fresh[in.ID]; isNew || (p.fresh == nil && in.CreatedBy == p.createdBy) {
 			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: p.version, StartedAt: p.now, UpdatedAt: p.now}); err != nil {
 				return nil, err
 			}

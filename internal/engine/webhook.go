@@ -169,9 +169,14 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	if _, err := x.invoke(hs, req); err != nil {
 		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, clip(redact.String(err.Error()), maxTraceText))
 	}
+	// The inputs the handler registered that were new when it looked (an
+	// earlier delivery's inputs are created by "webhook" too: only these
+	// get a first attempt).
+	created := map[string]bool{}
 	for i := range hs.inputs {
 		if hs.inputs[i].LastRun == run.ID {
 			hs.inputs[i].LastRun = "" // no run made it
+			created[hs.inputs[i].ID] = true
 		}
 	}
 	var out Delivered
@@ -190,11 +195,11 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 		} else if !errors.Is(err, kt.ErrNotFound) {
 			return err
 		}
-		inputs, publishes, err := sameInputs(tx, w.Name, hs.inputs, hs.publishes)
+		inputs, publishes, err := sameInputs(tx, w.Name, hs.inputs, hs.publishes, created)
 		if err != nil {
 			return err
 		}
-		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: createdByWebhook, inputs: inputs, publishes: publishes, now: e.nowMs()})
+		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: createdByWebhook, fresh: created, inputs: inputs, publishes: publishes, now: e.nowMs()})
 		if err != nil {
 			return err
 		}
@@ -212,18 +217,20 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	return out, nil
 }
 
-// sameInputs makes the inputs a delivery registers new by key within its
-// transaction: a delivery that ran at the same time as this one may have
-// registered the same input since its handler looked (two deliveries about
-// one order). Such an input is the stored one; the events name it.
-func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq) ([]kt.Input, []publishReq, error) {
+// sameInputs checks the inputs a delivery created (by id) by key within
+// its transaction: a delivery that ran at the same time as this one may
+// have registered the same input since its handler looked (two deliveries
+// about one order). Such an input is the stored one, no longer created
+// here; the events name it.
+func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq, created map[string]bool) ([]kt.Input, []publishReq, error) {
 	renamed := map[string]string{}
 	out := make([]kt.Input, 0, len(inputs))
 	for _, in := range inputs {
-		if in.CreatedBy == createdByWebhook {
+		if created[in.ID] {
 			had, err := tx.InputGetByKey(wf, in.Key)
 			switch {
 			case err == nil:
+				delete(created, in.ID)
 				renamed[in.ID] = had.ID
 				had.Title, had.UpdatedAt = in.Title, in.UpdatedAt
 				in = had

@@ -26,7 +26,7 @@ const webhookScript = `export default Keep.workflow({ name: "orders", topics: { 
       verify: { token: { header: "Authorization", prefix: "Bearer ", secret: "shop_token" } },
       dedupe: { json: "delivery.id" },
       handler: async (ctx, req) => {
-        const inputId = ctx.registerInput({ source: "http", type: "webhook", id: "order-" + req.json.order, title: "Order " + req.json.order })
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id: "order-" + req.json.order, title: "Order " + req.json.order + (req.json.note || "") })
         await ctx.publish("order", { inputId, payload: { order: req.json.order, auth: req.headers.authorization || null, kind: req.headers["x-kind"] } })
       },
     },
@@ -141,6 +141,35 @@ func TestConcurrentDeliveriesOfOneIDAcceptOne(t *testing.T) {
 	}
 	if in, ev := counts(t, e); in != 2 || ev != 2 {
 		t.Fatalf("after 4 deliveries about order 2000: %d inputs, %d events; want 2 and 2", in, ev)
+	}
+	// A later delivery about an input an earlier one registered (and
+	// whose work is done) leaves its attempt as it is.
+	attempt := func() kt.ItemAttempt {
+		var as []kt.ItemAttempt
+		if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+			in, err := tx.InputGetByKey("orders", "http:webhook:order-2000")
+			if err != nil {
+				return err
+			}
+			as, err = tx.ItemAttemptList(in.ID)
+			return err
+		}); err != nil || len(as) != 1 {
+			t.Fatalf("the attempts of order 2000: %+v %v", as, err)
+		}
+		return as[0]
+	}
+	done := attempt()
+	done.Status = kt.ItemDone
+	if err := e.k.Store.Update(e.ctx(), func(tx store.Tx) error { return tx.ItemAttemptPut(done) }); err != nil {
+		t.Fatal(err)
+	}
+	later := shopHook("d-3", "2000", "t0ken-shop")
+	later.Body = []byte(`{"delivery": {"id": "d-3"}, "order": "2000", "note": " (paid)"}`) // a new title: the input is written again
+	if d, err := e.k.Engine.Deliver(e.ctx(), later); err != nil || d.Status != kt.DeliveryAccepted {
+		t.Fatalf("a later delivery about order 2000: %+v %v", d, err)
+	}
+	if a := attempt(); a.Status != kt.ItemDone || a.StartedAt != done.StartedAt {
+		t.Fatalf("a later delivery about order 2000 changed its attempt: %+v, was %+v", a, done)
 	}
 	var payload string
 	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
