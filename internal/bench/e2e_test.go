@@ -23,6 +23,7 @@ func BenchmarkEndToEndW1(b *testing.B) {
 	b.ReportMetric(r.perSec, "events/s")
 	b.ReportMetric(r.fsyncsPerRun, "fsyncs/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
+	b.ReportMetric(r.workerMicrosPerEvent, "worker-cpu-µs/event")
 }
 
 func BenchmarkEndToEndW100(b *testing.B) {
@@ -36,6 +37,7 @@ func BenchmarkEndToEndW100(b *testing.B) {
 	b.ReportMetric(r.perSec, "events/s")
 	b.ReportMetric(r.fsyncsPerRun, "fsyncs/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
+	b.ReportMetric(r.workerMicrosPerEvent, "worker-cpu-µs/event")
 }
 
 // The same on PostgreSQL (a schema of its own), to compare: PostgreSQL
@@ -66,4 +68,5 @@ func benchPostgres(b *testing.B, w, n int) {
 	b.ReportMetric(r.fsyncsPerRun, "commits/run")
 	b.ReportMetric(r.roundTripsPerRun, "round-trips/run")
 	b.ReportMetric(r.cpuMicrosPerEvent, "cpu-µs/event")
+	b.ReportMetric(r.workerMicrosPerEvent, "worker-cpu-µs/event")
 }

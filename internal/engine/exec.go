@@ -34,7 +34,8 @@ type runExec struct {
 	pol config.Policy
 	// reg holds the connectors the workflow's runs call (Engine.connectorsOf).
 	reg *connector.Registry
-	// grants are what a person granted the workflow (read at the first call).
+	// grants are what a person granted the workflow: read with the step's
+	// plan (stepPlan.pick) for a new run, else at the run's first call.
 	grants []kt.Grant
 	// dry: a dry run (DryRun) — items are read, never written, and the
 	// first write that would be sent stops the run (errDryWrite).
@@ -74,6 +75,12 @@ type runExec struct {
 	// unrecorded: the step ended without storing the run (an empty poll,
 	// a selection a person changed): its span is a poll's.
 	unrecorded bool
+	// stored is the run's status as this step last wrote it, at revision
+	// storedRev: while the run's revision is still that one, the store
+	// holds exactly that (RunSetIfRev checks the revision), and save checks
+	// a move against it without reading the row (putRunFrom).
+	stored    kt.Status
+	storedRev int64
 }
 
 // newExec starts carrying out run; its trace continues the run's own.
@@ -108,8 +115,21 @@ func (x *runExec) save(with func(tx store.Tx) error) error {
 				return err
 			}
 		}
-		return putRun(tx, x.run)
+		return x.putRun(tx)
 	})
+}
+
+// putRun writes the run (putRun) without reading its row first when the
+// step knows what is stored: nothing (unstored), or what its last write
+// stored at the run's revision.
+func (x *runExec) putRun(tx store.Tx) error {
+	switch {
+	case x.unstored:
+		return putNewRun(tx, x.run)
+	case x.stored != "" && x.storedRev == x.run.Rev:
+		return putRunFrom(tx, x.stored, x.run)
+	}
+	return putRun(tx, x.run)
 }
 
 // write is save's loop: fn writes the run itself (putRun). A write that
@@ -128,6 +148,7 @@ func (x *runExec) write(fn func(tx store.Tx) error) error {
 		})
 		if err == nil {
 			x.reserve, x.outcome, x.unstored = nil, nil, false
+			x.stored, x.storedRev = x.run.Status, x.run.Rev
 			if pinned {
 				x.e.crashPoint(CrashAfterPrepared)
 			}

@@ -191,7 +191,9 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	if h.dry {
 		return h.enterItemDry(id, title)
 	}
+	wroteRun := false
 	err := h.e.store.Update(h.ctx, func(tx store.Tx) error {
+		wroteRun = false
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
 		switch {
 		case errors.Is(err, kt.ErrNotFound):
@@ -211,6 +213,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		if err := putRun(tx, h.run); err != nil {
 			return err
 		}
+		wroteRun = true
 		if !itemDone(cur.Status) {
 			cur.Status = kt.ItemProcessing
 		}
@@ -226,6 +229,9 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	})
 	if err != nil {
 		return nil, storeError(err, "record item "+id)
+	}
+	if wroteRun {
+		h.unstored = false // stored now: a later save must not take it for new
 	}
 	ts.item, ts.isDone = &it, itemDone(it.Status)
 	h.item = it.ID

@@ -37,6 +37,8 @@ type ledgerCall struct {
 	// mut is the ledger row: the one the identity found, or a new one.
 	mut   kt.Mutation
 	found bool
+	// fresh: mut is a new row under a fresh id (newRow), not stored yet.
+	fresh bool
 	// cmp is how an applied row's payload compares with this call's, when
 	// they differ (set by step).
 	cmp connector.Comparison
@@ -119,6 +121,7 @@ func (lc *ledgerCall) newRow(itemKeys []string, attempt int) {
 		return
 	}
 	run := lc.x.run
+	lc.fresh = true
 	lc.mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
 		Tool: lc.tool, Method: lc.m.Name, IdentityKey: lc.identityKey, IdempotencyKey: IdempotencyKey(lc.installation, lc.identityKey),
 		CreatedAt: lc.x.e.nowMs()}
@@ -157,7 +160,11 @@ func (lc *ledgerCall) recordInFlight() error {
 	lc.note("in_flight", true)
 	x.run.UpdatedAt = now
 	if err := x.save(func(tx store.Tx) error {
-		if err := putMutation(tx, *mut); err != nil {
+		put := putMutation
+		if lc.fresh { // a row newRow made under a fresh id: not stored yet
+			put = func(tx store.Tx, m kt.Mutation) error { return putMutationFrom(tx, "", m) }
+		}
+		if err := put(tx, *mut); err != nil {
 			return err
 		}
 		x.e.crashPoint(CrashInsideInFlight)

@@ -72,20 +72,27 @@ func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 	}
 	var causes, unit []string
 	var attempt int
-	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
-		evs := x.reserve
-		if evs == nil {
-			var err error
-			if evs, err = tx.EventsReservedBy(x.run.ID); err != nil {
-				return err
-			}
-		}
+	// The selection the run holds (x.reserve, not yet written) makes the
+	// unit of work without a read; a run resumed reads what it reserved.
+	unitOf := func(tx store.Tx, evs []kt.Event) error {
 		causes, attempt = causesOf(evs)
 		x.noteInputs(causes...)
 		var err error
 		unit, err = UnitOfWork(tx, *x.run, evs)
 		return err
-	}); err != nil {
+	}
+	if len(x.reserve) > 0 {
+		err = unitOf(nil, x.reserve)
+	} else {
+		err = x.e.store.View(x.ctx, func(tx store.Tx) error {
+			evs, err := tx.EventsReservedBy(x.run.ID)
+			if err != nil {
+				return err
+			}
+			return unitOf(tx, evs)
+		})
+	}
+	if err != nil {
 		return false, err
 	}
 	lc, err := x.openLedger("mutating", call.Tool, m, call.Args, func(id Identity) string { return id.ConsumerKey(unit) })
@@ -330,10 +337,7 @@ func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
 func putRun(tx store.Tx, r *kt.Run) error {
 	prev, err := tx.RunGet(r.ID)
 	if errors.Is(err, kt.ErrNotFound) {
-		if !kt.RunStatusTransitionAllowed("", r.Status) {
-			return kt.Errorf(kt.ClassInternal, "run %s: a new run cannot start as %q", r.ID, r.Status)
-		}
-		return tx.RunPut(*r)
+		return putNewRun(tx, r)
 	}
 	if err != nil {
 		return err
@@ -341,14 +345,30 @@ func putRun(tx store.Tx, r *kt.Run) error {
 	if prev.Rev != r.Rev {
 		return fmt.Errorf("run %s was written since this writer read it (revision %d, now %d): %w", r.ID, r.Rev, prev.Rev, store.ErrConflict)
 	}
-	if !kt.RunStatusTransitionAllowed(prev.Status, r.Status) {
-		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, prev.Status, r.Status)
+	return putRunFrom(tx, prev.Status, r)
+}
+
+// putRunFrom overwrites run r, stored with status from at revision r.Rev,
+// after checking the move; RunSetIfRev refuses (store.ErrConflict) when the
+// run was written since that revision.
+func putRunFrom(tx store.Tx, from kt.Status, r *kt.Run) error {
+	if !kt.RunStatusTransitionAllowed(from, r.Status) {
+		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
 	}
 	if err := tx.RunSetIfRev(*r); err != nil {
 		return err
 	}
 	r.Rev++
 	return nil
+}
+
+// putNewRun writes a run known not to be in the store yet (runExec.unstored:
+// a new run of Step, under a fresh id), without reading the row first.
+func putNewRun(tx store.Tx, r *kt.Run) error {
+	if !kt.RunStatusTransitionAllowed("", r.Status) {
+		return kt.Errorf(kt.ClassInternal, "run %s: a new run cannot start as %q", r.ID, r.Status)
+	}
+	return tx.RunPut(*r)
 }
 
 // putItem saves an item after checking a task item's state change against
@@ -374,6 +394,12 @@ func putMutation(tx store.Tx, m kt.Mutation) error {
 	if err != nil {
 		return err
 	}
+	return putMutationFrom(tx, from, m)
+}
+
+// putMutationFrom saves a ledger row whose stored state is from ("" for a
+// row not stored yet), after checking the move.
+func putMutationFrom(tx store.Tx, from kt.MutationStatus, m kt.Mutation) error {
 	if from != m.Status && !kt.MutationTransitionAllowed(from, m.Status) {
 		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state %q → %q is not allowed", m.ID, from, m.Status)
 	}

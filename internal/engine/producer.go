@@ -138,7 +138,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 			return err
 		}
 	}
-	return putRun(tx, x.run)
+	return x.putRun(tx)
 }
 
 // insertPublishes writes a run's buffered publishes at commit (last write

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -129,7 +130,7 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	started := false
 	err = e.carryOut(ctx, p.wf, p.prog, &run, func(x *runExec) error {
 		started = true
-		x.unstored = true
+		x.unstored, x.grants = true, p.grants
 		switch h.Type {
 		case kt.HandlerConsumer:
 			return x.consumer(&h)
@@ -151,6 +152,9 @@ type stepPlan struct {
 	// pending event; due are the producers and tasks that are due.
 	consumers []consumerCandidate
 	due       []kt.Handler
+	// grants are the workflow's, read with the plan when it has a run to
+	// make: its calls check them (checkGrant) without a read of their own.
+	grants []kt.Grant
 }
 
 type consumerCandidate struct {
@@ -180,6 +184,13 @@ func (p *stepPlan) pick(tx store.Tx) error {
 				p.due = append(p.due, h)
 			}
 		}
+	}
+	if _, ok := p.next(); ok {
+		gs, err := tx.GrantList(p.wf.Name)
+		if err != nil {
+			return fmt.Errorf("read the grants of %s: %w", p.wf.Name, err)
+		}
+		p.grants = append([]kt.Grant{}, gs...) // not nil: read
 	}
 	return nil
 }
