@@ -54,6 +54,7 @@ const (
 	WhyBadInput  Why = "bad-input"  // verified, but without the delivery id dedupe names
 	WhyFailed    Why = "failed"     // the handler failed: the sender retries
 	WhyRedeploy  Why = "redeployed" // a deploy came in while the handler ran: the sender retries
+	WhyChallenge Why = "challenge"  // Slack's URL verification, answered with its challenge (Reply): not recorded
 )
 
 // Delivered is what keep made of a delivery.
@@ -64,6 +65,9 @@ type Delivered struct {
 	Inputs     int
 	Events     int
 	Message    string
+	// Reply, when set, is the body the sender must get instead of keep's
+	// answer (WhyChallenge).
+	Reply json.RawMessage
 }
 
 // Deliver carries out one request to a webhook: verified with the secret
@@ -114,6 +118,12 @@ func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
 			return Delivered{}, err
 		}
 		return e.record(ctx, d, kt.DeliveryRefused, why, msg)
+	}
+	if challenge, ok := slackChallenge(wh, h); ok {
+		// Slack checks an Events API URL with a signed challenge it must
+		// get back before it sends any event: a handshake, not a delivery.
+		reply, _ := json.Marshal(map[string]string{"challenge": challenge})
+		return Delivered{Why: WhyChallenge, Reply: reply, Message: "answered Slack's URL verification"}, nil
 	}
 	if d.DeliveryID, err = deliveryID(wh.Dedupe, h); err != nil {
 		return e.record(ctx, d, kt.DeliveryRefused, WhyBadInput, err.Error())
@@ -404,4 +414,21 @@ func (e *Engine) WebhookMaxBody(ctx context.Context, wf string) int64 {
 		return int64(e.policy.WebhookMaxBody)
 	}
 	return int64(pol.WebhookMaxBody)
+}
+
+// slackChallenge is the challenge of Slack's URL verification
+// ({"type": "url_verification", "challenge": "…"}) sent to a webhook
+// verified as Slack's; only a verified request gets here.
+func slackChallenge(wh script.Webhook, h Hook) (string, bool) {
+	if wh.Verify.Kind != script.VerifySlack {
+		return "", false
+	}
+	var m struct {
+		Type      string `json:"type"`
+		Challenge string `json:"challenge"`
+	}
+	if json.Unmarshal(h.Body, &m) != nil || m.Type != "url_verification" || m.Challenge == "" {
+		return "", false
+	}
+	return m.Challenge, true
 }

@@ -90,6 +90,12 @@ func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog
 		answer(w, http.StatusInternalServerError, Reply{Message: fmt.Sprintf("keep could not take this delivery (%v); nothing of it was kept, send it again", err)})
 		return
 	}
+	if d.Why == engine.WhyChallenge {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(d.Reply)
+		return
+	}
 	if d.Why == engine.WhyNotFound {
 		// Said to anyone who asks: which workflows and webhooks exist is
 		// not theirs to learn here.
