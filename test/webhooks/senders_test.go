@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,4 +244,42 @@ func TestScriptsDocWebhookExampleWorks(t *testing.T) {
 	k.expect(k.post("/hooks/github-pushes/github", push, sign("push", "g-1", push)), http.StatusOK, `"inputs":1,"events":1`)
 	ping := []byte(`{"zen": "Keep it logically awesome."}`)
 	k.expect(k.post("/hooks/github-pushes/github", ping, sign("ping", "g-2", ping)), http.StatusOK, `"inputs":0,"events":0`)
+}
+
+// TestAKill9WhileTheHandlerRunsLosesNothing: keep serve is killed (SIGKILL)
+// while a delivery's handler waits on a read, between receipt and commit:
+// the sender gets no answer, nothing is stored, and the sender's retry to
+// the restarted keep is accepted once.
+func TestAKill9WhileTheHandlerRunsLosesNothing(t *testing.T) {
+	k := setup(t)
+	k.serve()
+	body := []byte(`{"id": "job-1"}`)
+	sent := make(chan answer, 1)
+	go func() { sent <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}) }()
+	testbin.WaitFor(t, "the handler to be reading", func() bool {
+		select {
+		case <-k.reading:
+			return true
+		default:
+			return false
+		}
+	}, k.logs)
+	if err := k.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = k.cmd.Wait()
+	if a := <-sent; a.err == nil {
+		t.Fatalf("the sender got %d %s from a keep killed before its commit", a.code, a.body)
+	}
+	if n := k.inputs(); n != 0 {
+		t.Fatalf("a delivery killed before its commit left %d inputs", n)
+	}
+	k.unblock()
+	k.serve()
+	k.expect(k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}), http.StatusOK, `"status":"accepted"`)
+	k.expect(k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}), http.StatusOK, `"status":"duplicate"`)
+	testbin.WaitFor(t, "the consumer to write the job", func() bool { return k.writes("slow.job") >= 1 }, k.logs)
+	if n, w := k.inputs(), k.writes("slow.job"); n != 1 || w != 1 {
+		t.Fatalf("after the kill and two retries: %d inputs, %d writes; want 1 and 1", n, w)
+	}
 }

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 // webhook names a secret never set; one more fails when told to.
 const script = `export default Keep.workflow({
   name: "hooks",
-  topics: { "gh.push": {}, "stripe.event": {}, "slack.event": {}, "ops.alert": {} },
+  topics: { "gh.push": {}, "stripe.event": {}, "slack.event": {}, "ops.alert": {}, "slow.job": {} },
   webhooks: {
     github: {
       publishes: ["gh.push"],
@@ -73,6 +73,16 @@ const script = `export default Keep.workflow({
         await ctx.publish("ops.alert", { inputId, payload: req.json })
       },
     },
+    slow: {
+      publishes: ["slow.job"],
+      verify: { token: { header: "X-Token", secret: "GITHUB_SECRET" } },
+      dedupe: { json: "id" },
+      handler: async (ctx, req) => {
+        await ctx.http.request({ method: "GET", url: "%SINK%/slow" })
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id: req.json.id, title: "slow " + req.json.id })
+        await ctx.publish("slow.job", { inputId, payload: req.json })
+      },
+    },
   },
   consumers: {
 %CONSUMERS%
@@ -101,19 +111,37 @@ type keep struct {
 	logs  *bytes.Buffer
 	hooks string // http://ADDR of --webhooks-addr
 	api   string // http://ADDR of --addr
+	// reading is told when the slow handler's read arrives; release lets it go.
+	reading, release chan struct{}
+	released         bool
+}
+
+func (k *keep) unblock() {
+	if !k.released {
+		k.released = true
+		close(k.release)
+	}
 }
 
 // setup deploys the script (granted what it uses) and sets the secrets.
 func setup(t *testing.T) *keep {
 	t.Helper()
-	k := &keep{t: t, dir: t.TempDir(), sink: testsink.New()}
-	t.Cleanup(k.sink.Close)
+	k := &keep{t: t, dir: t.TempDir(), sink: testsink.New(), reading: make(chan struct{}, 8), release: make(chan struct{})}
+	// The slow webhook's handler reads /slow, held here until the test
+	// releases it: keep serve is then between receipt and commit.
+	k.sink.OnRead = func(path string) {
+		if path == "/slow" {
+			k.reading <- struct{}{}
+			<-k.release
+		}
+	}
+	t.Cleanup(func() { k.unblock(); k.sink.Close() })
 	var cons []string
-	for i, topic := range []string{"gh.push", "stripe.event", "slack.event", "ops.alert"} {
+	for i, topic := range []string{"gh.push", "stripe.event", "slack.event", "ops.alert", "slow.job"} {
 		c := strings.NewReplacer("%NAME%", fmt.Sprint("write", i), "%TOPIC%", topic, "%SINK%", k.sink.URL).Replace(consumer)
 		cons = append(cons, c)
 	}
-	src := strings.Replace(script, "%CONSUMERS%", strings.Join(cons, "\n"), 1)
+	src := strings.ReplaceAll(strings.Replace(script, "%CONSUMERS%", strings.Join(cons, "\n"), 1), "%SINK%", k.sink.URL)
 	k.write("wf.js", src)
 	k.write("keep.toml", "[policy]\nwebhook_max_body = \"8KiB\"\n"+k.sink.AllowTOML())
 	if out, err := k.keep("", "validate", k.path("wf.js")); err != nil {
