@@ -255,7 +255,9 @@ func TestAKill9WhileTheHandlerRunsLosesNothing(t *testing.T) {
 	k.serve()
 	body := []byte(`{"id": "job-1"}`)
 	sent := make(chan answer, 1)
-	go func() { sent <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}) }()
+	go func() {
+		sent <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]})
+	}()
 	testbin.WaitFor(t, "the handler to be reading", func() bool {
 		select {
 		case <-k.reading:
