@@ -440,16 +440,18 @@ declare namespace Keep {
     answers?: TestAnswers;
     /** the next times matching calls fail so instead, as a real service's would */
     faults?: TestFaults;
+    /** events posted to topics open to keep's event API ({ from: "api" }), as keep publish does, before the workflow runs */
+    events?: { [topic: string]: Array<{ id: string; title: string; payload?: any }> };
     /** checked once the workflow is idle */
     expect: TestExpect;
   }
   interface TestExpect {
     /** every write made, in order (one sent twice shows twice) */
     writes?: Array<{ tool: WriteMethod; target?: string; payload?: { [param: string]: any } }>;
-    inputs?: Array<{ title: string; status?: string }>;
-    items?: Array<{ title: string; status?: string }>;
+    inputs?: Array<{ title: string; status?: TestItemStatus }>;
+    items?: Array<{ title: string; status?: TestItemStatus }>;
     /** how many runs end in each status named */
-    runs?: { [status: string]: number };
+    runs?: { [status in TestRunStatus]?: number };
     /** one text per blocked run, found in its card; none: nothing may be blocked */
     blocked?: string[];
   }
@@ -457,6 +459,10 @@ declare namespace Keep {
   type DeepPartial<T> = T extends (infer U)[] ? DeepPartial<U>[] : T extends object ? { [K in keyof T]?: DeepPartial<T[K]> } : T;
   /** a fault keep test knows */
   type TestFault = "401" | "403" | "429" | "500" | "500AfterApply" | "503" | "drop" | "dropAfterApply" | "timeout" | "timeoutAfterApply";
+  /** an input's or item's status */
+  type TestItemStatus = "pending" | "processing" | "done" | "failed" | "skipped" | "needs_attention";
+  /** a run's status */
+  type TestRunStatus = "active" | "paused:transient" | "paused:approval" | "paused:reconciliation" | "failed:logic" | "failed:internal" | "crashed" | "committed" | "retried" | "skipped";
   interface TestAnswers {
     "calendar.createEvent"?: Array<{ args?: Partial<connector.calendar.CreateEventArgs>; answer: DeepPartial<connector.calendar.CreateEventResult> }>;
     "calendar.listEvents"?: Array<{ args?: Partial<connector.calendar.ListEventsArgs>; answer: DeepPartial<connector.calendar.ListEventsResult> }>;

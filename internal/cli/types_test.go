@@ -265,6 +265,7 @@ export default Keep.test({
     "one": {
       answers: { ANSWERS },
       faults: { "files.write": [{ args: { path: "out/1.json" }, fault: FAULT }] },
+      events: { "order.placed": [{ id: "1", title: "Order 1", payload: { id: 1 } }] },
       expect: { writes: [{ tool: TOOL, target: "file out/1.json" }], inputs: [{ title: "Order 1", status: "done" }], runs: { committed: 2 } },
     },
   },
@@ -279,6 +280,8 @@ export default Keep.test({
 		{"unknown method", fill(`"files.lst": [{ answer: [] }]`, `"timeout"`, `"files.write"`), `'"files.lst"' does not exist in type 'TestAnswers'`},
 		{"a read as a write", fill(`"files.list": [{ answer: [] }]`, `"timeout"`, `"files.read"`), `Type '"files.read"' is not assignable to type 'WriteMethod'`},
 		{"an argument the method does not take", fill(`"files.list": [{ args: { folder: "x" }, answer: [] }]`, `"timeout"`, `"files.write"`), `'folder' does not exist in type 'Partial<ListArgs>'`},
+		{"an input status keep has not", strings.Replace(right, `status: "done"`, `status: "finished"`, 1), `Type '"finished"' is not assignable to type 'TestItemStatus'`},
+		{"a run status keep has not", strings.Replace(right, `runs: { committed: 2 }`, `runs: { done: 2 }`, 1), `'done' does not exist in type`},
 	}
 	scripts := map[string]string{"right": right}
 	for i, c := range cases {

@@ -5,7 +5,16 @@ import (
 	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
+
+func statusNames[S ~string](ss []S) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
 
 // Options are what keep.d.ts declares beside the connectors and ctx.
 type Options struct {
@@ -29,16 +38,18 @@ const testCore = `  /** A workflow's tests, run by keep test FILE: end a test fi
     answers?: TestAnswers;
     /** the next times matching calls fail so instead, as a real service's would */
     faults?: TestFaults;
+    /** events posted to topics open to keep's event API ({ from: "api" }), as keep publish does, before the workflow runs */
+    events?: { [topic: string]: Array<{ id: string; title: string; payload?: any }> };
     /** checked once the workflow is idle */
     expect: TestExpect;
   }
   interface TestExpect {
     /** every write made, in order (one sent twice shows twice) */
     writes?: Array<{ tool: WriteMethod; target?: string; payload?: { [param: string]: any } }>;
-    inputs?: Array<{ title: string; status?: string }>;
-    items?: Array<{ title: string; status?: string }>;
+    inputs?: Array<{ title: string; status?: TestItemStatus }>;
+    items?: Array<{ title: string; status?: TestItemStatus }>;
     /** how many runs end in each status named */
-    runs?: { [status: string]: number };
+    runs?: { [status in TestRunStatus]?: number };
     /** one text per blocked run, found in its card; none: nothing may be blocked */
     blocked?: string[];
   }
@@ -56,6 +67,8 @@ func writeTests(b *strings.Builder, infos []connector.Info, o Options) {
 		fault = quoted(o.Faults)
 	}
 	fmt.Fprintf(b, "  /** a fault keep test knows */\n  type TestFault = %s;\n", fault)
+	fmt.Fprintf(b, "  /** an input's or item's status */\n  type TestItemStatus = %s;\n", quoted(statusNames(kt.ItemStatuses)))
+	fmt.Fprintf(b, "  /** a run's status */\n  type TestRunStatus = %s;\n", quoted(statusNames(kt.RunStatuses)))
 	var answers, faults, writes []string
 	for _, c := range infos {
 		for _, m := range c.Methods {

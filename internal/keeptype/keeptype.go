@@ -100,6 +100,10 @@ var runStatusFrom = map[Status][]Status{
 	StatusSkipped:        {},
 }
 
+// RunStatuses lists every run status, for what names them (keep test's
+// expectations, keep.d.ts).
+var RunStatuses = []Status{StatusActive, StatusTransient, StatusApproval, StatusReconciliation, StatusFailedLogic, StatusFailedInternal, StatusCrashed, StatusCommitted, StatusRetried, StatusSkipped}
+
 // RunStatusTransitionAllowed reports whether a stored run may move from one
 // status to another. Writing the same status again is always allowed (a
 // run records its trace, phase or a person's decision without moving).
@@ -334,6 +338,9 @@ const (
 	ItemNeedsAttention ItemStatus = "needs_attention"
 	ItemPending        ItemStatus = "pending" // inputs only: an event caused by it is waiting
 )
+
+// ItemStatuses lists every status an item or input shows.
+var ItemStatuses = []ItemStatus{ItemPending, ItemProcessing, ItemDone, ItemFailed, ItemSkipped, ItemNeedsAttention}
 
 // allowedItem is the item state machine of ch 12 §12.4 for task items,
 // plus "skip" of a stuck or orphaned item and "reprocess" (a new attempt)

@@ -1,6 +1,9 @@
 package keeptype
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestPhaseMachine checks every pair of phases against the forward-only rule.
 func TestPhaseMachine(t *testing.T) {
@@ -117,6 +120,26 @@ func TestRunStatusMachine(t *testing.T) {
 			}
 			if got := RunStatusTransitionAllowed(from, to); got != want {
 				t.Errorf("%s → %s: allowed=%v, want %v", from, to, got, want)
+			}
+		}
+	}
+}
+
+// RunStatuses and ItemStatuses name every status the state tables know:
+// what keep test and keep.d.ts accept is what a run or an item can be.
+func TestStatusListsAreComplete(t *testing.T) {
+	for from := range runStatusFrom {
+		if !slices.Contains(RunStatuses, from) {
+			t.Errorf("RunStatuses lacks %s", from)
+		}
+	}
+	if len(RunStatuses) != len(runStatusFrom) {
+		t.Errorf("RunStatuses has %d, the table %d", len(RunStatuses), len(runStatusFrom))
+	}
+	for from, tos := range allowedItem {
+		for _, s := range append(tos, from) {
+			if s != "" && !slices.Contains(ItemStatuses, s) {
+				t.Errorf("ItemStatuses lacks %s", s)
 			}
 		}
 	}

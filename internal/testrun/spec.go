@@ -612,9 +612,16 @@ func (r *reader) expect(path []string, raw json.RawMessage) (Expect, error) {
 	return x, nil
 }
 
-var itemStatuses = []string{string(kt.ItemPending), string(kt.ItemProcessing), string(kt.ItemDone), string(kt.ItemFailed), string(kt.ItemSkipped), string(kt.ItemNeedsAttention)}
+// itemStatuses and runStatuses are what a case may name.
+var itemStatuses, runStatuses = names(kt.ItemStatuses), names(kt.RunStatuses)
 
-var runStatuses = []string{string(kt.StatusActive), string(kt.StatusTransient), string(kt.StatusApproval), string(kt.StatusReconciliation), string(kt.StatusFailedLogic), string(kt.StatusFailedInternal), string(kt.StatusCrashed), string(kt.StatusCommitted), string(kt.StatusRetried), string(kt.StatusSkipped)}
+func names[S ~string](ss []S) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
 
 // faultKinds are the kinds package fault knows.
 func faultKinds() map[string]string { return fault.Kinds }
