@@ -5,19 +5,39 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keep-run/keep/internal/testotlp"
 )
 
 // BenchmarkQuickstartOrders runs the quick-start workflow over b.N order
 // files on a real SQLite file and reports events/s and durable commits
 // (fsyncs) per consumer run, counted by the store.
-func BenchmarkQuickstartOrders(b *testing.B) {
+func BenchmarkQuickstartOrders(b *testing.B) { benchQuickstart(b, testPolicy) }
+
+// BenchmarkQuickstartOrdersTraced is BenchmarkQuickstartOrders with
+// keep.toml's [otel] set, every run sampled, the spans exported to a
+// receiver that takes them without decoding: what tracing costs a run
+// (docs/performance.md). Its cpu-µs/run against the untraced one's is the
+// price.
+func BenchmarkQuickstartOrdersTraced(b *testing.B) {
+	col := testotlp.NewDiscarding()
+	defer col.Close()
+	benchQuickstart(b, testPolicy+fmt.Sprintf("\n[otel]\nendpoint = %q\n", col.URL))
+	if col.Requests() == 0 && b.N > 600 {
+		// 512 spans fill a batch: a run this long exported some already.
+		b.Fatalf("no export reached the receiver")
+	}
+}
+
+func benchQuickstart(b *testing.B, policy string) {
 	src, err := os.ReadFile("../../examples/quickstart/workflow.js")
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := newEnv(b)
+	e := newEnvWith(b, policy)
 	in := filepath.Join(e.dir, "files", "incoming")
 	os.MkdirAll(in, 0o755)
 	for i := 0; i < b.N; i++ {
@@ -28,6 +48,7 @@ func BenchmarkQuickstartOrders(b *testing.B) {
 		b.Fatal(err)
 	}
 	before := e.k.Store.Stats().Commits
+	cpu := cpuTime(b)
 	b.ResetTimer()
 	start := time.Now()
 	if err := e.k.Scheduler.RunUntilIdle(context.Background()); err != nil {
@@ -35,6 +56,7 @@ func BenchmarkQuickstartOrders(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu = cpuTime(b) - cpu
 	commits := e.k.Store.Stats().Commits - before
 	outs := 0
 	_ = e.k.Store.View(context.Background(), func(tx storeTx) error {
@@ -48,4 +70,16 @@ func BenchmarkQuickstartOrders(b *testing.B) {
 	// One producer run commits once; consumer runs account for the rest.
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(commits-1)/float64(b.N), "commits/run")
+	// keep's own process (the sandbox workers are processes of their own):
+	// where tracing's cost lands.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/run")
+}
+
+// cpuTime is the CPU time keep's process has used (user and system).
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

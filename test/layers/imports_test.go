@@ -78,6 +78,7 @@ var rules = []struct {
 	{"internal/testdb", "", "test helpers"},
 	{"internal/testmail", "internal/fake/fault internal/testbin", "test helpers"},
 	{"internal/testsink", "internal/fake/fault", "test helpers"},
+	{"internal/testotlp", "", "test helpers"},
 	{"cmd/keep", "internal/cli", "the binary"},
 	{"cmd/keep-fake", "internal/fake/googlefake internal/fake/slackfake", "the fakes' binary"},
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testotlp"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
@@ -176,23 +177,23 @@ func TestKeepRunSendsASpanPerRun(t *testing.T) {
 		t.Errorf("keep run printed the collector's token:\n%s", out)
 	}
 	// keep run flushed at its exit: everything is here, no waiting.
-	spans, _, auth, services := col.received()
+	spans, auth, services := col.Spans(), col.Auth(), col.Services()
 	if len(auth) == 0 || auth[0] != "Bearer t0ken-for-the-collector" || services[0] != "keep-test" {
-		t.Fatalf("the collector got Authorization %q, service.name %q", auth, services)
+		t.Fatalf("the collector got Authorization %q, service.Name %q", auth, services)
 	}
 	runs := runsShown(t, dir)
 	inputs := inputIDs(t, dir)
-	byRun := map[string][]span{}
+	byRun := map[string][]testotlp.Span{}
 	polls := 0
 	for _, s := range spans {
 		switch {
-		case strings.HasPrefix(s.name, "run "):
-			byRun[s.attrs["keep.run.id"]] = append(byRun[s.attrs["keep.run.id"]], s)
-		case strings.HasPrefix(s.name, "poll "):
+		case strings.HasPrefix(s.Name, "run "):
+			byRun[s.Attrs["keep.run.id"]] = append(byRun[s.Attrs["keep.run.id"]], s)
+		case strings.HasPrefix(s.Name, "poll "):
 			// A consumer's prepare that found nothing: keep stores no run.
 			polls++
-			if s.name != "poll traced/c" && s.name != "poll refused/r" || s.attrs["keep.run.recorded"] != "false" || s.attrs["keep.run.status"] != "committed" {
-				t.Errorf("poll span %s: %v", s.name, s.attrs)
+			if s.Name != "poll traced/c" && s.Name != "poll refused/r" || s.Attrs["keep.run.recorded"] != "false" || s.Attrs["keep.run.status"] != "committed" {
+				t.Errorf("poll span %s: %v", s.Name, s.Attrs)
 			}
 		}
 	}
@@ -210,20 +211,20 @@ func TestKeepRunSendsASpanPerRun(t *testing.T) {
 			continue
 		}
 		run := rs[0]
-		if run.name != "run "+r.Workflow+"/"+r.Handler || run.attrs["keep.workflow"] != r.Workflow || run.attrs["keep.handler"] != r.Handler ||
-			run.attrs["keep.handler.type"] != r.HandlerType || run.attrs["keep.run.status"] != r.Status || run.parent != "" {
+		if run.Name != "run "+r.Workflow+"/"+r.Handler || run.Attrs["keep.workflow"] != r.Workflow || run.Attrs["keep.handler"] != r.Handler ||
+			run.Attrs["keep.handler.type"] != r.HandlerType || run.Attrs["keep.run.status"] != r.Status || run.Parent != "" {
 			t.Errorf("run %s's span: %+v, shown as %+v", r.ID, run, r)
 		}
-		phases := map[string]span{}
-		for _, p := range children(spans, run) {
-			phases[p.name] = p
-			if p.attrs["keep.run.id"] != r.ID {
-				t.Errorf("phase %s of run %s carries run id %q", p.name, r.ID, p.attrs["keep.run.id"])
+		phases := map[string]testotlp.Span{}
+		for _, p := range testotlp.Children(spans, run) {
+			phases[p.Name] = p
+			if p.Attrs["keep.run.id"] != r.ID {
+				t.Errorf("phase %s of run %s carries run id %q", p.Name, r.ID, p.Attrs["keep.run.id"])
 			}
 		}
 		for _, p := range phases {
-			for _, c := range children(spans, p) {
-				calls[r.Handler+"/"+p.name+"/"+c.name+"/"+c.attrs["keep.call.outcome"]]++
+			for _, c := range testotlp.Children(spans, p) {
+				calls[r.Handler+"/"+p.Name+"/"+c.Name+"/"+c.Attrs["keep.call.outcome"]]++
 				checkCall(t, r, p, c, inputs)
 			}
 		}
@@ -244,7 +245,7 @@ func TestKeepRunSendsASpanPerRun(t *testing.T) {
 const blocked = "paused:approval"
 
 // checkPhases checks a run's phase spans by its kind and outcome.
-func checkPhases(t *testing.T, r shownRun, run span, phases map[string]span) {
+func checkPhases(t *testing.T, r shownRun, run testotlp.Span, phases map[string]testotlp.Span) {
 	t.Helper()
 	var want []string
 	switch {
@@ -254,7 +255,7 @@ func checkPhases(t *testing.T, r shownRun, run span, phases map[string]span) {
 		want = []string{"task"}
 	case r.Status == blocked:
 		want = []string{"mutate", "prepare"}
-	case len(run.attrs["keep.input.id"]) > 0:
+	case len(run.Attrs["keep.input.id"]) > 0:
 		want = []string{"mutate", "next", "prepare"}
 	default:
 		// A consumer run that found nothing to reserve commits at once.
@@ -271,40 +272,40 @@ func checkPhases(t *testing.T, r shownRun, run span, phases map[string]span) {
 	if r.Status == blocked {
 		// The refused write: the run and its mutate phase fail with the
 		// class keep gave the run.
-		if !run.errorStatus || run.attrs["keep.error.class"] != "permission" || !strings.HasPrefix(run.statusMessage, "permission: ") {
-			t.Errorf("the refused run's span: error %v, class %q, message %q", run.errorStatus, run.attrs["keep.error.class"], run.statusMessage)
+		if !run.Error || run.Attrs["keep.error.class"] != "permission" || !strings.HasPrefix(run.Message, "permission: ") {
+			t.Errorf("the refused run's span: error %v, class %q, message %q", run.Error, run.Attrs["keep.error.class"], run.Message)
 		}
-		if m := phases["mutate"]; !m.errorStatus || m.attrs["keep.error.class"] != "permission" {
+		if m := phases["mutate"]; !m.Error || m.Attrs["keep.error.class"] != "permission" {
 			t.Errorf("the refused run's mutate phase: %+v", m)
 		}
 		return
 	}
-	if run.errorStatus {
-		t.Errorf("run %s (%s) has an error status: %s", r.ID, r.Handler, run.statusMessage)
+	if run.Error {
+		t.Errorf("run %s (%s) has an error status: %s", r.ID, r.Handler, run.Message)
 	}
 }
 
 // checkCall checks a call's span: its tool and method, its kind, its
 // outcome and class, the input it was made for.
-func checkCall(t *testing.T, r shownRun, p, c span, inputs map[string]string) {
+func checkCall(t *testing.T, r shownRun, p, c testotlp.Span, inputs map[string]string) {
 	t.Helper()
-	if c.attrs["keep.call.tool"] != "http" || c.attrs["keep.call.method"] != "request" || c.attrs["keep.call.kind"] != "write" || c.attrs["keep.run.id"] != r.ID {
-		t.Errorf("call %s of run %s: %+v", c.name, r.ID, c.attrs)
+	if c.Attrs["keep.call.tool"] != "http" || c.Attrs["keep.call.method"] != "request" || c.Attrs["keep.call.kind"] != "write" || c.Attrs["keep.run.id"] != r.ID {
+		t.Errorf("call %s of run %s: %+v", c.Name, r.ID, c.Attrs)
 	}
 	wantInput := map[string]string{"r": inputs["system:schedule:r"], "t": inputs["item:x"]}[r.Handler]
 	if r.Handler == "c" {
-		if in := c.attrs["keep.input.id"]; in != inputs["system:schedule:a"] && in != inputs["system:schedule:b"] {
+		if in := c.Attrs["keep.input.id"]; in != inputs["system:schedule:a"] && in != inputs["system:schedule:b"] {
 			t.Errorf("call of run %s names input %q; inputs %v", r.ID, in, inputs)
 		}
-	} else if c.attrs["keep.input.id"] != wantInput || wantInput == "" {
-		t.Errorf("call of run %s (%s) names input %q, want %q (inputs %v)", r.ID, r.Handler, c.attrs["keep.input.id"], wantInput, inputs)
+	} else if c.Attrs["keep.input.id"] != wantInput || wantInput == "" {
+		t.Errorf("call of run %s (%s) names input %q, want %q (inputs %v)", r.ID, r.Handler, c.Attrs["keep.input.id"], wantInput, inputs)
 	}
 	if r.Handler == "r" {
-		if !c.errorStatus || c.attrs["keep.error.class"] != "permission" {
+		if !c.Error || c.Attrs["keep.error.class"] != "permission" {
 			t.Errorf("the refused call: %+v", c)
 		}
-	} else if c.errorStatus {
-		t.Errorf("call of run %s failed: %s", r.ID, c.statusMessage)
+	} else if c.Error {
+		t.Errorf("call of run %s failed: %s", r.ID, c.Message)
 	}
 }
 
@@ -312,9 +313,9 @@ func checkCall(t *testing.T, r shownRun, p, c span, inputs map[string]string) {
 // run: keep run ends as it would without [otel], each write applied once.
 func TestACollectorThatFailsCostsTheRunsNothing(t *testing.T) {
 	t.Parallel()
-	for name, endpoint := range map[string]func(t *testing.T) (string, *collector){
-		"down": func(t *testing.T) (string, *collector) { return "http://" + testbin.FreePort(t), nil },
-		"500": func(t *testing.T) (string, *collector) {
+	for name, endpoint := range map[string]func(t *testing.T) (string, *testotlp.Collector){
+		"down": func(t *testing.T) (string, *testotlp.Collector) { return "http://" + testbin.FreePort(t), nil },
+		"500": func(t *testing.T) (string, *testotlp.Collector) {
 			c := newCollector(t, http.StatusInternalServerError)
 			return c.URL, c
 		},
@@ -338,7 +339,7 @@ func TestACollectorThatFailsCostsTheRunsNothing(t *testing.T) {
 				t.Errorf("runs: %v", statuses)
 			}
 			if col != nil {
-				if _, requests, _, _ := col.received(); requests == 0 {
+				if col.Requests() == 0 {
 					t.Errorf("keep never tried the collector")
 				}
 			}
@@ -393,11 +394,11 @@ func TestKeepServeSendsItsSpansWhenStopped(t *testing.T) {
 	case <-time.After(testbin.Patience()):
 		t.Fatalf("keep serve did not stop on SIGTERM\n%s", logs.String())
 	}
-	spans, _, _, _ := col.received()
+	spans := col.Spans()
 	traced := map[string]bool{}
 	for _, s := range spans {
-		if strings.HasPrefix(s.name, "run ") {
-			traced[s.attrs["keep.run.id"]] = true
+		if strings.HasPrefix(s.Name, "run ") {
+			traced[s.Attrs["keep.run.id"]] = true
 		}
 	}
 	for _, r := range runs {
@@ -405,4 +406,10 @@ func TestKeepServeSendsItsSpansWhenStopped(t *testing.T) {
 			t.Errorf("run %s (%s %s) has no span after keep serve stopped\n%s", r.ID, r.Handler, r.Status, logs.String())
 		}
 	}
+}
+
+func newCollector(t *testing.T, status int) *testotlp.Collector {
+	c := testotlp.New(status)
+	t.Cleanup(c.Close)
+	return c
 }
