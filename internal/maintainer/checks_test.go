@@ -19,7 +19,7 @@ import (
 const inPlace = `export default Keep.workflow({
   name: "orders",
   topics: { "job": {}, "done": {}, "note": { from: "api" }, "audit": {} },
-  requireApproval: { "http.request": true },
+  requireApproval: ["http.request"],
   producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
     for (const j of JSON.parse((await ctx.files.read({ path: "jobs.json" })).content)) {
       const inputId = ctx.registerInput({ source: "system", type: "schedule", id: j.id, title: "Order " + j.id })
@@ -120,7 +120,7 @@ func TestARepairsChecks(t *testing.T) {
 			return edit(t, `publishes: ["done"],`, `publishes: ["done", "audit"],`, `d: Keep.consumer({ subscribe: ["done"], publishes: ["audit"],`, `d: Keep.consumer({ subscribe: ["done"],`)
 		}},
 		{name: "an approval dropped", check: "sameShape", want: "the approval settings changed", new: func(t *testing.T) string {
-			return edit(t, `requireApproval: { "http.request": true },`, ``)
+			return edit(t, `requireApproval: ["http.request"],`, ``)
 		}},
 		{name: "a connector method not used before", check: "noWider", want: "files.write", new: func(t *testing.T) string {
 			return edit(t, `async mutate(ctx, p) {`, `async mutate(ctx, p) { await ctx.files.write({ path: "log.txt", content: p.data.id });`)

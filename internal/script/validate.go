@@ -72,6 +72,7 @@ func validate(p *Program, c Connectors, full bool) []Problem {
 	v.webhooks()
 	v.topics()
 	v.connectors(c.Tools)
+	v.approvals(c.Tools)
 	if full {
 		v.followed()
 		v.out = append(v.out, sourceProblems(v.an, c.Sources)...)
@@ -170,6 +171,47 @@ func (v *validation) workflow() {
 	if len(d.Producers)+len(d.Consumers)+len(d.Tasks)+len(d.Webhooks) == 0 {
 		v.add("error", "", "", "the workflow has no handler: declare at least one producer, consumer, task or webhook")
 	}
+}
+
+// approvals checks requireApproval's shape as the engine reads it
+// (engine.needsApproval: true, or tool and tool.method names): any other
+// value, or a name of nothing, would ask no person at all, silently.
+func (v *validation) approvals(known map[string][]string) {
+	switch ra := v.d.RequireApproval.(type) {
+	case nil, bool:
+	case []any:
+		for _, x := range ra {
+			name, ok := x.(string)
+			if !ok {
+				v.add("error", "", "", fmt.Sprintf("requireApproval: %v is not a name; write tool or tool.method names, e.g. requireApproval: [\"http.request\", \"gmail\"]", x))
+				continue
+			}
+			tool, method, hasMethod := strings.Cut(name, ".")
+			methods, isTool := known[tool]
+			switch {
+			case known == nil:
+			case !isTool:
+				v.add("error", "", "", fmt.Sprintf("requireApproval: %q names no connector (available: %s); no call would wait for a person", name, strings.Join(sortedKeys(known), ", ")))
+			case hasMethod && !contains(methods, method):
+				v.add("error", "", "", fmt.Sprintf("requireApproval: connector %q has no method %q (it has: %s); no call would wait for a person", tool, method, strings.Join(methods, ", ")))
+			}
+		}
+	default:
+		v.add("error", "", "", fmt.Sprintf("requireApproval must be true, or an array of tool or tool.method names (e.g. [\"http.request\"]), not %s: keep would ask no person", describeValue(ra)))
+	}
+}
+
+// describeValue names a declaration's value for an error.
+func describeValue(x any) string {
+	switch x.(type) {
+	case map[string]any:
+		return "an object"
+	case string:
+		return fmt.Sprintf("the string %q", x)
+	case float64:
+		return "a number"
+	}
+	return fmt.Sprintf("%v", x)
 }
 
 func (v *validation) producers() {

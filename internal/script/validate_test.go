@@ -78,6 +78,9 @@ func TestValidationRules(t *testing.T) {
 		{"from api and a producer", `export default Keep.workflow({ name: "x", topics: {"a": { from: "api" }}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, `has 2 writers (the event API (from: "api"), producers.p)`, 1},
 		{"unknown connector", "export default Keep.workflow({ name: \"x\", topics: {\"a\":{}}, producers: { p: { publishes: [\"a\"], schedule: {interval:\"1m\"},\n handler: async (ctx) => { await ctx.gmial.search({}) } } } })", `no connector named "gmial"`, 2},
 		{"unknown method", `export default Keep.workflow({ name: "x", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async (ctx) => { await ctx.files.delete({}) } } } })`, `has no method "delete"`, 1},
+		{"requireApproval as an object", `export default Keep.workflow({ name: "x", topics: {"a":{}}, requireApproval: { "http.request": true }, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "requireApproval must be true, or an array of tool or tool.method names", 0},
+		{"requireApproval of a misspelled method", `export default Keep.workflow({ name: "x", topics: {"a":{}}, requireApproval: ["http.requst"], producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, `requireApproval: connector "http" has no method "requst"`, 0},
+		{"requireApproval of no connector", `export default Keep.workflow({ name: "x", topics: {"a":{}}, requireApproval: ["gmial"], producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, `requireApproval: "gmial" names no connector`, 0},
 		{"bad name", `export default Keep.workflow({ name: "a b/c", topics: {"a":{}}, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`, "may use only letters", 0},
 	}
 	for _, c := range cases {
@@ -94,6 +97,18 @@ func TestValidationRules(t *testing.T) {
 			}
 			t.Fatalf("no error containing %q in %v", c.want, ps)
 		})
+	}
+}
+
+// The forms of requireApproval the engine reads pass: true, false, tool
+// and tool.method names.
+func TestRequireApprovalForms(t *testing.T) {
+	t.Parallel()
+	for _, ra := range []string{`true`, `false`, `["http"]`, `["http.request", "files.write"]`} {
+		ps := problems(t, `export default Keep.workflow({ name: "x", topics: {"a":{}}, requireApproval: `+ra+`, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`)
+		if HasErrors(ps) {
+			t.Errorf("requireApproval: %s: %v", ra, ps)
+		}
 	}
 }
 
