@@ -44,6 +44,12 @@ const (
 	AttrReconcile    = "keep.reconcile.answer"
 	AttrErrorClass   = "keep.error.class"
 	AttrMutationNote = "keep.mutation.note"
+	AttrWebhook      = "keep.webhook"
+	AttrDeliveryID   = "keep.delivery.id"
+	AttrDelivery     = "keep.delivery.status"
+	AttrDeliveryWhy  = "keep.delivery.why"
+	AttrInputs       = "keep.delivery.inputs"
+	AttrEvents       = "keep.delivery.events"
 )
 
 // maxSpanInputs bounds the inputs one run span names: a producer may
@@ -132,7 +138,7 @@ func (x *runExec) startPhase(name string) *phaseSpan {
 	if x.span == nil {
 		return nil
 	}
-	ctx, span := x.e.tracer.Start(x.ctx, name, otrace.WithAttributes(attribute.String(AttrRunID, x.run.ID), attribute.String(AttrWorkflow, x.run.Workflow)))
+	ctx, span := x.e.tracer.Start(x.ctx, name, otrace.WithAttributes(x.whose()...))
 	p := &phaseSpan{span: span, parent: x.ctx}
 	x.ctx, x.phase = ctx, span
 	return p
@@ -144,6 +150,15 @@ func (p *phaseSpan) end(x *runExec) {
 	}
 	x.ctx, x.phase = p.parent, nil
 	p.span.End()
+}
+
+// whose are the attributes that say whose a phase or a call is: the run's
+// id and workflow (a webhook's handler has no run: its workflow alone).
+func (x *runExec) whose() []attribute.KeyValue {
+	if x.run.HandlerType == kt.HandlerWebhook {
+		return []attribute.KeyValue{attribute.String(AttrWorkflow, x.run.Workflow)}
+	}
+	return []attribute.KeyValue{attribute.String(AttrRunID, x.run.ID), attribute.String(AttrWorkflow, x.run.Workflow)}
 }
 
 // phaseReconcile is the span of a step that checks a write whose outcome
@@ -211,8 +226,7 @@ func (x *runExec) startCall(ctx context.Context, name, tool, method string) (con
 	if x.span == nil {
 		return ctx, nil
 	}
-	attrs := []attribute.KeyValue{attribute.String(AttrRunID, x.run.ID), attribute.String(AttrWorkflow, x.run.Workflow),
-		attribute.String(AttrTool, tool), attribute.String(AttrMethod, method)}
+	attrs := append(x.whose(), attribute.String(AttrTool, tool), attribute.String(AttrMethod, method))
 	if in := x.callInput(); in != "" {
 		attrs = append(attrs, attribute.String(AttrInputID, in))
 	}
@@ -262,6 +276,53 @@ func endProbe(span otrace.Span, status connector.ReconcileStatus, err error) {
 	span.SetAttributes(attribute.String(AttrCallKind, "reconcile"), attribute.String(AttrReconcile, string(status)))
 	if err != nil {
 		span.SetStatus(codes.Error, clip(err.Error(), maxErrorText))
+	}
+	span.End()
+}
+
+// startDelivery opens the span of one request to a webhook (Deliver): a
+// server span, whatever keep makes of it; its handler's phase and reads
+// are its children (deliverySpan).
+func (e *Engine) startDelivery(ctx context.Context, h Hook) (context.Context, otrace.Span) {
+	if e.tracer == nil {
+		return ctx, nil
+	}
+	ctx, span := e.tracer.Start(ctx, "webhook "+h.Workflow+"/"+h.Name, otrace.WithSpanKind(otrace.SpanKindServer),
+		otrace.WithAttributes(attribute.String(AttrWorkflow, h.Workflow), attribute.String(AttrWebhook, h.Name)))
+	if !span.IsRecording() {
+		span.End()
+		return ctx, nil
+	}
+	return ctx, span
+}
+
+// deliverySpan is the span startDelivery put in ctx, for the handler's
+// runExec; nil when keep does not trace the delivery.
+func (e *Engine) deliverySpan(ctx context.Context) otrace.Span {
+	if e.tracer == nil {
+		return nil
+	}
+	if s := otrace.SpanFromContext(ctx); s.IsRecording() {
+		return s
+	}
+	return nil
+}
+
+// endDelivery ends a delivery's span with what keep made of it: its
+// status (accepted, duplicate, refused, failed), why, its delivery id and
+// what it registered; an error status when the handler failed or keep did.
+// A refusal is the sender's error, not keep's: it is in the attributes.
+func endDelivery(span otrace.Span, d Delivered, err error) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.String(AttrDelivery, string(d.Status)), attribute.String(AttrDeliveryWhy, string(d.Why)),
+		attribute.String(AttrDeliveryID, d.DeliveryID), attribute.Int(AttrInputs, d.Inputs), attribute.Int(AttrEvents, d.Events))
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, clip(redact.String(err.Error()), maxErrorText))
+	case d.Status == kt.DeliveryFailed:
+		span.SetStatus(codes.Error, clip(redact.String(d.Message), maxErrorText))
 	}
 	span.End()
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testotlp"
 	"github.com/keep-run/keep/internal/testsink"
@@ -151,5 +154,43 @@ func TestSampleRatioZeroSendsNothing(t *testing.T) {
 	}
 	if n := len(e.sink.Writes()); n != 1 || len(e.runs(wf)) == 0 {
 		t.Errorf("writes at the sink: %d, runs %d", n, len(e.runs(wf)))
+	}
+}
+
+// Each request to a webhook is a server span, with what keep made of it;
+// an accepted one's handler is its child; a handler that fails is an error.
+func TestSpansOfWebhookDeliveries(t *testing.T) {
+	t.Parallel()
+	e, col := tracedEnv(t, "")
+	setUpWebhooks(t, e)
+	writes := engine.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: http.Header{"X-Token": {"t0ken-shop"}}, Body: []byte(`{}`)}
+	for _, h := range []engine.Hook{shopHook("d-1", "1", "t0ken-shop"), shopHook("d-1", "1", "t0ken-shop"), shopHook("d-2", "2", "wrong"), writes} {
+		if _, err := e.k.Engine.Deliver(e.ctx(), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spans := flushed(e, col)
+	got := map[string]testotlp.Span{}
+	for _, s := range append(testotlp.Named(spans, "webhook orders/shop"), testotlp.Named(spans, "webhook orders/writes")...) {
+		got[s.Attrs["keep.delivery.status"]] = s
+		if s.Attrs["keep.workflow"] != "orders" || s.Kind != tracepb.Span_SPAN_KIND_SERVER {
+			t.Errorf("delivery span %s: %+v", s.Name, s)
+		}
+	}
+	accepted, dup, refused, failed := got["accepted"], got["duplicate"], got["refused"], got["failed"]
+	if accepted.Attrs["keep.delivery.id"] != "d-1" || accepted.Attrs["keep.delivery.inputs"] != "1" || accepted.Error || len(testotlp.Named(testotlp.Children(spans, accepted), "webhook")) != 1 {
+		t.Errorf("the accepted delivery: %+v", accepted)
+	}
+	if dup.Attrs["keep.delivery.id"] != "d-1" || dup.Error || len(testotlp.Children(spans, dup)) != 0 {
+		t.Errorf("the duplicate: %+v", dup)
+	}
+	if refused.Attrs["keep.delivery.why"] != string(engine.WhyBadSig) || refused.Error || strings.Contains(fmt.Sprint(refused), "t0ken-shop") {
+		t.Errorf("the refused delivery: %+v", refused)
+	}
+	if failed.Name != "webhook orders/writes" || !failed.Error || failed.Message == "" {
+		t.Errorf("the failed delivery: %+v", failed)
+	}
+	if len(got) != 4 {
+		t.Errorf("delivery spans by status: %v", got)
 	}
 }

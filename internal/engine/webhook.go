@@ -79,7 +79,9 @@ type Delivered struct {
 // answered 2xx only once Deliver returns WhyAccepted or WhyDuplicate. Every
 // delivery but one to an unknown webhook is recorded (kt.Delivery).
 func (e *Engine) Deliver(ctx context.Context, h Hook) (Delivered, error) {
+	ctx, span := e.startDelivery(ctx, h)
 	d, err := e.deliver(ctx, h)
+	endDelivery(span, d, err)
 	if err == nil && d.Status != "" && e.observer != nil {
 		e.observer.Delivered(h.Workflow, h.Name, d.Status)
 	}
@@ -169,7 +171,8 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 		return Delivered{}, err
 	}
 	run := &kt.Run{ID: createdByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
-	x := &runExec{e: e, ctx: ctx, wf: w, prog: prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol}
+	x := &runExec{e: e, ctx: ctx, wf: w, prog: prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
+	defer x.startPhase(string(phaseWebhook)).end(x)
 	hs := x.host(phaseWebhook)
 	hs.allowPublish, hs.inputByKey, hs.knownInputs = set(wh.Publishes), map[string]string{}, map[string]bool{}
 	req, err := requestOf(wh, h)

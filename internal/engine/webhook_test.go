@@ -52,7 +52,12 @@ const webhookScript = `export default Keep.workflow({ name: "orders", topics: { 
 // webhookEnv deploys webhookScript, grants what it uses and sets its secrets.
 func webhookEnv(t *testing.T) *env {
 	t.Helper()
-	e := newEnv(t)
+	return setUpWebhooks(t, newEnv(t))
+}
+
+// setUpWebhooks deploys webhookScript on e, grants it and sets its secrets.
+func setUpWebhooks(t *testing.T, e *env) *env {
+	t.Helper()
 	e.deploy(webhookScript)
 	if _, err := engine.Grant(e.ctx(), e.k.Store, "orders", time.Now()); err != nil {
 		t.Fatal(err)
