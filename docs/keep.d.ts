@@ -442,6 +442,8 @@ declare namespace Keep {
     faults?: TestFaults;
     /** events posted to topics open to keep's event API ({ from: "api" }), as keep publish does, before the workflow runs */
     events?: { [topic: string]: Array<{ id: string; title: string; payload?: any }> };
+    /** requests to the workflow's webhooks, signed as each one's verify says, delivered as keep serve does, after the events */
+    webhooks?: { [webhook: string]: Array<{ headers?: { [name: string]: string }; query?: { [name: string]: string }; json?: any; body?: string }> };
     /** checked once the workflow is idle */
     expect: TestExpect;
   }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -167,4 +168,30 @@ func checkTimestamp(what, ts string, tol time.Duration, now time.Time) string {
 		return fmt.Sprintf("%s is %s from keep's clock, more than the tolerance of %s (an old request sent again, or a clock that is off)", what, off.Round(time.Second).Abs(), tol)
 	}
 	return ""
+}
+
+// SignHook signs h as a sender that holds the secret would, in the format
+// wh's verify declares (the inverse of verifyHook, beside it so the two
+// cannot drift): keep test delivers a case's webhook requests so, and they
+// pass the same verification as in production.
+func SignHook(wh script.Webhook, secret string, h *Hook, now time.Time) error {
+	if h.Header == nil {
+		h.Header = http.Header{}
+	}
+	vf := wh.Verify
+	ts := strconv.FormatInt(now.Unix(), 10)
+	switch vf.Kind {
+	case script.VerifyHMAC:
+		h.Header.Set(vf.Header, vf.Prefix+hex.EncodeToString(macOf(secret, string(h.Body))))
+	case script.VerifyToken:
+		h.Header.Set(vf.Header, vf.Prefix+secret)
+	case script.VerifyStripe:
+		h.Header.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(macOf(secret, ts, ".", string(h.Body))))
+	case script.VerifySlack:
+		h.Header.Set("X-Slack-Request-Timestamp", ts)
+		h.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(macOf(secret, "v0:", ts, ":", string(h.Body))))
+	default:
+		return fmt.Errorf("verify kind %q is not one keep knows", vf.Kind)
+	}
+	return nil
 }

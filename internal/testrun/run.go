@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/config"
@@ -219,7 +222,7 @@ func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var sched *scheduler.Scheduler
 	eng := engine.New(engine.Options{Store: st, Registry: fk.registry(base), Policy: &pol, Logger: logger,
-		OnChange: func(string) { sched.Wake() }})
+		OnChange: func(string) { sched.Wake() }, Secret: testSecret})
 	sched = scheduler.New(scheduler.Options{Engine: eng, Logger: logger, Workers: pol.Workers})
 	dep, err := eng.DeployWith(ctx, wfFile, wfSrc, engine.DeployOptions{FilesRoot: dir, Grant: true})
 	if err != nil {
@@ -236,6 +239,11 @@ func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector
 			return cr, err
 		}
 	}
+	failures, err := deliver(ctx, eng, c, dep.Workflow, wfFile, wfSrc)
+	if err != nil {
+		return cr, err
+	}
+	cr.Failures = append(cr.Failures, failures...)
 	if _, err := engine.QueueAtStart(ctx, st, dep.Workflow, time.Now()); err != nil {
 		return cr, err
 	}
@@ -308,4 +316,56 @@ func observe(ctx context.Context, s store.Store, wf string, fk *fakes) (observed
 	o.unmatched = append([]string(nil), fk.unmatched...)
 	fk.mu.Unlock()
 	return o, nil
+}
+
+// testSecret is every secret a test's keep has: its webhook requests are
+// signed with it, as a sender holding the real one signs them.
+func testSecret(_ context.Context, name string) (string, error) {
+	return "keep-test-secret:" + name, nil
+}
+
+// deliver sends a case's webhook requests as keep serve's listener hands
+// them to the engine, each signed in its webhook's verify format. A
+// request keep does not accept (the handler threw, no delivery id where
+// dedupe says) fails the case; one to a webhook the workflow has not is
+// an invalid test.
+func deliver(ctx context.Context, eng *engine.Engine, c *Case, wf, wfFile, wfSrc string) ([]Failure, error) {
+	if len(c.Deliveries) == 0 {
+		return nil, nil
+	}
+	decl, err := script.Declare(wfFile, wfSrc)
+	if err != nil {
+		return nil, err
+	}
+	var out []Failure
+	nth := map[string]int{}
+	for _, d := range c.Deliveries {
+		i := nth[d.Webhook]
+		nth[d.Webhook]++
+		where := pathText([]string{"cases", c.Name, "webhooks", d.Webhook})
+		wh, _, ok := decl.Webhook(d.Webhook)
+		if !ok {
+			return nil, &Invalid{File: c.file, Line: d.line, Path: where, Msg: fmt.Sprintf("workflow %s has no webhook %q (its webhooks: %s)", wf, d.Webhook, strings.Join(decl.WebhookNames(), ", "))}
+		}
+		h := engine.Hook{Workflow: wf, Name: d.Webhook, Method: "POST", Header: http.Header{}, Query: url.Values{}, Body: d.Body}
+		for k, v := range d.Headers {
+			h.Header.Set(k, v)
+		}
+		for k, v := range d.Query {
+			h.Query.Set(k, v)
+		}
+		secret, _ := testSecret(ctx, wh.Verify.Secret)
+		if err := engine.SignHook(wh, secret, &h, time.Now()); err != nil {
+			return nil, &Invalid{File: c.file, Line: d.line, Path: where, Msg: err.Error()}
+		}
+		got, err := eng.Deliver(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		if got.Why != engine.WhyAccepted && got.Why != engine.WhyDuplicate {
+			out = append(out, Failure{Assertion: fmt.Sprintf("webhooks[%q][%d]", d.Webhook, i), Line: d.line,
+				Message: fmt.Sprintf("keep did not accept the delivery (%s): %s", got.Why, got.Message)})
+		}
+	}
+	return out, nil
 }

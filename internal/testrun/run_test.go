@@ -138,7 +138,7 @@ func TestInvalidTestFileSaysWhereAndWhat(t *testing.T) {
       answers: { "files.lst": [{ answer: [] }] },
       expect: {} }`, `wf.test.js:5: cases.c.answers["files.lst"]: connector "files" has no method "lst"; files has: files.list`},
 		{"key", `"c": {
-      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, events, expect`},
+      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, events, webhooks, expect`},
 		{"read after apply", `"c": {
       faults: { "files.list": [{ fault: "timeoutAfterApply" }] },
       expect: {} }`, `timeoutAfterApply is a fault of a write`},
@@ -222,5 +222,83 @@ func TestEventsArePostedAsKeepPublishDoes(t *testing.T) {
 	var inv *Invalid
 	if !errors.As(err, &inv) || inv.Line != 5 || !strings.Contains(err.Error(), `cases["an order posted is confirmed once"].events["order.shipped"]`) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestWebhookDeliveriesAreSignedAndDeliveredAsKeepServeDoes: a case's
+// requests pass the webhook's real verification (GitHub's HMAC, Stripe's,
+// Slack's, a token), a retry of a delivery is found by its id and changes
+// nothing, and a request without the id dedupe names fails the case.
+func TestWebhookDeliveriesAreSignedAndDeliveredAsKeepServeDoes(t *testing.T) {
+	t.Parallel()
+	wf := `export default Keep.workflow({
+  name: "hooks",
+  topics: { "push": {}, "charge": {} },
+  webhooks: {
+    github: { publishes: ["push"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GITHUB_SECRET" } },
+      dedupe: { header: "X-GitHub-Delivery" },
+      handler: async (ctx, req) => {
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id: req.headers["x-github-delivery"], title: "Push " + req.json.after });
+        await ctx.publish("push", { messageId: req.json.after, inputId, payload: req.json });
+      } },
+    stripe: { publishes: ["charge"], verify: { stripe: { secret: "STRIPE_SECRET" } }, dedupe: { json: "id" },
+      handler: async (ctx, req) => {
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id: req.json.id, title: "Charge " + req.json.id });
+        await ctx.publish("charge", { messageId: req.json.id, inputId, payload: { after: req.json.id } });
+      } },
+  },
+  consumers: {
+    c: Keep.consumer({ subscribe: ["push"],
+      async prepare(ctx) {
+        const [e] = await ctx.peek("push", { limit: 1 });
+        if (!e) return { reservations: [] };
+        return { reservations: [{ topic: "push", ids: [e.messageId] }], data: e.payload };
+      },
+      async mutate(ctx, p) { await ctx.files.write({ path: "seen/" + p.data.after, content: "seen" }); },
+    }),
+    d: Keep.consumer({ subscribe: ["charge"],
+      async prepare(ctx) {
+        const [e] = await ctx.peek("charge", { limit: 1 });
+        if (!e) return { reservations: [] };
+        return { reservations: [{ topic: "charge", ids: [e.messageId] }], data: e.payload };
+      },
+      async mutate(ctx, p) { await ctx.files.write({ path: "charged/" + p.data.after, content: "charged" }); },
+    }),
+  },
+});
+`
+	test := `export default Keep.test({
+  workflow: "./wf.js",
+  cases: {
+    "each push is seen once": {
+      webhooks: {
+        github: [
+          { headers: { "X-GitHub-Delivery": "d1" }, json: { after: "abc" } },
+          { headers: { "X-GitHub-Delivery": "d1" }, json: { after: "abc" } },
+        ],
+        stripe: [{ json: { id: "ch_1" } }],
+      },
+      expect: {
+        inputs: [{ title: "Push abc", status: "done" }, { title: "Charge ch_1", status: "done" }],
+      },
+    },
+    "a delivery without its id": {
+      webhooks: { github: [{ json: { after: "abc" } }] },
+      expect: { writes: [] },
+    },
+  },
+});
+`
+	dir := writeFiles(t, map[string]string{"wf.js": wf, "wf.test.js": test})
+	res, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Cases[0].OK {
+		t.Errorf("each push is seen once: %+v", res.Cases[0].Failures)
+	}
+	f := res.Cases[1].Failures
+	if res.Cases[1].OK || len(f) != 1 || f[0].Assertion != `webhooks["github"][0]` || f[0].Line != 17 || !strings.Contains(f[0].Message, "keep did not accept the delivery (bad-input)") || !strings.Contains(f[0].Message, "X-GitHub-Delivery") {
+		t.Errorf("a delivery without its id: %+v", f)
 	}
 }

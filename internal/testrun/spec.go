@@ -33,7 +33,10 @@ type Case struct {
 	// Events are posted through keep's event API before the workflow
 	// runs (topics declared { from: "api" }), in order.
 	Events []EventIn
-	Expect Expect
+	// Deliveries are requests to the workflow's webhooks, signed as its
+	// verify says and delivered as keep serve does, after Events.
+	Deliveries []Delivery
+	Expect     Expect
 	// lines are where the case's parts are written ("expect.writes").
 	lines map[string]int
 	file  string
@@ -54,6 +57,15 @@ type EventIn struct {
 	Topic, ID, Title string
 	Payload          json.RawMessage
 	line             int
+}
+
+// Delivery is one request a case sends to a webhook.
+type Delivery struct {
+	Webhook string
+	Headers map[string]string
+	Query   map[string]string
+	Body    []byte
+	line    int
 }
 
 // Answer is what a fake connector answers a call whose arguments match
@@ -317,7 +329,7 @@ func (r *reader) kase(name string, raw json.RawMessage) (Case, error) {
 	for _, part := range []string{"writes", "inputs", "items", "runs", "blocked"} {
 		c.lines["expect."+part] = r.lines.Of(append(path, "expect", part)...)
 	}
-	_, m, err := r.object(path, raw, "answers", "faults", "events", "expect")
+	_, m, err := r.object(path, raw, "answers", "faults", "events", "webhooks", "expect")
 	if err != nil {
 		return c, err
 	}
@@ -354,6 +366,11 @@ func (r *reader) kase(name string, raw json.RawMessage) (Case, error) {
 	}
 	if m["events"] != nil {
 		if c.Events, err = r.events(append(path, "events"), m["events"]); err != nil {
+			return c, err
+		}
+	}
+	if m["webhooks"] != nil {
+		if c.Deliveries, err = r.deliveries(append(path, "webhooks"), m["webhooks"]); err != nil {
 			return c, err
 		}
 	}
@@ -493,6 +510,52 @@ func (r *reader) events(path []string, raw json.RawMessage) ([]EventIn, error) {
 				}
 			}
 			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// deliveries reads { "NAME": [{ headers?, query?, json? | body? }] }.
+func (r *reader) deliveries(path []string, raw json.RawMessage) ([]Delivery, error) {
+	names, m, err := r.object(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	var out []Delivery
+	for _, name := range names {
+		p := append(append([]string(nil), path...), name)
+		list, err := r.list(p, m[name])
+		if err != nil {
+			return nil, err
+		}
+		for i, raw := range list {
+			dp := append(append([]string(nil), p...), strconv.Itoa(i))
+			_, e, err := r.object(dp, raw, "headers", "query", "json", "body")
+			if err != nil {
+				return nil, err
+			}
+			d := Delivery{Webhook: name, line: r.lines.Of(dp...)}
+			for _, f := range []struct {
+				key string
+				to  *map[string]string
+			}{{"headers", &d.Headers}, {"query", &d.Query}} {
+				if e[f.key] != nil && json.Unmarshal(e[f.key], f.to) != nil {
+					return nil, r.bad(append(dp, f.key), "must be an object of strings, like { \"x-github-event\": \"push\" }, not %s", kindOf(e[f.key]))
+				}
+			}
+			switch {
+			case e["json"] != nil && e["body"] != nil:
+				return nil, r.bad(dp, "has both json and body: a request has one body")
+			case e["json"] != nil:
+				d.Body = []byte(e["json"])
+			case e["body"] != nil:
+				s, err := r.str(append(dp, "body"), e["body"])
+				if err != nil {
+					return nil, err
+				}
+				d.Body = []byte(s)
+			}
+			out = append(out, d)
 		}
 	}
 	return out, nil
