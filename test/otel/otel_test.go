@@ -413,3 +413,37 @@ func newCollector(t *testing.T, status int) *testotlp.Collector {
 	t.Cleanup(c.Close)
 	return c
 }
+
+// The collector's token may be one of keep's secrets ({secret:NAME}, set
+// with keep secret set): it reaches the collector and nowhere else. A
+// ${VAR} keep's environment does not set stops keep at start, saying which.
+func TestTheCollectorsTokenFromKeepsSecrets(t *testing.T) {
+	t.Parallel()
+	col := newCollector(t, http.StatusOK)
+	dir, sink, _ := setup(t, fmt.Sprintf("[otel]\nendpoint = %q\nheaders = { Authorization = \"Bearer {secret:otel_token}\" }\n", col.URL))
+	set := exec.Command(keepBin, "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"), "secret", "set", "otel_token")
+	set.Stdin = strings.NewReader("s3cret-of-the-collector")
+	if out, err := set.CombinedOutput(); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	out, code := keep(t, dir, nil, "run", "traced.js")
+	if code != 0 || strings.Contains(out, "s3cret-of-the-collector") {
+		t.Fatalf("keep run exited %d\n%s", code, out)
+	}
+	if auth := col.Auth(); len(auth) == 0 || auth[0] != "Bearer s3cret-of-the-collector" {
+		t.Errorf("the collector got Authorization %q", auth)
+	}
+	if n := len(sink.Writes()); n != 3 {
+		t.Errorf("writes at the sink: %d", n)
+	}
+
+	dir, sink, _ = setup(t, fmt.Sprintf("[otel]\nendpoint = %q\nheaders = { Authorization = \"Bearer ${KEEP_TEST_UNSET_OTEL_TOKEN}\" }\n", col.URL))
+	out, code = keep(t, dir, nil, "run", "traced.js")
+	want := "keep.toml [otel] headers: Authorization uses ${KEEP_TEST_UNSET_OTEL_TOKEN}, which keep's environment does not set"
+	if code == 0 || !strings.Contains(out, want) {
+		t.Errorf("keep run with an unset ${VAR} exited %d, want an error saying %q:\n%s", code, want, out)
+	}
+	if n := len(sink.Writes()); n != 0 {
+		t.Errorf("writes at the sink: %d (keep must not start)", n)
+	}
+}
