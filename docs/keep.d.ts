@@ -838,7 +838,7 @@ declare namespace Keep.connector {
   }
 }
 
-/** the one declaration a script's last statement makes */
+/** what a consumer's prepare returns: Keep.PrepareResult, by its short name for JSDoc in a script's own functions */
 type PrepareResult<D = any> = Keep.PrepareResult<D>;
 declare var console: {
   log(...values: any[]): void;

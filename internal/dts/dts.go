@@ -192,7 +192,7 @@ const core = `  /** Declares the workflow: end the script with ` + "`export defa
 
 // globals are what the sandbox has beside Keep: console (the prelude's,
 // into the trace); no timers, no fetch, no DOM.
-const globals = `/** the one declaration a script's last statement makes */
+const globals = `/** what a consumer's prepare returns: Keep.PrepareResult, by its short name for JSDoc in a script's own functions */
 type PrepareResult<D = any> = Keep.PrepareResult<D>;
 declare var console: {
   log(...values: any[]): void;
