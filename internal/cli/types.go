@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -37,7 +38,12 @@ func (a *app) typesCmd() *cobra.Command {
 			if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
 				return fmt.Errorf("write the types: %w", err)
 			}
-			fmt.Fprintf(a.out, "wrote %s (%d bytes); put `// @ts-check` and `/// <reference path=\"./%s\" />` at the top of a script\n", out, len(text), filepath.Base(out))
+			// The reference is the path from a script in this folder.
+			ref := filepath.ToSlash(out)
+			if !filepath.IsAbs(out) && !strings.HasPrefix(ref, ".") {
+				ref = "./" + ref
+			}
+			fmt.Fprintf(a.out, "wrote %s (%d bytes); put `// @ts-check` and `/// <reference path=\"%s\" />` at the top of a script in this folder\n", out, len(text), ref)
 			return nil
 		},
 	}

@@ -37,6 +37,12 @@ func TestTypesDeclareEveryMethod(t *testing.T) {
 		t.Fatalf("keep types leaves out the custom connector tickets of keep.toml:\n%s", r.out)
 	}
 	dir := t.TempDir()
+	file := filepath.Join(dir, "keep.d.ts")
+	w := keep(t, "--data", t.TempDir(), "--config", filepath.Join("..", "..", "examples", "custom-connector", "keep.toml"), "types", "-o", file)
+	written, err := os.ReadFile(file)
+	if w.code != 0 || err != nil || string(written) != r.out || !strings.Contains(w.out, `/// <reference path="`+filepath.ToSlash(file)+`" />`) {
+		t.Fatalf("keep types -o FILE: exit %d, %v, the file as -o - prints it: %v\n%s", w.code, err, string(written) == r.out, w.out)
+	}
 	if r := keep(t, "--data", t.TempDir(), "--config", filepath.Join(dir, "none.toml"), "types", "-o", filepath.Join(dir, "keep.d.ts")); r.code == 0 {
 		t.Fatalf("keep types with a keep.toml that does not exist: exit 0\n%s", r.out)
 	}
