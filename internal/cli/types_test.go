@@ -309,3 +309,35 @@ export default Keep.test({
 		}
 	}
 }
+
+// docs/scripts.md's examples that keep's tests run (each marked
+// <!-- docs example: NAME -->) type-check clean too, as a reader who
+// copies one into a file with the two lines at its top would see it.
+func TestTypesCheckTheDocsExamples(t *testing.T) {
+	b, err := os.ReadFile("../../docs/scripts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mark, head = "<!-- docs example: ", "// @ts-check\n/// <reference path=\"./keep.d.ts\" />\n"
+	scripts := map[string]string{}
+	for rest := string(b); ; {
+		i := strings.Index(rest, mark)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len(mark):]
+		name := rest[:strings.Index(rest, " -->")]
+		start := strings.Index(rest, "```js\n")
+		end := strings.Index(rest[start+6:], "```\n")
+		if start < 0 || end < 0 {
+			t.Fatalf("docs example %s has no ```js block after its mark", name)
+		}
+		scripts[name] = head + rest[start+6:start+6+end]
+	}
+	if len(scripts) < 2 {
+		t.Fatalf("found %d docs examples in docs/scripts.md", len(scripts))
+	}
+	if out, ok := tscOver(t, scripts, ""); !ok {
+		t.Fatalf("tsc finds type errors in docs/scripts.md's examples:\n%s", out)
+	}
+}
