@@ -56,6 +56,33 @@ export default Keep.test({
       },
     },
 
+    "tried again once the credential is fixed, each ticket is opened once": {
+      answers: readAlerts,
+      faults: { "http.request": [{ fault: "401" }] },
+      // A person fixes the token, then chooses Try again on the card.
+      decide: [{ card: "answered 401 Unauthorized", action: "try-again" }],
+      expect: {
+        writes: [{ tool: "http.request" }, { tool: "http.request" }],
+        inputs: [
+          { title: "Alert on db1: disk 91% full", status: "done" },
+          { title: "Alert on web: TLS certificate expires in 6 days", status: "done" },
+        ],
+      },
+    },
+
+    "an alert a person skips opens no ticket": {
+      answers: readAlerts,
+      faults: { "http.request": [{ args: { json: { title: "[db1] disk 91% full", alert: "disk-db1" } }, fault: "403" }] },
+      decide: [{ card: "answered 403 Forbidden", action: "skip" }],
+      expect: {
+        writes: [{ tool: "http.request", payload: { json: { title: "[web] TLS certificate expires in 6 days", alert: "cert-web" } } }],
+        inputs: [
+          { title: "Alert on db1: disk 91% full", status: "skipped" },
+          { title: "Alert on web: TLS certificate expires in 6 days", status: "done" },
+        ],
+      },
+    },
+
     "a refused credential waits for a person, and nothing is sent": {
       answers: readAlerts,
       faults: { "http.request": [{ fault: "401" }] },

@@ -42,6 +42,8 @@ const testCore = `  /** A workflow's tests, run by keep test FILE: end a test fi
     events?: { [topic: string]: Array<{ id: string; title: string; payload?: any }> };
     /** requests to the workflow's webhooks, signed as each one's verify says, delivered as keep serve does, after the events */
     webhooks?: { [webhook: string]: Array<{ headers?: { [name: string]: string }; query?: { [name: string]: string }; json?: any; body?: string }> };
+    /** a person's decisions, in order, each on the blocked run whose card says its text, once the workflow is idle */
+    decide?: Array<{ card: string; action: "skip" | "try-again" | "didnt-happen" | "approve" | "reprocess" }>;
     /** checked once the workflow is idle */
     expect: TestExpect;
   }

@@ -249,14 +249,32 @@ func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector
 	}
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	if err := sched.RunUntilIdle(rctx); err != nil {
-		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return cr, err
+	idle := func() (bool, error) {
+		if err := sched.RunUntilIdle(rctx); err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+				return false, err
+			}
+			cr.Failures = append(cr.Failures, Failure{Assertion: "idle", Line: c.Line, Message: fmt.Sprintf("the workflow was still not idle after %s: a retry or reconcile that never ends, or a producer that always finds work", limit)})
+			return false, nil
 		}
-		cr.Failures = append(cr.Failures, Failure{Assertion: "idle", Line: c.Line, Message: fmt.Sprintf("the workflow was still not idle after %s: a retry or reconcile that never ends, or a producer that always finds work", limit)})
+		if errs := sched.Errors(); len(errs) > 0 {
+			return false, fmt.Errorf("keep hit an internal error: %v", errs[0])
+		}
+		return true, nil
 	}
-	if errs := sched.Errors(); len(errs) > 0 {
-		return cr, fmt.Errorf("keep hit an internal error: %v", errs[0])
+	ok, err := idle()
+	for i := 0; ok && err == nil && i < len(c.Decisions); i++ {
+		var f *Failure
+		if f, err = decide(ctx, st, dep.Workflow, c.Decisions[i], i); f != nil {
+			cr.Failures = append(cr.Failures, *f)
+			break
+		}
+		if err == nil {
+			ok, err = idle()
+		}
+	}
+	if err != nil {
+		return cr, err
 	}
 	got, err := observe(context.WithoutCancel(ctx), st, dep.Workflow, fk)
 	if err != nil {
@@ -368,4 +386,33 @@ func deliver(ctx context.Context, eng *engine.Engine, c *Case, wf, wfFile, wfSrc
 		}
 	}
 	return out, nil
+}
+
+// decide takes a person's decision on the blocked run whose card says
+// d.Card, through engine.Control as keep resolve and the page do; a
+// decision no card offers fails the case.
+func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (*Failure, error) {
+	cards, err := report.Blocked(ctx, st, wf)
+	if err != nil {
+		return nil, err
+	}
+	var texts []string
+	for _, cd := range cards {
+		t := cardText(cd)
+		texts = append(texts, t)
+		if !strings.Contains(t, d.Card) {
+			continue
+		}
+		ctrl := &engine.Control{Store: st}
+		if _, err := ctrl.Do(engine.WithActor(ctx, "keep test"), engine.Request{Action: engine.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
+			var ae *engine.ActionError
+			if errors.As(err, &ae) {
+				return &Failure{Assertion: fmt.Sprintf("decide[%d]", i), Line: d.line, Message: fmt.Sprintf("%s on the run whose card says %q was refused: %v", d.Action, d.Card, err), Got: t}, nil
+			}
+			return nil, err
+		}
+		return nil, nil
+	}
+	return &Failure{Assertion: fmt.Sprintf("decide[%d]", i), Line: d.line, Message: fmt.Sprintf("no blocked run's card says %q, so nobody could %s it", d.Card, d.Action),
+		Expected: fmt.Sprintf("a card containing %q", d.Card), Got: orNone(texts)}, nil
 }

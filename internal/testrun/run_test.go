@@ -138,7 +138,7 @@ func TestInvalidTestFileSaysWhereAndWhat(t *testing.T) {
       answers: { "files.lst": [{ answer: [] }] },
       expect: {} }`, `wf.test.js:5: cases.c.answers["files.lst"]: connector "files" has no method "lst"; files has: files.list`},
 		{"key", `"c": {
-      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, events, webhooks, expect`},
+      expects: {} }`, `wf.test.js:5: cases.c.expects: is not something a test says; write one of: answers, faults, events, webhooks, decide, expect`},
 		{"read after apply", `"c": {
       faults: { "files.list": [{ fault: "timeoutAfterApply" }] },
       expect: {} }`, `timeoutAfterApply is a fault of a write`},
@@ -300,5 +300,35 @@ func TestWebhookDeliveriesAreSignedAndDeliveredAsKeepServeDoes(t *testing.T) {
 	f := res.Cases[1].Failures
 	if res.Cases[1].OK || len(f) != 1 || f[0].Assertion != `webhooks["github"][0]` || f[0].Line != 17 || !strings.Contains(f[0].Message, "keep did not accept the delivery (bad-input)") || !strings.Contains(f[0].Message, "X-GitHub-Delivery") {
 		t.Errorf("a delivery without its id: %+v", f)
+	}
+}
+
+// TestADecisionNoCardOffersFailsTheCase: a decision on a card no blocked
+// run shows, or an action its card does not offer, fails the case saying
+// which and what the cards say.
+func TestADecisionNoCardOffersFailsTheCase(t *testing.T) {
+	t.Parallel()
+	blocked := func(decide string) string {
+		return oneJob(`{ "files.write": [{ fault: "401" }] }`, `{ writes: [], blocked: ["Send a"] }, decide: `+decide)
+	}
+	test := "export default Keep.test({ workflow: \"./wf.js\", cases: {\n" +
+		"  \"no such card\": " + blocked(`[{ card: "Send b", action: "skip" }]`) + ",\n" +
+		"  \"not offered\": " + blocked(`[{ card: "Send a", action: "approve" }]`) + ",\n" +
+		"  \"skipped\": " + oneJob(`{ "files.write": [{ fault: "401" }] }`, `{ writes: [], inputs: [{ title: "Job a", status: "skipped" }] }, decide: [{ card: "Send a", action: "skip" }]`) + ",\n" +
+		"} });\n"
+	dir := writeFiles(t, map[string]string{"wf.js": sendWorkflow, "wf.test.js": test})
+	res, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"no such card": `no blocked run's card says "Send b", so nobody could skip it`, "not offered": `approve on the run whose card says "Send a" was refused`}
+	for _, c := range res.Cases {
+		if w, bad := want[c.Name]; bad {
+			if c.OK || c.Failures[0].Assertion != "decide[0]" || !strings.Contains(c.Failures[0].Message, w) {
+				t.Errorf("%s: %+v", c.Name, c.Failures)
+			}
+		} else if !c.OK {
+			t.Errorf("%s: %+v", c.Name, c.Failures)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/fake/fault"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -36,7 +37,10 @@ type Case struct {
 	// Deliveries are requests to the workflow's webhooks, signed as its
 	// verify says and delivered as keep serve does, after Events.
 	Deliveries []Delivery
-	Expect     Expect
+	// Decisions are a person's, taken in order on the blocked run whose
+	// card says their text, each once the workflow is idle.
+	Decisions []Decision
+	Expect    Expect
 	// lines are where the case's parts are written ("expect.writes").
 	lines map[string]int
 	file  string
@@ -58,6 +62,16 @@ type EventIn struct {
 	Payload          json.RawMessage
 	line             int
 }
+
+// Decision is what a person decides on a blocked run: an action its
+// card offers (skip, try-again, didnt-happen, approve, reprocess).
+type Decision struct {
+	Card, Action string
+	line         int
+}
+
+// decisionActions are the actions a case may take on a card.
+var decisionActions = names([]engine.Action{engine.ActSkip, engine.ActTryAgain, engine.ActDidntHappen, engine.ActApprove, engine.ActReprocess})
 
 // Delivery is one request a case sends to a webhook.
 type Delivery struct {
@@ -329,7 +343,7 @@ func (r *reader) kase(name string, raw json.RawMessage) (Case, error) {
 	for _, part := range []string{"writes", "inputs", "items", "runs", "blocked"} {
 		c.lines["expect."+part] = r.lines.Of(append(path, "expect", part)...)
 	}
-	_, m, err := r.object(path, raw, "answers", "faults", "events", "webhooks", "expect")
+	_, m, err := r.object(path, raw, "answers", "faults", "events", "webhooks", "decide", "expect")
 	if err != nil {
 		return c, err
 	}
@@ -371,6 +385,11 @@ func (r *reader) kase(name string, raw json.RawMessage) (Case, error) {
 	}
 	if m["webhooks"] != nil {
 		if c.Deliveries, err = r.deliveries(append(path, "webhooks"), m["webhooks"]); err != nil {
+			return c, err
+		}
+	}
+	if m["decide"] != nil {
+		if c.Decisions, err = r.decisions(append(path, "decide"), m["decide"]); err != nil {
 			return c, err
 		}
 	}
@@ -511,6 +530,37 @@ func (r *reader) events(path []string, raw json.RawMessage) ([]EventIn, error) {
 			}
 			out = append(out, ev)
 		}
+	}
+	return out, nil
+}
+
+// decisions reads [{ card, action }].
+func (r *reader) decisions(path []string, raw json.RawMessage) ([]Decision, error) {
+	list, err := r.list(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	var out []Decision
+	for i, raw := range list {
+		p := append(append([]string(nil), path...), strconv.Itoa(i))
+		_, e, err := r.object(p, raw, "card", "action")
+		if err != nil {
+			return nil, err
+		}
+		d := Decision{line: r.lines.Of(p...)}
+		if e["card"] == nil || e["action"] == nil {
+			return nil, r.bad(p, "write { card: \"text on the blocked run's card\", action: \"skip\" } (actions: %s)", strings.Join(decisionActions, ", "))
+		}
+		if d.Card, err = r.str(append(p, "card"), e["card"]); err != nil {
+			return nil, err
+		}
+		if d.Action, err = r.str(append(p, "action"), e["action"]); err != nil {
+			return nil, err
+		}
+		if !contains(decisionActions, d.Action) {
+			return nil, r.bad(append(p, "action"), "%q is no action on a blocked run; write one of %s", d.Action, strings.Join(decisionActions, ", "))
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
