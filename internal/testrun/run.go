@@ -228,16 +228,8 @@ func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector
 	if err != nil {
 		return cr, deployError(wfFile, err)
 	}
-	for _, ev := range c.Events {
-		// As keep publish posts it: the input and its event in one step.
-		_, err := engine.PostEvent(ctx, st, engine.APIEvent{Workflow: dep.Workflow, Topic: ev.Topic, ID: ev.ID, Title: ev.Title, Payload: ev.Payload}, time.Now())
-		var ae *engine.ActionError
-		if errors.As(err, &ae) {
-			return cr, &Invalid{File: c.file, Line: ev.line, Path: pathText([]string{"cases", c.Name, "events", ev.Topic}), Msg: err.Error()}
-		}
-		if err != nil {
-			return cr, err
-		}
+	if err := postEvents(ctx, st, c, dep.Workflow); err != nil {
+		return cr, err
 	}
 	failures, err := deliver(ctx, eng, c, dep.Workflow, wfFile, wfSrc)
 	if err != nil {
@@ -415,4 +407,21 @@ func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (
 	}
 	return &Failure{Assertion: fmt.Sprintf("decide[%d]", i), Line: d.line, Message: fmt.Sprintf("no blocked run's card says %q, so nobody could %s it", d.Card, d.Action),
 		Expected: fmt.Sprintf("a card containing %q", d.Card), Got: orNone(texts)}, nil
+}
+
+// postEvents posts a case's events as keep publish does: each input and
+// its event in one step. A refused one (a topic not open to the API) is an
+// invalid test at the event's line.
+func postEvents(ctx context.Context, st store.Store, c *Case, wf string) error {
+	for _, ev := range c.Events {
+		_, err := engine.PostEvent(ctx, st, engine.APIEvent{Workflow: wf, Topic: ev.Topic, ID: ev.ID, Title: ev.Title, Payload: ev.Payload}, time.Now())
+		var ae *engine.ActionError
+		if errors.As(err, &ae) {
+			return &Invalid{File: c.file, Line: ev.line, Path: pathText([]string{"cases", c.Name, "events", ev.Topic}), Msg: err.Error()}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

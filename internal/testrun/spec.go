@@ -617,105 +617,35 @@ func (r *reader) expect(path []string, raw json.RawMessage) (Expect, error) {
 	if err != nil {
 		return x, err
 	}
+	at := func(part string) []string { return append(append([]string(nil), path...), part) }
 	if m["writes"] != nil {
-		list, err := r.list(append(path, "writes"), m["writes"])
-		if err != nil {
+		if x.Writes, err = r.writes(at("writes"), m["writes"]); err != nil {
 			return x, err
 		}
-		ws := []WriteExp{}
-		for i, raw := range list {
-			p := append(append([]string(nil), path...), "writes", strconv.Itoa(i))
-			_, e, err := r.object(p, raw, "tool", "target", "payload")
-			if err != nil {
-				return x, err
-			}
-			var w WriteExp
-			if e["tool"] == nil {
-				return x, r.bad(p, "names no tool: write tool: \"files.write\" (the connector's method)")
-			}
-			if w.Tool, err = r.str(append(p, "tool"), e["tool"]); err != nil {
-				return x, err
-			}
-			if err := r.method(append(p, "tool"), w.Tool); err != nil {
-				return x, err
-			}
-			if e["target"] != nil {
-				t, err := r.str(append(p, "target"), e["target"])
-				if err != nil {
-					return x, err
-				}
-				w.Target = &t
-			}
-			if w.Payload, err = r.args(append(p, "payload"), e["payload"]); err != nil {
-				return x, err
-			}
-			ws = append(ws, w)
-		}
-		x.Writes = &ws
 	}
-	for _, k := range []struct {
-		key string
-		to  **[]StatusExp
-	}{{"inputs", &x.Inputs}, {"items", &x.Items}} {
-		if m[k.key] == nil {
-			continue
-		}
-		list, err := r.list(append(path, k.key), m[k.key])
-		if err != nil {
+	if m["inputs"] != nil {
+		if x.Inputs, err = r.titled(at("inputs"), m["inputs"]); err != nil {
 			return x, err
 		}
-		ss := []StatusExp{}
-		for i, raw := range list {
-			p := append(append([]string(nil), path...), k.key, strconv.Itoa(i))
-			_, e, err := r.object(p, raw, "title", "status")
-			if err != nil {
-				return x, err
-			}
-			var s StatusExp
-			if e["title"] == nil {
-				return x, r.bad(p, "names no title: write title: the title the script gives it")
-			}
-			if s.Title, err = r.str(append(p, "title"), e["title"]); err != nil {
-				return x, err
-			}
-			if e["status"] != nil {
-				if s.Status, err = r.str(append(p, "status"), e["status"]); err != nil {
-					return x, err
-				}
-				if !contains(itemStatuses, s.Status) {
-					return x, r.bad(append(p, "status"), "%q is no status; write one of %s", s.Status, strings.Join(itemStatuses, ", "))
-				}
-			}
-			ss = append(ss, s)
+	}
+	if m["items"] != nil {
+		if x.Items, err = r.titled(at("items"), m["items"]); err != nil {
+			return x, err
 		}
-		*k.to = &ss
 	}
 	if m["runs"] != nil {
-		names, rm, err := r.object(append(path, "runs"), m["runs"])
-		if err != nil {
+		if x.Runs, err = r.runs(at("runs"), m["runs"]); err != nil {
 			return x, err
-		}
-		x.Runs = map[string]int{}
-		for _, n := range names {
-			p := append(append([]string(nil), path...), "runs", n)
-			if !contains(runStatuses, n) {
-				return x, r.bad(p, "%q is no run status; write one of %s", n, strings.Join(runStatuses, ", "))
-			}
-			var v int
-			if err := json.Unmarshal(rm[n], &v); err != nil || v < 0 {
-				return x, r.bad(p, "must be how many runs end so (a whole number), not %s", kindOf(rm[n]))
-			}
-			x.Runs[n] = v
 		}
 	}
 	if m["blocked"] != nil {
-		list, err := r.list(append(path, "blocked"), m["blocked"])
+		list, err := r.list(at("blocked"), m["blocked"])
 		if err != nil {
 			return x, err
 		}
 		x.Blocked = []string{}
 		for i, raw := range list {
-			s, err := r.str(append(append([]string(nil), path...), "blocked", strconv.Itoa(i)), raw)
+			s, err := r.str(append(at("blocked"), strconv.Itoa(i)), raw)
 			if err != nil {
 				return x, err
 			}
@@ -723,6 +653,98 @@ func (r *reader) expect(path []string, raw json.RawMessage) (Expect, error) {
 		}
 	}
 	return x, nil
+}
+
+// writes reads expect.writes: [{ tool, target?, payload? }].
+func (r *reader) writes(path []string, raw json.RawMessage) (*[]WriteExp, error) {
+	list, err := r.list(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	ws := []WriteExp{}
+	for i, raw := range list {
+		p := append(append([]string(nil), path...), strconv.Itoa(i))
+		_, e, err := r.object(p, raw, "tool", "target", "payload")
+		if err != nil {
+			return nil, err
+		}
+		var w WriteExp
+		if e["tool"] == nil {
+			return nil, r.bad(p, "names no tool: write tool: \"files.write\" (the connector's method)")
+		}
+		if w.Tool, err = r.str(append(p, "tool"), e["tool"]); err != nil {
+			return nil, err
+		}
+		if err := r.method(append(p, "tool"), w.Tool); err != nil {
+			return nil, err
+		}
+		if e["target"] != nil {
+			t, err := r.str(append(p, "target"), e["target"])
+			if err != nil {
+				return nil, err
+			}
+			w.Target = &t
+		}
+		if w.Payload, err = r.args(append(p, "payload"), e["payload"]); err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return &ws, nil
+}
+
+// titled reads expect.inputs or expect.items: [{ title, status? }].
+func (r *reader) titled(path []string, raw json.RawMessage) (*[]StatusExp, error) {
+	list, err := r.list(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	ss := []StatusExp{}
+	for i, raw := range list {
+		p := append(append([]string(nil), path...), strconv.Itoa(i))
+		_, e, err := r.object(p, raw, "title", "status")
+		if err != nil {
+			return nil, err
+		}
+		var s StatusExp
+		if e["title"] == nil {
+			return nil, r.bad(p, "names no title: write title: the title the script gives it")
+		}
+		if s.Title, err = r.str(append(p, "title"), e["title"]); err != nil {
+			return nil, err
+		}
+		if e["status"] != nil {
+			if s.Status, err = r.str(append(p, "status"), e["status"]); err != nil {
+				return nil, err
+			}
+			if !contains(itemStatuses, s.Status) {
+				return nil, r.bad(append(p, "status"), "%q is no status; write one of %s", s.Status, strings.Join(itemStatuses, ", "))
+			}
+		}
+		ss = append(ss, s)
+	}
+	return &ss, nil
+}
+
+// runs reads expect.runs: { "committed": 2 }.
+func (r *reader) runs(path []string, raw json.RawMessage) (map[string]int, error) {
+	names, rm, err := r.object(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, n := range names {
+		p := append(append([]string(nil), path...), n)
+		if !contains(runStatuses, n) {
+			return nil, r.bad(p, "%q is no run status; write one of %s", n, strings.Join(runStatuses, ", "))
+		}
+		var v int
+		if err := json.Unmarshal(rm[n], &v); err != nil || v < 0 {
+			return nil, r.bad(p, "must be how many runs end so (a whole number), not %s", kindOf(rm[n]))
+		}
+		out[n] = v
+	}
+	return out, nil
 }
 
 // itemStatuses and runStatuses are what a case may name.
