@@ -332,3 +332,52 @@ func TestADecisionNoCardOffersFailsTheCase(t *testing.T) {
 		}
 	}
 }
+
+// TestItemsAreExpectedByTitleAndStatus: an item script's items, done or
+// needing a person, as keep items shows them.
+func TestItemsAreExpectedByTitleAndStatus(t *testing.T) {
+	t.Parallel()
+	wf := `export default Keep.workflow({
+  name: "confirm",
+  tasks: { confirm: Keep.task({ schedule: { interval: "1h" }, async run(ctx) {
+    for (const f of await ctx.files.list({ dir: "in" })) {
+      await ctx.withItem("order:" + f.name, "Order " + f.name, async (ictx) => {
+        if (ictx.item.isDone) return;
+        await ictx.files.write({ path: "out/" + f.name, content: "confirmed" });
+      });
+    }
+  } }) },
+});
+`
+	test := `export default Keep.test({
+  workflow: "./wf.js",
+  cases: {
+    "each order is an item": {
+      answers: { "files.list": [{ answer: [{ path: "in/a", name: "a" }, { path: "in/b", name: "b" }] }] },
+      faults: { "files.write": [{ args: { path: "out/b" }, fault: "403" }] },
+      expect: {
+        writes: [{ tool: "files.write", target: "file out/a" }],
+        items: [{ title: "Order a", status: "done" }, { title: "Order b", status: "needs_attention" }],
+        blocked: ["answered 403 Forbidden"],
+      },
+    },
+    "a wrong status says which": {
+      answers: { "files.list": [{ answer: [{ path: "in/a", name: "a" }] }] },
+      expect: { items: [{ title: "Order a", status: "failed" }] },
+    },
+  },
+});
+`
+	dir := writeFiles(t, map[string]string{"wf.js": wf, "wf.test.js": test})
+	res, err := Run(context.Background(), filepath.Join(dir, "wf.test.js"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Cases[0].OK {
+		t.Errorf("each order is an item: %+v", res.Cases[0].Failures)
+	}
+	f := res.Cases[1].Failures
+	if len(f) != 1 || f[0].Assertion != "expect.items[0]" || f[0].Message != `item "Order a" is done, not failed` {
+		t.Errorf("a wrong status: %+v", f)
+	}
+}
