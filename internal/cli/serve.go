@@ -54,8 +54,9 @@ func (a *app) serveCmd() *cobra.Command {
 					return fmt.Errorf("listen for webhooks on %s: %w (another program has it, or pass another --webhooks-addr)", hooksAddr, err)
 				}
 				// Its own server: no API route, no page and no guard of the
-				// API's is reachable on this address.
-				srv := &http.Server{Handler: k.WebhooksHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+				// API's is reachable on this address; bounded, as it faces
+				// the internet.
+				srv := k.WebhooksServer()
 				go srv.Serve(ln)
 				defer srv.Close()
 				hooksURL = "http://" + ln.Addr().String()

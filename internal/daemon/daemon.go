@@ -301,12 +301,13 @@ type HTTPOptions struct {
 	WebhooksURL string
 }
 
-// WebhooksHandler serves the webhooks (POST /hooks/{wf}/{name}) and
-// nothing else, on an address of their own (keep serve --webhooks-addr):
-// no API route and no page is reachable through it, and the API's guard
-// is not in its path — each webhook is verified as its script declares.
-func (k *Keep) WebhooksHandler() http.Handler {
-	return hooks.Handler(k.Engine, k.log)
+// WebhooksServer serves the webhooks (POST /hooks/{wf}/{name}) and
+// nothing else, on an address of their own (keep serve --webhooks-addr),
+// within the listener's bounds (hooks.Server): no API route and no page is
+// reachable through it, and the API's guard is not in its path — each
+// webhook is verified as its script declares.
+func (k *Keep) WebhooksServer() *http.Server {
+	return hooks.Server(k.Engine, k.log)
 }
 
 // ProfilesPath is where keep serve --pprof serves Go's profiles.

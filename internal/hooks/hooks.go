@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -50,10 +51,37 @@ var codes = map[engine.Why]int{
 	engine.WhyRedeploy:  http.StatusServiceUnavailable,
 }
 
+// The listener's bounds: it faces the internet, so no sender, signed or
+// not, holds more of keep than these. A request's headers are at most
+// MaxHeaderBytes (431 beyond); its headers come within 10 seconds and its
+// body within a minute of the connection's start (then it is cut); at most
+// MaxInFlight deliveries are read or handled at once, so the bodies held
+// are at most MaxInFlight times webhook_max_body, and the sender beyond
+// them is answered 503 at once, its body not read: it sends it again.
+const (
+	MaxHeaderBytes = 64 << 10
+	MaxInFlight    = 64
+)
+
+// Server is the webhooks' http.Server, within the listener's bounds.
+func Server(e *engine.Engine, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: Handler(e, log), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}
+}
+
 // Handler serves the webhooks of e's store.
 func Handler(e *engine.Engine, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
+	slots := make(chan struct{}, MaxInFlight)
 	mux.HandleFunc("POST "+Path+"{wf}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			w.Header().Set("Retry-After", "10")
+			answer(w, http.StatusServiceUnavailable, Reply{Message: fmt.Sprintf("keep is taking as many webhook deliveries as it takes at once (%d); this one was not read, and nothing of it was kept: send it again", MaxInFlight)})
+			return
+		}
 		deliver(w, r, e, log)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -86,8 +114,10 @@ func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog
 	// either its commit is made or nothing is (the sender retries).
 	d, err := e.Deliver(context.WithoutCancel(r.Context()), h)
 	if err != nil {
+		// Keep's own error (its store, its paths) is for its log: the
+		// sender may be anyone on the internet.
 		log.Error("a webhook delivery failed inside keep", "workflow", h.Workflow, "webhook", h.Name, "err", err)
-		answer(w, http.StatusInternalServerError, Reply{Message: fmt.Sprintf("keep could not take this delivery (%v); nothing of it was kept, send it again", err)})
+		answer(w, http.StatusInternalServerError, Reply{Message: "keep could not take this delivery because of an error of its own (its log says which); nothing of it was kept: send it again"})
 		return
 	}
 	if d.Why == engine.WhyChallenge {

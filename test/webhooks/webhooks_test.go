@@ -106,6 +106,7 @@ var secrets = map[string]string{"GITHUB_SECRET": "gh-s3cret-value", "STRIPE_SECR
 type keep struct {
 	t     *testing.T
 	dir   string
+	store string // --store, "" for keep.db in the data directory
 	sink  *testsink.Sink
 	cmd   *exec.Cmd
 	logs  *bytes.Buffer
@@ -126,24 +127,33 @@ func (k *keep) unblock() {
 // setup deploys the script (granted what it uses) and sets the secrets.
 func setup(t *testing.T) *keep {
 	t.Helper()
-	k := &keep{t: t, dir: t.TempDir(), sink: testsink.New(), reading: make(chan struct{}, 8), release: make(chan struct{})}
-	// The slow webhook's handler reads /slow, held here until the test
-	// releases it: keep serve is then between receipt and commit.
-	k.sink.OnRead = func(path string) {
-		if path == "/slow" {
-			k.reading <- struct{}{}
-			<-k.release
+	return setupWith(t, "", `webhook_max_body = "8KiB"`, func(k *keep) string {
+		// The slow webhook's handler reads /slow, held here until the test
+		// releases it: keep serve is then between receipt and commit.
+		k.sink.OnRead = func(path string) {
+			if path == "/slow" {
+				k.reading <- struct{}{}
+				<-k.release
+			}
 		}
-	}
+		var cons []string
+		for i, topic := range []string{"gh.push", "stripe.event", "slack.event", "ops.alert", "slow.job"} {
+			c := strings.NewReplacer("%NAME%", fmt.Sprint("write", i), "%TOPIC%", topic, "%SINK%", k.sink.URL).Replace(consumer)
+			cons = append(cons, c)
+		}
+		return strings.ReplaceAll(strings.Replace(script, "%CONSUMERS%", strings.Join(cons, "\n"), 1), "%SINK%", k.sink.URL)
+	})
+}
+
+// setupWith deploys the script src makes (given the sink) on the store
+// ("" for SQLite in the data directory) under keep.toml's [policy] lines
+// policy, and sets the secrets.
+func setupWith(t *testing.T, store, policy string, src func(*keep) string) *keep {
+	t.Helper()
+	k := &keep{t: t, dir: t.TempDir(), store: store, sink: testsink.New(), reading: make(chan struct{}, 8), release: make(chan struct{})}
 	t.Cleanup(func() { k.unblock(); k.sink.Close() })
-	var cons []string
-	for i, topic := range []string{"gh.push", "stripe.event", "slack.event", "ops.alert", "slow.job"} {
-		c := strings.NewReplacer("%NAME%", fmt.Sprint("write", i), "%TOPIC%", topic, "%SINK%", k.sink.URL).Replace(consumer)
-		cons = append(cons, c)
-	}
-	src := strings.ReplaceAll(strings.Replace(script, "%CONSUMERS%", strings.Join(cons, "\n"), 1), "%SINK%", k.sink.URL)
-	k.write("wf.js", src)
-	k.write("keep.toml", "[policy]\nwebhook_max_body = \"8KiB\"\n"+k.sink.AllowTOML())
+	k.write("wf.js", src(k))
+	k.write("keep.toml", "[policy]\n"+policy+"\n"+k.sink.AllowTOML())
 	if out, err := k.keep("", "validate", k.path("wf.js")); err != nil {
 		t.Fatalf("keep validate: %v\n%s", err, out)
 	}
@@ -160,6 +170,15 @@ func setup(t *testing.T) *keep {
 
 func (k *keep) path(name string) string { return filepath.Join(k.dir, name) }
 
+// global is the flags every command of the binary is given.
+func (k *keep) global() []string {
+	args := []string{"--data", k.path("data"), "--config", k.path("keep.toml")}
+	if k.store != "" {
+		args = append(args, "--store", k.store)
+	}
+	return args
+}
+
 func (k *keep) write(name, text string) {
 	if err := os.WriteFile(k.path(name), []byte(text), 0o644); err != nil {
 		k.t.Fatal(err)
@@ -168,7 +187,7 @@ func (k *keep) write(name, text string) {
 
 // keep runs a command of the binary on the data directory.
 func (k *keep) keep(stdin string, args ...string) (string, error) {
-	cmd := exec.Command(keepBin, append([]string{"--data", k.path("data"), "--config", k.path("keep.toml")}, args...)...)
+	cmd := exec.Command(keepBin, append(k.global(), args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -182,8 +201,8 @@ func (k *keep) serve(env ...string) {
 		k.hooks, k.api = "http://"+testbin.FreePort(k.t), "http://"+testbin.FreePort(k.t)
 	}
 	k.logs = &bytes.Buffer{}
-	k.cmd = exec.Command(keepBin, "serve", "--data", k.path("data"), "--config", k.path("keep.toml"),
-		"--addr", strings.TrimPrefix(k.api, "http://"), "--webhooks-addr", strings.TrimPrefix(k.hooks, "http://"))
+	k.cmd = exec.Command(keepBin, append(k.global(), "serve",
+		"--addr", strings.TrimPrefix(k.api, "http://"), "--webhooks-addr", strings.TrimPrefix(k.hooks, "http://"))...)
 	k.cmd.Stdout, k.cmd.Stderr = k.logs, k.logs
 	k.cmd.Env = append(os.Environ(), env...)
 	if err := k.cmd.Start(); err != nil {
@@ -293,9 +312,11 @@ type view struct {
 	} `json:"deliveries"`
 }
 
-func (k *keep) view() view {
+func (k *keep) view() view { return k.viewOf("hooks") }
+
+func (k *keep) viewOf(wf string) view {
 	k.t.Helper()
-	out, err := k.keep("", "webhooks", "hooks", "--json", "--limit", "100")
+	out, err := k.keep("", "webhooks", wf, "--json", "--limit", "100")
 	if err != nil {
 		k.t.Fatalf("keep webhooks: %v\n%s", err, out)
 	}
@@ -316,9 +337,11 @@ func (v view) counts(name string) map[string]int {
 }
 
 // inputs counts the workflow's inputs, as keep inputs shows them.
-func (k *keep) inputs() int {
+func (k *keep) inputs() int { return k.inputsOf("hooks") }
+
+func (k *keep) inputsOf(wf string) int {
 	k.t.Helper()
-	out, err := k.keep("", "inputs", "hooks", "--json")
+	out, err := k.keep("", "inputs", wf, "--json")
 	if err != nil {
 		k.t.Fatalf("keep inputs: %v\n%s", err, out)
 	}

@@ -1,0 +1,290 @@
+package webhooks
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/keep-run/keep/internal/hooks"
+	"github.com/keep-run/keep/internal/testbin"
+)
+
+// attackScript has one GitHub-style webhook whose handler takes the
+// input's id from the body (as docs/scripts.md says to), and does what a
+// hostile or broken script would when the body asks: throw, loop, peek,
+// write. Its consumer writes each event to the sink once.
+const attackScript = `export default Keep.workflow({
+  name: "atk",
+  topics: { t: {} },
+  webhooks: {
+    gh: {
+      publishes: ["t"],
+      verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GITHUB_SECRET" } },
+      dedupe: { header: "X-GitHub-Delivery" },
+      handler: async (ctx, req) => {
+        const mode = req.json && req.json.mode
+        if (mode === "throw") throw new Error("told to throw")
+        if (mode === "loop") { while (true) {} }
+        if (mode === "peek") await ctx.peek("t")
+        if (mode === "write") await ctx.http.request({ method: "POST", url: "%SINK%/write/from-the-handler", json: {} })
+        const id = req.json ? String(req.json.id) : "raw-" + req.body.length
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id, title: "delivery " + id })
+        await ctx.publish("t", { inputId, payload: { id, parsed: req.json !== null, length: req.body.length } })
+      },
+    },
+  },
+  consumers: {
+    w: Keep.consumer({
+      subscribe: ["t"],
+      async prepare(ctx) {
+        const [e] = await ctx.peek("t")
+        if (!e) return { reservations: [] }
+        return { reservations: [{ topic: "t", ids: [e.messageId] }], data: e.payload }
+      },
+      async mutate(ctx, p) {
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data })
+      },
+    }),
+  },
+})`
+
+func attackSetup(t *testing.T, store string) *keep {
+	t.Helper()
+	return setupWith(t, store, "webhook_max_body = \"64KiB\"\nhandler_timeout = \"10s\"", func(k *keep) string {
+		return strings.ReplaceAll(attackScript, "%SINK%", k.sink.URL)
+	})
+}
+
+// signed is a delivery to atk/gh signed as GitHub signs (secret: the
+// right one unless told), with its delivery id.
+func (k *keep) signed(body []byte, delivery, secret string) answer {
+	return k.post("/hooks/atk/gh", body, map[string]string{"X-GitHub-Delivery": delivery, "X-Hub-Signature-256": "sha256=" + hexMAC(secret, string(body))})
+}
+
+// writesTo counts the sink's writes to one path.
+func (k *keep) writesTo(path string) int {
+	n := 0
+	for _, w := range k.sink.Writes() {
+		if w.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAHostileSenderIsBoundedByTheListener: the webhooks address faces
+// the internet, so no sender holds more of keep than its bounds. Headers
+// over 64 KiB are refused (431) before any handler; a flood of senders
+// that trickle their bodies holds at most hooks.MaxInFlight deliveries,
+// and the next sender is told at once to retry (503, its body not read);
+// once they are gone, a signed delivery is accepted.
+func TestAHostileSenderIsBoundedByTheListener(t *testing.T) {
+	k := attackSetup(t, "")
+	k.serve()
+	big := map[string]string{"X-Padding": strings.Repeat("p", 100<<10), "X-GitHub-Delivery": "h-1"}
+	if a := k.post("/hooks/atk/gh", []byte(`{"id":"h"}`), big); a.err != nil || a.code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KiB of headers: %d %q (%v), want 431", a.code, a.body, a.err)
+	}
+
+	// Slow senders: each sends its headers and half its body, then waits.
+	// One more comes before each probe, until a probe is turned away: the
+	// slow ones hold every place (a probe under way holds one of them
+	// while a slow one comes, which is then turned away itself).
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	host := strings.TrimPrefix(k.hooks, "http://")
+	var busy answer
+	testbin.WaitFor(t, "a sender beyond the slow ones to be told keep is busy", func() bool {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatalf("slow sender %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /hooks/atk/gh HTTP/1.1\r\nHost: %s\r\nContent-Length: 2000\r\nX-GitHub-Delivery: slow-%d\r\nX-Hub-Signature-256: sha256=00\r\n\r\n%s", host, len(conns), strings.Repeat("x", 1000))
+		busy = k.signed([]byte(`{"id":"while-busy"}`), "busy-1", secrets["GITHUB_SECRET"])
+		return busy.code == http.StatusServiceUnavailable
+	}, k.logs)
+	if len(conns) < hooks.MaxInFlight {
+		t.Fatalf("turned away with %d slow senders, fewer than the bound of %d: %s", len(conns), hooks.MaxInFlight, busy.body)
+	}
+	if !strings.Contains(busy.body, "send it again") || strings.Contains(busy.body, `"ok":true`) {
+		t.Fatalf("the busy answer: %d %s", busy.code, busy.body)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	testbin.WaitFor(t, "the delivery to be accepted once the slow senders are gone", func() bool {
+		a := k.signed([]byte(`{"id":"while-busy"}`), "busy-1", secrets["GITHUB_SECRET"])
+		return a.code == http.StatusOK
+	}, k.logs)
+	testbin.WaitFor(t, "the consumer to write it", func() bool { return k.writesTo("/write/while-busy") == 1 }, k.logs)
+}
+
+// TestADeeplyNestedBodyIsNotParsedForTheHandler: a signed JSON body nested
+// deeper than keep parses for a handler (1,000 levels) reaches the
+// handler as text with req.json null — not as a stack overflow blamed on
+// the script that fails every retry.
+func TestADeeplyNestedBodyIsNotParsedForTheHandler(t *testing.T) {
+	k := attackSetup(t, "")
+	k.serve()
+	deep := []byte(`{"x":` + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + `}`)
+	k.expect(k.signed(deep, "deep-1", secrets["GITHUB_SECRET"]), http.StatusOK, `"status":"accepted"`)
+	path := fmt.Sprintf("/write/raw-%d", len(deep))
+	testbin.WaitFor(t, "the consumer to write the deep delivery", func() bool { return k.writesTo(path) == 1 }, k.logs)
+	for _, w := range k.sink.Writes() {
+		if w.Path == path && !strings.Contains(string(w.Body), `"parsed":false`) {
+			t.Fatalf("the handler saw the deep body parsed: %s", w.Body)
+		}
+	}
+	// Nested as deep as a handler takes, it is parsed.
+	ok := []byte(`{"id":"nested","x":` + strings.Repeat("[", 900) + strings.Repeat("]", 900) + `}`)
+	k.expect(k.signed(ok, "deep-2", secrets["GITHUB_SECRET"]), http.StatusOK, `"status":"accepted"`)
+	testbin.WaitFor(t, "the consumer to write the nested delivery", func() bool { return k.writesTo("/write/nested") == 1 }, k.logs)
+}
+
+// TestForgedRepeatedAndHostileDeliveries: what a sender without the secret,
+// a replaying one, a racing one and a hostile handler get, and that each
+// leaves the store as it was (held; kept as a regression test).
+func TestForgedRepeatedAndHostileDeliveries(t *testing.T) {
+	k := attackSetup(t, "")
+	k.serve()
+	gh := secrets["GITHUB_SECRET"]
+	body := []byte(`{"id":"o-1"}`)
+	sig := "sha256=" + hexMAC(gh, string(body))
+	forged := []struct {
+		name    string
+		headers map[string]string
+		body    []byte
+		says    string
+	}{
+		{"another secret", map[string]string{"X-Hub-Signature-256": "sha256=" + hexMAC("guess", string(body))}, body, "does not match the body"},
+		{"truncated", map[string]string{"X-Hub-Signature-256": sig[:len(sig)-2]}, body, "does not match the body"},
+		{"prefix only", map[string]string{"X-Hub-Signature-256": "sha256="}, body, "does not match the body"},
+		{"no prefix", map[string]string{"X-Hub-Signature-256": strings.TrimPrefix(sig, "sha256=")}, body, "header does not start with"},
+		{"another body", map[string]string{"X-Hub-Signature-256": sig}, []byte(`{"id":"o-2"}`), "does not match the body"},
+		{"missing", map[string]string{}, body, "no X-Hub-Signature-256 header"},
+	}
+	for _, f := range forged {
+		f.headers["X-GitHub-Delivery"] = "forged"
+		a := k.post("/hooks/atk/gh", f.body, f.headers)
+		if a.code != http.StatusUnauthorized || !strings.Contains(a.body, f.says) {
+			t.Errorf("%s: %d %s, want 401 saying %q", f.name, a.code, a.body, f.says)
+		}
+	}
+	// A repeated header: the first value is the one checked.
+	if a := k.rawPost("/hooks/atk/gh", body, "X-GitHub-Delivery: dup", "X-Hub-Signature-256: sha256=00", "X-Hub-Signature-256: "+sig); a.code != http.StatusUnauthorized {
+		t.Errorf("a bad signature before a good one: %d %s, want 401", a.code, a.body)
+	}
+	// Unknown workflows and webhooks get the same answer.
+	a1, a2 := k.post("/hooks/atk/nope", body, nil), k.post("/hooks/nope/gh", body, nil)
+	if a1.code != http.StatusNotFound || a2.code != http.StatusNotFound || strings.Replace(a1.body, "atk/nope", "X", 1) != strings.Replace(a2.body, "nope/gh", "X", 1) {
+		t.Errorf("unknown webhook %d %s, unknown workflow %d %s: want the same 404", a1.code, a1.body, a2.code, a2.body)
+	}
+
+	// One signed delivery sent by 20 senders at once: one accepted.
+	statuses := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := k.signed(body, "d-1", gh)
+			var r struct{ Status string }
+			_ = json.Unmarshal([]byte(a.body), &r)
+			mu.Lock()
+			statuses[fmt.Sprint(a.code, " ", r.Status)]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if statuses["200 accepted"] != 1 || statuses["200 duplicate"] != 19 {
+		t.Fatalf("20 senders of one delivery: %v, want 1 accepted and 19 duplicates", statuses)
+	}
+	// The same signed body under a new delivery id (GitHub signs the body,
+	// not the id): a delivery of its own, but the same input and event.
+	k.expect(k.signed(body, "d-2", gh), http.StatusOK, `"inputs":0`)
+	// Chunked, as a sender that streams its body.
+	k.expect(k.rawPost("/hooks/atk/gh", []byte(`{"id":"chunked"}`), "Transfer-Encoding: chunked", "X-GitHub-Delivery: c-1", "X-Hub-Signature-256: sha256="+hexMAC(gh, `{"id":"chunked"}`)), http.StatusOK, `"status":"accepted"`)
+
+	// Hostile handlers: each is failed (500) and stores nothing.
+	for _, mode := range []string{"throw", "loop", "peek", "write"} {
+		b := []byte(fmt.Sprintf(`{"id":"h-%s","mode":%q}`, mode, mode))
+		a := k.signed(b, "h-"+mode, gh)
+		if a.code != http.StatusInternalServerError || !strings.Contains(a.body, `"status":"failed"`) {
+			t.Errorf("a handler told to %s: %d %s, want 500 failed", mode, a.code, a.body)
+		}
+	}
+	// The secret changed: the old one no longer verifies, the new one does.
+	if out, err := k.keep("rotated-secret", "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	rotated := []byte(`{"id":"after-rotation"}`)
+	k.expect(k.signed(rotated, "r-1", gh), http.StatusUnauthorized, "does not match the body")
+	k.expect(k.signed(rotated, "r-2", "rotated-secret"), http.StatusOK, `"status":"accepted"`)
+
+	testbin.WaitFor(t, "the consumer to write o-1, chunked and after-rotation", func() bool {
+		return k.writesTo("/write/o-1") >= 1 && k.writesTo("/write/chunked") >= 1 && k.writesTo("/write/after-rotation") >= 1
+	}, k.logs)
+	if n := k.inputsOf("atk"); n != 3 {
+		t.Errorf("%d inputs, want 3 (o-1, chunked, after-rotation)", n)
+	}
+	for _, w := range k.sink.Writes() {
+		if w.Path != "/write/o-1" && w.Path != "/write/chunked" && w.Path != "/write/after-rotation" {
+			t.Errorf("a write the deliveries did not ask for: %s %s", w.Path, w.Body)
+		}
+	}
+	if n := k.writesTo("/write/o-1"); n != 1 {
+		t.Errorf("o-1 written %d times, want once", n)
+	}
+}
+
+// rawPost sends a request with its header lines as given (repeated
+// headers, Transfer-Encoding: chunked) on a connection of its own.
+func (k *keep) rawPost(path string, body []byte, lines ...string) answer {
+	host := strings.TrimPrefix(k.hooks, "http://")
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer c.Close()
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", path, host)
+	chunked := false
+	for _, l := range lines {
+		chunked = chunked || strings.EqualFold(l, "Transfer-Encoding: chunked")
+		req.WriteString(l + "\r\n")
+	}
+	if chunked {
+		req.WriteString("\r\n")
+		for i := 0; i < len(body); i += 5 {
+			part := body[i:min(i+5, len(body))]
+			fmt.Fprintf(&req, "%x\r\n%s\r\n", len(part), part)
+		}
+		req.WriteString("0\r\n\r\n")
+	} else {
+		fmt.Fprintf(&req, "Content-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	if _, err := c.Write(req.Bytes()); err != nil {
+		return answer{err: err}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return answer{code: resp.StatusCode, body: b.String()}
+}
