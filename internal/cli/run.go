@@ -68,14 +68,11 @@ func (a *app) runCmd() *cobra.Command {
 			if _, err := engine.QueueAtStart(ctx, k.Store, res.Workflow, time.Now()); err != nil {
 				return err
 			}
-			if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
+			if abandoned, err := runUntilIdle(ctx, k); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
-					// Say where it stopped: what is done, what is still pending.
-					if _, perr := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res); perr != nil {
-						return perr
-					}
-					return fmt.Errorf("still not idle after --timeout %s: the inputs above marked pending are not done yet; keep run %s again, or keep serve, goes on from here", timeout, args[0])
+					return a.stoppedAt(ctx, k, res, abandoned, timeout, args[0])
 				}
+				a.printAbandoned(abandoned, args[0]) // stopped (Ctrl-C)
 				return err
 			}
 			if errs := k.Scheduler.Errors(); len(errs) > 0 {
@@ -98,6 +95,61 @@ func (a *app) runCmd() *cobra.Command {
 	c.Flags().BoolVar(&major, "major", false, "deploy as a major version")
 	a.addJSON(c)
 	return c
+}
+
+// runUntilIdle runs k's workflows until nothing is left to do, or ctx
+// ends. Then it stops at once: it waits for no connector call. A step
+// between two calls (in a handler, committing) ends or reaches its next
+// call (Engine.Parked); the calls the steps wait on then are given up on
+// and returned — each safe to give up on by the ledger (a write is
+// in_flight, reconciled by the next run; a read writes nothing), as a
+// crash would leave them. Their steps are left to the process's exit.
+func runUntilIdle(ctx context.Context, k *daemon.Keep) ([]engine.CallInFlight, error) {
+	idle := make(chan error, 1)
+	go func() { idle <- k.Scheduler.RunUntilIdle(ctx) }()
+	select {
+	case err := <-idle:
+		return nil, err
+	case <-ctx.Done():
+	}
+	parked := make(chan []engine.CallInFlight, 1)
+	pctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		calls, _ := k.Engine.Parked(pctx)
+		parked <- calls
+	}()
+	select {
+	case err := <-idle:
+		return nil, err
+	case calls := <-parked:
+		return calls, ctx.Err()
+	}
+}
+
+// stoppedAt says where keep run stopped after --timeout: what is done,
+// what is still pending, and each call it gave up on.
+func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res engine.DeployResult, abandoned []engine.CallInFlight, timeout time.Duration, file string) error {
+	if _, err := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res); err != nil {
+		return err
+	}
+	a.printAbandoned(abandoned, file)
+	return fmt.Errorf("still not idle after --timeout %s: the inputs above marked pending are not done yet; keep run %s again, or keep serve, goes on from here", timeout, file)
+}
+
+// printAbandoned names each call keep run gave up on, and what becomes of it.
+func (a *app) printAbandoned(abandoned []engine.CallInFlight, file string) {
+	for _, c := range abandoned {
+		what := fmt.Sprintf("%s (%s, run %s), waited on for %s", c.Target, c.Call, c.RunID, time.Since(c.Since).Round(time.Millisecond))
+		switch {
+		case c.Write && c.CanReconcile:
+			fmt.Fprintf(a.errOut, "gave up on the write %s: it may have happened. It is recorded in flight: the next keep run %s, or keep serve, asks the service whether it happened before anything is sent again\n", what, file)
+		case c.Write:
+			fmt.Fprintf(a.errOut, "gave up on the write %s: it may have happened. It is recorded in flight, and keep cannot ask the service: the next keep run %s, or keep serve, shows it for a person to say whether it happened\n", what, file)
+		default:
+			fmt.Fprintf(a.errOut, "gave up on the call %s: it writes nothing; it is made again when the run goes on\n", what)
+		}
+	}
 }
 
 // printNotice prints, while keep run waits, what keep does by itself (a

@@ -461,7 +461,12 @@ func (k *Keep) Close() error {
 	if k.stopListening != nil {
 		k.stopListening()
 	}
-	k.connectors.Close()
+	if k.Engine == nil || k.Engine.CallsInFlight() == 0 {
+		// A call keep run gave up on (--timeout) still holds its
+		// connector: a pool's Close would wait for it. The process's exit
+		// ends it instead.
+		k.connectors.Close()
+	}
 	k.release()
 	err := k.Store.Close()
 	k.lock.Close()

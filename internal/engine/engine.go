@@ -106,6 +106,9 @@ type Engine struct {
 	secret   func(context.Context, string) (string, error)
 	tracer   otrace.Tracer
 
+	// flight counts the steps under way and the calls they wait on.
+	flight flight
+
 	mu       sync.Mutex
 	programs map[string]*script.Program
 	// installation is the store's id, read once (installationID).

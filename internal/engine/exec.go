@@ -233,6 +233,7 @@ func (x *runExec) secrets() connector.SecretFunc {
 // ledger only the mask. The call has its span when keep traces.
 func (x *runExec) do(ctx context.Context, tool string, m *connector.Method, call connector.Call) connector.Result {
 	ctx, span := x.startCall(ctx, "call", tool, m.Name)
+	defer x.e.flight.call(ctx, x.callOf(tool, m, call))()
 	call.Secret = x.secrets()
 	res := maskResult(m.Do(ctx, call))
 	endCall(span, m, call, res)
@@ -242,6 +243,9 @@ func (x *runExec) do(ctx context.Context, tool string, m *connector.Method, call
 // probe is do for a reconcile probe.
 func (x *runExec) probe(ctx context.Context, tool string, m *connector.Method, call connector.Call) (connector.ReconcileStatus, any, error) {
 	ctx, span := x.startCall(ctx, "reconcile", tool, m.Name)
+	probe := x.callOf(tool, m, connector.Call{Args: call.Args})
+	probe.Call += " (reconcile)"
+	defer x.e.flight.call(ctx, probe)()
 	call.Secret = x.secrets()
 	status, value, err := m.Reconcile(ctx, call)
 	if err != nil {

@@ -65,6 +65,8 @@ func advance(r *kt.Run, to kt.Phase) error {
 // whether it did anything. The caller guarantees that no other Step of the
 // same workflow runs at the same time.
 func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
+	ctx, done := e.flight.step(ctx)
+	defer done()
 	did, err := e.step(ctx, name)
 	if errors.Is(err, store.ErrConflict) {
 		// The run was written while this step worked on it (a person's

@@ -73,8 +73,10 @@ type Sink struct {
 	// holdAt is the probe (1-based) held until hold is closed (HoldProbe).
 	holdAt int
 	hold   chan struct{}
-	opened int               // connections accepted
-	idle   map[net.Conn]bool // connections idle between requests (keep-alive)
+	// holdWrite holds the next write's answer (HoldWrite).
+	holdWrite *heldWrite
+	opened    int               // connections accepted
+	idle      map[net.Conn]bool // connections idle between requests (keep-alive)
 }
 
 // HoldProbe holds the n-th reconcile probe (counting from 1, from now on)
@@ -87,6 +89,24 @@ func (s *Sink) HoldProbe(n int) (release func()) {
 	ch := s.hold
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }
+}
+
+// heldWrite is a write whose answer waits for release (HoldWrite).
+type heldWrite struct {
+	held, release chan struct{}
+}
+
+// HoldWrite applies the next write and holds its answer until release is
+// called or the client goes away, as a service that took a write and
+// stalls: no timer decides when it answers. held is closed once the write
+// is applied and its answer held.
+func (s *Sink) HoldWrite() (held <-chan struct{}, release func()) {
+	h := &heldWrite{held: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	s.holdWrite = h
+	s.mu.Unlock()
+	var once sync.Once
+	return h.held, func() { once.Do(func() { close(h.release) }) }
 }
 
 // New starts a sink. Hang is how long timeout faults hold the request.
@@ -221,12 +241,26 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.Headers = append(s.Headers, r.Header.Clone())
 	s.mu.Unlock()
-	f := s.next()
 	answer := func(wr Write) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(map[string]any{"id": wr.Key, "stored": true})
 	}
+	s.mu.Lock()
+	h := s.holdWrite
+	s.holdWrite = nil
+	s.mu.Unlock()
+	if h != nil {
+		wr := s.apply(r, body)
+		close(h.held)
+		select {
+		case <-h.release:
+			answer(wr)
+		case <-r.Context().Done():
+		}
+		return
+	}
+	f := s.next()
 	switch {
 	case f == OK:
 		answer(s.apply(r, body))
