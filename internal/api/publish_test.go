@@ -87,11 +87,15 @@ func TestPublishThroughTheAPI(t *testing.T) {
 		{"id that is not text", path, `{"id": "\ud800", "title": "t"}`, http.StatusBadRequest, "the id is not plain text"},
 		{"NUL in the id", path, map[string]any{"id": "a\x00b", "title": "t"}, http.StatusBadRequest, "the id is not plain text"},
 		{"NUL in the title", path, map[string]any{"id": "6", "title": "a\x00b"}, http.StatusBadRequest, "the title is not plain text"},
+		// A payload a consumer's sandbox cannot parse would fail every run
+		// of the consumer as its own stack overflow, holding up the topic.
+		{"payload nested too deep", path, `{"id": "7", "title": "t", "payload": ` + strings.Repeat("[", 6000) + strings.Repeat("]", 6000) + `}`, http.StatusBadRequest, "the payload nests 6000 levels deep, over keep's bound of 1000 levels"},
 		{"body over the API's bound", path, `{"id": "4", "title": "t", "payload": "` + strings.Repeat("x", 5<<20) + `"}`, http.StatusBadRequest, "too large"},
 	}
 	for _, c := range refused {
 		code, obj, _ := r.call("POST", c.path, c.body, nil)
-		msg, _ := obj["error"].(map[string]any)["message"].(string)
+		e, _ := obj["error"].(map[string]any)
+		msg, _ := e["message"].(string)
 		if code != c.code || !strings.Contains(msg, c.says) {
 			t.Errorf("%s: %d %q, want %d saying %q", c.name, code, msg, c.code, c.says)
 		}

@@ -111,6 +111,9 @@ func (ev *APIEvent) check() error {
 	if !json.Valid(ev.Payload) {
 		return bad("%s %q: the payload is not JSON; send a JSON value (an object such as {\"order\": 1042})", where, ev.ID)
 	}
+	if d := kt.JSONDepth(ev.Payload); d > kt.MaxJSONDepth {
+		return bad("%s", kt.OverBound(fmt.Sprintf("%s %q", where, ev.ID), "the payload nests", d, kt.MaxJSONDepth, "levels deep", "its consumer's sandbox could not read it; send it flatter").Message)
+	}
 	return nil
 }
 

@@ -341,39 +341,10 @@ func deliveryID(dd script.Dedupe, h Hook) (string, error) {
 	return id, nil
 }
 
-// maxReqJSONDepth is how deep a body's JSON may nest and still be parsed
-// for the handler (req.json). The sandbox parses req on a bounded stack
-// (about 5,000 levels deep), and a body past it would fail every retry
-// with a stack overflow blamed on the script; deeper than this, req.json
-// is null, as for a body that is not JSON, and req.body has the text.
-const maxReqJSONDepth = 1000
-
-// jsonDepth is how deep b's arrays and objects nest (b need not be JSON).
-func jsonDepth(b []byte) int {
-	depth, most, inString, escaped := 0, 0, false, false
-	for _, c := range b {
-		switch {
-		case escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '{' || c == '[':
-			depth++
-			most = max(most, depth)
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return most
-}
-
 // requestOf is the handler's req: method, headers (lower-case names, the
 // values of a repeated header joined by ", "), query (the first value of
 // each name), json (the body parsed, or null: not JSON, or nested deeper
-// than maxReqJSONDepth) and body (its text). A token webhook's token
+// than kt.MaxJSONDepth) and body (its text). A token webhook's token
 // header is left out: it is the secret itself.
 func requestOf(wh script.Webhook, h Hook) (json.RawMessage, error) {
 	headers := map[string]string{}
@@ -390,7 +361,7 @@ func requestOf(wh script.Webhook, h Hook) (json.RawMessage, error) {
 		}
 	}
 	var parsed json.RawMessage = []byte("null")
-	if jsonDepth(h.Body) <= maxReqJSONDepth && json.Valid(h.Body) {
+	if kt.JSONDepth(h.Body) <= kt.MaxJSONDepth && json.Valid(h.Body) {
 		parsed = h.Body
 	}
 	return json.Marshal(map[string]any{"method": h.Method, "headers": headers, "query": query, "json": parsed, "body": string(h.Body)})

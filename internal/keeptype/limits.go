@@ -36,7 +36,35 @@ const (
 	MaxHostCallBytes = 16 << 20
 	// MaxHostBytesPerRun bounds the sum of those bytes over one run.
 	MaxHostBytesPerRun = 256 << 20
+	// MaxJSONDepth bounds how deep JSON keep hands a handler may nest (an
+	// event API payload, a webhook's req.json): the sandbox parses it on a
+	// bounded stack (about 5,000 levels), and past that every run of the
+	// handler would fail as its own stack overflow.
+	MaxJSONDepth = 1000
 )
+
+// JSONDepth is how deep b's arrays and objects nest (b need not be JSON):
+// brackets inside strings do not count.
+func JSONDepth(b []byte) int {
+	depth, most, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			most = max(most, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return most
+}
 
 // OverBound is the logic error of a run past one of the bounds above: where
 // (the handler and its call), what and how much, the bound, and what to do

@@ -1,4 +1,4 @@
-package engine
+package keeptype
 
 import (
 	"strings"
@@ -21,8 +21,8 @@ func TestJSONDepth(t *testing.T) {
 		{`not json [[ at all`, 2},
 		{strings.Repeat("[", 5000) + strings.Repeat("]", 5000), 5000},
 	} {
-		if got := jsonDepth([]byte(c.body)); got != c.want {
-			t.Errorf("jsonDepth(%.40q) = %d, want %d", c.body, got, c.want)
+		if got := JSONDepth([]byte(c.body)); got != c.want {
+			t.Errorf("JSONDepth(%.40q) = %d, want %d", c.body, got, c.want)
 		}
 	}
 }
