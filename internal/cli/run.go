@@ -56,14 +56,7 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
-			a.printWarnings(args[0], res.Problems)
-			for _, x := range res.Stranded {
-				fmt.Fprintf(a.errOut, "waiting: %s\n", x.Message)
-			}
-			if len(res.Granted) > 0 {
-				// keep run is a person running this script: what it uses is theirs to allow.
-				fmt.Fprintf(a.errOut, "granted %s: %s\n", res.Workflow, strings.Join(res.Granted, ", "))
-			}
+			a.printDeployed(args[0], res)
 			// The development loop: every producer runs now, due or not.
 			if _, err := engine.QueueAtStart(ctx, k.Store, res.Workflow, time.Now()); err != nil {
 				return err
@@ -95,6 +88,19 @@ func (a *app) runCmd() *cobra.Command {
 	c.Flags().BoolVar(&major, "major", false, "deploy as a major version")
 	a.addJSON(c)
 	return c
+}
+
+// printDeployed says on stderr what keep run's deploy found: the script's
+// warnings, events left waiting, and what it granted — keep run is a
+// person running this script: what it uses is theirs to allow.
+func (a *app) printDeployed(file string, res engine.DeployResult) {
+	a.printWarnings(file, res.Problems)
+	for _, x := range res.Stranded {
+		fmt.Fprintf(a.errOut, "waiting: %s\n", x.Message)
+	}
+	if len(res.Granted) > 0 {
+		fmt.Fprintf(a.errOut, "granted %s: %s\n", res.Workflow, strings.Join(res.Granted, ", "))
+	}
 }
 
 // runUntilIdle runs k's workflows until nothing is left to do, or ctx

@@ -54,24 +54,7 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 	if errors.As(cause, &wait) {
 		class, run.ErrorClass = kt.ClassPermission, ""
 	}
-	switch class {
-	case kt.ClassTransient:
-		run.Status = kt.StatusTransient
-		var ke *kt.Error
-		var asked time.Duration
-		if errors.As(cause, &ke) {
-			asked = ke.RetryAfter
-		}
-		x.scheduleRetry(msg, now, asked)
-	case kt.ClassLogic:
-		run.Status = kt.StatusFailedLogic
-	case kt.ClassPermission, kt.ClassPrecondition:
-		run.Status = kt.StatusApproval
-	case kt.ClassIndeterminate:
-		run.Status = kt.StatusReconciliation
-	default:
-		run.Status = kt.StatusFailedInternal
-	}
+	x.setFailedStatus(cause, class, msg, now)
 	release := run.HandlerType == kt.HandlerConsumer && releasesReservations(run, class)
 	if release {
 		x.reserve = nil // selected, never written: nothing to pin
@@ -104,6 +87,29 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 		w.Paused, w.PausedReason, w.UpdatedAt = true, "internal error in run "+run.ID+": "+msg, now
 		return tx.WorkflowPut(w)
 	})
+}
+
+// setFailedStatus gives a failed run the status of its class (SPEC §6),
+// and a transient one the time of its retry.
+func (x *runExec) setFailedStatus(cause error, class kt.ErrorClass, msg string, now int64) {
+	switch class {
+	case kt.ClassTransient:
+		x.run.Status = kt.StatusTransient
+		var ke *kt.Error
+		var asked time.Duration
+		if errors.As(cause, &ke) {
+			asked = ke.RetryAfter
+		}
+		x.scheduleRetry(msg, now, asked)
+	case kt.ClassLogic:
+		x.run.Status = kt.StatusFailedLogic
+	case kt.ClassPermission, kt.ClassPrecondition:
+		x.run.Status = kt.StatusApproval
+	case kt.ClassIndeterminate:
+		x.run.Status = kt.StatusReconciliation
+	default:
+		x.run.Status = kt.StatusFailedInternal
+	}
 }
 
 // scheduleRetry sets when a transiently failed run is tried again (the

@@ -70,28 +70,7 @@ func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 	if err != nil {
 		return false, x.fail(kt.Errorf(kt.ClassLogic, "%v", err))
 	}
-	var causes, unit []string
-	var attempt int
-	// The selection the run holds (x.reserve, not yet written) makes the
-	// unit of work without a read; a run resumed reads what it reserved.
-	unitOf := func(tx store.Tx, evs []kt.Event) error {
-		causes, attempt = causesOf(evs)
-		x.noteInputs(causes...)
-		var err error
-		unit, err = UnitOfWork(tx, *x.run, evs)
-		return err
-	}
-	if len(x.reserve) > 0 {
-		err = unitOf(nil, x.reserve)
-	} else {
-		err = x.e.store.View(x.ctx, func(tx store.Tx) error {
-			evs, err := tx.EventsReservedBy(x.run.ID)
-			if err != nil {
-				return err
-			}
-			return unitOf(tx, evs)
-		})
-	}
+	causes, attempt, unit, err := x.unitOfWork()
 	if err != nil {
 		return false, err
 	}
@@ -149,6 +128,33 @@ func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 	}
 	lc.mut.Status = kt.MutationNeedsReconcile
 	return x.reconcile(&lc.mut, inlineAttempt)
+}
+
+// unitOfWork is what a consumer run's write descends from: the inputs
+// behind its events and their newest attempt (causesOf), and the unit of
+// work its identity is keyed by (UnitOfWork). The selection the run holds
+// (x.reserve, not yet written) makes it without a read; a run resumed
+// reads what it reserved.
+func (x *runExec) unitOfWork() (causes []string, attempt int, unit []string, err error) {
+	unitOf := func(tx store.Tx, evs []kt.Event) error {
+		causes, attempt = causesOf(evs)
+		x.noteInputs(causes...)
+		var err error
+		unit, err = UnitOfWork(tx, *x.run, evs)
+		return err
+	}
+	if len(x.reserve) > 0 {
+		err = unitOf(nil, x.reserve)
+	} else {
+		err = x.e.store.View(x.ctx, func(tx store.Tx) error {
+			evs, err := tx.EventsReservedBy(x.run.ID)
+			if err != nil {
+				return err
+			}
+			return unitOf(tx, evs)
+		})
+	}
+	return causes, attempt, unit, err
 }
 
 // waitForApproval parks the run until a person approves exactly this call.

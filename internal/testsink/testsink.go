@@ -246,18 +246,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(map[string]any{"id": wr.Key, "stored": true})
 	}
-	s.mu.Lock()
-	h := s.holdWrite
-	s.holdWrite = nil
-	s.mu.Unlock()
-	if h != nil {
-		wr := s.apply(r, body)
-		close(h.held)
-		select {
-		case <-h.release:
-			answer(wr)
-		case <-r.Context().Done():
-		}
+	if s.serveHeld(r, body, answer) {
 		return
 	}
 	f := s.next()
@@ -301,6 +290,27 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal([]byte(string(f)[strings.LastIndexByte(string(f), '|')+1:]), &code)
 		http.Error(w, http.StatusText(code), code)
 	}
+}
+
+// serveHeld applies a write HoldWrite asked to hold and answers it once
+// released, nothing when the client went away first; false when no write
+// is to be held.
+func (s *Sink) serveHeld(r *http.Request, body []byte, answer func(Write)) bool {
+	s.mu.Lock()
+	h := s.holdWrite
+	s.holdWrite = nil
+	s.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	wr := s.apply(r, body)
+	close(h.held)
+	select {
+	case <-h.release:
+		answer(wr)
+	case <-r.Context().Done():
+	}
+	return true
 }
 
 func (s *Sink) wait(r *http.Request) {
