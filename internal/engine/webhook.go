@@ -23,9 +23,10 @@ import (
 // delivery makes: no run made them.
 const createdByWebhook = "webhook"
 
-// keepDeliveries is how many deliveries of a webhook that were not accepted
-// keep remembers (the newest): a sender, or anyone, refused a million
-// times does not fill the store. Accepted ones stay: a retry is found by them.
+// keepDeliveries is how many deliveries of a webhook keep remembers per
+// status that is not accepted (the newest): a sender, or anyone, refused a
+// million times does not fill the store, nor pushes out the failed ones.
+// Accepted ones stay: a retry is found by them.
 const keepDeliveries = 1000
 
 // Hook is one request to a webhook (POST /hooks/{wf}/{name}) as its
@@ -289,7 +290,7 @@ func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why Why, m
 		return Delivered{}, err
 	}
 	if st != kt.DeliveryAccepted {
-		if err := tx.DeliveryPrune(d.Workflow, d.Webhook, keepDeliveries); err != nil {
+		if err := tx.DeliveryPrune(d.Workflow, d.Webhook, st, keepDeliveries); err != nil {
 			return Delivered{}, err
 		}
 	}

@@ -326,9 +326,10 @@ type Tx interface {
 	// DeliveryCounts counts a workflow's deliveries per webhook and status.
 	DeliveryCounts(workflow string) ([]kt.DeliveryCount, error)
 	// DeliveryPrune forgets all but the newest keep deliveries of a
-	// webhook that were not accepted (accepted ones stay: they are what a
-	// retry is found by).
-	DeliveryPrune(workflow, webhook string, keep int) error
+	// webhook with one status, never accepted (accepted ones stay: they
+	// are what a retry is found by). Per status, so a flood of refused
+	// requests, which anyone can send, forgets no failed delivery.
+	DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, keep int) error
 
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting

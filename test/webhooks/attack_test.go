@@ -288,3 +288,23 @@ func (k *keep) rawPost(path string, body []byte, lines ...string) answer {
 	_, _ = b.ReadFrom(resp.Body)
 	return answer{code: resp.StatusCode, body: b.String()}
 }
+
+// TestARefusedFloodErasesNoFailedDelivery: anyone can send refused
+// deliveries, and keep forgets all but the newest 1,000 of a webhook's
+// that were not accepted; a flood of them must not push out the record of
+// a failed delivery (the operator's one notice that a sender's event was
+// not taken), nor its count.
+func TestARefusedFloodErasesNoFailedDelivery(t *testing.T) {
+	k := attackSetup(t, "")
+	k.serve()
+	k.expect(k.signed([]byte(`{"id":"f-1","mode":"throw"}`), "f-1", secrets["GITHUB_SECRET"]), http.StatusInternalServerError, "told to throw")
+	for i := 0; i < 1010; i++ {
+		if a := k.post("/hooks/atk/gh", []byte(`{"id":"x"}`), map[string]string{"X-GitHub-Delivery": "flood", "X-Hub-Signature-256": "sha256=00"}); a.code != http.StatusUnauthorized {
+			t.Fatalf("refused delivery %d: %d %s", i, a.code, a.body)
+		}
+	}
+	got := k.viewOf("atk").counts("gh")
+	if got["failed"] != 1 || got["refused"] != 1000 {
+		t.Fatalf("after 1,010 refused deliveries: counts %v, want failed 1 (kept) and refused 1000 (the newest)", got)
+	}
+}

@@ -74,8 +74,11 @@ func (t *Tx) DeliveryCounts(workflow string) ([]kt.DeliveryCount, error) {
 	return out, rows.Err()
 }
 
-func (t *Tx) DeliveryPrune(workflow, webhook string, keep int) error {
-	return t.write(fmt.Sprintf("forget old deliveries of webhook %s of %s", webhook, workflow),
-		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status<>? AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status<>? ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
-		workflow, webhook, string(kt.DeliveryAccepted), workflow, webhook, string(kt.DeliveryAccepted))
+func (t *Tx) DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, keep int) error {
+	if status == kt.DeliveryAccepted {
+		return fmt.Errorf("forget deliveries of webhook %s of %s: accepted ones are never forgotten (a retry is found by them)", webhook, workflow)
+	}
+	return t.write(fmt.Sprintf("forget old %s deliveries of webhook %s of %s", status, webhook, workflow),
+		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status=? AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status=? ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
+		workflow, webhook, string(status), workflow, webhook, string(status))
 }

@@ -422,7 +422,7 @@ func (r recordingTx) DeliveryCounts(workflow string) ([]kt.DeliveryCount, error)
 	return r.tx.DeliveryCounts(workflow)
 }
 
-func (r recordingTx) DeliveryPrune(workflow, webhook string, keep int) error {
+func (r recordingTx) DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, keep int) error {
 	r.c.note("DeliveryPrune")
-	return r.tx.DeliveryPrune(workflow, webhook, keep)
+	return r.tx.DeliveryPrune(workflow, webhook, status, keep)
 }

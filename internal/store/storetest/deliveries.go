@@ -81,8 +81,11 @@ func exerciseDeliveries(run runCase) {
 			return nil
 		}))
 	})
-	run("deliveries pruned: the newest kept, accepted ones never", func(t *testing.T, s store.Store) {
+	run("deliveries pruned: the newest of a status kept, accepted ones never", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if _, err := add(tx, "w", "gh", "f", kt.DeliveryFailed, 0); err != nil {
+				return err
+			}
 			for i := 0; i < 6; i++ {
 				st := kt.DeliveryRefused
 				if i%3 == 0 {
@@ -95,7 +98,10 @@ func exerciseDeliveries(run runCase) {
 			if _, err := add(tx, "w", "other", "x", kt.DeliveryRefused, 1); err != nil {
 				return err
 			}
-			return tx.DeliveryPrune("w", "gh", 2)
+			if err := tx.DeliveryPrune("w", "gh", kt.DeliveryAccepted, 0); err == nil {
+				return fmt.Errorf("accepted deliveries pruned without an error")
+			}
+			return tx.DeliveryPrune("w", "gh", kt.DeliveryRefused, 2)
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			all, err := tx.DeliveryList("w", 0)
@@ -106,12 +112,13 @@ func exerciseDeliveries(run runCase) {
 			for _, d := range all {
 				ids = append(ids, d.Webhook+":"+d.DeliveryID)
 			}
-			// Refused d1, d2, d4, d5: d4 and d5 stay; accepted d0, d3 stay.
-			if fmt.Sprint(ids) != "[other:x gh:d5 gh:d4 gh:d3 gh:d0]" {
+			// Refused d1, d2, d4, d5: d4 and d5 stay; accepted d0, d3 stay;
+			// the failed f, older than every refused one, stays.
+			if fmt.Sprint(ids) != "[other:x gh:d5 gh:d4 gh:d3 gh:d0 gh:f]" {
 				return fmt.Errorf("after pruning to 2: %v", ids)
 			}
 			return nil
 		}))
-		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.DeliveryPrune("w", "none", 2) }))
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.DeliveryPrune("w", "none", kt.DeliveryRefused, 2) }))
 	})
 }
