@@ -308,3 +308,63 @@ func TestARefusedFloodErasesNoFailedDelivery(t *testing.T) {
 		t.Fatalf("after 1,010 refused deliveries: counts %v, want failed 1 (kept) and refused 1000 (the newest)", got)
 	}
 }
+
+// TestKill9AmongDeliveriesLosesAndDoublesNothing: keep serve killed with
+// SIGKILL while 30 senders deliver at once. Every sender that got a 2xx
+// before the kill finds its delivery kept (its retry is a duplicate);
+// every other's retry is accepted; each delivery is one input and one
+// write at the sink.
+func TestKill9AmongDeliveriesLosesAndDoublesNothing(t *testing.T) {
+	k := attackSetup(t, "")
+	k.serve()
+	const n = 30
+	body := func(i int) []byte { return []byte(fmt.Sprintf(`{"id":"k-%d"}`, i)) }
+	first := make([]answer, n)
+	var wg sync.WaitGroup
+	var once sync.Once
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first[i] = k.signed(body(i), fmt.Sprint("kd-", i), secrets["GITHUB_SECRET"])
+			if first[i].code == http.StatusOK {
+				// The first answer: the others are under way.
+				once.Do(func() { _ = k.cmd.Process.Kill() })
+			}
+		}()
+	}
+	wg.Wait()
+	once.Do(func() { _ = k.cmd.Process.Kill() })
+	_ = k.cmd.Wait()
+	k.serve()
+	statuses := map[string]int{}
+	for i := 0; i < n; i++ {
+		a := k.signed(body(i), fmt.Sprint("kd-", i), secrets["GITHUB_SECRET"])
+		var r struct{ Status string }
+		_ = json.Unmarshal([]byte(a.body), &r)
+		statuses[r.Status]++
+		if a.code != http.StatusOK {
+			t.Fatalf("the retry of delivery %d: %d %s", i, a.code, a.body)
+		}
+		if first[i].code == http.StatusOK && r.Status != "duplicate" {
+			t.Errorf("delivery %d was answered 200 before the kill, and its retry is %s: the 2xx was not durable", i, r.Status)
+		}
+	}
+	testbin.WaitFor(t, "the consumer to write every delivery", func() bool {
+		for i := 0; i < n; i++ {
+			if k.writesTo(fmt.Sprintf("/write/k-%d", i)) == 0 {
+				return false
+			}
+		}
+		return true
+	}, k.logs)
+	for i := 0; i < n; i++ {
+		if w := k.writesTo(fmt.Sprintf("/write/k-%d", i)); w != 1 {
+			t.Errorf("delivery %d written %d times", i, w)
+		}
+	}
+	if ins := k.inputsOf("atk"); ins != n {
+		t.Errorf("%d inputs after the kill and the retries, want %d (answers before the kill: %v; retries: %v)", ins, n, first, statuses)
+	}
+	t.Logf("retries after the kill: %v", statuses)
+}
