@@ -35,14 +35,14 @@ func TestValidateRefusesWhatTheReadingCannotFollow(t *testing.T) {
 	cases := []struct{ name, mutate, want string }{
 		{"built names", `// await ctx.files.write({ path: "x", content: "y" })
       await ctx["ht" + "tp"]["req" + "uest"]({ method: "POST", url: "https://example.org/", json: p })`,
-			`line 12: consumers.c.mutate: ctx["ht" + "tp"] reaches ctx by a computed name, which keep cannot follow: write the name, as in ctx.http.request({ ... })`},
+			`.js:12: error: consumers.c.mutate: ctx["ht" + "tp"] reaches ctx by a computed name, which keep cannot follow: write the name, as in ctx.http.request({ ... })`},
 		{"a name in a variable", `const m = "write"; await ctx.files[m]({ path: "x", content: "y" })`,
-			`line 11: consumers.c.mutate: ctx.files[m] reaches ctx by a computed name`},
+			`.js:11: error: consumers.c.mutate: ctx.files[m] reaches ctx by a computed name`},
 		{"ctx in an object", `await Promise.resolve({ ctx }).then((o) => o.ctx.files.write({ path: "x", content: "y" }))`,
-			`line 11: consumers.c.mutate: ctx is put in an object, where keep can no longer see what is called on it: use ctx only as ctx.TOOL.METHOD(...)`},
+			`.js:11: error: consumers.c.mutate: ctx is put in an object, where keep can no longer see what is called on it: use ctx only as ctx.TOOL.METHOD(...)`},
 		{"two writes", `await ctx.files.write({ path: "a", content: "1" })
       await ctx.files.write({ path: "b", content: "2" })`,
-			`line 12: consumers.c.mutate: consumers.c.mutate can write twice: ctx.files.write({path: "a", content: "1"}) (line 11) and then ctx.files.write({path: "b", content: "2"}) (line 12)`},
+			`.js:12: error: consumers.c.mutate: consumers.c.mutate can write twice: ctx.files.write({path: "a", content: "1"}) (line 11) and then ctx.files.write({path: "b", content: "2"}) (line 12)`},
 	}
 	for _, c := range cases {
 		f := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".js")

@@ -148,7 +148,7 @@ func TestValidateReportsErrorsWithExit2(t *testing.T) {
 	bad := filepath.Join(dir, "bad.js")
 	os.WriteFile(bad, []byte("export default Keep.workflow({ name: \"x\", topics: {},\n  producers: { p: { publishes: [\"nope\"], schedule: { interval: \"5 min\" }, handler: async () => {} } } })\n"), 0o644)
 	r := keep(t, "validate", bad)
-	if r.code != 2 || !strings.Contains(r.out, `invalid interval "5 min"`) || !strings.Contains(r.out, "line 2") || !strings.Contains(r.out, `topic "nope"`) {
+	if r.code != 2 || !strings.Contains(r.out, `invalid interval "5 min"`) || !strings.Contains(r.out, "bad.js:2: error: producers.p: ") || !strings.Contains(r.out, `topic "nope"`) {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
 	syntax := filepath.Join(dir, "syntax.js")

@@ -60,7 +60,7 @@ func (a *app) validateCmd() *cobra.Command {
 			}
 			if !a.jsonOut {
 				for _, pr := range problems {
-					fmt.Fprintf(a.out, "%s:%s\n", file, pr.String())
+					fmt.Fprintln(a.out, pr.At(file))
 				}
 			}
 			if script.HasErrors(problems) {
@@ -208,7 +208,7 @@ func (a *app) deployReply(file string, reply api.DeployReply, remote bool, err e
 	var apiErr *apiclient.Error
 	if errors.As(err, &apiErr) && apiErr.Body.Code == "invalid_script" {
 		for _, p := range apiErr.Body.Problems {
-			fmt.Fprintf(a.errOut, "%s:%s\n", file, script.Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message}.String())
+			fmt.Fprintln(a.errOut, script.Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message}.At(file))
 		}
 		if len(apiErr.Body.Problems) == 0 {
 			fmt.Fprintf(a.errOut, "%s\n", apiErr.Body.Message)
@@ -263,7 +263,7 @@ func (a *app) deployError(file string, err error) error {
 	switch {
 	case errors.As(err, &ve):
 		for _, p := range ve.Problems {
-			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
+			fmt.Fprintln(a.errOut, p.At(file))
 		}
 		return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
 	case errors.As(err, &se):
@@ -275,7 +275,7 @@ func (a *app) deployError(file string, err error) error {
 func (a *app) printWarnings(file string, ps []script.Problem) {
 	for _, p := range ps {
 		if p.Severity == "warning" {
-			fmt.Fprintf(a.errOut, "%s:%s\n", file, p.String())
+			fmt.Fprintln(a.errOut, p.At(file))
 		}
 	}
 }

@@ -150,7 +150,7 @@ func TestValidateWarnsOfALiteralCredential(t *testing.T) {
   } } } })`), 0o644)
 	r := keep(t, "validate", f)
 	out := r.out + r.err
-	if r.code != 0 || !strings.Contains(out, "line 3") || !strings.Contains(out, "keep secret set NAME") || strings.Contains(out, "tok_9f8e7d6c5b4a3210") {
+	if r.code != 0 || !strings.Contains(out, "wf.js:3: warning: ") || !strings.Contains(out, "keep secret set NAME") || strings.Contains(out, "tok_9f8e7d6c5b4a3210") {
 		t.Fatalf("validate: exit %d\n%s", r.code, out)
 	}
 }

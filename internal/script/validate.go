@@ -30,6 +30,21 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s: %s%s%s", p.Severity, loc, who, p.Message)
 }
 
+// At is the problem as a command prints it for file: "FILE:LINE: error:
+// HANDLER: message", the form compilers use, which editors and terminals
+// turn into a link to the line (and which a syntax error already has).
+func (p Problem) At(file string) string {
+	at := file
+	if p.Line > 0 {
+		at = fmt.Sprintf("%s:%d", file, p.Line)
+	}
+	who := ""
+	if p.Handler != "" {
+		who = p.Handler + ": "
+	}
+	return fmt.Sprintf("%s: %s: %s%s", at, p.Severity, who, p.Message)
+}
+
 // Connectors is what validation knows of the connectors.
 type Connectors struct {
 	Tools   map[string][]string // each connector's method names
