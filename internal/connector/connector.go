@@ -311,6 +311,7 @@ type Connector struct {
 // Registry holds the connectors available to scripts.
 type Registry struct {
 	byName map[string]*Connector
+	tools  map[string][]string // Tools, made once
 }
 
 // NewRegistry builds a registry from connectors.
@@ -319,6 +320,7 @@ func NewRegistry(cs ...*Connector) *Registry {
 	for _, c := range cs {
 		r.byName[c.Name] = c
 	}
+	r.tools = r.makeTools()
 	return r
 }
 
@@ -342,8 +344,12 @@ func (r *Registry) Writes(tool, method string, args map[string]any) bool {
 	return err == nil && m.KindFor(args) == KindMutate
 }
 
-// Tools lists each connector's method names, for ctx and for validation.
-func (r *Registry) Tools() map[string][]string {
+// Tools lists each connector's method names, for ctx and for validation:
+// made once (every handler call sends it), shared by its callers, who only
+// read it.
+func (r *Registry) Tools() map[string][]string { return r.tools }
+
+func (r *Registry) makeTools() map[string][]string {
 	out := map[string][]string{}
 	for name, c := range r.byName {
 		ms := []string{}

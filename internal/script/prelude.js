@@ -126,10 +126,20 @@
     const ep = epoch;
     const call = (method, args) => callAt(ep, method, args);
     const ctx = {};
+    // Each connector's object is made when the handler first reaches it:
+    // a handler uses one or two of keep's connectors, and making every
+    // method's function at every call was most of a call's own cost.
     for (const tool of keys(spec.tools)) {
-      const o = {};
-      for (const m of spec.tools[tool] || []) o[m] = async (args) => withProps(call(tool + "." + m, args));
-      ctx[tool] = Object.freeze(o);
+      const methods = spec.tools[tool] || [];
+      let o;
+      defineProp(ctx, tool, { enumerable: true, get: () => {
+        if (o === undefined) {
+          const t = {};
+          for (const m of methods) t[m] = async (args) => withProps(call(tool + "." + m, args));
+          o = freeze(t);
+        }
+        return o;
+      } });
     }
     ctx.log = (...a) => logAt(ep, a);
     ctx.now = () => call("now");
