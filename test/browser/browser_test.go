@@ -120,6 +120,25 @@ func (p *person) click(sel string) {
 	time.Sleep(300 * time.Millisecond) // the form posts and the page reloads
 }
 
+// splitWords lists the words of the elements sel finds that the page
+// breaks across two lines.
+func (p *person) splitWords(sel string) string {
+	s, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](fmt.Sprintf(`(function(){
+  const split = [];
+  for (const el of document.querySelectorAll(%q)) {
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      for (const m of n.data.matchAll(/\S+/g)) {
+        const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+        if (new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size > 1) split.push(m[0]);
+      }
+    }
+  }
+  return split.join(", ");
+})()`, sel)))
+	return s
+}
+
 func (p *person) has(sel string) bool {
 	n, _ := chromedp.Run(p.ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
 	return n > 0
@@ -145,6 +164,10 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
     const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "7", title: "Job 7 for carol" })
     await ctx.publish("job", { messageId: "job-7", inputId, payload: { job: 7, owner: "carol" } })
     return { seen: 1 } } } } })`,
+		// A webhook, for its page: a table of ten columns.
+		"hooks": `export default Keep.workflow({ name: "hooks", topics: { "push": {} },
+  webhooks: { github: { publishes: ["push"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GITHUB_WEBHOOK_SECRET" } },
+    dedupe: { header: "X-GitHub-Delivery" }, handler: async (ctx, req) => {} } } })`,
 	} {
 		f := filepath.Join(dir, name+".js")
 		os.WriteFile(f, []byte(src), 0o644)
@@ -261,6 +284,15 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 			strings.Contains(p.text("table.decisions"), "1 pending events skipped")
 	})
 	p.shot("10-skipped-pending")
+
+	// A wide table's headings break between words, never inside one
+	// ("WEBH OOK", "DUPLI CATE" could not be read at a glance).
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/hooks/webhooks"))
+	p.waitFor("the webhooks page", func() bool { return p.has(`tr[data-webhook="github"]`) })
+	if split := p.splitWords("th"); split != "" {
+		p.shot("webhooks-split-headings")
+		t.Fatalf("headings broken inside a word on the webhooks page: %s", split)
+	}
 
 	// The run page and a phone-sized screen.
 	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/didnt-me?runs=1"))
