@@ -171,6 +171,8 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, run.Handler, hrow); err != nil {
 		return true, err
 	}
+	saw := *hrow
+	x.prepared = &saw
 	h := x.host(phasePrepare)
 	h.decl = dv
 	out, err := x.invoke(h, hrow.State)

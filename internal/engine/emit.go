@@ -153,13 +153,27 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 	}
 	if pr.reservesNothing() {
 		// An event that came in while this run prepared (the event API,
-		// another run's publish) marked the consumer dirty after the run
-		// began: that wake-up stands, or the event would wait, unseen,
-		// for the next one (a lost wake-up). A mark from before the run
-		// is what started it, and prepare has seen what it marked.
-		woken := hrow.Dirty && hrow.UpdatedAt >= x.run.CreatedAt
+		// a webhook, a person's reprocess) woke the consumer after
+		// prepare read its row: that wake-up stands, or the event would
+		// wait, unseen, for the next one (a lost wake-up). A mark from
+		// before is what started the run, and prepare has seen what it
+		// marked. Which is which is told by the row's change, never by
+		// a clock: a request stamps its time when it comes in, before
+		// it waits for the write transaction, and another node's clock
+		// is its own (an event was stranded so).
+		woken := hrow.Dirty && (x.prepared == nil || hrow.UpdatedAt != x.prepared.UpdatedAt)
 		hrow.Dirty = selfDirty || woken
 	}
-	hrow.WakeAt, hrow.UpdatedAt = x.e.wakeTime(pr.WakeAt), x.e.nowMs()
+	hrow.WakeAt = x.e.wakeTime(pr.WakeAt)
+	touch(&hrow, x.e.nowMs())
 	return tx.HandlerPut(hrow)
+}
+
+// touch stamps a change of a handler's row: its UpdatedAt moves forward
+// with every write, even in the same millisecond or with a clock behind
+// the last writer's, so a run tells a wake-up that came in while it
+// prepared from the one that started it by the row alone
+// (saveConsumerState). Every writer of a consumer's row stamps it so.
+func touch(h *kt.Handler, now int64) {
+	h.UpdatedAt = max(now, h.UpdatedAt+1)
 }

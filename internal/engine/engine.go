@@ -625,7 +625,8 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 		if err != nil && !errors.Is(err, kt.ErrNotFound) {
 			return err
 		}
-		h.Workflow, h.Name, h.Type, h.UpdatedAt = wf, name, typ, now
+		h.Workflow, h.Name, h.Type = wf, name, typ
+		touch(&h, now)
 		if typ == kt.HandlerConsumer {
 			h.Dirty, h.NextRunAt = true, 0
 		} else {
@@ -650,7 +651,8 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 	}
 	for _, h := range existing {
 		if !seen[h.Name] {
-			h.Dirty, h.Queued, h.NextRunAt, h.WakeAt, h.UpdatedAt = false, false, 0, 0, now
+			h.Dirty, h.Queued, h.NextRunAt, h.WakeAt = false, false, 0, 0
+			touch(&h, now)
 			if err := tx.HandlerPut(h); err != nil {
 				return err
 			}

@@ -64,6 +64,10 @@ type runExec struct {
 	// reserved nothing and that is still unstored is never written
 	// (idle): an empty poll is not work a person looks at.
 	unstored bool
+	// prepared is the consumer's row as prepare read it, before it looked
+	// at any event (nil: prepare did not run in this step). A wake-up
+	// that changed the row since came in while prepare ran (wake).
+	prepared *kt.Handler
 	// span is the run's OpenTelemetry span, phase the phase's under way
 	// (otel.go); nil when keep does not trace (the run sampled out, no
 	// [otel] endpoint). inputs are the inputs the run works on, item the

@@ -380,7 +380,7 @@ func markAll(tx store.Tx, wf string, typ kt.HandlerType, ms int64) error {
 		} else {
 			h.Queued = true
 		}
-		h.UpdatedAt = ms
+		touch(&h, ms)
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}

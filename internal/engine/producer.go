@@ -179,7 +179,8 @@ func markDirty(tx store.Tx, wf string, names map[string]bool, now int64) error {
 		if err != nil {
 			return err
 		}
-		h.Dirty, h.UpdatedAt = true, now
+		h.Dirty = true
+		touch(&h, now)
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}
