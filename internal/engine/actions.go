@@ -289,6 +289,13 @@ func (d *decision) approve() (string, error) {
 
 func (d *decision) reprocessItem() (string, error) {
 	run := &d.run
+	if d.checking() {
+		// A Skip or an "it didn't happen" waits for the check under way
+		// (the step carries it out after); a reprocess closes the run at
+		// once, so the check's proof would be dropped and the new attempt
+		// would send the write a second time.
+		return "", refuse("Reprocess is not available for run %s right now: keep is checking whether %s happened (a background check is under way), and a new attempt now could send it a second time. Wait for the check: if it finds the write applied the run completes; if it cannot tell, the card offers Reprocess again. Or Skip it now", run.ID, d.mut.Target)
+	}
 	if run.HandlerType == kt.HandlerConsumer {
 		return d.reprocessInputs()
 	}
@@ -422,8 +429,12 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 			out = append(out, string(ResolveTryAgain))
 		}
 		out = append(out, string(ResolveDidntHappen), string(ResolveSkip))
-		if blockedItemOf(r) != "" || inputsReprocessable(r, held) {
+		checking := mut.Status == kt.MutationNeedsReconcile && WhoActs(r, mut, hasMut) == Keep
+		if (blockedItemOf(r) != "" || inputsReprocessable(r, held)) && !checking {
 			// The item needs attention (ch 12 §12.7): a new attempt of it.
+			// Not while keep checks the write by itself: a new attempt is
+			// carried out at once, and would write again what the check
+			// may find applied (proof wins; reprocessCheck says why).
 			out = append(out, string(ResolveReprocess))
 		}
 		return out

@@ -441,3 +441,40 @@ func TestAConsumerWriteAppliedWithOtherContentIsOfferedReprocess(t *testing.T) {
 		t.Fatalf("input after the reprocess: %+v", ins[0])
 	}
 }
+
+// Reprocess taken on a stale card while keep checks the write in the
+// background, and the check finds it applied: the write is not sent a
+// second time under the new attempt's key (proof wins, issue 24 #1). An
+// attack found Reprocess accepted there: it closed the run in the
+// person's transaction, the step's proof was dropped as a conflict, and
+// the new attempt wrote again — two writes at the sink.
+func TestReprocessDuringABackgroundCheckDoesNotWriteTwice(t *testing.T) {
+	t.Parallel()
+	var e *env
+	d := &decider{e: &e, point: engine.CrashAfterProbe, what: engine.ResolveReprocess,
+		only: func(r kt.Run) bool { return r.Status == kt.StatusReconciliation }}
+	e = newEnvAt(t, testPolicy, d.at)
+	e.sink.Queue(testsink.TimeoutAfter)
+	e.sink.QueueProbe(503)
+	wf := e.deploy(hookScript("", withProbe))
+	e.settle()
+	d.mu.Lock()
+	taken, msg, derr := d.taken, d.msg, d.err
+	d.mu.Unlock()
+	if !taken {
+		t.Fatal("no decision was tried during the background check")
+	}
+	e.noOpenRun(wf)
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes at the sink: %d, want 1 (Reprocess answered %q, %v)", n, msg, derr)
+	}
+	if derr == nil {
+		t.Fatalf("Reprocess was accepted during keep's own check (%q), yet the write was found applied", msg)
+	}
+	if !strings.Contains(derr.Error(), "checking") {
+		t.Fatalf("the refusal does not say keep is checking the write: %v", derr)
+	}
+	if ins := e.inputs(wf); len(ins) != 1 || ins[0].Status != kt.ItemDone || ins[0].Attempt != 1 {
+		t.Fatalf("inputs %+v", ins)
+	}
+}
