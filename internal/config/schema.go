@@ -280,6 +280,11 @@ func typeError(err error, where []string) error {
 	if m := incompatible.FindStringSubmatch(msg); m != nil {
 		msg = fmt.Sprintf("must be %s, not %s", typeWord(strings.TrimPrefix(m[2], "*")), typeWord(m[1]))
 	}
+	// The library says only "invalid duration: \"10 seconds\"": say how
+	// one is written, as keep's own check of a duration does.
+	if d, ok := strings.CutPrefix(msg, "invalid duration: "); ok {
+		msg = fmt.Sprintf(`must be a duration like "200ms", "10s" or "5m", got %s`, d)
+	}
 	at := ""
 	if line > 0 {
 		at = fmt.Sprintf("line %d: ", line)

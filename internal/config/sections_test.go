@@ -81,11 +81,12 @@ func TestStrictDecodingNamesKeyAndTable(t *testing.T) {
 	t.Parallel()
 	for text, want := range map[string]string{
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkidn = \"read\"\npath = \"/\"\n": "unknown key [connectors.custom.crm.methods.a] kidn (known: kind, method, path, doc, params, required, identity, reconcile, errors)",
-		"[connectors.sql]\ndatabase = {}\n":           "unknown key [connectors.sql] database (known: databases)",
-		"[maintainer]\nmax_attempt = 2\n":             "unknown key [maintainer] max_attempt (known: enabled, max_attempts, daily_token_budget)",
-		"[policy]\ntool_timeout = 30\n":               "[policy] tool_timeout: must be a positive duration",
-		"[policy]\n\n\nworkers = \"many\"\n":          "line 4: [policy] workers: must be a number, not a string",
-		"[connectors.email]\nserver_keeps_sent = 1\n": "[connectors.email] server_keeps_sent: must be true or false, not a number",
+		"[connectors.sql]\ndatabase = {}\n":              "unknown key [connectors.sql] database (known: databases)",
+		"[maintainer]\nmax_attempt = 2\n":                "unknown key [maintainer] max_attempt (known: enabled, max_attempts, daily_token_budget)",
+		"[policy]\ntool_timeout = 30\n":                  "[policy] tool_timeout: must be a positive duration",
+		"[policy]\n\n\nworkers = \"many\"\n":             "line 4: [policy] workers: must be a number, not a string",
+		"[policy]\ntransient_backoff = \"10 seconds\"\n": `line 2: [policy] transient_backoff: must be a duration like "200ms", "10s" or "5m", got "10 seconds"`,
+		"[connectors.email]\nserver_keeps_sent = 1\n":    "[connectors.email] server_keeps_sent: must be true or false, not a number",
 	} {
 		if _, err := config.Parse("keep.toml", text); err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "config keep.toml: ") {
 			t.Errorf("%q: %v, want %q", text, err, want)
