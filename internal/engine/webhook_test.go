@@ -58,7 +58,7 @@ func webhookEnv(t *testing.T) *env {
 // setUpWebhooks deploys webhookScript on e, grants it and sets its secrets.
 func setUpWebhooks(t *testing.T, e *env) *env {
 	t.Helper()
-	e.deploy(webhookScript)
+	e.deployUnchecked(webhookScript) // writes' handler writes, which keep validate refuses: the host refuses it too
 	if _, err := engine.Grant(e.ctx(), e.k.Store, "orders", time.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,7 @@ func validate(p *Program, c Connectors, full bool) []Problem {
 	}
 	if c.Writes != nil {
 		v.oneWrite(c.Writes)
+		v.webhookWrites(c.Writes)
 	}
 	v.literalCredentials()
 	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Severity == "error" && v.out[j].Severity != "error" })
@@ -168,6 +169,21 @@ func (v *validation) oneWrite(writes func(tool, method string, args map[string]a
 		}
 		v.out = append(v.out, Problem{Severity: "error", Handler: w.Handler, Line: w.Second.Line,
 			Message: fmt.Sprintf("%s can write twice: %s (line %d) and then %s (line %d); a mutate makes one write, its run's only side effect — publish an event from next and write the second thing in the consumer of that topic", w.Handler, w.First.Text, w.First.Line, w.Second.Text, w.Second.Line)})
+	}
+}
+
+// webhookWrites: a webhook's handler only reads, registers and publishes;
+// a write there would fail every delivery (the host refuses it), so it is
+// an error here, at its line.
+func (v *validation) webhookWrites(writes func(tool, method string, args map[string]any) bool) {
+	for _, n := range sortedKeys(v.d.Webhooks) {
+		who := "webhooks." + n + ".handler"
+		for _, c := range v.an.CallsIn(who) {
+			if writes(c.Tool, c.Method, c.Args) {
+				v.out = append(v.out, Problem{Severity: "error", Handler: who, Line: c.Line,
+					Message: fmt.Sprintf("%s writes (%s): a webhook's handler only reads, registers inputs and publishes, and every delivery would fail here — publish an event and write in the consumer of its topic", who, c.Text)})
+			}
+		}
 	}
 }
 

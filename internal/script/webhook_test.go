@@ -107,3 +107,23 @@ func joinProblems(ps []Problem) string {
 	}
 	return b.String()
 }
+
+// A webhook's handler that writes would fail every delivery: keep
+// validate says so at the call's line.
+func TestAWebhookThatWritesIsRefused(t *testing.T) {
+	t.Parallel()
+	p, err := Compile("wf.js", webhookScript(`verify: { token: { header: "X", secret: "S" } },
+    handler: async (ctx, req) => { await ctx.http.request({ method: "POST", url: "https://x.example/a", json: req.json }) }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := func(tool, method string, args map[string]any) bool { return args["method"] == "POST" }
+	ps := Check(p, Connectors{Tools: known, Writes: writes})
+	want := "webhooks.github.handler writes (ctx.http.request("
+	for _, pr := range ps {
+		if pr.Severity == "error" && strings.Contains(pr.Message, want) && pr.Line == 6 {
+			return
+		}
+	}
+	t.Fatalf("want an error at line 6 with %q, got %v", want, ps)
+}
