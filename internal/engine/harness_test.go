@@ -60,6 +60,19 @@ func newEnvWith(t testing.TB, policy string) *env {
 // reaches (engine.Crash*), from the step's own goroutine.
 func newEnvAt(t testing.TB, policy string, atStep func(step string)) *env {
 	t.Helper()
+	// KEEP_TEST_ENGINE_STORE=postgres runs the engine's tests on
+	// PostgreSQL (a schema each); .ci/run does, after the default run.
+	storeURL := ""
+	if os.Getenv("KEEP_TEST_ENGINE_STORE") == "postgres" {
+		storeURL = pgtest.FreshSchema(t)
+	}
+	return newEnvOn(t, policy, atStep, storeURL)
+}
+
+// newEnvOn is newEnvAt on the store at storeURL ("": SQLite in the
+// data directory).
+func newEnvOn(t testing.TB, policy string, atStep func(step string), storeURL string) *env {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
 	// The sink is on 127.0.0.1: keep.toml allows it, as a person would.
@@ -67,12 +80,6 @@ func newEnvAt(t testing.TB, policy string, atStep func(step string)) *env {
 	// %SINK% in the policy is the sink's URL (a custom connector's base_url).
 	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(policy, "%SINK%", s.URL)+"\n"+s.AllowTOML()), 0o644); err != nil {
 		t.Fatal(err)
-	}
-	// KEEP_TEST_ENGINE_STORE=postgres runs the engine's tests on
-	// PostgreSQL (a schema each); .ci/run does, after the default run.
-	storeURL := ""
-	if os.Getenv("KEEP_TEST_ENGINE_STORE") == "postgres" {
-		storeURL = pgtest.FreshSchema(t)
 	}
 	opts := daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AtDurableStep: atStep}
