@@ -56,8 +56,7 @@ func (a *app) serveCmd() *cobra.Command {
 				// Its own server: no API route, no page and no guard of the
 				// API's is reachable on this address; bounded, as it faces
 				// the internet.
-				srv := k.WebhooksServer()
-				go srv.Serve(ln)
+				srv := k.ServeWebhooks(ln)
 				defer srv.Close()
 				hooksURL = "http://" + ln.Addr().String()
 			}

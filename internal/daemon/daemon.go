@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -308,6 +309,14 @@ type HTTPOptions struct {
 // webhook is verified as its script declares.
 func (k *Keep) WebhooksServer() *http.Server {
 	return hooks.Server(k.Engine, k.log)
+}
+
+// ServeWebhooks serves the webhooks on ln (WebhooksServer, at most
+// hooks.MaxConns connections at once) until the server it returns is closed.
+func (k *Keep) ServeWebhooks(ln net.Listener) *http.Server {
+	srv := k.WebhooksServer()
+	go hooks.Serve(srv, ln)
+	return srv
 }
 
 // ProfilesPath is where keep serve --pprof serves Go's profiles.

@@ -16,8 +16,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -52,13 +55,17 @@ var codes = map[engine.Why]int{
 }
 
 // The listener's bounds: it faces the internet, so no sender, signed or
-// not, holds more of keep than these. A request's headers are at most
-// MaxHeaderBytes (431 beyond); its headers come within 10 seconds and its
-// body within a minute of the connection's start (then it is cut); at most
-// MaxInFlight deliveries are read or handled at once, so the bodies held
-// are at most MaxInFlight times webhook_max_body, and the sender beyond
-// them is answered 503 at once, its body not read: it sends it again.
+// not, holds more of keep than these. At most MaxConns connections are
+// open at once (the next wait in the system's queue until one closes),
+// so senders cannot take every file descriptor keep has, which its store
+// and connectors need too. A request's headers are at most MaxHeaderBytes
+// (431 beyond); its headers come within 10 seconds and its body within a
+// minute of the connection's start (then it is cut); at most MaxInFlight
+// deliveries are read or handled at once, so the bodies held are at most
+// MaxInFlight times webhook_max_body, and the sender beyond them is
+// answered 503 at once, its body not read: it sends it again.
 const (
+	MaxConns       = 1024
 	MaxHeaderBytes = 64 << 10
 	MaxInFlight    = 64
 )
@@ -67,6 +74,12 @@ const (
 func Server(e *engine.Engine, log *slog.Logger) *http.Server {
 	return &http.Server{Handler: Handler(e, log), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}
+}
+
+// Serve serves srv on ln, at most MaxConns connections at once; it returns
+// when srv is closed.
+func Serve(srv *http.Server, ln net.Listener) error {
+	return srv.Serve(netutil.LimitListener(ln, MaxConns))
 }
 
 // Handler serves the webhooks of e's store.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -367,4 +368,48 @@ func TestKill9AmongDeliveriesLosesAndDoublesNothing(t *testing.T) {
 		t.Errorf("%d inputs after the kill and the retries, want %d (answers before the kill: %v; retries: %v)", ins, n, first, statuses)
 	}
 	t.Logf("retries after the kill: %v", statuses)
+}
+
+// TestAConnectionFloodTakesAtMostMaxConns: silent connections to the
+// webhooks address, more than hooks.MaxConns, hold at most that many of
+// keep serve's file descriptors (which its store and connectors need too);
+// once they are gone, a signed delivery is accepted.
+func TestAConnectionFloodTakesAtMostMaxConns(t *testing.T) {
+	k := attackSetup(t, "")
+	k.serve()
+	fdDir := fmt.Sprintf("/proc/%d/fd", k.cmd.Process.Pid)
+	fds := func() int {
+		ents, err := os.ReadDir(fdDir)
+		if err != nil {
+			t.Skipf("this system does not show a process's descriptors in %s: %v", fdDir, err)
+		}
+		return len(ents)
+	}
+	host := strings.TrimPrefix(k.hooks, "http://")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < hooks.MaxConns+200; i++ {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	// Its own descriptors (the store, the listeners, the sandbox's pipes)
+	// are a few dozen.
+	testbin.WaitFor(t, "keep serve to take the connections it takes", func() bool { return fds() >= hooks.MaxConns }, k.logs)
+	if n := fds(); n > hooks.MaxConns+100 {
+		t.Fatalf("%d silent connections: keep serve holds %d descriptors, more than the bound of %d connections and its own", len(conns), n, hooks.MaxConns)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	testbin.WaitFor(t, "a delivery to be accepted once they are gone", func() bool {
+		return k.signed([]byte(`{"id":"after-flood"}`), "af-1", secrets["GITHUB_SECRET"]).code == http.StatusOK
+	}, k.logs)
 }
