@@ -56,8 +56,14 @@ func TestItemsCommands(t *testing.T) {
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "   └─ files.write") || !strings.Contains(r.out, "\n│  └─ files.write") {
 		t.Fatalf("show item tree:\n%s", r.out)
 	}
-	// show input takes the id `keep inputs` prints and the item's key.
-	for _, ref := range []string{items[0]["id"].(string), key} {
+	// show input takes the input's id, its key, and the id `keep inputs`
+	// prints beside its source (a person copies that one).
+	r = keep(t, "inputs", "--data", data, "quickstart-orders")
+	ext := items[0]["externalId"].(string)
+	if !strings.Contains(r.out, "files/file  "+ext) {
+		t.Fatalf("keep inputs does not show %q:\n%s", ext, r.out)
+	}
+	for _, ref := range []string{items[0]["id"].(string), key, ext} {
 		r = keep(t, "show", "input", "--data", data, ref, "--json")
 		var in struct {
 			Input   map[string]any
@@ -67,7 +73,7 @@ func TestItemsCommands(t *testing.T) {
 			t.Fatalf("show input %s: exit %d %v\n%s%s", ref, r.code, err, r.out, r.err)
 		}
 	}
-	if r := keep(t, "show", "input", "--data", data, "nope"); r.code != 1 || !strings.Contains(r.err, `there is no item "nope"`) {
+	if r := keep(t, "show", "input", "--data", data, "nope"); r.code != 1 || !strings.Contains(r.err, `there is no item "nope": name it by its id or its key, SOURCE:TYPE:ID`) {
 		t.Fatalf("show input unknown: %d %s", r.code, r.err)
 	}
 	if r := keep(t, "skip", "--data", data, "nope"); r.code != 1 || !strings.Contains(r.err, `there is no item "nope"`) {

@@ -44,11 +44,40 @@ func FindItem(tx store.Tx, wf, ref string) (kt.Input, error) {
 	}
 	switch len(found) {
 	case 0:
-		return kt.Input{}, missing("there is no item %q (see `keep items WORKFLOW`)", ref)
+		return byExternalID(tx, wfs, ref)
 	case 1:
 		return found[0], nil
 	}
 	return kt.Input{}, refuse("item key %q exists in several workflows; pass --workflow", ref)
+}
+
+// byExternalID finds the input whose own id is ref: `keep inputs` shows an
+// input's source/type and that id, which a person copies. Only on the way
+// to "not found", so the scan costs nothing on a found key.
+func byExternalID(tx store.Tx, wfs []string, ref string) (kt.Input, error) {
+	var found []kt.Input
+	for _, w := range wfs {
+		ins, err := tx.InputList(w)
+		if err != nil {
+			return kt.Input{}, err
+		}
+		for _, in := range ins {
+			if in.Kind == kt.KindInput && in.ExternalID == ref {
+				found = append(found, in)
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return kt.Input{}, missing("there is no item %q: name it by its id or its key, SOURCE:TYPE:ID (`keep inputs WORKFLOW` shows each input's source/type and id; `keep items WORKFLOW` each item's key)", ref)
+	case 1:
+		return found[0], nil
+	}
+	keys := make([]string, len(found))
+	for i, in := range found {
+		keys[i] = in.Workflow + " " + in.Key
+	}
+	return kt.Input{}, refuse("%d inputs have the id %q (%s): name one by its key, and its workflow with --workflow", len(found), ref, strings.Join(keys, ", "))
 }
 
 // ItemRef names an item: its id or its key (FindItem), within a workflow,
