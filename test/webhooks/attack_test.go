@@ -33,7 +33,10 @@ const attackScript = `export default Keep.workflow({
         if (mode === "throw") throw new Error("told to throw")
         if (mode === "loop") { while (true) {} }
         if (mode === "peek") await ctx.peek("t")
-        if (mode === "write") await ctx.http.request({ method: "POST", url: "%SINK%/write/from-the-handler", json: {} })
+        // The method comes from the body, so keep validate (which refuses a
+        // write it can read in a webhook's handler) lets it through: the
+        // host's check at the call is what is tried here.
+        if (mode === "write") await ctx.http.request({ method: req.json.verb, url: "%SINK%/write/from-the-handler", json: {} })
         const id = req.json ? String(req.json.id) : "raw-" + req.body.length
         const inputId = ctx.registerInput({ source: "http", type: "webhook", id, title: "delivery " + id })
         await ctx.publish("t", { inputId, payload: { id, parsed: req.json !== null, length: req.body.length } })
@@ -221,11 +224,17 @@ func TestForgedRepeatedAndHostileDeliveries(t *testing.T) {
 
 	// Hostile handlers: each is failed (500) and stores nothing.
 	for _, mode := range []string{"throw", "loop", "peek", "write"} {
-		b := []byte(fmt.Sprintf(`{"id":"h-%s","mode":%q}`, mode, mode))
+		b := []byte(fmt.Sprintf(`{"id":"h-%s","mode":%q,"verb":"POST"}`, mode, mode))
 		a := k.signed(b, "h-"+mode, gh)
 		if a.code != http.StatusInternalServerError || !strings.Contains(a.body, `"status":"failed"`) {
 			t.Errorf("a handler told to %s: %d %s, want 500 failed", mode, a.code, a.body)
 		}
+		if mode == "write" && !strings.Contains(a.body, "a webhook's handler only reads") {
+			t.Errorf("a handler that writes failed for another reason: %s", a.body)
+		}
+	}
+	if n := k.writesTo("/write/from-the-handler"); n != 0 {
+		t.Errorf("a webhook's handler wrote %d times", n)
 	}
 	// The secret changed: the old one no longer verifies, the new one does.
 	if out, err := k.keep("rotated-secret", "secret", "set", "GITHUB_SECRET"); err != nil {
