@@ -79,7 +79,7 @@ func (a *app) secretSetCmd() *cobra.Command {
 			if err := s.Set(cmd.Context(), args[0], value); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); scripts name it as {secret:%s}\n", args[0], len(value), args[0])
+			fmt.Fprintf(a.out, "secret %s set (%d characters, stored encrypted); a call's headers name it as {secret:%s}, a webhook's verify as secret: %q\n", args[0], len(value), args[0], args[0])
 			return nil
 		},
 	}

@@ -37,7 +37,7 @@ func TestSecretSetListRemove(t *testing.T) {
 		t.Fatalf("a bad name: %d %s", r.code, r.err)
 	}
 	r := keepIn(t, value+"\n", "secret", "set", "--data", data, "slack_token")
-	if r.code != 0 || !strings.Contains(r.out, "{secret:slack_token}") || strings.Contains(r.out+r.err, value) {
+	if r.code != 0 || !strings.Contains(r.out, `a call's headers name it as {secret:slack_token}, a webhook's verify as secret: "slack_token"`) || strings.Contains(r.out+r.err, value) {
 		t.Fatalf("set: %d %s %s", r.code, r.out, r.err)
 	}
 	for _, args := range [][]string{{"secret", "list", "--data", data}, {"secret", "list", "--data", data, "--json"}} {
