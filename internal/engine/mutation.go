@@ -248,6 +248,11 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 		return err
 	}
 	verify := "keep cannot check whether it happened (this call has no reconcile): look at the target yourself, then choose It didn't happen (send again) or Skip"
+	if mut.Tool == "http" && mut.Method == "request" {
+		// The one connector whose check the script gives: say how, so the
+		// next uncertain call needs nobody.
+		verify = "keep cannot check whether it happened (this call has no reconcile; give it one, reconcile: { method: \"GET\", url: \"…/{idempotencyKey}\" }, and keep checks such a call itself): look at the target yourself, then choose It didn't happen (send again) or Skip"
+	}
 	if mut.CanReconcile {
 		verify = "keep could not establish whether it happened; Try again to check once more, or look yourself and choose It didn't happen or Skip"
 	}

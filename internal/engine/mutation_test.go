@@ -120,7 +120,8 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 		}
 		c := cards[0]
 		if c.Mutation == nil || c.Mutation.Tool != "http" || !strings.Contains(c.Mutation.Target, "POST "+e.sink.URL+"/write/a") ||
-			!strings.Contains(c.Reason, "outcome unknown") || strings.Join(c.Actions, ",") != "didnt-happen,skip,reprocess" || len(c.Inputs) != 1 {
+			!strings.Contains(c.Reason, "outcome unknown") || !strings.Contains(c.Reason, `give it one, reconcile: { method: "GET", url: "…/{idempotencyKey}" }`) ||
+			strings.Join(c.Actions, ",") != "didnt-happen,skip,reprocess" || len(c.Inputs) != 1 {
 			t.Fatalf("card %+v", c)
 		}
 		if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {
