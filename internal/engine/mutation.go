@@ -243,7 +243,7 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 	}
 	// The connector's message often starts with the target the card
 	// names already ("POST X — POST X: …" read twice).
-	why = strings.TrimPrefix(why, mut.Target+": ")
+	why = strings.TrimPrefix(strings.TrimPrefix(why, mut.Target+": "), mut.Target+" ")
 	if err := x.e.ensurePendingCall(run, *mut); err != nil {
 		return err
 	}

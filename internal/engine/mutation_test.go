@@ -121,7 +121,7 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 		c := cards[0]
 		if c.Mutation == nil || c.Mutation.Tool != "http" || !strings.Contains(c.Mutation.Target, "POST "+e.sink.URL+"/write/a") ||
 			!strings.Contains(c.Reason, "outcome unknown") || !strings.Contains(c.Reason, `give it one, reconcile: { method: "GET", url: "…/{idempotencyKey}" }`) ||
-			strings.Join(c.Actions, ",") != "didnt-happen,skip,reprocess" || len(c.Inputs) != 1 {
+			strings.Count(c.Reason, e.sink.URL+"/write/a") != 1 || strings.Join(c.Actions, ",") != "didnt-happen,skip,reprocess" || len(c.Inputs) != 1 {
 			t.Fatalf("card %+v", c)
 		}
 		if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {
@@ -410,5 +410,24 @@ func TestGivingUpNamesTheAnswer(t *testing.T) {
 				t.Fatalf("card %+v %v", cards, err)
 			}
 		})
+	}
+}
+
+// A 5xx answer to a write: the card names its target once ("POST X — POST X
+// answered 503" read it twice) and says how to make keep able to check.
+func TestUnknownOutcomeNamesTheTargetOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sink.Queue(testsink.Status503)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusReconciliation {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
+	}
+	target := "POST " + e.sink.URL + "/write/a"
+	want := "outcome unknown: " + target + " — answered 503 Service Unavailable"
+	if !strings.HasPrefix(r.ErrorMessage, want) || strings.Count(r.ErrorMessage, target) != 1 {
+		t.Fatalf("the run's error:\n%s\nwant it to start %q and name the target once", r.ErrorMessage, want)
 	}
 }
