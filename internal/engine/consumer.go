@@ -195,7 +195,7 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 	var resErr error
 	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
 		var err error
-		reserve, resErr, err = checkReservations(tx, x.wf.Name, run, pr, dv)
+		reserve, resErr, err = checkReservations(tx, x.wf.Name, run, pr, dv, x.seenPending)
 		return err
 	}); err != nil {
 		return true, err
@@ -245,8 +245,14 @@ func (x *runExec) mutate(dv declView) (proceed bool, err error) {
 // checkReservations validates a PrepareResult's reservations (SPEC §4:
 // subscribed topic, existing, pending, not reserved by another run) and
 // returns the events to reserve. resErr is the script's mistake; err the store's.
-func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv declView) (evs []kt.Event, resErr, err error) {
-	seen := map[int64]bool{}
+//
+// seen are the events the run read pending: one of them that is pending
+// no more was taken or skipped while prepare ran, which is not the
+// script's mistake (errSelectionGone: prepare again). That is told by
+// what prepare read, not by the event's time: a person's Skip is stamped
+// when its request came in, which may be before the run began.
+func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv declView, seen map[int64]bool) (evs []kt.Event, resErr, err error) {
+	taken := map[int64]bool{}
 	for _, res := range pr.Reservations {
 		if !dv.subscribe[res.Topic] {
 			return nil, kt.Errorf(kt.ClassLogic, "prepare reserved events of topic %q, which consumer %s does not subscribe to", res.Topic, run.Handler), nil
@@ -260,7 +266,7 @@ func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv
 				return nil, nil, err
 			}
 			if ev.Status != kt.EventPending {
-				if ev.UpdatedAt >= run.CreatedAt {
+				if seen[ev.ID] || ev.UpdatedAt >= run.CreatedAt {
 					// It was pending when this run began: a person skipped it
 					// while prepare ran. Not the script's mistake: prepare again.
 					return nil, nil, fmt.Errorf("%w: %s/%s is %s now", errSelectionGone, res.Topic, id, ev.Status)
@@ -270,8 +276,8 @@ func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv
 			if ev.ReservedBy != "" && ev.ReservedBy != run.ID {
 				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which run %s has reserved already", res.Topic, id, ev.ReservedBy), nil
 			}
-			if !seen[ev.ID] {
-				seen[ev.ID] = true
+			if !taken[ev.ID] {
+				taken[ev.ID] = true
 				evs = append(evs, ev)
 			}
 		}

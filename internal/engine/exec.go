@@ -68,6 +68,10 @@ type runExec struct {
 	// at any event (nil: prepare did not run in this step). A wake-up
 	// that changed the row since came in while prepare ran (wake).
 	prepared *kt.Handler
+	// seenPending are the events this run's handler read pending (peek,
+	// getByIds): one of them not pending at checkReservations changed
+	// while prepare ran (errSelectionGone), not by the script's mistake.
+	seenPending map[int64]bool
 	// span is the run's OpenTelemetry span, phase the phase's under way
 	// (otel.go); nil when keep does not trace (the run sampled out, no
 	// [otel] endpoint). inputs are the inputs the run works on, item the
@@ -336,4 +340,12 @@ func (x *runExec) phaseNote(phase, text string) {
 func (x *runExec) declView() declView {
 	d := x.prog.Decl.Consumers[x.run.Handler]
 	return declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}
+}
+
+// sawPending notes an event the handler read while it was pending.
+func (x *runExec) sawPending(id int64) {
+	if x.seenPending == nil {
+		x.seenPending = map[int64]bool{}
+	}
+	x.seenPending[id] = true
 }

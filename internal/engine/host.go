@@ -739,6 +739,9 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 	}
 	out := make([]eventView, 0, len(evs))
 	for _, ev := range evs {
+		if ev.Status == kt.EventPending {
+			h.sawPending(ev.ID)
+		}
 		out = append(out, eventView{MessageID: ev.MessageID, Topic: ev.Topic, Payload: ev.Payload, Attempt: ev.Attempt, CreatedAt: ev.CreatedAt})
 	}
 	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
