@@ -293,3 +293,19 @@ func TestRunRefusesWhileServeOwnsTheData(t *testing.T) {
 		t.Fatalf("missing config: %d %s", r.code, r.err)
 	}
 }
+
+// keep run serves no webhook: for a workflow fed by one it says where the
+// webhook is served and which secret it needs, not only "idle, 0 runs".
+func TestRunSaysWhereWebhooksAreServed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := filepath.Join(dir, "hooks.js")
+	os.WriteFile(f, []byte(`export default Keep.workflow({ name: "pushes", topics: { push: {} },
+  webhooks: { github: { publishes: ["push"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GH_SECRET" } },
+    handler: async (ctx, req) => {} } } })`), 0o644)
+	r := keep(t, "run", "--data", filepath.Join(dir, "data"), f)
+	want := "webhook: github takes POST /hooks/pushes/github under keep serve --webhooks-addr ADDR, verified with the secret GH_SECRET (keep secret set GH_SECRET); keep run serves no webhook"
+	if r.code != 0 || !strings.Contains(r.out, want) {
+		t.Fatalf("keep run: exit %d\n%s%s\nwant %q", r.code, r.out, r.err, want)
+	}
+}

@@ -210,5 +210,22 @@ func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res engi
 	for _, n := range next {
 		fmt.Fprintf(a.out, "next: %s %s at %s (keep serve runs it then; keep run FILE runs it at once)\n", n.Type, n.Handler, n.NextRunAt)
 	}
-	return len(cards) > 0, nil
+	return len(cards) > 0, a.printRunWebhooks(ctx, c, wf)
+}
+
+// printRunWebhooks says where a workflow's webhooks are served: keep run
+// serves none, and a workflow fed only by webhooks otherwise ends "idle, 0
+// runs" with no word on how anything reaches it.
+func (a *app) printRunWebhooks(ctx context.Context, c *apiclient.Client, wf string) error {
+	hooks, err := c.Webhooks(ctx, wf, 1)
+	if err != nil {
+		return err
+	}
+	if len(hooks.Webhooks) > 0 {
+		fmt.Fprintln(a.out)
+	}
+	for _, h := range hooks.Webhooks {
+		fmt.Fprintf(a.out, "webhook: %s takes POST %s under keep serve --webhooks-addr ADDR, verified with the secret %s (keep secret set %s); keep run serves no webhook, keep test sends it requests\n", h.Name, h.Path, h.Secret, h.Secret)
+	}
+	return nil
 }
