@@ -14,6 +14,7 @@ import (
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -82,7 +83,7 @@ func (a *app) serveCmd() *cobra.Command {
 			if hooksURL != "" {
 				where += ", webhooks at " + hooksURL + "/hooks/"
 			}
-			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %d interrupted runs); Ctrl-C stops\n", a.dataDir, where, n)
+			fmt.Fprintf(a.out, "keep serving %s at %s (recovered %s); Ctrl-C stops\n", a.dataDir, where, kt.Count(n, "interrupted run"))
 			return k.Scheduler.Run(ctx)
 		},
 	}

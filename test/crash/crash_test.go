@@ -197,7 +197,7 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 	p := serve(t, dir)
 	testbin.WaitFor(t, "the write to reach the sink", func() bool { return sink.Requests() >= 1 })
 	p.kill()
-	serve(t, dir)
+	p2 := serve(t, dir)
 	testbin.WaitFor(t, "the mutation to be escalated", func() bool {
 		l := read(t, dir)
 		return l.hasMut && l.mutation.Status == kt.MutationIndeterminate && l.open != nil && l.open.Status == kt.StatusReconciliation
@@ -245,6 +245,11 @@ func TestKillWithoutReconcileEscalates(t *testing.T) {
 	testbin.WaitFor(t, "the skip to be carried out", func() bool { return read(t, dir).open == nil })
 	if sink.Requests() != 1 {
 		t.Fatalf("requests after skip: %d", sink.Requests())
+	}
+	// The restart said what it found, in English ("1 interrupted runs").
+	p2.kill()
+	if !strings.Contains(p2.logs.String(), "(recovered 1 interrupted run);") {
+		t.Fatalf("keep serve's first line after the kill:\n%s", p2.logs.String())
 	}
 }
 
