@@ -599,7 +599,8 @@ func queueScheduled(tx store.Tx, wf string, ms int64) (int, error) {
 	n := 0
 	for _, h := range hs {
 		if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && (h.NextRunAt > 0 || h.Queued) {
-			h.Queued, h.UpdatedAt = true, ms
+			h.Queued = true
+			touch(&h, ms)
 			if err := tx.HandlerPut(h); err != nil {
 				return 0, err
 			}

@@ -172,7 +172,7 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 		return true, err
 	}
 	saw := *hrow
-	x.prepared = &saw
+	x.rowRead = &saw
 	h := x.host(phasePrepare)
 	h.decl = dv
 	out, err := x.invoke(h, hrow.State)

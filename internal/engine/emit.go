@@ -161,7 +161,7 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 		// a clock: a request stamps its time when it comes in, before
 		// it waits for the write transaction, and another node's clock
 		// is its own (an event was stranded so).
-		woken := hrow.Dirty && (x.prepared == nil || hrow.UpdatedAt != x.prepared.UpdatedAt)
+		woken := hrow.Dirty && (x.rowRead == nil || hrow.UpdatedAt != x.rowRead.UpdatedAt)
 		hrow.Dirty = selfDirty || woken
 	}
 	hrow.WakeAt = x.e.wakeTime(pr.WakeAt)

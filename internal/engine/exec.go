@@ -64,10 +64,12 @@ type runExec struct {
 	// reserved nothing and that is still unstored is never written
 	// (idle): an empty poll is not work a person looks at.
 	unstored bool
-	// prepared is the consumer's row as prepare read it, before it looked
-	// at any event (nil: prepare did not run in this step). A wake-up
-	// that changed the row since came in while prepare ran (wake).
-	prepared *kt.Handler
+	// rowRead is the handler's row as the step read it before the handler
+	// ran (a consumer's: before prepare looked at any event; nil: not read
+	// in this step). A wake-up or a queue mark that changed the row since
+	// came in while the run ran, and stands at its commit
+	// (saveConsumerState, commitScheduled).
+	rowRead *kt.Handler
 	// seenPending are the events this run's handler read pending (peek,
 	// getByIds): one of them not pending at checkReservations changed
 	// while prepare ran (errSelectionGone), not by the script's mistake.

@@ -113,7 +113,14 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 	if state != nil {
 		hrow.State = state
 	}
-	hrow.Queued, hrow.NextRunAt, hrow.UpdatedAt = false, sched.Next(x.e.now()).UnixMilli(), now
+	// A queue mark set while the run ran (a person's run-now, a reprocess
+	// of a task item: "queued now") stands: the run read what it read
+	// before it, and the mark asks for one more run now, not at the next
+	// scheduled time. The mark that started the run is the row as the
+	// step read it (rowRead), and the row's change tells them apart.
+	queuedMeanwhile := hrow.Queued && x.rowRead != nil && hrow.UpdatedAt != x.rowRead.UpdatedAt
+	hrow.Queued, hrow.NextRunAt = queuedMeanwhile, sched.Next(x.e.now()).UnixMilli()
+	touch(&hrow, now)
 	if err := tx.HandlerPut(hrow); err != nil {
 		return err
 	}

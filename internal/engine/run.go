@@ -133,6 +133,8 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	err = e.carryOut(ctx, p.wf, p.prog, &run, func(x *runExec) error {
 		started = true
 		x.unstored, x.grants = true, p.grants
+		read := h
+		x.rowRead = &read
 		switch h.Type {
 		case kt.HandlerConsumer:
 			return x.consumer(&h)
