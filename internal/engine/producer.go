@@ -114,11 +114,16 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 		hrow.State = state
 	}
 	// A queue mark set while the run ran (a person's run-now, a reprocess
-	// of a task item: "queued now") stands: the run read what it read
-	// before it, and the mark asks for one more run now, not at the next
-	// scheduled time. The mark that started the run is the row as the
-	// step read it (rowRead), and the row's change tells them apart.
-	queuedMeanwhile := hrow.Queued && x.rowRead != nil && hrow.UpdatedAt != x.rowRead.UpdatedAt
+	// of a task item: "queued now"), or a deploy that made the handler due
+	// now (SPEC §5), stands: the run read what it read before it, and the
+	// mark asks for one more run now, not at the next scheduled time. The
+	// mark that started the run is the row as the step read it (rowRead),
+	// and the row's change tells them apart.
+	queuedMeanwhile := false
+	if r := x.rowRead; r != nil && hrow.UpdatedAt != r.UpdatedAt {
+		madeDue := hrow.NextRunAt > 0 && hrow.NextRunAt != r.NextRunAt && hrow.NextRunAt <= now
+		queuedMeanwhile = hrow.Queued || madeDue
+	}
 	hrow.Queued, hrow.NextRunAt = queuedMeanwhile, sched.Next(x.e.now()).UnixMilli()
 	touch(&hrow, now)
 	if err := tx.HandlerPut(hrow); err != nil {
