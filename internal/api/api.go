@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
@@ -144,7 +145,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if s.Problem != nil {
 		problem = s.Problem()
 	}
-	JSON(w, http.StatusOK, HealthReply{OK: problem == "", Problem: problem})
+	JSON(w, http.StatusOK, apitype.HealthReply{OK: problem == "", Problem: problem})
 }
 
 // JSON writes v as the JSON answer.
@@ -158,7 +159,7 @@ func JSON(w http.ResponseWriter, status int, v any) {
 func Error(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(ErrorReply{Error: ErrorBody{Code: code, Message: msg}})
+	_ = json.NewEncoder(w).Encode(apitype.ErrorReply{Error: apitype.ErrorBody{Code: code, Message: msg}})
 }
 
 // fail maps keep's errors to HTTP statuses.
@@ -178,11 +179,8 @@ func fail(w http.ResponseWriter, err error) {
 	case errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
 	case errors.As(err, &ve):
-		body := ErrorBody{Code: "invalid_script", Message: ve.Error()}
-		for _, p := range ve.Problems {
-			body.Problems = append(body.Problems, Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message})
-		}
-		JSON(w, http.StatusUnprocessableEntity, ErrorReply{Error: body})
+		body := apitype.ErrorBody{Code: "invalid_script", Message: ve.Error(), Problems: ve.Problems}
+		JSON(w, http.StatusUnprocessableEntity, apitype.ErrorReply{Error: body})
 	case errors.As(err, &se):
 		Error(w, http.StatusUnprocessableEntity, "invalid_script", se.Error())
 	case errors.Is(err, kt.ErrNotFound):
@@ -278,11 +276,11 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
-	if err := s.control().MayAct(r.Context(), engine.ActDeploy); err != nil {
+	if err := s.control().MayAct(r.Context(), kt.ActDeploy); err != nil {
 		fail(w, err)
 		return
 	}
-	var req DeployRequest
+	var req apitype.DeployRequest
 	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -303,7 +301,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		req.File = "workflow.js"
 	}
 
-	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: engine.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant, Test: req.Test})
+	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: kt.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant, Test: req.Test})
 	if err != nil {
 		fail(w, err)
 		return
@@ -315,17 +313,17 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		warnings = append(warnings, p.String())
 	}
 	warnings = append(warnings, res.Warnings...)
-	stranded := []StrandedTopic{}
+	stranded := []apitype.StrandedTopic{}
 	for _, x := range res.Stranded {
-		stranded = append(stranded, StrandedTopic{Topic: x.Topic, Pending: x.Pending, Message: x.Message})
+		stranded = append(stranded, apitype.StrandedTopic{Topic: x.Topic, Pending: x.Pending, Message: x.Message})
 	}
-	reply(w, DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused), Stranded: stranded})
+	reply(w, apitype.DeployReply{Workflow: res.Workflow, Version: res.Version.Label(), Unchanged: res.Unchanged, Warnings: nonNil(warnings), Reprocessed: n, FilesRoot: res.FilesRoot, Granted: nonNil(res.Granted), Ungranted: nonNil(res.Ungranted), Unused: nonNil(res.Unused), Stranded: stranded})
 }
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	verb := engine.Action(r.PathValue("verb"))
-	if verb != engine.ActPause && verb != engine.ActResume && verb != engine.ActRunNow {
+	verb := kt.Action(r.PathValue("verb"))
+	if verb != kt.ActPause && verb != kt.ActResume && verb != kt.ActRunNow {
 		fail(w, &engine.ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), Code: engine.CodeUnknownAction})
 		return
 	}
@@ -335,7 +333,7 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.changed(wf)
-	reply(w, WorkflowActionReply{OK: true, Workflow: wf, Queued: rep.Queued, Message: rep.Message})
+	reply(w, apitype.WorkflowActionReply{OK: true, Workflow: wf, Queued: rep.Queued, Message: rep.Message})
 }
 
 func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
@@ -357,19 +355,13 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 	reply(w, ns)
 }
 
-// TopicsReply answers GET /api/v1/workflows/{wf}/topics.
-type TopicsReply struct {
-	Topics    []report.Topic    `json:"topics"`
-	Producers []report.Producer `json:"producers"`
-}
-
 func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
 	ts, ps, err := report.Topics(r.Context(), s.Store, r.PathValue("wf"))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	reply(w, TopicsReply{Topics: ts, Producers: ps})
+	reply(w, apitype.TopicsReply{Topics: ts, Producers: ps})
 }
 
 // events answers one page of events: ?topic=&status=&after=&limit=.
@@ -400,7 +392,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -421,7 +413,7 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	reply(w, WebhooksReply{Workflow: wf, Served: s.WebhooksURL != "", Webhooks: hooks, Deliveries: ds})
+	reply(w, apitype.WebhooksReply{Workflow: wf, Served: s.WebhooksURL != "", Webhooks: hooks, Deliveries: ds})
 }
 
 // publish posts one event to a topic the workflow opens to the event API:
@@ -429,12 +421,12 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 // new, 200 when the id was posted before.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	wf, topic := r.PathValue("wf"), r.PathValue("topic")
-	var req PublishRequest
+	var req apitype.PublishRequest
 	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("event for topic %s of %s: %v; send {\"id\": \"…\", \"title\": \"…\", \"payload\": {…}} with a payload of at most 1 MiB (see docs/api.md)", topic, wf, err))
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActPublish, Workflow: wf, Topic: topic,
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActPublish, Workflow: wf, Topic: topic,
 		Event: engine.APIEvent{ID: req.ID, Title: req.Title, Payload: req.Payload}})
 	if err != nil {
 		fail(w, err)
@@ -446,7 +438,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.changed(wf)
 	}
-	JSON(w, code, PublishReply{OK: true, Workflow: wf, Topic: topic, Input: rep.Posted.Input, Event: rep.Posted.Event, Already: rep.Posted.Already, Message: rep.Message})
+	JSON(w, code, apitype.PublishReply{OK: true, Workflow: wf, Topic: topic, Input: rep.Posted.Input, Event: rep.Posted.Event, Already: rep.Posted.Already, Message: rep.Message})
 }
 
 // grant grants a workflow what a person allows it: without a body (or
@@ -454,26 +446,26 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 // refused; with {"items": [...]}, exactly those.
 func (s *Server) grant(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	var req GrantRequest
+	var req apitype.GrantRequest
 	if r.ContentLength != 0 {
 		if err := decode(r, &req); err != nil {
 			Error(w, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActGrant, Workflow: wf, Items: req.Items})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActGrant, Workflow: wf, Items: req.Items})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
 // revoke takes grants back ({"items": [...]}, each as it was granted).
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	var req GrantRequest
+	var req apitype.GrantRequest
 	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActRevoke, Workflow: wf, Items: req.Items})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActRevoke, Workflow: wf, Items: req.Items})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -493,9 +485,9 @@ func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", "a repair is approved or rejected: POST …/repairs/ID/approve or …/reject")
 		return
 	}
-	act := engine.ActApproveRepair
+	act := kt.ActApproveRepair
 	if verb == "reject" {
-		act = engine.ActRejectRepair
+		act = kt.ActRejectRepair
 	}
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
 	s.actionReply(w, wf, rep.Message, err)
@@ -503,7 +495,7 @@ func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActResetState, Workflow: wf, Handler: r.PathValue("handler")})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActResetState, Workflow: wf, Handler: r.PathValue("handler")})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -514,7 +506,7 @@ func (s *Server) actionReply(w http.ResponseWriter, wf, msg string, err error) {
 		return
 	}
 	s.changed(wf)
-	reply(w, WorkflowActionReply{OK: true, Workflow: wf, Message: msg})
+	reply(w, apitype.WorkflowActionReply{OK: true, Workflow: wf, Message: msg})
 }
 
 func (s *Server) outputs(w http.ResponseWriter, r *http.Request) {
@@ -592,7 +584,7 @@ func (s *Server) schedule(w http.ResponseWriter, r *http.Request) {
 // that nobody granted, and what its blocked run was refused.
 func (s *Server) grants(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	g := GrantsReply{Workflow: wf, Grants: []string{}}
+	g := apitype.GrantsReply{Workflow: wf, Grants: []string{}}
 	err := s.Store.View(r.Context(), func(tx store.Tx) error {
 		var err error
 		if g.ToGrant, err = engine.ToGrant(tx, wf); errors.Is(err, kt.ErrNotFound) {
@@ -664,37 +656,32 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 	reply(w, map[string]any{"runId": d.Run.ID, "trace": d.Trace, "droppedTraceEntries": d.Dropped})
 }
 
-// ResolveRequest is the body of POST /api/v1/runs/{id}/resolve.
-type ResolveRequest struct {
-	Action string `json:"action"` // try-again, didnt-happen, skip
-}
-
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
-	var req ResolveRequest
+	var req apitype.ResolveRequest
 	if err := decode(r, &req); err != nil {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	switch engine.Resolution(req.Action) {
-	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip, engine.ResolveReprocess:
+	switch kt.Resolution(req.Action) {
+	case kt.ResolveTryAgain, kt.ResolveDidntHappen, kt.ResolveSkip, kt.ResolveReprocess:
 	default:
 		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("action %q: use try-again, didnt-happen, skip or reprocess", req.Action))
 		return
 	}
-	s.act(w, r, engine.Resolution(req.Action))
+	s.act(w, r, kt.Resolution(req.Action))
 }
 
-func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, engine.ResolveApprove) }
+func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, kt.ResolveApprove) }
 
-func (s *Server) act(w http.ResponseWriter, r *http.Request, what engine.Resolution) {
+func (s *Server) act(w http.ResponseWriter, r *http.Request, what kt.Resolution) {
 	id := r.PathValue("id")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.Action(what), Run: id})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.Action(what), Run: id})
 	if err != nil {
 		fail(w, err)
 		return
 	}
 	s.changed(rep.Workflow)
-	reply(w, RunActionReply{OK: true, RunID: id, Workflow: rep.Workflow, Action: string(what), Message: rep.Message})
+	reply(w, apitype.RunActionReply{OK: true, RunID: id, Workflow: rep.Workflow, Action: string(what), Message: rep.Message})
 }
 
 func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
@@ -708,7 +695,7 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
-	act := map[string]engine.Action{"skip": engine.ActSkipItem, "reprocess": engine.ActReprocessItem}[verb]
+	act := map[string]kt.Action{"skip": kt.ActSkipItem, "reprocess": kt.ActReprocessItem}[verb]
 	if act == "" {
 		fail(w, &engine.ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), Code: engine.CodeUnknownAction})
 		return
@@ -720,7 +707,7 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.changed(rep.Workflow)
-	reply(w, ItemActionReply{OK: true, Item: ref, Workflow: rep.Workflow, Action: verb, Message: msg})
+	reply(w, apitype.ItemActionReply{OK: true, Item: ref, Workflow: rep.Workflow, Action: verb, Message: msg})
 }
 
 // control is the one place people's actions are carried out (engine.Control).

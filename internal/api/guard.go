@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/connector"
 )
 
@@ -188,11 +189,6 @@ func sameOrigin(r *http.Request) bool {
 	return true
 }
 
-// InstancePath answers which keep serve this is, without a token: the CLI
-// asks it before it sends a token or a decision to an address it read from
-// a file that may be stale.
-const InstancePath = "/api/v1/instance"
-
 // LoopbackHost reports whether a Host header names this machine's loopback
 // interface (localhost, 127.0.0.0/8, [::1], with or without a port).
 func LoopbackHost(host string) bool {
@@ -236,7 +232,7 @@ func (g *Guard) Wrap(next http.Handler, loginPath string) http.Handler {
 			return
 		}
 		isAPI := strings.HasPrefix(r.URL.Path, "/api/")
-		public := r.URL.Path == loginPath || r.URL.Path == InstancePath || strings.HasPrefix(r.URL.Path, "/static/") || r.URL.Path == "/metrics" && g.Token == ""
+		public := r.URL.Path == loginPath || r.URL.Path == apitype.InstancePath || strings.HasPrefix(r.URL.Path, "/static/") || r.URL.Path == "/metrics" && g.Token == ""
 		if !public && !g.Authenticated(r) {
 			if isAPI || r.URL.Path == "/metrics" || r.URL.Path == "/events" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="keep"`)

@@ -18,8 +18,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/keep-run/keep/internal/api"
-	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/apitype"
 )
 
 // Client calls one keep API.
@@ -65,7 +64,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // error object (code, message, an invalid script's problems).
 type Error struct {
 	Status int
-	Body   api.ErrorBody
+	Body   apitype.ErrorBody
 }
 
 func (e *Error) Error() string { return e.Body.Message }
@@ -107,7 +106,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 		return fmt.Errorf("reading keep's answer to %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
-		var e api.ErrorReply
+		var e apitype.ErrorReply
 		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Message == "" {
 			return fmt.Errorf("keep answered %s %s with %s and something that is not an error object", method, path, resp.Status)
 		}
@@ -128,20 +127,20 @@ func (c *Client) Instance(ctx context.Context) (string, error) {
 	var who struct {
 		Instance string `json:"instance"`
 	}
-	err := c.call(ctx, http.MethodGet, api.InstancePath, nil, &who)
+	err := c.call(ctx, http.MethodGet, apitype.InstancePath, nil, &who)
 	return who.Instance, err
 }
 
 // Health says whether keep can go on by itself.
-func (c *Client) Health(ctx context.Context) (api.HealthReply, error) {
-	var h api.HealthReply
+func (c *Client) Health(ctx context.Context) (apitype.HealthReply, error) {
+	var h apitype.HealthReply
 	return h, c.call(ctx, http.MethodGet, "/api/v1/health", nil, &h)
 }
 
 // WorkflowView is GET /api/v1/workflows/{wf}: its status and blocked runs.
 type WorkflowView struct {
-	Status  report.Status `json:"status"`
-	Blocked []report.Card `json:"blocked"`
+	Status  apitype.Status `json:"status"`
+	Blocked []apitype.Card `json:"blocked"`
 }
 
 // Workflow reads one workflow's status and cards.
@@ -155,71 +154,71 @@ func (c *Client) Workflow(ctx context.Context, wf string) (WorkflowView, error) 
 // the page reads are the same answers.
 
 // Statuses lists every workflow with its status (GET /api/v1/workflows).
-func (c *Client) Statuses(ctx context.Context) ([]report.Status, error) {
-	var v []report.Status
+func (c *Client) Statuses(ctx context.Context) ([]apitype.Status, error) {
+	var v []apitype.Status
 	return v, c.call(ctx, http.MethodGet, "/api/v1/workflows", nil, &v)
 }
 
 // Blocked lists the cards of a workflow's blocked runs ("" for every
 // workflow's).
-func (c *Client) Blocked(ctx context.Context, wf string) ([]report.Card, error) {
+func (c *Client) Blocked(ctx context.Context, wf string) ([]apitype.Card, error) {
 	path := "/api/v1/blocked"
 	if wf != "" {
 		path = c.wfPath(wf, "blocked")
 	}
-	var v []report.Card
+	var v []apitype.Card
 	return v, c.call(ctx, http.MethodGet, path, nil, &v)
 }
 
 // Nodes lists the keep serve nodes sharing the store and what each holds.
-func (c *Client) Nodes(ctx context.Context) ([]report.NodeView, error) {
-	var v []report.NodeView
+func (c *Client) Nodes(ctx context.Context) ([]apitype.NodeView, error) {
+	var v []apitype.NodeView
 	return v, c.call(ctx, http.MethodGet, "/api/v1/nodes", nil, &v)
 }
 
 // Inputs lists a workflow's inputs.
-func (c *Client) Inputs(ctx context.Context, wf string) ([]report.Input, error) {
-	var v []report.Input
+func (c *Client) Inputs(ctx context.Context, wf string) ([]apitype.Input, error) {
+	var v []apitype.Input
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "inputs"), nil, &v)
 }
 
 // Outputs lists a workflow's outputs, one per mutation.
-func (c *Client) Outputs(ctx context.Context, wf string) ([]report.Output, error) {
-	var v []report.Output
+func (c *Client) Outputs(ctx context.Context, wf string) ([]apitype.Output, error) {
+	var v []apitype.Output
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "outputs"), nil, &v)
 }
 
 // Runs lists a workflow's runs, newest first (limit 0: all).
-func (c *Client) Runs(ctx context.Context, wf string, limit int) ([]report.Run, error) {
-	var v []report.Run
+func (c *Client) Runs(ctx context.Context, wf string, limit int) ([]apitype.Run, error) {
+	var v []apitype.Run
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "runs")+"?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Items lists a workflow's items (orphaned: only those a major version
 // left behind).
-func (c *Client) Items(ctx context.Context, wf string, orphaned bool) ([]report.Item, error) {
+func (c *Client) Items(ctx context.Context, wf string, orphaned bool) ([]apitype.Item, error) {
 	q := ""
 	if orphaned {
 		q = "?orphaned=1"
 	}
-	var v []report.Item
+	var v []apitype.Item
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "items")+q, nil, &v)
 }
 
 // Schedule lists when a workflow's producers and tasks run next.
-func (c *Client) Schedule(ctx context.Context, wf string) ([]report.Scheduled, error) {
-	var v []report.Scheduled
+func (c *Client) Schedule(ctx context.Context, wf string) ([]apitype.Scheduled, error) {
+	var v []apitype.Scheduled
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "schedule"), nil, &v)
 }
 
 // Topics lists a workflow's topics with their counts, and its producers.
-func (c *Client) Topics(ctx context.Context, wf string) (api.TopicsReply, error) {
-	var v api.TopicsReply
+func (c *Client) Topics(ctx context.Context, wf string) (apitype.TopicsReply, error) {
+	var v apitype.TopicsReply
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "topics"), nil, &v)
 }
 
 // Events reads one page of a workflow's events ("" topic or status: any).
-func (c *Client) Events(ctx context.Context, wf, topic, status string, after int64, limit int) (report.EventPage, error) {
+func (c *Client) Events(ctx context.Context, wf, topic, status string, after int64, limit int) (apitype.EventPage, error) {
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
 	if topic != "" {
 		q.Set("topic", topic)
@@ -230,130 +229,130 @@ func (c *Client) Events(ctx context.Context, wf, topic, status string, after int
 	if after != 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
 	}
-	var v report.EventPage
+	var v apitype.EventPage
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "events")+"?"+q.Encode(), nil, &v)
 }
 
 // Repairs lists the Maintainer's repairs of a workflow.
-func (c *Client) Repairs(ctx context.Context, wf string) ([]report.Repair, error) {
-	var v []report.Repair
+func (c *Client) Repairs(ctx context.Context, wf string) ([]apitype.Repair, error) {
+	var v []apitype.Repair
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "repairs"), nil, &v)
 }
 
 // Grants says what a workflow was granted and what a grant without items
 // would allow now.
-func (c *Client) Grants(ctx context.Context, wf string) (api.GrantsReply, error) {
-	var v api.GrantsReply
+func (c *Client) Grants(ctx context.Context, wf string) (apitype.GrantsReply, error) {
+	var v apitype.GrantsReply
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "grants"), nil, &v)
 }
 
 // Run reads one run in full.
-func (c *Client) Run(ctx context.Context, id string) (report.RunDetail, error) {
-	var v report.RunDetail
+func (c *Client) Run(ctx context.Context, id string) (apitype.RunDetail, error) {
+	var v apitype.RunDetail
 	return v, c.call(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id), nil, &v)
 }
 
 // Input reads an input (by id or key) and the writes it caused.
-func (c *Client) Input(ctx context.Context, ref string) (report.InputDetail, error) {
-	var v report.InputDetail
+func (c *Client) Input(ctx context.Context, ref string) (apitype.InputDetail, error) {
+	var v apitype.InputDetail
 	return v, c.call(ctx, http.MethodGet, "/api/v1/inputs/"+url.PathEscape(ref), nil, &v)
 }
 
 // Item reads an item (by id or key; wf names the workflow when the key is
 // in several, "" otherwise) and its attempts.
-func (c *Client) Item(ctx context.Context, ref, wf string) (report.ItemDetail, error) {
-	var v report.ItemDetail
+func (c *Client) Item(ctx context.Context, ref, wf string) (apitype.ItemDetail, error) {
+	var v apitype.ItemDetail
 	return v, c.call(ctx, http.MethodGet, "/api/v1/items/"+url.PathEscape(ref)+"?workflow="+url.QueryEscape(wf), nil, &v)
 }
 
 // Connections lists the connected accounts, never their credentials.
-func (c *Client) Connections(ctx context.Context) ([]report.Connection, error) {
-	var v []report.Connection
+func (c *Client) Connections(ctx context.Context) ([]apitype.Connection, error) {
+	var v []apitype.Connection
 	return v, c.call(ctx, http.MethodGet, "/api/v1/connections", nil, &v)
 }
 
 // Secrets lists the named secrets' names and when each was set.
-func (c *Client) Secrets(ctx context.Context) ([]report.Secret, error) {
-	var v []report.Secret
+func (c *Client) Secrets(ctx context.Context) ([]apitype.Secret, error) {
+	var v []apitype.Secret
 	return v, c.call(ctx, http.MethodGet, "/api/v1/secrets", nil, &v)
 }
 
 // Deploy deploys a script (POST /api/v1/workflows).
-func (c *Client) Deploy(ctx context.Context, req api.DeployRequest) (api.DeployReply, error) {
-	var r api.DeployReply
+func (c *Client) Deploy(ctx context.Context, req apitype.DeployRequest) (apitype.DeployReply, error) {
+	var r apitype.DeployReply
 	return r, c.call(ctx, http.MethodPost, "/api/v1/workflows", req, &r)
 }
 
 // Resolve takes a decision on a blocked run: try-again, didnt-happen,
 // skip or reprocess.
-func (c *Client) Resolve(ctx context.Context, run, action string) (api.RunActionReply, error) {
-	var r api.RunActionReply
-	return r, c.call(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(run)+"/resolve", api.ResolveRequest{Action: action}, &r)
+func (c *Client) Resolve(ctx context.Context, run, action string) (apitype.RunActionReply, error) {
+	var r apitype.RunActionReply
+	return r, c.call(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(run)+"/resolve", apitype.ResolveRequest{Action: action}, &r)
 }
 
 // Approve approves the write a run waits for.
-func (c *Client) Approve(ctx context.Context, run string) (api.RunActionReply, error) {
-	var r api.RunActionReply
+func (c *Client) Approve(ctx context.Context, run string) (apitype.RunActionReply, error) {
+	var r apitype.RunActionReply
 	return r, c.call(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(run)+"/approve", nil, &r)
 }
 
 // WorkflowAction is pause, resume or run-now.
-func (c *Client) WorkflowAction(ctx context.Context, wf, verb string) (api.WorkflowActionReply, error) {
-	var r api.WorkflowActionReply
+func (c *Client) WorkflowAction(ctx context.Context, wf, verb string) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, verb), nil, &r)
 }
 
 // Grant grants a workflow items (none: what its active version uses).
-func (c *Client) Grant(ctx context.Context, wf string, items []string) (api.WorkflowActionReply, error) {
+func (c *Client) Grant(ctx context.Context, wf string, items []string) (apitype.WorkflowActionReply, error) {
 	var body any
 	if len(items) > 0 {
-		body = api.GrantRequest{Items: items}
+		body = apitype.GrantRequest{Items: items}
 	}
-	var r api.WorkflowActionReply
+	var r apitype.WorkflowActionReply
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "grant"), body, &r)
 }
 
 // Revoke takes grants back.
-func (c *Client) Revoke(ctx context.Context, wf string, items []string) (api.WorkflowActionReply, error) {
-	var r api.WorkflowActionReply
-	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "revoke"), api.GrantRequest{Items: items}, &r)
+func (c *Client) Revoke(ctx context.Context, wf string, items []string) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "revoke"), apitype.GrantRequest{Items: items}, &r)
 }
 
 // SkipPending skips a topic's pending events.
-func (c *Client) SkipPending(ctx context.Context, wf, topic string) (api.WorkflowActionReply, error) {
-	var r api.WorkflowActionReply
+func (c *Client) SkipPending(ctx context.Context, wf, topic string) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "topics/"+url.PathEscape(topic)+"/skip-pending"), nil, &r)
 }
 
 // Webhooks reads a workflow's webhooks and their newest deliveries.
-func (c *Client) Webhooks(ctx context.Context, wf string, limit int) (api.WebhooksReply, error) {
-	var r api.WebhooksReply
+func (c *Client) Webhooks(ctx context.Context, wf string, limit int) (apitype.WebhooksReply, error) {
+	var r apitype.WebhooksReply
 	return r, c.call(ctx, http.MethodGet, c.wfPath(wf, "webhooks")+"?limit="+strconv.Itoa(limit), nil, &r)
 }
 
 // Publish posts one event to a topic the workflow opens to the event API.
-func (c *Client) Publish(ctx context.Context, wf, topic string, req api.PublishRequest) (api.PublishReply, error) {
-	var r api.PublishReply
+func (c *Client) Publish(ctx context.Context, wf, topic string, req apitype.PublishRequest) (apitype.PublishReply, error) {
+	var r apitype.PublishReply
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "topics/"+url.PathEscape(topic)+"/events"), req, &r)
 }
 
 // ResetState forgets a producer's stored state.
-func (c *Client) ResetState(ctx context.Context, wf, handler string) (api.WorkflowActionReply, error) {
-	var r api.WorkflowActionReply
+func (c *Client) ResetState(ctx context.Context, wf, handler string) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "handlers/"+url.PathEscape(handler)+"/reset-state"), nil, &r)
 }
 
 // DecideRepair approves (verb "approve") or rejects ("reject") a repair
 // the Maintainer held.
-func (c *Client) DecideRepair(ctx context.Context, wf, id, verb string) (api.WorkflowActionReply, error) {
-	var r api.WorkflowActionReply
+func (c *Client) DecideRepair(ctx context.Context, wf, id, verb string) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "repairs/"+url.PathEscape(id)+"/"+url.PathEscape(verb)), nil, &r)
 }
 
 // ItemAction skips or reprocesses an item (verb "skip", "reprocess");
 // wf names the workflow when the key is in several ("" otherwise).
-func (c *Client) ItemAction(ctx context.Context, ref, verb, wf string) (api.ItemActionReply, error) {
-	var r api.ItemActionReply
+func (c *Client) ItemAction(ctx context.Context, ref, verb, wf string) (apitype.ItemActionReply, error) {
+	var r apitype.ItemActionReply
 	return r, c.call(ctx, http.MethodPost, "/api/v1/items/"+url.PathEscape(ref)+"/"+url.PathEscape(verb)+"?workflow="+url.QueryEscape(wf), nil, &r)
 }
 

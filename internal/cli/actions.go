@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 func (a *app) resolveCmd() *cobra.Command {
@@ -19,19 +19,19 @@ func (a *app) resolveCmd() *cobra.Command {
 		Short: "decide what happens to a blocked run",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var what engine.Resolution
+			var what kt.Resolution
 			n := 0
 			if tryAgain {
-				what, n = engine.ResolveTryAgain, n+1
+				what, n = kt.ResolveTryAgain, n+1
 			}
 			if didnt {
-				what, n = engine.ResolveDidntHappen, n+1
+				what, n = kt.ResolveDidntHappen, n+1
 			}
 			if skip {
-				what, n = engine.ResolveSkip, n+1
+				what, n = kt.ResolveSkip, n+1
 			}
 			if reprocess {
-				what, n = engine.ResolveReprocess, n+1
+				what, n = kt.ResolveReprocess, n+1
 			}
 			if n != 1 {
 				return &exitError{code: exitUsageCode, err: errors.New("choose exactly one of --try-again, --didnt-happen, --skip, --reprocess")}
@@ -50,16 +50,16 @@ func (a *app) approveCmd() *cobra.Command {
 	return &cobra.Command{
 		Use: "approve RUN", Short: "approve the mutation a run is waiting for", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.act(cmd.Context(), args[0], engine.ResolveApprove)
+			return a.act(cmd.Context(), args[0], kt.ResolveApprove)
 		},
 	}
 }
 
-func (a *app) act(ctx context.Context, runID string, what engine.Resolution) error {
+func (a *app) act(ctx context.Context, runID string, what kt.Resolution) error {
 	return a.perform(ctx, func(c *keepAPI) (string, string, error) {
-		var r api.RunActionReply
+		var r apitype.RunActionReply
 		var err error
-		if what == engine.ResolveApprove {
+		if what == kt.ResolveApprove {
 			r, err = c.Approve(ctx, runID)
 		} else {
 			r, err = c.Resolve(ctx, runID, string(what))
@@ -153,7 +153,7 @@ func (a *app) workflowActionCmd(verb string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
 				r, err := c.WorkflowAction(cmd.Context(), args[0], verb)
-				if verb == string(engine.ActPause) {
+				if verb == string(kt.ActPause) {
 					return r.Message, "", err
 				}
 				return r.Message, args[0], err

@@ -12,6 +12,7 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // TestEveryActionHasOneCommandAndOneRoute: engine.Control's list of
@@ -24,26 +25,26 @@ func TestEveryActionHasOneCommandAndOneRoute(t *testing.T) {
 		route string   // POST path of the API
 		body  string
 	}
-	covered := map[engine.Action]surface{
-		engine.ActTryAgain:      {[]string{"resolve", "--try-again"}, "/api/v1/runs/R/resolve", `{"action":"try-again"}`},
-		engine.ActDidntHappen:   {[]string{"resolve", "--didnt-happen"}, "/api/v1/runs/R/resolve", `{"action":"didnt-happen"}`},
-		engine.ActSkip:          {[]string{"resolve", "--skip"}, "/api/v1/runs/R/resolve", `{"action":"skip"}`},
-		engine.ActReprocess:     {[]string{"resolve", "--reprocess"}, "/api/v1/runs/R/resolve", `{"action":"reprocess"}`},
-		engine.ActApprove:       {[]string{"approve"}, "/api/v1/runs/R/approve", ""},
-		engine.ActPause:         {[]string{"pause"}, "/api/v1/workflows/W/pause", ""},
-		engine.ActResume:        {[]string{"resume"}, "/api/v1/workflows/W/resume", ""},
-		engine.ActRunNow:        {[]string{"run-now"}, "/api/v1/workflows/W/run-now", ""},
-		engine.ActGrant:         {[]string{"grant"}, "/api/v1/workflows/W/grant", ""},
-		engine.ActRevoke:        {[]string{"grant", "--revoke"}, "/api/v1/workflows/W/revoke", `{"items":["http.request"]}`},
-		engine.ActSkipPending:   {[]string{"skip-pending"}, "/api/v1/workflows/W/topics/T/skip-pending", ""},
-		engine.ActResetState:    {[]string{"reset-state"}, "/api/v1/workflows/W/handlers/H/reset-state", ""},
-		engine.ActSkipItem:      {[]string{"skip"}, "/api/v1/items/I/skip", ""},
-		engine.ActReprocessItem: {[]string{"reprocess"}, "/api/v1/items/I/reprocess", ""},
-		engine.ActApproveRepair: {[]string{"repairs", "--approve"}, "/api/v1/workflows/W/repairs/X/approve", ""},
-		engine.ActRejectRepair:  {[]string{"repairs", "--reject"}, "/api/v1/workflows/W/repairs/X/reject", ""},
-		engine.ActPublish:       {[]string{"publish", "--id", "--title", "--json"}, "/api/v1/workflows/W/topics/T/events", `{"id":"1","title":"t"}`},
+	covered := map[kt.Action]surface{
+		kt.ActTryAgain:      {[]string{"resolve", "--try-again"}, "/api/v1/runs/R/resolve", `{"action":"try-again"}`},
+		kt.ActDidntHappen:   {[]string{"resolve", "--didnt-happen"}, "/api/v1/runs/R/resolve", `{"action":"didnt-happen"}`},
+		kt.ActSkip:          {[]string{"resolve", "--skip"}, "/api/v1/runs/R/resolve", `{"action":"skip"}`},
+		kt.ActReprocess:     {[]string{"resolve", "--reprocess"}, "/api/v1/runs/R/resolve", `{"action":"reprocess"}`},
+		kt.ActApprove:       {[]string{"approve"}, "/api/v1/runs/R/approve", ""},
+		kt.ActPause:         {[]string{"pause"}, "/api/v1/workflows/W/pause", ""},
+		kt.ActResume:        {[]string{"resume"}, "/api/v1/workflows/W/resume", ""},
+		kt.ActRunNow:        {[]string{"run-now"}, "/api/v1/workflows/W/run-now", ""},
+		kt.ActGrant:         {[]string{"grant"}, "/api/v1/workflows/W/grant", ""},
+		kt.ActRevoke:        {[]string{"grant", "--revoke"}, "/api/v1/workflows/W/revoke", `{"items":["http.request"]}`},
+		kt.ActSkipPending:   {[]string{"skip-pending"}, "/api/v1/workflows/W/topics/T/skip-pending", ""},
+		kt.ActResetState:    {[]string{"reset-state"}, "/api/v1/workflows/W/handlers/H/reset-state", ""},
+		kt.ActSkipItem:      {[]string{"skip"}, "/api/v1/items/I/skip", ""},
+		kt.ActReprocessItem: {[]string{"reprocess"}, "/api/v1/items/I/reprocess", ""},
+		kt.ActApproveRepair: {[]string{"repairs", "--approve"}, "/api/v1/workflows/W/repairs/X/approve", ""},
+		kt.ActRejectRepair:  {[]string{"repairs", "--reject"}, "/api/v1/workflows/W/repairs/X/reject", ""},
+		kt.ActPublish:       {[]string{"publish", "--id", "--title", "--json"}, "/api/v1/workflows/W/topics/T/events", `{"id":"1","title":"t"}`},
 	}
-	var listed []engine.Action
+	var listed []kt.Action
 	for a := range covered {
 		listed = append(listed, a)
 	}

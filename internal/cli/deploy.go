@@ -10,12 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/apiclient"
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 )
 
@@ -47,7 +48,7 @@ func (a *app) validateCmd() *cobra.Command {
 				if err != nil && len(problems) == 0 {
 					out = append(out, problem{Severity: "error", Message: err.Error()})
 				}
-				if perr := a.printJSON(map[string]any{"file": file, "workflow": name, "valid": err == nil && !script.HasErrors(problems), "problems": out}); perr != nil {
+				if perr := a.printJSON(map[string]any{"file": file, "workflow": name, "valid": err == nil && !kt.HasErrors(problems), "problems": out}); perr != nil {
 					return perr
 				}
 			}
@@ -63,7 +64,7 @@ func (a *app) validateCmd() *cobra.Command {
 					fmt.Fprintln(a.out, pr.At(file))
 				}
 			}
-			if script.HasErrors(problems) {
+			if kt.HasErrors(problems) {
 				return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid", file)}
 			}
 			if !a.jsonOut {
@@ -78,7 +79,7 @@ func (a *app) validateCmd() *cobra.Command {
 
 // scriptToDeploy reads what keep run and keep deploy deploy: the kind of
 // version, the script, and the files root it records.
-func scriptToDeploy(file, filesRoot string, minor, major bool) (kind engine.DeployKind, src, root string, err error) {
+func scriptToDeploy(file, filesRoot string, minor, major bool) (kind kt.DeployKind, src, root string, err error) {
 	if kind, err = deployKind(minor, major); err != nil {
 		return "", "", "", err
 	}
@@ -106,7 +107,7 @@ func filesRootOf(file, flag string) (string, error) {
 
 // validateFile reads, compiles and checks a script; err is an unreadable
 // file or a syntax error (which has its line).
-func validateFile(file string, reg *connector.Registry) (name string, problems []script.Problem, err error) {
+func validateFile(file string, reg *connector.Registry) (name string, problems []kt.Problem, err error) {
 	src, err := readScript(file)
 	if err != nil {
 		return "", nil, err
@@ -115,21 +116,21 @@ func validateFile(file string, reg *connector.Registry) (name string, problems [
 	if err != nil {
 		var se *script.SyntaxError
 		if errors.As(err, &se) {
-			return "", []script.Problem{{Severity: "error", Line: se.Line, Message: "syntax error: " + se.Message}}, err
+			return "", []kt.Problem{{Severity: "error", Line: se.Line, Message: "syntax error: " + se.Message}}, err
 		}
 		return "", nil, err
 	}
 	return p.Decl.WorkflowName(), script.Check(p, engine.ScriptConnectors(reg)), nil
 }
 
-func deployKind(minor, major bool) (engine.DeployKind, error) {
+func deployKind(minor, major bool) (kt.DeployKind, error) {
 	switch {
 	case minor && major:
 		return "", fmt.Errorf("choose --minor or --major, not both")
 	case major:
-		return engine.DeployMajor, nil
+		return kt.DeployMajor, nil
 	case minor:
-		return engine.DeployMinor, nil
+		return kt.DeployMinor, nil
 	}
 	return "", nil
 }
@@ -181,7 +182,7 @@ func (a *app) deployCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			req := api.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant, Test: test}
+			req := apitype.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant, Test: test}
 			reply, err := c.Deploy(cmd.Context(), req)
 			if err == nil && c.local != nil {
 				// The workflow runs under the config it was deployed with
@@ -204,11 +205,11 @@ func (a *app) deployCmd() *cobra.Command {
 
 // deployReply prints what keep's API answered to a deploy (remote: keep
 // serve's).
-func (a *app) deployReply(file string, reply api.DeployReply, remote bool, err error) error {
+func (a *app) deployReply(file string, reply apitype.DeployReply, remote bool, err error) error {
 	var apiErr *apiclient.Error
 	if errors.As(err, &apiErr) && apiErr.Body.Code == "invalid_script" {
 		for _, p := range apiErr.Body.Problems {
-			fmt.Fprintln(a.errOut, script.Problem{Severity: p.Severity, Handler: p.Handler, Topic: p.Topic, Line: p.Line, Message: p.Message}.At(file))
+			fmt.Fprintln(a.errOut, p.At(file))
 		}
 		if len(apiErr.Body.Problems) == 0 {
 			fmt.Fprintf(a.errOut, "%s\n", apiErr.Body.Message)
@@ -272,7 +273,7 @@ func (a *app) deployError(file string, err error) error {
 	return err
 }
 
-func (a *app) printWarnings(file string, ps []script.Problem) {
+func (a *app) printWarnings(file string, ps []kt.Problem) {
 	for _, p := range ps {
 		if p.Severity == "warning" {
 			fmt.Fprintln(a.errOut, p.At(file))

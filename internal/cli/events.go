@@ -13,15 +13,15 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/keep-run/keep/internal/apitype"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/report"
 )
 
 // eventsView is what `keep events --json` prints.
 type eventsView struct {
-	Topics    []report.Topic    `json:"topics"`
-	Producers []report.Producer `json:"producers"`
-	report.EventPage
+	Topics    []apitype.Topic    `json:"topics"`
+	Producers []apitype.Producer `json:"producers"`
+	apitype.EventPage
 }
 
 // eventsCmd shows a workflow's topics (counts by state) and its events,

@@ -6,17 +6,17 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/apitype"
 )
 
 func (a *app) itemsCmd() *cobra.Command {
 	var orphaned bool
 	c := reader(a, &cobra.Command{Use: "items WORKFLOW", Short: "list a workflow's items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]report.Item, error) {
+		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Item, error) {
 			items, err := k.Items(ctx, args[0], orphaned)
 			return nonNil(items), err
 		},
-		func(_ context.Context, _ *keepAPI, items []report.Item) error {
+		func(_ context.Context, _ *keepAPI, items []apitype.Item) error {
 			if len(items) == 0 {
 				fmt.Fprintln(a.out, "no items")
 				return nil
@@ -39,16 +39,16 @@ func (a *app) itemsCmd() *cobra.Command {
 func (a *app) showItemCmd() *cobra.Command {
 	var wf string
 	c := reader(a, &cobra.Command{Use: "item ID|KEY", Short: "show an item and its attempts, each with its mutations", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) (report.ItemDetail, error) {
+		func(ctx context.Context, k *keepAPI, args []string) (apitype.ItemDetail, error) {
 			return k.Item(ctx, args[0], wf)
 		},
-		func(_ context.Context, _ *keepAPI, d report.ItemDetail) error { a.printItem(d); return nil })
+		func(_ context.Context, _ *keepAPI, d apitype.ItemDetail) error { a.printItem(d); return nil })
 	c.Flags().StringVar(&wf, "workflow", "", "the workflow, when the key exists in several")
 	return c
 }
 
 // printItem draws an item as a tree: its attempts, each with its writes.
-func (a *app) printItem(d report.ItemDetail) {
+func (a *app) printItem(d apitype.ItemDetail) {
 	fmt.Fprintf(a.out, "Item: %s\n  key: %s (%s, workflow %s)\n  status: %s\n", d.Item.Title, d.Item.Key, d.Item.Kind, d.Item.Workflow, d.Item.Status)
 	for i, at := range d.Attempts {
 		branch, under := "├─", "│  "

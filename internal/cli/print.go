@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/apitype"
 )
 
 // How the CLI shows what report computes: tables, cards, a run.
@@ -38,7 +38,7 @@ func (a *app) heading(title string, n int) bool {
 	return n > 0
 }
 
-func (a *app) printInputs(inputs []report.Input) {
+func (a *app) printInputs(inputs []apitype.Input) {
 	if !a.heading("INPUTS", len(inputs)) {
 		return
 	}
@@ -50,7 +50,7 @@ func (a *app) printInputs(inputs []report.Input) {
 	w.Flush()
 }
 
-func (a *app) printOutputs(outputs []report.Output, inputs []report.Input) {
+func (a *app) printOutputs(outputs []apitype.Output, inputs []apitype.Input) {
 	titles := map[string]string{}
 	for _, in := range inputs {
 		titles[in.ID] = in.Title
@@ -74,7 +74,7 @@ func (a *app) printOutputs(outputs []report.Output, inputs []report.Input) {
 	w.Flush()
 }
 
-func (a *app) printCard(c report.Card) {
+func (a *app) printCard(c apitype.Card) {
 	fmt.Fprintf(a.out, "BLOCKED  run %s (%s %s, %s)\n", c.RunID, c.Workflow, c.Handler, c.Status)
 	if c.Title != "" {
 		fmt.Fprintf(a.out, "  about:   %s\n", c.Title)
@@ -123,7 +123,7 @@ func (a *app) printCard(c report.Card) {
 
 // printRun renders `keep show run`: the run, its mutation, the decisions
 // people took on it, its trace and, when blocked, its card.
-func (a *app) printRun(d report.RunDetail) {
+func (a *app) printRun(d apitype.RunDetail) {
 	r := d.Run
 	fmt.Fprintf(a.out, "run %s\n  workflow: %s (version id %d)\n  handler:  %s %s\n  phase:    %s\n  status:   %s\n", r.ID, r.Workflow, r.Version, r.HandlerType, r.Handler, r.Phase, r.Status)
 	if r.Title != "" {

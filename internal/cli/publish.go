@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/apitype"
 )
 
 // publishCmd posts one event to a topic the workflow opens to the event API
@@ -28,7 +28,7 @@ func (a *app) publishCmd() *cobra.Command {
 				raw = json.RawMessage(payload)
 			}
 			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
-				r, err := c.Publish(cmd.Context(), wf, topic, api.PublishRequest{ID: id, Title: title, Payload: raw})
+				r, err := c.Publish(cmd.Context(), wf, topic, apitype.PublishRequest{ID: id, Title: title, Payload: raw})
 				return r.Message, wf, err // its consumer runs now: carried out
 			})
 		},

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/apitype"
 )
 
 func (a *app) statusCmd() *cobra.Command {
@@ -30,13 +30,13 @@ func (a *app) statusCmd() *cobra.Command {
 // printStatus prints every workflow's status (or only's), the nodes
 // sharing the store, and the blocked runs' cards.
 func (a *app) printStatus(ctx context.Context, k *keepAPI, only string) error {
-	var ss []report.Status
+	var ss []apitype.Status
 	if only != "" {
 		v, err := k.Workflow(ctx, only)
 		if err != nil {
 			return err
 		}
-		ss = []report.Status{v.Status}
+		ss = []apitype.Status{v.Status}
 	} else {
 		var err error
 		if ss, err = k.Statuses(ctx); err != nil {
@@ -119,22 +119,22 @@ func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, k *
 
 func (a *app) inputsCmd() *cobra.Command {
 	return reader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]report.Input, error) {
+		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Input, error) {
 			ins, err := k.Inputs(ctx, args[0])
 			return nonNil(ins), err
 		},
-		func(_ context.Context, _ *keepAPI, ins []report.Input) error { a.printInputs(ins); return nil })
+		func(_ context.Context, _ *keepAPI, ins []apitype.Input) error { a.printInputs(ins); return nil })
 }
 
 func (a *app) outputsCmd() *cobra.Command {
 	var wf string
 	return reader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]report.Output, error) {
+		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Output, error) {
 			wf = args[0]
 			outs, err := k.Outputs(ctx, wf)
 			return nonNil(outs), err
 		},
-		func(ctx context.Context, k *keepAPI, outs []report.Output) error {
+		func(ctx context.Context, k *keepAPI, outs []apitype.Output) error {
 			ins, err := k.Inputs(ctx, wf)
 			if err != nil {
 				return err
@@ -147,11 +147,11 @@ func (a *app) outputsCmd() *cobra.Command {
 func (a *app) runsCmd() *cobra.Command {
 	var limit int
 	c := reader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]report.Run, error) {
+		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Run, error) {
 			rs, err := k.Runs(ctx, args[0], limit)
 			return nonNil(rs), err
 		},
-		func(_ context.Context, _ *keepAPI, rs []report.Run) error {
+		func(_ context.Context, _ *keepAPI, rs []apitype.Run) error {
 			w := a.table()
 			fmt.Fprintln(w, "RUN\tHANDLER\tABOUT\tPHASE\tSTATUS\tCREATED\tERROR")
 			for _, r := range rs {
@@ -170,18 +170,18 @@ func (a *app) runsCmd() *cobra.Command {
 func (a *app) showCmd() *cobra.Command {
 	show := &cobra.Command{Use: "show", Short: "show one run, input or item in full"}
 	runC := reader(a, &cobra.Command{Use: "run ID", Short: "show a run: phases, every tool call, logs, the error, and what you can do", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) (report.RunDetail, error) {
+		func(ctx context.Context, k *keepAPI, args []string) (apitype.RunDetail, error) {
 			return k.Run(ctx, args[0])
 		},
-		func(_ context.Context, _ *keepAPI, d report.RunDetail) error { a.printRun(d); return nil })
+		func(_ context.Context, _ *keepAPI, d apitype.RunDetail) error { a.printRun(d); return nil })
 	inputC := reader(a, &cobra.Command{Use: "input ID|KEY", Short: "show an input and what it caused (by the id `keep inputs` prints, or its key source:type:id)", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) (report.InputDetail, error) {
+		func(ctx context.Context, k *keepAPI, args []string) (apitype.InputDetail, error) {
 			return k.Input(ctx, args[0])
 		},
-		func(_ context.Context, _ *keepAPI, d report.InputDetail) error {
+		func(_ context.Context, _ *keepAPI, d apitype.InputDetail) error {
 			in := d.Input
 			fmt.Fprintf(a.out, "input %s\n  title:  %s\n  source: %s/%s id %s\n  status: %s\n  attempt: %d\n\n", in.ID, in.Title, in.Source, in.Type, in.ExternalID, in.Status, in.Attempt)
-			a.printOutputs(d.Outputs, []report.Input{in})
+			a.printOutputs(d.Outputs, []apitype.Input{in})
 			return nil
 		})
 	show.AddCommand(runC, inputC, a.showItemCmd())

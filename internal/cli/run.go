@@ -160,7 +160,7 @@ func (a *app) printAbandoned(abandoned []engine.CallInFlight, file string) {
 
 // printNotice prints, while keep run waits, what keep does by itself (a
 // retry scheduled): on stderr, so that --json stays one document.
-func (a *app) printNotice(n engine.Notice) {
+func (a *app) printNotice(n kt.Notice) {
 	fmt.Fprintf(a.errOut, "%s  %s: %s\n", time.Now().Format("15:04:05"), n.Workflow, n.Text)
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/apitype"
 )
 
 // webhooksCmd shows a workflow's webhooks and their last deliveries, as
@@ -15,15 +15,15 @@ import (
 func (a *app) webhooksCmd() *cobra.Command {
 	var limit int
 	c := reader(a, &cobra.Command{Use: "webhooks WORKFLOW", Short: "show a workflow's webhooks (URL, verification, secret's name) and their last deliveries: accepted, duplicate, refused, failed", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) (api.WebhooksReply, error) {
+		func(ctx context.Context, k *keepAPI, args []string) (apitype.WebhooksReply, error) {
 			return k.Webhooks(ctx, args[0], limit)
 		},
-		func(_ context.Context, _ *keepAPI, r api.WebhooksReply) error { a.printWebhooks(r); return nil })
+		func(_ context.Context, _ *keepAPI, r apitype.WebhooksReply) error { a.printWebhooks(r); return nil })
 	c.Flags().IntVar(&limit, "limit", 20, "how many of the last deliveries to show (1 to 1000)")
 	return c
 }
 
-func (a *app) printWebhooks(r api.WebhooksReply) {
+func (a *app) printWebhooks(r apitype.WebhooksReply) {
 	if len(r.Webhooks) == 0 {
 		fmt.Fprintf(a.out, "%s declares no webhooks\n", r.Workflow)
 		return

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 
 	"github.com/keep-run/keep/internal/account"
@@ -62,8 +64,8 @@ type Options struct {
 	FilesRoot string
 	// Logger defaults to a text logger on stderr at warn level.
 	Logger *slog.Logger
-	// Notify receives what a person watching should know (engine.Notice).
-	Notify func(engine.Notice)
+	// Notify receives what a person watching should know (keeptype.Notice).
+	Notify func(kt.Notice)
 	// PolicyOf, when set, names a workflow whose recorded policy
 	// (kt.Workflow.Policy, recorded at its deploy) replaces the config's
 	// [policy]: the CLI carries out a decision on it under its own policy.
@@ -331,7 +333,7 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 		mux.Handle(ProfilesPath, profiles())
 	}
 	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, WebhooksURL: o.WebhooksURL}).Handler())
-	mux.HandleFunc("GET "+api.InstancePath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+apitype.InstancePath, func(w http.ResponseWriter, r *http.Request) {
 		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
 	})
 	mux.Handle("GET /events", k.Hub)

@@ -13,19 +13,6 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Resolution is what a person can do with a blocked run (ch 13 §13.9).
-type Resolution string
-
-const (
-	ResolveTryAgain    Resolution = "try-again"
-	ResolveDidntHappen Resolution = "didnt-happen"
-	ResolveSkip        Resolution = "skip"
-	ResolveApprove     Resolution = "approve"
-	// ResolveReprocess starts a new attempt of the done item a task run
-	// tried to mutate, and retries the run (offered only there).
-	ResolveReprocess Resolution = "reprocess"
-)
-
 // ActionError is a person's action that does not apply; the message says
 // why and what to do. Its Code tells the kinds apart for errors.Is, as DBOS
 // codes its errors: errors.Is(err, ErrNotFound) for an unknown workflow,
@@ -103,7 +90,7 @@ func logDecision(ctx context.Context, tx store.Tx, d kt.Decision) error {
 // It works with or without a running engine: the engine (keep serve or
 // keep run) carries the decision out at its next step. Concurrent decisions
 // on one run are serialized by the store; the second one is refused.
-func Resolve(ctx context.Context, st store.Store, runID string, what Resolution, now time.Time) (string, error) {
+func Resolve(ctx context.Context, st store.Store, runID string, what kt.Resolution, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		d, err := openDecision(tx, runID, now)
@@ -180,8 +167,8 @@ func openDecision(tx store.Tx, runID string, now time.Time) (*decision, error) {
 
 // checkSkip explains why Skip is not offered, when it is not; the other
 // actions explain their own refusals.
-func (d *decision) checkSkip(what Resolution) error {
-	if what != ResolveSkip || slices.Contains(d.allowed, string(ResolveSkip)) {
+func (d *decision) checkSkip(what kt.Resolution) error {
+	if what != kt.ResolveSkip || slices.Contains(d.allowed, string(kt.ResolveSkip)) {
 		return nil
 	}
 	if item := doneItemOf(d.run); item != "" {
@@ -197,13 +184,13 @@ func (d *decision) unknown() bool {
 
 // carryOut records the decision on the run (and its ledger row) and says
 // what will happen.
-func (d *decision) carryOut(what Resolution) (string, error) {
+func (d *decision) carryOut(what kt.Resolution) (string, error) {
 	switch what {
-	case ResolveTryAgain:
+	case kt.ResolveTryAgain:
 		return d.tryAgain()
-	case ResolveDidntHappen:
+	case kt.ResolveDidntHappen:
 		return d.didntHappen()
-	case ResolveSkip:
+	case kt.ResolveSkip:
 		d.run.Action = ActionSkip
 		if d.hasMut && d.mut.Status == kt.MutationApplied {
 			return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
@@ -212,9 +199,9 @@ func (d *decision) carryOut(what Resolution) (string, error) {
 			return fmt.Sprintf("run %s will be skipped: %s is not sent again — unless the check keep has under way finds it applied: proof wins, and then the run completes", d.run.ID, d.mut.Target), nil
 		}
 		return fmt.Sprintf("run %s will be skipped", d.run.ID), nil
-	case ResolveApprove:
+	case kt.ResolveApprove:
 		return d.approve()
-	case ResolveReprocess:
+	case kt.ResolveReprocess:
 		return d.reprocessItem()
 	}
 	return "", refuse("unknown resolution %q (use --try-again, --didnt-happen, --skip or --reprocess)", what)
@@ -279,7 +266,7 @@ func (d *decision) approve() (string, error) {
 		}
 		return "", refuse("run %s is not waiting for approval (%s); approving would not change anything. Fix the cause, then use --try-again, or --skip", run.ID, why)
 	}
-	var pc PendingCall
+	var pc kt.PendingCall
 	if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
 		return "", err
 	}
@@ -303,7 +290,7 @@ func (d *decision) reprocessItem() (string, error) {
 	if key == "" {
 		key = blockedItemOf(*run)
 	}
-	if key == "" || !slices.Contains(d.allowed, string(ResolveReprocess)) {
+	if key == "" || !slices.Contains(d.allowed, string(kt.ResolveReprocess)) {
 		return "", refuse("Reprocess applies to a task run blocked on an item (one that needs attention, or one already done); run %s is %s", run.ID, run.Status)
 	}
 	it, err := FindItem(d.tx, run.Workflow, key)
@@ -338,7 +325,7 @@ func (d *decision) reprocessItem() (string, error) {
 // consumer takes them in a new run (as keep reprocess INPUT does, for all
 // of the run's inputs in one transaction).
 func (d *decision) reprocessInputs() (string, error) {
-	if !slices.Contains(d.allowed, string(ResolveReprocess)) {
+	if !slices.Contains(d.allowed, string(kt.ResolveReprocess)) {
 		return "", refuse("Reprocess does not apply to run %s (%s): it applies to a run blocked on a write whose outcome is unknown, or refused because it was applied before with other content; to start a new attempt of one of its inputs, use keep reprocess INPUT", d.run.ID, d.run.Status)
 	}
 	held, err := d.tx.EventsReservedBy(d.run.ID)
@@ -426,38 +413,38 @@ func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 	case hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile):
 		var out []string
 		if mut.CanReconcile {
-			out = append(out, string(ResolveTryAgain))
+			out = append(out, string(kt.ResolveTryAgain))
 		}
-		out = append(out, string(ResolveDidntHappen), string(ResolveSkip))
+		out = append(out, string(kt.ResolveDidntHappen), string(kt.ResolveSkip))
 		checking := mut.Status == kt.MutationNeedsReconcile && WhoActs(r, mut, hasMut) == Keep
 		if (blockedItemOf(r) != "" || inputsReprocessable(r, held)) && !checking {
 			// The item needs attention (ch 12 §12.7): a new attempt of it.
 			// Not while keep checks the write by itself: a new attempt is
 			// carried out at once, and would write again what the check
 			// may find applied (proof wins; reprocessCheck says why).
-			out = append(out, string(ResolveReprocess))
+			out = append(out, string(kt.ResolveReprocess))
 		}
 		return out
 	case IsApprovalWait(r):
-		return []string{string(ResolveApprove), string(ResolveSkip)}
+		return []string{string(kt.ResolveApprove), string(kt.ResolveSkip)}
 	case doneItemOf(r) != "" && r.Status == kt.StatusFailedLogic:
 		// Skipping an item that is already done changes nothing: the next
 		// run would fail the same way.
-		return []string{string(ResolveReprocess), string(ResolveTryAgain)}
+		return []string{string(kt.ResolveReprocess), string(kt.ResolveTryAgain)}
 	case r.Status == kt.StatusFailedLogic && blockedItemOf(r) != "":
 		// A write of the item conflicts with one applied in this attempt
 		// (the item needs attention): reprocess it, or skip it.
-		return []string{string(ResolveTryAgain), string(ResolveSkip), string(ResolveReprocess)}
+		return []string{string(kt.ResolveTryAgain), string(kt.ResolveSkip), string(kt.ResolveReprocess)}
 	case r.Status == kt.StatusFailedLogic && PayloadConflict(r) && inputsReprocessable(r, held):
 		// The same for a consumer's write: its inputs need attention; a new
 		// attempt of them writes the new content under a new identity.
-		return []string{string(ResolveTryAgain), string(ResolveSkip), string(ResolveReprocess)}
+		return []string{string(kt.ResolveTryAgain), string(kt.ResolveSkip), string(kt.ResolveReprocess)}
 	case r.HandlerType == kt.HandlerConsumer && r.Phase == kt.PhasePreparing && held == 0:
 		// prepare failed before it selected anything: there is nothing a
 		// Skip could skip, and the next run would fail the same way.
-		return []string{string(ResolveTryAgain)}
+		return []string{string(kt.ResolveTryAgain)}
 	}
-	return []string{string(ResolveTryAgain), string(ResolveSkip)}
+	return []string{string(kt.ResolveTryAgain), string(kt.ResolveSkip)}
 }
 
 // PayloadConflict says a consumer run failed because its write was
@@ -491,10 +478,10 @@ func blockedItemOf(r kt.Run) string {
 
 // pendingOf is the call a run was making; a run without one, or whose
 // stored preview does not decode (the card then shows no call), has none.
-func pendingOf(r kt.Run) PendingCall {
-	var pc PendingCall
+func pendingOf(r kt.Run) kt.PendingCall {
+	var pc kt.PendingCall
 	if len(r.PendingCall) > 0 && json.Unmarshal(r.PendingCall, &pc) != nil {
-		return PendingCall{}
+		return kt.PendingCall{}
 	}
 	return pc
 }

@@ -34,9 +34,9 @@ func TestTwoPeopleResolvingOneRunAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			what := engine.ResolveSkip
+			what := kt.ResolveSkip
 			if i%2 == 1 {
-				what = engine.ResolveDidntHappen
+				what = kt.ResolveDidntHappen
 			}
 			_, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, what, time.Now())
 			mu.Lock()
@@ -106,7 +106,7 @@ func TestFullDataDirNeverStartsAnUnrecordedCall(t *testing.T) {
 	wf := e.deploy(hookScript(`requireApproval: true,`, withProbe))
 	e.settle()
 	r := e.open(wf)
-	e.resolve(r.ID, engine.ResolveApprove)
+	e.resolve(r.ID, kt.ResolveApprove)
 
 	fill(t, filepath.Join(mnt, "filler"))
 	if err := k.Scheduler.RunUntilIdle(e.ctx()); err != nil {

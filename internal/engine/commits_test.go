@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -132,8 +131,8 @@ func TestAFailureInNextRecordsTheWritesOutcomeWithIt(t *testing.T) {
 	if m := mutationOf(t, e, r.ID); m.Status != kt.MutationApplied {
 		t.Fatalf("the write's outcome was not recorded with the failure: ledger row %s", m.Status)
 	}
-	e.redeploy(hookScript("", ""), engine.DeployMinor)
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.redeploy(hookScript("", ""), kt.DeployMinor)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	e.noOpenRun(wf)
 	if n := len(e.sink.Writes()); n != 1 {

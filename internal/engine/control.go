@@ -6,37 +6,9 @@ import (
 	"slices"
 	"time"
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
-
-// Action is one thing a person can do to keep's state.
-type Action string
-
-// People's actions: the one list. The API, the page and the CLI offer
-// these and no others, each carried out by Control.Do.
-const (
-	ActTryAgain      Action = "try-again"      // a run: check again, or retry a failed run
-	ActDidntHappen   Action = "didnt-happen"   // a run: the write did not happen, send it again
-	ActSkip          Action = "skip"           // a run: give up its write
-	ActReprocess     Action = "reprocess"      // a run blocked on an item: a new attempt of the item
-	ActApprove       Action = "approve"        // a run waiting for approval of its write
-	ActPause         Action = "pause"          // a workflow
-	ActResume        Action = "resume"         // a workflow
-	ActRunNow        Action = "run-now"        // a workflow: every producer now
-	ActGrant         Action = "grant"          // a workflow: allow what its active version uses, or the Items named
-	ActRevoke        Action = "revoke"         // a workflow: take the Items granted back
-	ActSkipPending   Action = "skip-pending"   // a topic's pending events
-	ActResetState    Action = "reset-state"    // a producer's stored state
-	ActSkipItem      Action = "skip-item"      // an item
-	ActReprocessItem Action = "reprocess-item" // an item
-	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
-	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
-	ActPublish       Action = "publish"        // a topic open to the event API: post one event (PostEvent)
-)
-
-// ActDeploy is a deploy: carried out by Engine.DeployWith, and allowed or
-// refused by Control.MayAct like every action Do carries out.
-const ActDeploy Action = "deploy"
 
 // Proof is how the actor behind a request proved who they are: the API
 // and the page authenticate (and only that) and hand Control the proof
@@ -65,16 +37,16 @@ func WithProof(ctx context.Context, p Proof) context.Context {
 // mayAct is who may do each action, by proof: the one table. Every
 // action changes keep's state, so each needs a person who proved who they
 // are; none is open to a request without proof.
-var mayAct = map[Action][]Proof{}
+var mayAct = map[kt.Action][]Proof{}
 
 func init() {
-	for _, a := range append(Actions(), ActDeploy) {
+	for _, a := range append(Actions(), kt.ActDeploy) {
 		mayAct[a] = []Proof{ProofPage, ProofToken, ProofSecret}
 	}
 }
 
 // NotAllowedError refuses an action to an actor without the proof it needs.
-type NotAllowedError struct{ Action Action }
+type NotAllowedError struct{ Action kt.Action }
 
 func (e *NotAllowedError) Error() string {
 	return fmt.Sprintf("%s changes keep's state and needs proof of who you are", e.Action)
@@ -83,7 +55,7 @@ func (e *NotAllowedError) Error() string {
 // MayAct says whether the actor of ctx may do act. A context without a
 // proof is code of this process (tests, the Maintainer), not a request:
 // the API and the page always hand one.
-func (c *Control) MayAct(ctx context.Context, act Action) error {
+func (c *Control) MayAct(ctx context.Context, act kt.Action) error {
 	p, ok := ctx.Value(proofKey{}).(Proof)
 	if !ok {
 		return nil
@@ -95,15 +67,15 @@ func (c *Control) MayAct(ctx context.Context, act Action) error {
 }
 
 // Actions lists every action Control carries out, in the order above.
-func Actions() []Action {
-	return []Action{ActTryAgain, ActDidntHappen, ActSkip, ActReprocess, ActApprove, ActPause, ActResume, ActRunNow,
-		ActGrant, ActRevoke, ActSkipPending, ActResetState, ActSkipItem, ActReprocessItem, ActApproveRepair, ActRejectRepair, ActPublish}
+func Actions() []kt.Action {
+	return []kt.Action{kt.ActTryAgain, kt.ActDidntHappen, kt.ActSkip, kt.ActReprocess, kt.ActApprove, kt.ActPause, kt.ActResume, kt.ActRunNow,
+		kt.ActGrant, kt.ActRevoke, kt.ActSkipPending, kt.ActResetState, kt.ActSkipItem, kt.ActReprocessItem, kt.ActApproveRepair, kt.ActRejectRepair, kt.ActPublish}
 }
 
 // Request names an action and what it acts on: Run for the run actions,
 // Workflow for the others (with Topic, Handler, Item or Repair).
 type Request struct {
-	Action                                      Action
+	Action                                      kt.Action
 	Run, Workflow, Topic, Handler, Item, Repair string
 	Items                                       []string // grant, revoke: what, as it is granted
 	Event                                       APIEvent // publish: the event (its Workflow and Topic are the request's)
@@ -136,7 +108,7 @@ func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 	if c.Now != nil {
 		now = c.Now()
 	}
-	if _, known := mayAct[q.Action]; known && q.Action != ActDeploy {
+	if _, known := mayAct[q.Action]; known && q.Action != kt.ActDeploy {
 		if err := c.MayAct(ctx, q.Action); err != nil {
 			return Reply{}, err
 		}
@@ -145,23 +117,23 @@ func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 	var err error
 	rep := Reply{Workflow: q.Workflow}
 	switch q.Action {
-	case ActTryAgain, ActDidntHappen, ActSkip, ActReprocess, ActApprove:
-		msg, err = Resolve(ctx, c.Store, q.Run, Resolution(q.Action), now)
+	case kt.ActTryAgain, kt.ActDidntHappen, kt.ActSkip, kt.ActReprocess, kt.ActApprove:
+		msg, err = Resolve(ctx, c.Store, q.Run, kt.Resolution(q.Action), now)
 		if err == nil && rep.Workflow == "" {
 			rep.Workflow, err = c.workflowOfRun(ctx, q.Run)
 		}
-	case ActPause, ActResume, ActRunNow:
+	case kt.ActPause, kt.ActResume, kt.ActRunNow:
 		msg, rep.Queued, err = WorkflowAction(ctx, c.Store, q.Workflow, string(q.Action), now)
-	case ActGrant:
+	case kt.ActGrant:
 		msg, err = GrantAction(ctx, c.Store, q.Workflow, q.Items, now)
-	case ActRevoke:
+	case kt.ActRevoke:
 		msg, err = Revoke(ctx, c.Store, q.Workflow, q.Items, now)
-	case ActSkipPending:
+	case kt.ActSkipPending:
 		msg, err = SkipPending(ctx, c.Store, q.Workflow, q.Topic, now)
-	case ActResetState:
+	case kt.ActResetState:
 		msg, err = ResetState(ctx, c.Store, q.Workflow, q.Handler, now)
-	case ActSkipItem, ActReprocessItem:
-		verb := map[Action]string{ActSkipItem: "skip", ActReprocessItem: "reprocess"}[q.Action]
+	case kt.ActSkipItem, kt.ActReprocessItem:
+		verb := map[kt.Action]string{kt.ActSkipItem: "skip", kt.ActReprocessItem: "reprocess"}[q.Action]
 		msg, err = ItemAction(ctx, c.Store, ItemRef{Workflow: q.Workflow, Ref: q.Item}, verb, now)
 		if err == nil && rep.Workflow == "" {
 			err = c.Store.View(ctx, func(tx store.Tx) error {
@@ -170,16 +142,16 @@ func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 				return err
 			})
 		}
-	case ActPublish:
+	case kt.ActPublish:
 		ev := q.Event
 		ev.Workflow, ev.Topic = q.Workflow, q.Topic
 		rep.Posted, err = PostEvent(ctx, c.Store, ev, now)
 		msg = rep.Posted.Message
-	case ActApproveRepair, ActRejectRepair:
+	case kt.ActApproveRepair, kt.ActRejectRepair:
 		if c.DecideRepair == nil {
 			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}
 		}
-		msg, err = c.DecideRepair(ctx, q.Workflow, q.Repair, q.Action == ActApproveRepair, now)
+		msg, err = c.DecideRepair(ctx, q.Workflow, q.Repair, q.Action == kt.ActApproveRepair, now)
 	default:
 		return Reply{}, &ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: CodeUnknownAction}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // TestControlDecidesWhoMayAct: a request the API or the page could not
@@ -23,18 +24,18 @@ func TestControlDecidesWhoMayAct(t *testing.T) {
 			t.Errorf("%s without proof: %v, want refused as not allowed", act, err)
 		}
 	}
-	if err := c.MayAct(anon, engine.ActDeploy); err == nil {
+	if err := c.MayAct(anon, kt.ActDeploy); err == nil {
 		t.Error("a deploy without proof is allowed")
 	}
 	for _, p := range []engine.Proof{engine.ProofPage, engine.ProofToken, engine.ProofSecret} {
 		ctx := engine.WithProof(context.Background(), p)
-		for _, act := range append(engine.Actions(), engine.ActDeploy) {
+		for _, act := range append(engine.Actions(), kt.ActDeploy) {
 			if err := c.MayAct(ctx, act); err != nil {
 				t.Errorf("%s with proof %d: %v", act, p, err)
 			}
 		}
 	}
-	if err := c.MayAct(context.Background(), engine.ActPause); err != nil {
+	if err := c.MayAct(context.Background(), kt.ActPause); err != nil {
 		t.Errorf("keep's own code: %v", err)
 	}
 }

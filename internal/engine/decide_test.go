@@ -22,7 +22,7 @@ import (
 type decider struct {
 	e      **env
 	point  string
-	what   engine.Resolution
+	what   kt.Resolution
 	only   func(kt.Run) bool // which run states to decide on (nil: any)
 	mu     sync.Mutex
 	taken  bool
@@ -91,7 +91,7 @@ func TestADecisionDuringABackgroundCheckIsHonoured(t *testing.T) {
 	background := func(r kt.Run) bool { return r.Status == kt.StatusReconciliation }
 	cases := []struct {
 		name   string
-		what   engine.Resolution
+		what   kt.Resolution
 		post   testsink.Fault
 		probes []int // answers forced on the first probes
 		writes int   // writes at the sink in the end
@@ -99,14 +99,14 @@ func TestADecisionDuringABackgroundCheckIsHonoured(t *testing.T) {
 		last   string // what next saw
 		note   string // a line of the decision log after the person's
 	}{
-		{"skip, the check finds nothing", engine.ResolveSkip, testsink.TimeoutBefore, nil, 0, kt.MutationSkipped, "skipped", ""},
-		{"skip, the check cannot tell", engine.ResolveSkip, testsink.TimeoutBefore, []int{503, 503}, 0, kt.MutationSkipped, "skipped", ""},
-		{"skip, the check finds it applied", engine.ResolveSkip, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
-		{"it didn't happen, the check finds it applied", engine.ResolveDidntHappen, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
-		{"it didn't happen, the check finds nothing", engine.ResolveDidntHappen, testsink.TimeoutBefore, nil, 1, kt.MutationApplied, "applied", "sent again"},
-		{"it didn't happen, the check cannot tell", engine.ResolveDidntHappen, testsink.TimeoutBefore, []int{503, 503}, 1, kt.MutationApplied, "applied", ""},
-		{"try again, the check finds it applied", engine.ResolveTryAgain, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
-		{"try again, the check cannot tell", engine.ResolveTryAgain, testsink.TimeoutAfter, []int{503, 503}, 1, kt.MutationApplied, "applied", ""},
+		{"skip, the check finds nothing", kt.ResolveSkip, testsink.TimeoutBefore, nil, 0, kt.MutationSkipped, "skipped", ""},
+		{"skip, the check cannot tell", kt.ResolveSkip, testsink.TimeoutBefore, []int{503, 503}, 0, kt.MutationSkipped, "skipped", ""},
+		{"skip, the check finds it applied", kt.ResolveSkip, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
+		{"it didn't happen, the check finds it applied", kt.ResolveDidntHappen, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
+		{"it didn't happen, the check finds nothing", kt.ResolveDidntHappen, testsink.TimeoutBefore, nil, 1, kt.MutationApplied, "applied", "sent again"},
+		{"it didn't happen, the check cannot tell", kt.ResolveDidntHappen, testsink.TimeoutBefore, []int{503, 503}, 1, kt.MutationApplied, "applied", ""},
+		{"try again, the check finds it applied", kt.ResolveTryAgain, testsink.TimeoutAfter, []int{503}, 1, kt.MutationApplied, "applied", "proof wins"},
+		{"try again, the check cannot tell", kt.ResolveTryAgain, testsink.TimeoutAfter, []int{503, 503}, 1, kt.MutationApplied, "applied", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestADecisionAtEachDurableStepIsRefusedOrHonoured(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			var e *env
-			d := &decider{e: &e, point: point, what: engine.ResolveSkip}
+			d := &decider{e: &e, point: point, what: kt.ResolveSkip}
 			e = newEnvAt(t, testPolicy, d.at)
 			if point == engine.CrashAfterProbe {
 				e.sink.Queue(testsink.TimeoutAfter) // an inline probe right after the call
@@ -218,8 +218,8 @@ func TestALogicErrorsCardSaysHowToFixTheScript(t *testing.T) {
 		t.Fatalf("card notes: %q", cards[0].Notes)
 	}
 	// A fix deployed since: Try again runs it, and says so.
-	e.redeploy(hookScript("", ""), engine.DeployMinor)
-	msg := e.resolve(r.ID, engine.ResolveTryAgain)
+	e.redeploy(hookScript("", ""), kt.DeployMinor)
+	msg := e.resolve(r.ID, kt.ResolveTryAgain)
 	if strings.Contains(msg, "same script") || !strings.Contains(msg, "on the version deployed since it failed") {
 		t.Fatalf("try again after a fix: %q", msg)
 	}
@@ -242,7 +242,7 @@ func TestStoredJSONThatDoesNotDecodeStopsWithAClearError(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	r = e.open(wf)
 	if r.Status != kt.StatusFailedInternal || !strings.Contains(r.ErrorMessage, "the stored mutation result of run") || !strings.Contains(r.ErrorMessage, "does not decode") {
@@ -266,10 +266,10 @@ func TestAnItemThatNeedsAttentionIsOfferedReprocess(t *testing.T) {
 	e.settle()
 	r := e.open(wf)
 	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
-	if err != nil || len(cards) != 1 || !slices.Contains(cards[0].Actions, string(engine.ResolveReprocess)) {
+	if err != nil || len(cards) != 1 || !slices.Contains(cards[0].Actions, string(kt.ResolveReprocess)) {
 		t.Fatalf("card actions %+v %v", cards, err)
 	}
-	msg := e.resolve(r.ID, engine.ResolveReprocess)
+	msg := e.resolve(r.ID, kt.ResolveReprocess)
 	if !strings.Contains(msg, `item "email:a": attempt 2 started`) {
 		t.Fatalf("reprocess: %q", msg)
 	}
@@ -340,7 +340,7 @@ func TestIdempotencyKeysCarryTheInstallation(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.restart()
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	e.noOpenRun(wf)
 	if ws := e.sink.Writes(); len(ws) != 1 || ws[0].Key != old.IdempotencyKey || ws[0].Key == engine.IdempotencyKey("another-installation", old.IdentityKey) {
@@ -363,7 +363,7 @@ func TestAResendCountsItsOwnReconcileAttempts(t *testing.T) {
 	if r.Status != kt.StatusReconciliation || e.mutation(wf).Status != kt.MutationIndeterminate {
 		t.Fatalf("run %s %q", r.Status, r.ErrorMessage)
 	}
-	e.resolve(r.ID, engine.ResolveDidntHappen)
+	e.resolve(r.ID, kt.ResolveDidntHappen)
 	// The resend times out too; its inline probe cannot tell: keep waits to check again.
 	var seen []string
 	for i := 0; i < 50; i++ {
@@ -421,13 +421,13 @@ func TestAConsumerWriteAppliedWithOtherContentIsOfferedReprocess(t *testing.T) {
 		t.Fatalf("input %s, want needs_attention", ins[0].Status)
 	}
 	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
-	if err != nil || len(cards) != 1 || !slices.Contains(cards[0].Actions, string(engine.ResolveReprocess)) {
+	if err != nil || len(cards) != 1 || !slices.Contains(cards[0].Actions, string(kt.ResolveReprocess)) {
 		t.Fatalf("card %+v %v", cards, err)
 	}
 	if n := len(e.sink.Writes()); n != 1 {
 		t.Fatalf("writes %d before the decision: the conflicting write was sent", n)
 	}
-	msg := e.resolve(r.ID, engine.ResolveReprocess)
+	msg := e.resolve(r.ID, kt.ResolveReprocess)
 	if !strings.Contains(msg, "attempt 2") {
 		t.Fatalf("reprocess: %q", msg)
 	}
@@ -451,7 +451,7 @@ func TestAConsumerWriteAppliedWithOtherContentIsOfferedReprocess(t *testing.T) {
 func TestReprocessDuringABackgroundCheckDoesNotWriteTwice(t *testing.T) {
 	t.Parallel()
 	var e *env
-	d := &decider{e: &e, point: engine.CrashAfterProbe, what: engine.ResolveReprocess,
+	d := &decider{e: &e, point: engine.CrashAfterProbe, what: kt.ResolveReprocess,
 		only: func(r kt.Run) bool { return r.Status == kt.StatusReconciliation }}
 	e = newEnvAt(t, testPolicy, d.at)
 	e.sink.Queue(testsink.TimeoutAfter)

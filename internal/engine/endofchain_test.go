@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // An event on a topic no consumer reads ends its chain: its input is done,
@@ -35,7 +36,7 @@ func TestAnEventNobodyReadsEndsItsChain(t *testing.T) {
 	reader := `, d: Keep.consumer({ subscribe: ["done"],
     async prepare(ctx) { const [e] = await ctx.peek("done"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "done", ids: [e.messageId] }], data: {} } },
     async mutate(ctx) { throw new Error("not yet") } })`
-	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", strings.Replace(flow, "%READER%", reader, 1), engine.DeployOptions{Kind: engine.DeployMajor, Reprocess: "none"}); err != nil {
+	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", strings.Replace(flow, "%READER%", reader, 1), engine.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none"}); err != nil {
 		t.Fatal(err)
 	}
 	if in := e.inputs(wf); len(in) != 1 || in[0].Status != "pending" {

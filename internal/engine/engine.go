@@ -58,7 +58,7 @@ type Options struct {
 	// Notify, when set, is told what a person watching should know while
 	// keep works on by itself: a retry scheduled, retries given up (keep
 	// run prints them, so a wait is never silent).
-	Notify func(Notice)
+	Notify func(kt.Notice)
 	// Secret opens a named secret ({secret:NAME} in a call's headers) at
 	// the moment of the call; a name keep does not have wraps
 	// kt.ErrNotFound. Nil: no call may name one.
@@ -67,13 +67,6 @@ type Options struct {
 	// phases and their connector calls (otel.go; keep.toml's [otel]).
 	// Nil: no spans at all.
 	Tracer otrace.Tracer
-}
-
-// Notice is something a person watching should know, as one line.
-type Notice struct {
-	Workflow string
-	RunID    string
-	Text     string
 }
 
 // Observer receives measurements; the metrics package implements it.
@@ -102,7 +95,7 @@ type Engine struct {
 	atStep   func(step string)
 	onChange func(string)
 	observer Observer
-	notify   func(Notice)
+	notify   func(kt.Notice)
 	secret   func(context.Context, string) (string, error)
 	tracer   otrace.Tracer
 
@@ -258,20 +251,12 @@ func (e *Engine) program(ctx context.Context, wf string, version int64) (*script
 	return p, nil
 }
 
-// DeployKind chooses how a new version relates to the current one (SPEC §9).
-type DeployKind string
-
-const (
-	DeployMinor DeployKind = "minor"
-	DeployMajor DeployKind = "major"
-)
-
 // DeployResult tells what a deploy did.
 type DeployResult struct {
 	Workflow  string
 	Version   kt.Version
 	Unchanged bool // the script equals the active version; nothing was created
-	Problems  []script.Problem
+	Problems  []kt.Problem
 	// Warnings are consequences a person should know before the version runs.
 	Warnings []string
 	// Reprocessed counts the items a major version's choice started again.
@@ -293,7 +278,7 @@ type DeployResult struct {
 // ValidationError carries the problems that stopped a deploy.
 type ValidationError struct {
 	File     string
-	Problems []script.Problem
+	Problems []kt.Problem
 }
 
 func (v *ValidationError) Error() string {
@@ -312,26 +297,26 @@ func ScriptConnectors(reg *connector.Registry) script.Connectors {
 }
 
 // Check compiles and validates a script without deploying it.
-func (e *Engine) Check(file, source string) (*script.Program, []script.Problem, error) {
+func (e *Engine) Check(file, source string) (*script.Program, []kt.Problem, error) {
 	p, err := script.Compile(file, source)
 	if err != nil {
 		return nil, nil, err
 	}
 	problems := script.Check(p, ScriptConnectors(e.registry))
-	if script.HasErrors(problems) {
+	if kt.HasErrors(problems) {
 		return p, problems, &ValidationError{File: file, Problems: problems}
 	}
 	return p, problems, nil
 }
 
 // checkDeclaration is Check without the analysis's refusals (tests only).
-func (e *Engine) checkDeclaration(file, source string) (*script.Program, []script.Problem, error) {
+func (e *Engine) checkDeclaration(file, source string) (*script.Program, []kt.Problem, error) {
 	p, err := script.Compile(file, source)
 	if err != nil {
 		return nil, nil, err
 	}
 	problems := script.Validate(p, e.registry.Tools())
-	if script.HasErrors(problems) {
+	if kt.HasErrors(problems) {
 		return p, problems, &ValidationError{File: file, Problems: problems}
 	}
 	return p, problems, nil
@@ -343,7 +328,7 @@ func (e *Engine) checkDeclaration(file, source string) (*script.Program, []scrip
 //
 // Deploy grants what the version uses: its callers run what they deploy
 // (keep bench, tests). DeployWith grants only when DeployOptions.Grant says.
-func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind DeployKind) (DeployResult, error) {
+func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind kt.DeployKind) (DeployResult, error) {
 	return e.DeployWith(ctx, file, source, DeployOptions{Name: name, Kind: kind, Grant: true, grantBySystem: true})
 }
 
@@ -352,7 +337,7 @@ type DeployOptions struct {
 	// Name overrides the script's declared name. Defaults to the declared one.
 	Name string
 	// Kind is minor (a repair, the default for an existing workflow) or major.
-	Kind DeployKind
+	Kind kt.DeployKind
 	// Reprocess is what a major version does with done items: "none" (keep
 	// progress), "all" (start fresh) or "KEY,KEY" (new attempts for these).
 	// Required with a major version: intent changed, and keep does not guess.
@@ -410,7 +395,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	if name == "" {
 		name = p.Decl.WorkflowName()
 	}
-	if o.Reprocess != "" && kind != DeployMajor {
+	if o.Reprocess != "" && kind != kt.DeployMajor {
 		return DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
 	res := DeployResult{Workflow: name, Problems: problems}
@@ -428,7 +413,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		}
 		return res, fmt.Errorf("deploy %s: %w", name, err)
 	}
-	if kind == DeployMajor && !res.Unchanged {
+	if kind == kt.DeployMajor && !res.Unchanged {
 		if res.Reprocessed, err = ReprocessAfterMajor(ctx, e.store, name, o.Reprocess, e.now()); err != nil {
 			return res, err
 		}
@@ -565,7 +550,7 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	if n := len(o.idChanges); n > 0 {
 		ids = fmt.Sprintf("replayed on it, %d piece(s) of done work would get other ids and be done again — %s", n, ListDifferences(o.idChanges))
 	}
-	if o.Kind != DeployMajor {
+	if o.Kind != kt.DeployMajor {
 		if ids != "" {
 			return refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
 		}

@@ -334,7 +334,7 @@ func (p hostPhase) invocation() (kt.HandlerType, string) {
 
 // phaseNote adds a phase line to the trace.
 func (x *runExec) phaseNote(phase, text string) {
-	x.tr.add(TraceEntry{At: x.e.nowMs(), Kind: "phase", Phase: phase, Text: text})
+	x.tr.add(kt.TraceEntry{At: x.e.nowMs(), Kind: "phase", Phase: phase, Text: text})
 }
 
 // declView is the part of the run's consumer declaration the host checks

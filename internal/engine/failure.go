@@ -59,7 +59,7 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 	if release {
 		x.reserve = nil // selected, never written: nothing to pin
 	}
-	x.tr.add(TraceEntry{At: now, Kind: "error", Phase: string(run.Phase), Outcome: string(class), Text: msg})
+	x.tr.add(kt.TraceEntry{At: now, Kind: "error", Phase: string(run.Phase), Outcome: string(class), Text: msg})
 	if run.ErrorClass != "" {
 		x.phaseFailed(class, msg) // a wait for an approval is no failure
 	}
@@ -137,7 +137,7 @@ func (x *runExec) scheduleRetry(msg string, now int64, asked time.Duration) {
 // notify tells a person watching about this run.
 func (x *runExec) notify(text string) {
 	if x.e.notify != nil {
-		x.e.notify(Notice{Workflow: x.wf.Name, RunID: x.run.ID, Text: text})
+		x.e.notify(kt.Notice{Workflow: x.wf.Name, RunID: x.run.ID, Text: text})
 	}
 }
 

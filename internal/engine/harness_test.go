@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -134,7 +135,7 @@ func (e *env) deployUnchecked(src string) string {
 	return res.Workflow
 }
 
-func (e *env) redeploy(src string, kind engine.DeployKind) {
+func (e *env) redeploy(src string, kind kt.DeployKind) {
 	e.t.Helper()
 	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
 	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", src, "", kind); err != nil {
@@ -185,7 +186,7 @@ func (e *env) settle() {
 	}
 }
 
-func (e *env) runs(wf string) []report.Run {
+func (e *env) runs(wf string) []apitype.Run {
 	e.t.Helper()
 	rs, err := report.Runs(e.ctx(), e.k.Store, wf, 0)
 	if err != nil {
@@ -194,7 +195,7 @@ func (e *env) runs(wf string) []report.Run {
 	return rs
 }
 
-func (e *env) outputs(wf string) []report.Output {
+func (e *env) outputs(wf string) []apitype.Output {
 	e.t.Helper()
 	os, err := report.Outputs(e.ctx(), e.k.Store, wf)
 	if err != nil {
@@ -203,7 +204,7 @@ func (e *env) outputs(wf string) []report.Output {
 	return os
 }
 
-func (e *env) inputs(wf string) []report.Input {
+func (e *env) inputs(wf string) []apitype.Input {
 	e.t.Helper()
 	in, err := report.Inputs(e.ctx(), e.k.Store, wf)
 	if err != nil {
@@ -241,7 +242,7 @@ func (e *env) noOpenRun(wf string) {
 	}
 }
 
-func (e *env) resolve(runID string, what engine.Resolution) string {
+func (e *env) resolve(runID string, what kt.Resolution) string {
 	e.t.Helper()
 	msg, err := engine.Resolve(e.ctx(), e.k.Store, runID, what, time.Now())
 	if err != nil {

@@ -18,27 +18,6 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// TraceEntry is one line of a run's trace: a tool call, a log line, a
-// ctx.now/random value, a phase change or an error.
-type TraceEntry struct {
-	At       int64  `json:"at"`
-	Phase    string `json:"phase,omitempty"`
-	Kind     string `json:"kind"` // call, log, now, random, phase, error, mutation
-	Method   string `json:"method,omitempty"`
-	Args     any    `json:"args,omitempty"`
-	Duration int64  `json:"durationMs,omitempty"`
-	Outcome  string `json:"outcome,omitempty"`
-	Text     string `json:"text,omitempty"`
-	// ArgsHash and Result record a read (a call that succeeded without
-	// writing): the hash of its whole arguments and what it answered, so
-	// that a dry run answers the same read from here and never from the
-	// world (issue 22). Results past maxTraceResult, or past
-	// maxTraceResults in one trace, are not kept: such a read cannot be
-	// replayed, and a dry run that makes it stops there.
-	ArgsHash string          `json:"argsHash,omitempty"`
-	Result   json.RawMessage `json:"result,omitempty"`
-}
-
 // Per-run bounds of what a handler publishes (buffered until the commit).
 const (
 	MaxPublishesPerRun    = kt.MaxPublishesPerRun
@@ -59,7 +38,7 @@ const (
 
 // trace accumulates a run's trace; it is saved with every transition.
 type trace struct {
-	entries []TraceEntry
+	entries []kt.TraceEntry
 	dropped int
 	// results is the bytes of read results kept (maxTraceResults).
 	results int
@@ -69,8 +48,8 @@ func loadTrace(raw json.RawMessage) *trace {
 	t := &trace{}
 	if len(raw) > 0 {
 		var w struct {
-			Entries []TraceEntry `json:"entries"`
-			Dropped int          `json:"dropped"`
+			Entries []kt.TraceEntry `json:"entries"`
+			Dropped int             `json:"dropped"`
 		}
 		if json.Unmarshal(raw, &w) == nil {
 			t.entries, t.dropped = w.Entries, w.Dropped
@@ -86,7 +65,7 @@ func loadTrace(raw json.RawMessage) *trace {
 // is made safe to store and show: credentials masked (package redact) and
 // long values cut, saying how long they were (a 20 MB write was once stored
 // three times in one trace).
-func (t *trace) add(e TraceEntry) {
+func (t *trace) add(e kt.TraceEntry) {
 	if len(t.entries) >= maxTraceEntries {
 		t.dropped++
 		return
@@ -190,7 +169,7 @@ func violation(format string, args ...any) error {
 }
 
 func (h *host) traceCall(method string, args any, start time.Time, outcome string) {
-	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
+	h.tr.add(kt.TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: args, Duration: time.Since(start).Milliseconds(), Outcome: outcome})
 }
 
 // call is the script.HostFunc for this phase. What crosses into keep's
@@ -256,11 +235,11 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 		return h.log(raw)
 	case "now":
 		n := h.e.nowMs()
-		h.tr.add(TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
+		h.tr.add(kt.TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":
 		r := rand.Float64()
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
+		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
 		b, _ := json.Marshal(r)
 		return b, nil
 	case "registerInput":
@@ -286,7 +265,7 @@ func (h *host) log(raw json.RawMessage) (json.RawMessage, error) {
 	if len(s) > maxLogLine {
 		s = s[:maxLogLine] + "…"
 	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Text: s})
+	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Text: s})
 	return nil, nil
 }
 
@@ -307,7 +286,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 			return h.itemMutation(tool, m, args)
 		}
 		h.captured = &capturedCall{Tool: tool, Method: m.Name, Args: args}
-		h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
+		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
 		return nil, script.ErrSuspend
 	}
 	argsHash := hashOf(tool, m.Name, args)
@@ -328,7 +307,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 		h.traceCall(method, m.Redact(args), start, "ok")
 		return nil, kt.Errorf(kt.ClassInternal, "ctx.%s returned a value keep cannot encode: %v", method, err)
 	}
-	h.tr.add(TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: m.Redact(args), Duration: time.Since(start).Milliseconds(), Outcome: "ok", ArgsHash: argsHash, Result: b})
+	h.tr.add(kt.TraceEntry{At: start.UnixMilli(), Phase: string(h.phase), Kind: "call", Method: method, Args: m.Redact(args), Duration: time.Since(start).Milliseconds(), Outcome: "ok", ArgsHash: argsHash, Result: b})
 	return b, nil
 }
 
@@ -534,7 +513,7 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
 		h.publishedBytes += len(payload) + len(msgID)
 	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
+	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
 	return nil, nil
 }
 
@@ -744,6 +723,6 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 		}
 		out = append(out, eventView{MessageID: ev.MessageID, Topic: ev.Topic, Payload: ev.Payload, Attempt: ev.Attempt, CreatedAt: ev.CreatedAt})
 	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
+	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
 	return json.Marshal(out)
 }

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -89,7 +88,7 @@ func TestOldConsumerIdentitiesAreMigratedAtStartUp(t *testing.T) {
 		return nil
 	})
 	// The person says it did not happen: it is sent once more, once.
-	e.resolve(r.ID, engine.ResolveDidntHappen)
+	e.resolve(r.ID, kt.ResolveDidntHappen)
 	e.settle()
 	e.noOpenRun(wf)
 	if len(e.sink.Writes()) != 2 {

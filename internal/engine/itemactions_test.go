@@ -142,7 +142,7 @@ func TestSkipInEveryEventState(t *testing.T) {
 			t.Fatalf("%q %v", msg, err)
 		}
 		// The write happened: the run completes once next is fixed.
-		e.redeploy(strings.Replace(src, "!globalThis.fixed", "false", 1), engine.DeployMinor)
+		e.redeploy(strings.Replace(src, "!globalThis.fixed", "false", 1), kt.DeployMinor)
 		e.settle()
 		e.noOpenRun(wf)
 		if in := e.inputs(wf); in[0].Status != "done" || len(e.sink.Writes()) != 1 {
@@ -217,7 +217,7 @@ func TestComparePayloadOnReplayAfterMinorVersion(t *testing.T) {
 			if it := e.inputs(wf); it[0].Status != "failed" {
 				t.Fatalf("item %+v", it)
 			}
-			e.redeploy(itemScript("", body(c.content)), engine.DeployMinor)
+			e.redeploy(itemScript("", body(c.content)), kt.DeployMinor)
 			e.settle()
 			if c.ok {
 				e.noOpenRun(wf)
@@ -255,26 +255,26 @@ func TestOrphansAfterMajorVersionWithNewKeyFormat(t *testing.T) {
 	// Issue 10 #12: a major version needs the reprocess choice; a key
 	// format change needs consent before activation, with sample orphans;
 	// a minor version may not change the key format at all.
-	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", engine.DeployMajor); err == nil || !strings.Contains(err.Error(), "--reprocess=none") || !strings.Contains(err.Error(), "--reprocess=all") {
+	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", kt.DeployMajor); err == nil || !strings.Contains(err.Error(), "--reprocess=none") || !strings.Contains(err.Error(), "--reprocess=all") {
 		t.Fatalf("major without a choice: %v", err)
 	}
-	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: engine.DeployMajor, Reprocess: "none"}); err == nil || !strings.Contains(err.Error(), "email:b") || !strings.Contains(err.Error(), "--accept-orphans") {
+	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none"}); err == nil || !strings.Contains(err.Error(), "email:b") || !strings.Contains(err.Error(), "--accept-orphans") {
 		t.Fatalf("major with a key format change, without consent: %v", err)
 	}
-	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", engine.DeployMinor); err == nil || !strings.Contains(err.Error(), "keeps item ids frozen") {
+	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", kt.DeployMinor); err == nil || !strings.Contains(err.Error(), "keeps item ids frozen") {
 		t.Fatalf("minor with a key format change: %v", err)
 	}
 	if v := e.activeVersion(wf); v != "1.0" {
 		t.Fatalf("a refused deploy changed the active version: %s", v)
 	}
-	res, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: engine.DeployMajor, Reprocess: "none", AcceptOrphans: true})
+	res, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none", AcceptOrphans: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "email:") || !strings.Contains(res.Warnings[0], "thread:") || !strings.Contains(res.Warnings[0], "1 incomplete") {
 		t.Fatalf("warnings %v", res.Warnings)
 	}
-	e.resolve(r.ID, engine.ResolveTryAgain) // the retry runs the new version
+	e.resolve(r.ID, kt.ResolveTryAgain) // the retry runs the new version
 	e.settle()
 	e.noOpenRun(wf)
 	orphans, err := report.Items(e.ctx(), e.k.Store, wf, true)

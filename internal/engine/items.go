@@ -166,7 +166,7 @@ func (h *host) itemExit() (json.RawMessage, error) {
 			return nil, kt.Errorf(kt.ClassInternal, "record item %s done: %v", ts.item.Key, err)
 		}
 	}
-	h.tr.add(TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
+	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
 	ts.item, ts.isDone, h.item = nil, false, ""
 	return nil, nil
 }
@@ -236,7 +236,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	ts.item, ts.isDone = &it, itemDone(it.Status)
 	h.item = it.ID
 	h.noteInputs(it.ID)
-	h.tr.add(TraceEntry{At: now, Phase: "task", Kind: "item", Text: fmt.Sprintf("item %s (%s, attempt %d)", it.Key, it.Status, it.CurrentAttempt)})
+	h.tr.add(kt.TraceEntry{At: now, Phase: "task", Kind: "item", Text: fmt.Sprintf("item %s (%s, attempt %d)", it.Key, it.Status, it.CurrentAttempt)})
 	return json.Marshal(ItemView{ID: it.Key, Title: it.Title, IsDone: ts.isDone, Attempt: it.CurrentAttempt})
 }
 
@@ -249,7 +249,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	// Outside withItem the table refused it already (host.allowed).
 	it := ts.item
 	if ts.isDone {
-		pc := PendingCall{Tool: tool, Method: m.Name, Target: targetOf(m, tool, args), Args: m.Redact(args), DoneItem: it.Key}
+		pc := kt.PendingCall{Tool: tool, Method: m.Name, Target: targetOf(m, tool, args), Args: m.Redact(args), DoneItem: it.Key}
 		run.PendingCall, _ = json.Marshal(pc)
 		return nil, kt.Errorf(kt.ClassLogic, "ctx.%s.%s on item %q, which is already %s: completed items cannot produce new side effects — check ctx.item.isDone before mutating (deploy the fix with `keep deploy --minor`), or reprocess the item if it must be done again", tool, m.Name, it.Key, it.Status)
 	}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
@@ -169,7 +168,7 @@ func TestBlockedItemMutationStaysActionable(t *testing.T) {
 	if len(cards) != 1 || cards[0].MutationStatus != "indeterminate" || strings.Join(cards[0].Actions, ",") != "didnt-happen,skip,reprocess" {
 		t.Fatalf("card %+v", cards)
 	}
-	e.resolve(r2.ID, engine.ResolveSkip)
+	e.resolve(r2.ID, kt.ResolveSkip)
 	e.settle()
 	e.noOpenRun(wf)
 	if it := e.inputs(wf); it[0].Status != "skipped" {

@@ -70,8 +70,8 @@ func (x *runExec) openLedger(phase, tool string, m *connector.Method, args map[s
 	return lc, err
 }
 
-func (lc *ledgerCall) pending() PendingCall {
-	return PendingCall{Tool: lc.tool, Method: lc.m.Name, Target: lc.target, Args: lc.redacted, PayloadHash: lc.payloadHash, CallHash: lc.callHash}
+func (lc *ledgerCall) pending() kt.PendingCall {
+	return kt.PendingCall{Tool: lc.tool, Method: lc.m.Name, Target: lc.target, Args: lc.redacted, PayloadHash: lc.payloadHash, CallHash: lc.callHash}
 }
 
 func (lc *ledgerCall) method() string { return lc.tool + "." + lc.m.Name }
@@ -86,7 +86,7 @@ func (lc *ledgerCall) step() ledgerStep {
 
 // note adds a trace line about this mutation.
 func (lc *ledgerCall) note(outcome string, withArgs bool) {
-	e := TraceEntry{At: lc.x.e.nowMs(), Phase: lc.phase, Kind: "mutation", Method: lc.method(), Outcome: outcome}
+	e := kt.TraceEntry{At: lc.x.e.nowMs(), Phase: lc.phase, Kind: "mutation", Method: lc.method(), Outcome: outcome}
 	if withArgs {
 		e.Args = lc.redacted
 	}
@@ -195,7 +195,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	if res.Err != nil {
 		outcome += ": " + res.Err.Message
 	}
-	lc.x.tr.add(TraceEntry{At: start.UnixMilli(), Phase: lc.phase, Kind: "call", Method: lc.method(), Args: lc.redacted,
+	lc.x.tr.add(kt.TraceEntry{At: start.UnixMilli(), Phase: lc.phase, Kind: "call", Method: lc.method(), Args: lc.redacted,
 		Duration: time.Since(start).Milliseconds(), Outcome: outcome})
 	next := onOutcome(res.Outcome, lc.mut.CanReconcile)
 	if next == callReconcile || next == callIndeterminate {
@@ -236,7 +236,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	if rerr != nil {
 		text += ": " + rerr.Error()
 	}
-	x.tr.add(TraceEntry{At: start.UnixMilli(), Phase: phase, Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile",
+	x.tr.add(kt.TraceEntry{At: start.UnixMilli(), Phase: phase, Kind: "call", Method: mut.Tool + "." + mut.Method + ".reconcile",
 		Duration: time.Since(start).Milliseconds(), Outcome: text})
 	if when == backgroundAttempt && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
 		mut.ReconcileAttempts++

@@ -14,30 +14,6 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// PendingCall is the preview of a mutation kept on a run: what a person
-// approves and what a blocked card shows. Its args are redacted.
-type PendingCall struct {
-	Tool        string         `json:"tool"`
-	Method      string         `json:"method"`
-	Target      string         `json:"target"`
-	Args        map[string]any `json:"args"`
-	PayloadHash string         `json:"payloadHash"`
-	// CallHash binds an approval to the whole call (engine.CallHash).
-	CallHash string `json:"callHash"`
-	// DoneItem is the key of the item this call was made on although the
-	// item is done: the run failed before sending it, and Skip cannot end
-	// that block; Reprocess of the item can (ch 14 §14.2.2).
-	DoneItem string `json:"doneItem,omitempty"`
-	// Item is the key of the task item this call was made on: when the run
-	// blocks on it (the item needs attention), its card offers Reprocess.
-	Item string `json:"item,omitempty"`
-	// Conflict says the call was refused because the same write was
-	// already applied for these inputs with significantly different
-	// content (ch 14 §14.5): a consumer's inputs then need attention, and
-	// its card offers Reprocess (a new attempt writes the new content).
-	Conflict bool `json:"conflict,omitempty"`
-}
-
 func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {
 	if m.RequiresApproval {
 		return true
@@ -258,7 +234,7 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 	}
 	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
 	run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — %s. %s", mut.Target, strings.TrimSuffix(why, "."), verify)
-	x.tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "error", Outcome: "indeterminate", Text: run.ErrorMessage})
+	x.tr.add(kt.TraceEntry{At: now, Phase: "mutating", Kind: "error", Outcome: "indeterminate", Text: run.ErrorMessage})
 	x.e.log.Warn("mutation indeterminate", "workflow", x.wf.Name, "run", run.ID, "target", mut.Target)
 	return x.saveWithMutation(mut)
 }
@@ -276,7 +252,7 @@ func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) error {
 			return err
 		}
 	}
-	pc := PendingCall{Tool: mut.Tool, Method: mut.Method, Target: mut.Target, PayloadHash: mut.PayloadHash}
+	pc := kt.PendingCall{Tool: mut.Tool, Method: mut.Method, Target: mut.Target, PayloadHash: mut.PayloadHash}
 	if m, err := e.registry.Method(mut.Tool, mut.Method); err == nil && args != nil {
 		identity, payload := m.Split(args)
 		pc.Args, pc.CallHash = m.Redact(args), CallHash(mut.Tool, mut.Method, mut.Target, identity, payload)
@@ -334,7 +310,7 @@ func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
 	markRecheck(mut, at, now)
 	mut.RunID = run.ID
 	run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, why, now
-	x.tr.add(TraceEntry{At: now, Phase: "mutating", Kind: "phase", Text: why})
+	x.tr.add(kt.TraceEntry{At: now, Phase: "mutating", Kind: "phase", Text: why})
 	return x.saveWithMutation(mut)
 }
 

@@ -54,7 +54,7 @@ func TestDefiniteFailureIsNotRetriedBlindly(t *testing.T) {
 		t.Fatalf("input status %s", in[0].Status)
 	}
 	// A person fixes the target and tries again: the write happens once.
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	e.noOpenRun(wf)
 	if n := len(e.sink.Writes()); n != 1 {
@@ -124,7 +124,7 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 			strings.Count(c.Reason, e.sink.URL+"/write/a") != 1 || strings.Join(c.Actions, ",") != "didnt-happen,skip,reprocess" || len(c.Inputs) != 1 {
 			t.Fatalf("card %+v", c)
 		}
-		if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {
+		if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {
 			t.Fatalf("try again without reconcile: %v", err)
 		}
 		return e, wf, r
@@ -132,7 +132,7 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 	t.Run("skip", func(t *testing.T) {
 		t.Parallel()
 		e, wf, r := setup(t)
-		e.resolve(r.ID, engine.ResolveSkip)
+		e.resolve(r.ID, kt.ResolveSkip)
 		e.settle()
 		e.noOpenRun(wf)
 		if ev := e.events(wf, "job"); ev[0].Status != kt.EventSkipped {
@@ -152,7 +152,7 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 	t.Run("didnt-happen", func(t *testing.T) {
 		t.Parallel()
 		e, wf, r := setup(t)
-		e.resolve(r.ID, engine.ResolveDidntHappen)
+		e.resolve(r.ID, kt.ResolveDidntHappen)
 		e.settle()
 		e.noOpenRun(wf)
 		// The person asserted it did not happen: keep sends it again, as told.
@@ -182,7 +182,7 @@ func TestTryAgainAfterReconcileExhausted(t *testing.T) {
 	if e.sink.Probes() != 3 {
 		t.Fatalf("probes %d, want 3 (inline + 2)", e.sink.Probes())
 	}
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	e.noOpenRun(wf)
 	if n := len(e.sink.Writes()); n != 1 {
@@ -220,7 +220,7 @@ func TestTransientBackoffThenEscalation(t *testing.T) {
 	if st[0].Status != "blocked" || st[0].BlockedRunID != r.ID {
 		t.Fatalf("status %+v", st[0])
 	}
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	e.noOpenRun(wf)
 	if len(e.sink.Writes()) != 1 {
@@ -241,16 +241,16 @@ func TestApprovalBoundToPayload(t *testing.T) {
 	if len(cards) != 1 || cards[0].Mutation == nil || !strings.Contains(cards[0].Mutation.Target, "/write/a") || strings.Join(cards[0].Actions, ",") != "approve,skip" {
 		t.Fatalf("card %+v", cards)
 	}
-	var pc engine.PendingCall
+	var pc kt.PendingCall
 	_ = json.Unmarshal(r.PendingCall, &pc)
 	if pc.Args["json"] == nil {
 		t.Fatalf("the preview shows the real call: %+v", pc)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveDidntHappen, nowT()); err == nil {
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err == nil {
 		t.Fatal("didnt-happen on an approval must be refused")
 	}
-	e.resolve(r.ID, engine.ResolveApprove)
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "already has a decision") {
+	e.resolve(r.ID, kt.ResolveApprove)
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "already has a decision") {
 		t.Fatalf("second approve: %v", err)
 	}
 	e.settle()
@@ -269,7 +269,7 @@ func TestApprovalOfChangedPayloadAsksAgain(t *testing.T) {
 	wf := e.deploy(src)
 	e.settle()
 	r := e.open(wf)
-	e.resolve(r.ID, engine.ResolveApprove)
+	e.resolve(r.ID, kt.ResolveApprove)
 	e.settle()
 	r2 := e.open(wf)
 	if r2.ID == r.ID || r2.Status != kt.StatusApproval || len(e.sink.Writes()) != 0 {
@@ -304,7 +304,7 @@ func TestApprovalBoundToTheTarget(t *testing.T) {
 	wf := e.deploy(src)
 	e.settle()
 	r := e.open(wf)
-	var pc engine.PendingCall
+	var pc kt.PendingCall
 	_ = json.Unmarshal(r.PendingCall, &pc)
 	if r.Status != kt.StatusApproval || !strings.Contains(pc.Target, "/write/a") || pc.CallHash == "" {
 		t.Fatalf("run %s pending %+v", r.Status, pc)
@@ -314,8 +314,8 @@ func TestApprovalBoundToTheTarget(t *testing.T) {
 	if err := pause(e, wf); err != nil {
 		t.Fatal(err)
 	}
-	e.resolve(r.ID, engine.ResolveApprove)
-	e.redeploy(strings.Replace(src, `"%SINK%/write/" + p.data.id`, `"%SINK%/other/" + p.data.id`, 1), engine.DeployMinor)
+	e.resolve(r.ID, kt.ResolveApprove)
+	e.redeploy(strings.Replace(src, `"%SINK%/write/" + p.data.id`, `"%SINK%/other/" + p.data.id`, 1), kt.DeployMinor)
 	if err := resume(e, wf); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestApprovalBoundToTheTarget(t *testing.T) {
 	if e.sink.Requests() != 0 {
 		t.Fatalf("the sink got %d requests before the new target was approved", e.sink.Requests())
 	}
-	e.resolve(r2.ID, engine.ResolveApprove)
+	e.resolve(r2.ID, kt.ResolveApprove)
 	e.settle()
 	e.noOpenRun(wf)
 	if w := e.sink.Writes(); len(w) != 1 {

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testsink"
 )
@@ -37,7 +36,7 @@ func TestAWriteToAnUndeclaredLocalServiceIsRefused(t *testing.T) {
 		t.Fatalf("the undeclared service got %d requests", other.Requests())
 	}
 	// A try again without allowing it is refused again, and sends nothing.
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 	if other.Requests() != 0 || e.open(wf).Status != kt.StatusApproval {
 		t.Fatalf("after try again: %d requests, %s", other.Requests(), e.open(wf).Status)

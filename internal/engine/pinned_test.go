@@ -34,7 +34,7 @@ func TestSkipEndsARunThatFailedOnALogicError(t *testing.T) {
 	if got := strings.Join(cards[0].Actions, ","); got != "try-again,skip" {
 		t.Fatalf("actions %s", got)
 	}
-	msg := e.resolve(r.ID, engine.ResolveSkip)
+	msg := e.resolve(r.ID, kt.ResolveSkip)
 	if !strings.Contains(msg, "skipped") {
 		t.Fatalf("resolve said %q", msg)
 	}
@@ -65,7 +65,7 @@ func TestARepairReleasesPinnedEvents(t *testing.T) {
 	if ev := e.events(wf, "job"); ev[0].ReservedBy != r.ID {
 		t.Fatalf("the event is not pinned to the failed run: %+v", ev[0])
 	}
-	e.redeploy(hookScript("", ""), engine.DeployMinor)
+	e.redeploy(hookScript("", ""), kt.DeployMinor)
 	e.settle()
 	e.noOpenRun(wf)
 	if w := e.sink.Writes(); len(w) != 1 {
@@ -95,10 +95,10 @@ func TestAMissingFileOffersTryAgainAndSkipNotApprove(t *testing.T) {
 	if got := strings.Join(c.Actions, ","); got != "try-again,skip" || !strings.Contains(c.Reason, "incoming/x.json") || !strings.Contains(c.Reason, "no such file") {
 		t.Fatalf("card: actions %s, reason %q", got, c.Reason)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "not waiting for approval") {
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "not waiting for approval") {
 		t.Fatalf("approve: %v", err)
 	}
-	e.resolve(r.ID, engine.ResolveSkip)
+	e.resolve(r.ID, kt.ResolveSkip)
 	e.settle()
 	e.noOpenRun(wf)
 }
@@ -116,7 +116,7 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 	if r.Status != kt.StatusFailedLogic || len(cards) != 1 || strings.Join(cards[0].Actions, ",") != "try-again" {
 		t.Fatalf("run %s cards %+v", r.Status, cards)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "keep deploy --minor") {
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "keep deploy --minor") {
 		t.Fatalf("skip: %v", err)
 	}
 	if e.sink.Requests() != 0 {
@@ -129,7 +129,7 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 func TestDecisionsAreKept(t *testing.T) {
 	t.Parallel()
 	e, wf, r := unknownWrite(t)
-	if _, err := engine.Resolve(engine.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, engine.ResolveDidntHappen, nowT()); err != nil {
+	if _, err := engine.Resolve(engine.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()
@@ -255,10 +255,10 @@ func TestAMutationOnADoneItemOffersReprocessNotSkip(t *testing.T) {
 	if len(cards) != 1 || strings.Join(cards[0].Actions, ",") != "reprocess,try-again" {
 		t.Fatalf("cards %+v", cards)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, engine.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "already done") {
+	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "already done") {
 		t.Fatalf("skip: %v", err)
 	}
-	msg := e.resolve(r.ID, engine.ResolveReprocess)
+	msg := e.resolve(r.ID, kt.ResolveReprocess)
 	if !strings.Contains(msg, "attempt 2") {
 		t.Fatalf("reprocess said %q", msg)
 	}

@@ -138,7 +138,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 		return err
 	}
 	now := x.e.nowMs()
-	x.tr.add(TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
+	x.tr.add(kt.TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	x.run.Status, x.run.Trace, x.run.UpdatedAt, x.run.FinishedAt, x.run.ErrorClass, x.run.ErrorMessage = kt.StatusCommitted, x.tr.json(), now, now, "", ""
 	if asked := x.run.Action; asked != "" {
 		// A person's decision came in while this step was under way

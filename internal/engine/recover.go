@@ -266,7 +266,7 @@ func (e *Engine) pinnedCount(ctx context.Context, runID string) (int, error) {
 
 func newTrace(text string, now int64) *trace {
 	t := &trace{}
-	t.add(TraceEntry{At: now, Kind: "phase", Text: text})
+	t.add(kt.TraceEntry{At: now, Kind: "phase", Text: text})
 	return t
 }
 

@@ -61,7 +61,7 @@ const (
 
 // recordedReads answers a dry run's reads from recorded traces.
 type recordedReads struct {
-	entries []TraceEntry
+	entries []kt.TraceEntry
 	used    []bool
 	// miss is the first read it could not answer: the dry run cannot tell
 	// what the proposed version would do past it.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
@@ -77,7 +76,7 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 		}
 	}
 	e.sink.Queue(testsink.EchoHeaders)
-	e.resolve(r.ID, engine.ResolveTryAgain)
+	e.resolve(r.ID, kt.ResolveTryAgain)
 	e.settle()
 
 	r = e.open(wf)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // A person's Skip of pending events taken while a consumer's prepare has
@@ -49,7 +50,7 @@ func skipWhileHeld(t *testing.T, prepareRead, mutateRead string, clock func() ti
 		// prepare has peeked the event and waits on this read: a person skips it now.
 		once.Do(func() {
 			ctl := &engine.Control{Store: e.k.Store, Now: clock}
-			_, err := ctl.Do(e.ctx(), engine.Request{Action: engine.ActSkipPending, Workflow: "held", Topic: "job"})
+			_, err := ctl.Do(e.ctx(), engine.Request{Action: kt.ActSkipPending, Workflow: "held", Topic: "job"})
 			skipped <- err
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // An event posted while the consumer's prepare is under way and finds
@@ -77,7 +78,7 @@ func TestAnEventFromARequestOlderThanTheEmptyPrepareIsTaken(t *testing.T) {
 			return
 		}
 		once.Do(func() {
-			_, err := ctl.Do(e.ctx(), engine.Request{Action: engine.ActPublish, Workflow: "late", Topic: "job",
+			_, err := ctl.Do(e.ctx(), engine.Request{Action: kt.ActPublish, Workflow: "late", Topic: "job",
 				Event: engine.APIEvent{ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}})
 			posted <- err
 		})

@@ -395,7 +395,7 @@ func (m *Maintainer) runTests(ctx context.Context, old kt.Version, src string) s
 // It deploys only while from, the version the repair was checked against,
 // is still the active one.
 func Activate(ctx context.Context, e *engine.Engine, wf, file, src, who string, from int64) (kt.Version, error) {
-	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: engine.DeployMinor, IfActive: from, KeepTest: true})
+	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: kt.DeployMinor, IfActive: from, KeepTest: true})
 	return res.Version, err
 }
 
@@ -452,7 +452,7 @@ func (m *Maintainer) conversation(v kt.Version, run kt.Run, events []kt.Event, p
 	fmt.Fprintf(&b, "## What the connectors do\n\n%s\n\n", connector.Markdown(connector.Describe(m.Registry)))
 	b.WriteString(typesSection(m.Registry, v.Script, m.TestFaults))
 	var tr struct {
-		Entries []engine.TraceEntry `json:"entries"`
+		Entries []kt.TraceEntry `json:"entries"`
 	}
 	_ = json.Unmarshal(run.Trace, &tr)
 	var lines []string

@@ -19,7 +19,7 @@ var planPrompt string
 type Planner struct {
 	Model Asker
 	// Check validates a script as keep deploy would.
-	Check       func(file, src string) (*script.Program, []script.Problem, error)
+	Check       func(file, src string) (*script.Program, []kt.Problem, error)
 	Registry    *connector.Registry
 	MaxAttempts int
 	// File is the name the script is saved under ("workflow.js"): its test

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector/email"
 	"github.com/keep-run/keep/internal/netguard"
@@ -37,7 +38,7 @@ type Notice struct {
 	// Link is the run's page (blocked) or the overview (digest).
 	Link string `json:"link,omitempty"`
 	// Cards are the blocked runs' cards, as `keep status --json` has them.
-	Cards []report.Card `json:"cards"`
+	Cards []apitype.Card `json:"cards"`
 }
 
 // Channel is one way to reach a person.
@@ -163,7 +164,7 @@ func (nt *Notifier) link(path string) string {
 	return nt.PageURL + path
 }
 
-func what(c report.Card) string {
+func what(c apitype.Card) string {
 	switch {
 	case c.Mutation != nil:
 		return c.Mutation.Tool + "." + c.Mutation.Method + " → " + c.Mutation.Target
@@ -173,7 +174,7 @@ func what(c report.Card) string {
 	return c.Handler
 }
 
-func doLines(c report.Card) []string {
+func doLines(c apitype.Card) []string {
 	var out []string
 	if c.Reconnect != "" {
 		out = append(out, "keep connect "+c.Reconnect+" (reconnect the account first)")
@@ -188,7 +189,7 @@ func doLines(c report.Card) []string {
 	return out
 }
 
-func (nt *Notifier) blocked(c report.Card) Notice {
+func (nt *Notifier) blocked(c apitype.Card) Notice {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s needs you (run %s, %s).\n\nWhat: %s\n", c.Workflow, c.RunID, c.Status, what(c))
 	for _, in := range c.Inputs {
@@ -199,10 +200,10 @@ func (nt *Notifier) blocked(c report.Card) Notice {
 	if link != "" {
 		fmt.Fprintf(&b, "\nThe card: %s\n", link)
 	}
-	return Notice{Kind: "blocked", Subject: fmt.Sprintf("keep: %s needs you: %s", c.Workflow, what(c)), Text: b.String(), Link: link, Cards: []report.Card{c}}
+	return Notice{Kind: "blocked", Subject: fmt.Sprintf("keep: %s needs you: %s", c.Workflow, what(c)), Text: b.String(), Link: link, Cards: []apitype.Card{c}}
 }
 
-func (nt *Notifier) digest(cards []report.Card) Notice {
+func (nt *Notifier) digest(cards []apitype.Card) Notice {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d runs still wait for you:\n\n", len(cards))
 	for _, c := range cards {

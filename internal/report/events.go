@@ -5,36 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Topic is one topic of a workflow with its events counted by state, and
-// who writes and reads it.
-type Topic struct {
-	Name     string   `json:"name"`
-	Writers  []string `json:"writers"`
-	Consumer string   `json:"consumer,omitempty"`
-	Pending  int      `json:"pending"`
-	Reserved int      `json:"reserved"`
-	Consumed int      `json:"consumed"`
-	Skipped  int      `json:"skipped"`
-}
-
-// Producer is a producer or task of a workflow and the size of its state.
-type Producer struct {
-	Name       string `json:"name"`
-	Type       string `json:"type"`
-	StateBytes int    `json:"stateBytes"`
-	NextRunAt  string `json:"nextRunAt,omitempty"`
-}
-
 // Topics lists a workflow's topics (declared by its active version, and
 // any that still hold events) with their counts, and its producers.
-func Topics(ctx context.Context, st store.Store, wf string) ([]Topic, []Producer, error) {
-	topics, producers := []Topic{}, []Producer{}
+func Topics(ctx context.Context, st store.Store, wf string) ([]apitype.Topic, []apitype.Producer, error) {
+	topics, producers := []apitype.Topic{}, []apitype.Producer{}
 	var v kt.Version
 	if err := st.View(ctx, func(tx store.Tx) error {
 		w, err := tx.WorkflowGet(wf)
@@ -68,7 +49,7 @@ func Topics(ctx context.Context, st store.Store, wf string) ([]Topic, []Producer
 		}
 		for _, n := range names {
 			c := byName[n]
-			t := Topic{Name: n, Writers: nonNilStrings(writers[n]), Pending: c.Pending, Reserved: c.Reserved, Consumed: c.Consumed, Skipped: c.Skipped}
+			t := apitype.Topic{Name: n, Writers: nonNilStrings(writers[n]), Pending: c.Pending, Reserved: c.Reserved, Consumed: c.Consumed, Skipped: c.Skipped}
 			if cs := consumers[n]; len(cs) > 0 {
 				t.Consumer = cs[0]
 			}
@@ -80,7 +61,7 @@ func Topics(ctx context.Context, st store.Store, wf string) ([]Topic, []Producer
 		}
 		for _, h := range hs {
 			if h.Type != kt.HandlerConsumer {
-				producers = append(producers, Producer{Name: h.Name, Type: string(h.Type), StateBytes: stateBytes(h.State), NextRunAt: Time(h.NextRunAt)})
+				producers = append(producers, apitype.Producer{Name: h.Name, Type: string(h.Type), StateBytes: stateBytes(h.State), NextRunAt: Time(h.NextRunAt)})
 			}
 		}
 		return nil
@@ -141,42 +122,10 @@ func nonNilStrings(v []string) []string {
 	return v
 }
 
-// Event is one event as people see it: its state (pending, reserved,
-// consumed, skipped), its payload, and the inputs that caused it.
-type Event struct {
-	ID         int64           `json:"id"`
-	Topic      string          `json:"topic"`
-	MessageID  string          `json:"messageId"`
-	Status     string          `json:"status"`
-	ReservedBy string          `json:"reservedBy,omitempty"`
-	Attempt    int             `json:"attempt"`
-	Payload    json.RawMessage `json:"payload"`
-	CausedBy   []Cause         `json:"causedBy"`
-	CreatedAt  string          `json:"createdAt"`
-	UpdatedAt  string          `json:"updatedAt"`
-}
-
-// Cause is an input an event descends from.
-type Cause struct {
-	ID    string `json:"id"`
-	Key   string `json:"key,omitempty"`
-	Title string `json:"title,omitempty"`
-}
-
-// EventPage is one page of a workflow's events; Next, when not 0, is the
-// `after` of the next page.
-type EventPage struct {
-	Events []Event `json:"events"`
-	Next   int64   `json:"next,omitempty"`
-}
-
-// EventStates are the states an event list filters by.
-var EventStates = []string{"pending", "reserved", "consumed", "skipped"}
-
 // Events lists one page of a workflow's events, oldest first: of one topic
 // ("" for all), in one state ("" for all; see EventStates), after the id
 // after, at most limit (1 to 1000, default 100).
-func Events(ctx context.Context, st store.Store, wf, topic, state string, after int64, limit int) (EventPage, error) {
+func Events(ctx context.Context, st store.Store, wf, topic, state string, after int64, limit int) (apitype.EventPage, error) {
 	f := store.EventFilter{Topic: topic, AfterID: after, Limit: limit}
 	switch state {
 	case "":
@@ -187,15 +136,15 @@ func Events(ctx context.Context, st store.Store, wf, topic, state string, after 
 	case "consumed", "skipped":
 		f.Status = kt.EventStatus(state)
 	default:
-		return EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("no event state %q (pending, reserved, consumed, skipped)", state)}
+		return apitype.EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("no event state %q (pending, reserved, consumed, skipped)", state)}
 	}
 	if limit < 0 || limit > 1000 {
-		return EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("limit %d: between 1 and 1000", limit)}
+		return apitype.EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("limit %d: between 1 and 1000", limit)}
 	}
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	page := EventPage{Events: []Event{}}
+	page := apitype.EventPage{Events: []apitype.Event{}}
 	err := st.View(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
@@ -215,18 +164,18 @@ func Events(ctx context.Context, st store.Store, wf, topic, state string, after 
 	return page, err
 }
 
-func eventRow(tx store.Tx, ev kt.Event) Event {
+func eventRow(tx store.Tx, ev kt.Event) apitype.Event {
 	state := string(ev.Status)
 	if ev.Status == kt.EventPending && ev.ReservedBy != "" {
 		state = "reserved"
 	}
-	e := Event{ID: ev.ID, Topic: ev.Topic, MessageID: ev.MessageID, Status: state, Attempt: ev.Attempt, Payload: ev.Payload,
-		CausedBy: []Cause{}, CreatedAt: Time(ev.CreatedAt), UpdatedAt: Time(ev.UpdatedAt)}
+	e := apitype.Event{ID: ev.ID, Topic: ev.Topic, MessageID: ev.MessageID, Status: state, Attempt: ev.Attempt, Payload: ev.Payload,
+		CausedBy: []apitype.Cause{}, CreatedAt: Time(ev.CreatedAt), UpdatedAt: Time(ev.UpdatedAt)}
 	if state == "reserved" {
 		e.ReservedBy = ev.ReservedBy
 	}
 	for _, id := range ev.CausedBy {
-		c := Cause{ID: id}
+		c := apitype.Cause{ID: id}
 		if in, err := tx.InputGet(id); err == nil {
 			c.Key, c.Title = in.Key, in.Title
 		}
@@ -237,8 +186,8 @@ func eventRow(tx store.Tx, ev kt.Event) Event {
 
 // Decisions lists the decision log of a workflow, newest first, at most
 // limit entries (0: all).
-func Decisions(ctx context.Context, st store.Store, wf string, limit int) ([]Decision, error) {
-	out := []Decision{}
+func Decisions(ctx context.Context, st store.Store, wf string, limit int) ([]apitype.Decision, error) {
+	out := []apitype.Decision{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		ds, err := tx.DecisionList(wf, "")
 		if err != nil {
@@ -252,21 +201,10 @@ func Decisions(ctx context.Context, st store.Store, wf string, limit int) ([]Dec
 	return out, err
 }
 
-// NodeView is a keep serve node sharing the store, and the workflows whose
-// lease it holds now.
-type NodeView struct {
-	ID        string   `json:"id"`
-	Addr      string   `json:"addr,omitempty"`
-	StartedAt string   `json:"startedAt"`
-	SeenAt    string   `json:"seenAt"`
-	Alive     bool     `json:"alive"`
-	Holds     []string `json:"holds"`
-}
-
 // Nodes lists the nodes that share the store (none on SQLite), alive as
 // keeptype.Node.AliveAt says, each with the workflows it holds.
-func Nodes(ctx context.Context, st store.Store, now int64) ([]NodeView, error) {
-	out := []NodeView{}
+func Nodes(ctx context.Context, st store.Store, now int64) ([]apitype.NodeView, error) {
+	out := []apitype.NodeView{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		ns, err := tx.NodeList()
 		if err != nil {
@@ -277,7 +215,7 @@ func Nodes(ctx context.Context, st store.Store, now int64) ([]NodeView, error) {
 			return err
 		}
 		for _, n := range ns {
-			v := NodeView{ID: n.ID, Addr: n.Addr, StartedAt: Time(n.StartedAt), SeenAt: Time(n.SeenAt), Alive: n.AliveAt(now), Holds: []string{}}
+			v := apitype.NodeView{ID: n.ID, Addr: n.Addr, StartedAt: Time(n.StartedAt), SeenAt: Time(n.SeenAt), Alive: n.AliveAt(now), Holds: []string{}}
 			for _, l := range ls {
 				if l.Node == n.ID && l.ExpiresAt > now {
 					v.Holds = append(v.Holds, l.Workflow)

@@ -5,47 +5,15 @@ import (
 	"errors"
 	"sort"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Item is one row of `keep items` (inputs and task items share the ledger).
-type Item struct {
-	ID         string        `json:"id"`
-	Workflow   string        `json:"workflow"`
-	Key        string        `json:"key"`
-	Title      string        `json:"title"`
-	Kind       kt.ItemKind   `json:"kind"`
-	Status     kt.ItemStatus `json:"status"`
-	Attempt    int           `json:"attempt"`
-	Source     string        `json:"source"`
-	Type       string        `json:"type"`
-	ExternalID string        `json:"externalId"`
-	Orphaned   bool          `json:"orphaned"`
-	CreatedAt  string        `json:"createdAt"`
-	UpdatedAt  string        `json:"updatedAt"`
-}
-
-// Attempt is one pass over an item, with its mutations (ch 12 §12.5).
-type Attempt struct {
-	Attempt   int           `json:"attempt"`
-	Status    kt.ItemStatus `json:"status"`
-	Version   string        `json:"version"`
-	Current   bool          `json:"current"`
-	StartedAt string        `json:"startedAt"`
-	Mutations []Output      `json:"mutations"`
-}
-
-// ItemDetail is `keep show item`.
-type ItemDetail struct {
-	Item     Item      `json:"item"`
-	Attempts []Attempt `json:"attempts"`
-}
-
 // Items lists a workflow's items; orphanedOnly keeps the orphaned ones.
-func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([]Item, error) {
-	var out []Item
+func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([]apitype.Item, error) {
+	var out []apitype.Item
 	err := st.View(ctx, func(tx store.Tx) error {
 		w, err := tx.WorkflowGet(wf)
 		if err != nil {
@@ -74,12 +42,12 @@ func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([
 	return out, err
 }
 
-func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (Item, error) {
+func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (apitype.Item, error) {
 	status, err := InputStatus(tx, in)
 	if err != nil {
-		return Item{}, err
+		return apitype.Item{}, err
 	}
-	return Item{ID: in.ID, Workflow: in.Workflow, Key: in.Key, Title: in.Title, Kind: in.Kind, Status: status, Attempt: in.CurrentAttempt,
+	return apitype.Item{ID: in.ID, Workflow: in.Workflow, Key: in.Key, Title: in.Title, Kind: in.Kind, Status: status, Attempt: in.CurrentAttempt,
 		Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Orphaned: orphaned(in), CreatedAt: Time(in.CreatedAt), UpdatedAt: Time(in.UpdatedAt)}, nil
 }
 
@@ -115,8 +83,8 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
 }
 
 // ShowItem returns an item with its attempt tree.
-func ShowItem(ctx context.Context, st store.Store, wf, ref string) (ItemDetail, error) {
-	var d ItemDetail
+func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.ItemDetail, error) {
+	var d apitype.ItemDetail
 	err := st.View(ctx, func(tx store.Tx) error {
 		in, err := engine.FindItem(tx, wf, ref)
 		if err != nil {
@@ -145,9 +113,9 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (ItemDetail, 
 		if err != nil {
 			return err
 		}
-		byAttempt := map[int]*Attempt{}
+		byAttempt := map[int]*apitype.Attempt{}
 		for _, a := range attempts {
-			byAttempt[a.Attempt] = &Attempt{Attempt: a.Attempt, Status: a.Status, Version: labels[a.Version], StartedAt: Time(a.StartedAt), Mutations: []Output{}}
+			byAttempt[a.Attempt] = &apitype.Attempt{Attempt: a.Attempt, Status: a.Status, Version: labels[a.Version], StartedAt: Time(a.StartedAt), Mutations: []apitype.Output{}}
 		}
 		ms, err := tx.MutationList(in.Workflow)
 		if err != nil {
@@ -163,7 +131,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (ItemDetail, 
 			}
 			a := byAttempt[m.Attempt]
 			if a == nil {
-				a = &Attempt{Attempt: m.Attempt, Status: "unknown", Mutations: []Output{}}
+				a = &apitype.Attempt{Attempt: m.Attempt, Status: "unknown", Mutations: []apitype.Output{}}
 				byAttempt[m.Attempt] = a
 			}
 			if a.Version == "" {
@@ -184,7 +152,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (ItemDetail, 
 		}
 		sort.Slice(d.Attempts, func(i, j int) bool { return d.Attempts[i].Attempt < d.Attempts[j].Attempt })
 		if d.Attempts == nil {
-			d.Attempts = []Attempt{}
+			d.Attempts = []apitype.Attempt{}
 		}
 		return nil
 	})

@@ -1,9 +1,9 @@
 // Package report builds what people see from the ledgers: inputs with their
 // derived status, outputs (one per mutation), runs, workflow status and the
-// blocked-work card. The CLI's --json, the HTTP API and the page share these
-// shapes, so their field names are a public contract.
+// blocked-work card, into apitype's shapes (the CLI's --json, the HTTP API
+// and the page share them, so their field names are a public contract).
 //
-// It may import keeptype, store and engine.
+// It may import keeptype, apitype, store and engine.
 package report
 
 import (
@@ -16,129 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
-
-// Input is one row of `keep inputs`.
-type Input struct {
-	ID         string        `json:"id"`
-	Key        string        `json:"key"`
-	Source     string        `json:"source"`
-	Type       string        `json:"type"`
-	ExternalID string        `json:"externalId"`
-	Title      string        `json:"title"`
-	Status     kt.ItemStatus `json:"status"`
-	Attempt    int           `json:"attempt"`
-	CreatedAt  string        `json:"createdAt"`
-	UpdatedAt  string        `json:"updatedAt"`
-}
-
-// Output is one mutation, as `keep outputs` shows it.
-type Output struct {
-	MutationID string          `json:"mutationId"`
-	RunID      string          `json:"runId"`
-	Tool       string          `json:"tool"`
-	Method     string          `json:"method"`
-	Target     string          `json:"target"`
-	Status     string          `json:"status"`
-	InputIDs   []string        `json:"inputIds"`
-	Result     json.RawMessage `json:"result"`
-	Error      *ErrorInfo      `json:"error"`
-	ResolvedBy string          `json:"resolvedBy"`
-	CreatedAt  string          `json:"createdAt"`
-	UpdatedAt  string          `json:"updatedAt"`
-}
-
-// ErrorInfo is an error class and message.
-type ErrorInfo struct {
-	Class   string `json:"class"`
-	Message string `json:"message"`
-}
-
-// Run is one row of `keep runs`.
-type Run struct {
-	ID          string `json:"id"`
-	Workflow    string `json:"workflow"`
-	Handler     string `json:"handler"`
-	HandlerType string `json:"handlerType"`
-	Phase       string `json:"phase"`
-	Status      string `json:"status"`
-	RetryOf     string `json:"retryOf"`
-	// Title is what the run is about: the ui.title its prepare returned.
-	Title string `json:"title,omitempty"`
-	// RetryCount is how many automatic retries came before this run;
-	// NextAttemptAt is when keep tries it again by itself (a transient failure).
-	RetryCount    int        `json:"retryCount"`
-	NextAttemptAt string     `json:"nextAttemptAt,omitempty"`
-	Version       int64      `json:"version"`
-	Error         *ErrorInfo `json:"error"`
-	CreatedAt     string     `json:"createdAt"`
-	UpdatedAt     string     `json:"updatedAt"`
-	FinishedAt    string     `json:"finishedAt,omitempty"`
-}
-
-// Status is one row of `keep status`.
-type Status struct {
-	Name          string `json:"name"`
-	Version       string `json:"version"`
-	Status        string `json:"status"` // running, idle, blocked, paused, error
-	Blocked       bool   `json:"blocked"`
-	BlockedRunID  string `json:"blockedRunId"`
-	PendingEvents int    `json:"pendingEvents"`
-	Reason        string `json:"reason,omitempty"`
-	// Card is the blocked run's card: what, why, and what a person can do.
-	Card *Card `json:"card,omitempty"`
-	// FilesRoot is the folder its files connector reads and writes,
-	// recorded at deploy ("" for keep serve's own).
-	FilesRoot string `json:"filesRoot,omitempty"`
-	// Ungranted is what the active version uses that no person granted
-	// yet (keep grant): a run calling it waits.
-	Ungranted []string `json:"ungranted,omitempty"`
-	// Grants are what people granted the workflow, each as it is revoked
-	// (keep grant WF --revoke 'ITEM').
-	Grants []string `json:"grants,omitempty"`
-}
-
-// Card explains one blocked run to a person: what, why, and what they can do.
-type Card struct {
-	RunID    string              `json:"runId"`
-	Workflow string              `json:"workflow"`
-	Handler  string              `json:"handler"`
-	Title    string              `json:"title,omitempty"` // the run's ui.title
-	Status   string              `json:"status"`
-	Phase    string              `json:"phase"`
-	Reason   string              `json:"reason"`
-	Mutation *engine.PendingCall `json:"mutation,omitempty"`
-	// MutationStatus is the ledger state of the blocked mutation, if any.
-	MutationStatus string   `json:"mutationStatus,omitempty"`
-	CanReconcile   bool     `json:"canReconcile"`
-	Inputs         []Input  `json:"inputs"`
-	Actions        []string `json:"actions"`
-	// Approval is true when the run waits for a person to approve Mutation.
-	Approval bool `json:"approval"`
-	// Reconnect names the provider whose account a person must connect
-	// again (keep connect google) before Try again can work, or "".
-	Reconnect string `json:"reconnect,omitempty"`
-	// Repairs are the Maintainer's attempts at this run, oldest first.
-	Repairs []Repair `json:"repairs,omitempty"`
-	// Grant is true when the run waits for a person to grant the workflow
-	// what it called (keep grant WF; the run then tries again by itself).
-	Grant bool `json:"grant,omitempty"`
-	// GrantItem is the grant the run was refused ("http.request POST
-	// api.example.com"): the card's Grant grants exactly that. "" for a
-	// run refused before grants named targets (Grant grants what the
-	// version uses).
-	GrantItem string `json:"grantItem,omitempty"`
-	// AppliedWrite is the run's write when it already happened (the block
-	// is elsewhere, e.g. next threw): shown as done, never as what is blocked.
-	AppliedWrite *engine.PendingCall `json:"appliedWrite,omitempty"`
-	// Notes say what a person should know before choosing: that proof of
-	// a write wins over "it didn't happen", how to fix a script's bug.
-	Notes []string `json:"notes,omitempty"`
-}
 
 // Time renders a millisecond timestamp for people and JSON.
 func Time(ms int64) string {
@@ -148,16 +31,16 @@ func Time(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 }
 
-func errInfo(class kt.ErrorClass, msg string) *ErrorInfo {
+func errInfo(class kt.ErrorClass, msg string) *apitype.ErrorInfo {
 	if class == "" && msg == "" {
 		return nil
 	}
-	return &ErrorInfo{Class: string(class), Message: msg}
+	return &apitype.ErrorInfo{Class: string(class), Message: msg}
 }
 
 // Inputs lists a workflow's inputs with the status of SPEC §8.1.
-func Inputs(ctx context.Context, st store.Store, wf string) ([]Input, error) {
-	var out []Input
+func Inputs(ctx context.Context, st store.Store, wf string) ([]apitype.Input, error) {
+	var out []apitype.Input
 	err := st.View(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
@@ -178,8 +61,8 @@ func Inputs(ctx context.Context, st store.Store, wf string) ([]Input, error) {
 	return out, err
 }
 
-func inputRow(in kt.Input, status kt.ItemStatus) Input {
-	return Input{ID: in.ID, Key: in.Key, Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Title: in.Title, Status: status,
+func inputRow(in kt.Input, status kt.ItemStatus) apitype.Input {
+	return apitype.Input{ID: in.ID, Key: in.Key, Source: in.Source, Type: in.Type, ExternalID: in.ExternalID, Title: in.Title, Status: status,
 		Attempt: in.CurrentAttempt, CreatedAt: Time(in.CreatedAt), UpdatedAt: Time(in.UpdatedAt)}
 }
 
@@ -266,8 +149,8 @@ func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
 }
 
 // Outputs lists a workflow's mutations.
-func Outputs(ctx context.Context, st store.Store, wf string) ([]Output, error) {
-	var out []Output
+func Outputs(ctx context.Context, st store.Store, wf string) ([]apitype.Output, error) {
+	var out []apitype.Output
 	err := st.View(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
@@ -285,18 +168,18 @@ func Outputs(ctx context.Context, st store.Store, wf string) ([]Output, error) {
 }
 
 // OutputRow renders one ledger row.
-func OutputRow(m kt.Mutation) Output {
+func OutputRow(m kt.Mutation) apitype.Output {
 	ids := m.ItemKeys
 	if ids == nil {
 		ids = []string{}
 	}
-	return Output{MutationID: m.ID, RunID: m.RunID, Tool: m.Tool, Method: m.Method, Target: m.Target, Status: string(m.Status), InputIDs: ids,
+	return apitype.Output{MutationID: m.ID, RunID: m.RunID, Tool: m.Tool, Method: m.Method, Target: m.Target, Status: string(m.Status), InputIDs: ids,
 		Result: m.Result, Error: errInfo(m.ErrorClass, m.ErrorMessage), ResolvedBy: m.ResolvedBy, CreatedAt: Time(m.CreatedAt), UpdatedAt: Time(m.UpdatedAt)}
 }
 
 // Runs lists a workflow's runs, newest first.
-func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]Run, error) {
-	var out []Run
+func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]apitype.Run, error) {
+	var out []apitype.Run
 	err := st.View(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
@@ -314,8 +197,8 @@ func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]Run, err
 }
 
 // RunRow renders one run.
-func RunRow(r kt.Run) Run {
-	return Run{ID: r.ID, Workflow: r.Workflow, Handler: r.Handler, HandlerType: string(r.HandlerType), Phase: string(r.Phase), Status: string(r.Status),
+func RunRow(r kt.Run) apitype.Run {
+	return apitype.Run{ID: r.ID, Workflow: r.Workflow, Handler: r.Handler, HandlerType: string(r.HandlerType), Phase: string(r.Phase), Status: string(r.Status),
 		RetryOf: r.RetryOf, Title: RunTitle(r), RetryCount: r.RetryCount, NextAttemptAt: Time(r.NextAttemptAt), Version: r.Version,
 		Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt)}
 }
@@ -338,8 +221,8 @@ func RunTitle(r kt.Run) string {
 }
 
 // Statuses lists every workflow (or one) with its status.
-func Statuses(ctx context.Context, st store.Store, only string) ([]Status, error) {
-	var out []Status
+func Statuses(ctx context.Context, st store.Store, only string) ([]apitype.Status, error) {
+	var out []apitype.Status
 	err := st.View(ctx, func(tx store.Tx) error {
 		wfs, err := tx.WorkflowList()
 		if err != nil {
@@ -365,16 +248,16 @@ func Statuses(ctx context.Context, st store.Store, only string) ([]Status, error
 	return out, err
 }
 
-func status(tx store.Tx, w kt.Workflow) (Status, error) {
+func status(tx store.Tx, w kt.Workflow) (apitype.Status, error) {
 	v, err := tx.VersionGet(w.Name, w.ActiveVersion)
 	if err != nil {
-		return Status{}, err
+		return apitype.Status{}, err
 	}
 	pending, err := tx.CountPending(w.Name)
 	if err != nil {
-		return Status{}, err
+		return apitype.Status{}, err
 	}
-	s := Status{Name: w.Name, Version: v.Label(), Status: "idle", PendingEvents: pending, FilesRoot: w.FilesRoot}
+	s := apitype.Status{Name: w.Name, Version: v.Label(), Status: "idle", PendingEvents: pending, FilesRoot: w.FilesRoot}
 	if s.Ungranted, err = engine.Ungranted(tx, w.Name); err != nil {
 		return s, err
 	}
@@ -420,8 +303,8 @@ func status(tx store.Tx, w kt.Workflow) (Status, error) {
 }
 
 // Blocked returns the cards of every blocked run of a workflow ("" = all).
-func Blocked(ctx context.Context, st store.Store, wf string) ([]Card, error) {
-	var out []Card
+func Blocked(ctx context.Context, st store.Store, wf string) ([]apitype.Card, error) {
+	var out []apitype.Card
 	err := st.View(ctx, func(tx store.Tx) error {
 		wfs, err := tx.WorkflowList()
 		if err != nil {
@@ -452,12 +335,12 @@ func Blocked(ctx context.Context, st store.Store, wf string) ([]Card, error) {
 }
 
 // CardFor returns the card of one run (blocked or not).
-func CardFor(tx store.Tx, r kt.Run) (Card, bool, error) { return card(tx, r) }
+func CardFor(tx store.Tx, r kt.Run) (apitype.Card, bool, error) { return card(tx, r) }
 
-func card(tx store.Tx, r kt.Run) (Card, bool, error) {
-	c := Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Title: RunTitle(r), Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []Input{}}
+func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
+	c := apitype.Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Title: RunTitle(r), Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []apitype.Input{}}
 	if len(r.PendingCall) > 0 {
-		var pc engine.PendingCall
+		var pc kt.PendingCall
 		if json.Unmarshal(r.PendingCall, &pc) == nil {
 			c.Mutation = &pc
 		}
@@ -530,7 +413,7 @@ func card(tx store.Tx, r kt.Run) (Card, bool, error) {
 // is fixed by deploying a minor version, which retries the run by itself.
 func cardNotes(tx store.Tx, r kt.Run, actions []string) ([]string, error) {
 	var notes []string
-	if slices.Contains(actions, string(engine.ResolveDidntHappen)) {
+	if slices.Contains(actions, string(kt.ResolveDidntHappen)) {
 		notes = append(notes, "It didn't happen is carried out after any check keep has under way; if that check finds the write applied, the proof wins and the write is not sent again.")
 	}
 	if r.Status != kt.StatusFailedLogic {
@@ -554,43 +437,14 @@ func cardNotes(tx store.Tx, r kt.Run, actions []string) ([]string, error) {
 	return append(notes, fmt.Sprintf("This is a bug in the script: fix %s, then deploy the fix with `keep deploy --minor %s` — keep retries this run on the fixed version by itself (or: keep resolve %s --try-again). Try again alone runs the same script again.", v.File, v.File, r.ID)), nil
 }
 
-// RunDetail is `keep show run`: the run, its trace, its mutation and, when
-// it is blocked, its card.
-type RunDetail struct {
-	Run            Run             `json:"run"`
-	PrepareResult  json.RawMessage `json:"prepareResult"`
-	MutationResult json.RawMessage `json:"mutationResult"`
-	Mutation       *Output         `json:"mutation"`
-	Trace          []TraceLine     `json:"trace"`
-	Dropped        int             `json:"droppedTraceEntries"`
-	Blocked        bool            `json:"blocked"`
-	Card           *Card           `json:"card,omitempty"`
-	// Decisions are the people's decisions on this run, oldest first.
-	Decisions []Decision `json:"decisions"`
-}
-
-// Decision is one entry of the decision log as people see it.
-type Decision struct {
-	At         string `json:"at"`
-	By         string `json:"by"`
-	Action     string `json:"action"`
-	RunID      string `json:"runId,omitempty"`
-	MutationID string `json:"mutationId,omitempty"`
-	ItemID     string `json:"itemId,omitempty"`
-	Detail     string `json:"detail"`
-}
-
 // DecisionRow renders a decision of the log.
-func DecisionRow(d kt.Decision) Decision {
-	return Decision{At: Time(d.At), By: d.By, Action: d.Action, RunID: d.RunID, MutationID: d.MutationID, ItemID: d.ItemID, Detail: d.Detail}
+func DecisionRow(d kt.Decision) apitype.Decision {
+	return apitype.Decision{At: Time(d.At), By: d.By, Action: d.Action, RunID: d.RunID, MutationID: d.MutationID, ItemID: d.ItemID, Detail: d.Detail}
 }
-
-// TraceLine is one trace entry as stored by the engine.
-type TraceLine = engine.TraceEntry
 
 // ShowRun returns one run in full.
-func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) {
-	var d RunDetail
+func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail, error) {
+	var d apitype.RunDetail
 	err := st.View(ctx, func(tx store.Tx) error {
 		r, err := tx.RunGet(id)
 		if errors.Is(err, kt.ErrNotFound) {
@@ -603,7 +457,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) 
 		if err != nil {
 			return err
 		}
-		d = RunDetail{Run: RunRow(r), PrepareResult: r.PrepareResult, MutationResult: r.MutationResult, Blocked: blocked, Trace: []TraceLine{}}
+		d = apitype.RunDetail{Run: RunRow(r), PrepareResult: r.PrepareResult, MutationResult: r.MutationResult, Blocked: blocked, Trace: []apitype.TraceLine{}}
 		if blocked {
 			d.Card = &card
 		}
@@ -615,13 +469,13 @@ func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) 
 		if err != nil {
 			return err
 		}
-		d.Decisions = []Decision{}
+		d.Decisions = []apitype.Decision{}
 		for _, x := range ds {
 			d.Decisions = append(d.Decisions, DecisionRow(x))
 		}
 		var tr struct {
-			Entries []engine.TraceEntry `json:"entries"`
-			Dropped int                 `json:"dropped"`
+			Entries []kt.TraceEntry `json:"entries"`
+			Dropped int             `json:"dropped"`
 		}
 		_ = json.Unmarshal(r.Trace, &tr)
 		if tr.Entries != nil {
@@ -633,16 +487,10 @@ func ShowRun(ctx context.Context, st store.Store, id string) (RunDetail, error) 
 	return d, err
 }
 
-// InputDetail is an input and the writes it caused (`keep show input`).
-type InputDetail struct {
-	Input   Input    `json:"input"`
-	Outputs []Output `json:"outputs"`
-}
-
 // ShowInput reads an input by its id or its key (source:type:id), in any
 // workflow, with its outputs.
-func ShowInput(ctx context.Context, st store.Store, ref string) (InputDetail, error) {
-	var d InputDetail
+func ShowInput(ctx context.Context, st store.Store, ref string) (apitype.InputDetail, error) {
+	var d apitype.InputDetail
 	err := st.View(ctx, func(tx store.Tx) error {
 		in, err := engine.FindItem(tx, "", ref)
 		if err != nil {
@@ -657,7 +505,7 @@ func ShowInput(ctx context.Context, st store.Store, ref string) (InputDetail, er
 		if err != nil {
 			return err
 		}
-		d.Outputs = []Output{}
+		d.Outputs = []apitype.Output{}
 		for _, m := range ms {
 			if slices.Contains(m.ItemKeys, in.ID) {
 				d.Outputs = append(d.Outputs, OutputRow(m))
@@ -668,16 +516,9 @@ func ShowInput(ctx context.Context, st store.Store, ref string) (InputDetail, er
 	return d, err
 }
 
-// Scheduled is when a producer or task runs next by its schedule.
-type Scheduled struct {
-	Handler   string `json:"handler"`
-	Type      string `json:"type"`
-	NextRunAt string `json:"nextRunAt"`
-}
-
 // Schedule lists when a workflow's producers and tasks run next.
-func Schedule(ctx context.Context, st store.Store, wf string) ([]Scheduled, error) {
-	out := []Scheduled{}
+func Schedule(ctx context.Context, st store.Store, wf string) ([]apitype.Scheduled, error) {
+	out := []apitype.Scheduled{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		hs, err := tx.HandlerList(wf)
 		if err != nil {
@@ -685,7 +526,7 @@ func Schedule(ctx context.Context, st store.Store, wf string) ([]Scheduled, erro
 		}
 		for _, h := range hs {
 			if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && h.NextRunAt > 0 {
-				out = append(out, Scheduled{Handler: h.Name, Type: string(h.Type), NextRunAt: Time(h.NextRunAt)})
+				out = append(out, apitype.Scheduled{Handler: h.Name, Type: string(h.Type), NextRunAt: Time(h.NextRunAt)})
 			}
 		}
 		return nil
@@ -693,20 +534,9 @@ func Schedule(ctx context.Context, st store.Store, wf string) ([]Scheduled, erro
 	return out, err
 }
 
-// Connection is a connected account as people see it: never its credentials.
-type Connection struct {
-	Provider  string   `json:"provider"`
-	Account   string   `json:"account"`
-	Scopes    []string `json:"scopes"`
-	State     string   `json:"state"`
-	Broken    string   `json:"broken,omitempty"`
-	Connected string   `json:"connected"`
-	Updated   string   `json:"updated"`
-}
-
 // Connections lists the connected accounts.
-func Connections(ctx context.Context, st store.Store) ([]Connection, error) {
-	out := []Connection{}
+func Connections(ctx context.Context, st store.Store) ([]apitype.Connection, error) {
+	out := []apitype.Connection{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		cs, err := tx.ConnectionList()
 		if err != nil {
@@ -721,7 +551,7 @@ func Connections(ctx context.Context, st store.Store) ([]Connection, error) {
 			for _, s := range c.Scopes {
 				scopes = append(scopes, strings.TrimPrefix(s, "https://www.googleapis.com/auth/"))
 			}
-			out = append(out, Connection{Provider: c.Provider, Account: c.Account, Scopes: scopes, State: state, Broken: c.Broken,
+			out = append(out, apitype.Connection{Provider: c.Provider, Account: c.Account, Scopes: scopes, State: state, Broken: c.Broken,
 				Connected: Time(c.CreatedAt), Updated: Time(c.UpdatedAt)})
 		}
 		return nil
@@ -729,21 +559,13 @@ func Connections(ctx context.Context, st store.Store) ([]Connection, error) {
 	return out, err
 }
 
-// Secret is a named secret as people see it: its name and when it was
-// set, never its value.
-type Secret struct {
-	Name      string `json:"name"`
-	SetAt     string `json:"setAt"`
-	CreatedAt string `json:"createdAt"`
-}
-
 // Secrets lists the named secrets (keep secret set NAME).
-func Secrets(ctx context.Context, st store.Store) ([]Secret, error) {
-	out := []Secret{}
+func Secrets(ctx context.Context, st store.Store) ([]apitype.Secret, error) {
+	out := []apitype.Secret{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		xs, err := tx.SecretList()
 		for _, x := range xs {
-			out = append(out, Secret{Name: x.Name, SetAt: Time(x.UpdatedAt), CreatedAt: Time(x.CreatedAt)})
+			out = append(out, apitype.Secret{Name: x.Name, SetAt: Time(x.UpdatedAt), CreatedAt: Time(x.CreatedAt)})
 		}
 		return err
 	})
@@ -773,46 +595,18 @@ func LatestScripts(ctx context.Context, st store.Store) ([]string, error) {
 	return out, err
 }
 
-// Repair is one of the Maintainer's attempts as people see it.
-type Repair struct {
-	ID          string `json:"id"`
-	RunID       string `json:"runId"`
-	Attempt     int    `json:"attempt"`
-	Status      string `json:"status"`
-	Reason      string `json:"reason"`
-	Explanation string `json:"explanation,omitempty"`
-	Script      string `json:"script,omitempty"`
-	Tokens      int    `json:"tokens"`
-	DecidedBy   string `json:"decidedBy,omitempty"`
-	At          string `json:"at"`
-	// Diff is the proposed script against the version it repairs.
-	Diff string `json:"diff,omitempty"`
-	// BlastRadius, for a held repair, is the work the version with the
-	// bug has done: the writes its runs applied and the inputs and items
-	// they were for.
-	BlastRadius *Blast `json:"blastRadius,omitempty"`
-}
-
-// Blast is what a version with a bug did before it was repaired.
-type Blast struct {
-	Version string   `json:"version"`
-	Writes  int      `json:"writes"`
-	Inputs  []string `json:"inputs"` // titles, at most 20
-	More    int      `json:"more"`   // inputs beyond those listed
-}
-
 // RepairRow renders a repair.
 // Credentials written literally in the script are masked (script.Credentials).
-func RepairRow(r kt.Repair) Repair {
+func RepairRow(r kt.Repair) apitype.Repair {
 	c := script.FindCredentials(r.Script)
-	return Repair{ID: r.ID, RunID: r.RunID, Attempt: r.Attempt, Status: string(r.Status), Reason: c.Hide(r.Reason), Explanation: c.Hide(r.Explanation), Script: c.Hide(r.Script),
+	return apitype.Repair{ID: r.ID, RunID: r.RunID, Attempt: r.Attempt, Status: string(r.Status), Reason: c.Hide(r.Reason), Explanation: c.Hide(r.Explanation), Script: c.Hide(r.Script),
 		Tokens: r.Tokens, DecidedBy: r.DecidedBy, At: Time(r.CreatedAt)}
 }
 
 // Repairs lists a workflow's repairs, oldest first, each with its diff,
 // and a held one with its blast radius.
-func Repairs(ctx context.Context, st store.Store, wf string) ([]Repair, error) {
-	out := []Repair{}
+func Repairs(ctx context.Context, st store.Store, wf string) ([]apitype.Repair, error) {
+	out := []apitype.Repair{}
 	err := st.View(ctx, func(tx store.Tx) error {
 		rs, err := tx.RepairList(wf)
 		if err != nil {
@@ -831,7 +625,7 @@ func Repairs(ctx context.Context, st store.Store, wf string) ([]Repair, error) {
 }
 
 // repairView is a repair with its diff, and a held one with its blast radius.
-func repairView(tx store.Tx, r kt.Repair) (Repair, error) {
+func repairView(tx store.Tx, r kt.Repair) (apitype.Repair, error) {
 	row := RepairRow(r)
 	if r.Script != "" {
 		if v, err := tx.VersionGet(r.Workflow, r.FromVersion); err == nil {
@@ -850,12 +644,12 @@ func repairView(tx store.Tx, r kt.Repair) (Repair, error) {
 }
 
 // blastRadius counts what runs of a version applied, and for which inputs.
-func blastRadius(tx store.Tx, wf string, version int64) (*Blast, error) {
+func blastRadius(tx store.Tx, wf string, version int64) (*apitype.Blast, error) {
 	v, err := tx.VersionGet(wf, version)
 	if err != nil {
 		return nil, err
 	}
-	b := &Blast{Version: v.Label(), Inputs: []string{}}
+	b := &apitype.Blast{Version: v.Label(), Inputs: []string{}}
 	ms, err := tx.MutationList(wf)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/tdewolff/parse/v2"
 	"github.com/tdewolff/parse/v2/js"
 )
@@ -48,7 +49,7 @@ func (v *validation) literalCredentials() {
 	}
 	sort.Ints(at)
 	for _, l := range at {
-		v.out = append(v.out, Problem{Severity: "warning", Line: l, Message: fmt.Sprintf(
+		v.out = append(v.out, kt.Problem{Severity: "warning", Line: l, Message: fmt.Sprintf(
 			"a credential is written in the script (%s): whoever reads the script sees it — keep it in keep instead: "+
 				"`printf %%s \"$VALUE\" | keep secret set NAME`, and write {secret:NAME} where it was (e.g. \"Authorization\": \"Bearer {secret:NAME}\")",
 			hint(lines[l]))})

@@ -6,44 +6,9 @@ import (
 	"sort"
 	"strings"
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
 )
-
-// Problem is one finding of static validation.
-type Problem struct {
-	Severity string // "error" or "warning"
-	Handler  string // e.g. "consumers.processEmail"
-	Topic    string
-	Line     int
-	Message  string
-}
-
-func (p Problem) String() string {
-	loc := ""
-	if p.Line > 0 {
-		loc = fmt.Sprintf("line %d: ", p.Line)
-	}
-	who := ""
-	if p.Handler != "" {
-		who = p.Handler + ": "
-	}
-	return fmt.Sprintf("%s: %s%s%s", p.Severity, loc, who, p.Message)
-}
-
-// At is the problem as a command prints it for file: "FILE:LINE: error:
-// HANDLER: message", the form compilers use, which editors and terminals
-// turn into a link to the line (and which a syntax error already has).
-func (p Problem) At(file string) string {
-	at := file
-	if p.Line > 0 {
-		at = fmt.Sprintf("%s:%d", file, p.Line)
-	}
-	who := ""
-	if p.Handler != "" {
-		who = p.Handler + ": "
-	}
-	return fmt.Sprintf("%s: %s: %s%s", at, p.Severity, who, p.Message)
-}
 
 // Connectors is what validation knows of the connectors.
 type Connectors struct {
@@ -58,22 +23,22 @@ type Connectors struct {
 // SPEC §2, and the connectors it calls. known maps each connector name to
 // its method names. Errors come first, then warnings; each names the
 // handler, topic and line where it can. Check is every check.
-func Validate(p *Program, known map[string][]string) []Problem {
+func Validate(p *Program, known map[string][]string) []kt.Problem {
 	return validate(p, Connectors{Tools: known}, false)
 }
 
 // Check is every static check of a script: its declaration (Validate), the
 // connectors and sources it reaches as the analysis reads them, and what
 // the analysis cannot follow. Errors come first.
-func Check(p *Program, c Connectors) []Problem {
+func Check(p *Program, c Connectors) []kt.Problem {
 	return validate(p, c, true)
 }
 
-func validate(p *Program, c Connectors, full bool) []Problem {
+func validate(p *Program, c Connectors, full bool) []kt.Problem {
 	v := &validation{p: p, d: p.Decl, writers: map[string][]string{}, readers: map[string][]string{}}
 	v.an, v.anErr = p.Analysis()
 	if v.anErr != nil {
-		v.out = append(v.out, Problem{Severity: "error", Message: "keep cannot read the script: " + v.anErr.Error()})
+		v.out = append(v.out, kt.Problem{Severity: "error", Message: "keep cannot read the script: " + v.anErr.Error()})
 		return v.out
 	}
 	if v.d.Missing {
@@ -108,12 +73,12 @@ type validation struct {
 	d                Declaration
 	an               *Analysis
 	anErr            error
-	out              []Problem
+	out              []kt.Problem
 	writers, readers map[string][]string
 }
 
 func (v *validation) add(sev, handler, topic, msg string) {
-	v.out = append(v.out, Problem{Severity: sev, Handler: handler, Topic: topic, Line: v.an.LineOf(handler, topic), Message: msg})
+	v.out = append(v.out, kt.Problem{Severity: sev, Handler: handler, Topic: topic, Line: v.an.LineOf(handler, topic), Message: msg})
 }
 
 // followed makes an error of everything the analysis could not follow,
@@ -121,10 +86,10 @@ func (v *validation) add(sev, handler, topic, msg string) {
 // then all the script can do.
 func (v *validation) followed() {
 	for _, r := range v.an.Refused {
-		v.out = append(v.out, Problem{Severity: "error", Handler: strings.Join(r.Handlers, ", "), Line: r.Line, Message: r.Text})
+		v.out = append(v.out, kt.Problem{Severity: "error", Handler: strings.Join(r.Handlers, ", "), Line: r.Line, Message: r.Text})
 	}
 	if v.an.DefaultExports > 1 {
-		v.out = append(v.out, Problem{Severity: "error", Message: fmt.Sprintf("the script has %d `export default` statements; it exports one workflow", v.an.DefaultExports)})
+		v.out = append(v.out, kt.Problem{Severity: "error", Message: fmt.Sprintf("the script has %d `export default` statements; it exports one workflow", v.an.DefaultExports)})
 	}
 	var declared []string
 	for n, h := range v.d.Producers {
@@ -153,7 +118,7 @@ func (v *validation) followed() {
 	for _, h := range declared {
 		if !contains(v.an.Handlers, h) {
 			parts := strings.Split(h, ".")
-			v.out = append(v.out, Problem{Severity: "error", Handler: h, Line: v.an.LineOf(parts[0]+"."+parts[1], ""),
+			v.out = append(v.out, kt.Problem{Severity: "error", Handler: h, Line: v.an.LineOf(parts[0]+"."+parts[1], ""),
 				Message: fmt.Sprintf("keep cannot find the function of %s in the script's text, so it cannot see what it does: write it in Keep.workflow({ ... }) (async %s(ctx, ...) { ... }), or as a function the script declares by name", h, parts[2])})
 		}
 	}
@@ -167,7 +132,7 @@ func (v *validation) oneWrite(writes func(tool, method string, args map[string]a
 		if !strings.HasSuffix(w.Handler, ".mutate") {
 			continue
 		}
-		v.out = append(v.out, Problem{Severity: "error", Handler: w.Handler, Line: w.Second.Line,
+		v.out = append(v.out, kt.Problem{Severity: "error", Handler: w.Handler, Line: w.Second.Line,
 			Message: fmt.Sprintf("%s can write twice: %s (line %d) and then %s (line %d); a mutate makes one write, its run's only side effect — publish an event from next and write the second thing in the consumer of that topic", w.Handler, w.First.Text, w.First.Line, w.Second.Text, w.Second.Line)})
 	}
 }
@@ -180,7 +145,7 @@ func (v *validation) webhookWrites(writes func(tool, method string, args map[str
 		who := "webhooks." + n + ".handler"
 		for _, c := range v.an.CallsIn(who) {
 			if writes(c.Tool, c.Method, c.Args) {
-				v.out = append(v.out, Problem{Severity: "error", Handler: who, Line: c.Line,
+				v.out = append(v.out, kt.Problem{Severity: "error", Handler: who, Line: c.Line,
 					Message: fmt.Sprintf("%s writes (%s): a webhook's handler only reads, registers inputs and publishes, and every delivery would fail here — publish an event and write in the consumer of its topic", who, c.Text)})
 			}
 		}
@@ -371,17 +336,17 @@ func (v *validation) connectors(known map[string][]string) {
 		tool, method, line := c.Tool, c.Method, c.Line
 		methods, ok := known[tool]
 		if !ok {
-			v.out = append(v.out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s: there is no connector named %q (available: %s)", tool, tool, strings.Join(sortedKeys(known), ", "))})
+			v.out = append(v.out, kt.Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s: there is no connector named %q (available: %s)", tool, tool, strings.Join(sortedKeys(known), ", "))})
 			continue
 		}
 		if !contains(methods, method) {
-			v.out = append(v.out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s.%s: connector %q has no method %q (it has: %s)", tool, method, tool, method, strings.Join(methods, ", "))})
+			v.out = append(v.out, kt.Problem{Severity: "error", Line: line, Message: fmt.Sprintf("ctx.%s.%s: connector %q has no method %q (it has: %s)", tool, method, tool, method, strings.Join(methods, ", "))})
 		}
 	}
 }
 
 // ValidateAll is Check without knowing which calls write.
-func ValidateAll(p *Program, tools, sources map[string][]string) []Problem {
+func ValidateAll(p *Program, tools, sources map[string][]string) []kt.Problem {
 	return Check(p, Connectors{Tools: tools, Sources: sources})
 }
 
@@ -391,7 +356,7 @@ func ValidateAll(p *Program, tools, sources map[string][]string) []Problem {
 // validation instead of at the first run. sources maps each source to its
 // types. Computed sources cannot be checked here; the host checks them at
 // run time.
-func ValidateSources(p *Program, sources map[string][]string) []Problem {
+func ValidateSources(p *Program, sources map[string][]string) []kt.Problem {
 	an, err := p.Analysis()
 	if err != nil {
 		return nil // Validate says why
@@ -399,8 +364,8 @@ func ValidateSources(p *Program, sources map[string][]string) []Problem {
 	return sourceProblems(an, sources)
 }
 
-func sourceProblems(an *Analysis, sources map[string][]string) []Problem {
-	var out []Problem
+func sourceProblems(an *Analysis, sources map[string][]string) []kt.Problem {
+	var out []kt.Problem
 	for _, in := range an.Inputs {
 		line, src, typ := in.Line, in.Source, in.Type
 		if src == "" {
@@ -408,24 +373,14 @@ func sourceProblems(an *Analysis, sources map[string][]string) []Problem {
 		}
 		types, ok := sources[src]
 		if !ok {
-			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: unknown source %q (known: %s); a source is the connector the input comes from", src, strings.Join(sortedKeys(sources), ", "))})
+			out = append(out, kt.Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: unknown source %q (known: %s); a source is the connector the input comes from", src, strings.Join(sortedKeys(sources), ", "))})
 			continue
 		}
 		if typ != "" && !contains(types, typ) {
-			out = append(out, Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: source %q has no type %q (it has: %s)", src, typ, strings.Join(types, ", "))})
+			out = append(out, kt.Problem{Severity: "error", Line: line, Message: fmt.Sprintf("registerInput: source %q has no type %q (it has: %s)", src, typ, strings.Join(types, ", "))})
 		}
 	}
 	return out
-}
-
-// HasErrors reports whether any problem is an error.
-func HasErrors(ps []Problem) bool {
-	for _, p := range ps {
-		if p.Severity == "error" {
-			return true
-		}
-	}
-	return false
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)

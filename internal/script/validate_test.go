@@ -3,11 +3,13 @@ package script
 import (
 	"strings"
 	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 var known = map[string][]string{"files": {"list", "read", "write"}, "http": {"request"}, "system": {}}
 
-func problems(t *testing.T, src string) []Problem {
+func problems(t *testing.T, src string) []kt.Problem {
 	t.Helper()
 	p, err := Compile("wf.js", src)
 	if err != nil {
@@ -24,7 +26,7 @@ func TestValidWorkflowHasNoErrors(t *testing.T) {
   producers: { p: { publishes: ["a"], schedule: { cron: "*/5 * * * *" }, handler: async (ctx) => { await ctx.files.list({}) } } },
   consumers: { c: Keep.consumer({ subscribe: ["a"], publishes: ["b"], async prepare(ctx) { return { reservations: [] } }, async next() {} }) },
 })`)
-	if HasErrors(ps) || len(ps) != 1 || !strings.Contains(ps[0].Message, `topic "b" has no consumer`) {
+	if kt.HasErrors(ps) || len(ps) != 1 || !strings.Contains(ps[0].Message, `topic "b" has no consumer`) {
 		t.Fatalf("problems %v", ps)
 	}
 }
@@ -39,7 +41,7 @@ func TestTopicFromAPIIsItsWriter(t *testing.T) {
   producers: { p: { publishes: ["other"], schedule: { interval: "1m" }, handler: async () => {} } },
   consumers: { c: Keep.consumer({ subscribe: ["order.placed", "other"], async prepare() { return { reservations: [] } } }) },
 })`)
-	if HasErrors(ps) {
+	if kt.HasErrors(ps) {
 		t.Fatalf("problems %v", ps)
 	}
 	p, err := Compile("wf.js", `export default Keep.workflow({ name: "o", topics: { a: { from: "api" }, b: {} } })`)
@@ -106,7 +108,7 @@ func TestRequireApprovalForms(t *testing.T) {
 	t.Parallel()
 	for _, ra := range []string{`true`, `false`, `["http"]`, `["http.request", "files.write"]`} {
 		ps := problems(t, `export default Keep.workflow({ name: "x", topics: {"a":{}}, requireApproval: `+ra+`, producers: { p: { publishes: ["a"], schedule: {interval:"1m"}, handler: async () => {} } } })`)
-		if HasErrors(ps) {
+		if kt.HasErrors(ps) {
 			t.Errorf("requireApproval: %s: %v", ra, ps)
 		}
 	}
@@ -201,7 +203,7 @@ export default Keep.workflow({ name: "creds", topics: { "a": {} },
 	if len(lines) != 3 || lines[0] != 2 || lines[1] != 8 || lines[2] != 10 {
 		t.Fatalf("credential warnings at lines %v, want 2, 8, 10: %v", lines, ps)
 	}
-	if HasErrors(ps) {
+	if kt.HasErrors(ps) {
 		t.Fatalf("a credential is a warning, not an error: %v", ps)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // webhookScript is a workflow of one webhook whose declaration is decl.
@@ -31,7 +33,7 @@ func TestAWebhookIsDeclaredAndRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := Validate(p, known); HasErrors(ps) {
+	if ps := Validate(p, known); kt.HasErrors(ps) {
 		t.Fatalf("problems %v", ps)
 	}
 	w, problems, ok := p.Decl.Webhook("github")
@@ -100,7 +102,7 @@ func TestWebhookValidation(t *testing.T) {
 	}
 }
 
-func joinProblems(ps []Problem) string {
+func joinProblems(ps []kt.Problem) string {
 	var b strings.Builder
 	for _, p := range ps {
 		b.WriteString(p.String() + "\n")

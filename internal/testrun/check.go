@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/keep-run/keep/internal/apitype"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/report"
 )
 
 // check compares what a case expects with what keep did. A read the
@@ -53,7 +53,7 @@ func check(c *Case, got observed) []Failure {
 }
 
 // cardText is what a person is told and asked on a blocked run's card.
-func cardText(cd report.Card) string {
+func cardText(cd apitype.Card) string {
 	parts := []string{}
 	if cd.Title != "" {
 		parts = append(parts, cd.Title)
@@ -69,7 +69,7 @@ func cardText(cd report.Card) string {
 	return strings.Join(parts, " | ")
 }
 
-func checkBlocked(c *Case, cards []report.Card) []Failure {
+func checkBlocked(c *Case, cards []apitype.Card) []Failure {
 	line := c.lineOf("expect.blocked")
 	want := c.Expect.Blocked
 	var texts []string
@@ -184,7 +184,7 @@ func checkTitled(c *Case, part, noun string, want []StatusExp, have []titled) []
 	return out
 }
 
-func checkRuns(c *Case, runs []report.Run) []Failure {
+func checkRuns(c *Case, runs []apitype.Run) []Failure {
 	line := c.lineOf("expect.runs")
 	count := map[string]int{}
 	for _, r := range runs {

@@ -13,10 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/scheduler"
@@ -298,10 +300,10 @@ func deployError(file string, err error) error {
 
 // observed is what keep recorded for a case, and what the fakes saw.
 type observed struct {
-	inputs    []report.Input
-	items     []report.Item
-	runs      []report.Run
-	cards     []report.Card
+	inputs    []apitype.Input
+	items     []apitype.Item
+	runs      []apitype.Run
+	cards     []apitype.Card
 	writes    []write
 	unmatched []string
 }
@@ -396,7 +398,7 @@ func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (
 			continue
 		}
 		ctrl := &engine.Control{Store: st}
-		if _, err := ctrl.Do(engine.WithActor(ctx, "keep test"), engine.Request{Action: engine.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
+		if _, err := ctrl.Do(engine.WithActor(ctx, "keep test"), engine.Request{Action: kt.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
 			var ae *engine.ActionError
 			if errors.As(err, &ae) {
 				return &Failure{Assertion: fmt.Sprintf("decide[%d]", i), Line: d.line, Message: fmt.Sprintf("%s on the run whose card says %q was refused: %v", d.Action, d.Card, err), Got: t}, nil

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/fake/fault"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -71,7 +70,7 @@ type Decision struct {
 }
 
 // decisionActions are the actions a case may take on a card.
-var decisionActions = names([]engine.Action{engine.ActSkip, engine.ActTryAgain, engine.ActDidntHappen, engine.ActApprove, engine.ActReprocess})
+var decisionActions = names([]kt.Action{kt.ActSkip, kt.ActTryAgain, kt.ActDidntHappen, kt.ActApprove, kt.ActReprocess})
 
 // Delivery is one request a case sends to a webhook.
 type Delivery struct {

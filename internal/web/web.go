@@ -23,7 +23,9 @@ import (
 	"unicode"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -193,8 +195,8 @@ func (s *Server) problem() string {
 }
 
 type inputRow struct {
-	Input   report.Input
-	Outputs []report.Output
+	Input   apitype.Input
+	Outputs []apitype.Output
 }
 
 type group struct {
@@ -257,8 +259,8 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 // groupInputs sorts the inputs that pass the filter into groups by source
 // and type, each with its outputs, and counts the inputs pending for more
 // than a week.
-func (s *Server) groupInputs(inputs []report.Input, outputs []report.Output, orphans []report.Item, f filter) (gs []group, stale int) {
-	byInput := map[string][]report.Output{}
+func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, orphans []apitype.Item, f filter) (gs []group, stale int) {
+	byInput := map[string][]apitype.Output{}
 	for _, o := range outputs {
 		for _, id := range o.InputIDs {
 			byInput[id] = append(byInput[id], o)
@@ -325,17 +327,17 @@ func (s *Server) flashOf(r *http.Request) string {
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	wf, id := r.PathValue("wf"), r.PathValue("id")
-	what := engine.Resolution(r.PostFormValue("action"))
+	what := kt.Resolution(r.PostFormValue("action"))
 	if strings.HasSuffix(r.URL.Path, "/approve") {
-		what = engine.ResolveApprove
+		what = kt.ResolveApprove
 	}
 	switch what {
-	case engine.ResolveTryAgain, engine.ResolveDidntHappen, engine.ResolveSkip, engine.ResolveApprove, engine.ResolveReprocess:
+	case kt.ResolveTryAgain, kt.ResolveDidntHappen, kt.ResolveSkip, kt.ResolveApprove, kt.ResolveReprocess:
 	default:
 		s.back(w, r, "/w/"+url.PathEscape(wf), fmt.Sprintf("unknown action %q", what))
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.Action(what), Run: id})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.Action(what), Run: id})
 	msg := rep.Message
 	if err != nil {
 		msg = err.Error()
@@ -351,11 +353,11 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 		s.back(w, r, "/w/"+url.PathEscape(wf), "the form could not be read: "+err.Error())
 		return
 	}
-	verb := engine.Action(r.PathValue("verb"))
+	verb := kt.Action(r.PathValue("verb"))
 	var rep engine.Reply
 	var err error = &engine.ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now, grant, revoke)", verb), Code: engine.CodeUnknownAction}
 	switch verb {
-	case engine.ActPause, engine.ActResume, engine.ActRunNow, engine.ActGrant, engine.ActRevoke:
+	case kt.ActPause, kt.ActResume, kt.ActRunNow, kt.ActGrant, kt.ActRevoke:
 		// The card's Grant names the grant its run was refused; the
 		// workflow's Grant names none (what the version uses).
 		rep, err = s.control().Do(r.Context(), engine.Request{Action: verb, Workflow: wf, Items: r.PostForm["item"]})
@@ -406,7 +408,7 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 		return
 	}
 	s.render(w, r, "topics", wf+": topics", map[string]any{"Workflow": wf, "Topics": ts, "Producers": ps, "Page": page,
-		"Topic": q.Get("topic"), "State": q.Get("status"), "States": report.EventStates, "Confirm": c, "Decisions": ds})
+		"Topic": q.Get("topic"), "State": q.Get("status"), "States": apitype.EventStates, "Confirm": c, "Decisions": ds})
 }
 
 // skipPending and resetState are confirmed first: the first press shows
@@ -417,7 +419,7 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 		Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
 		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"},
 		func() (string, error) {
-			rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActSkipPending, Workflow: wf, Topic: topic})
+			rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActSkipPending, Workflow: wf, Topic: topic})
 			return rep.Message, err
 		})
 }
@@ -428,7 +430,7 @@ func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 		Detail: "Its next run, at once, starts from scratch; inputs it registers again are the same inputs, and events it publishes again keep their status. This is recorded in the decision log.",
 		Action: "/w/" + url.PathEscape(wf) + "/handlers/" + url.PathEscape(h) + "/reset-state", Button: "Reset it"},
 		func() (string, error) {
-			rep, err := s.control().Do(r.Context(), engine.Request{Action: engine.ActResetState, Workflow: wf, Handler: h})
+			rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActResetState, Workflow: wf, Handler: h})
 			return rep.Message, err
 		})
 }
@@ -463,7 +465,7 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("ref")
-	act := map[string]engine.Action{"skip": engine.ActSkipItem, "reprocess": engine.ActReprocessItem}[r.PathValue("verb")]
+	act := map[string]kt.Action{"skip": kt.ActSkipItem, "reprocess": kt.ActReprocessItem}[r.PathValue("verb")]
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Item: ref})
 	s.acted(w, r, "/items/"+url.PathEscape(ref), "", rep.Message, err)
 }
@@ -562,9 +564,9 @@ func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	act := engine.ActApproveRepair
+	act := kt.ActApproveRepair
 	if verb == "reject" {
-		act = engine.ActRejectRepair
+		act = kt.ActRejectRepair
 	}
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
 	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, rep.Message, err)

@@ -24,6 +24,7 @@ var rules = []struct {
 	why     string
 }{
 	{"internal/keeptype", "", "plain types and state tables"},
+	{"internal/apitype", "internal/keeptype", "the API's shapes: every request and answer, which its clients decode"},
 	{"internal/redact", "", "what is a credential"},
 	{"internal/schedule", "", "intervals and cron"},
 	{"internal/netguard", "", "the address guard"},
@@ -52,16 +53,16 @@ var rules = []struct {
 	{"internal/dts", "internal/connector internal/keeptype", "keep.d.ts: the script API's types, from the connectors' declarations and the ctx table"},
 	{"internal/engine", "internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store", "the run state machine and engine.Control: every rule of runs and people's actions"},
 	{"internal/maintainer", "internal/config internal/connector internal/dts internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
-	{"internal/report", "internal/engine internal/keeptype internal/script internal/store", "what people see"},
+	{"internal/report", "internal/apitype internal/engine internal/keeptype internal/script internal/store", "what people see"},
 	{"internal/scheduler", "internal/engine internal/keeptype internal/store", "due work"},
 	{"internal/metrics", "internal/keeptype internal/store", "Prometheus"},
-	{"internal/notify", "internal/config internal/connector/email internal/netguard internal/report internal/store", "notices"},
-	{"internal/api", "internal/connector internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store", "the HTTP API over engine.Control and report"},
+	{"internal/notify", "internal/apitype internal/config internal/connector/email internal/netguard internal/report internal/store", "notices"},
+	{"internal/api", "internal/apitype internal/connector internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store", "the HTTP API over engine.Control and report"},
 	{"internal/hooks", "internal/engine internal/keeptype", "the webhooks' listener (POST /hooks/{wf}/{name}): none of the API, none of its guard"},
-	{"internal/apiclient", "internal/api internal/report", "the API's typed client: shapes only"},
-	{"internal/web", "internal/api internal/engine internal/report internal/store", "the page"},
-	{"internal/daemon", "internal/account internal/api internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
-	{"internal/testrun", "internal/config internal/connector internal/connector/builtin internal/engine internal/fake/fault internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
+	{"internal/apiclient", "internal/apitype", "the API's typed client: shapes only"},
+	{"internal/web", "internal/api internal/apitype internal/engine internal/keeptype internal/report internal/store", "the page"},
+	{"internal/daemon", "internal/account internal/api internal/apitype internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
+	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/engine internal/fake/fault internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
 	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
 	// The CLI: reads, actions and deploys reach keep only through
 	// apiclient (keep serve's API, or daemon.LocalAPI in process); api and
@@ -69,7 +70,7 @@ var rules = []struct {
 	// an engine by nature (run, serve, migrate, connect, secret set/rm,
 	// plan) reach it through daemon; engine, script, connector and config
 	// for what runs in the CLI itself (validate, plan, the registry).
-	{"internal/cli", "internal/api internal/apiclient internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/dts internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/testrun", "the commands: a client of the API"},
+	{"internal/cli", "internal/api internal/apiclient internal/apitype internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/dts internal/engine internal/keeptype internal/maintainer internal/script internal/testrun", "the commands: a client of the API"},
 	{"internal/fake/fault", "", "fault injection of the fakes"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},

@@ -469,18 +469,18 @@ func (r *rig) settle(timeout time.Duration) {
 			if c.Status == string(kt.StatusFailedLogic) || c.Status == string(kt.StatusFailedInternal) {
 				t.Fatalf("run %s of %s failed: %s", c.RunID, c.Workflow, c.Reason)
 			}
-			what := engine.ResolveTryAgain
+			what := kt.ResolveTryAgain
 			if c.MutationStatus == string(kt.MutationIndeterminate) {
 				var m kt.Mutation
 				_ = st.View(ctx, func(tx store.Tx) error { m, err = tx.MutationByRun(c.RunID); return err })
-				what = engine.ResolveDidntHappen
+				what = kt.ResolveDidntHappen
 				for _, w := range r.sink.Writes() {
 					if w.Key == m.IdempotencyKey {
-						what = engine.ResolveSkip
+						what = kt.ResolveSkip
 					}
 				}
 				if r.sqlApplied(m.IdempotencyKey) || r.mailSent(m.IdempotencyKey) {
-					what = engine.ResolveSkip
+					what = kt.ResolveSkip
 				}
 				r.stats["escalation resolved: "+string(what)]++
 			} else {

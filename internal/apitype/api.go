@@ -1,13 +1,9 @@
-package api
-
-// The requests and replies of the API, shared with its clients (the CLI
-// decodes these, the page reads the same JSON): one definition of each
-// shape. docs/api.md describes them.
+package apitype
 
 import (
 	"encoding/json"
 
-	"github.com/keep-run/keep/internal/report"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // DeployRequest is the body of POST /api/v1/workflows.
@@ -38,18 +34,9 @@ type ErrorReply struct {
 // ErrorBody is the error object. Code is one of bad_request, unauthorized,
 // not_found, not_applicable, invalid_script, internal.
 type ErrorBody struct {
-	Code     string    `json:"code"`
-	Message  string    `json:"message"`
-	Problems []Problem `json:"problems,omitempty"`
-}
-
-// Problem is one problem of an invalid script (script.Problem).
-type Problem struct {
-	Severity string `json:"severity"`
-	Handler  string `json:"handler"`
-	Topic    string `json:"topic"`
-	Line     int    `json:"line"`
-	Message  string `json:"message"`
+	Code     string       `json:"code"`
+	Message  string       `json:"message"`
+	Problems []kt.Problem `json:"problems,omitempty"`
 }
 
 // GrantRequest is the body of POST /api/v1/workflows/{wf}/grant (optional)
@@ -80,7 +67,7 @@ type DeployReply struct {
 	Stranded []StrandedTopic `json:"stranded"`
 }
 
-// StrandedTopic is one topic of DeployReply.Stranded (engine.Stranded).
+// StrandedTopic is one topic of DeployReply.Stranded (keeptype.Stranded).
 type StrandedTopic struct {
 	Topic   string `json:"topic"`
 	Pending int    `json:"pending"`
@@ -159,8 +146,24 @@ type GrantsReply struct {
 // is whether this keep serves webhooks (keep serve --webhooks-addr); each
 // webhook's url is empty when it does not.
 type WebhooksReply struct {
-	Workflow   string            `json:"workflow"`
-	Served     bool              `json:"served"`
-	Webhooks   []report.Webhook  `json:"webhooks"`
-	Deliveries []report.Delivery `json:"deliveries"`
+	Workflow   string     `json:"workflow"`
+	Served     bool       `json:"served"`
+	Webhooks   []Webhook  `json:"webhooks"`
+	Deliveries []Delivery `json:"deliveries"`
 }
+
+// TopicsReply answers GET /api/v1/workflows/{wf}/topics.
+type TopicsReply struct {
+	Topics    []Topic    `json:"topics"`
+	Producers []Producer `json:"producers"`
+}
+
+// ResolveRequest is the body of POST /api/v1/runs/{id}/resolve.
+type ResolveRequest struct {
+	Action string `json:"action"` // try-again, didnt-happen, skip
+}
+
+// InstancePath answers which keep serve this is, without a token: the CLI
+// asks it before it sends a token or a decision to an address it read from
+// a file that may be stale.
+const InstancePath = "/api/v1/instance"

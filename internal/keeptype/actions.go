@@ -1,0 +1,110 @@
+package keeptype
+
+import "encoding/json"
+
+// People's actions and the other names the API speaks (what a person can
+// do, how a version is deployed, a write awaiting a person, a trace line,
+// a notice): plain names, here so that the engine, the API and its
+// clients share one definition. engine.Control decides what each does.
+
+// Action is one thing a person can do to keep's state.
+type Action string
+
+// People's actions: the one list. The API, the page and the CLI offer
+// these and no others, each carried out by engine.Control.Do.
+const (
+	ActTryAgain      Action = "try-again"      // a run: check again, or retry a failed run
+	ActDidntHappen   Action = "didnt-happen"   // a run: the write did not happen, send it again
+	ActSkip          Action = "skip"           // a run: give up its write
+	ActReprocess     Action = "reprocess"      // a run blocked on an item: a new attempt of the item
+	ActApprove       Action = "approve"        // a run waiting for approval of its write
+	ActPause         Action = "pause"          // a workflow
+	ActResume        Action = "resume"         // a workflow
+	ActRunNow        Action = "run-now"        // a workflow: every producer now
+	ActGrant         Action = "grant"          // a workflow: allow what its active version uses, or the Items named
+	ActRevoke        Action = "revoke"         // a workflow: take the Items granted back
+	ActSkipPending   Action = "skip-pending"   // a topic's pending events
+	ActResetState    Action = "reset-state"    // a producer's stored state
+	ActSkipItem      Action = "skip-item"      // an item
+	ActReprocessItem Action = "reprocess-item" // an item
+	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
+	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
+	ActPublish       Action = "publish"        // a topic open to the event API: post one event (PostEvent)
+)
+
+// ActDeploy is a deploy: carried out by engine.Engine.DeployWith, and allowed or
+// refused by engine.Control.MayAct like every action Do carries out.
+const ActDeploy Action = "deploy"
+
+// Resolution is what a person can do with a blocked run (ch 13 §13.9).
+type Resolution string
+
+const (
+	ResolveTryAgain    Resolution = "try-again"
+	ResolveDidntHappen Resolution = "didnt-happen"
+	ResolveSkip        Resolution = "skip"
+	ResolveApprove     Resolution = "approve"
+	// ResolveReprocess starts a new attempt of the done item a task run
+	// tried to mutate, and retries the run (offered only there).
+	ResolveReprocess Resolution = "reprocess"
+)
+
+// DeployKind chooses how a new version relates to the current one (SPEC §9).
+type DeployKind string
+
+const (
+	DeployMinor DeployKind = "minor"
+	DeployMajor DeployKind = "major"
+)
+
+// PendingCall is the preview of a mutation kept on a run: what a person
+// approves and what a blocked card shows. Its args are redacted.
+type PendingCall struct {
+	Tool        string         `json:"tool"`
+	Method      string         `json:"method"`
+	Target      string         `json:"target"`
+	Args        map[string]any `json:"args"`
+	PayloadHash string         `json:"payloadHash"`
+	// CallHash binds an approval to the whole call (engine.CallHash).
+	CallHash string `json:"callHash"`
+	// DoneItem is the key of the item this call was made on although the
+	// item is done: the run failed before sending it, and Skip cannot end
+	// that block; Reprocess of the item can (ch 14 §14.2.2).
+	DoneItem string `json:"doneItem,omitempty"`
+	// Item is the key of the task item this call was made on: when the run
+	// blocks on it (the item needs attention), its card offers Reprocess.
+	Item string `json:"item,omitempty"`
+	// Conflict says the call was refused because the same write was
+	// already applied for these inputs with significantly different
+	// content (ch 14 §14.5): a consumer's inputs then need attention, and
+	// its card offers Reprocess (a new attempt writes the new content).
+	Conflict bool `json:"conflict,omitempty"`
+}
+
+// TraceEntry is one line of a run's trace: a tool call, a log line, a
+// ctx.now/random value, a phase change or an error.
+type TraceEntry struct {
+	At       int64  `json:"at"`
+	Phase    string `json:"phase,omitempty"`
+	Kind     string `json:"kind"` // call, log, now, random, phase, error, mutation
+	Method   string `json:"method,omitempty"`
+	Args     any    `json:"args,omitempty"`
+	Duration int64  `json:"durationMs,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Text     string `json:"text,omitempty"`
+	// ArgsHash and Result record a read (a call that succeeded without
+	// writing): the hash of its whole arguments and what it answered, so
+	// that a dry run answers the same read from here and never from the
+	// world (issue 22). Results past maxTraceResult, or past
+	// maxTraceResults in one trace, are not kept: such a read cannot be
+	// replayed, and a dry run that makes it stops there.
+	ArgsHash string          `json:"argsHash,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+}
+
+// Notice is something a person watching should know, as one line.
+type Notice struct {
+	Workflow string
+	RunID    string
+	Text     string
+}
