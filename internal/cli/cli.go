@@ -13,14 +13,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/spf13/cobra"
-
-	"github.com/keep-run/keep/internal/engine"
-	"github.com/keep-run/keep/internal/script"
 )
 
 // Exit codes.
@@ -98,32 +94,11 @@ func (a *app) root() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.storeURL, "store", os.Getenv("KEEP_STORE"), "the store's URL: sqlite:///path/to/keep.db (default: keep.db in the data directory)")
 	root.PersistentFlags().StringVar(&a.by, "by", envOr("KEEP_BY", "cli"), "who takes the decisions of this command, for the decision log")
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
-		cmd.SetContext(engine.WithActor(cmd.Context(), a.by))
+		cmd.SetContext(daemon.WithActor(cmd.Context(), a.by))
 	}
 	root.AddCommand(a.serveCmd(), a.secretCmd(), a.grantCmd(), a.repairsCmd(), a.planCmd(), a.connectCmd(), a.connectionsCmd(), a.migrateCmd(), a.connectorsCmd(), a.typesCmd(), a.eventsCmd(), a.resetStateCmd(), a.skipPendingCmd(), a.publishCmd(), a.webhooksCmd(), a.runCmd(), a.testCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
 		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.itemsCmd(), a.itemActionCmd("skip"), a.itemActionCmd("reprocess"), a.benchCmd(), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"))
 	return root
-}
-
-// stopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM
-// arrives: a handler spinning in a native loop must not hold a shutdown for
-// its whole time limit (its run is recovered at the next start). Call the
-// function it returns when the command ends.
-func stopWorkersOnSignal() (done func()) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	quit := make(chan struct{})
-	go func() {
-		select {
-		case <-sig:
-			script.StopWorkers()
-		case <-quit:
-		}
-	}()
-	return func() {
-		signal.Stop(sig)
-		close(quit)
-	}
 }
 
 func envOr(k, def string) string {

@@ -10,10 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 )
 
 // config is the config file a command reads: --config, else keep.toml in
@@ -52,11 +49,11 @@ const configHelp = "TOML config file: [policy], [connectors.google] (default: ./
 func (a *app) connectCmd() *cobra.Command {
 	var timeout time.Duration
 	var token string
-	names := builtin.Connectable()
+	var names []string
 	long := "connect stores an account's credentials encrypted in the store (the key is secret.key in the data directory, or KEEP_SECRET_KEY)."
-	for _, n := range names {
-		d, _ := builtin.Find(n)
-		long += "\n\nkeep connect " + n + " " + d.Connect.Usage + ": " + d.Connect.Doc
+	for _, c := range daemon.Connectable() {
+		names = append(names, c.Name)
+		long += "\n\nkeep connect " + c.Name + " " + c.Usage + ": " + c.Doc
 	}
 	c := &cobra.Command{
 		Use:   "connect " + strings.Join(names, "|") + " …",
@@ -64,16 +61,16 @@ func (a *app) connectCmd() *cobra.Command {
 		Long:  long,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, ok := builtin.Find(args[0])
-			if !ok || d.Connect == nil {
-				return fmt.Errorf("keep connect knows %s (got %q)", strings.Join(names, " and "), args[0])
+			name, err := daemon.ConnectName(args[0])
+			if err != nil {
+				return err
 			}
 			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
 			if token == "" {
-				token = os.Getenv("KEEP_" + strings.ToUpper(d.Name) + "_TOKEN")
+				token = os.Getenv("KEEP_" + strings.ToUpper(name) + "_TOKEN")
 			}
 			// The store is opened (made, before any deploy) only when the
 			// connector asks for it.
@@ -81,11 +78,7 @@ func (a *app) connectCmd() *cobra.Command {
 			defer direct.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			return d.Connect.Run(ctx, connector.ConnectCall{Table: cfg.Connectors[d.Name], Args: args[1:], Token: token, Out: a.out,
-				Accounts: direct.Accounts,
-				Uses: func(scripts []string) ([]string, error) {
-					return usesOf(cmd.Context(), direct, scripts)
-				}})
+			return direct.Connect(ctx, cmd.Context(), cfg, name, args[1:], token, a.out)
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the browser's answer")
@@ -98,23 +91,6 @@ func (a *app) connectCmd() *cobra.Command {
 // --revise); create makes it when there is none yet.
 func (a *app) direct(create bool) *daemon.Direct {
 	return &daemon.Direct{DataDir: a.dataDir, Store: a.storeURL, Create: create}
-}
-
-// usesOf lists the methods the deployed workflows and the named scripts
-// call (engine.UsesOf).
-func usesOf(ctx context.Context, d *daemon.Direct, files []string) ([]string, error) {
-	sources, err := d.LatestScripts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		sources = append(sources, string(b))
-	}
-	return engine.UsesOf(sources), nil
 }
 
 func (a *app) connectionsCmd() *cobra.Command {

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/spf13/cobra"
-
-	"github.com/keep-run/keep/internal/connector"
 )
 
 // connectorsCmd prints what the connectors declare: the reference of
@@ -18,18 +18,18 @@ func (a *app) connectorsCmd() *cobra.Command {
 		Short: "list the connectors scripts can call: each method's parameters, result, identity, reconcile and errors",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := a.registry(".")
+			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
-			infos := connector.Describe(reg)
 			switch {
 			case a.jsonOut:
-				return a.printJSON(infos)
+				return a.printJSON(daemon.Connectors(cfg))
 			case markdown:
-				fmt.Fprint(a.out, connector.Markdown(infos))
+				fmt.Fprint(a.out, daemon.ConnectorsMarkdown(cfg))
 				return nil
 			}
+			infos := daemon.Connectors(cfg)
 			w := a.table()
 			fmt.Fprintln(w, "METHOD\tKIND\tIDENTITY\tRECONCILE\tWHAT IT DOES")
 			for _, c := range infos {

@@ -13,11 +13,8 @@ import (
 	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/script"
 )
 
 func (a *app) validateCmd() *cobra.Command {
@@ -27,11 +24,11 @@ func (a *app) validateCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
-			reg, err := a.registry(".")
+			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
-			name, problems, err := validateFile(file, reg)
+			name, problems, err := validateFile(cfg, file)
 			if a.jsonOut {
 				// Always one JSON document, whatever went wrong (issue 12).
 				type problem struct {
@@ -52,11 +49,9 @@ func (a *app) validateCmd() *cobra.Command {
 					return perr
 				}
 			}
-			var se *script.SyntaxError
-			switch {
-			case errors.As(err, &se):
+			if _, syntax, _ := daemon.Invalid(err); syntax {
 				return &exitError{code: ExitInvalid, err: err}
-			case err != nil:
+			} else if err != nil {
 				return err
 			}
 			if !a.jsonOut {
@@ -105,22 +100,14 @@ func filesRootOf(file, flag string) (string, error) {
 	return abs, nil
 }
 
-// validateFile reads, compiles and checks a script; err is an unreadable
-// file or a syntax error (which has its line).
-func validateFile(file string, reg *connector.Registry) (name string, problems []kt.Problem, err error) {
+// validateFile reads, compiles and checks a script (daemon.Validate); err
+// is an unreadable file or a syntax error (which has its line).
+func validateFile(cfg config.Config, file string) (name string, problems []kt.Problem, err error) {
 	src, err := readScript(file)
 	if err != nil {
 		return "", nil, err
 	}
-	p, err := script.Compile(file, src)
-	if err != nil {
-		var se *script.SyntaxError
-		if errors.As(err, &se) {
-			return "", []kt.Problem{{Severity: "error", Line: se.Line, Message: "syntax error: " + se.Message}}, err
-		}
-		return "", nil, err
-	}
-	return p.Decl.WorkflowName(), script.Check(p, engine.ScriptConnectors(reg)), nil
+	return daemon.Validate(cfg, file, src)
 }
 
 func deployKind(minor, major bool) (kt.DeployKind, error) {
@@ -139,13 +126,13 @@ func deployKind(minor, major bool) (kt.DeployKind, error) {
 // terminal; elsewhere the choice must be given (--reprocess).
 func (a *app) askReprocess() (string, error) {
 	if !onTerminal() {
-		return "", engine.ErrReprocessChoice
+		return "", daemon.ErrReprocessChoice
 	}
 	fmt.Fprint(a.out, "Your intent changed (a major version). What happens to the items already done?\n  none  keep progress: done items stay done\n  all   start fresh: every item gets a new attempt\n  KEY,KEY  new attempts for these items only\nchoice: ")
 	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 	choice := strings.TrimSpace(line)
 	if choice == "" {
-		return "", engine.ErrReprocessChoice
+		return "", daemon.ErrReprocessChoice
 	}
 	return choice, nil
 }
@@ -259,16 +246,15 @@ func (a *app) printGrants(wf string, granted, ungranted, unused []string) {
 }
 
 func (a *app) deployError(file string, err error) error {
-	var ve *engine.ValidationError
-	var se *script.SyntaxError
+	problems, syntax, invalid := daemon.Invalid(err)
 	switch {
-	case errors.As(err, &ve):
-		for _, p := range ve.Problems {
+	case syntax:
+		return &exitError{code: ExitInvalid, err: err}
+	case invalid:
+		for _, p := range problems {
 			fmt.Fprintln(a.errOut, p.At(file))
 		}
 		return &exitError{code: ExitInvalid, err: fmt.Errorf("%s is not valid; nothing was deployed", file)}
-	case errors.As(err, &se):
-		return &exitError{code: ExitInvalid, err: err}
 	}
 	return err
 }
@@ -279,14 +265,4 @@ func (a *app) printWarnings(file string, ps []kt.Problem) {
 			fmt.Fprintln(a.errOut, p.At(file))
 		}
 	}
-}
-
-// registry is the connectors this keep knows: keep's own and those its
-// config declares (custom connectors, sql databases), without credentials.
-func (a *app) registry(filesRoot string) (*connector.Registry, error) {
-	cfg, err := config.Load(a.config())
-	if err != nil {
-		return nil, err
-	}
-	return daemon.RegistryOf(cfg, filesRoot), nil
 }

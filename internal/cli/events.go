@@ -14,6 +14,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -179,17 +181,15 @@ func (a *app) grantCmd() *cobra.Command {
 					return nil
 				}
 			}
-			reg, err := a.registry(".")
+			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "%s would be allowed:\n", wf)
 			for _, u := range pending {
 				line := "  " + u
-				if tool, method, ok := strings.Cut(kt.GrantBase(u), "."); ok {
-					if m, err := reg.Method(tool, method); err == nil && len(m.Scopes) > 0 {
-						line += "  (Google scope " + strings.TrimPrefix(m.Scopes[0], "https://www.googleapis.com/auth/") + ")"
-					}
+				if scope := daemon.GoogleScope(cfg, u); scope != "" {
+					line += "  (Google scope " + scope + ")"
 				}
 				fmt.Fprintln(a.out, line)
 			}

@@ -11,9 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/testrun"
 )
 
@@ -42,10 +41,6 @@ func (a *app) planCmd() *cobra.Command {
 					return fmt.Errorf("%s exists; name another file with -o, or pass --force to overwrite it", f)
 				}
 			}
-			reg, err := a.registry(".")
-			if err != nil {
-				return err
-			}
 			var current *kt.Version
 			if revise != "" {
 				d := a.direct(false)
@@ -56,10 +51,7 @@ func (a *app) planCmd() *cobra.Command {
 				}
 				current = &v
 			}
-			eng := engine.New(engine.Options{Registry: reg})
-			p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts,
-				File: filepath.Base(out), Test: a.planTest(out, testOut), TestFaults: testrun.Faults()}
-			plan, err := p.Plan(cmd.Context(), args[0], current)
+			plan, err := daemon.Plan(cmd.Context(), cfg, args[0], filepath.Base(out), a.planTest(out, testOut), current)
 			if err != nil {
 				return fmt.Errorf("%v (%d tokens); nothing was saved", err, plan.Tokens)
 			}

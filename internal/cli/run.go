@@ -11,7 +11,6 @@ import (
 
 	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -52,16 +51,16 @@ func (a *app) runCmd() *cobra.Command {
 			if _, err := k.Recover(ctx); err != nil {
 				return err
 			}
-			res, err := k.Engine.DeployWith(ctx, args[0], src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: root, Grant: true, Test: test})
+			res, err := k.DeployToRun(ctx, args[0], src, name, kind, root, test)
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
 			a.printDeployed(args[0], res)
 			// The development loop: every producer runs now, due or not.
-			if _, err := engine.QueueAtStart(ctx, k.Store, res.Workflow, time.Now()); err != nil {
+			if err := k.QueueProducers(ctx, res.Workflow); err != nil {
 				return err
 			}
-			if abandoned, err := runUntilIdle(ctx, k); err != nil {
+			if abandoned, err := k.RunUntilIdle(ctx); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
 					return a.stoppedAt(ctx, k, res, abandoned, timeout, args[0])
 				}
@@ -93,7 +92,7 @@ func (a *app) runCmd() *cobra.Command {
 // printDeployed says on stderr what keep run's deploy found: the script's
 // warnings, events left waiting, and what it granted — keep run is a
 // person running this script: what it uses is theirs to allow.
-func (a *app) printDeployed(file string, res engine.DeployResult) {
+func (a *app) printDeployed(file string, res kt.DeployResult) {
 	a.printWarnings(file, res.Problems)
 	for _, x := range res.Stranded {
 		fmt.Fprintf(a.errOut, "waiting: %s\n", x.Message)
@@ -103,39 +102,9 @@ func (a *app) printDeployed(file string, res engine.DeployResult) {
 	}
 }
 
-// runUntilIdle runs k's workflows until nothing is left to do, or ctx
-// ends. Then it stops at once: it waits for no connector call. A step
-// between two calls (in a handler, committing) ends or reaches its next
-// call (Engine.Parked); the calls the steps wait on then are given up on
-// and returned — each safe to give up on by the ledger (a write is
-// in_flight, reconciled by the next run; a read writes nothing), as a
-// crash would leave them. Their steps are left to the process's exit.
-func runUntilIdle(ctx context.Context, k *daemon.Keep) ([]engine.CallInFlight, error) {
-	idle := make(chan error, 1)
-	go func() { idle <- k.Scheduler.RunUntilIdle(ctx) }()
-	select {
-	case err := <-idle:
-		return nil, err
-	case <-ctx.Done():
-	}
-	parked := make(chan []engine.CallInFlight, 1)
-	pctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		calls, _ := k.Engine.Parked(pctx)
-		parked <- calls
-	}()
-	select {
-	case err := <-idle:
-		return nil, err
-	case calls := <-parked:
-		return calls, ctx.Err()
-	}
-}
-
 // stoppedAt says where keep run stopped after --timeout: what is done,
 // what is still pending, and each call it gave up on.
-func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res engine.DeployResult, abandoned []engine.CallInFlight, timeout time.Duration, file string) error {
+func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res kt.DeployResult, abandoned []kt.CallInFlight, timeout time.Duration, file string) error {
 	if _, err := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res); err != nil {
 		return err
 	}
@@ -144,7 +113,7 @@ func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res engine.DeployRe
 }
 
 // printAbandoned names each call keep run gave up on, and what becomes of it.
-func (a *app) printAbandoned(abandoned []engine.CallInFlight, file string) {
+func (a *app) printAbandoned(abandoned []kt.CallInFlight, file string) {
 	for _, c := range abandoned {
 		what := fmt.Sprintf("%s (%s, run %s), waited on for %s", c.Target, c.Call, c.RunID, time.Since(c.Since).Round(time.Millisecond))
 		switch {
@@ -166,7 +135,7 @@ func (a *app) printNotice(n kt.Notice) {
 
 // printRunSummary prints where keep run left the workflow, read through
 // the API on the engine keep run holds (c).
-func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res engine.DeployResult) (bool, error) {
+func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res kt.DeployResult) (bool, error) {
 	wf := res.Workflow
 	inputs, err := c.Inputs(ctx, wf)
 	if err != nil {

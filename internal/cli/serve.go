@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -28,8 +27,8 @@ func (a *app) serveCmd() *cobra.Command {
 			if token == "" {
 				token = os.Getenv("KEEP_TOKEN")
 			}
-			if addr != "" && !api.IsLoopback(addr) && token == "" {
-				return &exitError{code: exitUsageCode, err: fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)}
+			if err := daemon.CheckAddr(addr, token); err != nil {
+				return &exitError{code: exitUsageCode, err: err}
 			}
 			if profiles && addr == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--pprof serves the profiles on keep serve's address: give --addr too (it is \"\" here)")}
@@ -105,7 +104,7 @@ func (a *app) startEngine(o daemon.Options) (*daemon.Keep, context.Context, func
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	stopWorkers := stopWorkersOnSignal()
+	stopWorkers := daemon.StopWorkersOnSignal()
 	return k, ctx, func() {
 		stop()
 		stopWorkers()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testrun"
 )
@@ -24,7 +26,7 @@ func (a *app) testCmd() *cobra.Command {
 			"Exit status: 0 every case passed, 1 a case failed, 2 the test file (or its workflow) cannot be run.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stopWorkers := stopWorkersOnSignal()
+			stopWorkers := daemon.StopWorkersOnSignal()
 			defer stopWorkers()
 			res, err := testrun.Run(cmd.Context(), args[0], testrun.Options{Config: a.configFile, Only: only})
 			var inv *testrun.Invalid
@@ -83,11 +85,11 @@ func (a *app) testBeside(file string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	reg, err := a.registry(filepath.Dir(file))
+	cfg, err := config.Load(a.config())
 	if err != nil {
 		return "", err
 	}
-	if _, err := testrun.Read(path, string(src), reg); err != nil {
+	if err := daemon.CheckTest(cfg, filepath.Dir(file), path, string(src)); err != nil {
 		return "", &exitError{code: ExitInvalid, err: fmt.Errorf("%v\n(the test beside %s is recorded with it, for the Maintainer's repairs to pass: fix it, or move it away; nothing was deployed)", err, file)}
 	}
 	return string(src), nil

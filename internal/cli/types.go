@@ -6,11 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/spf13/cobra"
-
-	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/dts"
-	"github.com/keep-run/keep/internal/testrun"
 )
 
 // typesCmd writes keep.d.ts: the script API as TypeScript declarations,
@@ -26,11 +24,11 @@ func (a *app) typesCmd() *cobra.Command {
 			"Put `// @ts-check` and `/// <reference path=\"./keep.d.ts\" />` at the top of a script.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := a.registry(".")
+			cfg, err := config.Load(a.config())
 			if err != nil {
 				return err
 			}
-			text := dts.Render(connector.Describe(reg), dts.Options{Faults: testrun.Faults()})
+			text := daemon.Types(cfg)
 			if out == "-" {
 				fmt.Fprint(a.out, text)
 				return nil

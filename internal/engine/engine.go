@@ -251,30 +251,6 @@ func (e *Engine) program(ctx context.Context, wf string, version int64) (*script
 	return p, nil
 }
 
-// DeployResult tells what a deploy did.
-type DeployResult struct {
-	Workflow  string
-	Version   kt.Version
-	Unchanged bool // the script equals the active version; nothing was created
-	Problems  []kt.Problem
-	// Warnings are consequences a person should know before the version runs.
-	Warnings []string
-	// Reprocessed counts the items a major version's choice started again.
-	Reprocessed int
-	// FilesRoot is the folder the workflow's files connector is rooted at.
-	FilesRoot string
-	// Granted is what the deploy granted (DeployOptions.Grant); Ungranted
-	// what the version uses that still waits for a person's grant.
-	Granted, Ungranted []string
-	// Unused are grants of the workflow that the new version reaches no
-	// more. They stay (a rollback to the version before needs them) and
-	// are shown with how to revoke them: grants never pile up unseen.
-	Unused []string
-	// Stranded are the topics whose waiting events the new version leaves
-	// without their consumer or the event API, with what a person can do.
-	Stranded []Stranded
-}
-
 // ValidationError carries the problems that stopped a deploy.
 type ValidationError struct {
 	File     string
@@ -328,7 +304,7 @@ func (e *Engine) checkDeclaration(file, source string) (*script.Program, []kt.Pr
 //
 // Deploy grants what the version uses: its callers run what they deploy
 // (keep bench, tests). DeployWith grants only when DeployOptions.Grant says.
-func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind kt.DeployKind) (DeployResult, error) {
+func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind kt.DeployKind) (kt.DeployResult, error) {
 	return e.DeployWith(ctx, file, source, DeployOptions{Name: name, Kind: kind, Grant: true, grantBySystem: true})
 }
 
@@ -382,7 +358,7 @@ var ErrReprocessChoice = &ActionError{Msg: "a major version changes intent: choo
 // DeployWith validates a script and makes it the workflow's active version,
 // applying the rules of a major version (a reprocess choice, consent to
 // orphaned items) and of a minor one (item keys stay frozen: ch 12 §12.9).
-func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOptions) (DeployResult, error) {
+func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOptions) (kt.DeployResult, error) {
 	name, kind := o.Name, o.Kind
 	check := e.Check
 	if o.unchecked {
@@ -390,15 +366,15 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	}
 	p, problems, err := check(file, source)
 	if err != nil {
-		return DeployResult{Problems: problems}, err
+		return kt.DeployResult{Problems: problems}, err
 	}
 	if name == "" {
 		name = p.Decl.WorkflowName()
 	}
 	if o.Reprocess != "" && kind != kt.DeployMajor {
-		return DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
+		return kt.DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
-	res := DeployResult{Workflow: name, Problems: problems}
+	res := kt.DeployResult{Workflow: name, Problems: problems}
 	if o.idChanges, err = e.idChanges(ctx, name, source); err != nil {
 		return res, err
 	}
@@ -425,7 +401,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 // nothing new when the script is the active one's and no kind was asked),
 // the grants the deploy makes, the events a dropped consumer leaves
 // waiting (res.Stranded) and the handlers of the new declaration.
-func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string, p *script.Program, o DeployOptions, now int64, res *DeployResult) error {
+func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string, p *script.Program, o DeployOptions, now int64, res *kt.DeployResult) error {
 	name, kind := res.Workflow, o.Kind
 	wf, err := tx.WorkflowGet(name)
 	isNew := errors.Is(err, kt.ErrNotFound)
@@ -484,7 +460,7 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 
 // grantOnDeploy grants what the version uses when the deploy says so, and
 // tells what still waits for a grant otherwise (DeployResult.Ungranted).
-func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source string, o DeployOptions, now int64, res *DeployResult) error {
+func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source string, o DeployOptions, now int64, res *kt.DeployResult) error {
 	gs, err := tx.GrantList(name)
 	if err != nil {
 		return err
@@ -508,7 +484,7 @@ func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source st
 // did not change.
 // recordDeployed records, for a version deployed again unchanged, the
 // folder of its files connector and the policy it is deployed under.
-func (e *Engine) recordDeployed(tx store.Tx, wf kt.Workflow, root string, res *DeployResult) error {
+func (e *Engine) recordDeployed(tx store.Tx, wf kt.Workflow, root string, res *kt.DeployResult) error {
 	res.FilesRoot = wf.FilesRoot
 	pol := e.policyRecord()
 	if (root == "" || root == wf.FilesRoot) && (pol == "" || pol == wf.Policy) {
@@ -541,7 +517,7 @@ func (e *Engine) policyRecord() string {
 // nextVersion numbers a new version of a deployed workflow (SPEC §9): a
 // minor version is a repair and may not change the format of item keys; a
 // major one says what happens to existing items and acknowledges orphans.
-func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, res *DeployResult) error {
+func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, res *kt.DeployResult) error {
 	w, err := keyFormatWarning(tx, v.Workflow, v.Script)
 	if err != nil {
 		return err

@@ -7,23 +7,8 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
-
-// CallInFlight is a connector call a step waits on. Every such call is
-// safe to give up on by the mutation ledger: a write goes out only once its
-// row is durably in_flight (ledgerCall.inFlight), so a write given up on is
-// found in_flight by the next run and reconciled, never sent blindly; a
-// read or a reconcile probe writes nothing.
-type CallInFlight struct {
-	Workflow, RunID string
-	// Call is "tool.method"; Target what it reaches (a write's target).
-	Call, Target string
-	// Write: a write, in_flight in the ledger; CanReconcile says whether
-	// keep can ask the service about it (else a person decides whether it
-	// happened).
-	Write, CanReconcile bool
-	Since               time.Time
-}
 
 // stepToken marks a step under way (Engine.Step) in its context, with the
 // connector calls it waits on.
@@ -36,7 +21,7 @@ type stepKey struct{}
 type flight struct {
 	mu      sync.Mutex
 	steps   map[*stepToken]bool
-	calls   map[*CallInFlight]*stepToken
+	calls   map[*kt.CallInFlight]*stepToken
 	changed chan struct{}
 }
 
@@ -53,7 +38,7 @@ func (f *flight) step(ctx context.Context) (context.Context, func()) {
 	tok := &stepToken{}
 	f.mu.Lock()
 	if f.steps == nil {
-		f.steps, f.calls = map[*stepToken]bool{}, map[*CallInFlight]*stepToken{}
+		f.steps, f.calls = map[*stepToken]bool{}, map[*kt.CallInFlight]*stepToken{}
 	}
 	f.steps[tok] = true
 	f.changedLocked()
@@ -68,7 +53,7 @@ func (f *flight) step(ctx context.Context) (context.Context, func()) {
 
 // call notes a connector call of the step whose context ctx is (nothing
 // outside a step: a dry run's, the Maintainer's) until the returned func.
-func (f *flight) call(ctx context.Context, c CallInFlight) func() {
+func (f *flight) call(ctx context.Context, c kt.CallInFlight) func() {
 	tok, ok := ctx.Value(stepKey{}).(*stepToken)
 	if !ok {
 		return func() {}
@@ -88,9 +73,9 @@ func (f *flight) call(ctx context.Context, c CallInFlight) func() {
 }
 
 // callOf describes a call a run's step makes.
-func (x *runExec) callOf(tool string, m *connector.Method, call connector.Call) CallInFlight {
+func (x *runExec) callOf(tool string, m *connector.Method, call connector.Call) kt.CallInFlight {
 	write := call.IdempotencyKey != ""
-	return CallInFlight{Workflow: x.run.Workflow, RunID: x.run.ID, Call: tool + "." + m.Name, Target: targetOf(m, tool, call.Args),
+	return kt.CallInFlight{Workflow: x.run.Workflow, RunID: x.run.ID, Call: tool + "." + m.Name, Target: targetOf(m, tool, call.Args),
 		Write: write, CanReconcile: write && m.CanReconcile(call.Args), Since: time.Now()}
 }
 
@@ -100,7 +85,7 @@ func (x *runExec) callOf(tool string, m *connector.Method, call connector.Call) 
 // step between two calls (in a handler, committing) is waited for: it
 // ends, or reaches its next call, without a timer. It returns early, with
 // ctx's error, when ctx ends.
-func (e *Engine) Parked(ctx context.Context) ([]CallInFlight, error) {
+func (e *Engine) Parked(ctx context.Context) ([]kt.CallInFlight, error) {
 	f := &e.flight
 	for {
 		f.mu.Lock()
@@ -114,7 +99,7 @@ func (e *Engine) Parked(ctx context.Context) ([]CallInFlight, error) {
 			f.changed = make(chan struct{})
 		}
 		changed := f.changed
-		var calls []CallInFlight
+		var calls []kt.CallInFlight
 		if parked {
 			for c := range f.calls {
 				calls = append(calls, *c)

@@ -11,23 +11,11 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Stranded is a topic whose waiting events a deploy leaves without the
-// consumer that read them, or without the event API that fed them: the
-// deploy says how many wait and what a person can do, instead of letting
-// them wait unseen.
-type Stranded struct {
-	Topic string `json:"topic"`
-	// Pending counts the topic's events not consumed or skipped yet.
-	Pending int `json:"pending"`
-	// Message says it in a sentence, with the commands to use.
-	Message string `json:"message"`
-}
-
 // strandedBy lists the topics of workflow wf whose waiting events version
 // label (declared by next) leaves behind, compared with the active
 // version cur: no consumer reads the topic any more, or the event API no
 // longer takes events for it.
-func strandedBy(tx store.Tx, wf string, cur kt.Version, next script.Declaration, label string) ([]Stranded, error) {
+func strandedBy(tx store.Tx, wf string, cur kt.Version, next script.Declaration, label string) ([]kt.Stranded, error) {
 	prev, err := script.Declare(cur.File, cur.Script)
 	if err != nil {
 		return nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, cur.Label(), err)
@@ -37,7 +25,7 @@ func strandedBy(tx store.Tx, wf string, cur kt.Version, next script.Declaration,
 		return nil, err
 	}
 	before, after := readers(prev), readers(next)
-	var out []Stranded
+	var out []kt.Stranded
 	for _, c := range counts {
 		n := c.Pending + c.Reserved
 		t := c.Topic
@@ -58,7 +46,7 @@ func strandedBy(tx store.Tx, wf string, cur kt.Version, next script.Declaration,
 		default:
 			msg = fmt.Sprintf("%s posted through the event API wait on topic %s, which version %s no longer opens to the event API (new posts are refused); %s still takes the ones waiting — `%s` skips them instead", kt.Count(n, "event"), t, label, strings.Join(after[t], ", "), skip)
 		}
-		out = append(out, Stranded{Topic: t, Pending: n, Message: msg})
+		out = append(out, kt.Stranded{Topic: t, Pending: n, Message: msg})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
 	return out, nil

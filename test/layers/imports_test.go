@@ -61,16 +61,17 @@ var rules = []struct {
 	{"internal/hooks", "internal/engine internal/keeptype", "the webhooks' listener (POST /hooks/{wf}/{name}): none of the API, none of its guard"},
 	{"internal/apiclient", "internal/apitype", "the API's typed client: shapes only"},
 	{"internal/web", "internal/api internal/apitype internal/engine internal/keeptype internal/report internal/store", "the page"},
-	{"internal/daemon", "internal/account internal/api internal/apitype internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
+	{"internal/daemon", "internal/account internal/api internal/apitype internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/dts internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
 	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/engine internal/fake/fault internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
 	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
 	// The CLI: reads, actions and deploys reach keep only through
-	// apiclient (keep serve's API, or daemon.LocalAPI in process); api and
-	// report for the shapes it prints. The commands that need the store or
-	// an engine by nature (run, serve, migrate, connect, secret set/rm,
-	// plan) reach it through daemon; engine, script, connector and config
-	// for what runs in the CLI itself (validate, plan, the registry).
-	{"internal/cli", "internal/api internal/apiclient internal/apitype internal/bench internal/config internal/connector internal/connector/builtin internal/daemon internal/dts internal/engine internal/keeptype internal/maintainer internal/script internal/testrun", "the commands: a client of the API"},
+	// apiclient (keep serve's API, or daemon.LocalAPI in process), decoded
+	// into apitype's shapes and keeptype's names; config for keep.toml.
+	// What runs keep in process (run, serve, migrate, connect, secret
+	// set/rm, validate, plan, types, connectors) reaches it through one
+	// function of daemon each; bench and testrun are keep bench's and keep
+	// test's whole machinery (bench imports daemon, so daemon cannot).
+	{"internal/cli", "internal/apiclient internal/apitype internal/bench internal/config internal/daemon internal/keeptype internal/testrun", "the commands: a client of the API; daemon for what runs keep in process; bench and testrun: keep bench's and keep test's own machinery"},
 	{"internal/fake/fault", "", "fault injection of the fakes"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},
