@@ -71,6 +71,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/events", s.publish)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/webhooks", s.webhooks)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/decisions", s.decisions)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/revoke", s.revoke)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/repairs", s.repairs)
@@ -414,6 +415,25 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, apitype.WebhooksReply{Workflow: wf, Served: s.WebhooksURL != "", Webhooks: hooks, Deliveries: ds})
+}
+
+// decisions answers a workflow's decision log, newest first: ?limit=
+// (1 to 1000, default 20).
+func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
+	limit := 20
+	if l := r.URL.Query().Get("limit"); l != "" {
+		var err error
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 1000 {
+			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q: use a number from 1 to 1000", l))
+			return
+		}
+	}
+	ds, err := report.Decisions(r.Context(), s.Store, r.PathValue("wf"), limit)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, ds)
 }
 
 // publish posts one event to a topic the workflow opens to the event API:

@@ -227,6 +227,10 @@ func TestEveryEndpoint(t *testing.T) {
 			t.Fatalf("%s: %d %v", verb, code, obj)
 		}
 	}
+	// The decision log, newest first, as the page's topics view shows it.
+	if code, _, ds := r.call("GET", "/api/v1/workflows/hook/decisions?limit=1", nil, nil); code != 200 || len(ds) != 1 || ds[0].(map[string]any)["action"] != "resume" {
+		t.Fatalf("decisions: %d %v", code, ds)
+	}
 	r.settle()
 	if code, obj, _ := r.call("POST", "/api/v1/workflows/hook/run-now", nil, nil); code != 200 || obj["queued"] != float64(1) {
 		t.Fatalf("run-now: %d %v", code, obj)
@@ -297,6 +301,7 @@ func TestBadRequests(t *testing.T) {
 		{"POST", "/api/v1/workflows", map[string]any{"script": "x", "kind": "huge"}, 400, "bad_request"},
 		{"POST", "/api/v1/workflows", map[string]any{"script": "export default {", "kind": "minor"}, 422, "invalid_script"},
 		{"POST", "/api/v1/workflows/nope/pause", nil, 404, "not_found"},
+		{"GET", "/api/v1/workflows/hook/decisions?limit=0", nil, 400, "bad_request"},
 		{"POST", "/api/v1/workflows/nope/explode", nil, 404, "not_found"},
 		{"GET", "/api/v1/workflows/x/runs?limit=lots", nil, 400, "bad_request"},
 		{"GET", "/api/v1/nothing", nil, 404, "not_found"},

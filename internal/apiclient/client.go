@@ -115,6 +115,13 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	if out == nil {
 		return nil
 	}
+	// The API indents its answers, and with them every JSON value they
+	// carry as it is (a payload, a result): compacted first, a client reads
+	// such a value on one line, as keep stored it.
+	var flat bytes.Buffer
+	if json.Compact(&flat, raw) == nil {
+		raw = flat.Bytes()
+	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return fmt.Errorf("keep answered %s %s with something that is not the expected JSON: %v", method, path, err)
 	}
@@ -328,6 +335,12 @@ func (c *Client) SkipPending(ctx context.Context, wf, topic string) (apitype.Wor
 func (c *Client) Webhooks(ctx context.Context, wf string, limit int) (apitype.WebhooksReply, error) {
 	var r apitype.WebhooksReply
 	return r, c.call(ctx, http.MethodGet, c.wfPath(wf, "webhooks")+"?limit="+strconv.Itoa(limit), nil, &r)
+}
+
+// Decisions is a workflow's decision log, newest first, at most limit.
+func (c *Client) Decisions(ctx context.Context, wf string, limit int) ([]apitype.Decision, error) {
+	var v []apitype.Decision
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "decisions")+"?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Publish posts one event to a topic the workflow opens to the event API.

@@ -332,16 +332,16 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 	if o.Pprof {
 		mux.Handle(ProfilesPath, profiles())
 	}
-	mux.Handle("/api/", (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, WebhooksURL: o.WebhooksURL}).Handler())
+	apiHandler := (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, WebhooksURL: o.WebhooksURL}).Handler()
+	mux.Handle("/api/", apiHandler)
 	mux.HandleFunc("GET "+apitype.InstancePath, func(w http.ResponseWriter, r *http.Request) {
 		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
 	})
 	mux.Handle("GET /events", k.Hub)
 	mux.Handle("GET /metrics", k.Metrics.Handler())
-	page := web.New(k.Store, guard, k.Changed)
+	page := web.New(k.Store, guard, apiHandler, k.Changed)
 	page.Problem = k.Scheduler.Problem
 	page.Accounts = k.accounts
-	page.WebhooksURL = o.WebhooksURL
 	page.DecideRepair = func(ctx context.Context, wf, id string, approve bool) (string, error) {
 		return maintainer.Decide(ctx, k.Store, k.Engine, wf, id, approve, time.Now())
 	}

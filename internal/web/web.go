@@ -23,10 +23,10 @@ import (
 	"unicode"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -36,8 +36,11 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Server serves the pages.
+// Server serves the pages. What a page shows it reads through the API
+// (API: keep's API handler in this process), as the CLI does; people's
+// actions go to engine.Control on Store.
 type Server struct {
+	API     *apiclient.Client
 	Store   store.Store
 	Guard   *api.Guard
 	Changed func(workflow string)
@@ -50,10 +53,7 @@ type Server struct {
 	// DecideRepair approves or rejects a repair the Maintainer held; nil:
 	// the page shows repairs without the buttons.
 	DecideRepair func(ctx context.Context, wf, id string, approve bool) (string, error)
-	// WebhooksURL is where keep serve --webhooks-addr serves webhooks
-	// ("http://ADDR"; "" for nowhere).
-	WebhooksURL string
-	pages       map[string]*template.Template
+	pages        map[string]*template.Template
 }
 
 // Connector runs the OAuth flow of "Connect Google" for the page: the
@@ -98,8 +98,11 @@ var baseFuncs = template.FuncMap{
 }
 
 // New parses the templates once.
-func New(st store.Store, g *api.Guard, changed func(string)) *Server {
-	s := &Server{Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
+// reads is keep's API handler, served to the page in process: every page
+// reads through its routes (apiclient.InProcess), so the page and the CLI
+// show the same answers from one path.
+func New(st store.Store, g *api.Guard, reads http.Handler, changed func(string)) *Server {
+	s := &Server{API: apiclient.InProcess(api.InProcess(reads), "web page"), Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
 	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections", "webhooks"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 		s.pages[page] = t
@@ -165,7 +168,8 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 
 func (s *Server) failPage(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
-	if errors.Is(err, engine.ErrNotFound) {
+	var apiErr *apiclient.Error
+	if errors.Is(err, engine.ErrNotFound) || errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
 		status = http.StatusNotFound
 	}
 	w.WriteHeader(status)
@@ -173,12 +177,12 @@ func (s *Server) failPage(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	ss, err := report.Statuses(r.Context(), s.Store, "")
+	ss, err := s.API.Statuses(r.Context())
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	ns, err := report.Nodes(r.Context(), s.Store, s.Now().UnixMilli())
+	ns, err := s.API.Nodes(r.Context())
 	if err != nil {
 		s.failPage(w, r, err)
 		return
@@ -215,27 +219,23 @@ var periods = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "
 func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	ctx := r.Context()
-	ss, err := report.Statuses(ctx, s.Store, wf)
+	v, err := s.API.Workflow(ctx, wf)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	cards, err := report.Blocked(ctx, s.Store, wf)
+	cards := v.Blocked
+	inputs, err := s.API.Inputs(ctx, wf)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	inputs, err := report.Inputs(ctx, s.Store, wf)
+	outputs, err := s.API.Outputs(ctx, wf)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	outputs, err := report.Outputs(ctx, s.Store, wf)
-	if err != nil {
-		s.failPage(w, r, err)
-		return
-	}
-	orphans, err := report.Items(ctx, s.Store, wf, true)
+	orphans, err := s.API.Items(ctx, wf, true)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
@@ -243,10 +243,10 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := filter{Status: q.Get("status"), Text: strings.TrimSpace(q.Get("q")), Since: q.Get("since")}
 	gs, stale := s.groupInputs(inputs, outputs, orphans, f)
-	data := map[string]any{"Status": ss[0], "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
+	data := map[string]any{"Status": v.Status, "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
 		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"}}
 	if q.Get("runs") == "1" {
-		runs, err := report.Runs(ctx, s.Store, wf, 100)
+		runs, err := s.API.Runs(ctx, wf, 100)
 		if err != nil {
 			s.failPage(w, r, err)
 			return
@@ -375,12 +375,12 @@ func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
 // name) and their last deliveries, as GET …/webhooks answers them.
 func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	hooks, ds, err := report.Webhooks(r.Context(), s.Store, wf, s.WebhooksURL, 50)
+	v, err := s.API.Webhooks(r.Context(), wf, 50)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "webhooks", wf+": webhooks", map[string]any{"Workflow": wf, "Served": s.WebhooksURL != "", "Webhooks": hooks, "Deliveries": ds})
+	s.render(w, r, "webhooks", wf+": webhooks", map[string]any{"Workflow": wf, "Served": v.Served, "Webhooks": v.Webhooks, "Deliveries": v.Deliveries})
 }
 
 // confirmation is the second step of a control: what it will do, and the
@@ -391,23 +391,23 @@ type confirmation struct {
 
 func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirmation) {
 	wf, q := r.PathValue("wf"), r.URL.Query()
-	ts, ps, err := report.Topics(r.Context(), s.Store, wf)
+	tp, err := s.API.Topics(r.Context(), wf)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
 	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
-	page, err := report.Events(r.Context(), s.Store, wf, q.Get("topic"), q.Get("status"), after, 100)
+	page, err := s.API.Events(r.Context(), wf, q.Get("topic"), q.Get("status"), after, 100)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	ds, err := report.Decisions(r.Context(), s.Store, wf, 20)
+	ds, err := s.API.Decisions(r.Context(), wf, 20)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "topics", wf+": topics", map[string]any{"Workflow": wf, "Topics": ts, "Producers": ps, "Page": page,
+	s.render(w, r, "topics", wf+": topics", map[string]any{"Workflow": wf, "Topics": tp.Topics, "Producers": tp.Producers, "Page": page,
 		"Topic": q.Get("topic"), "State": q.Get("status"), "States": apitype.EventStates, "Confirm": c, "Decisions": ds})
 }
 
@@ -446,7 +446,7 @@ func (s *Server) confirmed(w http.ResponseWriter, r *http.Request, c confirmatio
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
-	d, err := report.ShowRun(r.Context(), s.Store, r.PathValue("id"))
+	d, err := s.API.Run(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.failPage(w, r, err)
 		return
@@ -455,7 +455,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) item(w http.ResponseWriter, r *http.Request) {
-	d, err := report.ShowItem(r.Context(), s.Store, r.URL.Query().Get("workflow"), r.PathValue("ref"))
+	d, err := s.API.Item(r.Context(), r.PathValue("ref"), r.URL.Query().Get("workflow"))
 	if err != nil {
 		s.failPage(w, r, err)
 		return
@@ -514,7 +514,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) connections(w http.ResponseWriter, r *http.Request) {
-	cs, err := report.Connections(r.Context(), s.Store)
+	cs, err := s.API.Connections(r.Context())
 	if err != nil {
 		s.failPage(w, r, err)
 		return
