@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -110,7 +111,14 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 	if err != nil {
 		return err
 	}
-	if state != nil {
+	// A person's reset of the state while the run ran (ResetState: the
+	// run is not stored before this commit, so the reset could not see
+	// it) stands: the state this run computed from the old one is not
+	// written back, and the reset's queue mark runs the handler again
+	// from scratch. Only a reset changes a handler's state between its
+	// runs' commits (one step of a workflow at a time).
+	reset := x.rowRead != nil && hrow.UpdatedAt != x.rowRead.UpdatedAt && !bytes.Equal(hrow.State, x.rowRead.State)
+	if state != nil && !reset {
 		hrow.State = state
 	}
 	// A queue mark set while the run ran (a person's run-now, a reprocess

@@ -38,7 +38,8 @@ func ResetState(ctx context.Context, st store.Store, wf, handler string, now tim
 			return refuse("%s has a run that is not finished (%s, %s); resolve it first: its commit would write the state again", handler, r.ID, r.Status)
 		}
 		size := len(h.State)
-		h.State, h.Queued, h.UpdatedAt = nil, true, now.UnixMilli()
+		h.State, h.Queued = nil, true
+		touch(&h, now.UnixMilli())
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}
