@@ -139,7 +139,10 @@
           o = freeze(t);
         }
         return o;
-      } });
+      },
+      // A getter alone would answer an assignment with QuickJS's "no setter
+      // for property": say what a frozen property says instead.
+      set: () => { throw new TypeError("ctx." + tool + " is read-only"); } });
     }
     ctx.log = (...a) => logAt(ep, a);
     ctx.now = () => call("now");
