@@ -17,45 +17,10 @@ import (
 func TestAnEventThatComesInDuringAnEmptyPrepareIsTaken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var once sync.Once
-	posted := make(chan error, 1)
-	e.sink.OnRead = func(path string) {
-		if path != "/read" {
-			return
-		}
-		// The consumer's prepare found nothing and now waits on this read:
-		// an app posts an event, committed before prepare returns.
-		once.Do(func() {
-			_, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: "late", Topic: "job", ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}, time.Now())
-			posted <- err
-		})
-	}
-	wf := e.deploy(`export default Keep.workflow({ name: "late",
-  topics: { "job": { from: "api" } },
-  consumers: { c: Keep.consumer({ subscribe: ["job"],
-    async prepare(ctx) {
-      const [ev] = await ctx.peek("job")
-      if (!ev) { await ctx.http.request({ method: "GET", url: "%SINK%/read" }); return { reservations: [] } }
-      return { reservations: [{ topic: "job", ids: [ev.messageId] }], data: ev.payload }
-    },
-    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data }) },
-  }) },
-})`)
-	e.settle()
-	select {
-	case err := <-posted:
-		if err != nil {
-			t.Fatal(err)
-		}
-	default:
-		t.Fatal("the consumer's prepare never read: the test did not post its event")
-	}
-	if n := len(e.sink.Writes()); n != 1 {
-		t.Fatalf("writes at the sink: %d, want 1 (the event posted during an empty prepare was stranded: inputs %+v)", n, e.inputs(wf))
-	}
-	if in := e.inputs(wf); len(in) != 1 || in[0].Status != "done" {
-		t.Fatalf("inputs %+v", in)
-	}
+	eventDuringAnEmptyPrepare(t, e, func() error {
+		_, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: "late", Topic: "job", ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}, time.Now())
+		return err
+	})
 }
 
 // The same with a request that began before the consumer's run: keep
@@ -71,17 +36,25 @@ func TestAnEventFromARequestOlderThanTheEmptyPrepareIsTaken(t *testing.T) {
 	// The request came in a second before the consumer's run began.
 	came := time.Now().Add(-time.Second)
 	ctl := &engine.Control{Store: e.k.Store, Now: func() time.Time { return came }}
+	eventDuringAnEmptyPrepare(t, e, func() error {
+		_, err := ctl.Do(e.ctx(), engine.Request{Action: kt.ActPublish, Workflow: "late", Topic: "job",
+			Event: engine.APIEvent{ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}})
+		return err
+	})
+}
+
+// eventDuringAnEmptyPrepare deploys a consumer of an API topic whose
+// prepare, finding nothing, waits on a read at the sink; post runs there,
+// committed before prepare returns. The event must be written once and its
+// input done.
+func eventDuringAnEmptyPrepare(t *testing.T, e *env, post func() error) {
+	t.Helper()
 	var once sync.Once
 	posted := make(chan error, 1)
 	e.sink.OnRead = func(path string) {
-		if path != "/read" {
-			return
+		if path == "/read" {
+			once.Do(func() { posted <- post() })
 		}
-		once.Do(func() {
-			_, err := ctl.Do(e.ctx(), engine.Request{Action: kt.ActPublish, Workflow: "late", Topic: "job",
-				Event: engine.APIEvent{ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}})
-			posted <- err
-		})
 	}
 	wf := e.deploy(`export default Keep.workflow({ name: "late",
   topics: { "job": { from: "api" } },
