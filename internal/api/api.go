@@ -105,19 +105,23 @@ func proofOf(a Auth) engine.Proof {
 		return engine.ProofSecret
 	case AuthToken:
 		return engine.ProofToken
+	case AuthPage:
+		return engine.ProofPage
 	}
 	// A session (the page's cookie) proves nothing to the API: a page
-	// changes state through its own forms, with their CSRF token.
+	// changes state through its own forms, with their CSRF token, and the
+	// page passes it on in process (ForPage).
 	return engine.ProofNone
 }
 
 // ActorOf names the person behind a request for the decision log: the
 // X-Keep-Actor header (the CLI's --by) when the request carries the
 // instance secret — its sender can read the data directory, so it is a
-// person at keep's own terminal —, else def. A header alone names nobody:
-// a script once signed its decisions with any name it liked.
+// person at keep's own terminal — or comes from keep's own page in this
+// process (which names itself "web page"), else def. A header alone names
+// nobody: a script once signed its decisions with any name it liked.
 func ActorOf(r *http.Request, def string) string {
-	if AuthOf(r) != AuthSecret {
+	if a := AuthOf(r); a != AuthSecret && a != AuthPage {
 		return def
 	}
 	who := strings.TrimSpace(r.Header.Get("X-Keep-Actor"))

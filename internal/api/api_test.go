@@ -103,21 +103,41 @@ func (r *rig) call(method, path string, body any, headers map[string]string) (in
 	return resp.StatusCode, obj, arr
 }
 
-// pageCSRF is the CSRF cookie the page sets, as a browser keeps it.
-func (r *rig) pageCSRF() *http.Cookie {
+// pageCSRF is the CSRF cookie the page sets, as a browser keeps it
+// (cookies: what the browser sends with it, a session).
+func (r *rig) pageCSRF(cookies ...*http.Cookie) *http.Cookie {
 	r.t.Helper()
-	resp, err := http.Get(r.srv.URL + "/")
+	req, _ := http.NewRequest("GET", r.srv.URL+"/", nil)
+	for _, c := range cookies {
+		req.AddCookie(c)
+	}
+	return r.cookie(http.DefaultClient.Do(req))("keep_csrf")
+}
+
+// login signs in to the page with keep serve's token: its session cookie.
+func (r *rig) login(token string) *http.Cookie {
+	r.t.Helper()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return r.cookie(noRedirect.PostForm(r.srv.URL+"/login", url.Values{"token": {token}, "next": {"/"}}))("keep_session")
+}
+
+// cookie reads a response's cookie by name; the test stops if there is none.
+func (r *rig) cookie(resp *http.Response, err error) func(name string) *http.Cookie {
+	r.t.Helper()
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	resp.Body.Close()
-	for _, c := range resp.Cookies() {
-		if c.Name == "keep_csrf" {
-			return c
+	return func(name string) *http.Cookie {
+		r.t.Helper()
+		for _, c := range resp.Cookies() {
+			if c.Name == name {
+				return c
+			}
 		}
+		r.t.Fatalf("%s %s answered %d without the cookie %s", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, name)
+		return nil
 	}
-	r.t.Fatal("the page set no CSRF cookie")
-	return nil
 }
 
 func (r *rig) settle() {

@@ -55,6 +55,11 @@ const (
 	AuthToken
 	// AuthSecret: Authorization: Bearer <the data directory's api.secret>.
 	AuthSecret
+	// AuthPage: keep's own page calling the API in process (ForPage),
+	// after the guard let the person's request through to the page (its
+	// session, and on a state change its CSRF token). No request from
+	// outside carries it: the guard never answers it.
+	AuthPage
 )
 
 type authKey struct{}
@@ -211,6 +216,18 @@ func LoopbackHost(host string) bool {
 func InProcess(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, AuthSecret)))
+	})
+}
+
+// ForPage serves next to keep's own page in this process (web.New): the
+// page reads and acts only through the API, as the CLI does, so a decision
+// on the page gets the answer, the error and the refusal the CLI gets. Its
+// requests are authenticated as the page's (AuthPage: engine.ProofPage,
+// and the actor the page names), since the guard checked the person's
+// request before the page passed it on; no secret goes near the browser.
+func ForPage(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, AuthPage)))
 	})
 }
 

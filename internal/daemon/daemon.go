@@ -339,12 +339,9 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 	})
 	mux.Handle("GET /events", k.Hub)
 	mux.Handle("GET /metrics", k.Metrics.Handler())
-	page := web.New(k.Store, guard, apiHandler, k.Changed)
+	page := web.New(guard, apiHandler, k.Changed)
 	page.Problem = k.Scheduler.Problem
 	page.Accounts = k.accounts
-	page.DecideRepair = func(ctx context.Context, wf, id string, approve bool) (string, error) {
-		return maintainer.Decide(ctx, k.Store, k.Engine, wf, id, approve, time.Now())
-	}
 	mux.Handle("/", page.Handler())
 	return guard.Wrap(mux, "/login")
 }

@@ -3,7 +3,9 @@
 // their actions, runs and items. Server-rendered with html/template (every
 // value escaped), small hand-written CSS and JS, all embedded in the binary.
 //
-// It may import keeptype, store, engine, report and api.
+// It reads and acts only through keep's API (package api's handler, called
+// in process): it imports api for the guard and that call, apiclient and
+// apitype, never the engine or the store (test/layers holds it to that).
 package web
 
 import (
@@ -25,9 +27,6 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
-	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/store"
 )
 
 //go:embed templates/*.html
@@ -36,13 +35,16 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Server serves the pages. What a page shows it reads through the API
-// (API: keep's API handler in this process), as the CLI does; people's
-// actions go to engine.Control on Store.
+// Server serves the pages. What a page shows it reads through the API, and
+// what a person does on it is the API's POST (API: keep's API handler in
+// this process, as the page), as the CLI does: the page and the CLI get
+// the same answers, errors and refusals from one path. The page's guard
+// (session, CSRF token) stands in front of the page; the API decides.
 type Server struct {
-	API     *apiclient.Client
-	Store   store.Store
-	Guard   *api.Guard
+	API   *apiclient.Client
+	Guard *api.Guard
+	// Changed tells the pages that something changed outside the API (an
+	// account connected); the API's own actions say it themselves.
 	Changed func(workflow string)
 	Now     func() time.Time
 	// Problem reports what keep serve cannot get past by itself; shown on
@@ -50,10 +52,7 @@ type Server struct {
 	Problem func() string
 	// Accounts lets the page connect accounts; nil: it only lists them.
 	Accounts Connector
-	// DecideRepair approves or rejects a repair the Maintainer held; nil:
-	// the page shows repairs without the buttons.
-	DecideRepair func(ctx context.Context, wf, id string, approve bool) (string, error)
-	pages        map[string]*template.Template
+	pages    map[string]*template.Template
 }
 
 // Connector runs the OAuth flow of "Connect Google" for the page: the
@@ -97,12 +96,18 @@ var baseFuncs = template.FuncMap{
 	"csrf": func() string { return "" },
 }
 
-// New parses the templates once.
-// reads is keep's API handler, served to the page in process: every page
-// reads through its routes (apiclient.InProcess), so the page and the CLI
-// show the same answers from one path.
-func New(st store.Store, g *api.Guard, reads http.Handler, changed func(string)) *Server {
-	s := &Server{API: apiclient.InProcess(api.InProcess(reads), "web page"), Store: st, Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
+// New parses the templates once. handler is keep's API handler (without
+// keep serve's guard), served to the page in process (api.ForPage): every
+// page reads through its GET routes and every button is one of its POST
+// routes (apiclient.InProcess), so the page and the CLI show and do the
+// same from one path. The decision log names the page "web page" ("web
+// page (signed in)" behind a token).
+func New(g *api.Guard, handler http.Handler, changed func(string)) *Server {
+	who := "web page"
+	if g.Token != "" {
+		who = "web page (signed in)"
+	}
+	s := &Server{API: apiclient.InProcess(api.ForPage(handler), who), Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
 	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections", "webhooks"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
 		s.pages[page] = t
@@ -133,15 +138,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /connect/google/callback", s.connectGoogleDone)
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who := "web page"
-		if s.Guard != nil && s.Guard.Token != "" {
-			who = "web page (signed in)"
-		}
-		// The guard proved a state change comes from this page (its CSRF
-		// token); engine.Control decides who may do what.
-		mux.ServeHTTP(w, r.WithContext(engine.WithProof(engine.WithActor(r.Context(), who), engine.ProofPage)))
-	})
+	return mux
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data map[string]any) {
@@ -169,7 +166,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 func (s *Server) failPage(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	var apiErr *apiclient.Error
-	if errors.Is(err, engine.ErrNotFound) || errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
 		status = http.StatusNotFound
 	}
 	w.WriteHeader(status)
@@ -325,44 +322,50 @@ func (s *Server) flashOf(r *http.Request) string {
 	return ""
 }
 
+// Each action of the page is one POST of the API (docs/api.md's
+// "Actions"): the page maps its form to the route and shows what the API
+// answered — its message, or why it refused. A path of the page that maps
+// to no route is no page (404).
+
+// resolve is a card's decision on a blocked run: POST /api/v1/runs/{id}/
+// approve, or …/resolve with the form's action (the API refuses one it
+// does not know, in its words).
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	wf, id := r.PathValue("wf"), r.PathValue("id")
-	what := kt.Resolution(r.PostFormValue("action"))
-	if strings.HasSuffix(r.URL.Path, "/approve") {
-		what = kt.ResolveApprove
+	what := r.PostFormValue("action")
+	var rep apitype.RunActionReply
+	var err error
+	if strings.HasSuffix(r.URL.Path, "/approve") || what == "approve" {
+		rep, err = s.API.Approve(r.Context(), id)
+	} else {
+		rep, err = s.API.Resolve(r.Context(), id, what)
 	}
-	switch what {
-	case kt.ResolveTryAgain, kt.ResolveDidntHappen, kt.ResolveSkip, kt.ResolveApprove, kt.ResolveReprocess:
-	default:
-		s.back(w, r, "/w/"+url.PathEscape(wf), fmt.Sprintf("unknown action %q", what))
-		return
-	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.Action(what), Run: id})
-	msg := rep.Message
-	if err != nil {
-		msg = err.Error()
-	} else if s.Changed != nil {
-		s.Changed(wf)
-	}
-	s.back(w, r, "/w/"+url.PathEscape(wf), msg)
+	s.acted(w, r, "/w/"+url.PathEscape(wf), rep.Message, err)
 }
 
+// workflowAction is a workflow's Pause, Resume, Run now, Grant or Revoke.
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	if err := r.ParseForm(); err != nil {
 		s.back(w, r, "/w/"+url.PathEscape(wf), "the form could not be read: "+err.Error())
 		return
 	}
-	verb := kt.Action(r.PathValue("verb"))
-	var rep engine.Reply
-	var err error = &engine.ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now, grant, revoke)", verb), Code: engine.CodeUnknownAction}
-	switch verb {
-	case kt.ActPause, kt.ActResume, kt.ActRunNow, kt.ActGrant, kt.ActRevoke:
+	var rep apitype.WorkflowActionReply
+	var err error
+	switch verb := r.PathValue("verb"); verb {
+	case "pause", "resume", "run-now":
+		rep, err = s.API.WorkflowAction(r.Context(), wf, verb)
+	case "grant":
 		// The card's Grant names the grant its run was refused; the
 		// workflow's Grant names none (what the version uses).
-		rep, err = s.control().Do(r.Context(), engine.Request{Action: verb, Workflow: wf, Items: r.PostForm["item"]})
+		rep, err = s.API.Grant(r.Context(), wf, r.PostForm["item"])
+	case "revoke":
+		rep, err = s.API.Revoke(r.Context(), wf, r.PostForm["item"])
+	default:
+		http.NotFound(w, r)
+		return
 	}
-	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, rep.Message, err)
+	s.acted(w, r, "/w/"+url.PathEscape(wf), rep.Message, err)
 }
 
 // topics is chapter 06's view of a workflow's topics and events, with the
@@ -419,7 +422,7 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 		Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
 		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"},
 		func() (string, error) {
-			rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActSkipPending, Workflow: wf, Topic: topic})
+			rep, err := s.API.SkipPending(r.Context(), wf, topic)
 			return rep.Message, err
 		})
 }
@@ -430,7 +433,7 @@ func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 		Detail: "Its next run, at once, starts from scratch; inputs it registers again are the same inputs, and events it publishes again keep their status. This is recorded in the decision log.",
 		Action: "/w/" + url.PathEscape(wf) + "/handlers/" + url.PathEscape(h) + "/reset-state", Button: "Reset it"},
 		func() (string, error) {
-			rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActResetState, Workflow: wf, Handler: h})
+			rep, err := s.API.ResetState(r.Context(), wf, h)
 			return rep.Message, err
 		})
 }
@@ -440,9 +443,8 @@ func (s *Server) confirmed(w http.ResponseWriter, r *http.Request, c confirmatio
 		s.renderTopics(w, r, &c)
 		return
 	}
-	wf := r.PathValue("wf")
 	msg, err := act()
-	s.acted(w, r, "/w/"+url.PathEscape(wf)+"/topics", wf, msg, err)
+	s.acted(w, r, "/w/"+url.PathEscape(r.PathValue("wf"))+"/topics", msg, err)
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
@@ -463,23 +465,23 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "item", d.Item.Title, map[string]any{"Item": d})
 }
 
+// itemAction is an item's Skip or Reprocess.
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
-	ref := r.PathValue("ref")
-	act := map[string]kt.Action{"skip": kt.ActSkipItem, "reprocess": kt.ActReprocessItem}[r.PathValue("verb")]
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Item: ref})
-	s.acted(w, r, "/items/"+url.PathEscape(ref), "", rep.Message, err)
+	ref, verb := r.PathValue("ref"), r.PathValue("verb")
+	if verb != "skip" && verb != "reprocess" {
+		http.NotFound(w, r)
+		return
+	}
+	rep, err := s.API.ItemAction(r.Context(), ref, verb, r.URL.Query().Get("workflow"))
+	s.acted(w, r, "/items/"+url.PathEscape(ref), rep.Message, err)
 }
 
-// acted sends a person back to the page they acted on, with what happened.
-func (s *Server) acted(w http.ResponseWriter, r *http.Request, to, wf, msg string, err error) {
-	switch {
-	case errors.Is(err, engine.ErrUnknownAction):
-		http.NotFound(w, r) // an unknown action: no such page
-		return
-	case err != nil:
+// acted sends a person back to the page they acted on, with what the API
+// answered: its message, or its refusal's (the same words the CLI prints).
+// The API told the pages of the change itself.
+func (s *Server) acted(w http.ResponseWriter, r *http.Request, to, msg string, err error) {
+	if err != nil {
 		msg = err.Error()
-	case s.Changed != nil:
-		s.Changed(wf)
 	}
 	s.back(w, r, to, msg)
 }
@@ -560,25 +562,10 @@ func (s *Server) connectGoogleDone(w http.ResponseWriter, r *http.Request) {
 // decideRepair is the card's Approve or Reject of a held repair.
 func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 	wf, verb := r.PathValue("wf"), r.PathValue("verb")
-	if s.DecideRepair == nil || (verb != "approve" && verb != "reject") {
+	if verb != "approve" && verb != "reject" {
 		http.NotFound(w, r)
 		return
 	}
-	act := kt.ActApproveRepair
-	if verb == "reject" {
-		act = kt.ActRejectRepair
-	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
-	s.acted(w, r, "/w/"+url.PathEscape(wf), wf, rep.Message, err)
-}
-
-// control is the one place people's actions are carried out (engine.Control).
-func (s *Server) control() *engine.Control {
-	c := &engine.Control{Store: s.Store, Now: s.Now}
-	if s.DecideRepair != nil {
-		c.DecideRepair = func(ctx context.Context, wf, id string, approve bool, _ time.Time) (string, error) {
-			return s.DecideRepair(ctx, wf, id, approve)
-		}
-	}
-	return c
+	rep, err := s.API.DecideRepair(r.Context(), wf, r.PathValue("id"), verb)
+	s.acted(w, r, "/w/"+url.PathEscape(wf), rep.Message, err)
 }
