@@ -65,8 +65,9 @@ func Missing(format string, args ...any) error { return missing(format, args...)
 type actorKey struct{}
 
 // WithActor names the person behind the actions taken with ctx; they are
-// recorded in the decision log. The CLI passes --by (default "cli"), the
-// page and the API the caller they know.
+// recorded in the decision log. The API passes the caller it knows: the
+// CLI's --by (default "cli") beside the instance secret, the page's "web
+// page", else "api".
 func WithActor(ctx context.Context, who string) context.Context {
 	return context.WithValue(ctx, actorKey{}, who)
 }
@@ -605,8 +606,9 @@ func workflow(tx store.Tx, name string) (kt.Workflow, error) {
 	return w, err
 }
 
-// WorkflowAction carries out pause, resume or run-now — the one place the
-// CLI, the API and the page all call — and says what it did.
+// WorkflowAction carries out pause, resume or run-now — the one place,
+// behind Control and the API, that the CLI and the page reach — and says
+// what it did.
 func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now time.Time) (msg string, queued int, err error) {
 	switch verb {
 	case "pause":

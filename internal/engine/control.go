@@ -11,15 +11,16 @@ import (
 )
 
 // Proof is how the actor behind a request proved who they are: the API
-// and the page authenticate (and only that) and hand Control the proof
-// with WithProof; Control decides who may do what (MayAct).
+// authenticates (and only that) and hands Control the proof with
+// WithProof; Control decides who may do what (MayAct).
 type Proof int
 
 const (
 	// ProofNone: nothing (a request without the token or the secret).
 	ProofNone Proof = iota + 1
-	// ProofPage: keep's own page (its CSRF token, and its session when
-	// keep serve has a token).
+	// ProofPage: keep's own page, calling the API in process (api.ForPage)
+	// once keep serve's guard checked its CSRF token, and its session when
+	// keep serve has a token.
 	ProofPage
 	// ProofToken: keep serve's --token.
 	ProofToken
@@ -54,7 +55,7 @@ func (e *NotAllowedError) Error() string {
 
 // MayAct says whether the actor of ctx may do act. A context without a
 // proof is code of this process (tests, the Maintainer), not a request:
-// the API and the page always hand one.
+// the API always hands one.
 func (c *Control) MayAct(ctx context.Context, act kt.Action) error {
 	p, ok := ctx.Value(proofKey{}).(Proof)
 	if !ok {
@@ -89,9 +90,10 @@ type Reply struct {
 	Posted   Posted // publish: the input and event, and whether they were there already
 }
 
-// Control is the one place people's actions are carried out: the API, the
-// page and the CLI's own path (no keep serve) call Do, so what each action
-// does and what it is refused with is written once. Who acts is the
+// Control is the one place people's actions are carried out: the API
+// calls Do, and the CLI and the page are clients of the API (keep serve's,
+// the CLI's own in process when none runs, the page's in process), so what
+// each action does and what it is refused with is written once. Who acts is the
 // context's actor (WithActor).
 type Control struct {
 	Store store.Store

@@ -383,7 +383,7 @@ func deliver(ctx context.Context, eng *engine.Engine, c *Case, wf, wfFile, wfSrc
 }
 
 // decide takes a person's decision on the blocked run whose card says
-// d.Card, through engine.Control as keep resolve and the page do; a
+// d.Card, through engine.Control, which keep resolve and the page reach through the API; a
 // decision no card offers fails the case.
 func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (*Failure, error) {
 	cards, err := report.Blocked(ctx, st, wf)
