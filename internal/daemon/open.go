@@ -204,7 +204,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 	k.Engine = engine.New(engine.Options{Store: k.Store, Registry: k.connectors.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get, Tracer: k.tracing.tracer(),
 		OnChange: func(wf string) {
-			k.Scheduler.Wake()
+			k.Scheduler.Changed(wf)
 			k.Hub.Publish(wf)
 			select {
 			case k.notified <- struct{}{}:

@@ -114,3 +114,41 @@ func TestPausedWorkflowDoesNotRunAndRunNowIsRefusedWhenBlocked(t *testing.T) {
 		t.Fatalf("run-now while blocked: %v", err)
 	}
 }
+
+// A chain of runs the scheduler steps costs it no look for due work per
+// commit (issue 25, the serial path): each commit's wake-up is spared
+// while the scheduler is stepping the workflow that changed, since its
+// stepping loop steps that workflow again anyway and wakes the scheduler
+// when it lets the workflow go. A change to a workflow nobody steps still
+// wakes it. Counts, not clocks: before, every commit woke the scheduler
+// and cost a pass over the store (a read transaction) beside the run.
+func TestCommitsOfAWorkflowBeingSteppedDoNotWakeTheScheduler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(manyScript("chain", 3))
+	before := e.k.Store.Stats()
+	if err := e.k.Scheduler.StepWorkflow(e.ctx(), wf); err != nil {
+		t.Fatal(err)
+	}
+	transactions := e.k.Store.Stats().Transactions - before.Transactions
+	applied := 0
+	for _, o := range e.outputs(wf) {
+		if o.Status == "applied" {
+			applied++
+		}
+	}
+	// At least the producer's commit and two per consumer run.
+	if applied != 3 || transactions < 1+3*2 {
+		t.Fatalf("%d outputs applied, %d transactions; want 3 and at least 7", applied, transactions)
+	}
+	if got := e.k.Scheduler.SkippedWakes(); got != transactions {
+		t.Fatalf("%d of the chain's %d commits spared their wake-up; want all", got, transactions)
+	}
+	if got := e.k.Scheduler.Passes(); got != 0 {
+		t.Fatalf("the scheduler looked for due work %d times; nothing but the chain ran", got)
+	}
+	e.k.Scheduler.Changed(wf)
+	if got := e.k.Scheduler.SkippedWakes(); got != transactions {
+		t.Fatalf("a change to a workflow nobody steps was not passed on: %d wake-ups spared", got)
+	}
+}

@@ -62,8 +62,11 @@ type Scheduler struct {
 	errs     []error
 	problem  string       // see Problem
 	progress atomic.Int64 // steps that did something
-	fatal    atomic.Pointer[fatalError]
-	addr     atomic.Value // this node's address, for the nodes list
+	// passes counts the looks for due work, skippedWakes the wakes
+	// Changed spared (tests count them).
+	passes, skippedWakes atomic.Int64
+	fatal                atomic.Pointer[fatalError]
+	addr                 atomic.Value // this node's address, for the nodes list
 	// renewKick wakes the renewer, to see that no lease is held any more.
 	renewKick chan struct{}
 	alive     atomic.Int64 // nodes alive at the last heartbeat (fair share)
@@ -110,6 +113,28 @@ func (s *Scheduler) Wake() {
 	}
 }
 
+// Changed is told that wf's state changed (a commit): it wakes the
+// scheduler unless this scheduler is stepping wf at the moment. Then the
+// wake would only cost a pass over the store: the stepping loop steps wf
+// again until it has no work, and when it lets wf go (release) it wakes
+// the scheduler, whose pass reads after this change. A serial chain of
+// runs thus costs no pass per commit (issue 25: two to four per input).
+func (s *Scheduler) Changed(wf string) {
+	s.mu.Lock()
+	stepping := wf != "" && s.busy[wf]
+	s.mu.Unlock()
+	if stepping {
+		s.skippedWakes.Add(1)
+		return
+	}
+	s.Wake()
+}
+
+// Passes is how many times the scheduler has looked for due work, and
+// SkippedWakes how many wakes Changed spared (tests count them).
+func (s *Scheduler) Passes() int64       { return s.passes.Load() }
+func (s *Scheduler) SkippedWakes() int64 { return s.skippedWakes.Load() }
+
 // Run dispatches due work until ctx is cancelled, then waits for running steps.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.running()()
@@ -143,6 +168,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) int {
 	var due []string
 	now := time.Now()
+	s.passes.Add(1)
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		var err error
 		due, err = tx.DueWorkflows(now.UnixMilli())
