@@ -15,6 +15,13 @@ import (
 func publishJob(t *testing.T, e *env, src string) string {
 	t.Helper()
 	wf := e.deploy(src)
+	stepUntilPending(t, e, wf, 1)
+	return wf
+}
+
+// stepUntilPending steps wf until n events are pending.
+func stepUntilPending(t *testing.T, e *env, wf string, n int) {
+	t.Helper()
 	for i := 0; ; i++ {
 		var pending int
 		if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
@@ -24,11 +31,11 @@ func publishJob(t *testing.T, e *env, src string) string {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if pending == 1 {
-			return wf
+		if pending == n {
+			return
 		}
 		if did, err := e.k.Engine.Step(e.ctx(), wf); err != nil || !did || i == 10 {
-			t.Fatalf("the producer did not publish the job: did %v, %v", did, err)
+			t.Fatalf("the producer did not publish %d events: did %v, %v", n, did, err)
 		}
 	}
 }

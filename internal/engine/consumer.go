@@ -174,8 +174,9 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 	saw := *hrow
 	x.rowRead = &saw
 	h := x.host(phasePrepare)
-	h.decl = dv
+	h.decl, h.ahead, x.ahead = dv, x.ahead, nil
 	out, err := x.invoke(h, hrow.State)
+	h.preparePeeked()
 	if err == nil {
 		err = checkSize("the PrepareResult", out.Value)
 	}

@@ -90,14 +90,17 @@ type Engine struct {
 	// policies caches the decoded recorded policies (policyFor), by
 	// their record.
 	policies sync.Map
-	now      func() time.Time
-	log      *slog.Logger
-	atStep   func(step string)
-	onChange func(string)
-	observer Observer
-	notify   func(kt.Notice)
-	secret   func(context.Context, string) (string, error)
-	tracer   otrace.Tracer
+	// peekGuesses: what each consumer's prepare peeks first, read ahead
+	// by the step's plan (peekahead.go).
+	peekGuesses peekGuesses
+	now         func() time.Time
+	log         *slog.Logger
+	atStep      func(step string)
+	onChange    func(string)
+	observer    Observer
+	notify      func(kt.Notice)
+	secret      func(context.Context, string) (string, error)
+	tracer      otrace.Tracer
 
 	// flight counts the steps under way and the calls they wait on.
 	flight flight

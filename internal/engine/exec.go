@@ -37,6 +37,9 @@ type runExec struct {
 	// grants are what a person granted the workflow: read with the step's
 	// plan (stepPlan.pick) for a new run, else at the run's first call.
 	grants []kt.Grant
+	// ahead is the page the step's plan read for a new consumer run's
+	// prepare (peekahead.go), taken by that prepare.
+	ahead *peekAhead
 	// dry: a dry run (DryRun) — items are read, never written, and the
 	// first write that would be sent stops the run (errDryWrite).
 	dry bool
@@ -301,7 +304,7 @@ func (x *runExec) host(phase hostPhase) *host {
 func (x *runExec) invoke(h *host, args ...json.RawMessage) (script.Outcome, error) {
 	kind, name := h.phase.invocation()
 	return x.e.invoke(x.prog, script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
-		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits()})
+		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits(), Answers: h.answers()})
 }
 
 // hostPhase is the handler phase a host serves; SPEC §3's table of what

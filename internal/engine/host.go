@@ -140,6 +140,10 @@ type host struct {
 	// publishedBytes counts the payload bytes of publishes.
 	publishedBytes int
 	allowPublish   map[string]bool
+	// ahead is the page the step's plan read for prepare's first ctx.peek
+	// (peekahead.go); peeks counts the phase's ctx.peek calls.
+	ahead *peekAhead
+	peeks int
 	// mutate
 	captured *capturedCall
 	logLines int
@@ -667,62 +671,72 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 	if err != nil {
 		return nil, err
 	}
-	var evs []kt.Event
-	err = h.e.store.View(h.ctx, func(tx store.Tx) error {
-		if method == "peek" {
-			limit := 100
-			if req.Limit != nil {
-				limit = int(*req.Limit)
-			}
-			if limit < 1 || limit > kt.MaxReadIDs {
-				return kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and %d, got %d", kt.MaxReadIDs, limit)
-			}
-			// Large events: fewer than limit, read no further than the
-			// bound of one answer (1,000 of 1 MiB would be 1 GiB here).
+	limit := 100
+	if req.Limit != nil {
+		limit = int(*req.Limit)
+	}
+	if method == "peek" && (limit < 1 || limit > kt.MaxReadIDs) {
+		return nil, kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and %d, got %d", kt.MaxReadIDs, limit)
+	}
+	evs, ahead := h.readAheadFor(method, raw)
+	if !ahead {
+		err = h.e.store.View(h.ctx, func(tx store.Tx) error {
 			var err error
-			if evs, _, err = tx.EventsPendingWithin(h.run.Workflow, req.Topic, limit, kt.MaxHostCallBytes/2); err != nil || h.released == "" {
-				return err
-			}
-			// A dry run sees the failed run's pinned events as its retry
-			// would: released.
-			pinned, err := tx.EventsReservedBy(h.released)
-			for _, ev := range pinned {
-				if ev.Topic == req.Topic && ev.Status == kt.EventPending && len(evs) < limit {
-					evs = append(evs, ev)
-				}
-			}
-			sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
+			evs, err = h.readEvents(tx, method, req.Topic, limit, ids)
 			return err
-		}
-		// The answer is bounded as it is read, not after: 1,500 copies
-		// of one 1 MiB event once took 5.7 GiB here.
-		size := 0
-		for _, id := range ids {
-			ev, err := tx.EventGet(h.run.Workflow, req.Topic, id)
-			if errors.Is(err, kt.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if size += len(ev.Payload) + len(ev.MessageID); size > kt.MaxHostCallBytes {
-				return kt.OverBound(h.where(method), "the events asked for come to at least", size, kt.MaxHostCallBytes, "bytes",
-					"ask for fewer events per call")
-			}
-			evs = append(evs, ev)
-		}
-		return nil
-	})
+		})
+	}
 	if err != nil {
 		return nil, storeError(err, method)
 	}
-	out := make([]eventView, 0, len(evs))
 	for _, ev := range evs {
 		if ev.Status == kt.EventPending {
 			h.sawPending(ev.ID)
 		}
-		out = append(out, eventView{MessageID: ev.MessageID, Topic: ev.Topic, Payload: ev.Payload, Attempt: ev.Attempt, CreatedAt: ev.CreatedAt})
 	}
-	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(out))})
-	return json.Marshal(out)
+	if method == "peek" {
+		h.learnPeek(raw, req.Topic, limit)
+	}
+	page, err := peekPage(evs)
+	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(evs))})
+	return page, err
+}
+
+// readEvents reads what ctx.peek or ctx.getByIds asks for.
+func (h *host) readEvents(tx store.Tx, method, topic string, limit int, ids []string) (evs []kt.Event, err error) {
+	if method == "peek" {
+		// Large events: fewer than limit, read no further than the
+		// bound of one answer (1,000 of 1 MiB would be 1 GiB here).
+		if evs, _, err = tx.EventsPendingWithin(h.run.Workflow, topic, limit, kt.MaxHostCallBytes/2); err != nil || h.released == "" {
+			return evs, err
+		}
+		// A dry run sees the failed run's pinned events as its retry
+		// would: released.
+		pinned, err := tx.EventsReservedBy(h.released)
+		for _, ev := range pinned {
+			if ev.Topic == topic && ev.Status == kt.EventPending && len(evs) < limit {
+				evs = append(evs, ev)
+			}
+		}
+		sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
+		return evs, err
+	}
+	// The answer is bounded as it is read, not after: 1,500 copies
+	// of one 1 MiB event once took 5.7 GiB here.
+	size := 0
+	for _, id := range ids {
+		ev, err := tx.EventGet(h.run.Workflow, topic, id)
+		if errors.Is(err, kt.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if size += len(ev.Payload) + len(ev.MessageID); size > kt.MaxHostCallBytes {
+			return nil, kt.OverBound(h.where(method), "the events asked for come to at least", size, kt.MaxHostCallBytes, "bytes",
+				"ask for fewer events per call")
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }

@@ -79,7 +79,7 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 }
 
 func (e *Engine) step(ctx context.Context, name string) (bool, error) {
-	p := &stepPlan{now: e.nowMs()}
+	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
 	var open *kt.Run
 	picked := false
 	err := e.store.View(ctx, func(tx store.Tx) error {
@@ -132,7 +132,7 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	started := false
 	err = e.carryOut(ctx, p.wf, p.prog, &run, func(x *runExec) error {
 		started = true
-		x.unstored, x.grants = true, p.grants
+		x.unstored, x.grants, x.ahead = true, p.grants, p.ahead
 		read := h
 		x.rowRead = &read
 		switch h.Type {
@@ -159,6 +159,10 @@ type stepPlan struct {
 	// grants are the workflow's, read with the plan when it has a run to
 	// make: its calls check them (checkGrant) without a read of their own.
 	grants []kt.Grant
+	// ahead is the page a chosen consumer's prepare is expected to peek
+	// first, read with the plan (peekahead.go); guesses say which.
+	ahead   *peekAhead
+	guesses *peekGuesses
 }
 
 type consumerCandidate struct {
@@ -189,12 +193,15 @@ func (p *stepPlan) pick(tx store.Tx) error {
 			}
 		}
 	}
-	if _, ok := p.next(); ok {
+	if h, ok := p.next(); ok {
 		gs, err := tx.GrantList(p.wf.Name)
 		if err != nil {
 			return fmt.Errorf("read the grants of %s: %w", p.wf.Name, err)
 		}
 		p.grants = append([]kt.Grant{}, gs...) // not nil: read
+		if p.ahead, err = p.readAhead(tx, h, p.guesses); err != nil {
+			return fmt.Errorf("read ahead what consumer %s peeks: %w", h.Name, err)
+		}
 	}
 	return nil
 }

@@ -46,8 +46,9 @@ const consumerScript = `export default Keep.workflow({
 })`
 
 // BenchmarkConsumerRun measures what the sandbox costs a consumer run: its
-// two handler calls (prepare with one ctx.peek, mutate with one write taken
-// over by the host) as the engine makes them, without the engine. cpu-µs/run
+// two handler calls (prepare with one ctx.peek answered ahead, mutate with
+// one write taken over by the host) as the engine makes them, without the
+// engine. cpu-µs/run
 // is the CPU of this process and of its sandbox workers; run it with
 // KEEP_SANDBOX=in-process and without to see what the workers add (issue 25).
 func BenchmarkConsumerRun(b *testing.B) {
@@ -58,15 +59,18 @@ func BenchmarkConsumerRun(b *testing.B) {
 	defer p.Release()
 	lim := Limits{Timeout: 5 * time.Second, MemoryLimit: 64 << 20}
 	tools := map[string][]string{"http": {"request"}}
+	page := json.RawMessage(`[{"messageId":"1","payload":{"i":1}}]`)
 	peek := func(m string, a json.RawMessage) (json.RawMessage, error) {
 		if m == "peek" {
-			return json.RawMessage(`[{"messageId":"1","payload":{"i":1}}]`), nil
+			return page, nil
 		}
 		return nil, nil
 	}
+	// The engine answers the peek ahead: its step's plan read the page.
+	answers := []Answer{{Method: "peek", Args: json.RawMessage(`{"topic":"in","limit":1}`), Value: page}}
 	write := func(m string, a json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend }
 	run := func() {
-		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "prepare", Args: []json.RawMessage{json.RawMessage(`null`)}, Tools: tools, Host: peek, Limits: lim})
+		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "prepare", Args: []json.RawMessage{json.RawMessage(`null`)}, Tools: tools, Host: peek, Limits: lim, Answers: answers})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -234,6 +234,24 @@ type Invocation struct {
 	Tools map[string][]string // connector → method names exposed on ctx
 	Host  HostFunc
 	Limits
+	// Answers are host calls answered ahead, when keep has read already
+	// what a call will read (prepare's first ctx.peek: the step's plan
+	// read its page). In a sandbox worker the script's first call with
+	// exactly an answer's method and arguments gets its value at once,
+	// without a round trip to keep; Host is still called for it, in the
+	// order of the script's calls, as the worker goes on — its checks,
+	// trace and counts are the call's — and must answer the very same
+	// bytes: an error or another answer ends the invocation with that
+	// error (the script saw a value it should not have) and its worker.
+	// In keep's own process (KEEP_SANDBOX=in-process) Host answers.
+	Answers []Answer
+}
+
+// Answer is one host call answered ahead (Invocation.Answers).
+type Answer struct {
+	Method string          `json:"method"`
+	Args   json.RawMessage `json:"args"`
+	Value  json.RawMessage `json:"value"`
 }
 
 // Outcome is what a handler phase returned.

@@ -1,0 +1,80 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+)
+
+// twoJobs is hookScript whose producer publishes two jobs, a and b.
+func twoJobs() string {
+	return strings.Replace(hookScript("", ""), `await ctx.publish("job", { messageId: "a", inputId, payload: { id: "a" } })`,
+		`await ctx.publish("job", { messageId: "a", inputId, payload: { id: "a" } })
+    await ctx.publish("job", { messageId: "b", inputId, payload: { id: "b" } })`, 1)
+}
+
+// peekEntries are the ctx.peek entries of a run's trace, as "phase outcome".
+func peekEntries(t *testing.T, r kt.Run) []string {
+	t.Helper()
+	var tr struct{ Entries []kt.TraceEntry }
+	if err := json.Unmarshal(r.Trace, &tr); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range tr.Entries {
+		if e.Method == "peek" {
+			out = append(out, e.Phase+" "+e.Kind+" "+e.Outcome)
+		}
+	}
+	return out
+}
+
+// Issue 25: a consumer's prepare peeks first what it peeked at its last
+// run, so the step's plan reads that page and the sandbox answers the peek
+// without a round trip to the worker: once it is learnt (here at the empty
+// poll after the deploy) a run makes four round trips (prepare's
+// invocation; mutate's and its write's; next's), not five. What the run
+// does, reserves, sends and traces is the same. Not parallel: the round
+// trips are counted process-wide.
+func TestAConsumersPeekIsReadAheadByTheStep(t *testing.T) {
+	e := newEnv(t)
+	wf := e.deploy(twoJobs())
+	// The first step is the consumer's, dirty since the deploy: an empty
+	// poll, whose prepare asks for its peek and so learns it.
+	before := script.WorkerRoundTrips()
+	if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil {
+		t.Fatal(err)
+	}
+	poll := script.WorkerRoundTrips() - before
+	stepUntilPending(t, e, wf, 2)
+	var trips []int64
+	for _, job := range []string{"a", "b"} {
+		before := script.WorkerRoundTrips()
+		if did, err := e.k.Engine.Step(e.ctx(), wf); err != nil || !did {
+			t.Fatalf("the consumer's step: did %v, %v", did, err)
+		}
+		trips = append(trips, script.WorkerRoundTrips()-before)
+		r := lastRun(t, e, wf)
+		if r.Status != kt.StatusCommitted || r.Handler != "c" {
+			t.Fatalf("run %s %s in %s: %s", r.Handler, r.Status, r.Phase, r.ErrorMessage)
+		}
+		want := map[string]string{"a": "prepare call 2 events", "b": "prepare call 1 events"}[job]
+		if got := peekEntries(t, r); len(got) != 1 || got[0] != want {
+			t.Errorf("run of job %s: its trace has the peeks %q, want [%q]", job, got, want)
+		}
+	}
+	if ws := e.sink.Writes(); len(ws) != 2 || ws[0].Path != "/write/a" || ws[1].Path != "/write/b" {
+		t.Fatalf("writes at the sink: %+v", ws)
+	}
+	for _, ev := range e.events(wf, "job") {
+		if ev.Status != kt.EventConsumed {
+			t.Fatalf("event %s is %s", ev.MessageID, ev.Status)
+		}
+	}
+	if !script.InProcess() && (poll != 2 || trips[0] != 4 || trips[1] != 4) {
+		t.Fatalf("round trips to the sandbox worker: %d in the first, empty poll (want 2: prepare and its peek), %v per consumer run (want [4 4]: the peek answered ahead)", poll, trips)
+	}
+}
