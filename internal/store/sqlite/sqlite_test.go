@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -137,4 +138,41 @@ func TestANewerSchemaIsRefused(t *testing.T) {
 	if _, err := sqlite.Open(path); err == nil || !strings.Contains(err.Error(), "999_from_the_future.sql") || !strings.Contains(err.Error(), "newer keep") {
 		t.Fatalf("opening a newer schema: %v", err)
 	}
+}
+
+// A lone Update waits for no company (issue 25, the serial path): group
+// commit never holds a writer back to gather others. The caller that finds
+// no commit under way leads and commits its own request at once, on its
+// own goroutine, in a group of one: one commit carrying one transaction,
+// with no hand-off to another goroutine that could wait for a window.
+func TestALoneUpdateIsCommittedByItsCallerInAGroupOfOne(t *testing.T) {
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 3; i++ {
+		before := s.Stats()
+		caller, ranOn := goroutineID(), ""
+		if err := s.Update(context.Background(), func(tx store.Tx) error {
+			ranOn = goroutineID()
+			return tx.WorkflowPut(kt.Workflow{Name: fmt.Sprintf("wf%d", i), ActiveVersion: 1})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		after := s.Stats()
+		if ranOn != caller {
+			t.Fatalf("update %d ran on goroutine %s, its caller is %s: a lone writer was handed off", i, ranOn, caller)
+		}
+		if c, n := after.Commits-before.Commits, after.Transactions-before.Transactions; c != 1 || n != 1 {
+			t.Fatalf("update %d: %d commits carrying %d transactions; want 1 and 1", i, c, n)
+		}
+	}
+}
+
+// goroutineID is the running goroutine's number, from its stack's header.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	return strings.Fields(string(b))[1]
 }
