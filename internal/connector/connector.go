@@ -186,6 +186,10 @@ type Method struct {
 	// (http.request is a read for GET and a mutation for POST).
 	Kind   Kind
 	KindOf func(args map[string]any) Kind
+	// ReadsBy, beside a KindOf that uses it, says which calls write
+	// plainly enough for the sandbox to tell them before keep is asked
+	// (Registry.WriteRules). A KindOf without it: the sandbox asks.
+	ReadsBy *kt.ReadsBy
 	// Identity lists the params that name the target of a mutation; the others are payload.
 	Identity []string
 	// Secret lists params whose values are never written to traces or the ledger's previews.
@@ -311,7 +315,8 @@ type Connector struct {
 // Registry holds the connectors available to scripts.
 type Registry struct {
 	byName map[string]*Connector
-	tools  map[string][]string // Tools, made once
+	tools  map[string][]string    // Tools, made once
+	writes map[string]*kt.ReadsBy // WriteRules, made once
 }
 
 // NewRegistry builds a registry from connectors.
@@ -320,7 +325,7 @@ func NewRegistry(cs ...*Connector) *Registry {
 	for _, c := range cs {
 		r.byName[c.Name] = c
 	}
-	r.tools = r.makeTools()
+	r.tools, r.writes = r.makeTools(), r.makeWriteRules()
 	return r
 }
 
@@ -348,6 +353,27 @@ func (r *Registry) Writes(tool, method string, args map[string]any) bool {
 // made once (every handler call sends it), shared by its callers, who only
 // read it.
 func (r *Registry) Tools() map[string][]string { return r.tools }
+
+// WriteRules are the methods ("tool.method") whose calls the sandbox can
+// tell are writes before keep is asked: nil, every call (Kind is KindMutate);
+// else those its ReadsBy does not call reads. A consumer's mutate hands
+// them to the sandbox (script.Invocation.Writes).
+func (r *Registry) WriteRules() map[string]*kt.ReadsBy { return r.writes }
+
+func (r *Registry) makeWriteRules() map[string]*kt.ReadsBy {
+	out := map[string]*kt.ReadsBy{}
+	for name, c := range r.byName {
+		for _, m := range c.Methods {
+			switch {
+			case m.KindOf == nil && m.Kind == KindMutate:
+				out[name+"."+m.Name] = nil
+			case m.KindOf != nil && m.ReadsBy != nil:
+				out[name+"."+m.Name] = m.ReadsBy
+			}
+		}
+	}
+	return out
+}
 
 func (r *Registry) makeTools() map[string][]string {
 	out := map[string][]string{}

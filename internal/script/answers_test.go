@@ -2,6 +2,7 @@ package script
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func (h *hostLog) call(method string, args json.RawMessage) (json.RawMessage, er
 // consumerRun makes prepare and mutate of consumerScript as the engine
 // makes them, prepare given answers; it returns the round trips made to
 // the worker, prepare's host calls and its result.
-func consumerRun(t *testing.T, p *Program, answers []Answer, peekPage string) (trips int64, calls []string, prepared json.RawMessage) {
+func consumerRun(t *testing.T, p *Program, answers []Answer, writes map[string]*kt.ReadsBy, peekPage string) (trips int64, calls []string, prepared json.RawMessage) {
 	t.Helper()
 	tools := map[string][]string{"http": {"request"}}
 	h := &hostLog{serve: func(m string, a json.RawMessage) (json.RawMessage, error) { return json.RawMessage(peekPage), nil }}
@@ -39,7 +40,7 @@ func consumerRun(t *testing.T, p *Program, answers []Answer, peekPage string) (t
 		t.Fatalf("prepare: %v", err)
 	}
 	write := func(string, json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend }
-	m, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{o.Value}, Tools: tools, Host: write, Limits: consumerLimits})
+	m, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{o.Value}, Tools: tools, Host: write, Limits: consumerLimits, Writes: writes})
 	if err != nil || !m.Suspended {
 		t.Fatalf("mutate: %v %+v", err, m)
 	}
@@ -58,17 +59,20 @@ func TestAPeekAnsweredAheadSavesItsRoundTrip(t *testing.T) {
 	defer p.Release()
 	page := `[{"messageId":"7","payload":{"i":7}}]`
 	peek := Answer{Method: "peek", Args: json.RawMessage(`{"topic":"in","limit":1}`), Value: json.RawMessage(page)}
-	consumerRun(t, p, nil, page) // the worker and its VM
+	consumerRun(t, p, nil, nil, page) // the worker and its VM
 	for _, c := range []struct {
 		name    string
 		answers []Answer
+		writes  map[string]*kt.ReadsBy
 		trips   int64
 	}{
-		{"asked", nil, 4},
-		{"answered ahead", []Answer{peek}, 3},
-		{"an answer to other arguments", []Answer{{Method: "peek", Args: json.RawMessage(`{"topic":"in","limit":2}`), Value: json.RawMessage(page)}}, 4},
+		{"asked", nil, nil, 4},
+		{"answered ahead", []Answer{peek}, nil, 3},
+		{"an answer to other arguments", []Answer{{Method: "peek", Args: json.RawMessage(`{"topic":"in","limit":2}`), Value: json.RawMessage(page)}}, nil, 4},
+		{"answered ahead, the write taken over", []Answer{peek}, httpWrites, 2},
+		{"answered ahead, a write rule that calls a POST a read", []Answer{peek}, map[string]*kt.ReadsBy{"http.request": {Arg: "method", Reads: []string{"POST"}}}, 3},
 	} {
-		trips, calls, prepared := consumerRun(t, p, c.answers, page)
+		trips, calls, prepared := consumerRun(t, p, c.answers, c.writes, page)
 		if trips != c.trips {
 			t.Errorf("%s: %d round trips per consumer run, want %d", c.name, trips, c.trips)
 		}
@@ -77,6 +81,95 @@ func TestAPeekAnsweredAheadSavesItsRoundTrip(t *testing.T) {
 		}
 		if want := `{"reservations":[{"topic":"in","ids":["7"]}],"data":{"i":7}}`; string(prepared) != want {
 			t.Errorf("%s: prepare returned %s, want %s", c.name, prepared, want)
+		}
+	}
+}
+
+// httpWrites is what keep's registry tells of http.request.
+var httpWrites = map[string]*kt.ReadsBy{"http.request": {Arg: "method", Default: "GET", Reads: []string{"GET", "HEAD"}}}
+
+// Issue 25: mutate's write is taken over without asking keep, and keep is
+// still asked, in order; a read is asked, and so is everything after the
+// call taken over (keep refuses a second write, and says so).
+func TestAWriteIsTakenOverWithoutARoundTrip(t *testing.T) {
+	p := compile(t, `export default Keep.workflow({
+  name: "w", topics: { "in": {} },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { return { reservations: [] } },
+    async mutate(ctx, p) {
+      const r = await ctx.http.request({ method: "get", url: "http://x/read" })
+      await ctx.http.request({ method: "POST", url: "http://x/" + r.id })
+      if (p.twice) await ctx.http.request({ method: "PUT", url: "http://x/again" })
+    },
+  }) },
+})`)
+	defer p.Release()
+	tools := map[string][]string{"http": {"request"}}
+	second := &kt.Error{Class: kt.ClassLogic, Message: "phase violation: a second mutation in mutate"}
+	for _, twice := range []bool{false, true} {
+		h := &hostLog{serve: func(m string, a json.RawMessage) (json.RawMessage, error) {
+			switch {
+			case strings.Contains(string(a), "/read"):
+				return json.RawMessage(`{"id":"7"}`), nil
+			case strings.Contains(string(a), "/again"):
+				return nil, second
+			}
+			return nil, ErrSuspend
+		}}
+		before := WorkerRoundTrips()
+		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"twice":%v}`, twice))},
+			Tools: tools, Host: h.call, Limits: consumerLimits, Writes: httpWrites})
+		trips := WorkerRoundTrips() - before
+		want := []string{`http.request {"method":"get","url":"http://x/read"}`, `http.request {"method":"POST","url":"http://x/7"}`}
+		if twice {
+			want = append(want, `http.request {"method":"PUT","url":"http://x/again"}`)
+		}
+		if strings.Join(h.calls, "|") != strings.Join(want, "|") {
+			t.Errorf("twice=%v: the host served %q, want %q", twice, h.calls, want)
+		}
+		switch {
+		case !twice && (err != nil || !o.Suspended):
+			t.Errorf("the write was not taken over: %+v, %v", o, err)
+		case twice && err != second:
+			t.Errorf("a second write: got %+v, %v; want keep's refusal", o, err)
+		}
+		// The invocation, the read's answer, and (twice) the second write's refusal.
+		if wantTrips := map[bool]int64{false: 2, true: 3}[twice]; !InProcess() && trips != wantTrips {
+			t.Errorf("twice=%v: %d round trips, want %d", twice, trips, wantTrips)
+		}
+	}
+}
+
+// A call taken over must be one the host takes over: a read's answer, or
+// an error (a grant missing), ends the invocation with that error and its
+// worker.
+func TestAWriteTakenOverMustBeTheHosts(t *testing.T) {
+	if InProcess() {
+		t.Skip("keep's own process asks the host every call")
+	}
+	p := compile(t, consumerScript)
+	defer p.Release()
+	refused := &kt.Error{Class: kt.ClassPermission, Message: "ctx.http.request POST 127.0.0.1:1 is not granted"}
+	for _, c := range []struct {
+		name  string
+		serve func(string, json.RawMessage) (json.RawMessage, error)
+		want  func(error) bool
+	}{
+		{"a read's answer", func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{}`), nil },
+			func(err error) bool {
+				return kt.ClassOf(err) == kt.ClassInternal && strings.Contains(err.Error(), "took it for a write and keep for a read")
+			}},
+		{"an error", func(string, json.RawMessage) (json.RawMessage, error) { return nil, refused },
+			func(err error) bool { return err == refused }},
+	} {
+		_, killed0 := WorkerStats()
+		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(`{"data":{"i":1}}`)},
+			Tools: map[string][]string{"http": {"request"}}, Host: c.serve, Limits: consumerLimits, Writes: httpWrites})
+		if !c.want(err) {
+			t.Errorf("%s: got %+v, %v", c.name, o, err)
+		}
+		if _, killed := WorkerStats(); killed == killed0 {
+			t.Errorf("%s: the worker serves on", c.name)
 		}
 	}
 }

@@ -47,8 +47,8 @@ const consumerScript = `export default Keep.workflow({
 
 // BenchmarkConsumerRun measures what the sandbox costs a consumer run: its
 // two handler calls (prepare with one ctx.peek answered ahead, mutate with
-// one write taken over by the host) as the engine makes them, without the
-// engine. cpu-µs/run
+// one write taken over by the host without being asked) as the engine makes
+// them, without the engine. cpu-µs/run
 // is the CPU of this process and of its sandbox workers; run it with
 // KEEP_SANDBOX=in-process and without to see what the workers add (issue 25).
 func BenchmarkConsumerRun(b *testing.B) {
@@ -74,7 +74,7 @@ func BenchmarkConsumerRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		o, err = p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{o.Value}, Tools: tools, Host: write, Limits: lim})
+		o, err = p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{o.Value}, Tools: tools, Host: write, Limits: lim, Writes: httpWrites})
 		if err != nil || !o.Suspended {
 			b.Fatalf("mutate: %v %+v", err, o)
 		}

@@ -245,6 +245,15 @@ type Invocation struct {
 	// error (the script saw a value it should not have) and its worker.
 	// In keep's own process (KEEP_SANDBOX=in-process) Host answers.
 	Answers []Answer
+	// Writes tell a consumer's mutate which calls are writes, which the
+	// host takes over (ErrSuspend), by "tool.method": every call (nil),
+	// or those the rule does not call reads (connector.Registry.WriteRules).
+	// In a sandbox worker the phase's first such call is taken over at
+	// once, without a round trip to keep; Host is still called for it, in
+	// order, and must take it over: an error (a grant missing, arguments
+	// keep refuses) ends the invocation with that error, and its worker,
+	// as the error would have ended it when asked.
+	Writes map[string]*kt.ReadsBy
 }
 
 // Answer is one host call answered ahead (Invocation.Answers).

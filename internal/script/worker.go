@@ -107,6 +107,11 @@ type frame struct {
 	// that number (from 1) and did not wait for the host's.
 	Answers  []Answer `json:"answers,omitempty"`
 	Answered int      `json:"answered,omitempty"`
+	// Writes (invoke) tell the calls the host takes over
+	// (Invocation.Writes); TakenOver (host) says the worker took this
+	// call for one and did not wait for the host's answer.
+	Writes    map[string]*kt.ReadsBy `json:"writes,omitempty"`
+	TakenOver bool                   `json:"takenOver,omitempty"`
 	// done
 	Suspended bool `json:"suspended,omitempty"`
 	// Decl answers describe.
@@ -249,7 +254,7 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 				reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: invoke before load"}}
 				break
 			}
-			inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w, mem, f.Answers)}
+			inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w, mem, f.Answers, f.Writes)}
 			if f.Limits != nil {
 				inv.Limits = *f.Limits
 			}
@@ -378,11 +383,22 @@ func peakResident() int64 {
 // workerHost forwards a script's host call to the keep process and waits
 // for its answer, unless the call is one of answers (answered ahead: the
 // first call with exactly its method and arguments gets its value, and the
-// host is told without waiting).
-func workerHost(r *bufio.Reader, w *bufio.Writer, mem *memoryWatch, answers []Answer) HostFunc {
+// host is told without waiting) or the phase's first write (writes: the
+// host takes it over, and is told without waiting).
+func workerHost(r *bufio.Reader, w *bufio.Writer, mem *memoryWatch, answers []Answer, writes map[string]*kt.ReadsBy) HostFunc {
 	given := make([]bool, len(answers))
+	// takenOver: the host took a call over. It refuses any call after
+	// that but a log line, so none is taken for a write any more.
+	takenOver := false
 	return func(method string, args json.RawMessage) (json.RawMessage, error) {
 		mem.check()
+		if !takenOver && isWrite(writes, method, args) {
+			takenOver = true
+			if err := bufferFrame(w, frame{T: "host", Method: method, Value: args, NoReply: true, TakenOver: true}); err != nil {
+				return nil, &kt.Error{Class: kt.ClassInternal, Message: "sandbox worker: the host went away"}
+			}
+			return nil, ErrSuspend
+		}
 		for i, a := range answers {
 			if given[i] || a.Method != method || !bytes.Equal(a.Args, args) {
 				continue
@@ -410,12 +426,29 @@ func workerHost(r *bufio.Reader, w *bufio.Writer, mem *memoryWatch, answers []An
 		}
 		switch {
 		case f.Suspend:
+			takenOver = true
 			return nil, ErrSuspend
 		case f.Err != nil:
 			return nil, f.Err
 		}
 		return f.Value, nil
 	}
+}
+
+// isWrite says whether writes tell a call of method with args for a write.
+func isWrite(writes map[string]*kt.ReadsBy, method string, args json.RawMessage) bool {
+	rule, ok := writes[method]
+	if !ok {
+		return false
+	}
+	if rule == nil {
+		return true
+	}
+	var a map[string]any
+	if json.Unmarshal(args, &a) != nil {
+		return false // not arguments: the host says why
+	}
+	return !rule.IsRead(a)
 }
 
 // ---------- the host side ----------
@@ -788,7 +821,7 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
 	lim := inv.Limits
 	roundTrips.Add(1)
-	if err := writeFrame(wk.w, frame{T: "invoke", Kind: inv.Kind, Name: inv.Name, Phase: inv.Phase, Args: inv.Args, Tools: inv.Tools, Limits: &lim, Answers: inv.Answers}); err != nil {
+	if err := writeFrame(wk.w, frame{T: "invoke", Kind: inv.Kind, Name: inv.Name, Phase: inv.Phase, Args: inv.Args, Tools: inv.Tools, Limits: &lim, Answers: inv.Answers, Writes: inv.Writes}); err != nil {
 		return o, nil, false
 	}
 	var hostErrs []error
@@ -800,6 +833,17 @@ func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
 		switch f.T {
 		case "host":
 			res, herr := inv.Host(f.Method, f.Value)
+			if f.TakenOver {
+				// The script went on as if the host took the call over: the
+				// host must have.
+				if herr == nil {
+					herr = kt.Errorf(kt.ClassInternal, "ctx.%s: the sandbox took it for a write and keep for a read (a bug in keep)", f.Method)
+				}
+				if errors.Is(herr, ErrSuspend) {
+					continue
+				}
+				return o, herr, false
+			}
 			if f.Answered > 0 {
 				// The script has its answer already: the host's must be it.
 				if herr == nil && (f.Answered > len(inv.Answers) || !bytes.Equal(res, inv.Answers[f.Answered-1].Value)) {

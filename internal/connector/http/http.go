@@ -55,17 +55,17 @@ func New(guard *netguard.Guard) *connector.Connector {
 			"request": {
 				Name: "request",
 				KindOf: func(a map[string]any) connector.Kind {
-					switch methodOf(a) {
-					case "GET", "HEAD":
-						// The script says a GET reads one thing by its id
-						// (ch 06: mutate may read by id, never list or search).
-						if str(a["kind"]) == "byId" {
-							return connector.KindReadByID
-						}
-						return connector.KindRead
+					if !readsBy.IsRead(a) {
+						return connector.KindMutate
 					}
-					return connector.KindMutate
+					// The script says a GET reads one thing by its id
+					// (ch 06: mutate may read by id, never list or search).
+					if str(a["kind"]) == "byId" {
+						return connector.KindReadByID
+					}
+					return connector.KindRead
 				},
+				ReadsBy:        &readsBy,
 				Identity:       []string{"method", "url"},
 				Validate:       validate,
 				Do:             c.request,
@@ -149,13 +149,10 @@ func writeTransport(keepAlive bool) *nethttp.Transport {
 
 func str(v any) string { s, _ := v.(string); return s }
 
-func methodOf(a map[string]any) string {
-	m := strings.ToUpper(str(a["method"]))
-	if m == "" {
-		return "GET"
-	}
-	return m
-}
+// readsBy: a GET or a HEAD reads, every other method writes.
+var readsBy = kt.ReadsBy{Arg: "method", Default: "GET", Reads: []string{"GET", "HEAD"}}
+
+func methodOf(a map[string]any) string { return readsBy.Value(a) }
 
 func validate(a map[string]any) error {
 	u := str(a["url"])

@@ -199,3 +199,33 @@ func TestComparePayload(t *testing.T) {
 		t.Fatalf("compare: %s %s %s", cmp(a, same), cmp(a, headers), cmp(a, body))
 	}
 }
+
+// What the sandbox is told of http.request's writes (issue 25: it takes a
+// consumer's write over without asking keep) agrees with the kind keep
+// gives each call, whatever the method's spelling.
+func TestTheSandboxTellsWritesAsKeepDoes(t *testing.T) {
+	t.Parallel()
+	reg := connector.NewRegistry(khttp.New(netguard.New(nil)))
+	rule, ok := reg.WriteRules()["http.request"]
+	if !ok || rule == nil {
+		t.Fatalf("http.request's write rule: %v %v", rule, ok)
+	}
+	method, err := reg.Method("http", "request")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []any{nil, "", "get", "GET", "Head", "post", "PUT", "patch", "DELETE", "options", 7, true} {
+		args := map[string]any{"url": "https://example.com/x"}
+		if v != nil {
+			args["method"] = v
+		}
+		for _, kind := range []any{nil, "byId"} {
+			if kind != nil {
+				args["kind"] = kind
+			}
+			if keep, sandbox := method.KindFor(args) == connector.KindMutate, !rule.IsRead(args); keep != sandbox {
+				t.Errorf("method %v, kind %v: keep says write=%v, the sandbox write=%v", v, kind, keep, sandbox)
+			}
+		}
+	}
+}
