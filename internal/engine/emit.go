@@ -91,7 +91,11 @@ func (x *runExec) idle() error {
 	}
 	x.run.Status, x.unrecorded = kt.StatusCommitted, true
 	x.e.log.Debug("a consumer's prepare reserved nothing: no run recorded", "workflow", x.wf.Name, "handler", x.run.Handler)
-	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+	// Its loss in a power cut is harmless: the consumer, still dirty or
+	// due, polls once more after the restart, as if this poll had not
+	// been. So it waits for no fsync (store.NoSync): the next durable
+	// commit carries it to the disk.
+	return x.e.update(store.NoSync(x.ctx), x.wf.Name, func(tx store.Tx) error {
 		return x.saveConsumerState(tx, nil, false)
 	})
 }

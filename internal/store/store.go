@@ -43,7 +43,8 @@ func MarkCorrupt(err error) error {
 // Store is a transactional ledger store.
 type Store interface {
 	// Update runs fn in one write transaction; when fn returns nil the
-	// transaction is committed durably (fsync) before Update returns.
+	// transaction is committed durably (fsync) before Update returns —
+	// unless ctx is marked NoSync (a write whose loss is harmless).
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn in a read-only transaction.
 	View(ctx context.Context, fn func(Tx) error) error
@@ -59,6 +60,8 @@ type Stats struct {
 	Commits int64
 	// Transactions is the number of Update calls committed. Group commit
 	// lets one durable commit carry the transactions of several callers.
+	// Updates marked NoSync count here, and in Commits only when a
+	// durable write shared their commit.
 	Transactions int64
 	// RoundTrips counts the statements a client-server backend sent
 	// (PostgreSQL: begin and commit included; several writes sent
@@ -104,6 +107,26 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 func FenceOf(ctx context.Context) (Fence, bool) {
 	f, ok := ctx.Value(fenceKey{}).(Fence)
 	return f, ok
+}
+
+type noSyncKey struct{}
+
+// NoSync marks an Update whose loss in a power cut is harmless: what it
+// writes is recomputed by keep as if it had never been written (an empty
+// poll's cleared wake-up: the consumer just polls once more after a
+// restart). A backend may commit it without waiting for the disk (SQLite:
+// no fsync; the next durable commit makes it durable too, the WAL being
+// written in order). Nobody outside keep may act on such a write, and no
+// write that must survive may be marked: a group of writes is durable as
+// soon as one of them is not marked.
+func NoSync(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noSyncKey{}, true)
+}
+
+// IsNoSync says whether NoSync marked ctx.
+func IsNoSync(ctx context.Context) bool {
+	v, _ := ctx.Value(noSyncKey{}).(bool)
+	return v
 }
 
 type workflowsKey struct{}

@@ -195,6 +195,7 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	noSync := store.IsNoSync(ctx)
 	err = s.onConn(ctx, "begin", true, func(r *runner) error {
 		if f, ok := store.FenceOf(ctx); ok {
 			r.scoped = true
@@ -210,6 +211,12 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 			// statement that needs an answer, after the BEGIN.
 			r.Defer("take the writers' lock", `SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))`, writerLock)
 		}
+		if noSync {
+			// A write whose loss is harmless (store.NoSync): its COMMIT
+			// does not wait for the WAL's flush. Sent with the first
+			// statement, as the lock above.
+			r.Defer("commit without waiting for the disk", `SET LOCAL synchronous_commit TO off`)
+		}
 		if err := fn(sqldb.NewTx(r)); err != nil {
 			return err
 		}
@@ -218,7 +225,9 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	if err != nil {
 		return err
 	}
-	s.commits.Add(1)
+	if !noSync {
+		s.commits.Add(1)
+	}
 	s.transactions.Add(1)
 	s.announce()
 	return nil

@@ -32,9 +32,10 @@ import (
 const maxGroup = 64
 
 type request struct {
-	fn    func(store.Tx) error
-	done  chan result
-	taken bool // by a leader; guarded by Store.mu
+	fn     func(store.Tx) error
+	done   chan result
+	taken  bool // by a leader; guarded by Store.mu
+	noSync bool // store.NoSync: its loss in a power cut is harmless
 }
 
 type result struct {
@@ -55,7 +56,7 @@ func (s *Store) submit(ctx context.Context, fn func(store.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := &request{fn: fn, done: make(chan result, 1)}
+	r := &request{fn: fn, done: make(chan result, 1), noSync: store.IsNoSync(ctx)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -126,6 +127,34 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 			group[i].done <- results[i]
 		}
 	}
+	// A group of writes whose loss is harmless (store.NoSync: an empty
+	// poll's cleared wake-up) commits without an fsync; one durable write
+	// in the group makes the whole group durable. The writer is put back
+	// to synchronous=FULL before any durable group commits: until that
+	// succeeds, no group commits at all.
+	if s.notFull {
+		if err := w.exec("PRAGMA synchronous=FULL"); err != nil {
+			fail(fmt.Errorf("make commits durable again: %w", err))
+			return
+		}
+		s.notFull = false
+	}
+	noSync := true
+	for _, r := range group {
+		noSync = noSync && r.noSync
+	}
+	if noSync {
+		if err := w.exec("PRAGMA synchronous=NORMAL"); err != nil {
+			noSync = false // commit it durably, as any other
+		} else {
+			s.notFull = true
+			defer func() {
+				if w.exec("PRAGMA synchronous=FULL") == nil {
+					s.notFull = false
+				}
+			}()
+		}
+	}
 	if err := w.exec("BEGIN IMMEDIATE"); err != nil {
 		fail(fmt.Errorf("begin transaction: %w", err))
 		return
@@ -181,8 +210,12 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 	} else {
 		// Another process (keep deploy beside keep serve) commits too: the
 		// number comes from the database, so the note never runs ahead of it.
-		s.noteSeq(seq)
-		s.commits.Add(1)
+		// A commit without an fsync is not noted: the note must never run
+		// ahead of what a power cut leaves (the next durable commit notes).
+		if !noSync {
+			s.noteSeq(seq)
+			s.commits.Add(1)
+		}
 		s.transactions.Add(int64(committed))
 	}
 	for i, r := range group {

@@ -45,6 +45,9 @@ type Store struct {
 	queue   []*request
 	leading bool
 	closed  bool
+	// notFull: the writer may still be at synchronous=NORMAL after a
+	// group of store.NoSync writes. Only the leader touches it.
+	notFull bool
 
 	commits      atomic.Int64
 	transactions atomic.Int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -175,4 +176,60 @@ func goroutineID() string {
 	b := make([]byte, 64)
 	b = b[:runtime.Stack(b, false)]
 	return strings.Fields(string(b))[1]
+}
+
+// An Update marked store.NoSync (a write whose loss in a power cut is
+// harmless) commits without an fsync: it counts as a transaction, not as a
+// durable commit, and the commit note beside the database (which must
+// never run ahead of what a power cut leaves) is not moved by it. The next
+// durable commit is counted and noted again, its number past the NoSync
+// one: the writer is back at synchronous=FULL.
+func TestANoSyncUpdateWaitsForNoFsyncAndLeavesTheNoteBehind(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keep.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	put := func(ctx context.Context, name string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx store.Tx) error { return tx.WorkflowPut(kt.Workflow{Name: name, ActiveVersion: 1}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	note := func() int64 {
+		t.Helper()
+		b, err := os.ReadFile(path + ".seq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil {
+			t.Fatalf("the note %q: %v", b, err)
+		}
+		return n
+	}
+	put(context.Background(), "before")
+	noted, before := note(), s.Stats()
+	put(store.NoSync(context.Background()), "nosync")
+	after := s.Stats()
+	if c, n := after.Commits-before.Commits, after.Transactions-before.Transactions; c != 0 || n != 1 {
+		t.Fatalf("a NoSync update: %d durable commits, %d transactions; want 0 and 1", c, n)
+	}
+	if got := note(); got != noted {
+		t.Fatalf("the note moved to %d after a NoSync commit (was %d)", got, noted)
+	}
+	if err := s.View(context.Background(), func(tx store.Tx) error {
+		_, err := tx.WorkflowGet("nosync")
+		return err
+	}); err != nil {
+		t.Fatalf("the NoSync write is not read back: %v", err)
+	}
+	put(context.Background(), "after")
+	if c := s.Stats().Commits - after.Commits; c != 1 {
+		t.Fatalf("the durable update after it: %d durable commits; want 1", c)
+	}
+	if got := note(); got != noted+2 {
+		t.Fatalf("the note says %d after the durable commit; want %d (it carries the NoSync one)", got, noted+2)
+	}
 }
