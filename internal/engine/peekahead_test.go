@@ -79,3 +79,52 @@ func TestAConsumersPeekIsReadAheadByTheStep(t *testing.T) {
 		t.Fatalf("round trips to the sandbox worker: %d in the first, empty poll (want 2: prepare and its peek), %v per consumer run (want [3 3]: the peek answered ahead, the write taken over without asking)", poll, trips)
 	}
 }
+
+// peekThen is hookScript whose prepare peeks job, and when it has one runs
+// body before it reserves it.
+func peekThen(body string) string {
+	return strings.Replace(hookScript("", ""), `if (!e) return { reservations: [] }`, `if (!e) return { reservations: [] }
+      `+body, 1)
+}
+
+// A prepare whose peek was answered ahead and whose worker then dies (out
+// of memory: the worker ends itself; a native loop past the time limit:
+// keep kills it) fails as it did when the peek was asked: its trace still
+// has the peek (keep served it, from the page read ahead), before the
+// failure. The worker told keep of the peek without waiting: that frame
+// must not die with the worker.
+func TestAPeekAnsweredAheadIsTracedWhenTheWorkerDies(t *testing.T) {
+	if script.InProcess() {
+		t.Skip("no worker process")
+	}
+	for name, c := range map[string]struct{ body, want string }{
+		"out of memory": {`{ const a = new Uint8Array(64 << 20); a.fill(1) }`, "out of memory"},
+		"native loop":   {`Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)`, "time limit"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			if c.want == "out of memory" {
+				e = newEnvWith(t, roomyPolicy)
+			}
+			wf := e.deploy(peekThen(c.body))
+			// The empty poll after the deploy learns the peek.
+			if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil {
+				t.Fatal(err)
+			}
+			stepUntilPending(t, e, wf, 1)
+			if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil {
+				t.Fatal(err)
+			}
+			r := lastRun(t, e, wf)
+			if r.Handler != "c" || r.Status == kt.StatusCommitted || !strings.Contains(r.ErrorMessage, c.want) {
+				t.Fatalf("run %s %s: %q, want a failure saying %q", r.Handler, r.Status, r.ErrorMessage, c.want)
+			}
+			if got := peekEntries(t, r); len(got) != 1 || got[0] != "prepare call 1 events" {
+				t.Errorf("the failed run's trace has the peeks %q, want [\"prepare call 1 events\"] (the peek it made before it died)", got)
+			}
+			if ws := e.sink.Writes(); len(ws) != 0 {
+				t.Errorf("writes at the sink: %+v", ws)
+			}
+		})
+	}
+}

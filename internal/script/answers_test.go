@@ -237,3 +237,53 @@ func TestAnAnswerGivenAheadMustBeTheHosts(t *testing.T) {
 		}
 	}
 }
+
+// A call the worker answered ahead or took over tells keep without
+// waiting: that frame waits in the worker's buffer for the next one. When
+// the worker then dies — it ends itself out of memory, or keep kills it in
+// a native loop past the time limit — keep must still have been told: the
+// host serves the call (the run's trace has it, as when it was asked)
+// before the invocation fails.
+func TestACallNotWaitedOnReachesTheHostWhenTheWorkerDies(t *testing.T) {
+	if InProcess() {
+		t.Skip("no worker process")
+	}
+	const oom, loop = `{ const a = new Uint8Array(48 << 20); a.fill(1) }`, `Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)`
+	for name, c := range map[string]struct{ phase, body, want string }{
+		"a peek answered ahead, then out of memory": {"prepare", oom, "out of memory"},
+		"a peek answered ahead, then a native loop": {"prepare", loop, "time limit"},
+		"a write taken over, then out of memory":    {"mutate", oom, "out of memory"},
+		"a write taken over, then a native loop":    {"mutate", loop, "time limit"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := compile(t, `export default Keep.workflow({
+  name: "dies", topics: { "in": {} },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { await ctx.peek("in", { limit: 1 }); `+map[string]string{"prepare": c.body}[c.phase]+`; return { reservations: [] } },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "http://127.0.0.1:1/sink" }); `+map[string]string{"mutate": c.body}[c.phase]+` },
+  }) },
+})`)
+			defer p.Release()
+			h := &hostLog{serve: func(m string, a json.RawMessage) (json.RawMessage, error) {
+				if m == "peek" {
+					return json.RawMessage(`[]`), nil
+				}
+				return nil, ErrSuspend
+			}}
+			inv := Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: c.phase, Args: []json.RawMessage{json.RawMessage(`null`)},
+				Tools: map[string][]string{"http": {"request"}}, Host: h.call, Limits: Limits{Timeout: 300 * time.Millisecond, MemoryLimit: 32 << 20}}
+			if c.phase == "prepare" {
+				inv.Answers = []Answer{{Method: "peek", Args: json.RawMessage(`{"topic":"in","limit":1}`), Value: json.RawMessage(`[]`)}}
+			} else {
+				inv.Writes = httpWrites
+			}
+			_, err := p.Invoke(inv)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want the invocation to fail: %s, got %v", c.want, err)
+			}
+			if len(h.calls) != 1 || !strings.HasPrefix(h.calls[0], map[string]string{"prepare": "peek ", "mutate": "http.request "}[c.phase]) {
+				t.Errorf("the host served %q, want the %s's call the script made before its worker died", h.calls, c.phase)
+			}
+		})
+	}
+}

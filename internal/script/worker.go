@@ -162,7 +162,7 @@ func (w *wireError) toError() error {
 // no round trip). A failing one ends the invocation from the host's side.
 var noReply = map[string]bool{"log": true, "publish": true}
 
-func writeFrame(w *bufio.Writer, f frame) error {
+func writeFrame(w frameWriter, f frame) error {
 	if err := bufferFrame(w, f); err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func writeFrame(w *bufio.Writer, f frame) error {
 }
 
 // bufferFrame writes a frame without flushing it.
-func bufferFrame(w *bufio.Writer, f frame) error {
+func bufferFrame(w frameWriter, f frame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
@@ -182,6 +182,35 @@ func bufferFrame(w *bufio.Writer, f frame) error {
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// frameWriter is where frames are written: keep's end of a worker's pipe,
+// or in a worker its lockedWriter.
+type frameWriter interface {
+	io.Writer
+	Flush() error
+}
+
+// lockedWriter is a worker's buffered output, which the invocation's
+// goroutine writes and a timer may flush (see serveWorker): a frame sent
+// without waiting (a log line, a publish, a call answered ahead or taken
+// over) waits in the buffer for the next frame, and must not die there
+// with a worker stopped in a native loop.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Flush()
 }
 
 func readFrame(r *bufio.Reader) (frame, error) {
@@ -219,8 +248,9 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 			}
 		}
 	}()
-	r, w := bufio.NewReaderSize(in, 64<<10), bufio.NewWriterSize(out, 64<<10)
+	r, w := bufio.NewReaderSize(in, 64<<10), &lockedWriter{w: bufio.NewWriterSize(out, 64<<10)}
 	mem := openMemoryWatch()
+	mem.flush = w
 	var prog *Program
 	// A worker for runs makes its VM before it knows its script: as a
 	// spare, long before (see spare).
@@ -259,7 +289,17 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 				inv.Limits = *f.Limits
 			}
 			inv.MemoryLimit = mem.start(inv.MemoryLimit)
+			// At the time limit, what the script sent without waiting
+			// reaches keep: in a native loop the interrupt never comes,
+			// and keep kills this process a grace later (killGrace).
+			var flushAtLimit *time.Timer
+			if inv.Timeout > 0 {
+				flushAtLimit = time.AfterFunc(inv.Timeout, func() { _ = w.Flush() })
+			}
 			o, err := prog.invokeHere(inv)
+			if flushAtLimit != nil {
+				flushAtLimit.Stop()
+			}
 			mem.check()
 			reply = frame{T: "done", Value: o.Value, Suspended: o.Suspended, Err: toWire(err)}
 		default:
@@ -329,6 +369,9 @@ type memoryWatch struct {
 	clearRefs *os.File // nil where /proc/self/clear_refs cannot be written
 	limit     int64
 	base      int64
+	// flush sends what the worker buffered before it ends itself: the
+	// calls the script made without waiting are keep's to serve and trace.
+	flush frameWriter
 }
 
 // openMemoryWatch opens /proc/self/clear_refs once, before any script runs.
@@ -366,6 +409,9 @@ func (m *memoryWatch) check() {
 		return
 	}
 	if used := peakResident() - m.base; used > m.limit {
+		if m.flush != nil {
+			_ = m.flush.Flush()
+		}
 		fmt.Fprintf(os.Stderr, "keep sandbox: out of memory: the script grew the sandbox by %d bytes, over its limit of %d\n", used, m.limit)
 		os.Exit(5)
 	}
@@ -385,7 +431,7 @@ func peakResident() int64 {
 // first call with exactly its method and arguments gets its value, and the
 // host is told without waiting) or the phase's first write (writes: the
 // host takes it over, and is told without waiting).
-func workerHost(r *bufio.Reader, w *bufio.Writer, mem *memoryWatch, answers []Answer, writes map[string]*kt.ReadsBy) HostFunc {
+func workerHost(r *bufio.Reader, w frameWriter, mem *memoryWatch, answers []Answer, writes map[string]*kt.ReadsBy) HostFunc {
 	given := make([]bool, len(answers))
 	// takenOver: the host took a call over. It refuses any call after
 	// that but a log line, so none is taken for a write any more.
