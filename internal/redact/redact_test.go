@@ -157,3 +157,21 @@ func BenchmarkString(b *testing.B) {
 		String(note)
 	}
 }
+
+// Name squashes a name on the stack: the same verdicts as lower-casing and
+// removing '-', '_' and ' ', non-ASCII names included, and no allocation for
+// an ASCII one (Value asks it of every key of every traced object).
+func TestNameSquashes(t *testing.T) {
+	for name, want := range map[string]bool{
+		"Authorization": true, "X-Api-Key": true, "x_api_key": true, "Client Secret": true, "ACCESS-TOKEN": true,
+		"X-CSRF-Token": false, "X-Auth-User": true, "title": false, "count": false, "": false,
+		"Pässword": false, "ÄPI_TOKEN": true, "x-ΑΡΙ-key": false, "Tokenize": false,
+	} {
+		if got := Name(name); got != want {
+			t.Errorf("Name(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Name("X-Request-Identifier-Of-Caller") }); n != 0 {
+		t.Errorf("Name of an ASCII name allocated %v times, want 0", n)
+	}
+}
