@@ -214,6 +214,9 @@ type e2e struct {
 	// roundTripsPerRun: statements sent to the server per consumer run,
 	// leases and all (PostgreSQL; 0 on SQLite).
 	roundTripsPerRun float64
+	// statements: the SQL statements the timed part ran (SQLite; 0 on
+	// PostgreSQL), the workflows' last, empty runs included.
+	statements int64
 }
 
 // cpuBoundNote explains a W=1 ratio far from the serial bound: one
@@ -340,6 +343,7 @@ func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error
 		res.fsyncsPerRun = float64(txs-int64(w)) / float64(w*n) * float64(commits) / float64(txs)
 	}
 	res.roundTripsPerRun = float64(stats.RoundTrips-stats0.RoundTrips) / float64(w*n)
+	res.statements = stats.Statements - stats0.Statements
 	res.perSec = float64(w*n) / elapsed.Seconds()
 	res.cpuMicrosPerEvent = float64(cpu.total().Microseconds()) / float64(w*n)
 	res.workerMicrosPerEvent = float64(cpu.workers.Microseconds()) / float64(w*n)

@@ -67,6 +67,10 @@ type Stats struct {
 	// (PostgreSQL: begin and commit included; several writes sent
 	// together count once); 0 where not counted (SQLite).
 	RoundTrips int64
+	// Statements counts the statements an embedded backend ran (SQLite:
+	// BEGIN, COMMIT and savepoints included, reads and writes alike); 0
+	// where not counted (PostgreSQL counts RoundTrips).
+	Statements int64
 }
 
 // Counts is a summary of the ledgers.

@@ -224,25 +224,31 @@ func (t *Tx) queryEvents(q string, args ...any) ([]kt.Event, error) {
 }
 
 func (t *Tx) EventPublish(e *kt.Event) (bool, error) {
-	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
+	// A new message is the common case: insert it, and read the stored one
+	// only when the insert finds it there (one statement instead of a read
+	// and a write). The unique (workflow, topic, message_id) makes the
+	// insert a no-op then, and the stored event is merged as before.
+	fresh := kt.Published(nil, *e)
+	err := t.r.QueryRow(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(workflow, topic, message_id) DO NOTHING RETURNING id`,
+		fresh.Workflow, fresh.Topic, fresh.MessageID, string(fresh.Payload), fresh.Status, fresh.ReservedBy, fresh.CreatedBy, strList(fresh.CausedBy), fresh.Attempt, fresh.CreatedAt, fresh.UpdatedAt).Scan(&fresh.ID)
 	if err == nil {
-		*e = kt.Published(&existing, *e)
-		if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
-			string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
-			return false, err
-		}
-		return false, t.setCauses(e.ID, e.CausedBy)
+		*e = fresh
+		return true, t.setCauses(e.ID, e.CausedBy)
 	}
-	if !errors.Is(err, kt.ErrNotFound) {
-		return false, err
-	}
-	*e = kt.Published(nil, *e)
-	err = t.r.QueryRow(`INSERT INTO events(workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
-		e.Workflow, e.Topic, e.MessageID, string(e.Payload), e.Status, e.ReservedBy, e.CreatedBy, strList(e.CausedBy), e.Attempt, e.CreatedAt, e.UpdatedAt).Scan(&e.ID)
-	if err != nil {
+	if !errors.Is(err, sql.ErrNoRows) {
 		return false, fmt.Errorf("insert event %s/%s: %w", e.Topic, e.MessageID, err)
 	}
-	return true, t.setCauses(e.ID, e.CausedBy)
+	existing, err := t.EventGet(e.Workflow, e.Topic, e.MessageID)
+	if err != nil {
+		return false, err
+	}
+	*e = kt.Published(&existing, *e)
+	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
+		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
+		return false, err
+	}
+	return false, t.setCauses(e.ID, e.CausedBy)
 }
 
 // setCauses records an event's causes; they only grow (kt.UnionCauses), so

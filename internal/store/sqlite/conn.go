@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/keep-run/keep/internal/store/sqldb"
 )
@@ -25,20 +26,22 @@ const maxCachedStatements = 256
 type conn struct {
 	c     *sql.Conn
 	stmts map[string]*sql.Stmt
+	ran   *atomic.Int64 // the store's count of statements (Stats.Statements)
 }
 
-func newConn(ctx context.Context, db *sql.DB) (*conn, error) {
+func newConn(ctx context.Context, db *sql.DB, ran *atomic.Int64) (*conn, error) {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &conn{c: c, stmts: map[string]*sql.Stmt{}}, nil
+	return &conn{c: c, stmts: map[string]*sql.Stmt{}, ran: ran}, nil
 }
 
 // stmt returns the cached statement for q, preparing it on first use; nil
 // when the cache is full (the caller then runs q directly, and database/sql
 // closes what it prepared when the rows are done).
 func (c *conn) stmt(q string) (*sql.Stmt, error) {
+	c.ran.Add(1)
 	if st, ok := c.stmts[q]; ok {
 		return st, nil
 	}

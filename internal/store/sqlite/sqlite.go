@@ -51,6 +51,7 @@ type Store struct {
 
 	commits      atomic.Int64
 	transactions atomic.Int64
+	statements   atomic.Int64
 	closeOnce    sync.Once
 }
 
@@ -89,7 +90,7 @@ func Open(path string) (*Store, error) {
 		}
 		return nil, err
 	}
-	w, err := newConn(context.Background(), db)
+	w, err := newConn(context.Background(), db, &s.statements)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -162,7 +163,7 @@ func (s *Store) openReaders(db *sql.DB, n int) error {
 	db.SetMaxOpenConns(n)
 	s.readers = make(chan *conn, n)
 	for i := 0; i < n; i++ {
-		c, err := newConn(context.Background(), db)
+		c, err := newConn(context.Background(), db, &s.statements)
 		if err != nil {
 			return err
 		}
@@ -306,7 +307,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
 // Stats reports the number of durable commits (fsyncs) and of transactions
 // they carried; with group commit, one commit carries several.
 func (s *Store) Stats() store.Stats {
-	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load()}
+	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load(), Statements: s.statements.Load()}
 }
 
 // Close waits for the group commit under way, refuses new transactions and

@@ -233,3 +233,45 @@ func TestANoSyncUpdateWaitsForNoFsyncAndLeavesTheNoteBehind(t *testing.T) {
 		t.Fatalf("the note says %d after the durable commit; want %d (it carries the NoSync one)", got, noted+2)
 	}
 }
+
+// A new event is inserted without being read first: its transaction runs
+// BEGIN IMMEDIATE, the insert, its cause, the commit number and COMMIT
+// (issue 25: 6 → 5). Published again, it is read and merged as before:
+// the same id, the causes of both, the new payload.
+func TestPublishInsertsWithoutReading(t *testing.T) {
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	publish := func(payload, cause string) (kt.Event, bool, int64) {
+		before := s.Stats().Statements
+		e := kt.Event{Workflow: "w", Topic: "in", MessageID: "m1", Payload: json.RawMessage(payload), CausedBy: []string{cause}, CreatedAt: 1, UpdatedAt: 1}
+		var created bool
+		if err := s.Update(ctx, func(tx store.Tx) error { created, err = tx.EventPublish(&e); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return e, created, s.Stats().Statements - before
+	}
+	first, created, n := publish(`{"a":1}`, "i1")
+	if !created || n != 5 {
+		t.Errorf("a new event: created %v in %d statements, want true in 5", created, n)
+	}
+	again, created, _ := publish(`{"a":2}`, "i2")
+	if created || again.ID != first.ID {
+		t.Errorf("published again: created %v, id %d (first %d), want false and the same id", created, again.ID, first.ID)
+	}
+	if err := s.View(ctx, func(tx store.Tx) error {
+		got, err := tx.EventGet("w", "in", "m1")
+		if err != nil {
+			return err
+		}
+		if string(got.Payload) != `{"a":2}` || strings.Join(got.CausedBy, ",") != "i1,i2" || got.Status != kt.EventPending {
+			t.Errorf("stored after the second publish: payload %s, causes %v, status %s", got.Payload, got.CausedBy, got.Status)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
