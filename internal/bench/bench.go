@@ -278,60 +278,19 @@ func endToEnd(ctx context.Context, dir string, w, n int) (e2e, error) {
 // directory's SQLite file).
 func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error) {
 	var res e2e
-	var applied atomic.Int64
-	sink := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		applied.Add(1)
-		rw.WriteHeader(http.StatusCreated)
-	}))
-	defer sink.Close()
-	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Allow: []string{sink.Listener.Addr().String()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l, err := load(ctx, dir, storeURL, w, n)
 	if err != nil {
 		return res, err
 	}
-	defer k.Close()
-	for i := 0; i < w; i++ {
-		if _, err := k.Engine.Deploy(ctx, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), sink.URL, n), "", ""); err != nil {
-			return res, err
-		}
-	}
-	// Producers first, so that the timed part is the consumption.
-	for i := 0; i < w; i++ {
-		name := fmt.Sprintf("bench-%03d", i)
-		if err := k.Store.Update(ctx, func(tx store.Tx) error {
-			h, err := tx.HandlerGet(name, "c")
-			if err != nil {
-				return err
-			}
-			h.Dirty = false
-			if err := tx.HandlerPut(h); err != nil {
-				return err
-			}
-			return nil
-		}); err != nil {
-			return res, err
-		}
-		for {
-			did, err := k.Engine.Step(ctx, name)
-			if err != nil {
-				return res, err
-			}
-			var pending int
-			if err := k.Store.View(ctx, func(tx store.Tx) error { pending, err = tx.CountPending(name); return err }); err != nil {
-				return res, err
-			}
-			if !did || pending == n {
-				break
-			}
-		}
-	}
+	defer l.close()
+	k := l.k
 	stats0 := k.Store.Stats()
 	start, cpu0 := time.Now(), cpuNow()
 	if err := k.Scheduler.RunUntilIdle(ctx); err != nil {
 		return res, err
 	}
 	elapsed, cpu := time.Since(start), cpuNow().sub(cpu0)
-	if got := applied.Load(); got != int64(w*n) {
+	if got := l.applied.Load(); got != int64(w*n) {
 		return res, fmt.Errorf("the sink saw %d writes, want %d", got, w*n)
 	}
 	stats := k.Store.Stats()
@@ -348,6 +307,80 @@ func endToEndOn(ctx context.Context, dir, storeURL string, w, n int) (e2e, error
 	res.cpuMicrosPerEvent = float64(cpu.total().Microseconds()) / float64(w*n)
 	res.workerMicrosPerEvent = float64(cpu.workers.Microseconds()) / float64(w*n)
 	return res, nil
+}
+
+// loaded is a keep with W bench workflows deployed (bench-000, …), each
+// with its N events published and its consumer's runs to make.
+type loaded struct {
+	k       *daemon.Keep
+	sink    *httptest.Server
+	applied *atomic.Int64 // writes the sink saw
+}
+
+func (l *loaded) close() {
+	l.k.Close()
+	l.sink.Close()
+}
+
+// load deploys the workflows and runs their producers.
+func load(ctx context.Context, dir, storeURL string, w, n int) (*loaded, error) {
+	l := &loaded{applied: &atomic.Int64{}}
+	l.sink = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		l.applied.Add(1)
+		rw.WriteHeader(http.StatusCreated)
+	}))
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Allow: []string{l.sink.Listener.Addr().String()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		l.sink.Close()
+		return nil, err
+	}
+	l.k = k
+	if err := l.deploy(ctx, w, n); err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *loaded) deploy(ctx context.Context, w, n int) error {
+	k := l.k
+	for i := 0; i < w; i++ {
+		if _, err := k.Engine.Deploy(ctx, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), l.sink.URL, n), "", ""); err != nil {
+			return err
+		}
+	}
+	// Producers first, so that the timed part is the consumption.
+	for i := 0; i < w; i++ {
+		name := fmt.Sprintf("bench-%03d", i)
+		if err := k.Store.Update(ctx, func(tx store.Tx) error {
+			h, err := tx.HandlerGet(name, "c")
+			if err != nil {
+				return err
+			}
+			h.Dirty = false
+			if err := tx.HandlerPut(h); err != nil {
+				return err
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for {
+			did, err := k.Engine.Step(ctx, name)
+			if err != nil {
+				return err
+			}
+			var pending int
+			if err := k.Store.View(ctx, func(tx store.Tx) error { pending, err = tx.CountPending(name); return err }); err != nil {
+				return err
+			}
+			if !did || pending == n {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 const latencyScript = `export default Keep.workflow({

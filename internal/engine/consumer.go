@@ -194,7 +194,18 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 	}
 	var reserve []kt.Event
 	var resErr error
-	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
+	// Each event is checked on its own, and again by the write that
+	// reserves it: no snapshot needed, and the reads go together.
+	if err := x.e.store.View(store.NoSnapshot(x.ctx), func(tx store.Tx) error {
+		store.Prefetch(tx, func(tx store.Tx) {
+			for _, res := range pr.Reservations {
+				for _, id := range res.IDs {
+					if dv.subscribe[res.Topic] {
+						_, _ = tx.EventGet(x.wf.Name, res.Topic, id)
+					}
+				}
+			}
+		})
 		var err error
 		reserve, resErr, err = checkReservations(tx, x.wf.Name, run, pr, dv, x.seenPending)
 		return err
@@ -296,6 +307,10 @@ var errSelectionGone = errors.New("the events prepare selected changed before ke
 // transition's transaction, each as it is now (not the copy prepare read):
 // one skipped or reserved since is never written back as pending.
 func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
+	// Every event is read before any is written: the reads were sent
+	// ahead together (runExec.heldReads), and a write of events would
+	// send the ones after it again.
+	read := make([]kt.Event, 0, len(evs))
 	for _, held := range evs {
 		ev, err := tx.EventGet(held.Workflow, held.Topic, held.MessageID)
 		if err != nil {
@@ -304,6 +319,9 @@ func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) erro
 		if ev.Status != kt.EventPending || (ev.ReservedBy != "" && ev.ReservedBy != run.ID) {
 			return fmt.Errorf("%w: %s/%s is %s now", errSelectionGone, ev.Topic, ev.MessageID, ev.Status)
 		}
+		read = append(read, ev)
+	}
+	for _, ev := range read {
 		ev.ReservedBy, ev.UpdatedAt = run.ID, now
 		if err := tx.EventUpdate(ev); err != nil {
 			return err

@@ -54,7 +54,10 @@ func (x *runExec) emit(dv declView) error {
 	if mstatus.Status == "skipped" {
 		final = kt.EventSkipped
 	}
-	return x.write(func(tx store.Tx) error {
+	return x.writeReading(func(tx store.Tx) {
+		_, _ = tx.EventsReservedBy(run.ID)           // settleReserved's
+		_, _ = tx.HandlerGet(x.wf.Name, run.Handler) // saveConsumerState's
+	}, func(tx store.Tx) error {
 		settled, err := settleReserved(tx, run.ID, final, x.e.nowMs())
 		if err != nil {
 			return err

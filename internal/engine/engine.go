@@ -107,13 +107,16 @@ type Engine struct {
 
 	mu       sync.Mutex
 	programs map[string]*script.Program
+	// latest is each workflow's program compiled last (usually its
+	// active version's): a step names its plan's reads by it.
+	latest map[string]*script.Program
 	// installation is the store's id, read once (installationID).
 	installation string
 }
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, tracer: o.Tracer, programs: map[string]*script.Program{}}
+	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, tracer: o.Tracer, programs: map[string]*script.Program{}, latest: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy, e.hasPolicy = *o.Policy, true
 	} else {
@@ -250,8 +253,16 @@ func (e *Engine) program(ctx context.Context, wf string, version int64) (*script
 	}
 	e.mu.Lock()
 	e.programs[key] = p
+	e.latest[wf] = p
 	e.mu.Unlock()
 	return p, nil
+}
+
+// latestProgram is the workflow's program compiled last, nil before any.
+func (e *Engine) latestProgram(wf string) *script.Program {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.latest[wf]
 }
 
 // ValidationError carries the problems that stopped a deploy.

@@ -149,11 +149,27 @@ func (x *runExec) putRun(tx store.Tx) error {
 // fails leaves the run and its trace as they were before it, so the next
 // try starts from the same state.
 func (x *runExec) write(fn func(tx store.Tx) error) error {
+	return x.writeReading(nil, fn)
+}
+
+// writeReading is write with the reads fn makes named (store.Prefetch):
+// they are sent with the transaction's fence check, before fn writes,
+// and so are writeHeld's and putRun's.
+func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) error) error {
 	for tries := 0; ; tries++ {
 		run, tr := *x.run, *x.tr
 		x.run.Trace = x.tr.json()
 		pinned := len(x.reserve) > 0
 		err := x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
+			store.Prefetch(tx, func(tx store.Tx) {
+				x.heldReads(tx)
+				if reads != nil {
+					reads(tx)
+				}
+				if !x.unstored && (x.stored == "" || x.storedRev != x.run.Rev) {
+					_, _ = tx.RunGet(x.run.ID) // putRun's
+				}
+			})
 			if err := x.writeHeld(tx); err != nil {
 				return err
 			}
@@ -187,6 +203,16 @@ func (x *runExec) writeHeld(tx store.Tx) error {
 		return putMutation(tx, *x.outcome)
 	}
 	return nil
+}
+
+// heldReads are the reads writeHeld makes (store.Prefetch).
+func (x *runExec) heldReads(tx store.Tx) {
+	for _, ev := range x.reserve {
+		_, _ = tx.EventGet(ev.Workflow, ev.Topic, ev.MessageID)
+	}
+	if x.outcome != nil {
+		_, _ = tx.MutationGet(x.outcome.ID)
+	}
 }
 
 // maxSaveTries bounds how often one write of a step takes a decision over:

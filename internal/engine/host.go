@@ -449,7 +449,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 			"register fewer inputs per run: a producer can return a cursor in its state and go on in its next run")
 	}
 	var found kt.Input
-	err := h.e.store.View(h.ctx, func(tx store.Tx) error {
+	err := h.e.store.View(store.NoSnapshot(h.ctx), func(tx store.Tx) error { // one read
 		var err error
 		found, err = tx.InputGetByKey(h.run.Workflow, key)
 		return err
@@ -680,7 +680,11 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 	}
 	evs, ahead := h.readAheadFor(method, raw)
 	if !ahead {
-		err = h.e.store.View(h.ctx, func(tx store.Tx) error {
+		vctx := h.ctx
+		if method == "peek" && h.released == "" {
+			vctx = store.NoSnapshot(vctx) // one read
+		}
+		err = h.e.store.View(vctx, func(tx store.Tx) error {
 			var err error
 			evs, err = h.readEvents(tx, method, req.Topic, limit, ids)
 			return err

@@ -407,7 +407,7 @@ func storedState[T any, S ~string](read func() (T, error), state func(T) S) (S, 
 
 // lookupMutation finds a ledger row by identity; found is false when there is none.
 func (e *Engine) lookupMutation(ctx context.Context, identityKey string) (mut kt.Mutation, found bool, err error) {
-	err = e.store.View(ctx, func(tx store.Tx) error {
+	err = e.store.View(store.NoSnapshot(ctx), func(tx store.Tx) error { // one read
 		var gerr error
 		mut, gerr = tx.MutationByIdentity(identityKey)
 		switch {

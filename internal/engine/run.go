@@ -83,6 +83,21 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	var open *kt.Run
 	picked := false
 	err := e.store.View(ctx, func(tx store.Tx) error {
+		// The plan's reads in one round trip where the store can: the
+		// grants too, which only a step with a run to make reads, and the
+		// oldest pending event of each consumer of the program compiled
+		// last (pick reads those of the dirty ones), for a few consumers.
+		store.Prefetch(tx, func(tx store.Tx) {
+			_, _ = tx.WorkflowGet(name)
+			_, _ = tx.RunOpen(name)
+			_, _ = tx.HandlerList(name)
+			_, _ = tx.GrantList(name)
+			if prog := e.latestProgram(name); prog != nil && len(prog.Decl.Consumers) <= maxConsumersReadAhead {
+				for _, d := range prog.Decl.Consumers {
+					_, _, _ = tx.OldestPending(name, d.Subscribe)
+				}
+			}
+		})
 		var err error
 		if p.wf, err = tx.WorkflowGet(name); err != nil {
 			return err
@@ -145,6 +160,10 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	})
 	return started, err
 }
+
+// maxConsumersReadAhead bounds the consumers whose oldest pending event a
+// step's plan reads ahead, dirty or not (a read each).
+const maxConsumersReadAhead = 4
 
 // stepPlan is what a step reads to choose the next run of a workflow.
 type stepPlan struct {

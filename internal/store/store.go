@@ -73,6 +73,42 @@ type Stats struct {
 	Statements int64
 }
 
+// Prefetcher is a Tx that can send reads ahead (PostgreSQL): see Prefetch.
+type Prefetcher interface {
+	Prefetch(fn func(Tx))
+}
+
+// Prefetch names reads a transaction is about to make, by the calls that
+// make them: fn's calls are recorded, not made (their answers mean
+// nothing), and a backend that can sends those reads ahead, together
+// with its next statement that needs an answer, and answers the same
+// calls made afterwards from what it got, as long as that is what they
+// would read themselves (nothing this transaction wrote since could
+// change it). Elsewhere Prefetch does nothing. Only reads: a write in fn
+// is not made.
+func Prefetch(tx Tx, fn func(Tx)) {
+	if p, ok := tx.(Prefetcher); ok {
+		p.Prefetch(fn)
+	}
+}
+
+type noSnapshotKey struct{}
+
+// NoSnapshot marks a View whose reads need not see one snapshot: each may
+// see what was committed when it ran (one read alone; reads each checked
+// on its own, and checked again by the write that follows). A backend
+// that pays for a snapshot with round trips of its own (PostgreSQL: a
+// BEGIN and a ROLLBACK) runs such a View without one.
+func NoSnapshot(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noSnapshotKey{}, true)
+}
+
+// IsNoSnapshot says a context was marked by NoSnapshot.
+func IsNoSnapshot(ctx context.Context) bool {
+	v, _ := ctx.Value(noSnapshotKey{}).(bool)
+	return v
+}
+
 // Counts is a summary of the ledgers.
 type Counts struct {
 	RunsByStatus      map[string]int
@@ -258,8 +294,11 @@ type Tx interface {
 	// RunSetIfRev overwrites run r.ID only while its stored revision is
 	// still r.Rev, the one its writer read (like River's
 	// JobSetStateIfRunning), and stores revision r.Rev+1; when the run was
-	// written since, or does not exist, it writes nothing and returns
-	// ErrConflict (wrapped): the writer re-reads instead of overwriting.
+	// written since, or does not exist, the transaction fails with
+	// ErrConflict (wrapped) and writes nothing: the writer re-reads
+	// instead of overwriting. A backend may say so at once, or hold the
+	// write back (sqldb.ChangeDeferrer) and fail the transaction's next
+	// statement or its commit; either way the caller stops there.
 	RunSetIfRev(r kt.Run) error
 	RunList(workflow string, limit int) ([]kt.Run, error)
 	// RunOpen returns the workflow's unfinished run (the one that blocks it).

@@ -28,7 +28,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib" // also the pgx driver for database/sql
 
-	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqldb"
@@ -180,7 +179,8 @@ func appliedMigrations(r sqldb.Runner) (map[string]bool, error) {
 // Writers are serialized per workflow, not per schema: a step's
 // transaction (its context carries the workflow's lease, store.Fence)
 // takes the writers' lock shared and then locks its workflow's lease row,
-// which also checks the fence, in one statement; a transaction without a
+// which also checks the fence, in one statement sent with the first
+// statement that needs an answer (runner.fence); a transaction without a
 // lease (a person's action, a deploy, the leases themselves) takes the
 // writers' lock exclusively, so it waits for the steps under way and
 // they for it. Either way each writer sees what the previous writer of
@@ -199,9 +199,7 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 	err = s.onConn(ctx, "begin", true, func(r *runner) error {
 		if f, ok := store.FenceOf(ctx); ok {
 			r.scoped = true
-			if err := store.CheckFence(f, r.lockWorkflow); err != nil {
-				return err
-			}
+			r.fence(f)
 		} else if wfs, ok := store.WorkflowsOf(ctx); ok {
 			r.scoped = true
 			r.lockLeases(wfs)
@@ -217,10 +215,17 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 			// statement, as the lock above.
 			r.Defer("commit without waiting for the disk", `SET LOCAL synchronous_commit TO off`)
 		}
-		if err := fn(sqldb.NewTx(r)); err != nil {
-			return err
+		err := fn(sqldb.NewTx(r))
+		if err == nil {
+			err = r.commit()
 		}
-		return r.commit()
+		if r.checkFailed != nil {
+			// Whatever fn made of the failure it was answered (a read that
+			// failed), the transaction was aborted by a check: the fence,
+			// a conditional write.
+			return r.checkFailed
+		}
+		return err
 	})
 	if err != nil {
 		return err
@@ -266,23 +271,22 @@ func (s *Store) onConn(ctx context.Context, begin string, write bool, fn func(*r
 	return nil
 }
 
-// lockWorkflow takes the writers' lock shared and the workflow's lease row
-// (FOR NO KEY UPDATE: the step's writes of this workflow are serialized on
-// it) and reads the lease, in one round trip. The row lock is taken after
-// the advisory lock (LockRows is the plan's top) and reads the lease's
-// latest committed version, whatever the statement's snapshot.
-func (r *runner) lockWorkflow(wf string) (kt.Lease, error) {
-	l := kt.Lease{Workflow: wf}
-	err := r.QueryRow(`SELECT l.node, l.token FROM (SELECT pg_advisory_xact_lock_shared(?, hashtext(current_schema()))) g, leases l
-WHERE l.workflow = ? FOR NO KEY UPDATE OF l`, writerLock, wf).Scan(&l.Node, &l.Token)
-	if errors.Is(err, sql.ErrNoRows) {
-		return l, fmt.Errorf("lease of %q: %w", wf, kt.ErrNotFound)
-	}
-	if err != nil {
-		return l, fmt.Errorf("take the workflow's lock: %w", err)
-	}
-	return l, nil
+// fence takes the writers' lock shared and the workflow's lease row (FOR
+// NO KEY UPDATE: the step's writes of this workflow are serialized on it)
+// and checks that the lease is still the step's, in one statement
+// (keep_fence, migration 013) that fails when it is not: it needs no
+// answer, so it is held back like a write and goes in one pipeline with
+// the transaction's first statement that needs one. A fenced step's
+// transaction is aborted by PostgreSQL before anything after the check
+// runs, its COMMIT included; the failure's SQLSTATE (fencedState) makes it
+// store.ErrFenced. The row lock reads the lease's latest committed
+// version, whatever the statement's snapshot.
+func (r *runner) fence(f store.Fence) {
+	r.Defer("check the lease", `SELECT keep_fence(?, ?, ?, ?)`, writerLock, f.Workflow, f.Node, f.Token)
 }
+
+// fencedState is the SQLSTATE keep_fence fails with.
+const fencedState = "KEEPF"
 
 // lockLeases takes the writers' lock shared and, in their order, a lock of
 // each workflow's leases (store.ForWorkflows): lease transactions of one
@@ -353,11 +357,17 @@ func (s *Store) announcer() {
 
 // View runs fn in a read-only snapshot of committed data. Its BEGIN goes
 // with its first statement, and a View that reads nothing sends nothing.
+// A View marked store.NoSnapshot sends neither BEGIN nor ROLLBACK: each
+// of its statements reads what is committed when it runs.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.onConn(ctx, "begin isolation level repeatable read read only", false, func(r *runner) error {
+	begin := "begin isolation level repeatable read read only"
+	if store.IsNoSnapshot(ctx) {
+		begin = "" // each statement (or pipeline) its own implicit transaction
+	}
+	return s.onConn(ctx, begin, false, func(r *runner) error {
 		return fn(sqldb.NewTx(r))
 	})
 }

@@ -136,6 +136,10 @@ func TestWritersAreSerializedPerWorkflow(t *testing.T) {
 	first := make(chan error, 1)
 	go func() {
 		first <- s.Update(fence["w1"], func(tx store.Tx) error {
+			// The locks go with the first statement that needs an answer.
+			if _, err := tx.HandlerList("w1"); err != nil {
+				return err
+			}
 			if err := put(tx, "w1", "a"); err != nil {
 				return err
 			}
@@ -206,7 +210,14 @@ func TestWritersAreSerializedPerWorkflow(t *testing.T) {
 	// A write without a lease (a person's action) waits for every step.
 	inside, release = make(chan struct{}), make(chan struct{})
 	go func() {
-		first <- s.Update(fence["w2"], func(tx store.Tx) error { close(inside); <-release; return put(tx, "w2", "d") })
+		first <- s.Update(fence["w2"], func(tx store.Tx) error {
+			if _, err := tx.HandlerList("w2"); err != nil {
+				return err
+			}
+			close(inside)
+			<-release
+			return put(tx, "w2", "d")
+		})
 	}()
 	<-inside
 	go func() { second <- s.Update(ctx, func(tx store.Tx) error { return put(tx, "w1", "e") }) }()

@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqldb"
 )
 
@@ -23,8 +25,10 @@ import (
 type runner struct {
 	ctx  context.Context
 	conn *pgx.Conn
-	// begin is the BEGIN not sent yet ("" once sent).
+	// begin is the BEGIN not sent yet ("" once sent, or for a View
+	// without a snapshot); inTx: it was sent.
 	begin string
+	inTx  bool
 	// scoped: a step's transaction, holding its workflow's lock and the
 	// writers' lock shared; sharedHeld: it took LockShared.
 	scoped, sharedHeld bool
@@ -38,22 +42,50 @@ type runner struct {
 	broken bool
 	// trips counts the round trips (Stats.RoundTrips).
 	trips *atomic.Int64
+	// checkFailed is the failure of a check held back — the fence
+	// check's (store.ErrFenced), a conditional write's (store.ErrConflict)
+	// — which aborted the transaction: what Update returns, whatever fn
+	// made of the failed statement it was answered.
+	checkFailed error
+	// ahead are the reads sent ahead (Prefetch) whose answers are still
+	// good for the Query that asks for them.
+	ahead []*prefetched
 }
 
-// deferred is a write held back until the next statement or the commit.
+// deferred is a statement held back until the next statement or the
+// commit: a write, or a read sent ahead (ahead, its answer kept).
 type deferred struct {
 	what, q string
 	args    []any
+	ahead   *prefetched
 }
 
-// Defer holds a write of a write transaction back (sqldb.Deferrer).
+// Defer holds a write of a write transaction back (sqldb.Deferrer). The
+// reads sent ahead that it could change are answered afresh.
 func (r *runner) Defer(what, q string, args ...any) bool {
 	if !r.write {
 		return false
 	}
-	r.pending = append(r.pending, deferred{what, q, args})
+	r.invalidate(q)
+	r.pending = append(r.pending, deferred{what: what, q: q, args: args})
 	return true
 }
+
+// DeferChange holds a conditional write back (sqldb.ChangeDeferrer): it
+// is sent as a statement that fails (keep_changed, SQLSTATE changedState)
+// when it changes no row, which aborts the transaction, its COMMIT
+// included.
+func (r *runner) DeferChange(what, q string, args ...any) bool {
+	if !r.write {
+		return false
+	}
+	r.invalidate(q) // the table it writes, not every read sent ahead
+	r.pending = append(r.pending, deferred{what: what, q: `WITH changed AS (` + q + ` RETURNING 1) SELECT keep_changed(count(*)) FROM changed`, args: args})
+	return true
+}
+
+// changedState is the SQLSTATE keep_changed fails with.
+const changedState = "KEEPC"
 
 // send sends the BEGIN if not sent yet, the writes held back and then q
 // (if not ""), in one pipeline, and reads every answer but q's, which the
@@ -65,6 +97,7 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
 	begin := r.begin
 	if begin != "" {
+		r.inTx = true
 		b.Queue(begin)
 	}
 	ps := r.pending
@@ -87,9 +120,21 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 		}
 	}
 	for _, p := range ps {
-		if _, err := br.Exec(); err != nil {
+		var err error
+		if p.ahead != nil {
+			err = p.ahead.read(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			r.fail(br)
-			return nil, fmt.Errorf("%s: %w", p.what, err)
+			err = r.failed(p.what, err)
+			for _, rest := range ps { // not run: PostgreSQL skipped them
+				if rest.ahead != nil && !rest.ahead.done {
+					rest.ahead.done, rest.ahead.err = true, err
+				}
+			}
+			return nil, err
 		}
 	}
 	if q == "" {
@@ -101,6 +146,22 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	}
 	r.open = br
 	return br, nil
+}
+
+// failed is the error of a statement held back: the fence check's
+// failure is store.ErrFenced, a conditional write's store.ErrConflict
+// (and remembered: Update returns them).
+func (r *runner) failed(what string, err error) error {
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == fencedState:
+		r.checkFailed = fmt.Errorf("%w (%s)", store.ErrFenced, pe.Message)
+		return r.checkFailed
+	case errors.As(err, &pe) && pe.Code == changedState:
+		r.checkFailed = fmt.Errorf("%s: %w", what, store.ErrConflict)
+		return r.checkFailed
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // fail closes a pipeline after an error in it; the transaction is aborted
@@ -136,6 +197,7 @@ func (r *runner) flush() error {
 // Exec runs a statement. One without arguments may be several statements
 // (a migration's file): it goes by the simple protocol, on its own.
 func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
+	r.invalidate(q)
 	if len(args) == 0 {
 		if err := r.flush(); err != nil {
 			return nil, err
@@ -162,8 +224,22 @@ func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
 	return result(tag.RowsAffected()), nil
 }
 
-// Query runs a statement that returns rows.
+// Query runs a statement that returns rows: the answer of the same read
+// sent ahead (Prefetch), when it is still good, without a round trip of
+// its own.
 func (r *runner) Query(q string, args ...any) (sqldb.Rows, error) {
+	if p := r.takeAhead(q, args); p != nil {
+		if !p.done {
+			if err := r.flush(); err != nil {
+				return nil, err
+			}
+		}
+		if p.err != nil {
+			return nil, p.err
+		}
+		return &bufRows{p: p, m: r.conn.TypeMap(), i: -1}, nil
+	}
+	r.invalidate(q) // a write with RETURNING, a lock
 	br, err := r.send(q, args...)
 	if err != nil {
 		return nil, err
@@ -216,7 +292,7 @@ func (r *runner) rollback() {
 		r.broken = true
 		return
 	}
-	if r.begin != "" || r.broken || r.conn.IsClosed() {
+	if r.begin != "" || !r.inTx || r.broken || r.conn.IsClosed() {
 		r.broken = r.broken || r.conn.IsClosed()
 		return
 	}

@@ -8,7 +8,10 @@ package sqldb
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
+
+	"github.com/keep-run/keep/internal/store"
 )
 
 // Runner runs the statements of one transaction.
@@ -60,6 +63,31 @@ type Deferrer interface {
 	Defer(what, q string, args ...any) bool
 }
 
+// ChangeDeferrer is what a backend's Runner implements when it can hold
+// back a conditional write too (PostgreSQL): one that must change a row,
+// the transaction failing with store.ErrConflict (naming what) when it
+// changes none.
+type ChangeDeferrer interface {
+	DeferChange(what, q string, args ...any) bool
+}
+
+// writeChanging runs a conditional write: one that changes no row is
+// store.ErrConflict, now or, held back (ChangeDeferrer), at a later
+// statement or at commit, which then fails.
+func (t *Tx) writeChanging(what, q string, args ...any) error {
+	if d, ok := t.r.(ChangeDeferrer); ok && d.DeferChange(what, q, args...) {
+		return nil
+	}
+	res, err := t.r.Exec(q, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("%s: %w", what, store.ErrConflict)
+	}
+	return nil
+}
+
 // write runs a statement whose result is only its error, deferred when the
 // backend can (Deferrer): then a failure fails the transaction at a later
 // statement or at commit, naming what failed. Nothing in the engine goes on
@@ -73,3 +101,47 @@ func (t *Tx) write(what, q string, args ...any) error {
 	}
 	return nil
 }
+
+// Prefetcher is what a backend's Runner implements when it can send a
+// read ahead: held back like a write and sent with the next statement
+// that needs an answer, its answer kept for the Query that asks for it
+// (PostgreSQL: one round trip for several reads). Prefetch reports false
+// when it did not take the statement.
+type Prefetcher interface {
+	Prefetch(q string, args ...any) bool
+}
+
+// Prefetch sends the reads fn makes ahead (store.Prefetch), when the
+// backend can: fn runs on a transaction that records its reads instead of
+// making them (every read answers "not found", every write fails), so fn
+// names reads by the calls that make them.
+func (t *Tx) Prefetch(fn func(store.Tx)) {
+	if p, ok := t.r.(Prefetcher); ok {
+		fn(NewTx(recorder{p}))
+	}
+}
+
+// recorder is the Runner Prefetch's fn runs on.
+type recorder struct{ p Prefetcher }
+
+var errRecording = errors.New("a write inside Prefetch: only reads are sent ahead")
+
+func (r recorder) Exec(string, ...any) (sql.Result, error) { return nil, errRecording }
+
+func (r recorder) Query(q string, args ...any) (Rows, error) {
+	r.p.Prefetch(q, args...)
+	return noRows{}, nil
+}
+
+func (r recorder) QueryRow(q string, args ...any) Row {
+	r.p.Prefetch(q, args...)
+	return noRows{}
+}
+
+// noRows is what a recorded read answers.
+type noRows struct{}
+
+func (noRows) Next() bool        { return false }
+func (noRows) Scan(...any) error { return sql.ErrNoRows }
+func (noRows) Err() error        { return nil }
+func (noRows) Close() error      { return nil }

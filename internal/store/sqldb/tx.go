@@ -558,17 +558,11 @@ ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retr
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
-	res, err := t.r.Exec(`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
+	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev),
+		`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
  error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
 		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.Rev+1, r.ID, r.Rev)
-	if err != nil {
-		return fmt.Errorf("save run %s: %w", r.ID, err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return fmt.Errorf("save run %s (as %s, from revision %d): %w", r.ID, r.Status, r.Rev, store.ErrConflict)
-	}
-	return nil
 }
 
 func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {

@@ -41,7 +41,6 @@ func exerciseRuns(run runCase) {
 		// stored one (a decision came in between) writes nothing.
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			r, _ := tx.RunGet("r2")
-			stale := r
 			r.Action = "skip"
 			if err := tx.RunSetIfRev(r); err != nil {
 				return fmt.Errorf("a write from the stored revision: %v", err)
@@ -49,17 +48,36 @@ func exerciseRuns(run runCase) {
 			if got, _ := tx.RunGet("r2"); got.Rev != r.Rev+1 || got.Action != "skip" {
 				return fmt.Errorf("after a conditional write: rev %d (want %d), action %q", got.Rev, r.Rev+1, got.Action)
 			}
-			stale.Status, stale.ErrorMessage = kt.StatusCommitted, "stale"
-			if err := tx.RunSetIfRev(stale); !errors.Is(err, store.ErrConflict) {
-				return fmt.Errorf("a write from an older revision: %v, want ErrConflict", err)
+			return nil
+		}))
+		// Refused: at once or at the transaction's commit, which fails,
+		// and nothing of the transaction is written.
+		refused := func(what string, r kt.Run) {
+			t.Helper()
+			err := s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside-" + r.ID, Type: kt.HandlerProducer}); err != nil {
+					return err
+				}
+				return tx.RunSetIfRev(r)
+			})
+			if !errors.Is(err, store.ErrConflict) {
+				t.Fatalf("%s: %v, want ErrConflict", what, err)
 			}
-			if err := tx.RunSetIfRev(kt.Run{ID: "nope", Status: kt.StatusCommitted}); !errors.Is(err, store.ErrConflict) {
-				return fmt.Errorf("a conditional write of a missing run: %v, want ErrConflict", err)
-			}
+		}
+		var stale kt.Run
+		must(t, s.View(ctx, func(tx store.Tx) error { var err error; stale, err = tx.RunGet("r2"); return err }))
+		stale.Rev--
+		stale.Status, stale.ErrorMessage = kt.StatusCommitted, "stale"
+		refused("a write from an older revision", stale)
+		refused("a conditional write of a missing run", kt.Run{ID: "nope", Status: kt.StatusCommitted})
+		must(t, s.Update(ctx, func(tx store.Tx) error {
 			if got, _ := tx.RunGet("r2"); got.Status != kt.StatusReconciliation || got.ErrorMessage == "stale" || got.Action != "skip" {
 				return fmt.Errorf("the refused write changed the run: %+v", got)
 			}
-			r, _ = tx.RunGet("r2")
+			if _, err := tx.HandlerGet("w", "beside-r2"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a write beside the refused one was stored: %v", err)
+			}
+			r, _ := tx.RunGet("r2")
 			r.Status, r.ErrorMessage, r.Action = kt.StatusRetried, "", ""
 			return tx.RunSetIfRev(r)
 		}))

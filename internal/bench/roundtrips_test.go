@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+)
+
+// roundTripsPerConsumerRun is what one consumer run of the bench's
+// workflow (peek one event, reserve it, one POST, commit) sends to
+// PostgreSQL, counted by the store (Stats.RoundTrips): the step's plan
+// (BEGIN and its five reads; the ROLLBACK), peek, the check of prepare's
+// selection, the ledger's identity lookup (one each, no transaction), the
+// first commit (BEGIN, the fence check and the selection's re-read; the
+// writes and the COMMIT) and the second (BEGIN, the fence check and its
+// three reads; the writes, the run's conditional write and the COMMIT).
+// It was 21 before reads went ahead and checks were held back (issue 25),
+// 50 before issue 25. A change that sends more fails here: say why in
+// docs/performance.md and change the figure.
+const roundTripsPerConsumerRun = 9
+
+func TestRoundTripsPerConsumerRunOnPostgres(t *testing.T) {
+	ctx := context.Background()
+	const n = 4
+	l, err := load(ctx, t.TempDir(), pgtest.FreshSchema(t), 1, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	// Steps hold the workflow's lease, as keep serve's scheduler's do:
+	// every write of theirs is fenced.
+	wf := "bench-000"
+	if err := l.k.Store.Update(store.ForWorkflows(ctx, wf), func(tx store.Tx) error {
+		return tx.LeasePut(kt.Lease{Workflow: wf, Node: "n", Token: 1, ExpiresAt: 1 << 50})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fenced := store.WithFence(ctx, store.Fence{Workflow: wf, Node: "n", Token: 1})
+	for i := 1; i <= n; i++ {
+		before := l.k.Store.Stats().RoundTrips
+		did, err := l.k.Engine.Step(fenced, wf)
+		if err != nil || !did {
+			t.Fatalf("run %d: did %v, %v", i, did, err)
+		}
+		// The first run of a process reads the installation's id too (once).
+		if got := l.k.Store.Stats().RoundTrips - before; i > 1 && got != roundTripsPerConsumerRun {
+			t.Errorf("consumer run %d: %d round trips, want %d", i, got, roundTripsPerConsumerRun)
+		}
+	}
+	if got := l.applied.Load(); got != n {
+		t.Fatalf("the sink saw %d writes, want %d", got, n)
+	}
+}
