@@ -84,17 +84,22 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	picked := false
 	err := e.store.View(ctx, func(tx store.Tx) error {
 		// The plan's reads in one round trip where the store can: the
-		// grants too, which only a step with a run to make reads, and the
-		// oldest pending event of each consumer of the program compiled
-		// last (pick reads those of the dirty ones), for a few consumers.
+		// grants too, which only a step with a run to make reads, and for
+		// each consumer of the program compiled last (a few) its oldest
+		// pending event (pick reads those of the dirty ones) and the page
+		// its prepare is expected to peek (readAhead reads the chosen
+		// one's): a consumer not chosen costs those reads in vain.
 		store.Prefetch(tx, func(tx store.Tx) {
 			_, _ = tx.WorkflowGet(name)
 			_, _ = tx.RunOpen(name)
 			_, _ = tx.HandlerList(name)
 			_, _ = tx.GrantList(name)
 			if prog := e.latestProgram(name); prog != nil && len(prog.Decl.Consumers) <= maxConsumersReadAhead {
-				for _, d := range prog.Decl.Consumers {
+				for c, d := range prog.Decl.Consumers {
 					_, _, _ = tx.OldestPending(name, d.Subscribe)
+					if g, ok := p.guesses.get(name, c); ok {
+						_, _, _ = tx.EventsPendingWithin(name, g.topic, g.limit, kt.MaxHostCallBytes/2)
+					}
 				}
 			}
 		})
