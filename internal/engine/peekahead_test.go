@@ -128,3 +128,52 @@ func TestAPeekAnsweredAheadIsTracedWhenTheWorkerDies(t *testing.T) {
 		})
 	}
 }
+
+// A page answered ahead is the script's own copy, as an asked one is: a
+// prepare that mutates it and peeks again sees the stored events, and a
+// payload of HTML characters, line separators, NUL, astral characters and
+// deep nesting (100 levels) reaches the script and the sink byte for byte as published.
+func TestAPageAnsweredAheadIsTheScriptsOwnCopy(t *testing.T) {
+	e := newEnv(t)
+	src := strings.Replace(hookScript("", ""), `payload: { id: "a" }`, `payload: { id: "a", s: "<>&\u2028\u2029\u0000é😀", deep: Array.from({ length: 100 }).reduce((d) => [d], 0) }`, 1)
+	src = strings.Replace(src, `const [e] = await ctx.peek("job")
+      if (!e) return { reservations: [] }`, `const page = await ctx.peek("job")
+      const was = JSON.stringify(page)
+      if (page.length) { page[0].payload.s = "mutated"; page[0].messageId = "nope"; page.push({ messageId: "x" }) }
+      const again = await ctx.peek("job")
+      if (JSON.stringify(again) !== was) throw new Error("the second peek saw " + JSON.stringify(again).slice(0, 200))
+      const [e] = again
+      if (!e) return { reservations: [] }`, 1)
+	wf := e.deploy(src)
+	if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil { // the empty poll learns the peek
+		t.Fatal(err)
+	}
+	stepUntilPending(t, e, wf, 1)
+	if did, err := e.k.Engine.Step(e.ctx(), wf); err != nil || !did {
+		t.Fatalf("the consumer's step: did %v, %v", did, err)
+	}
+	r := lastRun(t, e, wf)
+	if r.Status != kt.StatusCommitted || r.Handler != "c" {
+		t.Fatalf("run %s %s in %s: %s", r.Handler, r.Status, r.Phase, r.ErrorMessage)
+	}
+	if got := peekEntries(t, r); strings.Join(got, "|") != "prepare call 1 events|prepare call 1 events" {
+		t.Errorf("the run's peeks: %q", got)
+	}
+	ws := e.sink.Writes()
+	if len(ws) != 1 {
+		t.Fatalf("writes at the sink: %+v", ws)
+	}
+	var body struct {
+		S    string          `json:"s"`
+		Deep json.RawMessage `json:"deep"`
+	}
+	if err := json.Unmarshal(ws[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if want := "<>&\u2028\u2029\u0000é😀"; body.S != want {
+		t.Errorf("the sink got s = %q, want %q", body.S, want)
+	}
+	if want := strings.Repeat("[", 100) + "0" + strings.Repeat("]", 100); string(body.Deep) != want {
+		t.Errorf("the sink got deep = %.80s…, want 100 levels", body.Deep)
+	}
+}
