@@ -140,36 +140,75 @@ func TestAWriteIsTakenOverWithoutARoundTrip(t *testing.T) {
 	}
 }
 
-// A call taken over must be one the host takes over: a read's answer, or
-// an error (a grant missing), ends the invocation with that error and its
-// worker.
+// A call taken over must be one the host takes over: a read's answer
+// (a bug in keep: the two sides disagree on what writes) ends the
+// invocation with an internal error, and its worker.
 func TestAWriteTakenOverMustBeTheHosts(t *testing.T) {
 	if InProcess() {
 		t.Skip("keep's own process asks the host every call")
 	}
 	p := compile(t, consumerScript)
 	defer p.Release()
-	refused := &kt.Error{Class: kt.ClassPermission, Message: "ctx.http.request POST 127.0.0.1:1 is not granted"}
-	for _, c := range []struct {
-		name  string
-		serve func(string, json.RawMessage) (json.RawMessage, error)
-		want  func(error) bool
-	}{
-		{"a read's answer", func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{}`), nil },
-			func(err error) bool {
-				return kt.ClassOf(err) == kt.ClassInternal && strings.Contains(err.Error(), "took it for a write and keep for a read")
-			}},
-		{"an error", func(string, json.RawMessage) (json.RawMessage, error) { return nil, refused },
-			func(err error) bool { return err == refused }},
-	} {
+	_, killed0 := WorkerStats()
+	o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(`{"data":{"i":1}}`)},
+		Tools: map[string][]string{"http": {"request"}}, Host: func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{}`), nil },
+		Limits: consumerLimits, Writes: httpWrites})
+	if kt.ClassOf(err) != kt.ClassInternal || !strings.Contains(fmt.Sprint(err), "took it for a write and keep for a read") {
+		t.Errorf("a read's answer to a call taken over: got %+v, %v", o, err)
+	}
+	if _, killed := WorkerStats(); killed == killed0 {
+		t.Error("the worker serves on after keep and it disagreed on a write")
+	}
+}
+
+// A write taken over that keep refuses (a grant missing, arguments it
+// refuses: a user's mistake, not keep's) ends the invocation with keep's
+// error, as when the worker asked: nothing the script does after it is
+// served (a read, a log line, a throw), and the worker serves on — a
+// workflow missing a grant must not cost a process per attempt.
+func TestAWriteTakenOverThatKeepRefusesEndsTheInvocationNotTheWorker(t *testing.T) {
+	if InProcess() {
+		t.Skip("keep's own process asks the host every call")
+	}
+	p := compile(t, `export default Keep.workflow({
+  name: "w", topics: { "in": {} },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { return { reservations: [] } },
+    async mutate(ctx, p) {
+      await ctx.http.request({ method: "PATCH", url: "http://x/write" })
+      if (p.then === "read") await ctx.http.request({ method: "GET", kind: "byId", url: "http://x/read" })
+      if (p.then === "log") console.log("after")
+      if (p.then === "throw") throw new Error("after")
+    },
+  }) },
+})`)
+	defer p.Release()
+	tools := map[string][]string{"http": {"request"}}
+	refused := &kt.Error{Class: kt.ClassPermission, Message: "ctx.http.request PATCH x is not granted to w"}
+	write := `http.request {"method":"PATCH","url":"http://x/write"}`
+	invoke := func(then string, serve func(string, json.RawMessage) (json.RawMessage, error)) (*hostLog, Outcome, error) {
+		h := &hostLog{serve: serve}
+		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(`{"then":"` + then + `"}`)},
+			Tools: tools, Host: h.call, Limits: consumerLimits, Writes: httpWrites})
+		return h, o, err
+	}
+	invoke("", func(string, json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend }) // the worker and its VM
+	for _, then := range []string{"", "read", "log", "throw"} {
 		_, killed0 := WorkerStats()
-		o, err := p.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(`{"data":{"i":1}}`)},
-			Tools: map[string][]string{"http": {"request"}}, Host: c.serve, Limits: consumerLimits, Writes: httpWrites})
-		if !c.want(err) {
-			t.Errorf("%s: got %+v, %v", c.name, o, err)
+		h, o, err := invoke(then, func(string, json.RawMessage) (json.RawMessage, error) { return nil, refused })
+		if err != refused {
+			t.Errorf("then %q: got %+v, %v; want keep's refusal", then, o, err)
 		}
-		if _, killed := WorkerStats(); killed == killed0 {
-			t.Errorf("%s: the worker serves on", c.name)
+		if strings.Join(h.calls, "|") != write {
+			t.Errorf("then %q: the host served %q, want only the write", then, h.calls)
+		}
+		if _, killed := WorkerStats(); killed != killed0 {
+			t.Errorf("then %q: %d sandbox workers killed for a write keep refused", then, killed-killed0)
+		}
+		// The worker serves the next invocation as it should.
+		h, o, err = invoke("", func(string, json.RawMessage) (json.RawMessage, error) { return nil, ErrSuspend })
+		if err != nil || !o.Suspended || strings.Join(h.calls, "|") != write {
+			t.Errorf("then %q: the next invocation: %+v, %v, the host served %q", then, o, err, h.calls)
 		}
 	}
 }

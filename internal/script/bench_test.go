@@ -79,7 +79,13 @@ func BenchmarkConsumerRun(b *testing.B) {
 			b.Fatalf("mutate: %v %+v", err, o)
 		}
 	}
-	run() // the worker and its VM
+	cpuPerRun(b, run)
+}
+
+// cpuPerRun runs run once (the worker and its VM), then b.N times, and
+// reports the CPU of this process and its sandbox workers per run.
+func cpuPerRun(b *testing.B, run func()) {
+	run()
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := processCPUTime() + WorkerCPU()
@@ -96,4 +102,27 @@ func processCPUTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkARefusedWrite measures a consumer's mutate whose write keep
+// refuses (a grant missing): the write is taken over in the worker without
+// asking, and keep's refusal ends the invocation. cpu-µs/run counts this
+// process and its sandbox workers, so a worker started in place of one
+// killed is in it.
+func BenchmarkARefusedWrite(b *testing.B) {
+	p, err := Compile("wf.js", consumerScript)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Release()
+	refused := &kt.Error{Class: kt.ClassPermission, Message: "ctx.http.request POST 127.0.0.1:1 is not granted"}
+	inv := Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(`{"data":{"i":1}}`)},
+		Tools: map[string][]string{"http": {"request"}}, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 64 << 20}, Writes: httpWrites,
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, refused }}
+	run := func() {
+		if _, err := p.Invoke(inv); err != refused {
+			b.Fatalf("mutate: %v", err)
+		}
+	}
+	cpuPerRun(b, run)
 }

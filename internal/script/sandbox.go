@@ -251,8 +251,11 @@ type Invocation struct {
 	// In a sandbox worker the phase's first such call is taken over at
 	// once, without a round trip to keep; Host is still called for it, in
 	// order, and must take it over: an error (a grant missing, arguments
-	// keep refuses) ends the invocation with that error, and its worker,
-	// as the error would have ended it when asked.
+	// keep refuses) ends the invocation with that error, as it would have
+	// ended it when asked; none of the script's calls after it is served,
+	// and the worker serves on (a user's mistake costs no process). A
+	// read's answer (the two sides disagree: a bug in keep) ends the
+	// invocation and its worker.
 	Writes map[string]*kt.ReadsBy
 }
 
