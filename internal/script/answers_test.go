@@ -179,6 +179,7 @@ func TestAWriteTakenOverThatKeepRefusesEndsTheInvocationNotTheWorker(t *testing.
       if (p.then === "read") await ctx.http.request({ method: "GET", kind: "byId", url: "http://x/read" })
       if (p.then === "log") console.log("after")
       if (p.then === "throw") throw new Error("after")
+      if (p.then === "flood") for (;;) console.log("after")
     },
   }) },
 })`)
@@ -210,6 +211,17 @@ func TestAWriteTakenOverThatKeepRefusesEndsTheInvocationNotTheWorker(t *testing.
 		if err != nil || !o.Suspended || strings.Join(h.calls, "|") != write {
 			t.Errorf("then %q: the next invocation: %+v, %v, the host served %q", then, o, err, h.calls)
 		}
+	}
+	// A script that goes on talking is not waited for: its worker is
+	// killed (maxDrained), the error is keep's refusal all the same. (That
+	// it is not waited for to its time limit, engine's TestHostileCorpus
+	// log-flood tells: its time limit is beyond its settle.)
+	_, killed0 := WorkerStats()
+	if h, o, err := invoke("flood", func(string, json.RawMessage) (json.RawMessage, error) { return nil, refused }); err != refused || strings.Join(h.calls, "|") != write {
+		t.Errorf("a log flood after the refusal: %+v, %v, the host served %q", o, err, h.calls)
+	}
+	if _, killed := WorkerStats(); killed != killed0+1 {
+		t.Errorf("a log flood after the refusal: %d workers killed, want 1", killed-killed0)
 	}
 }
 

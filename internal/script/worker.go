@@ -862,6 +862,12 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 	return o, err
 }
 
+// maxDrained bounds the frames a worker may send after a call the host
+// refused before it is killed: a script's last lines after its write (a
+// log line, a read the refusal stops), not a loop that logs to its time
+// limit.
+const maxDrained = 64
+
 // invoke runs inv on the worker. healthy is false when the worker can no
 // longer be trusted to serve another invocation (it died, or the pipe broke).
 func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
@@ -876,14 +882,20 @@ func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
 	// as a grant missing. The script has gone on past it: the invocation
 	// ends with that error once the worker is done, none of the script's
 	// calls after it is served, and the worker serves on (killing it cost
-	// a process start, ≈ 40 ms of CPU, per refused attempt).
+	// a process start, ≈ 40 ms of CPU, per refused attempt) — unless the
+	// script goes on talking (more than maxDrained calls: a loop that
+	// logs), which is not waited for.
 	var refused error
+	drained := 0
 	for {
 		f, err := readFrame(wk.r)
 		if err != nil {
 			return o, refused, false
 		}
 		if refused != nil {
+			if drained++; drained > maxDrained {
+				return o, refused, false
+			}
 			switch f.T {
 			case "host":
 				if f.NoReply {
