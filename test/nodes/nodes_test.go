@@ -288,3 +288,98 @@ func TestNodesShareTheWork(t *testing.T) {
 		}
 	}
 }
+
+// A node paused (SIGSTOP) after its write reached the sink, before the
+// commit that records the write's answer — between two transactions
+// (after-call), or inside that commit's transaction with its reads sent
+// and its workflow's lock taken (inside-commit: PostgreSQL ends that
+// transaction, idle_in_transaction_session_timeout) — for longer than its
+// lease. Another node takes the workflow over, finds the write applied
+// (the reconcile probe) and settles the input. When the paused node wakes
+// (SIGCONT) its held-back commit (the fence check, keep_fence, goes with
+// it) stores nothing: one write at the sink, one write request, the input
+// done, and the runs as the other node left them.
+func TestANodePausedAfterItsWriteStoresNothingWhenItWakes(t *testing.T) {
+	for _, at := range []string{"after-call", "inside-commit"} {
+		t.Run(at, func(t *testing.T) {
+			r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t) + "&idle_in_transaction_session_timeout=1000"}
+			sink := testsink.New()
+			defer sink.Close()
+			os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
+			wf := filepath.Join(r.dir, "wf.js")
+			os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
+			if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
+				t.Fatalf("deploy: %v %s", err, out)
+			}
+			a := r.serve("a", "KEEP_TEST_STOP_AT="+at)
+			testbin.WaitFor(t, "node a to stop itself after its write", func() bool { return stopped(a.Process.Pid) })
+			if n := len(sink.Writes()); n != 1 {
+				t.Fatalf("%d writes at the sink before the pause, want 1", n)
+			}
+			r.serve("b")
+			loc, _ := backend.Parse(r.store, "")
+			st, err := loc.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			done := func() bool {
+				ins, err := report.Inputs(context.Background(), st, "orders")
+				return err == nil && len(ins) == 1 && ins[0].Status == "done"
+			}
+			testbin.WaitFor(t, "node b to take over and settle the write", done)
+			runsNow := func() string {
+				runs, err := report.Runs(context.Background(), st, "orders", 50)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b strings.Builder
+				for _, run := range runs {
+					fmt.Fprintf(&b, "%s %s %s %s %v\n", run.ID, run.Handler, run.Phase, run.Status, run.Error)
+				}
+				return b.String()
+			}
+			settled := runsNow()
+			if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			alog := filepath.Join(r.dir, "a.log")
+			testbin.WaitFor(t, "node a to go on after the pause", func() bool {
+				b, _ := os.ReadFile(alog)
+				return strings.Contains(string(b), "continued after the test stop point")
+			}, fileText(alog))
+			// Then stop it (its step ends first): nothing of it can land later.
+			if err := a.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { a.Process.Wait(); close(exited) }()
+			testbin.WaitFor(t, "node a to exit", func() bool {
+				select {
+				case <-exited:
+					return true
+				default:
+					return false
+				}
+			}, fileText(alog))
+			if n := len(sink.Writes()); n != 1 {
+				t.Fatalf("%d writes at the sink after the paused node woke, want 1", n)
+			}
+			if n := sink.Requests(); n != 1 {
+				t.Fatalf("%d write requests at the sink, want 1", n)
+			}
+			if !done() {
+				t.Fatal("the input is not done any more after the paused node woke")
+			}
+			if now := runsNow(); now != settled {
+				logs, _ := os.ReadFile(alog)
+				t.Fatalf("the runs changed after the paused node woke:\n%s\nwere:\n%s\nnode a said:\n%s", now, settled, logs)
+			}
+		})
+	}
+}
+
+// fileText is a file's text, read when shown (testbin.WaitFor's said).
+type fileText string
+
+func (f fileText) String() string { b, _ := os.ReadFile(string(f)); return string(b) }
