@@ -192,6 +192,11 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		return h.enterItemDry(id, title)
 	}
 	wroteRun := false
+	// The run as stored: putRun advances h.run (its revision) inside the
+	// transaction, and a transaction that fails — at a later write or at
+	// its COMMIT, where PostgreSQL reports held-back writes and the run's
+	// conditional write — stored none of it.
+	stored := *h.run
 	err := h.e.store.Update(h.ctx, func(tx store.Tx) error {
 		wroteRun = false
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
@@ -228,6 +233,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		return nil
 	})
 	if err != nil {
+		*h.run = stored
 		return nil, storeError(err, "record item "+id)
 	}
 	if wroteRun {
