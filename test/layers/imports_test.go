@@ -32,7 +32,7 @@ var rules = []struct {
 	{"internal/store", "internal/keeptype", "the storage seam: stores, decides nothing"},
 	{"internal/store/sqldb", "internal/keeptype internal/store", "the ledger's SQL, once"},
 	{"internal/store/sqlite", "internal/store internal/store/sqldb", "a backend"},
-	{"internal/store/postgres", "internal/keeptype internal/redact internal/store internal/store/sqldb", "a backend"},
+	{"internal/store/postgres", "internal/redact internal/store internal/store/sqldb", "a backend"},
 	{"internal/store/postgres/pgtest", "", "test schemas"},
 	{"internal/store/backend", "internal/redact internal/store internal/store/postgres internal/store/sqlite", "the one place a store is chosen"},
 	{"internal/store/storetest", "internal/keeptype internal/store", "the conformance suite"},
