@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testbin"
@@ -59,6 +60,31 @@ func (r *rig) serve(name string, env ...string) *exec.Cmd {
 	return cmd
 }
 
+// deployOrders deploys script (its writes to sink) with a 1 s lease.
+func (r *rig) deployOrders(sink *testsink.Sink) {
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
+	wf := filepath.Join(r.dir, "wf.js")
+	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
+		r.t.Fatalf("deploy: %v %s", err, out)
+	}
+}
+
+// openOrders opens the store at storeURL (closed when the test ends) and
+// says whether the orders workflow's one input is done.
+func openOrders(t *testing.T, storeURL string) (store.Store, func() bool) {
+	loc, _ := backend.Parse(storeURL, "")
+	st, err := loc.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, func() bool {
+		ins, err := report.Inputs(context.Background(), st, "orders")
+		return err == nil && len(ins) == 1 && ins[0].Status == "done"
+	}
+}
+
 // stopped says the process is stopped (state T in /proc).
 func stopped(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -78,12 +104,7 @@ func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
 	r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t)}
 	sink := testsink.New()
 	defer sink.Close()
-	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
-	wf := filepath.Join(r.dir, "wf.js")
-	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
-	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
-		t.Fatalf("deploy: %v %s", err, out)
-	}
+	r.deployOrders(sink)
 	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
 	testbin.WaitFor(t, "node a to stop itself with the write in_flight", func() bool { return stopped(a.Process.Pid) })
 	if n := sink.Requests(); n != 0 {
@@ -193,12 +214,7 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 	viaProxy.Host = px.ln.Addr().String()
 	sink := testsink.New()
 	defer sink.Close()
-	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
-	wf := filepath.Join(r.dir, "wf.js")
-	os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
-	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
-		t.Fatalf("deploy: %v %s", err, out)
-	}
+	r.deployOrders(sink)
 	direct := r.store
 	r.store = viaProxy.String()
 	a := r.serve("a", "KEEP_TEST_STOP_AT=after-inflight")
@@ -209,16 +225,7 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.serve("b")
-	loc, _ := backend.Parse(direct, "")
-	st, err := loc.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	done := func() bool {
-		ins, err := report.Inputs(context.Background(), st, "orders")
-		return err == nil && len(ins) == 1 && ins[0].Status == "done"
-	}
+	_, done := openOrders(t, direct)
 	testbin.WaitFor(t, "node b to settle the write", done)
 	px.setCut(false) // node a is back
 	time.Sleep(3 * time.Second)
@@ -305,28 +312,14 @@ func TestANodePausedAfterItsWriteStoresNothingWhenItWakes(t *testing.T) {
 			r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t) + "&idle_in_transaction_session_timeout=1000"}
 			sink := testsink.New()
 			defer sink.Close()
-			os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(sink.AllowTOML()+"[policy]\nlease_ttl = \"1s\"\nreconcile_backoff = \"20ms\"\nreconcile_settle = \"600ms\"\n"), 0o644)
-			wf := filepath.Join(r.dir, "wf.js")
-			os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644)
-			if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(r.dir, "deploy"), "--store", r.store, wf).CombinedOutput(); err != nil {
-				t.Fatalf("deploy: %v %s", err, out)
-			}
+			r.deployOrders(sink)
 			a := r.serve("a", "KEEP_TEST_STOP_AT="+at)
 			testbin.WaitFor(t, "node a to stop itself after its write", func() bool { return stopped(a.Process.Pid) })
 			if n := len(sink.Writes()); n != 1 {
 				t.Fatalf("%d writes at the sink before the pause, want 1", n)
 			}
 			r.serve("b")
-			loc, _ := backend.Parse(r.store, "")
-			st, err := loc.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			done := func() bool {
-				ins, err := report.Inputs(context.Background(), st, "orders")
-				return err == nil && len(ins) == 1 && ins[0].Status == "done"
-			}
+			st, done := openOrders(t, r.store)
 			testbin.WaitFor(t, "node b to take over and settle the write", done)
 			runsNow := func() string {
 				runs, err := report.Runs(context.Background(), st, "orders", 50)
