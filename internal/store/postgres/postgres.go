@@ -14,14 +14,18 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +69,27 @@ type Store struct {
 	// notify carries commits to the announcer; stop ends it, announced
 	// says it ended.
 	notify, stop, announced chan struct{}
+	// cfg is the connection's configuration, for the listener's own
+	// connection.
+	cfg *pgx.ConnConfig
+	// self is this store's notice payload: its own listener drops the
+	// notices it sent (its commits wake this process already).
+	// listenerApps is the application_name every listener of this schema
+	// starts with (a LIKE pattern), listenerApp this store's listener's:
+	// by them the announcer sees whether another listener is there.
+	self, listenerApps, listenerApp string
+	// listenerPID is the backend of this store's own listener (0 while
+	// it does not listen).
+	listenerPID atomic.Uint32
+	// others caches whether another listener was there, and when that
+	// was last asked (announcer's goroutine only).
+	others        bool
+	othersAskedAt time.Time
+	// sent and spared count the notices sent and those not sent because
+	// no other node listened, heard those this store's listener received,
+	// its own included (tests, docs/performance.md).
+	sent, spared, heard atomic.Int64
+	listenMu            sync.Mutex // one listener connection at a time
 }
 
 // Open connects to a PostgreSQL database by its URL and applies the
@@ -87,7 +112,10 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("PostgreSQL at %s cannot be reached: %w", Redact(rawURL), err)
 	}
-	s := &Store{db: db, notify: make(chan struct{}, 1), stop: make(chan struct{}), announced: make(chan struct{})}
+	s := &Store{db: db, cfg: cfg, notify: make(chan struct{}, 1), stop: make(chan struct{}), announced: make(chan struct{})}
+	var id [8]byte
+	rand.Read(id[:])
+	s.self = hex.EncodeToString(id[:])
 	var schema string
 	if err := db.QueryRowContext(pctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		db.Close()
@@ -95,6 +123,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	s.channelName = "keep_" + schema
 	s.channel = pgx.Identifier{s.channelName}.Sanitize()
+	s.listenerApps, s.listenerApp = listenerApp(schema, s.self)
 	go s.announcer()
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
@@ -334,6 +363,11 @@ func (s *Store) announce() {
 // announceEvery bounds how often the announcer sends.
 const announceEvery = 5 * time.Millisecond
 
+// askOthersEvery bounds how often the announcer asks whether another node
+// listens. A node that starts listening is told of commits this long
+// after at worst; until then its scheduler's own poll finds them.
+const askOthersEvery = time.Second
+
 func (s *Store) announcer() {
 	defer close(s.announced)
 	for {
@@ -342,9 +376,16 @@ func (s *Store) announcer() {
 			return
 		case <-s.notify:
 		}
-		// A failed notice is not retried: the nodes find the work at
-		// their next poll.
-		_, _ = s.db.Exec(`SELECT pg_notify($1, '')`, s.channelName)
+		// A lone node sends no notice: nobody would hear it but itself,
+		// and its commits wake it already. A failed notice is not
+		// retried: the nodes find the work at their next poll.
+		if s.othersListen() {
+			if _, err := s.db.Exec(`SELECT pg_notify($1, $2)`, s.channelName, s.self); err == nil {
+				s.sent.Add(1)
+			}
+		} else {
+			s.spared.Add(1)
+		}
 		// At most one notice per announceEvery: the commits made meanwhile
 		// share the next.
 		select {
@@ -353,6 +394,47 @@ func (s *Store) announcer() {
 		case <-time.After(announceEvery):
 		}
 	}
+}
+
+// othersListen says whether a listener of this schema other than this
+// store's own is connected, asked of pg_stat_activity at most once per
+// askOthersEvery (application_name is shown to every role). When the
+// question fails, the answer is yes: a notice too many costs a wake-up.
+func (s *Store) othersListen() bool {
+	if !s.othersAskedAt.IsZero() && time.Since(s.othersAskedAt) < askOthersEvery {
+		return s.others
+	}
+	var n int
+	err := s.db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE $1 AND application_name <> $2`,
+		s.listenerApps, s.listenerApp).Scan(&n)
+	s.others, s.othersAskedAt = err != nil || n > 0, time.Now()
+	return s.others
+}
+
+// listenerApp names the listeners of schema (a LIKE pattern) and the
+// listener of the store whose notices carry self: short enough that
+// PostgreSQL shows it whole (63 bytes), whatever the schema's name. Two
+// schemas whose hashes meet only cost each other notices.
+func listenerApp(schema, self string) (pattern, name string) {
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	prefix := fmt.Sprintf("keep listen %016x ", h.Sum64())
+	return prefix + "%", prefix + self
+}
+
+// Notices counts what this store sent and heard.
+type Notices struct {
+	// Sent: notices sent to the other nodes; Spared: commits announced
+	// to nobody, since no other node listened.
+	Sent, Spared int64
+	// Heard: notices this store's listener received, its own included,
+	// each after its wake-up (if any) was made.
+	Heard int64
+}
+
+// Notices reports the notices this store sent, spared and heard.
+func (s *Store) Notices() Notices {
+	return Notices{Sent: s.sent.Load(), Spared: s.spared.Load(), Heard: s.heard.Load()}
 }
 
 // View runs fn in a read-only snapshot of committed data. Its BEGIN goes
@@ -419,9 +501,10 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// Listen calls changed whenever any node commits to this schema (LISTEN),
-// until ctx ends, reconnecting after a lost connection: nodes wake each
-// other at once instead of waiting for their next poll.
+// Listen calls changed whenever another node commits to this schema
+// (LISTEN), until ctx ends, reconnecting after a lost connection: nodes
+// wake each other at once instead of waiting for their next poll. This
+// store's own commits are not told (they wake this process already).
 func (s *Store) Listen(ctx context.Context, changed func()) {
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, changed)
@@ -436,22 +519,32 @@ func (s *Store) Listen(ctx context.Context, changed func()) {
 	}
 }
 
+// listenOnce listens on a connection of its own, not the pool's: its
+// application_name is how the other nodes' announcers see it, and it is
+// closed, never handed to other work, when listening ends.
 func (s *Store) listenOnce(ctx context.Context, changed func()) error {
-	c, err := s.db.Conn(ctx)
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	cfg := s.cfg.Copy()
+	cfg.RuntimeParams["application_name"] = s.listenerApp
+	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	return c.Raw(func(dc any) error {
-		pc := dc.(*stdlib.Conn).Conn()
-		if _, err := pc.Exec(ctx, `LISTEN `+s.channel); err != nil {
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, `LISTEN `+s.channel); err != nil {
+		return err
+	}
+	s.listenerPID.Store(pc.PgConn().PID())
+	defer s.listenerPID.Store(0)
+	for {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		for {
-			if _, err := pc.WaitForNotification(ctx); err != nil {
-				return err
-			}
+		if n.Payload != s.self {
 			changed()
 		}
-	})
+		s.heard.Add(1)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,5 +347,80 @@ func TestAStoppedTransactionReleasesItsLocks(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test with what after 30 s
+// (a bound for a loaded machine, never a measurement).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30 s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A node alone on its schema sends no notice: nobody but itself would hear
+// it, and its own commits wake it already.
+func TestALoneNodeSendsNoNotice(t *testing.T) {
+	s, err := Open(context.Background(), freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var woke atomic.Int64
+	go s.Listen(ctx, func() { woke.Add(1) })
+	waitFor(t, "the store listens", func() bool { return s.listenerPID.Load() != 0 })
+	for i := 0; i < 20; i++ {
+		if err := s.Update(context.Background(), func(tx store.Tx) error {
+			return tx.WorkflowPut(kt.Workflow{Name: "w", CreatedAt: 1, UpdatedAt: int64(i + 1)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the commits are announced", func() bool { n := s.Notices(); return n.Sent+n.Spared > 0 })
+	if n := s.Notices(); n.Sent != 0 || woke.Load() != 0 {
+		t.Fatalf("a lone node sent %d notices and was woken %d times by them (%+v); want none", n.Sent, woke.Load(), n)
+	}
+}
+
+// A node's listener drops the notices it sent itself (its own commits wake
+// it already: waking again would be a pass over the store for nothing) and
+// wakes for every other one, from another node or an older keep (no
+// payload). Notices are heard in the order they were committed, so when
+// the last is heard, every wake-up has been made.
+func TestANodeIsNotWokenByItsOwnNotices(t *testing.T) {
+	u := freshSchema(t)
+	s, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var woke atomic.Int64
+	go s.Listen(ctx, func() { woke.Add(1) })
+	waitFor(t, "the store listens", func() bool { return s.listenerPID.Load() != 0 })
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, payload := range []string{s.self, s.self, "another node", s.self, ""} {
+		if _, err := db.Exec(`SELECT pg_notify($1, $2)`, s.channelName, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Open's own commit may have been announced (to a listener it took for
+	// another): counted in Sent, and heard too.
+	waitFor(t, "Open's commit is announced", func() bool { n := s.Notices(); return n.Sent+n.Spared > 0 })
+	waitFor(t, "the five notices are heard", func() bool { n := s.Notices(); return n.Heard >= 5+n.Sent })
+	if got := woke.Load(); got != 2 {
+		t.Fatalf("woken %d times by 3 notices of its own and 2 of others; want 2", got)
 	}
 }
