@@ -192,24 +192,8 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 		next = kt.PhaseEmitting
 		run.MutationResult = json.RawMessage(`{"status":"none"}`)
 	}
-	var reserve []kt.Event
-	var resErr error
-	// Each event is checked on its own, and again by the write that
-	// reserves it: no snapshot needed, and the reads go together.
-	if err := x.e.store.View(store.NoSnapshot(x.ctx), func(tx store.Tx) error {
-		store.Prefetch(tx, func(tx store.Tx) {
-			for _, res := range pr.Reservations {
-				for _, id := range res.IDs {
-					if dv.subscribe[res.Topic] {
-						_, _ = tx.EventGet(x.wf.Name, res.Topic, id)
-					}
-				}
-			}
-		})
-		var err error
-		reserve, resErr, err = checkReservations(tx, x.wf.Name, run, pr, dv, x.seenPending)
-		return err
-	}); err != nil {
+	reserve, resErr, err := x.checkSelection(pr, dv)
+	if err != nil {
 		return true, err
 	}
 	if resErr != nil {
@@ -254,6 +238,61 @@ func (x *runExec) mutate(dv declView) (proceed bool, err error) {
 	return x.executeMutation(h.captured)
 }
 
+// checkSelection checks prepare's selection (checkReservations). A
+// selection of events prepare read pending in this run (a peek's page,
+// getByIds) is checked against the copies it read, without reading them
+// again: each is read once more under the lock by the write that reserves
+// it (writeReservations), which finds one a person skipped or another run
+// took meanwhile (errSelectionGone: prepare again), as a read here would
+// have. Any other selection is read: it names an event prepare did not
+// see pending, and the script's mistake is told by what the event is now.
+func (x *runExec) checkSelection(pr PrepareResult, dv declView) (reserve []kt.Event, resErr, err error) {
+	if seen, ok := x.selectionSeen(pr); ok {
+		return checkReservations(seen, x.run, pr, dv, x.seenPending)
+	}
+	// Each event is checked on its own, and again by the write that
+	// reserves it: no snapshot needed, and the reads go together.
+	err = x.e.store.View(store.NoSnapshot(x.ctx), func(tx store.Tx) error {
+		store.Prefetch(tx, func(tx store.Tx) {
+			for _, res := range pr.Reservations {
+				for _, id := range res.IDs {
+					if dv.subscribe[res.Topic] {
+						_, _ = tx.EventGet(x.wf.Name, res.Topic, id)
+					}
+				}
+			}
+		})
+		var err error
+		reserve, resErr, err = checkReservations(eventsOf(tx, x.wf.Name), x.run, pr, dv, x.seenPending)
+		return err
+	})
+	return reserve, resErr, err
+}
+
+// selectionSeen gives the events of prepare's selection as prepare read
+// them, when it read every one of them pending.
+func (x *runExec) selectionSeen(pr PrepareResult) (eventLookup, bool) {
+	for _, res := range pr.Reservations {
+		for _, id := range res.IDs {
+			if _, ok := x.seenEvents[seenKey{res.Topic, id}]; !ok {
+				return nil, false
+			}
+		}
+	}
+	return func(topic, id string) (kt.Event, error) {
+		return x.seenEvents[seenKey{topic, id}], nil
+	}, true
+}
+
+// eventLookup finds an event of the run's workflow by topic and message
+// id (kt.ErrNotFound when there is none).
+type eventLookup func(topic, messageID string) (kt.Event, error)
+
+// eventsOf looks events of wf up in tx.
+func eventsOf(tx store.Tx, wf string) eventLookup {
+	return func(topic, id string) (kt.Event, error) { return tx.EventGet(wf, topic, id) }
+}
+
 // checkReservations validates a PrepareResult's reservations (SPEC §4:
 // subscribed topic, existing, pending, not reserved by another run) and
 // returns the events to reserve. resErr is the script's mistake; err the store's.
@@ -263,14 +302,14 @@ func (x *runExec) mutate(dv declView) (proceed bool, err error) {
 // script's mistake (errSelectionGone: prepare again). That is told by
 // what prepare read, not by the event's time: a person's Skip is stamped
 // when its request came in, which may be before the run began.
-func checkReservations(tx store.Tx, wf string, run *kt.Run, pr PrepareResult, dv declView, seen map[int64]bool) (evs []kt.Event, resErr, err error) {
+func checkReservations(get eventLookup, run *kt.Run, pr PrepareResult, dv declView, seen map[int64]bool) (evs []kt.Event, resErr, err error) {
 	taken := map[int64]bool{}
 	for _, res := range pr.Reservations {
 		if !dv.subscribe[res.Topic] {
 			return nil, kt.Errorf(kt.ClassLogic, "prepare reserved events of topic %q, which consumer %s does not subscribe to", res.Topic, run.Handler), nil
 		}
 		for _, id := range res.IDs {
-			ev, err := tx.EventGet(wf, res.Topic, id)
+			ev, err := get(res.Topic, id)
 			if errors.Is(err, kt.ErrNotFound) {
 				return nil, kt.Errorf(kt.ClassLogic, "prepare reserved %s/%s, which does not exist; reserve messageIds that peek returned", res.Topic, id), nil
 			}

@@ -191,7 +191,7 @@ func (x *runExec) dryPrepare(dv declView, hrow kt.Handler, res *DryRunResult) (D
 	var resErr error
 	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
 		var err error
-		reserve, resErr, err = checkReservations(tx, x.wf.Name, dry, pr, dv, x.seenPending)
+		reserve, resErr, err = checkReservations(eventsOf(tx, x.wf.Name), dry, pr, dv, x.seenPending)
 		return err
 	}); err != nil {
 		return *res, err

@@ -76,7 +76,11 @@ type runExec struct {
 	// seenPending are the events this run's handler read pending (peek,
 	// getByIds): one of them not pending at checkReservations changed
 	// while prepare ran (errSelectionGone), not by the script's mistake.
+	// seenEvents are the same events as they were read, by topic and
+	// message id: prepare's selection is checked against them when it
+	// reserves only those (prepareChecks).
 	seenPending map[int64]bool
+	seenEvents  map[seenKey]kt.Event
 	// span is the run's OpenTelemetry span, phase the phase's under way
 	// (otel.go); nil when keep does not trace (the run sampled out, no
 	// [otel] endpoint). inputs are the inputs the run works on, item the
@@ -384,10 +388,14 @@ func (x *runExec) declView() declView {
 	return declView{publishes: set(d.Publishes), subscribe: set(d.Subscribe)}
 }
 
+// seenKey names an event a handler read.
+type seenKey struct{ topic, messageID string }
+
 // sawPending notes an event the handler read while it was pending.
-func (x *runExec) sawPending(id int64) {
+func (x *runExec) sawPending(ev kt.Event) {
 	if x.seenPending == nil {
-		x.seenPending = map[int64]bool{}
+		x.seenPending, x.seenEvents = map[int64]bool{}, map[seenKey]kt.Event{}
 	}
-	x.seenPending[id] = true
+	x.seenPending[ev.ID] = true
+	x.seenEvents[seenKey{ev.Topic, ev.MessageID}] = ev
 }

@@ -695,7 +695,7 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 	}
 	for _, ev := range evs {
 		if ev.Status == kt.EventPending {
-			h.sawPending(ev.ID)
+			h.sawPending(ev)
 		}
 	}
 	if method == "peek" {
