@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
@@ -476,5 +477,67 @@ func TestReprocessDuringABackgroundCheckDoesNotWriteTwice(t *testing.T) {
 	}
 	if ins := e.inputs(wf); len(ins) != 1 || ins[0].Status != kt.ItemDone || ins[0].Attempt != 1 {
 		t.Fatalf("inputs %+v", ins)
+	}
+}
+
+// A consumer's write whose identity has an applied row with the same
+// content is not sent again: the run takes the recorded result (ch 14
+// §14.5). The identity is looked up by the commit that would record the
+// write in_flight (ledgerCall.unlooked); finding the row there, that
+// commit writes nothing, and the run's trace shows the replay, never an
+// in_flight that was not stored. The state is reached as in the test
+// above, the consumed event re-opened with its own content.
+func TestAConsumerWriteFoundAppliedAtItsInFlightCommitIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	e.noOpenRun(wf)
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes %d after the first run, want 1", n)
+	}
+	must(t, e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
+		ev, err := tx.EventGet(wf, "job", "a")
+		if err != nil {
+			return err
+		}
+		ev.Status, ev.ReservedBy = kt.EventPending, ""
+		if err := tx.EventUpdate(ev); err != nil {
+			return err
+		}
+		h, err := tx.HandlerGet(wf, "c")
+		if err != nil {
+			return err
+		}
+		h.Dirty = true
+		return tx.HandlerPut(h)
+	}))
+	e.settle()
+	e.noOpenRun(wf)
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes %d: the write applied before was sent again", n)
+	}
+	var replay *apitype.RunDetail
+	for _, r := range e.runs(wf) {
+		d, err := report.ShowRun(e.ctx(), e.k.Store, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.Trace {
+			if strings.Contains(l.Outcome, "already applied: cached result returned") {
+				replay = &d
+			}
+		}
+	}
+	if replay == nil {
+		t.Fatalf("no run replayed the write: %+v", e.runs(wf))
+	}
+	if replay.Run.Status != string(kt.StatusCommitted) {
+		t.Fatalf("the replaying run is %s, want committed", replay.Run.Status)
+	}
+	for _, l := range replay.Trace {
+		if l.Outcome == "in_flight" {
+			t.Fatalf("the replaying run's trace says in_flight, which was never stored: %+v", replay.Trace)
+		}
 	}
 }

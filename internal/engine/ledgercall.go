@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +40,10 @@ type ledgerCall struct {
 	found bool
 	// fresh: mut is a new row under a fresh id (newRow), not stored yet.
 	fresh bool
+	// unlooked: the identity was not looked up yet; the in_flight commit
+	// looks it up (recordInFlight), and a row it finds there is handed
+	// back (identityFound), nothing written.
+	unlooked bool
 	// cmp is how an applied row's payload compares with this call's, when
 	// they differ (set by step).
 	cmp connector.Comparison
@@ -51,6 +56,15 @@ type identityFunc func(Identity) string
 // openLedger previews a call on the run (its PendingCall: what a person
 // approves and a card shows) and looks its identity up in the ledger.
 func (x *runExec) openLedger(phase, tool string, m *connector.Method, args map[string]any, key identityFunc) (*ledgerCall, error) {
+	lc, err := x.previewLedger(phase, tool, m, args, key)
+	if err != nil {
+		return lc, err
+	}
+	return lc, lc.lookup()
+}
+
+// previewLedger is openLedger without the look-up.
+func (x *runExec) previewLedger(phase, tool string, m *connector.Method, args map[string]any, key identityFunc) (*ledgerCall, error) {
 	identity, payload := m.Split(args)
 	subkey, _ := args["subkey"].(string)
 	lc := &ledgerCall{x: x, phase: phase, tool: tool, m: m, args: args, payload: payload, redacted: m.Redact(args),
@@ -58,16 +72,36 @@ func (x *runExec) openLedger(phase, tool string, m *connector.Method, args map[s
 	lc.callHash = CallHash(tool, m.Name, lc.target, identity, payload)
 	x.run.PendingCall, _ = json.Marshal(lc.pending())
 	var err error
-	if lc.installation, err = x.e.installationID(x.ctx); err != nil {
-		return lc, err
-	}
-	lc.mut, lc.found, err = x.e.lookupMutation(x.ctx, lc.identityKey)
-	if err == nil && lc.found && len(lc.mut.Params) > 0 {
-		// comparePayloads reads them: a row that does not decode stops here.
-		var stored map[string]any
-		err = decodeStored("params", "mutation "+lc.mut.ID, lc.mut.Params, &stored)
-	}
+	lc.installation, err = x.e.installationID(x.ctx)
 	return lc, err
+}
+
+// lookup looks the call's identity up in the ledger (one read).
+func (lc *ledgerCall) lookup() error {
+	mut, found, err := lc.x.e.lookupMutation(lc.x.ctx, lc.identityKey)
+	if err != nil || !found {
+		return err
+	}
+	return lc.foundRow(mut)
+}
+
+// foundRow takes the row the call's identity found.
+func (lc *ledgerCall) foundRow(mut kt.Mutation) error {
+	lc.mut, lc.found, lc.fresh, lc.unlooked = mut, true, false, false
+	if len(mut.Params) == 0 {
+		return nil
+	}
+	// comparePayloads reads them: a row that does not decode stops here.
+	var stored map[string]any
+	return decodeStored("params", "mutation "+mut.ID, mut.Params, &stored)
+}
+
+// identityFound is the in_flight commit's answer when the call's identity
+// found a row there (ledgerCall.unlooked): nothing was written.
+type identityFound struct{ row kt.Mutation }
+
+func (f *identityFound) Error() string {
+	return "the write's identity has a ledger row already (" + f.row.ID + ", " + string(f.row.Status) + ")"
 }
 
 func (lc *ledgerCall) pending() kt.PendingCall {
@@ -159,7 +193,20 @@ func (lc *ledgerCall) recordInFlight() error {
 	mut.SentAt, mut.NotFoundAt, mut.ReconcileAttempts = now, 0, 0
 	lc.note("in_flight", true)
 	x.run.UpdatedAt = now
-	if err := x.save(func(tx store.Tx) error {
+	var reads func(tx store.Tx)
+	if lc.unlooked {
+		reads = func(tx store.Tx) { _, _ = tx.MutationByIdentity(lc.identityKey) }
+	}
+	if err := x.writeReading(reads, func(tx store.Tx) error {
+		if lc.unlooked {
+			// The look-up, under the lock the row is written under.
+			switch row, err := tx.MutationByIdentity(lc.identityKey); {
+			case err == nil:
+				return &identityFound{row: row}
+			case !errors.Is(err, kt.ErrNotFound):
+				return err
+			}
+		}
 		put := putMutation
 		if lc.fresh { // a row newRow made under a fresh id: not stored yet
 			put = func(tx store.Tx, m kt.Mutation) error { return putMutationFrom(tx, "", m) }
@@ -168,7 +215,7 @@ func (lc *ledgerCall) recordInFlight() error {
 			return err
 		}
 		x.e.crashPoint(CrashInsideInFlight)
-		return nil
+		return x.putRun(tx)
 	}); err != nil {
 		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
 	}

@@ -50,60 +50,98 @@ func (x *runExec) executeMutation(call *capturedCall) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	lc, err := x.openLedger("mutating", call.Tool, m, call.Args, func(id Identity) string { return id.ConsumerKey(unit) })
+	lc, err := x.previewLedger("mutating", call.Tool, m, call.Args, func(id Identity) string { return id.ConsumerKey(unit) })
 	if err != nil {
 		return false, err
 	}
+	if lc.needsApproval() {
+		// The wait for a person is written with no look-up: make it first.
+		if err := lc.lookup(); err != nil {
+			return false, err
+		}
+	} else {
+		// A write with no row yet (the usual case) is looked up by the
+		// commit that records it in_flight, not in a read of its own.
+		lc.unlooked = true
+	}
+	for {
+		done, proceed, err := x.ledgerStep(lc, causes, attempt)
+		if done {
+			return proceed, err
+		}
+	}
+}
+
+// ledgerStep carries a consumer's write through the ledger from its
+// identity's row (ledgerCall.step); done is false when the in_flight
+// commit found a row after all (identityFound): the run is as it was, and
+// the step is made again from that row.
+func (x *runExec) ledgerStep(lc *ledgerCall, causes []string, attempt int) (done, proceed bool, err error) {
 	switch lc.step() {
 	case stepConflict:
 		lc.noteConflict()
 		pc := lc.pending()
 		pc.Conflict = true
 		x.run.PendingCall, _ = json.Marshal(pc)
-		return false, x.fail(kt.Errorf(kt.ClassLogic,
+		return true, false, x.fail(kt.Errorf(kt.ClassLogic,
 			"%s was already applied for these inputs with different content, and the difference is significant; keep does not write it twice. Check the change, then skip or reprocess the input", lc.target))
 	case stepReplay:
 		lc.noteReplay()
 		var result any
 		if len(lc.mut.Result) > 0 {
 			if err := decodeStored("result", "mutation "+lc.mut.ID, lc.mut.Result, &result); err != nil {
-				return false, x.fail(err)
+				return true, false, x.fail(err)
 			}
 		}
-		return x.mutationApplied(&lc.mut, result, lc.mut.ResolvedBy)
+		proceed, err = x.mutationApplied(&lc.mut, result, lc.mut.ResolvedBy)
+		return true, proceed, err
 	case stepBlocked:
 		// A write that may have happened: never send it again blindly.
 		lc.mut.RunID = x.run.ID
-		return false, x.blockOnMutation(&lc.mut, "")
+		return true, false, x.blockOnMutation(&lc.mut, "")
 	case stepReconcile:
 		lc.mut.RunID, lc.mut.Status = x.run.ID, kt.MutationNeedsReconcile
-		return x.reconcile(&lc.mut, inlineAttempt)
+		proceed, err = x.reconcile(&lc.mut, inlineAttempt)
+		return true, proceed, err
 	}
 	lc.newRow(causes, attempt)
 	if lc.needsApproval() {
-		return false, x.waitForApproval(lc)
+		return true, false, x.waitForApproval(lc)
 	}
+	run, tr := *x.run, *x.tr
 	if err := advance(x.run, kt.PhaseMutating); err != nil {
-		return false, err
+		return true, false, err
 	}
 	if err := lc.recordInFlight(); err != nil {
-		return false, err
+		var found *identityFound
+		if !errors.As(err, &found) {
+			return true, false, err
+		}
+		// Nothing was written, and nothing was sent: the run goes back to
+		// where it was, and the row found decides.
+		*x.run, *x.tr = run, tr
+		if err := lc.foundRow(found.row); err != nil {
+			return true, false, err
+		}
+		return false, false, nil
 	}
 	res, next, err := lc.send()
 	if err != nil {
-		return false, err
+		return true, false, err
 	}
 	switch next {
 	case callApplied:
-		return x.mutationApplied(&lc.mut, res.Value, "")
+		proceed, err = x.mutationApplied(&lc.mut, res.Value, "")
+		return true, proceed, err
 	case callFailed:
-		return false, x.mutationFailed(&lc.mut, res.Err, "")
+		return true, false, x.mutationFailed(&lc.mut, res.Err, "")
 	case callIndeterminate:
 		lc.mut.Status = kt.MutationIndeterminate
-		return false, x.blockOnMutation(&lc.mut, res.Err.Message)
+		return true, false, x.blockOnMutation(&lc.mut, res.Err.Message)
 	}
 	lc.mut.Status = kt.MutationNeedsReconcile
-	return x.reconcile(&lc.mut, inlineAttempt)
+	proceed, err = x.reconcile(&lc.mut, inlineAttempt)
+	return true, proceed, err
 }
 
 // unitOfWork is what a consumer run's write descends from: the inputs
