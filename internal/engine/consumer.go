@@ -344,7 +344,12 @@ var errSelectionGone = errors.New("the events prepare selected changed before ke
 
 // writeReservations marks events as reserved by a run, inside a
 // transition's transaction, each as it is now (not the copy prepare read):
-// one skipped or reserved since is never written back as pending.
+// one skipped or reserved since is never written back as pending. An event
+// changed in any way since the run's copy was read (a person's Reprocess
+// started a new attempt, a publish merged new content) ends the write too
+// (errSelectionGone: prepare again): the run's write is keyed and made
+// from that copy (unitOfWork, mutate), so it would be another attempt's
+// write, or stale content.
 func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
 	// Every event is read before any is written: the reads were sent
 	// ahead together (runExec.heldReads), and a write of events would
@@ -357,6 +362,9 @@ func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) erro
 		}
 		if ev.Status != kt.EventPending || (ev.ReservedBy != "" && ev.ReservedBy != run.ID) {
 			return fmt.Errorf("%w: %s/%s is %s now", errSelectionGone, ev.Topic, ev.MessageID, ev.Status)
+		}
+		if ev.UpdatedAt != held.UpdatedAt || ev.Attempt != held.Attempt {
+			return fmt.Errorf("%w: %s/%s changed since prepare read it (attempt %d, was %d)", errSelectionGone, ev.Topic, ev.MessageID, ev.Attempt, held.Attempt)
 		}
 		read = append(read, ev)
 	}

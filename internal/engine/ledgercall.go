@@ -118,14 +118,20 @@ func (lc *ledgerCall) step() ledgerStep {
 	})
 }
 
-// note adds a trace line about this mutation.
+// note adds a trace line about this mutation, and the span's event.
 func (lc *ledgerCall) note(outcome string, withArgs bool) {
+	lc.traceNote(outcome, withArgs)
+	lc.x.mutationEvent(lc.method(), outcome)
+}
+
+// traceNote adds the trace line alone: the line of a commit goes in before
+// it, with the run it writes, its span's event after it held.
+func (lc *ledgerCall) traceNote(outcome string, withArgs bool) {
 	e := kt.TraceEntry{At: lc.x.e.nowMs(), Phase: lc.phase, Kind: "mutation", Method: lc.method(), Outcome: outcome}
 	if withArgs {
 		e.Args = lc.redacted
 	}
 	lc.x.tr.add(e)
-	lc.x.mutationEvent(e.Method, outcome)
 }
 
 // noteConflict and noteReplay say why a found row is not sent again.
@@ -191,7 +197,7 @@ func (lc *ledgerCall) recordInFlight() error {
 	// Each call that goes out has its own reconcile attempts: after It didn't
 	// happen a new uncertain send starts again at attempt 1 of the policy's.
 	mut.SentAt, mut.NotFoundAt, mut.ReconcileAttempts = now, 0, 0
-	lc.note("in_flight", true)
+	lc.traceNote("in_flight", true)
 	x.run.UpdatedAt = now
 	var reads func(tx store.Tx)
 	if lc.unlooked {
@@ -219,6 +225,7 @@ func (lc *ledgerCall) recordInFlight() error {
 	}); err != nil {
 		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
 	}
+	x.mutationEvent(lc.method(), "in_flight")
 	x.e.crashPoint(CrashAfterInFlight)
 	return nil
 }
