@@ -7,6 +7,7 @@ import (
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -164,8 +165,18 @@ func (x *runExec) consumer(hrow *kt.Handler) (err error) {
 // prepare runs the prepare phase and checks its selection, which it holds
 // for the run's next write (x.reserve); done says the run ended here (it
 // failed, and the failure is recorded).
+//
+// A consumer that mutates has its mutate run in the same invocation of the
+// sandbox when prepare reserves events (script.Invocation.Then: one round
+// trip to the worker fewer per run, issue 25): the checks below are made
+// when prepare's value reaches keep, before any of mutate's calls is
+// served, and mutate goes on only when they pass and the run goes on to
+// it; its outcome waits for mutate (x.mutated). Nothing durable happens
+// between the two phases (the selection is written with the write's
+// in_flight record), so this is the order the engine follows anyway.
 func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done bool, err error) {
-	defer x.startPhase(string(phasePrepare)).end(x)
+	ps := x.startPhase(string(phasePrepare))
+	defer func() { ps.end(x) }()
 	run := x.run
 	x.phaseNote("preparing", "consumer "+run.Handler+" started")
 	if hrow, err = x.e.handlerRowOf(x.ctx, x.wf.Name, run.Handler, hrow); err != nil {
@@ -175,8 +186,74 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 	x.rowRead = &saw
 	h := x.host(phasePrepare)
 	h.decl, h.ahead, x.ahead = dv, x.ahead, nil
-	out, err := x.invoke(h, hrow.State)
-	h.preparePeeked()
+	inv := x.invocation(h, hrow.State)
+	var judged *preparedVerdict
+	var hm *host
+	var ms *phaseSpan
+	taken := false
+	if mutates {
+		hm = x.host(phaseMutate)
+		hm.decl = dv
+		then := x.invocation(hm)
+		inv.Then = &then
+		inv.Next = func(value json.RawMessage) bool {
+			h.preparePeeked()
+			judged = x.judgePrepared(script.Outcome{Value: value}, nil, dv, mutates)
+			if !judged.goesOn() {
+				return false
+			}
+			if judged.err = x.takePrepared(judged); judged.err != nil {
+				return false
+			}
+			taken = true
+			// mutate's calls are under its own span from here.
+			ps.end(x)
+			ps, ms = nil, x.startPhase(string(phaseMutate))
+			return true
+		}
+	}
+	out, err := x.e.invoke(x.prog, inv)
+	if judged == nil {
+		h.preparePeeked()
+		judged = x.judgePrepared(out, err, dv, mutates)
+	}
+	switch {
+	case judged.err != nil:
+		return true, judged.err
+	case judged.failure != nil:
+		return true, x.fail(judged.failure)
+	case out.Then != nil:
+		x.mutated = &fusedMutate{host: hm, err: out.ThenErr, span: ms}
+		return false, nil
+	case taken:
+		// mutate was let go on but did not run with prepare (the sandbox
+		// said nothing of it): it runs on its own.
+		ms.end(x)
+		return false, nil
+	}
+	return false, x.takePrepared(judged)
+}
+
+// preparedVerdict is what prepare's value comes to: the run's next phase
+// and the events it reserves, the script's mistake (failure), or the
+// store's error (err; errSelectionGone among them).
+type preparedVerdict struct {
+	value   json.RawMessage
+	next    kt.Phase
+	reserve []kt.Event
+	failure error
+	err     error
+}
+
+// goesOn says the run goes on to mutate.
+func (v *preparedVerdict) goesOn() bool {
+	return v.err == nil && v.failure == nil && v.next == kt.PhasePrepared
+}
+
+// judgePrepared checks what prepare returned: its size, its shape and its
+// selection (checkSelection). It changes nothing of the run.
+func (x *runExec) judgePrepared(out script.Outcome, err error, dv declView, mutates bool) *preparedVerdict {
+	v := &preparedVerdict{value: out.Value}
 	if err == nil {
 		err = checkSize("the PrepareResult", out.Value)
 	}
@@ -185,39 +262,60 @@ func (x *runExec) prepare(hrow *kt.Handler, dv declView, mutates bool) (done boo
 		pr, err = DecodePrepareResult(out.Value)
 	}
 	if err != nil {
-		return true, x.fail(err)
+		v.failure = err
+		return v
 	}
-	next := kt.PhasePrepared
+	v.next = kt.PhasePrepared
 	if pr.reservesNothing() || !mutates {
-		next = kt.PhaseEmitting
+		v.next = kt.PhaseEmitting
+	}
+	v.reserve, v.failure, v.err = x.checkSelection(pr, dv)
+	return v
+}
+
+// takePrepared moves the run on from prepare as v says.
+func (x *runExec) takePrepared(v *preparedVerdict) error {
+	run := x.run
+	if v.next == kt.PhaseEmitting {
 		run.MutationResult = json.RawMessage(`{"status":"none"}`)
 	}
-	reserve, resErr, err := x.checkSelection(pr, dv)
-	if err != nil {
-		return true, err
+	if err := advance(run, v.next); err != nil {
+		return err
 	}
-	if resErr != nil {
-		return true, x.fail(resErr)
-	}
-	if err := advance(run, next); err != nil {
-		return true, err
-	}
-	run.PrepareResult, x.reserve = out.Value, reserve
-	for _, ev := range reserve {
+	run.PrepareResult, x.reserve = v.value, v.reserve
+	for _, ev := range v.reserve {
 		x.noteInputs(ev.CausedBy...)
 	}
-	x.phaseNote(string(next), fmt.Sprintf("prepared: %d events to reserve", len(reserve)))
-	return false, nil
+	x.phaseNote(string(v.next), fmt.Sprintf("prepared: %d events to reserve", len(v.reserve)))
+	return nil
+}
+
+// fusedMutate is mutate's invocation made with prepare's: its host (what
+// it captured), its error, and its span, open.
+type fusedMutate struct {
+	host *host
+	err  error
+	span *phaseSpan
 }
 
 // mutate runs the mutate phase and the mutation it asked for; proceed says
 // the run goes on to next.
 func (x *runExec) mutate(dv declView) (proceed bool, err error) {
-	defer x.startPhase(string(phaseMutate)).end(x)
 	run := x.run
-	h := x.host(phaseMutate)
-	h.decl = dv
-	if _, err := x.invoke(h, preparedArg(run.PrepareResult)); err != nil {
+	var h *host
+	var ierr error
+	if f := x.mutated; f != nil {
+		// It ran with prepare (prepare's Invocation.Then).
+		x.mutated = nil
+		defer f.span.end(x)
+		h, ierr = f.host, f.err
+	} else {
+		defer x.startPhase(string(phaseMutate)).end(x)
+		h = x.host(phaseMutate)
+		h.decl = dv
+		_, ierr = x.invoke(h, preparedArg(run.PrepareResult))
+	}
+	if ierr != nil {
 		if run.Phase == kt.PhasePrepared {
 			// A failure inside mutate keeps the selection pinned (SPEC §4),
 			// written with the failure: after a transient, permission or
@@ -229,7 +327,7 @@ func (x *runExec) mutate(dv declView) (proceed bool, err error) {
 				return false, aerr
 			}
 		}
-		return false, x.fail(err)
+		return false, x.fail(ierr)
 	}
 	if h.captured == nil {
 		run.MutationResult = json.RawMessage(`{"status":"none"}`)

@@ -73,6 +73,10 @@ type runExec struct {
 	// came in while the run ran, and stands at its commit
 	// (saveConsumerState, commitScheduled).
 	rowRead *kt.Handler
+	// mutated is mutate's invocation when it ran right after prepare's,
+	// in the same one (prepare's Invocation.Then): mutate takes it
+	// instead of invoking the sandbox again.
+	mutated *fusedMutate
 	// seenPending are the events this run's handler read pending (peek,
 	// getByIds): one of them not pending at checkReservations changed
 	// while prepare ran (errSelectionGone), not by the script's mistake.
@@ -332,9 +336,14 @@ func (x *runExec) host(phase hostPhase) *host {
 
 // invoke runs the phase of the run's handler that h serves, in the sandbox.
 func (x *runExec) invoke(h *host, args ...json.RawMessage) (script.Outcome, error) {
+	return x.e.invoke(x.prog, x.invocation(h, args...))
+}
+
+// invocation is the sandbox's invocation of the phase h serves.
+func (x *runExec) invocation(h *host, args ...json.RawMessage) script.Invocation {
 	kind, name := h.phase.invocation()
-	return x.e.invoke(x.prog, script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
-		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits(), Answers: h.answers(), Writes: h.writeRules()})
+	return script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
+		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits(), Answers: h.answers(), Writes: h.writeRules()}
 }
 
 // writeRules tell the sandbox, in a consumer's mutate, which calls are

@@ -3,10 +3,12 @@ package engine_test
 import (
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
 )
 
 // twoJobs is hookScript whose producer publishes two jobs, a and b.
@@ -35,11 +37,12 @@ func peekEntries(t *testing.T, r kt.Run) []string {
 // Issue 25: a consumer's prepare peeks first what it peeked at its last
 // run, so the step's plan reads that page and the sandbox answers the peek
 // without a round trip to the worker, and the sandbox takes mutate's write
-// over without asking (keep is told, and captures it): once the peek is
-// learnt (here at the empty poll after the deploy) a run makes three round
-// trips (the invocations of prepare, mutate and next), not five. What the
-// run does, reserves, sends and traces is the same. Not parallel: the round
-// trips are counted process-wide.
+// over without asking (keep is told, and captures it), and mutate runs in
+// prepare's invocation (script.Invocation.Then): once the peek is learnt
+// (here at the empty poll after the deploy) a run makes two round trips
+// (the invocations of prepare with mutate, and of next), not five. What
+// the run does, reserves, sends and traces is the same. Not parallel: the
+// round trips are counted process-wide.
 func TestAConsumersPeekIsReadAheadByTheStep(t *testing.T) {
 	e := newEnv(t)
 	wf := e.deploy(twoJobs())
@@ -75,8 +78,8 @@ func TestAConsumersPeekIsReadAheadByTheStep(t *testing.T) {
 			t.Fatalf("event %s is %s", ev.MessageID, ev.Status)
 		}
 	}
-	if !script.InProcess() && (poll != 2 || trips[0] != 3 || trips[1] != 3) {
-		t.Fatalf("round trips to the sandbox worker: %d in the first, empty poll (want 2: prepare and its peek), %v per consumer run (want [3 3]: the peek answered ahead, the write taken over without asking)", poll, trips)
+	if !script.InProcess() && (poll != 2 || trips[0] != 2 || trips[1] != 2) {
+		t.Fatalf("round trips to the sandbox worker: %d in the first, empty poll (want 2: prepare and its peek), %v per consumer run (want [2 2]: the peek answered ahead, mutate run with prepare, the write taken over without asking)", poll, trips)
 	}
 }
 
@@ -175,5 +178,50 @@ func TestAPageAnsweredAheadIsTheScriptsOwnCopy(t *testing.T) {
 	}
 	if want := strings.Repeat("[", 100) + "0" + strings.Repeat("]", 100); string(body.Deep) != want {
 		t.Errorf("the sink got deep = %.80s…, want 100 levels", body.Deep)
+	}
+}
+
+// Mutate runs in prepare's invocation (script.Invocation.Then), but none of
+// its calls is served before prepare's value is checked: a selection the
+// engine refuses (here a topic the consumer does not subscribe to) fails
+// the run as the script's mistake, with mutate's read never made and its
+// write never captured, and the next run of the workflow is served (the
+// worker that ran the refused mutate is not used again).
+func TestMutateWithPrepareIsNotServedWhenPrepareIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var reads atomic.Int32
+	e.sink.OnRead = func(string) { reads.Add(1) }
+	src := strings.Replace(strings.Replace(hookScript("", ""), `async prepare(ctx) {`, `async prepare(ctx, state) {`, 1), `return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload }`,
+		`return { reservations: [{ topic: state && state.fixed ? "job" : "other", ids: [e.messageId] }], data: e.payload }`, 1)
+	src = strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) {
+      await ctx.http.request({ method: "GET", url: "%SINK%/read", kind: "byId" })`, 1)
+	if src == hookScript("", "") {
+		t.Fatal("the script was not changed")
+	}
+	wf := e.deploy(src)
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, `topic "other"`) {
+		t.Fatalf("run %s: %q, want failed:logic naming the topic", r.Status, r.ErrorMessage)
+	}
+	if n := reads.Load(); n != 0 || len(e.sink.Writes()) != 0 {
+		t.Fatalf("mutate of a refused selection was served: %d reads, %d writes at the sink", n, len(e.sink.Writes()))
+	}
+	// The consumer's state says the selection is right now: the retry
+	// prepares again, and mutate reads and writes once.
+	must(t, e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
+		h, err := tx.HandlerGet(wf, "c")
+		if err != nil {
+			return err
+		}
+		h.State = []byte(`{"fixed":true}`)
+		return tx.HandlerPut(h)
+	}))
+	e.resolve(r.ID, kt.ResolveTryAgain)
+	e.settle()
+	e.noOpenRun(wf)
+	if n := reads.Load(); n != 1 || len(e.sink.Writes()) != 1 {
+		t.Fatalf("after the fix: %d reads, %d writes at the sink, want 1 and 1", n, len(e.sink.Writes()))
 	}
 }

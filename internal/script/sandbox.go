@@ -257,6 +257,40 @@ type Invocation struct {
 	// read's answer (the two sides disagree: a bug in keep) ends the
 	// invocation and its worker.
 	Writes map[string]*kt.ReadsBy
+	// Then is the phase that follows this one in the same invocation when
+	// this one returns a value that reserves events (a consumer's mutate
+	// after its prepare: issue 25, one round trip to the worker fewer per
+	// run). Its Args are this phase's value; its own Host, Limits and
+	// Writes serve it. Next is called first, with this phase's value,
+	// before any of Then's calls is served: it says whether Then may go
+	// on. When Next says no, nothing of Then is served and its work is
+	// thrown away (a worker running it is killed: it may be running
+	// still); Outcome.Then stays nil. When this phase fails, returns
+	// nothing to reserve, or is suspended, Then does not run.
+	Then *Invocation
+	Next func(value json.RawMessage) bool
+}
+
+// ReservesEvents says a prepare's value reserves at least one event, by
+// the shape the engine decodes (reservations, each with its ids): the
+// rule by which Invocation.Then runs. A value the engine reads otherwise
+// only costs the round trip saved (Next says no, or the engine invokes
+// mutate itself).
+func ReservesEvents(value json.RawMessage) bool {
+	var pr struct {
+		Reservations []struct {
+			IDs []json.RawMessage `json:"ids"`
+		} `json:"reservations"`
+	}
+	if json.Unmarshal(value, &pr) != nil {
+		return false
+	}
+	for _, r := range pr.Reservations {
+		if len(r.IDs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Answer is one host call answered ahead (Invocation.Answers).
@@ -270,6 +304,21 @@ type Answer struct {
 type Outcome struct {
 	Value     json.RawMessage // nil when the handler returned undefined
 	Suspended bool            // the host took over a terminal call (see ErrSuspend)
+	// Then is what Invocation.Then returned when it ran, ThenErr its
+	// error (as Invoke's error for a phase of its own).
+	Then    *Outcome
+	ThenErr error
+}
+
+// thenRuns says whether inv.Then runs after a phase that returned o.
+func (inv *Invocation) thenRuns(o Outcome, err error) bool {
+	return inv.Then != nil && goesOn(o, err)
+}
+
+// goesOn says whether a phase that returned o is followed by the next
+// one of its invocation, if it has one.
+func goesOn(o Outcome, err error) bool {
+	return err == nil && !o.Suspended && ReservesEvents(o.Value)
 }
 
 type vmState struct {
@@ -299,7 +348,14 @@ func newVM(lim Limits) (*quickjs.VM, error) {
 // unless KEEP_SANDBOX=in-process.
 func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 	if InProcess() {
-		return p.invokeHere(inv)
+		o, err := p.invokeHere(inv)
+		if inv.thenRuns(o, err) && inv.Next(o.Value) {
+			then := *inv.Then
+			then.Args = []json.RawMessage{o.Value}
+			to, terr := p.invokeHere(then)
+			o.Then, o.ThenErr = &to, terr
+		}
+		return o, err
 	}
 	return p.invokeInWorker(inv)
 }

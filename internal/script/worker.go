@@ -112,6 +112,10 @@ type frame struct {
 	// call for one and did not wait for the host's answer.
 	Writes    map[string]*kt.ReadsBy `json:"writes,omitempty"`
 	TakenOver bool                   `json:"takenOver,omitempty"`
+	// Then (invoke) is the phase to run next in the same invocation
+	// (Invocation.Then): its Args are the first phase's value, sent to
+	// the host first in a frame "phase".
+	Then *frame `json:"then,omitempty"`
 	// done
 	Suspended bool `json:"suspended,omitempty"`
 	// Decl answers describe.
@@ -284,23 +288,17 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 				reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: invoke before load"}}
 				break
 			}
-			inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w, mem, f.Answers, f.Writes)}
-			if f.Limits != nil {
-				inv.Limits = *f.Limits
+			o, err := invokeFrame(prog, f, r, w, mem)
+			if f.Then != nil && goesOn(o, err) {
+				// The next phase at once: keep is told this one's value
+				// first (it reaches keep with the next frame that goes).
+				if err := bufferFrame(w, frame{T: "phase", Value: o.Value}); err != nil {
+					return 3
+				}
+				next := *f.Then
+				next.Args = []json.RawMessage{o.Value}
+				o, err = invokeFrame(prog, next, r, w, mem)
 			}
-			inv.MemoryLimit = mem.start(inv.MemoryLimit)
-			// At the time limit, what the script sent without waiting
-			// reaches keep: in a native loop the interrupt never comes,
-			// and keep kills this process a grace later (killGrace).
-			var flushAtLimit *time.Timer
-			if inv.Timeout > 0 {
-				flushAtLimit = time.AfterFunc(inv.Timeout, func() { _ = w.Flush() })
-			}
-			o, err := prog.invokeHere(inv)
-			if flushAtLimit != nil {
-				flushAtLimit.Stop()
-			}
-			mem.check()
 			reply = frame{T: "done", Value: o.Value, Suspended: o.Suspended, Err: toWire(err)}
 		default:
 			reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: unknown frame " + f.T}}
@@ -312,6 +310,28 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 			prog.prewarm()
 		}
 	}
+}
+
+// invokeFrame runs the phase an invoke frame names.
+func invokeFrame(prog *Program, f frame, r *bufio.Reader, w *lockedWriter, mem *memoryWatch) (Outcome, error) {
+	inv := Invocation{Kind: f.Kind, Name: f.Name, Phase: f.Phase, Args: f.Args, Tools: f.Tools, Host: workerHost(r, w, mem, f.Answers, f.Writes)}
+	if f.Limits != nil {
+		inv.Limits = *f.Limits
+	}
+	inv.MemoryLimit = mem.start(inv.MemoryLimit)
+	// At the time limit, what the script sent without waiting reaches
+	// keep: in a native loop the interrupt never comes, and keep kills
+	// this process a grace later (killGrace).
+	var flushAtLimit *time.Timer
+	if inv.Timeout > 0 {
+		flushAtLimit = time.AfterFunc(inv.Timeout, func() { _ = w.Flush() })
+	}
+	o, err := prog.invokeHere(inv)
+	if flushAtLimit != nil {
+		flushAtLimit.Stop()
+	}
+	mem.check()
+	return o, err
 }
 
 // prewarm makes a VM for p's next invocation when none is idle (the last
@@ -835,31 +855,65 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 		wk.kill()
 		return Outcome{}, ErrStopping
 	}
+	// The phase under way is killed a grace after its time limit: the
+	// next phase (Invocation.Then) starts its own.
 	var stop *time.Timer
-	if inv.Timeout > 0 {
-		stop = time.AfterFunc(inv.Timeout+killGrace, func() {
-			wk.timedOut.Store(true)
-			wk.kill()
-		})
+	arm := func(limit time.Duration) {
+		if stop != nil {
+			stop.Stop()
+			stop = nil
+		}
+		if limit > 0 {
+			stop = time.AfterFunc(limit+killGrace, func() {
+				wk.timedOut.Store(true)
+				wk.kill()
+			})
+		}
 	}
-	o, err, healthy := wk.invoke(inv)
+	arm(inv.Timeout)
+	r := wk.invoke(inv, arm)
 	if stop != nil {
 		stop.Stop()
 	}
 	spare.refill()
-	where := fmt.Sprintf("%s %s: %s", inv.Kind, inv.Name, inv.Phase)
-	if !healthy {
-		wk.kill()
-		if stopping.Load() && !wk.timedOut.Load() {
-			return Outcome{}, ErrStopping
-		}
-		if err == nil {
-			err = wk.deathError(where, inv.Timeout, inv.MemoryLimit)
-		}
-		return Outcome{}, err
+	ran := inv // the phase that ran last
+	if r.first != nil {
+		ran = *inv.Then
 	}
-	wk.giveBack()
-	return o, err
+	o, err := r.o, r.err
+	if !r.healthy {
+		wk.kill()
+		switch {
+		case r.abandoned:
+		case stopping.Load() && !wk.timedOut.Load():
+			o, err = Outcome{}, ErrStopping
+		case err == nil:
+			o, err = Outcome{}, wk.deathError(fmt.Sprintf("%s %s: %s", ran.Kind, ran.Name, ran.Phase), ran.Timeout, ran.MemoryLimit)
+		}
+	} else {
+		wk.giveBack()
+	}
+	if r.first == nil {
+		return o, err
+	}
+	first := *r.first
+	if !r.abandoned {
+		first.Then, first.ThenErr = &o, err
+	}
+	return first, nil
+}
+
+// invoked is what a worker's invocation came to: the outcome of the phase
+// that ran last and its error; first is the first phase's outcome when
+// the next one (Invocation.Then) ran after it, abandoned that the host
+// did not let it go on (Invocation.Next). healthy is false when the
+// worker can no longer be trusted to serve another invocation (it died,
+// the pipe broke, its work was abandoned).
+type invoked struct {
+	o                  Outcome
+	err                error
+	first              *Outcome
+	healthy, abandoned bool
 }
 
 // maxDrained bounds the frames a worker may send after a call the host
@@ -868,12 +922,36 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 // limit.
 const maxDrained = 64
 
-// invoke runs inv on the worker. healthy is false when the worker can no
-// longer be trusted to serve another invocation (it died, or the pipe broke).
-func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
+// invoke runs inv on the worker (and inv.Then after it, arming its time
+// limit with arm).
+func (wk *worker) invoke(inv Invocation, arm func(time.Duration)) invoked {
+	var first *Outcome
+	abandoned := false
+	o, err, healthy := wk.invokeFrames(inv, func(value json.RawMessage) (*Invocation, bool) {
+		first = &Outcome{Value: value}
+		if inv.Then == nil || !inv.Next(value) {
+			abandoned = true
+			return nil, false
+		}
+		arm(inv.Then.Timeout)
+		return inv.Then, true
+	})
+	return invoked{o: o, err: err, first: first, healthy: healthy, abandoned: abandoned}
+}
+
+// invokeFrames runs inv's frames on the worker. next is called at a frame
+// "phase" with the phase's value: it gives the invocation whose host
+// serves the next phase, or false to abandon it. healthy is false when the
+// worker can no longer be trusted to serve another invocation.
+func (wk *worker) invokeFrames(inv Invocation, next func(json.RawMessage) (*Invocation, bool)) (o Outcome, err error, healthy bool) {
 	lim := inv.Limits
 	roundTrips.Add(1)
-	if err := writeFrame(wk.w, frame{T: "invoke", Kind: inv.Kind, Name: inv.Name, Phase: inv.Phase, Args: inv.Args, Tools: inv.Tools, Limits: &lim, Answers: inv.Answers, Writes: inv.Writes}); err != nil {
+	start := frame{T: "invoke", Kind: inv.Kind, Name: inv.Name, Phase: inv.Phase, Args: inv.Args, Tools: inv.Tools, Limits: &lim, Answers: inv.Answers, Writes: inv.Writes}
+	if t := inv.Then; t != nil {
+		tlim := t.Limits
+		start.Then = &frame{T: "invoke", Kind: t.Kind, Name: t.Name, Phase: t.Phase, Tools: t.Tools, Limits: &tlim, Writes: t.Writes}
+	}
+	if err := writeFrame(wk.w, start); err != nil {
 		return o, nil, false
 	}
 	var hostErrs []error
@@ -916,6 +994,12 @@ func (wk *worker) invoke(inv Invocation) (o Outcome, err error, healthy bool) {
 			return o, refused, false
 		}
 		switch f.T {
+		case "phase":
+			then, ok := next(f.Value)
+			if !ok {
+				return Outcome{}, nil, false
+			}
+			inv = *then
 		case "host":
 			res, herr := inv.Host(f.Method, f.Value)
 			if f.TakenOver {
