@@ -496,22 +496,7 @@ func TestAConsumerWriteFoundAppliedAtItsInFlightCommitIsNotSentAgain(t *testing.
 	if n := len(e.sink.Writes()); n != 1 {
 		t.Fatalf("writes %d after the first run, want 1", n)
 	}
-	must(t, e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
-		ev, err := tx.EventGet(wf, "job", "a")
-		if err != nil {
-			return err
-		}
-		ev.Status, ev.ReservedBy = kt.EventPending, ""
-		if err := tx.EventUpdate(ev); err != nil {
-			return err
-		}
-		h, err := tx.HandlerGet(wf, "c")
-		if err != nil {
-			return err
-		}
-		h.Dirty = true
-		return tx.HandlerPut(h)
-	}))
+	reopenWithRow(t, e, wf, kt.MutationApplied)
 	e.settle()
 	e.noOpenRun(wf)
 	if n := len(e.sink.Writes()); n != 1 {

@@ -363,19 +363,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A node alone on its schema sends no notice: nobody but itself would hear
-// it, and its own commits wake it already.
-func TestALoneNodeSendsNoNotice(t *testing.T) {
-	s, err := Open(context.Background(), freshSchema(t))
+// listening opens a store on u that listens, counting its wake-ups in woke,
+// until the test ends.
+func listening(t *testing.T, u string, woke *atomic.Int64) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var woke atomic.Int64
+	t.Cleanup(func() { cancel(); s.Close() })
 	go s.Listen(ctx, func() { woke.Add(1) })
 	waitFor(t, "the store listens", func() bool { return s.listenerPID.Load() != 0 })
+	return s
+}
+
+// A node alone on its schema sends no notice: nobody but itself would hear
+// it, and its own commits wake it already.
+func TestALoneNodeSendsNoNotice(t *testing.T) {
+	var woke atomic.Int64
+	s := listening(t, freshSchema(t), &woke)
 	for i := 0; i < 20; i++ {
 		if err := s.Update(context.Background(), func(tx store.Tx) error {
 			return tx.WorkflowPut(kt.Workflow{Name: "w", CreatedAt: 1, UpdatedAt: int64(i + 1)})
@@ -396,16 +403,8 @@ func TestALoneNodeSendsNoNotice(t *testing.T) {
 // the last is heard, every wake-up has been made.
 func TestANodeIsNotWokenByItsOwnNotices(t *testing.T) {
 	u := freshSchema(t)
-	s, err := Open(context.Background(), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var woke atomic.Int64
-	go s.Listen(ctx, func() { woke.Add(1) })
-	waitFor(t, "the store listens", func() bool { return s.listenerPID.Load() != 0 })
+	s := listening(t, u, &woke)
 	db, err := sql.Open("pgx", u)
 	if err != nil {
 		t.Fatal(err)
