@@ -291,8 +291,10 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 			o, err := invokeFrame(prog, f, r, w, mem)
 			if f.Then != nil && goesOn(o, err) {
 				// The next phase at once: keep is told this one's value
-				// first (it reaches keep with the next frame that goes).
-				if err := bufferFrame(w, frame{T: "phase", Value: o.Value}); err != nil {
+				// first, now (not with the next frame that goes): keep
+				// kills a phase a grace past its own time limit, and a
+				// next phase that spins natively sends nothing else.
+				if err := writeFrame(w, frame{T: "phase", Value: o.Value}); err != nil {
 					return 3
 				}
 				next := *f.Then
