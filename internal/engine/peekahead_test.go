@@ -225,31 +225,3 @@ func TestMutateWithPrepareIsNotServedWhenPrepareIsRefused(t *testing.T) {
 		t.Fatalf("after the fix: %d reads, %d writes at the sink, want 1 and 1", n, len(e.sink.Writes()))
 	}
 }
-
-// A mutate run in prepare's invocation that spins in a native loop (the
-// interrupt never comes: keep kills its worker a grace past the time
-// limit) is killed past mutate's own limit and blamed, not prepare's: the
-// worker tells keep prepare's value as soon as prepare ends, so keep's
-// clock for mutate starts then. Here prepare takes half its limit; keep's
-// clock for prepare would have run out while mutate still had half of its.
-func TestAMutateInPreparesInvocationHasItsOwnTimeLimit(t *testing.T) {
-	if script.InProcess() {
-		t.Skip("no worker process")
-	}
-	t.Parallel()
-	e := newEnvWith(t, strings.Replace(testPolicy, `handler_timeout = "2s"`, `handler_timeout = "6s"`, 1))
-	src := strings.Replace(hookScript("", ""), `if (!e) return { reservations: [] }`, `if (!e) return { reservations: [] }
-      const until = Date.now() + 3000
-      while (Date.now() < until) {}`, 1)
-	src = strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) {
-      Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)`, 1)
-	wf := e.deploy(src)
-	e.settle()
-	r := e.open(wf)
-	if !strings.Contains(r.ErrorMessage, "mutate") || !strings.Contains(r.ErrorMessage, "time limit") || r.Phase != kt.PhaseMutating {
-		t.Fatalf("run %s in %s: %q, want mutate's time limit named", r.Status, r.Phase, r.ErrorMessage)
-	}
-	if ws := e.sink.Writes(); len(ws) != 0 {
-		t.Fatalf("writes at the sink: %+v", ws)
-	}
-}
