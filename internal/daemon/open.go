@@ -232,16 +232,17 @@ func (k *Keep) wireScheduler(cfg config.Config, logger *slog.Logger) {
 	}
 	sched := scheduler.New(scheduler.Options{Engine: k.Engine, Logger: logger, Workers: cfg.Policy.Workers, Node: node, LeaseTTL: cfg.Policy.LeaseTTL})
 	if l, ok := k.Store.(interface {
-		Listen(context.Context, func())
+		ListenByKind(ctx context.Context, changed, stepped func())
 	}); ok {
 		// Other nodes' commits (a decision taken on another node, new
-		// work) wake this one at once, and its open pages.
+		// work) wake this one at once, and its open pages; their steps'
+		// commits only its pages (the lease holder steps on).
 		lctx, cancel := context.WithCancel(context.Background())
 		k.stopListening = cancel
-		go l.Listen(lctx, func() {
+		go l.ListenByKind(lctx, func() {
 			sched.Wake()
 			k.Hub.Publish("")
-		})
+		}, func() { k.Hub.Publish("") })
 	}
 	k.Scheduler = sched
 	if k.maintainer != nil {

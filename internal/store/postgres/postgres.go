@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,9 @@ type Store struct {
 	// was last asked (announcer's goroutine only).
 	others        bool
 	othersAskedAt time.Time
+	// wakeOthers marks commits since the last notice that may give
+	// another node's scheduler work (announce).
+	wakeOthers atomic.Bool
 	// sent and spared count the notices sent and those not sent because
 	// no other node listened, heard those this store's listener received,
 	// its own included (tests, docs/performance.md).
@@ -263,7 +267,8 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (err error)
 		s.commits.Add(1)
 	}
 	s.transactions.Add(1)
-	s.announce()
+	_, step := store.FenceOf(ctx)
+	s.announce(!step)
 	return nil
 }
 
@@ -349,16 +354,30 @@ func (r *runner) LockShared() error {
 // The notice is sent outside the transaction, by one goroutine that
 // coalesces commits made while it sends: a NOTIFY inside a transaction
 // takes a database-wide lock held through the commit's WAL flush, which
-// would serialize every writer again.
-func (s *Store) announce() {
+// would serialize every writer again. wake says the commit may give
+// another node's scheduler work: any but a step's (a fenced transaction:
+// the node holding the workflow's lease steps on by itself; what another
+// node could take — a released lease, a deploy, a person's decision, an
+// event posted to its API — is not a step's commit). A notice of steps
+// alone wakes the other nodes' pages, not their schedulers.
+func (s *Store) announce(wake bool) {
 	if s.channel == "" {
 		return
+	}
+	if wake {
+		s.wakeOthers.Store(true)
 	}
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
 }
+
+// A notice's payload is the sending store's id and its kind.
+const (
+	noticeWake  = "w" // commits another node's scheduler may act on
+	noticeSteps = "s" // steps' commits alone: the other nodes' pages
+)
 
 // announceEvery bounds how often the announcer sends.
 const announceEvery = 5 * time.Millisecond
@@ -379,8 +398,14 @@ func (s *Store) announcer() {
 		// A lone node sends no notice: nobody would hear it but itself,
 		// and its commits wake it already. A failed notice is not
 		// retried: the nodes find the work at their next poll.
+		// Swapped after the signal: a commit that marks it later signals
+		// again, and the next notice carries it.
+		kind := noticeSteps
+		if s.wakeOthers.Swap(false) {
+			kind = noticeWake
+		}
 		if s.othersListen() {
-			if _, err := s.db.Exec(`SELECT pg_notify($1, $2)`, s.channelName, s.self); err == nil {
+			if _, err := s.db.Exec(`SELECT pg_notify($1, $2)`, s.channelName, s.self+":"+kind); err == nil {
 				s.sent.Add(1)
 			}
 		} else {
@@ -506,8 +531,16 @@ func (s *Store) Close() error {
 // wake each other at once instead of waiting for their next poll. This
 // store's own commits are not told (they wake this process already).
 func (s *Store) Listen(ctx context.Context, changed func()) {
+	s.ListenByKind(ctx, changed, changed)
+}
+
+// ListenByKind is Listen that tells apart the commits of other nodes'
+// steps alone (stepped: the workflow's lease holder steps on, so only
+// pages need to know) from any other (changed: a scheduler may have work
+// to take). A notice from a keep that does not say its kind is changed.
+func (s *Store) ListenByKind(ctx context.Context, changed, stepped func()) {
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, changed)
+		err := s.listenOnce(ctx, changed, stepped)
 		if ctx.Err() != nil {
 			return
 		}
@@ -522,7 +555,7 @@ func (s *Store) Listen(ctx context.Context, changed func()) {
 // listenOnce listens on a connection of its own, not the pool's: its
 // application_name is how the other nodes' announcers see it, and it is
 // closed, never handed to other work, when listening ends.
-func (s *Store) listenOnce(ctx context.Context, changed func()) error {
+func (s *Store) listenOnce(ctx context.Context, changed, stepped func()) error {
 	s.listenMu.Lock()
 	defer s.listenMu.Unlock()
 	cfg := s.cfg.Copy()
@@ -542,7 +575,12 @@ func (s *Store) listenOnce(ctx context.Context, changed func()) error {
 		if err != nil {
 			return err
 		}
-		if n.Payload != s.self {
+		from, kind, _ := strings.Cut(n.Payload, ":")
+		switch {
+		case from == s.self:
+		case kind == noticeSteps:
+			stepped()
+		default:
 			changed()
 		}
 		s.heard.Add(1)

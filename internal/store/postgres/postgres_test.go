@@ -397,20 +397,29 @@ func TestALoneNodeSendsNoNotice(t *testing.T) {
 }
 
 // A node's listener drops the notices it sent itself (its own commits wake
-// it already: waking again would be a pass over the store for nothing) and
-// wakes for every other one, from another node or an older keep (no
-// payload). Notices are heard in the order they were committed, so when
-// the last is heard, every wake-up has been made.
+// it already: waking again would be a pass over the store for nothing),
+// wakes its scheduler for every other one, from another node or an older
+// keep (no kind, no payload), and only its pages for another node's
+// steps. Notices are heard in the order they were committed, so when the
+// last is heard, every wake-up has been made.
 func TestANodeIsNotWokenByItsOwnNotices(t *testing.T) {
 	u := freshSchema(t)
-	var woke atomic.Int64
-	s := listening(t, u, &woke)
+	s, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); s.Close() })
+	var changed, stepped atomic.Int64
+	go s.ListenByKind(ctx, func() { changed.Add(1) }, func() { stepped.Add(1) })
+	waitFor(t, "the store listens", func() bool { return s.listenerPID.Load() != 0 })
 	db, err := sql.Open("pgx", u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for _, payload := range []string{s.self, s.self, "another node", s.self, ""} {
+	payloads := []string{s.self + ":w", s.self + ":s", "another:w", s.self, "another:s", "", "another"}
+	for _, payload := range payloads {
 		if _, err := db.Exec(`SELECT pg_notify($1, $2)`, s.channelName, payload); err != nil {
 			t.Fatal(err)
 		}
@@ -418,8 +427,43 @@ func TestANodeIsNotWokenByItsOwnNotices(t *testing.T) {
 	// Open's own commit may have been announced (to a listener it took for
 	// another): counted in Sent, and heard too.
 	waitFor(t, "Open's commit is announced", func() bool { n := s.Notices(); return n.Sent+n.Spared > 0 })
-	waitFor(t, "the five notices are heard", func() bool { n := s.Notices(); return n.Heard >= 5+n.Sent })
-	if got := woke.Load(); got != 2 {
-		t.Fatalf("woken %d times by 3 notices of its own and 2 of others; want 2", got)
+	waitFor(t, "the notices are heard", func() bool { n := s.Notices(); return n.Heard >= int64(len(payloads))+n.Sent })
+	if changed.Load() != 3 || stepped.Load() != 1 {
+		t.Fatalf("woken %d times (want 3: another's, an older keep's twice) and told of steps %d times (want 1: another's), by 3 notices of its own and 4 of others", changed.Load(), stepped.Load())
 	}
+}
+
+// A step's commit (fenced: its node holds the workflow's lease and steps
+// on) tells the other nodes' pages, not their schedulers; any other commit
+// (here a lease's) wakes their schedulers.
+func TestAStepsCommitWakesOnlyTheOtherNodesPages(t *testing.T) {
+	a, fenced := openFenced(t)
+	b, err := Open(context.Background(), a.cfg.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); b.Close() })
+	var changed, stepped atomic.Int64
+	go b.ListenByKind(ctx, func() { changed.Add(1) }, func() { stepped.Add(1) })
+	waitFor(t, "b listens", func() bool { return b.listenerPID.Load() != 0 })
+	i := 0
+	waitFor(t, "a step's commit reaches b", func() bool {
+		i++
+		if err := a.Update(fenced, func(tx store.Tx) error {
+			return tx.HandlerPut(kt.Handler{Workflow: "w", Name: fmt.Sprint("h", i), Type: kt.HandlerProducer})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return stepped.Load() > 0
+	})
+	if changed.Load() != 0 {
+		t.Fatalf("b's scheduler was woken %d times by a's steps", changed.Load())
+	}
+	if err := a.Update(store.ForWorkflows(context.Background(), "w"), func(tx store.Tx) error {
+		return tx.LeasePut(kt.Lease{Workflow: "w", Node: "n", Token: 1, ExpiresAt: 1 << 51})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's lease commit wakes b", func() bool { return changed.Load() > 0 })
 }
