@@ -437,8 +437,24 @@ func TestANodeIsNotWokenByItsOwnNotices(t *testing.T) {
 // on) tells the other nodes' pages, not their schedulers; any other commit
 // (here a lease's) wakes their schedulers.
 func TestAStepsCommitWakesOnlyTheOtherNodesPages(t *testing.T) {
-	a, fenced := openFenced(t)
-	b, err := Open(context.Background(), a.cfg.ConnString())
+	u := freshSchema(t)
+	a, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	announced := func(n int64) bool { got := a.Notices(); return got.Sent+got.Spared >= n }
+	// a's commits that are not steps (Open's, the lease's) are announced
+	// before b listens, each on its own: b hears a's steps alone.
+	waitFor(t, "a's Open is announced", func() bool { return announced(1) })
+	if err := a.Update(context.Background(), func(tx store.Tx) error {
+		return tx.LeasePut(kt.Lease{Workflow: "w", Node: "n", Token: 1, ExpiresAt: 1 << 50})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's lease is announced", func() bool { return announced(2) })
+	fenced := store.WithFence(context.Background(), store.Fence{Workflow: "w", Node: "n", Token: 1})
+	b, err := Open(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
 	}
