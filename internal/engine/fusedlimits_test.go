@@ -19,9 +19,9 @@ func fusedSpinScript(prepareSpin, mutateSpin string) string {
 	return src
 }
 
-// Each of prepare and mutate has its own time limit (handler_timeout, 4s
-// here). A prepare that takes 3.2s and a mutate that takes 3.2s are each
-// within it: the run must finish and write once, as it did when they were
+// Each of prepare and mutate has its own time limit (handler_timeout, 8s
+// here). A prepare that takes 5s and a mutate that takes 5s are each
+// within it, with 3s to spare on a busy machine, and over it together: the run must finish and write once, as it did when they were
 // two invocations. Keep's kill timer for mutate starts when the frame
 // "phase" reaches it; an attack found that frame only buffered by the
 // worker (flushed with mutate's write, at mutate's end), so keep's timer
@@ -29,8 +29,8 @@ func fusedSpinScript(prepareSpin, mutateSpin string) string {
 // is sent at once).
 func TestFusedPrepareAndMutateEachWithinTheirLimitAreNotKilled(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, strings.Replace(testPolicy, `handler_timeout = "2s"`, `handler_timeout = "4s"`, 1))
-	wf := e.deploy(fusedSpinScript("3200", "3200"))
+	e := newEnvWith(t, strings.Replace(testPolicy, `handler_timeout = "2s"`, `handler_timeout = "8s"`, 1))
+	wf := e.deploy(fusedSpinScript("5000", "5000"))
 	e.settle()
 	e.noOpenRun(wf)
 	if n := len(e.sink.Writes()); n != 1 {
@@ -49,7 +49,10 @@ func TestFusedMutateInANativeLoopIsKilledNamingMutate(t *testing.T) {
 	for name, prepareSpin := range map[string]string{"quick prepare": "0", "slow prepare": "1500"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t) // handler_timeout 2s
+			// A slow prepare takes 1.5s of its 6s: keep's clock for
+			// prepare (7s with the grace) would run out before mutate's
+			// own limit, with room on a busy machine.
+			e := newEnvWith(t, strings.Replace(testPolicy, `handler_timeout = "2s"`, `handler_timeout = "6s"`, 1))
 			src := fusedSpinScript(prepareSpin, "0")
 			src = strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) {
       Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)`, 1)
