@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -78,13 +79,7 @@ func (s *Scheduler) makeRoom() {
 	share := int(s.share.Load())
 	var idle []*heldLease
 	if share > 0 && len(s.held) >= share {
-		for wf, h := range s.held {
-			if !s.busy[wf] {
-				idle = append(idle, h)
-			}
-		}
-		slices.SortFunc(idle, func(a, b *heldLease) int { return a.used.Compare(b.used) })
-		idle = idle[:min(len(idle), len(s.held)-share+1)]
+		idle = s.longestIdle(slices.Collect(maps.Values(s.held)), len(s.held)-share+1)
 		for _, h := range idle {
 			delete(s.held, h.fence.Workflow)
 		}
@@ -177,6 +172,7 @@ func (s *Scheduler) renewAll(all bool) {
 		}
 		keep = append(keep, h)
 	}
+	keep, drop = s.overShare(keep, drop)
 	s.mu.Unlock()
 	if len(keep)+len(drop) == 0 {
 		return
@@ -228,6 +224,38 @@ func (s *Scheduler) renewAll(all bool) {
 			delete(s.held, h.fence.Workflow)
 		}
 	}
+}
+
+// overShare moves from keep to drop the idle leases held beyond this
+// node's fair share, the longest idle first. A node that was alone took
+// every workflow's lease; when another node joins, makeRoom alone would
+// not hand any over while this node keeps stepping the workflows it holds
+// (it takes no new lease), so every renewal sheds the excess. The caller
+// holds mu.
+func (s *Scheduler) overShare(keep, drop []*heldLease) ([]*heldLease, []*heldLease) {
+	share := int(s.share.Load())
+	if share <= 0 || len(keep) <= share {
+		return keep, drop
+	}
+	idle := s.longestIdle(keep, len(keep)-share)
+	for _, h := range idle {
+		delete(s.held, h.fence.Workflow)
+	}
+	keep = slices.DeleteFunc(keep, func(h *heldLease) bool { return slices.Contains(idle, h) })
+	return keep, append(drop, idle...)
+}
+
+// longestIdle returns up to n of hs that no step uses now, the longest
+// idle first. The caller holds mu.
+func (s *Scheduler) longestIdle(hs []*heldLease, n int) []*heldLease {
+	var idle []*heldLease
+	for _, h := range hs {
+		if !s.busy[h.fence.Workflow] {
+			idle = append(idle, h)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *heldLease) int { return a.used.Compare(b.used) })
+	return idle[:min(len(idle), n)]
 }
 
 // releaseIn ends the lease now, keeping its token (the next holder gets

@@ -242,13 +242,16 @@ func TestANodeCutFromPostgresDoesNotWriteTwice(t *testing.T) {
 // and both take some.
 func TestNodesShareTheWork(t *testing.T) {
 	r := &rig{t: t, dir: t.TempDir(), store: pgtest.FreshSchema(t)}
-	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"2s\"\n"), 0o644)
+	// A lease is kept while it is used between two renewals (every third
+	// of lease_ttl, 2 s here): a workflow stepped every second keeps its
+	// lease for ever, unless its holder hands it over.
+	os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte("[policy]\nlease_ttl = \"6s\"\n"), 0o644)
 	const workflows = 8
 	for i := 0; i < workflows; i++ {
 		// A producer that works for a while on every run, and runs often.
 		src := fmt.Sprintf(`export default Keep.workflow({ name: "busy-%d", topics: { "t": {} },
   producers: { p: { publishes: ["t"], schedule: { interval: "1s" }, handler: async (ctx, s) => {
-    const until = ctx.now() + 300; while (ctx.now() < until) {}
+    const until = ctx.now() + 50; while (ctx.now() < until) {}
     return { n: ((s && s.n) || 0) + 1 } } } } })`, i)
 		f := filepath.Join(r.dir, fmt.Sprintf("busy-%d.js", i))
 		os.WriteFile(f, []byte(src), 0o644)
@@ -256,21 +259,72 @@ func TestNodesShareTheWork(t *testing.T) {
 			t.Fatalf("deploy: %v %s", err, out)
 		}
 	}
-	r.serve("a")
-	r.serve("b")
 	loc, _ := backend.Parse(r.store, "")
 	st, err := loc.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	// The share holds once the nodes know each other: each counts the
-	// nodes alive at its heartbeat (every 5 s).
-	testbin.WaitFor(t, "both nodes to be seen", func() bool {
-		ns, _ := report.Nodes(context.Background(), st, time.Now().UnixMilli())
-		return len(ns) == 2 && ns[0].Alive && ns[1].Alive
+	holds := func() map[string]int {
+		ns, err := report.Nodes(context.Background(), st, time.Now().UnixMilli())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, n := range ns {
+			if n.Alive {
+				out[n.ID] = len(n.Holds)
+			}
+		}
+		return out
+	}
+	// Node a alone takes more than half of the workflows; when b joins, a
+	// hands its excess over although it keeps stepping what it holds.
+	r.serve("a")
+	testbin.WaitFor(t, "node a, alone, to hold more than half of the leases", func() bool {
+		for _, n := range holds() {
+			if n > workflows/2 {
+				return true
+			}
+		}
+		return false
 	})
-	time.Sleep(6 * time.Second)
+	r.serve("b")
+	// The share holds once the nodes know each other: each counts the
+	// nodes alive at its heartbeat (every 5 s) and sheds what it holds
+	// beyond its share at its next renewal of leases. So: both rows seen,
+	// then a heartbeat of each after that (which counted both), then the
+	// share reached; from then on it must hold.
+	testbin.WaitFor(t, "both nodes to be seen", func() bool { return len(holds()) == 2 })
+	bothSeen := time.Now()
+	testbin.WaitFor(t, "a heartbeat of each node that counted both", func() bool {
+		ns, err := report.Nodes(context.Background(), st, time.Now().UnixMilli())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			seen, err := time.Parse(time.RFC3339Nano, n.SeenAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !seen.After(bothSeen) {
+				return false
+			}
+		}
+		return len(ns) == 2
+	})
+	testbin.WaitFor(t, "both nodes to hold a share of the leases", func() bool {
+		h := holds()
+		if len(h) != 2 {
+			return false
+		}
+		for _, n := range h {
+			if n == 0 || n > workflows/2 {
+				return false
+			}
+		}
+		return true
+	})
 	most := map[string]int{}
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
