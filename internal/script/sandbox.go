@@ -425,7 +425,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	} else {
 		v.st, v.host = nil, nil
 		vmsDiscarded.Add(1)
-		vm.Close()
+		v.close()
 	}
 
 	return p.outcomeOf(inv, st, callErr, timedOut)
@@ -643,7 +643,7 @@ func (p *Program) describe() (Declaration, error) {
 	if err != nil {
 		return d, err
 	}
-	defer v.vm.Close()
+	defer v.close()
 	timer := time.AfterFunc(5*time.Second, v.vm.Interrupt)
 	defer timer.Stop()
 	if err := v.loadScript(p); err != nil {

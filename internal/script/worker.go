@@ -369,7 +369,7 @@ func (p *Program) adopt(v *sandboxVM) error {
 		return nil
 	}
 	if err := v.loadScript(p); err != nil {
-		v.vm.Close()
+		v.close()
 		return err
 	}
 	v.giveBack()
