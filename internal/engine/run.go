@@ -82,7 +82,7 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
 	var open *kt.Run
 	picked := false
-	err := e.store.View(ctx, func(tx store.Tx) error {
+	err := e.store.View(store.ShortRead(ctx), func(tx store.Tx) error {
 		// The plan's reads in one round trip where the store can: the
 		// grants too, which only a step with a run to make reads, and for
 		// each consumer of the program compiled last (a few) its oldest

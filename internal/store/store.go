@@ -109,6 +109,24 @@ func IsNoSnapshot(ctx context.Context) bool {
 	return v
 }
 
+type shortReadKey struct{}
+
+// ShortRead marks a View of a few rows on a hot path (a step's plan): a
+// backend whose read connections lose their cached pages at every commit
+// (SQLite drops a connection's cache when another connection committed)
+// may run it on the connection that commits, while nothing waits to
+// commit there, where those pages are warm. A long read must not be
+// marked: commits wait for it.
+func ShortRead(ctx context.Context) context.Context {
+	return context.WithValue(ctx, shortReadKey{}, true)
+}
+
+// IsShortRead says a context was marked by ShortRead.
+func IsShortRead(ctx context.Context) bool {
+	v, _ := ctx.Value(shortReadKey{}).(bool)
+	return v
+}
+
 // Counts is a summary of the ledgers.
 type Counts struct {
 	RunsByStatus      map[string]int

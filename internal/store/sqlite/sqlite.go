@@ -284,6 +284,10 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 // committed (durable) data.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
 	defer func() { err = store.MarkCorrupt(err) }()
+	if store.IsShortRead(ctx) && s.takeIdleWriter() {
+		defer s.giveWriterBack()
+		return read(s.writer, fn)
+	}
 	var c *conn
 	select {
 	case c = <-s.readers:
@@ -293,6 +297,11 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
 		return ErrClosed
 	}
 	defer func() { s.readers <- c }()
+	return read(c, fn)
+}
+
+// read runs fn in a read transaction on c.
+func read(c *conn, fn func(store.Tx) error) (err error) {
 	if err := c.exec("BEGIN"); err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
@@ -302,6 +311,40 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
 		}
 	}()
 	return fn(sqldb.NewTx(c))
+}
+
+// takeIdleWriter lends the writer's connection to a short read when no
+// group commit is under way or waiting: the read holds it as a leader
+// would, so an Update that comes meanwhile queues, and giveWriterBack
+// commits what queued. A reader connection would start that read with an
+// empty cache (SQLite drops a connection's pages when another one
+// committed) and read its pages again from the WAL, one system call each:
+// on a chain of runs, where every step's plan follows a commit, that was
+// the plan's largest cost.
+func (s *Store) takeIdleWriter() bool {
+	if s.writer == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leading || s.closed || len(s.queue) > 0 {
+		return false
+	}
+	s.leading = true
+	return true
+}
+
+// giveWriterBack ends a short read's hold of the writer: it leads the
+// commits that queued meanwhile, if any.
+func (s *Store) giveWriterBack() {
+	s.mu.Lock()
+	if len(s.queue) > 0 {
+		s.lead() // returns with s.mu unlocked and s.leading cleared
+		return
+	}
+	s.leading = false
+	s.idle.Broadcast()
+	s.mu.Unlock()
 }
 
 // Stats reports the number of durable commits (fsyncs) and of transactions
