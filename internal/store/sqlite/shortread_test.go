@@ -84,11 +84,16 @@ func TestAnUpdateDuringAShortReadCommitsWhenTheReadEnds(t *testing.T) {
 				return tx.WorkflowPut(kt.Workflow{Name: "during", ActiveVersion: 1})
 			})
 		}()
+		// A minute is only the bound of a hang: the update queues at once.
+		deadline := time.Now().Add(time.Minute)
 		for s.Queued() == 0 {
 			select {
 			case err := <-done:
 				t.Fatalf("the update ended (%v) while the short read held the writer", err)
 			case <-time.After(time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the update never queued behind the short read")
 			}
 		}
 		if _, err := tx.WorkflowGet("during"); !errors.Is(err, kt.ErrNotFound) {
