@@ -37,11 +37,7 @@ func loadAPISecret(dataDir string) (string, error) {
 	}
 	s = hex.EncodeToString(b)
 	path := APISecretPath(dataDir)
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(s+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("create the API secret %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := writeWhole(path, []byte(s+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("create the API secret %s: %w", path, err)
 	}
 	return s, nil

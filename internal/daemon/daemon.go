@@ -359,7 +359,7 @@ func AddrFile(dataDir string) string { return filepath.Join(dataDir, "serve.addr
 
 // WriteAddr records where this keep serves, readable by its owner only.
 func (k *Keep) WriteAddr(addr string) error {
-	return os.WriteFile(AddrFile(k.DataDir), []byte(addr+" "+k.Instance+"\n"), 0o600)
+	return writeWhole(AddrFile(k.DataDir), []byte(addr+" "+k.Instance+"\n"), 0o600)
 }
 
 // ReadAddr reads the address and instance a keep serve recorded.

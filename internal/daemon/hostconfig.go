@@ -53,11 +53,7 @@ func RecordConfig(dataDir, path string) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data directory %s: %w", dataDir, err)
 	}
-	tmp := dst + ".new"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("record the config in %s: %w", dst, err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := writeWhole(dst, b, 0o600); err != nil {
 		return fmt.Errorf("record the config in %s: %w", dst, err)
 	}
 	return nil

@@ -39,7 +39,11 @@ func serve(t *testing.T, args ...string) (addr, secret string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return "http://" + strings.Fields(string(b))[0], strings.TrimSpace(string(s))
+			f := strings.Fields(string(b))
+			if len(f) != 2 {
+				t.Fatalf("serve.addr is not an address and an instance id: %q", b)
+			}
+			return "http://" + f[0], strings.TrimSpace(string(s))
 		}
 		select {
 		case err := <-exited:
