@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +114,13 @@ type frame struct {
 	// call for one and did not wait for the host's answer.
 	Writes    map[string]*kt.ReadsBy `json:"writes,omitempty"`
 	TakenOver bool                   `json:"takenOver,omitempty"`
+	// SameTools and SameWrites (invoke) say this frame's Tools or Writes
+	// are the last ones the worker was sent, which the frame leaves out:
+	// they are the same for every invocation of a registry (about 1 KB
+	// of names), and decoding them into maps at every phase was a tenth
+	// of a busy worker's CPU (issue 25). See sentContext.
+	SameTools  bool `json:"sameTools,omitempty"`
+	SameWrites bool `json:"sameWrites,omitempty"`
 	// Then (invoke) is the phase to run next in the same invocation
 	// (Invocation.Then): its Args are the first phase's value, sent to
 	// the host first in a frame "phase".
@@ -256,6 +265,7 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 	mem := openMemoryWatch()
 	mem.flush = w
 	var prog *Program
+	var received sentContext
 	// A worker for runs makes its VM before it knows its script: as a
 	// spare, long before (see spare).
 	var blank *sandboxVM
@@ -286,6 +296,14 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 		case "invoke":
 			if prog == nil {
 				reply = frame{T: "done", Err: &wireError{Class: kt.ClassInternal, Message: "sandbox worker: invoke before load"}}
+				break
+			}
+			err := received.fillIn(&f)
+			if err == nil && f.Then != nil {
+				err = received.fillIn(f.Then)
+			}
+			if err != nil {
+				reply = frame{T: "done", Err: toWire(err)}
 				break
 			}
 			o, err := invokeFrame(prog, f, r, w, mem)
@@ -535,6 +553,75 @@ type worker struct {
 	timedOut atomic.Bool
 	// exited is closed once the process is gone and its stderr copied.
 	exited chan struct{}
+	// sent is what this worker was last sent of an invocation's context.
+	sent sentContext
+}
+
+// sentContext holds the Tools and Writes one side of a worker's pipe last
+// sent or received, so that a frame whose own are the same leaves them
+// out (frame.SameTools, frame.SameWrites). Both sides apply it to the
+// invoke frames in the order they are written: the frame, then its Then.
+// A frame without Tools or Writes (a prepare has no Writes) neither uses
+// nor changes what is held.
+type sentContext struct {
+	tools  map[string][]string
+	writes map[string]*kt.ReadsBy
+}
+
+// leaveOut is the host's side: it drops from f what the worker holds
+// already, and holds a copy of what f sends (the caller's maps may change
+// after the frame is written).
+func (c *sentContext) leaveOut(f *frame) {
+	if f.Tools != nil {
+		if c.tools != nil && maps.EqualFunc(f.Tools, c.tools, slices.Equal) {
+			f.Tools, f.SameTools = nil, true
+		} else {
+			c.tools = make(map[string][]string, len(f.Tools))
+			for k, v := range f.Tools {
+				c.tools[k] = slices.Clone(v)
+			}
+		}
+	}
+	if f.Writes != nil {
+		if c.writes != nil && maps.EqualFunc(f.Writes, c.writes, sameReadsBy) {
+			f.Writes, f.SameWrites = nil, true
+		} else {
+			c.writes = make(map[string]*kt.ReadsBy, len(f.Writes))
+			for k, v := range f.Writes {
+				if v != nil {
+					v = &kt.ReadsBy{Arg: v.Arg, Default: v.Default, Reads: slices.Clone(v.Reads)}
+				}
+				c.writes[k] = v
+			}
+		}
+	}
+}
+
+// fillIn is the worker's side: it puts back what f left out, and holds
+// what f brings.
+func (c *sentContext) fillIn(f *frame) error {
+	switch {
+	case f.SameTools && c.tools == nil, f.SameWrites && c.writes == nil:
+		return errors.New("sandbox worker: an invocation refers to tools or writes it was never sent (a bug in keep)")
+	}
+	if f.SameTools {
+		f.Tools = c.tools
+	} else if f.Tools != nil {
+		c.tools = f.Tools
+	}
+	if f.SameWrites {
+		f.Writes = c.writes
+	} else if f.Writes != nil {
+		c.writes = f.Writes
+	}
+	return nil
+}
+
+func sameReadsBy(a, b *kt.ReadsBy) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Arg == b.Arg && a.Default == b.Default && slices.Equal(a.Reads, b.Reads)
 }
 
 var idleWorkers = &idlePool[*worker]{max: maxIdleWorkers}
@@ -952,6 +1039,10 @@ func (wk *worker) invokeFrames(inv Invocation, next func(json.RawMessage) (*Invo
 	if t := inv.Then; t != nil {
 		tlim := t.Limits
 		start.Then = &frame{T: "invoke", Kind: t.Kind, Name: t.Name, Phase: t.Phase, Tools: t.Tools, Limits: &tlim, Writes: t.Writes}
+	}
+	wk.sent.leaveOut(&start)
+	if start.Then != nil {
+		wk.sent.leaveOut(start.Then)
 	}
 	if err := writeFrame(wk.w, start); err != nil {
 		return o, nil, false
