@@ -393,8 +393,8 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	didExpire := func() bool { mu.Lock(); defer mu.Unlock(); return expired }
 
 	args := "[" + joinRaw(inv.Args) + "]"
-	spec, _ := json.Marshal(map[string]any{"tools": inv.Tools, "task": inv.Kind == kt.HandlerTask})
-	_, callErr := v.enter("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, string(spec), v.epoch)
+	spec := v.specFor(inv.Tools, inv.Kind == kt.HandlerTask)
+	_, callErr := v.enter("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, spec, v.epoch)
 	// Drain the job queue until it is empty, also after the handler settled:
 	// a promise chain left running that calls ctx then is caught (its work
 	// would be lost), instead of silently dropped. An empty queue is also

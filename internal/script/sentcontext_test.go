@@ -30,7 +30,9 @@ func TestAnInvocationsContextIsSentOnce(t *testing.T) {
 		}
 		return f, got
 	}
-	tools := func() map[string][]string { return map[string][]string{"http": {"request"}, "files": {"read", "write"}} }
+	tools := func() map[string][]string {
+		return map[string][]string{"http": {"request"}, "files": {"read", "write"}}
+	}
 	writes := func() map[string]*kt.ReadsBy {
 		return map[string]*kt.ReadsBy{"http.request": {Arg: "method", Default: "GET", Reads: []string{"GET", "HEAD"}}, "files.write": nil}
 	}
@@ -108,7 +110,7 @@ func TestAWorkerGivesEachInvocationItsOwnTools(t *testing.T) {
 	} {
 		o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
 			Tools: c.tools, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
-			Host:  func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`null`), nil }})
+			Host: func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`null`), nil }})
 		if err != nil || string(o.Value) != c.want {
 			t.Fatalf("invocation %d with tools %v: %v %s, want %s", i, c.tools, err, o.Value, c.want)
 		}

@@ -3,6 +3,8 @@ package script
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +52,28 @@ type sandboxVM struct {
 	// function by name evaluates the name as a script (parsed and compiled)
 	// at every call, 5 % of an invocation's CPU (issue 25).
 	invoke *quickjs.Value
+	// spec is the JSON of the last invocation's tools and kind as
+	// __keep_invoke takes them, kept with a copy of what it was made of:
+	// a VM's invocations nearly always have the same, and encoding them
+	// anew (sorting the connectors' names) was a few per cent of an
+	// invocation (issue 25). The prelude keeps its parse alike.
+	spec      string
+	specTools map[string][]string
+	specTask  bool
+}
+
+// specFor returns the spec __keep_invoke takes for tools and task.
+func (v *sandboxVM) specFor(tools map[string][]string, task bool) string {
+	if v.spec != "" && task == v.specTask && maps.EqualFunc(tools, v.specTools, slices.Equal) {
+		return v.spec
+	}
+	b, _ := json.Marshal(map[string]any{"tools": tools, "task": task})
+	v.spec, v.specTask = string(b), task
+	v.specTools = make(map[string][]string, len(tools))
+	for k, m := range tools {
+		v.specTools[k] = slices.Clone(m)
+	}
+	return v.spec
 }
 
 // close frees what the VM's host holds of it, then the VM.
