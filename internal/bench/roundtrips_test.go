@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
@@ -55,5 +57,43 @@ func TestRoundTripsPerConsumerRunOnPostgres(t *testing.T) {
 	}
 	if got := l.applied.Load(); got != n {
 		t.Fatalf("the sink saw %d writes, want %d", got, n)
+	}
+}
+
+// A person's (or a program's) list of a workflow's runs, and of its
+// outputs, is one round trip on PostgreSQL: the workflow's check and the
+// list go together, with no snapshot of their own (a list polled while
+// runs commit must not weigh on them: issue 25).
+func TestAListIsOneRoundTripOnPostgres(t *testing.T) {
+	ctx := context.Background()
+	l, err := load(ctx, t.TempDir(), pgtest.FreshSchema(t), 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	wf := "bench-000"
+	for i := 0; i < 3; i++ {
+		if _, err := l.k.Engine.Step(ctx, wf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		list func() (int, error)
+	}{
+		{"runs", func() (int, error) { rs, err := report.Runs(ctx, l.k.Store, wf, 3); return len(rs), err }},
+		{"outputs", func() (int, error) { os, err := report.Outputs(ctx, l.k.Store, wf); return len(os), err }},
+	} {
+		before := l.k.Store.Stats().RoundTrips
+		n, err := c.list()
+		if err != nil || n == 0 {
+			t.Fatalf("%s: %d rows, %v", c.name, n, err)
+		}
+		if got := l.k.Store.Stats().RoundTrips - before; got != 1 {
+			t.Errorf("the list of %s: %d round trips, want 1", c.name, got)
+		}
+	}
+	if _, err := report.Runs(ctx, l.k.Store, "no-such", 3); err == nil || !strings.Contains(err.Error(), "no-such") {
+		t.Fatalf("the runs of a workflow that does not exist: %v", err)
 	}
 }
