@@ -92,24 +92,32 @@ func Prefetch(tx Tx, fn func(Tx)) {
 	}
 }
 
-type noSnapshotKey struct{}
+// mark is a yes-or-no mark a context carries to the store (NoSnapshot,
+// ShortRead, NoSync): one key type for them all, each mark its value.
+type mark int
+
+const (
+	noSnapshotMark mark = iota
+	shortReadMark
+	noSyncMark
+)
+
+func withMark(ctx context.Context, m mark) context.Context { return context.WithValue(ctx, m, true) }
+
+func hasMark(ctx context.Context, m mark) bool {
+	v, _ := ctx.Value(m).(bool)
+	return v
+}
 
 // NoSnapshot marks a View whose reads need not see one snapshot: each may
 // see what was committed when it ran (one read alone; reads each checked
 // on its own, and checked again by the write that follows). A backend
 // that pays for a snapshot with round trips of its own (PostgreSQL: a
 // BEGIN and a ROLLBACK) runs such a View without one.
-func NoSnapshot(ctx context.Context) context.Context {
-	return context.WithValue(ctx, noSnapshotKey{}, true)
-}
+func NoSnapshot(ctx context.Context) context.Context { return withMark(ctx, noSnapshotMark) }
 
 // IsNoSnapshot says a context was marked by NoSnapshot.
-func IsNoSnapshot(ctx context.Context) bool {
-	v, _ := ctx.Value(noSnapshotKey{}).(bool)
-	return v
-}
-
-type shortReadKey struct{}
+func IsNoSnapshot(ctx context.Context) bool { return hasMark(ctx, noSnapshotMark) }
 
 // ShortRead marks a View of a few rows on a hot path (a step's plan): a
 // backend whose read connections lose their cached pages at every commit
@@ -117,15 +125,10 @@ type shortReadKey struct{}
 // may run it on the connection that commits, while nothing waits to
 // commit there, where those pages are warm. A long read must not be
 // marked: commits wait for it.
-func ShortRead(ctx context.Context) context.Context {
-	return context.WithValue(ctx, shortReadKey{}, true)
-}
+func ShortRead(ctx context.Context) context.Context { return withMark(ctx, shortReadMark) }
 
 // IsShortRead says a context was marked by ShortRead.
-func IsShortRead(ctx context.Context) bool {
-	v, _ := ctx.Value(shortReadKey{}).(bool)
-	return v
-}
+func IsShortRead(ctx context.Context) bool { return hasMark(ctx, shortReadMark) }
 
 // Counts is a summary of the ledgers.
 type Counts struct {
@@ -167,8 +170,6 @@ func FenceOf(ctx context.Context) (Fence, bool) {
 	return f, ok
 }
 
-type noSyncKey struct{}
-
 // NoSync marks an Update whose loss in a power cut is harmless: what it
 // writes is recomputed by keep as if it had never been written (an empty
 // poll's cleared wake-up: the consumer just polls once more after a
@@ -177,15 +178,10 @@ type noSyncKey struct{}
 // written in order). Nobody outside keep may act on such a write, and no
 // write that must survive may be marked: a group of writes is durable as
 // soon as one of them is not marked.
-func NoSync(ctx context.Context) context.Context {
-	return context.WithValue(ctx, noSyncKey{}, true)
-}
+func NoSync(ctx context.Context) context.Context { return withMark(ctx, noSyncMark) }
 
 // IsNoSync says whether NoSync marked ctx.
-func IsNoSync(ctx context.Context) bool {
-	v, _ := ctx.Value(noSyncKey{}).(bool)
-	return v
-}
+func IsNoSync(ctx context.Context) bool { return hasMark(ctx, noSyncMark) }
 
 type workflowsKey struct{}
 
