@@ -48,10 +48,12 @@ type sandboxVM struct {
 	// The invocation under way; the host functions read them.
 	st   *vmState
 	host HostFunc
-	// invoke is the prelude's __keep_invoke, held once found: calling a
-	// function by name evaluates the name as a script (parsed and compiled)
-	// at every call, 5 % of an invocation's CPU (issue 25).
-	invoke *quickjs.Value
+	// entries are the prelude's entry points (__keep_invoke,
+	// __keep_describe), each held once found: calling a function by name
+	// evaluates the name as a script (parsed and compiled) at every call,
+	// 5 % of an invocation's CPU (issue 25). The prelude defines them
+	// read-only, so what is held stays what the name says.
+	entries map[string]*quickjs.Value
 	// spec is the JSON of the last invocation's tools and kind as
 	// __keep_invoke takes them, kept with a copy of what it was made of:
 	// a VM's invocations nearly always have the same, and encoding them
@@ -78,10 +80,10 @@ func (v *sandboxVM) specFor(tools map[string][]string, task bool) string {
 
 // close frees what the VM's host holds of it, then the VM.
 func (v *sandboxVM) close() {
-	if v.invoke != nil {
-		v.invoke.Free()
-		v.invoke = nil
+	for _, f := range v.entries {
+		f.Free()
 	}
+	v.entries = nil
 	v.vm.Close()
 }
 
@@ -218,17 +220,19 @@ func (v *sandboxVM) load(use vmUse) error {
 func (v *sandboxVM) enter(name string, args ...any) (any, error) {
 	v.entering = true
 	defer func() { v.entering = false }()
-	if name != "__keep_invoke" {
-		return v.vm.Call(name, args...)
-	}
-	if v.invoke == nil {
-		f, err := v.vm.EvalValue(name, quickjs.EvalGlobal)
+	f := v.entries[name]
+	if f == nil {
+		found, err := v.vm.EvalValue(name, quickjs.EvalGlobal)
 		if err != nil {
 			return nil, err
 		}
-		v.invoke = &f
+		if v.entries == nil {
+			v.entries = map[string]*quickjs.Value{}
+		}
+		f = &found
+		v.entries[name] = f
 	}
-	return v.invoke.Call(quickjs.UndefinedValue, args...)
+	return f.Call(quickjs.UndefinedValue, args...)
 }
 
 // abort ends the invocation with err: recorded for the host, and the VM
