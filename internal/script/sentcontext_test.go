@@ -73,6 +73,18 @@ func TestAnInvocationsContextIsSentOnce(t *testing.T) {
 		t.Fatalf("changed writes: %v", got.Writes)
 	}
 
+	// Empty maps are left out of the frame by its encoding: they must not
+	// be taken for what the worker holds (an attack found the worker then
+	// kept the last tools, or had none to reuse).
+	for _, f := range []frame{{T: "invoke", Tools: map[string][]string{}}, {T: "invoke", Tools: map[string][]string{}, Writes: map[string]*kt.ReadsBy{}}} {
+		if left, got := send(f); left.SameTools || left.SameWrites || len(got.Tools) != 0 || len(got.Writes) != 0 {
+			t.Fatalf("empty tools and writes came to the worker as %v, %v (left out as held: %v, %v)", got.Tools, got.Writes, left.SameTools, left.SameWrites)
+		}
+	}
+	if left, got := send(frame{T: "invoke", Tools: changed, Writes: w}); !left.SameTools || !left.SameWrites || !equalJSON(t, got.Tools, changed) || !equalJSON(t, got.Writes, w) {
+		t.Fatalf("after empty ones, what the worker held: %v, %v", got.Tools, got.Writes)
+	}
+
 	var fresh sentContext
 	f := frame{T: "invoke", SameTools: true}
 	if err := fresh.fillIn(&f); err == nil || !strings.Contains(err.Error(), "never sent") {
@@ -104,6 +116,9 @@ func TestAWorkerGivesEachInvocationItsOwnTools(t *testing.T) {
 	}{
 		{map[string][]string{"files": {"read"}}, `{"files":"function","slack":"undefined"}`},
 		{map[string][]string{"files": {"read"}}, `{"files":"function","slack":"undefined"}`},
+		{map[string][]string{}, `{"files":"undefined","slack":"undefined"}`},
+		{map[string][]string{}, `{"files":"undefined","slack":"undefined"}`},
+		{nil, `{"files":"undefined","slack":"undefined"}`},
 		{map[string][]string{"slack": {"postMessage"}}, `{"files":"undefined","slack":"function"}`},
 		{map[string][]string{"slack": {"postMessage"}}, `{"files":"undefined","slack":"function"}`},
 		{map[string][]string{"files": {"read"}, "slack": {"postMessage"}}, `{"files":"function","slack":"function"}`},
@@ -113,6 +128,45 @@ func TestAWorkerGivesEachInvocationItsOwnTools(t *testing.T) {
 			Host: func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`null`), nil }})
 		if err != nil || string(o.Value) != c.want {
 			t.Fatalf("invocation %d with tools %v: %v %s, want %s", i, c.tools, err, o.Value, c.want)
+		}
+	}
+}
+
+// A worker whose first invocations have no tools at all serves them, and
+// empty write rules make no call a write (an attack found the first
+// refused as "never sent", the second taken over with the last rules).
+func TestAWorkerServesEmptyToolsAndWriteRules(t *testing.T) {
+	p := compile(t, isolationScript(`return { n: Object.keys(ctx).length }`))
+	defer p.Release()
+	for i := 0; i < 3; i++ {
+		if _, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+			Tools: map[string][]string{}, Limits: Limits{Timeout: 5 * time.Second, MemoryLimit: 32 << 20},
+			Host: func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`null`), nil }}); err != nil {
+			t.Fatalf("invocation %d with no tools: %v", i, err)
+		}
+	}
+	c := compile(t, `export default Keep.workflow({
+  name: "w", topics: { "in": {} },
+  consumers: { c: Keep.consumer({ subscribe: ["in"],
+    async prepare(ctx) { return {} },
+    async mutate(ctx, p) { const r = await ctx.http.request({ method: "POST", url: "http://x/" }); return { r } },
+  }) },
+})`)
+	defer c.Release()
+	for i, writes := range []map[string]*kt.ReadsBy{httpWrites, {}, {}, httpWrites} {
+		host := func(string, json.RawMessage) (json.RawMessage, error) {
+			if len(writes) > 0 {
+				return nil, ErrSuspend // a write: keep takes it over
+			}
+			return json.RawMessage(`"read"`), nil // no write rules: served as a read
+		}
+		o, err := c.Invoke(Invocation{Kind: kt.HandlerConsumer, Name: "c", Phase: "mutate", Args: []json.RawMessage{json.RawMessage(`{}`)},
+			Tools: map[string][]string{"http": {"request"}}, Host: host, Limits: consumerLimits, Writes: writes})
+		switch {
+		case len(writes) > 0 && (err != nil || !o.Suspended):
+			t.Fatalf("mutate %d with write rules: %v %+v", i, err, o)
+		case len(writes) == 0 && (err != nil || string(o.Value) != `{"r":"read"}`):
+			t.Fatalf("mutate %d with no write rules: %v %s (suspended %v)", i, err, o.Value, o.Suspended)
 		}
 	}
 }

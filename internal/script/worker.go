@@ -561,8 +561,9 @@ type worker struct {
 // sent or received, so that a frame whose own are the same leaves them
 // out (frame.SameTools, frame.SameWrites). Both sides apply it to the
 // invoke frames in the order they are written: the frame, then its Then.
-// A frame without Tools or Writes (a prepare has no Writes) neither uses
-// nor changes what is held.
+// A frame without Tools or Writes, or with empty ones (a prepare has no
+// Writes; a registry may have no connector), neither uses nor changes
+// what is held.
 type sentContext struct {
 	tools  map[string][]string
 	writes map[string]*kt.ReadsBy
@@ -572,7 +573,9 @@ type sentContext struct {
 // already, and holds a copy of what f sends (the caller's maps may change
 // after the frame is written).
 func (c *sentContext) leaveOut(f *frame) {
-	if f.Tools != nil {
+	// An empty map is left out of the frame by its encoding (omitempty)
+	// and is what no map means to the worker: neither held nor used.
+	if len(f.Tools) > 0 {
 		if c.tools != nil && maps.EqualFunc(f.Tools, c.tools, slices.Equal) {
 			f.Tools, f.SameTools = nil, true
 		} else {
@@ -582,7 +585,7 @@ func (c *sentContext) leaveOut(f *frame) {
 			}
 		}
 	}
-	if f.Writes != nil {
+	if len(f.Writes) > 0 {
 		if c.writes != nil && maps.EqualFunc(f.Writes, c.writes, sameReadsBy) {
 			f.Writes, f.SameWrites = nil, true
 		} else {
@@ -606,12 +609,12 @@ func (c *sentContext) fillIn(f *frame) error {
 	}
 	if f.SameTools {
 		f.Tools = c.tools
-	} else if f.Tools != nil {
+	} else if len(f.Tools) > 0 {
 		c.tools = f.Tools
 	}
 	if f.SameWrites {
 		f.Writes = c.writes
-	} else if f.Writes != nil {
+	} else if len(f.Writes) > 0 {
 		c.writes = f.Writes
 	}
 	return nil
