@@ -124,7 +124,8 @@ func IsNoSnapshot(ctx context.Context) bool { return hasMark(ctx, noSnapshotMark
 // (SQLite drops a connection's cache when another connection committed)
 // may run it on the connection that commits, while nothing waits to
 // commit there, where those pages are warm. A long read must not be
-// marked: commits wait for it.
+// marked: commits wait for it. Nor may its function call Update (as an
+// Update's function may not): that Update would wait for the read to end.
 func ShortRead(ctx context.Context) context.Context { return withMark(ctx, shortReadMark) }
 
 // IsShortRead says a context was marked by ShortRead.

@@ -36,11 +36,24 @@ type request struct {
 	done   chan result
 	taken  bool // by a leader; guarded by Store.mu
 	noSync bool // store.NoSync: its loss in a power cut is harmless
+	// leads: the writer was handed to this request's caller to lead the
+	// queue (handLead); guarded by Store.mu.
+	leads bool
 }
 
 type result struct {
 	err   error
 	panic any
+	// lead (not a result): the caller is to lead the queue now.
+	lead bool
+}
+
+// handLead makes r's caller the leader of the queue (s.mu held, s.leading
+// set and kept: the lead passes without a moment unled). r is queued and
+// not taken, so its done channel is empty.
+func (s *Store) handLead(r *request) {
+	r.leads = true
+	r.done <- result{lead: true}
 }
 
 // ErrClosed is returned by Update and View after Close.
@@ -70,17 +83,31 @@ func (s *Store) submit(ctx context.Context, fn func(store.Tx) error) error {
 		s.mu.Unlock()
 	}
 	var res result
-	select {
-	case res = <-r.done:
-	case <-ctx.Done():
-		s.mu.Lock()
-		if !r.taken {
-			s.dequeue(r)
+	for {
+		select {
+		case res = <-r.done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			if !r.taken {
+				s.dequeue(r)
+				if r.leads {
+					// Handed the lead as it gave up: lead the others
+					// all the same (its hand-over is still in done).
+					<-r.done
+					s.lead() // returns with s.mu unlocked
+					return ctx.Err()
+				}
+				s.mu.Unlock()
+				return ctx.Err()
+			}
 			s.mu.Unlock()
-			return ctx.Err()
+			res = <-r.done
 		}
-		s.mu.Unlock()
-		res = <-r.done
+		if !res.lead {
+			break
+		}
+		s.mu.Lock()
+		s.lead() // takes r among the first; returns with s.mu unlocked
 	}
 	if res.panic != nil {
 		panic(res.panic)
@@ -132,6 +159,13 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 	// in the group makes the whole group durable. The writer is put back
 	// to synchronous=FULL before any durable group commits: until that
 	// succeeds, no group commits at all.
+	if s.queryOnly {
+		if err := w.exec("PRAGMA query_only=0"); err != nil {
+			fail(fmt.Errorf("make the writer write again after a read: %w", err))
+			return
+		}
+		s.queryOnly = false
+	}
 	if s.notFull {
 		if err := w.exec("PRAGMA synchronous=FULL"); err != nil {
 			fail(fmt.Errorf("make commits durable again: %w", err))

@@ -48,6 +48,10 @@ type Store struct {
 	// notFull: the writer may still be at synchronous=NORMAL after a
 	// group of store.NoSync writes. Only the leader touches it.
 	notFull bool
+	// queryOnly: the writer may still refuse writes after a short read
+	// (store.ShortRead) that could not set it back. Only the holder of
+	// the writer touches it.
+	queryOnly bool
 
 	commits      atomic.Int64
 	transactions atomic.Int64
@@ -286,7 +290,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) (err error) {
 	defer func() { err = store.MarkCorrupt(err) }()
 	if store.IsShortRead(ctx) && s.takeIdleWriter() {
 		defer s.giveWriterBack()
-		return read(s.writer, fn)
+		return s.readOnWriter(fn)
 	}
 	var c *conn
 	select {
@@ -334,17 +338,36 @@ func (s *Store) takeIdleWriter() bool {
 	return true
 }
 
-// giveWriterBack ends a short read's hold of the writer: it leads the
-// commits that queued meanwhile, if any.
+// readOnWriter runs a short read on the writer's connection as a reader
+// connection would (query_only: a View writes nothing; a write through
+// its Tx is refused, as on a reader). If query_only cannot be set back,
+// the next commit group sets it back before it writes (queryOnly).
+func (s *Store) readOnWriter(fn func(store.Tx) error) error {
+	if err := s.writer.exec("PRAGMA query_only=1"); err != nil {
+		return fmt.Errorf("begin read: %w", err)
+	}
+	s.queryOnly = true
+	defer func() {
+		if s.writer.exec("PRAGMA query_only=0") == nil {
+			s.queryOnly = false
+		}
+	}()
+	return read(s.writer, fn)
+}
+
+// giveWriterBack ends a short read's hold of the writer. The commits that
+// queued meanwhile are led by the first of their own callers (handLead),
+// not on the read's goroutine: the read's caller gets its View back at
+// once and never runs another caller's Update function.
 func (s *Store) giveWriterBack() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.queue) > 0 {
-		s.lead() // returns with s.mu unlocked and s.leading cleared
+		s.handLead(s.queue[0])
 		return
 	}
 	s.leading = false
 	s.idle.Broadcast()
-	s.mu.Unlock()
 }
 
 // Stats reports the number of durable commits (fsyncs) and of transactions
