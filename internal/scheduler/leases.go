@@ -76,7 +76,7 @@ func (s *Scheduler) lease(ctx context.Context, wf string) (store.Fence, bool, er
 // those workflows. The caller holds leaseMu.
 func (s *Scheduler) makeRoom() {
 	s.mu.Lock()
-	share := int(s.share.Load())
+	share := s.leaseShare()
 	var idle []*heldLease
 	if share > 0 && len(s.held) >= share {
 		idle = s.longestIdle(slices.Collect(maps.Values(s.held)), len(s.held)-share+1)
@@ -162,6 +162,9 @@ func (s *Scheduler) renewAll(all bool) {
 	defer s.leaseMu.Unlock()
 	start := time.Now()
 	until := start.Add(s.ttl)
+	if !all {
+		s.countLiveLeases(start)
+	}
 	var keep, drop []*heldLease
 	s.mu.Lock()
 	for wf, h := range s.held {
@@ -172,7 +175,12 @@ func (s *Scheduler) renewAll(all bool) {
 		}
 		keep = append(keep, h)
 	}
-	keep, drop = s.overShare(keep, drop)
+	if !all {
+		keep, drop = s.overShare(keep, drop)
+		// The next period's share counts the work due from now on (a
+		// dispatch under way has counted its own).
+		s.dueSeen.Store(0)
+	}
 	s.mu.Unlock()
 	if len(keep)+len(drop) == 0 {
 		return
@@ -226,6 +234,30 @@ func (s *Scheduler) renewAll(all bool) {
 	}
 }
 
+// countLiveLeases counts the leases any node holds now (leasesLive), when
+// this node is one of several: the work in use among them, by which a
+// renewal sheds what this node holds beyond its share. Unread, the last
+// count stands.
+func (s *Scheduler) countLiveLeases(now time.Time) {
+	if s.alive.Load() <= 1 {
+		return
+	}
+	live := 0
+	if err := s.store.View(store.NoSnapshot(context.Background()), func(tx store.Tx) error {
+		ls, err := tx.LeaseList()
+		for _, l := range ls {
+			if l.ExpiresAt > now.UnixMilli() {
+				live++
+			}
+		}
+		return err
+	}); err != nil {
+		s.log.Warn("leases not counted", "error", err)
+		return
+	}
+	s.leasesLive.Store(int64(live))
+}
+
 // overShare moves from keep to drop the idle leases held beyond this
 // node's fair share, the longest idle first. A node that was alone took
 // every workflow's lease; when another node joins, makeRoom alone would
@@ -233,7 +265,7 @@ func (s *Scheduler) renewAll(all bool) {
 // (it takes no new lease), so every renewal sheds the excess. The caller
 // holds mu.
 func (s *Scheduler) overShare(keep, drop []*heldLease) ([]*heldLease, []*heldLease) {
-	share := int(s.share.Load())
+	share := s.leaseShare()
 	if share <= 0 || len(keep) <= share {
 		return keep, drop
 	}
@@ -359,14 +391,38 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 // leases of: all of them alone, else its part of what is due among the
 // nodes alive (rounded up), so that the others take the rest.
 func (s *Scheduler) fairShare(due int) int {
-	n := s.alive.Load()
-	if s.node == "" || n <= 1 {
-		s.share.Store(0) // alone: no bound on the leases held
-		return s.workers
+	for {
+		seen := s.dueSeen.Load()
+		if int64(due) <= seen || s.dueSeen.CompareAndSwap(seen, int64(due)) {
+			break
+		}
 	}
-	share := min(s.workers, max(1, (due+int(n)-1)/int(n)))
-	s.share.Store(int64(share))
-	return share
+	return s.shareOf(due, s.workers)
+}
+
+// shareOf is this node's part of due workflows among the nodes alive,
+// rounded up, at most most; most when it is alone.
+func (s *Scheduler) shareOf(due, most int) int {
+	n := int(s.alive.Load())
+	if s.node == "" || n <= 1 {
+		return most
+	}
+	return min(s.workers, max(1, (due+n-1)/n))
+}
+
+// leaseShare is how many leases this node keeps when it is one of
+// several: its part of the work in use among the nodes, counted as the
+// leases any node holds (at this renewal) or the most workflows due at
+// once since the last, whichever is more (a workflow stepped once a second is due
+// for a moment only: a count at one instant, often none just after the
+// node stepped them all, shed leases still in use). 0 is no bound: it is
+// alone, or there is no work.
+func (s *Scheduler) leaseShare() int {
+	work := int(max(s.dueSeen.Load(), s.leasesLive.Load()))
+	if work <= 0 {
+		return 0
+	}
+	return s.shareOf(work, 0)
 }
 
 // WithLease runs fn while this node holds wf's lease (renewed as long as

@@ -70,7 +70,14 @@ type Scheduler struct {
 	// renewKick wakes the renewer, to see that no lease is held any more.
 	renewKick chan struct{}
 	alive     atomic.Int64 // nodes alive at the last heartbeat (fair share)
-	share     atomic.Int64 // the leases this node may hold (0: no bound)
+	// dueSeen is the most workflows found due at once since the previous
+	// renewal, which the leases this node keeps are shared out by
+	// (leaseShare).
+	dueSeen atomic.Int64
+	// leasesLive is how many workflows' leases the nodes held at the last
+	// count (countLiveLeases): the work in use among them, which the
+	// leases this node keeps are shared out by too.
+	leasesLive atomic.Int64
 }
 
 // heartbeatEvery is how often a node records that it is alive (the rule
