@@ -301,11 +301,15 @@ var EventStates = []string{"pending", "reserved", "consumed", "skipped"}
 // NodeView is a keep serve node sharing the store, and the workflows whose
 // lease it holds now.
 type NodeView struct {
-	ID        string   `json:"id"`
-	Addr      string   `json:"addr,omitempty"`
-	StartedAt string   `json:"startedAt"`
-	SeenAt    string   `json:"seenAt"`
-	Alive     bool     `json:"alive"`
+	ID        string `json:"id"`
+	Addr      string `json:"addr,omitempty"`
+	StartedAt string `json:"startedAt"`
+	SeenAt    string `json:"seenAt"`
+	Alive     bool   `json:"alive"`
+	// StoppedAt is when the node stopped cleanly; "" while it runs, or
+	// when it went without saying so (then Alive turns false three
+	// heartbeats after SeenAt).
+	StoppedAt string   `json:"stoppedAt,omitempty"`
 	Holds     []string `json:"holds"`
 }
 

@@ -200,7 +200,10 @@ func (a *app) printNodes(ctx context.Context, k *keepAPI) error {
 	fmt.Fprintln(w, "  NODE\tADDRESS\tSEEN\tHOLDS")
 	for _, n := range ns {
 		seen := n.SeenAt
-		if !n.Alive {
+		switch {
+		case n.StoppedAt != "":
+			seen += " (stopped)"
+		case !n.Alive:
 			seen += " (gone)"
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", n.ID, n.Addr, seen, strings.Join(n.Holds, ", "))

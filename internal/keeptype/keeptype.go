@@ -585,6 +585,11 @@ type Node struct {
 	Addr      string
 	StartedAt int64
 	SeenAt    int64
+	// StoppedAt is when the node stopped cleanly (its leases released), 0
+	// while it runs: a stopped node is not counted alive, though it was
+	// seen a moment ago, and the others share its work out at their next
+	// heartbeat instead of three heartbeats later.
+	StoppedAt int64
 }
 
 // NodeHeartbeatEvery is how often a keep serve node records that it is alive.
@@ -593,9 +598,10 @@ const NodeHeartbeatEvery = 5 * time.Second
 // AliveAt says whether the node was seen recently enough at now (ms) to be
 // counted alive — by the scheduler's fair share and by what people see
 // (keep status, the page), one rule for both: three missed heartbeats,
-// about when lease_ttl's default (15 s) hands its workflows to others.
+// about when lease_ttl's default (15 s) hands its workflows to others;
+// none once it said it stopped.
 func (n Node) AliveAt(now int64) bool {
-	return now-n.SeenAt < 3*NodeHeartbeatEvery.Milliseconds()
+	return n.StoppedAt == 0 && now-n.SeenAt < 3*NodeHeartbeatEvery.Milliseconds()
 }
 
 // Connection is an account keep acts with on a provider's behalf (`keep

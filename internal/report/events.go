@@ -216,6 +216,9 @@ func Nodes(ctx context.Context, st store.Store, now int64) ([]apitype.NodeView, 
 		}
 		for _, n := range ns {
 			v := apitype.NodeView{ID: n.ID, Addr: n.Addr, StartedAt: Time(n.StartedAt), SeenAt: Time(n.SeenAt), Alive: n.AliveAt(now), Holds: []string{}}
+			if n.StoppedAt != 0 {
+				v.StoppedAt = Time(n.StoppedAt)
+			}
 			for _, l := range ls {
 				if l.Node == n.ID && l.ExpiresAt > now {
 					v.Holds = append(v.Holds, l.Workflow)

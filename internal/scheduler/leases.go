@@ -351,11 +351,31 @@ func (s *Scheduler) running() (end func()) {
 		s.mu.Unlock()
 		if last && s.node != "" {
 			s.renewAll(true)
+			s.markStopped()
 			select {
 			case s.renewKick <- struct{}{}:
 			default:
 			}
 		}
+	}
+}
+
+// markStopped records that this node stopped stepping, its leases
+// released: the other nodes count it gone at their next heartbeat (and
+// take its share of the work) instead of three heartbeats later. A node
+// that runs again says it is alive at its next heartbeat. Not recorded
+// (a store that fails now), the node is counted gone when its heartbeats
+// stop, as after a crash.
+func (s *Scheduler) markStopped() {
+	if !s.announced.Swap(false) {
+		return // never said it was alive (RunUntilIdle alone): nothing to take back
+	}
+	now := time.Now().UnixMilli()
+	n := kt.Node{ID: s.node, Addr: s.NodeAddr(), StartedAt: now, SeenAt: now, StoppedAt: now}
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	defer cancel()
+	if err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error { return tx.NodePut(n) }); err != nil {
+		s.log.Warn("node stop not recorded", "error", err)
 	}
 }
 
@@ -383,6 +403,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	})
 	if err == nil {
 		s.alive.Store(int64(max(alive, 1)))
+		s.announced.Store(true)
 	}
 	return err
 }

@@ -220,3 +220,93 @@ func TestARenewalShedsDownToTheShareOfTheWorkDueSinceTheLast(t *testing.T) {
 		}
 	}
 }
+
+// A node that stops cleanly says so: the node left counts itself alone
+// at its next heartbeat and steps all the work, instead of keeping the
+// stopped node's share for it for three heartbeats (15 s); people see
+// the node "stopped", not alive. When it runs again it is alive again.
+func TestAStoppedNodeIsNotCountedAlive(t *testing.T) {
+	st := leaseStore(t)
+	eng := engine.New(engine.Options{Store: st})
+	a := New(Options{Engine: eng, Node: "a", Workers: 8, LeaseTTL: time.Minute})
+	b := New(Options{Engine: eng, Node: "b", Workers: 8, LeaseTTL: time.Minute})
+	ctx := context.Background()
+	beat := func(s *Scheduler) {
+		t.Helper()
+		if err := s.Heartbeat(ctx, kt.Node{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := func(id string) kt.Node {
+		t.Helper()
+		var out kt.Node
+		if err := st.View(ctx, func(tx store.Tx) error {
+			ns, err := tx.NodeList()
+			for _, n := range ns {
+				if n.ID == id {
+					out = n
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	beat(b)
+	beat(a)
+	if got := a.shareOf(8, 8); got != 4 {
+		t.Fatalf("a's share of 8 workflows beside b: %d, want 4", got)
+	}
+	// b's loop stops (keep serve's SIGTERM): it releases its leases and
+	// records its stop before Run returns.
+	useLeases(t, b, []string{"w0", "w1"})
+	b.mu.Lock()
+	b.runs-- // useLeases counted a loop of its own
+	b.mu.Unlock()
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.Run(stopped); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	if n := node("b"); n.StoppedAt == 0 || n.AliveAt(now) {
+		t.Fatalf("b after it stopped: %+v, alive %v; want it stopped and not alive", n, n.AliveAt(now))
+	}
+	if h := holders(t, st); len(h) != 0 {
+		t.Fatalf("leases left after b stopped: %v", h)
+	}
+	beat(a)
+	if got := a.shareOf(8, 8); got != 8 {
+		t.Errorf("a's share of 8 workflows after b stopped: %d, want all 8 (b counted alive until it was silent for three heartbeats)", got)
+	}
+	// b runs again: its next heartbeat says it is alive.
+	beat(b)
+	if n := node("b"); n.StoppedAt != 0 || !n.AliveAt(time.Now().UnixMilli()) {
+		t.Fatalf("b after it beat again: %+v; want it alive", n)
+	}
+	beat(a)
+	if got := a.shareOf(8, 8); got != 4 {
+		t.Errorf("a's share beside b running again: %d, want 4", got)
+	}
+}
+
+// A scheduler that never said it was alive (keep run's RunUntilIdle on a
+// shared store) leaves no node behind when it ends.
+func TestAStepOnRequestLeavesNoStoppedNode(t *testing.T) {
+	st := leaseStore(t)
+	eng := engine.New(engine.Options{Store: st})
+	s := New(Options{Engine: eng, Node: "once", LeaseTTL: time.Minute})
+	if err := s.RunUntilIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		ns, err := tx.NodeList()
+		if err == nil && len(ns) != 0 {
+			return fmt.Errorf("nodes after a RunUntilIdle alone: %+v", ns)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -67,6 +67,7 @@ type Scheduler struct {
 	passes, skippedWakes atomic.Int64
 	fatal                atomic.Pointer[fatalError]
 	addr                 atomic.Value // this node's address, for the nodes list
+	announced            atomic.Bool  // a heartbeat recorded this node alive (and no stop since)
 	// renewKick wakes the renewer, to see that no lease is held any more.
 	renewKick chan struct{}
 	alive     atomic.Int64 // nodes alive at the last heartbeat (fair share)

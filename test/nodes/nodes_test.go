@@ -289,7 +289,7 @@ func TestNodesShareTheWork(t *testing.T) {
 		}
 		return false
 	})
-	r.serve("b")
+	nodeB := r.serve("b")
 	// The share holds once the nodes know each other: each counts the
 	// nodes alive at its heartbeat (every 5 s) and sheds what it holds
 	// beyond its share at its next renewal of leases. So: both rows seen,
@@ -348,6 +348,39 @@ func TestNodesShareTheWork(t *testing.T) {
 			t.Errorf("node %s took no work: %v", id, most)
 		}
 	}
+	// b stops (SIGTERM): it releases its leases and says it stopped, so
+	// people see it stopped (not alive) at once, and a, alone again, takes
+	// the work back at its next heartbeat and renewal.
+	if err := nodeB.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeB.Wait(); err != nil {
+		t.Fatalf("node b after SIGTERM: %v", err)
+	}
+	ns, err := report.Nodes(context.Background(), st, time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := 0
+	for _, n := range ns {
+		if n.StoppedAt != "" {
+			gone++
+			if n.Alive || len(n.Holds) != 0 {
+				t.Errorf("the stopped node %s: alive %v, holds %v", n.ID, n.Alive, n.Holds)
+			}
+		}
+	}
+	if gone != 1 {
+		t.Fatalf("nodes after b stopped: %+v; want one of them stopped", ns)
+	}
+	testbin.WaitFor(t, "node a, alone again, to hold more than half of the leases", func() bool {
+		for _, n := range holds() {
+			if n > workflows/2 {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // A node paused (SIGSTOP) after its write reached the sink, before the

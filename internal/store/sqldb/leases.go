@@ -39,13 +39,13 @@ func (t *Tx) LeaseList() ([]kt.Lease, error) {
 }
 
 func (t *Tx) NodePut(n kt.Node) error {
-	return t.write(fmt.Sprintf("save node %s", n.ID), `INSERT INTO nodes(id, addr, started_at, seen_at) VALUES(?,?,?,?)
-ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at`,
-		n.ID, n.Addr, n.StartedAt, n.SeenAt)
+	return t.write(fmt.Sprintf("save node %s", n.ID), `INSERT INTO nodes(id, addr, started_at, seen_at, stopped_at) VALUES(?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at, stopped_at=excluded.stopped_at`,
+		n.ID, n.Addr, n.StartedAt, n.SeenAt, n.StoppedAt)
 }
 
 func (t *Tx) NodeList() ([]kt.Node, error) {
-	rows, err := t.r.Query(`SELECT id, addr, started_at, seen_at FROM nodes ORDER BY id`)
+	rows, err := t.r.Query(`SELECT id, addr, started_at, seen_at, stopped_at FROM nodes ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (t *Tx) NodeList() ([]kt.Node, error) {
 	var out []kt.Node
 	for rows.Next() {
 		var n kt.Node
-		if err := rows.Scan(&n.ID, &n.Addr, &n.StartedAt, &n.SeenAt); err != nil {
+		if err := rows.Scan(&n.ID, &n.Addr, &n.StartedAt, &n.SeenAt, &n.StoppedAt); err != nil {
 			return nil, err
 		}
 		out = append(out, n)

@@ -71,11 +71,24 @@ func exerciseNodes(run runCase) {
 				return fmt.Errorf("leases %+v %v", ls, err)
 			}
 			ns, err := tx.NodeList()
-			if err != nil || len(ns) != 1 || ns[0].SeenAt != 7 || ns[0].StartedAt != 1 {
+			if err != nil || len(ns) != 1 || ns[0].SeenAt != 7 || ns[0].StartedAt != 1 || ns[0].StoppedAt != 0 {
 				return fmt.Errorf("nodes %+v %v (a node keeps its start time)", ns, err)
 			}
 			return nil
 		}))
+		// A node's stop is recorded, and taken back by its next heartbeat.
+		for _, stopped := range []int64{8, 0} {
+			must(t, s.Update(ctx, func(tx store.Tx) error {
+				return tx.NodePut(kt.Node{ID: "b", Addr: "10.0.0.2:8347", StartedAt: 9, SeenAt: 8, StoppedAt: stopped})
+			}))
+			must(t, s.View(ctx, func(tx store.Tx) error {
+				ns, err := tx.NodeList()
+				if err != nil || len(ns) != 1 || ns[0].StoppedAt != stopped {
+					return fmt.Errorf("nodes after a put with StoppedAt %d: %+v %v", stopped, ns, err)
+				}
+				return nil
+			}))
+		}
 	})
 	run("the installation id: made with the store, the same on every read, replaced only by InstallationSet", func(t *testing.T, s store.Store) {
 		var first string
