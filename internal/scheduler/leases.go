@@ -343,6 +343,7 @@ func (s *Scheduler) releaseOne(wf string) {
 func (s *Scheduler) running() (end func()) {
 	s.mu.Lock()
 	s.runs++
+	s.stopOwed = false
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
@@ -366,7 +367,23 @@ func (s *Scheduler) running() (end func()) {
 // that runs again says it is alive at its next heartbeat. Not recorded
 // (a store that fails now), the node is counted gone when its heartbeats
 // stop, as after a crash.
+//
+// A lease still held when the loop ends (a repair under WithLease, which
+// runs beside the loop) postpones it to that lease's release
+// (stopIfOwed): a node shown stopped holds nothing. stopMu orders it with
+// Heartbeat, and runs is checked under it: a Run started again meanwhile
+// has said, or will say, it is alive after this, never before.
 func (s *Scheduler) markStopped() {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	s.mu.Lock()
+	if s.runs > 0 || len(s.held) > 0 || len(s.busy) > 0 {
+		s.stopOwed = s.runs == 0
+		s.mu.Unlock()
+		return
+	}
+	s.stopOwed = false
+	s.mu.Unlock()
 	if !s.announced.Swap(false) {
 		return // never said it was alive (RunUntilIdle alone): nothing to take back
 	}
@@ -379,6 +396,17 @@ func (s *Scheduler) markStopped() {
 	}
 }
 
+// stopIfOwed records the stop the loop's end postponed (markStopped), once
+// the last lease is released and nothing is busy (release).
+func (s *Scheduler) stopIfOwed() {
+	s.mu.Lock()
+	owed := s.stopOwed
+	s.mu.Unlock()
+	if owed {
+		s.markStopped()
+	}
+}
+
 // Heartbeat records this node as alive, for `keep status` and the page,
 // and counts the nodes alive now, for the fair share.
 func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
@@ -388,6 +416,8 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	now := time.Now().UnixMilli()
 	n.ID, n.SeenAt = s.node, now
 	alive := 0
+	s.stopMu.Lock() // not beside markStopped's write (it would undo this one)
+	defer s.stopMu.Unlock()
 	// Its own row of nodes only: no workflow's lock.
 	err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error {
 		if err := tx.NodePut(n); err != nil {

@@ -10,19 +10,11 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
-	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
 
 func leaseStore(t *testing.T) store.Store {
-	loc, err := backend.Parse(pgtest.FreshSchema(t), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := loc.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openAt(t, pgtest.FreshSchema(t))
 	t.Cleanup(func() { st.Close() })
 	return st
 }

@@ -68,6 +68,11 @@ type Scheduler struct {
 	fatal                atomic.Pointer[fatalError]
 	addr                 atomic.Value // this node's address, for the nodes list
 	announced            atomic.Bool  // a heartbeat recorded this node alive (and no stop since)
+	// stopMu orders the node's heartbeats and its stop (markStopped);
+	// stopOwed (under mu): the loop ended with a lease still held, whose
+	// release records the stop.
+	stopMu   sync.Mutex
+	stopOwed bool
 	// renewKick wakes the renewer, to see that no lease is held any more.
 	renewKick chan struct{}
 	alive     atomic.Int64 // nodes alive at the last heartbeat (fair share)
@@ -246,6 +251,7 @@ func (s *Scheduler) release(wf string) {
 	delete(s.busy, wf)
 	s.mu.Unlock()
 	s.Wake()
+	s.stopIfOwed()
 }
 
 // stepAll steps one workflow while it has work, so a chain of runs proceeds
