@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,8 +78,16 @@ func (a *app) serveCmd() *cobra.Command {
 				k.Scheduler.SetNodeAddr(ln.Addr().String())
 				k.SetPageURL(where)
 			}
-			go k.Notify(ctx)
-			go k.Maintain(ctx)
+			// The notifier and the Maintainer end with ctx; keep serve
+			// waits for them before it closes the store, so that a repair
+			// under way (cancelled with ctx) releases its workflow's lease
+			// instead of leaving it to expire.
+			// (Ended too when the scheduler stops with an error.)
+			besideCtx, endBeside := context.WithCancel(ctx)
+			var beside sync.WaitGroup
+			beside.Go(func() { k.Notify(besideCtx) })
+			beside.Go(func() { k.Maintain(besideCtx) })
+			defer func() { endBeside(); beside.Wait() }()
 			if hooksURL != "" {
 				where += ", webhooks at " + hooksURL + "/hooks/"
 			}

@@ -1,6 +1,7 @@
 package maintainer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,9 +12,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/keep-run/keep/internal/fake/llmfake"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/report"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testsink"
 )
@@ -111,5 +118,85 @@ func TestTwoNodesRepairAFailedRunOnce(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("%s written %d times", path, n)
 		}
+	}
+}
+
+// keep serve stopped (SIGTERM) while its Maintainer waits for the model
+// with the workflow's lease: the repair is cancelled and releases the
+// lease before keep serve closes its store, so another node can take the
+// workflow at once instead of after lease_ttl; then the node is shown
+// stopped. (Before, the store was closed first: the lease stayed a full
+// lease_ttl with a node that was gone.)
+func TestAStoppedNodeLeavesNoRepairsLeaseBehind(t *testing.T) {
+	pg := pgtest.FreshSchema(t)
+	sink := testsink.New()
+	t.Cleanup(sink.Close)
+	src := strings.ReplaceAll(broken, "%SINK%", sink.URL)
+	llm := llmfake.New(llmfake.Reply{Content: answer(fixed(src)), Tokens: 700})
+	release := llm.Hold()
+	t.Cleanup(release)
+	ep := httptest.NewServer(llm.Handler())
+	t.Cleanup(ep.Close)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(sink.AllowTOML()+fmt.Sprintf("\n[llm]\nbase_url = %q\nmodel = \"fake-coder\"\n\n[policy]\ntransient_backoff = \"20ms\"\nlease_ttl = \"10m\"\n", ep.URL+"/v1")), 0o644)
+	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(src), 0o644)
+	jobs, _ := json.Marshal([]map[string]string{{"id": "1", "customer": "ann"}, {"id": "2", "note": "bob"}})
+	os.WriteFile(filepath.Join(dir, "jobs.json"), jobs, 0o644)
+	deploy := exec.Command(keepBin, "deploy", "--grant", "orders.js", "--data", filepath.Join(dir, "cli"), "--store", pg)
+	deploy.Dir = dir
+	if out, err := deploy.CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v %s", err, out)
+	}
+	logf, _ := os.Create(filepath.Join(dir, "serve.log"))
+	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "a"), "--store", pg, "--config", filepath.Join(dir, "keep.toml"))
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
+	r := &rig{t: t, dir: dir, sink: sink, llm: llm, logs: &strings.Builder{}}
+	r.waitFor("the Maintainer to ask the model", func() bool { return len(llm.Requests()) == 1 })
+	loc, err := backend.Parse(pg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := loc.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	held := func() []kt.Lease {
+		var out []kt.Lease
+		now := time.Now().UnixMilli()
+		if err := st.View(context.Background(), func(tx store.Tx) error {
+			ls, err := tx.LeaseList()
+			for _, l := range ls {
+				if l.ExpiresAt > now {
+					out = append(out, l)
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if ls := held(); len(ls) != 1 || ls[0].Workflow != "orders" {
+		t.Fatalf("leases while the repair waits for the model: %+v", ls)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+		t.Fatalf("keep serve after SIGTERM: %v\n%s", err, b)
+	}
+	if ls := held(); len(ls) != 0 {
+		b, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+		t.Fatalf("leases left by the stopped node (another node waits for them until they expire): %+v\n%s", ls, b)
+	}
+	ns, err := report.Nodes(context.Background(), st, time.Now().UnixMilli())
+	if err != nil || len(ns) != 1 || ns[0].StoppedAt == "" || ns[0].Alive {
+		t.Fatalf("the node after it stopped: %+v %v; want it shown stopped", ns, err)
 	}
 }
