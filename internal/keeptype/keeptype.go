@@ -604,6 +604,18 @@ func (n Node) AliveAt(now int64) bool {
 	return n.StoppedAt == 0 && now-n.SeenAt < 3*NodeHeartbeatEvery.Milliseconds()
 }
 
+// NodeForgetAfter is how long a node that stopped or went silent is still
+// listed (keep status, the page: "(stopped)", "(gone)") before the nodes
+// alive forget it: each process is a node of its own, so without it
+// every restart would stay listed for good.
+const NodeForgetAfter = time.Hour
+
+// ForgottenAt says whether the node, not alive, was last seen long enough
+// before now (ms) to be forgotten.
+func (n Node) ForgottenAt(now int64) bool {
+	return !n.AliveAt(now) && now-n.SeenAt > NodeForgetAfter.Milliseconds()
+}
+
 // Connection is an account keep acts with on a provider's behalf (`keep
 // connect google`). Sealed holds the credentials encrypted (package
 // account); the store never sees them in the clear.

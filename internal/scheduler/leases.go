@@ -424,12 +424,20 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 			return err
 		}
 		ns, err := tx.NodeList()
+		if err != nil {
+			return err
+		}
 		for _, o := range ns {
-			if o.AliveAt(now) {
+			switch {
+			case o.AliveAt(now):
 				alive++
+			case o.ForgottenAt(now):
+				if err := tx.NodeDelete(o.ID); err != nil {
+					return err
+				}
 			}
 		}
-		return err
+		return nil
 	})
 	if err == nil {
 		s.alive.Store(int64(max(alive, 1)))

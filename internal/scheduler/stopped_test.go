@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -324,4 +325,50 @@ func TestTheStoppedColumnIsAddedToAnOlderDatabase(t *testing.T) {
 		defer raw.Close()
 		check(t, open, raw, "sqlite")
 	})
+}
+
+// A heartbeat forgets the nodes stopped or silent for longer than
+// keeptype.NodeForgetAfter (each process is a node of its own: without
+// it every restart stayed listed in keep status and on the page), and
+// keeps listing those stopped or gone more recently.
+func TestAHeartbeatForgetsNodesLongGone(t *testing.T) {
+	st := leaseStore(t)
+	now := time.Now().UnixMilli()
+	hour := kt.NodeForgetAfter.Milliseconds()
+	old := []kt.Node{
+		{ID: "stopped-long-ago", StartedAt: 1, SeenAt: now - hour - 1000, StoppedAt: now - hour - 1000},
+		{ID: "silent-long-ago", StartedAt: 1, SeenAt: now - hour - 1000},
+		{ID: "stopped-lately", StartedAt: 1, SeenAt: now - 60_000, StoppedAt: now - 60_000},
+		{ID: "silent-lately", StartedAt: 1, SeenAt: now - 60_000},
+	}
+	if err := st.Update(context.Background(), func(tx store.Tx) error {
+		for _, n := range old {
+			if err := tx.NodePut(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := New(Options{Engine: engine.New(engine.Options{Store: st}), Node: "a", LeaseTTL: time.Minute})
+	if err := a.Heartbeat(context.Background(), kt.Node{}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		ns, err := tx.NodeList()
+		for _, n := range ns {
+			ids = append(ids, n.ID)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(ids), "[a silent-lately stopped-lately]"; got != want {
+		t.Fatalf("nodes after a heartbeat: %s, want %s", got, want)
+	}
+	if got := a.alive.Load(); got != 1 {
+		t.Fatalf("nodes counted alive: %d, want 1", got)
+	}
 }

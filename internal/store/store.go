@@ -346,6 +346,9 @@ type Tx interface {
 	NodePut(n kt.Node) error
 	// NodeList lists the nodes, by id.
 	NodeList() ([]kt.Node, error)
+	// NodeDelete forgets a node (keeptype.Node.ForgottenAt); nothing when
+	// there is no such node.
+	NodeDelete(id string) error
 
 	// ConnectionGet reads a provider's account (kt.ErrNotFound: none).
 	ConnectionGet(provider string) (kt.Connection, error)

@@ -44,6 +44,10 @@ ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at, stop
 		n.ID, n.Addr, n.StartedAt, n.SeenAt, n.StoppedAt)
 }
 
+func (t *Tx) NodeDelete(id string) error {
+	return t.write(fmt.Sprintf("forget node %s", id), `DELETE FROM nodes WHERE id=?`, id)
+}
+
 func (t *Tx) NodeList() ([]kt.Node, error) {
 	rows, err := t.r.Query(`SELECT id, addr, started_at, seen_at, stopped_at FROM nodes ORDER BY id`)
 	if err != nil {

@@ -227,6 +227,11 @@ func (r recordingTx) NodePut(n kt.Node) error {
 	return r.tx.NodePut(n)
 }
 
+func (r recordingTx) NodeDelete(id string) error {
+	r.c.note("NodeDelete")
+	return r.tx.NodeDelete(id)
+}
+
 func (r recordingTx) NodeList() ([]kt.Node, error) {
 	r.c.note("NodeList")
 	return r.tx.NodeList()

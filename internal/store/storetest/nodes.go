@@ -76,6 +76,27 @@ func exerciseNodes(run runCase) {
 			}
 			return nil
 		}))
+		// A node forgotten is no longer listed; forgetting it again, or
+		// one that never was, is nothing.
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.NodePut(kt.Node{ID: "c", StartedAt: 1, SeenAt: 2}); err != nil {
+				return err
+			}
+			if err := tx.NodeDelete("c"); err != nil {
+				return err
+			}
+			if err := tx.NodeDelete("c"); err != nil {
+				return err
+			}
+			return tx.NodeDelete("never")
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			ns, err := tx.NodeList()
+			if err != nil || len(ns) != 1 || ns[0].ID != "b" {
+				return fmt.Errorf("nodes after c was forgotten: %+v %v", ns, err)
+			}
+			return nil
+		}))
 		// A node's stop is recorded, and taken back by its next heartbeat.
 		for _, stopped := range []int64{8, 0} {
 			must(t, s.Update(ctx, func(tx store.Tx) error {
