@@ -388,7 +388,11 @@ func (s *Scheduler) markStopped() {
 		return // never said it was alive (RunUntilIdle alone): nothing to take back
 	}
 	now := time.Now().UnixMilli()
-	n := kt.Node{ID: s.node, Addr: s.NodeAddr(), StartedAt: now, SeenAt: now, StoppedAt: now}
+	started := s.started.Load()
+	if started == 0 {
+		started = now
+	}
+	n := kt.Node{ID: s.node, Addr: s.NodeAddr(), StartedAt: started, SeenAt: now, StoppedAt: now}
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 	defer cancel()
 	if err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error { return tx.NodePut(n) }); err != nil {
@@ -415,7 +419,10 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	}
 	now := time.Now().UnixMilli()
 	n.ID, n.SeenAt = s.node, now
-	alive := 0
+	var (
+		alive  int
+		forget []kt.Node
+	)
 	s.stopMu.Lock() // not beside markStopped's write (it would undo this one)
 	defer s.stopMu.Unlock()
 	// Its own row of nodes only: no workflow's lock.
@@ -427,23 +434,59 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 		if err != nil {
 			return err
 		}
+		alive, forget = 0, nil
 		for _, o := range ns {
 			switch {
 			case o.AliveAt(now):
 				alive++
 			case o.ForgottenAt(now):
-				if err := tx.NodeDelete(o.ID); err != nil {
-					return err
-				}
+				forget = append(forget, o)
 			}
 		}
 		return nil
 	})
-	if err == nil {
-		s.alive.Store(int64(max(alive, 1)))
-		s.announced.Store(true)
+	if err != nil {
+		return err
 	}
-	return err
+	s.alive.Store(int64(max(alive, 1)))
+	s.announced.Store(true)
+	if len(forget) > 0 {
+		s.forget(ctx, forget, now)
+	}
+	return nil
+}
+
+// forget deletes the rows of the nodes gone long ago (keeptype.Node.ForgottenAt),
+// in a transaction of its own, after the heartbeat's: it then holds no
+// node's row while it waits for another's (two heartbeats forgetting each
+// other would deadlock), and deletes in the list's order. A node that
+// still holds a live lease stays listed (its loop ended, a repair under
+// way keeps it), as does one seen since it was read (NodeForget).
+func (s *Scheduler) forget(ctx context.Context, ns []kt.Node, now int64) {
+	err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error {
+		ls, err := tx.LeaseList()
+		if err != nil {
+			return err
+		}
+		holding := map[string]bool{}
+		for _, l := range ls {
+			if l.ExpiresAt > now {
+				holding[l.Node] = true
+			}
+		}
+		for _, n := range ns {
+			if holding[n.ID] {
+				continue
+			}
+			if err := tx.NodeForget(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("nodes gone long ago not forgotten (the next heartbeat tries again)", "error", err)
+	}
 }
 
 // fairShare is how many workflows this node steps at once, and holds the

@@ -73,6 +73,9 @@ type Scheduler struct {
 	// release records the stop.
 	stopMu   sync.Mutex
 	stopOwed bool
+	// started is when the last Run began (ms): the node's start time,
+	// also in its stop mark should that write its row anew.
+	started atomic.Int64
 	// renewKick wakes the renewer, to see that no lease is held any more.
 	renewKick chan struct{}
 	alive     atomic.Int64 // nodes alive at the last heartbeat (fair share)
@@ -157,6 +160,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	ticker := time.NewTicker(s.poll)
 	defer ticker.Stop()
 	started := time.Now().UnixMilli()
+	s.started.Store(started)
 	var lastBeat time.Time
 	for {
 		if s.node != "" && time.Since(lastBeat) > heartbeatEvery {

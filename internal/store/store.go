@@ -346,9 +346,10 @@ type Tx interface {
 	NodePut(n kt.Node) error
 	// NodeList lists the nodes, by id.
 	NodeList() ([]kt.Node, error)
-	// NodeDelete forgets a node (keeptype.Node.ForgottenAt); nothing when
-	// there is no such node.
-	NodeDelete(id string) error
+	// NodeForget forgets node n (keeptype.Node.ForgottenAt) unless it was
+	// seen since n was read (its seen_at is not n.SeenAt any more: it came
+	// back); nothing when there is no such node.
+	NodeForget(n kt.Node) error
 
 	// ConnectionGet reads a provider's account (kt.ErrNotFound: none).
 	ConnectionGet(provider string) (kt.Connection, error)

@@ -44,8 +44,10 @@ ON CONFLICT(id) DO UPDATE SET addr=excluded.addr, seen_at=excluded.seen_at, stop
 		n.ID, n.Addr, n.StartedAt, n.SeenAt, n.StoppedAt)
 }
 
-func (t *Tx) NodeDelete(id string) error {
-	return t.write(fmt.Sprintf("forget node %s", id), `DELETE FROM nodes WHERE id=?`, id)
+func (t *Tx) NodeForget(n kt.Node) error {
+	// seen_at as read: a heartbeat committed meanwhile keeps the row (on
+	// PostgreSQL the DELETE waits for it and then finds its row changed).
+	return t.write(fmt.Sprintf("forget node %s", n.ID), `DELETE FROM nodes WHERE id=? AND seen_at=?`, n.ID, n.SeenAt)
 }
 
 func (t *Tx) NodeList() ([]kt.Node, error) {

@@ -227,9 +227,9 @@ func (r recordingTx) NodePut(n kt.Node) error {
 	return r.tx.NodePut(n)
 }
 
-func (r recordingTx) NodeDelete(id string) error {
-	r.c.note("NodeDelete")
-	return r.tx.NodeDelete(id)
+func (r recordingTx) NodeForget(n kt.Node) error {
+	r.c.note("NodeForget")
+	return r.tx.NodeForget(n)
 }
 
 func (r recordingTx) NodeList() ([]kt.Node, error) {

@@ -76,19 +76,22 @@ func exerciseNodes(run runCase) {
 			}
 			return nil
 		}))
-		// A node forgotten is no longer listed; forgetting it again, or
-		// one that never was, is nothing.
+		// A node forgotten is no longer listed, unless it was seen since it
+		// was read; forgetting it again, or one that never was, is nothing.
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			if err := tx.NodePut(kt.Node{ID: "c", StartedAt: 1, SeenAt: 2}); err != nil {
 				return err
 			}
-			if err := tx.NodeDelete("c"); err != nil {
+			if err := tx.NodeForget(kt.Node{ID: "b", SeenAt: 5}); err != nil { // b was seen at 7 since
 				return err
 			}
-			if err := tx.NodeDelete("c"); err != nil {
+			if err := tx.NodeForget(kt.Node{ID: "c", SeenAt: 2}); err != nil {
 				return err
 			}
-			return tx.NodeDelete("never")
+			if err := tx.NodeForget(kt.Node{ID: "c", SeenAt: 2}); err != nil {
+				return err
+			}
+			return tx.NodeForget(kt.Node{ID: "never"})
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			ns, err := tx.NodeList()
