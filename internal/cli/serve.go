@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,7 +115,22 @@ func (a *app) startEngine(o daemon.Options) (*daemon.Keep, context.Context, func
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopWorkers := daemon.StopWorkersOnSignal()
+	// After the first Ctrl-C or SIGTERM the steps under way finish (a
+	// write waits for its answer, so that it is recorded). A second one
+	// ends the process at once, as after a crash: what was under way is
+	// recovered at the next start. Both watchers let go of the signals
+	// after the first, so the second finds Go's default.
+	var ending atomic.Bool
+	go func() {
+		<-ctx.Done()
+		if ending.Load() {
+			return // the command ended by itself
+		}
+		stop()
+		fmt.Fprintln(a.errOut, "keep: stopping once the steps under way finish (a write waits for its answer); signal again to stop at once (what is under way is recovered at the next start)")
+	}()
 	return k, ctx, func() {
+		ending.Store(true)
 		stop()
 		stopWorkers()
 		k.Close()

@@ -42,7 +42,9 @@ func WithActor(ctx context.Context, by string) context.Context {
 // StopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM
 // arrives: a handler spinning in a native loop must not hold a shutdown for
 // its whole time limit (its run is recovered at the next start). Call the
-// function it returns when the command ends.
+// function it returns when the command ends. It watches the first signal
+// only: a second one finds Go's default (the process ends at once) unless
+// another watcher holds it.
 func StopWorkersOnSignal() (done func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -50,6 +52,7 @@ func StopWorkersOnSignal() (done func()) {
 	go func() {
 		select {
 		case <-sig:
+			signal.Stop(sig)
 			script.StopWorkers()
 		case <-quit:
 		}

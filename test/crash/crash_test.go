@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,7 +53,25 @@ type proc struct {
 	t    *testing.T
 	dir  string
 	cmd  *exec.Cmd
-	logs *strings.Builder
+	logs *output
+}
+
+// output is what a process printed, read while it still prints.
+type output struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
 func setup(t *testing.T, sink *testsink.Sink, reconcile bool) string {
@@ -81,7 +100,7 @@ func setup(t *testing.T, sink *testsink.Sink, reconcile bool) string {
 func serve(t *testing.T, dir string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"))
-	logs := &strings.Builder{}
+	logs := &output{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,5 +79,82 @@ func TestAStopDuringNextKeepsTheWritesAnswer(t *testing.T) {
 	}
 	if n := len(sink.Writes()); n != 1 {
 		t.Fatalf("writes at the sink: %d", n)
+	}
+}
+
+// keep serve asked to stop (SIGTERM) while a write waits for its answer
+// lets the write finish first: it says so, and that a second signal stops
+// it at once. The second stops it at once, the write's answer still held
+// by the service; the next keep serve finds the write in flight, asks
+// the service (reconcile), finds it applied and settles it: one write at
+// the sink, none lost, none twice.
+func TestASecondSignalStopsAtOnceAndNothingIsLost(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New()
+	defer sink.Close()
+	dir := t.TempDir()
+	src := fmt.Sprintf(`export default Keep.workflow({ name: "stop", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%[1]s/write/a", json: {}, timeoutMs: 600000,
+      reconcile: { url: "%[1]s/writes/{idempotencyKey}" } }) } }) } })`, sink.URL)
+	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\nreconcile_backoff = \"20ms\"\n\n"+sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	held, release := sink.HoldWrite()
+	defer release()
+	p := serve(t, dir)
+	testbin.WaitFor(t, "the write applied at the sink, its answer held", func() bool {
+		select {
+		case <-held:
+			return true
+		default:
+			if strings.Contains(p.logs.String(), "level=ERROR") {
+				t.Fatalf("keep serve:\n%s", p.logs.String())
+			}
+			return false
+		}
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testbin.WaitFor(t, "keep serve to say it stops once the steps under way finish", func() bool {
+		return strings.Contains(p.logs.String(), "signal again to stop at once")
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !p.exited(2 * time.Minute) {
+		t.Fatalf("keep serve did not stop on a second SIGTERM while a write waited for its answer\n%s", p.logs.String())
+	}
+	release()
+	again := serve(t, dir)
+	st, err := sqlite.Open(filepath.Join(dir, "data", "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	testbin.WaitFor(t, "the write in flight settled as applied by the next keep serve", func() bool {
+		var ms []kt.Mutation
+		if err := st.View(context.Background(), func(tx store.Tx) error {
+			var err error
+			ms, err = tx.MutationList("stop")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return len(ms) == 1 && ms[0].Status == kt.MutationApplied
+	})
+	if n := len(sink.Writes()); n != 1 {
+		t.Fatalf("writes at the sink: %d, want 1\n%s", n, again.logs.String())
 	}
 }
