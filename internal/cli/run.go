@@ -33,7 +33,7 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRoot: root, Notify: a.printNotice})
+			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRoot: root, Notify: a.printNotice}, "")
 			if err != nil {
 				return err
 			}

@@ -35,7 +35,8 @@ func (a *app) serveCmd() *cobra.Command {
 			if profiles && addr == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--pprof serves the profiles on keep serve's address: give --addr too (it is \"\" here)")}
 			}
-			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRootForAll: filesRoot})
+			k, ctx, done, err := a.startEngine(daemon.Options{ConfigFile: a.config(), FilesRootForAll: filesRoot},
+				"keep: stopping once the steps under way finish (a write waits for its answer); signal again to stop at once (what is under way is recovered at the next start)")
 			if err != nil {
 				return err
 			}
@@ -106,8 +107,9 @@ func (a *app) serveCmd() *cobra.Command {
 
 // startEngine opens the engine on the data directory (keep serve, keep run)
 // with a context that ends on Ctrl-C or SIGTERM; done releases it all.
-// o's data directory and store are the command line's.
-func (a *app) startEngine(o daemon.Options) (*daemon.Keep, context.Context, func(), error) {
+// o's data directory and store are the command line's. onStop ("" for
+// none) is said on the error output when the first signal comes.
+func (a *app) startEngine(o daemon.Options, onStop string) (*daemon.Keep, context.Context, func(), error) {
 	o.DataDir, o.Store = a.dataDir, a.storeURL
 	k, err := daemon.Open(o)
 	if err != nil {
@@ -127,7 +129,9 @@ func (a *app) startEngine(o daemon.Options) (*daemon.Keep, context.Context, func
 			return // the command ended by itself
 		}
 		stop()
-		fmt.Fprintln(a.errOut, "keep: stopping once the steps under way finish (a write waits for its answer); signal again to stop at once (what is under way is recovered at the next start)")
+		if onStop != "" {
+			fmt.Fprintln(a.errOut, onStop)
+		}
 	}()
 	return k, ctx, func() {
 		ending.Store(true)
