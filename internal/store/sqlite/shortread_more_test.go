@@ -124,9 +124,7 @@ func TestAShortReadThatPanicsOrFailsGivesTheWriterBack(t *testing.T) {
 							return tx.WorkflowPut(kt.Workflow{Name: "queued", ActiveVersion: 1})
 						})
 					}()
-					for s.Queued() == 0 {
-						time.Sleep(time.Millisecond)
-					}
+					waitQueued(t, s, 1)
 					switch how {
 					case "panic", "write-then-panic":
 						panic("boom")
@@ -339,22 +337,20 @@ func TestPanicsOnBothSidesOfAShortRead(t *testing.T) {
 	s := openStore(t)
 	putWorkflow(t, s, "before")
 	updPanic := make(chan any, 1)
-	go func() {
-		defer func() { updPanic <- recover() }()
-		_ = s.Update(context.Background(), func(tx store.Tx) error {
-			for {
-				// wait until queued behind the read (below)
-				panic("update boom")
-			}
-		})
-	}()
 	var viewPanic any
 	func() {
 		defer func() { viewPanic = recover() }()
 		_ = s.View(store.ShortRead(context.Background()), func(tx store.Tx) error {
-			for s.Queued() == 0 {
-				time.Sleep(time.Millisecond)
-			}
+			// The Update starts once the read holds the writer, so that it
+			// queues behind it (started before, it could commit first and
+			// never queue: CI saw this test wait for it for ten minutes).
+			go func() {
+				defer func() { updPanic <- recover() }()
+				_ = s.Update(context.Background(), func(tx store.Tx) error {
+					panic("update boom")
+				})
+			}()
+			waitQueued(t, s, 1)
 			panic("view boom")
 		})
 	}()
@@ -391,17 +387,13 @@ func TestCloseAndCancelDuringAShortRead(t *testing.T) {
 				return tx.WorkflowPut(kt.Workflow{Name: "cancelled", ActiveVersion: 1})
 			})
 		}()
-		for s.Queued() < 1 {
-			time.Sleep(time.Millisecond)
-		}
+		waitQueued(t, s, 1)
 		go func() {
 			queued <- s.Update(context.Background(), func(tx store.Tx) error {
 				return tx.WorkflowPut(kt.Workflow{Name: "queued", ActiveVersion: 1})
 			})
 		}()
-		for s.Queued() < 2 {
-			time.Sleep(time.Millisecond)
-		}
+		waitQueued(t, s, 2)
 		cancel()
 		if err := <-cancelled; !errors.Is(err, context.Canceled) {
 			t.Errorf("cancelled queued update: %v", err)
@@ -446,15 +438,11 @@ func TestALeadHandedToACallerThatGivesUpStillLeads(t *testing.T) {
 			go func() {
 				firstErr <- s.Update(ctx, func(tx store.Tx) error { return tx.WorkflowPut(kt.Workflow{Name: first, ActiveVersion: 1}) })
 			}()
-			for s.Queued() < 1 {
-				time.Sleep(time.Millisecond)
-			}
+			waitQueued(t, s, 1)
 			go func() {
 				secondErr <- s.Update(context.Background(), func(tx store.Tx) error { return tx.WorkflowPut(kt.Workflow{Name: second, ActiveVersion: 1}) })
 			}()
-			for s.Queued() < 2 {
-				time.Sleep(time.Millisecond)
-			}
+			waitQueued(t, s, 2)
 			if i%2 == 0 {
 				cancel() // just before the read ends and hands the lead over
 			}
@@ -485,5 +473,19 @@ func TestALeadHandedToACallerThatGivesUpStillLeads(t *testing.T) {
 				t.Fatalf("round %d: %s on disk %v, want %v (%v)", i, name, found, want, err)
 			}
 		}
+	}
+}
+
+// waitQueued waits until n Updates are queued behind the writer's holder.
+// A minute is only the bound of a hang (they queue at once). Called on
+// the test's goroutine (in a View's function too).
+func waitQueued(t *testing.T, s *sqlite.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for s.Queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d updates never queued behind the short read (%d did)", n, s.Queued())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
