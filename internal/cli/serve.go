@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,25 +115,21 @@ func (a *app) startEngine(o daemon.Options, onStop string) (*daemon.Keep, contex
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	stopWorkers := daemon.StopWorkersOnSignal()
 	// After the first Ctrl-C or SIGTERM the steps under way finish (a
 	// write waits for its answer, so that it is recorded). A second one
 	// ends the process at once, as after a crash: what was under way is
 	// recovered at the next start. Both watchers let go of the signals
-	// after the first, so the second finds Go's default.
-	var ending atomic.Bool
-	go func() {
-		<-ctx.Done()
-		if ending.Load() {
-			return // the command ended by itself
-		}
+	// after the first (NotifyContext's with stop, the workers' by
+	// itself, before it calls this), so the second finds Go's default;
+	// onStop is said once both have.
+	stopWorkers := daemon.StopWorkersOnSignalThen(func() {
+		<-ctx.Done() // the same signal reached NotifyContext
 		stop()
 		if onStop != "" {
 			fmt.Fprintln(a.errOut, onStop)
 		}
-	}()
+	})
 	return k, ctx, func() {
-		ending.Store(true)
 		stop()
 		stopWorkers()
 		k.Close()

@@ -46,6 +46,13 @@ func WithActor(ctx context.Context, by string) context.Context {
 // only: a second one finds Go's default (the process ends at once) unless
 // another watcher holds it.
 func StopWorkersOnSignal() (done func()) {
+	return StopWorkersOnSignalThen(nil)
+}
+
+// StopWorkersOnSignalThen is StopWorkersOnSignal, and after the first
+// signal, once it let go of the signals and stopped the workers, calls
+// then (if not nil).
+func StopWorkersOnSignalThen(then func()) (done func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	quit := make(chan struct{})
@@ -54,6 +61,9 @@ func StopWorkersOnSignal() (done func()) {
 		case <-sig:
 			signal.Stop(sig)
 			script.StopWorkers()
+			if then != nil {
+				then()
+			}
 		case <-quit:
 		}
 	}()
