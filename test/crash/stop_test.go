@@ -26,25 +26,9 @@ func TestAStopDuringNextKeepsTheWritesAnswer(t *testing.T) {
 	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
-	dir := t.TempDir()
-	src := fmt.Sprintf(`export default Keep.workflow({ name: "stop", topics: { "job": {} },
-  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
-    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
-    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
-  consumers: { c: Keep.consumer({ subscribe: ["job"],
-    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
-    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%s/write/a", json: {} }) },
+	dir := deployStop(t, sink, `async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%[1]s/write/a", json: {} }) },
     // next spins: only the stop ends it (the time limit is an hour away).
-    async next(ctx) { for (;;) {} } }) } })`, sink.URL)
-	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\n\n"+sink.AllowTOML()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
-		t.Fatalf("deploy: %v\n%s", err, out)
-	}
+    async next(ctx) { for (;;) {} }`, "")
 	p := serve(t, dir)
 	testbin.WaitFor(t, "the write to reach the sink", func() bool { return len(sink.Writes()) == 1 })
 	testbin.WaitFor(t, "next to spin in a sandbox worker", func() bool { return spinning(children(p.cmd.Process.Pid)) })
@@ -92,24 +76,8 @@ func TestASecondSignalStopsAtOnceAndNothingIsLost(t *testing.T) {
 	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
-	dir := t.TempDir()
-	src := fmt.Sprintf(`export default Keep.workflow({ name: "stop", topics: { "job": {} },
-  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
-    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
-    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
-  consumers: { c: Keep.consumer({ subscribe: ["job"],
-    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
-    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%[1]s/write/a", json: {}, timeoutMs: 600000,
-      reconcile: { url: "%[1]s/writes/{idempotencyKey}" } }) } }) } })`, sink.URL)
-	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\nreconcile_backoff = \"20ms\"\n\n"+sink.AllowTOML()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
-		t.Fatalf("deploy: %v\n%s", err, out)
-	}
+	dir := deployStop(t, sink, `async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%[1]s/write/a", json: {}, timeoutMs: 600000,
+      reconcile: { url: "%[1]s/writes/{idempotencyKey}" } }) }`, "reconcile_backoff = \"20ms\"\n")
 	held, release := sink.HoldWrite()
 	defer release()
 	p := serve(t, dir)
@@ -157,4 +125,30 @@ func TestASecondSignalStopsAtOnceAndNothingIsLost(t *testing.T) {
 	if n := len(sink.Writes()); n != 1 {
 		t.Fatalf("writes at the sink: %d, want 1\n%s", n, again.logs.String())
 	}
+}
+
+// deployStop deploys the "stop" workflow (one input, one event, a consumer
+// whose mutate and next are handlers, with %[1]s for the sink's URL) with
+// an hour's handler time limit and policy lines of its own, and returns
+// its directory.
+func deployStop(t *testing.T, sink *testsink.Sink, handlers, policy string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := fmt.Sprintf(`export default Keep.workflow({ name: "stop", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    `+handlers+` }) } })`, sink.URL)
+	if err := os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep.toml"), []byte("[policy]\nhandler_timeout = \"1h\"\n"+policy+"\n"+sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", filepath.Join(dir, "data"), "--config", filepath.Join(dir, "keep.toml"), filepath.Join(dir, "wf.js")).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	return dir
 }
