@@ -96,6 +96,13 @@ type Store struct {
 	listenMu            sync.Mutex // one listener connection at a time
 }
 
+// maxConns bounds the pool's connections; maxConnIdle is how long one
+// not used stays open.
+const (
+	maxConns    = 16
+	maxConnIdle = 5 * time.Minute
+)
+
 // Open connects to a PostgreSQL database by its URL and applies the
 // schema's migrations; a database whose schema is newer than this keep
 // knows is refused.
@@ -108,8 +115,16 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		cfg.RuntimeParams[idleParam] = idleInTransaction
 	}
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(16)
-	db.SetMaxIdleConns(8)
+	// Every connection the pool opens is kept while it is in use now and
+	// then: one closed and opened again costs PostgreSQL a new backend
+	// (a fork, its caches warmed again, plpgsql loaded for keep_fence)
+	// and keep its prepared statements. With fewer idle than open, 32
+	// workflows' steps closed and reopened a connection every few runs
+	// (issue 25: PostgreSQL's CPU per run, TestTheConnectionsAreKept).
+	// One idle for maxConnIdle is given back.
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(maxConnIdle)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {

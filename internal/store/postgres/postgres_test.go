@@ -483,3 +483,46 @@ func TestAStepsCommitWakesOnlyTheOtherNodesPages(t *testing.T) {
 	}
 	waitFor(t, "a's lease commit wakes b", func() bool { return changed.Load() > 0 })
 }
+
+// A pool that closes connections it needs again a moment later makes
+// PostgreSQL start a backend for each (a fork, its caches, plpgsql) and
+// keep prepare its statements again: as many steps at once as the pool
+// holds, twice, open the connections once and close none.
+func TestTheConnectionsAreKept(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	all := make(chan struct{})
+	for round := 0; round < 2; round++ {
+		var inside atomic.Int64
+		errs := make(chan error, maxConns)
+		for i := 0; i < maxConns; i++ {
+			go func() {
+				errs <- s.View(ctx, func(tx store.Tx) error {
+					if _, err := tx.WorkflowGet(fmt.Sprintf("wf-%d", i)); err != nil && !errors.Is(err, kt.ErrNotFound) {
+						return err
+					}
+					// Every transaction holds its connection until all are open.
+					if inside.Add(1) == maxConns {
+						close(all)
+					}
+					<-all
+					return nil
+				})
+			}()
+		}
+		for i := 0; i < maxConns; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		all = make(chan struct{})
+	}
+	st := s.db.Stats()
+	if st.MaxIdleClosed != 0 || st.MaxIdleTimeClosed != 0 || st.MaxLifetimeClosed != 0 {
+		t.Fatalf("the pool closed connections it needed again: %+v", st)
+	}
+}
