@@ -82,7 +82,11 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
 	var open *kt.Run
 	picked := false
-	err := e.store.View(store.ShortRead(ctx), func(tx store.Tx) error {
+	// The reads named below are nearly always all the plan makes: a store
+	// may end the snapshot with them (store.ReadsAhead), and runs this
+	// function again when they were not, so it sets everything afresh.
+	err := e.store.View(store.ReadsAhead(store.ShortRead(ctx)), func(tx store.Tx) error {
+		*p, open, picked = stepPlan{now: p.now, guesses: p.guesses}, nil, false
 		// The plan's reads in one round trip where the store can: the
 		// grants too, which only a step with a run to make reads, and for
 		// each consumer of the program compiled last (a few) its oldest

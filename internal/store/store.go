@@ -100,6 +100,7 @@ const (
 	noSnapshotMark mark = iota
 	shortReadMark
 	noSyncMark
+	readsAheadMark
 )
 
 func withMark(ctx context.Context, m mark) context.Context { return context.WithValue(ctx, m, true) }
@@ -130,6 +131,19 @@ func ShortRead(ctx context.Context) context.Context { return withMark(ctx, short
 
 // IsShortRead says a context was marked by ShortRead.
 func IsShortRead(ctx context.Context) bool { return hasMark(ctx, shortReadMark) }
+
+// ReadsAhead marks a View whose function names, with Prefetch, the reads
+// it makes (as far as it can know them) and may be run again: a backend
+// that pays for the snapshot's end with a round trip of its own
+// (PostgreSQL: the ROLLBACK) sends the end with those reads, in one
+// pipeline. If the function then asks for a read it did not name, the
+// snapshot is gone: the View runs the function again from the start, in
+// a transaction of its own. So the function must set everything it
+// returns afresh each time it runs (a step's plan does).
+func ReadsAhead(ctx context.Context) context.Context { return withMark(ctx, readsAheadMark) }
+
+// IsReadsAhead says a context was marked by ReadsAhead.
+func IsReadsAhead(ctx context.Context) bool { return hasMark(ctx, readsAheadMark) }
 
 // Counts is a summary of the ledgers.
 type Counts struct {

@@ -63,6 +63,7 @@ type Store struct {
 	db                    *sql.DB
 	commits, transactions atomic.Int64
 	trips                 atomic.Int64 // statements sent, begin and commit included
+	rereads               atomic.Int64 // Views run again (store.ReadsAhead)
 	closed                atomic.Bool
 	// channel is where commits are announced (NOTIFY) to the other nodes
 	// of this schema; channelName is the same unquoted, for pg_notify.
@@ -489,6 +490,20 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 	if store.IsNoSnapshot(ctx) {
 		begin = "" // each statement (or pipeline) its own implicit transaction
 	}
+	missed := false
+	err := s.onConn(ctx, begin, false, func(r *runner) error {
+		r.endAhead = begin != "" && store.IsReadsAhead(ctx)
+		err := fn(sqldb.NewTx(r))
+		missed = r.missed
+		return err
+	})
+	if !missed {
+		return err
+	}
+	// The function asked for a read it had not named, after the snapshot
+	// had ended with the ones it had (store.ReadsAhead): it runs again, in
+	// a transaction that ends when it is done.
+	s.rereads.Add(1)
 	return s.onConn(ctx, begin, false, func(r *runner) error {
 		return fn(sqldb.NewTx(r))
 	})

@@ -50,7 +50,18 @@ type runner struct {
 	// ahead are the reads sent ahead (Prefetch) whose answers are still
 	// good for the Query that asks for them.
 	ahead []*prefetched
+	// endAhead: a View marked store.ReadsAhead, whose first pipeline of
+	// reads sent ahead carries its ROLLBACK too; ended: it did (the
+	// snapshot is gone, the answers are kept); missed: the function then
+	// asked for a read that was not sent ahead, which fails (errEnded)
+	// and makes View run the function again.
+	endAhead, ended, missed bool
 }
+
+// errEnded is the failure of a read asked for after a View's snapshot
+// ended with the reads it had named (store.ReadsAhead); View runs the
+// function again, so nobody sees it unless the function hides it.
+var errEnded = errors.New("a read not sent ahead, after the snapshot had ended with the reads that were: the View runs its function again")
 
 // deferred is a statement held back until the next statement or the
 // commit: a write, or a read sent ahead (ahead, its answer kept).
@@ -91,6 +102,10 @@ const changedState = "KEEPC"
 // (if not ""), in one pipeline, and reads every answer but q's, which the
 // caller reads from the results returned (and closes).
 func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
+	if r.ended {
+		r.missed = true
+		return nil, errEnded
+	}
 	if err := r.closeOpen(); err != nil {
 		return nil, err
 	}
@@ -109,6 +124,12 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	}
 	if b.Len() == 0 {
 		return nil, nil
+	}
+	// A View's first pipeline, of nothing but the reads it named, ends
+	// its snapshot too (store.ReadsAhead): no round trip for the ROLLBACK.
+	end := r.endAhead && begin != "" && q == "" && allAhead(ps)
+	if end {
+		b.Queue("rollback")
 	}
 	r.begin, r.pending = "", nil
 	r.trips.Add(1)
@@ -137,6 +158,13 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 			return nil, err
 		}
 	}
+	if end {
+		if _, err := br.Exec(); err != nil {
+			r.fail(br)
+			return nil, fmt.Errorf("end the snapshot: %w", err)
+		}
+		r.inTx, r.ended = false, true
+	}
 	if q == "" {
 		if err := br.Close(); err != nil {
 			r.broken = true
@@ -146,6 +174,16 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	}
 	r.open = br
 	return br, nil
+}
+
+// allAhead says every statement held back is a read sent ahead.
+func allAhead(ps []deferred) bool {
+	for _, p := range ps {
+		if p.ahead == nil {
+			return false
+		}
+	}
+	return len(ps) > 0
 }
 
 // failed is the error of a statement held back: the fence check's

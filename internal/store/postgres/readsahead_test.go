@@ -1,0 +1,137 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// A View marked store.ReadsAhead ends its snapshot in the pipeline of the
+// reads it named: one round trip, no ROLLBACK of its own. A read it did not
+// name runs the function again in a transaction of its own, which still
+// sees one snapshot, and answers what the database holds. Nothing is left
+// open on the connection: the next transaction on it writes.
+func TestAViewEndsWithTheReadsItNamed(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// One connection: every transaction below runs on the one the View
+	// used, so a snapshot left open there would show.
+	s.db.SetMaxOpenConns(1)
+	put := func(name string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			return tx.HandlerPut(kt.Handler{Workflow: "w", Name: name, Type: kt.HandlerProducer})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a")
+	named := func(tx store.Tx) {
+		_, _ = tx.HandlerGet("w", "a")
+		_, _ = tx.HandlerList("w")
+	}
+
+	// All its reads named: one round trip.
+	runs := 0
+	before := s.Stats().RoundTrips
+	if err := s.View(store.ReadsAhead(ctx), func(tx store.Tx) error {
+		runs++
+		store.Prefetch(tx, named)
+		if _, err := tx.HandlerGet("w", "a"); err != nil {
+			return err
+		}
+		hs, err := tx.HandlerList("w")
+		if err != nil || len(hs) != 1 {
+			return fmt.Errorf("handlers: %+v, %v", hs, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Stats().RoundTrips - before; n != 1 || runs != 1 {
+		t.Errorf("a View of named reads: %d round trips and %d runs of its function, want 1 and 1", n, runs)
+	}
+	// The connection is in no transaction: a write on it commits.
+	put("b")
+
+	// A read it did not name: the function runs again, and its answers
+	// are what is stored.
+	runs = 0
+	var got []string
+	if err := s.View(store.ReadsAhead(ctx), func(tx store.Tx) error {
+		runs++
+		got = nil
+		store.Prefetch(tx, named)
+		hs, err := tx.HandlerList("w")
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			got = append(got, h.Name)
+		}
+		if _, err := tx.HandlerGet("w", "b"); err != nil { // not named
+			return fmt.Errorf("read the handler b: %w", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("a View with a read it did not name: %v", err)
+	}
+	if runs != 2 || fmt.Sprint(got) != "[a b]" {
+		t.Errorf("a View with a read it did not name ran %d times and read %v, want 2 and [a b]", runs, got)
+	}
+	if n := s.rereads.Load(); n != 1 {
+		t.Errorf("%d Views run again, want 1", n)
+	}
+	put("c")
+
+	// Unmarked, a View keeps its snapshot to the end, as before: its
+	// function runs once, whatever it reads.
+	runs = 0
+	if err := s.View(ctx, func(tx store.Tx) error {
+		runs++
+		store.Prefetch(tx, named)
+		if _, err := tx.HandlerGet("w", "a"); err != nil {
+			return err
+		}
+		_, err := tx.HandlerGet("w", "c")
+		return err
+	}); err != nil || runs != 1 {
+		t.Fatalf("an unmarked View: %d runs, %v", runs, err)
+	}
+
+	// A function that hides the failure of the read it did not name (it
+	// takes any error for "not found") still runs again and sees the row.
+	runs = 0
+	found := false
+	if err := s.View(store.ReadsAhead(ctx), func(tx store.Tx) error {
+		runs++
+		store.Prefetch(tx, named)
+		if _, err := tx.HandlerGet("w", "a"); err != nil {
+			return err
+		}
+		_, err := tx.HandlerGet("w", "c")
+		found = err == nil
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 || !found {
+		t.Errorf("a function that hid the failed read: %d runs, found %v; want 2, true", runs, found)
+	}
+	if err := s.View(store.ReadsAhead(ctx), func(tx store.Tx) error {
+		store.Prefetch(tx, named)
+		_, err := tx.HandlerGet("w", "nobody")
+		return err
+	}); !errors.Is(err, kt.ErrNotFound) {
+		t.Fatalf("a read not named, of a row that is not there: %v, want not found", err)
+	}
+	put("d")
+}
