@@ -56,6 +56,9 @@ type runner struct {
 	// asked for a read that was not sent ahead, which fails (errEnded)
 	// and makes View run the function again.
 	endAhead, ended, missed bool
+	// ending: the flush under way is a read sent ahead's, which may end
+	// the snapshot (endAhead).
+	ending bool
 }
 
 // errEnded is the failure of a read asked for after a View's snapshot
@@ -127,7 +130,7 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	}
 	// A View's first pipeline, of nothing but the reads it named, ends
 	// its snapshot too (store.ReadsAhead): no round trip for the ROLLBACK.
-	end := r.endAhead && begin != "" && q == "" && allAhead(ps)
+	end := r.ending && begin != "" && q == "" && allAhead(ps)
 	if end {
 		b.Queue("rollback")
 	}
@@ -268,7 +271,13 @@ func (r *runner) Exec(q string, args ...any) (sql.Result, error) {
 func (r *runner) Query(q string, args ...any) (sqldb.Rows, error) {
 	if p := r.takeAhead(q, args); p != nil {
 		if !p.done {
-			if err := r.flush(); err != nil {
+			// The reads sent ahead, and with them the snapshot's end
+			// when the View is marked so (endAhead): only a read answered
+			// ahead may end it, never a statement sent on its own.
+			r.ending = r.endAhead
+			err := r.flush()
+			r.ending = false
+			if err != nil {
 				return nil, err
 			}
 		}
