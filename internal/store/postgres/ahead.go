@@ -56,11 +56,17 @@ func (r *runner) Prefetch(q string, args ...any) bool {
 	return true
 }
 
-// takeAhead returns (and forgets) the read sent ahead that answers q.
+// takeAhead returns the read sent ahead that answers q. A write
+// transaction forgets it (a second read may follow a write of this
+// transaction's own); a View's answers stay good to its end, so the same
+// read asked twice costs nothing (and does not end a ReadsAhead View's
+// early snapshot in vain).
 func (r *runner) takeAhead(q string, args []any) *prefetched {
 	for i, p := range r.ahead {
 		if p.q == q && reflect.DeepEqual(p.args, args) {
-			r.ahead = append(r.ahead[:i], r.ahead[i+1:]...)
+			if r.write {
+				r.ahead = append(r.ahead[:i], r.ahead[i+1:]...)
+			}
 			return p
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqldb"
 )
 
 // A View marked store.ReadsAhead ends its snapshot in the pipeline of the
@@ -51,6 +52,10 @@ func TestAViewEndsWithTheReadsItNamed(t *testing.T) {
 		hs, err := tx.HandlerList("w")
 		if err != nil || len(hs) != 1 {
 			return fmt.Errorf("handlers: %+v, %v", hs, err)
+		}
+		// A named read asked again is answered again, from what came.
+		if _, err := tx.HandlerGet("w", "a"); err != nil {
+			return fmt.Errorf("the named read asked again: %w", err)
 		}
 		return nil
 	}); err != nil {
@@ -134,4 +139,68 @@ func TestAViewEndsWithTheReadsItNamed(t *testing.T) {
 		t.Fatalf("a read not named, of a row that is not there: %v, want not found", err)
 	}
 	put("d")
+}
+
+// A transaction whose BEGIN failed (here: a read sent ahead that does not
+// prepare, its failure swallowed by the function) began nothing: every
+// statement after fails with that failure — a read is not run outside the
+// snapshot, a write held back is not dropped while the COMMIT says yes —
+// and a read sent ahead with it answers the failure, not an empty page.
+func TestATransactionWhoseBeginFailedRefusesTheRest(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.db.SetMaxOpenConns(1)
+	const bad = `SELECT no_such_column FROM handlers WHERE workflow=?`
+	good := `SELECT name FROM handlers WHERE workflow=?`
+	for _, write := range []bool{false, true} {
+		begin := "begin isolation level repeatable read read only"
+		if write {
+			begin = "begin"
+		}
+		var after, goodErr, commitErr error
+		if err := s.onConn(ctx, begin, write, func(r *runner) error {
+			tx := sqldb.NewTx(r)
+			if write {
+				if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "lost", Type: kt.HandlerProducer}); err != nil {
+					return err
+				}
+			}
+			r.Prefetch(good, "w")
+			r.Prefetch(bad, "w")
+			rows, err := r.Query(bad, "w")
+			if err == nil {
+				rows.Close()
+				return fmt.Errorf("a statement that does not prepare was answered")
+			}
+			// The function takes the failure for "nothing there" and goes on.
+			if rows, goodErr = r.Query(good, "w"); goodErr == nil {
+				rows.Close()
+			}
+			if rows, after = r.Query(`SELECT current_setting('transaction_read_only')`); after == nil {
+				rows.Close()
+			}
+			if write {
+				commitErr = r.commit()
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if goodErr == nil || after == nil || (write && commitErr == nil) {
+			t.Errorf("write %v: after a failed BEGIN, the read sent ahead answered %v, the next read %v, the commit %v; want each to fail", write, goodErr, after, commitErr)
+		}
+	}
+	if err := s.View(ctx, func(tx store.Tx) error {
+		hs, err := tx.HandlerList("w")
+		if err != nil || len(hs) != 0 {
+			return fmt.Errorf("handlers after the failed transactions: %+v, %v (want none)", hs, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

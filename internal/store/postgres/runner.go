@@ -59,6 +59,9 @@ type runner struct {
 	// ending: the flush under way is a read sent ahead's, which may end
 	// the snapshot (endAhead).
 	ending bool
+	// gone is why the transaction never began (its BEGIN failed): every
+	// statement after fails with it, the COMMIT included.
+	gone error
 }
 
 // errEnded is the failure of a read asked for after a View's snapshot
@@ -105,6 +108,9 @@ const changedState = "KEEPC"
 // (if not ""), in one pipeline, and reads every answer but q's, which the
 // caller reads from the results returned (and closes).
 func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
+	if r.gone != nil {
+		return nil, r.gone
+	}
 	if r.ended {
 		r.missed = true
 		return nil, errEnded
@@ -139,8 +145,19 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	br := r.conn.SendBatch(r.ctx, b)
 	if begin != "" {
 		if _, err := br.Exec(); err != nil {
+			// Nothing in the pipeline ran (a statement that did not
+			// prepare, a context cancelled), and the transaction never
+			// began: the runner refuses everything after (gone), or a
+			// read would run outside the snapshot, a write outside the
+			// transaction, and a read sent ahead answer nothing.
 			r.fail(br)
-			return nil, fmt.Errorf("begin: %w", err)
+			r.gone = fmt.Errorf("begin: %w", err)
+			for _, p := range ps {
+				if p.ahead != nil && !p.ahead.done {
+					p.ahead.done, p.ahead.err = true, r.gone
+				}
+			}
+			return nil, r.gone
 		}
 	}
 	for _, p := range ps {
@@ -311,6 +328,9 @@ func (r *runner) QueryRow(q string, args ...any) sqldb.Row {
 
 // commit sends what is held back and the COMMIT, in one round trip.
 func (r *runner) commit() error {
+	if r.gone != nil {
+		return r.gone
+	}
 	if r.begin != "" && len(r.pending) == 0 {
 		return nil // nothing was sent: nothing to commit
 	}
