@@ -59,6 +59,10 @@ func TestRoundTripsPerConsumerRunOnPostgres(t *testing.T) {
 	if got := l.applied.Load(); got != n {
 		t.Fatalf("the sink saw %d writes, want %d", got, n)
 	}
+	// The plan named every read it made: none ran twice.
+	if got := l.k.Store.Stats().Rereads; got != 0 {
+		t.Errorf("%d step plans ran again (a read they had not named), want 0", got)
+	}
 }
 
 // A person's (or a program's) list of a workflow's runs, and of its

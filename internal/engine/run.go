@@ -82,10 +82,18 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
 	var open *kt.Run
 	picked := false
-	// The reads named below are nearly always all the plan makes: a store
-	// may end the snapshot with them (store.ReadsAhead), and runs this
-	// function again when they were not, so it sets everything afresh.
-	err := e.store.View(store.ReadsAhead(store.ShortRead(ctx)), func(tx store.Tx) error {
+	// With the program known and its consumers all read ahead, the reads
+	// named below are nearly always all the plan makes: a store may end
+	// the snapshot with them (store.ReadsAhead), and runs this function
+	// again when they were not, so it sets everything afresh. Without,
+	// the plan reads more than it named, and would run twice.
+	plan := store.ShortRead(ctx)
+	latest := e.latestProgram(name)
+	readsAhead := latest != nil && len(latest.Decl.Consumers) <= maxConsumersReadAhead
+	if readsAhead {
+		plan = store.ReadsAhead(plan)
+	}
+	err := e.store.View(plan, func(tx store.Tx) error {
 		*p, open, picked = stepPlan{now: p.now, guesses: p.guesses}, nil, false
 		// The plan's reads in one round trip where the store can: the
 		// grants too, which only a step with a run to make reads, and for
@@ -98,8 +106,8 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 			_, _ = tx.RunOpen(name)
 			_, _ = tx.HandlerList(name)
 			_, _ = tx.GrantList(name)
-			if prog := e.latestProgram(name); prog != nil && len(prog.Decl.Consumers) <= maxConsumersReadAhead {
-				for c, d := range prog.Decl.Consumers {
+			if readsAhead {
+				for c, d := range latest.Decl.Consumers {
 					_, _, _ = tx.OldestPending(name, d.Subscribe)
 					if g, ok := p.guesses.get(name, c); ok {
 						_, _, _ = tx.EventsPendingWithin(name, g.topic, g.limit, kt.MaxHostCallBytes/2)

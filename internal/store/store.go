@@ -71,6 +71,9 @@ type Stats struct {
 	// BEGIN, COMMIT and savepoints included, reads and writes alike); 0
 	// where not counted (PostgreSQL counts RoundTrips).
 	Statements int64
+	// Rereads counts the Views marked ReadsAhead whose function asked for
+	// a read it had not named and so ran twice; 0 where not counted.
+	Rereads int64
 }
 
 // Prefetcher is a Tx that can send reads ahead (PostgreSQL): see Prefetch.

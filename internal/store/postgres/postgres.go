@@ -511,7 +511,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 
 // Stats reports the commits made.
 func (s *Store) Stats() store.Stats {
-	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load(), RoundTrips: s.trips.Load()}
+	return store.Stats{Commits: s.commits.Load(), Transactions: s.transactions.Load(), RoundTrips: s.trips.Load(), Rereads: s.rereads.Load()}
 }
 
 // engineLock is a session advisory lock for commands that must not run

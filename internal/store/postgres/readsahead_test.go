@@ -18,14 +18,7 @@ import (
 // open on the connection: the next transaction on it writes.
 func TestAViewEndsWithTheReadsItNamed(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, freshSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	// One connection: every transaction below runs on the one the View
-	// used, so a snapshot left open there would show.
-	s.db.SetMaxOpenConns(1)
+	s := openOneConnection(t)
 	put := func(name string) {
 		t.Helper()
 		if err := s.Update(ctx, func(tx store.Tx) error {
@@ -92,7 +85,7 @@ func TestAViewEndsWithTheReadsItNamed(t *testing.T) {
 	if runs != 2 || fmt.Sprint(got) != "[a b]" {
 		t.Errorf("a View with a read it did not name ran %d times and read %v, want 2 and [a b]", runs, got)
 	}
-	if n := s.rereads.Load(); n != 1 {
+	if n := s.Stats().Rereads; n != 1 {
 		t.Errorf("%d Views run again, want 1", n)
 	}
 	put("c")
@@ -148,12 +141,7 @@ func TestAViewEndsWithTheReadsItNamed(t *testing.T) {
 // and a read sent ahead with it answers the failure, not an empty page.
 func TestATransactionWhoseBeginFailedRefusesTheRest(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, freshSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	s.db.SetMaxOpenConns(1)
+	s := openOneConnection(t)
 	const bad = `SELECT no_such_column FROM handlers WHERE workflow=?`
 	good := `SELECT name FROM handlers WHERE workflow=?`
 	for _, write := range []bool{false, true} {
@@ -203,4 +191,18 @@ func TestATransactionWhoseBeginFailedRefusesTheRest(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openOneConnection opens a store in a fresh schema whose pool holds one
+// connection: every transaction runs on the one the last used, so a
+// transaction or snapshot left open there would show.
+func openOneConnection(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.db.SetMaxOpenConns(1)
+	return s
 }
