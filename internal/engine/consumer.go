@@ -441,34 +441,19 @@ func checkReservations(get eventLookup, run *kt.Run, pr PrepareResult, dv declVi
 var errSelectionGone = errors.New("the events prepare selected changed before keep recorded the selection")
 
 // writeReservations marks events as reserved by a run, inside a
-// transition's transaction, each as it is now (not the copy prepare read):
-// one skipped or reserved since is never written back as pending. An event
-// changed in any way since the run's copy was read (a person's Reprocess
-// started a new attempt, a publish merged new content) ends the write too
-// (errSelectionGone: prepare again): the run's write is keyed and made
-// from that copy (unitOfWork, mutate), so it would be another attempt's
-// write, or stale content.
+// transition's transaction, each only while it is still as the run's copy
+// (store.Tx.EventReserve): one skipped or reserved since is never written
+// back as pending, and one changed in any way since the copy was read (a
+// person's Reprocess started a new attempt, a publish merged new content)
+// ends the write too (store.ErrEventChanged, which writeReading makes
+// errSelectionGone: prepare again): the run's write is keyed and made from
+// that copy (unitOfWork, mutate), so it would be another attempt's write,
+// or stale content. The check is the write's own condition, not a read:
+// on PostgreSQL the whole commit goes in one round trip, and a refusal
+// may surface at its COMMIT.
 func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
-	// Every event is read before any is written: the reads were sent
-	// ahead together (runExec.heldReads), and a write of events would
-	// send the ones after it again.
-	read := make([]kt.Event, 0, len(evs))
 	for _, held := range evs {
-		ev, err := tx.EventGet(held.Workflow, held.Topic, held.MessageID)
-		if err != nil {
-			return err
-		}
-		if ev.Status != kt.EventPending || (ev.ReservedBy != "" && ev.ReservedBy != run.ID) {
-			return fmt.Errorf("%w: %s/%s is %s now", errSelectionGone, ev.Topic, ev.MessageID, ev.Status)
-		}
-		if ev.UpdatedAt != held.UpdatedAt || ev.Attempt != held.Attempt {
-			return fmt.Errorf("%w: %s/%s changed since prepare read it (attempt %d, was %d)", errSelectionGone, ev.Topic, ev.MessageID, ev.Attempt, held.Attempt)
-		}
-		read = append(read, ev)
-	}
-	for _, ev := range read {
-		ev.ReservedBy, ev.UpdatedAt = run.ID, now
-		if err := tx.EventUpdate(ev); err != nil {
+		if err := tx.EventReserve(held, run.ID, now); err != nil {
 			return err
 		}
 	}

@@ -192,6 +192,11 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 			return nil
 		}
 		*x.run, *x.tr = run, tr
+		if errors.Is(err, store.ErrEventChanged) {
+			// A reservation refused (writeReservations): the selection is
+			// gone, and the consumer prepares again.
+			return fmt.Errorf("%w: %w", errSelectionGone, err)
+		}
 		if !errors.Is(err, store.ErrConflict) || tries == maxSaveTries {
 			return err
 		}
@@ -213,11 +218,9 @@ func (x *runExec) writeHeld(tx store.Tx) error {
 	return nil
 }
 
-// heldReads are the reads writeHeld makes (store.Prefetch).
+// heldReads are the reads writeHeld makes (store.Prefetch); its
+// reservations read nothing (writeReservations).
 func (x *runExec) heldReads(tx store.Tx) {
-	for _, ev := range x.reserve {
-		_, _ = tx.EventGet(ev.Workflow, ev.Topic, ev.MessageID)
-	}
 	if x.outcome != nil {
 		_, _ = tx.MutationGet(x.outcome.ID)
 	}

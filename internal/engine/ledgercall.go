@@ -199,12 +199,35 @@ func (lc *ledgerCall) recordInFlight() error {
 	mut.SentAt, mut.NotFoundAt, mut.ReconcileAttempts = now, 0, 0
 	lc.traceNote("in_flight", true)
 	x.run.UpdatedAt = now
+	// A fresh row not looked up yet (the usual case) is inserted on the
+	// condition that its identity is new (MutationInsert), with no read:
+	// on PostgreSQL the commit is one round trip. When a row has that
+	// identity after all (a retry's case), the commit is made again with
+	// the look-up, which hands that row back (identityFound).
+	err := lc.commitInFlight(lc.unlooked && lc.fresh)
+	if errors.Is(err, store.ErrIdentityTaken) {
+		err = lc.commitInFlight(false)
+	}
+	if err != nil {
+		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
+	}
+	x.mutationEvent(lc.method(), "in_flight")
+	x.e.crashPoint(CrashAfterInFlight)
+	return nil
+}
+
+// commitInFlight is recordInFlight's commit: the row inserted on the
+// condition that its identity is new (insert), or looked up first when
+// not looked up yet (lc.unlooked) and then written.
+func (lc *ledgerCall) commitInFlight(insert bool) error {
+	x, mut := lc.x, &lc.mut
+	lookUp := lc.unlooked && !insert
 	var reads func(tx store.Tx)
-	if lc.unlooked {
+	if lookUp {
 		reads = func(tx store.Tx) { _, _ = tx.MutationByIdentity(lc.identityKey) }
 	}
-	if err := x.writeReading(reads, func(tx store.Tx) error {
-		if lc.unlooked {
+	return x.writeReading(reads, func(tx store.Tx) error {
+		if lookUp {
 			// The look-up, under the lock the row is written under.
 			switch row, err := tx.MutationByIdentity(lc.identityKey); {
 			case err == nil:
@@ -213,21 +236,21 @@ func (lc *ledgerCall) recordInFlight() error {
 				return err
 			}
 		}
-		put := putMutation
-		if lc.fresh { // a row newRow made under a fresh id: not stored yet
-			put = func(tx store.Tx, m kt.Mutation) error { return putMutationFrom(tx, "", m) }
+		var err error
+		switch {
+		case insert:
+			err = insertMutation(tx, *mut)
+		case lc.fresh: // a row newRow made under a fresh id: not stored yet
+			err = putMutationFrom(tx, "", *mut)
+		default:
+			err = putMutation(tx, *mut)
 		}
-		if err := put(tx, *mut); err != nil {
+		if err != nil {
 			return err
 		}
 		x.e.crashPoint(CrashInsideInFlight)
 		return x.putRun(tx)
-	}); err != nil {
-		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
-	}
-	x.mutationEvent(lc.method(), "in_flight")
-	x.e.crashPoint(CrashAfterInFlight)
-	return nil
+	})
 }
 
 // send makes the call with the row's idempotency key and says what its

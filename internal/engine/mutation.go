@@ -431,6 +431,16 @@ func putMutationFrom(tx store.Tx, from kt.MutationStatus, m kt.Mutation) error {
 	return tx.MutationPut(m)
 }
 
+// insertMutation creates a ledger row on the condition that no row has
+// its identity (store.ErrIdentityTaken otherwise), after checking the move
+// from nothing.
+func insertMutation(tx store.Tx, m kt.Mutation) error {
+	if !kt.MutationTransitionAllowed("", m.Status) {
+		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state \"\" → %q is not allowed", m.ID, m.Status)
+	}
+	return tx.MutationInsert(m)
+}
+
 // storedState reads the state of a row about to be written: "" for a new one.
 func storedState[T any, S ~string](read func() (T, error), state func(T) S) (S, error) {
 	prev, err := read()

@@ -27,6 +27,16 @@ var ErrCorrupt = errors.New("the database is corrupt")
 // writer (a second node, a stale step): nothing was written.
 var ErrConflict = errors.New("the row was changed by another writer")
 
+// ErrEventChanged says EventReserve found the event no longer as the
+// reserving run read it: skipped, reserved by another run, a new attempt,
+// new content. Nothing was written; the run prepares again.
+var ErrEventChanged = errors.New("the event changed since it was read")
+
+// ErrIdentityTaken says MutationInsert found a ledger row with the new
+// row's identity already there: nothing was written; the writer looks
+// that row up and goes on from it.
+var ErrIdentityTaken = errors.New("a ledger row with this identity exists")
+
 // MarkCorrupt wraps err in ErrCorrupt when its text is a database engine's
 // word for corruption; backends call it on the errors they return.
 func MarkCorrupt(err error) error {
@@ -303,6 +313,14 @@ type Tx interface {
 	EventsReservedBy(runID string) ([]kt.Event, error)
 	EventsByInput(inputID string) ([]kt.Event, error)
 	EventUpdate(e kt.Event) error
+	// EventReserve marks event e reserved by run runID at time now, only
+	// while it is still as e was read (pending, unreserved or reserved by
+	// runID, the same attempt and updated_at); otherwise the transaction
+	// fails with ErrEventChanged (wrapped) and writes nothing. A backend
+	// may say so at once or at a later statement or its commit, as
+	// RunSetIfRev's ErrConflict: one write, no read (the in_flight commit
+	// in one round trip).
+	EventReserve(e kt.Event, runID string, now int64) error
 	// OldestPending returns the creation time of the oldest pending,
 	// unreserved event in any of the topics; ok is false when there is none.
 	OldestPending(workflow string, topics []string) (createdAt int64, ok bool, err error)
@@ -341,6 +359,11 @@ type Tx interface {
 	MutationByIdentity(identityKey string) (kt.Mutation, error)
 	MutationByRun(runID string) (kt.Mutation, error)
 	MutationPut(m kt.Mutation) error
+	// MutationInsert creates ledger row m, only while no row has its
+	// identity key; otherwise the transaction fails with ErrIdentityTaken
+	// (wrapped), at once or later as EventReserve, and writes nothing: a
+	// fresh row's identity checked without a read of its own.
+	MutationInsert(m kt.Mutation) error
 	MutationList(workflow string) ([]kt.Mutation, error)
 	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
 

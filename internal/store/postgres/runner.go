@@ -75,6 +75,9 @@ type deferred struct {
 	what, q string
 	args    []any
 	ahead   *prefetched
+	// failure is a conditional write's error when it changes no row
+	// (DeferChange).
+	failure error
 }
 
 // Defer holds a write of a write transaction back (sqldb.Deferrer). The
@@ -91,13 +94,14 @@ func (r *runner) Defer(what, q string, args ...any) bool {
 // DeferChange holds a conditional write back (sqldb.ChangeDeferrer): it
 // is sent as a statement that fails (keep_changed, SQLSTATE changedState)
 // when it changes no row, which aborts the transaction, its COMMIT
-// included.
-func (r *runner) DeferChange(what, q string, args ...any) bool {
+// included, with failure.
+func (r *runner) DeferChange(what string, failure error, q string, args ...any) bool {
 	if !r.write {
 		return false
 	}
 	r.invalidate(q) // the table it writes, not every read sent ahead
-	r.pending = append(r.pending, deferred{what: what, q: `WITH changed AS (` + q + ` RETURNING 1) SELECT keep_changed(count(*)) FROM changed`, args: args})
+	r.pending = append(r.pending, deferred{what: what, failure: failure,
+		q: `WITH changed AS (` + q + ` RETURNING 1) SELECT keep_changed(count(*)) FROM changed`, args: args})
 	return true
 }
 
@@ -169,7 +173,7 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 		}
 		if err != nil {
 			r.fail(br)
-			err = r.failed(p.what, err)
+			err = r.failed(p, err)
 			for _, rest := range ps { // not run: PostgreSQL skipped them
 				if rest.ahead != nil && !rest.ahead.done {
 					rest.ahead.done, rest.ahead.err = true, err
@@ -207,19 +211,20 @@ func allAhead(ps []deferred) bool {
 }
 
 // failed is the error of a statement held back: the fence check's
-// failure is store.ErrFenced, a conditional write's store.ErrConflict
-// (and remembered: Update returns them).
-func (r *runner) failed(what string, err error) error {
+// failure is store.ErrFenced, a conditional write's its own failure
+// (store.ErrConflict, store.ErrEventChanged, …), and both are remembered:
+// Update returns them.
+func (r *runner) failed(p deferred, err error) error {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == fencedState:
 		r.checkFailed = fmt.Errorf("%w (%s)", store.ErrFenced, pe.Message)
 		return r.checkFailed
-	case errors.As(err, &pe) && pe.Code == changedState:
-		r.checkFailed = fmt.Errorf("%s: %w", what, store.ErrConflict)
+	case errors.As(err, &pe) && pe.Code == changedState && p.failure != nil:
+		r.checkFailed = fmt.Errorf("%s: %w", p.what, p.failure)
 		return r.checkFailed
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return fmt.Errorf("%s: %w", p.what, err)
 }
 
 // fail closes a pipeline after an error in it; the transaction is aborted

@@ -65,25 +65,28 @@ type Deferrer interface {
 
 // ChangeDeferrer is what a backend's Runner implements when it can hold
 // back a conditional write too (PostgreSQL): one that must change a row,
-// the transaction failing with store.ErrConflict (naming what) when it
-// changes none.
+// the transaction failing with failure (naming what) when it changes none.
 type ChangeDeferrer interface {
-	DeferChange(what, q string, args ...any) bool
+	DeferChange(what string, failure error, q string, args ...any) bool
 }
 
 // writeChanging runs a conditional write: one that changes no row is
-// store.ErrConflict, now or, held back (ChangeDeferrer), at a later
-// statement or at commit, which then fails.
-func (t *Tx) writeChanging(what, q string, args ...any) error {
-	if d, ok := t.r.(ChangeDeferrer); ok && d.DeferChange(what, q, args...) {
+// failure (store.ErrConflict, store.ErrEventChanged, …), now or, held back
+// (ChangeDeferrer), at a later statement or at commit, which then fails.
+func (t *Tx) writeChanging(what string, failure error, q string, args ...any) error {
+	if d, ok := t.r.(ChangeDeferrer); ok && d.DeferChange(what, failure, q, args...) {
 		return nil
 	}
 	res, err := t.r.Exec(q, args...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return fmt.Errorf("%s: %w", what, store.ErrConflict)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", what, failure)
 	}
 	return nil
 }

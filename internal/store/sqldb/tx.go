@@ -346,6 +346,12 @@ func (t *Tx) EventUpdate(e kt.Event) error {
 		string(e.Payload), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
 }
 
+func (t *Tx) EventReserve(e kt.Event, runID string, now int64) error {
+	return t.writeChanging(fmt.Sprintf("reserve event %s/%s for run %s", e.Topic, e.MessageID, runID), store.ErrEventChanged,
+		`UPDATE events SET reserved_by=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by IN ('', ?) AND attempt=? AND updated_at=?`,
+		runID, now, e.ID, runID, e.Attempt, e.UpdatedAt)
+}
+
 func (t *Tx) OldestPending(workflow string, topics []string) (int64, bool, error) {
 	if len(topics) == 0 {
 		return 0, false, nil
@@ -558,7 +564,7 @@ ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retr
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
-	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev),
+	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev), store.ErrConflict,
 		`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
  error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
@@ -649,6 +655,15 @@ func (t *Tx) MutationPut(m kt.Mutation) error {
 ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, identity_key=excluded.identity_key, sent_at=excluded.sent_at, not_found_at=excluded.not_found_at, params=excluded.params, payload_hash=excluded.payload_hash, status=excluded.status, result=excluded.result,
  error_class=excluded.error_class, error_message=excluded.error_message, can_reconcile=excluded.can_reconcile, reconcile_attempts=excluded.reconcile_attempts,
  next_reconcile_at=excluded.next_reconcile_at, resolved_by=excluded.resolved_by, updated_at=excluded.updated_at`,
+		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+}
+
+// MutationInsert is MutationPut's INSERT whose identity key must be new
+// (the UNIQUE index on identity_key decides, under concurrent writers too).
+func (t *Tx) MutationInsert(m kt.Mutation) error {
+	return t.writeChanging(fmt.Sprintf("record mutation %s (%s)", m.ID, m.Target), store.ErrIdentityTaken,
+		`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(identity_key) DO NOTHING`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
 		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
 }

@@ -157,6 +157,11 @@ func (r recordingTx) EventUpdate(e kt.Event) error {
 	return r.tx.EventUpdate(e)
 }
 
+func (r recordingTx) EventReserve(e kt.Event, runID string, now int64) error {
+	r.c.note("EventReserve")
+	return r.tx.EventReserve(e, runID, now)
+}
+
 func (r recordingTx) OldestPending(workflow string, topics []string) (createdAt int64, ok bool, err error) {
 	r.c.note("OldestPending")
 	return r.tx.OldestPending(workflow, topics)
@@ -285,6 +290,11 @@ func (r recordingTx) MutationByRun(runID string) (kt.Mutation, error) {
 func (r recordingTx) MutationPut(m kt.Mutation) error {
 	r.c.note("MutationPut")
 	return r.tx.MutationPut(m)
+}
+
+func (r recordingTx) MutationInsert(m kt.Mutation) error {
+	r.c.note("MutationInsert")
+	return r.tx.MutationInsert(m)
 }
 
 func (r recordingTx) MutationList(workflow string) ([]kt.Mutation, error) {

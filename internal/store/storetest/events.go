@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -15,6 +16,55 @@ import (
 // exerciseEvents covers events: publish, pending, reservation, lists and counts.
 func exerciseEvents(run runCase) {
 	ctx := context.Background()
+	run("an event is reserved only as it was read", func(t *testing.T, s store.Store) {
+		var read kt.Event
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			read = kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":1}`), UpdatedAt: 5}
+			_, err := tx.EventPublish(&read)
+			return err
+		}))
+		// Refused: at once or at the commit, which fails, and nothing of
+		// the transaction is written (the handler beside it neither).
+		refused := func(what string, ev kt.Event, runID string) {
+			t.Helper()
+			err := s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside", Type: kt.HandlerProducer}); err != nil {
+					return err
+				}
+				return tx.EventReserve(ev, runID, 9)
+			})
+			if !errors.Is(err, store.ErrEventChanged) {
+				t.Fatalf("%s: %v, want ErrEventChanged", what, err)
+			}
+		}
+		newer := read
+		newer.UpdatedAt++
+		refused("a copy older than the stored event", newer, "r1")
+		other := read
+		other.Attempt++
+		refused("a copy of another attempt", other, "r1")
+		refused("a missing event", kt.Event{ID: read.ID + 100, Attempt: read.Attempt, UpdatedAt: read.UpdatedAt}, "r1")
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.EventReserve(read, "r1", 9) }))
+		// Reserved by r1 now: r2 may not take it, r1 from its new copy may.
+		again := read
+		again.UpdatedAt = 9
+		refused("an event reserved by another run", again, "r2")
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.EventReserve(again, "r1", 11) }))
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			got, err := tx.EventGet("w", "t", "m")
+			if err != nil || got.ReservedBy != "r1" || got.UpdatedAt != 11 || got.Status != kt.EventPending || string(got.Payload) != `{"v":1}` {
+				return fmt.Errorf("after the reservations: %+v %v", got, err)
+			}
+			if _, err := tx.HandlerGet("w", "beside"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a write beside a refused reservation was stored: %v", err)
+			}
+			got.Status, got.UpdatedAt = kt.EventSkipped, 12
+			return tx.EventUpdate(got)
+		}))
+		skipped := again
+		skipped.UpdatedAt = 12
+		refused("a skipped event", skipped, "r1")
+	})
 	run("publish is last-write-wins and keeps status", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			ev := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":1}`), CausedBy: []string{"i1"}}

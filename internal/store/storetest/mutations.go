@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -52,6 +53,35 @@ func exerciseMutations(run runCase) {
 			byRun, err := tx.MutationByRun("r1")
 			if err != nil || byRun.Status != kt.MutationApplied || string(byRun.Result) != `{"ok":true}` {
 				return fmt.Errorf("by run %+v %v", byRun, err)
+			}
+			return nil
+		}))
+	})
+	run("a new ledger row is inserted only under a new identity", func(t *testing.T, s store.Store) {
+		m := kt.Mutation{ID: "n1", Workflow: "w", RunID: "r1", Tool: "http", Method: "request", Params: json.RawMessage(`{"a":1}`),
+			IdentityKey: "kn", PayloadHash: "p", IdempotencyKey: "keep-kn", Status: kt.MutationInFlight, ItemKeys: []string{"i1"}, SentAt: 3}
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.MutationInsert(m) }))
+		dup := m
+		dup.ID, dup.RunID, dup.Params = "n2", "r2", json.RawMessage(`{"a":2}`)
+		err := s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside", Type: kt.HandlerProducer}); err != nil {
+				return err
+			}
+			return tx.MutationInsert(dup)
+		})
+		if !errors.Is(err, store.ErrIdentityTaken) {
+			t.Fatalf("a second row under one identity: %v, want ErrIdentityTaken", err)
+		}
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			got, err := tx.MutationByIdentity("kn")
+			if err != nil || got.ID != "n1" || got.RunID != "r1" || string(got.Params) != `{"a":1}` || got.SentAt != 3 || len(got.ItemKeys) != 1 {
+				return fmt.Errorf("the first row: %+v %v", got, err)
+			}
+			if _, err := tx.MutationGet("n2"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("the refused row was stored: %v", err)
+			}
+			if _, err := tx.HandlerGet("w", "beside"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a write beside the refused row was stored: %v", err)
 			}
 			return nil
 		}))
