@@ -451,13 +451,20 @@ var errSelectionGone = errors.New("the events prepare selected changed before ke
 // or stale content. The check is the write's own condition, not a read:
 // on PostgreSQL the whole commit goes in one round trip, and a refusal
 // may surface at its COMMIT.
-func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) error {
+// It returns the events as written.
+func writeReservations(tx store.Tx, run *kt.Run, evs []kt.Event, now int64) ([]kt.Event, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	written := make([]kt.Event, 0, len(evs))
 	for _, held := range evs {
 		if err := tx.EventReserve(held, run.ID, now); err != nil {
-			return err
+			return nil, err
 		}
+		held.ReservedBy, held.UpdatedAt = run.ID, now
+		written = append(written, held)
 	}
-	return nil
+	return written, nil
 }
 
 // preparedArg is what mutate and next receive: the PrepareResult as the script returned it.

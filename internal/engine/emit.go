@@ -54,11 +54,25 @@ func (x *runExec) emit(dv declView) error {
 	if mstatus.Status == "skipped" {
 		final = kt.EventSkipped
 	}
+	// With the copies of the events this step reserved (x.held), the
+	// commit reads nothing (settleHeld, saveConsumerState): on PostgreSQL
+	// one round trip. writeReading drops them when one is stale, and this
+	// function's reads and writes then go from what is stored.
 	return x.writeReading(func(tx store.Tx) {
-		_, _ = tx.EventsReservedBy(run.ID)           // settleReserved's
-		_, _ = tx.HandlerGet(x.wf.Name, run.Handler) // saveConsumerState's
+		if x.held == nil {
+			_, _ = tx.EventsReservedBy(run.ID) // settleReserved's
+		}
+		if x.held == nil || pr.reservesNothing() {
+			_, _ = tx.HandlerGet(x.wf.Name, run.Handler) // saveConsumerState's
+		}
 	}, func(tx store.Tx) error {
-		settled, err := settleReserved(tx, run.ID, final, x.e.nowMs())
+		var settled []kt.Event
+		var err error
+		if x.held != nil {
+			settled, err = settleHeld(tx, run.ID, x.held, final, x.e.nowMs())
+		} else {
+			settled, err = settleReserved(tx, run.ID, final, x.e.nowMs())
+		}
 		if err != nil {
 			return err
 		}
@@ -124,6 +138,23 @@ func settleReserved(tx store.Tx, runID string, final kt.EventStatus, now int64) 
 	return settled, nil
 }
 
+// settleHeld is settleReserved on the copies of the events the run
+// reserved in this step (runExec.held), with no read: each is settled only
+// while still as its copy (store.Tx.EventSettle), so a change since (a
+// person's Skip, a merged publish) fails the commit with store.ErrStale,
+// and it is made again with settleReserved.
+func settleHeld(tx store.Tx, runID string, held []kt.Event, final kt.EventStatus, now int64) ([]kt.Event, error) {
+	settled := make([]kt.Event, 0, len(held))
+	for _, ev := range held {
+		if err := tx.EventSettle(ev, runID, final, now); err != nil {
+			return nil, err
+		}
+		ev.Status, ev.UpdatedAt = final, now
+		settled = append(settled, ev)
+	}
+	return settled, nil
+}
+
 // causesOf is what a consumer's work descends from: the inputs that caused
 // its events (sorted) and the newest attempt among them (at least 1).
 func causesOf(evs []kt.Event) (causedBy []string, attempt int) {
@@ -147,16 +178,21 @@ func causesOf(evs []kt.Event) (causedBy []string, attempt int) {
 // again: dirty when a run that selected nothing published to its own topic,
 // and the PrepareResult's wakeAt.
 func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirty bool) error {
+	pr, err := DecodePrepareResult(x.run.PrepareResult)
+	if err != nil {
+		return err // emit stopped on it before
+	}
+	if x.held != nil && !pr.reservesNothing() {
+		// The row's dirty mark stays as stored, so nothing of it needs
+		// reading: the store merges (HandlerAdvance does touch's move).
+		return tx.HandlerAdvance(x.wf.Name, x.run.Handler, state, x.e.wakeTime(pr.WakeAt), x.e.nowMs())
+	}
 	hrow, err := tx.HandlerGet(x.wf.Name, x.run.Handler)
 	if err != nil {
 		return err
 	}
 	if state != nil {
 		hrow.State = state
-	}
-	pr, err := DecodePrepareResult(x.run.PrepareResult)
-	if err != nil {
-		return err // emit stopped on it before
 	}
 	if pr.reservesNothing() {
 		// An event that came in while this run prepared (the event API,

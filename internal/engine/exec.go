@@ -62,6 +62,16 @@ type runExec struct {
 	// then the outcome with next's publishes and the consumption.
 	reserve []kt.Event
 	outcome *kt.Mutation
+	// Copies of what this step wrote last, so that its next commit writes
+	// on them without reading the rows again (on PostgreSQL: in one round
+	// trip): held, the events it reserved, as written (reserving until
+	// that commit succeeded); ledger, the ledger row's id and status as
+	// written. A write on a copy is conditional on the row being still
+	// as the copy (store.ErrStale otherwise): writeReading then drops the
+	// copies and writes again from a read. A run resumed after a restart
+	// holds none.
+	held, reserving []kt.Event
+	ledger          ledgerMark
 	// unstored: nothing of the run is written yet (a new run of Step; a
 	// retry is written when it is made). A consumer run whose prepare
 	// reserved nothing and that is still unstored is never written
@@ -184,7 +194,13 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 			return fn(tx)
 		})
 		if err == nil {
-			x.reserve, x.outcome, x.unstored = nil, nil, false
+			if len(x.reserving) > 0 {
+				x.held = x.reserving
+			}
+			if x.outcome != nil {
+				x.ledger = ledgerMark{id: x.outcome.ID, status: x.outcome.Status}
+			}
+			x.reserve, x.reserving, x.outcome, x.unstored = nil, nil, nil, false
 			x.stored, x.storedRev = x.run.Status, x.run.Rev
 			if pinned {
 				x.e.crashPoint(CrashAfterPrepared)
@@ -192,6 +208,14 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 			return nil
 		}
 		*x.run, *x.tr = run, tr
+		x.reserving = nil
+		if errors.Is(err, store.ErrStale) && tries < maxSaveTries {
+			// A row this step held a copy of changed since it wrote it
+			// (a person's action, a background check): write again from
+			// what is stored, with the reads.
+			x.held, x.ledger = nil, ledgerMark{}
+			continue
+		}
 		if errors.Is(err, store.ErrEventChanged) {
 			// A reservation refused (writeReservations): the selection is
 			// gone, and the consumer prepares again.
@@ -209,19 +233,32 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 // writeHeld writes what the run holds for its next write: the selection
 // (reserved by the run) and a write's outcome.
 func (x *runExec) writeHeld(tx store.Tx) error {
-	if err := writeReservations(tx, x.run, x.reserve, x.e.nowMs()); err != nil {
+	var err error
+	if x.reserving, err = writeReservations(tx, x.run, x.reserve, x.e.nowMs()); err != nil {
 		return err
 	}
-	if x.outcome != nil {
-		return putMutation(tx, *x.outcome)
+	switch {
+	case x.outcome == nil:
+		return nil
+	case x.ledger.holds(x.outcome.ID):
+		return putMutationHeld(tx, *x.outcome, x.ledger.status)
 	}
-	return nil
+	return putMutation(tx, *x.outcome)
 }
+
+// ledgerMark is a ledger row as this step wrote it last (runExec.ledger).
+type ledgerMark struct {
+	id     string
+	status kt.MutationStatus
+}
+
+// holds says the mark is row id's.
+func (m ledgerMark) holds(id string) bool { return m.id != "" && m.id == id }
 
 // heldReads are the reads writeHeld makes (store.Prefetch); its
 // reservations read nothing (writeReservations).
 func (x *runExec) heldReads(tx store.Tx) {
-	if x.outcome != nil {
+	if x.outcome != nil && !x.ledger.holds(x.outcome.ID) {
 		_, _ = tx.MutationGet(x.outcome.ID)
 	}
 }

@@ -211,6 +211,7 @@ func (lc *ledgerCall) recordInFlight() error {
 	if err != nil {
 		return fmt.Errorf("record mutation in_flight (the call was not started): %w", err)
 	}
+	x.ledger = ledgerMark{id: mut.ID, status: mut.Status}
 	x.mutationEvent(lc.method(), "in_flight")
 	x.e.crashPoint(CrashAfterInFlight)
 	return nil

@@ -425,18 +425,37 @@ func putMutation(tx store.Tx, m kt.Mutation) error {
 // putMutationFrom saves a ledger row whose stored state is from ("" for a
 // row not stored yet), after checking the move.
 func putMutationFrom(tx store.Tx, from kt.MutationStatus, m kt.Mutation) error {
+	if err := checkLedgerMove(from, m); err != nil {
+		return err
+	}
+	return tx.MutationPut(m)
+}
+
+// putMutationHeld saves a ledger row whose stored status this step wrote
+// (from), after checking the move: no read, and store.ErrStale when the
+// row is no longer so.
+func putMutationHeld(tx store.Tx, m kt.Mutation, from kt.MutationStatus) error {
+	if err := checkLedgerMove(from, m); err != nil {
+		return err
+	}
+	return tx.MutationPutFrom(m, from)
+}
+
+// checkLedgerMove refuses a move of a ledger row that ch 13's table does
+// not allow (from "" for a row not stored yet).
+func checkLedgerMove(from kt.MutationStatus, m kt.Mutation) error {
 	if from != m.Status && !kt.MutationTransitionAllowed(from, m.Status) {
 		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state %q → %q is not allowed", m.ID, from, m.Status)
 	}
-	return tx.MutationPut(m)
+	return nil
 }
 
 // insertMutation creates a ledger row on the condition that no row has
 // its identity (store.ErrIdentityTaken otherwise), after checking the move
 // from nothing.
 func insertMutation(tx store.Tx, m kt.Mutation) error {
-	if !kt.MutationTransitionAllowed("", m.Status) {
-		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state \"\" → %q is not allowed", m.ID, m.Status)
+	if err := checkLedgerMove("", m); err != nil {
+		return err
 	}
 	return tx.MutationInsert(m)
 }

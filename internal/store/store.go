@@ -10,6 +10,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -36,6 +37,11 @@ var ErrEventChanged = errors.New("the event changed since it was read")
 // row's identity already there: nothing was written; the writer looks
 // that row up and goes on from it.
 var ErrIdentityTaken = errors.New("a ledger row with this identity exists")
+
+// ErrStale says a write made from a copy the writer held (EventSettle,
+// HandlerAdvance, MutationPutFrom) found the row changed since: nothing
+// was written; the writer reads the rows and writes again.
+var ErrStale = errors.New("the row changed since the writer's copy")
 
 // MarkCorrupt wraps err in ErrCorrupt when its text is a database engine's
 // word for corruption; backends call it on the errors they return.
@@ -298,6 +304,13 @@ type Tx interface {
 	HandlerGet(workflow, name string) (kt.Handler, error)
 	HandlerList(workflow string) ([]kt.Handler, error)
 	HandlerPut(h kt.Handler) error
+	// HandlerAdvance records a consumer run's end on its handler's row
+	// without reading it: the state next returned (nil: unchanged), the
+	// wake time, and updated_at moved to now, or one past the stored
+	// value when that is not behind now (keep's touch); dirty, queued and
+	// the rest stay as stored. A missing row fails the transaction with
+	// ErrStale (wrapped), at once or later as EventReserve.
+	HandlerAdvance(workflow, name string, state json.RawMessage, wakeAt, now int64) error
 
 	// EventPublish inserts an event, or when (workflow, topic, messageId)
 	// exists updates its payload keeping its status (last write wins). It
@@ -319,8 +332,15 @@ type Tx interface {
 	// fails with ErrEventChanged (wrapped) and writes nothing. A backend
 	// may say so at once or at a later statement or its commit, as
 	// RunSetIfRev's ErrConflict: one write, no read (the in_flight commit
-	// in one round trip).
+	// in one round trip). Either way the caller returns the error: a
+	// refusal swallowed would let the rest commit where it is said at once
+	// (SQLite), and fail the commit where it is held back (PostgreSQL).
 	EventReserve(e kt.Event, runID string, now int64) error
+	// EventSettle gives event e, reserved by run runID, its final status
+	// at time now, only while it is still as the run's copy e (pending,
+	// reserved by runID, the same updated_at); otherwise the transaction
+	// fails with ErrStale (wrapped), at once or later as EventReserve.
+	EventSettle(e kt.Event, runID string, final kt.EventStatus, now int64) error
 	// OldestPending returns the creation time of the oldest pending,
 	// unreserved event in any of the topics; ok is false when there is none.
 	OldestPending(workflow string, topics []string) (createdAt int64, ok bool, err error)
@@ -364,6 +384,11 @@ type Tx interface {
 	// (wrapped), at once or later as EventReserve, and writes nothing: a
 	// fresh row's identity checked without a read of its own.
 	MutationInsert(m kt.Mutation) error
+	// MutationPutFrom overwrites ledger row m only while its stored status
+	// is still from (the writer's copy's); otherwise, or when there is no
+	// such row, the transaction fails with ErrStale (wrapped), at once or
+	// later as EventReserve.
+	MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error
 	MutationList(workflow string) ([]kt.Mutation, error)
 	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
 

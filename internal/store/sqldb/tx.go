@@ -193,6 +193,13 @@ ON CONFLICT(workflow, name) DO UPDATE SET type=excluded.type, state=excluded.sta
 		h.Workflow, h.Name, h.Type, jsonText(h.State), b2i(h.Dirty), h.WakeAt, h.NextRunAt, b2i(h.Queued), h.UpdatedAt)
 }
 
+func (t *Tx) HandlerAdvance(workflow, name string, state json.RawMessage, wakeAt, now int64) error {
+	// CASE, not max/GREATEST: one statement for SQLite and PostgreSQL.
+	return t.writeChanging(fmt.Sprintf("save handler %s/%s", workflow, name), store.ErrStale,
+		`UPDATE handlers SET state=COALESCE(?, state), wake_at=?, updated_at=CASE WHEN updated_at < ? THEN ? ELSE updated_at+1 END WHERE workflow=? AND name=?`,
+		jsonText(state), wakeAt, now, now, workflow, name)
+}
+
 // --- events ---
 
 const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at`
@@ -350,6 +357,12 @@ func (t *Tx) EventReserve(e kt.Event, runID string, now int64) error {
 	return t.writeChanging(fmt.Sprintf("reserve event %s/%s for run %s", e.Topic, e.MessageID, runID), store.ErrEventChanged,
 		`UPDATE events SET reserved_by=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by IN ('', ?) AND attempt=? AND updated_at=?`,
 		runID, now, e.ID, runID, e.Attempt, e.UpdatedAt)
+}
+
+func (t *Tx) EventSettle(e kt.Event, runID string, final kt.EventStatus, now int64) error {
+	return t.writeChanging(fmt.Sprintf("settle event %s/%s of run %s as %s", e.Topic, e.MessageID, runID, final), store.ErrStale,
+		`UPDATE events SET status=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by=? AND updated_at=?`,
+		final, now, e.ID, runID, e.UpdatedAt)
 }
 
 func (t *Tx) OldestPending(workflow string, topics []string) (int64, bool, error) {
@@ -666,6 +679,14 @@ func (t *Tx) MutationInsert(m kt.Mutation) error {
 		`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(identity_key) DO NOTHING`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
 		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+}
+
+func (t *Tx) MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error {
+	return t.writeChanging(fmt.Sprintf("save mutation %s (as %s, from %s)", m.ID, m.Status, from), store.ErrStale,
+		`UPDATE mutations SET run_id=?, identity_key=?, sent_at=?, not_found_at=?, params=?, payload_hash=?, status=?, result=?, error_class=?, error_message=?,
+ can_reconcile=?, reconcile_attempts=?, next_reconcile_at=?, resolved_by=?, updated_at=? WHERE id=? AND status=?`,
+		m.RunID, m.IdentityKey, m.SentAt, m.NotFoundAt, string(m.Params), m.PayloadHash, m.Status, jsonText(m.Result), m.ErrorClass, m.ErrorMessage,
+		b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.UpdatedAt, m.ID, from)
 }
 
 func (t *Tx) MutationList(workflow string) ([]kt.Mutation, error) {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"sort"
 	"sync"
@@ -290,6 +291,21 @@ func (r recordingTx) MutationByRun(runID string) (kt.Mutation, error) {
 func (r recordingTx) MutationPut(m kt.Mutation) error {
 	r.c.note("MutationPut")
 	return r.tx.MutationPut(m)
+}
+
+func (r recordingTx) MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error {
+	r.c.note("MutationPutFrom")
+	return r.tx.MutationPutFrom(m, from)
+}
+
+func (r recordingTx) HandlerAdvance(workflow, name string, state json.RawMessage, wakeAt, now int64) error {
+	r.c.note("HandlerAdvance")
+	return r.tx.HandlerAdvance(workflow, name, state, wakeAt, now)
+}
+
+func (r recordingTx) EventSettle(e kt.Event, runID string, final kt.EventStatus, now int64) error {
+	r.c.note("EventSettle")
+	return r.tx.EventSettle(e, runID, final, now)
 }
 
 func (r recordingTx) MutationInsert(m kt.Mutation) error {

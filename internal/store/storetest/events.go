@@ -16,6 +16,91 @@ import (
 // exerciseEvents covers events: publish, pending, reservation, lists and counts.
 func exerciseEvents(run runCase) {
 	ctx := context.Background()
+	run("a reserved event is settled only as its run's copy", func(t *testing.T, s store.Store) {
+		var held kt.Event
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			held = kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":1}`), UpdatedAt: 5}
+			if _, err := tx.EventPublish(&held); err != nil {
+				return err
+			}
+			if err := tx.EventReserve(held, "r1", 6); err != nil {
+				return err
+			}
+			held.ReservedBy, held.UpdatedAt = "r1", 6
+			return nil
+		}))
+		refused := func(what string, ev kt.Event, runID string) {
+			t.Helper()
+			err := s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside", Type: kt.HandlerProducer}); err != nil {
+					return err
+				}
+				return tx.EventSettle(ev, runID, kt.EventConsumed, 9)
+			})
+			if !errors.Is(err, store.ErrStale) {
+				t.Fatalf("%s: %v, want ErrStale", what, err)
+			}
+		}
+		refused("another run's settle", held, "r2")
+		older := held
+		older.UpdatedAt = 5
+		refused("a copy older than the stored event", older, "r1")
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.EventSettle(held, "r1", kt.EventConsumed, 9) }))
+		settled := held
+		settled.UpdatedAt = 9
+		refused("an event settled already", settled, "r1")
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			got, err := tx.EventGet("w", "t", "m")
+			if err != nil || got.Status != kt.EventConsumed || got.ReservedBy != "r1" || got.UpdatedAt != 9 || string(got.Payload) != `{"v":1}` {
+				return fmt.Errorf("after the settle: %+v %v", got, err)
+			}
+			if _, err := tx.HandlerGet("w", "beside"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a write beside a refused settle was stored: %v", err)
+			}
+			return nil
+		}))
+	})
+	run("a handler's row is advanced without a read", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			return tx.HandlerPut(kt.Handler{Workflow: "w", Name: "c", Type: kt.HandlerConsumer, State: json.RawMessage(`{"n":1}`),
+				Dirty: true, Queued: true, WakeAt: 3, NextRunAt: 4, UpdatedAt: 100})
+		}))
+		advance := func(state json.RawMessage, wake, now int64) {
+			t.Helper()
+			must(t, s.Update(ctx, func(tx store.Tx) error { return tx.HandlerAdvance("w", "c", state, wake, now) }))
+		}
+		check := func(what, state string, wake, updated int64) {
+			t.Helper()
+			must(t, s.View(ctx, func(tx store.Tx) error {
+				h, err := tx.HandlerGet("w", "c")
+				if err != nil || string(h.State) != state || h.WakeAt != wake || h.UpdatedAt != updated || !h.Dirty || !h.Queued || h.NextRunAt != 4 || h.Type != kt.HandlerConsumer {
+					return fmt.Errorf("%s: %+v %v", what, h, err)
+				}
+				return nil
+			}))
+		}
+		advance(json.RawMessage(`{"n":2}`), 7, 200)
+		check("a clock ahead of the row", `{"n":2}`, 7, 200)
+		advance(nil, 8, 150)
+		check("a clock behind the row, and no new state", `{"n":2}`, 8, 201)
+		advance(nil, 9, 201)
+		check("the same millisecond", `{"n":2}`, 9, 202)
+		err := s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside", Type: kt.HandlerProducer}); err != nil {
+				return err
+			}
+			return tx.HandlerAdvance("w", "nope", nil, 1, 1)
+		})
+		if !errors.Is(err, store.ErrStale) {
+			t.Fatalf("a missing handler advanced: %v, want ErrStale", err)
+		}
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.HandlerGet("w", "beside"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a write beside a refused advance was stored: %v", err)
+			}
+			return nil
+		}))
+	})
 	run("an event is reserved only as it was read", func(t *testing.T, s store.Store) {
 		var read kt.Event
 		must(t, s.Update(ctx, func(tx store.Tx) error {

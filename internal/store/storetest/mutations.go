@@ -86,6 +86,42 @@ func exerciseMutations(run runCase) {
 			return nil
 		}))
 	})
+	run("a ledger row is overwritten only from the status its writer holds", func(t *testing.T, s store.Store) {
+		m := kt.Mutation{ID: "f1", Workflow: "w", RunID: "r1", Tool: "http", Method: "request", Params: json.RawMessage(`{"a":1}`),
+			IdentityKey: "kf", PayloadHash: "p", IdempotencyKey: "keep-kf", Status: kt.MutationInFlight, ItemKeys: []string{"i1"}, SentAt: 3, CreatedAt: 2}
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.MutationInsert(m) }))
+		refused := func(what string, m kt.Mutation, from kt.MutationStatus) {
+			t.Helper()
+			err := s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside", Type: kt.HandlerProducer}); err != nil {
+					return err
+				}
+				return tx.MutationPutFrom(m, from)
+			})
+			if !errors.Is(err, store.ErrStale) {
+				t.Fatalf("%s: %v, want ErrStale", what, err)
+			}
+		}
+		applied := m
+		applied.Status, applied.Result, applied.UpdatedAt, applied.ResolvedBy = kt.MutationApplied, json.RawMessage(`{"id":7}`), 9, "reconcile"
+		refused("from a status the row does not have", applied, kt.MutationNeedsReconcile)
+		missing := applied
+		missing.ID = "nope"
+		refused("a missing row", missing, kt.MutationInFlight)
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.MutationPutFrom(applied, kt.MutationInFlight) }))
+		refused("from the status it had before", applied, kt.MutationInFlight)
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			got, err := tx.MutationGet("f1")
+			if err != nil || got.Status != kt.MutationApplied || string(got.Result) != `{"id":7}` || got.UpdatedAt != 9 || got.ResolvedBy != "reconcile" ||
+				got.SentAt != 3 || got.CreatedAt != 2 || got.IdentityKey != "kf" || len(got.ItemKeys) != 1 {
+				return fmt.Errorf("after the write: %+v %v", got, err)
+			}
+			if _, err := tx.HandlerGet("w", "beside"); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a write beside a refused one was stored: %v", err)
+			}
+			return nil
+		}))
+	})
 	run("mutations listed by workflow and by status, and the counts", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			for i, st := range []kt.MutationStatus{kt.MutationApplied, kt.MutationInFlight, kt.MutationInFlight} {

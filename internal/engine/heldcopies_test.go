@@ -1,0 +1,156 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/keep-run/keep/internal/engine"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+)
+
+// A consumer run's second commit (the write's answer, the consumption,
+// next's state) writes on the copies its first commit wrote, without
+// reading the rows again (runExec.held, runExec.ledger): on PostgreSQL one
+// round trip. While the write is out at the service the rows may change
+// under it: the event republished with new content, re-opened by another
+// writer, the ledger row moved by another, the consumer's row marked.
+// Each change stands as it did when the commit read the rows: a write on a
+// stale copy is refused (store.ErrStale) and the commit is made again from
+// a read, with no step failing and nothing sent twice.
+func TestRowsChangedWhileTheWriteIsOutStandAtTheRunsCommit(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		change func(tx store.Tx, wf string) error
+		check  func(t *testing.T, e *env, wf string)
+	}{
+		"the event republished with new content": {
+			change: func(tx store.Tx, wf string) error {
+				ev, err := tx.EventGet(wf, "job", "a")
+				if err != nil {
+					return err
+				}
+				again := kt.Event{Workflow: wf, Topic: "job", MessageID: "a", Payload: json.RawMessage(`{"id":"a","v":2}`),
+					CausedBy: ev.CausedBy, Attempt: ev.Attempt, UpdatedAt: ev.UpdatedAt + 1}
+				_, err = tx.EventPublish(&again)
+				return err
+			},
+			check: func(t *testing.T, e *env, wf string) {
+				if evs := e.events(wf, "job"); len(evs) != 1 || evs[0].Status != kt.EventConsumed || string(evs[0].Payload) != `{"id":"a","v":2}` {
+					t.Fatalf("events %+v, want the one consumed with its new content", evs)
+				}
+			},
+		},
+		"the event re-opened by another writer": {
+			change: func(tx store.Tx, wf string) error {
+				ev, err := tx.EventGet(wf, "job", "a")
+				if err != nil {
+					return err
+				}
+				ev.ReservedBy, ev.UpdatedAt = "", ev.UpdatedAt+1
+				return tx.EventUpdate(ev)
+			},
+			check: func(t *testing.T, e *env, wf string) {
+				// Not the run's to consume any more: the next run finds the
+				// write applied under the same identity and replays it.
+				if evs := e.events(wf, "job"); len(evs) != 1 || evs[0].Status != kt.EventConsumed {
+					t.Fatalf("events %+v, want the one consumed by the next run", evs)
+				}
+			},
+		},
+		"the ledger row moved by another writer": {
+			change: func(tx store.Tx, wf string) error {
+				ms, err := tx.MutationList(wf)
+				if err != nil || len(ms) != 1 {
+					return err
+				}
+				ms[0].Status = kt.MutationNeedsReconcile
+				return tx.MutationPut(ms[0])
+			},
+			check: func(t *testing.T, e *env, wf string) {
+				if evs := e.events(wf, "job"); len(evs) != 1 || evs[0].Status != kt.EventConsumed {
+					t.Fatalf("events %+v, want the one consumed", evs)
+				}
+			},
+		},
+		"the consumer's row marked": {
+			change: func(tx store.Tx, wf string) error {
+				h, err := tx.HandlerGet(wf, "c")
+				if err != nil {
+					return err
+				}
+				h.Queued, h.UpdatedAt = true, h.UpdatedAt+1
+				return tx.HandlerPut(h)
+			},
+			check: func(t *testing.T, e *env, wf string) {
+				must(t, e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+					h, err := tx.HandlerGet(wf, "c")
+					if err != nil {
+						return err
+					}
+					if !h.Queued || string(h.State) != `{"last":"applied"}` {
+						t.Fatalf("the consumer's row %+v: the mark lost, or next's state not stored", h)
+					}
+					return nil
+				}))
+			},
+		},
+	}
+	for _, backend := range []string{"sqlite", "postgres"} {
+		for name, c := range cases {
+			t.Run(backend+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				url := ""
+				if backend == "postgres" {
+					url = pgtest.FreshSchema(t)
+				}
+				var e *env
+				var once sync.Once
+				changed := make(chan error, 1)
+				wf := "hook"
+				e = newEnvOn(t, testPolicy, func(step string) {
+					if step != engine.CrashAfterCall {
+						return
+					}
+					once.Do(func() { changed <- e.k.Store.Update(e.ctx(), func(tx store.Tx) error { return c.change(tx, wf) }) })
+				}, url)
+				e.deploy(hookScript("", withProbe))
+				for i := 0; ; i++ {
+					if i == 50 {
+						t.Fatal("the workflow still steps after 50 steps")
+					}
+					did, err := e.k.Engine.Step(e.ctx(), wf)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if !did {
+						break
+					}
+				}
+				select {
+				case err := <-changed:
+					if err != nil {
+						t.Fatalf("the change: %v", err)
+					}
+				default:
+					t.Fatal("the write never went out: nothing was changed")
+				}
+				e.noOpenRun(wf)
+				if n := len(e.sink.Writes()); n != 1 {
+					t.Fatalf("writes at the sink: %d, want 1", n)
+				}
+				if m := e.mutation(wf); m.Status != kt.MutationApplied {
+					t.Fatalf("the ledger row is %s, want applied", m.Status)
+				}
+				for _, r := range e.runs(wf) {
+					if r.Handler == "c" && r.Status != string(kt.StatusCommitted) {
+						t.Fatalf("consumer run %s is %s (%s), want committed", r.ID, r.Status, r.Error)
+					}
+				}
+				c.check(t, e, wf)
+			})
+		}
+	}
+}
