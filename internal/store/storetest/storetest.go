@@ -8,8 +8,11 @@
 package storetest
 
 import (
+	"context"
+	"errors"
 	"testing"
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
 
@@ -49,4 +52,28 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// refused runs write in a transaction beside another write (a handler
+// row "w"/"beside") and fails t unless the transaction fails with want —
+// said at once or at the commit — and stores nothing, the write beside
+// included.
+func refused(t *testing.T, s store.Store, what string, want error, write func(tx store.Tx) error) {
+	t.Helper()
+	ctx := context.Background()
+	err := s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "beside", Type: kt.HandlerProducer}); err != nil {
+			return err
+		}
+		return write(tx)
+	})
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: %v, want %v", what, err, want)
+	}
+	must(t, s.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.HandlerGet("w", "beside"); !errors.Is(err, kt.ErrNotFound) {
+			t.Fatalf("%s: a write beside the refused one was stored (%v)", what, err)
+		}
+		return nil
+	}))
 }
