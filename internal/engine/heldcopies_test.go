@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 
@@ -150,6 +151,116 @@ func TestRowsChangedWhileTheWriteIsOutStandAtTheRunsCommit(t *testing.T) {
 					}
 				}
 				c.check(t, e, wf)
+			})
+		}
+	}
+}
+
+// Input b's publish merges into job/a (same message id, same attempt: the
+// event stays pending and reserved by the run, its caused_by becomes
+// [a, b]) while the run's write is out. Its updated_at is the run's
+// copy's (a publish stamped in the same millisecond: the merge keeps the
+// publisher's time). The run's next publishes out/o: the old read path
+// gives it the causes the event has at the commit ([a, b]); the copy path
+// gave the causes prepare read ([a]) until EventSettle compared the
+// causes too (a helper's attack on 0ba2080 found it).
+const lineageScript = `export default Keep.workflow({
+  name: "hook",
+  topics: { "job": {}, "out": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    ctx.registerInput({ source: "system", type: "schedule", id: "b", title: "Job b" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: { id: "a" } })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"], publishes: ["out"],
+    async prepare(ctx) {
+      const [e] = await ctx.peek("job")
+      if (!e) return { reservations: [] }
+      return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload }
+    },
+    async mutate(ctx, p) {
+      await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300 })
+    },
+    async next(ctx, p, r) { await ctx.publish("out", { messageId: "o", payload: { from: p.data.id } }); return { last: r.status } },
+  }) },
+})`
+
+func TestAMergedPublishAtTheCopysTimeKeepsItsLineage(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		for name, skew := range map[string]int64{"stamped a millisecond later": 1, "stamped in the same millisecond": 0} {
+			t.Run(backend+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				url := ""
+				if backend == "postgres" {
+					url = pgtest.FreshSchema(t)
+				}
+				var e *env
+				var once sync.Once
+				changed := make(chan error, 1)
+				var inputB string
+				e = newEnvOn(t, testPolicy, func(step string) {
+					if step != engine.CrashAfterCall {
+						return
+					}
+					once.Do(func() {
+						changed <- e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
+							ins, err := tx.InputList("hook")
+							if err != nil {
+								return err
+							}
+							for _, in := range ins {
+								if in.Title == "Job b" {
+									inputB = in.ID
+								}
+							}
+							ev, err := tx.EventGet("hook", "job", "a")
+							if err != nil {
+								return err
+							}
+							again := kt.Event{Workflow: "hook", Topic: "job", MessageID: "a", Payload: json.RawMessage(`{"id":"a","from":"b"}`),
+								CausedBy: []string{inputB}, Attempt: ev.Attempt, UpdatedAt: ev.UpdatedAt + skew}
+							_, err = tx.EventPublish(&again)
+							return err
+						})
+					})
+				}, url)
+				e.deploy(lineageScript)
+				for i := 0; ; i++ {
+					if i == 50 {
+						t.Fatal("still stepping after 50 steps")
+					}
+					did, err := e.k.Engine.Step(e.ctx(), "hook")
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if !did {
+						break
+					}
+				}
+				if err := <-changed; err != nil || inputB == "" {
+					t.Fatalf("the merged publish: %v (input b %q)", err, inputB)
+				}
+				e.noOpenRun("hook")
+				if n := len(e.sink.Writes()); n != 1 {
+					t.Fatalf("writes at the sink: %d, want 1", n)
+				}
+				var job, out kt.Event
+				must(t, e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+					var err error
+					if job, err = tx.EventGet("hook", "job", "a"); err != nil {
+						return err
+					}
+					out, err = tx.EventGet("hook", "out", "o")
+					return err
+				}))
+				t.Logf("job/a: %s caused by %v; out/o caused by %v", job.Status, job.CausedBy, out.CausedBy)
+				if job.Status != kt.EventConsumed || !slices.Contains(job.CausedBy, inputB) {
+					t.Fatalf("job/a %+v: want consumed, caused by b too", job)
+				}
+				if !slices.Contains(out.CausedBy, inputB) {
+					t.Fatalf("out/o is caused by %v: input b's event was consumed by the run, but what the run published does not descend from b (the old read path gives %v)", out.CausedBy, job.CausedBy)
+				}
 			})
 		}
 	}

@@ -328,8 +328,9 @@ type Tx interface {
 	EventUpdate(e kt.Event) error
 	// EventReserve marks event e reserved by run runID at time now, only
 	// while it is still as e was read (pending, unreserved or reserved by
-	// runID, the same attempt and updated_at); otherwise the transaction
-	// fails with ErrEventChanged (wrapped) and writes nothing. A backend
+	// runID, the same attempt, updated_at, causes and payload); otherwise
+	// the transaction fails with ErrEventChanged (wrapped) and writes
+	// nothing. A backend
 	// may say so at once or at a later statement or its commit, as
 	// RunSetIfRev's ErrConflict: one write, no read (the in_flight commit
 	// in one round trip). Either way the caller returns the error: a
@@ -338,7 +339,8 @@ type Tx interface {
 	EventReserve(e kt.Event, runID string, now int64) error
 	// EventSettle gives event e, reserved by run runID, its final status
 	// at time now, only while it is still as the run's copy e (pending,
-	// reserved by runID, the same updated_at); otherwise the transaction
+	// reserved by runID, the same updated_at, attempt and causes: what
+	// the run's next publishes descend from); otherwise the transaction
 	// fails with ErrStale (wrapped), at once or later as EventReserve.
 	EventSettle(e kt.Event, runID string, final kt.EventStatus, now int64) error
 	// OldestPending returns the creation time of the oldest pending,

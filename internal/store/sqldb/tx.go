@@ -353,16 +353,19 @@ func (t *Tx) EventUpdate(e kt.Event) error {
 		string(e.Payload), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID)
 }
 
+// EventReserve and EventSettle compare the event's content and causes as
+// well as its updated_at: a publish merged into it keeps the publisher's
+// time, which may be the very millisecond of the copy's.
 func (t *Tx) EventReserve(e kt.Event, runID string, now int64) error {
 	return t.writeChanging(fmt.Sprintf("reserve event %s/%s for run %s", e.Topic, e.MessageID, runID), store.ErrEventChanged,
-		`UPDATE events SET reserved_by=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by IN ('', ?) AND attempt=? AND updated_at=?`,
-		runID, now, e.ID, runID, e.Attempt, e.UpdatedAt)
+		`UPDATE events SET reserved_by=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by IN ('', ?) AND attempt=? AND updated_at=? AND caused_by=? AND payload=?`,
+		runID, now, e.ID, runID, e.Attempt, e.UpdatedAt, strList(e.CausedBy), string(e.Payload))
 }
 
 func (t *Tx) EventSettle(e kt.Event, runID string, final kt.EventStatus, now int64) error {
 	return t.writeChanging(fmt.Sprintf("settle event %s/%s of run %s as %s", e.Topic, e.MessageID, runID, final), store.ErrStale,
-		`UPDATE events SET status=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by=? AND updated_at=?`,
-		final, now, e.ID, runID, e.UpdatedAt)
+		`UPDATE events SET status=?, updated_at=? WHERE id=? AND status='pending' AND reserved_by=? AND updated_at=? AND attempt=? AND caused_by=?`,
+		final, now, e.ID, runID, e.UpdatedAt, e.Attempt, strList(e.CausedBy))
 }
 
 func (t *Tx) OldestPending(workflow string, topics []string) (int64, bool, error) {

@@ -33,6 +33,9 @@ func exerciseEvents(run runCase) {
 			refused(t, s, what, store.ErrStale, func(tx store.Tx) error { return tx.EventSettle(ev, runID, kt.EventConsumed, 9) })
 		}
 		refused("another run's settle", held, "r2")
+		fewer := held
+		fewer.CausedBy = []string{"other"}
+		refused("a copy of other causes (a publish merged in the same millisecond)", fewer, "r1")
 		older := held
 		older.UpdatedAt = 5
 		refused("a copy older than the stored event", older, "r1")
@@ -94,6 +97,12 @@ func exerciseEvents(run runCase) {
 		other := read
 		other.Attempt++
 		refused("a copy of another attempt", other, "r1")
+		merged := read
+		merged.Payload = json.RawMessage(`{"v":0}`)
+		refused("a copy of other content (a publish merged in the same millisecond)", merged, "r1")
+		caused := read
+		caused.CausedBy = []string{"other"}
+		refused("a copy of other causes", caused, "r1")
 		refused("a missing event", kt.Event{ID: read.ID + 100, Attempt: read.Attempt, UpdatedAt: read.UpdatedAt}, "r1")
 		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.EventReserve(read, "r1", 9) }))
 		// Reserved by r1 now: r2 may not take it, r1 from its new copy may.
