@@ -118,18 +118,7 @@ func TestRowsChangedWhileTheWriteIsOutStandAtTheRunsCommit(t *testing.T) {
 					once.Do(func() { changed <- e.k.Store.Update(e.ctx(), func(tx store.Tx) error { return c.change(tx, wf) }) })
 				}, url)
 				e.deploy(hookScript("", withProbe))
-				for i := 0; ; i++ {
-					if i == 50 {
-						t.Fatal("the workflow still steps after 50 steps")
-					}
-					did, err := e.k.Engine.Step(e.ctx(), wf)
-					if err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
-					if !did {
-						break
-					}
-				}
+				stepWithoutError(t, e, wf)
 				select {
 				case err := <-changed:
 					if err != nil {
@@ -226,18 +215,7 @@ func TestAMergedPublishAtTheCopysTimeKeepsItsLineage(t *testing.T) {
 					})
 				}, url)
 				e.deploy(lineageScript)
-				for i := 0; ; i++ {
-					if i == 50 {
-						t.Fatal("still stepping after 50 steps")
-					}
-					did, err := e.k.Engine.Step(e.ctx(), "hook")
-					if err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
-					if !did {
-						break
-					}
-				}
+				stepWithoutError(t, e, "hook")
 				if err := <-changed; err != nil || inputB == "" {
 					t.Fatalf("the merged publish: %v (input b %q)", err, inputB)
 				}
@@ -262,6 +240,24 @@ func TestAMergedPublishAtTheCopysTimeKeepsItsLineage(t *testing.T) {
 					t.Fatalf("out/o is caused by %v: input b's event was consumed by the run, but what the run published does not descend from b (the old read path gives %v)", out.CausedBy, job.CausedBy)
 				}
 			})
+		}
+	}
+}
+
+// stepWithoutError steps workflow wf until it has nothing to do, failing t
+// at a step's error.
+func stepWithoutError(t *testing.T, e *env, wf string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i == 50 {
+			t.Fatal("the workflow still steps after 50 steps")
+		}
+		did, err := e.k.Engine.Step(e.ctx(), wf)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if !did {
+			return
 		}
 	}
 }
