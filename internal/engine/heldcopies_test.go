@@ -103,34 +103,8 @@ func TestRowsChangedWhileTheWriteIsOutStandAtTheRunsCommit(t *testing.T) {
 		for name, c := range cases {
 			t.Run(backend+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				url := ""
-				if backend == "postgres" {
-					url = pgtest.FreshSchema(t)
-				}
-				var e *env
-				var once sync.Once
-				changed := make(chan error, 1)
 				wf := "hook"
-				e = newEnvOn(t, testPolicy, func(step string) {
-					if step != engine.CrashAfterCall {
-						return
-					}
-					once.Do(func() { changed <- e.k.Store.Update(e.ctx(), func(tx store.Tx) error { return c.change(tx, wf) }) })
-				}, url)
-				e.deploy(hookScript("", withProbe))
-				stepWithoutError(t, e, wf)
-				select {
-				case err := <-changed:
-					if err != nil {
-						t.Fatalf("the change: %v", err)
-					}
-				default:
-					t.Fatal("the write never went out: nothing was changed")
-				}
-				e.noOpenRun(wf)
-				if n := len(e.sink.Writes()); n != 1 {
-					t.Fatalf("writes at the sink: %d, want 1", n)
-				}
+				e := changeWhileTheWriteIsOut(t, backend, hookScript("", withProbe), func(tx store.Tx) error { return c.change(tx, wf) })
 				if m := e.mutation(wf); m.Status != kt.MutationApplied {
 					t.Fatalf("the ledger row is %s, want applied", m.Status)
 				}
@@ -180,48 +154,28 @@ func TestAMergedPublishAtTheCopysTimeKeepsItsLineage(t *testing.T) {
 		for name, skew := range map[string]int64{"stamped a millisecond later": 1, "stamped in the same millisecond": 0} {
 			t.Run(backend+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				url := ""
-				if backend == "postgres" {
-					url = pgtest.FreshSchema(t)
-				}
-				var e *env
-				var once sync.Once
-				changed := make(chan error, 1)
 				var inputB string
-				e = newEnvOn(t, testPolicy, func(step string) {
-					if step != engine.CrashAfterCall {
-						return
+				e := changeWhileTheWriteIsOut(t, backend, lineageScript, func(tx store.Tx) error {
+					ins, err := tx.InputList("hook")
+					if err != nil {
+						return err
 					}
-					once.Do(func() {
-						changed <- e.k.Store.Update(e.ctx(), func(tx store.Tx) error {
-							ins, err := tx.InputList("hook")
-							if err != nil {
-								return err
-							}
-							for _, in := range ins {
-								if in.Title == "Job b" {
-									inputB = in.ID
-								}
-							}
-							ev, err := tx.EventGet("hook", "job", "a")
-							if err != nil {
-								return err
-							}
-							again := kt.Event{Workflow: "hook", Topic: "job", MessageID: "a", Payload: json.RawMessage(`{"id":"a","from":"b"}`),
-								CausedBy: []string{inputB}, Attempt: ev.Attempt, UpdatedAt: ev.UpdatedAt + skew}
-							_, err = tx.EventPublish(&again)
-							return err
-						})
-					})
-				}, url)
-				e.deploy(lineageScript)
-				stepWithoutError(t, e, "hook")
-				if err := <-changed; err != nil || inputB == "" {
-					t.Fatalf("the merged publish: %v (input b %q)", err, inputB)
-				}
-				e.noOpenRun("hook")
-				if n := len(e.sink.Writes()); n != 1 {
-					t.Fatalf("writes at the sink: %d, want 1", n)
+					for _, in := range ins {
+						if in.Title == "Job b" {
+							inputB = in.ID
+						}
+					}
+					ev, err := tx.EventGet("hook", "job", "a")
+					if err != nil {
+						return err
+					}
+					again := kt.Event{Workflow: "hook", Topic: "job", MessageID: "a", Payload: json.RawMessage(`{"id":"a","from":"b"}`),
+						CausedBy: []string{inputB}, Attempt: ev.Attempt, UpdatedAt: ev.UpdatedAt + skew}
+					_, err = tx.EventPublish(&again)
+					return err
+				})
+				if inputB == "" {
+					t.Fatal("no input b")
 				}
 				var job, out kt.Event
 				must(t, e.k.Store.View(e.ctx(), func(tx store.Tx) error {
@@ -260,4 +214,41 @@ func stepWithoutError(t *testing.T, e *env, wf string) {
 			return
 		}
 	}
+}
+
+// changeWhileTheWriteIsOut deploys src (workflow "hook") on backend
+// ("sqlite" or "postgres"), runs change in a transaction of its own once
+// the consumer's write is out (engine.CrashAfterCall: after the in_flight
+// commit, before the outcome's) and steps the workflow to the end with no
+// step failing; the workflow ends with no open run and one write at the
+// sink.
+func changeWhileTheWriteIsOut(t *testing.T, backend, src string, change func(tx store.Tx) error) *env {
+	t.Helper()
+	url := ""
+	if backend == "postgres" {
+		url = pgtest.FreshSchema(t)
+	}
+	var e *env
+	var once sync.Once
+	changed := make(chan error, 1)
+	e = newEnvOn(t, testPolicy, func(step string) {
+		if step == engine.CrashAfterCall {
+			once.Do(func() { changed <- e.k.Store.Update(e.ctx(), change) })
+		}
+	}, url)
+	e.deploy(src)
+	stepWithoutError(t, e, "hook")
+	select {
+	case err := <-changed:
+		if err != nil {
+			t.Fatalf("the change: %v", err)
+		}
+	default:
+		t.Fatal("the write never went out: nothing was changed")
+	}
+	e.noOpenRun("hook")
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("writes at the sink: %d, want 1", n)
+	}
+	return e
 }
