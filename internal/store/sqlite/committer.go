@@ -159,13 +159,6 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 	// in the group makes the whole group durable. The writer is put back
 	// to synchronous=FULL before any durable group commits: until that
 	// succeeds, no group commits at all.
-	if s.queryOnly {
-		if err := w.exec("PRAGMA query_only=0"); err != nil {
-			fail(fmt.Errorf("make the writer write again after a read: %w", err))
-			return
-		}
-		s.queryOnly = false
-	}
 	if s.notFull {
 		if err := w.exec("PRAGMA synchronous=FULL"); err != nil {
 			fail(fmt.Errorf("make commits durable again: %w", err))

@@ -14,6 +14,7 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqldb"
 	"github.com/keep-run/keep/internal/store/sqlite"
 )
 
@@ -27,26 +28,48 @@ var modes = []struct {
 }
 
 // store.Store.View promises "a read-only transaction": a write through the
-// Tx of a View is refused. A ShortRead View runs on the writer's
-// connection, which has no query_only.
+// Tx of a View is refused, and nothing of it stays. A ShortRead View runs
+// on the writer's connection, which has no query_only: it is judged by the
+// rows the connection changed, which also catches a write that returns
+// rows (RETURNING) and so goes through Query, not Exec.
 func TestAShortReadRefusesWrites(t *testing.T) {
+	writes := []struct {
+		name  string
+		write func(tx store.Tx) error
+	}{
+		{"exec", func(tx store.Tx) error {
+			return tx.WorkflowPut(kt.Workflow{Name: "written-in-a-view", ActiveVersion: 1})
+		}},
+		{"returning", func(tx store.Tx) error {
+			var name string
+			return tx.(*sqldb.Tx).Runner().QueryRow(`UPDATE workflows SET name = 'written-in-a-view' RETURNING name`).Scan(&name)
+		}},
+	}
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			s := openStore(t)
-			putWorkflow(t, s, "before")
-			var seenInside bool
-			err := s.View(m.mark(context.Background()), func(tx store.Tx) error {
-				if err := tx.WorkflowPut(kt.Workflow{Name: "written-in-a-view", ActiveVersion: 1}); err != nil {
-					return err
+		for _, w := range writes {
+			t.Run(m.name+"/"+w.name, func(t *testing.T) {
+				s := openStore(t)
+				putWorkflow(t, s, "before")
+				var seenInside bool
+				err := s.View(m.mark(context.Background()), func(tx store.Tx) error {
+					if err := w.write(tx); err != nil {
+						return err
+					}
+					_, gerr := tx.WorkflowGet("written-in-a-view")
+					seenInside = gerr == nil
+					return nil
+				})
+				if err == nil {
+					t.Fatalf("a write inside a %s View was not refused (the View then saw its own uncommitted write: %v)", m.name, seenInside)
 				}
-				_, gerr := tx.WorkflowGet("written-in-a-view")
-				seenInside = gerr == nil
-				return nil
+				for name, want := range map[string]bool{"before": true, "written-in-a-view": false} {
+					if found, err := hasWorkflow(t, s, context.Background(), name); err != nil || found != want {
+						t.Fatalf("after the refused write in a %s View, workflow %q: found %v (%v), want %v", m.name, name, found, err, want)
+					}
+				}
+				putWorkflow(t, s, "after") // the writer writes as before
 			})
-			if err == nil {
-				t.Fatalf("a write inside a %s View was not refused (the View then saw its own uncommitted write: %v)", m.name, seenInside)
-			}
-		})
+		}
 	}
 }
 

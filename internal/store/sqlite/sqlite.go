@@ -48,10 +48,6 @@ type Store struct {
 	// notFull: the writer may still be at synchronous=NORMAL after a
 	// group of store.NoSync writes. Only the leader touches it.
 	notFull bool
-	// queryOnly: the writer may still refuse writes after a short read
-	// (store.ShortRead) that could not set it back. Only the holder of
-	// the writer touches it.
-	queryOnly bool
 
 	commits      atomic.Int64
 	transactions atomic.Int64
@@ -339,20 +335,79 @@ func (s *Store) takeIdleWriter() bool {
 }
 
 // readOnWriter runs a short read on the writer's connection as a reader
-// connection would (query_only: a View writes nothing; a write through
-// its Tx is refused, as on a reader). If query_only cannot be set back,
-// the next commit group sets it back before it writes (queryOnly).
-func (s *Store) readOnWriter(fn func(store.Tx) error) error {
-	if err := s.writer.exec("PRAGMA query_only=1"); err != nil {
+// connection would: a View writes nothing, and a write through its Tx is
+// refused. A reader connection refuses writes by query_only, set once when
+// it opens. The writer cannot toggle it: query_only is one of SQLite's flag
+// pragmas, and setting any of them expires every statement the connection
+// has prepared, so each commit after a short read parsed all its statements
+// again (a fifth of keep's process on a chain of runs, performance.md).
+// So the read is judged by what it did: SQLite's count of the rows the
+// connection changed, after each Exec and once more before the rollback
+// (a write by a Query, RETURNING, shows there). The rollback undoes it.
+func (s *Store) readOnWriter(fn func(store.Tx) error) (err error) {
+	if err := s.writer.exec("BEGIN"); err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
-	s.queryOnly = true
+	v := &viewOnWriter{c: s.writer}
 	defer func() {
-		if s.writer.exec("PRAGMA query_only=0") == nil {
-			s.queryOnly = false
+		if err == nil {
+			err = v.refuseChanges()
+		}
+		if rerr := s.writer.exec("ROLLBACK"); rerr != nil && err == nil {
+			err = fmt.Errorf("end read: %w", rerr)
 		}
 	}()
-	return read(s.writer, fn)
+	if v.before, err = v.changes(); err != nil {
+		return fmt.Errorf("begin read: %w", err)
+	}
+	return fn(sqldb.NewTx(v))
+}
+
+// errWriteInView is a write attempted through the Tx of a View.
+var errWriteInView = errors.New("a write inside a read-only transaction (View) was refused and rolled back: make it in an Update")
+
+// viewOnWriter is the writer's connection lent to a short read: the
+// statements run as they would on a reader, and a change to any row fails
+// the read (readOnWriter).
+type viewOnWriter struct {
+	c      *conn
+	before int64 // total_changes() when the read began
+}
+
+func (v *viewOnWriter) changes() (n int64, err error) {
+	err = v.c.QueryRow("SELECT total_changes()").Scan(&n)
+	return n, err
+}
+
+// refuseChanges fails the read if a statement in it changed a row.
+func (v *viewOnWriter) refuseChanges() error {
+	n, err := v.changes()
+	switch {
+	case err != nil:
+		return fmt.Errorf("end read: %w", err)
+	case n != v.before:
+		return errWriteInView
+	}
+	return nil
+}
+
+func (v *viewOnWriter) Exec(q string, args ...any) (sql.Result, error) {
+	r, err := v.c.Exec(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.refuseChanges(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (v *viewOnWriter) Query(q string, args ...any) (sqldb.Rows, error) {
+	return v.c.Query(q, args...)
+}
+
+func (v *viewOnWriter) QueryRow(q string, args ...any) sqldb.Row {
+	return v.c.QueryRow(q, args...)
 }
 
 // giveWriterBack ends a short read's hold of the writer. The commits that
