@@ -2,6 +2,7 @@ package script
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,5 +30,27 @@ func TestChurnIsNotOutOfMemory(t *testing.T) {
 				t.Fatalf("%v", err)
 			}
 		})
+	}
+}
+
+// A long but finite chain of promise jobs is a handler's right: QuickJS
+// stops one drain of its job queue after 2^20 jobs to give the host a turn,
+// and the invocation goes on draining (it failed with "quickjs: aborted
+// draining after 1048576 pending jobs" before). Only the time limit ends a
+// chain that never ends (testdata/hostile/cpu-loop-microtasks.js).
+func TestAChainOfMoreThanOneDrainsJobsFinishes(t *testing.T) {
+	t.Parallel()
+	const awaits = 700000 // two jobs or more each: past the cap of one drain
+	p := compile(t, isolationScript(`let n = 0; for (let i = 0; i < `+strconv.Itoa(awaits)+`; i++) await Promise.resolve(i).then(() => { n += 1 }); return { n }`))
+	defer p.Release()
+	out, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{}, Limits: Limits{Timeout: 5 * time.Minute, MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+	if err != nil {
+		t.Fatalf("a chain of %d awaited promises: %v", awaits, err)
+	}
+	var got struct{ N int }
+	if err := json.Unmarshal(out.Value, &got); err != nil || got.N != awaits {
+		t.Fatalf("a chain of %d awaited promises returned %s (%v), want n = %d", awaits, out.Value, err, awaits)
 	}
 }

@@ -401,6 +401,20 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	// what lets the VM serve the next invocation.
 	for callErr == nil && st.abortErr == nil && !didExpire() {
 		n, jerr := vm.ExecutePendingJobs()
+		if jerr != nil && drainCapped(n, jerr) {
+			// A long chain of promise jobs is not an error by itself:
+			// QuickJS stops one drain at its cap to give the host a
+			// turn, and the queue is still there. It goes on until it
+			// empties or the time limit stops it (an endless chain then
+			// fails as "ran longer than its time limit", whichever of
+			// the cap and the timer came first). Without a time limit
+			// nothing else would end it.
+			if inv.Timeout > 0 {
+				continue
+			}
+			callErr = errEndlessJobs
+			break
+		}
 		if jerr != nil {
 			if !st.settled {
 				callErr = jerr
@@ -430,6 +444,23 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 
 	return p.outcomeOf(inv, st, callErr, timedOut)
 }
+
+// drainJobsCap is how many promise jobs one ExecutePendingJobs runs at most
+// (modernc.org/quickjs's maxJobs): it then returns an error of its own, not
+// a script's exception, with the queue not drained.
+const drainJobsCap = 1 << 20
+
+// drainCapped tells the drain's cap from a job's failure: a job that threw
+// comes as a *quickjs.Error, and only a drain that ran the whole cap ends
+// at it.
+func drainCapped(n int, err error) bool {
+	var jsErr *quickjs.Error
+	return n >= drainJobsCap && !errors.As(err, &jsErr)
+}
+
+// errEndlessJobs ends an invocation without a time limit whose promise jobs
+// did not run out within one drain's cap.
+var errEndlessJobs = errors.New("its promise jobs never ran out (more than a million in a row): an endless chain of promises?")
 
 // outcomeOf is what an invocation that ended comes to: its value, the host
 // taking over a terminal call, or an error a person can act on.
