@@ -19,7 +19,8 @@ import (
 // attackScript has one GitHub-style webhook whose handler takes the
 // input's id from the body (as docs/scripts.md says to), and does what a
 // hostile or broken script would when the body asks: throw, loop, peek,
-// write. Its consumer writes each event to the sink once.
+// write. Its consumer writes each event to the sink once, a write keep can
+// check after a crash.
 const attackScript = `export default Keep.workflow({
   name: "atk",
   topics: { t: {} },
@@ -51,8 +52,11 @@ const attackScript = `export default Keep.workflow({
         if (!e) return { reservations: [] }
         return { reservations: [{ topic: "t", ids: [e.messageId] }], data: e.payload }
       },
+      // With a reconcile: a kill -9 may land while a write is out, and
+      // keep then checks the sink itself instead of waiting for a person
+      // (TestKill9AmongDeliveriesLosesAndDoublesNothing waits for every write).
       async mutate(ctx, p) {
-        await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data })
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, reconcile: { url: "%SINK%/writes/{idempotencyKey}" } })
       },
     }),
   },
