@@ -44,6 +44,21 @@ func TestAShortReadRefusesWrites(t *testing.T) {
 			var name string
 			return tx.(*sqldb.Tx).Runner().QueryRow(`UPDATE workflows SET name = 'written-in-a-view' RETURNING name`).Scan(&name)
 		}},
+		// Found by an attack on the short read. SQLite counts a statement's
+		// changes when it ends, and an answer left open kept the writer
+		// from committing afterwards.
+		{"returning-left-open", func(tx store.Tx) error {
+			_, err := tx.(*sqldb.Tx).Runner().Query(`UPDATE workflows SET name = 'written-in-a-view' RETURNING name`)
+			return err
+		}},
+		// The read's transaction ended early: every write after it would
+		// autocommit, durably, but for the commit hook's veto.
+		{"commit-then-write", func(tx store.Tx) error {
+			if _, err := tx.(*sqldb.Tx).Runner().Exec(`COMMIT`); err != nil {
+				return err
+			}
+			return tx.WorkflowPut(kt.Workflow{Name: "written-in-a-view", ActiveVersion: 1})
+		}},
 	}
 	for _, m := range modes {
 		for _, w := range writes {
@@ -71,6 +86,23 @@ func TestAShortReadRefusesWrites(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A short read that sets query_only on the writer (hand-written SQL: the
+// store's own never does) is refused, and the writer is set back, so the
+// next Update commits (found by an attack: every later Update failed with
+// "attempt to write a readonly database" until a restart).
+func TestAShortReadThatSetsQueryOnlyLeavesTheWriterWriting(t *testing.T) {
+	s := openStore(t)
+	putWorkflow(t, s, "before")
+	err := s.View(store.ShortRead(context.Background()), func(tx store.Tx) error {
+		_, err := tx.(*sqldb.Tx).Runner().Exec(`PRAGMA query_only=1`)
+		return err
+	})
+	if err == nil {
+		t.Fatal("a short read that set query_only on the writer was not refused")
+	}
+	putWorkflow(t, s, "after")
 }
 
 // An Update that queues during a ShortRead runs its function on the View

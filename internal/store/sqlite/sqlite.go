@@ -22,7 +22,7 @@ import (
 
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqldb"
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+	"modernc.org/sqlite" // the pure-Go SQLite driver
 )
 
 //go:embed migrations/*.sql
@@ -45,6 +45,8 @@ type Store struct {
 	queue   []*request
 	leading bool
 	closed  bool
+	// viewing: a short read holds the writer (vetoCommitsInViews).
+	viewing atomic.Bool
 	// notFull: the writer may still be at synchronous=NORMAL after a
 	// group of store.NoSync writes. Only the leader touches it.
 	notFull bool
@@ -96,6 +98,10 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s.all = append(s.all, w)
+	if err := s.vetoCommitsInViews(w); err != nil {
+		s.closeConns()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	rdb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
 		s.closeConns()
@@ -341,54 +347,113 @@ func (s *Store) takeIdleWriter() bool {
 // pragmas, and setting any of them expires every statement the connection
 // has prepared, so each commit after a short read parsed all its statements
 // again (a fifth of keep's process on a chain of runs, performance.md).
-// So the read is judged by what it did: SQLite's count of the rows the
-// connection changed, after each Exec and once more before the rollback
-// (a write by a Query, RETURNING, shows there). The rollback undoes it.
+// So the read is judged by what it did (viewOnWriter.refuseChanges), its
+// writes are undone by the rollback, and no commit can happen while it
+// holds the writer (vetoCommitsInViews): a write that ended the read's
+// transaction early, and every write after it, is rolled back too.
 func (s *Store) readOnWriter(fn func(store.Tx) error) (err error) {
 	if err := s.writer.exec("BEGIN"); err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
+	s.viewing.Store(true)
 	v := &viewOnWriter{c: s.writer}
 	defer func() {
-		if err == nil {
-			err = v.refuseChanges()
+		if cerr := v.end(); err == nil {
+			err = cerr
 		}
+		// The rollback needs every statement of the read closed (end);
+		// it fails on a transaction the View ended early.
 		if rerr := s.writer.exec("ROLLBACK"); rerr != nil && err == nil {
 			err = fmt.Errorf("end read: %w", rerr)
 		}
+		s.viewing.Store(false)
 	}()
-	if v.before, err = v.changes(); err != nil {
+	if v.before, err = v.state(); err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
 	return fn(sqldb.NewTx(v))
+}
+
+// vetoCommitsInViews makes SQLite roll back, instead of commit, any commit
+// on the writer while a short read holds it: its own ROLLBACK is the only
+// way a View's transaction may end, and a statement that ended it early
+// (a COMMIT in hand-written SQL, a conflict resolved by ROLLBACK) would
+// otherwise let every later write autocommit, durably (found by an attack).
+func (s *Store) vetoCommitsInViews(w *conn) error {
+	return w.c.Raw(func(dc any) error {
+		h, ok := dc.(sqlite.HookRegisterer)
+		if !ok {
+			return fmt.Errorf("the SQLite driver's connection (%T) takes no commit hook", dc)
+		}
+		h.RegisterCommitHook(func() int32 {
+			if s.viewing.Load() {
+				return 1 // a non-zero answer turns the commit into a rollback
+			}
+			return 0
+		})
+		return nil
+	})
 }
 
 // errWriteInView is a write attempted through the Tx of a View.
 var errWriteInView = errors.New("a write inside a read-only transaction (View) was refused and rolled back: make it in an Update")
 
 // viewOnWriter is the writer's connection lent to a short read: the
-// statements run as they would on a reader, and a change to any row fails
-// the read (readOnWriter).
+// statements run as they would on a reader, and a change to any row, to
+// the schema or to query_only fails the read (readOnWriter).
 type viewOnWriter struct {
 	c      *conn
-	before int64 // total_changes() when the read began
+	before viewState
+	// rows are the answers handed out: a statement not read to its end is
+	// still under way, and SQLite counts its changes only once it ends
+	// (and keeps the writer from committing until then), so every one is
+	// closed before the read is judged.
+	rows []sqldb.Rows
 }
 
-func (v *viewOnWriter) changes() (n int64, err error) {
-	err = v.c.QueryRow("SELECT total_changes()").Scan(&n)
-	return n, err
+// viewState is what a read must leave as it found it.
+type viewState struct {
+	changes, schema, queryOnly int64
 }
 
-// refuseChanges fails the read if a statement in it changed a row.
+func (v *viewOnWriter) state() (st viewState, err error) {
+	err = v.c.QueryRow(`SELECT total_changes(), (SELECT schema_version FROM pragma_schema_version()), (SELECT query_only FROM pragma_query_only())`).
+		Scan(&st.changes, &st.schema, &st.queryOnly)
+	return st, err
+}
+
+// refuseChanges fails the read if a statement in it changed a row, the
+// schema or the connection's query_only.
 func (v *viewOnWriter) refuseChanges() error {
-	n, err := v.changes()
+	st, err := v.state()
 	switch {
 	case err != nil:
 		return fmt.Errorf("end read: %w", err)
-	case n != v.before:
+	case st.queryOnly != v.before.queryOnly:
+		if v.c.exec("PRAGMA query_only=0") != nil {
+			return fmt.Errorf("%w (it set query_only, which could not be set back)", errWriteInView)
+		}
+		return errWriteInView
+	case st != v.before:
 		return errWriteInView
 	}
 	return nil
+}
+
+// end closes what the read left open and judges it.
+func (v *viewOnWriter) end() error {
+	var closeErr error
+	for _, r := range v.rows {
+		if err := r.Close(); err != nil && closeErr == nil {
+			closeErr = err
+		}
+	}
+	v.rows = nil
+	err := v.refuseChanges()
+	if err == nil && closeErr != nil {
+		err = fmt.Errorf("end read: %w", closeErr)
+	}
+	return err
 }
 
 func (v *viewOnWriter) Exec(q string, args ...any) (sql.Result, error) {
@@ -403,11 +468,42 @@ func (v *viewOnWriter) Exec(q string, args ...any) (sql.Result, error) {
 }
 
 func (v *viewOnWriter) Query(q string, args ...any) (sqldb.Rows, error) {
-	return v.c.Query(q, args...)
+	rows, err := v.c.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	v.rows = append(v.rows, rows)
+	return rows, nil
 }
 
+// QueryRow runs through Query, so that an answer never scanned is closed
+// with the others.
 func (v *viewOnWriter) QueryRow(q string, args ...any) sqldb.Row {
-	return v.c.QueryRow(q, args...)
+	rows, err := v.Query(q, args...)
+	return firstRow{rows: rows, err: err}
+}
+
+// firstRow is QueryRow's answer made of Rows, as *sql.Row is.
+type firstRow struct {
+	rows sqldb.Rows
+	err  error
+}
+
+func (r firstRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	return r.rows.Close()
 }
 
 // giveWriterBack ends a short read's hold of the writer. The commits that
