@@ -3,6 +3,7 @@ package script
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +53,19 @@ func TestAChainOfMoreThanOneDrainsJobsFinishes(t *testing.T) {
 	var got struct{ N int }
 	if err := json.Unmarshal(out.Value, &got); err != nil || got.N != awaits {
 		t.Fatalf("a chain of %d awaited promises returned %s (%v), want n = %d", awaits, out.Value, err, awaits)
+	}
+}
+
+// Without a time limit nothing else would end a chain that never ends:
+// the drain's cap does, with a message that says what the script did.
+func TestAnEndlessChainWithoutATimeLimitEndsAtTheDrainsCap(t *testing.T) {
+	t.Parallel()
+	p := compile(t, isolationScript(`const spin = () => { Promise.resolve().then(spin) }; spin(); await new Promise(() => {})`))
+	defer p.Release()
+	_, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{}, Limits: Limits{MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
+	if err == nil || !strings.Contains(err.Error(), "never ran out") {
+		t.Fatalf("an endless chain of promises without a time limit: %v, want the drain's cap named", err)
 	}
 }
