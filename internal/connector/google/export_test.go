@@ -10,3 +10,6 @@ import (
 func SetPaceClock(a *Auth, now func() time.Time, sleep func(ctx context.Context, d time.Duration) error) {
 	a.sheetsPace.now, a.sheetsPace.sleep = now, sleep
 }
+
+// UntilPacificMidnight is how long a daily quota's retry waits at now.
+func UntilPacificMidnight(now time.Time) time.Duration { return untilPacificMidnight(now) }

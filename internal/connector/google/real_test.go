@@ -144,12 +144,27 @@ func TestUsageLimit403sAreRetriedAndAnAPINotEnabledIsNamed(t *testing.T) {
 	args := map[string]any{"spreadsheetId": "s", "values": []any{"a"}}
 	for _, reason := range []string{"rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded", "dailyLimitExceeded"} {
 		e.fault("sheets.appendRow", "403_"+reason, 1)
+		asked := time.Now()
 		r := e.do("sheets", "appendRow", args, "k-"+reason)
+		answered := time.Now()
 		if r.Outcome != connector.OutcomeFailed || r.Err.Class != kt.ClassTransient || strings.Contains(r.Err.Message, "share") {
 			t.Fatalf("403 %s: %v %+v", reason, r.Outcome, r.Err)
 		}
-		if reason == "dailyLimitExceeded" && r.Err.RetryAfter < time.Minute {
+		if reason != "dailyLimitExceeded" {
+			continue
+		}
+		// The retry falls on the next midnight Pacific time, whatever the
+		// time of day the test runs at (CI once ran it at 23:59:34 PST).
+		// The answer was made between asked and answered, so the retry's
+		// instant lies within that span of a midnight.
+		if r.Err.RetryAfter <= 0 || r.Err.RetryAfter > 24*time.Hour {
 			t.Fatalf("a daily quota is retried after %v", r.Err.RetryAfter)
+		}
+		pst := time.FixedZone("PST", -8*3600)
+		earliest, latest := asked.Add(r.Err.RetryAfter).In(pst), answered.Add(r.Err.RetryAfter).In(pst)
+		midnight := time.Date(latest.Year(), latest.Month(), latest.Day(), 0, 0, 0, 0, pst)
+		if midnight.Before(earliest.Add(-time.Second)) || midnight.After(latest.Add(time.Second)) {
+			t.Fatalf("a daily quota is retried after %v, at %v Pacific time, not at midnight", r.Err.RetryAfter, latest)
 		}
 	}
 	if rows, _ := e.sheet("s"); len(rows) != 0 {
@@ -266,5 +281,28 @@ func TestSheetsPacesItselfUnderGooglesQuota(t *testing.T) {
 	}
 	if waited < 10*time.Second {
 		t.Fatalf("keep waited %v of the virtual clock for 70 reads", waited)
+	}
+}
+
+// A daily quota is tried again at the next midnight Pacific time, however
+// close it is: a minute before it, a minute; just after it, a day.
+func TestADailyQuotaIsTriedAgainAtTheNextPacificMidnight(t *testing.T) {
+	for _, c := range []struct {
+		now  string
+		want time.Duration
+	}{
+		{"2026-11-28T07:59:34Z", 26 * time.Second},
+		{"2026-11-28T08:00:00Z", 24 * time.Hour},
+		{"2026-11-28T08:00:01Z", 24*time.Hour - time.Second},
+		{"2026-11-28T20:00:00Z", 12 * time.Hour},
+		{"2026-12-31T23:00:00+01:00", 10 * time.Hour},
+	} {
+		now, err := time.Parse(time.RFC3339, c.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := google.UntilPacificMidnight(now); got != c.want {
+			t.Errorf("at %s a daily quota is retried after %v, want %v", c.now, got, c.want)
+		}
 	}
 }
