@@ -78,7 +78,19 @@ func (t *Tx) DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, k
 	if status == kt.DeliveryAccepted {
 		return fmt.Errorf("forget deliveries of webhook %s of %s: accepted ones are never forgotten (a retry is found by them)", webhook, workflow)
 	}
+	// The status is written into the statement, as LIMIT is: it is one of
+	// keeptype's few, and a plan made for a bound status (PostgreSQL's
+	// generic plan, made once per connection) cannot know that it is a
+	// rare one and may walk the webhook's accepted history instead of
+	// deliveries_by_status.
+	var lit string
+	switch status {
+	case kt.DeliveryDuplicate, kt.DeliveryRefused, kt.DeliveryFailed:
+		lit = "'" + string(status) + "'"
+	default:
+		return fmt.Errorf("forget deliveries of webhook %s of %s: %q is not a status a delivery can have", webhook, workflow, status)
+	}
 	return t.write(fmt.Sprintf("forget old %s deliveries of webhook %s of %s", status, webhook, workflow),
-		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status=? AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status=? ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
-		workflow, webhook, string(status), workflow, webhook, string(status))
+		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status=`+lit+` AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status=`+lit+` ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
+		workflow, webhook, workflow, webhook)
 }
