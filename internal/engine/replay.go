@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -170,14 +171,23 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 		if wf, err = tx.WorkflowGet(workflow); err != nil {
 			return err
 		}
-		all, err := tx.RunList(workflow, 0)
-		if err != nil {
+		// The newest done runs of the version, read as such: a workflow's
+		// whole history, traces included, grows without bound.
+		if runs, err = tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns); err != nil {
 			return err
 		}
-		for _, r := range all {
-			if r.Version == version && r.Status == kt.StatusCommitted || r.ID == also && r.HandlerType == kt.HandlerTask {
-				runs = append(runs, r)
-			}
+		if also == "" || slices.ContainsFunc(runs, func(r kt.Run) bool { return r.ID == also }) {
+			return nil
+		}
+		r, err := tx.RunGet(also)
+		switch {
+		case errors.Is(err, kt.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		}
+		if r.Workflow == workflow && r.HandlerType == kt.HandlerTask {
+			runs = append(runs, r)
 		}
 		return nil
 	}); err != nil {

@@ -64,17 +64,21 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
 		major[v.ID] = v.Major
 	}
 	active := major[w.ActiveVersion]
-	runs, err := tx.RunList(w.Name, 0)
-	if err != nil {
-		return nil, err
-	}
-	var firstNewRun int64
-	for _, r := range runs {
-		if r.HandlerType == kt.HandlerTask && r.Status == kt.StatusCommitted && major[r.Version] == active {
-			if firstNewRun == 0 || r.CreatedAt < firstNewRun {
-				firstNewRun = r.CreatedAt
-			}
+	var ofActive []int64
+	for id, m := range major {
+		if m == active {
+			ofActive = append(ofActive, id)
 		}
+	}
+	// Found by the store, not by reading every run of the workflow (with
+	// its trace) on every look at an item.
+	var firstNewRun int64
+	first, err := tx.RunFirstOf(w.Name, ofActive, kt.HandlerTask, kt.StatusCommitted)
+	switch {
+	case err == nil:
+		firstNewRun = first.CreatedAt
+	case !errors.Is(err, kt.ErrNotFound):
+		return nil, err
 	}
 	return func(in kt.Input) bool {
 		return in.Kind == kt.KindTask && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&

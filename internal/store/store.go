@@ -373,6 +373,13 @@ type Tx interface {
 	// statement or its commit; either way the caller stops there.
 	RunSetIfRev(r kt.Run) error
 	RunList(workflow string, limit int) ([]kt.Run, error)
+	// RunsOfVersion lists the workflow's runs of one version in one status,
+	// the newest first, at most limit: what a deploy replays, read without
+	// the rest of the workflow's history.
+	RunsOfVersion(workflow string, version int64, status kt.Status, limit int) ([]kt.Run, error)
+	// RunFirstOf returns the workflow's oldest run of one of versions, of
+	// one handler type, in one status (kt.ErrNotFound when there is none).
+	RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error)
 	// RunOpen returns the workflow's unfinished run (the one that blocks it).
 	RunOpen(workflow string) (kt.Run, error)
 	RunsWithStatus(status kt.Status) ([]kt.Run, error)

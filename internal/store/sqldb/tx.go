@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -592,6 +593,42 @@ func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {
 		limit = 1 << 30
 	}
 	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? ORDER BY created_at DESC, id DESC LIMIT `+limitSQL(limit), workflow)
+}
+
+func (t *Tx) RunsOfVersion(workflow string, version int64, status kt.Status, limit int) ([]kt.Run, error) {
+	// The status is written into the statement (one of keeptype's, checked
+	// here), as LIMIT is: a plan made for a bound status (PostgreSQL's
+	// generic plan) cannot know that it is the common one and may walk
+	// runs_status through every workflow's runs in it.
+	if !slices.Contains(kt.RunStatuses, status) {
+		return nil, fmt.Errorf("list runs of %s version %d: %q is not a run status", workflow, version, status)
+	}
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? AND version=? AND status='`+string(status)+`' ORDER BY created_at DESC, id DESC LIMIT `+limitSQL(limit), workflow, version)
+}
+
+func (t *Tx) RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error) {
+	// Status and handler type are written into the statement, as in
+	// RunsOfVersion.
+	if !slices.Contains(kt.RunStatuses, status) || !slices.Contains([]kt.HandlerType{kt.HandlerProducer, kt.HandlerConsumer, kt.HandlerTask, kt.HandlerWebhook}, handlerType) {
+		return kt.Run{}, fmt.Errorf("find the first run of %s: %q runs in status %q are none of keep's", workflow, handlerType, status)
+	}
+	what := fmt.Sprintf("first %s %s run of workflow", status, handlerType)
+	if len(versions) == 0 {
+		return kt.Run{}, notFound(what, workflow, sql.ErrNoRows)
+	}
+	args := []any{workflow}
+	for _, v := range versions {
+		args = append(args, v)
+	}
+	r, err := scanRun(t.r.QueryRow(`SELECT `+runCols+` FROM runs WHERE workflow=? AND handler_type='`+string(handlerType)+`' AND status='`+string(status)+
+		`' AND version IN (`+strings.TrimSuffix(strings.Repeat("?,", len(versions)), ",")+`) ORDER BY created_at, id LIMIT 1`, args...))
+	if err != nil {
+		return r, notFound(what, workflow, err)
+	}
+	return r, nil
 }
 
 func (t *Tx) RunOpen(workflow string) (kt.Run, error) {

@@ -263,6 +263,16 @@ func (r recordingTx) RunList(workflow string, limit int) ([]kt.Run, error) {
 	return r.tx.RunList(workflow, limit)
 }
 
+func (r recordingTx) RunsOfVersion(workflow string, version int64, status kt.Status, limit int) ([]kt.Run, error) {
+	r.c.note("RunsOfVersion")
+	return r.tx.RunsOfVersion(workflow, version, status, limit)
+}
+
+func (r recordingTx) RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error) {
+	r.c.note("RunFirstOf")
+	return r.tx.RunFirstOf(workflow, versions, handlerType, status)
+}
+
 func (r recordingTx) RunOpen(workflow string) (kt.Run, error) {
 	r.c.note("RunOpen")
 	return r.tx.RunOpen(workflow)

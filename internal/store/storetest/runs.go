@@ -14,6 +14,58 @@ import (
 // exerciseRuns covers runs.
 func exerciseRuns(run runCase) {
 	ctx := context.Background()
+	run("runs: of one version in one status, newest first", func(t *testing.T, s store.Store) {
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, r := range []kt.Run{
+				{ID: "a", Workflow: "w", Version: 1, Status: kt.StatusCommitted},
+				{ID: "b", Workflow: "w", Version: 2, Status: kt.StatusCommitted},
+				{ID: "c", Workflow: "w", Version: 1, Status: kt.StatusSkipped},
+				{ID: "d", Workflow: "w", Version: 1, Status: kt.StatusCommitted},
+				{ID: "e", Workflow: "other", Version: 1, Status: kt.StatusCommitted},
+				{ID: "f", Workflow: "w", Version: 1, Status: kt.StatusCommitted},
+			} {
+				r.Handler, r.HandlerType, r.Phase, r.CreatedAt = "c", kt.HandlerConsumer, kt.PhaseCommitted, int64(i+1)
+				if err := tx.RunPut(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			ids := func(rs []kt.Run) (out []string) {
+				for _, r := range rs {
+					out = append(out, r.ID)
+				}
+				return out
+			}
+			all, err := tx.RunsOfVersion("w", 1, kt.StatusCommitted, 0)
+			if err != nil || fmt.Sprint(ids(all)) != "[f d a]" {
+				return fmt.Errorf("committed runs of version 1: %v %v, want [f d a]", ids(all), err)
+			}
+			two, err := tx.RunsOfVersion("w", 1, kt.StatusCommitted, 2)
+			if err != nil || fmt.Sprint(ids(two)) != "[f d]" {
+				return fmt.Errorf("the newest 2: %v %v, want [f d]", ids(two), err)
+			}
+			if _, err := tx.RunsOfVersion("w", 1, "committed' OR '1'='1", 0); err == nil {
+				return fmt.Errorf("a status that is none of keep's was put into the statement")
+			}
+			if r, err := tx.RunFirstOf("w", []int64{2, 1}, kt.HandlerConsumer, kt.StatusCommitted); err != nil || r.ID != "a" {
+				return fmt.Errorf("the first committed run of versions 1 and 2: %+v %v, want a", r.ID, err)
+			}
+			if r, err := tx.RunFirstOf("w", []int64{2}, kt.HandlerConsumer, kt.StatusCommitted); err != nil || r.ID != "b" {
+				return fmt.Errorf("the first committed run of version 2: %+v %v, want b", r.ID, err)
+			}
+			for _, versions := range [][]int64{{3}, nil} {
+				if _, err := tx.RunFirstOf("w", versions, kt.HandlerConsumer, kt.StatusCommitted); !errors.Is(err, kt.ErrNotFound) {
+					return fmt.Errorf("the first run of versions %v, which have none: %v, want not found", versions, err)
+				}
+			}
+			if _, err := tx.RunFirstOf("w", []int64{1}, kt.HandlerTask, kt.StatusCommitted); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("the first task run, where there is none: %v, want not found", err)
+			}
+			return nil
+		}))
+	})
 	run("runs: open run and status lookups", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			if err := tx.RunPut(kt.Run{ID: "r1", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseCommitted, Status: kt.StatusCommitted, CreatedAt: 1}); err != nil {
