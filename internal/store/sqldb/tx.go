@@ -399,8 +399,14 @@ func (t *Tx) EventList(workflow string, f store.EventFilter) ([]kt.Event, error)
 	if f.Topic != "" {
 		q, args = q+` AND topic=?`, append(args, f.Topic)
 	}
-	if f.Status != "" {
-		q, args = q+` AND status=?`, append(args, f.Status)
+	switch f.Status {
+	case "":
+	case kt.EventPending, kt.EventConsumed, kt.EventSkipped:
+		// Written into the statement, not bound, so that a plan for the
+		// pending ones can go by events_pending, which holds only them.
+		q += ` AND status='` + string(f.Status) + `'`
+	default:
+		return nil, fmt.Errorf("list events of %s: %q is not an event status (pending, consumed or skipped)", workflow, f.Status)
 	}
 	switch f.Held {
 	case store.HeldReserved:
