@@ -136,6 +136,10 @@ const (
 	HandlerWebhook HandlerType = "webhook"
 )
 
+// HandlerTypes lists every handler type (the store writes one into a
+// statement only when it is among them).
+var HandlerTypes = []HandlerType{HandlerProducer, HandlerConsumer, HandlerTask, HandlerWebhook}
+
 // ErrorClass is the closed failure taxonomy of SPEC §6.
 type ErrorClass string
 
@@ -220,6 +224,9 @@ const (
 	EventConsumed EventStatus = "consumed"
 	EventSkipped  EventStatus = "skipped"
 )
+
+// EventStatuses lists every event status.
+var EventStatuses = []EventStatus{EventPending, EventConsumed, EventSkipped}
 
 // Event is one message in a topic.
 type Event struct {

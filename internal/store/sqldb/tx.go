@@ -399,14 +399,14 @@ func (t *Tx) EventList(workflow string, f store.EventFilter) ([]kt.Event, error)
 	if f.Topic != "" {
 		q, args = q+` AND topic=?`, append(args, f.Topic)
 	}
-	switch f.Status {
-	case "":
-	case kt.EventPending, kt.EventConsumed, kt.EventSkipped:
+	switch {
+	case f.Status == "":
+	case slices.Contains(kt.EventStatuses, f.Status):
 		// Written into the statement, not bound, so that a plan for the
 		// pending ones can go by events_pending, which holds only them.
 		q += ` AND status='` + string(f.Status) + `'`
 	default:
-		return nil, fmt.Errorf("list events of %s: %q is not an event status (pending, consumed or skipped)", workflow, f.Status)
+		return nil, fmt.Errorf("list events of %s: %q is not an event status (%v)", workflow, f.Status, kt.EventStatuses)
 	}
 	switch f.Held {
 	case store.HeldReserved:
@@ -618,7 +618,7 @@ func (t *Tx) RunsOfVersion(workflow string, version int64, status kt.Status, lim
 func (t *Tx) RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error) {
 	// Status and handler type are written into the statement, as in
 	// RunsOfVersion.
-	if !slices.Contains(kt.RunStatuses, status) || !slices.Contains([]kt.HandlerType{kt.HandlerProducer, kt.HandlerConsumer, kt.HandlerTask, kt.HandlerWebhook}, handlerType) {
+	if !slices.Contains(kt.RunStatuses, status) || !slices.Contains(kt.HandlerTypes, handlerType) {
 		return kt.Run{}, fmt.Errorf("find the first run of %s: %q runs in status %q are none of keep's", workflow, handlerType, status)
 	}
 	what := fmt.Sprintf("first %s %s run of workflow", status, handlerType)
