@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -59,6 +60,12 @@ func exerciseRuns(run runCase) {
 				if _, err := tx.RunFirstOf("w", versions, kt.HandlerConsumer, kt.StatusCommitted); !errors.Is(err, kt.ErrNotFound) {
 					return fmt.Errorf("the first run of versions %v, which have none: %v, want not found", versions, err)
 				}
+			}
+			if _, err := tx.RunFirstOf("w", []int64{1}, "task' OR '1'='1", kt.StatusCommitted); err == nil || errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a handler type that is none of keep's: %v, want a refusal", err)
+			}
+			if _, err := tx.EventList("w", store.EventFilter{Status: "pending' OR '1'='1"}); err == nil || !strings.Contains(err.Error(), "not an event status") {
+				return fmt.Errorf("an event status that is none of keep's: %v, want a refusal that names it", err)
 			}
 			if _, err := tx.RunFirstOf("w", []int64{1}, kt.HandlerTask, kt.StatusCommitted); !errors.Is(err, kt.ErrNotFound) {
 				return fmt.Errorf("the first task run, where there is none: %v, want not found", err)
