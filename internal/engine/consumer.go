@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +73,20 @@ func DecodePrepareResult(raw json.RawMessage) (PrepareResult, error) {
 		_ = json.Unmarshal(s, &pr.SelectionID)
 	}
 	return pr, nil
+}
+
+// decodePrepared is DecodePrepareResult, decoded once for the same bytes
+// in a run (the result is only read by its callers).
+func (x *runExec) decodePrepared(raw json.RawMessage) (PrepareResult, error) {
+	if x.preparedRaw != nil && bytes.Equal(raw, x.preparedRaw) {
+		return x.prepared, nil
+	}
+	pr, err := DecodePrepareResult(raw)
+	if err == nil {
+		// A copy: the bytes compared next time are the ones decoded.
+		x.prepared, x.preparedRaw = pr, append(json.RawMessage(nil), raw...)
+	}
+	return pr, err
 }
 
 // reservesNothing says prepare selected no event: the run has nothing to do.
@@ -259,7 +274,7 @@ func (x *runExec) judgePrepared(out script.Outcome, err error, dv declView, muta
 	}
 	var pr PrepareResult
 	if err == nil {
-		pr, err = DecodePrepareResult(out.Value)
+		pr, err = x.decodePrepared(out.Value)
 	}
 	if err != nil {
 		v.failure = err

@@ -29,7 +29,7 @@ func (x *runExec) emit(dv declView) error {
 	h := x.host(phaseNext)
 	h.decl, h.allowPublish = dv, dv.publishes
 	var newState json.RawMessage
-	pr, err := DecodePrepareResult(run.PrepareResult)
+	pr, err := x.decodePrepared(run.PrepareResult)
 	if err != nil {
 		return x.fail(kt.Errorf(kt.ClassInternal, "the stored PrepareResult of run %s does not decode (%v): keep's store was changed outside keep or is damaged; keep stopped here and changed nothing of it — restore the store from a backup", run.ID, err))
 	}
@@ -178,7 +178,7 @@ func causesOf(evs []kt.Event) (causedBy []string, attempt int) {
 // again: dirty when a run that selected nothing published to its own topic,
 // and the PrepareResult's wakeAt.
 func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirty bool) error {
-	pr, err := DecodePrepareResult(x.run.PrepareResult)
+	pr, err := x.decodePrepared(x.run.PrepareResult)
 	if err != nil {
 		return err // emit stopped on it before
 	}

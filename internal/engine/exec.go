@@ -37,6 +37,11 @@ type runExec struct {
 	// grants are what a person granted the workflow: read with the step's
 	// plan (stepPlan.pick) for a new run, else at the run's first call.
 	grants []kt.Grant
+	// prepared is the last PrepareResult decodePrepared decoded, and the
+	// bytes it was decoded from: a consumer run reads its PrepareResult
+	// up to three times (judged, then at emit and at the state's save).
+	prepared    PrepareResult
+	preparedRaw json.RawMessage
 	// ahead is the page the step's plan read for a new consumer run's
 	// prepare (peekahead.go), taken by that prepare.
 	ahead *peekAhead
