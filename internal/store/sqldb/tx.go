@@ -743,6 +743,10 @@ func (t *Tx) MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error
 	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE status=? ORDER BY created_at`, status)
 }
 
+// ReconcileAttemptsSQL is how Counts sums the ledger's reconcile attempts
+// (for /metrics): by mutations_reconciled, which holds the reconciled ones.
+const ReconcileAttemptsSQL = `SELECT coalesce(sum(reconcile_attempts),0) FROM mutations WHERE reconcile_attempts > 0`
+
 func (t *Tx) Counts() (store.Counts, error) {
 	c := store.Counts{RunsByStatus: map[string]int{}, MutationsByStatus: map[string]int{}}
 	group := func(q string, into map[string]int) error {
@@ -767,7 +771,9 @@ func (t *Tx) Counts() (store.Counts, error) {
 	if err := group(`SELECT status, count(*) FROM mutations GROUP BY status`, c.MutationsByStatus); err != nil {
 		return c, err
 	}
-	if err := t.r.QueryRow(`SELECT coalesce(sum(reconcile_attempts),0) FROM mutations`).Scan(&c.ReconcileAttempts); err != nil {
+	// Only reconciled mutations have attempts: the condition lets the sum
+	// read mutations_reconciled instead of every row of the ledger.
+	if err := t.r.QueryRow(ReconcileAttemptsSQL).Scan(&c.ReconcileAttempts); err != nil {
 		return c, err
 	}
 	err := t.r.QueryRow(`SELECT count(*) FROM events WHERE status='pending'`).Scan(&c.PendingEvents)
