@@ -229,3 +229,61 @@ func TestASQLiteTargetCannotReachKeepsStore(t *testing.T) {
 		t.Fatalf("keep run with keep.db declared as a target exited %d:\n%s", code, out)
 	}
 }
+
+// An argument the database cannot hold (issue 40 #8: 2^31+5 into an INT
+// column) is the script's to fix: the run fails once as failed:logic with
+// a message that names the argument, and keep does not retry it. pgx
+// refused to encode it in keep's process with an error of no type, which
+// keep took for transient and retried five times.
+func TestAnArgumentTheColumnCannotHoldFailsAtOnceAsLogic(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			db, err := sql.Open(tg.driver, tg.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec("CREATE TABLE shipped (order_id INT NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"20ms\"\n", tg.url)
+			os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
+			big := strings.NewReplacer("[1, 2, 3]", "[1]", "args: [p.data.id]", "args: [2 ** 31 + 5]").Replace(strings.ReplaceAll(script, "%PH%", tg.ph))
+			os.WriteFile(filepath.Join(dir, "orders.js"), []byte(big), 0o644)
+			code, out := keep(t, dir, nil, "run", "orders.js")
+			if code == 0 || !strings.Contains(out, "failed:logic") {
+				t.Fatalf("keep run exited %d; want the consumer's run failed:logic:\n%s", code, out)
+			}
+			want := "args[0] (2147483653)" // keep's words: pgx names no argument
+			if tg.name == "mariadb" {
+				want = "Out of range value for column 'order_id'" // MariaDB's words: the column, not the argument
+			}
+			if !strings.Contains(out, want) {
+				t.Fatalf("the failure does not name the argument (want %q):\n%s", want, out)
+			}
+			_, out = keep(t, dir, nil, "runs", "orders", "--json")
+			var runs []struct{ Handler, Status string }
+			if err := json.Unmarshal([]byte(out), &runs); err != nil {
+				t.Fatalf("keep runs --json: %v\n%s", err, out)
+			}
+			consumer := 0
+			for _, r := range runs {
+				if r.Handler == "c" {
+					consumer++
+					if r.Status != "failed:logic" {
+						t.Errorf("the consumer's run is %s, want failed:logic", r.Status)
+					}
+				}
+			}
+			if consumer != 1 {
+				t.Fatalf("the consumer ran %d times; want once, no retry:\n%s", consumer, out)
+			}
+			var n int
+			db.QueryRow("SELECT COUNT(*) FROM shipped").Scan(&n)
+			if n != 0 {
+				t.Fatalf("%d rows written", n)
+			}
+		})
+	}
+}

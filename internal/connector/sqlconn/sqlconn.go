@@ -227,8 +227,12 @@ func classify(what string, err error) *kt.Error {
 			class = kt.ClassPermission
 		}
 		hint := ""
-		if my.Number == 1064 {
+		switch {
+		case my.Number == 1064:
 			hint = "; note that keep runs one statement at a time"
+		case strings.HasPrefix(string(my.SQLState[:]), "22"):
+			class = kt.ClassLogic // a data exception (SQLSTATE class 22): a value the column cannot hold, which no retry changes
+			hint = "; check the statement's args"
 		}
 		return kt.Errorf(class, "%s: %s (error %d)%s", what, my.Message, my.Number, hint)
 	case isNet(err):

@@ -117,3 +117,28 @@ func TestAnUnreachableDatabaseIsTransient(t *testing.T) {
 		}
 	}
 }
+
+// An argument PostgreSQL's parameter type cannot hold is refused by pgx in
+// keep's process, before anything is sent: a logic error naming the
+// argument, in a query and in an exec (issue 40 #8). It was transient.
+func TestAnArgumentThatCannotBeEncodedIsALogicErrorNamingIt(t *testing.T) {
+	c, pools := sqlconn.New(map[string]string{"app": pgtest.FreshSchema(t)})
+	defer pools.Close()
+	reg := connector.NewRegistry(c)
+	if r := call(t, reg, "exec", map[string]any{"db": "app", "sql": "CREATE TABLE nums (id INT PRIMARY KEY, n INT)"}, "k-ddl"); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for _, tc := range []struct{ method, sql string }{
+		{"query", "SELECT n FROM nums WHERE id = $1 AND n = $2"},
+		{"exec", "INSERT INTO nums (id, n) VALUES ($1, $2)"},
+	} {
+		r := call(t, reg, tc.method, map[string]any{"db": "app", "sql": tc.sql, "args": []any{1, 2147483653}}, "k-"+tc.method)
+		if r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "args[1] (2147483653)") || !strings.Contains(r.Err.Message, "$2, a PostgreSQL int4") {
+			t.Fatalf("%s with 2^31+5 for an int: %+v", tc.method, r.Err)
+		}
+	}
+	// The same statement with arguments that fit runs.
+	if r := call(t, reg, "exec", map[string]any{"db": "app", "sql": "INSERT INTO nums (id, n) VALUES ($1, $2)", "args": []any{1, 5}}, "k-ok"); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+}

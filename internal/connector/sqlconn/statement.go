@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
 
@@ -96,14 +97,15 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 	// protocol refuses more), and one that returns rows — COPY … TO
 	// PROGRAM, which a read-only transaction allows, returns none.
 	if err := conn.Raw(func(dc any) error {
-		sd, err := dc.(*stdlib.Conn).Conn().PgConn().Prepare(ctx, "", q, nil)
+		pc := dc.(*stdlib.Conn).Conn()
+		sd, err := pc.PgConn().Prepare(ctx, "", q, nil)
 		if err != nil {
 			return onePG(err)
 		}
 		if len(sd.Fields) == 0 {
 			return refusal{noRows}
 		}
-		return nil
+		return pgArgs(pc.TypeMap(), sd, args)
 	}); err != nil {
 		return nil, err
 	}
@@ -400,7 +402,7 @@ func (t *pgTx) run(q string, args []any) (int64, []any, error) {
 	// The extended protocol, even without args: Parse takes one statement.
 	rows, err := t.tx.Query(t.ctx, q, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 	if err != nil {
-		return 0, nil, onePG(err)
+		return 0, nil, t.why(q, args, onePG(err))
 	}
 	var out []any
 	if len(rows.FieldDescriptions()) > 0 {
@@ -420,6 +422,52 @@ func (t *pgTx) run(q string, args []any) (int64, []any, error) {
 		return 0, nil, refusal{txControl + " (the statement was " + tag.String() + ")"}
 	}
 	return tag.RowsAffected(), out, nil
+}
+
+// why finds the argument pgx could not encode when a statement failed
+// before PostgreSQL answered (pgx encodes arguments in this process, into
+// the types the server described, and its errors carry no type): the
+// statement is described again and each argument encoded alone, as pgx
+// does. Any other failure is err itself.
+func (t *pgTx) why(q string, args []any, err error) error {
+	var pg *pgconn.PgError
+	if len(args) == 0 || errors.As(err, &pg) || isNet(err) || t.ctx.Err() != nil {
+		return err
+	}
+	sd, derr := t.pc.PgConn().Prepare(t.ctx, "", q, nil)
+	if derr != nil {
+		return err
+	}
+	if aerr := pgArgs(t.pc.TypeMap(), sd, args); aerr != nil {
+		return aerr
+	}
+	return err
+}
+
+// pgArgs encodes each argument alone into the parameter type PostgreSQL
+// described for it, as pgx does before it sends a statement, and names
+// the first one that cannot be (an integer beyond int4, a string that is
+// no uuid …): a logic error, which no retry changes.
+func pgArgs(m *pgtype.Map, sd *pgconn.StatementDescription, args []any) error {
+	if len(sd.ParamOIDs) != len(args) {
+		return nil // pgx says so itself, and PostgreSQL too
+	}
+	for i, oid := range sd.ParamOIDs {
+		var b pgx.ExtendedQueryBuilder
+		err := b.Build(m, &pgconn.StatementDescription{ParamOIDs: []uint32{oid}}, []any{args[i]})
+		if err == nil {
+			continue
+		}
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // pgx's "failed to encode args[0]" counts this one argument
+		}
+		typ := fmt.Sprintf("OID %d", oid)
+		if t, ok := m.TypeForOID(oid); ok {
+			typ = t.Name
+		}
+		return refusal{fmt.Sprintf("args[%d] (%v) cannot be sent as the statement's $%d, a PostgreSQL %s: %v; pass a value of that type (or change the column's type)", i, args[i], i+1, typ, err)}
+	}
+	return nil
 }
 
 func (t *pgTx) record(key, result string) error {
