@@ -3,11 +3,18 @@ package googlefake
 import (
 	"net/http"
 	"sort"
+	"strconv"
 )
 
-// adminAddMessage delivers a message to the inbox: {from, to, subject, text}.
+// adminAddMessage delivers a message to the inbox: {from, to, subject,
+// text, html, date}. date (ms since 1970) is its internalDate when given:
+// mail that comes into the mailbox later than its date, as mail Gmail
+// indexes late, or delivers after a delay, does.
 func (s *Server) adminAddMessage(w http.ResponseWriter, r *http.Request) {
-	var b struct{ From, To, Subject, Text, HTML string }
+	var b struct {
+		From, To, Subject, Text, HTML string
+		Date                          int64
+	}
 	if err := decode(r, &b); err != nil || b.From == "" {
 		http.Error(w, `give {"from": "…", "to": "…", "subject": "…", "text": "…"}`, http.StatusBadRequest)
 		return
@@ -17,8 +24,18 @@ func (s *Server) adminAddMessage(w http.ResponseWriter, r *http.Request) {
 	if b.To == "" {
 		b.To = s.account
 	}
-	m := s.addMessage(&message{From: b.From, To: b.To, Subject: b.Subject, Text: b.Text, HTML: b.HTML, Labels: []string{"INBOX", "UNREAD"}})
-	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "threadId": m.ThreadID})
+	m := s.addMessage(&message{From: b.From, To: b.To, Subject: b.Subject, Text: b.Text, HTML: b.HTML, Labels: []string{"INBOX", "UNREAD"}, Date: b.Date})
+	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "threadId": m.ThreadID, "historyId": strconv.FormatUint(m.HistoryID, 10)})
+}
+
+// adminExpireHistory forgets the mailbox's history so far, as Gmail does
+// after a week or so: users.history.list answers 404 to any
+// startHistoryId before the current one, and a client syncs afresh.
+func (s *Server) adminExpireHistory(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.history, s.historyFloor = nil, s.historyID
+	writeJSON(w, http.StatusOK, map[string]any{"historyId": strconv.FormatUint(s.historyID, 10)})
 }
 
 // adminMessages lists every message, oldest first, with its labels by name

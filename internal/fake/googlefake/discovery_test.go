@@ -238,6 +238,8 @@ func TestTheFakeAnswersAsTheDiscoveryDocumentsDefine(t *testing.T) {
 		{gmail, "gmail.users.messages.modify", "POST", "/gmail/v1/users/me/messages/" + id + "/modify", map[string]any{"removeLabelIds": []any{"UNREAD"}}},
 		{gmail, "gmail.users.threads.get", "GET", "/gmail/v1/users/me/threads/" + thread + "?format=metadata", nil},
 		{gmail, "gmail.users.labels.create", "POST", "/gmail/v1/users/me/labels", map[string]any{"name": "Processed"}},
+		{gmail, "gmail.users.history.list", "GET", "/gmail/v1/users/me/history?startHistoryId=1&historyTypes=messageAdded&labelId=INBOX&maxResults=1", nil},
+		{gmail, "gmail.users.history.list", "GET", "/gmail/v1/users/me/history?startHistoryId=1", nil},
 		{sheets, "sheets.spreadsheets.get", "GET", "/v4/spreadsheets/s?fields=sheets.properties", nil},
 		{sheets, "sheets.spreadsheets.batchUpdate", "POST", "/v4/spreadsheets/s:batchUpdate", row},
 		{sheets, "sheets.spreadsheets.get", "GET", "/v4/spreadsheets/s?ranges=Sheet1!A:A&includeGridData=true", nil},
@@ -252,5 +254,66 @@ func TestTheFakeAnswersAsTheDiscoveryDocumentsDefine(t *testing.T) {
 		if errs := x.d.check(x.d.response(t, x.method), got, x.method); len(errs) > 0 {
 			t.Errorf("%s %s answered outside %s's definition:\n  %s", x.verb, x.path, x.method, strings.Join(errs, "\n  "))
 		}
+	}
+}
+
+// users.history.list as Gmail documents it: records after startHistoryId
+// in increasing ids, of the types asked, in pages with a nextPageToken,
+// the current historyId (the profile's) on every page; after the history
+// is forgotten, an older startHistoryId is answered 404.
+func TestHistoryListsChangesInPagesAndForgets(t *testing.T) {
+	fake := googlefake.New()
+	srv := httptest.NewServer(fake.Handler())
+	defer srv.Close()
+	c := &client{t: t, base: srv.URL, hc: connect(t, srv.URL)}
+	start := c.call("GET", "/gmail/v1/users/me/profile", nil).(map[string]any)["historyId"].(string)
+	var ids []string
+	for i := 0; i < 5; i++ {
+		b, _ := json.Marshal(map[string]any{"from": "a@example.com", "subject": fmt.Sprint(i), "date": 1_000_000 + i})
+		resp, err := http.Post(srv.URL+"/_admin/gmail/messages", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		ids = append(ids, m["id"].(string))
+	}
+	c.call("POST", "/gmail/v1/users/me/messages/"+ids[0]+"/modify", map[string]any{"removeLabelIds": []any{"UNREAD"}})
+	var got []string
+	last, token := "", ""
+	for pages := 0; ; pages++ {
+		v := c.call("GET", "/gmail/v1/users/me/history?historyTypes=messageAdded&maxResults=2&startHistoryId="+start+"&pageToken="+token, nil).(map[string]any)
+		for _, h := range v["history"].([]any) {
+			rec := h.(map[string]any)
+			if rec["id"].(string) <= last {
+				t.Fatalf("history ids do not increase: %v after %s", rec["id"], last)
+			}
+			last = rec["id"].(string)
+			for _, a := range rec["messagesAdded"].([]any) {
+				got = append(got, a.(map[string]any)["message"].(map[string]any)["id"].(string))
+			}
+		}
+		token, _ = v["nextPageToken"].(string)
+		if token == "" {
+			if pages != 2 || v["historyId"] != c.call("GET", "/gmail/v1/users/me/profile", nil).(map[string]any)["historyId"] {
+				t.Fatalf("%d pages, historyId %v", pages+1, v["historyId"])
+			}
+			break
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(ids, ",") {
+		t.Fatalf("messages added: %v, want %v (the label change is not one)", got, ids)
+	}
+	resp, _ := http.Post(srv.URL+"/_admin/gmail/expire_history", "application/json", nil)
+	resp.Body.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/gmail/v1/users/me/history?startHistoryId="+start, nil)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("an expired startHistoryId: %s, want 404", resp.Status)
 	}
 }

@@ -37,10 +37,16 @@ type Server struct {
 	messages []*message
 	labels   []label
 	nextMsg  int
-	sheets   map[string]*spreadsheet
-	calendar map[string]map[string]*event // calendar id → event id → event
-	faults   *fault.Set
-	notified []string // "eventId address": invitations Calendar would have mailed
+	// history lists the mailbox's changes (users.history.list); historyID
+	// is the latest's id, historyFloor the oldest startHistoryId still
+	// answered (an older one is answered 404, as an expired one is).
+	history      []historyRecord
+	historyID    uint64
+	historyFloor uint64
+	sheets       map[string]*spreadsheet
+	calendar     map[string]map[string]*event // calendar id → event id → event
+	faults       *fault.Set
+	notified     []string // "eventId address": invitations Calendar would have mailed
 	// sheetsUse holds the times of the Sheets requests of the last minute,
 	// reads and writes apart (Google's per-user quotas).
 	sheetsUse map[bool][]time.Time
@@ -65,7 +71,7 @@ func New() *Server {
 	return &Server{
 		now: time.Now, codes: map[string]grant{}, access: map[string]grant{}, refresh: map[string]grant{},
 		account: "me@example.com", sheets: map[string]*spreadsheet{}, calendar: map[string]map[string]*event{},
-		faults: newFaults(), writes: map[string]int{}, pageMax: PageMax, sheetsUse: map[bool][]time.Time{},
+		faults: newFaults(), writes: map[string]int{}, pageMax: PageMax, sheetsUse: map[bool][]time.Time{}, historyID: 1000,
 		labels: []label{
 			{ID: "INBOX", Name: "INBOX", Type: "system"}, {ID: "SENT", Name: "SENT", Type: "system"},
 			{ID: "UNREAD", Name: "UNREAD", Type: "system"}, {ID: "STARRED", Name: "STARRED", Type: "system"},
@@ -84,6 +90,7 @@ func (s *Server) Handler() http.Handler {
 
 	mux.HandleFunc("GET /gmail/v1/users/{user}/profile", s.api("", s.gmailProfile))
 	mux.HandleFunc("GET /gmail/v1/users/{user}/messages", s.api("gmail.search", s.gmailList))
+	mux.HandleFunc("GET /gmail/v1/users/{user}/history", s.api("gmail.history", s.gmailHistory))
 	mux.HandleFunc("GET /gmail/v1/users/{user}/messages/{id}", s.api("gmail.get", s.gmailGet))
 	mux.HandleFunc("POST /gmail/v1/users/{user}/messages/send", s.api("gmail.send", s.gmailSend))
 	mux.HandleFunc("POST /gmail/v1/users/{user}/messages/{id}/modify", s.api("gmail.modifyLabels", s.gmailModify))
@@ -103,6 +110,7 @@ func (s *Server) Handler() http.Handler {
 
 	mux.HandleFunc("POST /_admin/gmail/messages", s.adminAddMessage)
 	mux.HandleFunc("GET /_admin/gmail/messages", s.adminMessages)
+	mux.HandleFunc("POST /_admin/gmail/expire_history", s.adminExpireHistory)
 	mux.HandleFunc("GET /_admin/sheets/{id}", s.adminSheet)
 	mux.HandleFunc("POST /_admin/sheets/{id}/rows", s.adminAddRow)
 	mux.HandleFunc("GET /_admin/calendar/{cal}", s.adminCalendar)

@@ -21,6 +21,7 @@ type message struct {
 	Text, HTML            string
 	MessageID             string // the RFC 822 Message-ID header
 	Date                  int64  // internalDate, ms
+	HistoryID             uint64 // the last history record that changed it
 	Raw                   string
 	// Extra are the headers a sent message carried beyond those above
 	// (In-Reply-To, References, X-…), in order.
@@ -71,7 +72,7 @@ func (m *message) json(format string, metadataHeaders ...string) map[string]any 
 		snippet = snippet[:100]
 	}
 	out := map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels, "snippet": snippet,
-		"internalDate": strconv.FormatInt(m.Date, 10), "historyId": "1", "sizeEstimate": len(m.Text) + len(m.HTML) + 200}
+		"internalDate": strconv.FormatInt(m.Date, 10), "historyId": strconv.FormatUint(m.HistoryID, 10), "sizeEstimate": len(m.Text) + len(m.HTML) + 200}
 	if format == "minimal" {
 		return out
 	}
@@ -107,12 +108,152 @@ func (s *Server) addMessage(m *message) *message {
 		m.MessageID = "<" + m.ID + "@mail.example.com>"
 	}
 	s.messages = append(s.messages, m)
+	s.record(historyRecord{added: []string{m.ID}}, m)
 	return m
 }
 
+// historyRecord is one change of the mailbox, as users.history.list
+// lists it: messages added, or labels added to or removed from messages.
+type historyRecord struct {
+	id            uint64
+	added         []string
+	labelsAdded   map[string][]string // message id → label ids
+	labelsRemoved map[string][]string
+}
+
+// historyStep is how far apart two history ids are: Gmail's increase but
+// are "not contiguous with random gaps in between valid IDs".
+const historyStep = 7
+
+// record stamps a change with the next history id, and the messages it
+// changed with it (s.mu is held).
+func (s *Server) record(h historyRecord, changed ...*message) {
+	s.historyID += historyStep
+	h.id = s.historyID
+	s.history = append(s.history, h)
+	for _, m := range changed {
+		m.HistoryID = h.id
+	}
+}
+
 func (s *Server) gmailProfile(w http.ResponseWriter, r *http.Request) bool {
-	writeJSON(w, http.StatusOK, map[string]any{"emailAddress": s.account, "messagesTotal": len(s.messages), "historyId": "1"})
+	threads := map[string]bool{}
+	for _, m := range s.messages {
+		threads[m.ThreadID] = true
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"emailAddress": s.account, "messagesTotal": len(s.messages), "threadsTotal": len(threads),
+		"historyId": strconv.FormatUint(s.historyID, 10)})
 	return false
+}
+
+// gmailHistory answers users.history.list: the records after
+// startHistoryId, oldest first, of the historyTypes asked (all when none)
+// and, with labelId, only those whose messages carry that label now; in
+// pages of maxResults records (default 100, at most 500) with a
+// nextPageToken, and the mailbox's current historyId on every page. A
+// startHistoryId older than the history the mailbox keeps is answered
+// 404, as Gmail answers an expired one: the client does a full sync.
+func (s *Server) gmailHistory(w http.ResponseWriter, r *http.Request) bool {
+	q := r.URL.Query()
+	start, err := strconv.ParseUint(q.Get("startHistoryId"), 10, 64)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid startHistoryId: "+q.Get("startHistoryId"))
+		return false
+	}
+	if start < s.historyFloor {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "Requested entity was not found.")
+		return false
+	}
+	types := map[string]bool{}
+	for _, t := range q["historyTypes"] {
+		switch t {
+		case "messageAdded", "messageDeleted", "labelAdded", "labelRemoved":
+			types[t] = true
+		default:
+			apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid value for historyTypes: "+t)
+			return false
+		}
+	}
+	want := func(t string) bool { return len(types) == 0 || types[t] }
+	label := q.Get("labelId")
+	ref := func(id string) (map[string]any, bool) {
+		m := s.message(id)
+		if m == nil || (label != "" && !slices.Contains(m.Labels, label)) {
+			return nil, false
+		}
+		return map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels}, true
+	}
+	var records []map[string]any
+	for _, h := range s.history {
+		if h.id <= start {
+			continue
+		}
+		rec := map[string]any{"id": strconv.FormatUint(h.id, 10)}
+		var msgs []map[string]any
+		if want("messageAdded") {
+			var added []map[string]any
+			for _, id := range h.added {
+				if m, ok := ref(id); ok {
+					added = append(added, map[string]any{"message": m})
+					msgs = append(msgs, map[string]any{"id": m["id"], "threadId": m["threadId"]})
+				}
+			}
+			if added != nil {
+				rec["messagesAdded"] = added
+			}
+		}
+		for _, kind := range []struct {
+			typ, field string
+			changes    map[string][]string
+		}{{"labelAdded", "labelsAdded", h.labelsAdded}, {"labelRemoved", "labelsRemoved", h.labelsRemoved}} {
+			if !want(kind.typ) || len(kind.changes) == 0 {
+				continue
+			}
+			var out []map[string]any
+			for _, id := range sortedKeys(kind.changes) {
+				if m, ok := ref(id); ok {
+					out = append(out, map[string]any{"message": m, "labelIds": kind.changes[id]})
+					msgs = append(msgs, map[string]any{"id": m["id"], "threadId": m["threadId"]})
+				}
+			}
+			if out != nil {
+				rec[kind.field] = out
+			}
+		}
+		if msgs != nil {
+			rec["messages"] = msgs
+			records = append(records, rec)
+		}
+	}
+	max := 100
+	if n, err := strconv.Atoi(q.Get("maxResults")); err == nil && n > 0 && n <= 500 {
+		max = n
+	}
+	max = min(max, s.pageMax)
+	from, _ := strconv.Atoi(q.Get("pageToken"))
+	if from < 0 || from > len(records) {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "invalidArgument", "Invalid pageToken")
+		return false
+	}
+	to := min(from+max, len(records))
+	out := map[string]any{"historyId": strconv.FormatUint(s.historyID, 10)}
+	if to > from {
+		out["history"] = records[from:to]
+	}
+	if to < len(records) {
+		out["nextPageToken"] = strconv.Itoa(to)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return false
+}
+
+func sortedKeys(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // matches applies the Gmail search operators the fake knows: after:,
@@ -268,16 +409,18 @@ func (s *Server) gmailThread(w http.ResponseWriter, r *http.Request) bool {
 		format = "full"
 	}
 	msgs := []map[string]any{}
+	var hist uint64
 	for _, m := range s.messages {
 		if m.ThreadID == r.PathValue("id") {
 			msgs = append(msgs, m.json(format, r.URL.Query()["metadataHeaders"]...))
+			hist = max(hist, m.HistoryID)
 		}
 	}
 	if len(msgs) == 0 {
 		apiError(w, http.StatusNotFound, "NOT_FOUND", "notFound", "Requested entity was not found.")
 		return false
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "historyId": "1", "messages": msgs})
+	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "historyId": strconv.FormatUint(hist, 10), "messages": msgs})
 	return false
 }
 
@@ -400,10 +543,17 @@ func (s *Server) gmailModify(w http.ResponseWriter, r *http.Request) bool {
 	for _, l := range m.Labels {
 		set[l] = true
 	}
+	h := historyRecord{labelsAdded: map[string][]string{}, labelsRemoved: map[string][]string{}}
 	for _, l := range body.Add {
+		if !set[l] {
+			h.labelsAdded[m.ID] = append(h.labelsAdded[m.ID], l)
+		}
 		set[l] = true
 	}
 	for _, l := range body.Remove {
+		if set[l] {
+			h.labelsRemoved[m.ID] = append(h.labelsRemoved[m.ID], l)
+		}
 		delete(set, l)
 	}
 	m.Labels = m.Labels[:0]
@@ -411,6 +561,9 @@ func (s *Server) gmailModify(w http.ResponseWriter, r *http.Request) bool {
 		m.Labels = append(m.Labels, l)
 	}
 	sort.Strings(m.Labels)
+	if len(h.labelsAdded)+len(h.labelsRemoved) > 0 {
+		s.record(h, m)
+	}
 	s.writes["gmail.modifyLabels"]++
 	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "threadId": m.ThreadID, "labelIds": m.Labels})
 	return true
