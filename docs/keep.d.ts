@@ -161,7 +161,7 @@ declare namespace Keep {
     gmail: {
       /** Reads one message with its body. */
       get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
-      /** Finds messages with Gmail's search syntax, oldest first. */
+      /** Finds messages with Gmail's search syntax and, from one poll to the next, the messages that came into the mailbox since: Gmail's history (messages added), whatever their date, so mail Gmail delivers or indexes late is seen too. */
       search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
     };
     http: {
@@ -204,7 +204,7 @@ declare namespace Keep {
     gmail: {
       /** Reads one message with its body. */
       get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
-      /** Finds messages with Gmail's search syntax, oldest first. */
+      /** Finds messages with Gmail's search syntax and, from one poll to the next, the messages that came into the mailbox since: Gmail's history (messages added), whatever their date, so mail Gmail delivers or indexes late is seen too. */
       search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
     };
     http: {
@@ -247,7 +247,7 @@ declare namespace Keep {
     gmail: {
       /** Reads one message with its body. */
       get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
-      /** Finds messages with Gmail's search syntax, oldest first. */
+      /** Finds messages with Gmail's search syntax and, from one poll to the next, the messages that came into the mailbox since: Gmail's history (messages added), whatever their date, so mail Gmail delivers or indexes late is seen too. */
       search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
     };
     http: {
@@ -344,7 +344,7 @@ declare namespace Keep {
     gmail: {
       /** Reads one message with its body. */
       get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
-      /** Finds messages with Gmail's search syntax, oldest first. */
+      /** Finds messages with Gmail's search syntax and, from one poll to the next, the messages that came into the mailbox since: Gmail's history (messages added), whatever their date, so mail Gmail delivers or indexes late is seen too. */
       search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
     };
     http: {
@@ -395,7 +395,7 @@ declare namespace Keep {
       get(args: connector.gmail.GetArgs): Promise<connector.gmail.GetResult>;
       /** Adds and removes labels of a message. Labels are names (`Processed`) or Gmail's system labels (`INBOX`, `UNREAD`, `STARRED`, `IMPORTANT`); a label to add that does not exist is created. */
       modifyLabels(args: connector.gmail.ModifyLabelsArgs): Promise<connector.gmail.ModifyLabelsResult>;
-      /** Finds messages with Gmail's search syntax, oldest first. */
+      /** Finds messages with Gmail's search syntax and, from one poll to the next, the messages that came into the mailbox since: Gmail's history (messages added), whatever their date, so mail Gmail delivers or indexes late is seen too. */
       search(args?: connector.gmail.SearchArgs): Promise<connector.gmail.SearchResult>;
       /** Sends a message from the connected account. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write), and the key travels in the header `X-Keep-Idempotency-Key` (Gmail may replace the Message-ID; the header stays). A reply (`threadId`) carries `In-Reply-To` and `References` naming the thread's last message, which keep reads first: Gmail puts a sent message in the thread only with them and a matching subject (`Re: ` + the thread's subject). */
       send(args: connector.gmail.SendArgs): Promise<connector.gmail.SendResult>;
@@ -678,12 +678,12 @@ declare namespace Keep.connector {
     interface SearchArgs {
       /** Gmail search, e.g. `from:alice has:attachment` or `in:inbox invoice` (default: all mail but spam and trash) */
       query?: string;
-      /** a cursor: a previous result's `lastCursor`; only messages received at or after it come back */
+      /** a cursor: a previous result's `lastCursor`; only messages that came in since come back (a number of milliseconds since 1970 starts from that date) */
       after?: string;
       /** at most this many messages, 1 to 500 (default 100) */
       max?: number;
     }
-    /** an array of `{ id, threadId, from, to, subject, snippet, date, labels }` (`date` RFC 3339, `labels` by name) with a property `lastCursor` to pass as the next `after` (it is `after` again when nothing new came, so `return { cursor: emails.lastCursor }` never goes back). A message received in the cursor's millisecond may come twice: register it by `id`, which keeps one. */
+    /** an array of `{ id, threadId, from, to, subject, snippet, date, labels }` (`date` RFC 3339, `labels` by name) with a property `lastCursor` to pass as the next `after` (so `return { cursor: emails.lastCursor }` never goes back, and more than `max` new messages are read over the next polls, none skipped). The first polls read the mailbox oldest first, `max` at a time; then each poll returns the messages Gmail added since, in the order they came. A message may come twice (one received in the cursor's millisecond during the first polls; every message after Gmail forgot the history id, typically a week without a poll, when keep reads the mailbox again as on the first poll): register it by `id`, which keeps one. */
     type SearchResult = Array<{ id: string; threadId: string; from: string; to: string; subject: string; snippet: string; date: string; labels: string[] }> & { lastCursor: string };
     /** the arguments of ctx.gmail.send */
     interface SendArgs {

@@ -296,3 +296,65 @@ func TestABurstLargerThanMaxIsProcessedCompletelyAndOnce(t *testing.T) {
 		t.Fatalf("%d rows for 12 mails: %v", len(rows), rows)
 	}
 }
+
+// The shipped example, unmodified, through keep (issue 40 #3): a mail that
+// comes into the mailbox after the poll that passed its date (Gmail
+// indexed or delivered it late) gets its row at the next run, once; after
+// Gmail forgot the history id, keep reads the mailbox again as on the
+// first poll: every mail comes back, and the inputs registered by id and
+// the events published by it keep one of each — no row twice, and the
+// mail that came meanwhile gets its row.
+func TestMailIndexedLateIsProcessedOnceAndAResyncDoublesNothing(t *testing.T) {
+	base := fake(t)
+	src, err := os.ReadFile("../../examples/email-to-sheets/workflow.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := project(t, base, string(src))
+	if r := keep(t, dir, nil, "deploy", "--grant", "workflow.js"); r.code != 0 {
+		t.Fatalf("deploy: %d %s", r.code, r.err)
+	}
+	connect(t, dir)
+	run := func() {
+		t.Helper()
+		if r := keep(t, dir, nil, "run", "workflow.js"); r.code != 0 {
+			t.Fatalf("run: %d\n%s%s", r.code, r.out, r.err)
+		}
+	}
+	mail := func(from string, date int64) {
+		admin(t, base, "POST", "/_admin/gmail/messages", map[string]any{"from": from, "subject": "Invoice", "text": "x", "date": date}, nil)
+	}
+	for i := 1; i <= 3; i++ {
+		mail(fmt.Sprintf("alice%d@example.com", i), 0)
+	}
+	run()
+	mail("late@example.com", 1_600_000_000_000) // dated 2020: long before the cursor
+	run()
+	run()
+	count := func() map[string]int {
+		rows, _ := sheetRows(t, base, "...")
+		got := map[string]int{}
+		for _, row := range rows {
+			got[row[0]]++
+		}
+		return got
+	}
+	if got := count(); len(got) != 4 || got["late@example.com"] != 1 || got["alice1@example.com"] != 1 {
+		t.Fatalf("rows per sender after the late mail: %v; want one each, the late one too", got)
+	}
+	admin(t, base, "POST", "/_admin/gmail/expire_history", nil, nil)
+	mail("bob@example.com", 0)
+	run()
+	run()
+	if got := count(); len(got) != 5 || got["bob@example.com"] != 1 || got["late@example.com"] != 1 || got["alice3@example.com"] != 1 {
+		t.Fatalf("rows per sender after a full sync: %v; want one each", got)
+	}
+	var inputs []struct{ Title string }
+	r := keep(t, dir, nil, "inputs", "email-to-sheets", "--json")
+	if err := json.Unmarshal([]byte(r.out), &inputs); err != nil || len(inputs) != 5 {
+		t.Fatalf("inputs after a full sync: %v %s (want 5: registering by id keeps one)", err, r.out)
+	}
+	if w := writes(t, base)["sheets.appendRow"]; w != 5 {
+		t.Fatalf("%d rows appended at the fake, want 5", w)
+	}
+}

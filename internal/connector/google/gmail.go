@@ -15,6 +15,7 @@ import (
 	"time"
 
 	gmail "google.golang.org/api/gmail/v1"
+	"google.golang.org/api/googleapi"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -50,17 +51,19 @@ func newGmail(auth *Auth) *connector.Connector {
 		Sources: map[string][]string{"gmail": {"email", "thread"}},
 		Methods: map[string]*connector.Method{
 			"search": {Name: "search", Kind: connector.KindRead, Scopes: gmailRead, Validate: validateSearch, Do: g.search, Doc: connector.MethodDoc{
-				Summary: "Finds messages with Gmail's search syntax, oldest first.",
+				Summary: "Finds messages with Gmail's search syntax and, from one poll to the next, the messages that came into the mailbox since: Gmail's history (messages added), whatever their date, so mail Gmail delivers or indexes late is seen too.",
 				Params: []connector.Param{
 					{Name: "query", Type: "string", Doc: "Gmail search, e.g. `from:alice has:attachment` or `in:inbox invoice` (default: all mail but spam and trash)"},
-					{Name: "after", Type: "string", Doc: "a cursor: a previous result's `lastCursor`; only messages received at or after it come back"},
+					{Name: "after", Type: "string", Doc: "a cursor: a previous result's `lastCursor`; only messages that came in since come back (a number of milliseconds since 1970 starts from that date)"},
 					{Name: "max", Type: "number", Doc: "at most this many messages, 1 to 500 (default 100)"},
 				},
 				ResultTS: "Array<{ id: string; threadId: string; from: string; to: string; subject: string; snippet: string; date: string; labels: string[] }> & { lastCursor: string }",
 				Result: "an array of `{ id, threadId, from, to, subject, snippet, date, labels }` (`date` RFC 3339, `labels` by name) with a property `lastCursor` to pass as the next `after` " +
-					"(it is `after` again when nothing new came, so `return { cursor: emails.lastCursor }` never goes back). A message received in the cursor's millisecond may come twice: register it by `id`, which keeps one.",
+					"(so `return { cursor: emails.lastCursor }` never goes back, and more than `max` new messages are read over the next polls, none skipped). " +
+					"The first polls read the mailbox oldest first, `max` at a time; then each poll returns the messages Gmail added since, in the order they came. " +
+					"A message may come twice (one received in the cursor's millisecond during the first polls; every message after Gmail forgot the history id, typically a week without a poll, when keep reads the mailbox again as on the first poll): register it by `id`, which keeps one.",
 				Errors: "401 after a refresh, a revoked grant, a missing scope: a permission error (the run waits for Reconnect); 403 `accessNotConfigured`: permission, enable the Gmail API in the OAuth client's Cloud project; 429, 403 usage limits and 5xx: transient, retried.",
-				Limits: "Gmail allows 250 quota units a second per user: a list page costs 5, each message read 5, so a poll of 100 new messages costs about 500 units (two seconds' worth); keep lists every match since the cursor (ids only, 500 a page) and reads at most `max` (plus those in the cursor's millisecond). A 429 or 403 usage limit is retried after Google's Retry-After.",
+				Limits: "Gmail allows 250 quota units a second per user: a list page costs 5 (history or search), each message read 5, so a poll of 100 new messages costs about 500 units (two seconds' worth). A poll reads at most `max` messages Gmail added since the last (with a `query`, one search more, from the oldest one's date: Gmail's history cannot search); the first polls list every match (ids only, 500 a page) and read at most `max` (plus those in the cursor's millisecond). A 429 or 403 usage limit is retried after Google's Retry-After.",
 			}},
 			"get": {Name: "get", Kind: connector.KindReadByID, Scopes: gmailRead, Validate: func(a map[string]any) error { return need("gmail.get", a, "id") }, Do: g.get, Doc: connector.MethodDoc{
 				Summary:  "Reads one message with its body.",
@@ -129,24 +132,61 @@ func validateSearch(a map[string]any) error {
 	return nil
 }
 
+// searchCursor is where gmail.search goes on from: either Gmail's history
+// after a history id (mail added to the mailbox since, whatever its date,
+// so mail Gmail indexes or delivers late is seen), or a sync by date
+// under way (the first polls, or after Gmail forgot the history id),
+// which goes on to the history from the id taken when it began.
+type searchCursor struct {
+	history uint64 // Gmail's history id; 0: none yet (take the profile's)
+	syncing bool   // a sync by date under way
+	date    int64  // the sync's progress: internalDate, ms since 1970
+}
+
+// String is the cursor as lastCursor carries it: "h<historyId>" or
+// "s<historyId>.<ms>".
+func (c searchCursor) String() string {
+	if c.syncing {
+		return "s" + strconv.FormatUint(c.history, 10) + "." + strconv.FormatInt(c.date, 10)
+	}
+	return "h" + strconv.FormatUint(c.history, 10)
+}
+
 // cursorOf reads gmail.search's after: the lastCursor of a previous
-// result (milliseconds since 1970, as a string or a number).
-func cursorOf(v any) (int64, error) {
+// result, or milliseconds since 1970 (as a string or a number: a cursor
+// of keep before history ids, or a date to start from).
+func cursorOf(v any) (searchCursor, error) {
+	bad := fmt.Errorf("gmail.search: after must be a previous result's lastCursor, like \"h123456\" (got %v)", v)
 	switch t := v.(type) {
 	case nil:
-		return 0, nil
+		return searchCursor{syncing: true}, nil
 	case float64:
-		return int64(t), nil
+		if t < 0 || t != float64(int64(t)) {
+			return searchCursor{}, bad
+		}
+		return searchCursor{syncing: true, date: int64(t)}, nil
 	case string:
 		if t == "" {
-			return 0, nil
+			return searchCursor{syncing: true}, nil
 		}
-		n, err := strconv.ParseInt(t, 10, 64)
-		if err == nil && n >= 0 {
-			return n, nil
+		if n, err := strconv.ParseInt(t, 10, 64); err == nil && n >= 0 {
+			return searchCursor{syncing: true, date: n}, nil
+		}
+		switch t[0] {
+		case 'h':
+			if h, err := strconv.ParseUint(t[1:], 10, 64); err == nil && h > 0 {
+				return searchCursor{history: h}, nil
+			}
+		case 's':
+			hs, ds, ok := strings.Cut(t[1:], ".")
+			h, err1 := strconv.ParseUint(hs, 10, 64)
+			d, err2 := strconv.ParseInt(ds, 10, 64)
+			if ok && err1 == nil && err2 == nil && h > 0 && d >= 0 {
+				return searchCursor{history: h, syncing: true, date: d}, nil
+			}
 		}
 	}
-	return 0, fmt.Errorf("gmail.search: after must be a previous result's lastCursor (got %v)", v)
+	return searchCursor{}, bad
 }
 
 func header(p *gmail.MessagePart, name string) string {
@@ -189,19 +229,15 @@ func summary(m *gmail.Message, names map[string]string) map[string]any {
 
 func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Result {
 	a := c.Args
-	after, _ := cursorOf(a["after"])
+	cur, _ := cursorOf(a["after"])
 	max := 100
 	if f, ok := a["max"].(float64); ok {
 		max = int(f)
 	}
-	q := strings.TrimSpace(str(a["query"]))
-	if after > 0 {
-		// after: is in seconds; a second earlier, so the cursor's own
-		// second is never cut off by how Gmail rounds.
-		q = strings.TrimSpace(q + " after:" + strconv.FormatInt(after/1000-1, 10))
-	}
+	query := strings.TrimSpace(str(a["query"]))
 	var found []*gmail.Message
 	var names map[string]string
+	var next searchCursor
 	err := g.auth.read(ctx, "gmail.search", gmailRead, func(ctx context.Context, hc *http.Client) error {
 		svc, err := g.service(ctx, hc)
 		if err != nil {
@@ -210,50 +246,179 @@ func (g *gmailConn) search(ctx context.Context, c connector.Call) connector.Resu
 		if names, err = labelNames(svc, ctx); err != nil {
 			return err
 		}
-		found, err = oldestAfter(ctx, svc, q, after, max)
+		found, next, err = poll(ctx, svc, query, cur, max)
 		return err
 	})
 	if err != nil {
 		return connector.Result{Err: err}
 	}
 	items := []any{}
-	cursor := after
 	for _, m := range found {
 		items = append(items, summary(m, names))
-		cursor = max64(cursor, m.InternalDate)
 	}
-	props := map[string]any{}
-	if cursor > 0 {
-		props["lastCursor"] = strconv.FormatInt(cursor, 10)
+	return connector.Result{Value: connector.ListWith(items, map[string]any{"lastCursor": next.String()})}
+}
+
+// poll reads what came into the mailbox since cur: with a history id,
+// the messages Gmail's history says were added since (historyTypes
+// messageAdded), whatever their date — mail Gmail delivers or indexes
+// after a later one is seen all the same; during a sync, by date (below).
+// A history id Gmail no longer keeps (404: "perform a full sync") starts a
+// sync from the mailbox's first message: mail seen before comes again,
+// and registering inputs by id keeps one of each.
+func poll(ctx context.Context, svc *gmail.Service, query string, cur searchCursor, max int) ([]*gmail.Message, searchCursor, error) {
+	if !cur.syncing {
+		found, next, err := added(ctx, svc, query, cur.history, max)
+		var ge *googleapi.Error
+		if !errors.As(err, &ge) || ge.Code != http.StatusNotFound {
+			return found, next, err
+		}
+		cur = searchCursor{syncing: true} // the history id expired
 	}
-	return connector.Result{Value: connector.ListWith(items, props)}
+	if cur.history == 0 {
+		// The history goes on from here: mail added while the sync reads
+		// is in it (and may come twice).
+		p, err := svc.Users.GetProfile("me").Context(ctx).Do()
+		if err != nil {
+			return nil, cur, err
+		}
+		cur.history = p.HistoryId
+	}
+	q := query
+	if cur.date > 0 {
+		// after: is in seconds; a second earlier, so the cursor's own
+		// second is never cut off by how Gmail rounds.
+		q = strings.TrimSpace(q + " after:" + strconv.FormatInt(cur.date/1000-1, 10))
+	}
+	found, more, err := oldestAfter(ctx, svc, q, cur.date, max)
+	if err != nil {
+		return nil, cur, err
+	}
+	for _, m := range found {
+		cur.date = max64(cur.date, m.InternalDate)
+	}
+	if !more {
+		cur.syncing = false // caught up: the history from here on
+	}
+	return found, cur, nil
+}
+
+// added returns the messages added to the mailbox after history id from
+// that match query (all mail but spam and trash when query is ""), in the
+// order Gmail added them, and the history id to go on from. It reads the
+// messages of at most max added (a history record is taken whole): the
+// id to go on from is the last record read, or the mailbox's current id
+// when every record was. Gmail's history cannot search, so with a query
+// the messages read are matched by one search from the oldest one's date.
+func added(ctx context.Context, svc *gmail.Service, query string, from uint64, max int) ([]*gmail.Message, searchCursor, error) {
+	type record struct {
+		id  uint64
+		ids []string
+	}
+	var records []record
+	var current uint64
+	err := svc.Users.History.List("me").StartHistoryId(from).HistoryTypes("messageAdded").MaxResults(500).Pages(ctx, func(p *gmail.ListHistoryResponse) error {
+		for _, h := range p.History {
+			r := record{id: h.Id}
+			for _, a := range h.MessagesAdded {
+				if a.Message != nil {
+					r.ids = append(r.ids, a.Message.Id)
+				}
+			}
+			records = append(records, r)
+		}
+		current = p.HistoryId
+		return nil
+	})
+	if err != nil {
+		return nil, searchCursor{history: from}, err
+	}
+	next := searchCursor{history: current}
+	msgs := map[string]*gmail.Message{}
+	var order []string
+	oldest := int64(-1)
+	for i, r := range records {
+		if len(order) > 0 && len(order)+len(r.ids) > max {
+			next = searchCursor{history: records[i-1].id}
+			break
+		}
+		for _, id := range r.ids {
+			if _, ok := msgs[id]; ok {
+				continue
+			}
+			m, err := svc.Users.Messages.Get("me", id).Format("metadata").MetadataHeaders("From", "To", "Subject", "Date").Context(ctx).Do()
+			var ge *googleapi.Error
+			if errors.As(err, &ge) && ge.Code == http.StatusNotFound {
+				msgs[id] = nil // deleted since
+				continue
+			}
+			if err != nil {
+				return nil, searchCursor{history: from}, err
+			}
+			msgs[id] = m
+			order = append(order, id)
+			if oldest < 0 || m.InternalDate < oldest {
+				oldest = m.InternalDate
+			}
+		}
+	}
+	matches := func(m *gmail.Message) bool {
+		for _, l := range m.LabelIds {
+			if l == "SPAM" || l == "TRASH" {
+				return false // as a search without in:spam or in:trash
+			}
+		}
+		return true
+	}
+	if query != "" && len(order) > 0 {
+		hits := map[string]bool{}
+		q := strings.TrimSpace(query + " after:" + strconv.FormatInt(oldest/1000-1, 10))
+		err := svc.Users.Messages.List("me").Q(q).MaxResults(500).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
+			for _, m := range p.Messages {
+				hits[m.Id] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, searchCursor{history: from}, err
+		}
+		matches = func(m *gmail.Message) bool { return hits[m.Id] }
+	}
+	var found []*gmail.Message
+	for _, id := range order {
+		if m := msgs[id]; m != nil && matches(m) {
+			found = append(found, m)
+		}
+	}
+	return found, next, nil
 }
 
 // oldestAfter returns, oldest first, the max oldest messages matching q
 // received after the cursor (ms), and every one received in the cursor's
 // own millisecond (counted apart: a poll always moves on, and none of
-// that millisecond is lost). Gmail lists newest first, in pages that may
-// be short: every page is read (ids only, 500 a page), then messages are
+// that millisecond is lost); more says matches newer than those were left
+// for the next poll. Gmail lists newest first, in pages that may be
+// short: every page is read (ids only, 500 a page), then messages are
 // read from the oldest end until max are found — so a burst larger than
 // max between two polls, or a first poll, is taken from its start and
 // the cursor never passes mail it did not return.
-func oldestAfter(ctx context.Context, svc *gmail.Service, q string, after int64, max int) ([]*gmail.Message, error) {
+func oldestAfter(ctx context.Context, svc *gmail.Service, q string, after int64, max int) (found []*gmail.Message, more bool, err error) {
 	var ids []string
-	err := svc.Users.Messages.List("me").Q(q).MaxResults(500).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
+	err = svc.Users.Messages.List("me").Q(q).MaxResults(500).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
 		for _, m := range p.Messages {
 			ids = append(ids, m.Id)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var found []*gmail.Message
 	counted := 0
-	for i := len(ids) - 1; i >= 0 && counted < max; i-- {
+	i := len(ids) - 1
+	for ; i >= 0 && counted < max; i-- {
 		m, err := svc.Users.Messages.Get("me", ids[i]).Format("metadata").MetadataHeaders("From", "To", "Subject", "Date").Context(ctx).Do()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		switch {
 		case m.InternalDate < after:
@@ -266,7 +431,7 @@ func oldestAfter(ctx context.Context, svc *gmail.Service, q string, after int64,
 	}
 	// Oldest first, as mail came in (within one millisecond too).
 	sort.SliceStable(found, func(i, j int) bool { return found[i].InternalDate < found[j].InternalDate })
-	return found, nil
+	return found, i >= 0, nil
 }
 
 func max64(a, b int64) int64 {

@@ -306,3 +306,80 @@ func TestADailyQuotaIsTriedAgainAtTheNextPacificMidnight(t *testing.T) {
 		}
 	}
 }
+
+// Mail that comes into the mailbox after the poll that passed its date
+// (Gmail indexes or delivers it late: its internalDate is older than mail
+// already read) is seen on the next poll, exactly once, with or without a
+// query: keep follows Gmail's history (messages added since the last
+// history id), not the date. A history id Gmail forgot (404) starts a full
+// sync: every message comes again, once each, and the one added meanwhile
+// with them; registering by id keeps one of each (TestMailIndexedLate…
+// in test/google shows it through keep).
+func TestGmailSearchSeesMailAddedLateAndResyncsAfterAnExpiredHistoryID(t *testing.T) {
+	for _, query := range []string{"", "in:inbox"} {
+		t.Run("query="+query, func(t *testing.T) {
+			e := setup(t)
+			c := &clock{now: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
+			e.fake.SetClock(c.Now)
+			var cursor any
+			poll := func() []string {
+				t.Helper()
+				r := e.do("gmail", "search", map[string]any{"query": query, "after": cursor, "max": 10}, "")
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				v := r.Value.(map[string]any)
+				var got []string
+				for _, it := range v["$array"].([]any) {
+					got = append(got, it.(map[string]any)["subject"].(string))
+				}
+				cursor = v["lastCursor"]
+				return got
+			}
+			mail := func(subject string, date time.Time) {
+				e.admin("POST", "/_admin/gmail/messages", map[string]any{"from": "shop@example.com", "subject": subject, "text": "x", "date": date.UnixMilli()}, nil)
+			}
+			early := c.Now()
+			for i := 1; i <= 3; i++ {
+				c.Add(time.Minute)
+				mail(fmt.Sprintf("order %d", i), c.Now())
+			}
+			if got := poll(); strings.Join(got, ",") != "order 1,order 2,order 3" {
+				t.Fatalf("first poll: %v", got)
+			}
+			if got := poll(); len(got) != 0 {
+				t.Fatalf("a poll with nothing new: %v", got)
+			}
+			c.Add(time.Hour)
+			mail("late", early) // dated before every mail the cursor passed
+			if got := poll(); strings.Join(got, ",") != "late" {
+				t.Fatalf("the poll after a late mail came in: %v, want [late]", got)
+			}
+			if got := poll(); len(got) != 0 {
+				t.Fatalf("the late mail came again: %v", got)
+			}
+
+			e.admin("POST", "/_admin/gmail/expire_history", nil, nil)
+			mail("after expiry", c.Now())
+			seen := map[string]int{}
+			for polls := 0; ; polls++ {
+				got := poll()
+				if len(got) == 0 {
+					break
+				}
+				if polls > 3 {
+					t.Fatalf("the sync does not end: %v", got)
+				}
+				for _, s := range got {
+					seen[s]++
+				}
+			}
+			if len(seen) != 5 || seen["after expiry"] != 1 || seen["late"] != 1 || seen["order 1"] != 1 {
+				t.Fatalf("the full sync after Gmail forgot the history id read %v; want the 5 messages once each", seen)
+			}
+			if got := poll(); len(got) != 0 || !strings.HasPrefix(cursor.(string), "h") {
+				t.Fatalf("after the sync: %v, cursor %v (want the history again)", got, cursor)
+			}
+		})
+	}
+}

@@ -29,11 +29,13 @@ func (s *Server) adminAddMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 // adminExpireHistory forgets the mailbox's history so far, as Gmail does
-// after a week or so: users.history.list answers 404 to any
-// startHistoryId before the current one, and a client syncs afresh.
+// after a week or so: users.history.list answers 404 to every history id
+// given out until now, and a client syncs afresh from the profile's new
+// one (the mailbox's history moved on).
 func (s *Server) adminExpireHistory(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.historyID += historyStep
 	s.history, s.historyFloor = nil, s.historyID
 	writeJSON(w, http.StatusOK, map[string]any{"historyId": strconv.FormatUint(s.historyID, 10)})
 }
