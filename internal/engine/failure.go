@@ -99,6 +99,7 @@ func (x *runExec) setFailedStatus(cause error, class kt.ErrorClass, msg string, 
 		var asked time.Duration
 		if errors.As(cause, &ke) {
 			asked = ke.RetryAfter
+			x.tr.progressed = ke.Progressed
 		}
 		x.scheduleRetry(msg, now, asked)
 	case kt.ClassLogic:
@@ -118,6 +119,15 @@ func (x *runExec) setFailedStatus(cause error, class kt.ErrorClass, msg string, 
 func (x *runExec) scheduleRetry(msg string, now int64, asked time.Duration) {
 	run := x.run
 	who := fmt.Sprintf("%s %s", run.HandlerType, run.Handler)
+	if x.tr.progressed {
+		// The call kept where it got to and its retry goes on from there:
+		// not a retry that gets nowhere, so the policy does not count it
+		// (a backlog read one rate-limited page at a time ends).
+		delay := max(asked, config.Backoff(x.pol.TransientBackoff, x.pol.TransientBackoffMax, 1))
+		run.NextAttemptAt = now + delay.Milliseconds()
+		x.notify(fmt.Sprintf("%s: %s; it goes on in %s (not counted among the %d retries)", who, msg, delay, x.pol.TransientRetries))
+		return
+	}
 	if run.RetryCount < x.pol.TransientRetries {
 		delay := config.Backoff(x.pol.TransientBackoff, x.pol.TransientBackoffMax, run.RetryCount+1)
 		if asked > delay {

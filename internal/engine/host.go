@@ -42,17 +42,21 @@ type trace struct {
 	dropped int
 	// results is the bytes of read results kept (maxTraceResults).
 	results int
+	// progressed says the run failed transiently after its call got
+	// somewhere and kept it (kt.Error.Progressed): its retry is not counted.
+	progressed bool
 }
 
 func loadTrace(raw json.RawMessage) *trace {
 	t := &trace{}
 	if len(raw) > 0 {
 		var w struct {
-			Entries []kt.TraceEntry `json:"entries"`
-			Dropped int             `json:"dropped"`
+			Entries    []kt.TraceEntry `json:"entries"`
+			Dropped    int             `json:"dropped"`
+			Progressed bool            `json:"progressed"`
 		}
 		if json.Unmarshal(raw, &w) == nil {
-			t.entries, t.dropped = w.Entries, w.Dropped
+			t.entries, t.dropped, t.progressed = w.Entries, w.Dropped, w.Progressed
 			for _, e := range w.Entries {
 				t.results += len(e.Result)
 			}
@@ -103,7 +107,11 @@ func clip(s string, n int) string {
 }
 
 func (t *trace) json() json.RawMessage {
-	b, _ := json.Marshal(map[string]any{"entries": t.entries, "dropped": t.dropped})
+	w := map[string]any{"entries": t.entries, "dropped": t.dropped}
+	if t.progressed {
+		w["progressed"] = true
+	}
+	b, _ := json.Marshal(w)
 	return b
 }
 

@@ -151,6 +151,9 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	// Automatic retries count against the policy; a person's decision starts afresh.
 	if old.Action == "" && (old.Status == kt.StatusTransient || (old.Status == kt.StatusCrashed && old.RetryCount > 0)) {
 		nr.RetryCount = old.RetryCount + 1
+		if old.Status == kt.StatusTransient && loadTrace(old.Trace).progressed {
+			nr.RetryCount = old.RetryCount // it got somewhere: not counted (scheduleRetry)
+		}
 	}
 	var mut kt.Mutation
 	hasMut := false

@@ -160,6 +160,12 @@ type Error struct {
 	// RetryAfter, for a transient error, is the least wait the service
 	// asked for (a 429's Retry-After); the retry waits at least that long.
 	RetryAfter time.Duration
+	// Progressed, for a transient error, says the call got somewhere
+	// before it failed and kept it (pages of a listing a rate limit cut
+	// short), so its retry goes on from there: the retry is not counted
+	// against the policy's transient_retries, which bound retries that
+	// get nowhere.
+	Progressed bool
 }
 
 // ReconnectSuffix ends the message of a permission error that a person

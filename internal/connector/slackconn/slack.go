@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -64,7 +65,7 @@ func New(s *Slack) *connector.Connector {
 				Result:   "an array of `{ ts, user, text, threadTs }` (`ts` is the message's id: register inputs by it) with a property `lastCursor`: the last message returned (or `after` again when nothing came), so more than `limit` new messages are read over the next polls, none skipped",
 				Errors:   "a channel that does not exist or the bot is not in, or a name no channel has: logic; a revoked token: permission (reconnect); rate limits: transient, after Slack's Retry-After.",
 				Needs:    "the bot scope `channels:history` (`groups:history` for a private channel, `im:history`, `mpim:history` for direct messages), and the bot invited to the channel; " + nameNeeds,
-				Limits:   "Slack answers in pages, which may hold fewer messages than asked while more exist (`has_more`, `next_cursor`); keep reads every page after `after` and returns the oldest `limit`. `conversations.history` is Tier 3 (about 50 requests a minute) — but 1 a minute with pages of 15 for apps distributed outside the Slack Marketplace (an app made for one workspace is not); a poll reads one page per 200 messages (per 15 there), and a 429 is retried after Slack's Retry-After.",
+				Limits:   "Slack answers in pages, which may hold fewer messages than asked while more exist (`has_more`, `next_cursor`); keep reads every page after `after` and returns the oldest `limit`. `conversations.history` is Tier 3 (about 50 requests a minute) — but 1 a minute with pages of 15 for apps distributed outside the Slack Marketplace (an app made for one workspace is not); a poll reads one page per 200 messages (per 15 there). A 429 (or any failure) after some pages keeps them and where the read stopped: the retry, after Slack's Retry-After, goes on from there, and a retry that read a page further is not counted among the policy's `transient_retries`, so a backlog of many pages completes at 1 call a minute (kept in keep's memory: a restart reads again from the first page).",
 			}},
 			"postMessage": {Name: "postMessage", Kind: connector.KindMutate, Identity: []string{"channel", "threadTs"}, Validate: validate("slack.postMessage", "channel", "text"),
 				Do: c.post, Reconcile: c.reconcilePost, ComparePayload: connector.ComparePayloadOf("text"), Target: func(a map[string]any) string { return "slack.postMessage to " + str(a["channel"]) },
@@ -98,7 +99,63 @@ func New(s *Slack) *connector.Connector {
 	}
 }
 
-type conn struct{ s *Slack }
+type conn struct {
+	s *Slack
+
+	mu    sync.Mutex
+	pages map[string]*paging // by historyKey
+}
+
+// paging is a conversations.history read a failure cut short (a rate
+// limit, most often): where it stopped and what it had read, so the
+// retry of the same call goes on from there instead of from page 1 — at
+// Slack's 1 call a minute for apps outside its Marketplace, a backlog of
+// more than one page a retry would otherwise never end. It lives in this
+// process only: after a restart the read starts again.
+type paging struct {
+	cursor string
+	msgs   []slack.Message
+	at     time.Time
+}
+
+// Bounds of the pagings kept: a retry that never comes (the script
+// changed) leaves one behind.
+const (
+	maxPagings = 64
+	pagingTTL  = time.Hour
+)
+
+func historyKey(channel, after string, limit int) string {
+	return channel + "\x00" + after + "\x00" + strconv.Itoa(limit)
+}
+
+// resume takes the paging kept for key, if any and not stale.
+func (c *conn) resume(key string) *paging {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pages[key]
+	delete(c.pages, key)
+	if p == nil || time.Since(p.at) > pagingTTL {
+		return nil
+	}
+	return p
+}
+
+// keep saves where a read stopped, for its retry.
+func (c *conn) keep(key string, p *paging) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pages == nil {
+		c.pages = map[string]*paging{}
+	}
+	for k, old := range c.pages {
+		if len(c.pages) < maxPagings && time.Since(old.at) <= pagingTTL {
+			break
+		}
+		delete(c.pages, k)
+	}
+	c.pages[key] = p
+}
 
 func str(v any) string { s, _ := v.(string); return s }
 
@@ -239,9 +296,18 @@ func (c *conn) history(ctx context.Context, call connector.Call) connector.Resul
 	if f, ok := a["limit"].(float64); ok {
 		limit = int(f)
 	}
-	msgs, err := readHistory(ctx, api, id, str(a["after"]), limit)
+	key := historyKey(id, str(a["after"]), limit)
+	msgs, stopped, err := readHistory(ctx, api, id, str(a["after"]), limit, c.resume(key))
 	if err != nil {
-		return connector.Result{Err: c.classify(ctx, what, false, w, err).Err}
+		kerr := c.classify(ctx, what, false, w, err).Err
+		if stopped != nil {
+			c.keep(key, stopped.paging)
+			if kerr.Class == kt.ClassTransient && stopped.progressed {
+				kerr.Progressed = true
+				kerr.Message += fmt.Sprintf(" (after %d messages read; the retry goes on from there)", len(stopped.msgs))
+			}
+		}
+		return connector.Result{Err: kerr}
 	}
 	items := []any{}
 	cursor := str(a["after"])
@@ -261,15 +327,25 @@ func (c *conn) history(ctx context.Context, call connector.Call) connector.Resul
 // answers newest first, in pages that may be short while has_more is
 // set), so that a burst larger than limit is taken from its start and the
 // next poll goes on where this one stopped; without after, the latest
-// limit messages.
-func readHistory(ctx context.Context, api *slack.Client, id, after string, limit int) ([]slack.Message, error) {
+// limit messages. It goes on from a paging a failed attempt kept (from),
+// and when a page fails after others were read it returns where it
+// stopped (progressed: this attempt read a page), for the retry.
+func readHistory(ctx context.Context, api *slack.Client, id, after string, limit int, from *paging) ([]slack.Message, *stopped, error) {
 	params := &slack.GetConversationHistoryParameters{ChannelID: id, Oldest: after, Limit: min(limit, 200)}
 	var msgs []slack.Message
+	if from != nil {
+		params.Cursor, msgs = from.cursor, from.msgs
+	}
+	pages := 0
 	for {
 		resp, err := api.GetConversationHistoryContext(ctx, params)
 		if err != nil {
-			return nil, err
+			if params.Cursor == "" {
+				return nil, nil, err
+			}
+			return nil, &stopped{paging: &paging{cursor: params.Cursor, msgs: msgs, at: time.Now()}, progressed: pages > 0}, err
 		}
+		pages++
 		for _, m := range resp.Messages {
 			if after == "" || laterThan(m.Timestamp, after) {
 				msgs = append(msgs, m)
@@ -283,11 +359,17 @@ func readHistory(ctx context.Context, api *slack.Client, id, after string, limit
 	sort.SliceStable(msgs, func(i, j int) bool { return laterThan(msgs[j].Timestamp, msgs[i].Timestamp) })
 	if len(msgs) > limit {
 		if after == "" {
-			return msgs[len(msgs)-limit:], nil
+			return msgs[len(msgs)-limit:], nil, nil
 		}
-		return msgs[:limit], nil
+		return msgs[:limit], nil, nil
 	}
-	return msgs, nil
+	return msgs, nil, nil
+}
+
+// stopped is where a read stopped, and whether the attempt got anywhere.
+type stopped struct {
+	*paging
+	progressed bool
 }
 
 // laterThan compares two Slack timestamps ("1700000000.000100") exactly:

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,14 +25,16 @@ import (
 )
 
 type env struct {
-	t   *testing.T
-	url string
-	reg *connector.Registry
-	bot *slackconn.Slack
+	t    *testing.T
+	url  string
+	reg  *connector.Registry
+	bot  *slackconn.Slack
+	fake *slackfake.Server
 }
 
 func setup(t *testing.T) *env {
-	srv := httptest.NewServer(slackfake.New().Handler())
+	fake := slackfake.New()
+	srv := httptest.NewServer(fake.Handler())
 	t.Cleanup(srv.Close)
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
 	if err != nil {
@@ -47,7 +50,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	bot := &slackconn.Slack{Endpoint: srv.URL, Accounts: accts}
-	return &env{t: t, url: srv.URL, reg: connector.NewRegistry(slackconn.New(bot)), bot: bot}
+	return &env{t: t, url: srv.URL, reg: connector.NewRegistry(slackconn.New(bot)), bot: bot, fake: fake}
 }
 
 func (e *env) admin(path string, body, out any) {
@@ -313,5 +316,82 @@ func TestAChannelByNameWorksEverywhere(t *testing.T) {
 	}
 	if r := e.do("history", map[string]any{"channel": "#nowhere"}, ""); r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "#nowhere") {
 		t.Fatalf("a name no channel has: %+v", r.Err)
+	}
+}
+
+// clock is a virtual clock the fake's rate limit counts on: a retry's wait
+// moves it, so an hour of Slack's 1 call a minute takes no hour, and no
+// timer races the work.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// A backlog of 1,000 messages read at Slack's 1 call a minute with pages of
+// 15 (conversations.history for apps outside its Marketplace) completes
+// (issue 40 #6): a 429 keeps where the read stopped, and the retry of the
+// same call goes on from there, after Slack's Retry-After, saying it got
+// somewhere (kt.Error.Progressed: the engine does not count such a retry).
+// Every page is fetched once: the calls are the pages and the 429s. It
+// restarted at page 1 on every 429 and never ended.
+func TestABacklogReadOnePageAMinuteCompletes(t *testing.T) {
+	e := setup(t)
+	c := &clock{now: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
+	e.fake.SetClock(c.Now)
+	var want []string
+	for i := 0; i < 1000; i++ {
+		var m struct{ TS string }
+		e.admin("/_admin/messages", map[string]any{"channel": "C7", "text": fmt.Sprintf("m%d", i)}, &m)
+		want = append(want, m.TS)
+	}
+	e.admin("/_admin/rate_limit", map[string]any{"method": "conversations.history", "calls": 1, "windowSeconds": 60}, nil)
+	var got []string
+	cursor, attempts, progressed, limited := any("0"), 0, 0, 0
+	for polls := 0; ; polls++ {
+		var r connector.Result
+		for {
+			if attempts++; attempts > 500 {
+				t.Fatalf("%d attempts and %d of 1,000 messages read: the read does not go on where it stopped", attempts, len(got))
+			}
+			r = e.do("history", map[string]any{"channel": "C7", "after": cursor, "limit": 999}, "")
+			if r.Err == nil {
+				break
+			}
+			if r.Err.Class != kt.ClassTransient || r.Err.RetryAfter <= 0 || r.Err.RetryAfter > time.Minute {
+				t.Fatalf("a rate limit: %+v", r.Err)
+			}
+			limited++
+			if r.Err.Progressed {
+				progressed++
+			}
+			c.Add(r.Err.RetryAfter) // the engine's wait for the retry
+		}
+		v := r.Value.(map[string]any)
+		items := v["$array"].([]any)
+		for _, it := range items {
+			got = append(got, it.(map[string]any)["ts"].(string))
+		}
+		cursor = v["lastCursor"]
+		if len(items) == 0 {
+			break
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read %d messages, want the 1,000 in order", len(got))
+	}
+	var calls, rl map[string]int
+	e.admin("/_admin/calls", nil, &calls)
+	e.admin("/_admin/ratelimited", nil, &rl)
+	// 999 messages in 67 pages of 15, then the 1,000th (1 page), then an empty poll (1 page).
+	pages := 67 + 1 + 1
+	if n := calls["conversations.history"]; n != pages+rl["conversations.history"] || rl["conversations.history"] != limited {
+		t.Fatalf("%d calls of conversations.history and %d answered 429 (%d seen); want the %d pages once each and the 429s", n, rl["conversations.history"], limited, pages)
+	}
+	if progressed < 60 {
+		t.Fatalf("only %d of %d rate-limited attempts said they got somewhere", progressed, limited)
 	}
 }

@@ -73,6 +73,19 @@ type Server struct {
 	seq      int64
 	pageMax  int
 	calls    map[string]int
+	// limits are the rate limits armed per API method
+	// (conversations.history …), counted on now; limited counts the calls
+	// each answered 429.
+	limits  map[string]*rateLimit
+	limited map[string]int
+	now     func() time.Time
+}
+
+// rateLimit is Slack's limit of one method: at most calls in any window.
+type rateLimit struct {
+	calls  int
+	window time.Duration
+	used   []time.Time
 }
 
 // New returns an empty workspace. A channel exists from its first use: by
@@ -80,6 +93,7 @@ type Server struct {
 // routes, by name (#ops), which gives it an ID.
 func New() *Server {
 	return &Server{channels: map[string]*channel{}, writes: map[string]int{}, pageMax: PageMax, calls: map[string]int{},
+		limits: map[string]*rateLimit{}, limited: map[string]int{}, now: time.Now,
 		faults: &fault.Set{Example: `{"method": "slack.postMessage", "fault": "drop_after_apply", "count": 1}`, Extra: slackError.MatchString}}
 }
 
@@ -132,6 +146,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /_admin/faults", s.faults.AdminArm)
 	mux.HandleFunc("GET /_admin/faults", s.faults.AdminList)
 	mux.HandleFunc("POST /_admin/page_max", s.adminPageMax)
+	mux.HandleFunc("POST /_admin/rate_limit", s.adminRateLimit)
+	mux.HandleFunc("GET /_admin/ratelimited", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		answer(w, s.limited)
+	})
 	mux.HandleFunc("GET /_admin/calls", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -182,10 +202,72 @@ func (s *Server) api(method string, h func(w http.ResponseWriter, r *http.Reques
 			fail(w, "token_revoked")
 			return
 		}
-		s.calls[strings.TrimPrefix(r.URL.Path, "/api/")]++
+		name := strings.TrimPrefix(r.URL.Path, "/api/")
+		s.calls[name]++
+		if wait, over := s.overLimit(name); over {
+			s.limited[name]++
+			s.mu.Unlock()
+			w.Header().Set("Retry-After", strconv.Itoa(wait))
+			s.Error(w, r, http.StatusTooManyRequests)
+			return
+		}
 		fault.Serve(w, r, &s.mu, s.faults.Take(method), s, func(w http.ResponseWriter) { h(w, r) },
 			func(w http.ResponseWriter, r *http.Request, f *fault.Fault) { fail(w, f.Fault) })
 	}
+}
+
+// overLimit counts a call of method against its armed rate limit; over
+// when the window already holds its calls, with the seconds until the
+// oldest of them leaves it: Slack's Retry-After (s.mu is held).
+func (s *Server) overLimit(method string) (wait int, over bool) {
+	l := s.limits[method]
+	if l == nil {
+		return 0, false
+	}
+	now := s.now()
+	for len(l.used) > 0 && !now.Before(l.used[0].Add(l.window)) {
+		l.used = l.used[1:]
+	}
+	if len(l.used) < l.calls {
+		l.used = append(l.used, now)
+		return 0, false
+	}
+	left := l.used[0].Add(l.window).Sub(now)
+	return max(1, int((left+time.Second-1)/time.Second)), true
+}
+
+// SetClock replaces the clock the rate limits count on (tests that wait
+// by a clock of their own).
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	s.now = now
+	s.mu.Unlock()
+}
+
+// adminRateLimit arms Slack's rate limit of one API method, as Slack
+// applies it per method per app per workspace: {"method":
+// "conversations.history", "calls": 1, "windowSeconds": 60} (1 a minute:
+// conversations.history for apps outside the Marketplace). A call over
+// it is answered 429 with Retry-After, {"ok": false, "error":
+// "ratelimited"}; calls 0 takes the limit off.
+func (s *Server) adminRateLimit(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Method        string
+		Calls         int
+		WindowSeconds int
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.Method == "" || b.Calls < 0 || (b.Calls > 0 && b.WindowSeconds < 1) {
+		http.Error(w, `give {"method": "conversations.history", "calls": 1, "windowSeconds": 60}`, http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	if b.Calls == 0 {
+		delete(s.limits, b.Method)
+	} else {
+		s.limits[b.Method] = &rateLimit{calls: b.Calls, window: time.Duration(b.WindowSeconds) * time.Second}
+	}
+	s.mu.Unlock()
+	answer(w, map[string]any{"ok": true})
 }
 
 // slackError is a Slack error string a fault may answer (channel_not_found,
