@@ -465,7 +465,7 @@ func pgArgs(m *pgtype.Map, sd *pgconn.StatementDescription, args []any) error {
 		if t, ok := m.TypeForOID(oid); ok {
 			typ = t.Name
 		}
-		return refusal{fmt.Sprintf("args[%d] (%v) cannot be sent as the statement's $%d, a PostgreSQL %s: %v; pass a value of that type (or change the column's type)", i, args[i], i+1, typ, err)}
+		return refusal{fmt.Sprintf("args[%d] (%s) cannot be sent as the statement's $%d, a PostgreSQL %s: %s; pass a value of that type (or change the column's type)", i, crop(fmt.Sprint(args[i]), 60), i+1, typ, crop(err.Error(), 300))}
 	}
 	return nil
 }
