@@ -71,7 +71,7 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 	}
 	secrets := &account.Secrets{Store: e.k.Store, Box: accts.Box}
 	for name, v := range map[string]string{"sig": sig, "tok": tok} {
-		if err := secrets.Set(e.ctx(), name, v); err != nil {
+		if err := secrets.SetScoped(e.ctx(), name, v, []string{e.sink.Host()}); err != nil {
 			t.Fatal(err)
 		}
 	}
