@@ -60,7 +60,7 @@ type Analysis struct {
 	// "}"): the name is known only at run time, where the call's check
 	// refuses a secret not granted.
 	SecretsComputed bool
-	sequences      []callPair
+	sequences       []callPair
 	// handlerLine is where each handler ("consumers.c") is declared;
 	// stringLine where each string first appears.
 	handlerLine, stringLine map[string]int
