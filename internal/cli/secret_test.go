@@ -85,7 +85,7 @@ func TestAnEchoedSecretShowsNowhere(t *testing.T) {
     async mutate(ctx, p) {
       await ctx.http.request({ method: "POST", url: "`+sink.URL+`/write/a", json: {}, headers: { "X-Custom-Sig": "{secret:sig}" } })
     } }) } })`), 0o644)
-	if r := keepIn(t, value, "secret", "set", "--data", data, "sig"); r.code != 0 {
+	if r := keepIn(t, value, "secret", "set", "--data", data, "sig", "--host", sink.Host()); r.code != 0 {
 		t.Fatalf("secret set: %s %s", r.out, r.err)
 	}
 	var seen strings.Builder

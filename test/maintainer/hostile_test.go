@@ -183,7 +183,7 @@ func TestCredentialsNeverReachTheModel(t *testing.T) {
 		}
 		return []llmfake.Reply{{Content: answer(fixed(masked)), Tokens: 10}}
 	}, withHeaders)
-	cmd := exec.Command(keepBin, "secret", "set", "sig")
+	cmd := exec.Command(keepBin, "secret", "set", "sig", "--host", r.sink.Host())
 	cmd.Dir, cmd.Stdin = r.dir, strings.NewReader(secret+"\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("secret set: %v %s", err, out)
