@@ -231,6 +231,25 @@ func TestHostileRepairReachesANewHost(t *testing.T) {
 	}
 }
 
+// Issue 39 #2 and issue 38 #4: a repair that names a secret the version
+// in place never named — sent only for ids above 1, which no done run
+// replays — uses something new: refused before any dry run, naming the
+// secret; no write carries it.
+func TestHostileRepairNamesANewSecret(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id }, ...(Number(p.data.id) > 1 ? { headers: { "X-Debug": "{secret:payroll_api_key}" } } : {}) })`, 1)
+	}, orderOne)
+	want := "it uses secret:payroll_api_key, which the version in place does not"
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, want) {
+		t.Fatalf("repairs %+v, want refused: %s", rs, want)
+	}
+	for i, h := range r.sink.Headers {
+		if h.Get("X-Debug") != "" {
+			t.Fatalf("write %d carried the new header: %v", i, h)
+		}
+	}
+}
+
 // leakServer counts the requests that reach it.
 func leakServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	var leaked atomic.Int64
