@@ -186,16 +186,22 @@ func TestASecretGoesOnlyWhereItIsGrantedAndScoped(t *testing.T) {
 	if code != 3 || len(b.requests()) != 0 {
 		t.Fatalf("toward B: exit %d, %d requests at B (want blocked, 0)\n%s", code, len(b.requests()), out)
 	}
-	_, c = k.blocked("crm-b")
+	runB, c := k.blocked("crm-b")
 	if !strings.Contains(c.Reason, "the secret may go only to "+a.host()) || !strings.Contains(c.Reason, "keep secret scope crm_token --host "+a.host()+" --host "+b.host()) || c.Grant {
 		t.Fatalf("the card toward B: %+v", c)
+	}
+	// What the card says to do lets it through: the scope, then Try again.
+	k.must("", "secret", "scope", "crm_token", "--host", a.host(), "--host", b.host())
+	k.must("", "resolve", runB, "--try-again")
+	if reqs := b.requests(); len(reqs) != 1 || reqs[0].Header.Get("X-Key") != value {
+		t.Fatalf("after the scope and Try again: %d requests at B, want 1 with the value", len(reqs))
 	}
 	if n := len(a.requests()); n != 1 {
 		t.Fatalf("%d requests at A, want the one read", n)
 	}
 	// keep secret list shows where it may go, never its value.
 	out = k.must("", "secret", "list")
-	if !strings.Contains(out, a.host()) || strings.Contains(out, value) {
+	if !strings.Contains(out, a.host()+", "+b.host()) && !strings.Contains(out, b.host()+", "+a.host()) || strings.Contains(out, value) {
 		t.Fatalf("secret list:\n%s", out)
 	}
 }
