@@ -124,9 +124,9 @@ func TestSecretGrantsAndHosts(t *testing.T) {
 	}
 	for s, want := range map[string]string{
 		"Bearer {secret:b} {secret:a} {secret:b}": "[a b] false",
-		"{secret:" + "":                          "[] true",
-		"{secret:a b} {secret:c}":                 "[c] true",
-		"no secret here {x}":                      "[] false",
+		"{secret:" + "":           "[] true",
+		"{secret:a b} {secret:c}": "[c] true",
+		"no secret here {x}":      "[] false",
 	} {
 		names, partial := SecretsIn(s)
 		if got := fmt.Sprintf("%v %v", names, partial); got != want {
