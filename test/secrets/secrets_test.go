@@ -205,3 +205,50 @@ func TestASecretGoesOnlyWhereItIsGrantedAndScoped(t *testing.T) {
 		t.Fatalf("secret list:\n%s", out)
 	}
 }
+
+// A custom connector's headers in keep.toml may name a secret: keep.toml's
+// author bound it to the connector, so the connector's grant covers it (no
+// secret:NAME grant is asked) — but it goes only to the secret's hosts
+// all the same. A secret set without hosts waits with a card naming the
+// scope, nothing sent; scoped to base_url's host, Try again sends it.
+func TestACustomConnectorsSecretGoesOnlyToItsHosts(t *testing.T) {
+	t.Parallel()
+	a := newServer(t)
+	dir := t.TempDir()
+	k := keepper{t: t, dir: dir, data: filepath.Join(dir, "data")}
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(`[connectors.http]
+allow = ["`+a.host()+`"]
+
+[connectors.custom.crm]
+base_url = "`+a.URL+`"
+headers = { X-Key = "{secret:crm_sig}" }
+
+[connectors.custom.crm.methods.contact]
+kind = "read"
+path = "/contacts/{id}"
+params = { id = "the contact's id" }
+`), 0o644)
+	const value = "crm-sig-value-77aa"
+	k.must(value, "secret", "set", "crm_sig")
+	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(`export default Keep.workflow({ name: "contacts", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    await ctx.crm.contact({ id: "1" })
+  } } } })`), 0o644)
+	out := k.must("", "deploy", "wf.js")
+	if strings.Contains(out, "secret:") {
+		t.Fatalf("deploy asks a grant of keep.toml's secret:\n%s", out)
+	}
+	code, out := k.run("", "grant", "contacts", "--yes")
+	if code != 3 || len(a.requests()) != 0 {
+		t.Fatalf("granted the connector, the secret unscoped: exit %d, %d requests (want blocked, 0)\n%s", code, len(a.requests()), out)
+	}
+	run, c := k.blocked("contacts")
+	if !strings.Contains(c.Reason, "keep secret scope crm_sig --host "+a.host()) || c.Grant {
+		t.Fatalf("the card: %+v", c)
+	}
+	k.must("", "secret", "scope", "crm_sig", "--host", a.host())
+	k.must("", "resolve", run, "--try-again")
+	if reqs := a.requests(); len(reqs) != 1 || reqs[0].Header.Get("X-Key") != value || reqs[0].URL.Path != "/contacts/1" {
+		t.Fatalf("after the scope: %d requests, want 1 with the declared header's value", len(reqs))
+	}
+}
