@@ -82,7 +82,10 @@ func (x *runExec) checkSecret(name, host string, byScript bool) error {
 		return err
 	})
 	if errors.Is(err, kt.ErrNotFound) {
-		return err // FillSecrets says keep secret set NAME
+		if host == "" {
+			return err // FillSecrets says keep secret set NAME
+		}
+		return kt.Errorf(kt.ClassPermission, "the call sends {secret:%s} to %s, and keep has no secret of that name%s --host %s", name, host, kt.SecretSuffix(name), host)
 	}
 	if err != nil {
 		return kt.Errorf(kt.ClassInternal, "read the secret %s: %v", name, err)

@@ -58,8 +58,8 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 	e.settle()
 
 	r := e.open(wf)
-	if r.Status != kt.StatusApproval || !strings.Contains(r.ErrorMessage, "{secret:sig}") || !strings.HasSuffix(r.ErrorMessage, "keep secret set sig") {
-		t.Fatalf("a run naming an unknown secret: %s: %s (want it waiting for a person, saying keep secret set sig)", r.Status, r.ErrorMessage)
+	if r.Status != kt.StatusApproval || !strings.Contains(r.ErrorMessage, "{secret:sig}") || !strings.HasSuffix(r.ErrorMessage, "keep secret set sig --host "+e.sink.Host()) {
+		t.Fatalf("a run naming an unknown secret: %s: %s (want it waiting for a person, saying keep secret set sig --host HOST)", r.Status, r.ErrorMessage)
 	}
 	if n := e.sink.Requests(); n != 0 {
 		t.Fatalf("%d requests went out naming a secret keep does not have", n)
