@@ -318,7 +318,7 @@ func decodeStored(what, owner string, raw json.RawMessage, v any) error {
 func (x *runExec) do(ctx context.Context, tool string, m *connector.Method, call connector.Call) connector.Result {
 	ctx, span := x.startCall(ctx, "call", tool, m.Name)
 	defer x.e.flight.call(ctx, x.callOf(tool, m, call))()
-	call.Secret = x.secrets(secretsNamed(call.Args))
+	call.Secret = x.secrets(call.Args)
 	res := maskResult(m.Do(ctx, call))
 	endCall(span, m, call, res)
 	return res
@@ -330,7 +330,7 @@ func (x *runExec) probe(ctx context.Context, tool string, m *connector.Method, c
 	probe := x.callOf(tool, m, connector.Call{Args: call.Args})
 	probe.Call += " (reconcile)"
 	defer x.e.flight.call(ctx, probe)()
-	call.Secret = x.secrets(secretsNamed(call.Args))
+	call.Secret = x.secrets(call.Args)
 	status, value, err := m.Reconcile(ctx, call)
 	if err != nil {
 		err = errors.New(redact.String(err.Error()))

@@ -29,17 +29,21 @@ import (
 // exactly what to do.
 
 // secretsNamed are the secrets the script's own arguments of a call name
-// (any string in them, nested or not).
-func secretsNamed(args map[string]any) map[string]bool {
-	out := map[string]bool{}
+// (any string in them, nested or not); partial says some string starts a
+// {secret: that names none whole, which a connector's filling may complete
+// (a probe's {idempotencyKey} inside one): then every secret the call
+// opens counts as the script's.
+func secretsNamed(args map[string]any) (names map[string]bool, partial bool) {
+	names = map[string]bool{}
 	var walk func(v any)
 	walk = func(v any) {
 		switch x := v.(type) {
 		case string:
-			names, _ := kt.SecretsIn(x)
-			for _, n := range names {
-				out[n] = true
+			ns, p := kt.SecretsIn(x)
+			for _, n := range ns {
+				names[n] = true
 			}
+			partial = partial || p
 		case map[string]any:
 			for _, y := range x {
 				walk(y)
@@ -51,18 +55,19 @@ func secretsNamed(args map[string]any) map[string]bool {
 		}
 	}
 	walk(args)
-	return out
+	return names, partial
 }
 
-// secrets opens the secrets a call names (connector.FillSecrets) once
-// checkSecret lets them go where the request goes; named are those the
-// script's arguments name.
-func (x *runExec) secrets(named map[string]bool) connector.SecretFunc {
+// secrets opens the secrets a call with the script's arguments args names
+// (connector.FillSecrets) once checkSecret lets them go where the request
+// goes.
+func (x *runExec) secrets(args map[string]any) connector.SecretFunc {
 	if x.e.secret == nil {
 		return nil
 	}
+	named, partial := secretsNamed(args)
 	return func(name, host string) (string, error) {
-		if err := x.checkSecret(name, host, named[name]); err != nil {
+		if err := x.checkSecret(name, host, named[name] || partial); err != nil {
 			return "", err
 		}
 		return x.e.secret(x.ctx, name)
