@@ -705,7 +705,7 @@ declare namespace Keep.connector {
     /** `{ id, threadId, messageId }`; a reconciled send adds `reconciled: true` */
     type SendResult = { id: string; threadId: string; messageId: string; reconciled?: boolean };
   }
-  /** Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = ["127.0.0.1:8090"]`. Credentials stay in keep, not in the script: `keep secret set NAME`, then name it in a header, e.g. `headers: { Authorization: "Bearer {secret:NAME}" }` (or in the URL's query: `?key={secret:NAME}`); keep fills it in at the call and masks it wherever a call is shown. */
+  /** Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = ["127.0.0.1:8090"]`. Credentials stay in keep, not in the script: `keep secret set NAME --host api.example.com`, then name it in a header, e.g. `headers: { Authorization: "Bearer {secret:NAME}" }` (or in the URL's query: `?key={secret:NAME}`); keep fills it in at the call, only for a workflow granted `secret:NAME` and only toward the secret's hosts, and masks it wherever a call is shown. */
   namespace http {
     /** the arguments of ctx.http.request */
     interface RequestArgs {

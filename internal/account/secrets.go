@@ -2,7 +2,10 @@ package account
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -14,7 +17,9 @@ import (
 // NAME`): sealed in the store with the same key and the same AES-GCM as
 // the accounts' tokens, each bound to its name, never printed. Scripts name
 // them ({secret:NAME} in a call's headers), webhooks are verified with
-// them; whoever opens one learns it and tells package redact, so the value
+// them; a call sends one only where its workflow was granted it and only
+// to the hosts the secret is scoped to (Hosts, checked by the engine at the
+// call); whoever opens one learns it and tells package redact, so the value
 // is masked wherever keep writes text.
 type Secrets struct {
 	Store store.Store
@@ -26,24 +31,83 @@ type Secrets struct {
 // cannot be passed off as a secret, nor one secret as another.
 func sealedAs(name string) string { return "secret:" + name }
 
-// Set seals and saves a secret, replacing the one of that name.
+// Set seals and saves a secret, replacing the one of that name; it keeps
+// the hosts the one before was scoped to (a new secret goes nowhere).
 func (s *Secrets) Set(ctx context.Context, name, value string) error {
+	return s.set(ctx, name, value, nil)
+}
+
+// SetScoped is Set with the hosts the secret may go to, exactly these
+// (issue 38: a call sends a secret only to one of its hosts).
+func (s *Secrets) SetScoped(ctx context.Context, name, value string, hosts []string) error {
+	h, err := checkHosts(hosts)
+	if err != nil {
+		return err
+	}
+	return s.set(ctx, name, value, h)
+}
+
+func (s *Secrets) set(ctx context.Context, name, value string, hosts []string) error {
 	if err := kt.CheckSecretName(name); err != nil {
 		return err
 	}
 	if value == "" {
 		return fmt.Errorf("the secret %s is empty; give its value on standard input", name)
 	}
-	now := time.Now()
-	if s.Now != nil {
-		now = s.Now()
-	}
-	at := now.UnixMilli()
+	at := s.now().UnixMilli()
 	sealed := s.Box.Seal(sealedAs(name), []byte(value))
 	redact.Learn(value)
 	return s.Store.Update(ctx, func(tx store.Tx) error {
-		return tx.SecretPut(kt.Secret{Name: name, Sealed: sealed, CreatedAt: at, UpdatedAt: at})
+		if hosts == nil {
+			old, err := tx.SecretGet(name)
+			if err != nil && !errors.Is(err, kt.ErrNotFound) {
+				return err
+			}
+			hosts = old.Hosts
+		}
+		return tx.SecretPut(kt.Secret{Name: name, Sealed: sealed, Hosts: hosts, CreatedAt: at, UpdatedAt: at})
 	})
+}
+
+// Scope sets the hosts a secret keep has may go to, exactly these (none:
+// it goes nowhere), without its value. A name keep does not have is
+// kt.ErrNotFound.
+func (s *Secrets) Scope(ctx context.Context, name string, hosts []string) error {
+	h, err := checkHosts(hosts)
+	if err != nil {
+		return err
+	}
+	return s.Store.Update(ctx, func(tx store.Tx) error {
+		x, err := tx.SecretGet(name)
+		if err != nil {
+			return err
+		}
+		x.Hosts, x.UpdatedAt = h, s.now().UnixMilli()
+		return tx.SecretPut(x)
+	})
+}
+
+func (s *Secrets) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// checkHosts checks hosts as a person typed them, and returns them sorted,
+// once each (never nil).
+func checkHosts(hosts []string) ([]string, error) {
+	out := []string{}
+	for _, h := range hosts {
+		if err := kt.CheckSecretHost(h); err != nil {
+			return nil, fmt.Errorf("--host %w; nothing was stored", err)
+		}
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // Get opens a secret. A name keep does not have is kt.ErrNotFound.

@@ -1,10 +1,14 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
 )
 
 // ordersScript opens order.placed to the event API; its consumer writes
@@ -182,5 +186,60 @@ func TestTheDeployAnswerSaysWhichEventsItLeavesWaiting(t *testing.T) {
 	// v1 again reads them: nothing is left behind.
 	if s := deploy(v1); len(s) != 0 {
 		t.Fatalf("v1 again: stranded %v", s)
+	}
+}
+
+// Issue 38 (low): ids that differ only in how their letters are composed
+// (NFC "é" and NFD "e" + U+0301) are one id — the second post finds the
+// first — and an id with a space or an invisible character at either end
+// is refused with a 400 that says so, storing nothing. An id posted,
+// decomposed, before ids were normalized is still found as it was sent.
+func TestAnEventIdIsOneIdHoweverItIsComposed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true}, nil); code != 200 {
+		t.Fatalf("deploy: %d %v", code, obj)
+	}
+	r.settle()
+	const path = "/api/v1/workflows/orders/topics/order.placed/events"
+	const nfc, nfd = "caf\u00e9-1", "cafe\u0301-1"
+	code, first, _ := r.call("POST", path, map[string]any{"id": nfc, "title": "Order café", "payload": map[string]any{"order": 1}}, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("first post: %d %v", code, first)
+	}
+	code, again, _ := r.call("POST", path, map[string]any{"id": nfd, "title": "Order café", "payload": map[string]any{"order": 1}}, nil)
+	if code != http.StatusOK || again["already"] != true || again["input"] != first["input"] {
+		t.Fatalf("the same id decomposed: %d %v (first %v)", code, again, first)
+	}
+	for _, id := range []string{" " + nfc, nfc + " ", nfc + "\u00a0", "\u200b" + nfc, nfc + "\ufeff", "\t" + nfc} {
+		code, obj, _ := r.call("POST", path, map[string]any{"id": id, "title": "Order café", "payload": map[string]any{"order": 1}}, nil)
+		e, _ := obj["error"].(map[string]any)
+		if msg, _ := e["message"].(string); code != http.StatusBadRequest || !strings.Contains(msg, "the id starts or ends with a space (or an invisible character)") {
+			t.Errorf("id %q: %d %q, want 400 saying the id starts or ends with a space", id, code, msg)
+		}
+	}
+	// An input posted decomposed before ids were normalized (written as
+	// keep wrote it then).
+	const oldNFD = "cafe\u0301-2"
+	if err := r.k.Store.Update(context.Background(), func(tx store.Tx) error {
+		in := kt.Input{ID: "in-old", Workflow: "orders", Key: "api:order.placed:" + oldNFD, Source: "api", Type: "order.placed", ExternalID: oldNFD, Title: "Order 2", CurrentAttempt: 1, CreatedAt: 1, UpdatedAt: 1}
+		if err := tx.InputPut(in); err != nil {
+			return err
+		}
+		_, err := tx.EventPublish(&kt.Event{Workflow: "orders", Topic: "order.placed", MessageID: in.ID, Payload: []byte(`{"order":2}`), Status: kt.EventConsumed, CausedBy: []string{in.ID}, Attempt: 1, CreatedAt: 1, UpdatedAt: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, obj, _ := r.call("POST", path, map[string]any{"id": oldNFD, "title": "Order 2", "payload": map[string]any{"order": 2}}, nil); code != http.StatusOK || obj["input"] != "in-old" {
+		t.Fatalf("an id posted decomposed before: %d %v", code, obj)
+	}
+	r.settle()
+	if _, _, inputs := r.call("GET", "/api/v1/workflows/orders/inputs", nil, nil); len(inputs) != 2 {
+		t.Fatalf("inputs %v, want the two", inputs)
+	}
+	if ws := r.sink.Writes(); len(ws) != 1 {
+		t.Fatalf("sink writes %v, want one", ws)
 	}
 }

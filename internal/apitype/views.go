@@ -177,12 +177,14 @@ type Connection struct {
 	Updated   string   `json:"updated"`
 }
 
-// Secret is a named secret as people see it: its name and when it was
-// set, never its value.
+// Secret is a named secret as people see it: its name, the hosts a call
+// may send it to (none: it goes nowhere), and when it was set, never its
+// value.
 type Secret struct {
-	Name      string `json:"name"`
-	SetAt     string `json:"setAt"`
-	CreatedAt string `json:"createdAt"`
+	Name      string   `json:"name"`
+	Hosts     []string `json:"hosts"`
+	SetAt     string   `json:"setAt"`
+	CreatedAt string   `json:"createdAt"`
 }
 
 // Repair is one of the Maintainer's attempts as people see it.

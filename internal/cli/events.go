@@ -147,7 +147,7 @@ func (a *app) grantCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "grant WORKFLOW ['GRANT'...]",
 		Short: "allow a workflow what its active version uses and its blocked run was refused, or exactly the grants named ('http.request POST api.example.com', 'sql.exec reports'); --revoke takes grants back",
-		Long: "A grant names what a call reaches: 'http.request METHOD HOST[:PORT]', 'sql.query DB', 'sql.exec DB', 'TOOL.METHOD' for other connectors, 'source:NAME', or '*'. " +
+		Long: "A grant names what a call reaches: 'http.request METHOD HOST[:PORT]', 'sql.query DB', 'sql.exec DB', 'TOOL.METHOD' for other connectors, 'source:NAME', 'secret:NAME' (a {secret:NAME} the script sends, to the hosts keep secret scope gives it), or '*'. " +
 			"Without grants named, keep grant allows what the active version's script names and what its blocked run was refused; a run blocked for want of it tries again. " +
 			"A method's name alone ('http.request', the form of grants made before keep named targets) allows every target of it.",
 		Args: cobra.MinimumNArgs(1),

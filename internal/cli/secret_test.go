@@ -51,6 +51,33 @@ func TestSecretSetListRemove(t *testing.T) {
 	if err != nil || bytes.Contains(append(db, wal...), []byte(value)) {
 		t.Fatalf("keep.db holds the value in clear (%v)", err)
 	}
+	// Its hosts (issue 38 #4): none yet; a bad host is refused with nothing
+	// stored; scope sets them without the value, set keeps them, --none
+	// clears them; scope of a secret keep does not have says so.
+	if r := keep(t, "secret", "list", "--data", data); !strings.Contains(r.out, "(none: goes nowhere)") {
+		t.Fatalf("list of a secret without hosts: %s", r.out)
+	}
+	if r := keepIn(t, value, "secret", "set", "--data", data, "slack_token", "--host", "https://slack.com"); r.code == 0 || !strings.Contains(r.err, "is not a host as keep writes it") {
+		t.Fatalf("a bad host: %d %s %s", r.code, r.out, r.err)
+	}
+	if r := keep(t, "secret", "scope", "--data", data, "slack_token", "--host", "slack.com", "--host", "127.0.0.1:8090"); r.code != 0 || !strings.Contains(r.out, "slack_token may go to 127.0.0.1:8090, slack.com") {
+		t.Fatalf("scope: %d %s %s", r.code, r.out, r.err)
+	}
+	if r := keepIn(t, value+"2", "secret", "set", "--data", data, "slack_token"); r.code != 0 || !strings.Contains(r.out, "slack_token may go to 127.0.0.1:8090, slack.com") {
+		t.Fatalf("a new value keeps the hosts: %d %s %s", r.code, r.out, r.err)
+	}
+	if r := keep(t, "secret", "list", "--data", data, "--json"); !strings.Contains(r.out, `"hosts": [`) || !strings.Contains(r.out, `"slack.com"`) {
+		t.Fatalf("list --json: %s", r.out)
+	}
+	if r := keep(t, "secret", "scope", "--data", data, "slack_token"); r.code == 0 || !strings.Contains(r.err, "--none for nowhere") {
+		t.Fatalf("scope without hosts: %d %s", r.code, r.err)
+	}
+	if r := keep(t, "secret", "scope", "--data", data, "slack_token", "--none"); r.code != 0 || !strings.Contains(r.out, "slack_token goes to no host") {
+		t.Fatalf("scope --none: %d %s %s", r.code, r.out, r.err)
+	}
+	if r := keep(t, "secret", "scope", "--data", data, "nope", "--host", "slack.com"); r.code == 0 || !strings.Contains(r.err, "no secret named nope") {
+		t.Fatalf("scope of no secret: %d %s", r.code, r.err)
+	}
 	if r := keep(t, "secret", "rm", "--data", data, "slack_token"); r.code != 0 {
 		t.Fatalf("rm: %d %s", r.code, r.err)
 	}
@@ -85,7 +112,7 @@ func TestAnEchoedSecretShowsNowhere(t *testing.T) {
     async mutate(ctx, p) {
       await ctx.http.request({ method: "POST", url: "`+sink.URL+`/write/a", json: {}, headers: { "X-Custom-Sig": "{secret:sig}" } })
     } }) } })`), 0o644)
-	if r := keepIn(t, value, "secret", "set", "--data", data, "sig"); r.code != 0 {
+	if r := keepIn(t, value, "secret", "set", "--data", data, "sig", "--host", sink.Host()); r.code != 0 {
 		t.Fatalf("secret set: %s %s", r.out, r.err)
 	}
 	var seen strings.Builder

@@ -47,9 +47,13 @@ type Call struct {
 	Secret SecretFunc
 }
 
-// SecretFunc opens a named secret at the moment of a call. A name keep
-// does not have is an error wrapping kt.ErrNotFound.
-type SecretFunc func(name string) (string, error)
+// SecretFunc opens a named secret at the moment of a call, for a request
+// to host (as a grant names it: "api.crm.example", "127.0.0.1:8090"; ""
+// when the request's host cannot be read, which no secret may go to). A
+// name keep does not have is an error wrapping kt.ErrNotFound; a *kt.Error
+// (a secret not granted, or not scoped to host) is the call's error as it
+// is.
+type SecretFunc func(name, host string) (string, error)
 
 const secretOpen, secretClose = "{secret:", "}"
 
@@ -58,13 +62,14 @@ const secretOpen, secretClose = "{secret:", "}"
 // keep records, hashes, traces and shows keep the placeholder. A name keep
 // does not have is a permission error whose card says `keep secret set
 // NAME`.
-func FillSecrets(s string, open SecretFunc) (string, error) {
-	return FillSecretsEscaped(s, open, nil)
+// host is where the text goes (SecretFunc).
+func FillSecrets(s, host string, open SecretFunc) (string, error) {
+	return FillSecretsEscaped(s, host, open, nil)
 }
 
 // FillSecretsEscaped is FillSecrets writing each value through escape (a
 // secret in a URL's query goes url.QueryEscape'd); nil writes it as it is.
-func FillSecretsEscaped(s string, open SecretFunc, escape func(string) string) (string, error) {
+func FillSecretsEscaped(s, host string, open SecretFunc, escape func(string) string) (string, error) {
 	var b strings.Builder
 	for {
 		i := strings.Index(s, secretOpen)
@@ -84,9 +89,13 @@ func FillSecretsEscaped(s string, open SecretFunc, escape func(string) string) (
 		if open == nil {
 			return "", kt.Errorf(kt.ClassLogic, "{secret:%s}: secrets cannot be named here", name)
 		}
-		v, err := open(name)
+		v, err := open(name, host)
 		if errors.Is(err, kt.ErrNotFound) {
 			return "", kt.Errorf(kt.ClassPermission, "the call names {secret:%s}, and keep has no secret of that name%s", name, kt.SecretSuffix(name))
+		}
+		var ke *kt.Error
+		if errors.As(err, &ke) {
+			return "", ke
 		}
 		if err != nil {
 			return "", kt.Errorf(kt.ClassInternal, "open the secret %s: %v", name, err)
@@ -107,8 +116,8 @@ func NamesSecret(s string) bool {
 }
 
 // FillHeaders returns a copy of a header object ({name: value}) with the
-// secrets its values name filled in (FillSecrets).
-func FillHeaders(h any, open SecretFunc) (map[string]any, error) {
+// secrets its values name filled in (FillSecrets), for a request to host.
+func FillHeaders(h any, host string, open SecretFunc) (map[string]any, error) {
 	hm, _ := h.(map[string]any)
 	if hm == nil {
 		return nil, nil
@@ -120,7 +129,7 @@ func FillHeaders(h any, open SecretFunc) (map[string]any, error) {
 			out[k] = v
 			continue
 		}
-		filled, err := FillSecrets(sv, open)
+		filled, err := FillSecrets(sv, host, open)
 		if err != nil {
 			var ke *kt.Error
 			if errors.As(err, &ke) {

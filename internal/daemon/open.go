@@ -197,7 +197,10 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 	secrets := &account.Secrets{Store: k.Store, Box: accts.Box}
 	learnSecrets(cfg, secrets, logger)
 	var err error
-	open := func(name string) (string, error) { return secrets.Get(context.Background(), name) }
+	// keep.toml's [otel] headers are keep's own export to the person's
+	// collector, no workflow's call: not scoped to hosts (issue 38 #4 is
+	// about what scripts send).
+	open := func(name, _ string) (string, error) { return secrets.Get(context.Background(), name) }
 	if k.tracing, err = startTracing(cfg.OTel, k.Instance, open, logger); err != nil {
 		return err
 	}

@@ -107,7 +107,7 @@ func otelHeaders(in map[string]string, open connector.SecretFunc) (map[string]st
 		if len(missing) > 0 {
 			return nil, fmt.Errorf("keep.toml [otel] headers: %s uses ${%s}, which keep's environment does not set: set it where keep runs, or remove the header", k, strings.Join(missing, "}, ${"))
 		}
-		v, err := connector.FillSecrets(v, open)
+		v, err := connector.FillSecrets(v, "", open)
 		if err != nil {
 			return nil, fmt.Errorf("keep.toml [otel] headers: %s: %v", k, err)
 		}

@@ -10,6 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -26,6 +28,8 @@ type APIEvent struct {
 	ID              string          // the event's id in the sender's system: posting it again changes nothing
 	Title           string          // what the input is, in a line
 	Payload         json.RawMessage // the event's payload (JSON; empty: null)
+	// sentID is the id as it was sent, when check normalized it (NFC).
+	sentID string
 }
 
 // Posted is what posting an event did.
@@ -94,6 +98,8 @@ func (ev *APIEvent) check() error {
 		return bad("%s: a topic open to the event API may not contain \":\"; rename the topic in the script", where)
 	case !cleanText(ev.ID):
 		return bad("%s: the id is not plain text (it has a control character, or bytes that are not UTF-8, which JSON turns into U+FFFD): two different ids would become one; send the id as plain text", where)
+	case invisibleEnds(ev.ID):
+		return bad("%s %q: the id starts or ends with a space (or an invisible character): %q and %q would look like one id and be two; send the id without it", where, ev.ID, ev.ID, strings.TrimFunc(ev.ID, invisible))
 	case !cleanText(ev.Title):
 		return bad("%s %q: the title is not plain text (a NUL or other control character, or bytes that are not UTF-8); send it as plain text", where, ev.ID)
 	case len(ev.ID) > kt.MaxIDChars:
@@ -105,6 +111,11 @@ func (ev *APIEvent) check() error {
 	case len(ev.Payload) > kt.MaxJSONBytes:
 		return bad("%s", kt.OverBound(where, "the payload has", len(ev.Payload), kt.MaxJSONBytes, "bytes", "keep payloads small and pass references (a URL, a file name)").Message)
 	}
+	// One id however its letters are composed (issue 38, low): "é" as one
+	// code point or as "e" and a combining accent is the same id, the
+	// form Unicode calls NFC; the id as sent is kept to find an event
+	// posted before ids were normalized (commit).
+	ev.sentID, ev.ID = ev.ID, norm.NFC.String(ev.ID)
 	if len(ev.Payload) == 0 {
 		ev.Payload = json.RawMessage("null")
 	}
@@ -145,6 +156,10 @@ func (ev *APIEvent) open(decl script.Declaration) error {
 func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, ms int64) (Posted, error) {
 	key := script.FromAPI + ":" + ev.Topic + ":" + ev.ID
 	had, err := tx.InputGetByKey(ev.Workflow, key)
+	if errors.Is(err, kt.ErrNotFound) && ev.sentID != "" && ev.sentID != ev.ID {
+		// Posted before ids were normalized, as it was sent then.
+		had, err = tx.InputGetByKey(ev.Workflow, script.FromAPI+":"+ev.Topic+":"+ev.sentID)
+	}
 	switch {
 	case err == nil:
 		e, err := tx.EventGet(ev.Workflow, ev.Topic, had.ID)
@@ -166,6 +181,13 @@ func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, m
 	e := evs[0]
 	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
 }
+
+// invisible says r is a space or a character that shows nothing (a
+// zero-width space, a byte order mark: Unicode's format characters).
+func invisible(r rune) bool { return unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) }
+
+// invisibleEnds says s starts or ends with an invisible character.
+func invisibleEnds(s string) bool { return strings.TrimFunc(s, invisible) != s }
 
 // cleanText says s is UTF-8 text a person can read: no control characters
 // (tabs aside) and no U+FFFD, which is what JSON decoding makes of invalid

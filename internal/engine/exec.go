@@ -311,14 +311,6 @@ func decodeStored(what, owner string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// secrets opens the secrets this run's calls name (connector.FillSecrets).
-func (x *runExec) secrets() connector.SecretFunc {
-	if x.e.secret == nil {
-		return nil
-	}
-	return func(name string) (string, error) { return x.e.secret(x.ctx, name) }
-}
-
 // do makes a connector call with the run's secrets at hand and returns its
 // answer with every value keep knows to be secret masked (redact.Learn):
 // a server that echoes a header back shows the script, the trace and the
@@ -326,7 +318,7 @@ func (x *runExec) secrets() connector.SecretFunc {
 func (x *runExec) do(ctx context.Context, tool string, m *connector.Method, call connector.Call) connector.Result {
 	ctx, span := x.startCall(ctx, "call", tool, m.Name)
 	defer x.e.flight.call(ctx, x.callOf(tool, m, call))()
-	call.Secret = x.secrets()
+	call.Secret = x.secrets(call.Args)
 	res := maskResult(m.Do(ctx, call))
 	endCall(span, m, call, res)
 	return res
@@ -338,7 +330,7 @@ func (x *runExec) probe(ctx context.Context, tool string, m *connector.Method, c
 	probe := x.callOf(tool, m, connector.Call{Args: call.Args})
 	probe.Call += " (reconcile)"
 	defer x.e.flight.call(ctx, probe)()
-	call.Secret = x.secrets()
+	call.Secret = x.secrets(call.Args)
 	status, value, err := m.Reconcile(ctx, call)
 	if err != nil {
 		err = errors.New(redact.String(err.Error()))

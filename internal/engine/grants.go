@@ -26,8 +26,9 @@ import (
 // place, "http.request METHOD HOST" for a request whose method and host
 // are written as literals or consts (a URL built from a const that ends
 // its host, "https://api.example.com/" + path, names it too),
-// "sql.query DB"/"sql.exec DB" for a literal database, and "source:NAME"
-// for each registerInput whose source is a literal. What it cannot name
+// "sql.query DB"/"sql.exec DB" for a literal database, "source:NAME"
+// for each registerInput whose source is a literal, and "secret:NAME" for
+// each {secret:NAME} the script writes (issue 38). What it cannot name
 // (a host computed at run time) is refused at the call, whose message
 // names exactly what was reached, for the card's Grant to grant. A script
 // that does not parse uses nothing it can be granted.
@@ -65,6 +66,10 @@ func Reaches(script string) []string {
 	return out
 }
 
+// secretComputed is what Reaches lists for a script that builds a
+// secret's name at run time: every secret grant may be used by it.
+const secretComputed = "{secret:…} with a name computed at run time"
+
 // usesOf is Uses, and every method and source the script reaches, named
 // or not (GrantBase's form), so a grant of one it still calls counts as used.
 func usesOf(script string) ([]string, map[string]bool) {
@@ -85,6 +90,13 @@ func usesOf(script string) ([]string, map[string]bool) {
 			set["source:"+in.Source] = true
 			bases["source:"+in.Source] = true
 		}
+	}
+	for _, name := range a.Secrets {
+		set[kt.SecretGrant(name)] = true
+		bases[kt.SecretGrant(name)] = true
+	}
+	if a.SecretsComputed {
+		bases[secretComputed] = true
 	}
 	out := make([]string, 0, len(set))
 	for u := range set {
@@ -170,7 +182,7 @@ func Unused(gs []kt.Grant, script string) []string {
 	_, bases := usesOf(script)
 	var out []string
 	for _, g := range gs {
-		if g.Item != "*" && !bases[kt.GrantBase(g.Item)] {
+		if g.Item != "*" && !bases[kt.GrantBase(g.Item)] && !(bases[secretComputed] && strings.HasPrefix(g.Item, kt.SecretGrantPrefix)) {
 			out = append(out, g.Item)
 		}
 	}
@@ -347,6 +359,16 @@ func IsRefusal(err error) bool {
 // checkGrant refuses a call that needs item, which the workflow was not
 // granted; the message names the grant, which the card's Grant grants.
 func (x *runExec) checkGrant(item, what string) error {
+	ok, err := x.granted(item)
+	if err != nil || ok {
+		return err
+	}
+	return kt.Errorf(kt.ClassPermission, "%s is not granted to %s: a person allows what a workflow reaches (%s)%s", what, x.wf.Name, item, kt.GrantSuffix(x.wf.Name, item))
+}
+
+// granted reports whether the workflow was granted item, reading its
+// grants at the run's first call when the step's plan did not.
+func (x *runExec) granted(item string) (bool, error) {
 	if x.grants == nil {
 		var gs []kt.Grant
 		if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
@@ -354,17 +376,14 @@ func (x *runExec) checkGrant(item, what string) error {
 			gs, err = tx.GrantList(x.wf.Name)
 			return err
 		}); err != nil {
-			return kt.Errorf(kt.ClassInternal, "read the grants of %s: %v", x.wf.Name, err)
+			return false, kt.Errorf(kt.ClassInternal, "read the grants of %s: %v", x.wf.Name, err)
 		}
 		x.grants = gs
 		if x.grants == nil {
 			x.grants = []kt.Grant{}
 		}
 	}
-	if grantedIn(x.grants, item) {
-		return nil
-	}
-	return kt.Errorf(kt.ClassPermission, "%s is not granted to %s: a person allows what a workflow reaches (%s)%s", what, x.wf.Name, item, kt.GrantSuffix(x.wf.Name, item))
+	return grantedIn(x.grants, item), nil
 }
 
 // GrantAction is Grant as people ask for it, what it did in a sentence:

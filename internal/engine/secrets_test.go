@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
@@ -58,8 +60,8 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 	e.settle()
 
 	r := e.open(wf)
-	if r.Status != kt.StatusApproval || !strings.Contains(r.ErrorMessage, "{secret:sig}") || !strings.HasSuffix(r.ErrorMessage, "keep secret set sig") {
-		t.Fatalf("a run naming an unknown secret: %s: %s (want it waiting for a person, saying keep secret set sig)", r.Status, r.ErrorMessage)
+	if r.Status != kt.StatusApproval || !strings.Contains(r.ErrorMessage, "{secret:sig}") || !strings.HasSuffix(r.ErrorMessage, "keep secret set sig --host "+e.sink.Host()) {
+		t.Fatalf("a run naming an unknown secret: %s: %s (want it waiting for a person, saying keep secret set sig --host HOST)", r.Status, r.ErrorMessage)
 	}
 	if n := e.sink.Requests(); n != 0 {
 		t.Fatalf("%d requests went out naming a secret keep does not have", n)
@@ -71,7 +73,7 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 	}
 	secrets := &account.Secrets{Store: e.k.Store, Box: accts.Box}
 	for name, v := range map[string]string{"sig": sig, "tok": tok} {
-		if err := secrets.Set(e.ctx(), name, v); err != nil {
+		if err := secrets.SetScoped(e.ctx(), name, v, []string{e.sink.Host()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,5 +106,42 @@ func TestSecretsAreFilledAtTheCallAndShownNowhere(t *testing.T) {
 	}
 	if !strings.Contains(string(r.PrepareResult), `"X-Custom-Sig":["[redacted]"]`) || !strings.Contains(string(r.PrepareResult), `"query":"key=[redacted]"`) {
 		t.Errorf("the script saw the echo unmasked, or not at all: %s", r.PrepareResult)
+	}
+}
+
+// Issue 38 #4 in a consumer's mutate: a write whose header names a secret
+// the workflow was not granted sends nothing — the ledger's row is
+// certainly not applied — and its run waits with the card's grant; once
+// granted, the run tries again by itself and the write goes once, with
+// the value and the same idempotency key.
+func TestAWriteWaitsForItsSecretsGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	accts, err := daemon.Accounts(filepath.Join(e.dir, "data"), e.k.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := &account.Secrets{Store: e.k.Store, Box: accts.Box}
+	for name, v := range map[string]string{"sig": "sig-value-0a1b2c", "tok": "tok-value-3d4e5f"} {
+		if err := secrets.SetScoped(e.ctx(), name, v, []string{e.sink.Host()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wf := e.deploy(strings.Replace(secretScript, `const seen = await ctx.http.request({ method: "GET", url: "%SINK%/echo?key={secret:sig}", headers: { "X-Custom-Sig": "{secret:sig}" } })`, `const seen = { json: {} }`, 1))
+	if _, err := engine.Revoke(e.ctx(), e.k.Store, wf, []string{"secret:tok"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	r := e.open(wf)
+	if r.Status != kt.StatusApproval || kt.NeededGrant(r.ErrorMessage) != "secret:tok" || len(e.sink.Writes()) != 0 || len(e.sink.Headers) != 0 {
+		t.Fatalf("a write naming an ungranted secret: %s %q, %d writes", r.Status, r.ErrorMessage, len(e.sink.Headers))
+	}
+	if _, err := engine.GrantAction(e.ctx(), e.k.Store, wf, []string{"secret:tok"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	e.noOpenRun(wf)
+	if ws := e.sink.Writes(); len(ws) != 1 || len(e.sink.Headers) != 1 || e.sink.Headers[0].Get("Authorization") != "Bearer tok-value-3d4e5f" {
+		t.Fatalf("after the grant: %d writes, headers %v", len(ws), e.sink.Headers)
 	}
 }

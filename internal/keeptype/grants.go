@@ -16,6 +16,7 @@ import (
 //	sql.exec reports                     writes on that database
 //	gmail.send                           a method that reaches one place (the account's)
 //	source:gmail                         registerInput with that source
+//	secret:crm_token                     {secret:crm_token} in a call the script writes
 //	*                                    everything
 //
 // A method's name alone ("http.request", "sql.query") is the form grants
@@ -128,8 +129,14 @@ func GrantCovers(granted, item string) bool {
 
 // CheckGrantItem says what is wrong with a grant a person typed, or nil.
 func CheckGrantItem(item string) error {
-	help := `a grant is "*", "source:NAME", "TOOL.METHOD", "http.request METHOD HOST[:PORT]", "sql.query DB" or "sql.exec DB"`
+	help := `a grant is "*", "source:NAME", "secret:NAME", "TOOL.METHOD", "http.request METHOD HOST[:PORT]", "sql.query DB" or "sql.exec DB"`
 	if item == "*" {
+		return nil
+	}
+	if name, ok := strings.CutPrefix(item, SecretGrantPrefix); ok {
+		if err := CheckSecretName(name); err != nil {
+			return fmt.Errorf("%q: %v (%s)", item, err, help)
+		}
 		return nil
 	}
 	if name, ok := strings.CutPrefix(item, "source:"); ok {
@@ -159,6 +166,26 @@ func CheckGrantItem(item string) error {
 		return nil
 	}
 	return fmt.Errorf("%q is not a grant: %s", item, help)
+}
+
+// SecretGrantPrefix starts the grant of a secret ("secret:crm_token"):
+// a script that writes {secret:NAME} in a call sends the secret only
+// once a person granted it to the workflow, and only to the hosts the
+// secret itself is scoped to (Secret.Hosts).
+const SecretGrantPrefix = "secret:"
+
+// SecretGrant is the grant of the secret name.
+func SecretGrant(name string) string { return SecretGrantPrefix + name }
+
+// CheckSecretHost says what is wrong with a host a secret may go to, or
+// nil: a host as a grant names it (a name or address in lower case, with
+// its port unless it is the scheme's default: api.crm.example,
+// 127.0.0.1:8090).
+func CheckSecretHost(h string) error {
+	if got, err := HostOfURL("http://"+h+"/", true); err != nil || got != h || strings.HasSuffix(h, ":443") || strings.HasSuffix(h, ":80") {
+		return fmt.Errorf("%q is not a host as keep writes it: a name or address in lower case, with its port unless it is 80 or 443 (api.crm.example, 127.0.0.1:8090)", h)
+	}
+	return nil
 }
 
 // GrantSuffix ends the message of a call refused for want of a grant,

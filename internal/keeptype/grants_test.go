@@ -1,6 +1,9 @@
 package keeptype
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // A grant names what a call reaches, and allows nothing else: another
 // method, host, port or database is another grant; the method's name
@@ -98,6 +101,36 @@ func TestTheRefusalNamesTheGrantTheCardGrants(t *testing.T) {
 	for _, bad := range []string{"http.request post h", "http.request GET h:80", "http.request GET Host", "sql.exec a b", "x", "tool.method extra"} {
 		if CheckGrantItem(bad) == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// Issue 38 #4: a secret's grant is "secret:NAME" (a valid name), read back
+// from a refusal like any grant; a secret's host is written as grants
+// write hosts; SecretsIn reads names as the call's fill does.
+func TestSecretGrantsAndHosts(t *testing.T) {
+	for item, ok := range map[string]bool{"secret:crm_token": true, "secret:a.b-c": true, "secret:": false, "secret:a b": false, "secret:{x}": false} {
+		if err := CheckGrantItem(item); (err == nil) != ok {
+			t.Errorf("CheckGrantItem(%q) = %v", item, err)
+		}
+	}
+	if got := NeededGrant("x — grant it: keep grant wf 'secret:crm_token'"); got != "secret:crm_token" {
+		t.Errorf("NeededGrant read %q", got)
+	}
+	for h, ok := range map[string]bool{"api.crm.example": true, "127.0.0.1:8090": true, "[::1]:8090": true, "API.crm.example": false, "api.crm.example:443": false, "api.crm.example:80": false, "https://api.crm.example": false, "": false, "a/b": false} {
+		if err := CheckSecretHost(h); (err == nil) != ok {
+			t.Errorf("CheckSecretHost(%q) = %v", h, err)
+		}
+	}
+	for s, want := range map[string]string{
+		"Bearer {secret:b} {secret:a} {secret:b}": "[a b] false",
+		"{secret:" + "":           "[] true",
+		"{secret:a b} {secret:c}": "[c] true",
+		"no secret here {x}":      "[] false",
+	} {
+		names, partial := SecretsIn(s)
+		if got := fmt.Sprintf("%v %v", names, partial); got != want {
+			t.Errorf("SecretsIn(%q) = %v %v, want %s", s, names, partial, want)
 		}
 	}
 }

@@ -648,8 +648,12 @@ type Connection struct {
 // a webhook's signature is checked with. Sealed by package account; the
 // store keeps only the sealed bytes.
 type Secret struct {
-	Name      string
-	Sealed    []byte
+	Name   string
+	Sealed []byte
+	// Hosts are where a call may send the secret (issue 38): hosts as a
+	// grant names them ("api.crm.example", "127.0.0.1:8090"), sorted. A
+	// secret without hosts goes nowhere (a webhook's verify needs none).
+	Hosts     []string
 	CreatedAt int64
 	UpdatedAt int64
 }
@@ -657,6 +661,35 @@ type Secret struct {
 // SecretSuffix ends the message of a call that named a secret keep does
 // not have: the card says how to give it.
 func SecretSuffix(name string) string { return " — set it: keep secret set " + name }
+
+// SecretsIn reads the {secret:NAME}s a text names, as a call's fill does
+// (connector.FillSecrets): the names, sorted and once each; partial says
+// the text holds a "{secret:" that names no secret whole (the start of a
+// name built at run time, "{secret:" + name + "}").
+func SecretsIn(s string) (names []string, partial bool) {
+	const open, close = "{secret:", "}"
+	seen := map[string]bool{}
+	for {
+		i := strings.Index(s, open)
+		if i < 0 {
+			break
+		}
+		rest := s[i+len(open):]
+		j := strings.Index(rest, close)
+		if j < 0 || CheckSecretName(rest[:j]) != nil {
+			partial = true
+			s = rest
+			continue
+		}
+		if name := rest[:j]; !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+		s = rest[j+len(close):]
+	}
+	sort.Strings(names)
+	return names, partial
+}
 
 // CheckSecretName says what is wrong with a secret's name, or nil: letters,
 // digits, '_', '-' and '.', at most 100, so that {secret:NAME} reads the

@@ -128,6 +128,15 @@ func TestARepairsChecks(t *testing.T) {
 		{name: "a host not reached before", check: "noWider", want: "evil.example.net", new: func(t *testing.T) string {
 			return edit(t, `https://api.example.com/orders/`, `https://evil.example.net/orders/`)
 		}},
+		// Issue 39 #2: a secret the version in place never named, sent
+		// only for inputs not seen yet; and one whose name is built at run
+		// time (issue 38 #4: a secret is a grant like a connector's).
+		{name: "a secret not named before", check: "noWider", want: "secret:payroll_api_key", new: func(t *testing.T) string {
+			return edit(t, `subkey: "order-" + p.data.id })`, `subkey: "order-" + p.data.id, ...(Number(p.data.id) > 1 ? { headers: { "X-Debug": "{secret:payroll_api_key}" } } : {}) })`)
+		}},
+		{name: "a secret whose name is computed", check: "noWider", want: "{secret:…} with a name computed at run time", new: func(t *testing.T) string {
+			return edit(t, `subkey: "order-" + p.data.id })`, `subkey: "order-" + p.data.id, headers: { "X-Debug": "{secret:" + p.data.who + "}" } })`)
+		}},
 		{name: "an input id built differently", check: "frozenIDs", want: "registerInput id", new: func(t *testing.T) string {
 			return edit(t, `id: j.id, title`, `id: "o-" + j.id, title`)
 		}},

@@ -269,6 +269,10 @@ type Slack struct {
 
 func (s *Slack) Name() string { return "slack" }
 
+// Send posts the subject on its first line and the text below, as plain
+// text: the poster turns Slack's formatting off (a notice quotes outside
+// data — a title, an error — which must show as it is written, never as
+// bold, a quote, code or a link), so the subject is not made bold either.
 func (s *Slack) Send(ctx context.Context, n Notice) error {
-	return s.Post(ctx, s.Channel, "*"+n.Subject+"*\n"+n.Text)
+	return s.Post(ctx, s.Channel, n.Subject+"\n"+n.Text)
 }

@@ -578,7 +578,11 @@ func Secrets(ctx context.Context, st store.Store) ([]apitype.Secret, error) {
 	err := st.View(ctx, func(tx store.Tx) error {
 		xs, err := tx.SecretList()
 		for _, x := range xs {
-			out = append(out, apitype.Secret{Name: x.Name, SetAt: Time(x.UpdatedAt), CreatedAt: Time(x.CreatedAt)})
+			hosts := x.Hosts
+			if hosts == nil {
+				hosts = []string{}
+			}
+			out = append(out, apitype.Secret{Name: x.Name, Hosts: hosts, SetAt: Time(x.UpdatedAt), CreatedAt: Time(x.CreatedAt)})
 		}
 		return err
 	})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tdewolff/parse/v2"
 	"github.com/tdewolff/parse/v2/js"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // Analyze is keep's one reading of a script: it parses the source into a
@@ -48,7 +50,17 @@ type Analysis struct {
 	// DefaultExports is how many top-level `export default` statements the
 	// script has.
 	DefaultExports int
-	sequences      []callPair
+	// Secrets are the secrets the script names: every {secret:NAME}
+	// written whole in a string or a template's text, wherever it is
+	// (issue 38: each is a grant; a repair may name none the version in
+	// place does not). Sorted, once each.
+	Secrets []string
+	// SecretsComputed says some string or template's text starts a
+	// {secret: whose name is not written whole in it ("{secret:" + name +
+	// "}"): the name is known only at run time, where the call's check
+	// refuses a secret not granted.
+	SecretsComputed bool
+	sequences       []callPair
 	// handlerLine is where each handler ("consumers.c") is declared;
 	// stringLine where each string first appears.
 	handlerLine, stringLine map[string]int
@@ -2113,6 +2125,67 @@ func (a *analyzer) handlers() {
 	}
 	sort.Strings(a.out.Handlers)
 	js.Walk(&stringLines{a: a}, a.tree)
+	sl := &secretLines{}
+	js.Walk(sl, a.tree)
+	a.out.Secrets, a.out.SecretsComputed = sortedKeys(sl.names), sl.computed
+}
+
+// secretLines collects the {secret:NAME}s of every string literal and
+// every template's text (kt.SecretsIn reads them as the call's fill does).
+type secretLines struct {
+	names    map[string]bool
+	computed bool
+}
+
+func (s *secretLines) add(text string, ok bool) {
+	if !ok {
+		// A string whose escapes do not read is judged by its text.
+		s.computed = s.computed || strings.Contains(text, "secret")
+	}
+	names, partial := kt.SecretsIn(text)
+	if s.names == nil {
+		s.names = map[string]bool{}
+	}
+	for _, n := range names {
+		s.names[n] = true
+	}
+	s.computed = s.computed || partial
+}
+
+func (s *secretLines) Enter(n js.INode) js.IVisitor {
+	switch x := n.(type) {
+	case *js.LiteralExpr:
+		if x.TokenType == js.StringToken {
+			s.add(unquoteOK(x.Data))
+		}
+	case *js.TemplateExpr:
+		// Each piece of text between substitutions: "`a${", "}b${", "}c`".
+		for _, p := range x.List {
+			s.add(templateRead(p.Value))
+		}
+		s.add(templateRead(x.Tail))
+	}
+	return s
+}
+
+func (s *secretLines) Exit(js.INode) {}
+
+// unquoteOK is unquote, with the raw text when its escapes do not read.
+func unquoteOK(b []byte) (string, bool) {
+	if t, ok := unquote(b); ok {
+		return t, true
+	}
+	return string(b), false
+}
+
+// templateRead is the text of a template's piece (templateText), its
+// escapes read.
+func templateRead(b []byte) (string, bool) {
+	t := templateText(b)
+	if !strings.Contains(t, `\`) {
+		return t, true
+	}
+	return unquoteOK([]byte("`" + strings.ReplaceAll(t, "\\`", "`") + "`"))
 }
 
 // propLine is the line of a property's name.

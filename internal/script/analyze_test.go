@@ -287,3 +287,34 @@ func TestExportDefaultByTokens(t *testing.T) {
 		t.Fatalf("declaration %+v", p.Decl)
 	}
 }
+
+// Issue 38 #4 and issue 39: the secrets a script names are read from its
+// syntax tree, wherever a call's argument is built (a header in a spread
+// behind a condition, a const, a template, an escape), never from its
+// comments; a name built at run time is said to be computed.
+func TestAnalyzeNamesTheSecrets(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      string
+		computed  bool
+	}{
+		{"header", `const H = { Authorization: "Bearer {secret:crm_token}" }; // {secret:in_a_comment}
+export default Keep.workflow({ name: "w", consumers: { c: Keep.consumer({ async mutate(ctx, p) {
+  await ctx.http.request({ method: "POST", url: "https://api.example.com/x?k={secret:maps_key}", headers: H,
+    ...(Number(p.data.id) > 1 ? { headers: { "X-Debug": "{secret:payroll_api_key}" } } : {}) }) } }) } })`,
+			"crm_token maps_key payroll_api_key", false},
+		{"template and escape", "const a = `Bearer {secret:tok}${x}`; const b = \"\\u007bsecret:esc}\"; const c = `${y}{secret:tail}`",
+			"esc tail tok", false},
+		{"computed", `const n = "crm"; const h = "{secret:" + n + "}"`, "", true},
+		{"split by a substitution", "const h = `{secret:pay${''}roll}`", "", true},
+		{"none", `const h = "secret: not a placeholder {x}"`, "", false},
+	} {
+		a, err := Analyze(c.src)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := strings.Join(a.Secrets, " "); got != c.want || a.SecretsComputed != c.computed {
+			t.Errorf("%s: secrets %q computed %v, want %q %v", c.name, got, a.SecretsComputed, c.want, c.computed)
+		}
+	}
+}

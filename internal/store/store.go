@@ -442,7 +442,7 @@ type Tx interface {
 	// SecretGet reads a named secret (kt.ErrNotFound: none).
 	SecretGet(name string) (kt.Secret, error)
 	// SecretPut writes a named secret, replacing the one before (its
-	// creation time stays).
+	// creation time stays; its value, update time and hosts are x's).
 	SecretPut(s kt.Secret) error
 	// SecretDelete forgets a named secret (kt.ErrNotFound: none).
 	SecretDelete(name string) error

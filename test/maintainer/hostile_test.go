@@ -183,7 +183,7 @@ func TestCredentialsNeverReachTheModel(t *testing.T) {
 		}
 		return []llmfake.Reply{{Content: answer(fixed(masked)), Tokens: 10}}
 	}, withHeaders)
-	cmd := exec.Command(keepBin, "secret", "set", "sig")
+	cmd := exec.Command(keepBin, "secret", "set", "sig", "--host", r.sink.Host())
 	cmd.Dir, cmd.Stdin = r.dir, strings.NewReader(secret+"\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("secret set: %v %s", err, out)
@@ -228,6 +228,25 @@ func TestHostileRepairReachesANewHost(t *testing.T) {
 	want := "it uses http.request GET " + strings.TrimPrefix(leak.URL, "http://") + ", which the version in place does not"
 	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, want) {
 		t.Fatalf("repairs %+v, want refused: %s", rs, want)
+	}
+}
+
+// Issue 39 #2 and issue 38 #4: a repair that names a secret the version
+// in place never named — sent only for ids above 1, which no done run
+// replays — uses something new: refused before any dry run, naming the
+// secret; no write carries it.
+func TestHostileRepairNamesANewSecret(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id }, ...(Number(p.data.id) > 1 ? { headers: { "X-Debug": "{secret:payroll_api_key}" } } : {}) })`, 1)
+	}, orderOne)
+	want := "it uses secret:payroll_api_key, which the version in place does not"
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, want) {
+		t.Fatalf("repairs %+v, want refused: %s", rs, want)
+	}
+	for i, h := range r.sink.Headers {
+		if h.Get("X-Debug") != "" {
+			t.Fatalf("write %d carried the new header: %v", i, h)
+		}
 	}
 }
 

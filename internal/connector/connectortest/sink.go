@@ -12,7 +12,7 @@ import (
 // call's headers send.
 func (tg *Target) OnSink(sink *testsink.Sink, name, secret string) *Target {
 	tg.Secret = secret
-	tg.Open = func(n string) (string, error) {
+	tg.Open = func(n, _ string) (string, error) {
 		if n != name {
 			return "", fmt.Errorf("no secret %q", n)
 		}

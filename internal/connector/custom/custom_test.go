@@ -181,7 +181,9 @@ reconcile = { path = "/writes/{idempotencyKey}" }
 	}
 	m, _ := connector.NewRegistry(custom.New("crm", config.Get[custom.Config](cfg, "custom")["crm"], netguard.New(khttp.Allow(cfg)))).Method("crm", "createTicket")
 	secrets := map[string]string{}
-	open := func(name string) (string, error) {
+	var hosts []string
+	open := func(name, host string) (string, error) {
+		hosts = append(hosts, host) // where the value goes: the engine checks it against the secret's hosts
 		v, ok := secrets[name]
 		if !ok {
 			return "", kt.ErrNotFound
@@ -202,6 +204,11 @@ reconcile = { path = "/writes/{idempotencyKey}" }
 	}
 	if h := sink.Headers[0].Get("X-Custom-Sig"); h != "sig-from-keep-1234" {
 		t.Fatalf("the declared header went as %q", h)
+	}
+	for _, h := range hosts {
+		if h != sink.Host() {
+			t.Fatalf("the secret was opened for %q; the request went to %s", h, sink.Host())
+		}
 	}
 }
 

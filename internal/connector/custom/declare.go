@@ -15,7 +15,7 @@ import (
 type Custom struct {
 	BaseURL string                  `toml:"base_url" doc:"The API's base URL."`
 	Doc     string                  `toml:"doc" doc:"What the connector reaches, for keep connectors and the Planner."`
-	Headers map[string]string       `toml:"headers" doc:"Headers of every request; ${VAR} takes the environment's value, {secret:NAME} a secret of keep secret set."`
+	Headers map[string]string       `toml:"headers" doc:"Headers of every request; ${VAR} takes the environment's value, {secret:NAME} a secret of keep secret set, which must be scoped to base_url's host (keep secret scope NAME --host HOST)."`
 	Sources []string                `toml:"sources" doc:"The registerInput sources it offers, \"source/type\"."`
 	Methods map[string]CustomMethod `toml:"methods" doc:"Its methods, [connectors.custom.NAME.methods.METHOD]."`
 }

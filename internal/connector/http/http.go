@@ -48,8 +48,8 @@ func New(guard *netguard.Guard) *connector.Connector {
 		Name: "http",
 		Doc: "Any HTTP API. Redirects are not followed; responses are capped at 8 MiB. " +
 			"Addresses of this machine and its private networks (loopback, private, link-local, cloud metadata) are refused unless keep.toml allows the host: `[connectors.http] allow = [\"127.0.0.1:8090\"]`. " +
-			"Credentials stay in keep, not in the script: `keep secret set NAME`, then name it in a header, e.g. " +
-			"`headers: { Authorization: \"Bearer {secret:NAME}\" }` (or in the URL's query: `?key={secret:NAME}`); keep fills it in at the call and masks it wherever a call is shown.",
+			"Credentials stay in keep, not in the script: `keep secret set NAME --host api.example.com`, then name it in a header, e.g. " +
+			"`headers: { Authorization: \"Bearer {secret:NAME}\" }` (or in the URL's query: `?key={secret:NAME}`); keep fills it in at the call, only for a workflow granted `secret:NAME` and only toward the secret's hosts, and masks it wherever a call is shown.",
 		Sources: map[string][]string{"http": {"request", "webhook", "record"}},
 		Methods: map[string]*connector.Method{
 			"request": {
@@ -426,14 +426,14 @@ func wireOf(c net.Conn) *wire {
 }
 
 // withSecrets returns a copy of a call's arguments with the secrets its
-// headers name filled in; the call's own arguments, which keep records,
-// keep the placeholders.
-func withSecrets(a map[string]any, open connector.SecretFunc) (map[string]any, *kt.Error) {
+// headers name filled in, for a request to host; the call's own
+// arguments, which keep records, keep the placeholders.
+func withSecrets(a map[string]any, host string, open connector.SecretFunc) (map[string]any, *kt.Error) {
 	h, ok := a["headers"]
 	if !ok {
 		return a, nil
 	}
-	filled, err := connector.FillHeaders(h, open)
+	filled, err := connector.FillHeaders(h, host, open)
 	if err != nil {
 		var ke *kt.Error
 		if errors.As(err, &ke) {
@@ -449,10 +449,23 @@ func withSecrets(a map[string]any, open connector.SecretFunc) (map[string]any, *
 	return out, nil
 }
 
+// hostOf is the host a request to u goes to, as grants and secrets name
+// it; "" when u's host cannot be read (a secret goes to no such host).
+func hostOf(u string) string {
+	h, err := kt.HostOfURL(u, true)
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
 // fillURL fills the secrets a URL names ({secret:NAME} in its query, e.g.
-// ?key={secret:maps_key}), each escaped for a query.
-func fillURL(u string, open connector.SecretFunc) (string, *kt.Error) {
-	filled, err := connector.FillSecretsEscaped(u, open, url.QueryEscape)
+// ?key={secret:maps_key}), each escaped for a query, for the request to
+// host, the host of u as written. A URL whose host the filling changed is
+// refused: a secret goes in a URL's path or query, never its host, and is
+// checked against the host the request really goes to.
+func fillURL(u, host string, open connector.SecretFunc) (string, *kt.Error) {
+	filled, err := connector.FillSecretsEscaped(u, host, open, url.QueryEscape)
 	if err != nil {
 		var ke *kt.Error
 		if errors.As(err, &ke) {
@@ -460,18 +473,25 @@ func fillURL(u string, open connector.SecretFunc) (string, *kt.Error) {
 		}
 		return "", kt.Errorf(kt.ClassInternal, "%v", err)
 	}
+	if filled != u && hostOf(filled) != host {
+		return "", kt.Errorf(kt.ClassLogic, "the url %s names a secret in its host: a secret goes in a URL's path or query, never its host", redactURL(u))
+	}
 	return filled, nil
 }
 
 func (c *client) request(ctx context.Context, call connector.Call) connector.Result {
-	a, serr := withSecrets(call.Args, call.Secret)
+	// The host the request goes to, read from the URL as the script wrote
+	// it: every secret it names is opened for that host (and refused
+	// unless scoped to it), and the URL filled must still go there.
+	host := hostOf(str(call.Args["url"]))
+	a, serr := withSecrets(call.Args, host, call.Secret)
 	if serr != nil {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: serr}
 	}
 	method := methodOf(a)
 	// What is shown is the URL as the script wrote it, placeholders and all.
 	target := method + " " + redactURL(str(call.Args["url"]))
-	u, serr := fillURL(str(a["url"]), call.Secret)
+	u, serr := fillURL(str(a["url"]), host, call.Secret)
 	if serr != nil {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: serr}
 	}
@@ -551,10 +571,11 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 		method = "GET"
 	}
 	u := strings.ReplaceAll(str(probe["url"]), "{idempotencyKey}", url.PathEscape(call.IdempotencyKey))
-	args, serr := withSecrets(map[string]any{"headers": probe["headers"]}, call.Secret)
+	host := hostOf(u)
+	args, serr := withSecrets(map[string]any{"headers": probe["headers"]}, host, call.Secret)
 	sent := ""
 	if serr == nil {
-		sent, serr = fillURL(u, call.Secret)
+		sent, serr = fillURL(u, host, call.Secret)
 	}
 	if serr != nil {
 		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s: %s", method, redactURL(u), serr.Message)

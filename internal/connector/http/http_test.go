@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,5 +229,52 @@ func TestTheSandboxTellsWritesAsKeepDoes(t *testing.T) {
 				t.Errorf("method %v, kind %v: keep says write=%v, the sandbox write=%v", v, kind, keep, sandbox)
 			}
 		}
+	}
+}
+
+// Issue 38 #4: a secret is opened for the host the request really goes
+// to. A URL that names one host before an '@' and dials another, or that
+// puts the secret in its host, opens it for the host dialled (or for
+// none), so a secret scoped to A never goes to B; nothing is sent when the
+// opening is refused.
+func TestASecretIsOpenedForTheHostDialled(t *testing.T) {
+	var got [2]atomic.Int64
+	var servers [2]*httptest.Server
+	for i := range servers {
+		servers[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got[i].Add(1) }))
+		defer servers[i].Close()
+	}
+	a, b := strings.TrimPrefix(servers[0].URL, "http://"), strings.TrimPrefix(servers[1].URL, "http://")
+	m := khttp.New(netguard.New([]string{a, b})).Methods["request"]
+	var asked []string
+	open := func(name, host string) (string, error) {
+		asked = append(asked, host)
+		if host != a {
+			return "", kt.Errorf(kt.ClassPermission, "not scoped to %q", host)
+		}
+		return "value-1234", nil
+	}
+	for _, c := range []struct{ name, url, header, want string }{
+		{"userinfo names A, B is dialled", "http://" + a + "@" + b + "/x?k={secret:tok}", "", b},
+		{"a header toward B", "http://" + b + "/x", "{secret:tok}", b},
+		{"the secret in the host", "http://{secret:tok}.localhost/x", "", ""},
+	} {
+		asked = nil
+		args := map[string]any{"method": "GET", "url": c.url}
+		if c.header != "" {
+			args["headers"] = map[string]any{"X-Key": c.header}
+		}
+		r := m.Do(context.Background(), connector.Call{Args: args, Secret: open})
+		if r.Err == nil || len(asked) == 0 || asked[0] != c.want {
+			t.Errorf("%s: %+v, opened for %q (want refused, opened for %q)", c.name, r.Err, asked, c.want)
+		}
+	}
+	if n := got[0].Load() + got[1].Load(); n != 0 {
+		t.Fatalf("%d requests went out", n)
+	}
+	// Toward A it goes.
+	r := m.Do(context.Background(), connector.Call{Args: map[string]any{"method": "GET", "url": "http://" + a + "/x?k={secret:tok}", "headers": map[string]any{"X-Key": "{secret:tok}"}}, Secret: open})
+	if r.Err != nil || got[0].Load() != 1 {
+		t.Fatalf("toward A: %+v, %d requests", r.Err, got[0].Load())
 	}
 }

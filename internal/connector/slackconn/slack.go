@@ -580,7 +580,12 @@ func (s *Slack) Notify(ctx context.Context, channel, text string) error {
 	}
 	// A notice quotes outside data (a title, an error): escaped by Slack's
 	// rules (&, <, >), so "<!channel>" or "<http://x|a forged link>" in it
-	// arrives as text, never as a mention or a link.
-	_, _, err := api.PostMessageContext(ctx, channel, slack.MsgOptionText(text, true))
+	// arrives as text, never as a mention or a link; posted with mrkdwn
+	// off, so *bold*, _italic_, ~strike~, `code`, ```blocks``` and a "> "
+	// quote show as the characters they are (mrkdwn has no escape for
+	// them); and with unfurling off, so a URL in a title makes Slack fetch
+	// nothing and shows no preview of the title's choosing.
+	_, _, err := api.PostMessageContext(ctx, channel, slack.MsgOptionText(text, true), slack.MsgOptionDisableMarkdown(),
+		slack.MsgOptionDisableLinkUnfurl(), slack.MsgOptionDisableMediaUnfurl())
 	return err
 }

@@ -193,20 +193,28 @@ func TestHistoryReactionsAndARevokedToken(t *testing.T) {
 
 // A notice quotes outside data: a title with "<!channel>" or a forged link
 // "<http://x|…>" once pinged the whole channel and showed a link under
-// words of the title's choosing (issue 23, low). Slack now gets them
-// escaped by its rules, as text.
+// words of the title's choosing (issue 23, low), and mrkdwn in a title
+// (*bold*, _italic_, ~strike~, `code`, a "> " quote, ```a block```) was
+// rendered as formatting (issue 38, low). Slack now gets the text escaped
+// by its rules (&, <, >) and posted with mrkdwn off, so all of it shows as
+// the characters written, and with unfurling off, so a URL in a title
+// makes Slack fetch no preview.
 func TestANoticeIsEscapedForSlack(t *testing.T) {
 	e := setup(t)
 	ch := &notify.Slack{Channel: "C9", Post: e.bot.Notify}
-	n := notify.Notice{Kind: "blocked", Subject: "keep: <!channel> needs you", Text: "Order <http://evil.example|your invoice> & <@U123>"}
+	n := notify.Notice{Kind: "blocked", Subject: "keep: <!channel> needs you", Text: "Order *URGENT* _pay_ ~now~ `rm` <http://evil.example|your invoice> & <@U123>\n> wire it to http://evil.example/pay\n```x```"}
 	if err := ch.Send(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}
 	var out struct{ Messages []map[string]any }
 	e.admin("/_admin/channels/C9", nil, &out)
-	want := "*keep: &lt;!channel&gt; needs you*\nOrder &lt;http://evil.example|your invoice&gt; &amp; &lt;@U123&gt;"
+	want := "keep: &lt;!channel&gt; needs you\nOrder *URGENT* _pay_ ~now~ `rm` &lt;http://evil.example|your invoice&gt; &amp; &lt;@U123&gt;\n&gt; wire it to http://evil.example/pay\n```x```"
 	if len(out.Messages) != 1 || out.Messages[0]["text"] != want {
 		t.Fatalf("Slack got %v; want the text %q", out.Messages, want)
+	}
+	posted, _ := out.Messages[0]["posted"].(map[string]any)
+	if posted["mrkdwn"] != "false" || posted["unfurl_links"] != "false" || posted["unfurl_media"] != "false" {
+		t.Fatalf("posted with %v; want mrkdwn, unfurl_links and unfurl_media false (the text shown as written, no preview)", posted)
 	}
 }
 

@@ -48,6 +48,11 @@ type message struct {
 	Type       string         `json:"type"`
 	Metadata   map[string]any `json:"metadata,omitempty"`
 	Reactions  []*reaction    `json:"reactions,omitempty"`
+	// posted are the options of chat.postMessage that change how Slack
+	// shows the text (mrkdwn, unfurl_links, unfurl_media) as they were
+	// sent ("" when not): shown by the admin view only, as Slack's API
+	// does not answer them.
+	posted map[string]string
 }
 
 // channel is a conversation: an ID (C…, G… for a private one) and a name.
@@ -346,6 +351,10 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) bool {
 	}
 	c := s.byIDOrName(ch)
 	m := s.post(c, BotUser, text, r.Form.Get("thread_ts"), r.Form.Get("reply_broadcast") == "true", meta)
+	m.posted = map[string]string{}
+	for _, k := range []string{"mrkdwn", "unfurl_links", "unfurl_media"} {
+		m.posted[k] = r.Form.Get(k)
+	}
 	s.writes["slack.postMessage"]++
 	answer(w, map[string]any{"ok": true, "channel": c.ID, "ts": m.TS, "message": m})
 	return true
@@ -578,7 +587,18 @@ func (s *Server) adminChannel(w http.ResponseWriter, r *http.Request) {
 	c := s.byIDOrName(r.PathValue("id"))
 	msgs := append([]*message{}, c.msgs...)
 	sort.SliceStable(msgs, func(i, j int) bool { return tsAfter(msgs[j].TS, msgs[i].TS) })
-	answer(w, map[string]any{"id": c.ID, "name": c.Name, "messages": msgs})
+	// Each message as the API shows it, with how it was posted.
+	views := make([]map[string]any, 0, len(msgs))
+	for _, m := range msgs {
+		var v map[string]any
+		b, _ := json.Marshal(m)
+		_ = json.Unmarshal(b, &v)
+		if m.posted != nil {
+			v["posted"] = m.posted
+		}
+		views = append(views, v)
+	}
+	answer(w, map[string]any{"id": c.ID, "name": c.Name, "messages": views})
 }
 
 // adminPageMax sets the most items a page holds: {"max": 3}.

@@ -1,17 +1,24 @@
 package sqldb
 
 import (
+	"encoding/json"
 	"fmt"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
-const secretCols = `name, sealed, created_at, updated_at`
+const secretCols = `name, sealed, created_at, updated_at, hosts`
 
 func scanSecret(s interface{ Scan(...any) error }) (kt.Secret, error) {
 	var x kt.Secret
-	err := s.Scan(&x.Name, &x.Sealed, &x.CreatedAt, &x.UpdatedAt)
-	return x, err
+	var hosts string
+	if err := s.Scan(&x.Name, &x.Sealed, &x.CreatedAt, &x.UpdatedAt, &hosts); err != nil {
+		return x, err
+	}
+	if err := json.Unmarshal([]byte(hosts), &x.Hosts); err != nil {
+		return x, fmt.Errorf("the stored hosts of the secret %s do not decode (%v): keep's store was changed outside keep or is damaged", x.Name, err)
+	}
+	return x, nil
 }
 
 func (t *Tx) SecretGet(name string) (kt.Secret, error) {
@@ -29,9 +36,17 @@ func (t *Tx) SecretPut(x kt.Secret) error {
 	if err := t.shared(); err != nil {
 		return err
 	}
-	_, err := t.r.Exec(`INSERT INTO secrets(`+secretCols+`) VALUES(?,?,?,?)
-ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.updated_at`,
-		x.Name, x.Sealed, x.CreatedAt, x.UpdatedAt)
+	hosts := x.Hosts
+	if hosts == nil {
+		hosts = []string{}
+	}
+	h, err := json.Marshal(hosts)
+	if err != nil {
+		return err
+	}
+	_, err = t.r.Exec(`INSERT INTO secrets(`+secretCols+`) VALUES(?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.updated_at, hosts=excluded.hosts`,
+		x.Name, x.Sealed, x.CreatedAt, x.UpdatedAt, string(h))
 	if err != nil {
 		return fmt.Errorf("save the secret %s: %w", x.Name, err)
 	}

@@ -19,18 +19,18 @@ func exerciseAccounts(run runCase) {
 			if err := tx.SecretPut(kt.Secret{Name: "sig", Sealed: []byte("old"), CreatedAt: 1, UpdatedAt: 1}); err != nil {
 				return err
 			}
-			if err := tx.SecretPut(kt.Secret{Name: "sig", Sealed: sealed, CreatedAt: 9, UpdatedAt: 9}); err != nil {
+			if err := tx.SecretPut(kt.Secret{Name: "sig", Sealed: sealed, Hosts: []string{"api.crm.example", "127.0.0.1:8090"}, CreatedAt: 9, UpdatedAt: 9}); err != nil {
 				return err
 			}
 			return tx.SecretPut(kt.Secret{Name: "api", Sealed: []byte("a"), CreatedAt: 2, UpdatedAt: 2})
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
 			x, err := tx.SecretGet("sig")
-			if err != nil || string(x.Sealed) != string(sealed) || x.CreatedAt != 1 || x.UpdatedAt != 9 {
+			if err != nil || string(x.Sealed) != string(sealed) || x.CreatedAt != 1 || x.UpdatedAt != 9 || fmt.Sprint(x.Hosts) != "[api.crm.example 127.0.0.1:8090]" {
 				return fmt.Errorf("sig after a second put: %+v %v", x, err)
 			}
 			xs, err := tx.SecretList()
-			if err != nil || len(xs) != 2 || xs[0].Name != "api" || xs[1].Name != "sig" {
+			if err != nil || len(xs) != 2 || xs[0].Name != "api" || xs[1].Name != "sig" || len(xs[0].Hosts) != 0 || len(xs[1].Hosts) != 2 {
 				return fmt.Errorf("secrets %+v %v", xs, err)
 			}
 			return nil

@@ -77,7 +77,7 @@ func fill(t *testing.T, s store.Store) {
 				return tx.ConnectionPut(kt.Connection{Provider: "google", Account: "a@example.com", Sealed: []byte{1, 2}, CreatedAt: 1, UpdatedAt: 1})
 			},
 			func() error {
-				return tx.SecretPut(kt.Secret{Name: "crm_token", Sealed: []byte{3, 4}, CreatedAt: 1, UpdatedAt: 1})
+				return tx.SecretPut(kt.Secret{Name: "crm_token", Sealed: []byte{3, 4}, Hosts: []string{"api.crm.example"}, CreatedAt: 1, UpdatedAt: 1})
 			},
 			func() error { return tx.NoticePut("run-1", "webhook", 6) },
 			func() error { return tx.LeasePut(kt.Lease{Workflow: "w", Node: "n1", Token: 1, ExpiresAt: 9}) },
@@ -171,6 +171,16 @@ func TestEveryTableIsCarried(t *testing.T) {
 		}
 		if ids[0] != ids[1] {
 			t.Errorf("installation id %q after keep migrate, the source's is %q", ids[1], ids[0])
+		}
+		// A secret keeps the hosts it may go to (issue 38 #4).
+		if err := dst.View(context.Background(), func(tx store.Tx) error {
+			x, err := tx.SecretGet("crm_token")
+			if err == nil && (len(x.Hosts) != 1 || x.Hosts[0] != "api.crm.example") {
+				t.Errorf("the secret's hosts after keep migrate: %v", x.Hosts)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
 		after := rowsPerTable(t, db, list)
 		for _, table := range names {
