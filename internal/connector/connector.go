@@ -159,6 +159,11 @@ type Result struct {
 	Value   any
 	Outcome Outcome
 	Err     *kt.Error
+	// More, for a read, says it stopped at its bound while more matched
+	// (email.search's max): the next call, from the cursor it returned,
+	// reads on. A producer that made such a read and moved its state runs
+	// again at once, not at its next scheduled time.
+	More bool
 }
 
 // ReconcileStatus is the answer of a reconcile method (ch 13 §13.6.2).
