@@ -266,9 +266,10 @@ func parsePart(s string) ([]int, bool) {
 	return out, len(out) > 0
 }
 
-// decodedSize is a part's size once decoded: base64 holds three bytes in
-// four characters, in lines of 76 (RFC 2045), which the estimate takes
-// out; other encodings are counted as they are.
+// decodedSize is a part's size once decoded, estimated from its encoded
+// size where the server cannot say it (BINARY.SIZE, readTexts): base64
+// holds three bytes in four characters, in lines of 76 (RFC 2045), which
+// the estimate takes out; other encodings are counted as they are.
 func decodedSize(sp *imap.BodyStructureSinglePart) int64 {
 	n := int64(sp.Size)
 	if strings.EqualFold(sp.Encoding, "base64") {
@@ -327,22 +328,32 @@ func contentID(header []byte, size int64) string {
 }
 
 // readTexts fetches the text and HTML parts of a batch of messages, each
-// cut at rawTextBound, decoded: one FETCH per shape of message (the same
-// parts), so a batch costs a round trip or a few.
+// cut at rawTextBound, decoded, and — where the server has BINARY (RFC
+// 3516: Dovecot, every IMAP4rev2 server) — each attachment's decoded size:
+// one FETCH per shape of message (the same parts), so a batch costs a
+// round trip or a few.
 func readTexts(cl *imapclient.Client, batch []*found) error {
 	type group struct {
 		uids       []imap.UID
 		text, html *imap.FetchItemBodySection
+		sizes      []*imap.FetchItemBinarySectionSize
 	}
+	binary := cl.Caps().Has(imap.CapBinary)
 	groups := map[string]*group{}
 	var order []string
 	byUID := map[imap.UID]*found{}
 	for _, m := range batch {
-		if m.text == nil && m.html == nil {
+		var parts []string
+		if binary {
+			for _, at := range m.attachments {
+				parts = append(parts, at.part)
+			}
+		}
+		if m.text == nil && m.html == nil && len(parts) == 0 {
 			continue
 		}
 		byUID[m.uid] = m
-		key := partName(m.textPath) + "|" + partName(m.htmlPath)
+		key := partName(m.textPath) + "|" + partName(m.htmlPath) + "|" + strings.Join(parts, ",")
 		g := groups[key]
 		if g == nil {
 			g = &group{}
@@ -352,6 +363,10 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 			if m.html != nil {
 				g.html = textSection(m.htmlPath)
 			}
+			for _, p := range parts {
+				path, _ := parsePart(p)
+				g.sizes = append(g.sizes, &imap.FetchItemBinarySectionSize{Part: path})
+			}
 			groups[key] = g
 			order = append(order, key)
 		}
@@ -359,7 +374,7 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 	}
 	for _, key := range order {
 		g := groups[key]
-		opts := &imap.FetchOptions{UID: true}
+		opts := &imap.FetchOptions{UID: true, BinarySectionSize: g.sizes}
 		for _, s := range []*imap.FetchItemBodySection{g.text, g.html} {
 			if s != nil {
 				opts.BodySection = append(opts.BodySection, s)
@@ -385,6 +400,12 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 			}
 			if g.html != nil {
 				m.htmlOut = decodeText(m.html, buf.FindBodySection(g.html), textSource)
+			}
+			for i := range m.attachments {
+				path, _ := parsePart(m.attachments[i].part)
+				if n, ok := buf.FindBinarySectionSize(path); ok {
+					m.attachments[i].size = int64(n)
+				}
 			}
 		}
 		if err := cmd.Close(); err != nil {
