@@ -208,6 +208,12 @@ type Method struct {
 	// ReconcileWhen, when set, says per call whether Reconcile can be used
 	// (http can reconcile only when the script gave a probe).
 	ReconcileWhen func(args map[string]any) bool
+	// Evidence, when set, names what a person looks for at the target to
+	// tell whether a write whose outcome keep could not establish happened
+	// (email.send: its Message-ID, in the recipient's mailbox or in Sent),
+	// and where: every card of such a write says it (engine's
+	// unknownOutcome), whatever the last answer of a check was.
+	Evidence func(c Call) (mark, where string)
 	// ComparePayload compares the payload of an applied mutation with a new one.
 	ComparePayload func(old, new map[string]any) Comparison
 	// Target renders the target of a call for people, e.g. "POST http://x/orders".

@@ -282,3 +282,64 @@ func TestServeReadsAFirstSyncPageAfterPage(t *testing.T) {
 		t.Fatalf("the producer ran %d times for 25 mails read 10 at a time; want 3 (two pages with more, the last without)", n)
 	}
 }
+
+// sendOnce is a workflow whose one write is an email.send: from an item
+// of a task (withItem), or from a consumer fed by a producer.
+func sendOnce(fromTask bool) string {
+	if fromTask {
+		return `export default Keep.workflow({
+  name: "notices",
+  tasks: { send: Keep.task({ schedule: { interval: "1h" }, async run(ctx, state) {
+    await ctx.withItem("notice-1", "Notice 1", async (ctx) => {
+      await ctx.email.send({ to: "customer@example.com", subject: "Notice 1", text: "x" })
+    })
+    return state
+  } }) },
+})
+`
+	}
+	return `export default Keep.workflow({
+  name: "notices",
+  topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1", title: "Notice 1" })
+    await ctx.publish("job", { messageId: "1", inputId, payload: {} })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx) { await ctx.email.send({ to: "customer@example.com", subject: "Notice 1", text: "x" }) },
+  }) },
+})
+`
+}
+
+// A send whose answer was lost after the message went out, which keep
+// run's own checks could not settle, blocks for a person with a card that
+// names the Message-ID to look for — from an item's write as from a
+// consumer's, and when the last check could not even reach the mailbox
+// (issue 40 #8).
+func TestTheCardOfAnUncertainSendNamesItsMessageID(t *testing.T) {
+	imapAddr := testmail.Dovecot(t)
+	for _, c := range []struct {
+		name     string
+		fromTask bool
+		imap     string
+	}{
+		{"an item's send, Sent searched", true, imapAddr},
+		{"a consumer's send, the mailbox unreachable", false, "127.0.0.1:1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := testmail.StartWith(t, testmail.Options{})
+			dir := project(t, c.imap, srv, sendOnce(c.fromTask), "reconcile_attempts = 2\n")
+			srv.CutAfterData(1)
+			r := keep(t, dir, "run", "workflow.js")
+			sent := srv.Sent()
+			if r.code != 3 || len(sent) != 1 {
+				t.Fatalf("keep run: %d, %d messages sent\n%s%s", r.code, len(sent), r.out, r.err)
+			}
+			if !strings.Contains(r.out, "look for Message-ID "+sent[0]) {
+				t.Fatalf("the card does not name the Message-ID the server took (%s):\n%s", sent[0], r.out)
+			}
+		})
+	}
+}

@@ -76,7 +76,7 @@ func New(cfg Config) *connector.Connector {
 				Limits:   "keep fetches at most what `max` decoded bytes take and decodes as it reads.",
 			}},
 			"send": {Name: "send", Kind: connector.KindMutate, Identity: []string{"to"}, Validate: validateSend, Do: c.send,
-				Reconcile: c.reconcile, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"), Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
+				Reconcile: c.reconcile, Evidence: evidence, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"), Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
 				Doc: connector.MethodDoc{
 					Summary: "Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send.",
 					Params: []connector.Param{
