@@ -343,3 +343,25 @@ func TestTheCardOfAnUncertainSendNamesItsMessageID(t *testing.T) {
 		})
 	}
 }
+
+// A producer whose read says more but whose state stays the same (it reads
+// from the start every time) is not run again at once: it would read the
+// same page for ever. keep run ends after two runs: the first moved its
+// state from nothing, the second left it as it was (issue 40 #8).
+func TestAProducerThatDoesNotMoveOnIsNotRunAgainAtOnce(t *testing.T) {
+	imapAddr := testmail.Dovecot(t)
+	srv := testmail.StartWith(t, testmail.Options{})
+	script := strings.Replace(replies("Orders", 10), "return { cursor: mails.lastCursor };", "return { polled: true };", 1)
+	dir := project(t, imapAddr, srv, script, "")
+	var msgs []string
+	for i := 1; i <= 25; i++ {
+		msgs = append(msgs, mail(i, fmt.Sprintf("Order %d", i), true))
+	}
+	rebuild(t, imapAddr, "Orders", msgs...)
+	if r := keep(t, dir, "run", "--timeout", testbin.Patience().String(), "workflow.js"); r.code != 0 {
+		t.Fatalf("keep run: %d\n%s%s", r.code, r.out, r.err)
+	}
+	if n, sent := runsOf(t, dir, "inbox"), len(srv.Sent()); n != 2 || sent != 10 {
+		t.Fatalf("the producer ran %d times and %d replies went out; want 2 runs, 10 replies", n, sent)
+	}
+}
