@@ -365,3 +365,41 @@ func TestAProducerThatDoesNotMoveOnIsNotRunAgainAtOnce(t *testing.T) {
 		t.Fatalf("the producer ran %d times and %d replies went out; want 2 runs, 10 replies", n, sent)
 	}
 }
+
+// The rebuild an administrator makes: Dovecot's index files of a folder
+// removed (its UID list with them), as when they are lost or a mailbox is
+// restored from its mail files alone. Dovecot numbers the mail anew under
+// a new UIDVALIDITY; the mail without a Message-ID is still answered once.
+func TestAMailWithoutMessageIDIsAnsweredOnceAfterDovecotLosesItsIndex(t *testing.T) {
+	imapAddr, maildir := testmail.DovecotMaildir(t)
+	srv := testmail.StartWith(t, testmail.Options{})
+	dir := project(t, imapAddr, srv, replies("Alerts", 100), "")
+	v1 := rebuild(t, imapAddr, "Alerts", mail(1, "Disk full on db1", false), mail(2, "Disk full on db1", false))
+	if r := keep(t, dir, "run", "workflow.js"); r.code != 0 || len(srv.Sent()) != 2 {
+		t.Fatalf("keep run: %d, %d replies to two mails\n%s%s", r.code, len(srv.Sent()), r.out, r.err)
+	}
+	files, err := filepath.Glob(filepath.Join(maildir, ".Alerts", "dovecot*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("Dovecot's files of Alerts: %v %v", files, err)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v2 uint32
+	imapDo(t, imapAddr, func(cl *imapclient.Client) {
+		sel, err := cl.Select("Alerts", nil).Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2 = sel.UIDValidity
+	})
+	if v2 == v1 {
+		t.Fatalf("Dovecot kept UIDVALIDITY %d without its index: it tests nothing", v1)
+	}
+	r := keep(t, dir, "run", "workflow.js")
+	if r.code != 0 || len(srv.Sent()) != 2 {
+		t.Fatalf("after Dovecot rebuilt the folder: keep run %d, %d replies to two mails\n%s%s", r.code, len(srv.Sent()), r.out, r.err)
+	}
+}
