@@ -10,6 +10,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime/quotedprintable"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,13 +177,19 @@ func TestAMailWithoutMessageIDIsAnsweredOnceAfterItsFolderIsRebuilt(t *testing.T
 
 // email.search reads what it returns, never whole messages: 40 mails with
 // an 8 MB attachment each took keep to 681 MB. keep's peak memory stays
-// far under that, and each attachment's name, type and size come back
-// (issue 40 #7).
+// far under that, each attachment's name, type and size come back, and
+// email.attachment reads one whole when asked (issue 40 #7).
 func TestSearchOverLargeAttachmentsKeepsMemoryBounded(t *testing.T) {
 	imapAddr := testmail.Dovecot(t)
 	srv := testmail.StartWith(t, testmail.Options{})
-	script := strings.Replace(replies("Big", 100), `text: "We got it." })`,
-		`text: "We got it: " + (p.data.attachments || []).map(a => a.name + " " + a.type + " " + a.size).join(", ") })`, 1)
+	// Each reply says the attachment's name, type and size from the
+	// search; the first also what email.attachment read of it in prepare.
+	script := strings.NewReplacer(`text: "We got it." })`,
+		`text: "We got it: " + (p.data.attachments || []).map(a => a.name + " " + a.type + " " + a.size).join(", ") + p.data.got })`,
+		`return { reservations: [{ topic: "mail", ids: [e.messageId] }], data: e.payload }`,
+		`const at = (e.payload.attachments || [])[0]; let got = "";
+      if (at && e.payload.subject === "Scan 1") { const a = await ctx.email.attachment({ folder: "Big", ref: at.ref }); got = "; read " + a.size + " bytes ending " + a.base64.slice(-8) }
+      return { reservations: [{ topic: "mail", ids: [e.messageId] }], data: { ...e.payload, got } }`).Replace(replies("Big", 100))
 	dir := project(t, imapAddr, srv, script, "")
 	const n, size = 40, 8 << 20
 	data := bytes.Repeat([]byte{0, 1, 2, 3, 4, 5, 6, 7, 0xff, 'k', 'e', 'e', 'p', '\n', 0x80, 0x7f}, size/16)
@@ -221,9 +229,26 @@ func TestSearchOverLargeAttachmentsKeepsMemoryBounded(t *testing.T) {
 	if r.maxRSS == 0 || r.maxRSS > 200<<20 {
 		t.Fatalf("keep run's peak memory was %d MB reading %d mails of %d MB attachments: it must stay well under the 681 MB whole messages took", r.maxRSS>>20, n, size>>20)
 	}
-	if !strings.Contains(msgs[0], fmt.Sprintf("scan1.bin application/octet-stream %d", size)) {
+	full := base64.StdEncoding.EncodeToString(data)
+	if !strings.Contains(bodyOf(t, msgs[0]), fmt.Sprintf("scan1.bin application/octet-stream %d; read %d bytes ending %s", size, size, full[len(full)-8:])) {
 		t.Fatalf("the reply does not carry the attachment's name, type and size (%d):\n%s", size, msgs[0])
 	}
+	for _, m := range msgs[1:] {
+		if b := bodyOf(t, m); !strings.Contains(b, fmt.Sprintf(".bin application/octet-stream %d", size)) || strings.Contains(b, "read") {
+			t.Fatalf("a reply of another mail: %s", b)
+		}
+	}
+}
+
+// bodyOf is a message's body decoded from quoted-printable (keep's sends).
+func bodyOf(t *testing.T, msg string) string {
+	t.Helper()
+	_, b, _ := strings.Cut(msg, "\r\n\r\n")
+	out, err := io.ReadAll(quotedprintable.NewReader(strings.NewReader(b)))
+	if err != nil {
+		t.Fatalf("the body of %q: %v", msg, err)
+	}
+	return string(out)
 }
 
 // runsOf lists the workflow's runs of one handler (keep runs --json).

@@ -117,8 +117,10 @@ func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Re
 	}
 	sec := &imap.FetchItemBodySection{Part: ref.part, Peek: true, Partial: &imap.SectionPartial{Size: raw}}
 	cmd := cl.Fetch(imap.UIDSetNum(ref.uid), &imap.FetchOptions{UID: true, BodySection: []*imap.FetchItemBodySection{sec}})
-	var data []byte
-	var over bool
+	// Decoded as it arrives straight into its base64: the attachment is
+	// held once, as the answer carries it.
+	var out strings.Builder
+	var n int64
 	for msg := cmd.Next(); msg != nil; msg = cmd.Next() {
 		for item := msg.Next(); item != nil; item = msg.Next() {
 			body, ok := item.(imapclient.FetchItemDataBodySection)
@@ -132,7 +134,11 @@ func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Re
 			case "quoted-printable":
 				r = quotedprintable.NewReader(r)
 			}
-			data, err = io.ReadAll(io.LimitReader(r, limit+1))
+			out.Reset()
+			out.Grow(int(min(at.size, limit)+2) / 3 * 4)
+			enc := base64.NewEncoder(base64.StdEncoding, &out)
+			n, err = io.Copy(enc, io.LimitReader(r, limit+1))
+			enc.Close()
 			var corrupt base64.CorruptInputError
 			if errors.As(err, &corrupt) {
 				cmd.Close()
@@ -142,14 +148,13 @@ func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Re
 				cmd.Close()
 				return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.attachment in %s: read the part: %v", folder, err)}
 			}
-			over = int64(len(data)) > limit
 		}
 	}
 	if err := cmd.Close(); err != nil {
 		return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.attachment in %s: %v", folder, err)}
 	}
-	if over {
+	if n > limit {
 		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.attachment: %q (%s) is about %d bytes, over max %d: check an attachment's size (email.search gives it) before reading it, or ask for up to %d", at.name, at.mediaType, at.size, limit, MaxAttachment)}
 	}
-	return connector.Result{Value: map[string]any{"name": at.name, "type": at.mediaType, "size": len(data), "base64": base64.StdEncoding.EncodeToString(data)}}
+	return connector.Result{Value: map[string]any{"name": at.name, "type": at.mediaType, "size": n, "base64": out.String()}}
 }

@@ -186,7 +186,7 @@ func TestAttachmentsAreListedAndReadByRef(t *testing.T) {
 	}
 	v := r.Value.(map[string]any)
 	b, err := base64.StdEncoding.DecodeString(str(v["base64"]))
-	if err != nil || !bytes.Equal(b, pdf) || v["name"] != "Rechnung März.pdf" || v["size"] != len(pdf) {
+	if err != nil || !bytes.Equal(b, pdf) || v["name"] != "Rechnung März.pdf" || v["size"] != int64(len(pdf)) {
 		t.Fatalf("read %d bytes (%v), name %v size %v; want the %d bytes attached", len(b), err, v["name"], v["size"], len(pdf))
 	}
 	r = do(t, reg, "attachment", map[string]any{"folder": "Invoices", "ref": at["ref"], "max": 1 << 20}, "")
