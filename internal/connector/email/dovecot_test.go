@@ -216,3 +216,27 @@ func withAttachment(subject, text, name, typ string, data []byte) string {
 	b.WriteString(enc + "\r\n--b1--\r\n")
 	return b.String()
 }
+
+// One odd attachment stops no mailbox: a part in a transfer encoding
+// Dovecot cannot decode (x-uuencode: BINARY.SIZE answers NO
+// [UNKNOWN-CTE]) is listed with an estimated size, and the mail beside it
+// is read.
+func TestAnAttachmentInAnUnknownEncodingIsListed(t *testing.T) {
+	imapAddr := testmail.Dovecot(t)
+	_, reg := dovecotRegistry(t, imapAddr)
+	odd := "From: old@example.com\r\nTo: keep@example.com\r\nSubject: Old mailer\r\nMessage-ID: <old1@example.com>\r\nMIME-Version: 1.0\r\n" +
+		"Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nSee attached.\r\n--b\r\n" +
+		"Content-Type: application/octet-stream; name=\"a.bin\"\r\nContent-Transfer-Encoding: x-uuencode\r\n\r\nbegin 644 a.bin\r\n#86)C\r\n`\r\nend\r\n--b--\r\n"
+	rebuild(t, imapAddr, "Old", odd, withAttachment("Next", "hello", "n.txt", "text/csv", []byte("a,b\n")))
+	got := folder(t, reg, "Old")
+	if len(got) != 2 || str(got[0]["text"]) == "" || got[1]["subject"] != "Next" {
+		t.Fatalf("search: %v", got)
+	}
+	atts := got[0]["attachments"].([]any)
+	if len(atts) != 1 || atts[0].(map[string]any)["name"] != "a.bin" {
+		t.Fatalf("the odd attachment: %v", atts)
+	}
+	if a := got[1]["attachments"].([]any); len(a) != 1 || a[0].(map[string]any)["size"] != int64(4) {
+		t.Fatalf("the attachment beside it: %v", a)
+	}
+}

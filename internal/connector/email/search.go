@@ -346,7 +346,9 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 		var parts []string
 		if binary {
 			for _, at := range m.attachments {
-				parts = append(parts, at.part)
+				if knownEncoding(at.encoding) {
+					parts = append(parts, at.part)
+				}
 			}
 		}
 		if m.text == nil && m.html == nil && len(parts) == 0 {
@@ -374,43 +376,70 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 	}
 	for _, key := range order {
 		g := groups[key]
-		opts := &imap.FetchOptions{UID: true, BinarySectionSize: g.sizes}
-		for _, s := range []*imap.FetchItemBodySection{g.text, g.html} {
-			if s != nil {
-				opts.BodySection = append(opts.BodySection, s)
-			}
+		err := fetchTexts(cl, g.uids, g.text, g.html, g.sizes, byUID)
+		if err != nil && len(g.sizes) > 0 {
+			// A server that cannot decode a part for its size (NO
+			// [UNKNOWN-CTE]) fails the whole FETCH: the sizes are then
+			// estimated, and one odd attachment stops no mailbox.
+			err = fetchTexts(cl, g.uids, g.text, g.html, nil, byUID)
 		}
-		cmd := cl.Fetch(imap.UIDSetNum(g.uids...), opts)
-		for {
-			msg := cmd.Next()
-			if msg == nil {
-				break
-			}
-			buf, err := msg.Collect()
-			if err != nil {
-				cmd.Close()
-				return err
-			}
-			m := byUID[buf.UID]
-			if m == nil {
-				continue
-			}
-			if g.text != nil {
-				m.textOut = decodeText(m.text, buf.FindBodySection(g.text), MaxText)
-			}
-			if g.html != nil {
-				m.htmlOut = decodeText(m.html, buf.FindBodySection(g.html), textSource)
-			}
-			for i := range m.attachments {
-				path, _ := parsePart(m.attachments[i].part)
-				if n, ok := buf.FindBinarySectionSize(path); ok {
-					m.attachments[i].size = int64(n)
-				}
-			}
-		}
-		if err := cmd.Close(); err != nil {
+		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// knownEncoding is a transfer encoding every server with BINARY decodes
+// (RFC 3516); for another it may answer NO [UNKNOWN-CTE].
+func knownEncoding(enc string) bool {
+	switch strings.ToLower(enc) {
+	case "", "7bit", "8bit", "binary", "base64", "quoted-printable":
+		return true
+	}
+	return false
+}
+
+// fetchTexts is one FETCH of readTexts: the text and HTML sections and the
+// attachments' sizes of messages of one shape.
+func fetchTexts(cl *imapclient.Client, uids []imap.UID, text, html *imap.FetchItemBodySection, sizes []*imap.FetchItemBinarySectionSize, byUID map[imap.UID]*found) error {
+
+	opts := &imap.FetchOptions{UID: true, BinarySectionSize: sizes}
+	for _, s := range []*imap.FetchItemBodySection{text, html} {
+		if s != nil {
+			opts.BodySection = append(opts.BodySection, s)
+		}
+	}
+	cmd := cl.Fetch(imap.UIDSetNum(uids...), opts)
+	for {
+		msg := cmd.Next()
+		if msg == nil {
+			break
+		}
+		buf, err := msg.Collect()
+		if err != nil {
+			cmd.Close()
+			return err
+		}
+		m := byUID[buf.UID]
+		if m == nil {
+			continue
+		}
+		if text != nil {
+			m.textOut = decodeText(m.text, buf.FindBodySection(text), MaxText)
+		}
+		if html != nil {
+			m.htmlOut = decodeText(m.html, buf.FindBodySection(html), textSource)
+		}
+		for i := range m.attachments {
+			path, _ := parsePart(m.attachments[i].part)
+			if n, ok := buf.FindBinarySectionSize(path); ok {
+				m.attachments[i].size = int64(n)
+			}
+		}
+	}
+	if err := cmd.Close(); err != nil {
+		return err
 	}
 	return nil
 }
