@@ -71,7 +71,7 @@ func New(cfg Config) *connector.Connector {
 					{Name: "max", Type: "number", Doc: "the most bytes to read, 1 to 10485760 (10 MiB, the default): a larger attachment is refused, saying its size"},
 				},
 				ResultTS: "{ name: string; type: string; size: number; base64: string }",
-				Result:   "`{ name, type, size, base64 }`: the attachment decoded from its transfer encoding, as base64",
+				Result:   "`{ name, type, size, base64 }`: the attachment decoded from its transfer encoding (base64, quoted-printable; another, such as x-uuencode, as the message holds it), as base64",
 				Errors:   "an attachment over `max`, or a ref that names no attachment: logic; the folder rebuilt since the search (a new UIDVALIDITY) or the message gone: precondition — search again; the server unreachable: transient.",
 				Limits:   "keep fetches at most what `max` decoded bytes take and decodes as it reads.",
 			}},
