@@ -188,7 +188,7 @@ func TestSearchOverLargeAttachmentsKeepsMemoryBounded(t *testing.T) {
 		`text: "We got it: " + (p.data.attachments || []).map(a => a.name + " " + a.type + " " + a.size).join(", ") + p.data.got })`,
 		`return { reservations: [{ topic: "mail", ids: [e.messageId] }], data: e.payload }`,
 		`const at = (e.payload.attachments || [])[0]; let got = "";
-      if (at && e.payload.subject === "Scan 1") { const a = await ctx.email.attachment({ folder: "Big", ref: at.ref }); got = "; read " + a.size + " bytes ending " + a.base64.slice(-8) }
+      if (at && e.payload.subject === "Scan 1") { const a = await ctx.email.attachment({ ref: at.ref }); got = "; read " + a.size + " bytes ending " + a.base64.slice(-8) }
       return { reservations: [{ topic: "mail", ids: [e.messageId] }], data: { ...e.payload, got } }`).Replace(replies("Big", 100))
 	dir := project(t, imapAddr, srv, script, "")
 	const n, size = 40, 8 << 20

@@ -23,17 +23,23 @@ import (
 const MaxAttachment = 10 << 20
 
 // attachmentRef is what a ref of email.search names: a part of one
-// message of a folder as it was (its UIDVALIDITY).
+// message of a folder as it was (its UIDVALIDITY), written
+// "UIDVALIDITY:UID:PART:FOLDER" (the folder last: it may hold a colon).
 type attachmentRef struct {
 	validity uint32
 	uid      imap.UID
 	part     []int
+	folder   string
+}
+
+func (r attachmentRef) String() string {
+	return fmt.Sprintf("%d:%d:%s:%s", r.validity, uint32(r.uid), partName(r.part), r.folder)
 }
 
 func parseRef(s string) (attachmentRef, error) {
-	f := strings.SplitN(s, ":", 3)
+	f := strings.SplitN(s, ":", 4)
 	bad := fmt.Errorf("email.attachment: ref must be an attachment's ref from email.search (got %q)", s)
-	if len(f) != 3 {
+	if len(f) != 4 || f[3] == "" {
 		return attachmentRef{}, bad
 	}
 	v, err1 := strconv.ParseUint(f[0], 10, 32)
@@ -42,15 +48,10 @@ func parseRef(s string) (attachmentRef, error) {
 	if err1 != nil || err2 != nil || !ok || u == 0 {
 		return attachmentRef{}, bad
 	}
-	return attachmentRef{validity: uint32(v), uid: imap.UID(u), part: part}, nil
+	return attachmentRef{validity: uint32(v), uid: imap.UID(u), part: part, folder: f[3]}, nil
 }
 
 func validateAttachment(a map[string]any) error {
-	if v, ok := a["folder"]; ok && v != nil {
-		if _, isStr := v.(string); !isStr {
-			return fmt.Errorf("email.attachment: folder must be a string")
-		}
-	}
 	ref, ok := a["ref"].(string)
 	if !ok {
 		return fmt.Errorf("email.attachment needs ref: an attachment's ref from email.search")
@@ -71,15 +72,12 @@ func validateAttachment(a map[string]any) error {
 // arrives. An attachment over max is refused, saying its size.
 func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Result {
 	a := call.Args
-	folder := str(a["folder"])
-	if folder == "" {
-		folder = "INBOX"
-	}
 	limit := int64(MaxAttachment)
 	if f, ok := a["max"].(float64); ok {
 		limit = int64(f)
 	}
 	ref, _ := parseRef(str(a["ref"]))
+	folder := ref.folder
 	cl, err := c.dialIMAP(ctx)
 	if err != nil {
 		return connector.Result{Err: asKt(err)}

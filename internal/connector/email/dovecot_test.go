@@ -180,7 +180,7 @@ func TestAttachmentsAreListedAndReadByRef(t *testing.T) {
 	if at["name"] != "Rechnung März.pdf" || at["type"] != "application/pdf" || size < int64(len(pdf))-64 || size > int64(len(pdf))+64 {
 		t.Fatalf("the attachment is listed as %v; it is %d bytes", at, len(pdf))
 	}
-	r := do(t, reg, "attachment", map[string]any{"folder": "Invoices", "ref": at["ref"]}, "")
+	r := do(t, reg, "attachment", map[string]any{"ref": at["ref"]}, "")
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -189,12 +189,12 @@ func TestAttachmentsAreListedAndReadByRef(t *testing.T) {
 	if err != nil || !bytes.Equal(b, pdf) || v["name"] != "Rechnung März.pdf" || v["size"] != int64(len(pdf)) {
 		t.Fatalf("read %d bytes (%v), name %v size %v; want the %d bytes attached", len(b), err, v["name"], v["size"], len(pdf))
 	}
-	r = do(t, reg, "attachment", map[string]any{"folder": "Invoices", "ref": at["ref"], "max": 1 << 20}, "")
+	r = do(t, reg, "attachment", map[string]any{"ref": at["ref"], "max": 1 << 20}, "")
 	if r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "over max 1048576") {
 		t.Fatalf("an attachment over max: %+v", r.Err)
 	}
 	rebuild(t, imapAddr, "Invoices", msg)
-	r = do(t, reg, "attachment", map[string]any{"folder": "Invoices", "ref": at["ref"]}, "")
+	r = do(t, reg, "attachment", map[string]any{"ref": at["ref"]}, "")
 	if r.Err == nil || r.Err.Class != kt.ClassPrecondition || !strings.Contains(r.Err.Message, "search again") {
 		t.Fatalf("a ref of a folder rebuilt since: %+v", r.Err)
 	}

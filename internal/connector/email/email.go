@@ -66,8 +66,7 @@ func New(cfg Config) *connector.Connector {
 			"attachment": {Name: "attachment", Kind: connector.KindReadByID, Validate: validateAttachment, Do: c.attachment, Doc: connector.MethodDoc{
 				Summary: "Reads one attachment's bytes, named by its `ref` from email.search.",
 				Params: []connector.Param{
-					{Name: "ref", Type: "string", Required: true, Doc: "an attachment's `ref` from email.search"},
-					{Name: "folder", Type: "string", Doc: "the folder the search read (default `INBOX`)"},
+					{Name: "ref", Type: "string", Required: true, Doc: "an attachment's `ref` from email.search (it names the folder, the message and the part)"},
 					{Name: "max", Type: "number", Doc: "the most bytes to read, 1 to 10485760 (10 MiB, the default): a larger attachment is refused, saying its size"},
 				},
 				ResultTS: "{ name: string; type: string; size: number; base64: string }",

@@ -139,7 +139,7 @@ func (c *conn) search(ctx context.Context, call connector.Call) connector.Result
 			return fail("fetch the texts", err)
 		}
 		for i, m := range batch {
-			item, n := m.summary(sel.UIDValidity)
+			item, n := m.summary(folder, sel.UIDValidity)
 			if len(items) > 0 && n > budget {
 				more = true // the rest comes with the next search, after this cursor
 				return done(items, sel.UIDValidity, cursor, more)
@@ -470,7 +470,7 @@ func decodeText(sp *imap.BodyStructureSinglePart, raw []byte, limit int) string 
 
 // summary is one message as a script sees it, and about how many bytes
 // of the answer it takes.
-func (m *found) summary(validity uint32) (map[string]any, int) {
+func (m *found) summary(folder string, validity uint32) (map[string]any, int) {
 	out := map[string]any{"id": m.id, "uid": uint32(m.uid), "date": m.date.UTC().Format(time.RFC3339)}
 	if e := m.env; e != nil {
 		out["subject"] = e.Subject
@@ -488,9 +488,10 @@ func (m *found) summary(validity uint32) (map[string]any, int) {
 	}
 	atts := make([]any, 0, len(m.attachments))
 	for _, at := range m.attachments {
+		path, _ := parsePart(at.part)
 		atts = append(atts, map[string]any{"name": at.name, "type": at.mediaType, "size": at.size,
-			"ref": fmt.Sprintf("%d:%d:%s", validity, uint32(m.uid), at.part)})
-		n += 128 + len(at.name) + len(at.mediaType)
+			"ref": attachmentRef{validity: validity, uid: m.uid, part: path, folder: folder}.String()})
+		n += 128 + len(at.name) + len(at.mediaType) + len(folder)
 	}
 	out["attachments"] = atts
 	return out, n
