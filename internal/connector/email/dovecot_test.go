@@ -193,6 +193,12 @@ func TestAttachmentsAreListedAndReadByRef(t *testing.T) {
 	if r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "over max 1048576") {
 		t.Fatalf("an attachment over max: %+v", r.Err)
 	}
+	m, _ := reg.Method("email", "attachment")
+	for _, bad := range []map[string]any{{"ref": "Rechnung.pdf"}, {}, {"ref": at["ref"], "max": 11 << 20}} {
+		if err := m.Validate(bad); err == nil {
+			t.Fatalf("email.attachment(%v) was accepted", bad)
+		}
+	}
 	rebuild(t, imapAddr, "Invoices", msg)
 	r = do(t, reg, "attachment", map[string]any{"ref": at["ref"]}, "")
 	if r.Err == nil || r.Err.Class != kt.ClassPrecondition || !strings.Contains(r.Err.Message, "search again") {
