@@ -481,18 +481,34 @@ func (m *found) summary(folder string, validity uint32) (map[string]any, int) {
 		text = htmlText(htm)
 	}
 	out["text"] = clip(text)
-	n := 512 + len(str(out["subject"])) + len(str(out["from"])) + len(str(out["to"])) + len(str(out["text"]))
+	n := 512 + jsonLen(str(out["subject"])) + jsonLen(str(out["from"])) + jsonLen(str(out["to"])) + jsonLen(str(out["text"]))
 	if htm != "" {
 		out["html"] = clip(htm)
-		n += len(str(out["html"]))
+		n += jsonLen(str(out["html"]))
 	}
 	atts := make([]any, 0, len(m.attachments))
 	for _, at := range m.attachments {
 		path, _ := parsePart(at.part)
 		atts = append(atts, map[string]any{"name": at.name, "type": at.mediaType, "size": at.size,
 			"ref": attachmentRef{validity: validity, uid: m.uid, part: path, folder: folder}.String()})
-		n += 128 + len(at.name) + len(at.mediaType) + len(folder)
+		n += 128 + jsonLen(at.name) + jsonLen(at.mediaType) + jsonLen(folder)
 	}
 	out["attachments"] = atts
 	return out, n
+}
+
+// jsonLen is how many bytes s takes in the answer as JSON: keep encodes
+// it with encoding/json, which writes <, > and & (an HTML body is full of
+// them) and control characters as six bytes each.
+func jsonLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '<' || c == '>' || c == '&' || (c < 0x20 && c != '\n' && c != '\r' && c != '\t'):
+			n += 5
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n++
+		}
+	}
+	return n
 }
