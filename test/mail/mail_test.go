@@ -428,3 +428,37 @@ func TestAMailWithoutMessageIDIsAnsweredOnceAfterDovecotLosesItsIndex(t *testing
 		t.Fatalf("after Dovecot rebuilt the folder: keep run %d, %d replies to two mails\n%s%s", r.code, len(srv.Sent()), r.out, r.err)
 	}
 }
+
+// A page of mail whose texts pass what one call may move between keep and
+// a script (16 MiB): 100 mails of 64 KiB text and 64 KiB HTML made of tags
+// (which JSON writes four times as long) answered 33 MiB, failed the
+// producer and stopped the mailbox. The answer now stops at its budget,
+// says more, and keep run reads on: every mail answered once (issue 40 #7).
+func TestAPageOfLargeMailIsReadOverSeveralSearches(t *testing.T) {
+	imapAddr := testmail.Dovecot(t)
+	srv := testmail.StartWith(t, testmail.Options{})
+	dir := project(t, imapAddr, srv, replies("Big", 100), "")
+	text, htm := strings.Repeat("a", 64<<10), strings.Repeat("<b>", (64<<10)/3)
+	var msgs []string
+	for i := 0; i < 100; i++ {
+		msgs = append(msgs, fmt.Sprintf("From: ann@example.com\r\nTo: keep@example.com\r\nSubject: Big %d\r\nMessage-ID: <big%d@example.com>\r\nMIME-Version: 1.0\r\n"+
+			"Content-Type: multipart/alternative; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\n%s\r\n--b\r\nContent-Type: text/html\r\n\r\n%s\r\n--b--\r\n", i, i, text, htm))
+	}
+	rebuild(t, imapAddr, "Big", msgs...)
+	r := keep(t, dir, "run", "workflow.js")
+	if r.code != 0 {
+		t.Fatalf("keep run: %d\n%s%s", r.code, r.out, r.err)
+	}
+	got := map[string]int{}
+	for _, s := range srv.Subjects() {
+		got[s]++
+	}
+	for i := 0; i < 100; i++ {
+		if n := got[fmt.Sprintf("Re: Big %d", i)]; n != 1 {
+			t.Fatalf("mail %d answered %d times (%d replies)", i, n, len(srv.Subjects()))
+		}
+	}
+	if n := runsOf(t, dir, "inbox"); n < 2 {
+		t.Fatalf("the producer ran %d times: one answer held every mail", n)
+	}
+}
