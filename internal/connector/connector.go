@@ -168,6 +168,11 @@ type Result struct {
 	Value   any
 	Outcome Outcome
 	Err     *kt.Error
+	// More, for a read, says it stopped at its bound while more matched
+	// (email.search's max): the next call, from the cursor it returned,
+	// reads on. A producer that made such a read and moved its state runs
+	// again at once, not at its next scheduled time.
+	More bool
 }
 
 // ReconcileStatus is the answer of a reconcile method (ch 13 §13.6.2).
@@ -212,6 +217,12 @@ type Method struct {
 	// ReconcileWhen, when set, says per call whether Reconcile can be used
 	// (http can reconcile only when the script gave a probe).
 	ReconcileWhen func(args map[string]any) bool
+	// Evidence, when set, names what a person looks for at the target to
+	// tell whether a write whose outcome keep could not establish happened
+	// (email.send: its Message-ID, in the recipient's mailbox or in Sent),
+	// and where: every card of such a write says it (engine's
+	// unknownOutcome), whatever the last answer of a check was.
+	Evidence func(c Call) (mark, where string)
 	// ComparePayload compares the payload of an applied mutation with a new one.
 	ComparePayload func(old, new map[string]any) Comparison
 	// Target renders the target of a call for people, e.g. "POST http://x/orders".

@@ -148,6 +148,10 @@ type host struct {
 	// publishedBytes counts the payload bytes of publishes.
 	publishedBytes int
 	allowPublish   map[string]bool
+	// more: a read of this step stopped at its bound while more matched
+	// (connector.Result.More), so a producer that moved its state runs
+	// again at once (readsOn).
+	more bool
 	// ahead is the page the step's plan read for prepare's first ctx.peek
 	// (peekahead.go); peeks counts the phase's ctx.peek calls.
 	ahead *peekAhead
@@ -314,6 +318,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 		h.traceCall(method, m.Redact(args), start, string(res.Err.Class)+": "+res.Err.Message)
 		return nil, res.Err
 	}
+	h.more = h.more || res.More
 	b, err := json.Marshal(res.Value)
 	if err != nil {
 		h.traceCall(method, m.Redact(args), start, "ok")

@@ -69,7 +69,7 @@ func (x *runExec) task(hrow *kt.Handler) (err error) {
 	}
 	summary := fmt.Sprintf("%d mutations", h.task.mutations)
 	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
-		return x.commitScheduled(tx, out.Value, sched, summary)
+		return x.commitScheduled(tx, out.Value, sched, summary, false)
 	})
 }
 
@@ -348,7 +348,8 @@ func (h *host) itemApplied(mut *kt.Mutation, value any, resolvedBy string) (json
 	return result, nil
 }
 
-// itemBlock makes a mutation indeterminate and aborts the run for a person.
+// itemBlock makes a mutation indeterminate and aborts the run for a
+// person, saying why by the call's own answer.
 func (h *host) itemBlock(mut *kt.Mutation) error {
 	mut.Status, mut.UpdatedAt = kt.MutationIndeterminate, h.e.nowMs()
 	if err := h.writeMutation(mut); err != nil {
@@ -359,7 +360,7 @@ func (h *host) itemBlock(mut *kt.Mutation) error {
 	if mut.CanReconcile {
 		verify = "keep could not establish whether it happened; Try again, or look yourself and choose It didn't happen or Skip"
 	}
-	return kt.Errorf(kt.ClassIndeterminate, "outcome unknown: %s — %s. %s", mut.Target, strings.TrimPrefix(mut.ErrorMessage, mut.Target+": "), verify)
+	return kt.Errorf(kt.ClassIndeterminate, "%s", h.e.unknownOutcome(*mut, mut.ErrorMessage, verify))
 }
 
 // itemReconcile is the inline reconcile of an item mutation.
@@ -411,7 +412,11 @@ func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
 		run.Action = ActionRetry
 	case recExhausted, recUncheckable:
 		mut.Status = kt.MutationIndeterminate
-		run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — reconciliation could not tell whether it happened (%d attempts). Try again, or look yourself and choose It didn't happen or Skip", mut.Target, mut.ReconcileAttempts)
+		why := fmt.Sprintf("reconciliation could not tell whether it happened (%d attempts)", mut.ReconcileAttempts)
+		if ans.err != nil {
+			why += "; last answer: " + ans.err.Error()
+		}
+		run.ErrorMessage = x.e.unknownOutcome(mut, why, "Try again, or look yourself and choose It didn't happen or Skip")
 	case recRetryLater:
 		mut.NextReconcileAt = ans.retryAt
 	}

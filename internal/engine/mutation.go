@@ -255,9 +255,6 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 		// Recovered after a crash: nothing recorded an answer.
 		why = "keep stopped while the call was under way, before its answer was recorded"
 	}
-	// The connector's message often starts with the target the card
-	// names already ("POST X — POST X: …" read twice).
-	why = strings.TrimPrefix(strings.TrimPrefix(why, mut.Target+": "), mut.Target+" ")
 	if err := x.e.ensurePendingCall(run, *mut); err != nil {
 		return err
 	}
@@ -271,10 +268,31 @@ func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
 		verify = "keep could not establish whether it happened; Try again to check once more, or look yourself and choose It didn't happen or Skip"
 	}
 	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, now
-	run.ErrorMessage = fmt.Sprintf("outcome unknown: %s — %s. %s", mut.Target, strings.TrimSuffix(why, "."), verify)
+	run.ErrorMessage = x.e.unknownOutcome(*mut, why, verify)
 	x.tr.add(kt.TraceEntry{At: now, Phase: "mutating", Kind: "error", Outcome: "indeterminate", Text: run.ErrorMessage})
 	x.e.log.Warn("mutation indeterminate", "workflow", x.wf.Name, "run", run.ID, "target", mut.Target)
 	return x.saveWithMutation(mut)
+}
+
+// unknownOutcome is the card's reason for a write whose outcome keep could
+// not establish — the one rule of every path: a consumer's write or an
+// item's, after the call, after the inline check or after the background
+// attempts, in keep run or keep serve. It says what, why, what the
+// connector says a person looks for at the target (connector.Method's
+// Evidence: email.send's Message-ID) when the reason does not name it
+// already, and what a person can do.
+func (e *Engine) unknownOutcome(mut kt.Mutation, why, verify string) string {
+	// The connector's message often starts with the target the card
+	// names already ("POST X — POST X: …" read twice).
+	why = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(why, mut.Target+": "), mut.Target+" "), ".")
+	if m, err := e.registry.Method(mut.Tool, mut.Method); err == nil && m.Evidence != nil {
+		if call, err := reconcileCall(mut); err == nil {
+			if mark, where := m.Evidence(call); mark != "" && !strings.Contains(why, mark) {
+				why += "; to check yourself, look for " + mark + " " + where
+			}
+		}
+	}
+	return fmt.Sprintf("outcome unknown: %s — %s. %s", mut.Target, why, verify)
 }
 
 // ensurePendingCall gives a run that took over a ledger row (a retry after a

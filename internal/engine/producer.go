@@ -38,12 +38,27 @@ func (x *runExec) producer(hrow *kt.Handler) (err error) {
 		return x.fail(kt.Errorf(kt.ClassLogic, "producer %s: %v", x.run.Handler, err))
 	}
 	summary := fmt.Sprintf("%d inputs registered, %d events published", len(h.inputs), len(h.publishes))
+	again := readsOn(h.more, hrow.State, out.Value)
+	if again {
+		summary += "; a read stopped with more to read and the state moved on, so the producer runs again at once"
+	}
 	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
 		if err := x.commitProduced(tx, h); err != nil {
 			return err
 		}
-		return x.commitScheduled(tx, out.Value, sched, summary)
+		return x.commitScheduled(tx, out.Value, sched, summary, again)
 	})
+}
+
+// readsOn says whether a producer runs again at once rather than at its
+// next scheduled time: a read of its run stopped at its bound while more
+// matched (a first sync of a big mailbox, a burst larger than max), and
+// the state it returned moved on (the cursor it passes to the next read).
+// keep run and keep serve then read a backlog at the same pace, page
+// after page; a producer whose state stays the same (it reads from the
+// start each time) waits for its schedule, so it never loops.
+func readsOn(more bool, before, after json.RawMessage) bool {
+	return more && after != nil && !bytes.Equal(before, after)
 }
 
 // commitProduced writes what a producer registered and published, inside
@@ -105,7 +120,7 @@ func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 // commitScheduled ends a producer or task run inside its commit: the new
 // state saved, the next due time set, the run committed. Coalescing: whatever
 // came due while the run executed collapses into one next run.
-func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched schedule.Schedule, summary string) error {
+func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched schedule.Schedule, summary string, again bool) error {
 	run, now := x.run, x.e.nowMs()
 	hrow, err := tx.HandlerGet(x.wf.Name, run.Handler)
 	if err != nil {
@@ -132,7 +147,7 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 		madeDue := hrow.NextRunAt > 0 && hrow.NextRunAt != r.NextRunAt && hrow.NextRunAt <= now
 		queuedMeanwhile = hrow.Queued || madeDue
 	}
-	hrow.Queued, hrow.NextRunAt = queuedMeanwhile, sched.Next(x.e.now()).UnixMilli()
+	hrow.Queued, hrow.NextRunAt = queuedMeanwhile || (again && !reset), sched.Next(x.e.now()).UnixMilli()
 	touch(&hrow, now)
 	if err := tx.HandlerPut(hrow); err != nil {
 		return err

@@ -26,6 +26,15 @@ import (
 // where that is a failure.
 func Dovecot(t testing.TB) string {
 	t.Helper()
+	addr, _ := DovecotMaildir(t)
+	return addr
+}
+
+// DovecotMaildir is Dovecot, and the Maildir it keeps User's mail in (a
+// folder F is its subdirectory .F), for a test that changes what Dovecot
+// keeps beside the mail (its index files) as an administrator would.
+func DovecotMaildir(t testing.TB) (addr, maildir string) {
+	t.Helper()
 	bin, err := exec.LookPath("dovecot")
 	if err != nil {
 		if os.Getenv("KEEP_REQUIRE_DOVECOT") != "" {
@@ -73,7 +82,10 @@ func Dovecot(t testing.TB) string {
 		cmd.Wait()
 	})
 	waitGreeting(t, addr, filepath.Join(dir, "dovecot.log"))
-	return addr
+	// userdb's home is HOME/%n (the user's name before the @), and
+	// mail_location ~/Maildir.
+	name, _, _ := strings.Cut(User, "@")
+	return addr, filepath.Join(home, name, "Maildir")
 }
 
 // freeAddr is an address on 127.0.0.1 no one listens on, and its port,

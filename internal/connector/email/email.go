@@ -55,12 +55,27 @@ func New(cfg Config) *connector.Connector {
 					{Name: "unseen", Type: "boolean", Doc: "only unread messages"},
 					{Name: "max", Type: "number", Doc: "at most this many, 1 to 500 (default 100)"},
 				},
-				ResultTS: "Array<{ id: string; uid: number; from: string; to: string; subject: string; date: string; text: string; html?: string }> & { lastCursor: string }",
-				Result:   "an array of `{ id, uid, from, to, subject, date, text, html? }` (`id` the Message-ID, or for a message without one an id of its place in the folder, stable while the folder is: register inputs by it; `from`/`to` with display names decoded; `text` the plain body decoded to UTF-8, made from the HTML when there is only HTML; `html` the HTML body when there is one; each at most 64 KiB) with a property `lastCursor` to pass as the next `after`",
-				Errors:   "a folder that does not exist: logic; login refused, or a server certificate keep does not trust (set `ca_file`): permission; the server unreachable: transient.",
+				ResultTS: "Array<{ id: string; uid: number; from: string; to: string; subject: string; date: string; text: string; html?: string; attachments: Array<{ name: string; type: string; size: number; ref: string }> }> & { lastCursor: string; more: boolean }",
+				Result: "an array of `{ id, uid, from, to, subject, date, text, html?, attachments }` with properties `lastCursor` (pass it as the next `after`) and `more` (true when more messages matched than came back: the next search from `lastCursor` reads on, and a producer that returns the new cursor in its state runs again at once). " +
+					"`id` is the Message-ID; a message without one gets an id made from the message itself (a digest of its header, Received lines included, and its size: the same after its folder is rebuilt, different for two deliveries): register inputs by it. `from`/`to` with display names decoded; `text` the plain body decoded to UTF-8, made from the HTML when there is only HTML; `html` the HTML body when there is one; each at most 64 KiB. " +
+					"`attachments` lists every other part, `{ name, type, size, ref }` (`size` in bytes once decoded: as the server counts it where it can (BINARY, as Dovecot has), else estimated from the encoded size): their bytes are never downloaded by search — read one with `email.attachment({ ref })`. " +
+					"An answer holds at most about 8 MiB of texts: past that the rest waits for the next search (`more`).",
+				Limits: "keep fetches each message's envelope and structure, then its text and HTML parts, each cut at 768 KiB before decoding, 20 messages at a time: never a whole message, never an attachment's bytes, so keep's memory stays bounded whatever the mailbox holds.",
+				Errors: "a folder that does not exist: logic; login refused, or a server certificate keep does not trust (set `ca_file`): permission; the server unreachable: transient.",
+			}},
+			"attachment": {Name: "attachment", Kind: connector.KindReadByID, Validate: validateAttachment, Do: c.attachment, Doc: connector.MethodDoc{
+				Summary: "Reads one attachment's bytes, named by its `ref` from email.search.",
+				Params: []connector.Param{
+					{Name: "ref", Type: "string", Required: true, Doc: "an attachment's `ref` from email.search (it names the folder, the message and the part)"},
+					{Name: "max", Type: "number", Doc: "the most bytes to read, 1 to 10485760 (10 MiB, the default): a larger attachment is refused, saying its size"},
+				},
+				ResultTS: "{ name: string; type: string; size: number; base64: string }",
+				Result:   "`{ name, type, size, base64 }`: the attachment decoded from its transfer encoding (base64, quoted-printable; another, such as x-uuencode, as the message holds it), as base64",
+				Errors:   "an attachment over `max`, or a ref that names no attachment: logic; the folder rebuilt since the search (a new UIDVALIDITY) or the message gone: precondition — search again; the server unreachable: transient.",
+				Limits:   "keep fetches at most what `max` decoded bytes take and decodes as it reads.",
 			}},
 			"send": {Name: "send", Kind: connector.KindMutate, Identity: []string{"to"}, Validate: validateSend, Do: c.send,
-				Reconcile: c.reconcile, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"), Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
+				Reconcile: c.reconcile, Evidence: evidence, ComparePayload: connector.ComparePayloadOf("subject", "text", "html", "cc"), Target: func(a map[string]any) string { return "email.send to " + addrList(a["to"]) },
 				Doc: connector.MethodDoc{
 					Summary: "Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send.",
 					Params: []connector.Param{

@@ -1,12 +1,9 @@
 package email
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"io"
 	"mime"
 	"net"
 	"net/url"
@@ -19,10 +16,8 @@ import (
 	"github.com/emersion/go-imap/v2/imapclient"
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/charset"
-	gomail "github.com/emersion/go-message/mail"
 	"golang.org/x/net/html"
 
-	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -80,96 +75,6 @@ func (c *conn) dialIMAP(ctx context.Context) (*imapclient.Client, error) {
 	return cl, nil
 }
 
-func (c *conn) search(ctx context.Context, call connector.Call) connector.Result {
-	a := call.Args
-	folder := str(a["folder"])
-	if folder == "" {
-		folder = "INBOX"
-	}
-	max := 100
-	if f, ok := a["max"].(float64); ok {
-		max = int(f)
-	}
-	cl, err := c.dialIMAP(ctx)
-	if err != nil {
-		return connector.Result{Err: asKt(err)}
-	}
-	defer cl.Close()
-	sel, err := cl.Select(folder, &imap.SelectOptions{ReadOnly: true}).Wait()
-	if err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.search: folder %q: %v", folder, err)}
-	}
-	var after uint32
-	if s := str(a["after"]); s != "" {
-		validity, uid, _ := parseCursor(s)
-		if validity == sel.UIDValidity {
-			after = uid // else the folder was rebuilt: from the start again
-		}
-	}
-	crit := &imap.SearchCriteria{UID: []imap.UIDSet{{imap.UIDRange{Start: imap.UID(after + 1), Stop: 0}}}}
-	if f := str(a["from"]); f != "" {
-		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "From", Value: f})
-	}
-	if s := str(a["subject"]); s != "" {
-		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "Subject", Value: s})
-	}
-	if u, _ := a["unseen"].(bool); u {
-		crit.NotFlag = append(crit.NotFlag, imap.FlagSeen)
-	}
-	found, err := cl.UIDSearch(crit, nil).Wait()
-	if err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.search in %s: %v", folder, err)}
-	}
-	var uids []imap.UID
-	for _, u := range found.AllUIDs() {
-		if uint32(u) > after { // "N:*" always matches the last message
-			uids = append(uids, u)
-		}
-	}
-	if len(uids) > max {
-		uids = uids[:max] // the oldest: the cursor stops at the last one returned
-	}
-	items := []any{}
-	cursor := after
-	if len(uids) > 0 {
-		msgs, err := cl.Fetch(imap.UIDSetNum(uids...), &imap.FetchOptions{UID: true, Envelope: true, InternalDate: true,
-			BodySection: []*imap.FetchItemBodySection{{Peek: true}}}).Collect()
-		if err != nil {
-			return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.search in %s: fetch: %v", folder, err)}
-		}
-		for _, m := range msgs {
-			items = append(items, summary(m, folder, sel.UIDValidity))
-			if uint32(m.UID) > cursor {
-				cursor = uint32(m.UID)
-			}
-		}
-	}
-	return connector.Result{Value: connector.ListWith(items, map[string]any{"lastCursor": fmt.Sprintf("%d:%d", sel.UIDValidity, cursor)})}
-}
-
-// summary is one message as a script sees it. A message without a
-// Message-ID gets an id of its place (folder, UIDVALIDITY, UID): stable
-// for as long as the folder is, so registering inputs by id keeps working.
-func summary(m *imapclient.FetchMessageBuffer, folder string, validity uint32) map[string]any {
-	out := map[string]any{"uid": uint32(m.UID), "date": m.InternalDate.UTC().Format(time.RFC3339)}
-	if e := m.Envelope; e != nil {
-		out["id"], out["subject"] = e.MessageID, e.Subject
-		out["from"], out["to"] = addresses(e.From), addresses(e.To)
-	}
-	if id, _ := out["id"].(string); id == "" {
-		out["id"] = fmt.Sprintf("no-message-id.%d.%d.%s@keep", validity, uint32(m.UID), url.PathEscape(folder))
-	}
-	text, htm := "", ""
-	if len(m.BodySection) > 0 {
-		text, htm = bodies(m.BodySection[0].Bytes)
-	}
-	out["text"] = clip(text)
-	if htm != "" {
-		out["html"] = clip(htm)
-	}
-	return out
-}
-
 func clip(s string) string {
 	if len(s) <= MaxText {
 		return s
@@ -203,41 +108,6 @@ func quoteName(n string) string {
 		return n
 	}
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(n) + `"`
-}
-
-// bodies finds a message's text/plain and text/html bodies, decoded from
-// their transfer encoding and charset into UTF-8. HTML-only mail gets a
-// text made from its HTML.
-func bodies(raw []byte) (text, htm string) {
-	r, _ := gomail.CreateReader(bytes.NewReader(raw)) // an unknown charset still gives a reader
-	if r == nil {
-		return "", ""
-	}
-	for {
-		p, err2 := r.NextPart()
-		if err2 == io.EOF || (err2 != nil && !message.IsUnknownCharset(err2)) || p == nil {
-			break
-		}
-		h, ok := p.Header.(*gomail.InlineHeader)
-		if !ok {
-			continue // an attachment
-		}
-		ct, _, _ := h.ContentType()
-		if ct == "" {
-			ct = "text/plain"
-		}
-		b, _ := io.ReadAll(io.LimitReader(p.Body, 4*MaxText))
-		switch {
-		case ct == "text/plain" && text == "":
-			text = string(b)
-		case ct == "text/html" && htm == "":
-			htm = string(b)
-		}
-	}
-	if text == "" && htm != "" {
-		text = htmlText(htm)
-	}
-	return text, htm
 }
 
 // htmlText is the text a person reads in an HTML body: no tags, scripts

@@ -2,6 +2,8 @@ package email_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -212,5 +214,54 @@ func TestARepliesThreads(t *testing.T) {
 	m, _ := reg.Method("email", "send")
 	if err := m.Validate(map[string]any{"to": "bob@example.com", "subject": "Re", "text": "x", "inReplyTo": "n1@example.com\r\nBcc: x@y"}); err == nil {
 		t.Fatal("a header in inReplyTo was accepted")
+	}
+}
+
+// An answer holds at most about 8 MiB of texts as JSON, whatever max
+// allows: 80 mails of 64 KiB text and 64 KiB HTML (which JSON writes four
+// times as long: every < and > is \u003c) come in several searches, each
+// saying more until the last, none lost or read twice (issue 40 #7).
+func TestASearchAnswerIsBoundedAndSaysMore(t *testing.T) {
+	srv, reg := setupWith(t, testmail.Options{Sent: "Sent"}, "")
+	text, htm := strings.Repeat("a", email.MaxText), strings.Repeat("<b>", email.MaxText/3)
+	for i := 0; i < 80; i++ {
+		srv.DeliverRaw(t, fmt.Sprintf("From: ann@example.com\r\nTo: keep@example.com\r\nSubject: Big %d\r\nMessage-ID: <big%d@example.com>\r\nMIME-Version: 1.0\r\n"+
+			"Content-Type: multipart/alternative; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\n%s\r\n--b\r\nContent-Type: text/html\r\n\r\n%s\r\n--b--\r\n", i, i, text, htm))
+	}
+	seen := map[string]int{}
+	var after any
+	for search := 1; ; search++ {
+		r := do(t, reg, "search", map[string]any{"max": 500, "after": after}, "")
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		v := r.Value.(map[string]any)
+		items := v["$array"].([]any)
+		b, _ := json.Marshal(v)
+		if len(b) > 9<<20 {
+			t.Fatalf("search %d answered %d bytes", search, len(b))
+		}
+		for _, x := range items {
+			m := x.(map[string]any)
+			seen[str(m["id"])]++
+			if len(str(m["text"])) != email.MaxText {
+				t.Fatalf("%s: text of %d bytes", m["id"], len(str(m["text"])))
+			}
+		}
+		if search == 1 && (v["more"] != true || !r.More || len(items) == 0 || len(items) == 80) {
+			t.Fatalf("the first search returned %d of 80 mails, more %v", len(items), v["more"])
+		}
+		if v["more"] != true {
+			break
+		}
+		after = v["lastCursor"]
+	}
+	if len(seen) != 80 {
+		t.Fatalf("%d of 80 mails read", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s read %d times", id, n)
+		}
 	}
 }

@@ -38,6 +38,12 @@ func messageID(key string) string {
 	return "<keep." + hex.EncodeToString(sum[:16]) + "@keep.run>"
 }
 
+// evidence is what a person looks for to tell whether a send happened:
+// its Message-ID, which every attempt of the write shares.
+func evidence(call connector.Call) (mark, where string) {
+	return "Message-ID " + messageID(call.IdempotencyKey), "in the recipient's mailbox or in Sent"
+}
+
 func (c *conn) build(a map[string]any, key string) ([]byte, error) {
 	to, _ := list(a["to"])
 	cc, _ := list(a["cc"])
