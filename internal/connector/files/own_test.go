@@ -1,0 +1,94 @@
+package files
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/ownfiles"
+)
+
+// TestKeepsOwnFilesAreRefusedWhateverLeadsToThem: with the data directory
+// and keep.toml inside the files root (the README's layout), no path —
+// direct, through a link to a file, a hard link, a link to the folder —
+// reads, lists or writes keep's files; the data directory's files/ folder
+// (the scripts') stays usable, and a listing leaves keep's files out.
+func TestKeepsOwnFilesAreRefusedWhateverLeadsToThem(t *testing.T) {
+	root := t.TempDir()
+	data := filepath.Join(root, "keep-data")
+	must(t, os.MkdirAll(filepath.Join(data, ownfiles.ScriptsFolder), 0o700))
+	for name, content := range map[string]string{"secret.key": "KEY", "api.secret": "API", "keep.db": "DB", "keep.toml": "[policy]\n"} {
+		must(t, os.WriteFile(filepath.Join(data, name), []byte(content), 0o600))
+	}
+	must(t, os.WriteFile(filepath.Join(root, "keep.toml"), []byte("[policy]\n"), 0o644))
+	must(t, os.Symlink("keep-data/secret.key", filepath.Join(root, "key-link")))
+	must(t, os.Link(filepath.Join(data, "secret.key"), filepath.Join(root, "key-hard")))
+	must(t, os.Link(filepath.Join(root, "keep.toml"), filepath.Join(root, "config-hard")))
+	must(t, os.Symlink("keep-data", filepath.Join(root, "data-link")))
+	must(t, os.Symlink("..", filepath.Join(data, ownfiles.ScriptsFolder, "up")))
+	release, err := ownfiles.Register(ownfiles.House{DataDir: data, Configs: []string{filepath.Join(root, "keep.toml"), filepath.Join(data, "keep.toml"), filepath.Join(root, "sub", "keep.toml")}})
+	must(t, err)
+	defer release()
+	c := New(root)
+	own := func(what string, r connector.Result) {
+		t.Helper()
+		if r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "keep's own") {
+			t.Errorf("%s: %+v (%v), want a logic error saying it is keep's own", what, r.Err, r.Value)
+		}
+	}
+	for _, p := range []string{"keep-data/secret.key", "keep-data/api.secret", "keep-data/keep.db", "keep-data/keep.toml", "keep.toml",
+		"key-link", "key-hard", "config-hard", "data-link/secret.key", "keep-data/files/up/secret.key"} {
+		own("read "+p, call(t, c, "read", map[string]any{"path": p}))
+	}
+	for _, d := range []string{"keep-data", "data-link", "keep-data/files/up"} {
+		own("list "+d, call(t, c, "list", map[string]any{"dir": d}))
+	}
+	for _, p := range []string{"keep.toml", "keep-data/keep.toml", "data-link/keep.toml", "keep-data/new.txt", "keep-data/sub/new.txt",
+		"key-hard", "config-hard", "sub/keep.toml", "keep-data/keep.db-journal"} {
+		r := call(t, c, "write", map[string]any{"path": p, "content": "[notify]\n"})
+		own("write "+p, r)
+		if r.Outcome != connector.OutcomeFailed {
+			t.Errorf("write %s: outcome %v", p, r.Outcome)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "keep.toml")); string(b) != "[policy]\n" {
+		t.Fatalf("keep.toml was changed: %q", b)
+	}
+	for _, gone := range []string{"keep-data/new.txt", "keep-data/sub", "sub/keep.toml", "keep-data/keep.db-journal"} {
+		if _, err := os.Lstat(filepath.Join(root, gone)); err == nil {
+			t.Errorf("%s was made", gone)
+		}
+	}
+	// The root's listing leaves keep's files out; the scripts' folder is theirs.
+	l := call(t, c, "list", map[string]any{})
+	if l.Err != nil {
+		t.Fatal(l.Err)
+	}
+	for _, it := range l.Value.([]any) {
+		if n := it.(map[string]any)["name"]; n == "keep.toml" || n == "key-hard" || n == "key-link" || n == "config-hard" {
+			t.Errorf("the listing shows %s", n)
+		}
+	}
+	if w := call(t, c, "write", map[string]any{"path": "keep-data/files/out.txt", "content": "ok"}); w.Err != nil {
+		t.Fatalf("write into the scripts' folder: %v", w.Err)
+	}
+	if r := call(t, c, "read", map[string]any{"path": "keep-data/files/out.txt"}); r.Err != nil {
+		t.Fatalf("read from the scripts' folder: %v", r.Err)
+	}
+	// Released (keep closed the data directory): the same files are
+	// ordinary files again.
+	release()
+	if r := call(t, c, "read", map[string]any{"path": "key-hard"}); r.Err != nil {
+		t.Fatalf("after release: %v", r.Err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
