@@ -49,7 +49,9 @@ func New(root string) *connector.Connector {
 	return &connector.Connector{
 		Name: "files",
 		Doc: "A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed " +
-			"and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused.",
+			"and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused. " +
+			"keep's own files are refused whatever the root holds — its data directory (but its `files/` folder), every keep.toml keep reads, its store — " +
+			"through any path, link or hard link: the run fails as a logic error saying so, and a listing leaves them out.",
 		Sources: map[string][]string{
 			"files": {"file"},
 		},
