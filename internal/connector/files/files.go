@@ -252,6 +252,9 @@ func readRegular(root *os.Root, rel, shown string) ([]byte, *kt.Error) {
 	if r := ownfiles.File(info); r != nil {
 		return nil, refused("read", shown, r)
 	}
+	if r := ownfiles.Process(fh); r != nil {
+		return nil, refused("read", shown, r)
+	}
 	if !info.Mode().IsRegular() {
 		return nil, kt.Errorf(kt.ClassPermission, "read %s: it is not a regular file (%s); keep reads only regular files", shown, kind(info.Mode()))
 	}

@@ -3,6 +3,7 @@ package files
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,5 +91,28 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProcfsIsKeepsOwn: with / as the files root, /proc/self/environ
+// (KEEP_SECRET_KEY, the model's API key) and /proc/self/fd/N (keep's
+// store, reopened) are keep's own.
+func TestProcfsIsKeepsOwn(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no procfs here: ", err)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "held")
+	must(t, err)
+	defer f.Close()
+	c := New("/")
+	for _, p := range []string{"proc/self/environ", "proc/self/cmdline", "proc/thread-self/environ"} {
+		r := call(t, c, "read", map[string]any{"path": p})
+		if r.Err == nil || r.Err.Class != kt.ClassLogic || !strings.Contains(r.Err.Message, "procfs") {
+			t.Errorf("read %s: %+v", p, r.Err)
+		}
+	}
+	// The root's own handle refuses the magic link before keep looks.
+	if r := call(t, c, "read", map[string]any{"path": "proc/self/fd/" + strconv.Itoa(int(f.Fd()))}); r.Err == nil {
+		t.Errorf("read of an open file through /proc/self/fd: %v", r.Value)
 	}
 }
