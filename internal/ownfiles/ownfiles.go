@@ -157,9 +157,14 @@ type entry struct {
 
 func current() *known {
 	k := &known{files: map[id]*Refusal{}, dirs: map[id]*Refusal{}, entries: map[entry]*Refusal{}}
+	// The walk is made outside the lock: checks run side by side.
 	mu.Lock()
-	defer mu.Unlock()
+	hs := make([]*house, 0, len(houses))
 	for h := range houses {
+		hs = append(hs, h)
+	}
+	mu.Unlock()
+	for _, h := range hs {
 		if h.dir != nil {
 			k.walk(h.dir, ".", h.dataDir, 0)
 		}
@@ -313,6 +318,10 @@ func Tighten(dataDir string) (changed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		if fi.Mode()&fs.ModeSticky != 0 {
 			return []string{fmt.Sprintf("%s is a shared folder (mode %04o, sticky): others on this machine may see what keep keeps there; use a data directory of its own (--data)", dataDir, fi.Mode().Perm())}, nil
@@ -320,11 +329,9 @@ func Tighten(dataDir string) (changed []string, err error) {
 		if err := os.Chmod(dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("make the data directory %s private (chmod 700): %w", dataDir, err)
 		}
-		changed = append(changed, fmt.Sprintf("%s %04o -> 0700", dataDir, perm))
-	}
-	entries, err := os.ReadDir(dataDir)
-	if err != nil {
-		return changed, err
+		if len(entries) > 0 { // an empty folder made for keep held nothing to see
+			changed = append(changed, fmt.Sprintf("%s %04o -> 0700", dataDir, perm))
+		}
 	}
 	for _, e := range entries {
 		if !e.Type().IsRegular() {

@@ -79,6 +79,12 @@ func TestKeepsOwnFilesAreRefusedWhateverLeadsToThem(t *testing.T) {
 	if r := call(t, c, "read", map[string]any{"path": "keep-data/files/out.txt"}); r.Err != nil {
 		t.Fatalf("read from the scripts' folder: %v", r.Err)
 	}
+	// The data directory moved while keep runs: it is still keep's (held
+	// open), under its new name and through the old hard link.
+	must(t, os.Rename(data, filepath.Join(root, "moved")))
+	own("read after a move", call(t, c, "read", map[string]any{"path": "moved/secret.key"}))
+	own("read a hard link after a move", call(t, c, "read", map[string]any{"path": "key-hard"}))
+	own("list after a move", call(t, c, "list", map[string]any{"dir": "moved"}))
 	// Released (keep closed the data directory): the same files are
 	// ordinary files again.
 	release()
