@@ -267,9 +267,15 @@ func File(fis ...fs.FileInfo) *Refusal {
 	return nil
 }
 
+// ConfigName is the config file keep reads in the folder it starts in.
+const ConfigName = "keep.toml"
+
 // Entry refuses the name in folder dir when it is, or would be, keep's:
 // dir is keep's, or the name is one of keep's files there (a keep.toml
-// keep reads that does not exist yet).
+// keep reads that does not exist yet), or it is keep.toml in any folder:
+// keep reads the keep.toml of whatever folder it is started in (the
+// README's way: the script's folder), so one planted anywhere is a config
+// keep may read at its next start.
 func Entry(dir fs.FileInfo, name string) *Refusal {
 	i, ok := identity(dir)
 	if !ok {
@@ -279,7 +285,13 @@ func Entry(dir fs.FileInfo, name string) *Refusal {
 	if r := k.dirs[i]; r != nil {
 		return r
 	}
-	return k.entries[entry{i, name}]
+	if r := k.entries[entry{i, name}]; r != nil {
+		return r
+	}
+	if name == ConfigName {
+		return &Refusal{What: "the config keep reads when it is started in that folder", Where: name}
+	}
+	return nil
 }
 
 // Path refuses a path that is keep's: the file it resolves to, or its

@@ -48,7 +48,7 @@ func TestKeepsOwnFilesAreRefusedWhateverLeadsToThem(t *testing.T) {
 		own("list "+d, call(t, c, "list", map[string]any{"dir": d}))
 	}
 	for _, p := range []string{"keep.toml", "keep-data/keep.toml", "data-link/keep.toml", "keep-data/new.txt", "keep-data/sub/new.txt",
-		"key-hard", "config-hard", "sub/keep.toml", "keep-data/keep.db-journal"} {
+		"key-hard", "config-hard", "sub/keep.toml", "keep-data/keep.db-journal", "elsewhere/deeper/keep.toml"} {
 		r := call(t, c, "write", map[string]any{"path": p, "content": "[notify]\n"})
 		own("write "+p, r)
 		if r.Outcome != connector.OutcomeFailed {
