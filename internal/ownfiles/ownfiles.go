@@ -272,10 +272,7 @@ const ConfigName = "keep.toml"
 
 // Entry refuses the name in folder dir when it is, or would be, keep's:
 // dir is keep's, or the name is one of keep's files there (a keep.toml
-// keep reads that does not exist yet), or it is keep.toml in any folder:
-// keep reads the keep.toml of whatever folder it is started in (the
-// README's way: the script's folder), so one planted anywhere is a config
-// keep may read at its next start.
+// keep reads that does not exist yet).
 func Entry(dir fs.FileInfo, name string) *Refusal {
 	i, ok := identity(dir)
 	if !ok {
@@ -285,7 +282,17 @@ func Entry(dir fs.FileInfo, name string) *Refusal {
 	if r := k.dirs[i]; r != nil {
 		return r
 	}
-	if r := k.entries[entry{i, name}]; r != nil {
+	return k.entries[entry{i, name}]
+}
+
+// Written is Entry for a file about to be written, and refuses keep.toml
+// in any folder too: keep reads the keep.toml of whatever folder it is
+// started in (the README's way: the script's folder), so one planted
+// anywhere is a config keep may read at its next start. Reading or
+// listing another folder's keep.toml is not refused: keep does not read
+// it now.
+func Written(dir fs.FileInfo, name string) *Refusal {
+	if r := Entry(dir, name); r != nil {
 		return r
 	}
 	if name == ConfigName {

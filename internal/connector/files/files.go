@@ -404,7 +404,7 @@ func ownTarget(folder *os.Root, base string) *ownfiles.Refusal {
 	if err != nil {
 		return nil // the rename fails and says why
 	}
-	if r := ownfiles.Entry(fi, base); r != nil {
+	if r := ownfiles.Written(fi, base); r != nil {
 		return r
 	}
 	var now []fs.FileInfo

@@ -73,6 +73,17 @@ func TestKeepsOwnFilesAreRefusedWhateverLeadsToThem(t *testing.T) {
 			t.Errorf("the listing shows %s", n)
 		}
 	}
+	// Another folder's keep.toml may be read and listed (keep does not
+	// read it now), not written (keep would, started there).
+	must(t, os.MkdirAll(filepath.Join(root, "other"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "other", "keep.toml"), []byte("x"), 0o644))
+	if r := call(t, c, "read", map[string]any{"path": "other/keep.toml"}); r.Err != nil {
+		t.Errorf("read another folder's keep.toml: %v", r.Err)
+	}
+	if l := call(t, c, "list", map[string]any{"dir": "other"}); l.Err != nil || len(l.Value.([]any)) != 1 {
+		t.Errorf("list another folder: %+v", l)
+	}
+	own("write another folder's keep.toml", call(t, c, "write", map[string]any{"path": "other/keep.toml", "content": "[notify]"}))
 	if w := call(t, c, "write", map[string]any{"path": "keep-data/files/out.txt", "content": "ok"}); w.Err != nil {
 		t.Fatalf("write into the scripts' folder: %v", w.Err)
 	}
