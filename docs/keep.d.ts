@@ -624,7 +624,7 @@ declare namespace Keep.connector {
     /** `{ messageId, sentFolder, filedBy }` (`filedBy` is `server` or `keep`); when the copy could not be filed, `{ messageId, notFiled }` saying why (the message was sent); a reconciled send adds `reconciled: true` */
     type SendResult = { messageId: string; sentFolder?: string; filedBy?: "server" | "keep"; notFiled?: string; reconciled?: boolean };
   }
-  /** A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused. */
+  /** A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused. keep's own files are refused whatever the root holds — its data directory (but its `files/` folder), every keep.toml keep reads, its store — through any path, link or hard link: the run fails as a logic error saying so, and a listing leaves them out. */
   namespace files {
     /** the arguments of ctx.files.list */
     interface ListArgs {

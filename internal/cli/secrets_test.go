@@ -36,6 +36,17 @@ func TestPlantedSecretsInOtherCarriersNeverShow(t *testing.T) {
 		func(h http.Header) string { return h.Get("X-Auth-Token") })
 }
 
+// A credential written literally under a header of any name (issue 38,
+// low: only known names were masked): a name that holds sig, session or
+// credential, a value after an authentication scheme no rule knew
+// (Digest), a random-looking value under a name that says nothing.
+func TestPlantedSecretsInAnyHeaderNeverShow(t *testing.T) {
+	t.Parallel()
+	callHeaders := fmt.Sprintf(`{ "X-Custom-Sig": "%s", "X-Partner": "Digest %s", "X-Shop-Session": "%s", "X-Anything": "%s", Accept: "application/json" }`, secret, secret, secret, secret)
+	probeHeaders := fmt.Sprintf(`{ "X-Probe-Credential": "%s", "X-Other": "%s" }`, secret, secret)
+	plantAndLook(t, callHeaders, probeHeaders, "", "", func(h http.Header) string { return h.Get("X-Custom-Sig") + h.Get("X-Anything") })
+}
+
 const secret = "planted-secret-7f3a9c"
 
 // plantAndLook runs a workflow whose write carries the planted secret in the

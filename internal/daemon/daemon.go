@@ -151,6 +151,7 @@ type Keep struct {
 	apiSecret string
 	lock      *os.File
 	release   func() // the store's own engine lock
+	disown    func() // gives keep's files back to the checks of other keeps of this process (ownfiles)
 	shared    bool   // several nodes share the store (leases)
 	// stopListening ends the wake-ups by other nodes' commits.
 	stopListening func()
@@ -412,10 +413,10 @@ func flockSoon(f *os.File) error {
 // data directory's), for a command that must not run beside an engine
 // (keep migrate reads a consistent source). release frees the locks.
 func HoldStore(dataDir string, loc backend.Location) (store.Store, func(), error) {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(filepath.Join(dataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -478,6 +479,9 @@ func (k *Keep) Close() error {
 	k.release()
 	err := k.Store.Close()
 	k.lock.Close()
+	if k.disown != nil {
+		k.disown()
+	}
 	return err
 }
 

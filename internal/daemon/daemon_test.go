@@ -85,8 +85,15 @@ func TestKeepsOwnStoreIsNotAnSQLTarget(t *testing.T) {
 	if !strings.Contains(err.Error(), "[connectors.sql.databases] app") || !strings.Contains(err.Error(), "keep's own store") {
 		t.Fatalf("the error does not say which declaration and why: %v", err)
 	}
-	// Another file is fine.
+	// A database in the data directory is refused too: the folder is
+	// keep's alone (issue 38, package ownfiles).
 	os.WriteFile(cfg, []byte("[connectors.sql.databases]\napp = \"sqlite://"+filepath.Join(dir, "app.db")+"\"\n"), 0o644)
+	if k, err = Open(Options{DataDir: dir, ConfigFile: cfg, Logger: quiet()}); err == nil {
+		k.Close()
+		t.Fatal("keep started with a database in its data directory declared as an sql database")
+	}
+	// A file elsewhere is fine.
+	os.WriteFile(cfg, []byte("[connectors.sql.databases]\napp = \"sqlite://"+filepath.Join(t.TempDir(), "app.db")+"\"\n"), 0o644)
 	k, err = Open(Options{DataDir: dir, ConfigFile: cfg, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,7 @@ func RecordConfig(dataDir, path string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory %s: %w", dataDir, err)
 	}
 	if err := writeWhole(dst, b, 0o600); err != nil {

@@ -66,7 +66,7 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 		}
 	}
 	if loc.Kind == backend.SQLite {
-		if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data directory %s: %w", o.DataDir, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/account"
@@ -23,6 +24,7 @@ import (
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/notify"
+	"github.com/keep-run/keep/internal/ownfiles"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/script"
@@ -48,11 +50,16 @@ func Open(o Options) (k *Keep, err error) {
 			opened.undo()
 		}
 	}()
-	lock, apiSecret, err := lockDataDir(o.DataDir)
+	lock, apiSecret, tightened, err := lockDataDir(o.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	opened.add(func() { lock.Close() })
+	disown, err := registerOwnFiles(o)
+	if err != nil {
+		return nil, err
+	}
+	opened.add(disown)
 	st, release, shared, err := openOwnStore(o, &cfg)
 	if err != nil {
 		return nil, err
@@ -75,8 +82,11 @@ func Open(o Options) (k *Keep, err error) {
 	}
 	script.SetIdleWorkers(cfg.Policy.SandboxWorkers)
 	logger := maskedLogger(o.Logger)
+	if len(tightened) > 0 {
+		logger.Warn("keep's data directory was open to others on this machine; made it keep's alone", "changed", strings.Join(tightened, ", "))
+	}
 	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
-	k.lock, k.release, k.apiSecret, k.shared = lock, release, apiSecret, shared
+	k.lock, k.release, k.apiSecret, k.shared, k.disown = lock, release, apiSecret, shared, disown
 	if err = k.wireEngine(o, cfg, accts, perWorkflow, logger); err != nil {
 		return nil, err
 	}
@@ -95,26 +105,44 @@ func (u undoList) undo() {
 	}
 }
 
-// lockDataDir makes the data directory, takes its engine lock (ErrBusy
-// while another keep process holds it) and reads its instance secret.
-func lockDataDir(dataDir string) (*os.File, string, error) {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("create data directory %s: %w", dataDir, err)
+// lockDataDir makes the data directory (0700, its files 0600: an existing
+// one with looser modes is tightened, and tightened says what changed),
+// takes its engine lock (ErrBusy while another keep process holds it) and
+// reads its instance secret.
+func lockDataDir(dataDir string) (lock *os.File, apiSecret string, tightened []string, err error) {
+	if tightened, err = ownfiles.Tighten(dataDir); err != nil {
+		return nil, "", nil, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err = os.OpenFile(filepath.Join(dataDir, "engine.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, "", fmt.Errorf("open the engine lock in %s: %w", dataDir, err)
+		return nil, "", nil, fmt.Errorf("open the engine lock in %s: %w", dataDir, err)
 	}
 	if err := flockSoon(lock); err != nil {
 		lock.Close()
-		return nil, "", fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, dataDir)
+		return nil, "", nil, fmt.Errorf("%w (%s); stop it, or use `keep deploy` and the other commands, which work beside it", ErrBusy, dataDir)
 	}
-	apiSecret, err := loadAPISecret(dataDir)
+	apiSecret, err = loadAPISecret(dataDir)
 	if err != nil {
 		lock.Close()
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return lock, apiSecret, nil
+	return lock, apiSecret, tightened, nil
+}
+
+// registerOwnFiles makes keep's own files out of every script's reach
+// (package ownfiles): the data directory, every keep.toml keep reads
+// (--config, the recorded one, the one of the folder keep started in,
+// which it would read at its next start) and the SQLite store's files.
+func registerOwnFiles(o Options) (release func(), err error) {
+	configs := []string{ConfigPath(o.DataDir), "keep.toml"}
+	if o.ConfigFile != "" {
+		configs = append(configs, o.ConfigFile)
+	}
+	h := ownfiles.House{DataDir: o.DataDir, Configs: configs}
+	if loc, err := backend.Parse(o.Store, o.DataDir); err == nil && loc.Kind == backend.SQLite {
+		h.Store = loc.Path
+	}
+	return ownfiles.Register(h)
 }
 
 // openOwnStore opens the store the engine runs on, refusing one a sql
@@ -160,7 +188,7 @@ func filesRoots(o *Options, conns *builtin.Set) (perWorkflow func(string) *conne
 		o.FilesRoot, perWorkflow = o.FilesRootForAll, nil
 	}
 	if o.FilesRoot == "" {
-		o.FilesRoot = filepath.Join(o.DataDir, "files")
+		o.FilesRoot = filepath.Join(o.DataDir, ownfiles.ScriptsFolder)
 		if err := os.MkdirAll(o.FilesRoot, 0o755); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,14 @@
 // when asked and to 127.0.0.1 when dialled (DNS rebinding) is refused too,
 // and so is every connection a redirect would open.
 //
+// "This machine" is every address of every interface, whatever its range
+// (issue 38 #6: a service listening on all addresses was reached through
+// the machine's public address, which no range names). The interfaces'
+// addresses are read at each check (net.InterfaceAddrs, one netlink
+// request per new connection, tens of microseconds beside a TCP
+// handshake), not cached: an address added a moment ago is refused at
+// the next connection.
+//
 // It imports nothing of keep.
 package netguard
 
@@ -32,6 +40,56 @@ import (
 type Guard struct {
 	hosts     map[string]bool // a host alone: all its ports
 	hostPorts map[string]bool // host:port
+	// machine lists this machine's addresses; nil: every address of
+	// every interface, read at each check (tests give their own).
+	machine func() ([]netip.Addr, error)
+}
+
+// WhyThisMachine is RefusedError.Why for an address of one of this
+// machine's interfaces outside the ranges Internal names.
+const WhyThisMachine = "this machine's own"
+
+// interfaceAddrs is every address of every interface of this machine, now.
+func interfaceAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		var ip net.IP
+		switch v := a.(type) {
+		case *net.IPNet:
+			ip = v.IP
+		case *net.IPAddr:
+			ip = v.IP
+		}
+		if x, ok := netip.AddrFromSlice(ip); ok {
+			out = append(out, x.Unmap())
+		}
+	}
+	return out, nil
+}
+
+// thisMachine says why ip is refused as one of this machine's own
+// addresses ("" when it is not). When the addresses cannot be read, no
+// address is taken for another machine's.
+func (g *Guard) thisMachine(ip netip.Addr) string {
+	list := interfaceAddrs
+	if g != nil && g.machine != nil {
+		list = g.machine
+	}
+	addrs, err := list()
+	if err != nil {
+		return "unknown (this machine's own addresses could not be read: " + err.Error() + ")"
+	}
+	ip = ip.Unmap().WithZone("")
+	for _, a := range addrs {
+		if a.Unmap().WithZone("") == ip {
+			return WhyThisMachine
+		}
+	}
+	return ""
 }
 
 // New builds a guard from keep.toml's [connectors.http] allow entries
@@ -91,9 +149,13 @@ func (e *RefusedError) Error() string {
 	if e.IP != "" && e.IP != e.Host {
 		at += " (" + e.IP + ")"
 	}
-	return fmt.Sprintf("keep refuses to connect to %s: a %s address, reachable only from this machine or its network; "+
+	what := "a " + e.Why + " address, reachable only from this machine or its network"
+	if e.Why == WhyThisMachine {
+		what = "an address of this machine itself (one of its interfaces'), where a service listening on all addresses answers as on 127.0.0.1"
+	}
+	return fmt.Sprintf("keep refuses to connect to %s: %s; "+
 		"if this service is meant to be reached, allow it in keep.toml: [connectors.http] allow = [%q] and restart keep",
-		at, e.Why, net.JoinHostPort(e.Host, e.Port))
+		at, what, net.JoinHostPort(e.Host, e.Port))
 }
 
 // Refused reports whether err (through any wrapping) is a refusal.
@@ -165,6 +227,9 @@ func (g *Guard) check(host, port string, dialled netip.Addr) error {
 	}
 	if metadataNames[strings.ToLower(strings.TrimSuffix(host, "."))] {
 		return &RefusedError{Host: host, Port: port, IP: dialled.String(), Why: "cloud-metadata"}
+	}
+	if why := g.thisMachine(dialled); why != "" {
+		return &RefusedError{Host: host, Port: port, IP: dialled.Unmap().String(), Why: why}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package netguard_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -141,5 +142,111 @@ func TestProxiedRequestsAreChecked(t *testing.T) {
 	}
 	if err := netguard.New(nil).CheckURL(context.Background(), pu.URL); err == nil {
 		t.Fatalf("CheckURL allowed a loopback URL")
+	}
+}
+
+// publicInterfaceAddr is an address of one of this machine's interfaces
+// that no range of Internal names (192.0.2.2 on this project's CI
+// machine), or "" with why there is none.
+func publicInterfaceAddr(t *testing.T) (netip.Addr, string) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Addr{}, "this machine's interfaces cannot be read: " + err.Error()
+	}
+	var seen []string
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		seen = append(seen, ip.String())
+		if netguard.Internal(ip) == "" {
+			return ip, ""
+		}
+	}
+	return netip.Addr{}, "every address of this machine's interfaces is in a range the guard refused already (" + strings.Join(seen, ", ") +
+		"); TestThisMachinesAddressesAreReadAtEachCheck checks the rule with addresses given to it"
+}
+
+// A service listening on all addresses, reached through an address of
+// this machine's interfaces outside every private range (its public
+// address), is refused as this machine's own, unless keep.toml allows it
+// (issue 38 #6: it was reached).
+func TestThisMachinesPublicAddressIsRefused(t *testing.T) {
+	ip, why := publicInterfaceAddr(t)
+	if why != "" {
+		t.Skip(why)
+	}
+	var n atomic.Int64
+	l, err := net.Listen("tcp", ":0") // all addresses
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) })}
+	go s.Serve(l)
+	defer s.Close()
+	at := net.JoinHostPort(ip.String(), strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	_, err = client().Get("http://" + at + "/")
+	r, ok := netguard.Refused(err)
+	if !ok || r.Why != netguard.WhyThisMachine || !strings.Contains(err.Error(), "this machine itself") || !strings.Contains(err.Error(), `allow = ["`+at+`"]`) {
+		t.Fatalf("%s, an address of this machine: %v", at, err)
+	}
+	if n.Load() != 0 {
+		t.Fatalf("the service got %d requests", n.Load())
+	}
+	if _, err := client(at).Get("http://" + at + "/"); err != nil {
+		t.Fatalf("allowed in keep.toml, still refused: %v", err)
+	}
+	if n.Load() != 1 {
+		t.Fatalf("the allowed request: %d requests", n.Load())
+	}
+}
+
+// The rule, with the machine's addresses given: an address of this
+// machine in no private range is refused (also as an IPv4-mapped IPv6
+// address), an address added since the last check is refused at the next
+// one (nothing is cached), an allowed one passes, and when the addresses
+// cannot be read no address is dialled.
+func TestThisMachinesAddressesAreReadAtEachCheck(t *testing.T) {
+	var added atomic.Bool
+	machine := func() ([]netip.Addr, error) {
+		addrs := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("203.0.113.9")}
+		if added.Load() {
+			addrs = append(addrs, netip.MustParseAddr("2001:db8::7"))
+		}
+		return addrs, nil
+	}
+	g := netguard.New(nil).WithMachine(machine)
+	ctx := context.Background()
+	check := func(g *netguard.Guard, raw string) error {
+		u, _ := url.Parse(raw)
+		return g.CheckURL(ctx, u)
+	}
+	for _, u := range []string{"http://203.0.113.9/", "http://[::ffff:203.0.113.9]:8080/"} {
+		if r, ok := netguard.Refused(check(g, u)); !ok || r.Why != netguard.WhyThisMachine {
+			t.Errorf("%s: %v", u, check(g, u))
+		}
+	}
+	if err := check(g, "http://[2001:db8::7]/"); err != nil {
+		t.Fatalf("not yet this machine's: %v", err)
+	}
+	added.Store(true)
+	if r, ok := netguard.Refused(check(g, "http://[2001:db8::7]/")); !ok || r.Why != netguard.WhyThisMachine {
+		t.Fatalf("an address added since the last check: %v", check(g, "http://[2001:db8::7]/"))
+	}
+	if err := check(g, "http://203.0.113.10/"); err != nil {
+		t.Fatalf("another machine's address: %v", err)
+	}
+	if err := check(netguard.New([]string{"203.0.113.9:8080"}).WithMachine(machine), "http://203.0.113.9:8080/"); err != nil {
+		t.Fatalf("allowed in keep.toml: %v", err)
+	}
+	broken := netguard.New(nil).WithMachine(func() ([]netip.Addr, error) { return nil, errors.New("netlink: permission denied") })
+	if _, ok := netguard.Refused(check(broken, "http://203.0.113.10/")); !ok {
+		t.Fatalf("addresses unknown, dialled anyway")
 	}
 }

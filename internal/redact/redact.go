@@ -10,6 +10,7 @@ package redact
 
 import (
 	"encoding/json"
+	"math"
 	"net/url"
 	"regexp"
 	"sort"
@@ -65,7 +66,9 @@ func squashedName(n string) bool {
 }
 
 // Value returns a copy of v with every credential masked: values under a
-// secret name at any depth, and credentials inside URL strings.
+// secret name at any depth, every header Header takes for a credential
+// (under a key named headers: an object of names to values, or a list of
+// { name, value }), and credentials inside URL strings.
 func Value(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
@@ -76,6 +79,10 @@ func Value(v any) any {
 					out[k] = Mask
 					continue
 				}
+			}
+			if isHeaders(k) {
+				out[k] = headers(val)
+				continue
 			}
 			out[k] = Value(val)
 		}
@@ -90,6 +97,232 @@ func Value(v any) any {
 		return String(x)
 	}
 	return v
+}
+
+// isHeaders says whether a key holds headers ("headers", "Header", …).
+func isHeaders(k string) bool {
+	return len(k) >= 6 && len(k) <= 7 && (strings.EqualFold(k, "headers") || strings.EqualFold(k, "header"))
+}
+
+// headers is Value for headers: each one Header takes for a credential is
+// masked whole.
+func headers(v any) any {
+	switch h := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(h))
+		for name, val := range h {
+			if headerValue(name, val) {
+				out[name] = Mask
+				continue
+			}
+			out[name] = Value(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(h))
+		for i, e := range h {
+			if m, ok := e.(map[string]any); ok {
+				name, _ := m["name"].(string)
+				if headerValue(name, m["value"]) {
+					masked := Value(m).(map[string]any)
+					masked["value"] = Mask
+					out[i] = masked
+					continue
+				}
+			}
+			out[i] = Value(e)
+		}
+		return out
+	}
+	return Value(v)
+}
+
+// headerValue is Header of a value that may be a string or a list of them.
+func headerValue(name string, v any) bool {
+	switch x := v.(type) {
+	case string:
+		return Header(name, x)
+	case []any:
+		for _, e := range x {
+			if s, ok := e.(string); ok && Header(name, s) {
+				return true
+			}
+		}
+		return Name(name) || headerName(name)
+	case nil:
+		return false
+	}
+	return Name(name) || headerName(name)
+}
+
+// Header reports whether a header with this name and value carries a
+// credential, by its name or by its value's shape (issue 38: only known
+// names were masked, so a token under X-Custom-Sig was shown):
+//
+//   - a name Name knows, or one that holds key, token, secret, auth,
+//     passw, pwd, signature, session, cookie or credential (X-Shop-Key,
+//     X-Session-Id, X-Hub-Signature-256); Idempotency-Key, which keep
+//     itself sends and which names a write, not a person, is not one;
+//   - a value that begins with an authentication scheme followed by
+//     something (Bearer, Basic, Token, Digest, Negotiate, …);
+//   - a value holding a token of a well-known form (LooksLikeToken) or a
+//     long random-looking word (Random): 20 characters or more of the
+//     letters, digits and signs tokens are made of, with letters and
+//     digits both, spread like random text.
+func Header(name, value string) bool {
+	if value == "" || value == Mask || onlyPlaceholders(value) {
+		return false
+	}
+	if Name(name) || headerName(name) {
+		return true
+	}
+	if sp := strings.IndexAny(value, " \t"); sp > 0 && strings.TrimSpace(value[sp:]) != "" && authScheme(value[:sp]) {
+		return true
+	}
+	if LooksLikeToken(value) {
+		return true
+	}
+	// Each word of the value, between spaces, commas, semicolons and =
+	// (a cookie's value, a scheme of another name): no allocation. A
+	// quoted word (an ETag) is not a token.
+	start := 0
+	for i := 0; i <= len(value); i++ {
+		if i == len(value) || strings.IndexByte(" \t,;=", value[i]) >= 0 {
+			if Random(value[start:i]) {
+				return true
+			}
+			start = i + 1
+		}
+	}
+	return false
+}
+
+// onlyPlaceholders says whether value holds nothing secret but the names of
+// keep's secrets ({secret:NAME}, filled in at the call) and perhaps a
+// scheme before them ("Bearer {secret:tok}"): the name is what is shown.
+func onlyPlaceholders(value string) bool {
+	if !strings.Contains(value, "{secret:") {
+		return false
+	}
+	rest := value
+	for {
+		i := strings.Index(rest, "{secret:")
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return false
+		}
+		rest = rest[:i] + " " + rest[i+j+1:]
+	}
+	rest = strings.TrimSpace(rest)
+	return rest == "" || authScheme(rest)
+}
+
+// authScheme says whether word is an authentication scheme, in any case.
+func authScheme(word string) bool {
+	if len(word) > 20 {
+		return false
+	}
+	var buf [20]byte
+	for i := 0; i < len(word); i++ {
+		c := word[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return authSchemes[string(buf[:len(word)])]
+}
+
+// authSchemes are the first words of Authorization-like values (lower case).
+var authSchemes = map[string]bool{
+	"bearer": true, "basic": true, "token": true, "digest": true, "negotiate": true, "ntlm": true, "hoba": true,
+	"mutual": true, "apikey": true, "api-key": true, "key": true, "hmac": true, "aws4-hmac-sha256": true,
+	"sharedkey": true, "sso-key": true, "signature": true, "oauth": true, "dpop": true, "gsskrb5": true,
+}
+
+// headerWords are parts of a header's name that say it carries a credential.
+var headerWords = []string{"key", "token", "secret", "auth", "passw", "pwd", "signature", "session", "cookie", "credential"}
+
+// headerParts are words that say so only as a whole part of the name,
+// between - or _ (X-Custom-Sig, but not X-Design).
+var headerParts = []string{"sig", "jwt", "hmac", "pass", "pw", "otp", "pin"}
+
+// headerName says whether a header's name holds a word of headerWords, or
+// one of headerParts as a part of it.
+func headerName(name string) bool {
+	if strings.EqualFold(name, "idempotency-key") || strings.EqualFold(name, "idempotency_key") || strings.EqualFold(name, "idempotencykey") {
+		return false
+	}
+	for _, w := range headerWords {
+		if containsFold(name, w) {
+			return true
+		}
+	}
+	start := 0
+	for i := 0; i <= len(name); i++ {
+		if i == len(name) || name[i] == '-' || name[i] == '_' {
+			for _, p := range headerParts {
+				if strings.EqualFold(name[start:i], p) {
+					return true
+				}
+			}
+			start = i + 1
+		}
+	}
+	return false
+}
+
+// Random reports whether word looks like a random token: at least 20
+// characters, all letters, digits or one of + / = _ - . ~, with letters
+// and digits both, mixed as random text mixes them (the kind of
+// character — lower case, upper case, digit — changes at least once in
+// five, signs aside: words joined by dashes change seldom) and spread like
+// random text (at least 3 bits of Shannon entropy per character: hex and
+// base64 keys have 3.5–6, repeated characters less).
+func Random(word string) bool {
+	if len(word) < 20 || len(word) > 4096 {
+		return false
+	}
+	var counts [128]int
+	letters, digits := false, false
+	alnum, changes, last := 0, 0, 0
+	for i := 0; i < len(word); i++ {
+		c := word[i]
+		kind := 0
+		switch {
+		case 'a' <= c && c <= 'z':
+			letters, kind = true, 1
+		case 'A' <= c && c <= 'Z':
+			letters, kind = true, 2
+		case '0' <= c && c <= '9':
+			digits, kind = true, 3
+		case c == '+' || c == '/' || c == '=' || c == '_' || c == '-' || c == '.' || c == '~':
+		default:
+			return false
+		}
+		if kind != 0 {
+			if last != 0 && kind != last {
+				changes++
+			}
+			last = kind
+			alnum++
+		}
+		counts[c]++
+	}
+	if !letters || !digits || changes*5 < alnum {
+		return false
+	}
+	h, n := 0.0, float64(len(word))
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / n
+			h -= p * math.Log2(p)
+		}
+	}
+	return h >= 3.0
 }
 
 // Map is Value for an argument map.

@@ -47,6 +47,45 @@ func TestEveryCarrierIsMasked(t *testing.T) {
 	}
 }
 
+// A credential under a header of any name is masked, by the header's
+// name or by its value's shape; what is no credential is shown as it was
+// (issue 38, low).
+func TestAnyHeaderCarryingACredentialIsMasked(t *testing.T) {
+	t.Parallel()
+	const tok = "Zk3q9XbT2mW8vR1yL6pN4s"
+	args := map[string]any{
+		"headers": map[string]any{
+			"X-Custom-Sig": "short1", "X-Shop-Key": "abc", "X-Session-Id": "42", "X-Hub-Signature-256": "sha256=ab", "X-My-Credential": "x1",
+			"X-Partner": "Digest " + tok, "X-Scheme": "HMAC abc:def", "X-Opaque": tok, "X-Cookieish": "a=1", "X-Ref": "id=" + tok + "; path=/",
+			"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded", "User-Agent": "keep/1.0 (linux)",
+			"X-Request-Id": "req-42", "Idempotency-Key": "order-1001", "If-Match": `"33a64df551425fcc55e4d42a148795d9f25f89d4"`,
+			"Date": "Wed, 21 Oct 2015 07:28:00 GMT", "Multi": []any{"ok", "Bearer " + tok},
+			"X-Named-Sig": "{secret:sig}", "X-Named-Auth": "Bearer {secret:tok}", "X-Half-Token": "abc{secret:x}",
+		},
+		"payload": []any{map[string]any{"headers": []any{map[string]any{"name": "X-Weird", "value": tok}, map[string]any{"name": "Subject", "value": "Hello"}}}},
+	}
+	out := Map(args)["headers"].(map[string]any)
+	for _, masked := range []string{"X-Custom-Sig", "X-Shop-Key", "X-Session-Id", "X-Hub-Signature-256", "X-My-Credential", "X-Partner", "X-Scheme", "X-Opaque", "X-Cookieish", "X-Ref", "Multi", "X-Half-Token"} {
+		if out[masked] != Mask {
+			t.Errorf("%s: %v, want it masked", masked, out[masked])
+		}
+	}
+	for _, shown := range []string{"Accept", "Content-Type", "User-Agent", "X-Request-Id", "Idempotency-Key", "If-Match", "Date", "X-Named-Sig", "X-Named-Auth"} {
+		if out[shown] != args["headers"].(map[string]any)[shown] {
+			t.Errorf("%s: %v, want it as it was", shown, out[shown])
+		}
+	}
+	list := Map(args)["payload"].([]any)[0].(map[string]any)["headers"].([]any)
+	if list[0].(map[string]any)["value"] != Mask || list[1].(map[string]any)["value"] != "Hello" {
+		t.Errorf("a list of { name, value }: %v", list)
+	}
+	for word, want := range map[string]bool{tok: true, "3f2a9c1e7b6d4a5f8e0c": true, "aaaaaaaaaaaaaaaaaaaa1": false, "application-json-text-1": false, "short7": false, "no digits at all here": false} {
+		if Random(word) != want {
+			t.Errorf("Random(%q) = %v", word, !want)
+		}
+	}
+}
+
 func toString(v any) string {
 	var b strings.Builder
 	var walk func(any)

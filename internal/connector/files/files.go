@@ -7,6 +7,11 @@
 // window between a check and its use in which a symlink could lead out of the
 // root. Only regular files are read, and never more than MaxFileBytes.
 //
+// keep's own files — its data directory, the keep.toml it reads, its
+// store — are refused whatever the root holds (package ownfiles judges
+// what the opened file or folder is, so links of any kind lead nowhere):
+// a script that names one fails as a logic error saying so (issue 38).
+//
 // It may import keeptype and connector.
 package files
 
@@ -28,6 +33,7 @@ import (
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/ownfiles"
 )
 
 // MaxFileBytes bounds what read returns to a script.
@@ -43,7 +49,9 @@ func New(root string) *connector.Connector {
 	return &connector.Connector{
 		Name: "files",
 		Doc: "A local folder, no credentials: the script's folder (or `keep run`/`keep deploy --files-root DIR`), recorded when the workflow is deployed " +
-			"and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused.",
+			"and used by `keep run` and `keep serve` alike (`keep status` shows it; `keep serve --files-root DIR` roots every workflow at DIR instead). Paths are relative to it; absolute paths, `..` and symbolic links that lead out of it are refused. " +
+			"keep's own files are refused whatever the root holds — its data directory (but its `files/` folder), every keep.toml keep reads, its store — " +
+			"through any path, link or hard link: the run fails as a logic error saying so, and a listing leaves them out.",
 		Sources: map[string][]string{
 			"files": {"file"},
 		},
@@ -133,6 +141,11 @@ func (f *folder) open() (*os.Root, *kt.Error) {
 	return r, nil
 }
 
+// refused is the error for a path that is keep's own.
+func refused(op, p string, r *ownfiles.Refusal) *kt.Error {
+	return kt.Errorf(kt.ClassLogic, "files.%s %q refused: %v", op, p, r)
+}
+
 // escapes reports whether err is the root handle refusing a path that leads
 // out of the root (through .. or a symbolic link).
 func escapes(err error) bool {
@@ -179,6 +192,15 @@ func (f *folder) list(_ context.Context, c connector.Call) connector.Result {
 		}
 		return connector.Result{Err: ioError("list", dir, err)}
 	}
+	dinfo, err := d.Stat()
+	if err != nil {
+		d.Close()
+		return connector.Result{Err: ioError("list", dir, err)}
+	}
+	if r := ownfiles.Dir(dinfo); r != nil {
+		d.Close()
+		return connector.Result{Err: refused("list", dir, r)}
+	}
 	entries, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
@@ -194,10 +216,14 @@ func (f *folder) list(_ context.Context, c connector.Call) connector.Result {
 	sort.Strings(names)
 	for _, n := range names {
 		p := path.Join(rel, n)
-		// Stat through the root: a symlink that leads out of it, a device or
-		// a FIFO is not listed (read would refuse it).
+		// Stat through the root: a symlink that leads out of it, a device,
+		// a FIFO or one of keep's own files is not listed (read would
+		// refuse it).
 		info, err := root.Stat(p)
 		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
+		if linfo, err := root.Lstat(p); err != nil || ownfiles.File(info, linfo) != nil || ownfiles.Entry(dinfo, n) != nil {
 			continue
 		}
 		out = append(out, map[string]any{"path": p, "name": n, "size": info.Size(), "modTime": info.ModTime().UTC().Format("2006-01-02T15:04:05.000Z")})
@@ -222,6 +248,12 @@ func readRegular(root *os.Root, rel, shown string) ([]byte, *kt.Error) {
 	info, err := fh.Stat()
 	if err != nil {
 		return nil, ioError("read", shown, err)
+	}
+	if r := ownfiles.File(info); r != nil {
+		return nil, refused("read", shown, r)
+	}
+	if r := ownfiles.Process(fh); r != nil {
+		return nil, refused("read", shown, r)
 	}
 	if !info.Mode().IsRegular() {
 		return nil, kt.Errorf(kt.ClassPermission, "read %s: it is not a regular file (%s); keep reads only regular files", shown, kind(info.Mode()))
@@ -292,18 +324,35 @@ func (f *folder) write(_ context.Context, c connector.Call) connector.Result {
 	fail := func(err error) connector.Result {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: ioError("write", p, err)}
 	}
-	dir := path.Dir(rel)
+	dir, base := path.Dir(rel), path.Base(rel)
+	// keep's own folders are refused before anything is made in them: the
+	// nearest folder of the path that exists is judged, and a folder made
+	// beneath one that is not keep's is not keep's either.
+	if r := ownAncestor(root, dir); r != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: refused("write", p, r)}
+	}
 	if err := root.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmpName := path.Join(dir, ".keep-write-"+hex.EncodeToString(rnd[:]))
-	tmp, err := root.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	// Every later step is made in the folder as opened and judged here, by
+	// names without a slash: a folder swapped for a link meanwhile changes
+	// nothing of what was judged.
+	folder, err := root.OpenRoot(dir)
 	if err != nil {
 		return fail(err)
 	}
-	defer root.Remove(tmpName)
+	defer folder.Close()
+	if r := ownTarget(folder, base); r != nil {
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: refused("write", p, r)}
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmpName := ".keep-write-" + hex.EncodeToString(rnd[:])
+	tmp, err := folder.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fail(err)
+	}
+	defer folder.Remove(tmpName)
 	if _, err := tmp.Write(content); err != nil {
 		tmp.Close()
 		return fail(err)
@@ -315,12 +364,12 @@ func (f *folder) write(_ context.Context, c connector.Call) connector.Result {
 	if err := tmp.Close(); err != nil {
 		return fail(err)
 	}
-	if err := root.Rename(tmpName, rel); err != nil {
+	if err := folder.Rename(tmpName, base); err != nil {
 		return fail(err)
 	}
 	// After the rename the write has happened; an error syncing the directory
 	// leaves the outcome uncertain (the rename may not survive a power cut).
-	if d, err := root.Open(dir); err == nil {
+	if d, err := folder.Open("."); err == nil {
 		serr := d.Sync()
 		d.Close()
 		if serr != nil {
@@ -328,6 +377,44 @@ func (f *folder) write(_ context.Context, c connector.Call) connector.Result {
 		}
 	}
 	return connector.Result{Outcome: connector.OutcomeApplied, Value: map[string]any{"path": p, "sha256": hash(content), "bytes": len(content)}}
+}
+
+// ownAncestor judges the nearest folder of dir that exists (dir itself
+// when it does): keep's is refused.
+func ownAncestor(root *os.Root, dir string) *ownfiles.Refusal {
+	for d := dir; ; d = path.Dir(d) {
+		if fi, err := root.Stat(d); err == nil {
+			if !fi.IsDir() {
+				return nil // MkdirAll says what is wrong
+			}
+			return ownfiles.Dir(fi)
+		}
+		if d == "." {
+			return nil
+		}
+	}
+}
+
+// ownTarget judges the file a write would replace in folder: the folder
+// itself, the name there (a keep.toml keep reads, even one not made yet),
+// and what the name is now (a link to one of keep's files, or a hard link:
+// the same inode).
+func ownTarget(folder *os.Root, base string) *ownfiles.Refusal {
+	fi, err := folder.Stat(".")
+	if err != nil {
+		return nil // the rename fails and says why
+	}
+	if r := ownfiles.Written(fi, base); r != nil {
+		return r
+	}
+	var now []fs.FileInfo
+	if l, err := folder.Lstat(base); err == nil {
+		now = append(now, l)
+	}
+	if s, err := folder.Stat(base); err == nil {
+		now = append(now, s)
+	}
+	return ownfiles.File(now...)
 }
 
 func (f *folder) reconcileWrite(_ context.Context, c connector.Call) (connector.ReconcileStatus, any, error) {

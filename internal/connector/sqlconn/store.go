@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keep-run/keep/internal/ownfiles"
 	"github.com/keep-run/keep/internal/redact"
 )
 
@@ -31,9 +32,16 @@ func RefuseKeepsStore(databases map[string]string, storePath, storeURL string) e
 		}
 		same := false
 		switch {
-		case driver == "sqlite" && storePath != "":
+		case driver == "sqlite":
 			u, _ := url.Parse(raw)
-			same = resolved(u.Path) == resolved(storePath)
+			// Any of keep's own files (package ownfiles: the store's
+			// -wal, secret.key, a hard link to keep.db…) is refused as
+			// the files connector refuses it.
+			if r := ownfiles.Path(u.Path); r != nil {
+				return fmt.Errorf("keep.toml [connectors.sql.databases] %s = %q is keep's own store or another of keep's files, which no script may reach: %s is keep's own (%s). Declare the application's database instead (keep's store is not a target)",
+					name, redact.URL(raw), r.Where, r.What)
+			}
+			same = storePath != "" && resolved(u.Path) == resolved(storePath)
 		case driver == "pgx" && storeURL != "":
 			same = samePostgres(raw, storeURL)
 		}

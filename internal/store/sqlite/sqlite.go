@@ -65,7 +65,7 @@ const readerConns = 4
 // the embedded migrations.
 func Open(path string) (*Store, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", dir, err)
 	}
 	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
@@ -90,6 +90,10 @@ func Open(path string) (*Store, error) {
 		if err := store.MarkCorrupt(err); errors.Is(err, store.ErrCorrupt) {
 			return nil, fmt.Errorf("%w: %s cannot be read (%v); keep refuses to run on it. Restore it from a backup", store.ErrCorrupt, path, err)
 		}
+		return nil, err
+	}
+	if err := private(path); err != nil {
+		db.Close()
 		return nil, err
 	}
 	w, err := newConn(context.Background(), db, &s.statements)
@@ -120,6 +124,24 @@ func Open(path string) (*Store, error) {
 	return s, nil
 }
 
+// private makes the database's files readable by keep's user alone
+// (0600): SQLite makes a new database with the process's default mode
+// (0644), and its -wal and -shm take the database's.
+func private(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			if err := os.Chmod(p, perm&0o700); err != nil {
+				return fmt.Errorf("make %s private (chmod 600): %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
 // openSeq reads the database's commit number and the note beside it. A
 // database behind its note lost transactions that were committed (its
 // -wal was deleted after a crash): the ledger would forget writes that
@@ -131,7 +153,7 @@ func (s *Store) openSeq(path string) error {
 	// commit is durable, so whatever the note says the database holds by the
 	// time it is read — even while another process commits (read the other
 	// way round, a commit in between made a false alarm).
-	f, err := os.OpenFile(path+".seq", os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path+".seq", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
