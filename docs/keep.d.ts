@@ -149,6 +149,8 @@ declare namespace Keep {
       listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
     };
     email: {
+      /** Reads one attachment's bytes, named by its `ref` from email.search. */
+      attachment(args: connector.email.AttachmentArgs): Promise<connector.email.AttachmentResult>;
       /** Lists messages of a folder, oldest first. */
       search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
     };
@@ -192,6 +194,8 @@ declare namespace Keep {
       listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
     };
     email: {
+      /** Reads one attachment's bytes, named by its `ref` from email.search. */
+      attachment(args: connector.email.AttachmentArgs): Promise<connector.email.AttachmentResult>;
       /** Lists messages of a folder, oldest first. */
       search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
     };
@@ -235,6 +239,8 @@ declare namespace Keep {
       listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
     };
     email: {
+      /** Reads one attachment's bytes, named by its `ref` from email.search. */
+      attachment(args: connector.email.AttachmentArgs): Promise<connector.email.AttachmentResult>;
       /** Lists messages of a folder, oldest first. */
       search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
     };
@@ -280,6 +286,8 @@ declare namespace Keep {
       updateEvent(args: connector.calendar.UpdateEventArgs): Promise<void>;
     };
     email: {
+      /** Reads one attachment's bytes, named by its `ref` from email.search. */
+      attachment(args: connector.email.AttachmentArgs): Promise<connector.email.AttachmentResult>;
       /** Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send. */
       send(args: connector.email.SendArgs): Promise<void>;
     };
@@ -332,6 +340,8 @@ declare namespace Keep {
       listEvents(args?: connector.calendar.ListEventsArgs): Promise<connector.calendar.ListEventsResult>;
     };
     email: {
+      /** Reads one attachment's bytes, named by its `ref` from email.search. */
+      attachment(args: connector.email.AttachmentArgs): Promise<connector.email.AttachmentResult>;
       /** Lists messages of a folder, oldest first. */
       search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
     };
@@ -377,6 +387,8 @@ declare namespace Keep {
       updateEvent(args: connector.calendar.UpdateEventArgs): Promise<connector.calendar.UpdateEventResult>;
     };
     email: {
+      /** Reads one attachment's bytes, named by its `ref` from email.search. */
+      attachment(args: connector.email.AttachmentArgs): Promise<connector.email.AttachmentResult>;
       /** Lists messages of a folder, oldest first. */
       search(args?: connector.email.SearchArgs): Promise<connector.email.SearchResult>;
       /** Sends a message over SMTP from `from`. Its Message-ID is made from the write's idempotency key (the same for every attempt of the same write, different in every installation) and the key travels in `X-Keep-Idempotency-Key`. After sending keep makes sure a copy is in Sent: the server's own (`server_keeps_sent`, looked for) or one keep files (APPEND, creating `Sent` when the mailbox has none). [policy] tool_timeout bounds the whole send. */
@@ -471,6 +483,7 @@ declare namespace Keep {
     "calendar.createEvent"?: Array<{ args?: Partial<connector.calendar.CreateEventArgs>; answer: DeepPartial<connector.calendar.CreateEventResult> }>;
     "calendar.listEvents"?: Array<{ args?: Partial<connector.calendar.ListEventsArgs>; answer: DeepPartial<connector.calendar.ListEventsResult> }>;
     "calendar.updateEvent"?: Array<{ args?: Partial<connector.calendar.UpdateEventArgs>; answer: DeepPartial<connector.calendar.UpdateEventResult> }>;
+    "email.attachment"?: Array<{ args?: Partial<connector.email.AttachmentArgs>; answer: DeepPartial<connector.email.AttachmentResult> }>;
     "email.search"?: Array<{ args?: Partial<connector.email.SearchArgs>; answer: DeepPartial<connector.email.SearchResult> }>;
     "email.send"?: Array<{ args?: Partial<connector.email.SendArgs>; answer: DeepPartial<connector.email.SendResult> }>;
     "files.list"?: Array<{ args?: Partial<connector.files.ListArgs>; answer: DeepPartial<connector.files.ListResult> }>;
@@ -494,6 +507,7 @@ declare namespace Keep {
     "calendar.createEvent"?: Array<{ args?: Partial<connector.calendar.CreateEventArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
     "calendar.listEvents"?: Array<{ args?: Partial<connector.calendar.ListEventsArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
     "calendar.updateEvent"?: Array<{ args?: Partial<connector.calendar.UpdateEventArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
+    "email.attachment"?: Array<{ args?: Partial<connector.email.AttachmentArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
     "email.search"?: Array<{ args?: Partial<connector.email.SearchArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
     "email.send"?: Array<{ args?: Partial<connector.email.SendArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
     "files.list"?: Array<{ args?: Partial<connector.files.ListArgs>; fault: TestFault; times?: number; retryAfter?: number }>;
@@ -585,6 +599,15 @@ declare namespace Keep.connector {
   }
   /** Any mailbox over IMAP (reading) and SMTP (sending), set in keep.toml: `[connectors.email] imap = "imaps://user:password@host:993"`, `smtp = "smtp://user:password@host:587"` (STARTTLS; `smtps://` for TLS; plain only to a server on this machine unless `starttls = true`), `from = "me@example.com"`, `ca_file = "/path/ca.pem"` to trust a private CA, `sent_folder` (default: the folder marked \Sent, else `Sent`, created when absent), and `server_keeps_sent = true` only when the SMTP server files a copy of what it sends into Sent itself (Gmail, Exchange, Fastmail do; Postfix does not): keep checks that before relying on it. Credentials stay in keep.toml. */
   namespace email {
+    /** the arguments of ctx.email.attachment */
+    interface AttachmentArgs {
+      /** an attachment's `ref` from email.search (it names the folder, the message and the part) */
+      ref: string;
+      /** the most bytes to read, 1 to 10485760 (10 MiB, the default): a larger attachment is refused, saying its size */
+      max?: number;
+    }
+    /** `{ name, type, size, base64 }`: the attachment decoded from its transfer encoding (base64, quoted-printable; another, such as x-uuencode, as the message holds it), as base64 */
+    type AttachmentResult = { name: string; type: string; size: number; base64: string };
     /** the arguments of ctx.email.search */
     interface SearchArgs {
       /** the folder (default `INBOX`) */
@@ -600,8 +623,8 @@ declare namespace Keep.connector {
       /** at most this many, 1 to 500 (default 100) */
       max?: number;
     }
-    /** an array of `{ id, uid, from, to, subject, date, text, html? }` (`id` the Message-ID, or for a message without one an id of its place in the folder, stable while the folder is: register inputs by it; `from`/`to` with display names decoded; `text` the plain body decoded to UTF-8, made from the HTML when there is only HTML; `html` the HTML body when there is one; each at most 64 KiB) with a property `lastCursor` to pass as the next `after` */
-    type SearchResult = Array<{ id: string; uid: number; from: string; to: string; subject: string; date: string; text: string; html?: string }> & { lastCursor: string };
+    /** an array of `{ id, uid, from, to, subject, date, text, html?, attachments }` with properties `lastCursor` (pass it as the next `after`) and `more` (true when more messages matched than came back: the next search from `lastCursor` reads on, and a producer that returns the new cursor in its state runs again at once). `id` is the Message-ID; a message without one gets an id made from the message itself (a digest of its header, Received lines included, and its size: the same after its folder is rebuilt, different for two deliveries): register inputs by it. `from`/`to` with display names decoded; `text` the plain body decoded to UTF-8, made from the HTML when there is only HTML; `html` the HTML body when there is one; each at most 64 KiB. `attachments` lists every other part, `{ name, type, size, ref }` (`size` in bytes once decoded: as the server counts it where it can (BINARY, as Dovecot has), else estimated from the encoded size): their bytes are never downloaded by search — read one with `email.attachment({ ref })`. An answer holds at most about 8 MiB of texts: past that the rest waits for the next search (`more`). */
+    type SearchResult = Array<{ id: string; uid: number; from: string; to: string; subject: string; date: string; text: string; html?: string; attachments: Array<{ name: string; type: string; size: number; ref: string }> }> & { lastCursor: string; more: boolean };
     /** the arguments of ctx.email.send */
     interface SendArgs {
       /** recipients (identity) */
