@@ -44,8 +44,10 @@ type database struct {
 	vet                    *vetter // SQLite: judges each statement before it runs
 	err                    error
 	mu                     sync.Mutex
-	ready                  bool   // keep_mutations exists
-	marker                 string // keep_mutations as statements name it (PostgreSQL: schema-qualified)
+	ready                  bool        // keep_mutations exists
+	marker                 string      // keep_mutations as statements name it (PostgreSQL: schema-qualified)
+	allow                  []string    // what keep.toml allows knowingly ([connectors.sql.allow] NAME)
+	store                  *keepsStore // keep's own PostgreSQL store, nil otherwise
 }
 
 // Conn holds the declared databases and their connection pools.
@@ -53,11 +55,36 @@ type Conn struct {
 	dbs map[string]*database
 }
 
+// Option sets up the connector beyond its databases.
+type Option func(*options)
+
+type options struct {
+	allow    map[string][]string
+	storeURL string
+}
+
+// Allow is [connectors.sql.allow]: per database, what keep cannot judge
+// and a person allows knowingly ("superuser", an extension, an engine).
+func Allow(allow map[string][]string) Option { return func(o *options) { o.allow = allow } }
+
+// KeepsStore is keep's own PostgreSQL store's URL: a declared database
+// that is the same server and database, whose role may use keep's
+// schema, is refused at every call.
+func KeepsStore(url string) Option { return func(o *options) { o.storeURL = url } }
+
 // New returns the sql connector over the declared databases (NAME → URL).
-func New(databases map[string]string) (*connector.Connector, *Conn) {
+func New(databases map[string]string, opts ...Option) (*connector.Connector, *Conn) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	var store *keepsStore
+	if o.storeURL != "" {
+		store = &keepsStore{url: o.storeURL}
+	}
 	c := &Conn{dbs: map[string]*database{}}
 	for name, u := range databases {
-		d := &database{name: name, url: u}
+		d := &database{name: name, url: u, allow: o.allow[name], store: store}
 		d.driver, d.dsn, d.err = dsnOf(u)
 		if d.driver == "sqlite" {
 			pu, _ := url.Parse(u)
@@ -119,7 +146,7 @@ func dsnOf(raw string) (driver, dsn string, err error) {
 		return "sqlite", u.Path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)", nil
 	case "mysql":
 		cfg := mysql.NewConfig()
-		cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+		cfg.Net, cfg.Addr, cfg.DBName = boundedNet, u.Host, strings.TrimPrefix(u.Path, "/")
 		if u.Port() == "" {
 			cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
 		}
@@ -151,7 +178,7 @@ func (c *Conn) open(name string) (*database, *kt.Error) {
 		if d.err != nil {
 			return
 		}
-		d.db, d.err = sql.Open(d.driver, d.dsn)
+		d.db, d.err = openDB(d.driver, d.dsn)
 		if d.err == nil && d.driver == "sqlite" {
 			d.db.SetMaxOpenConns(1)
 			d.vet, d.err = openVetter(d.path)
