@@ -1,0 +1,302 @@
+package sqlconn_test
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/sqlconn"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+	"github.com/keep-run/keep/internal/testdb"
+)
+
+// freshPGDatabase makes a database of the test's own on the machine's
+// PostgreSQL (and a role without superuser rights that owns it), dropped
+// when the test ends. It returns the database's URL as the machine's root
+// role and as the test's role.
+func freshPGDatabase(t *testing.T) (asRoot, asRole, name string) {
+	t.Helper()
+	pgtest.FreshSchema(t) // skips the test where there is no PostgreSQL
+	admin, err := sql.Open("pgx", pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [5]byte
+	rand.Read(b[:])
+	name = "keep_attack_" + hex.EncodeToString(b[:])
+	for _, s := range []string{"CREATE ROLE " + name + " LOGIN", "CREATE DATABASE " + name + " OWNER " + name} {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP DATABASE " + name + " WITH (FORCE)")
+		admin.Exec("DROP ROLE " + name)
+		admin.Close()
+	})
+	u, _ := url.Parse(pgtest.URL())
+	u.Path = "/" + name
+	asRoot = u.String()
+	u.User = url.User(name)
+	return asRoot, u.String(), name
+}
+
+func exec1(t *testing.T, dsnURL, stmt string) {
+	t.Helper()
+	db, err := sql.Open("pgx", dsnURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(stmt); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+func refusedSaying(t *testing.T, r connector.Result, what string, says ...string) {
+	t.Helper()
+	if r.Err == nil || r.Err.Class != kt.ClassLogic {
+		t.Fatalf("%s was not refused: %v %+v", what, r.Value, r.Err)
+	}
+	for _, s := range says {
+		if !strings.Contains(r.Err.Message, s) {
+			t.Fatalf("%s: the refusal does not say %q: %s", what, s, r.Err.Message)
+		}
+	}
+}
+
+// A statement on a database with dblink or postgres_fdw reaches other
+// databases, keep's store among them (issue 38 #3): a read through dblink
+// read keep's grants, a dblink_exec wrote them. keep refuses every
+// statement there, in query and in exec, naming the extension and the
+// keep.toml line that allows it knowingly; a role with superuser rights
+// is refused the same way.
+func TestAConnectionElsewhereIsRefused(t *testing.T) {
+	asRoot, asRole, name := freshPGDatabase(t)
+	exec1(t, asRoot, "CREATE EXTENSION dblink")
+	exec1(t, asRoot, "CREATE EXTENSION postgres_fdw")
+	// What the dblink_exec below would write: a table in the test's own
+	// schema of another database (keep's store's stand-in).
+	other := pgtest.FreshSchema(t)
+	ou, _ := url.Parse(other)
+	schema := ou.Query().Get("search_path")
+	exec1(t, other, "CREATE TABLE grants (item TEXT)")
+	remote := fmt.Sprintf("host=127.0.0.1 port=5432 dbname=%s user=root", strings.TrimPrefix(ou.Path, "/"))
+	read := fmt.Sprintf("SELECT * FROM dblink('%s', 'SELECT count(*) FROM %s.grants') AS t(n bigint)", remote, schema)
+	write := fmt.Sprintf("SELECT dblink_exec('%s', 'INSERT INTO %s.grants VALUES (''*'')')", remote, schema)
+	written := func() int {
+		var n int
+		if err := dbOf(t, "postgres", other).QueryRow("SELECT count(*) FROM grants").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// root, superuser allowed knowingly: the extensions are still refused.
+	c, pools := sqlconn.New(map[string]string{"shop": asRoot}, sqlconn.Allow(map[string][]string{"shop": {"superuser"}}))
+	defer pools.Close()
+	reg := connector.NewRegistry(c)
+	refusedSaying(t, call(t, reg, "query", map[string]any{"db": "shop", "sql": read}, ""), "a read through dblink",
+		"dblink, postgres_fdw", `[connectors.sql.allow] shop = ["dblink", "postgres_fdw"]`)
+	r := call(t, reg, "exec", map[string]any{"db": "shop", "sql": write}, "k-write")
+	refusedSaying(t, r, "a write through dblink_exec", "dblink")
+	if r.Outcome != connector.OutcomeFailed {
+		t.Fatalf("the refused exec's outcome: %v", r.Outcome)
+	}
+	if n := written(); n != 0 {
+		t.Fatalf("dblink_exec wrote %d rows in the other database", n)
+	}
+
+	// The test's role, without superuser rights, on the same database:
+	// refused for the extensions.
+	c2, pools2 := sqlconn.New(map[string]string{"shop": asRole})
+	defer pools2.Close()
+	refusedSaying(t, call(t, connector.NewRegistry(c2), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""), "a read on a database with dblink", "dblink")
+
+	// root without the allowance: refused for its rights first.
+	c3, pools3 := sqlconn.New(map[string]string{"shop": asRoot})
+	defer pools3.Close()
+	refusedSaying(t, call(t, connector.NewRegistry(c3), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""), "a read as root",
+		`role "root" has superuser`, `[connectors.sql.allow] shop = ["superuser"]`)
+
+	// Once the extensions are gone, the role's reads go through; allowed
+	// knowingly, dblink works (the refusal above was keep's, not the setup's).
+	exec1(t, asRoot, "DROP EXTENSION postgres_fdw")
+	exec1(t, asRoot, "DROP EXTENSION dblink")
+	if r := call(t, connector.NewRegistry(c2), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""); r.Err != nil {
+		t.Fatalf("a read on %s without the extensions: %+v", name, r.Err)
+	}
+	exec1(t, asRoot, "CREATE EXTENSION dblink")
+	c4, pools4 := sqlconn.New(map[string]string{"shop": asRoot}, sqlconn.Allow(map[string][]string{"shop": {"superuser", "dblink"}}))
+	defer pools4.Close()
+	if r := call(t, connector.NewRegistry(c4), "query", map[string]any{"db": "shop", "sql": read}, ""); r.Err != nil {
+		t.Fatalf("dblink allowed knowingly: %+v", r.Err)
+	}
+}
+
+// keep's own PostgreSQL store is judged by identity, not by the URL's
+// text: another host name for the same server, another search_path, the
+// same database; refused when the declared role may use keep's schema.
+func TestKeepsOwnPostgresStoreIsRefusedByIdentity(t *testing.T) {
+	store := pgtest.FreshSchema(t)
+	su, _ := url.Parse(store)
+	same := "postgres://localhost:5432" + su.Path + "?sslmode=disable&search_path=public"
+	if err := sqlconn.RefuseKeepsStore(map[string]string{"app": same}, "", store); err != nil {
+		t.Fatalf("the text differs, so the start check lets it by (the call judges it): %v", err)
+	}
+	_, asRole, _ := freshPGDatabase(t)
+	roleSameDB, _ := url.Parse(asRole)
+	roleSameDB.Path = su.Path
+	dbs := map[string]string{"same": same, "elsewhere": strings.Replace(asRole, "127.0.0.1", "localhost", 1), "nousage": roleSameDB.String()}
+	c, pools := sqlconn.New(dbs, sqlconn.Allow(map[string][]string{"same": {"superuser"}}), sqlconn.KeepsStore(store))
+	defer pools.Close()
+	reg := connector.NewRegistry(c)
+	refusedSaying(t, call(t, reg, "query", map[string]any{"db": "same", "sql": "SELECT 1 AS one"}, ""), "a read on keep's store", "keep's own store")
+	refusedSaying(t, call(t, reg, "exec", map[string]any{"db": "same", "sql": "CREATE TABLE x (a INT)"}, "k1"), "an exec on keep's store", "keep's own store")
+	for _, db := range []string{"elsewhere", "nousage"} {
+		if r := call(t, reg, "query", map[string]any{"db": db, "sql": "SELECT 1 AS one"}, ""); r.Err != nil {
+			t.Fatalf("%s: %+v", db, r.Err)
+		}
+	}
+}
+
+// A read leaves nothing in its session (issue 38 #5): an advisory lock
+// taken by PostgreSQL's pg_advisory_lock or MariaDB's GET_LOCK outlived
+// the query in the pool's connection, and set_config changed the next
+// read's search_path.
+func TestAReadLeavesNothingInItsSession(t *testing.T) {
+	for name, u := range map[string]string{"postgres": pgtest.FreshSchema(t), "mariadb": testdb.FreshMariaDB(t)} {
+		t.Run(name, func(t *testing.T) {
+			c, pools := newConn(map[string]string{"app": u})
+			defer pools.Close()
+			reg := connector.NewRegistry(c)
+			lock, free := "SELECT pg_advisory_lock(4242) AS l", "SELECT pg_try_advisory_lock(4242)"
+			if name == "mariadb" {
+				lock, free = "SELECT GET_LOCK('keep-test-4242', 0) AS l", "SELECT IS_FREE_LOCK('keep-test-4242')"
+			}
+			if r := call(t, reg, "query", map[string]any{"db": "app", "sql": lock}, ""); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			other := dbOf(t, name, u)
+			var ok bool
+			if err := other.QueryRow(free).Scan(&ok); err != nil || !ok {
+				t.Fatalf("the lock a read took is still held after it: %v %v", ok, err)
+			}
+			if name == "postgres" {
+				other.Exec("SELECT pg_advisory_unlock_all()")
+				if r := call(t, reg, "query", map[string]any{"db": "app", "sql": "SELECT set_config('search_path', 'nowhere', false) AS s"}, ""); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				r := call(t, reg, "query", map[string]any{"db": "app", "sql": "SELECT current_setting('search_path') AS p"}, "")
+				if r.Err != nil || r.Value.([]any)[0].(map[string]any)["p"] == "nowhere" {
+					t.Fatalf("a setting outlived its read: %v %+v", r.Value, r.Err)
+				}
+			}
+		})
+	}
+}
+
+// MariaDB's OPTIMIZE, ANALYZE, CHECK and REPAIR TABLE return rows and run
+// in a read-only transaction (which they end): a read is what the server
+// can EXPLAIN.
+func TestAMariaDBReadIsWhatTheServerExplains(t *testing.T) {
+	u := testdb.FreshMariaDB(t)
+	c, pools := newConn(map[string]string{"app": u})
+	defer pools.Close()
+	reg := connector.NewRegistry(c)
+	setUp(t, reg)
+	for _, q := range []string{"OPTIMIZE TABLE orders", "ANALYZE TABLE orders", "CHECK TABLE orders", "REPAIR TABLE orders"} {
+		refusedSaying(t, call(t, reg, "query", map[string]any{"db": "app", "sql": q}, ""), q, "EXPLAIN")
+	}
+	for _, q := range []string{"SELECT state FROM orders", "WITH o AS (SELECT state FROM orders) SELECT state FROM o"} {
+		if r := call(t, reg, "query", map[string]any{"db": "app", "sql": q}, ""); r.Err != nil {
+			t.Fatalf("%s: %+v", q, r.Err)
+		}
+	}
+}
+
+// A MariaDB server that offers FEDERATED (a table that is another
+// server's) is refused: an exec made a FEDERATED table on keep's stand-in
+// and wrote it. So is a user with SUPER or FILE, unless allowed knowingly.
+func TestMariaDBFederatedIsRefused(t *testing.T) {
+	u := testdb.FreshMariaDB(t)
+	other := testdb.FreshMariaDB(t)
+	admin := dbOf(t, "mariadb", u)
+	c0, pools0 := sqlconn.New(map[string]string{"app": u})
+	defer pools0.Close()
+	refusedSaying(t, call(t, connector.NewRegistry(c0), "query", map[string]any{"db": "app", "sql": "SELECT 1 AS one"}, ""), "a read as root",
+		"SUPER", `[connectors.sql.allow] app = ["superuser"]`)
+
+	var installed int
+	admin.QueryRow("SELECT COUNT(*) FROM information_schema.ENGINES WHERE ENGINE = 'FEDERATED' AND SUPPORT IN ('YES', 'DEFAULT')").Scan(&installed)
+	if installed == 0 {
+		if _, err := admin.Exec("INSTALL SONAME 'ha_federatedx'"); err != nil {
+			t.Skipf("FEDERATED cannot be installed here: %v", err)
+		}
+		t.Cleanup(func() { admin.Exec("UNINSTALL SONAME 'ha_federatedx'") })
+	}
+	ou, _ := url.Parse(other)
+	if _, err := dbOf(t, "mariadb", other).Exec("CREATE TABLE grants (item VARCHAR(20))"); err != nil {
+		t.Fatal(err)
+	}
+	c, pools := newConn(map[string]string{"app": u})
+	defer pools.Close()
+	reg := connector.NewRegistry(c)
+	fed := fmt.Sprintf("CREATE TABLE fed (item VARCHAR(20)) ENGINE=FEDERATED CONNECTION='mysql://root@127.0.0.1:3306%s/grants'", ou.Path)
+	refusedSaying(t, call(t, reg, "exec", map[string]any{"db": "app", "sql": fed}, "k-fed"), "a FEDERATED table",
+		"FEDERATED", `[connectors.sql.allow] app = ["FEDERATED"]`)
+	var n int
+	admin.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'fed'").Scan(&n)
+	if n != 0 {
+		t.Fatal("the FEDERATED table was made")
+	}
+}
+
+// A result's bytes are bounded before they are in keep's memory (issue 38
+// #5): one 300 MB value took keep to 636 MiB, SQLite's randomblob to 254
+// MiB. The refusal names the bound; what keep allocated during the call
+// stays well under the value's size.
+func TestAResultIsBoundedBeforeItIsInKeepsMemory(t *testing.T) {
+	const big = 64 << 20
+	dbs := map[string]string{
+		"postgres": pgtest.FreshSchema(t),
+		"sqlite":   "sqlite://" + filepath.Join(t.TempDir(), "app.db"),
+		"mariadb":  testdb.FreshMariaDB(t),
+	}
+	queries := map[string]string{
+		"postgres": fmt.Sprintf("SELECT repeat('x', %d) AS v", big),
+		"sqlite":   fmt.Sprintf("SELECT randomblob(%d) AS v", big),
+		// MariaDB sends no value beyond max_allowed_packet: many rows of 1 MiB.
+		"mariadb": "SELECT REPEAT('x', 1048576) AS v FROM seq_1_to_64",
+	}
+	for name, u := range dbs {
+		t.Run(name, func(t *testing.T) {
+			c, pools := newConn(map[string]string{"app": u})
+			defer pools.Close()
+			reg := connector.NewRegistry(c)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			r := call(t, reg, "query", map[string]any{"db": "app", "sql": queries[name]}, "")
+			runtime.ReadMemStats(&after)
+			refusedSaying(t, r, "a 64 MiB result", fmt.Sprintf("passed %d MiB", sqlconn.MaxResultBytes>>20))
+			allocated := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s: %.1f MiB allocated during the call: %s", name, float64(allocated)/(1<<20), r.Err.Message)
+			if allocated > 40<<20 {
+				t.Fatalf("keep allocated %.1f MiB for a result bounded at %d MiB", float64(allocated)/(1<<20), sqlconn.MaxResultBytes>>20)
+			}
+			// Under the bound, a large value still arrives whole.
+			small := strings.ReplaceAll(strings.ReplaceAll(queries[name], fmt.Sprint(big), fmt.Sprint(4<<20)), "seq_1_to_64", "seq_1_to_4")
+			if r := call(t, reg, "query", map[string]any{"db": "app", "sql": small}, ""); r.Err != nil {
+				t.Fatalf("a 4 MiB result: %+v", r.Err)
+			}
+		})
+	}
+}
