@@ -110,7 +110,7 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 		if len(sd.Fields) == 0 {
 			return refusal{noRows}
 		}
-		return nil
+		return judgeReadPG(ctx, pc, q, sd.ParamOIDs) // volatile.go
 	}); err != nil {
 		return nil, err
 	}
