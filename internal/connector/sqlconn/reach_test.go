@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -368,5 +369,23 @@ func TestAResultIsBoundedBeforeItIsInKeepsMemory(t *testing.T) {
 				t.Fatalf("a 4 MiB result: %+v", r.Err)
 			}
 		})
+	}
+}
+
+// keep.db through a hard link is keep.db: refused at start.
+func TestKeepsOwnSQLiteStoreThroughAHardLinkIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "data", "keep.db")
+	os.MkdirAll(filepath.Dir(store), 0o700)
+	if err := os.WriteFile(store, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "shop.db")
+	if err := os.Link(store, link); err != nil {
+		t.Skipf("no hard links here: %v", err)
+	}
+	err := sqlconn.RefuseKeepsStore(map[string]string{"shop": "sqlite://" + link}, store, "")
+	if err == nil || !strings.Contains(err.Error(), "keep's own store") {
+		t.Fatalf("keep.db through a hard link: %v", err)
 	}
 }
