@@ -13,18 +13,20 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // A result's bytes are bounded before they are in keep's memory (issue
 // 38: one 300 MB value took keep to 636 MiB, SQLite's randomblob to 254
-// MiB). The drivers read a whole row before keep sees it, so the bound is
+// MiB). The drivers read a whole row before keep sees it, so a bound is
 // set where each reads:
 //   - PostgreSQL: pgx refuses a protocol message (one row is one message)
-//     longer than the bound from its length header, before it reads the
+//     longer than maxWireBytes from its length header, before it reads the
 //     body (MaxProtocolMessageBodyLen);
 //   - MariaDB/MySQL: the connection's reader stops once it has read more
-//     than the bound and some room for the statement's own messages
-//     (boundedNet); the driver buffers at most one 16 MiB packet beyond;
+//     than maxWireBytes (boundedNet); the driver buffers at most one 16 MiB
+//     packet beyond;
 //   - SQLite, which runs in keep's process: SQLITE_LIMIT_LENGTH bounds any
 //     string or blob a read makes or reads.
 //
@@ -33,9 +35,13 @@ import (
 // nothing a statement leaves in its session (an advisory lock, a setting,
 // GET_LOCK) outlives the call, and each connection's count is one call's.
 
-// maxMessageSlack is room beyond MaxResultBytes for a row's own framing
-// and the statement's other messages.
-const maxMessageSlack = 1 << 20
+// maxWireBytes bounds what one connection reads, and one PostgreSQL
+// message: what one call may move (keeptype.MaxHostCallBytes), and room
+// for the statement's other messages. It is above MaxResultBytes, which
+// the decoded rows count against, so that an exec's recorded result
+// (JSON of a result within MaxResultBytes, its escapes included) is read
+// back on a replay.
+const maxWireBytes = kt.MaxHostCallBytes + 1<<20
 
 // sqliteLimitLength is SQLITE_LIMIT_LENGTH.
 const sqliteLimitLength = 0
@@ -54,7 +60,7 @@ func init() {
 		if b == nil {
 			b = &readBudget{}
 		}
-		return &countingConn{Conn: c, b: b, left: MaxResultBytes + maxMessageSlack}, nil
+		return &countingConn{Conn: c, b: b, left: maxWireBytes}, nil
 	})
 }
 
@@ -66,7 +72,7 @@ func openDB(driverName, dsn string) (*sql.DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.MaxProtocolMessageBodyLen = MaxResultBytes + maxMessageSlack
+		cfg.MaxProtocolMessageBodyLen = maxWireBytes
 		db = stdlib.OpenDB(*cfg)
 	default:
 		var err error
@@ -113,10 +119,10 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// tooBig is the refusal of a result past the bound.
-func tooBig(where string) refusal {
-	return refusal{fmt.Sprintf("%s passed %d MiB, keep's bound on what one sql call hands a script (it is refused before it is in keep's memory); select fewer or narrower columns (a substring, a length, a hash of a large value) or fewer rows (LIMIT)",
-		where, MaxResultBytes>>20)}
+// tooBig is the refusal of a result past a bound.
+func tooBig(where string, bound int) refusal {
+	return refusal{fmt.Sprintf("%s passed %d MiB: one sql call hands a script at most %d MiB (keep's bound, checked before the bytes are in keep's memory; not a setting); select fewer or narrower columns (a substring, a length, a hash of a large value) or fewer rows (LIMIT)",
+		where, bound>>20, MaxResultBytes>>20)}
 }
 
 // bounded turns a driver's error at the bound into the refusal that says
@@ -129,11 +135,11 @@ func bounded(err error, b *readBudget) error {
 	var lite *sqlite.Error
 	switch {
 	case errors.As(err, &big):
-		return tooBig("a row of the result")
+		return tooBig("a row of the result", maxWireBytes)
 	case b != nil && b.over.Load():
-		return tooBig("the result")
+		return tooBig("the bytes read for the result", maxWireBytes)
 	case errors.As(err, &lite) && lite.Code()&0xff == 18: // SQLITE_TOOBIG
-		return tooBig("a value of the result")
+		return tooBig("a value of the result", MaxResultBytes)
 	}
 	return err
 }

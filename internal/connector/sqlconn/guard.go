@@ -56,11 +56,18 @@ var knownMyEngines = map[string]bool{
 // script's statements as a role with superuser rights.
 const AllowSuperuser = "superuser"
 
+// pgServerQ says which server a session is on: its system identifier
+// where the role may read it, and the server's start time in
+// microseconds since the epoch (independent of the session's TimeZone
+// and DateStyle), which any role may read.
+const pgServerQ = `CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') THEN (SELECT system_identifier::text FROM pg_control_system()) ELSE '' END,
+  (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, (SELECT oid FROM pg_database WHERE datname = current_database())::bigint`
+
 const pgReachQ = `SELECT r.rolsuper OR r.rolcreaterole,
   ARRAY(SELECT b.rolname::text FROM pg_roles b WHERE b.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
         AND pg_has_role(current_user, b.oid, 'USAGE') ORDER BY 1),
   ARRAY(SELECT extname::text FROM pg_extension ORDER BY 1),
-  current_user::text, pg_postmaster_start_time()::text, (SELECT oid FROM pg_database WHERE datname = current_database())::bigint
+  current_user::text, ` + pgServerQ + `
 FROM pg_roles r WHERE r.rolname = current_user`
 
 // querier is a connection or a transaction on it.
@@ -68,38 +75,63 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// pgIdentity says which server and database a PostgreSQL session is on:
-// the server's start time (to the microsecond) and the database's oid,
-// which any role may read.
+// pgIdentity says which server and database a PostgreSQL session is on.
 type pgIdentity struct {
-	started string
-	db      int64
+	system  string // pg_control_system's identifier, "" where the role may not read it
+	started int64  // the server's start, in microseconds
+	db      int64  // the database's oid
 }
 
 // keepsStore is keep's own PostgreSQL store, as its sessions see it.
 type keepsStore struct {
 	url    string
-	once   sync.Once
+	mu     sync.Mutex
+	known  bool
 	id     pgIdentity
 	schema string
-	err    error
 }
 
-func (k *keepsStore) identity(ctx context.Context) (pgIdentity, string, error) {
-	k.once.Do(func() {
-		conn, err := pgx.Connect(ctx, k.url)
-		if err != nil {
-			k.err = err
-			return
-		}
-		defer conn.Close(context.Background())
-		var schema *string
-		k.err = conn.QueryRow(ctx, `SELECT pg_postmaster_start_time()::text, (SELECT oid FROM pg_database WHERE datname = current_database())::bigint, current_schema()`).Scan(&k.id.started, &k.id.db, &schema)
-		if schema != nil {
-			k.schema = *schema
-		}
-	})
-	return k.id, k.schema, k.err
+// identity reads keep's store's identity, again when fresh is set (the
+// server's start time changes when it restarts).
+func (k *keepsStore) identity(ctx context.Context, fresh bool) (pgIdentity, string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.known && !fresh {
+		return k.id, k.schema, nil
+	}
+	conn, err := pgx.Connect(ctx, k.url)
+	if err != nil {
+		return pgIdentity{}, "", err
+	}
+	defer conn.Close(context.Background())
+	var schema *string
+	if err := conn.QueryRow(ctx, `SELECT `+pgServerQ+`, current_schema()`).Scan(&k.id.system, &k.id.started, &k.id.db, &schema); err != nil {
+		return pgIdentity{}, "", err
+	}
+	k.schema = ""
+	if schema != nil {
+		k.schema = *schema
+	}
+	k.known = true
+	return k.id, k.schema, nil
+}
+
+// same says whether a session whose identity is id is on keep's store's
+// database. Database oids repeat across servers, so the server decides:
+// by its system identifier where both sides may read it, else by its
+// start time read afresh.
+func (k *keepsStore) same(ctx context.Context, id pgIdentity) (bool, string, error) {
+	keep, schema, err := k.identity(ctx, false)
+	if err != nil || keep.db != id.db {
+		return false, "", err
+	}
+	if keep.system != "" && id.system != "" {
+		return keep.system == id.system, schema, nil
+	}
+	if keep, schema, err = k.identity(ctx, true); err != nil {
+		return false, "", err
+	}
+	return keep.started == id.started && keep.db == id.db, schema, nil
 }
 
 // guardPG refuses a session that reaches beyond its database, on the
@@ -109,7 +141,7 @@ func (d *database) guardPG(ctx context.Context, q querier) error {
 	var roles, exts []string
 	var user string
 	var id pgIdentity
-	if err := q.QueryRow(ctx, pgReachQ).Scan(&super, &roles, &exts, &user, &id.started, &id.db); err != nil {
+	if err := q.QueryRow(ctx, pgReachQ).Scan(&super, &roles, &exts, &user, &id.system, &id.started, &id.db); err != nil {
 		return err
 	}
 	if (super || len(roles) > 0) && !d.allows(AllowSuperuser) {
@@ -133,9 +165,9 @@ func (d *database) guardPG(ctx context.Context, q querier) error {
 	if d.store == nil {
 		return nil
 	}
-	keep, schema, err := d.store.identity(ctx)
-	if err != nil || keep != id {
-		return nil // keep's store unreachable from here: it is keep's to report; or another database
+	same, schema, err := d.store.same(ctx, id)
+	if err != nil || !same {
+		return nil // another database; or keep's store unreachable from here, which is keep's to report
 	}
 	var reach bool
 	if err := q.QueryRow(ctx, `SELECT $1::text IS NULL OR has_schema_privilege(current_user, $1::text, 'USAGE')`, nilIfEmpty(schema)).Scan(&reach); err != nil {

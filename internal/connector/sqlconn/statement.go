@@ -37,7 +37,7 @@ func (r refusal) Error() string { return r.msg }
 
 const (
 	oneStatement = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
-	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES, SHOW, EXPLAIN); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
+	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
 	txControl    = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
 	notExplained = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
 	markersTouch = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"

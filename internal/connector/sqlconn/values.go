@@ -93,7 +93,7 @@ func (b *budget) add(row map[string]any) error {
 		b.bytes += len(k) + sizeOf(v)
 	}
 	if b.bytes > MaxResultBytes {
-		return tooBig(fmt.Sprintf("the statement's result at row %d", b.rows))
+		return tooBig(fmt.Sprintf("the statement's result at row %d", b.rows), MaxResultBytes)
 	}
 	return nil
 }

@@ -21,7 +21,9 @@ import (
 // (pg_proc.prosqlbody), with every function, aggregate, window function
 // and operator resolved to its oid and every relation to its oid. keep
 // reads those oids from the tree, follows each view to its own tree
-// (pg_rewrite.ev_action), and looks each function up in pg_proc: a read
+// (pg_rewrite.ev_action) and each table to its row-level security
+// policies for reads (pg_policy.polqual), and looks each function up in
+// pg_proc: a read
 // calls only IMMUTABLE and STABLE functions, and the few VOLATILE ones of
 // allowedVolatile, which change nothing but their own answer. Nothing of
 // the statement's text is read by keep; a function whose owner declared it
@@ -114,7 +116,10 @@ func judgeReadPG(ctx context.Context, pc *pgx.Conn, q string, paramOIDs []uint32
 		}
 		trees = nil
 		if len(fresh) > 0 {
-			rows, err := tx.Query(ctx, `SELECT r.ev_action::text FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class WHERE c.oid = ANY($1::oid[]) AND c.relkind IN ('v', 'm') AND r.ev_type = '1'`, fresh)
+			// A view's query, and a table's row-level security policies
+			// for reads (a policy's expression runs with the read).
+			rows, err := tx.Query(ctx, `SELECT r.ev_action::text FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class WHERE c.oid = ANY($1::oid[]) AND c.relkind = 'v' AND r.ev_type = '1'
+ UNION ALL SELECT p.polqual::text FROM pg_policy p WHERE p.polrelid = ANY($1::oid[]) AND p.polqual IS NOT NULL AND p.polcmd IN ('r', '*')`, fresh)
 			if err != nil {
 				return err
 			}
