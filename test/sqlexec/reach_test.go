@@ -1,14 +1,17 @@
 package sqlexec
 
 import (
+	"bytes"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
@@ -134,4 +137,100 @@ func TestADeclaredDatabaseNeverReachesKeepsStore(t *testing.T) {
 		t.Fatalf("keep's store under another URL: keep run exited %d:\n%s", code, out)
 	}
 	holds("keep's store declared", out)
+}
+
+// keepRSS runs keep like keep() and also says the most memory its process
+// held (its peak resident set, as the kernel counted it).
+func keepRSS(t *testing.T, dir string, args ...string) (int, string, int64) {
+	t.Helper()
+	cmd := exec.Command(keepBin, args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if ru == nil {
+		t.Skip("no resource usage on this system")
+	}
+	return code, out.String(), ru.Maxrss << 10 // Linux counts KiB
+}
+
+// A "read-only" sql.query that acts, through keep run (issue 38 #5): a
+// PostgreSQL read that takes an advisory lock and one that ends another
+// session, MariaDB's OPTIMIZE TABLE, a read of a 300 MB value, which took
+// keep to 636 MiB (631 here before the fix), SQLite's randomblob of 250
+// MB. Now each run fails (logic) saying why, the lock
+// is free, the other session alive, and keep's peak memory stays near an
+// ordinary run's.
+func TestAReadThatActsFailsTheRun(t *testing.T) {
+	lite := filepath.Join(t.TempDir(), "app.db")
+	for _, tg := range append(targets(t), target{"sqlite", "sqlite://" + lite, "sqlite", lite, "?"}) {
+		t.Run(tg.name, func(t *testing.T) {
+			db, err := sql.Open(tg.driver, tg.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec("CREATE TABLE shipped (order_id INT NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n"+rootAllowed, tg.url)), 0o644)
+			os.WriteFile(filepath.Join(dir, "orders.js"), []byte(strings.ReplaceAll(script, "%PH%", tg.ph)), 0o644)
+			code, out, ordinary := keepRSS(t, dir, "run", "orders.js")
+			if code != 0 {
+				t.Fatalf("keep run orders.js exited %d:\n%s", code, out)
+			}
+			victim, err := db.Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer victim.Close()
+			var pid int
+			attacks := map[string]string{}
+			if tg.name == "postgres" {
+				victim.QueryRowContext(t.Context(), "SELECT pg_backend_pid()").Scan(&pid)
+				attacks["SELECT pg_advisory_lock(4242) AS l"] = "VOLATILE"
+				attacks[fmt.Sprintf("SELECT pg_terminate_backend(%d) AS t", pid)] = "VOLATILE"
+				attacks["SELECT repeat('x', 300000000) AS v"] = "at most 8 MiB"
+			} else if tg.name == "sqlite" {
+				attacks["SELECT randomblob(250000000) AS v"] = "at most 8 MiB" // SQLite runs inside keep
+			} else {
+				attacks["OPTIMIZE TABLE shipped"] = "EXPLAIN"
+				attacks["SELECT REPEAT('x', 1048576) AS v FROM seq_1_to_300"] = "at most 8 MiB"
+			}
+			n := 0
+			for q, says := range attacks {
+				n++
+				t.Run(fmt.Sprint(n), func(t *testing.T) {
+					wf := strings.NewReplacer(`name: "orders"`, fmt.Sprintf(`name: "reader%d"`, n),
+						"const [e] = await ctx.peek", fmt.Sprintf("await ctx.sql.query({ db: \"shop\", sql: %q }); const [e] = await ctx.peek", q)).Replace(script)
+					os.WriteFile(filepath.Join(dir, fmt.Sprintf("reader%d.js", n)), []byte(wf), 0o644)
+					code, out, peak := keepRSS(t, dir, "run", fmt.Sprintf("reader%d.js", n))
+					t.Logf("%s: keep's peak memory %d MiB (an ordinary run's %d MiB)", q, peak>>20, ordinary>>20)
+					if code == 0 || !strings.Contains(out, "failed:logic") || !strings.Contains(out, says) {
+						t.Errorf("%s: keep run exited %d; want its runs failed:logic saying %q:\n%s", q, code, says, out)
+					}
+					if peak > ordinary+64<<20 {
+						t.Errorf("%s: keep's peak memory was %d MiB, an ordinary run's %d MiB", q, peak>>20, ordinary>>20)
+					}
+				})
+			}
+			if tg.name == "postgres" {
+				var free bool
+				if err := db.QueryRow("SELECT pg_try_advisory_lock(4242)").Scan(&free); err != nil || !free {
+					t.Fatalf("the read's advisory lock is held: %v %v", free, err)
+				}
+				if err := victim.PingContext(t.Context()); err != nil {
+					t.Fatalf("the other session was ended: %v", err)
+				}
+			}
+		})
+	}
 }
