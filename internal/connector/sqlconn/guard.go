@@ -25,7 +25,8 @@ import (
 //     extension not on knownPGExtensions is refused: keep cannot judge it.
 //     An exec is asked again after its statement, before COMMIT, so a
 //     statement that installs one is rolled back.
-//   - MariaDB/MySQL: whether the user holds SUPER or FILE globally, and
+//   - MariaDB/MySQL: whether the user (or its current role) holds SUPER,
+//     FILE, CONNECTION ADMIN or FEDERATED ADMIN globally, and
 //     which storage engines the server offers (FEDERATED, CONNECT, SPIDER
 //     and S3 tables read and write other servers). An engine not on
 //     knownMyEngines is refused.
@@ -211,14 +212,16 @@ type sqlQuerier interface {
 // guardMySQL refuses a MariaDB/MySQL session that reaches beyond its
 // server's own files.
 func (d *database) guardMySQL(ctx context.Context, q sqlQuerier) error {
-	privs, err := column(ctx, q, `SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES
- WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')
- AND PRIVILEGE_TYPE IN ('SUPER', 'FILE') ORDER BY 1`)
+	// The user's global privileges, and its current role's (MariaDB).
+	privs, err := column(ctx, q, `SELECT DISTINCT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES
+ WHERE (GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')
+        OR GRANTEE = CONCAT('''', CURRENT_ROLE(), ''''))
+ AND PRIVILEGE_TYPE IN ('SUPER', 'FILE', 'CONNECTION ADMIN', 'FEDERATED ADMIN') ORDER BY 1`)
 	if err != nil {
 		return err
 	}
 	if len(privs) > 0 && !d.allows(AllowSuperuser) {
-		return refusal{fmt.Sprintf("database %s: its user holds %s on the whole server, with which a statement reads and writes the server's files and reaches beyond the database, so keep runs no script statement as it. Declare a user without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
+		return refusal{fmt.Sprintf("database %s: its user holds %s on the whole server, with which a statement reads and writes the server's files, ends other connections or reaches other servers, so keep runs no script statement as it. Declare a user without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, strings.Join(privs, " and "), d.name, AllowSuperuser)}
 	}
 	engines, err := column(ctx, q, `SELECT ENGINE FROM information_schema.ENGINES WHERE SUPPORT IN ('YES', 'DEFAULT') ORDER BY 1`)

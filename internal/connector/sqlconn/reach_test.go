@@ -168,6 +168,16 @@ func TestKeepsOwnPostgresStoreIsRefusedByIdentity(t *testing.T) {
 	refusedSaying(t, call(t, reg, "query", map[string]any{"db": "same", "sql": "SELECT 1 AS one"}, ""), "a read on keep's store", "keep's own store")
 	refusedSaying(t, call(t, reg, "query", map[string]any{"db": "tokyo", "sql": "SELECT 1 AS one"}, ""), "a read on keep's store in another time zone", "keep's own store")
 	refusedSaying(t, call(t, reg, "exec", map[string]any{"db": "same", "sql": "CREATE TABLE x (a INT)"}, "k1"), "an exec on keep's store", "keep's own store")
+	// keep makes nothing there either: no keep_mutations in keep's schema.
+	schema := su.Query().Get("search_path")
+	c2, pools2 := sqlconn.New(map[string]string{"inkeep": "postgres://localhost:5432" + su.Path + "?sslmode=disable&search_path=" + schema},
+		sqlconn.Allow(map[string][]string{"inkeep": {"superuser"}}), sqlconn.KeepsStore(store))
+	defer pools2.Close()
+	refusedSaying(t, call(t, connector.NewRegistry(c2), "exec", map[string]any{"db": "inkeep", "sql": "DELETE FROM grants"}, "k2"), "an exec in keep's schema", "keep's own store")
+	var made bool
+	if err := dbOf(t, "postgres", store).QueryRow("SELECT to_regclass($1) IS NOT NULL", schema+".keep_mutations").Scan(&made); err != nil || made {
+		t.Fatalf("keep made keep_mutations in its own store's schema: %v %v", made, err)
+	}
 	for _, db := range []string{"elsewhere", "nousage"} {
 		if r := call(t, reg, "query", map[string]any{"db": db, "sql": "SELECT 1 AS one"}, ""); r.Err != nil {
 			t.Fatalf("%s: %+v", db, r.Err)

@@ -609,23 +609,39 @@ func (d *database) ensureTable(ctx context.Context) error {
 	if d.ready {
 		return nil
 	}
-	d.marker = Table
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// keep makes nothing in a database it would refuse (keep's own store
+	// under another URL, one with dblink): asked first, on this session.
+	switch d.driver {
+	case "pgx":
+		err = conn.Raw(func(dc any) error { return d.guardPG(ctx, dc.(*stdlib.Conn).Conn()) })
+	case "mysql":
+		err = d.guardMySQL(ctx, conn)
+	}
+	if err != nil {
+		return err
+	}
+	marker := Table
 	if d.driver == "pgx" {
 		// Named with its schema, so a temporary table of the same name
 		// (pg_temp comes first in the search path) cannot stand in for it.
 		var schema sql.NullString
-		if err := d.db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		if err := conn.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 			return err
 		}
 		if !schema.Valid {
 			return fmt.Errorf("the database's search_path names no schema that exists")
 		}
-		d.marker = pgx.Identifier{schema.String, Table}.Sanitize()
+		marker = pgx.Identifier{schema.String, Table}.Sanitize()
 	}
-	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.marker+` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+marker+` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
 		return err
 	}
-	d.ready = true
+	d.marker, d.ready = marker, true
 	return nil
 }
 
