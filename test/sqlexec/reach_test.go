@@ -38,12 +38,27 @@ func TestADeclaredDatabaseNeverReachesKeepsStore(t *testing.T) {
 	defer admin.Close()
 	var b [5]byte
 	rand.Read(b[:])
+	// keep's store has a role of its own (keep refuses a declared database
+	// on its server as its store's role); the shop is root's, as on a
+	// laptop where one superuser does everything.
+	storeRole := "keep_store_" + hex.EncodeToString(b[:])
+	for _, s := range []string{"CREATE ROLE " + storeRole + " LOGIN", "GRANT ALL ON SCHEMA " + schema + " TO " + storeRole} {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP OWNED BY " + storeRole + " CASCADE")
+		admin.Exec("DROP ROLE " + storeRole)
+	})
+	su.User = url.User(storeRole)
+	store = su.String()
 	shopDB := "keep_attack_" + hex.EncodeToString(b[:])
 	if _, err := admin.Exec("CREATE DATABASE " + shopDB); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Exec("DROP DATABASE " + shopDB + " WITH (FORCE)") })
-	su.Path, su.RawQuery = "/"+shopDB, "sslmode=disable"
+	su.User, su.Path, su.RawQuery = nil, "/"+shopDB, "sslmode=disable"
 	shopURL := su.String()
 	shop, err := sql.Open("pgx", shopURL)
 	if err != nil {

@@ -81,6 +81,7 @@ type pgIdentity struct {
 	system  string // pg_control_system's identifier, "" where the role may not read it
 	started int64  // the server's start, in microseconds
 	db      int64  // the database's oid
+	user    string // the session's role
 }
 
 // keepsStore is keep's own PostgreSQL store, as its sessions see it.
@@ -106,7 +107,7 @@ func (k *keepsStore) identity(ctx context.Context, fresh bool) (pgIdentity, stri
 	}
 	defer conn.Close(context.Background())
 	var schema *string
-	if err := conn.QueryRow(ctx, `SELECT `+pgServerQ+`, current_schema()`).Scan(&k.id.system, &k.id.started, &k.id.db, &schema); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT `+pgServerQ+`, current_user::text, current_schema()`).Scan(&k.id.system, &k.id.started, &k.id.db, &k.id.user, &schema); err != nil {
 		return pgIdentity{}, "", err
 	}
 	k.schema = ""
@@ -117,22 +118,27 @@ func (k *keepsStore) identity(ctx context.Context, fresh bool) (pgIdentity, stri
 	return k.id, k.schema, nil
 }
 
-// same says whether a session whose identity is id is on keep's store's
-// database. Database oids repeat across servers, so the server decides:
-// by its system identifier where both sides may read it, else by its
-// start time read afresh.
-func (k *keepsStore) same(ctx context.Context, id pgIdentity) (bool, string, error) {
-	keep, schema, err := k.identity(ctx, false)
-	if err != nil || keep.db != id.db {
-		return false, "", err
+// compare says whether a session whose identity is id is on keep's
+// store's server, and on its database. Database oids repeat across
+// servers, so the server decides: by its system identifier where both
+// sides may read it, else by its start time, read afresh when it differs
+// (the server may have restarted).
+func (k *keepsStore) compare(ctx context.Context, id pgIdentity) (server, db bool, keep pgIdentity, schema string, err error) {
+	keep, schema, err = k.identity(ctx, false)
+	if err != nil {
+		return false, false, keep, "", err
 	}
 	if keep.system != "" && id.system != "" {
-		return keep.system == id.system, schema, nil
+		server = keep.system == id.system
+	} else {
+		if keep.started != id.started {
+			if keep, schema, err = k.identity(ctx, true); err != nil {
+				return false, false, keep, "", err
+			}
+		}
+		server = keep.started == id.started
 	}
-	if keep, schema, err = k.identity(ctx, true); err != nil {
-		return false, "", err
-	}
-	return keep.started == id.started && keep.db == id.db, schema, nil
+	return server, server && keep.db == id.db, keep, schema, nil
 }
 
 // guardPG refuses a session that reaches beyond its database, on the
@@ -166,16 +172,21 @@ func (d *database) guardPG(ctx context.Context, q querier) error {
 	if d.store == nil {
 		return nil
 	}
-	same, schema, err := d.store.same(ctx, id)
-	if err != nil || !same {
-		return nil // another database; or keep's store unreachable from here, which is keep's to report
+	server, sameDB, keep, schema, err := d.store.compare(ctx, id)
+	if err != nil || !server {
+		return nil // another server; or keep's store unreachable from here, which is keep's to report
 	}
-	var reach bool
-	if err := q.QueryRow(ctx, `SELECT $1::text IS NULL OR has_schema_privilege(current_user, $1::text, 'USAGE')`, nilIfEmpty(schema)).Scan(&reach); err != nil {
-		return err
+	if sameDB {
+		var reach bool
+		if err := q.QueryRow(ctx, `SELECT $1::text IS NULL OR has_schema_privilege(current_user, $1::text, 'USAGE')`, nilIfEmpty(schema)).Scan(&reach); err != nil {
+			return err
+		}
+		if reach {
+			return refusal{fmt.Sprintf("database %s is keep's own store (the same PostgreSQL server and database, and its role may use keep's schema %q): a script's statements there would reach keep's grants and ledgers. Declare the application's database, or a role that cannot use keep's schema", d.name, schema)}
+		}
 	}
-	if reach {
-		return refusal{fmt.Sprintf("database %s is keep's own store (the same PostgreSQL server and database, and its role may use keep's schema %q): a script's statements there would reach keep's grants and ledgers. Declare the application's database, or a role that cannot use keep's schema", d.name, schema)}
+	if user == keep.user {
+		return refusal{fmt.Sprintf("database %s is on the PostgreSQL server of keep's own store, as the role keep's store uses (%q): a statement as that role could end keep's sessions (pg_terminate_backend) or change the settings they start with (ALTER ROLE … SET). Declare a role of its own for the application's database", d.name, user)}
 	}
 	return nil
 }

@@ -150,7 +150,8 @@ func TestAConnectionElsewhereIsRefused(t *testing.T) {
 
 // keep's own PostgreSQL store is judged by identity, not by the URL's
 // text: another host name for the same server, another search_path, the
-// same database; refused when the declared role may use keep's schema.
+// same database; refused when the declared role may use keep's schema,
+// and on any database of that server as keep's store's own role.
 func TestKeepsOwnPostgresStoreIsRefusedByIdentity(t *testing.T) {
 	store := pgtest.FreshSchema(t)
 	su, _ := url.Parse(store)
@@ -158,15 +159,20 @@ func TestKeepsOwnPostgresStoreIsRefusedByIdentity(t *testing.T) {
 	if err := sqlconn.RefuseKeepsStore(map[string]string{"app": same}, "", store); err != nil {
 		t.Fatalf("the text differs, so the start check lets it by (the call judges it): %v", err)
 	}
-	_, asRole, _ := freshPGDatabase(t)
+	asRoot, asRole, _ := freshPGDatabase(t)
 	roleSameDB, _ := url.Parse(asRole)
 	roleSameDB.Path = su.Path
 	dbs := map[string]string{"same": same, "tokyo": same + "&timezone=Asia/Tokyo&datestyle=SQL", "elsewhere": strings.Replace(asRole, "127.0.0.1", "localhost", 1), "nousage": roleSameDB.String()}
-	c, pools := sqlconn.New(dbs, sqlconn.Allow(map[string][]string{"same": {"superuser"}, "tokyo": {"superuser"}}), sqlconn.KeepsStore(store))
+	dbs["samerole"] = asRoot
+	c, pools := sqlconn.New(dbs, sqlconn.Allow(map[string][]string{"same": {"superuser"}, "tokyo": {"superuser"}, "samerole": {"superuser"}}), sqlconn.KeepsStore(store))
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	refusedSaying(t, call(t, reg, "query", map[string]any{"db": "same", "sql": "SELECT 1 AS one"}, ""), "a read on keep's store", "keep's own store")
 	refusedSaying(t, call(t, reg, "query", map[string]any{"db": "tokyo", "sql": "SELECT 1 AS one"}, ""), "a read on keep's store in another time zone", "keep's own store")
+	// Another database of the server, as keep's store's own role: a
+	// statement could end keep's sessions or ALTER ROLE its settings.
+	// (The statement is harmless: the test's role is the machine's root.)
+	refusedSaying(t, call(t, reg, "exec", map[string]any{"db": "samerole", "sql": "CREATE TABLE harmless (a INT)"}, "k3"), "keep's role elsewhere", "the role keep's store uses")
 	refusedSaying(t, call(t, reg, "exec", map[string]any{"db": "same", "sql": "CREATE TABLE x (a INT)"}, "k1"), "an exec on keep's store", "keep's own store")
 	// keep makes nothing there either: no keep_mutations in keep's schema.
 	schema := su.Query().Get("search_path")
