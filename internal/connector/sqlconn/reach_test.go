@@ -136,6 +136,11 @@ func TestAConnectionElsewhereIsRefused(t *testing.T) {
 	if r := call(t, connector.NewRegistry(c2), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""); r.Err != nil {
 		t.Fatalf("a read on %s without the extensions: %+v", name, r.Err)
 	}
+	// A role that may not make temporary objects cannot have its reads
+	// judged: refused, saying what to grant.
+	exec1(t, asRoot, "REVOKE TEMPORARY ON DATABASE "+name+" FROM PUBLIC, "+name)
+	refusedSaying(t, call(t, connector.NewRegistry(c2), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""), "a read without TEMPORARY", "GRANT TEMPORARY ON DATABASE", name)
+	exec1(t, asRoot, "GRANT TEMPORARY ON DATABASE "+name+" TO PUBLIC, "+name)
 	exec1(t, asRoot, "CREATE EXTENSION dblink")
 	c4, pools4 := sqlconn.New(map[string]string{"shop": asRoot}, sqlconn.Allow(map[string][]string{"shop": {"superuser", "dblink"}}))
 	defer pools4.Close()

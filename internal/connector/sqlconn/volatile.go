@@ -45,6 +45,14 @@ func judgeReadPG(ctx context.Context, pc *pgx.Conn, q string, paramOIDs []uint32
 		return err
 	}
 	defer tx.Rollback(context.Background())
+	var temp bool
+	var db string
+	if err := tx.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'TEMPORARY'), current_database()::text`).Scan(&temp, &db); err != nil {
+		return err
+	}
+	if !temp {
+		return refusal{fmt.Sprintf("keep judges a read by having PostgreSQL parse it as a temporary function's body (rolled back at once), which needs the role's TEMPORARY privilege on the database: GRANT TEMPORARY ON DATABASE %s TO the role", pgx.Identifier{db}.Sanitize())}
+	}
 	var types []string
 	if len(paramOIDs) > 0 {
 		oids := make([]int64, len(paramOIDs))
