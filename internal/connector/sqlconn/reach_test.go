@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	_ "github.com/keep-run/keep/internal/connector/builtin" // registers [connectors.sql]
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
@@ -413,5 +415,24 @@ func TestKeepsOwnSQLiteStoreThroughAHardLinkIsRefused(t *testing.T) {
 	err := sqlconn.RefuseKeepsStore(map[string]string{"shop": "sqlite://" + link}, store, "")
 	if err == nil || !strings.Contains(err.Error(), "keep's own store") {
 		t.Fatalf("keep.db through a hard link: %v", err)
+	}
+}
+
+// [connectors.sql.allow] names declared databases only, and no empty item.
+func TestAllowNamesADeclaredDatabase(t *testing.T) {
+	for toml, says := range map[string]string{
+		"[connectors.sql.databases]\nshop = \"sqlite:///tmp/shop.db\"\n\n[connectors.sql.allow]\nshpo = [\"dblink\"]\n": "names no database",
+		"[connectors.sql.databases]\nshop = \"sqlite:///tmp/shop.db\"\n\n[connectors.sql.allow]\nshop = [\"\"]\n":       "empty",
+	} {
+		if _, err := config.Parse("keep.toml", toml); err == nil || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), "allow.") {
+			t.Errorf("%s: %v (want it to say %q)", toml, err, says)
+		}
+	}
+	cfg, err := config.Parse("keep.toml", "[connectors.sql.databases]\nshop = \"sqlite:///tmp/shop.db\"\n\n[connectors.sql.allow]\nshop = [\"superuser\", \"dblink\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := config.Get[sqlconn.Config](cfg, "sql").Allow["shop"]; len(got) != 2 {
+		t.Fatalf("allow: %v", got)
 	}
 }
