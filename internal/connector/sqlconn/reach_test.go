@@ -252,6 +252,9 @@ func TestAPostgresReadCallsNoVolatileFunction(t *testing.T) {
 		"CREATE TABLE guarded (a INT)",
 		"ALTER TABLE guarded ENABLE ROW LEVEL SECURITY",
 		"CREATE POLICY p ON guarded FOR SELECT USING (pg_try_advisory_lock(9))",
+		"CREATE FUNCTION locking_step(bigint, bigint) RETURNS bigint VOLATILE LANGUAGE sql AS 'SELECT $1 + $2 + (pg_try_advisory_lock(11))::int'",
+		"CREATE AGGREGATE locking_sum(bigint) (SFUNC = locking_step, STYPE = bigint, INITCOND = '0')",
+		"CREATE DOMAIN locked_int AS int CHECK (pg_try_advisory_lock(VALUE))",
 	} {
 		if _, err := admin.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -278,6 +281,9 @@ func TestAPostgresReadCallsNoVolatileFunction(t *testing.T) {
 		{"SELECT * FROM over_locking", nil, "pg_try_advisory_lock"},
 		{"SELECT id FROM orders WHERE id === 1", nil, "noisy"},
 		{"SELECT count(*) FROM orders WHERE EXISTS (SELECT 1 FROM guarded)", nil, "pg_try_advisory_lock"},
+		{"SELECT locking_sum(id) AS s FROM orders", nil, "locking_step"},
+		{"SELECT 5::locked_int AS d", nil, "pg_try_advisory_lock"},
+		{"SELECT $1::locked_int AS d", []any{6}, "pg_try_advisory_lock"},
 		{"SELECT count(*) FROM orders GROUP BY id HAVING max(pg_backend_pid()) > 0 AND bool_and(pg_try_advisory_lock(id))", nil, "pg_try_advisory_lock"},
 		{"EXPLAIN ANALYZE SELECT pg_advisory_lock(1)", nil, "cannot take this statement"},
 	} {

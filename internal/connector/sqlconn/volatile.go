@@ -21,9 +21,10 @@ import (
 // (pg_proc.prosqlbody), with every function, aggregate, window function
 // and operator resolved to its oid and every relation to its oid. keep
 // reads those oids from the tree, follows each view to its own tree
-// (pg_rewrite.ev_action) and each table to its row-level security
-// policies for reads (pg_policy.polqual), and looks each function up in
-// pg_proc: a read
+// (pg_rewrite.ev_action), each table to its row-level security policies
+// for reads (pg_policy.polqual), each type to its domain checks
+// (pg_constraint.conbin) and each aggregate to its own functions, and
+// looks each function up in pg_proc: a read
 // calls only IMMUTABLE and STABLE functions, and the few VOLATILE ones of
 // allowedVolatile, which change nothing but their own answer. Nothing of
 // the statement's text is read by keep; a function whose owner declared it
@@ -83,20 +84,28 @@ func judgeReadPG(ctx context.Context, pc *pgx.Conn, q string, paramOIDs []uint32
 	if err := tx.QueryRow(ctx, `SELECT prosqlbody::text FROM pg_proc WHERE pronamespace = pg_my_temp_schema() AND proname = 'keep_judged_read'`).Scan(&tree); err != nil {
 		return err
 	}
-	seenViews := map[int64]bool{}
+	seenViews, seenTypes := map[int64]bool{}, map[int64]bool{}
 	var volatile []string
 	trees := []string{tree}
+	for _, o := range paramOIDs { // a parameter of a domain's type is checked as it binds
+		tree += fmt.Sprintf(" :paramtype %d", o)
+	}
+	trees[0] = tree
 	for depth := 0; len(trees) > 0; depth++ {
 		if depth > maxViewDepth {
 			return refusal{fmt.Sprintf("the statement reads views nested deeper than %d; keep cannot judge what it calls", maxViewDepth)}
 		}
-		var funcs, ops, rels []int64
+		var funcs, ops, rels, types []int64
 		for _, t := range trees {
-			f, o, r := nodeOIDs(t)
-			funcs, ops, rels = append(funcs, f...), append(ops, o...), append(rels, r...)
+			f, o, r, ty := nodeOIDs(t)
+			funcs, ops, rels, types = append(funcs, f...), append(ops, o...), append(rels, r...), append(types, ty...)
 		}
+		// The functions, an operator's, and an aggregate's own (a user's
+		// aggregate is IMMUTABLE whatever its transition function does).
 		rows, err := tx.Query(ctx, `SELECT n.nspname::text, p.proname::text, p.provolatile = 'v' FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE p.oid = ANY($1::oid[]) OR p.oid IN (SELECT oprcode FROM pg_operator WHERE oid = ANY($2::oid[]))`, funcs, ops)
+ WHERE p.oid = ANY($1::oid[]) OR p.oid IN (SELECT oprcode FROM pg_operator WHERE oid = ANY($2::oid[]))
+ OR p.oid IN (SELECT unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn, a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::oid[])
+              FROM pg_aggregate a WHERE a.aggfnoid = ANY($1::oid[]))`, funcs, ops)
 		if err != nil {
 			return err
 		}
@@ -115,19 +124,28 @@ func judgeReadPG(ctx context.Context, pc *pgx.Conn, q string, paramOIDs []uint32
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		var fresh []int64
+		var fresh, freshTypes []int64
 		for _, r := range rels {
 			if !seenViews[r] {
 				seenViews[r] = true
 				fresh = append(fresh, r)
 			}
 		}
+		for _, ty := range types {
+			if !seenTypes[ty] {
+				seenTypes[ty] = true
+				freshTypes = append(freshTypes, ty)
+			}
+		}
 		trees = nil
-		if len(fresh) > 0 {
+		if len(fresh) > 0 || len(freshTypes) > 0 {
 			// A view's query, and a table's row-level security policies
 			// for reads (a policy's expression runs with the read).
+			// A domain's checks run where a value becomes one (a cast, a
+			// parameter).
 			rows, err := tx.Query(ctx, `SELECT r.ev_action::text FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class WHERE c.oid = ANY($1::oid[]) AND c.relkind = 'v' AND r.ev_type = '1'
- UNION ALL SELECT p.polqual::text FROM pg_policy p WHERE p.polrelid = ANY($1::oid[]) AND p.polqual IS NOT NULL AND p.polcmd IN ('r', '*')`, fresh)
+ UNION ALL SELECT p.polqual::text FROM pg_policy p WHERE p.polrelid = ANY($1::oid[]) AND p.polqual IS NOT NULL AND p.polcmd IN ('r', '*')
+ UNION ALL SELECT k.conbin::text FROM pg_constraint k WHERE k.contypid = ANY($2::oid[]) AND k.conbin IS NOT NULL`, fresh, freshTypes)
 			if err != nil {
 				return err
 			}
@@ -166,12 +184,12 @@ func compactStrings(s []string) []string {
 
 // nodeOIDs reads a PostgreSQL parse tree as nodeToString writes it
 // (pg_node_tree) and returns the oids of the functions it calls (FuncExpr,
-// Aggref, WindowFunc, an operator's function when set), of its operators
-// and of the relations it reads. Tokens are read as PostgreSQL's
+// Aggref, WindowFunc, an operator's function when set), of its operators,
+// of the relations it reads and of the types its values become. Tokens are read as PostgreSQL's
 // pg_strtok reads them: whitespace separates, ( ) { } stand alone, a
 // backslash takes the next character literally; names never hide a
 // field, since a field is a bare token.
-func nodeOIDs(tree string) (funcs, ops, rels []int64) {
+func nodeOIDs(tree string) (funcs, ops, rels, types []int64) {
 	var field string
 	for _, tok := range pgTokens(tree) {
 		if strings.HasPrefix(tok, ":") {
@@ -190,10 +208,12 @@ func nodeOIDs(tree string) (funcs, ops, rels []int64) {
 			ops = append(ops, n)
 		case ":relid":
 			rels = append(rels, n)
+		case ":resulttype", ":paramtype", ":consttype":
+			types = append(types, n)
 		}
 		field = ""
 	}
-	return funcs, ops, rels
+	return funcs, ops, rels, types
 }
 
 func pgTokens(s string) []string {
