@@ -17,9 +17,12 @@ import (
 // database's own catalog:
 //
 //   - PostgreSQL: whether the role has superuser rights (superuser,
-//     CREATEROLE, or the rights of pg_execute_server_program,
-//     pg_read_server_files, pg_write_server_files, pg_signal_backend), with
-//     which a statement reaches files, programs and other sessions; and
+//     CREATEROLE, the rights of pg_execute_server_program,
+//     pg_read_server_files, pg_write_server_files, pg_signal_backend, or
+//     EXECUTE granted on the server-file functions pg_read_file,
+//     pg_read_binary_file, pg_ls_dir, pg_stat_file, lo_import, lo_export),
+//     with which a statement reaches files (keep's own, where the server
+//     runs as the same user), programs and other sessions; and
 //     which extensions are installed (dblink and postgres_fdw open
 //     connections elsewhere, an untrusted language does anything). An
 //     extension not on knownPGExtensions is refused: keep cannot judge it.
@@ -66,7 +69,10 @@ const pgServerQ = `CASE WHEN has_function_privilege('pg_control_system()', 'EXEC
 
 const pgReachQ = `SELECT r.rolsuper OR r.rolcreaterole,
   ARRAY(SELECT b.rolname::text FROM pg_roles b WHERE b.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
-        AND pg_has_role(current_user, b.oid, 'USAGE') ORDER BY 1),
+        AND pg_has_role(current_user, b.oid, 'USAGE')
+        UNION SELECT 'EXECUTE on ' || p.proname FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace
+        AND p.proname IN ('pg_read_file', 'pg_read_binary_file', 'pg_ls_dir', 'pg_stat_file', 'lo_import', 'lo_export')
+        AND has_function_privilege(current_user, p.oid, 'EXECUTE') ORDER BY 1),
   ARRAY(SELECT extname::text FROM pg_extension ORDER BY 1),
   current_user::text, ` + pgServerQ + `
 FROM pg_roles r WHERE r.rolname = current_user`

@@ -131,6 +131,13 @@ func TestAConnectionElsewhereIsRefused(t *testing.T) {
 	refusedSaying(t, call(t, connector.NewRegistry(c3), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""), "a read as root",
 		`role "root" has superuser`, `[connectors.sql.allow] shop = ["superuser"]`)
 
+	// A role granted a server-file function is refused the same way: it
+	// reads keep's files where the server runs as keep's user.
+	exec1(t, asRoot, "GRANT EXECUTE ON FUNCTION pg_read_file(text) TO "+name)
+	refusedSaying(t, call(t, connector.NewRegistry(c2), "query", map[string]any{"db": "shop", "sql": "SELECT 1 AS one"}, ""), "a role that may read server files",
+		"EXECUTE on pg_read_file", `[connectors.sql.allow] shop = ["superuser"]`)
+	exec1(t, asRoot, "REVOKE EXECUTE ON FUNCTION pg_read_file(text) FROM "+name)
+
 	// Once the extensions are gone, the role's reads go through; allowed
 	// knowingly, dblink works (the refusal above was keep's, not the setup's).
 	exec1(t, asRoot, "DROP EXTENSION postgres_fdw")
