@@ -69,7 +69,8 @@ func Allow(allow map[string][]string) Option { return func(o *options) { o.allow
 
 // KeepsStore is keep's own PostgreSQL store's URL: a declared database
 // that is the same server and database, whose role may use keep's
-// schema, is refused at every call.
+// schema, is refused at every call, as is any database of that server
+// declared with keep's store's role (guard.go).
 func KeepsStore(url string) Option { return func(o *options) { o.storeURL = url } }
 
 // New returns the sql connector over the declared databases (NAME → URL).
