@@ -293,6 +293,10 @@ func TestAPostgresReadCallsNoVolatileFunction(t *testing.T) {
 		{"SELECT $1::locked_int AS d", []any{6}, "pg_try_advisory_lock"},
 		{"SELECT count(*) FROM orders GROUP BY id HAVING max(pg_backend_pid()) > 0 AND bool_and(pg_try_advisory_lock(id))", nil, "pg_try_advisory_lock"},
 		{"EXPLAIN ANALYZE SELECT pg_advisory_lock(1)", nil, "cannot take this statement"},
+		// text that would close the function body keep has PostgreSQL parse
+		{"SELECT $$ ; END; $$ AS a, pg_try_advisory_lock(1) AS l", nil, "pg_try_advisory_lock"},
+		{"SELECT pg_try_advisory_lock(1) AS l -- END", nil, "pg_try_advisory_lock"},
+		{"SELECT pg_try_advisory_lock(1) AS l;", nil, "pg_try_advisory_lock"},
 	} {
 		r := call(t, reg, "query", map[string]any{"db": "app", "sql": q.sql, "args": q.args}, "")
 		refusedSaying(t, r, q.sql, q.says)
