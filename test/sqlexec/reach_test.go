@@ -35,7 +35,7 @@ func TestADeclaredDatabaseNeverReachesKeepsStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	t.Cleanup(func() { admin.Close() }) // after the cleanups below, which use it
 	var b [5]byte
 	rand.Read(b[:])
 	// keep's store has a role of its own (keep refuses a declared database
