@@ -52,8 +52,11 @@ type Host struct {
 	// Live says the connectors will make calls (keep serve, keep run):
 	// Build may open pools and connections then, and register their
 	// closing with OnClose.
-	Live    bool
-	closers []func()
+	Live bool
+	// StoreURL is keep's own store when it is PostgreSQL (empty on
+	// SQLite): the sql connector refuses a declared database that is it.
+	StoreURL string
+	closers  []func()
 }
 
 // OnClose registers f to run when keep closes.

@@ -70,7 +70,7 @@ func Open(o Options) (k *Keep, err error) {
 	if err != nil {
 		return nil, err
 	}
-	host := &connector.Host{Config: cfg, Accounts: accts, Guard: netguard.New(append(khttp.Allow(cfg), o.Allow...)), Live: true}
+	host := &connector.Host{Config: cfg, Accounts: accts, Guard: netguard.New(append(khttp.Allow(cfg), o.Allow...)), Live: true, StoreURL: postgresStore(o)}
 	conns, err := builtin.Build(host)
 	if err != nil {
 		return nil, err
@@ -177,6 +177,14 @@ func openOwnStore(o Options, cfg *config.Config) (st store.Store, release func()
 		}
 	}
 	return st, release, shared, nil
+}
+
+// postgresStore is keep's store URL when it is PostgreSQL, else "".
+func postgresStore(o Options) string {
+	if loc, err := backend.Parse(o.Store, o.DataDir); err == nil && loc.Kind == backend.Postgres {
+		return loc.URL
+	}
+	return ""
 }
 
 // filesRoots settles the files roots: keep serve --files-root roots every

@@ -50,6 +50,10 @@ const script = `export default Keep.workflow({
   }) },
 })`
 
+// rootAllowed lets keep run statements as the machine's root role on
+// PostgreSQL and MariaDB, which it refuses by default (issue 38).
+const rootAllowed = "[connectors.sql.allow]\nshop = [\"superuser\"]\n\n"
+
 type target struct {
 	name, url, driver, dsn, ph string
 }
@@ -100,7 +104,7 @@ func TestKillAtEveryStepOfAnSQLExec(t *testing.T) {
 					t.Fatal(err)
 				}
 				dir := t.TempDir()
-				cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n[policy]\ntool_timeout = \"2s\"\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n", tg.url)
+				cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n"+rootAllowed+"[policy]\ntool_timeout = \"2s\"\ntransient_backoff = \"20ms\"\nreconcile_backoff = \"20ms\"\n", tg.url)
 				os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
 				os.WriteFile(filepath.Join(dir, "workflow.js"), []byte(strings.ReplaceAll(script, "%PH%", tg.ph)), 0o644)
 				code, out := keep(t, dir, []string{"KEEP_TEST_CRASH_AFTER=" + point}, "run", "workflow.js")
@@ -157,7 +161,7 @@ func TestAnExecOfSeveralStatementsWritesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", tg.url)
+			cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n"+rootAllowed, tg.url)
 			os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
 			os.WriteFile(filepath.Join(dir, "orders.js"), []byte(strings.ReplaceAll(script, "%PH%", tg.ph)), 0o644)
 			if code, out := keep(t, dir, nil, "run", "orders.js"); code != 0 {

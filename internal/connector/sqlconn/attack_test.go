@@ -58,7 +58,7 @@ func setUp(t *testing.T, reg *connector.Registry) {
 func onEachBackend(t *testing.T, f func(t *testing.T, name, url string, reg *connector.Registry)) {
 	for name, url := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			c, pools := sqlconn.New(map[string]string{"app": url})
+			c, pools := newConn(map[string]string{"app": url})
 			defer pools.Close()
 			reg := connector.NewRegistry(c)
 			setUp(t, reg)

@@ -3,6 +3,7 @@ package sqlconn
 import (
 	"net/url"
 	"regexp"
+	"strings"
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
@@ -10,7 +11,8 @@ import (
 
 // Config is [connectors.sql].
 type Config struct {
-	Databases map[string]string `toml:"databases" doc:"The databases scripts may name, NAME = \"URL\": postgres://user@host:5432/db, mysql://user:pass@host:3306/db or sqlite:///path/to.db. Scripts write db: \"NAME\", never a URL."`
+	Databases map[string]string   `toml:"databases" doc:"The databases scripts may name, NAME = \"URL\": postgres://user@host:5432/db, mysql://user:pass@host:3306/db or sqlite:///path/to.db. Scripts write db: \"NAME\", never a URL."`
+	Allow     map[string][]string `toml:"allow" doc:"What keep cannot judge and refuses by default, allowed knowingly per database, NAME = [\"…\"]: \"superuser\" (a PostgreSQL role with superuser, CREATEROLE, the server-files, server-program or signal roles, or EXECUTE on pg_read_file and the like; a MariaDB user or current role with SUPER, FILE, CONNECTION ADMIN or FEDERATED ADMIN), a PostgreSQL extension keep does not know (\"dblink\", \"postgres_fdw\": a statement then reaches other databases, keep's store among them), a MariaDB storage engine (\"FEDERATED\", \"CONNECT\")."`
 }
 
 // Declaration is the sql connector's declaration.
@@ -20,7 +22,8 @@ var Declaration = connector.Declaration{
 	Config: config.Section{Name: "sql", Doc: "the databases scripts may query and write. Credentials stay in keep.toml.",
 		New: func() any { return &Config{} }, Check: checkConfig},
 	Build: func(table any, h *connector.Host) ([]*connector.Connector, error) {
-		c, pools := New(table.(*Config).Databases)
+		cfg := table.(*Config)
+		c, pools := New(cfg.Databases, Allow(cfg.Allow), KeepsStore(h.StoreURL))
 		h.OnClose(pools.Close)
 		return []*connector.Connector{c}, nil
 	},
@@ -29,6 +32,16 @@ var Declaration = connector.Declaration{
 var dbNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 
 func checkConfig(v any, _ *config.Config) error {
+	for db, items := range v.(*Config).Allow {
+		if _, ok := v.(*Config).Databases[db]; !ok {
+			return config.KeyErrorf("allow."+db, "names no database of [connectors.sql.databases]")
+		}
+		for _, it := range items {
+			if strings.TrimSpace(it) == "" {
+				return config.KeyErrorf("allow."+db, "holds an empty name: \"superuser\", an extension or a storage engine")
+			}
+		}
+	}
 	for db, u := range v.(*Config).Databases {
 		key := "databases." + db
 		if !dbNameRe.MatchString(db) {

@@ -44,8 +44,10 @@ type database struct {
 	vet                    *vetter // SQLite: judges each statement before it runs
 	err                    error
 	mu                     sync.Mutex
-	ready                  bool   // keep_mutations exists
-	marker                 string // keep_mutations as statements name it (PostgreSQL: schema-qualified)
+	ready                  bool        // keep_mutations exists
+	marker                 string      // keep_mutations as statements name it (PostgreSQL: schema-qualified)
+	allow                  []string    // what keep.toml allows knowingly ([connectors.sql.allow] NAME)
+	store                  *keepsStore // keep's own PostgreSQL store, nil otherwise
 }
 
 // Conn holds the declared databases and their connection pools.
@@ -53,11 +55,37 @@ type Conn struct {
 	dbs map[string]*database
 }
 
+// Option sets up the connector beyond its databases.
+type Option func(*options)
+
+type options struct {
+	allow    map[string][]string
+	storeURL string
+}
+
+// Allow is [connectors.sql.allow]: per database, what keep cannot judge
+// and a person allows knowingly ("superuser", an extension, an engine).
+func Allow(allow map[string][]string) Option { return func(o *options) { o.allow = allow } }
+
+// KeepsStore is keep's own PostgreSQL store's URL: a declared database
+// that is the same server and database, whose role may use keep's
+// schema, is refused at every call, as is any database of that server
+// declared with keep's store's role (guard.go).
+func KeepsStore(url string) Option { return func(o *options) { o.storeURL = url } }
+
 // New returns the sql connector over the declared databases (NAME → URL).
-func New(databases map[string]string) (*connector.Connector, *Conn) {
+func New(databases map[string]string, opts ...Option) (*connector.Connector, *Conn) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	var store *keepsStore
+	if o.storeURL != "" {
+		store = &keepsStore{url: o.storeURL}
+	}
 	c := &Conn{dbs: map[string]*database{}}
 	for name, u := range databases {
-		d := &database{name: name, url: u}
+		d := &database{name: name, url: u, allow: o.allow[name], store: store}
 		d.driver, d.dsn, d.err = dsnOf(u)
 		if d.driver == "sqlite" {
 			pu, _ := url.Parse(u)
@@ -78,7 +106,10 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 				Params:   []connector.Param{dbParam, sqlParam, argsParam},
 				ResultTS: "Array<Record<string, any>>",
 				Result:   fmt.Sprintf("an array of rows, each an object by column name, each value as it travels (see \"How values travel\" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most %d rows and %d MiB", MaxRows, MaxResultBytes>>20),
-				Errors:   "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back; more rows or bytes than the bounds, an argument beyond 2^53: logic; the login refused or a privilege missing: permission; the database unreachable, a lock wait timed out (`lock_timeout`, MariaDB's lock wait), a deadlock or serialization failure: transient.",
+				Errors: "a bad statement, more than one statement, or one that writes or returns no rows (`COPY`, `SET`, DDL…; on SQLite `ATTACH`, `PRAGMA`): logic, saying why — it runs in a read-only transaction, rolled back, on a session closed after it; " +
+					"on PostgreSQL one that calls a function the catalog marks VOLATILE (`pg_advisory_lock`, `pg_terminate_backend`, `set_config`, `nextval`, `dblink`… — `random()`, `gen_random_uuid()` and the clock excepted), or that PostgreSQL cannot take as a read (`EXPLAIN`, `SHOW`, `CALL`), on MariaDB/MySQL one the server cannot EXPLAIN (`OPTIMIZE`/`ANALYZE`/`CHECK`/`REPAIR TABLE`, `SHOW`): logic; " +
+					"a database whose session reaches beyond it (a role with superuser rights, an extension or storage engine keep does not know such as `dblink`, `postgres_fdw`, `FEDERATED`; keep's own store), unless `[connectors.sql.allow]` allows it knowingly: logic, naming the keep.toml line; " +
+					"more rows or bytes than the bounds (checked before the bytes are in keep's memory), an argument beyond 2^53: logic; the login refused or a privilege missing: permission; the database unreachable, a lock wait timed out (`lock_timeout`, MariaDB's lock wait), a deadlock or serialization failure: transient.",
 			}},
 			"exec": {Name: "exec", Kind: connector.KindMutate, Identity: []string{"db", "sql"}, Validate: c.validate("sql.exec"), Do: c.exec,
 				Reconcile: c.reconcile, ComparePayload: compareArgs, Target: func(a map[string]any) string { return "sql.exec on " + str(a["db"]) + ": " + crop(str(a["sql"]), 80) },
@@ -89,7 +120,7 @@ func New(databases map[string]string) (*connector.Connector, *Conn) {
 					Result:   "`{ rowsAffected, rows }`: `rows` (as sql.query returns them) only when the statement returns rows (`INSERT … RETURNING id`), kept with the write's result; a write found already done returns the recorded result and adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
 					Reconcile: "looks the key up in `" + Table + "`: there means committed (with the result it recorded), absent means the transaction never committed — certain, since the row commits with the statement. " +
 						"On MariaDB/MySQL a DDL statement (CREATE, ALTER, DROP…) commits by itself and escapes the transaction: keep cannot make it exactly once.",
-					Errors: "a bad statement or a constraint violation (also one a deferred constraint raises at COMMIT): logic (rolled back, nothing written); so is more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, on SQLite `ATTACH`/`PRAGMA`, an argument beyond 2^53 and returned rows beyond the bounds; the login refused or a privilege missing: permission; the database unreachable before the statement, a lock wait timed out, a deadlock or serialization failure: transient; the connection lost during COMMIT (no answer): unknown, settled by reconcile.",
+					Errors: "a bad statement or a constraint violation (also one a deferred constraint raises at COMMIT): logic (rolled back, nothing written); so is a database whose session reaches beyond it (as for sql.query, asked before the statement and again after it), more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, on SQLite `ATTACH`/`PRAGMA`, an argument beyond 2^53 and returned rows beyond the bounds; the login refused or a privilege missing: permission; the database unreachable before the statement, a lock wait timed out, a deadlock or serialization failure: transient; the connection lost during COMMIT (no answer): unknown, settled by reconcile.",
 				}},
 		},
 	}, c
@@ -119,7 +150,7 @@ func dsnOf(raw string) (driver, dsn string, err error) {
 		return "sqlite", u.Path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)", nil
 	case "mysql":
 		cfg := mysql.NewConfig()
-		cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+		cfg.Net, cfg.Addr, cfg.DBName = boundedNet, u.Host, strings.TrimPrefix(u.Path, "/")
 		if u.Port() == "" {
 			cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
 		}
@@ -151,7 +182,7 @@ func (c *Conn) open(name string) (*database, *kt.Error) {
 		if d.err != nil {
 			return
 		}
-		d.db, d.err = sql.Open(d.driver, d.dsn)
+		d.db, d.err = openDB(d.driver, d.dsn)
 		if d.err == nil && d.driver == "sqlite" {
 			d.db.SetMaxOpenConns(1)
 			d.vet, d.err = openVetter(d.path)

@@ -43,7 +43,7 @@ func call(t *testing.T, reg *connector.Registry, method string, args map[string]
 func TestExecIsExactlyOnceOnEveryDatabase(t *testing.T) {
 	for name, url := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			c, pools := sqlconn.New(map[string]string{"app": url})
+			c, pools := newConn(map[string]string{"app": url})
 			defer pools.Close()
 			reg := connector.NewRegistry(c)
 			ph := func(n string) string {
@@ -107,7 +107,7 @@ func TestExecIsExactlyOnceOnEveryDatabase(t *testing.T) {
 }
 
 func TestAnUnreachableDatabaseIsTransient(t *testing.T) {
-	c, pools := sqlconn.New(map[string]string{"gone": "postgres://127.0.0.1:1/x?connect_timeout=2", "gone2": "mysql://root@127.0.0.1:1/x"})
+	c, pools := newConn(map[string]string{"gone": "postgres://127.0.0.1:1/x?connect_timeout=2", "gone2": "mysql://root@127.0.0.1:1/x"})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	for _, db := range []string{"gone", "gone2"} {
@@ -118,11 +118,22 @@ func TestAnUnreachableDatabaseIsTransient(t *testing.T) {
 	}
 }
 
+// newConn is the connector over dbs, whose test roles (root on the
+// machine's PostgreSQL and MariaDB) are allowed their superuser rights:
+// the tests of what a role without them meets are in reach_test.go.
+func newConn(dbs map[string]string) (*connector.Connector, *sqlconn.Conn) {
+	allow := map[string][]string{}
+	for n := range dbs {
+		allow[n] = []string{sqlconn.AllowSuperuser}
+	}
+	return sqlconn.New(dbs, sqlconn.Allow(allow))
+}
+
 // An argument PostgreSQL's parameter type cannot hold is refused by pgx in
 // keep's process, before anything is sent: a logic error naming the
 // argument, in a query and in an exec (issue 40 #8). It was transient.
 func TestAnArgumentThatCannotBeEncodedIsALogicErrorNamingIt(t *testing.T) {
-	c, pools := sqlconn.New(map[string]string{"app": pgtest.FreshSchema(t)})
+	c, pools := newConn(map[string]string{"app": pgtest.FreshSchema(t)})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	if r := call(t, reg, "exec", map[string]any{"db": "app", "sql": "CREATE TABLE nums (id INT PRIMARY KEY, n INT)"}, "k-ddl"); r.Err != nil {

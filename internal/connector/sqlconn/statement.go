@@ -38,8 +38,9 @@ func (r refusal) Error() string { return r.msg }
 
 const (
 	oneStatement = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
-	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES, SHOW, EXPLAIN); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
+	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
 	txControl    = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
+	notExplained = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
 	markersTouch = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
 )
 
@@ -93,11 +94,16 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 		return nil, err
 	}
 	defer conn.Close()
-	// Parse and Describe without running: one statement (the extended
-	// protocol refuses more), and one that returns rows — COPY … TO
-	// PROGRAM, which a read-only transaction allows, returns none.
+	defer conn.Raw(func(any) error { return driver.ErrBadConn }) // close the session: nothing it holds outlives the read
+	// Ask the catalog what the session reaches (guard.go), then Parse and
+	// Describe without running: one statement (the extended protocol
+	// refuses more), and one that returns rows — COPY … TO PROGRAM, which
+	// a read-only transaction allows, returns none.
 	if err := conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
+		if err := d.guardPG(ctx, pc); err != nil {
+			return err
+		}
 		sd, err := pc.PgConn().Prepare(ctx, "", q, nil)
 		if err != nil {
 			return onePG(err)
@@ -105,11 +111,14 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 		if len(sd.Fields) == 0 {
 			return refusal{noRows}
 		}
-		return pgArgs(pc.TypeMap(), sd, args)
+		if err := pgArgs(pc.TypeMap(), sd, args); err != nil {
+			return err
+		}
+		return judgeReadPG(ctx, pc, q, sd.ParamOIDs) // volatile.go
 	}); err != nil {
 		return nil, err
 	}
-	return readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
+	out, err := readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
 		rows, err := tx.QueryContext(ctx, q, args...) // pgx's stdlib queries with the extended protocol
 		if err != nil {
 			return nil, err
@@ -117,6 +126,7 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 		defer rows.Close()
 		return scan(rows, d.driver)
 	})
+	return out, bounded(err, nil)
 }
 
 // columnsOf reads how many columns a prepared MySQL statement returns, as
@@ -134,14 +144,23 @@ func columnsOf(st driver.Stmt) (int, bool) {
 }
 
 func (d *database) queryMySQL(ctx context.Context, q string, args []any) ([]any, error) {
+	ctx, budget := withReadBudget(ctx)
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
+	defer conn.Raw(func(any) error { return driver.ErrBadConn }) // close the session: a GET_LOCK dies with it
+	if err := d.guardMySQL(ctx, conn); err != nil {
+		return nil, err
+	}
 	// A server-side prepare: one statement, and the columns it returns.
 	// START TRANSACTION READ ONLY does not stop DDL (MariaDB commits the
 	// transaction first) nor SELECT … INTO OUTFILE; both return no rows.
+	// Nor does it stop OPTIMIZE, ANALYZE, CHECK or REPAIR TABLE, which
+	// return rows: a read is a statement the server can EXPLAIN (SELECT,
+	// WITH … SELECT; a write there fails in the read-only transaction) —
+	// only prepared, never run, since EXPLAIN runs a derived table.
 	if err := conn.Raw(func(dc any) error {
 		st, err := dc.(driver.ConnPrepareContext).PrepareContext(ctx, q)
 		if err != nil {
@@ -155,11 +174,18 @@ func (d *database) queryMySQL(ctx context.Context, q string, args []any) ([]any,
 		if n == 0 {
 			return refusal{noRows}
 		}
-		return nil
+		ex, err := dc.(driver.ConnPrepareContext).PrepareContext(ctx, "EXPLAIN "+q)
+		var my *mysql.MySQLError
+		if errors.As(err, &my) && my.Number == 1064 {
+			return refusal{notExplained}
+		} else if err != nil {
+			return err
+		}
+		return ex.Close()
 	}); err != nil {
 		return nil, err
 	}
-	return readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
+	out, err := readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
 		st, err := tx.PrepareContext(ctx, q)
 		if err != nil {
 			return nil, err
@@ -172,6 +198,7 @@ func (d *database) queryMySQL(ctx context.Context, q string, args []any) ([]any,
 		defer rows.Close()
 		return scan(rows, d.driver)
 	})
+	return out, bounded(err, budget)
 }
 
 // sqliteAttachedLimit is SQLITE_LIMIT_ATTACHED: 0 attached databases.
@@ -189,11 +216,16 @@ func (d *database) querySQLite(ctx context.Context, q string, args []any) ([]any
 	if _, err := sqlite.Limit(conn, sqliteAttachedLimit, 0); err != nil {
 		return nil, err
 	}
+	was, err := sqlite.Limit(conn, sqliteLimitLength, MaxResultBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer sqlite.Limit(conn, sqliteLimitLength, was)
 	if _, err := conn.ExecContext(ctx, "PRAGMA query_only = 1"); err != nil {
 		return nil, err
 	}
 	defer conn.ExecContext(context.Background(), "PRAGMA query_only = 0")
-	return readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
+	out, err := readOnly(ctx, conn, func(tx *sql.Tx) ([]any, error) {
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, err
@@ -201,6 +233,7 @@ func (d *database) querySQLite(ctx context.Context, q string, args []any) ([]any
 		defer rows.Close()
 		return scan(rows, d.driver)
 	})
+	return out, bounded(err, nil)
 }
 
 // sqliteVetErr: the vetter's verdict is the script's to fix, unless the
@@ -218,6 +251,8 @@ type markSum struct{ n, sum int64 }
 
 // execTx is keep's transaction around one sql.exec, per database.
 type execTx interface {
+	// guard refuses a session that reaches beyond its database (guard.go).
+	guard() error
 	recorded(key string) (string, bool, error)
 	// markers locks the marker rows against other writers of the database
 	// (the first time) and sums them.
@@ -236,8 +271,9 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 		return connector.Result{Outcome: connector.OutcomeFailed, Err: kerr}
 	}
 	what := "sql.exec on " + d.name
+	ctx, budget := withReadBudget(ctx)
 	failed := func(err error) connector.Result {
-		return connector.Result{Outcome: connector.OutcomeFailed, Err: classify(what, err)}
+		return connector.Result{Outcome: connector.OutcomeFailed, Err: classify(what, bounded(err, budget))}
 	}
 	if err := d.ensureTable(ctx); err != nil {
 		return failed(err)
@@ -256,6 +292,10 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 			res = connector.Result{Outcome: connector.OutcomeApplied, Value: withFlag(r, "replayed")}
 			return
 		}
+		if err := tx.guard(); err != nil {
+			res = failed(err)
+			return
+		}
 		before, err := tx.markers()
 		if err != nil {
 			res = failed(err)
@@ -263,6 +303,12 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 		}
 		n, rows, err := tx.run(str(a["sql"]), bind(a))
 		if err != nil {
+			res = failed(err)
+			return
+		}
+		// Asked again: a statement that installed an extension, or granted
+		// its role more, is rolled back.
+		if err := tx.guard(); err != nil {
 			res = failed(err)
 			return
 		}
@@ -362,6 +408,13 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 	if _, err := sqlite.Limit(conn, sqliteAttachedLimit, 0); err != nil {
 		return err
 	}
+	// SQLite runs in keep's process: no value an exec makes or reads is
+	// larger than what a call may move (randomblob of 250 MB was keep's).
+	was, err := sqlite.Limit(conn, sqliteLimitLength, kt.MaxHostCallBytes)
+	if err != nil {
+		return err
+	}
+	defer sqlite.Limit(conn, sqliteLimitLength, was)
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -377,6 +430,8 @@ type pgTx struct {
 	pc  *pgx.Conn
 	tx  pgx.Tx
 }
+
+func (t *pgTx) guard() error { return t.d.guardPG(t.ctx, t.tx) }
 
 func (t *pgTx) recorded(key string) (string, bool, error) {
 	var res string
@@ -485,6 +540,8 @@ type sqlTx struct {
 	tx  *sql.Tx
 }
 
+func (t *sqlTx) guard() error { return nil } // SQLite: the vetter refuses ATTACH
+
 func (t *sqlTx) recorded(key string) (string, bool, error) { return t.d.recorded(t.ctx, t.tx, key) }
 
 func (t *sqlTx) markers() (markSum, error) {
@@ -531,6 +588,8 @@ func (t *sqlTx) record(key, result string) error {
 func (t *sqlTx) commit() error { return t.tx.Commit() }
 
 type myTx struct{ sqlTx }
+
+func (t *myTx) guard() error { return t.d.guardMySQL(t.ctx, t.tx) }
 
 func (t *myTx) markers() (markSum, error) {
 	// FOR UPDATE locks every marker row and the gaps: another sql.exec on
@@ -600,23 +659,39 @@ func (d *database) ensureTable(ctx context.Context) error {
 	if d.ready {
 		return nil
 	}
-	d.marker = Table
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// keep makes nothing in a database it would refuse (keep's own store
+	// under another URL, one with dblink): asked first, on this session.
+	switch d.driver {
+	case "pgx":
+		err = conn.Raw(func(dc any) error { return d.guardPG(ctx, dc.(*stdlib.Conn).Conn()) })
+	case "mysql":
+		err = d.guardMySQL(ctx, conn)
+	}
+	if err != nil {
+		return err
+	}
+	marker := Table
 	if d.driver == "pgx" {
 		// Named with its schema, so a temporary table of the same name
 		// (pg_temp comes first in the search path) cannot stand in for it.
 		var schema sql.NullString
-		if err := d.db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		if err := conn.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 			return err
 		}
 		if !schema.Valid {
 			return fmt.Errorf("the database's search_path names no schema that exists")
 		}
-		d.marker = pgx.Identifier{schema.String, Table}.Sanitize()
+		marker = pgx.Identifier{schema.String, Table}.Sanitize()
 	}
-	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.marker+` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+marker+` (idempotency_key VARCHAR(255) PRIMARY KEY, result TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
 		return err
 	}
-	d.ready = true
+	d.marker, d.ready = marker, true
 	return nil
 }
 

@@ -3,6 +3,7 @@ package sqlconn
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -17,7 +18,7 @@ import (
 // script's statements there would rewrite keep's grants and ledgers.
 // storePath is the SQLite store's file, storeURL the PostgreSQL store's
 // URL (one of them is empty). SQLite files compare by their resolved
-// path; PostgreSQL by host, port, database and schema.
+// path and as files (a hard link); PostgreSQL by host, port, database and schema.
 func RefuseKeepsStore(databases map[string]string, storePath, storeURL string) error {
 	names := make([]string, 0, len(databases))
 	for n := range databases {
@@ -41,7 +42,7 @@ func RefuseKeepsStore(databases map[string]string, storePath, storeURL string) e
 				return fmt.Errorf("keep.toml [connectors.sql.databases] %s = %q is keep's own store or another of keep's files, which no script may reach: %s is keep's own (%s). Declare the application's database instead (keep's store is not a target)",
 					name, redact.URL(raw), r.Where, r.What)
 			}
-			same = storePath != "" && resolved(u.Path) == resolved(storePath)
+			same = storePath != "" && (resolved(u.Path) == resolved(storePath) || sameFile(u.Path, storePath))
 		case driver == "pgx" && storeURL != "":
 			same = samePostgres(raw, storeURL)
 		}
@@ -51,6 +52,13 @@ func RefuseKeepsStore(databases map[string]string, storePath, storeURL string) e
 		}
 	}
 	return nil
+}
+
+// sameFile says whether two paths are one file: a hard link too.
+func sameFile(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
 func resolved(p string) string {

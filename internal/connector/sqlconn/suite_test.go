@@ -7,7 +7,6 @@ import (
 
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/connectortest"
-	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/fake/fault"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
@@ -64,7 +63,7 @@ func sqlTarget(t *testing.T, name string) *connectortest.Target {
 	if _, err := db.Exec("CREATE TABLE notes (text VARCHAR(200))"); err != nil {
 		t.Fatal(err)
 	}
-	c, pools := sqlconn.New(map[string]string{"app": raw})
+	c, pools := newConn(map[string]string{"app": raw})
 	t.Cleanup(func() { pools.Close() })
 	tg.Registry = connector.NewRegistry(c)
 	tg.Args = map[string]any{"db": "app", "sql": ins, "args": []any{"Order 7 shipped"}}

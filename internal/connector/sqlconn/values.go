@@ -27,8 +27,10 @@ import (
 //     and MariaDB's TIMESTAMP, read in a UTC session) has no zone suffix,
 //     in a form the database takes back.
 
-// MaxResultBytes bounds the size of what one call hands a script.
-const MaxResultBytes = 16 << 20
+// MaxResultBytes bounds the size of what one call hands a script, as
+// every connector's largest answer (a file, an HTTP body) is bounded:
+// within keeptype.MaxHostCallBytes once bytes are base64 and text escaped.
+const MaxResultBytes = 8 << 20
 
 // maxExact is the largest integer a JavaScript number holds exactly.
 const maxExact = 1 << 53
@@ -91,7 +93,7 @@ func (b *budget) add(row map[string]any) error {
 		b.bytes += len(k) + sizeOf(v)
 	}
 	if b.bytes > MaxResultBytes {
-		return refusal{fmt.Sprintf("the statement's result passed %d MiB at row %d; select fewer or narrower columns, or fewer rows (LIMIT)", MaxResultBytes>>20, b.rows)}
+		return tooBig(fmt.Sprintf("the statement's result at row %d", b.rows), MaxResultBytes)
 	}
 	return nil
 }

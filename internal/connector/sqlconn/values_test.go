@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/connector/sqlconn"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testdb"
@@ -92,7 +91,7 @@ func TestBigIntegersTravelExactly(t *testing.T) {
 // MariaDB's unsigned bigint: a string beyond 2^53 whether or not the query had args.
 func TestMariaDBUnsignedBigint(t *testing.T) {
 	u := testdb.FreshMariaDB(t)
-	c, pools := sqlconn.New(map[string]string{"app": u})
+	c, pools := newConn(map[string]string{"app": u})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	for i, s := range []string{"CREATE TABLE u (id INT PRIMARY KEY, n BIGINT UNSIGNED)", "INSERT INTO u VALUES (1, 18446744073709551615), (2, 5)"} {
@@ -138,7 +137,7 @@ func TestExecReturnsTheStatementsRows(t *testing.T) {
 // An error answer to COMMIT (a deferred constraint) is an answer: not written.
 func TestAnErrorAnswerToCommitIsAnAnswer(t *testing.T) {
 	u := pgtest.FreshSchema(t)
-	c, pools := sqlconn.New(map[string]string{"app": u})
+	c, pools := newConn(map[string]string{"app": u})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	for i, s := range []string{"CREATE TABLE parent (id INT PRIMARY KEY)",
@@ -161,7 +160,7 @@ func TestAnErrorAnswerToCommitIsAnAnswer(t *testing.T) {
 // Types travel as docs/scripts.md says, and what a query returns can be written back.
 func TestPostgresValuesTravelAsTheyAre(t *testing.T) {
 	u := pgtest.FreshSchema(t)
-	c, pools := sqlconn.New(map[string]string{"app": u})
+	c, pools := newConn(map[string]string{"app": u})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	ddl := "CREATE TABLE v (id INT PRIMARY KEY, ts TIMESTAMP, tz TIMESTAMPTZ, d DATE, j JSON, jb JSONB, b BYTEA, f FLOAT8, num NUMERIC)"
@@ -195,7 +194,7 @@ func TestPostgresValuesTravelAsTheyAre(t *testing.T) {
 
 func TestMariaDBValuesTravelAsTheyAre(t *testing.T) {
 	u := testdb.FreshMariaDB(t)
-	c, pools := sqlconn.New(map[string]string{"app": u})
+	c, pools := newConn(map[string]string{"app": u})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	ddl := "CREATE TABLE v (id INT PRIMARY KEY, dt DATETIME(6), d DATE, b VARBINARY(16), t TEXT, num DECIMAL(30,1))"
@@ -252,7 +251,7 @@ func TestLimitsAndLoginsAreClassified(t *testing.T) {
 		"postgres": strings.Replace(pgtest.URL(), "postgres://", "postgres://no_such_role_keep@", 1),
 		"mariadb":  strings.Replace(testdb.MariaDBURL(), "mysql://root@", "mysql://root:"+url.QueryEscape("wrong-password")+"@", 1),
 	} {
-		c, pools := sqlconn.New(map[string]string{"app": bad})
+		c, pools := newConn(map[string]string{"app": bad})
 		reg := connector.NewRegistry(c)
 		r := call(t, reg, "query", map[string]any{"db": "app", "sql": "SELECT 1 AS one"}, "")
 		pools.Close()
@@ -265,7 +264,7 @@ func TestLimitsAndLoginsAreClassified(t *testing.T) {
 // PostgreSQL's lock_timeout is the same condition as MariaDB's lock wait timeout: transient.
 func TestPostgresLockTimeoutIsTransient(t *testing.T) {
 	u := pgtest.FreshSchema(t)
-	c, pools := sqlconn.New(map[string]string{"app": u + "&options=" + "-c%20lock_timeout%3D50"})
+	c, pools := newConn(map[string]string{"app": u + "&options=" + "-c%20lock_timeout%3D50"})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
 	setUp(t, reg)
