@@ -858,7 +858,7 @@ declare namespace Keep.connector {
       /** the placeholders' values, bound by the driver (never spliced into the text): numbers, strings, booleans, null, bytes as `{ base64: "…" }`; an integer beyond 2^53 as a string */
       args?: unknown[];
     }
-    /** an array of rows, each an object by column name, each value as it travels (see "How values travel" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most 10000 rows and 16 MiB */
+    /** an array of rows, each an object by column name, each value as it travels (see "How values travel" above: integers beyond 2^53 and NUMERIC as strings, bytes as `{ base64 }`, JSON parsed, times without a zone kept without one), at most 10000 rows and 8 MiB */
     type QueryResult = Array<Record<string, any>>;
   }
 }

@@ -122,8 +122,11 @@ func TestADeclaredDatabaseNeverReachesKeepsStore(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
 		code, out := keep(t, dir, nil, "run", "--store", store, "evil.js")
-		if code == 0 || !strings.Contains(out, "failed:logic") || !strings.Contains(out, "dblink") || !strings.Contains(out, "[connectors.sql.allow]") {
-			t.Fatalf("attack %d: keep run exited %d; want its runs failed:logic naming dblink and how to allow it:\n%s", i, code, out)
+		// The database's setup, not the script, is what keep refuses: the
+		// run waits for a person (paused:approval), its card naming the
+		// extension and the keep.toml line that allows it knowingly.
+		if code != 3 || !strings.Contains(out, "paused:approval") || strings.Contains(out, "bug in the script") || !strings.Contains(out, "dblink") || !strings.Contains(out, "[connectors.sql.allow]") {
+			t.Fatalf("attack %d: keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming dblink and how to allow it:\n%s", i, code, out)
 		}
 		holds(fmt.Sprintf("attack %d", i), out)
 	}

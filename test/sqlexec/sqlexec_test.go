@@ -251,7 +251,7 @@ func TestAnArgumentTheColumnCannotHoldFailsAtOnceAsLogic(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"20ms\"\n", tg.url)
+			cfg := fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n"+rootAllowed+"[policy]\ntransient_backoff = \"20ms\"\ntransient_backoff_max = \"20ms\"\n", tg.url)
 			os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(cfg), 0o644)
 			big := strings.NewReplacer("[1, 2, 3]", "[1]", "args: [p.data.id]", "args: [2 ** 31 + 5]").Replace(strings.ReplaceAll(script, "%PH%", tg.ph))
 			os.WriteFile(filepath.Join(dir, "orders.js"), []byte(big), 0o644)

@@ -162,7 +162,7 @@ func (d *database) guardPG(ctx context.Context, q querier) error {
 		if !super {
 			rights = "the rights of " + strings.Join(roles, ", ")
 		}
-		return refusal{fmt.Sprintf("database %s: its role %q has %s, with which a statement reaches beyond the database (server files, programs, other sessions and databases, keep's store among them), so keep runs no script statement as it. Declare a role without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
+		return setupRefusal{fmt.Sprintf("database %s: its role %q has %s, with which a statement reaches beyond the database (server files, programs, other sessions and databases, keep's store among them), so keep runs no script statement as it. Declare a role without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, user, rights, d.name, AllowSuperuser)}
 	}
 	var unknown []string
@@ -172,7 +172,7 @@ func (d *database) guardPG(ctx context.Context, q querier) error {
 		}
 	}
 	if len(unknown) > 0 {
-		return refusal{fmt.Sprintf("database %s has the extension %s installed, which keep does not know to stay inside the database (dblink and postgres_fdw open connections to other databases, keep's store among them; an untrusted language runs anything), so keep runs no script statement there. Drop it, declare a database without it, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%s]",
+		return setupRefusal{fmt.Sprintf("database %s has the extension %s installed, which keep does not know to stay inside the database (dblink and postgres_fdw open connections to other databases, keep's store among them; an untrusted language runs anything), so keep runs no script statement there. Drop it, declare a database without it, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%s]",
 			d.name, strings.Join(unknown, ", "), d.name, quoted(unknown))}
 	}
 	if d.store == nil {
@@ -188,11 +188,11 @@ func (d *database) guardPG(ctx context.Context, q querier) error {
 			return err
 		}
 		if reach {
-			return refusal{fmt.Sprintf("database %s is keep's own store (the same PostgreSQL server and database, and its role may use keep's schema %q): a script's statements there would reach keep's grants and ledgers. Declare the application's database, or a role that cannot use keep's schema", d.name, schema)}
+			return setupRefusal{fmt.Sprintf("database %s is keep's own store (the same PostgreSQL server and database, and its role may use keep's schema %q): a script's statements there would reach keep's grants and ledgers. Declare the application's database, or a role that cannot use keep's schema", d.name, schema)}
 		}
 	}
 	if user == keep.user {
-		return refusal{fmt.Sprintf("database %s is on the PostgreSQL server of keep's own store, as the role keep's store uses (%q): a statement as that role could end keep's sessions (pg_terminate_backend) or change the settings they start with (ALTER ROLE … SET). Declare a role of its own for the application's database", d.name, user)}
+		return setupRefusal{fmt.Sprintf("database %s is on the PostgreSQL server of keep's own store, as the role keep's store uses (%q): a statement as that role could end keep's sessions (pg_terminate_backend) or change the settings they start with (ALTER ROLE … SET). Declare a role of its own for the application's database", d.name, user)}
 	}
 	return nil
 }
@@ -238,7 +238,7 @@ func (d *database) guardMySQL(ctx context.Context, q sqlQuerier) error {
 		return err
 	}
 	if len(privs) > 0 && !d.allows(AllowSuperuser) {
-		return refusal{fmt.Sprintf("database %s: its user holds %s on the whole server, with which a statement reads and writes the server's files, ends other connections or reaches other servers, so keep runs no script statement as it. Declare a user without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
+		return setupRefusal{fmt.Sprintf("database %s: its user holds %s on the whole server, with which a statement reads and writes the server's files, ends other connections or reaches other servers, so keep runs no script statement as it. Declare a user without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, strings.Join(privs, " and "), d.name, AllowSuperuser)}
 	}
 	engines, err := column(ctx, q, `SELECT ENGINE FROM information_schema.ENGINES WHERE SUPPORT IN ('YES', 'DEFAULT') ORDER BY 1`)
@@ -253,7 +253,7 @@ func (d *database) guardMySQL(ctx context.Context, q sqlQuerier) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return refusal{fmt.Sprintf("database %s: the server offers the storage engine %s, which keep does not know to keep a table on this server (a FEDERATED, CONNECT, SPIDER or S3 table reads and writes another server), so keep runs no script statement there. Uninstall it, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%s]",
+		return setupRefusal{fmt.Sprintf("database %s: the server offers the storage engine %s, which keep does not know to keep a table on this server (a FEDERATED, CONNECT, SPIDER or S3 table reads and writes another server), so keep runs no script statement there. Uninstall it, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%s]",
 			d.name, strings.Join(unknown, ", "), d.name, quoted(unknown))}
 	}
 	return nil

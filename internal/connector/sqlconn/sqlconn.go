@@ -237,9 +237,12 @@ func classify(what string, err error) *kt.Error {
 	var pg *pgconn.PgError
 	var my *mysql.MySQLError
 	var no refusal
+	var setup setupRefusal
 	switch {
 	case errors.As(err, &no):
 		return kt.Errorf(kt.ClassLogic, "%s: %s", what, no.msg)
+	case errors.As(err, &setup):
+		return kt.Errorf(kt.ClassPermission, "%s: %s", what, setup.msg)
 	case errors.As(err, &pg):
 		class := kt.ClassLogic
 		switch {

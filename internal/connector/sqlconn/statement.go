@@ -36,6 +36,15 @@ type refusal struct{ msg string }
 
 func (r refusal) Error() string { return r.msg }
 
+// setupRefusal is a database keep will run no script statement on as it is
+// declared (a role, an extension or an engine that reaches past the
+// database; keep's own store): keep.toml's or the database's to change,
+// not the script's, so the run waits for a person (ClassPermission) with
+// the line that allows it, instead of a card that blames the script.
+type setupRefusal struct{ msg string }
+
+func (r setupRefusal) Error() string { return r.msg }
+
 const (
 	oneStatement = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
 	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
