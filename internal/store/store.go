@@ -489,6 +489,20 @@ type Tx interface {
 	// are what a retry is found by). Per status, so a flood of refused
 	// requests, which anyone can send, forgets no failed delivery.
 	DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, keep int) error
+	// DeliveryHeld lists a workflow's held deliveries (of one webhook; ""
+	// for all), requests included, oldest first, at most limit (≤ 0: all).
+	DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, error)
+	// DeliveryHeldCount counts a workflow's held deliveries (of one
+	// webhook; "" for all).
+	DeliveryHeldCount(workflow, webhook string) (int, error)
+	// DeliveryHeldWorkflows lists the workflows that hold any delivery.
+	DeliveryHeldWorkflows() ([]string, error)
+	// DeliverySettle writes what became of held delivery d.ID (its
+	// status, reason, delivery id, counts; held again: what it waits for
+	// now, its request kept) only while it is still held; a delivery that
+	// is no longer (another taker settled it) fails the transaction with
+	// ErrStale (wrapped), at once or at commit.
+	DeliverySettle(d *kt.Delivery) error
 
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting

@@ -1,24 +1,29 @@
 package sqldb
 
 import (
+	"encoding/json"
 	"fmt"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
 )
 
-const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at`
+const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at, held_for, request`
 
 func scanDelivery(s interface{ Scan(...any) error }) (kt.Delivery, error) {
 	var d kt.Delivery
-	var status string
-	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt)
+	var status, request string
+	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt, &d.HeldFor, &request)
 	d.Status = kt.DeliveryStatus(status)
+	if request != "" {
+		d.Request = json.RawMessage(request)
+	}
 	return d, err
 }
 
 func (t *Tx) DeliveryAdd(d *kt.Delivery) error {
-	err := t.r.QueryRow(`INSERT INTO deliveries(workflow, webhook, delivery_id, status, reason, inputs, events, received_at) VALUES(?,?,?,?,?,?,?,?) RETURNING id`,
-		d.Workflow, d.Webhook, d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ReceivedAt).Scan(&d.ID)
+	err := t.r.QueryRow(`INSERT INTO deliveries(workflow, webhook, delivery_id, status, reason, inputs, events, received_at, held_for, request) VALUES(?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		d.Workflow, d.Webhook, d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ReceivedAt, d.HeldFor, string(d.Request)).Scan(&d.ID)
 	if err != nil {
 		return fmt.Errorf("record delivery %s of webhook %s of %s: %w", d.DeliveryID, d.Webhook, d.Workflow, err)
 	}
@@ -93,4 +98,79 @@ func (t *Tx) DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, k
 	return t.write(fmt.Sprintf("forget old %s deliveries of webhook %s of %s", status, webhook, workflow),
 		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status=`+lit+` AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status=`+lit+` ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
 		workflow, webhook, workflow, webhook)
+}
+
+// The statements on held deliveries write status='held' into their text:
+// the partial index deliveries_held is what they read, and a plan made
+// for a bound status could not know it applies.
+
+func (t *Tx) DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, error) {
+	q := `SELECT ` + deliveryCols + ` FROM deliveries WHERE workflow=? AND status='held'`
+	args := []any{workflow}
+	if webhook != "" {
+		q += ` AND webhook=?`
+		args = append(args, webhook)
+	}
+	q += ` ORDER BY id`
+	if limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, limit)
+	}
+	rows, err := t.r.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeliveryHeldCount(workflow, webhook string) (int, error) {
+	q := `SELECT COUNT(*) FROM deliveries WHERE workflow=? AND status='held'`
+	args := []any{workflow}
+	if webhook != "" {
+		q += ` AND webhook=?`
+		args = append(args, webhook)
+	}
+	var n int
+	err := t.r.QueryRow(q, args...).Scan(&n)
+	return n, err
+}
+
+func (t *Tx) DeliveryHeldWorkflows() ([]string, error) {
+	rows, err := t.r.Query(`SELECT DISTINCT workflow FROM deliveries WHERE status='held' ORDER BY workflow`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var wf string
+		if err := rows.Scan(&wf); err != nil {
+			return nil, err
+		}
+		out = append(out, wf)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeliverySettle(d *kt.Delivery) error {
+	if d.Status == kt.DeliveryHeld && d.HeldFor == "" {
+		return fmt.Errorf("hold delivery %d of webhook %s of %s: a held delivery says what it waits for", d.ID, d.Webhook, d.Workflow)
+	}
+	request := ""
+	if d.Status == kt.DeliveryHeld {
+		request = string(d.Request)
+	} else {
+		d.HeldFor, d.Request = "", nil
+	}
+	return t.writeChanging(fmt.Sprintf("settle held delivery %d of webhook %s of %s as %s", d.ID, d.Webhook, d.Workflow, d.Status), store.ErrStale,
+		`UPDATE deliveries SET delivery_id=?, status=?, reason=?, inputs=?, events=?, held_for=?, request=? WHERE id=? AND status='held'`,
+		d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.HeldFor, request, d.ID)
 }
