@@ -751,9 +751,9 @@ type Delivery struct {
 	HeldFor string
 	// Request, of a held delivery, is the request as received (engine's
 	// Hook as JSON): taken later, it is delivered as it came.
-	Request json.RawMessage
-	Inputs     int    // inputs registered (accepted)
-	Events     int    // events published (accepted)
+	Request    json.RawMessage
+	Inputs     int // inputs registered (accepted)
+	Events     int // events published (accepted)
 	ReceivedAt int64
 }
 
