@@ -147,6 +147,9 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 	at := e.now()
 	if d.ID != 0 {
 		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
+		if id, err := deliveryID(wh.Dedupe, h); err == nil {
+			d.DeliveryID = id // named as its sender names it, whatever becomes of it
+		}
 	}
 	if why, msg, err := e.verifyHook(ctx, wh, h, at); err != nil || why != "" {
 		if err != nil {
@@ -155,6 +158,9 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 		if why == WhyNoSecret && e.secret != nil {
 			// Kept unverified: verified once the secret is set, and
 			// refused then (recorded) if its signature fails.
+			if id, err := deliveryID(wh.Dedupe, h); err == nil {
+				d.DeliveryID = id
+			}
 			return e.hold(ctx, d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg)
 		}
 		if d.ID != 0 && why == WhyBadSig {
