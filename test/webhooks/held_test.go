@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 )
@@ -78,9 +80,12 @@ const laterHook = `    later: {
 
 // heldSetup deploys heldScript (without %LATER%) neither granted nor with
 // its secret set: what a person who set up GitHub first has.
-func heldSetup(t *testing.T) *keep {
+func heldSetup(t *testing.T) *keep { t.Helper(); return heldSetupOn(t, "") }
+
+// heldSetupOn is heldSetup on the store ("" for SQLite in the data directory).
+func heldSetupOn(t *testing.T, store string) *keep {
 	t.Helper()
-	k := &keep{t: t, dir: t.TempDir(), sink: testsink.New(), reading: make(chan struct{}, 8), release: make(chan struct{})}
+	k := &keep{t: t, dir: t.TempDir(), store: store, sink: testsink.New(), reading: make(chan struct{}, 8), release: make(chan struct{})}
 	t.Cleanup(func() { k.unblock(); k.sink.Close() })
 	k.write("wf.js", k.heldSource(false))
 	k.write("keep.toml", "[policy]\nwebhook_max_body = \"64KiB\"\n"+k.sink.AllowTOML())
@@ -156,7 +161,16 @@ func (k *keep) wantHeld(a answer, waits string) {
 // delivery); a delivery with a bad signature, held unverified while the
 // secret was not set, is refused once it is set, and recorded so.
 func TestDeliveriesAreHeldUntilTheSecretTheGrantAndTheDeploy(t *testing.T) {
-	k := heldSetup(t)
+	heldUntilTheReasonIsGone(t, "")
+}
+
+// The same on PostgreSQL.
+func TestDeliveriesAreHeldUntilTheReasonIsGoneOnPostgreSQL(t *testing.T) {
+	heldUntilTheReasonIsGone(t, pgtest.FreshSchema(t))
+}
+
+func heldUntilTheReasonIsGone(t *testing.T, store string) {
+	k := heldSetupOn(t, store)
 	k.serve()
 	good := secrets["GITHUB_SECRET"]
 
@@ -340,5 +354,17 @@ func TestPastTheBoundTheSenderHearsAnError(t *testing.T) {
 	}, k.logs)
 	if out, err := k.keep("", "webhooks", "held"); err != nil || !strings.Contains(out, "HELD (100)") || !strings.Contains(out, "secret:GITHUB_SECRET") {
 		t.Fatalf("keep webhooks does not list the held deliveries: %v\n%s", err, out)
+	}
+	// The page shows them, with a take and a drop for each and for all.
+	resp, err := http.Get(k.api + "/w/held/webhooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"Held deliveries", `action="/w/held/webhooks/take-held"`, `action="/w/held/webhooks/drop-held"`, fmt.Sprintf(`name="record" value="%d"`, rec), "secret:GITHUB_SECRET"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the webhooks page (%d) does not show %q", resp.StatusCode, want)
+		}
 	}
 }
