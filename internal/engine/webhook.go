@@ -62,11 +62,15 @@ const (
 )
 
 // keepHeld bounds the deliveries keep holds per webhook (and, for webhooks
-// the active version does not declare, per workflow): each is at most the
-// workflow's webhook_max_body, so a webhook holds at most keepHeld times
-// that. Past it the sender is answered 503 (WhyHeldFull) and the refusal
+// the active version does not declare, per workflow), with keepHeldBytes.
+// Past either the sender is answered 503 (WhyHeldFull) and the refusal
 // is recorded: never a silent drop.
 const keepHeld = 100
+
+// keepHeldBytes bounds the bytes of the requests a webhook holds (as
+// received, the body in base64): at the largest webhook_max_body (16 MiB)
+// a hundred would be 2 GiB of the store.
+const keepHeldBytes = 64 << 20
 
 // Delivered is what keep made of a delivery.
 type Delivered struct {
@@ -161,7 +165,7 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 			if id, err := deliveryID(wh.Dedupe, h); err == nil {
 				d.DeliveryID = id
 			}
-			return e.hold(ctx, d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg)
+			return e.hold(ctx, d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
 		}
 		if d.ID != 0 && why == WhyBadSig {
 			msg = "held, then verified once the secret was set: " + msg

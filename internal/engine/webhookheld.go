@@ -54,25 +54,24 @@ func holdIn(tx store.Tx, d kt.Delivery, h Hook, heldFor, msg string) (Delivered,
 		d.DeliveryID = heldDeliveryID(h)
 	}
 	if d.ID == 0 {
-		n, err := tx.DeliveryHeldCount(d.Workflow, d.Webhook)
-		if err != nil {
-			return Delivered{}, err
-		}
-		if strings.HasPrefix(heldFor, kt.HeldForDeploy+":") && n < keepHeld {
-			// Names no version declares are anyone's to make up: their
-			// bound is the workflow's, not each name's.
-			if n, err = tx.DeliveryHeldCount(d.Workflow, ""); err != nil {
-				return Delivered{}, err
-			}
-		}
-		if n >= keepHeld {
-			return deliveryRecord(tx, d, kt.DeliveryRefused, WhyHeldFull, fmt.Sprintf("%s; keep holds %d deliveries of %s already, its bound, so this one was not kept: send it again once that is done, or take or drop the held ones (keep webhooks %s --take or --drop)", msg, n, holdScope(d, heldFor), d.Workflow))
-		}
 		req, err := json.Marshal(h)
 		if err != nil {
 			return Delivered{}, err
 		}
 		d.Request = req
+		scope := d.Webhook
+		if strings.HasPrefix(heldFor, kt.HeldForDeploy+":") {
+			// Names no version declares are anyone's to make up: their
+			// bound is the workflow's, not each name's.
+			scope = ""
+		}
+		n, size, err := tx.DeliveryHeldCount(d.Workflow, scope)
+		if err != nil {
+			return Delivered{}, err
+		}
+		if n >= keepHeld || size+int64(len(req)) > keepHeldBytes {
+			return deliveryRecord(tx, d, kt.DeliveryRefused, WhyHeldFull, fmt.Sprintf("%s; keep holds %d deliveries of %s already (%.1f MiB; it holds at most %d, %d MiB), so this one was not kept: send it again once that is done, or take or drop the held ones (keep webhooks %s --take or --drop)", msg, n, holdScope(d, heldFor), float64(size)/(1<<20), keepHeld, keepHeldBytes>>20, d.Workflow))
+		}
 	}
 	d.Status, d.HeldFor, d.Reason = kt.DeliveryHeld, heldFor, msg
 	if d.ID == 0 {
@@ -140,14 +139,30 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 	}); err != nil {
 		return out, err
 	}
+	// What each reason came to in this pass: a hundred deliveries held for
+	// one secret are one look at it.
+	gone := map[string]bool{}
 	for _, d := range held {
-		gone, err := e.heldReasonGone(ctx, d)
-		if err != nil {
-			return out, err
+		g, seen := gone[d.HeldFor]
+		if !seen {
+			var err error
+			if g, err = e.heldReasonGone(ctx, d); err != nil {
+				return out, err
+			}
+			gone[d.HeldFor] = g
 		}
-		if !gone {
+		if !g {
 			out.Held++
 			continue
+		}
+		if err := e.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			d, err = tx.DeliveryHeldGet(d.ID) // its request, read now it is taken
+			return err
+		}); errors.Is(err, kt.ErrNotFound) {
+			continue // settled meanwhile (another node, a person's drop)
+		} else if err != nil {
+			return out, err
 		}
 		var h Hook
 		if err := json.Unmarshal(d.Request, &h); err != nil {

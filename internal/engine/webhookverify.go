@@ -30,7 +30,7 @@ func (e *Engine) verifyHook(ctx context.Context, wh script.Webhook, h Hook, now 
 	}
 	secret, err := e.secret(ctx, vf.Secret)
 	if errors.Is(err, kt.ErrNotFound) {
-		return WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, which keep does not have: set it with `keep secret set %s` (its value on standard input); the delivery is held, unverified, and verified and taken once it is set", wh.Name, vf.Secret, vf.Secret), nil
+		return WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, which keep does not have: set it with `keep secret set %s` (its value on standard input)", wh.Name, vf.Secret, vf.Secret), nil
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("open the secret %s of webhook %s: %w", vf.Secret, wh.Name, err)

@@ -324,8 +324,8 @@ func TestPastTheBoundTheSenderHearsAnError(t *testing.T) {
 		k.wantHeld(k.to("gh", fmt.Sprint("b", i), secrets["GITHUB_SECRET"]), "keep secret set GITHUB_SECRET")
 	}
 	a := k.to("gh", "over", secrets["GITHUB_SECRET"])
-	k.expect(a, http.StatusServiceUnavailable, "keep holds 100 deliveries of webhook gh of held already, its bound, so this one was not kept")
-	if st, reason := k.held().statusOf("d-over"); st != "refused" || !strings.Contains(reason, "its bound") {
+	k.expect(a, http.StatusServiceUnavailable, "keep holds 100 deliveries of webhook gh of held already (0.0 MiB; it holds at most 100, 64 MiB), so this one was not kept")
+	if st, reason := k.held().statusOf("d-over"); st != "refused" || !strings.Contains(reason, "it holds at most 100") {
 		t.Fatalf("the refusal past the bound is not recorded: %s %q", st, reason)
 	}
 	v := k.held()

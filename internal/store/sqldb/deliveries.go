@@ -8,16 +8,15 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at, held_for, request`
+// deliveryCols leave a held delivery's request out: up to webhook_max_body
+// each, it is read only to take the delivery (DeliveryHeldGet).
+const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at, held_for`
 
 func scanDelivery(s interface{ Scan(...any) error }) (kt.Delivery, error) {
 	var d kt.Delivery
-	var status, request string
-	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt, &d.HeldFor, &request)
+	var status string
+	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt, &d.HeldFor)
 	d.Status = kt.DeliveryStatus(status)
-	if request != "" {
-		d.Request = json.RawMessage(request)
-	}
 	return d, err
 }
 
@@ -131,16 +130,32 @@ func (t *Tx) DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, e
 	return out, rows.Err()
 }
 
-func (t *Tx) DeliveryHeldCount(workflow, webhook string) (int, error) {
-	q := `SELECT COUNT(*) FROM deliveries WHERE workflow=? AND status='held'`
+func (t *Tx) DeliveryHeldCount(workflow, webhook string) (int, int64, error) {
+	// The requests are JSON with the body in base64: their length in
+	// characters is their length in bytes, on either backend.
+	q := `SELECT COUNT(*), COALESCE(SUM(LENGTH(request)), 0) FROM deliveries WHERE workflow=? AND status='held'`
 	args := []any{workflow}
 	if webhook != "" {
 		q += ` AND webhook=?`
 		args = append(args, webhook)
 	}
 	var n int
-	err := t.r.QueryRow(q, args...).Scan(&n)
-	return n, err
+	var bytes int64
+	err := t.r.QueryRow(q, args...).Scan(&n, &bytes)
+	return n, bytes, err
+}
+
+func (t *Tx) DeliveryHeldGet(id int64) (kt.Delivery, error) {
+	var request string
+	var d kt.Delivery
+	var status string
+	err := t.r.QueryRow(`SELECT `+deliveryCols+`, request FROM deliveries WHERE id=? AND status='held'`, id).
+		Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt, &d.HeldFor, &request)
+	if err != nil {
+		return d, notFound("held delivery", fmt.Sprint(id), err)
+	}
+	d.Status, d.Request = kt.DeliveryStatus(status), json.RawMessage(request)
+	return d, nil
 }
 
 func (t *Tx) DeliveryHeldWorkflows() ([]string, error) {
@@ -164,13 +179,15 @@ func (t *Tx) DeliverySettle(d *kt.Delivery) error {
 	if d.Status == kt.DeliveryHeld && d.HeldFor == "" {
 		return fmt.Errorf("hold delivery %d of webhook %s of %s: a held delivery says what it waits for", d.ID, d.Webhook, d.Workflow)
 	}
-	request := ""
+	what := fmt.Sprintf("settle held delivery %d of webhook %s of %s as %s", d.ID, d.Webhook, d.Workflow, d.Status)
 	if d.Status == kt.DeliveryHeld {
-		request = string(d.Request)
-	} else {
-		d.HeldFor, d.Request = "", nil
+		// Held again: its request stays as received.
+		return t.writeChanging(what, store.ErrStale,
+			`UPDATE deliveries SET delivery_id=?, reason=?, held_for=? WHERE id=? AND status='held'`,
+			d.DeliveryID, d.Reason, d.HeldFor, d.ID)
 	}
-	return t.writeChanging(fmt.Sprintf("settle held delivery %d of webhook %s of %s as %s", d.ID, d.Webhook, d.Workflow, d.Status), store.ErrStale,
-		`UPDATE deliveries SET delivery_id=?, status=?, reason=?, inputs=?, events=?, held_for=?, request=? WHERE id=? AND status='held'`,
-		d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.HeldFor, request, d.ID)
+	d.HeldFor, d.Request = "", nil
+	return t.writeChanging(what, store.ErrStale,
+		`UPDATE deliveries SET delivery_id=?, status=?, reason=?, inputs=?, events=?, held_for='', request='' WHERE id=? AND status='held'`,
+		d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ID)
 }

@@ -473,7 +473,12 @@ func (r recordingTx) DeliveryHeld(workflow, webhook string, limit int) ([]kt.Del
 	return r.tx.DeliveryHeld(workflow, webhook, limit)
 }
 
-func (r recordingTx) DeliveryHeldCount(workflow, webhook string) (int, error) {
+func (r recordingTx) DeliveryHeldGet(id int64) (kt.Delivery, error) {
+	r.c.note("DeliveryHeldGet")
+	return r.tx.DeliveryHeldGet(id)
+}
+
+func (r recordingTx) DeliveryHeldCount(workflow, webhook string) (int, int64, error) {
 	r.c.note("DeliveryHeldCount")
 	return r.tx.DeliveryHeldCount(workflow, webhook)
 }

@@ -141,19 +141,34 @@ func exerciseDeliveries(run runCase) {
 			return tx.DeliveryAdd(&d)
 		}))
 		must(t, s.View(ctx, func(tx store.Tx) error {
+			// Listed without their requests; each read with it by its id.
 			all, err := tx.DeliveryHeld("w", "", 0)
-			if err != nil || len(all) != 3 || !reflect.DeepEqual(all, held) {
+			if err != nil || len(all) != 3 {
 				return fmt.Errorf("held deliveries of w: %+v %v, want %+v", all, err, held)
 			}
+			for i := range all {
+				want := held[i]
+				want.Request = nil
+				if !reflect.DeepEqual(all[i], want) {
+					return fmt.Errorf("held delivery %d listed as %+v, want %+v", i, all[i], want)
+				}
+				got, err := tx.DeliveryHeldGet(all[i].ID)
+				if err != nil || !reflect.DeepEqual(got, held[i]) {
+					return fmt.Errorf("held delivery %d read as %+v %v, want %+v", all[i].ID, got, err, held[i])
+				}
+			}
 			gh, err := tx.DeliveryHeld("w", "gh", 1)
-			if err != nil || len(gh) != 1 || gh[0].DeliveryID != "h0" || string(gh[0].Request) != string(req) {
+			if err != nil || len(gh) != 1 || gh[0].DeliveryID != "h0" || gh[0].Request != nil {
 				return fmt.Errorf("the oldest held delivery of gh: %+v %v", gh, err)
 			}
-			if n, err := tx.DeliveryHeldCount("w", "gh"); err != nil || n != 2 {
-				return fmt.Errorf("held of gh: %d %v, want 2", n, err)
+			if n, b, err := tx.DeliveryHeldCount("w", "gh"); err != nil || n != 2 || b != int64(2*len(req)) {
+				return fmt.Errorf("held of gh: %d (%d bytes) %v, want 2 (%d bytes)", n, b, err, 2*len(req))
 			}
-			if n, err := tx.DeliveryHeldCount("w", ""); err != nil || n != 3 {
-				return fmt.Errorf("held of w: %d %v, want 3", n, err)
+			if n, b, err := tx.DeliveryHeldCount("w", ""); err != nil || n != 3 || b != int64(3*len(req)) {
+				return fmt.Errorf("held of w: %d (%d bytes) %v, want 3", n, b, err)
+			}
+			if _, err := tx.DeliveryHeldGet(held[2].ID + 1000); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("an unknown held delivery: %v, want not found", err)
 			}
 			wfs, err := tx.DeliveryHeldWorkflows()
 			if err != nil || fmt.Sprint(wfs) != "[other w]" {
@@ -189,8 +204,14 @@ func exerciseDeliveries(run runCase) {
 				return fmt.Errorf("the taken delivery: %+v %v", got, err)
 			}
 			all, err := tx.DeliveryHeld("w", "", 0)
-			if err != nil || len(all) != 2 || all[0].HeldFor != again.HeldFor || all[0].Reason != again.Reason || string(all[0].Request) != string(req) {
+			if err != nil || len(all) != 2 || all[0].HeldFor != again.HeldFor || all[0].Reason != again.Reason {
 				return fmt.Errorf("held after settling: %+v %v", all, err)
+			}
+			if got, err := tx.DeliveryHeldGet(all[0].ID); err != nil || string(got.Request) != string(req) {
+				return fmt.Errorf("held again, its request: %+v %v", got, err)
+			}
+			if _, err := tx.DeliveryHeldGet(held[0].ID); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a taken delivery read as held: %v", err)
 			}
 			list, err := tx.DeliveryList("w", 0)
 			if err != nil || len(list) != 4 {
