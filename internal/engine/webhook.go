@@ -172,6 +172,11 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 		}
 		return e.record(ctx, d, kt.DeliveryRefused, why, msg)
 	}
+	if _, ok := slackChallenge(wh, h); ok && d.ID != 0 {
+		// Held while its secret was not set: Slack wanted the challenge
+		// back at once, and checks the URL again when it is saved.
+		return e.record(ctx, d, kt.DeliveryRefused, WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
+	}
 	if challenge, ok := slackChallenge(wh, h); ok {
 		// Slack checks an Events API URL with a signed challenge it must
 		// get back before it sends any event: a handshake, not a delivery.

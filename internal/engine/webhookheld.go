@@ -70,6 +70,7 @@ func holdIn(tx store.Tx, d kt.Delivery, h Hook, heldFor, msg string) (Delivered,
 			return Delivered{}, err
 		}
 		if n >= keepHeld || size+int64(len(req)) > keepHeldBytes {
+			d.Request = nil // refused: nothing of it is kept but its record
 			return deliveryRecord(tx, d, kt.DeliveryRefused, WhyHeldFull, fmt.Sprintf("%s; keep holds %d deliveries of %s already (%.1f MiB; it holds at most %d, %d MiB), so this one was not kept: send it again once that is done, or take or drop the held ones (keep webhooks %s --take or --drop)", msg, n, holdScope(d, heldFor), float64(size)/(1<<20), keepHeld, keepHeldBytes>>20, d.Workflow))
 		}
 	}
