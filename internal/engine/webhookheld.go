@@ -18,8 +18,8 @@ import (
 // delivery again by itself; one keep cannot take for a reason of its own
 // (kt.HeldForDeploy, kt.HeldForSecret, kt.HeldForGrant) is kept with its
 // request, the sender answered 202, and taken once the reason is gone
-// (TakeAllHeld, which keep serve calls) or when a person says so (TakeHeld,
-// DropHeld). A held delivery that later fails in its handler is held
+// (TakeAllHeld, which keep serve calls), or at once when a person asks
+// (HeldAction: take or drop). A held delivery that later fails in its handler is held
 // again until a new version is deployed (heldForHandler): its sender will
 // not send it again either.
 
@@ -47,8 +47,8 @@ func (e *Engine) hold(ctx context.Context, d kt.Delivery, h Hook, heldFor, msg s
 }
 
 // holdIn holds d inside tx: a delivery held before is settled as held
-// again (its request kept); a new one is added within keepHeld, else
-// refused and recorded as such (WhyHeldFull).
+// again (its request kept); a new one is added within keepHeld and
+// keepHeldBytes, else refused and recorded as such (WhyHeldFull).
 func holdIn(tx store.Tx, d kt.Delivery, h Hook, heldFor, msg string) (Delivered, error) {
 	if d.DeliveryID == "" {
 		d.DeliveryID = heldDeliveryID(h)
