@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -355,8 +358,11 @@ func TestPastTheBoundTheSenderHearsAnError(t *testing.T) {
 	if out, err := k.keep("", "webhooks", "held"); err != nil || !strings.Contains(out, "HELD (100)") || !strings.Contains(out, "secret:GITHUB_SECRET") {
 		t.Fatalf("keep webhooks does not list the held deliveries: %v\n%s", err, out)
 	}
-	// The page shows them, with a take and a drop for each and for all.
-	resp, err := http.Get(k.api + "/w/held/webhooks")
+	// The page shows them, with a take and a drop for each and for all,
+	// and its Drop drops the one it names.
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.Get(k.api + "/w/held/webhooks")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,6 +371,24 @@ func TestPastTheBoundTheSenderHearsAnError(t *testing.T) {
 	for _, want := range []string{"Held deliveries", `action="/w/held/webhooks/take-held"`, `action="/w/held/webhooks/drop-held"`, fmt.Sprintf(`name="record" value="%d"`, rec), "secret:GITHUB_SECRET"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("the webhooks page (%d) does not show %q", resp.StatusCode, want)
+		}
+	}
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
+	if csrf == nil {
+		t.Fatalf("no form on the webhooks page:\n%s", page)
+	}
+	resp, err = browser.PostForm(k.api+"/w/held/webhooks/drop-held", url.Values{"csrf": {csrf[1]}, "record": {fmt.Sprint(rec)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(after), "dropped 1 held webhook delivery") {
+		t.Errorf("after the page's Drop (%d %s):\n%s", resp.StatusCode, resp.Request.URL, after)
+	}
+	for _, d := range k.held().Held {
+		if d.Record == rec {
+			t.Errorf("delivery %d is still held after the page's Drop", rec)
 		}
 	}
 }
