@@ -71,6 +71,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/events", s.publish)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/webhooks", s.webhooks)
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/webhooks/take-held", s.heldAction(kt.ActTakeHeld))
+	mux.HandleFunc("POST /api/v1/workflows/{wf}/webhooks/drop-held", s.heldAction(kt.ActDropHeld))
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/decisions", s.decisions)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/grant", s.grant)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/revoke", s.revoke)
@@ -413,12 +415,29 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	hooks, ds, err := report.Webhooks(r.Context(), s.Store, wf, s.WebhooksURL, limit)
+	hooks, ds, held, err := report.Webhooks(r.Context(), s.Store, wf, s.WebhooksURL, limit)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	reply(w, apitype.WebhooksReply{Workflow: wf, Served: s.WebhooksURL != "", Webhooks: hooks, Deliveries: ds})
+	reply(w, apitype.WebhooksReply{Workflow: wf, Served: s.WebhooksURL != "", Webhooks: hooks, Deliveries: ds, Held: held})
+}
+
+// heldAction takes or drops a workflow's held webhook deliveries (issue
+// 40): those the body names, or all.
+func (s *Server) heldAction(act kt.Action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		wf := r.PathValue("wf")
+		var req apitype.HeldRequest
+		if r.ContentLength != 0 {
+			if err := decode(r, &req); err != nil {
+				Error(w, http.StatusBadRequest, "bad_request", err.Error())
+				return
+			}
+		}
+		rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Deliveries: req.Deliveries})
+		s.actionReply(w, wf, rep.Message, err)
+	}
 }
 
 // decisions answers a workflow's decision log, newest first: ?limit=

@@ -325,6 +325,18 @@ func (c *Client) Revoke(ctx context.Context, wf string, items []string) (apitype
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "revoke"), apitype.GrantRequest{Items: items}, &r)
 }
 
+// TakeHeld asks keep to take a workflow's held webhook deliveries now
+// (ids nil: all); DropHeld drops them.
+func (c *Client) TakeHeld(ctx context.Context, wf string, ids []int64) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "webhooks/take-held"), apitype.HeldRequest{Deliveries: ids}, &r)
+}
+
+func (c *Client) DropHeld(ctx context.Context, wf string, ids []int64) (apitype.WorkflowActionReply, error) {
+	var r apitype.WorkflowActionReply
+	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "webhooks/drop-held"), apitype.HeldRequest{Deliveries: ids}, &r)
+}
+
 // SkipPending skips a topic's pending events.
 func (c *Client) SkipPending(ctx context.Context, wf, topic string) (apitype.WorkflowActionReply, error) {
 	var r apitype.WorkflowActionReply

@@ -46,6 +46,13 @@ type GrantRequest struct {
 	Items []string `json:"items"`
 }
 
+// HeldRequest is the body of POST /api/v1/workflows/{wf}/webhooks/take-held
+// and …/drop-held: the records of the held deliveries (keep webhooks
+// lists them); absent or null for all the workflow holds.
+type HeldRequest struct {
+	Deliveries []int64 `json:"deliveries"`
+}
+
 // DeployReply answers POST /api/v1/workflows.
 type DeployReply struct {
 	Workflow    string   `json:"workflow"`
@@ -150,6 +157,10 @@ type WebhooksReply struct {
 	Served     bool       `json:"served"`
 	Webhooks   []Webhook  `json:"webhooks"`
 	Deliveries []Delivery `json:"deliveries"`
+	// Held are the deliveries keep holds for a reason of its own, oldest
+	// first (issue 40): each is taken once its reason is gone, or by a
+	// person (POST …/webhooks/take-held, …/drop-held).
+	Held []Delivery `json:"held"`
 }
 
 // TopicsReply answers GET /api/v1/workflows/{wf}/topics.

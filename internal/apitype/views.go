@@ -334,6 +334,9 @@ type Webhook struct {
 
 // Delivery is one request a webhook received.
 type Delivery struct {
+	// Record is the delivery's record: a held one is taken or dropped by
+	// it (keep webhooks WF --take --delivery RECORD).
+	Record     int64  `json:"record"`
 	Webhook    string `json:"webhook"`
 	DeliveryID string `json:"delivery"`
 	Status     string `json:"status"`
@@ -341,4 +344,8 @@ type Delivery struct {
 	Inputs     int    `json:"inputs"`
 	Events     int    `json:"events"`
 	ReceivedAt string `json:"receivedAt"`
+	// HeldFor, of a held delivery, is what it waits for: "deploy:NAME",
+	// "secret:NAME", "grant:ITEM", "handler:VERSION" (its handler failed:
+	// a new version), "person:WHO" (a person asked to take it).
+	HeldFor string `json:"heldFor,omitempty"`
 }

@@ -43,6 +43,8 @@ func TestEveryActionHasOneCommandAndOneRoute(t *testing.T) {
 		kt.ActApproveRepair: {[]string{"repairs", "--approve"}, "/api/v1/workflows/W/repairs/X/approve", ""},
 		kt.ActRejectRepair:  {[]string{"repairs", "--reject"}, "/api/v1/workflows/W/repairs/X/reject", ""},
 		kt.ActPublish:       {[]string{"publish", "--id", "--title", "--json"}, "/api/v1/workflows/W/topics/T/events", `{"id":"1","title":"t"}`},
+		kt.ActTakeHeld:      {[]string{"webhooks", "--take", "--delivery"}, "/api/v1/workflows/W/webhooks/take-held", ""},
+		kt.ActDropHeld:      {[]string{"webhooks", "--drop", "--delivery", "--yes"}, "/api/v1/workflows/W/webhooks/drop-held", `{"deliveries":[1]}`},
 	}
 	var listed []kt.Action
 	for a := range covered {

@@ -88,6 +88,7 @@ func (a *app) serveCmd() *cobra.Command {
 			var beside sync.WaitGroup
 			beside.Go(func() { k.Notify(besideCtx) })
 			beside.Go(func() { k.Maintain(besideCtx) })
+			beside.Go(func() { k.TakeHeld(besideCtx) })
 			defer func() { endBeside(); beside.Wait() }()
 			if hooksURL != "" {
 				where += ", webhooks at " + hooksURL + "/hooks/"

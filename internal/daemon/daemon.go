@@ -273,6 +273,26 @@ func (k *Keep) Maintain(ctx context.Context) {
 	}
 }
 
+// TakeHeld takes the held webhook deliveries whose reason is gone (issue
+// 40: a grant given, a secret set, a version deployed, by whichever
+// process) until ctx ends (keep serve): at once and each second. A take
+// is settled only while its delivery is still held, so nodes that share a
+// store take each once.
+func (k *Keep) TakeHeld(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if err := k.Engine.TakeAllHeld(ctx); err != nil && ctx.Err() == nil {
+			k.log.Warn("take held webhook deliveries", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // SetPageURL is where notices link to, unless [notify] page_url says.
 func (k *Keep) SetPageURL(u string) {
 	if k.notifier != nil && k.notifier.PageURL == "" {

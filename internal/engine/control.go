@@ -70,7 +70,7 @@ func (c *Control) MayAct(ctx context.Context, act kt.Action) error {
 // Actions lists every action Control carries out, in the order above.
 func Actions() []kt.Action {
 	return []kt.Action{kt.ActTryAgain, kt.ActDidntHappen, kt.ActSkip, kt.ActReprocess, kt.ActApprove, kt.ActPause, kt.ActResume, kt.ActRunNow,
-		kt.ActGrant, kt.ActRevoke, kt.ActSkipPending, kt.ActResetState, kt.ActSkipItem, kt.ActReprocessItem, kt.ActApproveRepair, kt.ActRejectRepair, kt.ActPublish}
+		kt.ActGrant, kt.ActRevoke, kt.ActSkipPending, kt.ActResetState, kt.ActSkipItem, kt.ActReprocessItem, kt.ActApproveRepair, kt.ActRejectRepair, kt.ActPublish, kt.ActTakeHeld, kt.ActDropHeld}
 }
 
 // Request names an action and what it acts on: Run for the run actions,
@@ -80,6 +80,7 @@ type Request struct {
 	Run, Workflow, Topic, Handler, Item, Repair string
 	Items                                       []string // grant, revoke: what, as it is granted
 	Event                                       APIEvent // publish: the event (its Workflow and Topic are the request's)
+	Deliveries                                  []int64  // take-held, drop-held: the held deliveries' records (nil: all)
 }
 
 // Reply is what a carried-out action says, and the workflow it touched.
@@ -149,6 +150,8 @@ func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 		ev.Workflow, ev.Topic = q.Workflow, q.Topic
 		rep.Posted, err = PostEvent(ctx, c.Store, ev, now)
 		msg = rep.Posted.Message
+	case kt.ActTakeHeld, kt.ActDropHeld:
+		msg, err = HeldAction(ctx, c.Store, q.Workflow, q.Deliveries, q.Action == kt.ActTakeHeld, now)
 	case kt.ActApproveRepair, kt.ActRejectRepair:
 		if c.DecideRepair == nil {
 			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}

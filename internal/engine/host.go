@@ -358,9 +358,7 @@ func (h *host) checkArgs(tool, method string, m *connector.Method, raw json.RawM
 		if !isStr {
 			return nil, kt.Errorf(kt.ClassLogic, "ctx.%s: subkey must be a string", method)
 		}
-		if len(s) > kt.MaxIDChars {
-			return nil, kt.OverBound(h.where(method), "the subkey has", len(s), kt.MaxIDChars, "characters", "a subkey names one of several writes of a unit of work: keep it short and stable")
-		}
+		args["subkey"] = h.boundedID(method, "subkey", s)
 	}
 	return args, nil
 }
@@ -437,13 +435,13 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs id: the external identifier of the %s/%s input (a string)", in.Source, in.Type)
 	case strings.TrimSpace(title) == "":
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs a title that says what the input is, e.g. `Order 1042 from alice@example.com`")
-	case len(title) > kt.MaxTitleChars:
-		return nil, kt.OverBound(h.where("registerInput"), "the title has", len(title), kt.MaxTitleChars, "characters", "a title says what the input is in a line; keep the rest in the event's payload")
-	case len(id) > kt.MaxIDChars:
-		return nil, kt.OverBound(h.where("registerInput"), "the id has", len(id), kt.MaxIDChars, "characters", "the id is the input's identifier in its source (a message id, a file name), not its content")
 	case len(in.Source) > kt.MaxIDChars || len(in.Type) > kt.MaxIDChars:
 		return nil, kt.OverBound(h.where("registerInput"), "the source or type has", max(len(in.Source), len(in.Type)), kt.MaxIDChars, "characters", "use the source and type a connector declares")
 	}
+	// A title and an id come from outside data (a mail's subject, a
+	// file's name): one over keep's bound must not stop the source.
+	title = h.shortTitle("registerInput", title)
+	id = h.boundedID("registerInput", "id", id)
 	if types, ok := h.reg.SourceAllowed(in.Source, in.Type); !ok {
 		if types == nil {
 			return nil, kt.Errorf(kt.ClassLogic, "registerInput: unknown source %q (known: %s)", in.Source, strings.Join(h.reg.Sources(), ", "))
@@ -488,6 +486,28 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(in2.ID)
 }
 
+// shortTitle is title within keep's bound (kt.ShortTitle); the trace says
+// when it was shortened.
+func (h *host) shortTitle(method, title string) string {
+	short, shortened := kt.ShortTitle(title)
+	if shortened {
+		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Method: method,
+			Text: fmt.Sprintf("%s: the title has %d characters, more than keep's bound of %d: shortened to %d, ending in %s (a title says what it is in a line)", h.where(method), len(title), kt.MaxTitleChars, len(short), kt.TitleEllipsis)})
+	}
+	return short
+}
+
+// boundedID is an id a script chose within keep's bound (kt.BoundedID);
+// the trace says when it is the hash of what the script gave.
+func (h *host) boundedID(method, what, id string) string {
+	bounded, hashed := kt.BoundedID(id)
+	if hashed {
+		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Method: method,
+			Text: fmt.Sprintf("%s: the %s has %d characters, more than keep's bound of %d: keep names it by its hash, %s (the same %s is always the same name)", h.where(method), what, len(id), kt.MaxIDChars, bounded, what)})
+	}
+	return bounded
+}
+
 func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if !kt.CtxAllows(h.ctxPhase(), kt.CallPublish) {
 		return nil, violation("publish is only allowed in %s (called in %s)", kt.CtxAllowedIn(kt.CallPublish), h.phase)
@@ -509,9 +529,7 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(msgID) > kt.MaxIDChars {
-		return nil, kt.OverBound(h.where("publish"), "the messageId has", len(msgID), kt.MaxIDChars, "characters", "a messageId names the event, stable across retries (e.g. `order:${o.id}`); put the data in its payload")
-	}
+	msgID = h.boundedID("publish", "messageId", msgID)
 	payload := req.Event.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
@@ -632,9 +650,7 @@ func readIDs(where string, raw []any) ([]string, error) {
 		if !ok {
 			return nil, kt.Errorf(kt.ClassLogic, "%s: ids must be strings", where)
 		}
-		if len(s) > kt.MaxIDChars {
-			return nil, kt.OverBound(where, "an id has", len(s), kt.MaxIDChars, "characters", "no messageId is that long")
-		}
+		s, _ = kt.BoundedID(s) // as publish named it
 		if !seen[s] {
 			seen[s] = true
 			ids = append(ids, s)

@@ -177,15 +177,14 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	switch {
 	case id == "":
 		return nil, kt.Errorf(kt.ClassLogic, "withItem needs a stable id as its first argument, e.g. `email:${e.id}`")
-	case len(id) > kt.MaxIDChars:
-		return nil, kt.OverBound(h.where("withItem"), "the item id has", len(id), kt.MaxIDChars, "characters", "an item id names the item, stable across runs (e.g. `email:${e.id}`), not its content")
-	case len(title) > kt.MaxTitleChars:
-		return nil, kt.OverBound(h.where("withItem"), "the title has", len(title), kt.MaxTitleChars, "characters", "a title says what the item is in a line")
 	case title == "":
 		return nil, kt.Errorf(kt.ClassLogic, "withItem(%q): the title must say what the item is, e.g. `Email from alice@example.com: \"Invoice\"`", id)
 	case ts.item != nil:
 		return nil, kt.Errorf(kt.ClassLogic, "withItem(%q) started while item %q is being processed: items cannot be nested", id, ts.item.Key)
 	}
+	// An item's id and title are made from outside data (a mail's id and
+	// subject): one over keep's bound must not stop the task.
+	id, title = h.boundedID("withItem", "item id", id), h.shortTitle("withItem", title)
 	now := h.e.nowMs()
 	var it kt.Input
 	if h.dry {

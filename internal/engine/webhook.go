@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -56,7 +57,20 @@ const (
 	WhyFailed    Why = "failed"     // the handler failed: the sender retries
 	WhyRedeploy  Why = "redeployed" // a deploy came in while the handler ran: the sender retries
 	WhyChallenge Why = "challenge"  // Slack's URL verification, answered with its challenge (Reply): not recorded
+	WhyHeld      Why = "held"       // kept for a reason of keep's own (kt.DeliveryHeld): 202, taken once it is gone
+	WhyHeldFull  Why = "held-full"  // would be held, but its webhook holds keepHeld already: the sender retries
 )
+
+// keepHeld bounds the deliveries keep holds per webhook (and, for webhooks
+// the active version does not declare, per workflow), with keepHeldBytes.
+// Past either the sender is answered 503 (WhyHeldFull) and the refusal
+// is recorded: never a silent drop.
+const keepHeld = 100
+
+// keepHeldBytes bounds the bytes of the requests a webhook holds (as
+// received, the body in base64): at the largest webhook_max_body (16 MiB)
+// a hundred would be 2 GiB of the store.
+const keepHeldBytes = 64 << 20
 
 // Delivered is what keep made of a delivery.
 type Delivered struct {
@@ -90,24 +104,46 @@ func (e *Engine) Deliver(ctx context.Context, h Hook) (Delivered, error) {
 }
 
 func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
+	return e.deliverAs(ctx, h, kt.Delivery{Workflow: h.Workflow, Webhook: h.Name, ReceivedAt: e.nowMs()})
+}
+
+// deliverAs carries out h as the delivery d: a new one (d.ID 0), or one
+// held before (kt.DeliveryHeld), whose record is then settled in place
+// (DeliverySettle: only while it is still held, so two takers take it
+// once) and whose signature is checked against the clock of its receipt.
+// A held delivery that cannot be taken yet is held again, saying why: its
+// sender was answered 202 and will not send it again.
+func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivered, error) {
 	w, v, prog, err := e.activeProgram(ctx, h.Workflow)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
+			if d.ID != 0 {
+				return e.record(ctx, d, kt.DeliveryRefused, WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
+			}
 			return Delivered{Why: WhyNotFound, Message: err.Error()}, nil
 		}
 		return Delivered{}, err
 	}
 	wh, problems, ok := prog.Decl.Webhook(h.Name)
 	if !ok {
+		// The sender was set up before the version that declares this
+		// webhook was deployed (GitHub sends its ping at once).
 		names := strings.Join(prog.Decl.WebhookNames(), ", ")
 		if names == "" {
 			names = "none"
 		}
-		return Delivered{Why: WhyNotFound, Message: fmt.Sprintf("workflow %s has no webhook %q (its webhooks: %s)", h.Workflow, h.Name, names)}, nil
+		if h.TooLarge {
+			// Its body was not read: there is nothing to hold.
+			return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
+		}
+		return e.hold(ctx, d, h, kt.HeldForDeploy+":"+h.Name, fmt.Sprintf("the active version of %s (%s) declares no webhook %q (its webhooks: %s); held until a version that declares it is deployed", h.Workflow, v.Label(), h.Name, names))
 	}
-	d := kt.Delivery{Workflow: h.Workflow, Webhook: h.Name, ReceivedAt: e.nowMs()}
 	if len(problems) > 0 {
-		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, fmt.Sprintf("webhook %s of %s is not declared right (%s); fix the script and deploy it", h.Name, h.Workflow, strings.Join(problems, "; ")))
+		msg := fmt.Sprintf("webhook %s of %s is not declared right (%s); fix the script and deploy it", h.Name, h.Workflow, strings.Join(problems, "; "))
+		if d.ID != 0 {
+			return e.hold(ctx, d, h, heldForVersion(v), msg+"; held until then")
+		}
+		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, msg)
 	}
 	if h.TooLarge {
 		pol, err := e.policyFor(w)
@@ -116,11 +152,34 @@ func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
 		}
 		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
 	}
-	if why, msg, err := e.verifyHook(ctx, wh, h); err != nil || why != "" {
+	at := e.now()
+	if d.ID != 0 {
+		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
+		if id, err := deliveryID(wh.Dedupe, h); err == nil {
+			d.DeliveryID = id // named as its sender names it, whatever becomes of it
+		}
+	}
+	if why, msg, err := e.verifyHook(ctx, wh, h, at); err != nil || why != "" {
 		if err != nil {
 			return Delivered{}, err
 		}
+		if why == WhyNoSecret && e.secret != nil {
+			// Kept unverified: verified once the secret is set, and
+			// refused then (recorded) if its signature fails.
+			if id, err := deliveryID(wh.Dedupe, h); err == nil {
+				d.DeliveryID = id
+			}
+			return e.hold(ctx, d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
+		}
+		if d.ID != 0 && why == WhyBadSig {
+			msg = "held, then verified once the secret was set: " + msg
+		}
 		return e.record(ctx, d, kt.DeliveryRefused, why, msg)
+	}
+	if _, ok := slackChallenge(wh, h); ok && d.ID != 0 {
+		// Held while its secret was not set: Slack wanted the challenge
+		// back at once, and checks the URL again when it is saved.
+		return e.record(ctx, d, kt.DeliveryRefused, WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
 	}
 	if challenge, ok := slackChallenge(wh, h); ok {
 		// Slack checks an Events API URL with a signed challenge it must
@@ -181,7 +240,18 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 		return Delivered{}, err
 	}
 	if _, err := x.invoke(hs, req); err != nil {
-		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, clip(redact.String(err.Error()), maxTraceText))
+		msg := clip(redact.String(err.Error()), maxTraceText)
+		if item := kt.NeededGrant(err.Error()); item != "" && kt.ClassOf(err) == kt.ClassPermission {
+			// The input source (or what else the handler reaches) is not
+			// granted yet: keep's reason, not the sender's.
+			return e.hold(ctx, d, h, kt.HeldForGrant+":"+item, msg)
+		}
+		if d.ID != 0 {
+			// Its sender was answered 202 and will not send it again:
+			// held until a fix is deployed, or a person takes or drops it.
+			return e.hold(ctx, d, h, heldForVersion(v), msg)
+		}
+		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, msg)
 	}
 	// The inputs the handler registered that were new when it looked (an
 	// earlier delivery's inputs are created by "webhook" too: only these
@@ -197,6 +267,10 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	err = e.store.Update(ctx, func(tx store.Tx) error {
 		cur, err := workflow(tx, w.Name)
 		if err != nil {
+			return err
+		}
+		if cur.ActiveVersion != v.ID && d.ID != 0 {
+			out, err = holdIn(tx, d, h, heldForVersion(v), fmt.Sprintf("workflow %s was deployed while this held delivery's handler ran; nothing it did was kept, and it is taken again with the new version", w.Name))
 			return err
 		}
 		if cur.ActiveVersion != v.ID {
@@ -282,11 +356,16 @@ func (e *Engine) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus
 // deliveryRecord writes a delivery's record inside tx; a delivery that was
 // not accepted makes room for itself (keepDeliveries).
 func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why Why, msg string) (Delivered, error) {
+	wasHeld := d.ID != 0
 	d.Status, d.Reason = st, msg
 	if d.DeliveryID == "" {
 		d.DeliveryID = "-" // refused before its id was read
 	}
-	if err := tx.DeliveryAdd(&d); err != nil {
+	if wasHeld {
+		if err := tx.DeliverySettle(&d); err != nil {
+			return Delivered{}, err
+		}
+	} else if err := tx.DeliveryAdd(&d); err != nil {
 		return Delivered{}, err
 	}
 	if st != kt.DeliveryAccepted {

@@ -24,14 +24,14 @@ func TestSignHookPassesVerification(t *testing.T) {
 		if err := SignHook(wh, "s3cret", &h, now); err != nil {
 			t.Fatal(err)
 		}
-		if why, msg, err := e.verifyHook(context.Background(), wh, h); err != nil || why != "" {
+		if why, msg, err := e.verifyHook(context.Background(), wh, h, e.now()); err != nil || why != "" {
 			t.Errorf("%s: signed, refused: %s %s %v", vf.Kind, why, msg, err)
 		}
 		other := Hook{Body: []byte(`{"id":2}`)}
 		if err := SignHook(wh, "another", &other, now); err != nil {
 			t.Fatal(err)
 		}
-		if why, _, _ := e.verifyHook(context.Background(), wh, other); why != WhyBadSig {
+		if why, _, _ := e.verifyHook(context.Background(), wh, other, e.now()); why != WhyBadSig {
 			t.Errorf("%s: signed with another secret, answered %q", vf.Kind, why)
 		}
 	}

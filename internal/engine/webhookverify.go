@@ -23,14 +23,14 @@ import (
 // expected). Comparisons take the same time whatever matches
 // (hmac.Equal, subtle.ConstantTimeCompare). An error is keep's own (the
 // store), not the request's.
-func (e *Engine) verifyHook(ctx context.Context, wh script.Webhook, h Hook) (Why, string, error) {
+func (e *Engine) verifyHook(ctx context.Context, wh script.Webhook, h Hook, now time.Time) (Why, string, error) {
 	vf := wh.Verify
 	if e.secret == nil {
 		return WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, and this keep opens no secrets; run keep serve", wh.Name, vf.Secret), nil
 	}
 	secret, err := e.secret(ctx, vf.Secret)
 	if errors.Is(err, kt.ErrNotFound) {
-		return WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, which keep does not have: set it with `keep secret set %s` (its value on standard input); the sender's retries get through once it is set", wh.Name, vf.Secret, vf.Secret), nil
+		return WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, which keep does not have: set it with `keep secret set %s` (its value on standard input)", wh.Name, vf.Secret, vf.Secret), nil
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("open the secret %s of webhook %s: %w", vf.Secret, wh.Name, err)
@@ -40,9 +40,9 @@ func (e *Engine) verifyHook(ctx context.Context, wh script.Webhook, h Hook) (Why
 	case script.VerifyHMAC:
 		why = checkHMAC(h, vf, secret)
 	case script.VerifyStripe:
-		why = checkStripe(h, vf, secret, e.now())
+		why = checkStripe(h, vf, secret, now)
 	case script.VerifySlack:
-		why = checkSlack(h, vf, secret, e.now())
+		why = checkSlack(h, vf, secret, now)
 	case script.VerifyToken:
 		why = checkToken(h, vf, secret)
 	default:

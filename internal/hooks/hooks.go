@@ -32,7 +32,7 @@ const Path = "/hooks/"
 // Reply is what a sender is answered (JSON).
 type Reply struct {
 	OK       bool   `json:"ok"`
-	Status   string `json:"status,omitempty"` // accepted, duplicate, refused, failed
+	Status   string `json:"status,omitempty"` // accepted, duplicate, held, refused, failed
 	Delivery string `json:"delivery,omitempty"`
 	Inputs   int    `json:"inputs"`
 	Events   int    `json:"events"`
@@ -40,8 +40,9 @@ type Reply struct {
 }
 
 // codes is what each outcome answers: 2xx only for a delivery whose work
-// is committed (or was, before); 5xx where the sender should retry (the
-// handler failed, the secret is not set yet, a deploy came in).
+// is committed (or was, before), or that keep holds durably to take it
+// later (202); 5xx where the sender should retry (the handler failed, a
+// deploy came in, the webhook holds as many as keep holds).
 var codes = map[engine.Why]int{
 	engine.WhyAccepted:  http.StatusOK,
 	engine.WhyDuplicate: http.StatusOK,
@@ -52,6 +53,9 @@ var codes = map[engine.Why]int{
 	engine.WhyNoSecret:  http.StatusServiceUnavailable,
 	engine.WhyFailed:    http.StatusInternalServerError,
 	engine.WhyRedeploy:  http.StatusServiceUnavailable,
+	// Kept for a reason of keep's own: taken once it is gone (issue 40).
+	engine.WhyHeld:     http.StatusAccepted,
+	engine.WhyHeldFull: http.StatusServiceUnavailable,
 }
 
 // The listener's bounds: it faces the internet, so no sender, signed or
@@ -148,7 +152,10 @@ func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog
 	if !ok {
 		code = http.StatusInternalServerError
 	}
-	answer(w, code, Reply{OK: d.Status == kt.DeliveryAccepted || d.Status == kt.DeliveryDuplicate, Status: string(d.Status), Delivery: d.DeliveryID, Inputs: d.Inputs, Events: d.Events, Message: d.Message})
+	if d.Why == engine.WhyHeldFull {
+		w.Header().Set("Retry-After", "600")
+	}
+	answer(w, code, Reply{OK: d.Status == kt.DeliveryAccepted || d.Status == kt.DeliveryDuplicate || d.Status == kt.DeliveryHeld, Status: string(d.Status), Delivery: d.DeliveryID, Inputs: d.Inputs, Events: d.Events, Message: d.Message})
 }
 
 func answer(w http.ResponseWriter, code int, r Reply) {

@@ -30,6 +30,8 @@ const (
 	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
 	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
 	ActPublish       Action = "publish"        // a topic open to the event API: post one event (PostEvent)
+	ActTakeHeld      Action = "take-held"      // a workflow's held webhook deliveries: take them now
+	ActDropHeld      Action = "drop-held"      // a workflow's held webhook deliveries: drop them (recorded refused)
 )
 
 // ActDeploy is a deploy: carried out by engine.Engine.DeployWith, and allowed or

@@ -760,6 +760,20 @@ const (
 	// DeliveryFailed: verified, but its handler failed; nothing it did was
 	// stored, and the sender is told to retry.
 	DeliveryFailed DeliveryStatus = "failed"
+	// DeliveryHeld: kept, with its request, because keep could not take it
+	// for a reason of its own (HeldFor): the webhook is not deployed yet,
+	// the secret to verify it is not set, its handler's input source is not
+	// granted. It is taken once that reason is gone, or by a person (issue
+	// 40 #1); the sender was answered 202.
+	DeliveryHeld DeliveryStatus = "held"
+)
+
+// The reasons a delivery is held (Delivery.HeldFor is one, then ":" and
+// what it waits for: the webhook's name, the secret's, the grant).
+const (
+	HeldForDeploy = "deploy" // the active version declares no such webhook
+	HeldForSecret = "secret" // keep lacks the secret that verifies it
+	HeldForGrant  = "grant"  // its handler was refused a grant
 )
 
 // Delivery is the record of one request to a webhook (POST
@@ -771,8 +785,14 @@ type Delivery struct {
 	DeliveryID string // from the webhook's dedupe (a header, a JSON path) or the body's hash
 	Status     DeliveryStatus
 	Reason     string // why it was refused or failed, what was done for an accepted one
-	Inputs     int    // inputs registered (accepted)
-	Events     int    // events published (accepted)
+	// HeldFor, of a held delivery, is what it waits for (HeldForDeploy,
+	// HeldForSecret, HeldForGrant, then ":" and the name).
+	HeldFor string
+	// Request, of a held delivery, is the request as received (engine's
+	// Hook as JSON): taken later, it is delivered as it came.
+	Request    json.RawMessage
+	Inputs     int // inputs registered (accepted)
+	Events     int // events published (accepted)
 	ReceivedAt int64
 }
 

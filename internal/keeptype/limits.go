@@ -1,6 +1,11 @@
 package keeptype
 
-import "fmt"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"unicode/utf8"
+)
 
 // The bounds of one run on keep's own process (SPEC §6, issue 23). The
 // sandbox's memory limit bounds only what a script holds; everything a
@@ -90,4 +95,36 @@ func Count(n int, one string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %ss", n, one)
+}
+
+// TitleEllipsis ends a title keep shortened (ShortTitle).
+const TitleEllipsis = "…"
+
+// ShortTitle is title within MaxTitleChars bytes: itself when it fits,
+// else its longest start that ends on a rune boundary with TitleEllipsis
+// after it (issue 40 #2: a title is display, and one long mail subject
+// failed the producer and stopped the inbox). shortened says whether it was.
+func ShortTitle(title string) (short string, shortened bool) {
+	if len(title) <= MaxTitleChars {
+		return title, false
+	}
+	cut := MaxTitleChars - len(TitleEllipsis)
+	for cut > 0 && !utf8.RuneStart(title[cut]) {
+		cut--
+	}
+	return title[:cut] + TitleEllipsis, true
+}
+
+// BoundedID is an identifier a script chose from outside data as keep
+// keeps it: itself within MaxIDChars bytes, else "sha256:" and the hex of
+// its hash (as a webhook's delivery id over the bound is). The same id is
+// always the same name, so what keep dedupes by still holds, and one
+// outside message with a long id never stops its source (issue 40 #2).
+// hashed says whether it was.
+func BoundedID(id string) (bounded string, hashed bool) {
+	if len(id) <= MaxIDChars {
+		return id, false
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:]), true
 }

@@ -13,10 +13,18 @@ import (
 // Webhooks lists a workflow's webhooks (its active version's) with their
 // newest deliveries, newest first, at most limit. base is where webhooks
 // are served ("http://ADDR"; "" for nowhere).
-func Webhooks(ctx context.Context, st store.Store, wf, base string, limit int) ([]apitype.Webhook, []apitype.Delivery, error) {
+func Webhooks(ctx context.Context, st store.Store, wf, base string, limit int) ([]apitype.Webhook, []apitype.Delivery, []apitype.Delivery, error) {
 	hooks, ds, cs, err := engine.DeliveriesOf(ctx, st, wf, limit)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	var held []kt.Delivery
+	if err := st.View(ctx, func(tx store.Tx) error {
+		var err error
+		held, err = tx.DeliveryHeld(wf, "", 0)
+		return err
+	}); err != nil {
+		return nil, nil, nil, err
 	}
 	out := make([]apitype.Webhook, 0, len(hooks))
 	for _, h := range hooks {
@@ -31,7 +39,7 @@ func Webhooks(ctx context.Context, st store.Store, wf, base string, limit int) (
 		case h.Dedupe.JSON != "":
 			v.Dedupe = "json " + h.Dedupe.JSON
 		}
-		for _, st := range []kt.DeliveryStatus{kt.DeliveryAccepted, kt.DeliveryDuplicate, kt.DeliveryRefused, kt.DeliveryFailed} {
+		for _, st := range []kt.DeliveryStatus{kt.DeliveryAccepted, kt.DeliveryDuplicate, kt.DeliveryHeld, kt.DeliveryRefused, kt.DeliveryFailed} {
 			v.Counts[string(st)] = 0
 		}
 		for _, c := range cs {
@@ -41,10 +49,14 @@ func Webhooks(ctx context.Context, st store.Store, wf, base string, limit int) (
 		}
 		out = append(out, v)
 	}
-	deliveries := make([]apitype.Delivery, 0, len(ds))
+	return out, deliveryRows(ds), deliveryRows(held), nil
+}
+
+func deliveryRows(ds []kt.Delivery) []apitype.Delivery {
+	out := make([]apitype.Delivery, 0, len(ds))
 	for _, d := range ds {
-		deliveries = append(deliveries, apitype.Delivery{Webhook: d.Webhook, DeliveryID: d.DeliveryID, Status: string(d.Status), Reason: d.Reason,
-			Inputs: d.Inputs, Events: d.Events, ReceivedAt: Time(d.ReceivedAt)})
+		out = append(out, apitype.Delivery{Record: d.ID, Webhook: d.Webhook, DeliveryID: d.DeliveryID, Status: string(d.Status), Reason: d.Reason,
+			Inputs: d.Inputs, Events: d.Events, ReceivedAt: Time(d.ReceivedAt), HeldFor: d.HeldFor})
 	}
-	return out, deliveries, nil
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,31 +397,51 @@ func (p *Program) adopt(v *sandboxVM) error {
 
 // memoryWatch bounds the memory an invocation may add to its worker
 // without polling: the kernel keeps the process's peak resident memory
-// (getrusage's ru_maxrss), and writing "5" to /proc/self/clear_refs sets
-// that peak back to what is resident now. So an invocation starts by
-// resetting the peak and noting what is resident; at each of its host calls
-// and at its end the worker reads the peak (one system call), and when the
-// invocation grew it by more than its limit, the worker ends itself: the
-// script ran out of memory, and nothing it caught changes that (issue 10: a
-// script caught its OOM and returned success). Between those checks
-// QuickJS's own allocator limit, set higher, bounds the heap; a peak
-// between two checks is seen all the same, as the kernel kept it.
+// (VmHWM), and writing "5" to /proc/self/clear_refs sets that peak back to
+// what is resident now. So an invocation starts by resetting the peak and
+// noting what is resident; at each of its host calls and at its end the
+// worker reads the peak, and when the invocation grew it by more than its
+// limit, the worker ends itself: the script ran out of memory, and nothing
+// it caught changes that (issue 10: a script caught its OOM and returned
+// success). Between those checks QuickJS's own allocator limit, set
+// higher, bounds the heap; a peak between two checks is seen all the same,
+// as the kernel kept it.
+//
+// getrusage's ru_maxrss, one system call, is read where it can tell:
+// it is the larger of VmHWM and a peak the kernel keeps for the whole
+// process that clear_refs never lowers and that a worker inherits at
+// exec from the process that started it (keep's own peak, the memory of
+// the vfork'd child that exec'd). Where keep's peak is above the worker's
+// resident memory plus the limit, ru_maxrss stays at keep's while the
+// script grows the worker past its limit (issue 40 #4: a caught OOM
+// committed through keep run, whose process is larger than the script
+// package's tests); the invocation then reads VmHWM itself at each check.
 type memoryWatch struct {
 	clearRefs *os.File // nil where /proc/self/clear_refs cannot be written
+	status    *os.File // /proc/self/status, read for VmHWM
 	limit     int64
 	base      int64
+	// exact: ru_maxrss cannot see this invocation's growth (see above);
+	// each check reads VmHWM.
+	exact bool
 	// flush sends what the worker buffered before it ends itself: the
 	// calls the script made without waiting are keep's to serve and trace.
 	flush frameWriter
 }
 
-// openMemoryWatch opens /proc/self/clear_refs once, before any script runs.
+// openMemoryWatch opens /proc/self/clear_refs and /proc/self/status once,
+// before any script runs.
 func openMemoryWatch() *memoryWatch {
 	f, err := os.OpenFile("/proc/self/clear_refs", os.O_WRONLY, 0)
 	if err != nil {
 		return &memoryWatch{}
 	}
-	return &memoryWatch{clearRefs: f}
+	st, err := os.Open("/proc/self/status")
+	if err != nil {
+		f.Close()
+		return &memoryWatch{}
+	}
+	return &memoryWatch{clearRefs: f, status: st}
 }
 
 // start begins watching an invocation with limit bytes (0: no limit). It
@@ -438,7 +459,14 @@ func (m *memoryWatch) start(limit int64) int64 {
 	if _, err := m.clearRefs.Write([]byte("5")); err != nil {
 		return limit
 	}
-	m.limit, m.base = limit, peakResident()
+	base, ok := m.highWater()
+	if !ok {
+		return limit
+	}
+	// ru_maxrss is max(VmHWM, the inherited peak): it tells this
+	// invocation's growth only while the inherited peak is below what
+	// the limit allows.
+	m.limit, m.base, m.exact = limit, base, peakResident()-base >= limit
 	return 2*limit + 16<<20
 }
 
@@ -448,7 +476,16 @@ func (m *memoryWatch) check() {
 	if m.limit <= 0 {
 		return
 	}
-	if used := peakResident() - m.base; used > m.limit {
+	var peak int64
+	if m.exact {
+		var ok bool
+		if peak, ok = m.highWater(); !ok {
+			peak = m.base + m.limit + 1 // cannot tell any more: not a pass
+		}
+	} else {
+		peak = peakResident()
+	}
+	if used := peak - m.base; used > m.limit {
 		if m.flush != nil {
 			_ = m.flush.Flush()
 		}
@@ -457,7 +494,41 @@ func (m *memoryWatch) check() {
 	}
 }
 
-// peakResident is the process's peak resident memory since the last reset.
+// highWater reads VmHWM, the process's peak resident memory since the
+// last reset, from /proc/self/status (read again from its start each time).
+func (m *memoryWatch) highWater() (int64, bool) {
+	var buf [4096]byte
+	n, err := m.status.ReadAt(buf[:], 0)
+	if n == 0 && err != nil {
+		return 0, false
+	}
+	return vmHWM(buf[:n])
+}
+
+// vmHWM finds the "VmHWM:   1234 kB" line of a /proc/PID/status text.
+func vmHWM(status []byte) (int64, bool) {
+	const key = "\nVmHWM:"
+	i := bytes.Index(status, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	rest := status[i+len(key):]
+	if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+		rest = rest[:j]
+	}
+	f := strings.Fields(string(rest))
+	if len(f) != 2 || f[1] != "kB" {
+		return 0, false
+	}
+	kb, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return kb << 10, true
+}
+
+// peakResident is getrusage's ru_maxrss: the larger of VmHWM and the
+// peak the process inherited (see memoryWatch).
 func peakResident() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -782,7 +853,7 @@ func (wk *worker) deathError(where string, limit time.Duration, mem int64) error
 	case wk.timedOut.Load():
 		return kt.Errorf(kt.ClassLogic, "%s ran longer than its time limit of %s and was stopped: its sandbox process was killed (an endless loop, a built-in over a huge array such as indexOf on {length: 2**53-1}, or a call that never returns?)", where, limit)
 	case strings.Contains(tail, "out of memory"):
-		return kt.Errorf(kt.ClassLogic, "%s: the script ran out of memory (limit %s) and its sandbox process was stopped", where, sizeText(mem))
+		return kt.Errorf(kt.ClassLogic, "%s: the script ran out of memory: it grew its sandbox past its memory limit of %s ([policy] memory_limit) and its sandbox process was stopped", where, sizeText(mem))
 	}
 	return kt.Errorf(kt.ClassLogic, "%s: the sandbox process stopped unexpectedly (%s)", where, strings.TrimSpace(firstLine(tail)))
 }

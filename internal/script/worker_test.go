@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,41 @@ func TestACaughtOutOfMemoryStillFailsTheRun(t *testing.T) {
 		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }})
 	if err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "out of memory") || !strings.Contains(err.Error(), "32 MiB") {
 		t.Fatalf("want a logic error: out of memory (limit 32 MiB), got %v (returned %s)", err, o.Value)
+	}
+}
+
+// Issue 40 #4: a worker inherits, at exec, the peak resident memory of the
+// process that started it, and getrusage's peak never falls below it: in a
+// keep larger than the worker plus its limit (keep run, keep serve), a
+// script that caught its OOM and returned committed. Here the test process
+// is made that large before it starts the worker; the caught OOM still
+// ends the worker, as out of memory, with its memory limit named.
+func TestACaughtOutOfMemoryFailsInAWorkerOfALargeProcess(t *testing.T) {
+	big := make([]byte, 256<<20)
+	for i := 0; i < len(big); i += 4096 {
+		big[i] = 1
+	}
+	src := isolationScript(`
+    let caught = false
+    try { const a = []; for (;;) a.push("x".repeat(1 << 20) + Math.random()) } catch (e) { caught = true }
+    return { caught }`)
+	wk, _, err := startWorker("wf.js", src, time.Minute, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wk.kill()
+	runtime.KeepAlive(big)
+	inv := Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+		Tools: map[string][]string{}, Limits: Limits{Timeout: time.Minute, MemoryLimit: 32 << 20},
+		Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }}
+	r := wk.invoke(inv, func(time.Duration) {})
+	if r.healthy || r.err != nil {
+		t.Fatalf("the worker returned %s (err %v): a caught out of memory passed as success", r.o.Value, r.err)
+	}
+	wk.kill()
+	err = wk.deathError("producer p: handler", inv.Timeout, inv.MemoryLimit)
+	if kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), "memory limit of 32 MiB") {
+		t.Fatalf("want a logic error naming the memory limit of 32 MiB, got %v", err)
 	}
 }
 

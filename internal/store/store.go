@@ -489,6 +489,25 @@ type Tx interface {
 	// are what a retry is found by). Per status, so a flood of refused
 	// requests, which anyone can send, forgets no failed delivery.
 	DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, keep int) error
+	// DeliveryHeld lists a workflow's held deliveries (of one webhook; ""
+	// for all), oldest first, at most limit (≤ 0: all), without their
+	// requests (as every list of deliveries): DeliveryHeldGet reads one's.
+	DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, error)
+	// DeliveryHeldGet reads held delivery id with its request
+	// (kt.ErrNotFound: no such delivery, or no longer held).
+	DeliveryHeldGet(id int64) (kt.Delivery, error)
+	// DeliveryHeldCount counts a workflow's held deliveries (of one
+	// webhook; "" for all) and the bytes of their requests.
+	DeliveryHeldCount(workflow, webhook string) (int, int64, error)
+	// DeliveryHeldWorkflows lists the workflows that hold any delivery.
+	DeliveryHeldWorkflows() ([]string, error)
+	// DeliverySettle writes what became of held delivery d.ID (its
+	// status, reason, delivery id, counts, its request forgotten; held
+	// again: what it waits for now and why, its request kept as received)
+	// only while it is still held; a delivery that
+	// is no longer (another taker settled it) fails the transaction with
+	// ErrStale (wrapped), at once or at commit.
+	DeliverySettle(d *kt.Delivery) error
 
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting

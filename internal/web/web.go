@@ -128,6 +128,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /w/{wf}/topics", s.topics)
 	mux.HandleFunc("GET /w/{wf}/webhooks", s.webhooks)
 	mux.HandleFunc("POST /w/{wf}/topics/{topic}/skip-pending", s.skipPending)
+	mux.HandleFunc("POST /w/{wf}/webhooks/take-held", s.heldAction(true))
+	mux.HandleFunc("POST /w/{wf}/webhooks/drop-held", s.heldAction(false))
 	mux.HandleFunc("POST /w/{wf}/handlers/{handler}/reset-state", s.resetState)
 	mux.HandleFunc("GET /runs/{id}", s.run)
 	mux.HandleFunc("GET /items/{ref}", s.item)
@@ -383,7 +385,7 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "webhooks", wf+": webhooks", map[string]any{"Workflow": wf, "Served": v.Served, "Webhooks": v.Webhooks, "Deliveries": v.Deliveries})
+	s.render(w, r, "webhooks", wf+": webhooks", map[string]any{"Workflow": wf, "Served": v.Served, "Webhooks": v.Webhooks, "Deliveries": v.Deliveries, "Held": v.Held})
 }
 
 // confirmation is the second step of a control: what it will do, and the
@@ -425,6 +427,31 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 			rep, err := s.API.SkipPending(r.Context(), wf, topic)
 			return rep.Message, err
 		})
+}
+
+// heldAction takes (take) or drops the held webhook deliveries of a
+// workflow: the one the form names (record), or all.
+func (s *Server) heldAction(take bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		wf := r.PathValue("wf")
+		var ids []int64
+		if rec := r.FormValue("record"); rec != "" {
+			id, err := strconv.ParseInt(rec, 10, 64)
+			if err != nil {
+				s.acted(w, r, "/w/"+url.PathEscape(wf)+"/webhooks", "", fmt.Errorf("record %q is not a delivery's record", rec))
+				return
+			}
+			ids = []int64{id}
+		}
+		var rep apitype.WorkflowActionReply
+		var err error
+		if take {
+			rep, err = s.API.TakeHeld(r.Context(), wf, ids)
+		} else {
+			rep, err = s.API.DropHeld(r.Context(), wf, ids)
+		}
+		s.acted(w, r, "/w/"+url.PathEscape(wf)+"/webhooks", rep.Message, err)
+	}
 }
 
 func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {

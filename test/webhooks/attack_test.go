@@ -194,10 +194,12 @@ func TestForgedRepeatedAndHostileDeliveries(t *testing.T) {
 	if a := k.rawPost("/hooks/atk/gh", body, "X-GitHub-Delivery: dup", "X-Hub-Signature-256: sha256=00", "X-Hub-Signature-256: "+sig); a.code != http.StatusUnauthorized {
 		t.Errorf("a bad signature before a good one: %d %s, want 401", a.code, a.body)
 	}
-	// Unknown workflows and webhooks get the same answer.
+	// A webhook the active version does not declare is held (issue 40:
+	// its sender may be set up before the deploy), an unknown workflow is
+	// not found; what tells them apart is that the workflow exists.
 	a1, a2 := k.post("/hooks/atk/nope", body, nil), k.post("/hooks/nope/gh", body, nil)
-	if a1.code != http.StatusNotFound || a2.code != http.StatusNotFound || strings.Replace(a1.body, "atk/nope", "X", 1) != strings.Replace(a2.body, "nope/gh", "X", 1) {
-		t.Errorf("unknown webhook %d %s, unknown workflow %d %s: want the same 404", a1.code, a1.body, a2.code, a2.body)
+	if a1.code != http.StatusAccepted || a2.code != http.StatusNotFound {
+		t.Errorf("undeclared webhook %d %s, unknown workflow %d %s: want 202 held, 404", a1.code, a1.body, a2.code, a2.body)
 	}
 
 	// One signed delivery sent by 20 senders at once: one accepted.

@@ -1,24 +1,28 @@
 package sqldb
 
 import (
+	"encoding/json"
 	"fmt"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
 )
 
-const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at`
+// deliveryCols leave a held delivery's request out: up to webhook_max_body
+// each, it is read only to take the delivery (DeliveryHeldGet).
+const deliveryCols = `id, workflow, webhook, delivery_id, status, reason, inputs, events, received_at, held_for`
 
 func scanDelivery(s interface{ Scan(...any) error }) (kt.Delivery, error) {
 	var d kt.Delivery
 	var status string
-	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt)
+	err := s.Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt, &d.HeldFor)
 	d.Status = kt.DeliveryStatus(status)
 	return d, err
 }
 
 func (t *Tx) DeliveryAdd(d *kt.Delivery) error {
-	err := t.r.QueryRow(`INSERT INTO deliveries(workflow, webhook, delivery_id, status, reason, inputs, events, received_at) VALUES(?,?,?,?,?,?,?,?) RETURNING id`,
-		d.Workflow, d.Webhook, d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ReceivedAt).Scan(&d.ID)
+	err := t.r.QueryRow(`INSERT INTO deliveries(workflow, webhook, delivery_id, status, reason, inputs, events, received_at, held_for, request) VALUES(?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		d.Workflow, d.Webhook, d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ReceivedAt, d.HeldFor, string(d.Request)).Scan(&d.ID)
 	if err != nil {
 		return fmt.Errorf("record delivery %s of webhook %s of %s: %w", d.DeliveryID, d.Webhook, d.Workflow, err)
 	}
@@ -93,4 +97,97 @@ func (t *Tx) DeliveryPrune(workflow, webhook string, status kt.DeliveryStatus, k
 	return t.write(fmt.Sprintf("forget old %s deliveries of webhook %s of %s", status, webhook, workflow),
 		`DELETE FROM deliveries WHERE workflow=? AND webhook=? AND status=`+lit+` AND id < (SELECT COALESCE(MIN(id), 0) FROM (SELECT id FROM deliveries WHERE workflow=? AND webhook=? AND status=`+lit+` ORDER BY id DESC LIMIT `+fmt.Sprint(keep)+`) AS newest)`,
 		workflow, webhook, workflow, webhook)
+}
+
+// The statements on held deliveries write status='held' into their text:
+// the partial index deliveries_held is what they read, and a plan made
+// for a bound status could not know it applies.
+
+func (t *Tx) DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, error) {
+	q := `SELECT ` + deliveryCols + ` FROM deliveries WHERE workflow=? AND status='held'`
+	args := []any{workflow}
+	if webhook != "" {
+		q += ` AND webhook=?`
+		args = append(args, webhook)
+	}
+	q += ` ORDER BY id`
+	if limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, limit)
+	}
+	rows, err := t.r.Query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kt.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeliveryHeldCount(workflow, webhook string) (int, int64, error) {
+	// The requests are JSON with the body in base64: their length in
+	// characters is their length in bytes, on either backend.
+	q := `SELECT COUNT(*), COALESCE(SUM(LENGTH(request)), 0) FROM deliveries WHERE workflow=? AND status='held'`
+	args := []any{workflow}
+	if webhook != "" {
+		q += ` AND webhook=?`
+		args = append(args, webhook)
+	}
+	var n int
+	var bytes int64
+	err := t.r.QueryRow(q, args...).Scan(&n, &bytes)
+	return n, bytes, err
+}
+
+func (t *Tx) DeliveryHeldGet(id int64) (kt.Delivery, error) {
+	var request string
+	var d kt.Delivery
+	var status string
+	err := t.r.QueryRow(`SELECT `+deliveryCols+`, request FROM deliveries WHERE id=? AND status='held'`, id).
+		Scan(&d.ID, &d.Workflow, &d.Webhook, &d.DeliveryID, &status, &d.Reason, &d.Inputs, &d.Events, &d.ReceivedAt, &d.HeldFor, &request)
+	if err != nil {
+		return d, notFound("held delivery", fmt.Sprint(id), err)
+	}
+	d.Status, d.Request = kt.DeliveryStatus(status), json.RawMessage(request)
+	return d, nil
+}
+
+func (t *Tx) DeliveryHeldWorkflows() ([]string, error) {
+	rows, err := t.r.Query(`SELECT DISTINCT workflow FROM deliveries WHERE status='held' ORDER BY workflow`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var wf string
+		if err := rows.Scan(&wf); err != nil {
+			return nil, err
+		}
+		out = append(out, wf)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeliverySettle(d *kt.Delivery) error {
+	if d.Status == kt.DeliveryHeld && d.HeldFor == "" {
+		return fmt.Errorf("hold delivery %d of webhook %s of %s: a held delivery says what it waits for", d.ID, d.Webhook, d.Workflow)
+	}
+	what := fmt.Sprintf("settle held delivery %d of webhook %s of %s as %s", d.ID, d.Webhook, d.Workflow, d.Status)
+	if d.Status == kt.DeliveryHeld {
+		// Held again: its request stays as received.
+		return t.writeChanging(what, store.ErrStale,
+			`UPDATE deliveries SET delivery_id=?, reason=?, held_for=? WHERE id=? AND status='held'`,
+			d.DeliveryID, d.Reason, d.HeldFor, d.ID)
+	}
+	d.HeldFor, d.Request = "", nil
+	return t.writeChanging(what, store.ErrStale,
+		`UPDATE deliveries SET delivery_id=?, status=?, reason=?, inputs=?, events=?, held_for='', request='' WHERE id=? AND status='held'`,
+		d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ID)
 }

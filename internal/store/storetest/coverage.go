@@ -467,3 +467,28 @@ func (r recordingTx) DeliveryPrune(workflow, webhook string, status kt.DeliveryS
 	r.c.note("DeliveryPrune")
 	return r.tx.DeliveryPrune(workflow, webhook, status, keep)
 }
+
+func (r recordingTx) DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, error) {
+	r.c.note("DeliveryHeld")
+	return r.tx.DeliveryHeld(workflow, webhook, limit)
+}
+
+func (r recordingTx) DeliveryHeldGet(id int64) (kt.Delivery, error) {
+	r.c.note("DeliveryHeldGet")
+	return r.tx.DeliveryHeldGet(id)
+}
+
+func (r recordingTx) DeliveryHeldCount(workflow, webhook string) (int, int64, error) {
+	r.c.note("DeliveryHeldCount")
+	return r.tx.DeliveryHeldCount(workflow, webhook)
+}
+
+func (r recordingTx) DeliveryHeldWorkflows() ([]string, error) {
+	r.c.note("DeliveryHeldWorkflows")
+	return r.tx.DeliveryHeldWorkflows()
+}
+
+func (r recordingTx) DeliverySettle(d *kt.Delivery) error {
+	r.c.note("DeliverySettle")
+	return r.tx.DeliverySettle(d)
+}

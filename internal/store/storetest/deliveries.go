@@ -2,8 +2,10 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -51,7 +53,7 @@ func exerciseDeliveries(run runCase) {
 			if err != nil {
 				return err
 			}
-			if got != first {
+			if !reflect.DeepEqual(got, first) {
 				return fmt.Errorf("accepted delivery %+v, want %+v", got, first)
 			}
 			if _, err := tx.DeliveryAccepted("w", "gh", "d2"); !errors.Is(err, kt.ErrNotFound) {
@@ -68,7 +70,7 @@ func exerciseDeliveries(run runCase) {
 				return fmt.Errorf("newest two deliveries: %+v", list)
 			}
 			all, err := tx.DeliveryList("w", 0)
-			if err != nil || len(all) != 4 || all[3] != first {
+			if err != nil || len(all) != 4 || !reflect.DeepEqual(all[3], first) {
 				return fmt.Errorf("all deliveries of w: %+v, %v", all, err)
 			}
 			counts, err := tx.DeliveryCounts("w")
@@ -120,5 +122,102 @@ func exerciseDeliveries(run runCase) {
 			return nil
 		}))
 		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.DeliveryPrune("w", "none", kt.DeliveryRefused, 2) }))
+	})
+	run("held deliveries: kept with their requests, oldest first, counted, settled once", func(t *testing.T, s store.Store) {
+		req := json.RawMessage(`{"method":"POST","body":"eyJhIjoxfQ=="}`)
+		var held []kt.Delivery
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i, hook := range []string{"gh", "gh", "stripe"} {
+				d := kt.Delivery{Workflow: "w", Webhook: hook, DeliveryID: fmt.Sprint("h", i), Status: kt.DeliveryHeld, Reason: "waits", HeldFor: kt.HeldForSecret + ":S", Request: req, ReceivedAt: int64(i)}
+				if err := tx.DeliveryAdd(&d); err != nil {
+					return err
+				}
+				held = append(held, d)
+			}
+			if _, err := add(tx, "w", "gh", "a", kt.DeliveryAccepted, 5); err != nil {
+				return err
+			}
+			d := kt.Delivery{Workflow: "other", Webhook: "gh", DeliveryID: "o", Status: kt.DeliveryHeld, HeldFor: kt.HeldForDeploy + ":gh", Request: req}
+			return tx.DeliveryAdd(&d)
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			// Listed without their requests; each read with it by its id.
+			all, err := tx.DeliveryHeld("w", "", 0)
+			if err != nil || len(all) != 3 {
+				return fmt.Errorf("held deliveries of w: %+v %v, want %+v", all, err, held)
+			}
+			for i := range all {
+				want := held[i]
+				want.Request = nil
+				if !reflect.DeepEqual(all[i], want) {
+					return fmt.Errorf("held delivery %d listed as %+v, want %+v", i, all[i], want)
+				}
+				got, err := tx.DeliveryHeldGet(all[i].ID)
+				if err != nil || !reflect.DeepEqual(got, held[i]) {
+					return fmt.Errorf("held delivery %d read as %+v %v, want %+v", all[i].ID, got, err, held[i])
+				}
+			}
+			gh, err := tx.DeliveryHeld("w", "gh", 1)
+			if err != nil || len(gh) != 1 || gh[0].DeliveryID != "h0" || gh[0].Request != nil {
+				return fmt.Errorf("the oldest held delivery of gh: %+v %v", gh, err)
+			}
+			if n, b, err := tx.DeliveryHeldCount("w", "gh"); err != nil || n != 2 || b != int64(2*len(req)) {
+				return fmt.Errorf("held of gh: %d (%d bytes) %v, want 2 (%d bytes)", n, b, err, 2*len(req))
+			}
+			if n, b, err := tx.DeliveryHeldCount("w", ""); err != nil || n != 3 || b != int64(3*len(req)) {
+				return fmt.Errorf("held of w: %d (%d bytes) %v, want 3", n, b, err)
+			}
+			if _, err := tx.DeliveryHeldGet(held[2].ID + 1000); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("an unknown held delivery: %v, want not found", err)
+			}
+			wfs, err := tx.DeliveryHeldWorkflows()
+			if err != nil || fmt.Sprint(wfs) != "[other w]" {
+				return fmt.Errorf("workflows holding deliveries: %v %v", wfs, err)
+			}
+			return nil
+		}))
+		// Settled: accepted, with what its handler did; held again, with
+		// what it waits for now.
+		taken := held[0]
+		taken.Status, taken.Reason, taken.Inputs, taken.Events = kt.DeliveryAccepted, "1 input registered", 1, 1
+		again := held[1]
+		again.HeldFor, again.Reason = kt.HeldForGrant+":source:http", "waits for a grant"
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.DeliverySettle(&taken); err != nil {
+				return err
+			}
+			return tx.DeliverySettle(&again)
+		}))
+		// A second taker of the same delivery fails, and its transaction
+		// writes nothing.
+		late := held[0]
+		late.Status = kt.DeliveryRefused
+		refused(t, s, "a second settle of a held delivery", store.ErrStale, func(tx store.Tx) error {
+			if _, err := add(tx, "w", "gh", "late", kt.DeliveryRefused, 9); err != nil {
+				return err
+			}
+			return tx.DeliverySettle(&late)
+		})
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			got, err := tx.DeliveryAccepted("w", "gh", "h0")
+			if err != nil || got.Inputs != 1 || got.HeldFor != "" || got.Request != nil || got.ReceivedAt != 0 || got.ID != held[0].ID {
+				return fmt.Errorf("the taken delivery: %+v %v", got, err)
+			}
+			all, err := tx.DeliveryHeld("w", "", 0)
+			if err != nil || len(all) != 2 || all[0].HeldFor != again.HeldFor || all[0].Reason != again.Reason {
+				return fmt.Errorf("held after settling: %+v %v", all, err)
+			}
+			if got, err := tx.DeliveryHeldGet(all[0].ID); err != nil || string(got.Request) != string(req) {
+				return fmt.Errorf("held again, its request: %+v %v", got, err)
+			}
+			if _, err := tx.DeliveryHeldGet(held[0].ID); !errors.Is(err, kt.ErrNotFound) {
+				return fmt.Errorf("a taken delivery read as held: %v", err)
+			}
+			list, err := tx.DeliveryList("w", 0)
+			if err != nil || len(list) != 4 {
+				return fmt.Errorf("deliveries of w: %+v %v (the late taker's record stored?)", list, err)
+			}
+			return nil
+		}))
 	})
 }

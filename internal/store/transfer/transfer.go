@@ -175,8 +175,19 @@ func (w *workflow) read(tx store.Tx, name string) error {
 	if w.repairs, err = tx.RepairList(name); err != nil {
 		return err
 	}
-	w.deliveries, err = tx.DeliveryList(name, 0)
-	return err
+	if w.deliveries, err = tx.DeliveryList(name, 0); err != nil {
+		return err
+	}
+	// A held delivery is carried with its request (lists leave it out):
+	// the copy takes it as the source would have.
+	for i, d := range w.deliveries {
+		if d.Status == kt.DeliveryHeld {
+			if w.deliveries[i], err = tx.DeliveryHeldGet(d.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func allEvents(tx store.Tx, wf string) ([]kt.Event, error) {

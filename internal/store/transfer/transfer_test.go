@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -72,6 +73,9 @@ func fill(t *testing.T, s store.Store) {
 			},
 			func() error {
 				return tx.DeliveryAdd(&kt.Delivery{Workflow: "w", Webhook: "github", DeliveryID: "d-1", Status: kt.DeliveryAccepted, Inputs: 1, Events: 1, ReceivedAt: 6})
+			},
+			func() error {
+				return tx.DeliveryAdd(&kt.Delivery{Workflow: "w", Webhook: "github", DeliveryID: "d-2", Status: kt.DeliveryHeld, HeldFor: kt.HeldForSecret + ":S", Request: json.RawMessage(`{"body":"e30="}`), ReceivedAt: 7})
 			},
 			func() error {
 				return tx.ConnectionPut(kt.Connection{Provider: "google", Account: "a@example.com", Sealed: []byte{1, 2}, CreatedAt: 1, UpdatedAt: 1})
@@ -181,6 +185,20 @@ func TestEveryTableIsCarried(t *testing.T) {
 			return err
 		}); err != nil {
 			t.Fatal(err)
+		}
+		// A held delivery comes with its request: the copy takes it.
+		if err := dst.View(context.Background(), func(tx store.Tx) error {
+			held, err := tx.DeliveryHeld("w", "", 0)
+			if err != nil || len(held) != 1 {
+				return fmt.Errorf("held deliveries after keep migrate: %+v %v", held, err)
+			}
+			d, err := tx.DeliveryHeldGet(held[0].ID)
+			if err != nil || string(d.Request) != `{"body":"e30="}` || d.HeldFor != kt.HeldForSecret+":S" {
+				return fmt.Errorf("the held delivery after keep migrate: %+v %v", d, err)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 		}
 		after := rowsPerTable(t, db, list)
 		for _, table := range names {

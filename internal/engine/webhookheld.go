@@ -1,0 +1,315 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Held deliveries (issue 40 #1). A sender such as GitHub does not send a
+// delivery again by itself; one keep cannot take for a reason of its own
+// (kt.HeldForDeploy, kt.HeldForSecret, kt.HeldForGrant) is kept with its
+// request, the sender answered 202, and taken once the reason is gone
+// (TakeAllHeld, which keep serve calls), or at once when a person asks
+// (HeldAction: take or drop). A held delivery that later fails in its handler is held
+// again until a new version is deployed (heldForHandler): its sender will
+// not send it again either.
+
+// heldForHandler is what a held delivery whose handler failed under a
+// version waits for: another version.
+const heldForHandler = "handler"
+
+func heldForVersion(v kt.Version) string {
+	return heldForHandler + ":" + strconv.FormatInt(v.ID, 10)
+}
+
+// hold keeps d (new, or held before and held again) for the reason
+// heldFor, in a transaction of its own.
+func (e *Engine) hold(ctx context.Context, d kt.Delivery, h Hook, heldFor, msg string) (Delivered, error) {
+	var out Delivered
+	err := e.store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		out, err = holdIn(tx, d, h, heldFor, msg)
+		return err
+	})
+	if err == nil {
+		e.changed(d.Workflow)
+	}
+	return out, err
+}
+
+// holdIn holds d inside tx: a delivery held before is settled as held
+// again (its request kept); a new one is added within keepHeld and
+// keepHeldBytes, else refused and recorded as such (WhyHeldFull).
+func holdIn(tx store.Tx, d kt.Delivery, h Hook, heldFor, msg string) (Delivered, error) {
+	if d.DeliveryID == "" {
+		d.DeliveryID = heldDeliveryID(h)
+	}
+	if d.ID == 0 {
+		req, err := json.Marshal(h)
+		if err != nil {
+			return Delivered{}, err
+		}
+		d.Request = req
+		scope := d.Webhook
+		if strings.HasPrefix(heldFor, kt.HeldForDeploy+":") {
+			// Names no version declares are anyone's to make up: their
+			// bound is the workflow's, not each name's.
+			scope = ""
+		}
+		n, size, err := tx.DeliveryHeldCount(d.Workflow, scope)
+		if err != nil {
+			return Delivered{}, err
+		}
+		if n >= keepHeld || size+int64(len(req)) > keepHeldBytes {
+			d.Request = nil // refused: nothing of it is kept but its record
+			return deliveryRecord(tx, d, kt.DeliveryRefused, WhyHeldFull, fmt.Sprintf("%s; keep holds %d deliveries of %s already (%.1f MiB; it holds at most %d, %d MiB), so this one was not kept: send it again once that is done, or take or drop the held ones (keep webhooks %s --take or --drop)", msg, n, holdScope(d, heldFor), float64(size)/(1<<20), keepHeld, keepHeldBytes>>20, d.Workflow))
+		}
+	}
+	d.Status, d.HeldFor, d.Reason = kt.DeliveryHeld, heldFor, msg
+	if d.ID == 0 {
+		if err := tx.DeliveryAdd(&d); err != nil {
+			return Delivered{}, err
+		}
+	} else if err := tx.DeliverySettle(&d); err != nil {
+		return Delivered{}, err
+	}
+	return Delivered{Status: kt.DeliveryHeld, Why: WhyHeld, DeliveryID: d.DeliveryID,
+		Message: fmt.Sprintf("webhook %s of %s, delivery %s: held (record %d): %s; it is taken once that is done, or by a person (keep webhooks %s --take)", d.Webhook, d.Workflow, d.DeliveryID, d.ID, msg, d.Workflow)}, nil
+}
+
+func holdScope(d kt.Delivery, heldFor string) string {
+	if strings.HasPrefix(heldFor, kt.HeldForDeploy+":") {
+		return "workflow " + d.Workflow + "'s undeclared webhooks or webhook " + d.Webhook
+	}
+	return "webhook " + d.Webhook + " of " + d.Workflow
+}
+
+// heldDeliveryID names a held delivery before its webhook's dedupe can be
+// read (no declaration yet): its body's hash, as a webhook without dedupe
+// names its deliveries. Taken, it gets the id its dedupe reads.
+func heldDeliveryID(h Hook) string {
+	id, _ := deliveryID(script.Dedupe{}, h)
+	return id
+}
+
+// HeldTaken says what a take of held deliveries came to.
+type HeldTaken struct {
+	Taken int      // settled: accepted, duplicate, refused (a bad signature once verified)
+	Held  int      // still held (their reason is not gone)
+	Lines []string // one line per delivery taken
+}
+
+// TakeAllHeld takes, in every workflow that holds deliveries, those whose
+// reason is gone; keep serve calls it at each of its passes.
+func (e *Engine) TakeAllHeld(ctx context.Context) error {
+	var wfs []string
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		wfs, err = tx.DeliveryHeldWorkflows()
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, wf := range wfs {
+		if _, err := e.TakeHeld(ctx, wf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TakeHeld takes the held deliveries of wf whose reason is gone (a
+// person's take is one: heldForPerson), each as it came, oldest first.
+// One still blocked is held again, saying why.
+func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
+	var out HeldTaken
+	var held []kt.Delivery
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		held, err = tx.DeliveryHeld(wf, "", 0)
+		return err
+	}); err != nil {
+		return out, err
+	}
+	// What each reason came to in this pass: a hundred deliveries held for
+	// one secret are one look at it.
+	gone := map[string]bool{}
+	for _, d := range held {
+		g, seen := gone[d.HeldFor]
+		if !seen {
+			var err error
+			if g, err = e.heldReasonGone(ctx, d); err != nil {
+				return out, err
+			}
+			gone[d.HeldFor] = g
+		}
+		if !g {
+			out.Held++
+			continue
+		}
+		if err := e.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			d, err = tx.DeliveryHeldGet(d.ID) // its request, read now it is taken
+			return err
+		}); errors.Is(err, kt.ErrNotFound) {
+			continue // settled meanwhile (another node, a person's drop)
+		} else if err != nil {
+			return out, err
+		}
+		var h Hook
+		if err := json.Unmarshal(d.Request, &h); err != nil {
+			return out, fmt.Errorf("read held delivery %d of webhook %s of %s: %w", d.ID, d.Webhook, wf, err)
+		}
+		got, err := e.deliverAs(ctx, h, d)
+		if errors.Is(err, store.ErrStale) {
+			continue // another taker (a node, a person's drop) settled it first
+		}
+		if err != nil {
+			return out, err
+		}
+		if got.Status != "" && e.observer != nil {
+			e.observer.Delivered(d.Workflow, d.Webhook, got.Status)
+		}
+		if got.Status == kt.DeliveryHeld {
+			out.Held++
+		} else {
+			out.Taken++
+		}
+		out.Lines = append(out.Lines, got.Message)
+	}
+	return out, nil
+}
+
+// heldForPerson is what a held delivery a person asked to take waits
+// for: nothing (keep serve takes it at its next pass, within a second).
+const heldForPerson = "person"
+
+// HeldAction carries out a person's take (take) or drop of the held
+// deliveries of wf (those of ids; nil for all), in one transaction with
+// its line in the decision log. A take marks each to be taken at keep
+// serve's next pass whatever it waited for (one still blocked is held
+// again, saying why); a drop records each refused, saying who dropped it,
+// and forgets its request.
+func HeldAction(ctx context.Context, st store.Store, wf string, ids []int64, take bool, now time.Time) (string, error) {
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if _, err := workflow(tx, wf); err != nil {
+			return err
+		}
+		held, err := tx.DeliveryHeld(wf, "", 0)
+		if err != nil {
+			return err
+		}
+		pick := held
+		if ids != nil {
+			byID := map[int64]kt.Delivery{}
+			for _, d := range held {
+				byID[d.ID] = d
+			}
+			pick = pick[:0:0]
+			for _, id := range ids {
+				d, ok := byID[id]
+				if !ok {
+					return &ActionError{Msg: fmt.Sprintf("%s holds no delivery %d (keep webhooks %s lists the held ones with their record); nothing was done", wf, id, wf)}
+				}
+				pick = append(pick, d)
+			}
+		}
+		if len(pick) == 0 {
+			return &ActionError{Msg: fmt.Sprintf("%s holds no webhook delivery; nothing was done", wf)}
+		}
+		for _, d := range pick {
+			if take {
+				if !strings.HasPrefix(d.HeldFor, heldForPerson+":") {
+					d.Reason = fmt.Sprintf("%s asked to take it (it was held: %s)", Actor(ctx), d.Reason)
+				}
+				d.HeldFor = heldForPerson + ":" + Actor(ctx)
+			} else {
+				d.Status, d.HeldFor = kt.DeliveryRefused, ""
+				d.Reason = fmt.Sprintf("dropped by %s while held (%s)", Actor(ctx), d.Reason)
+			}
+			if err := tx.DeliverySettle(&d); err != nil {
+				return err
+			}
+			n++
+		}
+		verb := "drop"
+		if take {
+			verb = "take"
+		}
+		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: verb + "-held", Detail: fmt.Sprintf("%s %s", verb, kt.Count(n, "held webhook delivery")), At: now.UnixMilli()})
+	})
+	if err != nil {
+		return "", err
+	}
+	if take {
+		return fmt.Sprintf("%s of %s to be taken: keep serve takes them within a second (one still blocked is held again, saying why: keep webhooks %s)", kt.Count(n, "held webhook delivery"), wf, wf), nil
+	}
+	return fmt.Sprintf("dropped %s of %s: each is recorded refused, its request forgotten", kt.Count(n, "held webhook delivery"), wf), nil
+}
+
+// heldReasonGone says whether what d waits for is done: the webhook
+// declared by the active version, the secret set, the grant given, another
+// version deployed.
+func (e *Engine) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error) {
+	kind, what, _ := strings.Cut(d.HeldFor, ":")
+	var gone bool
+	err := e.store.View(ctx, func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(d.Workflow)
+		if errors.Is(err, kt.ErrNotFound) {
+			gone = true // taken, it is refused: the workflow is gone
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch kind {
+		case kt.HeldForDeploy:
+			v, err := tx.VersionGet(d.Workflow, w.ActiveVersion)
+			if err != nil {
+				return err
+			}
+			prog, err := e.program(ctx, d.Workflow, v.ID)
+			if err != nil {
+				return err
+			}
+			_, _, gone = prog.Decl.Webhook(what)
+		case kt.HeldForGrant:
+			gs, err := tx.GrantList(d.Workflow)
+			if err != nil {
+				return err
+			}
+			gone = grantedIn(gs, what)
+		case heldForHandler:
+			gone = strconv.FormatInt(w.ActiveVersion, 10) != what
+		case heldForPerson:
+			gone = true
+		case kt.HeldForSecret:
+			// Below, outside this transaction: the secret is opened
+			// through keep's own (e.secret).
+		default:
+			gone = true // a reason this keep does not know: try it
+		}
+		return nil
+	})
+	if err != nil || kind != kt.HeldForSecret {
+		return gone, err
+	}
+	if e.secret == nil {
+		return false, nil
+	}
+	_, err = e.secret(ctx, what)
+	if errors.Is(err, kt.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
