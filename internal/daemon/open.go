@@ -59,6 +59,13 @@ func Open(o Options) (k *Keep, err error) {
 	}
 	opened.add(release)
 	opened.add(func() { st.Close() })
+	if shared {
+		// Before anything is stamped: this node's time is the database's
+		// (every node compares by it), whatever its own wall clock says.
+		if err = scheduler.FollowStoreClock(context.Background(), st); err != nil {
+			return nil, err
+		}
+	}
 	accts, err := Accounts(o.DataDir, st)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
@@ -159,7 +160,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	sem := make(chan struct{}, s.workers)
 	ticker := time.NewTicker(s.poll)
 	defer ticker.Stop()
-	started := time.Now().UnixMilli()
+	started := clock.Now().UnixMilli()
 	s.started.Store(started)
 	var lastBeat time.Time
 	for {
@@ -184,11 +185,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) int {
 	var due []string
+	// Due times are keep's time (clock.Now: it never steps back); the
+	// backoffs below are this process's own, on the monotonic clock.
 	now := time.Now()
 	s.passes.Add(1)
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		due, err = tx.DueWorkflows(now.UnixMilli())
+		due, err = tx.DueWorkflows(clock.Now().UnixMilli())
 		return err
 	}); err != nil {
 		if ctx.Err() == nil {
@@ -387,7 +390,7 @@ func (s *Scheduler) RunUntilIdle(ctx context.Context) error {
 		if !waiting {
 			return nil
 		}
-		d := time.Until(next)
+		d := next.Sub(clock.Now())
 		if d < 10*time.Millisecond {
 			d = 10 * time.Millisecond
 		}
