@@ -97,7 +97,7 @@ type Engine struct {
 	// peekGuesses: what each consumer's prepare peeks first, read ahead
 	// by the step's plan (peekahead.go).
 	peekGuesses peekGuesses
-	now func() time.Time
+	now         func() time.Time
 	// mono is how long the engine has run (clock.Mono, or Options.Now's
 	// elapsed time in a test that sets it): what in-process durations are
 	// measured on.
@@ -107,14 +107,14 @@ type Engine struct {
 	wall func() time.Time
 	// sends notes, per ledger row, when this process sent it and when it
 	// first saw it "not found" (settle.go).
-	sends sendMarks
-	log   *slog.Logger
-	atStep      func(step string)
-	onChange    func(string)
-	observer    Observer
-	notify      func(kt.Notice)
-	secret      func(context.Context, string) (string, error)
-	tracer      otrace.Tracer
+	sends    sendMarks
+	log      *slog.Logger
+	atStep   func(step string)
+	onChange func(string)
+	observer Observer
+	notify   func(kt.Notice)
+	secret   func(context.Context, string) (string, error)
+	tracer   otrace.Tracer
 
 	// flight counts the steps under way and the calls they wait on.
 	flight flight
