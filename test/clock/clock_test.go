@@ -21,6 +21,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/backend"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 )
@@ -123,9 +124,22 @@ type ledger struct {
 	muts  []kt.Mutation
 	open  *kt.Run
 	lease kt.Lease
+	nodes []kt.Node
 }
 
 func (r *rig) read() ledger {
+	r.t.Helper()
+	st := r.open()
+	defer st.Close()
+	l, err := readFrom(st)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return l
+}
+
+// open opens the rig's store.
+func (r *rig) open() store.Store {
 	r.t.Helper()
 	loc, err := backend.Parse(r.store, filepath.Join(r.dir, "a"))
 	if err != nil {
@@ -135,9 +149,12 @@ func (r *rig) read() ledger {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	defer st.Close()
+	return st
+}
+
+func readFrom(st store.Store) (ledger, error) {
 	var l ledger
-	err = st.View(context.Background(), func(tx store.Tx) error {
+	err := st.View(context.Background(), func(tx store.Tx) error {
 		var err error
 		if l.muts, err = tx.MutationList("orders"); err != nil {
 			return err
@@ -150,12 +167,10 @@ func (r *rig) read() ledger {
 		if l.lease, err = tx.LeaseGet("orders"); err != nil && !errors.Is(err, kt.ErrNotFound) {
 			return err
 		}
-		return nil
+		l.nodes, err = tx.NodeList()
+		return err
 	})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return l
+	return l, err
 }
 
 // applied says the write is applied in the ledger and its run done.
@@ -225,5 +240,64 @@ func TestAClockStepBackDoesNotMakeACheckWaitAnHour(t *testing.T) {
 	after := r.read().muts[0]
 	if back := time.Duration(m.UpdatedAt-after.UpdatedAt) * time.Millisecond; back > 0 {
 		t.Fatalf("keep's time went back %s with the wall clock", back)
+	}
+}
+
+// Two keep serve nodes on one PostgreSQL database, the second one's wall
+// clock an hour ahead (the issue: it took the first's live lease at once,
+// judging the lease's expiry by its own clock, and sent the write again
+// 12 s later). Leases are stamped and judged by PostgreSQL's clock: the
+// node ahead leaves the workflow to the first while that one renews its
+// lease, and the write is sent once.
+func TestANodeAnHourAheadTakesNoLiveLease(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.ApplyAfter(applyIn))
+	r := newRig(t, sink, pgtest.FreshSchema(t))
+	// Leases of 3 s, renewed every second: many chances to take one.
+	if err := os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(policy+"lease_ttl = \"3s\"\n"+sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan struct{})
+	var once sync.Once
+	sink.OnWrite = func() { once.Do(func() { close(sent) }) }
+	saidA := r.serve("a", r.clockFile("a"))
+	ahead := r.clockFile("b")
+	r.step(ahead, time.Hour)
+	select {
+	case <-sent:
+	case <-time.After(testbin.Patience()):
+		t.Fatalf("node a never sent the write\n%s", saidA)
+	}
+	saidB := r.serve("b", ahead)
+	// Node b must be up while the write waits (node a releases the lease
+	// while it waits, idle: b may take it then, and check the write).
+	st := r.open()
+	defer st.Close()
+	var (
+		last  ledger
+		bSeen bool
+	)
+	testbin.WaitFor(t, "the write to be settled", func() bool {
+		l, err := readFrom(st)
+		if err != nil {
+			return false
+		}
+		last = l
+		if !l.applied() && len(l.nodes) == 2 {
+			bSeen = true
+		}
+		return l.applied()
+	}, saidA)
+	if n := sink.Requests(); n != 1 {
+		t.Fatalf("the sink got the write %d times, want once\nnode a:\n%s\nnode b:\n%s", n, saidA, saidB)
+	}
+	// A lease taken while its holder renews it is one the holder finds
+	// lost at its next renewal: it says so.
+	if strings.Contains(saidA.String(), "lease lost") {
+		t.Fatalf("node b took node a's live lease:\nnode a:\n%s\nnode b:\n%s", saidA, saidB)
+	}
+	if !bSeen {
+		t.Fatalf("node b never came up before the write was settled (%d nodes): the test tested nothing\n%s", len(last.nodes), saidB)
 	}
 }
