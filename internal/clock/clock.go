@@ -46,6 +46,10 @@ var (
 	following bool
 	refAt     int64
 	refMono   time.Duration
+
+	// readWall and readMono are the clocks Now reads (a unit test moves them).
+	readWall = wall
+	readMono = Mono
 )
 
 // Mono is how long this process has run, on the monotonic clock.
@@ -59,14 +63,14 @@ func Wall() time.Time { return wall() }
 
 // Now is keep's time: see the package's comment.
 func Now() time.Time {
-	mono := Mono()
+	mono := readMono()
 	mu.Lock()
 	defer mu.Unlock()
 	var ref int64
 	if following {
 		ref = refAt + int64(mono-refMono)
 	} else {
-		ref = wall().UnixNano()
+		ref = readWall().UnixNano()
 	}
 	k := ref
 	if last != 0 && ref < last+int64(mono-lastMono) {
@@ -84,10 +88,10 @@ func Now() time.Time {
 // zero only after the reference stepped back, while keep's time waits for
 // it.
 func Lead() time.Duration {
-	mono := Mono()
+	mono := readMono()
 	mu.Lock()
 	defer mu.Unlock()
-	ref := wall().UnixNano()
+	ref := readWall().UnixNano()
 	if following {
 		ref = refAt + int64(mono-refMono)
 	}
