@@ -104,6 +104,12 @@ func (l *logs) String() string              { l.mu.Lock(); defer l.mu.Unlock(); 
 // serve starts keep serve as node (its own data directory) with its clock
 // stepped by the file clock says.
 func (r *rig) serve(node, clock string) *logs {
+	l, _ := r.start(node, clock)
+	return l
+}
+
+// start is serve, with the process.
+func (r *rig) start(node, clock string) (*logs, *exec.Cmd) {
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(r.dir, node), "--config", filepath.Join(r.dir, "keep.toml")}
 	if r.store != "" {
 		args = append(args, "--store", r.store)
@@ -116,7 +122,7 @@ func (r *rig) serve(node, clock string) *logs {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() })
-	return l
+	return l, cmd
 }
 
 // ledger is what the store holds of the write and its run.
@@ -299,5 +305,45 @@ func TestANodeAnHourAheadTakesNoLiveLease(t *testing.T) {
 	}
 	if !bSeen {
 		t.Fatalf("node b never came up before the write was settled (%d nodes): the test tested nothing\n%s", len(last.nodes), saidB)
+	}
+}
+
+// keep is killed right after it sent the write, and its wall clock steps
+// an hour forward before it starts again: the restarted process has no
+// monotonic reading of the send, and the row's stored send time says the
+// settle time passed an hour ago. It believes a "not found" only a settle
+// time after the first one it saw itself, finds the write, and the
+// service gets it once.
+func TestARestartAcrossAClockStepDoesNotSendTheWriteTwice(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.ApplyAfter(applyIn))
+	r := newRig(t, sink, "")
+	clock := r.clockFile("a")
+	killed := make(chan struct{})
+	var cmd *exec.Cmd
+	var once sync.Once
+	sink.OnWrite = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			close(killed)
+		})
+	}
+	var first *logs
+	first, cmd = r.start("a", clock)
+	select {
+	case <-killed:
+	case <-time.After(testbin.Patience()):
+		t.Fatalf("keep never sent the write\n%s", first)
+	}
+	_ = cmd.Wait()
+	r.step(clock, time.Hour)
+	if l := r.read(); len(l.muts) != 1 || l.muts[0].Status != kt.MutationInFlight {
+		t.Fatalf("after the kill the row is %+v, want it in_flight", l.muts)
+	}
+	said := r.serve("a", clock)
+	testbin.WaitFor(t, "the write to be settled after the restart", func() bool { return r.read().applied() }, said)
+	if n := sink.Requests(); n != 1 {
+		t.Fatalf("the sink got the write %d times, want once (the restarted keep believed a stale \"not found\")\n%s", n, said)
 	}
 }
