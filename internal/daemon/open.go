@@ -10,6 +10,7 @@ import (
 
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
@@ -82,6 +83,9 @@ func Open(o Options) (k *Keep, err error) {
 	}
 	script.SetIdleWorkers(cfg.Policy.SandboxWorkers)
 	logger := maskedLogger(o.Logger)
+	if clock.TestBuild {
+		logger.Warn("this keep is a test build (-tags keeptestclock): its wall clock is stepped by the file KEEP_TEST_CLOCK_FILE names; never run it in production")
+	}
 	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
 	k.lock, k.release, k.apiSecret, k.shared = lock, release, apiSecret, shared
 	if err = k.wireEngine(o, cfg, accts, perWorkflow, logger); err != nil {

@@ -163,6 +163,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	started := clock.Now().UnixMilli()
 	s.started.Store(started)
 	var lastBeat time.Time
+	stepped := false
 	for {
 		if s.node != "" && time.Since(lastBeat) > heartbeatEvery {
 			if err := s.Heartbeat(ctx, kt.Node{Addr: s.NodeAddr(), StartedAt: started}); err != nil && ctx.Err() == nil {
@@ -170,6 +171,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			lastBeat = time.Now()
 		}
+		stepped = s.noteClockStep(stepped)
 		s.dispatch(ctx, &wg, sem)
 		if err := s.fatalErr(); err != nil {
 			return err
@@ -431,4 +433,20 @@ func (s *Scheduler) nextTimedWork(ctx context.Context) (time.Time, bool, error) 
 		return nil
 	})
 	return time.UnixMilli(next), waiting, err
+}
+
+// noteClockStep says once, when it happens, that keep's reference clock
+// stepped back (clock.Lead): keep's time goes on from where it was and
+// catches the clock up slowly, so the times it shows are ahead meanwhile
+// (design.md, "Time"). stepped is whether it said so already.
+func (s *Scheduler) noteClockStep(stepped bool) bool {
+	lead := clock.Lead()
+	switch {
+	case lead > time.Second && !stepped:
+		s.log.Warn("the clock stepped back; keep's time does not go back with it: it goes on at 9/10 of real time until the clock catches up (the times keep shows are ahead meanwhile)", "ahead", lead.Round(time.Millisecond), "caught up in", (10 * lead).Round(time.Second))
+		return true
+	case lead <= 0:
+		return false
+	}
+	return stepped
 }

@@ -247,6 +247,10 @@ func TestAClockStepBackDoesNotMakeACheckWaitAnHour(t *testing.T) {
 	if back := time.Duration(m.UpdatedAt-after.UpdatedAt) * time.Millisecond; back > 0 {
 		t.Fatalf("keep's time went back %s with the wall clock", back)
 	}
+	// And the person reading keep's log learns why its times are ahead.
+	if !strings.Contains(said.String(), "the clock stepped back") {
+		t.Fatalf("keep did not say its clock stepped back:\n%s", said)
+	}
 }
 
 // Two keep serve nodes on one PostgreSQL database, the second one's wall
