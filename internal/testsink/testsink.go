@@ -300,7 +300,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal([]byte(strings.TrimPrefix(string(f), "apply-after|")), &ms)
 		later := r.Clone(context.Background())
 		time.AfterFunc(time.Duration(ms)*time.Millisecond, func() { s.apply(later, body) })
-		s.wait(r)
+		<-r.Context().Done() // no answer: the client gives up
 	case strings.HasPrefix(string(f), "retry-after|"):
 		w.Header().Set("Retry-After", strings.TrimPrefix(string(f), "retry-after|"))
 		http.Error(w, "slow down", http.StatusTooManyRequests)

@@ -9,6 +9,7 @@ package clock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 	testbin.MainTags(m, &keepBin, "keeptestclock")
 }
 
-// The write times out after 1 s; keep believes a "not found" only 10 s
+// The write times out after 1 s (3 s with two nodes); keep believes a "not found" only 10 s
 // after it sent the write (reconcile_settle); the sink applies it 4 s after
 // it came in.
 const (
@@ -42,7 +43,7 @@ const (
     await ctx.publish("o", { messageId: "1", inputId: id, payload: {} }); } } },
   consumers: { c: Keep.consumer({ subscribe: ["o"],
     async prepare(ctx) { const [e] = await ctx.peek("o"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "o", ids: [e.messageId] }], data: {} }; },
-    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: { n: 1 }, timeoutMs: 1000,
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%SINK%/write/1", json: { n: 1 }, timeoutMs: %TIMEOUT%,
       reconcile: { url: "%SINK%/writes/{idempotencyKey}" } }); },
   }) } });`
 	policy  = "[policy]\nreconcile_settle = \"10s\"\nreconcile_backoff = \"20ms\"\ntransient_backoff = \"20ms\"\n"
@@ -56,13 +57,14 @@ type rig struct {
 	store string // "" for the data directory's SQLite
 }
 
-func newRig(t *testing.T, sink *testsink.Sink, storeURL string) *rig {
+// newRig deploys the workflow, its write timing out after callTimeout.
+func newRig(t *testing.T, sink *testsink.Sink, storeURL string, callTimeout time.Duration) *rig {
 	r := &rig{t: t, dir: t.TempDir(), store: storeURL}
 	if err := os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(policy+sink.AllowTOML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	wf := filepath.Join(r.dir, "wf.js")
-	if err := os.WriteFile(wf, []byte(strings.ReplaceAll(script, "%SINK%", sink.URL)), 0o644); err != nil {
+	if err := os.WriteFile(wf, []byte(strings.NewReplacer("%SINK%", sink.URL, "%TIMEOUT%", fmt.Sprint(callTimeout.Milliseconds())).Replace(script)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"deploy", "--grant", "--data", filepath.Join(r.dir, "a"), wf}
@@ -200,7 +202,7 @@ func TestAClockStepForwardDoesNotSendTheWriteTwice(t *testing.T) {
 	sink := testsink.New()
 	defer sink.Close()
 	sink.Queue(testsink.ApplyAfter(applyIn))
-	r := newRig(t, sink, "")
+	r := newRig(t, sink, "", time.Second)
 	clock := r.clockFile("a")
 	sink.OnWrite = func() { r.step(clock, time.Hour) }
 	said := r.serve("a", clock)
@@ -226,7 +228,7 @@ func TestAClockStepBackDoesNotMakeACheckWaitAnHour(t *testing.T) {
 	sink := testsink.New()
 	defer sink.Close()
 	sink.Queue(testsink.ApplyAfter(applyIn))
-	r := newRig(t, sink, "")
+	r := newRig(t, sink, "", time.Second)
 	clock := r.clockFile("a")
 	said := r.serve("a", clock)
 	testbin.WaitFor(t, "the run to wait for its second check", func() bool { return r.read().waiting() }, said)
@@ -260,26 +262,49 @@ func TestAClockStepBackDoesNotMakeACheckWaitAnHour(t *testing.T) {
 // node ahead leaves the workflow to the first while that one renews its
 // lease, and the write is sent once.
 func TestANodeAnHourAheadTakesNoLiveLease(t *testing.T) {
+	twoNodes(t, 0, time.Hour)
+}
+
+// The node that holds the lease has its wall clock stepped an hour back
+// right after it sent the write: it renews the lease by the database's
+// clock, not by its own (an expiry an hour in the past, which the other
+// node took at once), and the write is sent once.
+func TestANodeWhoseClockStepsBackDuringItsLeaseKeepsIt(t *testing.T) {
+	twoNodes(t, -time.Hour, 0)
+}
+
+// twoNodes starts node a, which sends the write (its clock stepped by
+// stepA right after), then node b with its clock stepped by stepB, and
+// checks that the write is sent once and that no node took the other's
+// live lease.
+func twoNodes(t *testing.T, stepA, stepB time.Duration) {
 	sink := testsink.New()
 	defer sink.Close()
 	sink.Queue(testsink.ApplyAfter(applyIn))
-	r := newRig(t, sink, pgtest.FreshSchema(t))
-	// Leases of 3 s, renewed every second: many chances to take one.
+	// The call lasts 3 s (the service answers late), the leases 3 s,
+	// renewed every second: node a renews its lease while its call is under
+	// way, when taking it would do harm.
+	r := newRig(t, sink, pgtest.FreshSchema(t), 3*time.Second)
 	if err := os.WriteFile(filepath.Join(r.dir, "keep.toml"), []byte(policy+"lease_ttl = \"3s\"\n"+sink.AllowTOML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	clockA, clockB := r.clockFile("a"), r.clockFile("b")
+	r.step(clockB, stepB)
 	sent := make(chan struct{})
 	var once sync.Once
-	sink.OnWrite = func() { once.Do(func() { close(sent) }) }
-	saidA := r.serve("a", r.clockFile("a"))
-	ahead := r.clockFile("b")
-	r.step(ahead, time.Hour)
+	sink.OnWrite = func() {
+		once.Do(func() {
+			r.step(clockA, stepA)
+			close(sent)
+		})
+	}
+	saidA := r.serve("a", clockA)
 	select {
 	case <-sent:
 	case <-time.After(testbin.Patience()):
 		t.Fatalf("node a never sent the write\n%s", saidA)
 	}
-	saidB := r.serve("b", ahead)
+	saidB := r.serve("b", clockB)
 	// Node b must be up while the write waits (node a releases the lease
 	// while it waits, idle: b may take it then, and check the write).
 	st := r.open()
@@ -304,8 +329,10 @@ func TestANodeAnHourAheadTakesNoLiveLease(t *testing.T) {
 	}
 	// A lease taken while its holder renews it is one the holder finds
 	// lost at its next renewal: it says so.
-	if strings.Contains(saidA.String(), "lease lost") {
-		t.Fatalf("node b took node a's live lease:\nnode a:\n%s\nnode b:\n%s", saidA, saidB)
+	for name, said := range map[string]*logs{"a": saidA, "b": saidB} {
+		if strings.Contains(said.String(), "lease lost") {
+			t.Fatalf("node %s's live lease was taken:\nnode a:\n%s\nnode b:\n%s", name, saidA, saidB)
+		}
 	}
 	if !bSeen {
 		t.Fatalf("node b never came up before the write was settled (%d nodes): the test tested nothing\n%s", len(last.nodes), saidB)
@@ -322,7 +349,7 @@ func TestARestartAcrossAClockStepDoesNotSendTheWriteTwice(t *testing.T) {
 	sink := testsink.New()
 	defer sink.Close()
 	sink.Queue(testsink.ApplyAfter(applyIn))
-	r := newRig(t, sink, "")
+	r := newRig(t, sink, "", time.Second)
 	clock := r.clockFile("a")
 	killed := make(chan struct{})
 	var cmd *exec.Cmd
