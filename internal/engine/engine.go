@@ -224,6 +224,23 @@ func (e *Engine) Store() store.Store { return e.store }
 
 func (e *Engine) nowMs() int64 { return e.now().UnixMilli() }
 
+// wallNow is the wall clock (e.wall; the engine's clock in an Engine a
+// test built by hand).
+func (e *Engine) wallNow() time.Time {
+	if e.wall == nil {
+		return e.now()
+	}
+	return e.wall()
+}
+
+// monoNow is e.mono (clock.Mono in an Engine a test built by hand).
+func (e *Engine) monoNow() time.Duration {
+	if e.mono == nil {
+		return clock.Mono()
+	}
+	return e.mono()
+}
+
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
 func (e *Engine) changed(wf string) {

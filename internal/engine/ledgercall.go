@@ -265,7 +265,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	if f, ok := store.FenceOf(lc.x.ctx); ok && !f.Live(clock.MonoMs()) {
 		return connector.Result{}, "", fmt.Errorf("%w: the lease ran out before %s was sent; it was not sent", store.ErrFenced, lc.target)
 	}
-	start, sent := time.Now(), e.mono()
+	start, sent := time.Now(), e.monoNow()
 	cctx, cancel := context.WithTimeout(lc.x.ctx, lc.x.toolTimeout(lc.args))
 	res := lc.x.do(cctx, lc.tool, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
 	cancel()
@@ -389,7 +389,7 @@ func (x *runExec) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
 	if x.pol.ReconcileSettle > settle {
 		settle = x.pol.ReconcileSettle
 	}
-	waited, earlier := x.e.sends.notFound(*mut, x.e.mono())
+	waited, earlier := x.e.sends.notFound(*mut, x.e.monoNow())
 	if mut.NotFoundAt == 0 {
 		mut.NotFoundAt = now
 	}

@@ -40,9 +40,9 @@ func (e *Engine) verifyHook(ctx context.Context, wh script.Webhook, h Hook) (Why
 	case script.VerifyHMAC:
 		why = checkHMAC(h, vf, secret)
 	case script.VerifyStripe:
-		why = checkStripe(h, vf, secret, e.wall())
+		why = checkStripe(h, vf, secret, e.wallNow())
 	case script.VerifySlack:
-		why = checkSlack(h, vf, secret, e.wall())
+		why = checkSlack(h, vf, secret, e.wallNow())
 	case script.VerifyToken:
 		why = checkToken(h, vf, secret)
 	default:
