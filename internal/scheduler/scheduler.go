@@ -289,8 +289,11 @@ func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool
 	for ctx.Err() == nil {
 		did, err := s.step(stepCtx, wf)
 		if errors.Is(err, store.ErrFenced) {
-			// Another node took the workflow over: its work now.
-			s.log.Info("lease lost", "workflow", wf, "error", err)
+			// Another node took the workflow over: its work now. Said at
+			// warn level: a step cut in its middle means this node's lease
+			// ran out while it worked (a pause, a database it could not
+			// reach), which a person running nodes wants to know.
+			s.log.Warn("lease lost while stepping: another node took the workflow over", "workflow", wf, "error", err)
 			return true
 		}
 		if err != nil {
