@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/api"
@@ -195,6 +194,9 @@ func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.A
 	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
 		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
 		Store:    st, Policy: cfg.Policy, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+	if k.notifier != nil {
+		k.notifier.Now = clock.Now // keep's time, as every stamp it compares with (design.md, "Time")
+	}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	return k
@@ -228,7 +230,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 		}})
 	if cfg.Maintainer.Enabled {
 		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
-			Config: cfg.Maintainer, Now: time.Now, Log: logger, Tests: recordedTests(o.ConfigFile), TestFaults: testrun.Faults()}
+			Config: cfg.Maintainer, Now: clock.Now, Log: logger, Tests: recordedTests(o.ConfigFile), TestFaults: testrun.Faults()}
 	}
 	return nil
 }
