@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
@@ -137,7 +138,7 @@ func (s *Server) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
 	}
-	return time.Now()
+	return clock.Now()
 }
 
 func (s *Server) changed(wf string) {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/backend"
 )
@@ -76,6 +78,14 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if loc.Kind == backend.Postgres {
+		// What the CLI stamps (a decision, a deploy) and judges (which
+		// node is alive) is on the database's clock, as keep serve's is.
+		if err := scheduler.FollowStoreClock(context.Background(), st); err != nil {
+			st.Close()
+			return nil, err
+		}
 	}
 	root := o.FilesRoot
 	if root == "" {

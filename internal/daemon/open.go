@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
@@ -66,6 +66,13 @@ func Open(o Options) (k *Keep, err error) {
 	}
 	opened.add(release)
 	opened.add(func() { st.Close() })
+	if shared {
+		// Before anything is stamped: this node's time is the database's
+		// (every node compares by it), whatever its own wall clock says.
+		if err = scheduler.FollowStoreClock(context.Background(), st); err != nil {
+			return nil, err
+		}
+	}
 	accts, err := Accounts(o.DataDir, st)
 	if err != nil {
 		return nil, err
@@ -84,6 +91,9 @@ func Open(o Options) (k *Keep, err error) {
 	logger := maskedLogger(o.Logger)
 	if len(tightened) > 0 {
 		logger.Warn("keep's data directory was open to others on this machine; made it keep's alone", "changed", strings.Join(tightened, ", "))
+	}
+	if clock.TestBuild {
+		logger.Warn("this keep is a test build (-tags keeptestclock): its wall clock is stepped by the file KEEP_TEST_CLOCK_FILE names; never run it in production")
 	}
 	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
 	k.lock, k.release, k.apiSecret, k.shared, k.disown = lock, release, apiSecret, shared, disown
@@ -220,6 +230,9 @@ func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.A
 	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
 		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
 		Store:    st, Policy: cfg.Policy, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+	if k.notifier != nil {
+		k.notifier.Now = clock.Now // keep's time, as every stamp it compares with (design.md, "Time")
+	}
 	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
 	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
 	return k
@@ -256,7 +269,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 		}})
 	if cfg.Maintainer.Enabled {
 		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
-			Config: cfg.Maintainer, Now: time.Now, Log: logger, Tests: recordedTests(o.ConfigFile), TestFaults: testrun.Faults()}
+			Config: cfg.Maintainer, Now: clock.Now, Log: logger, Tests: recordedTests(o.ConfigFile), TestFaults: testrun.Faults()}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keep-run/keep/internal/clock"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -101,13 +102,13 @@ type Control struct {
 	// DecideRepair approves or rejects a repair the Maintainer held (the
 	// maintainer package builds on the engine); nil: refused.
 	DecideRepair func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error)
-	// Now is the clock (time.Now when nil).
+	// Now is the clock (keep's, clock.Now, when nil).
 	Now func() time.Time
 }
 
 // Do carries out one action.
 func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
-	now := time.Now()
+	now := clock.Now()
 	if c.Now != nil {
 		now = c.Now()
 	}

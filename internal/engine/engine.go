@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 	otrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -43,7 +44,10 @@ type Options struct {
 	RegistryFor func(filesRoot string) *connector.Registry
 	// Policy defaults to config.Defaults().
 	Policy *config.Policy
-	// Now defaults to time.Now.
+	// Now is the clock the engine stamps and compares by: keep's time
+	// (clock.Now: it never steps back) when nil. A test that sets it moves
+	// the engine's monotonic readings with it (Engine.mono): the settle
+	// window before a "not found" is believed is then on its clock too.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -94,13 +98,23 @@ type Engine struct {
 	// by the step's plan (peekahead.go).
 	peekGuesses peekGuesses
 	now         func() time.Time
-	log         *slog.Logger
-	atStep      func(step string)
-	onChange    func(string)
-	observer    Observer
-	notify      func(kt.Notice)
-	secret      func(context.Context, string) (string, error)
-	tracer      otrace.Tracer
+	// mono is how long the engine has run (clock.Mono, or Options.Now's
+	// elapsed time in a test that sets it): what in-process durations are
+	// measured on.
+	mono func() time.Duration
+	// wall is the wall clock, for what is compared with clocks outside
+	// keep (clock.Wall, or Options.Now).
+	wall func() time.Time
+	// sends notes, per ledger row, when this process sent it and when it
+	// first saw it "not found" (settle.go).
+	sends    sendMarks
+	log      *slog.Logger
+	atStep   func(step string)
+	onChange func(string)
+	observer Observer
+	notify   func(kt.Notice)
+	secret   func(context.Context, string) (string, error)
+	tracer   otrace.Tracer
 
 	// flight counts the steps under way and the calls they wait on.
 	flight flight
@@ -122,8 +136,11 @@ func New(o Options) *Engine {
 	} else {
 		e.policy = config.Defaults()
 	}
-	if e.now == nil {
-		e.now = time.Now
+	e.now, e.mono, e.wall = clock.Now, clock.Mono, clock.Wall
+	if o.Now != nil {
+		start := o.Now()
+		e.now, e.wall = o.Now, o.Now
+		e.mono = func() time.Duration { return o.Now().Sub(start) }
 	}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -206,6 +223,23 @@ func RecordedPolicy(wf, rec string) (config.Policy, error) {
 func (e *Engine) Store() store.Store { return e.store }
 
 func (e *Engine) nowMs() int64 { return e.now().UnixMilli() }
+
+// wallNow is the wall clock (e.wall; the engine's clock in an Engine a
+// test built by hand).
+func (e *Engine) wallNow() time.Time {
+	if e.wall == nil {
+		return e.now()
+	}
+	return e.wall()
+}
+
+// monoNow is e.mono (clock.Mono in an Engine a test built by hand).
+func (e *Engine) monoNow() time.Duration {
+	if e.mono == nil {
+		return clock.Mono()
+	}
+	return e.mono()
+}
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 

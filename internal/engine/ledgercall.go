@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -258,13 +259,13 @@ func (lc *ledgerCall) commitInFlight(insert bool) error {
 // answer leads to (onOutcome); the answer is on the trace.
 func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	e := lc.x.e
-	// Several nodes: past this node's lease (by its own clock: after a
-	// pause it has run out) the write is not started; the workflow's new
+	// Several nodes: past this node's lease (on its monotonic clock: after
+	// a pause it has run out) the write is not started; the workflow's new
 	// owner finds it in_flight and reconciles it.
-	if f, ok := store.FenceOf(lc.x.ctx); ok && !f.Live(e.nowMs()) {
+	if f, ok := store.FenceOf(lc.x.ctx); ok && !f.Live(clock.MonoMs()) {
 		return connector.Result{}, "", fmt.Errorf("%w: the lease ran out before %s was sent; it was not sent", store.ErrFenced, lc.target)
 	}
-	start := time.Now()
+	start, sent := time.Now(), e.monoNow()
 	cctx, cancel := context.WithTimeout(lc.x.ctx, lc.x.toolTimeout(lc.args))
 	res := lc.x.do(cctx, lc.tool, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
 	cancel()
@@ -278,6 +279,10 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	next := onOutcome(res.Outcome, lc.mut.CanReconcile)
 	if next == callReconcile || next == callIndeterminate {
 		lc.mut.ErrorClass, lc.mut.ErrorMessage = kt.ClassIndeterminate, res.Err.Message
+	}
+	if next == callReconcile {
+		// The settle window counts from here, on this process's clock.
+		e.sends.sent(lc.mut, sent)
 	}
 	return res, next, nil
 }
@@ -320,6 +325,9 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 		mut.ReconcileAttempts++
 	}
 	ans := reconcileAnswer{value: value, err: rerr}
+	if status == connector.ReconcileApplied {
+		e.sends.forget(mut.ID)
+	}
 	if status == connector.ReconcileFailed {
 		ans.settleAt = x.notHappenedYet(mut, call.Args)
 	}
@@ -371,27 +379,25 @@ func markRecheck(mut *kt.Mutation, at, now int64) {
 // not happen" (issue 11 #5: a server that took 2 s got a write twice when a
 // probe 1 s after a 1 s timeout found nothing yet). Such an answer is proof
 // only when an earlier one agrees and the settle time (the policy's, or the
-// call's own timeout when longer) has passed since the call went out. It
-// returns 0 when the answer is proof, else when to check again; it records
-// the first answer on mut.
+// call's own timeout when longer) has passed since the call went out,
+// measured on this process's monotonic clock (settle.go: no step of the
+// wall clock shortens it). It returns 0 when the answer is proof, else
+// when to check again; it records the first answer on mut.
 func (x *runExec) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
 	now := x.e.nowMs()
 	settle := x.toolTimeout(args)
 	if x.pol.ReconcileSettle > settle {
 		settle = x.pol.ReconcileSettle
 	}
-	sent := mut.SentAt
-	if sent == 0 {
-		sent = mut.CreatedAt
-	}
-	settled := sent + settle.Milliseconds()
-	if mut.NotFoundAt > 0 && mut.NotFoundAt < now && now >= settled {
-		return 0
-	}
+	waited, earlier := x.e.sends.notFound(*mut, x.e.monoNow())
 	if mut.NotFoundAt == 0 {
 		mut.NotFoundAt = now
 	}
-	return max(settled, now+settleRecheck.Milliseconds())
+	if earlier && waited >= settle {
+		x.e.sends.forget(mut.ID)
+		return 0
+	}
+	return now + max(settle-waited, settleRecheck).Milliseconds()
 }
 
 // settleRecheck is the least wait between two "did not happen" answers.

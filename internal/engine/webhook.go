@@ -152,7 +152,7 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 		}
 		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
 	}
-	at := e.now()
+	at := e.wallNow() // a sender's signed timestamp is its wall clock's: judged against ours
 	if d.ID != 0 {
 		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
 		if id, err := deliveryID(wh.Dedupe, h); err == nil {

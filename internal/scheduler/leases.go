@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keep-run/keep/internal/clock"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -16,9 +17,17 @@ import (
 // it holds the workflow's lease, so one workflow never has two steps at
 // once across nodes; every durable write of the step is conditional on the
 // lease's token (store.Fenced), and an external call is not started once
-// the lease ran out by this node's clock (engine: Fence.Live). A node that
-// dies stops renewing: another takes the workflow over when the lease
-// expires, with the next token, and recovers its open run as after a crash.
+// the lease ran out on this node's monotonic clock (engine: Fence.Live). A
+// node that dies stops renewing: another takes the workflow over when the
+// lease expires, with the next token, and recovers its open run as after a
+// crash.
+//
+// Time (issue 44): a lease's expiry in the store, and a node's heartbeat,
+// are stamped and compared by the store's clock (store.Tx.Now: PostgreSQL's
+// own, which every node reads), never by a node's, which may be an hour
+// ahead; the holder's own deadline (Fence.Until) is on its monotonic
+// clock, counted from before the write that granted the lease, so it ends
+// no later than the lease in the store whatever the wall clock does.
 
 // A lease is kept while the node works, not taken and released per step:
 // the node holds the leases of the workflows it stepped lately, renews them
@@ -43,7 +52,7 @@ func (s *Scheduler) lease(ctx context.Context, wf string) (store.Fence, bool, er
 		h.used = time.Now()
 	}
 	s.mu.Unlock()
-	if h != nil && h.fence.Live(time.Now().Add(s.ttl/3).UnixMilli()) {
+	if h != nil && h.fence.Live(clock.MonoMs()+(s.ttl/3).Milliseconds()) {
 		return h.fence, true, nil
 	}
 	s.leaseMu.Lock()
@@ -51,14 +60,14 @@ func (s *Scheduler) lease(ctx context.Context, wf string) (store.Fence, bool, er
 	if h == nil {
 		s.makeRoom()
 	}
-	f, until, held, err := s.acquire(ctx, wf)
+	f, wait, held, err := s.acquire(ctx, wf)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || !held {
 		delete(s.held, wf)
 		if err == nil {
 			// Another node works on it: do not ask again before its lease ends.
-			s.backoff[wf] = time.UnixMilli(min(until, time.Now().Add(s.ttl).UnixMilli()))
+			s.backoff[wf] = time.Now().Add(min(wait, s.ttl))
 		}
 		return store.Fence{}, false, err
 	}
@@ -105,12 +114,16 @@ func (s *Scheduler) makeRoom() {
 }
 
 // acquire takes wf's lease (or renews this node's). When another node
-// holds it, until is when that lease ends.
-func (s *Scheduler) acquire(ctx context.Context, wf string) (f store.Fence, until int64, held bool, err error) {
-	start := time.Now()
-	end := start.Add(s.ttl)
+// holds it, wait is how long that lease has left, by the store's clock.
+func (s *Scheduler) acquire(ctx context.Context, wf string) (f store.Fence, wait time.Duration, held bool, err error) {
+	start := clock.MonoMs()
 	var l kt.Lease
+	var now int64
 	err = s.store.Update(store.ForWorkflows(ctx, wf), func(tx store.Tx) error {
+		var err error
+		if now, _, err = tx.Now(); err != nil {
+			return err
+		}
 		cur, err := tx.LeaseGet(wf)
 		var prev *kt.Lease
 		switch {
@@ -119,17 +132,17 @@ func (s *Scheduler) acquire(ctx context.Context, wf string) (f store.Fence, unti
 		case !errors.Is(err, kt.ErrNotFound):
 			return err
 		}
-		if l, held = kt.GrantLease(prev, wf, s.node, start.UnixMilli(), end.UnixMilli()); !held {
+		if l, held = kt.GrantLease(prev, wf, s.node, now, now+s.ttl.Milliseconds()); !held {
 			return nil
 		}
 		return tx.LeasePut(l)
 	})
 	if err != nil || !held {
-		return store.Fence{}, l.ExpiresAt, false, err
+		return store.Fence{}, time.Duration(l.ExpiresAt-now) * time.Millisecond, false, err
 	}
 	f = store.Fence{Workflow: wf, Node: s.node, Token: l.Token, Until: &atomic.Int64{}}
 	// The local deadline counts from before the write: conservative.
-	f.Until.Store(end.UnixMilli())
+	f.Until.Store(start + s.ttl.Milliseconds())
 	return f, 0, true, nil
 }
 
@@ -161,9 +174,9 @@ func (s *Scheduler) renewAll(all bool) {
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
 	start := time.Now()
-	until := start.Add(s.ttl)
+	mono := clock.MonoMs()
 	if !all {
-		s.countLiveLeases(start)
+		s.countLiveLeases()
 	}
 	var keep, drop []*heldLease
 	s.mu.Lock()
@@ -192,12 +205,17 @@ func (s *Scheduler) renewAll(all bool) {
 	}
 	err := s.store.Update(store.ForWorkflows(context.Background(), wfs...), func(tx store.Tx) error {
 		clear(lost)
+		now, _, err := tx.Now()
+		if err != nil {
+			return err
+		}
+		until := now + s.ttl.Milliseconds()
 		for _, h := range keep {
 			cur, err := tx.LeaseGet(h.fence.Workflow)
 			if err != nil {
 				return err
 			}
-			l, ok := kt.RenewLease(cur, s.node, h.fence.Token, until.UnixMilli())
+			l, ok := kt.RenewLease(cur, s.node, h.fence.Token, until)
 			if !ok {
 				lost[h] = true
 				continue
@@ -214,7 +232,7 @@ func (s *Scheduler) renewAll(all bool) {
 		return nil
 	})
 	if err != nil {
-		// Not renewed: each lease still ends by this node's clock, and a
+		// Not renewed: each lease still ends on this node's clock, and a
 		// release not made lets the lease expire by itself.
 		s.log.Warn("leases not renewed", "leases", len(keep), "released", len(drop), "error", err)
 		return
@@ -223,7 +241,7 @@ func (s *Scheduler) renewAll(all bool) {
 	defer s.mu.Unlock()
 	for _, h := range keep {
 		if !lost[h] {
-			h.fence.Until.Store(until.UnixMilli())
+			h.fence.Until.Store(mono + s.ttl.Milliseconds())
 			continue
 		}
 		s.log.Warn("lease lost", "workflow", h.fence.Workflow)
@@ -238,15 +256,19 @@ func (s *Scheduler) renewAll(all bool) {
 // this node is one of several: the work in use among them, by which a
 // renewal sheds what this node holds beyond its share. Unread, the last
 // count stands.
-func (s *Scheduler) countLiveLeases(now time.Time) {
+func (s *Scheduler) countLiveLeases() {
 	if s.alive.Load() <= 1 {
 		return
 	}
 	live := 0
 	if err := s.store.View(store.NoSnapshot(context.Background()), func(tx store.Tx) error {
+		now, _, err := tx.Now()
+		if err != nil {
+			return err
+		}
 		ls, err := tx.LeaseList()
 		for _, l := range ls {
-			if l.ExpiresAt > now.UnixMilli() {
+			if l.ExpiresAt > now {
 				live++
 			}
 		}
@@ -387,15 +409,19 @@ func (s *Scheduler) markStopped() {
 	if !s.announced.Swap(false) {
 		return // never said it was alive (RunUntilIdle alone): nothing to take back
 	}
-	now := time.Now().UnixMilli()
-	started := s.started.Load()
-	if started == 0 {
-		started = now
-	}
-	n := kt.Node{ID: s.node, Addr: s.NodeAddr(), StartedAt: started, SeenAt: now, StoppedAt: now}
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 	defer cancel()
-	if err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error { return tx.NodePut(n) }); err != nil {
+	if err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error {
+		now, _, err := tx.Now()
+		if err != nil {
+			return err
+		}
+		started := s.started.Load()
+		if started == 0 {
+			started = now
+		}
+		return tx.NodePut(kt.Node{ID: s.node, Addr: s.NodeAddr(), StartedAt: started, SeenAt: now, StoppedAt: now})
+	}); err != nil {
 		s.log.Warn("node stop not recorded", "error", err)
 	}
 }
@@ -417,16 +443,29 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 	if s.node == "" {
 		return nil
 	}
-	now := time.Now().UnixMilli()
-	n.ID, n.SeenAt = s.node, now
+	n.ID = s.node
 	var (
 		alive  int
 		forget []kt.Node
+		now    int64
 	)
 	s.stopMu.Lock() // not beside markStopped's write (it would undo this one)
 	defer s.stopMu.Unlock()
 	// Its own row of nodes only: no workflow's lock.
 	err := s.store.Update(store.ForWorkflows(ctx), func(tx store.Tx) error {
+		// Stamped and judged by the store's clock: a node whose own clock is
+		// an hour ahead neither looks alive an hour after it died nor
+		// counts the others gone.
+		sent := clock.Mono()
+		var shared bool
+		var err error
+		if now, shared, err = tx.Now(); err != nil {
+			return err
+		}
+		if shared {
+			clock.Follow(time.UnixMilli(now), sent, clock.Mono())
+		}
+		n.SeenAt = now
 		if err := tx.NodePut(n); err != nil {
 			return err
 		}
@@ -454,6 +493,21 @@ func (s *Scheduler) Heartbeat(ctx context.Context, n kt.Node) error {
 		s.forget(ctx, forget, now)
 	}
 	return nil
+}
+
+// FollowStoreClock makes the store's clock keep's reference
+// (clock.Follow) when every node reads the same one (PostgreSQL): a
+// node's stamps (due times, a call's send time) are then on the clock the
+// others judge them by. Each heartbeat reads it again.
+func FollowStoreClock(ctx context.Context, st store.Store) error {
+	return st.View(store.NoSnapshot(ctx), func(tx store.Tx) error {
+		sent := clock.Mono()
+		now, shared, err := tx.Now()
+		if err == nil && shared {
+			clock.Follow(time.UnixMilli(now), sent, clock.Mono())
+		}
+		return err
+	})
 }
 
 // forget deletes the rows of the nodes gone long ago (keeptype.Node.ForgottenAt),

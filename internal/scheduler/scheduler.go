@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keep-run/keep/internal/clock"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
@@ -159,9 +160,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	sem := make(chan struct{}, s.workers)
 	ticker := time.NewTicker(s.poll)
 	defer ticker.Stop()
-	started := time.Now().UnixMilli()
+	started := clock.Now().UnixMilli()
 	s.started.Store(started)
 	var lastBeat time.Time
+	stepped := false
 	for {
 		if s.node != "" && time.Since(lastBeat) > heartbeatEvery {
 			if err := s.Heartbeat(ctx, kt.Node{Addr: s.NodeAddr(), StartedAt: started}); err != nil && ctx.Err() == nil {
@@ -169,6 +171,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			lastBeat = time.Now()
 		}
+		stepped = s.noteClockStep(stepped)
 		s.dispatch(ctx, &wg, sem)
 		if err := s.fatalErr(); err != nil {
 			return err
@@ -184,11 +187,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) int {
 	var due []string
+	// Due times are keep's time (clock.Now: it never steps back); the
+	// backoffs below are this process's own, on the monotonic clock.
 	now := time.Now()
 	s.passes.Add(1)
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		due, err = tx.DueWorkflows(now.UnixMilli())
+		due, err = tx.DueWorkflows(clock.Now().UnixMilli())
 		return err
 	}); err != nil {
 		if ctx.Err() == nil {
@@ -284,8 +289,11 @@ func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool
 	for ctx.Err() == nil {
 		did, err := s.step(stepCtx, wf)
 		if errors.Is(err, store.ErrFenced) {
-			// Another node took the workflow over: its work now.
-			s.log.Info("lease lost", "workflow", wf, "error", err)
+			// Another node took the workflow over: its work now. Said at
+			// warn level: a step cut in its middle means this node's lease
+			// ran out while it worked (a pause, a database it could not
+			// reach), which a person running nodes wants to know.
+			s.log.Warn("lease lost while stepping: another node took the workflow over", "workflow", wf, "error", err)
 			return true
 		}
 		if err != nil {
@@ -387,7 +395,7 @@ func (s *Scheduler) RunUntilIdle(ctx context.Context) error {
 		if !waiting {
 			return nil
 		}
-		d := time.Until(next)
+		d := next.Sub(clock.Now())
 		if d < 10*time.Millisecond {
 			d = 10 * time.Millisecond
 		}
@@ -428,4 +436,20 @@ func (s *Scheduler) nextTimedWork(ctx context.Context) (time.Time, bool, error) 
 		return nil
 	})
 	return time.UnixMilli(next), waiting, err
+}
+
+// noteClockStep says once, when it happens, that keep's reference clock
+// stepped back (clock.Lead): keep's time goes on from where it was and
+// catches the clock up slowly, so the times it shows are ahead meanwhile
+// (design.md, "Time"). stepped is whether it said so already.
+func (s *Scheduler) noteClockStep(stepped bool) bool {
+	lead := clock.Lead()
+	switch {
+	case lead > time.Second && !stepped:
+		s.log.Warn("the clock stepped back; keep's time does not go back with it: it goes on at 9/10 of real time until the clock catches up (the times keep shows are ahead meanwhile)", "ahead", lead.Round(time.Millisecond), "caught up in", (10 * lead).Round(time.Second))
+		return true
+	case lead <= 0:
+		return false
+	}
+	return stepped
 }

@@ -182,14 +182,17 @@ var ErrFenced = fmt.Errorf("%w: this node's lease of the workflow was taken over
 type Fence struct {
 	Workflow, Node string
 	Token          int64
-	// Until is when the lease ends by this process's clock (ms), kept
-	// current by the renewals; a step must not start an external call past it.
+	// Until is when the lease ends on this process's monotonic clock
+	// (clock.MonoMs), kept current by the renewals; a step must not start
+	// an external call past it. Counted from before the write that
+	// granted it, it ends no later than the lease by the database's
+	// clock; a step of the wall clock does not move it (issue 44).
 	Until *atomic.Int64
 }
 
-// Live says the lease has not run out by this process's clock: after a
-// pause (SIGSTOP, a VM frozen) the clock has moved on and it has.
-func (f Fence) Live(now int64) bool { return f.Until == nil || now < f.Until.Load() }
+// Live says the lease has not run out at mono (clock.MonoMs): after a
+// pause (SIGSTOP, a VM frozen) the monotonic clock has moved on and it has.
+func (f Fence) Live(mono int64) bool { return f.Until == nil || mono < f.Until.Load() }
 
 type fenceKey struct{}
 
@@ -410,6 +413,13 @@ type Tx interface {
 	// Counts summarizes the ledgers for metrics.
 	Counts() (Counts, error)
 
+	// Now is the store's clock (ms since the epoch) and whether every
+	// node sharing the store reads the same one: the database's clock on
+	// PostgreSQL (shared true: what nodes compare, lease expiry and
+	// a node's last heartbeat, is stamped and judged by it, never by a
+	// node's own clock, which may be an hour off); keep's own time
+	// (clock.Now) on SQLite, which one process owns.
+	Now() (ms int64, shared bool, err error)
 	// LeaseGet reads a workflow's lease (kt.ErrNotFound: none yet).
 	LeaseGet(workflow string) (kt.Lease, error)
 	// LeasePut writes a workflow's lease (kt.GrantLease decides it).

@@ -8,11 +8,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // Main builds keep, runs the package's tests with *bin set to its path,
 // and exits with their status. Use it as TestMain: testbin.Main(m, &keepBin).
-func Main(m interface{ Run() int }, bin *string) {
+func Main(m interface{ Run() int }, bin *string) { MainTags(m, bin) }
+
+// MainTags is Main with a binary built with these build tags: the clock
+// tests' keep has the hook that steps its wall clock (-tags keeptestclock,
+// internal/clock), which no other binary has.
+func MainTags(m interface{ Run() int }, bin *string, tags ...string) {
 	dir, err := os.MkdirTemp("", "keep-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -21,7 +27,11 @@ func Main(m interface{ Run() int }, bin *string) {
 	*bin = filepath.Join(dir, "keep")
 	_, here, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(here), "..", "..")
-	cmd := exec.Command("go", "build", "-o", *bin, "./cmd/keep")
+	args := []string{"build", "-o", *bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/keep")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build keep: %v\n%s", err, out)

@@ -6,6 +6,7 @@
 package testsink
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -41,6 +42,11 @@ const (
 // without applying.
 func RetryAfter(seconds int) Fault { return Fault("retry-after|" + itoa(seconds)) }
 
+// ApplyAfter returns a fault that applies the write d after it came in,
+// whether or not the client still waits, and answers only when the client
+// gives up: a slow service whose reconcile probe says "not found" until d.
+func ApplyAfter(d time.Duration) Fault { return Fault("apply-after|" + itoa(int(d.Milliseconds()))) }
+
 // Status returns a fault that answers the HTTP status without applying.
 func Status(code int) Fault { return Fault("status-" + http.StatusText(code) + "|" + itoa(code)) }
 
@@ -61,7 +67,11 @@ type Sink struct {
 	// OnRead, when set (before the first request), is called with the
 	// path of every read (GET) before it is answered: a test's way to make
 	// something happen while a handler waits on a read.
-	OnRead      func(path string)
+	OnRead func(path string)
+	// OnWrite, when set (before the first request), is called when a
+	// write request comes in, before it is applied or answered: a test's
+	// way to make something happen right after keep sent a write.
+	OnWrite     func()
 	mu          sync.Mutex
 	faults      []Fault
 	probeFaults []int
@@ -241,6 +251,9 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.Headers = append(s.Headers, r.Header.Clone())
 	s.mu.Unlock()
+	if s.OnWrite != nil {
+		s.OnWrite()
+	}
 	answer := func(wr Write) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -282,6 +295,12 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	case f == TruncAfter:
 		s.apply(r, body)
 		hijackClose(w, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":")
+	case strings.HasPrefix(string(f), "apply-after|"):
+		ms := 0
+		_ = json.Unmarshal([]byte(strings.TrimPrefix(string(f), "apply-after|")), &ms)
+		later := r.Clone(context.Background())
+		time.AfterFunc(time.Duration(ms)*time.Millisecond, func() { s.apply(later, body) })
+		<-r.Context().Done() // no answer: the client gives up
 	case strings.HasPrefix(string(f), "retry-after|"):
 		w.Header().Set("Retry-After", strings.TrimPrefix(string(f), "retry-after|"))
 		http.Error(w, "slow down", http.StatusTooManyRequests)

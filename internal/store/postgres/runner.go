@@ -446,3 +446,10 @@ func rebind(q string) string {
 	rebound.Store(q, out)
 	return out
 }
+
+// ServerNowSQL reads PostgreSQL's clock (sqldb.ServerClock): the one every
+// node on this database compares leases and heartbeats by. clock_timestamp,
+// not now(): the time of the statement, not of the transaction's start.
+func (r *runner) ServerNowSQL() string {
+	return `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+}

@@ -3,6 +3,8 @@ package sqldb
 import (
 	"fmt"
 
+	"github.com/keep-run/keep/internal/clock"
+
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -65,4 +67,24 @@ func (t *Tx) NodeList() ([]kt.Node, error) {
 		out = append(out, n)
 	}
 	return out, rows.Err()
+}
+
+// ServerClock is what a backend's Runner implements when its database
+// has a clock every node sharing it reads (PostgreSQL): Tx.Now reads it.
+type ServerClock interface {
+	// ServerNowSQL is the statement that reads it, in ms since the epoch.
+	ServerNowSQL() string
+}
+
+// Now is the store's clock: the database's when the runner has one that
+// nodes share, else keep's own time (one process owns a SQLite file).
+func (t *Tx) Now() (int64, bool, error) {
+	if c, ok := t.r.(ServerClock); ok {
+		var ms int64
+		if err := t.r.QueryRow(c.ServerNowSQL()).Scan(&ms); err != nil {
+			return 0, true, fmt.Errorf("read the database's clock: %w", err)
+		}
+		return ms, true, nil
+	}
+	return clock.Now().UnixMilli(), false, nil
 }

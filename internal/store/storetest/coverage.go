@@ -213,6 +213,11 @@ func (r recordingTx) TopicCounts(workflow string) ([]store.TopicCount, error) {
 	return r.tx.TopicCounts(workflow)
 }
 
+func (r recordingTx) Now() (int64, bool, error) {
+	r.c.note("Now")
+	return r.tx.Now()
+}
+
 func (r recordingTx) LeaseGet(workflow string) (kt.Lease, error) {
 	r.c.note("LeaseGet")
 	return r.tx.LeaseGet(workflow)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
@@ -13,6 +14,26 @@ import (
 // exerciseNodes covers leases, nodes and the installation id.
 func exerciseNodes(run runCase) {
 	ctx := context.Background()
+	run("the store's clock: read in a transaction, it does not go back", func(t *testing.T, s store.Store) {
+		var first, second int64
+		read := func(into *int64) {
+			must(t, s.View(ctx, func(tx store.Tx) error {
+				var err error
+				*into, _, err = tx.Now()
+				return err
+			}))
+		}
+		read(&first)
+		read(&second)
+		// Within a day of this process's clock: a database whose clock is
+		// that far off is not one nodes can share leases on.
+		if d := time.Duration(first-time.Now().UnixMilli()) * time.Millisecond; d.Abs() > 24*time.Hour {
+			t.Fatalf("the store's clock reads %d, %s from this machine's", first, d)
+		}
+		if second < first {
+			t.Fatalf("the store's clock went back: %d then %d", first, second)
+		}
+	})
 	run("leases: a stale token writes nothing (fencing); nodes are listed", func(t *testing.T, s store.Store) {
 		grant := func(node string, now int64) kt.Lease {
 			var l kt.Lease
