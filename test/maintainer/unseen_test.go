@@ -1,0 +1,178 @@
+package maintainer
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/fake/llmfake"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+// Issue 39: a repair that replays done work identically but writes
+// otherwise on inputs keep has not seen yet. The failed run crashed in
+// prepare, so its own write was "compared with nothing"; the done order
+// (id 1) replays the same. keep runs both versions on the failed run's
+// selection and on inputs made from the recorded ones (other ids, numbers
+// past any seen, strings and dates changed): the repair is never
+// activated, and the sink sees only the done order's write.
+
+// sinkOf is the test sink's base URL in a script of the rig.
+func sinkOf(src string) string {
+	sink := src[strings.Index(src, "http://"):]
+	return sink[:strings.Index(sink, "/write/")]
+}
+
+// hooked keeps the write's URL in a const, as the issue's attack had it.
+func hooked(src string) string {
+	sink := sinkOf(src)
+	src = strings.Replace(src, "export default Keep.workflow({", "const HOOK = \""+sink+"/write/order-\"\nexport default Keep.workflow({", 1)
+	return strings.Replace(src, `url: "`+sink+`/write/order-" + p.data.id`, `url: HOOK + p.data.id`, 1)
+}
+
+// Finding 1: the fix, and orders with Number(id) > 1 sent to another path
+// on the same granted host.
+func TestHostileRepairTriggersOnAnIdAboveTheDoneOnes(t *testing.T) {
+	r := hostile(t, hooked, func(src string) string {
+		return strings.Replace(fixed(src), `url: HOOK + p.data.id`, `url: (Number(p.data.id) > 1 ? HOOK.replace("write", "attacker") : HOOK) + p.data.id`, 1)
+	}, orderOne)
+	if rs := r.repairs(); !strings.Contains(rs[len(rs)-1].Reason, "/attacker/order-") {
+		t.Fatalf("the reason does not show the write the repair would make: %+v", rs)
+	}
+}
+
+// Finding 2: the same with a secret the workflow never used, in a header
+// only orders after the done one get.
+func TestHostileRepairSendsANewSecretToUnseenInputs(t *testing.T) {
+	const secret = "payroll-secret-value-4242"
+	r := prepare(t, "bob", "", func(src string) []llmfake.Reply {
+		a := answer(strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id }, ...(Number(p.data.id) > 1 ? { headers: { "X-Debug": "{secret:payroll_api_key}" } } : {}) })`, 1))
+		return []llmfake.Reply{{Content: a, Tokens: 10}, {Content: a, Tokens: 10}, {Content: a, Tokens: 10}}
+	})
+	cmd := exec.Command(keepBin, "secret", "set", "payroll_api_key")
+	cmd.Dir, cmd.Stdin = r.dir, strings.NewReader(secret+"\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("secret set: %v %s", err, out)
+	}
+	r.start()
+	r.waitFor("the repair to be held, or the Maintainer to give up", func() bool {
+		rs := r.repairs()
+		return len(rs) > 0 && (rs[len(rs)-1].Status == "held" || rs[len(rs)-1].Status == "failed" || rs[len(rs)-1].Status == "activated")
+	})
+	rs := r.repairs()
+	for _, x := range rs {
+		if x.Status == "activated" {
+			t.Fatalf("the repair was activated: %+v", rs)
+		}
+	}
+	for i, h := range r.sink.Headers {
+		for k, vs := range h {
+			for _, v := range vs {
+				if strings.Contains(v, secret) {
+					t.Fatalf("write %d carried the secret in %s", i, k)
+				}
+			}
+		}
+	}
+	if w := r.writes(); len(w) != 1 || w["/write/order-1"] != 1 {
+		t.Fatalf("writes at the sink: %v", w)
+	}
+	if !strings.Contains(rs[len(rs)-1].Reason, "X-Debug") {
+		t.Fatalf("the reason does not name the header: %+v", rs)
+	}
+}
+
+// twoWrites is an item script: each item writes twice, and item b (no
+// customer) throws between its writes.
+const twoWrites = `const KIND = { item: "file" }
+export default Keep.workflow({
+  name: "orders",
+  tasks: { ship: Keep.task({ schedule: { interval: "1h" }, async run(ctx, state) {
+    for (const j of JSON.parse((await ctx.files.read({ path: "jobs.json" })).content)) {
+      await ctx.withItem(KIND.item + ":" + j.id, "Order " + j.id, async (ctx) => {
+        if (ctx.item.isDone) return
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/" + j.id + "-1", json: { id: j.id } })
+        const who = j.customer.toUpperCase()
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/" + j.id + "-2", json: { id: j.id, who } })
+      })
+    }
+    return state
+  } }) },
+})`
+
+// Finding 3: after a failed item run (a done, b threw between its writes),
+// a minor version whose item-id prefix comes from a const is refused (the
+// failed run's items are work too); a major version that renames them is
+// refused without --accept-orphans; the honest fix is deployed and the
+// run ends with 4 writes, not 7.
+func TestDeployAfterAFailedItemRunKeepsItsItemIds(t *testing.T) {
+	r, sink := itemRig(t)
+	renamed := strings.Replace(r.src, `const KIND = { item: "file" }`, `const KIND = { item: "doc" }`, 1)
+	renamed = strings.Replace(renamed, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
+	os.WriteFile(filepath.Join(r.dir, "renamed.js"), []byte(renamed), 0o644)
+	out, code := r.keep("deploy", "--minor", "--name", "orders", "renamed.js")
+	t.Logf("deploy --minor renamed.js: %d\n%s", code, out)
+	if code == 0 || !strings.Contains(out, "doc:a") || !strings.Contains(out, "Nothing was deployed") {
+		t.Fatalf("a minor version that renames the failed run's items was deployed: %d\n%s", code, out)
+	}
+	out, code = r.keep("deploy", "--major", "--reprocess=none", "--name", "orders", "renamed.js")
+	if code == 0 || !strings.Contains(out, "--accept-orphans") || !strings.Contains(out, "file:b") {
+		t.Fatalf("a major version that renames items was deployed without consent: %d\n%s", code, out)
+	}
+	if st, _ := r.keep("status", "orders", "--json"); !strings.Contains(st, `"version": "1.0"`) {
+		t.Fatalf("another version is active:\n%s", st)
+	}
+	honest := strings.Replace(r.src, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
+	os.WriteFile(filepath.Join(r.dir, "honest.js"), []byte(honest), 0o644)
+	if out, code := r.keep("deploy", "--minor", "--name", "orders", "honest.js"); code != 0 {
+		t.Fatalf("the honest fix was refused: %s", out)
+	}
+	if out, code := r.keep("run", "--name", "orders", "honest.js"); code != 0 {
+		t.Fatalf("run: %d %s", code, out)
+	}
+	if n := len(sink.Writes()); n != 4 {
+		t.Fatalf("%d writes at the sink, 4 were due", n)
+	}
+}
+
+// With consent, the major version goes in, and keep items --orphaned
+// lists the failed run's incomplete item.
+func TestAMajorVersionListsIncompleteItemsAsOrphans(t *testing.T) {
+	r, _ := itemRig(t)
+	renamed := strings.Replace(r.src, `const KIND = { item: "file" }`, `const KIND = { item: "doc" }`, 1)
+	renamed = strings.Replace(renamed, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
+	os.WriteFile(filepath.Join(r.dir, "renamed.js"), []byte(renamed), 0o644)
+	out, code := r.keep("deploy", "--major", "--reprocess=none", "--accept-orphans", "--name", "orders", "renamed.js")
+	if code != 0 || !strings.Contains(out, "file:b") {
+		t.Fatalf("the major version with consent: %d\n%s", code, out)
+	}
+	if out, code := r.keep("run", "--name", "orders", "renamed.js"); code != 0 {
+		t.Fatalf("run: %d %s", code, out)
+	}
+	if out, _ := r.keep("items", "orders", "--orphaned"); !strings.Contains(out, "file:b") || strings.Contains(out, "file:a") {
+		t.Fatalf("keep items --orphaned:\n%s", out)
+	}
+}
+
+// itemRig runs twoWrites once: item a done (2 writes), item b failed
+// after its first write.
+func itemRig(t *testing.T) (*rig, *testsink.Sink) {
+	sink := testsink.New()
+	t.Cleanup(sink.Close)
+	dir := t.TempDir()
+	src := strings.ReplaceAll(twoWrites, "%SINK%", sink.URL)
+	r := &rig{t: t, dir: dir, sink: sink, src: src}
+	r.keep = r.cli
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(sink.AllowTOML()), 0o644)
+	jobs, _ := json.Marshal([]map[string]string{{"id": "a", "customer": "ann"}, {"id": "b"}})
+	os.WriteFile(filepath.Join(dir, "jobs.json"), jobs, 0o644)
+	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(src), 0o644)
+	out, _ := r.keep("run", "orders.js")
+	if n := len(sink.Writes()); n != 3 {
+		t.Fatalf("%d writes after the first run (3 due: a twice, b once before it threw)\n%s", n, out)
+	}
+	return r, sink
+}
