@@ -387,21 +387,37 @@ func compareWrite(had kt.Mutation, tool string, m *connector.Method, args map[st
 
 // idChanges replays the done work of wf's active version on source and
 // keeps the differences of ids (items, events, inputs): what a deploy
-// must not do silently. A new workflow has none.
+// must not do silently. A new workflow has none. The workflow's open run
+// is replayed too (issue 39): a failed item run's items — done ones and
+// the incomplete one it failed in — are work whose ids a minor version
+// keeps, and a repair follows a failed run by nature. This is the one
+// judgement of identity the Maintainer's (ReplayDone with the failed run)
+// and keep deploy share.
 func (e *Engine) idChanges(ctx context.Context, wf, source string) ([]Difference, error) {
 	var active int64
+	open := ""
 	err := e.store.View(ctx, func(tx store.Tx) error {
 		w, err := tx.WorkflowGet(wf)
 		if errors.Is(err, kt.ErrNotFound) {
 			return nil
 		}
+		if err != nil {
+			return err
+		}
 		active = w.ActiveVersion
+		r, err := tx.RunOpen(wf)
+		if errors.Is(err, kt.ErrNotFound) {
+			return nil
+		}
+		if err == nil && r.Version == active {
+			open = r.ID
+		}
 		return err
 	})
 	if err != nil || active == 0 {
 		return nil, err
 	}
-	rep, err := e.ReplayDone(ctx, wf, active, source, "")
+	rep, err := e.ReplayDone(ctx, wf, active, source, open)
 	if err != nil {
 		return nil, err
 	}
