@@ -33,6 +33,11 @@ type Difference struct {
 	// Was is what the ledger holds; Would what the proposed version does.
 	Was   string `json:"was"`
 	Would string `json:"would"`
+	// IDs: done or incomplete work under another id (an item, a
+	// messageId, an input id, a done item's write under another identity
+	// or subkey) — what a minor version may not do and a major one does
+	// only with consent (idChanges).
+	IDs bool `json:"ids,omitempty"`
 }
 
 func (d Difference) String() string {
@@ -111,6 +116,12 @@ func (r *recordedReads) missErr() error {
 // catches the error it gets still counts as different).
 func (x *runExec) noteDiff(what, was, would string) {
 	x.diffs = append(x.diffs, Difference{RunID: x.run.ID, Handler: x.run.Handler, What: what, Was: was, Would: would})
+}
+
+// noteIDDiff records a difference of ids (Difference.IDs).
+func (x *runExec) noteIDDiff(what, was, would string) {
+	x.noteDiff(what, was, would)
+	x.diffs[len(x.diffs)-1].IDs = true
 }
 
 // errDiffers stops a replay at its first difference.
@@ -277,14 +288,14 @@ func (x *runExec) replayProducer() error {
 		sort.Strings(keys)
 		for _, k := range keys {
 			if _, err := tx.InputGetByKey(x.wf.Name, k); errors.Is(err, kt.ErrNotFound) {
-				x.noteDiff("input "+k, "not registered", "a new input (its id changed?)")
+				x.noteIDDiff("input "+k, "not registered", "a new input (its id changed?)")
 			} else if err != nil {
 				return err
 			}
 		}
 		for _, p := range h.publishes {
 			if _, err := tx.EventGet(x.wf.Name, p.Topic, p.MessageID); errors.Is(err, kt.ErrNotFound) {
-				x.noteDiff("event "+p.Topic+"/"+p.MessageID, "not published", "a new event, done again by its consumer (its messageId changed?)")
+				x.noteIDDiff("event "+p.Topic+"/"+p.MessageID, "not published", "a new event, done again by its consumer (its messageId changed?)")
 			} else if err != nil {
 				return err
 			}
@@ -423,7 +434,7 @@ func (e *Engine) idChanges(ctx context.Context, wf, source string) ([]Difference
 	}
 	var out []Difference
 	for _, d := range rep.Differences {
-		if strings.HasPrefix(d.What, "item ") || strings.HasPrefix(d.What, "event ") || strings.HasPrefix(d.What, "input ") {
+		if d.IDs {
 			out = append(out, d)
 		}
 	}
