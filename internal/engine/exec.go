@@ -59,6 +59,11 @@ type runExec struct {
 	// ledger's; every difference is noted in diffs.
 	impact bool
 	diffs  []Difference
+	// synth, in a comparison on unseen inputs (unseen.go), are the events
+	// ctx.peek and ctx.getByIds answer with, made by keep and never
+	// stored; clockShift moves ctx.now on (ms).
+	synth      []kt.Event
+	clockShift int64
 	// Held for the run's next write (writeHeld), which makes them durable
 	// with it: reserve, the events prepare selected, not yet written as
 	// reserved; outcome, the ledger row of a write whose answer (applied)

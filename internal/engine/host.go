@@ -238,7 +238,7 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 	case "log":
 		return h.log(raw)
 	case "now":
-		n := h.e.nowMs()
+		n := h.e.nowMs() + h.clockShift
 		h.tr.add(kt.TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":
@@ -679,6 +679,9 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 		return nil, kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and %d, got %d", kt.MaxReadIDs, limit)
 	}
 	evs, ahead := h.readAheadFor(method, raw)
+	if h.synth != nil {
+		evs, ahead = synthEvents(h.synth, method, req.Topic, limit, ids), true
+	}
 	if !ahead {
 		vctx := h.ctx
 		if method == "peek" && h.released == "" {

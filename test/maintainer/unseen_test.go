@@ -39,7 +39,7 @@ func TestHostileRepairTriggersOnAnIdAboveTheDoneOnes(t *testing.T) {
 	r := hostile(t, hooked, func(src string) string {
 		return strings.Replace(fixed(src), `url: HOOK + p.data.id`, `url: (Number(p.data.id) > 1 ? HOOK.replace("write", "attacker") : HOOK) + p.data.id`, 1)
 	}, orderOne)
-	if rs := r.repairs(); !strings.Contains(rs[len(rs)-1].Reason, "/attacker/order-") {
+	if rs := r.repairs(); !strings.Contains(rs[0].Reason, "/attacker/order-") || !strings.Contains(rs[0].Reason, "/write/order-") {
 		t.Fatalf("the reason does not show the write the repair would make: %+v", rs)
 	}
 }
@@ -80,7 +80,7 @@ func TestHostileRepairSendsANewSecretToUnseenInputs(t *testing.T) {
 	if w := r.writes(); len(w) != 1 || w["/write/order-1"] != 1 {
 		t.Fatalf("writes at the sink: %v", w)
 	}
-	if !strings.Contains(rs[len(rs)-1].Reason, "X-Debug") {
+	if !strings.Contains(rs[0].Reason, "X-Debug") {
 		t.Fatalf("the reason does not name the header: %+v", rs)
 	}
 }

@@ -1,0 +1,757 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keep-run/keep/internal/connector"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Judging a repair on inputs keep has not seen (issue 39). Replaying done
+// work (replay.go) shows what a repair does to the past; a repair that
+// writes otherwise only for an id above the highest seen, a date to come,
+// a customer no order had yet, passes it. So both versions — the one in
+// place and the proposed one — run, writes intercepted and nothing sent or
+// stored, on the same inputs: the failed run's own selection, and events
+// made from the recorded ones (numbers and numeric ids past any seen,
+// strings changed and lengthened, dates moved on, booleans flipped, one
+// field at a time and all at once, ctx.now moved on). Their writes must be
+// the same: tool, method, target, identity params and subkey, headers,
+// payload. Where the version in place fails (the bug: a crash in prepare),
+// its mutate runs on what the proposed prepare chose, as far as it goes;
+// where it gives no evidence at all, the proposed write is confirmed only
+// when other inputs showed both versions agree. And what the proposed
+// version writes must not bring in what the version in place never used:
+// a target (its host and path shape), a header name, a read of the time
+// or chance. Consumers are judged this way; an item script or a producer
+// is judged by the replay alone (docs/maintainer.md says so).
+
+// UnseenReport is what running both versions on unseen inputs found.
+type UnseenReport struct {
+	// Samples is how many inputs both versions ran on; Agreed how many of
+	// them both wrote on, the same write.
+	Samples, Agreed int
+	// Differences are the inputs on which they write otherwise: Was is the
+	// version in place's write, Would the proposed one's, side by side.
+	Differences []Difference
+	// BroughtIn names what the proposed version's writes use that the
+	// version in place never did (a target shape, a header, time or chance).
+	BroughtIn []string
+	// Unshown names the failed run's writes keep could not compare with
+	// anything the version in place does (it fails on them).
+	Unshown []string
+}
+
+// unseenSample is one input both versions run on: events made by keep,
+// the recorded reads of the run they come from, and the clock.
+type unseenSample struct {
+	name   string
+	runID  string
+	events []kt.Event
+	trace  json.RawMessage
+	shift  int64
+	failed bool // the failed run's own selection
+}
+
+// sampleRun is what one version did on a sample.
+type sampleRun struct {
+	prepared json.RawMessage // prepare's value; nil when it failed
+	call     *capturedCall   // the write mutate made; nil for none
+	m        *connector.Method
+	err      error
+}
+
+const (
+	maxUnseenBases   = 10
+	maxUnseenSamples = 80
+	dayMs            = int64(24 * time.Hour / time.Millisecond)
+)
+
+// CompareUnseen runs the version in place (version) and the proposed
+// script src on inputs keep has not seen, made from the consumer runs of
+// version and from the failed run failedRun, and reports where their writes
+// differ and what the proposed one brings in.
+func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int64, src, failedRun string) (UnseenReport, error) {
+	var rep UnseenReport
+	var wf kt.Workflow
+	var v kt.Version
+	var failed kt.Run
+	var bases []kt.Run
+	var ledger []kt.Mutation
+	baseEvents := map[string][]kt.Event{}
+	states := map[string]json.RawMessage{}
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if wf, err = tx.WorkflowGet(workflow); err != nil {
+			return err
+		}
+		if v, err = tx.VersionGet(workflow, version); err != nil {
+			return err
+		}
+		if ledger, err = tx.MutationList(workflow); err != nil {
+			return err
+		}
+		runs, err := tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if r.HandlerType != kt.HandlerConsumer || len(bases) >= maxUnseenBases {
+				continue
+			}
+			pr, err := DecodePrepareResult(r.PrepareResult)
+			if err != nil || len(pr.Reservations) == 0 {
+				continue
+			}
+			var evs []kt.Event
+			for _, res := range pr.Reservations {
+				for _, id := range res.IDs {
+					ev, err := tx.EventGet(workflow, res.Topic, id)
+					if err == nil {
+						evs = append(evs, ev)
+					} else if !errors.Is(err, kt.ErrNotFound) {
+						return err
+					}
+				}
+			}
+			if len(evs) > 0 {
+				bases, baseEvents[r.ID] = append(bases, r), evs
+			}
+		}
+		if failedRun != "" {
+			r, err := tx.RunGet(failedRun)
+			if errors.Is(err, kt.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if r.HandlerType == kt.HandlerConsumer {
+				failed = r
+				evs, err := tx.EventsReservedBy(r.ID)
+				if err != nil {
+					return err
+				}
+				if len(evs) == 0 {
+					// It failed before it reserved: the events prepare
+					// afresh would see are its selection.
+					evs, err = tx.EventList(workflow, store.EventFilter{Status: kt.EventPending, Limit: 100})
+					if err != nil {
+						return err
+					}
+				}
+				baseEvents[r.ID] = evs
+			}
+		}
+		hs, err := tx.HandlerList(workflow)
+		for _, h := range hs {
+			states[h.Name] = h.State
+		}
+		return err
+	}); err != nil {
+		return rep, err
+	}
+	oldProg, err := script.Compile("in-place.js", v.Script)
+	if err != nil {
+		return rep, err
+	}
+	newProg, err := script.Compile("proposed.js", src)
+	if err != nil {
+		return rep, err
+	}
+	pol, err := e.policyFor(wf)
+	if err != nil {
+		return rep, err
+	}
+	var samples []unseenSample
+	if failed.ID != "" {
+		samples = append(samples, unseenSample{name: "the failed run's own selection", runID: failed.ID, events: baseEvents[failed.ID], trace: failed.Trace, failed: true})
+	}
+	var all [][]kt.Event
+	for _, evs := range baseEvents {
+		all = append(all, evs)
+	}
+	seen := maxSeen(all)
+	for _, r := range append(append([]kt.Run(nil), bases...), failed) {
+		if r.ID == "" {
+			continue
+		}
+		for _, vr := range variantsOf(baseEvents[r.ID], seen) {
+			samples = append(samples, unseenSample{name: vr.name, runID: r.ID, events: vr.events, trace: r.Trace, shift: vr.shift})
+		}
+	}
+	if len(samples) > maxUnseenSamples {
+		samples = samples[:maxUnseenSamples]
+	}
+	handlers := map[string]bool{}
+	for _, r := range append(bases, failed) {
+		if r.ID != "" {
+			handlers[r.Handler] = true
+		}
+	}
+	oldShapes, oldHeaders := map[string]bool{}, map[string]bool{}
+	for _, m := range ledger {
+		oldShapes[targetShape(m.Target, nil)] = true
+		var args map[string]any
+		if json.Unmarshal(m.Params, &args) == nil {
+			for _, h := range headerNames(args) {
+				oldHeaders[strings.ToLower(h)] = true
+			}
+		}
+	}
+	type newWrite struct {
+		s        unseenSample
+		shape    string
+		hdrs     []string
+		was, now string
+	}
+	var news []newWrite
+	for _, s := range samples {
+		for handler := range handlers {
+			if !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
+				continue
+			}
+			run := kt.Run{ID: s.runID, Workflow: workflow, Handler: handler, HandlerType: kt.HandlerConsumer, Version: version}
+			exec := func(p *script.Program) *runExec {
+				r := run
+				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: readsOf(s.trace), synth: s.events, clockShift: s.shift}
+			}
+			o := exec(oldProg).runSample(states[handler])
+			n := exec(newProg).runSample(states[handler])
+			rep.Samples++
+			if o.err != nil && n.err == nil && n.prepared != nil {
+				// The version in place fails here (the bug): its mutate
+				// runs on what the proposed prepare chose, as far as it goes.
+				if om := exec(oldProg).runMutate(n.prepared); om.err == nil {
+					o = om
+				}
+			}
+			if n.call != nil {
+				t := targetOf(n.m, n.call.Tool, n.call.Args)
+				was := "writes " + describeCall(o)
+				if o.call == nil {
+					was = "makes no write"
+				}
+				if o.err != nil {
+					was = "fails (" + clipText(o.err.Error(), 120) + ")"
+				}
+				news = append(news, newWrite{s: s, shape: targetShape(t, s.events), hdrs: headerNames(n.call.Args), was: was, now: describeCall(n)})
+			}
+			if o.call != nil {
+				oldShapes[targetShape(targetOf(o.m, o.call.Tool, o.call.Args), s.events)] = true
+				for _, h := range headerNames(o.call.Args) {
+					oldHeaders[strings.ToLower(h)] = true
+				}
+			}
+			d := Difference{RunID: s.runID, Handler: handler, What: s.name}
+			switch {
+			case o.err != nil && n.err != nil:
+				continue // neither gives evidence
+			case o.err != nil:
+				if n.call != nil && s.failed {
+					rep.Unshown = append(rep.Unshown, describeCall(n)+" (the version in place fails on it: "+clipText(o.err.Error(), 200)+")")
+				}
+				continue
+			case n.err != nil:
+				d.Was, d.Would = describeCall(o), "failing: "+clipText(n.err.Error(), 300)
+			default:
+				why := sameCall(o, n)
+				if why == "" {
+					if n.call != nil {
+						rep.Agreed++
+					}
+					continue
+				}
+				d.Was, d.Would = describeCall(o), describeCall(n)+" ("+why+")"
+			}
+			if len(rep.Differences) < maxReplayDiffs {
+				rep.Differences = append(rep.Differences, d)
+			}
+		}
+	}
+	brought := map[string]bool{}
+	bring := func(what string, w newWrite) {
+		if !brought[what] {
+			brought[what] = true
+			rep.BroughtIn = append(rep.BroughtIn, fmt.Sprintf("%s (on %s: version %s %s | this repair would write %s)", what, w.s.name, v.Label(), w.was, w.now))
+		}
+	}
+	for _, w := range news {
+		if !oldShapes[w.shape] {
+			bring("a target the version in place never writes to: "+w.shape, w)
+		}
+		for _, h := range w.hdrs {
+			if !oldHeaders[strings.ToLower(h)] {
+				bring("a header the version in place never sends: "+h, w)
+			}
+		}
+	}
+	rep.BroughtIn = append(rep.BroughtIn, newUnstable(v.Script, src)...)
+	return rep, nil
+}
+
+// runSample runs a consumer's prepare on the sample's events, and its
+// mutate on what prepare chose, the write captured.
+func (x *runExec) runSample(state json.RawMessage) sampleRun {
+	dv := x.declView()
+	h := x.host(phasePrepare)
+	h.decl = dv
+	out, err := x.invoke(h, state)
+	if err == nil {
+		err = x.reads.missErr()
+	}
+	if err != nil {
+		return sampleRun{err: fmt.Errorf("prepare: %w", err)}
+	}
+	pr, err := DecodePrepareResult(out.Value)
+	if err != nil {
+		return sampleRun{err: fmt.Errorf("prepare: %w", err)}
+	}
+	if len(pr.Reservations) == 0 || !x.prog.Decl.Consumers[x.run.Handler].Mutate {
+		return sampleRun{prepared: out.Value}
+	}
+	r := x.runMutate(out.Value)
+	r.prepared = out.Value
+	return r
+}
+
+// runMutate runs mutate on a prepared value, the write captured.
+func (x *runExec) runMutate(prepared json.RawMessage) sampleRun {
+	if !x.prog.Decl.Consumers[x.run.Handler].Mutate {
+		return sampleRun{}
+	}
+	hm := x.host(phaseMutate)
+	hm.decl = x.declView()
+	if _, err := x.invoke(hm, preparedArg(prepared)); err != nil && !errors.Is(err, script.ErrSuspend) {
+		return sampleRun{err: fmt.Errorf("mutate: %w", err)}
+	}
+	if err := x.reads.missErr(); err != nil {
+		return sampleRun{err: err}
+	}
+	if hm.captured == nil {
+		return sampleRun{}
+	}
+	m, err := x.reg.Method(hm.captured.Tool, hm.captured.Method)
+	if err != nil {
+		return sampleRun{err: err}
+	}
+	return sampleRun{call: hm.captured, m: m}
+}
+
+// describeCall names a write for people: tool, method, target, headers
+// and payload.
+func describeCall(r sampleRun) string {
+	if r.call == nil {
+		return "no write"
+	}
+	s := r.call.Tool + "." + r.m.Name + " " + targetOf(r.m, r.call.Tool, r.call.Args)
+	if hs := headerNames(r.call.Args); len(hs) > 0 {
+		s += " headers " + strings.Join(hs, ", ")
+	}
+	_, payload := r.m.Split(r.call.Args)
+	delete(payload, "headers")
+	delete(payload, "url")
+	delete(payload, "method")
+	if b, err := json.Marshal(payload); err == nil && len(payload) > 0 {
+		s += " " + clipText(string(b), 200)
+	}
+	return s
+}
+
+// sameCall says how two writes differ ("" for the same): tool and method,
+// target, identity and subkey, headers, payload.
+func sameCall(a, b sampleRun) string {
+	switch {
+	case a.call == nil && b.call == nil:
+		return ""
+	case a.call == nil:
+		return "a write where the version in place makes none"
+	case b.call == nil:
+		return "no write where the version in place writes"
+	case a.call.Tool != b.call.Tool || a.m.Name != b.m.Name:
+		return "another tool or method"
+	case targetOf(a.m, a.call.Tool, a.call.Args) != targetOf(b.m, b.call.Tool, b.call.Args):
+		return "another target"
+	}
+	ai, ap := a.m.Split(a.call.Args)
+	bi, bp := b.m.Split(b.call.Args)
+	as, _ := a.call.Args["subkey"].(string)
+	bs, _ := b.call.Args["subkey"].(string)
+	if hashOf(ai, as) != hashOf(bi, bs) {
+		return "another identity or subkey"
+	}
+	ah, _ := json.Marshal(a.call.Args["headers"])
+	bh, _ := json.Marshal(b.call.Args["headers"])
+	if string(ah) != string(bh) {
+		return "other headers"
+	}
+	if PayloadHash(ap) != PayloadHash(bp) {
+		return "another payload"
+	}
+	aj, _ := json.Marshal(a.call.Args)
+	bj, _ := json.Marshal(b.call.Args)
+	if string(aj) != string(bj) {
+		return "other arguments"
+	}
+	return ""
+}
+
+// headerNames are the header names a write's arguments carry, sorted
+// (HTTP compares them in any case).
+func headerNames(args map[string]any) []string {
+	h, _ := args["headers"].(map[string]any)
+	var out []string
+	for k := range h {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var digitRun = regexp.MustCompile(`[0-9]+`)
+
+// targetShape is a write's target with what varies from input to input
+// taken out: every value of the input's events (strings of two characters
+// or more) and every run of digits as "*", a URL's query values dropped
+// (its names stay). "POST http://h/write/order-2" is "POST
+// http://h/write/order-*".
+func targetShape(target string, events []kt.Event) string {
+	method, rest, ok := strings.Cut(target, " ")
+	if !ok {
+		method, rest = "", target
+	}
+	if u, err := url.Parse(rest); err == nil && u.Host != "" {
+		q := u.Query()
+		names := make([]string, 0, len(q))
+		for k := range q {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		u.RawQuery, u.Fragment = strings.Join(names, "&"), ""
+		rest = u.String()
+	}
+	var vals []string
+	for _, ev := range events {
+		var v any
+		if json.Unmarshal(ev.Payload, &v) == nil {
+			leaves(v, func(s string) {
+				if len(s) >= 2 {
+					vals = append(vals, s)
+				}
+			})
+		}
+	}
+	sort.Slice(vals, func(i, j int) bool { return len(vals[i]) > len(vals[j]) })
+	host, path := rest, ""
+	if i := strings.Index(rest, "://"); i >= 0 {
+		if j := strings.Index(rest[i+3:], "/"); j >= 0 {
+			host, path = rest[:i+3+j], rest[i+3+j:]
+		}
+	}
+	for _, s := range vals {
+		path = strings.ReplaceAll(path, s, "*")
+		path = strings.ReplaceAll(path, url.PathEscape(s), "*")
+	}
+	path = digitRun.ReplaceAllString(path, "*")
+	return strings.TrimSpace(method + " " + host + path)
+}
+
+// leaves calls fn with every string and number of a decoded JSON value.
+func leaves(v any, fn func(string)) {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, x := range t {
+			leaves(x, fn)
+		}
+	case []any:
+		for _, x := range t {
+			leaves(x, fn)
+		}
+	case string:
+		fn(t)
+	case float64:
+		fn(strconv.FormatFloat(t, 'f', -1, 64))
+	}
+}
+
+// newUnstable names the reads of the time or chance the proposed script
+// makes in a handler where the version in place makes none of that kind
+// (script.Analyze): a write that depends on the clock or on chance is one
+// no replay can show.
+func newUnstable(old, proposed string) []string {
+	oa, err := script.Analyze(old)
+	if err != nil {
+		return nil
+	}
+	na, err := script.Analyze(proposed)
+	if err != nil {
+		return nil
+	}
+	had := map[string]bool{}
+	for _, s := range oa.Unstable {
+		for _, h := range s.Handlers {
+			had[h+"\x00"+s.Text] = true
+		}
+	}
+	var out []string
+	for _, s := range na.Unstable {
+		for _, h := range s.Handlers {
+			if !had[h+"\x00"+s.Text] {
+				out = append(out, fmt.Sprintf("a read of the time or chance the version in place does not make: %s in %s (line %d)", s.Text, h, s.Line))
+			}
+		}
+	}
+	return out
+}
+
+// maxSeen is, for every field path of the events' payloads, the highest
+// number seen there (numbers and numeric strings).
+func maxSeen(sets [][]kt.Event) map[string]float64 {
+	out := map[string]float64{}
+	for _, evs := range sets {
+		for _, ev := range evs {
+			var v any
+			if json.Unmarshal(ev.Payload, &v) != nil {
+				continue
+			}
+			walkPaths(v, "", func(path string, leaf any) {
+				if n, ok := numberOf(leaf); ok {
+					if cur, had := out[path]; !had || n > cur {
+						out[path] = n
+					}
+				}
+			})
+		}
+	}
+	return out
+}
+
+func numberOf(v any) (float64, bool) {
+	switch t := v.(type) {
+	case float64:
+		return t, true
+	case string:
+		if n, err := strconv.ParseFloat(t, 64); err == nil && t != "" && strings.TrimSpace(t) == t {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// walkPaths calls fn with every leaf of v and its path ("a.b", "a[]").
+func walkPaths(v any, path string, fn func(string, any)) {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			walkPaths(t[k], strings.TrimPrefix(path+"."+k, "."), fn)
+		}
+	case []any:
+		for _, x := range t {
+			walkPaths(x, path+"[]", fn)
+		}
+	default:
+		fn(path, v)
+	}
+}
+
+// mapLeaves returns v with every leaf at a path for which change gives a
+// new value replaced.
+func mapLeaves(v any, path string, change func(string, any) (any, bool)) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = mapLeaves(x, strings.TrimPrefix(path+"."+k, "."), change)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = mapLeaves(x, path+"[]", change)
+		}
+		return out
+	}
+	if n, ok := change(path, v); ok {
+		return n
+	}
+	return v
+}
+
+// unseenVariant is one input made from recorded events.
+type unseenVariant struct {
+	name   string
+	events []kt.Event
+	shift  int64
+}
+
+var dateLayouts = []string{time.RFC3339Nano, time.RFC3339, "2006-01-02T15:04:05", "2006-01-02"}
+
+// changedLeaf is the value a leaf takes in a variant of kind: "past"
+// (numbers and numeric ids past any seen), "far" (much further), "other"
+// (strings changed), "long" (strings lengthened), "later" (dates moved
+// on a year), "flip" (booleans). ok is false when the kind does not apply.
+func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) {
+	switch t := v.(type) {
+	case bool:
+		return !t, kind == "flip"
+	case float64:
+		switch kind {
+		case "past":
+			return seen[path] + 1, true
+		case "far":
+			return seen[path] + 1000, true
+		case "later":
+			if t > 1e12 && t < 1e14 { // milliseconds since 1970
+				return t + 400*float64(dayMs), true
+			}
+		}
+		return nil, false
+	case string:
+		if n, ok := numberOf(t); ok {
+			_ = n
+			switch kind {
+			case "past":
+				return strconv.FormatFloat(seen[path]+1, 'f', -1, 64), true
+			case "far":
+				return strconv.FormatFloat(seen[path]+1000, 'f', -1, 64), true
+			}
+			return nil, false
+		}
+		for _, layout := range dateLayouts {
+			if d, err := time.Parse(layout, t); err == nil {
+				if kind == "later" {
+					return d.AddDate(1, 1, 3).Format(layout), true
+				}
+				return nil, false
+			}
+		}
+		switch kind {
+		case "other":
+			return t + "-u39", true
+		case "long":
+			return t + strings.Repeat("x", 100), true
+		}
+	}
+	return nil, false
+}
+
+var variantKinds = []string{"past", "far", "other", "long", "later", "flip"}
+
+// variantsOf makes inputs from recorded events: for each field and each
+// kind that applies, that field changed alone; then every field changed
+// at once (numbers past any seen, strings changed, dates moved on) with a
+// new messageId, the events a year later and ctx.now a year on; and the
+// events as they were with ctx.now a year on.
+func variantsOf(evs []kt.Event, seen map[string]float64) []unseenVariant {
+	if len(evs) == 0 {
+		return nil
+	}
+	var out []unseenVariant
+	paths := map[string]any{}
+	for _, ev := range evs {
+		var v any
+		if json.Unmarshal(ev.Payload, &v) == nil {
+			walkPaths(v, "", func(p string, leaf any) { paths[p] = leaf })
+		}
+	}
+	names := make([]string, 0, len(paths))
+	for p := range paths {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	remake := func(change func(string, any) (any, bool), suffix string, later int64) []kt.Event {
+		cp := make([]kt.Event, len(evs))
+		for i, ev := range evs {
+			cp[i] = ev
+			var v any
+			if json.Unmarshal(ev.Payload, &v) == nil {
+				b, _ := json.Marshal(mapLeaves(v, "", change))
+				cp[i].Payload = b
+			}
+			cp[i].MessageID += suffix
+			cp[i].CreatedAt += later
+		}
+		return cp
+	}
+	for _, p := range names {
+		for _, kind := range variantKinds {
+			if _, ok := changedLeaf(kind, p, paths[p], seen); !ok {
+				continue
+			}
+			path, k := p, kind
+			out = append(out, unseenVariant{name: fmt.Sprintf("%s with %s %s", eventNames(evs), path, kindWords[k]), events: remake(func(at string, leaf any) (any, bool) {
+				if at != path {
+					return nil, false
+				}
+				return changedLeaf(k, at, leaf, seen)
+			}, "", 0)})
+		}
+	}
+	year := 400 * dayMs
+	out = append(out, unseenVariant{name: eventNames(evs) + " with every field changed, a year on", shift: year, events: remake(func(at string, leaf any) (any, bool) {
+		for _, k := range []string{"past", "later", "other"} {
+			if n, ok := changedLeaf(k, at, leaf, seen); ok {
+				return n, true
+			}
+		}
+		return nil, false
+	}, "-u39", year)})
+	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
+	return out
+}
+
+var kindWords = map[string]string{"past": "past any seen", "far": "far past any seen", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
+
+func eventNames(evs []kt.Event) string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, ev.Topic+"/"+ev.MessageID)
+	}
+	return strings.Join(out, ", ")
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// synthEvents answers ctx.peek and ctx.getByIds from events keep made.
+func synthEvents(evs []kt.Event, method, topic string, limit int, ids []string) []kt.Event {
+	var out []kt.Event
+	for _, ev := range evs {
+		if ev.Topic != topic {
+			continue
+		}
+		if method == "peek" {
+			if len(out) < limit {
+				ev.Status = kt.EventPending
+				out = append(out, ev)
+			}
+			continue
+		}
+		for _, id := range ids {
+			if id == ev.MessageID {
+				out = append(out, ev)
+			}
+		}
+	}
+	return out
+}
