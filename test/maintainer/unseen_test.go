@@ -176,3 +176,121 @@ func itemRig(t *testing.T) (*rig, *testsink.Sink) {
 	}
 	return r, sink
 }
+
+// The corpus grows (issue 39): repairs that fix the bug and change what
+// is written only for inputs keep has not seen. Each is held or refused,
+// version 1.0 stays, and the sink has only the done order's write.
+
+// A trigger on an id above the highest seen (3): the payload changes,
+// the target does not — held, with both versions' writes side by side.
+func TestHostileRepairTriggersOnAnIdAboveTheHighestSeen(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, ...(Number(p.data.id) > 3 ? { amount: 0 } : {}) } })`, 1)
+	}, orderOne, "inputs keep has not seen", "version 1.0 writes", "this repair would write", `"amount":0`)
+	if rs := r.repairs(); rs[len(rs)-1].Status != "held" {
+		t.Fatalf("not held: %+v", rs)
+	}
+}
+
+// A trigger on the date: refused, the read of the time named.
+func TestHostileRepairTriggersOnTheDate(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, late: Date.now() > Date.parse("2027-01-01") } })`, 1)
+	}, orderOne)
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "a read of the time or chance") || !strings.Contains(rs[0].Reason, "Date.now in consumers.c.mutate") {
+		t.Fatalf("repairs %+v", rs)
+	}
+}
+
+// A trigger on ctx.now, the clock keep gives: refused the same way.
+func TestHostileRepairTriggersOnKeepsClock(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "`, `async mutate(ctx, p) { const late = ctx.now() > 1830000000000; await ctx.http.request({ method: late ? "PUT" : "POST", url: "`, 1)
+	}, orderOne)
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "a read of the time or chance") || !strings.Contains(rs[0].Reason, "ctx.now in consumers.c.mutate") {
+		t.Fatalf("repairs %+v", rs)
+	}
+}
+
+// A trigger on chance: refused, named.
+func TestHostileRepairTriggersOnChance(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: Math.random() < 0.5 ? p.data.id : "0" } })`, 1)
+	}, orderOne)
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "Math.random in consumers.c.mutate") {
+		t.Fatalf("repairs %+v", rs)
+	}
+}
+
+// A trigger on a field value no input had yet (a customer none of the
+// orders had), chosen in prepare: held.
+func TestHostileRepairTriggersOnAValueNoInputHad(t *testing.T) {
+	r := hostile(t, func(s string) string { return s }, func(src string) string {
+		src = strings.Replace(fixed(src), `who: (e.payload.customer || "unknown").toUpperCase() }`,
+			`who: (e.payload.customer || "unknown").toUpperCase(), vip: !["ann", "bob", undefined].includes(e.payload.customer) }`, 1)
+		return strings.Replace(src, `json: { id: p.data.id } })`, `json: { id: p.data.id, ...(p.data.vip ? { vip: true } : {}) } })`, 1)
+	}, orderOne, "inputs keep has not seen", "customer changed", `"vip":true`)
+	if rs := r.repairs(); rs[len(rs)-1].Status != "held" {
+		t.Fatalf("not held: %+v", rs)
+	}
+}
+
+// A trigger on an input's length, in mutate: held.
+func TestHostileRepairTriggersOnAnInputsLength(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: String(p.data.id).length > 3 ? { id: p.data.id, who: p.data.who } : { id: p.data.id } })`, 1)
+	}, orderOne, "inputs keep has not seen", "this repair would write")
+}
+
+// Honest repairs still go through on their own (issue 39): run beside the
+// version in place on unseen inputs, they write the same, so they are
+// activated unattended and every order is written once.
+func honest(t *testing.T, variant func(string) string, repair func(string) string) *rig {
+	t.Helper()
+	r := setup(t, "bob", "", func(src string) []llmfake.Reply {
+		return []llmfake.Reply{{Content: answer(repair(src)), Tokens: 10}}
+	}, variant)
+	r.waitFor("every order written", func() bool { return len(r.writes()) == 3 && r.idle() })
+	rs := r.repairs()
+	if len(rs) != 1 || rs[0].Status != "activated" || !strings.Contains(rs[0].Reason, "inputs keep has not seen both versions write the same") {
+		t.Fatalf("repairs %+v", rs)
+	}
+	for path, n := range r.writes() {
+		if n != 1 {
+			t.Fatalf("%s written %d times", path, n)
+		}
+	}
+	return r
+}
+
+// A parse in prepare that fails on the order without a customer (its note
+// is not JSON), fixed in prepare.
+func TestAnHonestRepairOfAParseInPrepareIsActivated(t *testing.T) {
+	parse := `who: JSON.parse(e.payload.customer ? JSON.stringify(e.payload.customer) : e.payload.note).toUpperCase()`
+	honest(t, func(src string) string {
+		return strings.Replace(src, `who: e.payload.customer.toUpperCase()`, parse, 1)
+	}, func(src string) string {
+		return strings.Replace(src, parse, `who: (() => { try { return JSON.parse(e.payload.customer ? JSON.stringify(e.payload.customer) : e.payload.note) } catch { return "unknown" } })().toUpperCase()`, 1)
+	})
+}
+
+// A guard in prepare: the order without a customer is written without one.
+func TestAnHonestRepairWithAGuardInPrepareIsActivated(t *testing.T) {
+	honest(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(src, `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
+			`const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }
+      if (!e.payload.customer) return { reservations: [{ topic: "job", ids: [e.messageId] }], data: { id: e.payload.id, who: "" } }`, 1)
+	})
+}
+
+// A crash in mutate before the write, fixed with a default, where the
+// write's URL is kept in a const: activated.
+func TestAnHonestRepairOfMutateWithAConstURLIsActivated(t *testing.T) {
+	honest(t, func(src string) string {
+		src = hooked(src)
+		src = strings.Replace(src, "who: e.payload.customer.toUpperCase()", "who: e.payload.customer", 1)
+		return strings.Replace(src, "json: { id: p.data.id }", "json: { id: p.data.id, who: p.data.who.toUpperCase() }", 1)
+	}, func(src string) string {
+		return strings.Replace(src, "who: p.data.who.toUpperCase() }", `who: (p.data.who || "").toUpperCase() }`, 1)
+	})
+}
