@@ -371,9 +371,13 @@ func unseenHeld(un engine.UnseenReport, old kt.Version) string {
 				sides = append(sides, fmt.Sprintf("and %d more", len(un.Differences)-10))
 				break
 			}
-			sides = append(sides, fmt.Sprintf("%s %s: version %s writes %s | this repair would write %s", d.Handler, d.What, old.Label(), d.Was, d.Would))
+			was := "writes " + d.Was
+			if d.Was == "no write" {
+				was = "makes no write"
+			}
+			sides = append(sides, fmt.Sprintf("on %s (%s): version %s %s | this repair would write %s", d.What, d.Handler, old.Label(), was, d.Would))
 		}
-		return fmt.Sprintf("potentially impactful on inputs keep has not seen: run on both versions (%d inputs made from the recorded ones and the failed run's selection, writes intercepted, nothing sent), they write otherwise — %s", un.Samples, strings.Join(sides, "; "))
+		return fmt.Sprintf("potentially impactful on inputs keep has not seen — %s (run on both versions: %d inputs made from the recorded ones and the failed run's selection, writes intercepted, nothing sent)", strings.Join(sides, "; "), un.Samples)
 	}
 	if len(un.Unshown) > 0 && un.Agreed == 0 {
 		return "keep could not show that it writes as version " + old.Label() + " would: the version in place fails on the failed run's selection, and no other input showed both versions making the same write — would write " + strings.Join(un.Unshown, "; ")

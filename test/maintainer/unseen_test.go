@@ -190,6 +190,12 @@ func TestHostileRepairTriggersOnAnIdAboveTheHighestSeen(t *testing.T) {
 	if rs := r.repairs(); rs[len(rs)-1].Status != "held" {
 		t.Fatalf("not held: %+v", rs)
 	}
+	// Both versions' writes side by side, on the card and in keep repairs.
+	for _, args := range [][]string{{"status", "orders"}, {"repairs", "orders"}} {
+		if out, _ := r.keep(args...); !strings.Contains(out, "version 1.0 writes http.request POST "+r.sink.URL+"/write/order-4") || !strings.Contains(out, "this repair would write http.request POST "+r.sink.URL+"/write/order-4 {\"json\":{\"amount\":0") {
+			t.Fatalf("keep %v does not show both writes:\n%s", args, out)
+		}
+	}
 }
 
 // A trigger on the date: refused, the read of the time named.
