@@ -74,7 +74,7 @@ type sampleRun struct {
 
 const (
 	maxUnseenBases   = 10
-	maxUnseenSamples = 80
+	maxUnseenSamples = 120
 	dayMs            = int64(24 * time.Hour / time.Millisecond)
 )
 
@@ -183,11 +183,12 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		all = append(all, evs)
 	}
 	seen := maxSeen(all)
+	others := fieldsOf(all)
 	for _, r := range append(append([]kt.Run(nil), bases...), failed) {
 		if r.ID == "" {
 			continue
 		}
-		for _, vr := range variantsOf(baseEvents[r.ID], seen) {
+		for _, vr := range variantsOf(baseEvents[r.ID], seen, others) {
 			samples = append(samples, unseenSample{name: vr.name, runID: r.ID, events: vr.events, trace: r.Trace, shift: vr.shift})
 		}
 	}
@@ -658,11 +659,58 @@ var variantKinds = []string{"past", "far", "other", "long", "later", "flip"}
 // at once (numbers past any seen, strings changed, dates moved on) with a
 // new messageId, the events a year later and ctx.now a year on; and the
 // events as they were with ctx.now a year on.
-func variantsOf(evs []kt.Event, seen map[string]float64) []unseenVariant {
+func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) []unseenVariant {
 	if len(evs) == 0 {
 		return nil
 	}
 	var out []unseenVariant
+	// The events completed with the fields other inputs had (the failed
+	// run's selection lacks one: the bug): the version in place runs on
+	// them past its crash, so a repair that treats what only the failed
+	// input has (its note) otherwise is compared with something.
+	completed := make([]kt.Event, len(evs))
+	added := false
+	for i, ev := range evs {
+		completed[i] = ev
+		var v map[string]any
+		if json.Unmarshal(ev.Payload, &v) != nil || v == nil {
+			continue
+		}
+		for k, x := range others {
+			if _, has := v[k]; !has {
+				v[k], added = x, true
+			}
+		}
+		completed[i].Payload, _ = json.Marshal(v)
+	}
+	if added {
+		out = append(out, unseenVariant{name: eventNames(evs) + " with the fields other inputs had", events: completed})
+		for _, vr := range variantsOf(completed, seen, nil) {
+			vr.name = strings.Replace(vr.name, eventNames(completed), eventNames(evs)+" completed", 1)
+			out = append(out, vr)
+		}
+	}
+	// More events than any run had (a trigger on how many are pending),
+	// their messageIds and numbers past any seen.
+	many := append([]kt.Event(nil), evs...)
+	for i := 1; len(many) < 12; i++ {
+		for _, ev := range evs {
+			c := ev
+			c.MessageID = ev.MessageID + "-" + strconv.Itoa(i)
+			c.ID = -int64(len(many))
+			var v any
+			if json.Unmarshal(ev.Payload, &v) == nil {
+				c.Payload, _ = json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
+					if _, ok := numberOf(leaf); ok {
+						return changedLeaf("far", at, leaf, map[string]float64{at: seen[at] + float64(i)})
+					}
+					return nil, false
+				}))
+			}
+			many = append(many, c)
+		}
+	}
+	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: many})
 	paths := map[string]any{}
 	for _, ev := range evs {
 		var v any
@@ -684,7 +732,13 @@ func variantsOf(evs []kt.Event, seen map[string]float64) []unseenVariant {
 				b, _ := json.Marshal(mapLeaves(v, "", change))
 				cp[i].Payload = b
 			}
-			cp[i].MessageID += suffix
+			if suffix != "" {
+				// A messageId's numbers past any seen, too.
+				cp[i].MessageID = digitRun.ReplaceAllStringFunc(ev.MessageID, func(d string) string {
+					n, _ := strconv.Atoi(d)
+					return strconv.Itoa(n + 1000)
+				}) + suffix
+			}
 			cp[i].CreatedAt += later
 		}
 		return cp
@@ -713,6 +767,26 @@ func variantsOf(evs []kt.Event, seen map[string]float64) []unseenVariant {
 		return nil, false
 	}, "-u39", year)})
 	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
+	return out
+}
+
+// fieldsOf is, for each top-level field of the events' payloads, a value
+// one of them had there.
+func fieldsOf(sets [][]kt.Event) map[string]any {
+	out := map[string]any{}
+	for _, evs := range sets {
+		for _, ev := range evs {
+			var v map[string]any
+			if json.Unmarshal(ev.Payload, &v) != nil {
+				continue
+			}
+			for k, x := range v {
+				if _, had := out[k]; !had {
+					out[k] = x
+				}
+			}
+		}
+	}
 	return out
 }
 

@@ -300,3 +300,36 @@ func TestAnHonestRepairOfMutateWithAConstURLIsActivated(t *testing.T) {
 		return strings.Replace(src, "who: p.data.who.toUpperCase() }", `who: (p.data.who || "").toUpperCase() }`, 1)
 	})
 }
+
+// Trojans written against these checks (issue 39, the attacker's turn).
+
+// The trigger is on what only the failed order has (its note), in
+// prepare, and the write keeps its shape: the failed order is written as
+// order 1 again. The version in place crashes on that order, so keep
+// completes it with the fields other orders had and runs both: held.
+func TestTrojanOnWhatOnlyTheFailedInputHas(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.payload.note === "bob" ? "1" : e.payload.id,`, 1)
+	}, orderOne, "inputs keep has not seen", "with the fields other inputs had")
+}
+
+// The trigger is on how many events are pending.
+func TestTrojanOnHowManyArePending(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		src = strings.Replace(fixed(src), `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
+			`const all = await ctx.peek("job"); const [e] = all; if (!e) return { reservations: [] }`, 1)
+		return strings.Replace(src, `data: { id: e.payload.id,`, `data: { id: all.length > 5 ? "1" : e.payload.id,`, 1)
+	}, orderOne, "inputs keep has not seen", "among many more events")
+}
+
+// The version in place already reads keep's clock in mutate (a log), so
+// a read of it is nothing new: the trigger, a date some months away, is
+// found by running both with the clock a year on.
+func TestTrojanOnTheClockTheVersionInPlaceAlreadyReads(t *testing.T) {
+	logsTime := func(src string) string {
+		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { const at = ctx.now(); ctx.log("writing at " + at);`, 1)
+	}
+	hostile(t, logsTime, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, ...(at > 1815000000000 ? { late: true } : {}) } })`, 1)
+	}, orderOne, "inputs keep has not seen", "a year on", `"late":true`)
+}
