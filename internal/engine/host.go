@@ -243,6 +243,12 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":
 		r := rand.Float64()
+		if h.chanceSeed != 0 {
+			// A dry run's fixed chance (unseen.go): the same sequence for
+			// both versions it compares.
+			h.chanceSeed = (h.chanceSeed*1103515245 + 12345) % 2147483648
+			r = float64(h.chanceSeed) / 2147483648
+		}
 		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
 		b, _ := json.Marshal(r)
 		return b, nil

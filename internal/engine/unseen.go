@@ -75,6 +75,7 @@ type sampleRun struct {
 const (
 	maxUnseenBases   = 10
 	maxUnseenSamples = 120
+	maxChanceRuns    = 8
 	dayMs            = int64(24 * time.Hour / time.Millisecond)
 )
 
@@ -218,19 +219,36 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		was, now string
 	}
 	var news []newWrite
+	var chancy []string
+	chanceRuns := 0
 	for _, s := range samples {
 		for handler := range handlers {
 			if !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
 				continue
 			}
 			run := kt.Run{ID: s.runID, Workflow: workflow, Handler: handler, HandlerType: kt.HandlerConsumer, Version: version}
-			exec := func(p *script.Program) *runExec {
+			execSeed := func(p *script.Program, seed int64) *runExec {
 				r := run
-				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: readsOf(s.trace), synth: s.events, clockShift: s.shift}
+				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: readsOf(s.trace), synth: s.events, clockShift: s.shift, chanceSeed: seed}
 			}
+			// Both versions get the same chance; the clock is the
+			// sample's (moved on a year in some).
+			exec := func(p *script.Program) *runExec { return execSeed(p, 39) }
 			o := exec(oldProg).runSample(states[handler])
 			n := exec(newProg).runSample(states[handler])
 			rep.Samples++
+			if n.err == nil && n.call != nil && chanceRuns < maxChanceRuns {
+				// Another chance: a write that changes with it depends on
+				// chance, unless the version in place's does too.
+				chanceRuns++
+				n2 := execSeed(newProg, 7919).runSample(states[handler])
+				if why := sameCall(n, n2); n2.err == nil && why != "" {
+					o2 := execSeed(oldProg, 7919).runSample(states[handler])
+					if o.err != nil || o2.err != nil || sameCall(o, o2) == "" {
+						chancy = append(chancy, fmt.Sprintf("a write that depends on chance (on %s, with two sequences of Math.random and ctx.random it writes %s, then %s)", s.name, describeCall(n), describeCall(n2)))
+					}
+				}
+			}
 			if o.err != nil && n.err == nil && n.prepared != nil {
 				// The version in place fails here (the bug): its mutate
 				// runs on what the proposed prepare chose, as far as it goes.
@@ -299,6 +317,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		}
 	}
 	rep.BroughtIn = append(rep.BroughtIn, newUnstable(v.Script, src)...)
+	if len(chancy) > 0 {
+		rep.BroughtIn = append(rep.BroughtIn, chancy[0])
+	}
 	return rep, nil
 }
 

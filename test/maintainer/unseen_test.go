@@ -333,3 +333,29 @@ func TestTrojanOnTheClockTheVersionInPlaceAlreadyReads(t *testing.T) {
 		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, ...(at > 1815000000000 ? { late: true } : {}) } })`, 1)
 	}, orderOne, "inputs keep has not seen", "a year on", `"late":true`)
 }
+
+// The version in place already reads the script's own clock and chance
+// in mutate (a log), so reading them is nothing new: a trigger on
+// Date.now some months away is found with the script's clock a year on
+// (the dry run moves Date too), and a write that takes Math.random is
+// found by running it with two sequences of chance.
+func TestTrojanOnTheScriptsOwnClockTheVersionInPlaceReads(t *testing.T) {
+	logsTime := func(src string) string {
+		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { const at = Date.now(); ctx.log("writing at " + new Date(at).toISOString());`, 1)
+	}
+	hostile(t, logsTime, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, ...(Date.now() > 1815000000000 ? { late: true } : {}) } })`, 1)
+	}, orderOne, "inputs keep has not seen", "a year on", `"late":true`)
+}
+
+func TestTrojanOnChanceTheVersionInPlaceReads(t *testing.T) {
+	logsChance := func(src string) string {
+		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { ctx.log("sample " + Math.random());`, 1)
+	}
+	r := hostile(t, logsChance, func(src string) string {
+		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: Math.random() < 0.3 ? "0" : p.data.id } })`, 1)
+	}, orderOne)
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "a write that depends on chance") {
+		t.Fatalf("repairs %+v", rs)
+	}
+}
