@@ -495,7 +495,14 @@ func unseen(want, seen map[string]bool) []string {
 }
 
 // errDryWrite stops a dry run at the first write that would be sent.
-type errDryWrite struct{ write, identity string }
+type errDryWrite struct {
+	write, identity string
+	// the write itself, when it is one (not a new item): compared by
+	// CompareUnseen (unseen.go)
+	tool string
+	m    *connector.Method
+	args map[string]any
+}
 
 func (e *errDryWrite) Error() string { return "dry run: reached " + e.write }
 
@@ -518,7 +525,7 @@ func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
 		case h.task.wasDone:
 			h.noteIDDiff("item "+h.task.item.Key, "done", lc.method()+" "+lc.target+", a write the ledger does not have (another target or identity: written again)")
 		default:
-			return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+			return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey, tool: lc.tool, m: lc.m, args: lc.args}
 		}
 		if len(h.diffs) >= maxReplayDiffs {
 			return nil, errDiffers
@@ -531,5 +538,5 @@ func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
 	case stepReplay:
 		return lc.cachedResult(), nil
 	}
-	return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+	return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey, tool: lc.tool, m: lc.m, args: lc.args}
 }

@@ -62,6 +62,9 @@ type unseenSample struct {
 	trace  json.RawMessage
 	shift  int64
 	failed bool // the failed run's own selection
+	// task: the failed run is an item script's, run again from the start
+	// on both versions up to its first new write (dryTask)
+	task bool
 }
 
 // sampleRun is what one version did on a sample.
@@ -138,6 +141,10 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			if err != nil {
 				return err
 			}
+			if r.HandlerType == kt.HandlerTask {
+				failed = r
+				return nil
+			}
 			if r.HandlerType == kt.HandlerConsumer {
 				failed = r
 				evs, err := tx.EventsReservedBy(r.ID)
@@ -176,7 +183,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		return rep, err
 	}
 	var samples []unseenSample
-	if failed.ID != "" {
+	if failed.HandlerType == kt.HandlerTask {
+		samples = append(samples, unseenSample{name: "the failed run's items not reached yet", runID: failed.ID, trace: failed.Trace, failed: true, task: true})
+	} else if failed.ID != "" {
 		samples = append(samples, unseenSample{name: "the failed run's own selection", runID: failed.ID, events: baseEvents[failed.ID], trace: failed.Trace, failed: true})
 	}
 	var all [][]kt.Event
@@ -202,6 +211,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			handlers[r.Handler] = true
 		}
 	}
+
 	oldShapes, oldHeaders := map[string]bool{}, map[string]bool{}
 	for _, m := range ledger {
 		oldShapes[targetShape(m.Target, nil)] = true
@@ -223,7 +233,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	chanceRuns := 0
 	for _, s := range samples {
 		for handler := range handlers {
-			if !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
+			if !s.task && !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
 				continue
 			}
 			run := kt.Run{ID: s.runID, Workflow: workflow, Handler: handler, HandlerType: kt.HandlerConsumer, Version: version}
@@ -234,6 +244,26 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).
 			exec := func(p *script.Program) *runExec { return execSeed(p, 39) }
+			if s.task {
+				if handler != failed.Handler {
+					continue
+				}
+				run.HandlerType = kt.HandlerTask
+				// An item script: what it brings in is judged (below); its
+				// write on an item not reached yet is compared with nothing
+				// the version in place does, which crashed before it.
+				o, n := exec(oldProg).taskFirstWrite(states[handler]), exec(newProg).taskFirstWrite(states[handler])
+				if n.call != nil {
+					was := "writes " + describeCall(o)
+					if o.err != nil {
+						was = "fails (" + clipText(o.err.Error(), 120) + ")"
+					} else if o.call == nil {
+						was = "makes no write"
+					}
+					news = append(news, newWrite{s: s, shape: targetShape(targetOf(n.m, n.call.Tool, n.call.Args), nil), hdrs: headerNames(n.call.Args), was: was, now: describeCall(n)})
+				}
+				continue
+			}
 			o := exec(oldProg).runSample(states[handler])
 			n := exec(newProg).runSample(states[handler])
 			rep.Samples++
@@ -346,6 +376,29 @@ func (x *runExec) runSample(state json.RawMessage) sampleRun {
 	r := x.runMutate(out.Value)
 	r.prepared = out.Value
 	return r
+}
+
+// taskFirstWrite runs an item script again from the start (dryTask: done
+// writes replay from the ledger, items are never written) and returns the
+// first new write it reaches.
+func (x *runExec) taskFirstWrite(state json.RawMessage) sampleRun {
+	h := x.host(phaseTask)
+	h.task = &taskState{}
+	_, err := x.invoke(h, state)
+	var dw *errDryWrite
+	if errors.As(err, &dw) {
+		if dw.m == nil {
+			return sampleRun{}
+		}
+		return sampleRun{call: &capturedCall{Tool: dw.tool, Method: dw.m.Name, Args: dw.args}, m: dw.m}
+	}
+	if err == nil {
+		err = x.reads.missErr()
+	}
+	if err != nil {
+		return sampleRun{err: err}
+	}
+	return sampleRun{}
 }
 
 // runMutate runs mutate on a prepared value, the write captured.

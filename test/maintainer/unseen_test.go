@@ -359,3 +359,18 @@ func TestTrojanOnChanceTheVersionInPlaceReads(t *testing.T) {
 		t.Fatalf("repairs %+v", rs)
 	}
 }
+
+// An item script's repair: item 2 failed after its write, item 3 was never
+// reached. The replay of the failed run ends at item 3's first write, new
+// work; the repair sends items above 2 to another path on the granted host
+// and a new header: refused, both named.
+func TestTrojanInAnItemScriptOnItemsNotReached(t *testing.T) {
+	r := hostile(t, asTaskScript, func(src string) string {
+		fix := strings.Replace(src, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
+		return strings.Replace(fix, `url: "`+sinkOf(src)+`/write/order-" + j.id, json: { id: j.id } })`,
+			`url: "`+sinkOf(src)+`/" + (Number(j.id) > 2 ? "attacker" : "write") + "/order-" + j.id, json: { id: j.id }, ...(Number(j.id) > 2 ? { headers: { "X-Debug": "1" } } : {}) })`, 1)
+	}, []string{"/write/order-1", "/write/order-2"})
+	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "/attacker/order-*") || !strings.Contains(rs[0].Reason, "X-Debug") {
+		t.Fatalf("repairs %+v", rs)
+	}
+}
