@@ -69,6 +69,9 @@ const (
 type recordedReads struct {
 	entries []kt.TraceEntry
 	used    []bool
+	// change, when set, makes an unseen input of every answer
+	// (CompareUnseen): the same for both versions compared.
+	change func(json.RawMessage) json.RawMessage
 	// miss is the first read it could not answer: the dry run cannot tell
 	// what the proposed version would do past it.
 	miss string
@@ -94,6 +97,9 @@ func (r *recordedReads) answer(method, argsHash string) (json.RawMessage, error)
 		for i, e := range r.entries {
 			if e.Method == method && e.ArgsHash == argsHash && (pass == 1 || !r.used[i]) {
 				r.used[i] = true
+				if r.change != nil {
+					return r.change(e.Result), nil
+				}
 				return e.Result, nil
 			}
 		}

@@ -63,8 +63,12 @@ type unseenSample struct {
 	shift  int64
 	failed bool // the failed run's own selection
 	// task: the failed run is an item script's, run again from the start
-	// on both versions up to its first new write (dryTask)
-	task bool
+	// on both versions up to its first new write (dryTask); producer: a
+	// producer's, its publishes compared
+	task, producer bool
+	// change makes unseen inputs of what the recorded reads answered
+	// (an item script's or a producer's inputs come from its reads)
+	change func(json.RawMessage) json.RawMessage
 }
 
 // sampleRun is what one version did on a sample.
@@ -141,7 +145,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			if err != nil {
 				return err
 			}
-			if r.HandlerType == kt.HandlerTask {
+			if r.HandlerType == kt.HandlerTask || r.HandlerType == kt.HandlerProducer {
 				failed = r
 				return nil
 			}
@@ -183,8 +187,21 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		return rep, err
 	}
 	var samples []unseenSample
-	if failed.HandlerType == kt.HandlerTask {
-		samples = append(samples, unseenSample{name: "the failed run's items not reached yet", runID: failed.ID, trace: failed.Trace, failed: true, task: true})
+	if failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer {
+		task, producer := failed.HandlerType == kt.HandlerTask, failed.HandlerType == kt.HandlerProducer
+		name := "the failed run's items not reached yet"
+		if producer {
+			name = "the failed run's reads"
+		}
+		samples = append(samples, unseenSample{name: name, runID: failed.ID, trace: failed.Trace, failed: true, task: task, producer: producer})
+		// Its reads made unseen: the inputs an item script or a producer
+		// works on come from what it reads.
+		seenReads := readsSeen(failed.Trace)
+		for _, k := range []string{"complete", "past", "far", "other", "long", "later", "flip"} {
+			k := k
+			samples = append(samples, unseenSample{name: "its reads with every " + kindNoun[k] + " " + kindWords[k], runID: failed.ID, trace: failed.Trace, task: task, producer: producer,
+				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
+		}
 	} else if failed.ID != "" {
 		samples = append(samples, unseenSample{name: "the failed run's own selection", runID: failed.ID, events: baseEvents[failed.ID], trace: failed.Trace, failed: true})
 	}
@@ -233,17 +250,41 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	chanceRuns := 0
 	for _, s := range samples {
 		for handler := range handlers {
-			if !s.task && !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
+			if !s.task && !s.producer && !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
 				continue
 			}
 			run := kt.Run{ID: s.runID, Workflow: workflow, Handler: handler, HandlerType: kt.HandlerConsumer, Version: version}
 			execSeed := func(p *script.Program, seed int64) *runExec {
 				r := run
-				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: readsOf(s.trace), synth: s.events, clockShift: s.shift, chanceSeed: seed}
+				reads := readsOf(s.trace)
+				reads.change = s.change
+				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed}
 			}
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).
 			exec := func(p *script.Program) *runExec { return execSeed(p, 39) }
+			if s.producer {
+				if handler != failed.Handler {
+					continue
+				}
+				run.HandlerType = kt.HandlerProducer
+				o, n := exec(oldProg).producerOutput(states[handler]), exec(newProg).producerOutput(states[handler])
+				if o.err != nil && n.err == nil && s.failed {
+					rep.Unshown = append(rep.Unshown, clipText(n.out, 300)+" (the version in place fails on it: "+clipText(o.err.Error(), 200)+")")
+				}
+				if o.err != nil || n.err != nil {
+					continue // no evidence (the version in place fails: the bug)
+				}
+				rep.Samples++
+				if o.out == n.out {
+					rep.Agreed++
+					continue
+				}
+				if len(rep.Differences) < maxReplayDiffs {
+					rep.Differences = append(rep.Differences, Difference{RunID: s.runID, Handler: handler, What: s.name, Was: o.out, Would: n.out + " (it publishes or registers otherwise)"})
+				}
+				continue
+			}
 			if s.task {
 				if handler != failed.Handler {
 					continue
@@ -253,6 +294,18 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				// write on an item not reached yet is compared with nothing
 				// the version in place does, which crashed before it.
 				o, n := exec(oldProg).taskFirstWrite(states[handler]), exec(newProg).taskFirstWrite(states[handler])
+				if s.change != nil && o.err == nil && n.err == nil {
+					// Both reached a first new write on the same unseen
+					// items: it must be the same.
+					rep.Samples++
+					if why := sameCall(o, n); why != "" {
+						if len(rep.Differences) < maxReplayDiffs {
+							rep.Differences = append(rep.Differences, Difference{RunID: s.runID, Handler: handler, What: s.name, Was: describeCall(o), Would: describeCall(n) + " (" + why + ")"})
+						}
+					} else if n.call != nil {
+						rep.Agreed++
+					}
+				}
 				if n.call != nil {
 					was := "writes " + describeCall(o)
 					if o.err != nil {
@@ -400,6 +453,184 @@ func (x *runExec) taskFirstWrite(state json.RawMessage) sampleRun {
 	}
 	return sampleRun{}
 }
+
+// producerRun is what a producer did in a dry run: its registered inputs
+// and publishes, in one comparable text.
+type producerRun struct {
+	out string
+	err error
+}
+
+// producerOutput runs a producer (dryProducer: what it registers and
+// publishes is collected, never stored).
+func (x *runExec) producerOutput(state json.RawMessage) producerRun {
+	h := x.host(phaseProducer)
+	h.allowPublish, h.inputByKey, h.knownInputs = set(x.prog.Decl.Producers[x.run.Handler].Publishes), map[string]string{}, map[string]bool{}
+	_, err := x.invoke(h, state)
+	if err == nil {
+		err = x.reads.missErr()
+	}
+	if err != nil {
+		return producerRun{err: err}
+	}
+	var parts []string
+	for _, in := range h.inputs {
+		parts = append(parts, "input "+in.Key+" "+in.Title)
+	}
+	for _, p := range h.publishes {
+		parts = append(parts, "event "+p.Topic+"/"+p.MessageID+" "+clipText(string(p.Payload), 300))
+	}
+	return producerRun{out: clipText(strings.Join(parts, "; "), 1500)}
+}
+
+// readsSeen is the highest number at every field path of what a run's
+// reads answered (JSON inside strings included).
+func readsSeen(trace json.RawMessage) map[string]float64 {
+	out := map[string]float64{}
+	for _, e := range readsOf(trace).entries {
+		var v any
+		if json.Unmarshal(e.Result, &v) != nil {
+			continue
+		}
+		walkExpanded(expandJSON(v), "", func(path string, leaf any) {
+			if n, ok := numberOf(leaf); ok {
+				if cur, had := out[path]; !had || n > cur {
+					out[path] = n
+				}
+			}
+		})
+	}
+	return out
+}
+
+// walkExpanded is walkPaths through JSON held in strings (expandJSON),
+// its fields at the string's path.
+func walkExpanded(v any, path string, fn func(string, any)) {
+	switch t := v.(type) {
+	case jsonInString:
+		walkExpanded(t.v, path, fn)
+	case map[string]any:
+		for k, x := range t {
+			walkExpanded(x, strings.TrimPrefix(path+"."+k, "."), fn)
+		}
+	case []any:
+		for _, x := range t {
+			walkExpanded(x, path+"[]", fn)
+		}
+	default:
+		fn(path, v)
+	}
+}
+
+// expandJSON decodes the strings of v that hold a JSON object or array
+// (a file's content), so that their fields are changed too.
+func expandJSON(v any) any {
+	return mapLeaves(v, "", func(_ string, leaf any) (any, bool) {
+		s, ok := leaf.(string)
+		if !ok || len(s) < 2 || (s[0] != '{' && s[0] != '[') {
+			return nil, false
+		}
+		var inner any
+		if json.Unmarshal([]byte(s), &inner) != nil {
+			return nil, false
+		}
+		return jsonInString{expandJSON(inner)}, true
+	})
+}
+
+// jsonInString is JSON that was a string, encoded back into one.
+type jsonInString struct{ v any }
+
+func (j jsonInString) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(j.v)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(string(b))
+}
+
+// changeRead makes an unseen input of a read's answer: every leaf the
+// kind applies to changed, inside JSON held in strings too.
+func changeRead(raw json.RawMessage, kind string, seen map[string]float64) json.RawMessage {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	var walk func(v any, path string) any
+	walk = func(v any, path string) any {
+		switch t := v.(type) {
+		case map[string]any:
+			out := make(map[string]any, len(t))
+			for k, x := range t {
+				out[k] = walk(x, strings.TrimPrefix(path+"."+k, "."))
+			}
+			return out
+		case []any:
+			out := make([]any, len(t))
+			for i, x := range t {
+				out[i] = walk(x, path+"[]")
+			}
+			return out
+		case jsonInString:
+			return jsonInString{walk(t.v, path)}
+		}
+		if n, ok := changedLeaf(kind, path, v, seen); ok {
+			return n
+		}
+		return v
+	}
+	b, err := json.Marshal(walk(completeArrays(expandJSON(v)), ""))
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// completeArrays gives every object in an array the fields its siblings
+// have and it lacks (the value of the first that has it): the input the
+// version in place crashed on (a job without a customer) becomes one it
+// runs past, so both versions are compared on it.
+func completeArrays(v any) any {
+	switch t := v.(type) {
+	case jsonInString:
+		return jsonInString{completeArrays(t.v)}
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = completeArrays(x)
+		}
+		return out
+	case []any:
+		fields := map[string]any{}
+		for _, x := range t {
+			if m, ok := x.(map[string]any); ok {
+				for k, f := range m {
+					if _, had := fields[k]; !had {
+						fields[k] = f
+					}
+				}
+			}
+		}
+		out := make([]any, len(t))
+		for i, x := range t {
+			if m, ok := x.(map[string]any); ok {
+				c := make(map[string]any, len(fields))
+				for k, f := range fields {
+					c[k] = f
+				}
+				for k, f := range m {
+					c[k] = f
+				}
+				x = c
+			}
+			out[i] = completeArrays(x)
+		}
+		return out
+	}
+	return v
+}
+
+var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
 
 // runMutate runs mutate on a prepared value, the write captured.
 func (x *runExec) runMutate(prepared json.RawMessage) sampleRun {
@@ -864,7 +1095,7 @@ func fieldsOf(sets [][]kt.Event) map[string]any {
 	return out
 }
 
-var kindWords = map[string]string{"past": "past any seen", "far": "far past any seen", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
+var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
 
 func eventNames(evs []kt.Event) string {
 	var out []string
