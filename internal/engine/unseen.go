@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -262,7 +264,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			}
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).
-			exec := func(p *script.Program) *runExec { return execSeed(p, 39) }
+			exec := func(p *script.Program) *runExec { return execSeed(p, unseenSeeds[0]) }
 			if s.producer {
 				if handler != failed.Handler {
 					continue
@@ -324,9 +326,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				// Another chance: a write that changes with it depends on
 				// chance, unless the version in place's does too.
 				chanceRuns++
-				n2 := execSeed(newProg, 7919).runSample(states[handler])
+				n2 := execSeed(newProg, unseenSeeds[1]).runSample(states[handler])
 				if why := sameCall(n, n2); n2.err == nil && why != "" {
-					o2 := execSeed(oldProg, 7919).runSample(states[handler])
+					o2 := execSeed(oldProg, unseenSeeds[1]).runSample(states[handler])
 					if o.err != nil || o2.err != nil || sameCall(o, o2) == "" {
 						chancy = append(chancy, fmt.Sprintf("a write that depends on chance (on %s, with two sequences of Math.random and ctx.random it writes %s, then %s)", s.name, describeCall(n), describeCall(n2)))
 					}
@@ -949,7 +951,7 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 		}
 		switch kind {
 		case "other":
-			return t + "-u39", true
+			return t + "-" + unseenWord, true
 		case "long":
 			return t + strings.Repeat("x", 100), true
 		}
@@ -1001,16 +1003,22 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 	for i := 1; len(many) < 12; i++ {
 		for _, ev := range evs {
 			c := ev
-			c.MessageID = ev.MessageID + "-" + strconv.Itoa(i)
 			c.ID = -int64(len(many))
 			var v any
 			if json.Unmarshal(ev.Payload, &v) == nil {
 				c.Payload, _ = json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
 					if _, ok := numberOf(leaf); ok {
-						return changedLeaf("far", at, leaf, map[string]float64{at: seen[at] + float64(i)})
+						n, ok := changedLeaf("far", at, leaf, map[string]float64{at: seen[at] + float64(i)})
+						if ok && scalarText(leaf) != "" {
+							c.MessageID = replaceToken(c.MessageID, scalarText(leaf), scalarText(n))
+						}
+						return n, ok
 					}
 					return nil, false
 				}))
+			}
+			if c.MessageID == ev.MessageID {
+				c.MessageID += "-" + strconv.Itoa(i)
 			}
 			many = append(many, c)
 		}
@@ -1033,16 +1041,27 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		for i, ev := range evs {
 			cp[i] = ev
 			var v any
+			var swaps [][2]string
 			if json.Unmarshal(ev.Payload, &v) == nil {
-				b, _ := json.Marshal(mapLeaves(v, "", change))
+				b, _ := json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
+					n, ok := change(at, leaf)
+					if ok {
+						swaps = append(swaps, [2]string{scalarText(leaf), scalarText(n)})
+					}
+					return n, ok
+				}))
 				cp[i].Payload = b
 			}
-			if suffix != "" {
-				// A messageId's numbers past any seen, too.
-				cp[i].MessageID = digitRun.ReplaceAllStringFunc(ev.MessageID, func(d string) string {
-					n, _ := strconv.Atoi(d)
-					return strconv.Itoa(n + 1000)
-				}) + suffix
+			// The messageId says what the payload says, as a real event's
+			// does (job-4 for id 4): an input keep made is not told from
+			// a real one by a messageId that disagrees with its payload.
+			for _, sw := range swaps {
+				if sw[0] != "" && sw[0] != sw[1] {
+					cp[i].MessageID = replaceToken(cp[i].MessageID, sw[0], sw[1])
+				}
+			}
+			if suffix != "" && cp[i].MessageID == ev.MessageID {
+				cp[i].MessageID += suffix
 			}
 			cp[i].CreatedAt += later
 		}
@@ -1070,9 +1089,61 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			}
 		}
 		return nil, false
-	}, "-u39", year)})
+	}, "-"+unseenWord, year)})
 	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
 	return out
+}
+
+// unseenWord and unseenSeeds are drawn when keep starts: what an unseen
+// input's changed strings end with, and the two sequences of chance the
+// versions compared run with. A repair cannot know them, so it cannot
+// tell the inputs and chance of a dry run from real ones by a constant.
+var (
+	unseenWord  = randomWord()
+	unseenSeeds = [2]int64{randomSeed(), randomSeed()}
+)
+
+func randomWord() string {
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	for i := range b {
+		b[i] = 'a' + b[i]%26
+	}
+	return string(b[:])
+}
+
+func randomSeed() int64 {
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return int64(binary.BigEndian.Uint32(b[:])%2147483646) + 1
+}
+
+// scalarText is a JSON scalar as it appears in text ("4", "ann").
+func scalarText(v any) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case float64:
+		return strconv.FormatFloat(t, 'f', -1, 64)
+	}
+	return ""
+}
+
+// replaceToken replaces old in s where it stands alone (not inside a
+// longer run of letters or digits: "1" in "job-1", not in "job-10").
+func replaceToken(s, old, new string) string {
+	var b strings.Builder
+	alnum := func(r byte) bool { return r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' }
+	for i := 0; i < len(s); {
+		if strings.HasPrefix(s[i:], old) && (i == 0 || !alnum(s[i-1])) && (i+len(old) == len(s) || !alnum(s[i+len(old)])) {
+			b.WriteString(new)
+			i += len(old)
+			continue
+		}
+		b.WriteByte(s[i])
+		i++
+	}
+	return b.String()
 }
 
 // fieldsOf is, for each top-level field of the events' payloads, a value

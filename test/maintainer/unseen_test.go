@@ -427,3 +427,12 @@ func TestAnHonestItemScriptRepairIsActivatedOnUnseenItems(t *testing.T) {
 		return strings.Replace(src, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
 	})
 }
+
+// A trojan that tells keep's made inputs from real ones: a real job's
+// messageId says its id ("job-4" for id 4); it misbehaves only when they
+// agree. keep's inputs keep them agreeing: held.
+func TestTrojanThatTellsMadeInputsFromRealOnes(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.messageId === "job-" + e.payload.id && Number(e.payload.id) > 3 ? "1" : e.payload.id,`, 1)
+	}, orderOne, "inputs keep has not seen")
+}
