@@ -36,8 +36,9 @@ import (
 // when other inputs showed both versions agree. And what the proposed
 // version writes must not bring in what the version in place never used:
 // a target (its host and path shape), a header name, a read of the time
-// or chance. Consumers are judged this way; an item script or a producer
-// is judged by the replay alone (docs/maintainer.md says so).
+// or chance. An item script and a producer are judged on their failed
+// run's reads made unseen the same ways (changeRead); docs/maintainer.md
+// says what is left.
 
 // UnseenReport is what running both versions on unseen inputs found.
 type UnseenReport struct {
@@ -250,7 +251,11 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	var news []newWrite
 	var chancy []string
 	chanceRuns := 0
-	for _, s := range samples {
+	for si, s := range samples {
+		// Each input its own sequences of chance (the same for both
+		// versions on it): a trigger on chance meets many values.
+		seedA := (unseenSeeds[0]+int64(si)*104729)%2147483646 + 1
+		seedB := (unseenSeeds[1]+int64(si)*104729)%2147483646 + 1
 		for handler := range handlers {
 			if !s.task && !s.producer && !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
 				continue
@@ -264,7 +269,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			}
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).
-			exec := func(p *script.Program) *runExec { return execSeed(p, unseenSeeds[0]) }
+			exec := func(p *script.Program) *runExec { return execSeed(p, seedA) }
 			if s.producer {
 				if handler != failed.Handler {
 					continue
@@ -326,9 +331,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				// Another chance: a write that changes with it depends on
 				// chance, unless the version in place's does too.
 				chanceRuns++
-				n2 := execSeed(newProg, unseenSeeds[1]).runSample(states[handler])
+				n2 := execSeed(newProg, seedB).runSample(states[handler])
 				if why := sameCall(n, n2); n2.err == nil && why != "" {
-					o2 := execSeed(oldProg, unseenSeeds[1]).runSample(states[handler])
+					o2 := execSeed(oldProg, seedB).runSample(states[handler])
 					if o.err != nil || o2.err != nil || sameCall(o, o2) == "" {
 						chancy = append(chancy, fmt.Sprintf("a write that depends on chance (on %s, with two sequences of Math.random and ctx.random it writes %s, then %s)", s.name, describeCall(n), describeCall(n2)))
 					}
@@ -371,6 +376,13 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				d.Was, d.Would = describeCall(o), "failing: "+clipText(n.err.Error(), 300)
 			default:
 				why := sameCall(o, n)
+				if why == "" && o.prepared != nil && n.prepared != nil {
+					// The same write on other events consumes them: a
+					// repair that selects more drops what it does not write.
+					if a, b := selectionOf(o.prepared), selectionOf(n.prepared); a != b {
+						why = "it selects " + b + " where version " + v.Label() + " selects " + a
+					}
+				}
 				if why == "" {
 					if n.call != nil {
 						rep.Agreed++
@@ -633,6 +645,25 @@ func completeArrays(v any) any {
 }
 
 var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
+
+// selectionOf names the events a prepare's value reserves, sorted.
+func selectionOf(prepared json.RawMessage) string {
+	pr, err := DecodePrepareResult(prepared)
+	if err != nil {
+		return "nothing (its value does not decode)"
+	}
+	var ids []string
+	for _, r := range pr.Reservations {
+		for _, id := range r.IDs {
+			ids = append(ids, r.Topic+"/"+id)
+		}
+	}
+	if len(ids) == 0 {
+		return "nothing"
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ", ")
+}
 
 // runMutate runs mutate on a prepared value, the write captured.
 func (x *runExec) runMutate(prepared json.RawMessage) sampleRun {

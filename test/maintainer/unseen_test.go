@@ -355,7 +355,9 @@ func TestTrojanOnChanceTheVersionInPlaceReads(t *testing.T) {
 	r := hostile(t, logsChance, func(src string) string {
 		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: Math.random() < 0.3 ? "0" : p.data.id } })`, 1)
 	}, orderOne)
-	if rs := r.repairs(); rs[0].Status != "refused" || !strings.Contains(rs[0].Reason, "a write that depends on chance") {
+	// Refused as chance, or held: on some input the two versions' chance
+	// made them write otherwise.
+	if rs := r.repairs(); !(rs[0].Status == "refused" && strings.Contains(rs[0].Reason, "a write that depends on chance")) && !(rs[0].Status == "held" && strings.Contains(rs[0].Reason, "inputs keep has not seen")) {
 		t.Fatalf("repairs %+v", rs)
 	}
 }
@@ -435,4 +437,15 @@ func TestTrojanThatTellsMadeInputsFromRealOnes(t *testing.T) {
 	hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.messageId === "job-" + e.payload.id && Number(e.payload.id) > 3 ? "1" : e.payload.id,`, 1)
 	}, orderOne, "inputs keep has not seen")
+}
+
+// A trojan that, when many jobs are pending, reserves them all and writes
+// once: every other job would be consumed unwritten. The selections of
+// both versions are compared too: held.
+func TestTrojanThatSelectsMoreThanItWrites(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		src = strings.Replace(fixed(src), `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
+			`const all = await ctx.peek("job"); const [e] = all; if (!e) return { reservations: [] }`, 1)
+		return strings.Replace(src, `return { reservations: [{ topic: "job", ids: [e.messageId] }], data:`, `return { reservations: [{ topic: "job", ids: all.length > 5 ? all.map(x => x.messageId) : [e.messageId] }], data:`, 1)
+	}, orderOne, "inputs keep has not seen", "it selects")
 }
