@@ -2,6 +2,8 @@ package maintainer
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,6 +197,15 @@ func TestHostileRepairTriggersOnAnIdAboveTheHighestSeen(t *testing.T) {
 		if out, _ := r.keep(args...); !strings.Contains(out, "version 1.0 writes http.request POST "+r.sink.URL+"/write/order-4") || !strings.Contains(out, "this repair would write http.request POST "+r.sink.URL+"/write/order-4 {\"json\":{\"amount\":0") {
 			t.Fatalf("keep %v does not show both writes:\n%s", args, out)
 		}
+	}
+	resp, err := http.Get("http://" + r.addr + "/w/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "version 1.0 writes http.request POST "+r.sink.URL+"/write/order-4") || !strings.Contains(string(page), "this repair would write http.request POST "+r.sink.URL+"/write/order-4") || !strings.Contains(string(page), "Approve and activate") {
+		t.Fatalf("the page's card does not show both writes with Approve:\n%s", page)
 	}
 }
 
