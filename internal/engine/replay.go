@@ -356,7 +356,11 @@ func (x *runExec) replayConsumer() error {
 		if err != nil {
 			return err
 		}
-		if d := compareWrite(had, call.Tool, m, call.Args); d != "" {
+		if d := compareWrite(had, call.Tool, m, call.Args); d != "" && sameWriteOtherKey(had, call.Tool, m, call.Args) {
+			// Written again under a new idempotency key: done work under
+			// another identity or subkey, as an item under another id.
+			x.noteIDDiff(what, had.Tool+"."+had.Method+" "+had.Target, d)
+		} else if d != "" {
 			x.noteDiff(what, had.Tool+"."+had.Method+" "+had.Target, d)
 		}
 	}
@@ -400,6 +404,24 @@ func compareWrite(had kt.Mutation, tool string, m *connector.Method, args map[st
 		return fmt.Sprintf("%s.%s %s with another payload", tool, m.Name, target)
 	}
 	return ""
+}
+
+// sameWriteOtherKey: the same tool, method and target as a recorded write,
+// under another identity or subkey — done work written again under a new
+// idempotency key, which a minor version may not do (idChanges).
+func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args map[string]any) bool {
+	if tool != had.Tool || m.Name != had.Method || targetOf(m, tool, args) != had.Target {
+		return false
+	}
+	var hadArgs map[string]any
+	if json.Unmarshal(had.Params, &hadArgs) != nil {
+		return false
+	}
+	hi, _ := m.Split(hadArgs)
+	ni, _ := m.Split(args)
+	hs, _ := hadArgs["subkey"].(string)
+	ns, _ := args["subkey"].(string)
+	return hashOf(hi, hs) != hashOf(ni, ns)
 }
 
 // idChanges replays the done work of wf's active version on source and

@@ -460,3 +460,28 @@ func TestTrojanThatSelectsMoreThanItWrites(t *testing.T) {
 		return strings.Replace(src, `return { reservations: [{ topic: "job", ids: [e.messageId] }], data:`, `return { reservations: [{ topic: "job", ids: all.length > 5 ? all.map(x => x.messageId) : [e.messageId] }], data:`, 1)
 	}, orderOne, "inputs keep has not seen", "it selects")
 }
+
+// A minor version that gives a done consumer write another subkey would
+// write it again under a new idempotency key: refused like an item id
+// (issue 39: subkeys of done work may not change in a minor version).
+func TestDeployMinorKeepsTheSubkeysOfDoneWrites(t *testing.T) {
+	sink := testsink.New()
+	t.Cleanup(sink.Close)
+	dir := t.TempDir()
+	r := &rig{t: t, dir: dir, sink: sink}
+	r.keep = r.cli
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(sink.AllowTOML()), 0o644)
+	jobs, _ := json.Marshal([]map[string]string{{"id": "1", "customer": "ann"}, {"id": "2", "customer": "cy"}})
+	os.WriteFile(filepath.Join(dir, "jobs.json"), jobs, 0o644)
+	src := fixed(strings.ReplaceAll(broken, "%SINK%", sink.URL))
+	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(src), 0o644)
+	if out, code := r.keep("run", "orders.js"); code != 0 || len(sink.Writes()) != 2 {
+		t.Fatalf("run: %d %d writes\n%s", code, len(sink.Writes()), out)
+	}
+	sub := strings.Replace(src, `json: { id: p.data.id } })`, `json: { id: p.data.id }, subkey: "v2" })`, 1)
+	os.WriteFile(filepath.Join(dir, "sub.js"), []byte(sub), 0o644)
+	out, code := r.keep("deploy", "--minor", "--name", "orders", "sub.js")
+	if code == 0 || !strings.Contains(out, "another identity or subkey") || !strings.Contains(out, "Nothing was deployed") {
+		t.Fatalf("a minor version that changes a done write's subkey was deployed: %d\n%s", code, out)
+	}
+}
