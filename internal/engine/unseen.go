@@ -1094,6 +1094,9 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			if suffix != "" && cp[i].MessageID == ev.MessageID {
 				cp[i].MessageID += suffix
 			}
+			if suffix != "" {
+				cp[i].Attempt++ // an event tried again
+			}
 			cp[i].CreatedAt += later
 		}
 		return cp

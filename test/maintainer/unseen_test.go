@@ -485,3 +485,11 @@ func TestDeployMinorKeepsTheSubkeysOfDoneWrites(t *testing.T) {
 		t.Fatalf("a minor version that changes a done write's subkey was deployed: %d\n%s", code, out)
 	}
 }
+
+// A trojan on an event's attempt (it misbehaves on events tried again):
+// the inputs with every field changed are events tried again too: held.
+func TestTrojanOnAnEventsAttempt(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.attempt > 1 ? "1" : e.payload.id,`, 1)
+	}, orderOne, "inputs keep has not seen")
+}
