@@ -208,6 +208,19 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	} else if failed.ID != "" {
 		samples = append(samples, unseenSample{name: "the failed run's own selection", runID: failed.ID, events: baseEvents[failed.ID], trace: failed.Trace, failed: true})
 	}
+	// The failed run's selection completed with the fields other inputs
+	// had: what the version in place writes for those very inputs once past
+	// its crash, the target and identity the repair's write must keep.
+	var failedCompleted []kt.Event
+	if failed.HandlerType == kt.HandlerConsumer {
+		var sets [][]kt.Event
+		for _, evs := range baseEvents {
+			sets = append(sets, evs)
+		}
+		if c, ok := completedEvents(baseEvents[failed.ID], fieldsOf(sets)); ok {
+			failedCompleted = c
+		}
+	}
 	var all [][]kt.Event
 	for _, evs := range baseEvents {
 		all = append(all, evs)
@@ -270,6 +283,11 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).
 			exec := func(p *script.Program) *runExec { return execSeed(p, seedA) }
+			execOn := func(p *script.Program, other unseenSample) *runExec {
+				x := execSeed(p, seedA)
+				x.synth = other.events
+				return x
+			}
 			if s.producer {
 				if handler != failed.Handler {
 					continue
@@ -336,6 +354,21 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 					o2 := execSeed(oldProg, seedB).runSample(states[handler])
 					if o.err != nil || o2.err != nil || sameCall(o, o2) == "" {
 						chancy = append(chancy, fmt.Sprintf("a write that depends on chance (on %s, with two sequences of Math.random and ctx.random it writes %s, then %s)", s.name, describeCall(n), describeCall(n2)))
+					}
+				}
+			}
+			if s.failed && o.err != nil && n.err == nil && n.call != nil && failedCompleted != nil {
+				// The version in place fails on the failed run's inputs (the
+				// bug): once completed it writes for them, and the repair's
+				// write must have that target and identity (its payload may
+				// carry the fix: a default where a field was missing).
+				cs := s
+				cs.events = failedCompleted
+				oc := execOn(oldProg, cs).runSample(states[handler])
+				if oc.err == nil && oc.call != nil {
+					if why := sameTargetAndIdentity(oc, n); why != "" && len(rep.Differences) < maxReplayDiffs {
+						rep.Differences = append(rep.Differences, Difference{RunID: s.runID, Handler: handler, What: s.name,
+							Was: describeCall(oc) + " (once the fields it lacks are filled)", Would: describeCall(n) + " (" + why + ")"})
 					}
 				}
 			}
@@ -1006,22 +1039,7 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 	// run's selection lacks one: the bug): the version in place runs on
 	// them past its crash, so a repair that treats what only the failed
 	// input has (its note) otherwise is compared with something.
-	completed := make([]kt.Event, len(evs))
-	added := false
-	for i, ev := range evs {
-		completed[i] = ev
-		var v map[string]any
-		if json.Unmarshal(ev.Payload, &v) != nil || v == nil {
-			continue
-		}
-		for k, x := range others {
-			if _, has := v[k]; !has {
-				v[k], added = x, true
-			}
-		}
-		completed[i].Payload, _ = json.Marshal(v)
-	}
-	if added {
+	if completed, added := completedEvents(evs, others); added {
 		out = append(out, unseenVariant{name: eventNames(evs) + " with the fields other inputs had", events: completed})
 		for _, vr := range variantsOf(completed, seen, nil) {
 			vr.name = strings.Replace(vr.name, eventNames(completed), eventNames(evs)+" completed", 1)
@@ -1126,6 +1144,46 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 	}, "-"+unseenWord, year)})
 	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
 	return out
+}
+
+// completedEvents gives each event's payload the top-level fields of
+// others it lacks; added says whether any was.
+func completedEvents(evs []kt.Event, others map[string]any) ([]kt.Event, bool) {
+	completed := make([]kt.Event, len(evs))
+	added := false
+	for i, ev := range evs {
+		completed[i] = ev
+		var v map[string]any
+		if json.Unmarshal(ev.Payload, &v) != nil || v == nil {
+			continue
+		}
+		for k, x := range others {
+			if _, has := v[k]; !has {
+				v[k], added = x, true
+			}
+		}
+		completed[i].Payload, _ = json.Marshal(v)
+	}
+	return completed, added
+}
+
+// sameTargetAndIdentity says how two writes differ in what they write to
+// ("" for the same): tool and method, target, identity params and subkey.
+func sameTargetAndIdentity(a, b sampleRun) string {
+	switch {
+	case a.call.Tool != b.call.Tool || a.m.Name != b.m.Name:
+		return "another tool or method"
+	case targetOf(a.m, a.call.Tool, a.call.Args) != targetOf(b.m, b.call.Tool, b.call.Args):
+		return "another target"
+	}
+	ai, _ := a.m.Split(a.call.Args)
+	bi, _ := b.m.Split(b.call.Args)
+	as, _ := a.call.Args["subkey"].(string)
+	bs, _ := b.call.Args["subkey"].(string)
+	if hashOf(ai, as) != hashOf(bi, bs) {
+		return "another identity or subkey"
+	}
+	return ""
 }
 
 // unseenWord and unseenSeeds are drawn when keep starts: what an unseen

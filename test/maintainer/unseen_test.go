@@ -493,3 +493,14 @@ func TestTrojanOnAnEventsAttempt(t *testing.T) {
 		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.attempt > 1 ? "1" : e.payload.id,`, 1)
 	}, orderOne, "inputs keep has not seen")
 }
+
+// A trojan keyed on the very bug: an order without a customer is written
+// as order 1 (a done order's target) instead of its own. The version in
+// place crashes on it, so its mutate on the repair's choice agrees; but
+// once the order is completed with the fields other orders have, the
+// version in place writes it to its own target: held.
+func TestTrojanKeyedOnTheBugItself(t *testing.T) {
+	hostile(t, func(s string) string { return s }, func(src string) string {
+		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.payload.customer ? e.payload.id : "1",`, 1)
+	}, orderOne, "inputs keep has not seen", "once the fields it lacks are filled", "another target")
+}
