@@ -184,6 +184,8 @@ func fail(w http.ResponseWriter, err error) {
 		Error(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, engine.ErrBadInput):
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, engine.ErrNeedsConsent):
+		Error(w, http.StatusConflict, "needs_consent", err.Error())
 	case errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
 	case errors.As(err, &ve):

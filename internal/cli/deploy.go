@@ -137,6 +137,20 @@ func (a *app) askReprocess() (string, error) {
 	return choice, nil
 }
 
+// consentsToOrphans asks, on a terminal, whether a major version that
+// leaves work behind (needs_consent: the refusal names it) is activated
+// anyway: the interactive yes that stands for --accept-orphans (ch 12
+// §12.6). Elsewhere the flag must be given.
+func (a *app) consentsToOrphans(err error) bool {
+	var apiErr *apiclient.Error
+	if !errors.As(err, &apiErr) || apiErr.Body.Code != "needs_consent" || !onTerminal() {
+		return false
+	}
+	fmt.Fprintf(a.out, "%s\nActivate it anyway, leaving that work behind? [y/N]: ", apiErr.Body.Message)
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	return strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes")
+}
+
 func (a *app) deployCmd() *cobra.Command {
 	var name, reprocess, filesRoot string
 	var minor, major, acceptOrphans, grant bool
@@ -171,6 +185,10 @@ func (a *app) deployCmd() *cobra.Command {
 			defer c.Close()
 			req := apitype.DeployRequest{Script: src, File: args[0], Name: name, Kind: string(kind), Reprocess: reprocess, AcceptOrphans: acceptOrphans, FilesRoot: root, Grant: grant, Test: test}
 			reply, err := c.Deploy(cmd.Context(), req)
+			if a.consentsToOrphans(err) {
+				req.AcceptOrphans = true
+				reply, err = c.Deploy(cmd.Context(), req)
+			}
 			if err == nil && c.local != nil {
 				// The workflow runs under the config it was deployed with
 				// (beside keep serve, under keep serve's, recorded by it).
@@ -184,7 +202,7 @@ func (a *app) deployCmd() *cobra.Command {
 	c.Flags().BoolVar(&major, "major", false, "an intent change")
 	c.Flags().StringVar(&reprocess, "reprocess", "", "with --major (required): none (keep progress), all (start fresh), or KEY,KEY (new attempts for these items)")
 	c.Flags().BoolVar(&grant, "grant", false, "grant what the version uses, as far as its script names it (http.request METHOD HOST, sql.query DB, connector methods, input sources): you allow it")
-	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though item ids change format and old items become orphaned")
+	c.Flags().BoolVar(&acceptOrphans, "accept-orphans", false, "with --major: activate even though done or incomplete work gets other ids (item ids, messageIds, input ids) and old items become orphaned")
 	c.Flags().StringVar(&filesRoot, "files-root", "", "folder the workflow's files connector reads and writes, for keep run and keep serve alike (default: the script's folder)")
 	a.addJSON(c)
 	return c

@@ -96,7 +96,13 @@ func (a *app) printCard(c apitype.Card) {
 		fmt.Fprintf(a.out, "  note:    %s\n", n)
 	}
 	for _, r := range c.Repairs {
-		fmt.Fprintf(a.out, "  repair:  attempt %d %s (%d tokens): %s\n", r.Attempt, r.Status, r.Tokens, crop(r.Reason, 300))
+		// A held repair's reason is what the person decides on (the
+		// writes of both versions side by side): shown at length.
+		n := 300
+		if r.Status == "held" {
+			n = 2000
+		}
+		fmt.Fprintf(a.out, "  repair:  attempt %d %s (%d tokens): %s\n", r.Attempt, r.Status, r.Tokens, crop(r.Reason, n))
 	}
 	var acts []string
 	if c.Grant {

@@ -34,6 +34,10 @@ const (
 	// CodeBadInput: what the request carries is not valid (a missing id,
 	// a payload that is not JSON or over its bound).
 	CodeBadInput
+	// CodeNeedsConsent: a major version that leaves work behind (other
+	// item, message or input ids: orphans) waits for the person's yes
+	// (--accept-orphans; ch 12 §12.6).
+	CodeNeedsConsent
 )
 
 // The kinds of ActionError, for errors.Is.
@@ -42,6 +46,7 @@ var (
 	ErrNotFound      = &ActionError{Code: CodeNotFound}
 	ErrUnknownAction = &ActionError{Code: CodeUnknownAction}
 	ErrBadInput      = &ActionError{Code: CodeBadInput}
+	ErrNeedsConsent  = &ActionError{Code: CodeNeedsConsent}
 )
 
 func (e *ActionError) Error() string { return e.Msg }

@@ -576,6 +576,11 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	}
 	if o.Kind != kt.DeployMajor {
 		if ids != "" {
+			if orph, err := incompleteItems(tx, v.Workflow); err != nil {
+				return err
+			} else if orph != "" {
+				ids += "; " + orph
+			}
 			return refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
 		}
 		if w != "" {
@@ -590,11 +595,25 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	if err := checkReprocessKeys(tx, v.Workflow, o.Reprocess); err != nil {
 		return err
 	}
-	if w != "" && !o.AcceptOrphans {
+	// A major version that gives done or incomplete work other ids is
+	// deployed only with the person's consent (ch 12 §12.6), whether the
+	// item keys' format (keyFormatWarning) or the replay found it.
+	if (w != "" || ids != "") && !o.AcceptOrphans {
+		msg := w
 		if ids != "" {
-			w += "; " + ids
+			if msg != "" {
+				msg += "; "
+			}
+			msg += ids
+			if w == "" {
+				if orph, err := incompleteItems(tx, v.Workflow); err != nil {
+					return err
+				} else if orph != "" {
+					msg += "; " + orph
+				}
+			}
 		}
-		return refuse("%s. Nothing was deployed: to activate it anyway, deploy again with --accept-orphans", w)
+		return &ActionError{Code: CodeNeedsConsent, Msg: msg + ". Nothing was deployed: to activate it anyway, deploy again with --accept-orphans"}
 	}
 	v.Major, v.Minor = cur.Major+1, 0
 	if w != "" {
@@ -602,8 +621,41 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	}
 	if ids != "" {
 		res.Warnings = append(res.Warnings, ids)
+		if w == "" {
+			orph, err := incompleteItems(tx, v.Workflow)
+			if err != nil {
+				return err
+			}
+			if orph != "" {
+				res.Warnings = append(res.Warnings, orph)
+			}
+		}
 	}
 	return nil
+}
+
+// incompleteItems names the workflow's task items neither done nor
+// skipped: when a version gives items other ids, these are left behind
+// (orphaned) — "" when there are none.
+func incompleteItems(tx store.Tx, wf string) (string, error) {
+	ins, err := tx.InputList(wf)
+	if err != nil {
+		return "", err
+	}
+	var keys []string
+	for _, in := range ins {
+		if in.Kind == kt.KindTask && !itemDone(in.Status) {
+			keys = append(keys, in.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return "", nil
+	}
+	more := ""
+	if len(keys) > 10 {
+		keys, more = keys[:10], ", …"
+	}
+	return fmt.Sprintf("%d incomplete item(s) no version would touch again would be orphaned (%s%s; see `keep items %s --orphaned`, `keep skip` resolves them)", len(keys), strings.Join(keys, ", "), more, wf), nil
 }
 
 // checkReprocessKeys checks a KEY,KEY choice before anything is deployed.

@@ -59,6 +59,14 @@ type runExec struct {
 	// ledger's; every difference is noted in diffs.
 	impact bool
 	diffs  []Difference
+	// synth, in a comparison on unseen inputs (unseen.go), are the events
+	// ctx.peek and ctx.getByIds answer with, made by keep and never
+	// stored; clockShift moves ctx.now and the script's own clock on
+	// (ms), chanceSeed fixes ctx.random's and Math.random's sequence
+	// (0: chance as it is).
+	synth      []kt.Event
+	clockShift int64
+	chanceSeed int64
 	// Held for the run's next write (writeHeld), which makes them durable
 	// with it: reserve, the events prepare selected, not yet written as
 	// reserved; outcome, the ledger row of a write whose answer (applied)

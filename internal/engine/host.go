@@ -250,11 +250,17 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 	case "log":
 		return h.log(raw)
 	case "now":
-		n := h.e.nowMs()
+		n := h.e.nowMs() + h.clockShift
 		h.tr.add(kt.TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":
 		r := rand.Float64()
+		if h.chanceSeed != 0 {
+			// A dry run's fixed chance (unseen.go): the same sequence for
+			// both versions it compares.
+			h.chanceSeed = (h.chanceSeed*1103515245 + 12345) % 2147483648
+			r = float64(h.chanceSeed) / 2147483648
+		}
 		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
 		b, _ := json.Marshal(r)
 		return b, nil
@@ -708,6 +714,9 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 		return nil, kt.Errorf(kt.ClassLogic, "peek: limit must be between 1 and %d, got %d", kt.MaxReadIDs, limit)
 	}
 	evs, ahead := h.readAheadFor(method, raw)
+	if h.synth != nil {
+		evs, ahead = synthEvents(h.synth, method, req.Topic, limit, ids), true
+	}
 	if !ahead {
 		vctx := h.ctx
 		if method == "peek" && h.released == "" {

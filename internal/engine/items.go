@@ -469,7 +469,7 @@ func (h *host) enterItemDry(id, title string) (json.RawMessage, error) {
 		if !found {
 			if missing := unseen(ts.entered, ts.seen); len(missing) > 0 {
 				// Noted, and the replay goes on: every item is named.
-				h.noteDiff("item "+id, "items "+strings.Join(missing, ", ")+" (not entered again)", "a new item "+id+" (the ids of done items changed?)")
+				h.noteIDDiff("item "+id, "items "+strings.Join(missing, ", ")+" (not entered again)", "a new item "+id+" (the ids of done items changed?)")
 				if len(h.diffs) >= maxReplayDiffs {
 					return nil, errDiffers
 				}
@@ -499,7 +499,14 @@ func unseen(want, seen map[string]bool) []string {
 }
 
 // errDryWrite stops a dry run at the first write that would be sent.
-type errDryWrite struct{ write, identity string }
+type errDryWrite struct {
+	write, identity string
+	// the write itself, when it is one (not a new item): compared by
+	// CompareUnseen (unseen.go)
+	tool string
+	m    *connector.Method
+	args map[string]any
+}
 
 func (e *errDryWrite) Error() string { return "dry run: reached " + e.write }
 
@@ -520,9 +527,9 @@ func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
 		case lc.found && lc.mut.Status == kt.MutationApplied:
 			h.noteDiff("item "+h.task.item.Key, lc.method()+" "+lc.mut.Target, lc.method()+" "+lc.target+" with another payload")
 		case h.task.wasDone:
-			h.noteDiff("item "+h.task.item.Key, "done", lc.method()+" "+lc.target+", a write the ledger does not have (another target or identity: written again)")
+			h.noteIDDiff("item "+h.task.item.Key, "done", lc.method()+" "+lc.target+", a write the ledger does not have (another target or identity: written again)")
 		default:
-			return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+			return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey, tool: lc.tool, m: lc.m, args: lc.args}
 		}
 		if len(h.diffs) >= maxReplayDiffs {
 			return nil, errDiffers
@@ -535,5 +542,5 @@ func (h *host) itemMutationDry(lc *ledgerCall) (json.RawMessage, error) {
 	case stepReplay:
 		return lc.cachedResult(), nil
 	}
-	return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey}
+	return nil, &errDryWrite{write: lc.method(), identity: lc.identityKey, tool: lc.tool, m: lc.m, args: lc.args}
 }

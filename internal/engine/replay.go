@@ -33,6 +33,11 @@ type Difference struct {
 	// Was is what the ledger holds; Would what the proposed version does.
 	Was   string `json:"was"`
 	Would string `json:"would"`
+	// IDs: done or incomplete work under another id (an item, a
+	// messageId, an input id, a done item's write under another identity
+	// or subkey) — what a minor version may not do and a major one does
+	// only with consent (idChanges).
+	IDs bool `json:"ids,omitempty"`
 }
 
 func (d Difference) String() string {
@@ -64,6 +69,9 @@ const (
 type recordedReads struct {
 	entries []kt.TraceEntry
 	used    []bool
+	// change, when set, makes an unseen input of every answer
+	// (CompareUnseen): the same for both versions compared.
+	change func(json.RawMessage) json.RawMessage
 	// miss is the first read it could not answer: the dry run cannot tell
 	// what the proposed version would do past it.
 	miss string
@@ -89,6 +97,9 @@ func (r *recordedReads) answer(method, argsHash string) (json.RawMessage, error)
 		for i, e := range r.entries {
 			if e.Method == method && e.ArgsHash == argsHash && (pass == 1 || !r.used[i]) {
 				r.used[i] = true
+				if r.change != nil {
+					return r.change(e.Result), nil
+				}
 				return e.Result, nil
 			}
 		}
@@ -111,6 +122,12 @@ func (r *recordedReads) missErr() error {
 // catches the error it gets still counts as different).
 func (x *runExec) noteDiff(what, was, would string) {
 	x.diffs = append(x.diffs, Difference{RunID: x.run.ID, Handler: x.run.Handler, What: what, Was: was, Would: would})
+}
+
+// noteIDDiff records a difference of ids (Difference.IDs).
+func (x *runExec) noteIDDiff(what, was, would string) {
+	x.noteDiff(what, was, would)
+	x.diffs[len(x.diffs)-1].IDs = true
 }
 
 // errDiffers stops a replay at its first difference.
@@ -277,14 +294,14 @@ func (x *runExec) replayProducer() error {
 		sort.Strings(keys)
 		for _, k := range keys {
 			if _, err := tx.InputGetByKey(x.wf.Name, k); errors.Is(err, kt.ErrNotFound) {
-				x.noteDiff("input "+k, "not registered", "a new input (its id changed?)")
+				x.noteIDDiff("input "+k, "not registered", "a new input (its id changed?)")
 			} else if err != nil {
 				return err
 			}
 		}
 		for _, p := range h.publishes {
 			if _, err := tx.EventGet(x.wf.Name, p.Topic, p.MessageID); errors.Is(err, kt.ErrNotFound) {
-				x.noteDiff("event "+p.Topic+"/"+p.MessageID, "not published", "a new event, done again by its consumer (its messageId changed?)")
+				x.noteIDDiff("event "+p.Topic+"/"+p.MessageID, "not published", "a new event, done again by its consumer (its messageId changed?)")
 			} else if err != nil {
 				return err
 			}
@@ -339,7 +356,11 @@ func (x *runExec) replayConsumer() error {
 		if err != nil {
 			return err
 		}
-		if d := compareWrite(had, call.Tool, m, call.Args); d != "" {
+		if d := compareWrite(had, call.Tool, m, call.Args); d != "" && sameWriteOtherKey(had, call.Tool, m, call.Args) {
+			// Written again under a new idempotency key: done work under
+			// another identity or subkey, as an item under another id.
+			x.noteIDDiff(what, had.Tool+"."+had.Method+" "+had.Target, d)
+		} else if d != "" {
 			x.noteDiff(what, had.Tool+"."+had.Method+" "+had.Target, d)
 		}
 	}
@@ -385,29 +406,63 @@ func compareWrite(had kt.Mutation, tool string, m *connector.Method, args map[st
 	return ""
 }
 
+// sameWriteOtherKey: the same tool, method and target as a recorded write,
+// under another identity or subkey — done work written again under a new
+// idempotency key, which a minor version may not do (idChanges).
+func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args map[string]any) bool {
+	if tool != had.Tool || m.Name != had.Method || targetOf(m, tool, args) != had.Target {
+		return false
+	}
+	var hadArgs map[string]any
+	if json.Unmarshal(had.Params, &hadArgs) != nil {
+		return false
+	}
+	hi, _ := m.Split(hadArgs)
+	ni, _ := m.Split(args)
+	hs, _ := hadArgs["subkey"].(string)
+	ns, _ := args["subkey"].(string)
+	return hashOf(hi, hs) != hashOf(ni, ns)
+}
+
 // idChanges replays the done work of wf's active version on source and
 // keeps the differences of ids (items, events, inputs): what a deploy
-// must not do silently. A new workflow has none.
+// must not do silently. A new workflow has none. The workflow's open run
+// is replayed too (issue 39): a failed item run's items — done ones and
+// the incomplete one it failed in — are work whose ids a minor version
+// keeps, and a repair follows a failed run by nature. This is the one
+// judgement of identity the Maintainer's (ReplayDone with the failed run)
+// and keep deploy share.
 func (e *Engine) idChanges(ctx context.Context, wf, source string) ([]Difference, error) {
 	var active int64
+	open := ""
 	err := e.store.View(ctx, func(tx store.Tx) error {
 		w, err := tx.WorkflowGet(wf)
 		if errors.Is(err, kt.ErrNotFound) {
 			return nil
 		}
+		if err != nil {
+			return err
+		}
 		active = w.ActiveVersion
+		r, err := tx.RunOpen(wf)
+		if errors.Is(err, kt.ErrNotFound) {
+			return nil
+		}
+		if err == nil && r.Version == active {
+			open = r.ID
+		}
 		return err
 	})
 	if err != nil || active == 0 {
 		return nil, err
 	}
-	rep, err := e.ReplayDone(ctx, wf, active, source, "")
+	rep, err := e.ReplayDone(ctx, wf, active, source, open)
 	if err != nil {
 		return nil, err
 	}
 	var out []Difference
 	for _, d := range rep.Differences {
-		if strings.HasPrefix(d.What, "item ") || strings.HasPrefix(d.What, "event ") || strings.HasPrefix(d.What, "input ") {
+		if d.IDs {
 			out = append(out, d)
 		}
 	}

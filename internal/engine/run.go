@@ -277,7 +277,7 @@ func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phas
 }
 
 func (x *runExec) limits() script.Limits {
-	return script.Limits{Timeout: x.pol.HandlerTimeout, MemoryLimit: int64(x.pol.MemoryLimit)}
+	return script.Limits{Timeout: x.pol.HandlerTimeout, MemoryLimit: int64(x.pol.MemoryLimit), ClockShift: x.clockShift, ChanceSeed: x.chanceSeed}
 }
 
 func set(list []string) map[string]bool {

@@ -272,8 +272,12 @@ func (m *Maintainer) attempt(ctx context.Context, rc *repairCase, attempt int) (
 	} else if why = m.check(rc.version, src); why == "" {
 		why = m.dryRun(ctx, rc.run, src)
 	}
+	var unseen engine.UnseenReport
 	if why == "" {
-		return true, m.conclude(ctx, rec, rc.version, src)
+		unseen, why = m.unseen(ctx, rc, src)
+	}
+	if why == "" {
+		return true, m.conclude(ctx, rec, rc.version, src, unseen)
 	}
 	rec.Status, rec.Reason = kt.RepairRefused, why
 	if err := m.save(ctx, rec); err != nil {
@@ -341,6 +345,46 @@ func (m *Maintainer) dryRun(ctx context.Context, run kt.Run, src string) string 
 	return ""
 }
 
+// unseen runs both versions on inputs keep has not seen (issue 39,
+// engine.CompareUnseen): why is the refusal of a repair that brings in
+// what the version in place does not use (a target, a header, the time or
+// chance), each named.
+func (m *Maintainer) unseen(ctx context.Context, rc *repairCase, src string) (engine.UnseenReport, string) {
+	un, err := m.Engine.CompareUnseen(ctx, rc.run.Workflow, rc.version.ID, src, rc.run.ID)
+	if err != nil {
+		return un, "keep could not run both versions on inputs it has not seen: " + err.Error()
+	}
+	if len(un.BroughtIn) > 0 {
+		return un, "run on the failed run's selection and on inputs made from the recorded ones (writes intercepted, nothing sent), it brings in what version " + rc.version.Label() + " does not use — " + strings.Join(un.BroughtIn, "; ") + ". A repair never widens what a workflow does"
+	}
+	return un, ""
+}
+
+// unseenHeld is why a repair is held after the run on unseen inputs: the
+// writes of both versions side by side where they differ, or the failed
+// run's write keep could not compare with anything; "" when neither.
+func unseenHeld(un engine.UnseenReport, old kt.Version) string {
+	if len(un.Differences) > 0 {
+		var sides []string
+		for i, d := range un.Differences {
+			if i == 10 {
+				sides = append(sides, fmt.Sprintf("and %d more", len(un.Differences)-10))
+				break
+			}
+			was := "writes " + d.Was
+			if d.Was == "no write" {
+				was = "makes no write"
+			}
+			sides = append(sides, fmt.Sprintf("on %s (%s): version %s %s | this repair would write %s", d.What, d.Handler, old.Label(), was, d.Would))
+		}
+		return fmt.Sprintf("potentially impactful on inputs keep has not seen — %s (run on both versions: %d inputs made from the recorded ones and the failed run's selection, writes intercepted, nothing sent)", strings.Join(sides, "; "), un.Samples)
+	}
+	if len(un.Unshown) > 0 && un.Agreed == 0 {
+		return "keep could not show that it writes as version " + old.Label() + " would: the version in place fails on the failed run's selection, and no other input showed both versions making the same write — would write " + strings.Join(un.Unshown, "; ")
+	}
+	return ""
+}
+
 // conclude judges a repair by what it does: the work the version in place
 // already did is replayed on it (reads answered from what was recorded,
 // writes intercepted). A repair that changes nothing done is activated as
@@ -348,7 +392,7 @@ func (m *Maintainer) dryRun(ctx context.Context, run kt.Run, src string) string 
 // event or write is held for a person, with what would change — outside
 // data was in the prompt, so a repair that changes a write never runs
 // unattended.
-func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version, src string) error {
+func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version, src string, unseen engine.UnseenReport) error {
 	if old.Test != "" {
 		if why := m.runTests(ctx, old, src); why != "" {
 			rec.Status, rec.Reason = kt.RepairHeld, why+". A person approves or rejects it: keep repairs "+rec.Workflow
@@ -364,13 +408,17 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 		rec.Status, rec.Reason = kt.RepairHeld, "potentially impactful: replayed on the work version "+old.Label()+" did, it would change it — "+engine.ListDifferences(rep.Differences)+". A person approves or rejects it: keep repairs "+rec.Workflow
 		return m.save(ctx, rec)
 	}
+	if why := unseenHeld(unseen, old); why != "" {
+		rec.Status, rec.Reason = kt.RepairHeld, why+". A person approves or rejects it: keep repairs "+rec.Workflow
+		return m.save(ctx, rec)
+	}
 	v, err := Activate(ctx, m.Engine, rec.Workflow, old.File, src, "maintainer", old.ID)
 	if err != nil {
 		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks but could not be deployed: "+err.Error()
 		return m.save(ctx, rec)
 	}
 	rec.Status, rec.ToVersion, rec.DecidedBy = kt.RepairActivated, v.ID, "maintainer"
-	rec.Reason = fmt.Sprintf("safe: replayed on the %d done runs of version %s (reads as recorded, writes intercepted), it changes no item, input, event or write; activated as version %s", rep.Runs, old.Label(), v.Label())
+	rec.Reason = fmt.Sprintf("safe: replayed on the %d done runs of version %s (reads as recorded, writes intercepted), it changes no item, input, event or write, and on %d inputs keep has not seen both versions write the same (%d writes); activated as version %s", rep.Runs, old.Label(), unseen.Samples, unseen.Agreed, v.Label())
 	return m.save(ctx, rec)
 }
 

@@ -141,7 +141,7 @@ func TestARepairsReplayChecks(t *testing.T) {
 				return
 			}
 			rec := kt.Repair{ID: "r-" + run.ID, Workflow: "orders", RunID: run.ID, Attempt: 1, FromVersion: v.ID}
-			if err := m.conclude(context.Background(), rec, v, repaired); err != nil {
+			if err := m.conclude(context.Background(), rec, v, repaired, engine.UnseenReport{}); err != nil {
 				t.Fatal(err)
 			}
 			var got []kt.Repair

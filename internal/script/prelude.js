@@ -22,6 +22,23 @@
   const PromiseC = Promise, resolveP = Promise.resolve.bind(Promise), thenP = Promise.prototype.then;
   const freeze = Object.freeze, getProto = Object.getPrototypeOf, ownKeys = Reflect.ownKeys;
   const getDesc = Object.getOwnPropertyDescriptor, defineProp = Object.defineProperty;
+  // The clock and chance a dry run moves (issue 39; Limits.ClockShift,
+  // ChanceSeed): set from the spec at every invocation, so they are the
+  // real ones (0) unless keep says otherwise. Date.now, Date() and new
+  // Date() read the moved clock; Math.random a fixed sequence.
+  let clockShift = 0, chance = 0;
+  const RealDate = Date, realNow = Date.now, realRandom = Math.random, construct = Reflect.construct;
+  const movedNow = () => realNow() + clockShift;
+  defineProp(RealDate, "now", { value: function now() { return movedNow(); }, writable: true, configurable: true });
+  defineProp(Math, "random", { value: function random() {
+    if (chance === 0) return realRandom();
+    chance = (chance * 1103515245 + 12345) % 2147483648;
+    return chance / 2147483648;
+  }, writable: true, configurable: true });
+  defineProp(globalThis, "Date", { value: new Proxy(RealDate, {
+    construct(t, args, nt) { return construct(t, args.length === 0 && clockShift !== 0 ? [movedNow()] : args, nt); },
+    apply(t) { return clockShift === 0 ? t() : String(new t(movedNow())); },
+  }), writable: true, configurable: true });
   delete globalThis.__keep_host;
   delete globalThis.__keep_settle;
   delete globalThis.__keep_armed;
@@ -211,6 +228,11 @@
   Object.defineProperty(globalThis, "__keep_invoke", { value: function (kind, name, phase, argsJSON, specJSON, ep) {
     hostOnly("__keep_invoke");
     epoch = ep;
+    // The clock and chance of this invocation, before the script's top
+    // level runs again (load).
+    if (specJSON !== lastSpecJSON) { lastSpec = parse(specJSON); lastSpecJSON = specJSON; }
+    clockShift = lastSpec.clockShift || 0;
+    chance = lastSpec.chanceSeed || 0;
     const done = (ok, payload) => settle(ok, payload, ep);
     let d;
     try {

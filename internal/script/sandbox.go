@@ -211,6 +211,13 @@ func compileBytecode(file, source string) (*Program, error) {
 type Limits struct {
 	Timeout     time.Duration // wall time for the phase, host calls included
 	MemoryLimit int64         // bytes of JavaScript heap
+	// ClockShift moves the script's clock on (Date.now, ms) and a
+	// ChanceSeed other than 0 makes Math.random a fixed sequence: a dry
+	// run that compares two versions (issue 39) runs both with the same
+	// moved clock and chance, so a write that depends on either shows.
+	// Both 0 outside a dry run: the real clock and chance.
+	ClockShift int64 `json:",omitempty"`
+	ChanceSeed int64 `json:",omitempty"`
 }
 
 // HostFunc serves one call from the script: method is "log", "now",
@@ -393,7 +400,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	didExpire := func() bool { mu.Lock(); defer mu.Unlock(); return expired }
 
 	args := "[" + joinRaw(inv.Args) + "]"
-	spec := v.specFor(inv.Tools, inv.Kind == kt.HandlerTask)
+	spec := v.specFor(inv.Tools, inv.Kind == kt.HandlerTask, inv.ClockShift, inv.ChanceSeed)
 	_, callErr := v.enter("__keep_invoke", string(inv.Kind), inv.Name, inv.Phase, args, spec, v.epoch)
 	// Drain the job queue until it is empty, also after the handler settled:
 	// a promise chain left running that calls ctx then is caught (its work

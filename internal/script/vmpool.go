@@ -62,15 +62,21 @@ type sandboxVM struct {
 	spec      string
 	specTools map[string][]string
 	specTask  bool
+	specShift int64
+	specSeed  int64
 }
 
 // specFor returns the spec __keep_invoke takes for tools and task.
-func (v *sandboxVM) specFor(tools map[string][]string, task bool) string {
-	if v.spec != "" && task == v.specTask && maps.EqualFunc(tools, v.specTools, slices.Equal) {
+func (v *sandboxVM) specFor(tools map[string][]string, task bool, shift, seed int64) string {
+	if v.spec != "" && task == v.specTask && shift == v.specShift && seed == v.specSeed && maps.EqualFunc(tools, v.specTools, slices.Equal) {
 		return v.spec
 	}
-	b, _ := json.Marshal(map[string]any{"tools": tools, "task": task})
-	v.spec, v.specTask = string(b), task
+	spec := map[string]any{"tools": tools, "task": task}
+	if shift != 0 || seed != 0 {
+		spec["clockShift"], spec["chanceSeed"] = shift, seed
+	}
+	b, _ := json.Marshal(spec)
+	v.spec, v.specTask, v.specShift, v.specSeed = string(b), task, shift, seed
 	v.specTools = make(map[string][]string, len(tools))
 	for k, m := range tools {
 		v.specTools[k] = slices.Clone(m)

@@ -42,7 +42,13 @@ func TestDeployMinorIsJudgedByReplayingDoneWork(t *testing.T) {
 	if st, _ := r.keep("status", "orders", "--json"); !strings.Contains(st, `"version": "1.0"`) {
 		t.Fatalf("another version is active:\n%s", st)
 	}
+	// A major version that gives done work other ids waits for consent
+	// (issue 39; ch 12 §12.6): refused without --accept-orphans.
 	out, code = r.keep("deploy", "--major", "--reprocess=none", "--name", "orders", "mapped.js")
+	if code == 0 || !strings.Contains(out, "2 piece(s) of done work would get other ids") || !strings.Contains(out, "--accept-orphans") {
+		t.Fatalf("the major version was deployed without consent, or does not say what changes: %d\n%s", code, out)
+	}
+	out, code = r.keep("deploy", "--major", "--reprocess=none", "--accept-orphans", "--name", "orders", "mapped.js")
 	if code != 0 || !strings.Contains(out, "2 piece(s) of done work would get other ids") {
 		t.Fatalf("the major version does not say what changes: %d\n%s", code, out)
 	}

@@ -27,7 +27,7 @@ func hostile(t *testing.T, variant func(string) string, repair func(src string) 
 	}, variant)
 	r.waitFor("the repair to be held, or the Maintainer to give up", func() bool {
 		rs := r.repairs()
-		return len(rs) > 0 && (rs[len(rs)-1].Status == "held" || rs[len(rs)-1].Status == "failed")
+		return len(rs) > 0 && (rs[len(rs)-1].Status == "held" || rs[len(rs)-1].Status == "failed" || rs[len(rs)-1].Status == "activated")
 	})
 	rs := r.repairs()
 	for _, x := range rs {
