@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +17,8 @@ import (
 // runs it, keep asks the database what its session may reach, from the
 // database's own catalog:
 //
-//   - PostgreSQL: whether the role has superuser rights (superuser,
+//   - PostgreSQL: whether the role, or any role it is a member of (it
+//     may SET ROLE to it in a DO block), has superuser rights (superuser,
 //     CREATEROLE, the rights of pg_execute_server_program,
 //     pg_read_server_files, pg_write_server_files, pg_signal_backend, or
 //     EXECUTE granted on the server-file functions pg_read_file,
@@ -67,15 +69,21 @@ const AllowSuperuser = "superuser"
 const pgServerQ = `CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') THEN (SELECT system_identifier::text FROM pg_control_system()) ELSE '' END,
   (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, (SELECT oid FROM pg_database WHERE datname = current_database())::bigint`
 
-const pgReachQ = `SELECT r.rolsuper OR r.rolcreaterole,
-  ARRAY(SELECT b.rolname::text FROM pg_roles b WHERE b.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
-        AND pg_has_role(current_user, b.oid, 'USAGE')
+// pgReachQ judges every role the session may become, not only the one it
+// logs in as: superuser and CREATEROLE are never inherited, and a member
+// of a role without INHERIT has none of its rights until it SETs it, yet a
+// DO block (one statement) may SET ROLE to a superuser role it is a member
+// of, read keep's files or dblink to keep's store, and RESET ROLE before
+// keep asks again (issue 38, attack: GRANT postgres TO app, a laptop's
+// way of giving an application "everything").
+const pgReachQ = `WITH reach AS (SELECT m.oid, m.rolname, m.rolsuper, m.rolcreaterole FROM pg_roles m WHERE pg_has_role(current_user, m.oid, 'MEMBER'))
+SELECT ARRAY(SELECT rolname::text FROM reach WHERE rolsuper OR rolcreaterole ORDER BY 1),
+  ARRAY(SELECT x.rolname::text FROM reach x WHERE x.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
         UNION SELECT 'EXECUTE on ' || p.proname FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace
         AND p.proname IN ('pg_read_file', 'pg_read_binary_file', 'pg_ls_dir', 'pg_stat_file', 'lo_import', 'lo_export')
-        AND has_function_privilege(current_user, p.oid, 'EXECUTE') ORDER BY 1),
+        AND EXISTS (SELECT 1 FROM reach y WHERE has_function_privilege(y.oid, p.oid, 'EXECUTE')) ORDER BY 1),
   ARRAY(SELECT extname::text FROM pg_extension ORDER BY 1),
-  current_user::text, ` + pgServerQ + `
-FROM pg_roles r WHERE r.rolname = current_user`
+  current_user::text, ` + pgServerQ
 
 // querier is a connection or a transaction on it.
 type querier interface {
@@ -150,17 +158,21 @@ func (k *keepsStore) compare(ctx context.Context, id pgIdentity) (server, db boo
 // guardPG refuses a session that reaches beyond its database, on the
 // connection q the statement runs on.
 func (d *database) guardPG(ctx context.Context, q querier) error {
-	var super bool
-	var roles, exts []string
+	var supers, roles, exts []string
 	var user string
 	var id pgIdentity
-	if err := q.QueryRow(ctx, pgReachQ).Scan(&super, &roles, &exts, &user, &id.system, &id.started, &id.db); err != nil {
+	if err := q.QueryRow(ctx, pgReachQ).Scan(&supers, &roles, &exts, &user, &id.system, &id.started, &id.db); err != nil {
 		return err
 	}
-	if (super || len(roles) > 0) && !d.allows(AllowSuperuser) {
-		rights := "superuser or CREATEROLE"
-		if !super {
-			rights = "the rights of " + strings.Join(roles, ", ")
+	if (len(supers) > 0 || len(roles) > 0) && !d.allows(AllowSuperuser) {
+		var rights string
+		switch {
+		case slices.Contains(supers, user):
+			rights = "superuser or CREATEROLE"
+		case len(supers) > 0:
+			rights = "membership of " + strings.Join(supers, ", ") + ", which has superuser or CREATEROLE (one statement, a DO block, may SET ROLE to it)"
+		default:
+			rights = "the rights of " + strings.Join(roles, ", ") + " (its own, or a role's it may SET ROLE to)"
 		}
 		return setupRefusal{fmt.Sprintf("database %s: its role %q has %s, with which a statement reaches beyond the database (server files, programs, other sessions and databases, keep's store among them), so keep runs no script statement as it. Declare a role without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, user, rights, d.name, AllowSuperuser)}

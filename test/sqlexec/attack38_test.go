@@ -1,0 +1,79 @@
+package sqlexec
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+)
+
+// Issue 38, attack: keep judged the rights of the role a declared
+// PostgreSQL database logs in as, not of the roles it may become. The
+// superuser attribute is never inherited, so a role made a member of a
+// superuser role (GRANT postgres TO app: a laptop's way of giving an
+// application everything) passed as an ordinary role; one sql.exec of a
+// DO block then did SET ROLE to the superuser, acted as it (a server
+// file, a program, dblink to keep's store), and RESET ROLE before keep
+// asked again. Now the role is refused for what it may become, naming
+// the role and the keep.toml line that allows it knowingly; the DO block
+// never runs.
+func TestARoleThatMayBecomeASuperuserIsRefused(t *testing.T) {
+	shopURL := pgtest.FreshSchema(t)
+	su, _ := url.Parse(shopURL)
+	schema := su.Query().Get("search_path")
+	admin, err := sql.Open("pgx", pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	var b [5]byte
+	rand.Read(b[:])
+	app, boss := "keep_app_"+hex.EncodeToString(b[:]), "keep_boss_"+hex.EncodeToString(b[:])
+	for _, s := range []string{
+		"CREATE ROLE " + boss + " SUPERUSER NOLOGIN",
+		"CREATE ROLE " + app + " LOGIN NOINHERIT",
+		"GRANT " + boss + " TO " + app,
+		"GRANT ALL ON SCHEMA " + schema + " TO " + app,
+		"CREATE TABLE " + schema + ".shipped (order_id INT NOT NULL, by_superuser BOOL)",
+		"GRANT ALL ON " + schema + ".shipped TO " + app,
+	} {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+		admin.Exec("DROP OWNED BY " + app + " CASCADE")
+		admin.Exec("DROP ROLE " + app)
+		admin.Exec("DROP ROLE " + boss)
+	})
+	su.User = url.User(app)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", su.String())), 0o644)
+	// One statement: become the superuser, write what only it could tell
+	// (here its own rolsuper; in the attack a server file), become the
+	// application again.
+	do := fmt.Sprintf("DO $$BEGIN SET ROLE %s; INSERT INTO shipped SELECT 1, rolsuper FROM pg_roles WHERE rolname = current_user; RESET ROLE; END$$", boss)
+	wf := strings.NewReplacer(`name: "orders"`, `name: "evil"`,
+		`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })`,
+		fmt.Sprintf(`await ctx.sql.exec({ db: "shop", sql: %q })`, do)).Replace(script)
+	os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
+	code, out := keep(t, dir, nil, "run", "evil.js")
+	var rows int
+	if err := admin.QueryRow("SELECT count(*) FROM " + schema + ".shipped").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("the DO block ran as the superuser %s (%d rows written); keep run exited %d:\n%s", boss, rows, code, out)
+	}
+	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, boss) || !strings.Contains(out, `shop = ["superuser"]`) {
+		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, boss, out)
+	}
+}
