@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
+	"github.com/keep-run/keep/internal/testdb"
 )
 
 // Issue 38, attack: keep judged the rights of the role a declared
@@ -75,5 +76,61 @@ func TestARoleThatMayBecomeASuperuserIsRefused(t *testing.T) {
 	}
 	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, boss) || !strings.Contains(out, `shop = ["superuser"]`) {
 		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, boss, out)
+	}
+}
+
+// Issue 38, attack: a declared MariaDB URL passes its query parameters to
+// the driver, and go-sql-driver reads allowAllFiles=true as leave to
+// answer a server's LOAD DATA LOCAL INFILE with any file keep's process
+// can read. MariaDB prepares LOAD DATA LOCAL, so one sql.exec sent keep's
+// own secret.key (the key to every sealed secret) into a table the next
+// sql.query read back. Now keep refuses the parameter when it reads
+// keep.toml, naming the key, and keep does not start.
+func TestAMariaDBURLCannotLetTheServerReadKeepsFiles(t *testing.T) {
+	my := testdb.FreshMariaDB(t)
+	u, _ := url.Parse(my)
+	dbName := strings.TrimPrefix(u.Path, "/")
+	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	var b [5]byte
+	rand.Read(b[:])
+	user := "keep_app_" + hex.EncodeToString(b[:])
+	for _, s := range []string{
+		"CREATE USER '" + user + "'@'%'",
+		"CREATE USER '" + user + "'@'localhost'",
+		"GRANT ALL ON " + dbName + ".* TO '" + user + "'@'%'",
+		"GRANT ALL ON " + dbName + ".* TO '" + user + "'@'localhost'",
+		"CREATE TABLE loot (line TEXT)",
+	} {
+		if _, err := root.Exec(s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		root.Exec("DROP USER '" + user + "'@'%'")
+		root.Exec("DROP USER '" + user + "'@'localhost'")
+	})
+	u.User = url.User(user)
+	u.RawQuery = "allowAllFiles=true"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", u.String())), 0o644)
+	key := filepath.Join(dir, "keep-data", "secret.key")
+	wf := strings.NewReplacer(`name: "orders"`, `name: "evil"`,
+		`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })`,
+		fmt.Sprintf(`await ctx.sql.exec({ db: "shop", sql: %q })`, "LOAD DATA LOCAL INFILE '"+key+"' INTO TABLE loot")).Replace(script)
+	os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
+	code, out := keep(t, dir, nil, "run", "evil.js")
+	var rows int
+	if err := root.QueryRow("SELECT count(*) FROM loot").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("keep's %s reached the server (%d lines in loot); keep run exited %d:\n%s", key, rows, code, out)
+	}
+	if code == 0 || !strings.Contains(out, "databases.shop") || !strings.Contains(out, "allowAllFiles") {
+		t.Fatalf("keep run exited %d; want keep.toml refused, naming databases.shop and allowAllFiles:\n%s", code, out)
 	}
 }

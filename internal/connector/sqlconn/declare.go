@@ -56,6 +56,9 @@ func checkConfig(v any, _ *config.Config) error {
 		default:
 			return config.KeyErrorf(key, "must start with postgres://, mysql:// or sqlite:// (got %q)", pu.Scheme+"://")
 		}
+		if _, _, err := dsnOf(u); err != nil {
+			return config.KeyErrorf(key, "%v", err)
+		}
 	}
 	return nil
 }

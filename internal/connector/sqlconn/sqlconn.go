@@ -161,6 +161,13 @@ func dsnOf(raw string) (driver, dsn string, err error) {
 		// UTC, without a zone, in the form MariaDB takes back (values.go).
 		cfg.Params = map[string]string{"time_zone": "'+00:00'"}
 		for k, vs := range u.Query() {
+			// The parameters go to the driver, which reads its own options
+			// among them: allowAllFiles would let the server ask keep's
+			// process for any file it can read (LOAD DATA LOCAL INFILE,
+			// which MariaDB prepares), keep's secret.key among them.
+			if strings.EqualFold(k, "allowAllFiles") {
+				return "", "", fmt.Errorf("%s lets the server read any file keep can (LOAD DATA LOCAL INFILE), keep's own secret.key, api.secret and store among them: keep sends the server no local file; remove it", k)
+			}
 			cfg.Params[k] = vs[0]
 		}
 		return "mysql", cfg.FormatDSN(), nil
