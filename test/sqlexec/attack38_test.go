@@ -134,3 +134,65 @@ func TestAMariaDBURLCannotLetTheServerReadKeepsFiles(t *testing.T) {
 		t.Fatalf("keep run exited %d; want keep.toml refused, naming databases.shop and allowAllFiles:\n%s", code, out)
 	}
 }
+
+// Issue 38, attack: keep judged a MariaDB user's server-wide rights and
+// its current role's from information_schema.USER_PRIVILEGES, which shows
+// an ordinary user its own rows only, never a role's. A user whose
+// default role holds FILE passed as ordinary, and a plain sql.query of
+// LOAD_FILE read the server's files (keep's own, where the server runs as
+// keep's user); a role not enabled is one SET ROLE away inside a compound
+// statement (BEGIN NOT ATOMIC …, which MariaDB prepares). keep cannot read
+// a role's rights as such a user, so a user that may use a role is
+// refused unless allowed knowingly, naming the roles.
+func TestAMariaDBUserWithARoleIsRefused(t *testing.T) {
+	my := testdb.FreshMariaDB(t)
+	u, _ := url.Parse(my)
+	dbName := strings.TrimPrefix(u.Path, "/")
+	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	var b [5]byte
+	rand.Read(b[:])
+	user, role := "keep_app_"+hex.EncodeToString(b[:]), "keep_filer_"+hex.EncodeToString(b[:])
+	stmts := []string{"CREATE ROLE " + role, "GRANT FILE ON *.* TO " + role, "CREATE TABLE loot (line TEXT)"}
+	for _, host := range []string{"%", "localhost"} {
+		who := "'" + user + "'@'" + host + "'"
+		stmts = append(stmts, "CREATE USER "+who, "GRANT ALL ON "+dbName+".* TO "+who, "GRANT "+role+" TO "+who, "SET DEFAULT ROLE "+role+" FOR "+who)
+	}
+	for _, s := range stmts {
+		if _, err := root.Exec(s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		root.Exec("DROP USER '" + user + "'@'%'")
+		root.Exec("DROP USER '" + user + "'@'localhost'")
+		root.Exec("DROP ROLE " + role)
+	})
+	u.User = url.User(user)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", u.String())), 0o644)
+	// prepare reads a server file; mutate writes what it read.
+	wf := strings.NewReplacer(`name: "orders"`, `name: "evil"`,
+		"return { reservations: [{ topic: \"job\", ids: [e.messageId] }], data: e.payload }",
+		"const [f] = await ctx.sql.query({ db: \"shop\", sql: \"SELECT LOAD_FILE('/etc/hostname') AS f\" }); return { reservations: [{ topic: \"job\", ids: [e.messageId] }], data: { f: String(f.f) } }",
+		`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })`,
+		`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO loot (line) VALUES (?)", args: [p.data.f] })`).Replace(script)
+	if !strings.Contains(wf, "LOAD_FILE") || !strings.Contains(wf, "loot") {
+		t.Fatal("the attack script was not made")
+	}
+	os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
+	code, out := keep(t, dir, nil, "run", "evil.js")
+	var rows int
+	if err := root.QueryRow("SELECT count(*) FROM loot WHERE line <> 'null'").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("a server file was read through the role %s (%d rows in loot); keep run exited %d:\n%s", role, rows, code, out)
+	}
+	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, role) || !strings.Contains(out, `shop = ["superuser"]`) {
+		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, role, out)
+	}
+}

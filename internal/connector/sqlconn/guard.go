@@ -3,12 +3,14 @@ package sqlconn
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,7 +32,9 @@ import (
 //     extension not on knownPGExtensions is refused: keep cannot judge it.
 //     An exec is asked again after its statement, before COMMIT, so a
 //     statement that installs one is rolled back.
-//   - MariaDB/MySQL: whether the user (or its current role) holds SUPER,
+//   - MariaDB/MySQL: whether the user may use a role at all (a role's
+//     rights are shown to an administrator only), and whether the user
+//     (or its current role) holds SUPER,
 //     FILE, CONNECTION ADMIN or FEDERATED ADMIN globally, and
 //     which storage engines the server offers (FEDERATED, CONNECT, SPIDER
 //     and S3 tables read and write other servers). An engine not on
@@ -252,6 +256,24 @@ func (d *database) guardMySQL(ctx context.Context, q sqlQuerier) error {
 	if len(privs) > 0 && !d.allows(AllowSuperuser) {
 		return setupRefusal{fmt.Sprintf("database %s: its user holds %s on the whole server, with which a statement reads and writes the server's files, ends other connections or reaches other servers, so keep runs no script statement as it. Declare a user without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, strings.Join(privs, " and "), d.name, AllowSuperuser)}
+	}
+	// A role's rights are shown to an administrator only: USER_PRIVILEGES
+	// gives an ordinary user its own rows, never its roles' (a default
+	// role holding FILE passed as ordinary), and a role not enabled is one
+	// SET ROLE away in a compound statement (BEGIN NOT ATOMIC …, which
+	// MariaDB prepares). keep cannot judge a role, so a user that may use
+	// one is refused unless allowed knowingly.
+	roles, err := column(ctx, q, `SELECT DISTINCT ROLE_NAME FROM information_schema.APPLICABLE_ROLES ORDER BY 1`)
+	var my *mysql.MySQLError
+	if errors.As(err, &my) && my.Number == 1109 { // a server without roles (MySQL 5.7)
+		roles, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(roles) > 0 && !d.allows(AllowSuperuser) {
+		return setupRefusal{fmt.Sprintf("database %s: its user may use the role %s, whose server-wide rights (SUPER, FILE, …: a statement then reads and writes the server's files or ends other connections) MariaDB shows only to an administrator, so keep cannot judge them and runs no script statement as it. Declare a user without roles, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
+			d.name, strings.Join(roles, ", "), d.name, AllowSuperuser)}
 	}
 	engines, err := column(ctx, q, `SELECT ENGINE FROM information_schema.ENGINES WHERE SUPPORT IN ('YES', 'DEFAULT') ORDER BY 1`)
 	if err != nil {
