@@ -81,7 +81,7 @@ func TestStrictDecodingNamesKeyAndTable(t *testing.T) {
 	t.Parallel()
 	for text, want := range map[string]string{
 		"[connectors.custom.crm]\nbase_url = \"http://x\"\n[connectors.custom.crm.methods.a]\nkidn = \"read\"\npath = \"/\"\n": "unknown key [connectors.custom.crm.methods.a] kidn (known: kind, method, path, doc, params, required, identity, reconcile, errors)",
-		"[connectors.sql]\ndatabase = {}\n":              "unknown key [connectors.sql] database (known: databases)",
+		"[connectors.sql]\ndatabase = {}\n":              "unknown key [connectors.sql] database (known: databases, allow)",
 		"[maintainer]\nmax_attempt = 2\n":                "unknown key [maintainer] max_attempt (known: enabled, max_attempts, daily_token_budget)",
 		"[policy]\ntool_timeout = 30\n":                  "[policy] tool_timeout: must be a positive duration",
 		"[policy]\n\n\nworkers = \"many\"\n":             "line 4: [policy] workers: must be a number, not a string",
