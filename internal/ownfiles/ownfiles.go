@@ -49,6 +49,10 @@ type House struct {
 	// Configs are the keep.toml files keep reads (--config, the data
 	// directory's recorded one, ./keep.toml), whether or not they exist.
 	Configs []string
+	// Named are the files keep.toml names that keep reads while it runs
+	// ([connectors.email] ca_file: the CA keep trusts for mail). A script
+	// that rewrote one would change what keep trusts (issue 38, attack).
+	Named []string
 }
 
 // id is a file's identity: its device and inode.
@@ -103,6 +107,14 @@ func Register(h House) (release func(), err error) {
 		}
 		if abs, err := filepath.Abs(c); err == nil {
 			reg.files = append(reg.files, ownPath{abs, "a config keep reads"})
+		}
+	}
+	for _, f := range h.Named {
+		if f == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(f); err == nil {
+			reg.files = append(reg.files, ownPath{abs, "a file keep's config names, which keep reads"})
 		}
 	}
 	if h.Store != "" {
