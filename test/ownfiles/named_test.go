@@ -1,10 +1,12 @@
 package ownfiles
 
 import (
+	"bytes"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,5 +35,33 @@ func TestAFileKeepTomlNamesIsKeepsOwn(t *testing.T) {
 	}
 	if code == 0 || !strings.Contains(out, "keep's own") || !strings.Contains(out, "mail-ca.pem") {
 		t.Fatalf("keep run exited %d; want the write refused, saying mail-ca.pem is keep's own:\n%s", code, out)
+	}
+}
+
+// Issue 38, attack: the quick start puts the keep binary in the script's
+// folder (./keep run workflow.js), the files root. A workflow granted
+// only files.write replaced ./keep: keep starts every sandbox worker from
+// its own path, so every later run failed, and the person's next ./keep
+// did not start. Now keep's own program is keep's own file: the write
+// fails as a logic error saying so, and ./keep is unchanged.
+func TestKeepsOwnProgramIsKeepsOwn(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := os.ReadFile(keepBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wf := strings.NewReplacer("%GRAB%", planted("keep"), "%SINK%", "http://127.0.0.1:9").Replace(thief)
+	os.WriteFile(filepath.Join(dir, "thief.js"), []byte(wf), 0o644)
+	cmd := exec.Command("./keep", "run", "thief.js")
+	cmd.Dir = dir
+	out, _ := cmd.CombinedOutput()
+	if now, _ := os.ReadFile(filepath.Join(dir, "keep")); !bytes.Equal(now, bin) {
+		t.Fatalf("the script replaced ./keep (%d bytes now):\n%s", len(now), out)
+	}
+	if !strings.Contains(string(out), "keep's own program") {
+		t.Fatalf("want the write refused, saying ./keep is keep's own program:\n%s", out)
 	}
 }
