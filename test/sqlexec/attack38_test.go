@@ -196,3 +196,52 @@ func TestAMariaDBUserWithARoleIsRefused(t *testing.T) {
 		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, role, out)
 	}
 }
+
+// Issue 38, attack: on MariaDB a statement can end keep's transaction
+// before keep looks: TRUNCATE (DDL commits the transaction it runs in, and
+// is not rolled back), or a compound statement (BEGIN NOT ATOMIC …, which
+// MariaDB prepares) that deletes and COMMITs. keep's check after the
+// statement saw the markers gone and "rolled back" — nothing: another
+// workflow's exactly-once markers were deleted for good, so its writes
+// would be sent again. Now keep's transaction on MariaDB is an XA
+// transaction, in which the server itself refuses whatever would commit
+// it (XAER_RMFAIL): the statement fails, the markers stay.
+func TestAMariaDBStatementCannotCommitKeepsTransaction(t *testing.T) {
+	my := testdb.FreshMariaDB(t)
+	u, _ := url.Parse(my)
+	dbName := strings.TrimPrefix(u.Path, "/")
+	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	if _, err := root.Exec("CREATE TABLE shipped (order_id INT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n\n%s", my, rootAllowed)), 0o644)
+	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(strings.ReplaceAll(script, "%PH%", "?")), 0o644)
+	if code, out := keep(t, dir, nil, "run", "orders.js"); code != 0 {
+		t.Fatalf("keep run orders.js exited %d:\n%s", code, out)
+	}
+	for i, attack := range []string{
+		"TRUNCATE TABLE keep_mutations",
+		"BEGIN NOT ATOMIC DELETE FROM keep_mutations; COMMIT; END",
+	} {
+		wf := strings.NewReplacer(`name: "orders"`, fmt.Sprintf(`name: "evil%d"`, i),
+			`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })`,
+			fmt.Sprintf(`await ctx.sql.exec({ db: "shop", sql: %q })`, attack)).Replace(script)
+		os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
+		code, out := keep(t, dir, nil, "run", "evil.js")
+		var marks int
+		if err := root.QueryRow("SELECT count(*) FROM keep_mutations").Scan(&marks); err != nil {
+			t.Fatal(err)
+		}
+		if marks != 3 {
+			t.Fatalf("%s: %d of orders' 3 exactly-once markers left; keep run exited %d:\n%s", attack, marks, code, out)
+		}
+		if code == 0 {
+			t.Fatalf("%s: keep run exited 0; want the statement refused:\n%s", attack, out)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package sqlconn
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +52,7 @@ const (
 	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
 	txControl    = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
 	notExplained = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
+	txCommits    = "the statement would commit keep's transaction before keep recorded the write (on MariaDB/MySQL DDL — CREATE, ALTER, DROP, TRUNCATE, RENAME — commits the transaction it runs in, and so does COMMIT inside BEGIN NOT ATOMIC … END): each sql.exec runs in a transaction keep opens and commits with its record of the write; run such a statement outside keep; the statement was rolled back"
 	markersTouch = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
 )
 
@@ -405,13 +408,28 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 		})
 		return begun
 	case "mysql":
+		// An XA transaction, in which the server refuses whatever would
+		// commit it (XAER_RMFAIL): DDL commits the transaction it runs in
+		// and is not rolled back (TRUNCATE of keep's markers), and a
+		// compound statement (BEGIN NOT ATOMIC …, which MariaDB prepares)
+		// may COMMIT — both before keep's check after the statement, which
+		// could only "roll back" what was already committed (issue 38,
+		// attack). Closing the session rolls back an XA transaction that
+		// is still active.
 		defer conn.Raw(func(any) error { return driver.ErrBadConn }) // close the session
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
+		var b [12]byte
+		rand.Read(b[:])
+		xid := "'keep-" + hex.EncodeToString(b[:]) + "'"
+		if _, err := conn.ExecContext(ctx, "XA START "+xid); err != nil {
 			return err
 		}
-		defer tx.Rollback()
-		f(&myTx{sqlTx{ctx: ctx, d: d, tx: tx}})
+		f(&myTx{sqlTx{ctx: ctx, d: d, tx: conn, commitTx: func() error {
+			if _, err := conn.ExecContext(ctx, "XA END "+xid); err != nil {
+				return err
+			}
+			_, err := conn.ExecContext(ctx, "XA COMMIT "+xid+" ONE PHASE")
+			return err
+		}}})
 		return nil
 	}
 	if _, err := sqlite.Limit(conn, sqliteAttachedLimit, 0); err != nil {
@@ -429,7 +447,7 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 		return err
 	}
 	defer tx.Rollback()
-	f(&sqlTx{ctx: ctx, d: d, tx: tx})
+	f(&sqlTx{ctx: ctx, d: d, tx: tx, commitTx: tx.Commit})
 	return nil
 }
 
@@ -546,7 +564,18 @@ func (t *pgTx) commit() error { return t.tx.Commit(t.ctx) }
 type sqlTx struct {
 	ctx context.Context
 	d   *database
-	tx  *sql.Tx
+	tx  sqlOn
+	// commitTx commits keep's transaction.
+	commitTx func() error
+}
+
+// sqlOn is what sqlTx runs statements on: a transaction (SQLite), or the
+// connection of an XA transaction (MariaDB/MySQL).
+type sqlOn interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
 func (t *sqlTx) guard() error { return nil } // SQLite: the vetter refuses ATTACH
@@ -594,7 +623,7 @@ func (t *sqlTx) record(key, result string) error {
 	return err
 }
 
-func (t *sqlTx) commit() error { return t.tx.Commit() }
+func (t *sqlTx) commit() error { return t.commitTx() }
 
 type myTx struct{ sqlTx }
 
@@ -643,6 +672,10 @@ func (t *myTx) run(q string, args []any) (int64, []any, error) {
 	}
 	defer st.Close()
 	rows, err := st.QueryContext(t.ctx, args...)
+	var my *mysql.MySQLError
+	if errors.As(err, &my) && my.Number == 1399 { // XAER_RMFAIL: it would commit keep's transaction
+		return 0, nil, refusal{txCommits}
+	}
 	if err != nil {
 		return 0, nil, err
 	}
