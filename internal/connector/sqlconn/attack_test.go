@@ -161,7 +161,9 @@ func TestAnExecIsOneStatementAndLeavesKeepsMarkers(t *testing.T) {
 		case "mariadb":
 			attacks = append(attacks, "SET autocommit = 1", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
 				// DDL and a compound statement's COMMIT would commit keep's transaction (issue 38, attack)
-				"TRUNCATE TABLE keep_mutations", "BEGIN NOT ATOMIC DELETE FROM keep_mutations; COMMIT; END", "CREATE TABLE made (a INT)")
+				"TRUNCATE TABLE keep_mutations", "BEGIN NOT ATOMIC DELETE FROM keep_mutations; COMMIT; END", "CREATE TABLE made (a INT)",
+				// a temporary copy standing in for the markers while the real ones are deleted
+				"BEGIN NOT ATOMIC CREATE TEMPORARY TABLE t0 AS SELECT * FROM keep_mutations; DELETE FROM keep_mutations; CREATE TEMPORARY TABLE keep_mutations AS SELECT * FROM t0; END")
 		case "sqlite":
 			attacks = append(attacks, "ATTACH 'other.db' AS o", "PRAGMA journal_mode = OFF", "DROP TABLE keep_mutations",
 				"CREATE TEMP TABLE keep_mutations (idempotency_key TEXT, result TEXT, applied_at INT)",

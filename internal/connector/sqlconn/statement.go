@@ -48,12 +48,13 @@ type setupRefusal struct{ msg string }
 func (r setupRefusal) Error() string { return r.msg }
 
 const (
-	oneStatement = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
-	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
-	txControl    = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
-	notExplained = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
-	txCommits    = "the statement would commit keep's transaction before keep recorded the write (on MariaDB/MySQL DDL — CREATE, ALTER, DROP, TRUNCATE, RENAME — commits the transaction it runs in, and so does COMMIT inside BEGIN NOT ATOMIC … END): each sql.exec runs in a transaction keep opens and commits with its record of the write; run such a statement outside keep; the statement was rolled back"
-	markersTouch = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
+	oneStatement    = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
+	noRows          = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
+	txControl       = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
+	notExplained    = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
+	txCommits       = "the statement would commit keep's transaction before keep recorded the write (on MariaDB/MySQL DDL — CREATE, ALTER, DROP, TRUNCATE, RENAME — commits the transaction it runs in, and so does COMMIT inside BEGIN NOT ATOMIC … END): each sql.exec runs in a transaction keep opens and commits with its record of the write; run such a statement outside keep; the statement was rolled back"
+	markersShadowed = "the statement made a temporary table named " + Table + ", which would stand in for keep's record of the writes it made exactly once; the statement was rolled back"
+	markersTouch    = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
 )
 
 // onePG words PostgreSQL's refusal of several statements in one Parse.
@@ -691,6 +692,18 @@ func (t *myTx) run(q string, args []any) (int64, []any, error) {
 	}
 	if after != before {
 		return 0, nil, refusal{txControl}
+	}
+	// A temporary table named like keep's record hides it from this
+	// session, qualified name or not: a compound statement that copied
+	// the markers into one and deleted the real ones passed keep's check
+	// (it read the copy) and keep's own record went into the copy (issue
+	// 38, attack). DROP TEMPORARY TABLE never touches the real table.
+	_, err = t.tx.ExecContext(t.ctx, "DROP TEMPORARY TABLE "+t.d.marker)
+	switch {
+	case err == nil:
+		return 0, nil, refusal{markersShadowed}
+	case !errors.As(err, &my) || my.Number != 1051: // 1051: no such temporary table
+		return 0, nil, err
 	}
 	return n, out, nil
 }
