@@ -251,3 +251,69 @@ func TestAMariaDBStatementCannotCommitKeepsTransaction(t *testing.T) {
 		}
 	}
 }
+
+// Issue 38, attack: on PostgreSQL keep's record of the writes it made
+// exactly once (keep_mutations) is the application role's table, and
+// keep judged a statement by the rows it changed in it, not by what it
+// made of it. One sql.exec put a trigger on keep_mutations (a DO block
+// making a function and the trigger: no row changed); keep's own insert
+// of its record in the next exec fired it, deleting every other marker,
+// and keep committed. Now a keep_mutations with a trigger, rule or row
+// security policy is refused before and after each statement, and keep's
+// own queries after the statement run with the search path pg_catalog
+// (a statement's set_config of search_path put the role's own count or
+// hashtext before PostgreSQL's).
+func TestAPostgresStatementCannotArmKeepsRecord(t *testing.T) {
+	shopURL := pgtest.FreshSchema(t)
+	su, _ := url.Parse(shopURL)
+	schema := su.Query().Get("search_path")
+	admin, err := sql.Open("pgx", pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	var b [5]byte
+	rand.Read(b[:])
+	app := "keep_app_" + hex.EncodeToString(b[:])
+	for _, s := range []string{
+		"CREATE ROLE " + app + " LOGIN",
+		"GRANT ALL ON SCHEMA " + schema + " TO " + app,
+		"CREATE TABLE " + schema + ".shipped (order_id INT NOT NULL)",
+		"GRANT ALL ON " + schema + ".shipped TO " + app,
+	} {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+		admin.Exec("DROP OWNED BY " + app + " CASCADE")
+		admin.Exec("DROP ROLE " + app)
+	})
+	su.User = url.User(app)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", su.String())), 0o644)
+	os.WriteFile(filepath.Join(dir, "orders.js"), []byte(strings.ReplaceAll(script, "%PH%", "$1")), 0o644)
+	if code, out := keep(t, dir, nil, "run", "orders.js"); code != 0 {
+		t.Fatalf("keep run orders.js exited %d:\n%s", code, out)
+	}
+	arm := "DO $d$BEGIN CREATE FUNCTION wipe() RETURNS trigger LANGUAGE plpgsql AS $f$BEGIN DELETE FROM keep_mutations WHERE idempotency_key <> NEW.idempotency_key; RETURN NEW; END$f$; " +
+		"CREATE TRIGGER wipe AFTER INSERT ON keep_mutations FOR EACH ROW EXECUTE FUNCTION wipe(); END$d$"
+	wf := strings.NewReplacer(`name: "orders"`, `name: "evil"`,
+		`await ctx.sql.exec({ db: "shop", sql: "INSERT INTO shipped (order_id) VALUES (%PH%)", args: [p.data.id] })`,
+		fmt.Sprintf(`await ctx.sql.exec({ db: "shop", sql: p.data.id == 1 ? %q : "INSERT INTO shipped (order_id) VALUES (0)" })`, arm)).Replace(script)
+	os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
+	code, out := keep(t, dir, nil, "run", "evil.js")
+	var marks int
+	if err := admin.QueryRow("SELECT count(*) FROM " + schema + ".keep_mutations").Scan(&marks); err != nil {
+		t.Fatal(err)
+	}
+	if marks < 3 {
+		t.Fatalf("%d markers left, fewer than orders' 3; keep run exited %d:\n%s", marks, code, out)
+	}
+	var armed int
+	admin.QueryRow("SELECT count(*) FROM pg_trigger WHERE tgrelid = '" + schema + ".keep_mutations'::regclass AND NOT tgisinternal").Scan(&armed)
+	if armed != 0 || code == 0 {
+		t.Fatalf("a trigger on keep_mutations was kept (%d), keep run exited %d; want the statement refused:\n%s", armed, code, out)
+	}
+}

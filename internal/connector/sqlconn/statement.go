@@ -400,11 +400,23 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 				return driver.ErrBadConn
 			}
 			defer tx.Rollback(context.Background())
+			// keep's own queries run with PostgreSQL's functions and
+			// operators only (keepsPath); the script's statement with the
+			// session's search path, read here.
+			var path string
+			if err := tx.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&path); err != nil {
+				begun = err
+				return driver.ErrBadConn
+			}
+			if _, err := tx.Exec(ctx, keepsPath); err != nil {
+				begun = err
+				return driver.ErrBadConn
+			}
 			if _, err := tx.Exec(ctx, "LOCK TABLE "+d.marker+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 				begun = err
 				return driver.ErrBadConn
 			}
-			f(&pgTx{ctx: ctx, d: d, pc: pc, tx: tx})
+			f(&pgTx{ctx: ctx, d: d, pc: pc, tx: tx, path: path})
 			return driver.ErrBadConn // close the session
 		})
 		return begun
@@ -453,13 +465,43 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 }
 
 type pgTx struct {
-	ctx context.Context
-	d   *database
-	pc  *pgx.Conn
-	tx  pgx.Tx
+	ctx  context.Context
+	d    *database
+	pc   *pgx.Conn
+	tx   pgx.Tx
+	path string // the session's search_path, for the script's statement
 }
 
-func (t *pgTx) guard() error { return t.d.guardPG(t.ctx, t.tx) }
+// keepsPath is the search path of keep's own queries in an exec: a
+// statement's set_config('search_path', …) (or ALTER ROLE … SET) put the
+// role's own count, hashtext or = before PostgreSQL's, and keep's check
+// of its record would have read what the role's functions said (issue
+// 38, attack). Its record is named with its schema, never by the path.
+const keepsPath = `SET LOCAL search_path TO pg_catalog, pg_temp`
+
+// pgRecordArmedQ says what the application's role has made of keep's
+// record, beyond its rows: a trigger (fired by keep's own insert of its
+// record: one that deleted the other markers was committed with it), a
+// rule, or row security (which hides rows from keep's check).
+const pgRecordArmedQ = `SELECT ARRAY(SELECT 'the trigger ' || tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal
+  UNION ALL SELECT 'the rule ' || rulename FROM pg_catalog.pg_rewrite WHERE ev_class = $1::regclass
+  UNION ALL SELECT 'the row security policy ' || polname FROM pg_catalog.pg_policy WHERE polrelid = $1::regclass
+  UNION ALL SELECT 'row security' FROM pg_catalog.pg_class WHERE oid = $1::regclass AND (relrowsecurity OR relforcerowsecurity))`
+
+func (t *pgTx) guard() error {
+	if err := t.d.guardPG(t.ctx, t.tx); err != nil {
+		return err
+	}
+	var armed []string
+	if err := t.tx.QueryRow(t.ctx, pgRecordArmedQ, t.d.marker).Scan(&armed); err != nil {
+		return err
+	}
+	if len(armed) > 0 {
+		return refusal{fmt.Sprintf("%s, keep's record of the writes it made exactly once, has %s, which acts on keep's own writes to it; a script may not make them (drop them, as the database's owner); nothing was written",
+			t.d.marker, strings.Join(armed, ", "))}
+	}
+	return nil
+}
 
 func (t *pgTx) recorded(key string) (string, bool, error) {
 	var res string
@@ -482,6 +524,20 @@ var pgTxControl = map[string]bool{"BEGIN": true, "START TRANSACTION": true, "COM
 	"PREPARE TRANSACTION": true, "COMMIT PREPARED": true, "ROLLBACK PREPARED": true, "SET": true, "RESET": true, "DISCARD ALL": true, "DISCARD": true}
 
 func (t *pgTx) run(q string, args []any) (int64, []any, error) {
+	if _, err := t.tx.Exec(t.ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, t.path); err != nil {
+		return 0, nil, err
+	}
+	n, out, err := t.statement(q, args)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := t.tx.Exec(t.ctx, keepsPath); err != nil {
+		return 0, nil, err
+	}
+	return n, out, nil
+}
+
+func (t *pgTx) statement(q string, args []any) (int64, []any, error) {
 	// The extended protocol, even without args: Parse takes one statement.
 	rows, err := t.tx.Query(t.ctx, q, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 	if err != nil {
