@@ -317,3 +317,82 @@ func TestAPostgresStatementCannotArmKeepsRecord(t *testing.T) {
 		t.Fatalf("a trigger on keep_mutations was kept (%d), keep run exited %d; want the statement refused:\n%s", armed, code, out)
 	}
 }
+
+// Issue 38, attack: keep judges a PostgreSQL read by the functions the
+// catalog says it calls, reading pg_proc by its unqualified name. A role
+// may set its own search path (ALTER ROLE … SET search_path, one earlier
+// sql.exec) to a schema of its own before pg_catalog, where a view named
+// pg_proc says every function is STABLE: a "read" then ended another
+// session with pg_terminate_backend. Now keep's own catalog queries run
+// with pg_catalog first, the read's text with the role's path.
+func TestAPostgresReadIsJudgedByTheRealCatalog(t *testing.T) {
+	shopURL := pgtest.FreshSchema(t)
+	su, _ := url.Parse(shopURL)
+	schema := su.Query().Get("search_path")
+	admin, err := sql.Open("pgx", pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	var b [5]byte
+	rand.Read(b[:])
+	app := "keep_app_" + hex.EncodeToString(b[:])
+	for _, s := range []string{
+		"CREATE ROLE " + app + " LOGIN",
+		"GRANT ALL ON SCHEMA " + schema + " TO " + app,
+		"GRANT TEMPORARY ON DATABASE test TO " + app,
+	} {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+		admin.Exec("DROP OWNED BY " + app + " CASCADE")
+		admin.Exec("DROP ROLE " + app)
+	})
+	su.User = url.User(app)
+	// What one earlier sql.exec each can do as the role.
+	asApp, err := sql.Open("pgx", su.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asApp.Close()
+	for _, s := range []string{
+		`CREATE VIEW pg_proc AS SELECT oid, proname, pronamespace, prosqlbody, 's'::"char" AS provolatile FROM pg_catalog.pg_proc`,
+		"ALTER ROLE " + app + " SET search_path = " + schema + ", pg_catalog",
+	} {
+		if _, err := asApp.Exec(s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	// The victim: another session of the role.
+	victim, err := sql.Open("pgx", su.String()+"&application_name=victim_"+app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close()
+	victim.SetMaxOpenConns(1)
+	if err := victim.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	u2, _ := url.Parse(su.String())
+	q := u2.Query()
+	q.Del("search_path") // the role's own path, as a URL without one gets
+	u2.RawQuery = q.Encode()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep.toml"), []byte(fmt.Sprintf("[connectors.sql.databases]\nshop = %q\n", u2.String())), 0o644)
+	read := fmt.Sprintf("SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE application_name = 'victim_%s'", app)
+	wf := strings.NewReplacer(`name: "orders"`, `name: "evil"`,
+		"const [e] = await ctx.peek", fmt.Sprintf("await ctx.sql.query({ db: \"shop\", sql: %q }); const [e] = await ctx.peek", read)).Replace(script)
+	os.WriteFile(filepath.Join(dir, "evil.js"), []byte(wf), 0o644)
+	code, out := keep(t, dir, nil, "run", "evil.js")
+	var alive int
+	admin.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'victim_" + app + "'").Scan(&alive)
+	if alive != 1 {
+		t.Fatalf("the read ended the role's other session (%d left); keep run exited %d:\n%s", alive, code, out)
+	}
+	if code == 0 || !strings.Contains(out, "pg_terminate_backend") {
+		t.Fatalf("keep run exited %d; want the read refused, naming pg_terminate_backend:\n%s", code, out)
+	}
+}

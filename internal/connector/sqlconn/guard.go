@@ -159,6 +159,22 @@ func (k *keepsStore) compare(ctx context.Context, id pgIdentity) (server, db boo
 	return server, server && keep.db == id.db, keep, schema, nil
 }
 
+// guardPGAlone is guardPG on a session outside keep's transaction: in a
+// transaction of its own, rolled back, whose search path is PostgreSQL's
+// catalog first (keepsPath), so that no view of the role's named like a
+// catalog table answers for it.
+func (d *database) guardPGAlone(ctx context.Context, pc *pgx.Conn) error {
+	tx, err := pc.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, keepsPath); err != nil {
+		return err
+	}
+	return d.guardPG(ctx, tx)
+}
+
 // guardPG refuses a session that reaches beyond its database, on the
 // connection q the statement runs on.
 func (d *database) guardPG(ctx context.Context, q querier) error {

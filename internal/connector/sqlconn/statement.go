@@ -114,7 +114,7 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 	// a read-only transaction allows, returns none.
 	if err := conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		if err := d.guardPG(ctx, pc); err != nil {
+		if err := d.guardPGAlone(ctx, pc); err != nil {
 			return err
 		}
 		sd, err := pc.PgConn().Prepare(ctx, "", q, nil)
@@ -779,7 +779,7 @@ func (d *database) ensureTable(ctx context.Context) error {
 	// under another URL, one with dblink): asked first, on this session.
 	switch d.driver {
 	case "pgx":
-		err = conn.Raw(func(dc any) error { return d.guardPG(ctx, dc.(*stdlib.Conn).Conn()) })
+		err = conn.Raw(func(dc any) error { return d.guardPGAlone(ctx, dc.(*stdlib.Conn).Conn()) })
 	case "mysql":
 		err = d.guardMySQL(ctx, conn)
 	}
