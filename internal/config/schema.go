@@ -419,6 +419,25 @@ func (c Config) Secrets() []string {
 	return out
 }
 
+// Files lists the files the decoded tables name that keep reads while it
+// runs (a key marked file:"true": [connectors.email] ca_file, the CA keep
+// trusts): keep's own, like keep.toml, for package ownfiles.
+func (c Config) Files() []string {
+	var out []string
+	for _, v := range c.Connectors {
+		rv := reflect.ValueOf(v).Elem()
+		if rv.Kind() != reflect.Struct {
+			continue
+		}
+		for i := 0; i < rv.NumField(); i++ {
+			if rv.Type().Field(i).Tag.Get("file") == "true" && rv.Field(i).Kind() == reflect.String && rv.Field(i).String() != "" {
+				out = append(out, rv.Field(i).String())
+			}
+		}
+	}
+	return out
+}
+
 // Get returns the decoded table of connector name as T (its declared
 // struct); the zero T when none is registered under name.
 func Get[T any](c Config, name string) T {

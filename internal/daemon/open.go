@@ -55,7 +55,7 @@ func Open(o Options) (k *Keep, err error) {
 		return nil, err
 	}
 	opened.add(func() { lock.Close() })
-	disown, err := registerOwnFiles(o)
+	disown, err := registerOwnFiles(o, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -142,13 +142,19 @@ func lockDataDir(dataDir string) (lock *os.File, apiSecret string, tightened []s
 // registerOwnFiles makes keep's own files out of every script's reach
 // (package ownfiles): the data directory, every keep.toml keep reads
 // (--config, the recorded one, the one of the folder keep started in,
-// which it would read at its next start) and the SQLite store's files.
-func registerOwnFiles(o Options) (release func(), err error) {
+// which it would read at its next start), the files keep.toml names that
+// keep reads (ca_file), keep's own program and the SQLite store's files.
+func registerOwnFiles(o Options, cfg config.Config) (release func(), err error) {
 	configs := []string{ConfigPath(o.DataDir), "keep.toml"}
 	if o.ConfigFile != "" {
 		configs = append(configs, o.ConfigFile)
 	}
-	h := ownfiles.House{DataDir: o.DataDir, Configs: configs}
+	h := ownfiles.House{DataDir: o.DataDir, Configs: configs, Named: cfg.Files()}
+	// keep's own program: keep starts every sandbox worker from it, by its
+	// path (os.Executable), and a person starts keep from it again.
+	if exe, err := os.Executable(); err == nil {
+		h.Program = exe
+	}
 	if loc, err := backend.Parse(o.Store, o.DataDir); err == nil && loc.Kind == backend.SQLite {
 		h.Store = loc.Path
 	}

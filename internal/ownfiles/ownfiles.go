@@ -49,6 +49,15 @@ type House struct {
 	// Configs are the keep.toml files keep reads (--config, the data
 	// directory's recorded one, ./keep.toml), whether or not they exist.
 	Configs []string
+	// Named are the files keep.toml names that keep reads while it runs
+	// ([connectors.email] ca_file: the CA keep trusts for mail). A script
+	// that rewrote one would change what keep trusts (issue 38, attack).
+	Named []string
+	// Program is keep's own executable: keep starts its sandbox workers
+	// from it by path, so a script that replaced it (the quick start puts
+	// ./keep in the script's folder) broke every run, and a person starts
+	// keep from it again.
+	Program string
 }
 
 // id is a file's identity: its device and inode.
@@ -103,6 +112,19 @@ func Register(h House) (release func(), err error) {
 		}
 		if abs, err := filepath.Abs(c); err == nil {
 			reg.files = append(reg.files, ownPath{abs, "a config keep reads"})
+		}
+	}
+	for _, f := range h.Named {
+		if f == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(f); err == nil {
+			reg.files = append(reg.files, ownPath{abs, "a file keep's config names, which keep reads"})
+		}
+	}
+	if h.Program != "" {
+		if abs, err := filepath.Abs(h.Program); err == nil {
+			reg.files = append(reg.files, ownPath{abs, "keep's own program"})
 		}
 	}
 	if h.Store != "" {

@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -470,11 +471,17 @@ func Learn(values ...string) {
 	for v := range knownValues {
 		forms = append(forms, v)
 		if b, err := json.Marshal(v); err == nil {
-			if esc := string(b[1 : len(b)-1]); esc != v {
-				forms = append(forms, esc)
-			}
+			forms = append(forms, string(b[1:len(b)-1]))
 		}
+		// A secret keep put in a URL went escaped (http's fillURL), and a
+		// server that answers with the URL (a redirect to its canonical
+		// form keeps the query) gives that form back: the script read the
+		// value there and sent it to a host it was not scoped to (issue
+		// 38, attack).
+		forms = append(forms, url.QueryEscape(v), url.PathEscape(v))
 	}
+	slices.Sort(forms)
+	forms = slices.Compact(forms)
 	// Longest first: a value that starts another must not leave its tail.
 	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
 	pairs := make([]string, 0, 2*len(forms))

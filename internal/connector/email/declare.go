@@ -23,7 +23,7 @@ type Config struct {
 	ServerKeepsSent bool `toml:"server_keeps_sent" doc:"The SMTP server files a copy of what it sends into the Sent folder itself (Gmail, Exchange, Fastmail do), so reconcile can prove \"not sent\" (once a message of keep's was seen filed by the server: the connector checks)."`
 	// CAFile is a PEM file of the CA (private) that signed the servers'
 	// certificates; empty trusts the system's CAs.
-	CAFile string `toml:"ca_file" doc:"A PEM file of the (private) CA that signed the servers' certificates; unset: the system's CAs."`
+	CAFile string `toml:"ca_file" file:"true" doc:"A PEM file of the (private) CA that signed the servers' certificates; unset: the system's CAs."`
 	// StartTLS asks STARTTLS of imap:// and smtp:// servers on this
 	// machine too (elsewhere it is always asked).
 	StartTLS bool `toml:"starttls" doc:"Ask STARTTLS of imap:// and smtp:// servers on this machine too (elsewhere it is always asked)."`

@@ -12,7 +12,7 @@ import (
 // Config is [connectors.sql].
 type Config struct {
 	Databases map[string]string   `toml:"databases" doc:"The databases scripts may name, NAME = \"URL\": postgres://user@host:5432/db, mysql://user:pass@host:3306/db or sqlite:///path/to.db. Scripts write db: \"NAME\", never a URL."`
-	Allow     map[string][]string `toml:"allow" doc:"What keep cannot judge and refuses by default, allowed knowingly per database, NAME = [\"…\"]: \"superuser\" (a PostgreSQL role with superuser, CREATEROLE, the server-files, server-program or signal roles, or EXECUTE on pg_read_file and the like; a MariaDB user or current role with SUPER, FILE, CONNECTION ADMIN or FEDERATED ADMIN), a PostgreSQL extension keep does not know (\"dblink\", \"postgres_fdw\": a statement then reaches other databases, keep's store among them), a MariaDB storage engine (\"FEDERATED\", \"CONNECT\")."`
+	Allow     map[string][]string `toml:"allow" doc:"What keep cannot judge and refuses by default, allowed knowingly per database, NAME = [\"…\"]: \"superuser\" (a PostgreSQL role with superuser, CREATEROLE, the server-files, server-program or signal roles, or EXECUTE on pg_read_file and the like; a MariaDB user or current role with SUPER, FILE, CONNECTION ADMIN or FEDERATED ADMIN, or a MariaDB user that may use any role), a PostgreSQL extension keep does not know (\"dblink\", \"postgres_fdw\": a statement then reaches other databases, keep's store among them), a MariaDB storage engine (\"FEDERATED\", \"CONNECT\")."`
 }
 
 // Declaration is the sql connector's declaration.
@@ -55,6 +55,9 @@ func checkConfig(v any, _ *config.Config) error {
 		case "postgres", "postgresql", "mysql", "sqlite":
 		default:
 			return config.KeyErrorf(key, "must start with postgres://, mysql:// or sqlite:// (got %q)", pu.Scheme+"://")
+		}
+		if _, _, err := dsnOf(u); err != nil {
+			return config.KeyErrorf(key, "%v", err)
 		}
 	}
 	return nil

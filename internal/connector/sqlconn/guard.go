@@ -3,11 +3,14 @@ package sqlconn
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -16,7 +19,8 @@ import (
 // runs it, keep asks the database what its session may reach, from the
 // database's own catalog:
 //
-//   - PostgreSQL: whether the role has superuser rights (superuser,
+//   - PostgreSQL: whether the role, or any role it is a member of (it
+//     may SET ROLE to it in a DO block), has superuser rights (superuser,
 //     CREATEROLE, the rights of pg_execute_server_program,
 //     pg_read_server_files, pg_write_server_files, pg_signal_backend, or
 //     EXECUTE granted on the server-file functions pg_read_file,
@@ -28,7 +32,9 @@ import (
 //     extension not on knownPGExtensions is refused: keep cannot judge it.
 //     An exec is asked again after its statement, before COMMIT, so a
 //     statement that installs one is rolled back.
-//   - MariaDB/MySQL: whether the user (or its current role) holds SUPER,
+//   - MariaDB/MySQL: whether the user may use a role at all (a role's
+//     rights are shown to an administrator only), and whether the user
+//     (or its current role) holds SUPER,
 //     FILE, CONNECTION ADMIN or FEDERATED ADMIN globally, and
 //     which storage engines the server offers (FEDERATED, CONNECT, SPIDER
 //     and S3 tables read and write other servers). An engine not on
@@ -67,15 +73,21 @@ const AllowSuperuser = "superuser"
 const pgServerQ = `CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') THEN (SELECT system_identifier::text FROM pg_control_system()) ELSE '' END,
   (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, (SELECT oid FROM pg_database WHERE datname = current_database())::bigint`
 
-const pgReachQ = `SELECT r.rolsuper OR r.rolcreaterole,
-  ARRAY(SELECT b.rolname::text FROM pg_roles b WHERE b.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
-        AND pg_has_role(current_user, b.oid, 'USAGE')
+// pgReachQ judges every role the session may become, not only the one it
+// logs in as: superuser and CREATEROLE are never inherited, and a member
+// of a role without INHERIT has none of its rights until it SETs it, yet a
+// DO block (one statement) may SET ROLE to a superuser role it is a member
+// of, read keep's files or dblink to keep's store, and RESET ROLE before
+// keep asks again (issue 38, attack: GRANT postgres TO app, a laptop's
+// way of giving an application "everything").
+const pgReachQ = `WITH reach AS (SELECT m.oid, m.rolname, m.rolsuper, m.rolcreaterole FROM pg_roles m WHERE pg_has_role(current_user, m.oid, 'MEMBER'))
+SELECT ARRAY(SELECT rolname::text FROM reach WHERE rolsuper OR rolcreaterole ORDER BY 1),
+  ARRAY(SELECT x.rolname::text FROM reach x WHERE x.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
         UNION SELECT 'EXECUTE on ' || p.proname FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace
         AND p.proname IN ('pg_read_file', 'pg_read_binary_file', 'pg_ls_dir', 'pg_stat_file', 'lo_import', 'lo_export')
-        AND has_function_privilege(current_user, p.oid, 'EXECUTE') ORDER BY 1),
+        AND EXISTS (SELECT 1 FROM reach y WHERE has_function_privilege(y.oid, p.oid, 'EXECUTE')) ORDER BY 1),
   ARRAY(SELECT extname::text FROM pg_extension ORDER BY 1),
-  current_user::text, ` + pgServerQ + `
-FROM pg_roles r WHERE r.rolname = current_user`
+  current_user::text, ` + pgServerQ
 
 // querier is a connection or a transaction on it.
 type querier interface {
@@ -147,20 +159,40 @@ func (k *keepsStore) compare(ctx context.Context, id pgIdentity) (server, db boo
 	return server, server && keep.db == id.db, keep, schema, nil
 }
 
+// guardPGAlone is guardPG on a session outside keep's transaction: in a
+// transaction of its own, rolled back, whose search path is PostgreSQL's
+// catalog first (keepsPath), so that no view of the role's named like a
+// catalog table answers for it.
+func (d *database) guardPGAlone(ctx context.Context, pc *pgx.Conn) error {
+	tx, err := pc.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, keepsPath); err != nil {
+		return err
+	}
+	return d.guardPG(ctx, tx)
+}
+
 // guardPG refuses a session that reaches beyond its database, on the
 // connection q the statement runs on.
 func (d *database) guardPG(ctx context.Context, q querier) error {
-	var super bool
-	var roles, exts []string
+	var supers, roles, exts []string
 	var user string
 	var id pgIdentity
-	if err := q.QueryRow(ctx, pgReachQ).Scan(&super, &roles, &exts, &user, &id.system, &id.started, &id.db); err != nil {
+	if err := q.QueryRow(ctx, pgReachQ).Scan(&supers, &roles, &exts, &user, &id.system, &id.started, &id.db); err != nil {
 		return err
 	}
-	if (super || len(roles) > 0) && !d.allows(AllowSuperuser) {
-		rights := "superuser or CREATEROLE"
-		if !super {
-			rights = "the rights of " + strings.Join(roles, ", ")
+	if (len(supers) > 0 || len(roles) > 0) && !d.allows(AllowSuperuser) {
+		var rights string
+		switch {
+		case slices.Contains(supers, user):
+			rights = "superuser or CREATEROLE"
+		case len(supers) > 0:
+			rights = "membership of " + strings.Join(supers, ", ") + ", which has superuser or CREATEROLE (one statement, a DO block, may SET ROLE to it)"
+		default:
+			rights = "the rights of " + strings.Join(roles, ", ") + " (its own, or a role's it may SET ROLE to)"
 		}
 		return setupRefusal{fmt.Sprintf("database %s: its role %q has %s, with which a statement reaches beyond the database (server files, programs, other sessions and databases, keep's store among them), so keep runs no script statement as it. Declare a role without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, user, rights, d.name, AllowSuperuser)}
@@ -240,6 +272,24 @@ func (d *database) guardMySQL(ctx context.Context, q sqlQuerier) error {
 	if len(privs) > 0 && !d.allows(AllowSuperuser) {
 		return setupRefusal{fmt.Sprintf("database %s: its user holds %s on the whole server, with which a statement reads and writes the server's files, ends other connections or reaches other servers, so keep runs no script statement as it. Declare a user without them, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
 			d.name, strings.Join(privs, " and "), d.name, AllowSuperuser)}
+	}
+	// A role's rights are shown to an administrator only: USER_PRIVILEGES
+	// gives an ordinary user its own rows, never its roles' (a default
+	// role holding FILE passed as ordinary), and a role not enabled is one
+	// SET ROLE away in a compound statement (BEGIN NOT ATOMIC …, which
+	// MariaDB prepares). keep cannot judge a role, so a user that may use
+	// one is refused unless allowed knowingly.
+	roles, err := column(ctx, q, `SELECT DISTINCT ROLE_NAME FROM information_schema.APPLICABLE_ROLES ORDER BY 1`)
+	var my *mysql.MySQLError
+	if errors.As(err, &my) && my.Number == 1109 { // a server without roles (MySQL 5.7)
+		roles, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(roles) > 0 && !d.allows(AllowSuperuser) {
+		return setupRefusal{fmt.Sprintf("database %s: its user may use the role %s, whose server-wide rights (SUPER, FILE, …: a statement then reads and writes the server's files or ends other connections) MariaDB shows only to an administrator, so keep cannot judge them and runs no script statement as it. Declare a user without roles, or allow it knowingly in keep.toml: [connectors.sql.allow] %s = [%q]",
+			d.name, strings.Join(roles, ", "), d.name, AllowSuperuser)}
 	}
 	engines, err := column(ctx, q, `SELECT ENGINE FROM information_schema.ENGINES WHERE SUPPORT IN ('YES', 'DEFAULT') ORDER BY 1`)
 	if err != nil {

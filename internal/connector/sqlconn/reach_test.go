@@ -250,7 +250,7 @@ func TestAPostgresReadCallsNoVolatileFunction(t *testing.T) {
 	c, pools := newConn(map[string]string{"app": u})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
-	setUp(t, reg)
+	setUp(t, reg, "postgres", u)
 	admin := dbOf(t, "postgres", u)
 	for _, s := range []string{
 		"CREATE SEQUENCE seq",
@@ -330,7 +330,7 @@ func TestAMariaDBReadIsWhatTheServerExplains(t *testing.T) {
 	c, pools := newConn(map[string]string{"app": u})
 	defer pools.Close()
 	reg := connector.NewRegistry(c)
-	setUp(t, reg)
+	setUp(t, reg, "mariadb", u)
 	for _, q := range []string{"OPTIMIZE TABLE orders", "ANALYZE TABLE orders", "CHECK TABLE orders", "REPAIR TABLE orders"} {
 		refusedSaying(t, call(t, reg, "query", map[string]any{"db": "app", "sql": q}, ""), q, "EXPLAIN")
 	}

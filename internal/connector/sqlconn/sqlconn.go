@@ -119,8 +119,8 @@ func New(databases map[string]string, opts ...Option) (*connector.Connector, *Co
 					ResultTS: "{ rowsAffected: number; rows?: Array<Record<string, any>>; replayed?: boolean; reconciled?: boolean }",
 					Result:   "`{ rowsAffected, rows }`: `rows` (as sql.query returns them) only when the statement returns rows (`INSERT … RETURNING id`), kept with the write's result; a write found already done returns the recorded result and adds `replayed: true` (on the second attempt) or `reconciled: true` (by reconcile)",
 					Reconcile: "looks the key up in `" + Table + "`: there means committed (with the result it recorded), absent means the transaction never committed — certain, since the row commits with the statement. " +
-						"On MariaDB/MySQL a DDL statement (CREATE, ALTER, DROP…) commits by itself and escapes the transaction: keep cannot make it exactly once.",
-					Errors: "a bad statement or a constraint violation (also one a deferred constraint raises at COMMIT): logic (rolled back, nothing written); so is a database whose session reaches beyond it (as for sql.query, asked before the statement and again after it), more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), a statement that changes `" + Table + "`, on SQLite `ATTACH`/`PRAGMA`, an argument beyond 2^53 and returned rows beyond the bounds; the login refused or a privilege missing: permission; the database unreachable before the statement, a lock wait timed out, a deadlock or serialization failure: transient; the connection lost during COMMIT (no answer): unknown, settled by reconcile.",
+						"On MariaDB/MySQL keep's transaction is an XA transaction, in which the server refuses what would commit it: a DDL statement (CREATE, ALTER, DROP, TRUNCATE…, which would commit by itself and escape the transaction) and a COMMIT inside `BEGIN NOT ATOMIC … END` are refused — run DDL outside keep.",
+					Errors: "a bad statement or a constraint violation (also one a deferred constraint raises at COMMIT): logic (rolled back, nothing written); so is a database whose session reaches beyond it (as for sql.query, asked before the statement and again after it), more than one statement, transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `SET`), on MariaDB/MySQL DDL, a statement that changes `" + Table + "`, on SQLite `ATTACH`/`PRAGMA`, an argument beyond 2^53 and returned rows beyond the bounds; the login refused or a privilege missing: permission; the database unreachable before the statement, a lock wait timed out, a deadlock or serialization failure: transient; the connection lost during COMMIT (no answer): unknown, settled by reconcile.",
 				}},
 		},
 	}, c
@@ -161,6 +161,13 @@ func dsnOf(raw string) (driver, dsn string, err error) {
 		// UTC, without a zone, in the form MariaDB takes back (values.go).
 		cfg.Params = map[string]string{"time_zone": "'+00:00'"}
 		for k, vs := range u.Query() {
+			// The parameters go to the driver, which reads its own options
+			// among them: allowAllFiles would let the server ask keep's
+			// process for any file it can read (LOAD DATA LOCAL INFILE,
+			// which MariaDB prepares), keep's secret.key among them.
+			if strings.EqualFold(k, "allowAllFiles") {
+				return "", "", fmt.Errorf("%s lets the server read any file keep can (LOAD DATA LOCAL INFILE), keep's own secret.key, api.secret and store among them: keep sends the server no local file; remove it", k)
+			}
 			cfg.Params[k] = vs[0]
 		}
 		return "mysql", cfg.FormatDSN(), nil

@@ -52,7 +52,10 @@ func TestExecIsExactlyOnceOnEveryDatabase(t *testing.T) {
 				}
 				return "?"
 			}
-			if r := call(t, reg, "exec", map[string]any{"db": "app", "sql": "CREATE TABLE orders (id INT PRIMARY KEY, state VARCHAR(20))"}, "k-ddl"); r.Err != nil {
+			const create = "CREATE TABLE orders (id INT PRIMARY KEY, state VARCHAR(20))"
+			if name == "mariadb" { // keep refuses DDL in a MariaDB exec
+				ddl(t, name, url, create)
+			} else if r := call(t, reg, "exec", map[string]any{"db": "app", "sql": create}, "k-ddl"); r.Err != nil {
 				t.Fatal(r.Err)
 			}
 			ins := map[string]any{"db": "app", "sql": "INSERT INTO orders (id, state) VALUES (" + ph("1") + ", " + ph("2") + ")", "args": []any{1, "new"}}
@@ -99,8 +102,12 @@ func TestExecIsExactlyOnceOnEveryDatabase(t *testing.T) {
 			db.QueryRow("SELECT COUNT(*) FROM orders").Scan(&n)
 			var marks int
 			db.QueryRow("SELECT COUNT(*) FROM keep_mutations").Scan(&marks)
-			if n != 1 || marks != 2 {
-				t.Fatalf("%d orders and %d marker rows; want 1 and 2 (the table and the insert)", n, marks)
+			want := 2 // the table and the insert
+			if name == "mariadb" {
+				want = 1 // the table was made directly
+			}
+			if n != 1 || marks != want {
+				t.Fatalf("%d orders and %d marker rows; want 1 and %d", n, marks, want)
 			}
 		})
 	}

@@ -2,8 +2,10 @@ package sqlconn
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,11 +48,13 @@ type setupRefusal struct{ msg string }
 func (r setupRefusal) Error() string { return r.msg }
 
 const (
-	oneStatement = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
-	noRows       = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
-	txControl    = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
-	notExplained = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
-	markersTouch = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
+	oneStatement    = "one statement at a time: the text holds more than one statement; call sql.exec (or sql.query) once per statement"
+	noRows          = "sql.query runs a statement that returns rows (SELECT, WITH … SELECT, VALUES); this one returns none (COPY, SET, DO, DDL, transaction control and the like are refused); a write goes through sql.exec"
+	txControl       = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION) and session settings are keep's: each sql.exec runs in a transaction keep opens and commits with its record of the write; the statement was rolled back"
+	notExplained    = "sql.query on MariaDB/MySQL runs a statement the server can EXPLAIN (SELECT, WITH … SELECT); this one it cannot (OPTIMIZE, ANALYZE, CHECK, REPAIR TABLE, SHOW and the like act on the server or are not a read keep can judge); a write goes through sql.exec"
+	txCommits       = "the statement would commit keep's transaction before keep recorded the write (on MariaDB/MySQL DDL — CREATE, ALTER, DROP, TRUNCATE, RENAME — commits the transaction it runs in, and so does COMMIT inside BEGIN NOT ATOMIC … END): each sql.exec runs in a transaction keep opens and commits with its record of the write; run such a statement outside keep; the statement was rolled back"
+	markersShadowed = "the statement made a temporary table named " + Table + ", which would stand in for keep's record of the writes it made exactly once; the statement was rolled back"
+	markersTouch    = "the statement changed " + Table + ", keep's record of the writes it made exactly once (a script may not write it); the statement was rolled back"
 )
 
 // onePG words PostgreSQL's refusal of several statements in one Parse.
@@ -110,7 +114,7 @@ func (d *database) queryPG(ctx context.Context, q string, args []any) ([]any, er
 	// a read-only transaction allows, returns none.
 	if err := conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		if err := d.guardPG(ctx, pc); err != nil {
+		if err := d.guardPGAlone(ctx, pc); err != nil {
 			return err
 		}
 		sd, err := pc.PgConn().Prepare(ctx, "", q, nil)
@@ -396,22 +400,49 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 				return driver.ErrBadConn
 			}
 			defer tx.Rollback(context.Background())
+			// keep's own queries run with PostgreSQL's functions and
+			// operators only (keepsPath); the script's statement with the
+			// session's search path, read here.
+			var path string
+			if err := tx.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&path); err != nil {
+				begun = err
+				return driver.ErrBadConn
+			}
+			if _, err := tx.Exec(ctx, keepsPath); err != nil {
+				begun = err
+				return driver.ErrBadConn
+			}
 			if _, err := tx.Exec(ctx, "LOCK TABLE "+d.marker+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 				begun = err
 				return driver.ErrBadConn
 			}
-			f(&pgTx{ctx: ctx, d: d, pc: pc, tx: tx})
+			f(&pgTx{ctx: ctx, d: d, pc: pc, tx: tx, path: path})
 			return driver.ErrBadConn // close the session
 		})
 		return begun
 	case "mysql":
+		// An XA transaction, in which the server refuses whatever would
+		// commit it (XAER_RMFAIL): DDL commits the transaction it runs in
+		// and is not rolled back (TRUNCATE of keep's markers), and a
+		// compound statement (BEGIN NOT ATOMIC …, which MariaDB prepares)
+		// may COMMIT — both before keep's check after the statement, which
+		// could only "roll back" what was already committed (issue 38,
+		// attack). Closing the session rolls back an XA transaction that
+		// is still active.
 		defer conn.Raw(func(any) error { return driver.ErrBadConn }) // close the session
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
+		var b [12]byte
+		rand.Read(b[:])
+		xid := "'keep-" + hex.EncodeToString(b[:]) + "'"
+		if _, err := conn.ExecContext(ctx, "XA START "+xid); err != nil {
 			return err
 		}
-		defer tx.Rollback()
-		f(&myTx{sqlTx{ctx: ctx, d: d, tx: tx}})
+		f(&myTx{sqlTx{ctx: ctx, d: d, tx: conn, commitTx: func() error {
+			if _, err := conn.ExecContext(ctx, "XA END "+xid); err != nil {
+				return err
+			}
+			_, err := conn.ExecContext(ctx, "XA COMMIT "+xid+" ONE PHASE")
+			return err
+		}}})
 		return nil
 	}
 	if _, err := sqlite.Limit(conn, sqliteAttachedLimit, 0); err != nil {
@@ -429,18 +460,48 @@ func (d *database) withExecTx(ctx context.Context, f func(execTx)) error {
 		return err
 	}
 	defer tx.Rollback()
-	f(&sqlTx{ctx: ctx, d: d, tx: tx})
+	f(&sqlTx{ctx: ctx, d: d, tx: tx, commitTx: tx.Commit})
 	return nil
 }
 
 type pgTx struct {
-	ctx context.Context
-	d   *database
-	pc  *pgx.Conn
-	tx  pgx.Tx
+	ctx  context.Context
+	d    *database
+	pc   *pgx.Conn
+	tx   pgx.Tx
+	path string // the session's search_path, for the script's statement
 }
 
-func (t *pgTx) guard() error { return t.d.guardPG(t.ctx, t.tx) }
+// keepsPath is the search path of keep's own queries in an exec: a
+// statement's set_config('search_path', …) (or ALTER ROLE … SET) put the
+// role's own count, hashtext or = before PostgreSQL's, and keep's check
+// of its record would have read what the role's functions said (issue
+// 38, attack). Its record is named with its schema, never by the path.
+const keepsPath = `SET LOCAL search_path TO pg_catalog, pg_temp`
+
+// pgRecordArmedQ says what the application's role has made of keep's
+// record, beyond its rows: a trigger (fired by keep's own insert of its
+// record: one that deleted the other markers was committed with it), a
+// rule, or row security (which hides rows from keep's check).
+const pgRecordArmedQ = `SELECT ARRAY(SELECT 'the trigger ' || tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal
+  UNION ALL SELECT 'the rule ' || rulename FROM pg_catalog.pg_rewrite WHERE ev_class = $1::regclass
+  UNION ALL SELECT 'the row security policy ' || polname FROM pg_catalog.pg_policy WHERE polrelid = $1::regclass
+  UNION ALL SELECT 'row security' FROM pg_catalog.pg_class WHERE oid = $1::regclass AND (relrowsecurity OR relforcerowsecurity))`
+
+func (t *pgTx) guard() error {
+	if err := t.d.guardPG(t.ctx, t.tx); err != nil {
+		return err
+	}
+	var armed []string
+	if err := t.tx.QueryRow(t.ctx, pgRecordArmedQ, t.d.marker).Scan(&armed); err != nil {
+		return err
+	}
+	if len(armed) > 0 {
+		return refusal{fmt.Sprintf("%s, keep's record of the writes it made exactly once, has %s, which acts on keep's own writes to it; a script may not make them (drop them, as the database's owner); nothing was written",
+			t.d.marker, strings.Join(armed, ", "))}
+	}
+	return nil
+}
 
 func (t *pgTx) recorded(key string) (string, bool, error) {
 	var res string
@@ -463,6 +524,20 @@ var pgTxControl = map[string]bool{"BEGIN": true, "START TRANSACTION": true, "COM
 	"PREPARE TRANSACTION": true, "COMMIT PREPARED": true, "ROLLBACK PREPARED": true, "SET": true, "RESET": true, "DISCARD ALL": true, "DISCARD": true}
 
 func (t *pgTx) run(q string, args []any) (int64, []any, error) {
+	if _, err := t.tx.Exec(t.ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, t.path); err != nil {
+		return 0, nil, err
+	}
+	n, out, err := t.statement(q, args)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := t.tx.Exec(t.ctx, keepsPath); err != nil {
+		return 0, nil, err
+	}
+	return n, out, nil
+}
+
+func (t *pgTx) statement(q string, args []any) (int64, []any, error) {
 	// The extended protocol, even without args: Parse takes one statement.
 	rows, err := t.tx.Query(t.ctx, q, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 	if err != nil {
@@ -546,7 +621,18 @@ func (t *pgTx) commit() error { return t.tx.Commit(t.ctx) }
 type sqlTx struct {
 	ctx context.Context
 	d   *database
-	tx  *sql.Tx
+	tx  sqlOn
+	// commitTx commits keep's transaction.
+	commitTx func() error
+}
+
+// sqlOn is what sqlTx runs statements on: a transaction (SQLite), or the
+// connection of an XA transaction (MariaDB/MySQL).
+type sqlOn interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
 func (t *sqlTx) guard() error { return nil } // SQLite: the vetter refuses ATTACH
@@ -594,7 +680,7 @@ func (t *sqlTx) record(key, result string) error {
 	return err
 }
 
-func (t *sqlTx) commit() error { return t.tx.Commit() }
+func (t *sqlTx) commit() error { return t.commitTx() }
 
 type myTx struct{ sqlTx }
 
@@ -643,6 +729,10 @@ func (t *myTx) run(q string, args []any) (int64, []any, error) {
 	}
 	defer st.Close()
 	rows, err := st.QueryContext(t.ctx, args...)
+	var my *mysql.MySQLError
+	if errors.As(err, &my) && my.Number == 1399 { // XAER_RMFAIL: it would commit keep's transaction
+		return 0, nil, refusal{txCommits}
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -658,6 +748,18 @@ func (t *myTx) run(q string, args []any) (int64, []any, error) {
 	}
 	if after != before {
 		return 0, nil, refusal{txControl}
+	}
+	// A temporary table named like keep's record hides it from this
+	// session, qualified name or not: a compound statement that copied
+	// the markers into one and deleted the real ones passed keep's check
+	// (it read the copy) and keep's own record went into the copy (issue
+	// 38, attack). DROP TEMPORARY TABLE never touches the real table.
+	_, err = t.tx.ExecContext(t.ctx, "DROP TEMPORARY TABLE "+t.d.marker)
+	switch {
+	case err == nil:
+		return 0, nil, refusal{markersShadowed}
+	case !errors.As(err, &my) || my.Number != 1051: // 1051: no such temporary table
+		return 0, nil, err
 	}
 	return n, out, nil
 }
@@ -677,7 +779,7 @@ func (d *database) ensureTable(ctx context.Context) error {
 	// under another URL, one with dblink): asked first, on this session.
 	switch d.driver {
 	case "pgx":
-		err = conn.Raw(func(dc any) error { return d.guardPG(ctx, dc.(*stdlib.Conn).Conn()) })
+		err = conn.Raw(func(dc any) error { return d.guardPGAlone(ctx, dc.(*stdlib.Conn).Conn()) })
 	case "mysql":
 		err = d.guardMySQL(ctx, conn)
 	}

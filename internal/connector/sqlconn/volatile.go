@@ -46,6 +46,18 @@ func judgeReadPG(ctx context.Context, pc *pgx.Conn, q string, paramOIDs []uint32
 		return err
 	}
 	defer tx.Rollback(context.Background())
+	// keep's own catalog queries run with PostgreSQL's catalog first
+	// (keepsPath): a role that set its own search path to a schema of its
+	// before pg_catalog (ALTER ROLE … SET search_path, in an earlier exec)
+	// shadowed pg_proc with a view saying every function is STABLE (issue
+	// 38, attack). The read's body is parsed with the session's path.
+	var path string
+	if err := tx.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&path); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, keepsPath); err != nil {
+		return err
+	}
 	var temp bool
 	var db string
 	if err := tx.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'TEMPORARY'), current_database()::text`).Scan(&temp, &db); err != nil {
@@ -73,7 +85,14 @@ func judgeReadPG(ctx context.Context, pc *pgx.Conn, q string, paramOIDs []uint32
 	// leaves "END" as a second statement, which the extended protocol
 	// refuses, or an open comment, a syntax error.
 	ddl := "CREATE FUNCTION pg_temp.keep_judged_read(" + strings.Join(types, ", ") + ") RETURNS SETOF record LANGUAGE sql BEGIN ATOMIC\n" + q + "\n;\nEND"
-	if _, err := tx.Exec(ctx, ddl, pgx.QueryExecModeExec); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, path); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, ddl, pgx.QueryExecModeExec)
+	if _, perr := tx.Exec(ctx, keepsPath); err == nil && perr != nil {
+		err = perr
+	}
+	if err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && (pg.Code == "0A000" || pg.Code == "42601" || pg.Code == "42P13") {
 			return refusal{fmt.Sprintf("keep judges a read by the functions PostgreSQL resolves it to call, and PostgreSQL cannot take this statement as a read's body (%s): sql.query runs SELECT, VALUES and WITH … SELECT (EXPLAIN, SHOW, CALL and the like are refused; PostgreSQL 14 or later is needed)", pg.Message)}
