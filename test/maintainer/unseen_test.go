@@ -82,8 +82,11 @@ func TestHostileRepairSendsANewSecretToUnseenInputs(t *testing.T) {
 	if w := r.writes(); len(w) != 1 || w["/write/order-1"] != 1 {
 		t.Fatalf("writes at the sink: %v", w)
 	}
-	if !strings.Contains(rs[0].Reason, "X-Debug") {
-		t.Fatalf("the reason does not name the header: %+v", rs)
+	// Two checks refuse it, whichever comes first names what is new: the
+	// secret the version in place never names (issue 38 #4's grant), or
+	// the header it is sent in (the comparison on unseen inputs).
+	if !strings.Contains(rs[0].Reason, "X-Debug") && !strings.Contains(rs[0].Reason, "secret:payroll_api_key") {
+		t.Fatalf("the reason names neither the new secret nor the header: %+v", rs)
 	}
 }
 
