@@ -43,7 +43,12 @@ func (t *Tx) DeliveryList(workflow string, limit int) ([]kt.Delivery, error) {
 	if limit > 0 {
 		q += fmt.Sprintf(` LIMIT %d`, limit)
 	}
-	rows, err := t.r.Query(q, workflow)
+	return t.deliveries(q, workflow)
+}
+
+// deliveries runs q, a SELECT of deliveryCols, and scans every row.
+func (t *Tx) deliveries(q string, args ...any) ([]kt.Delivery, error) {
+	rows, err := t.r.Query(q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,20 +119,7 @@ func (t *Tx) DeliveryHeld(workflow, webhook string, limit int) ([]kt.Delivery, e
 	if limit > 0 {
 		q += fmt.Sprintf(` LIMIT %d`, limit)
 	}
-	rows, err := t.r.Query(q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []kt.Delivery
-	for rows.Next() {
-		d, err := scanDelivery(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return t.deliveries(q, args...)
 }
 
 func (t *Tx) DeliveryHeldCount(workflow, webhook string) (int, int64, error) {
