@@ -166,21 +166,11 @@ func fetchStructure(cl *imapclient.Client, uids []imap.UID) ([]*found, error) {
 	cmd := cl.Fetch(imap.UIDSetNum(uids...), &imap.FetchOptions{UID: true, Envelope: true, InternalDate: true, RFC822Size: true,
 		BodyStructure: &imap.FetchItemBodyStructure{Extended: true}})
 	var out []*found
-	for {
-		msg := cmd.Next()
-		if msg == nil {
-			break
-		}
-		buf, err := msg.Collect()
-		if err != nil {
-			cmd.Close()
-			return nil, err
-		}
+	if err := eachFetched(cmd, func(buf *imapclient.FetchMessageBuffer) {
 		m := &found{uid: buf.UID, env: buf.Envelope, date: buf.InternalDate, size: buf.RFC822Size}
 		m.parts(buf.BodyStructure)
 		out = append(out, m)
-	}
-	if err := cmd.Close(); err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *found) int { return int(int64(a.uid) - int64(b.uid)) })
@@ -301,6 +291,16 @@ func identify(cl *imapclient.Client, msgs []*found) error {
 	}
 	sec := &imap.FetchItemBodySection{Specifier: imap.PartSpecifierHeader, Peek: true, Partial: &imap.SectionPartial{Size: headerBound}}
 	cmd := cl.Fetch(imap.UIDSetNum(uids...), &imap.FetchOptions{UID: true, BodySection: []*imap.FetchItemBodySection{sec}})
+	return eachFetched(cmd, func(buf *imapclient.FetchMessageBuffer) {
+		if m := byUID[buf.UID]; m != nil {
+			m.id = contentID(buf.FindBodySection(sec), m.size)
+		}
+	})
+}
+
+// eachFetched hands each message a FETCH answers to f, in the order they
+// come, and ends the command: an error of the connection ends it at once.
+func eachFetched(cmd *imapclient.FetchCommand, f func(*imapclient.FetchMessageBuffer)) error {
 	for {
 		msg := cmd.Next()
 		if msg == nil {
@@ -311,9 +311,7 @@ func identify(cl *imapclient.Client, msgs []*found) error {
 			cmd.Close()
 			return err
 		}
-		if m := byUID[buf.UID]; m != nil {
-			m.id = contentID(buf.FindBodySection(sec), m.size)
-		}
+		f(buf)
 	}
 	return cmd.Close()
 }
@@ -411,19 +409,10 @@ func fetchTexts(cl *imapclient.Client, uids []imap.UID, text, html *imap.FetchIt
 		}
 	}
 	cmd := cl.Fetch(imap.UIDSetNum(uids...), opts)
-	for {
-		msg := cmd.Next()
-		if msg == nil {
-			break
-		}
-		buf, err := msg.Collect()
-		if err != nil {
-			cmd.Close()
-			return err
-		}
+	return eachFetched(cmd, func(buf *imapclient.FetchMessageBuffer) {
 		m := byUID[buf.UID]
 		if m == nil {
-			continue
+			return
 		}
 		if text != nil {
 			m.textOut = decodeText(m.text, buf.FindBodySection(text), MaxText)
@@ -437,11 +426,7 @@ func fetchTexts(cl *imapclient.Client, uids []imap.UID, text, html *imap.FetchIt
 				m.attachments[i].size = int64(n)
 			}
 		}
-	}
-	if err := cmd.Close(); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 func textSection(path []int) *imap.FetchItemBodySection {
