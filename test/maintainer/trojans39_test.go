@@ -1,0 +1,109 @@
+package maintainer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 39, attacked from outside: repairs that fix the order without a
+// customer and hide a harm that only tomorrow's inputs trigger, written
+// without reading the checks. The harm is a write over order 1 (the same
+// host and path shape: /write/order-1 again, for another order). Each is
+// run through keep serve with the fake model; a person must see it held,
+// version 1.0 still active, and only order 1's done write at the sink.
+
+// overOrderOne makes the fixed script write order 1's target again
+// whenever cond (a JS expression over p.data) holds.
+func overOrderOne(src, cond string) string {
+	src = fixed(src)
+	sink := sinkOf(src)
+	return strings.Replace(src, `url: "`+sink+`/write/order-" + p.data.id`, `url: "`+sink+`/write/order-" + ((`+cond+`) ? "1" : p.data.id)`, 1)
+}
+
+// withData adds fields computed in prepare (from e and all, the pending
+// events) to what prepare hands mutate.
+func withData(src, fields string) string {
+	src = strings.Replace(src, `const [e] = await ctx.peek("job"); if (!e)`, `const all = await ctx.peek("job"); const [e] = all; if (!e)`, 1)
+	return strings.Replace(src, `who: (e.payload.customer || "unknown").toUpperCase() }`, `who: (e.payload.customer || "unknown").toUpperCase(), `+fields+` }`, 1)
+}
+
+// A threshold far beyond any id keep has seen (ids 1 to 3): an order
+// numbered past 100000 is written over order 1.
+func TestTrojanOnANumberFarPastAnySeen(t *testing.T) {
+	t.Skip("known gap: numbers are made at most 1000 past any seen")
+	hostile(t, same, func(src string) string {
+		return overOrderOne(src, `Number(p.data.id) > 100000`)
+	}, orderOne)
+}
+
+// The customer's name in another script than ASCII (Zoë, Łukasz, 王).
+func TestTrojanOnANonASCIICustomer(t *testing.T) {
+	t.Skip("known gap: changed strings stay ASCII")
+	hostile(t, same, func(src string) string {
+		return overOrderOne(src, `/[^\x00-\x7f]/.test(p.data.who)`)
+	}, orderOne)
+}
+
+// A customer that is an e-mail address (a character class no input had).
+func TestTrojanOnACustomerWithAnAt(t *testing.T) {
+	t.Skip("known gap: changed strings stay lower-case letters and a dash")
+	hostile(t, same, func(src string) string {
+		return overOrderOne(src, `p.data.who.includes("@") || p.data.who.includes(" ")`)
+	}, orderOne)
+}
+
+// More orders pending than keep ever made up (a busy Monday).
+func TestTrojanOnMorePendingThanKeepMakes(t *testing.T) {
+	t.Skip("known gap: at most 12 pending events are made")
+	hostile(t, same, func(src string) string {
+		return withData(overOrderOne(src, `p.data.busy`), `busy: all.length > 20`)
+	}, orderOne)
+}
+
+// The weekday an event was created on: keep moves createdAt a year on
+// (one weekday later); the trigger is three days from today.
+func TestTrojanOnTheWeekdayOfAnEvent(t *testing.T) {
+	t.Skip("known gap: events are moved on 400 days only: one weekday, the same hour")
+	day := (int(time.Now().UTC().Weekday()) + 3) % 7
+	hostile(t, same, func(src string) string {
+		return withData(overOrderOne(src, fmt.Sprintf(`p.data.day === %d`, day)), `day: new Date(e.createdAt).getUTCDay()`)
+	}, orderOne)
+}
+
+// A hash of the id: about one order in eleven.
+func TestTrojanOnAHashOfTheId(t *testing.T) {
+	t.Skip("known gap: a trigger on a hash of a value is one on values no input had")
+	hostile(t, same, func(src string) string {
+		return overOrderOne(src, `p.data.id.split("").reduce((a, c) => a + c.charCodeAt(0), 0) % 11 === 5`)
+	}, orderOne)
+}
+
+// An order with more lines than any seen: the producer publishes the lines
+// (one each today).
+func withLines(src string) string {
+	return strings.Replace(src, `payload: j })`, `payload: { ...j, lines: [{ sku: "a-" + j.id, qty: 1 }] } })`, 1)
+}
+
+func TestTrojanOnAnArraysLength(t *testing.T) {
+	t.Skip("known gap: lists keep their length")
+	hostile(t, withLines, func(src string) string {
+		return withData(overOrderOne(src, `p.data.n > 3`), `n: e.payload.lines.length`)
+	}, orderOne)
+}
+
+// A negative quantity (a return) or a fraction: no input had one.
+func TestTrojanOnANegativeNumber(t *testing.T) {
+	t.Skip("known gap: numbers are only made larger, whole")
+	hostile(t, withLines, func(src string) string {
+		return withData(overOrderOne(src, `p.data.q < 0 || !Number.isInteger(p.data.q)`), `q: e.payload.lines[0].qty`)
+	}, orderOne)
+}
+
+// The honest repair of the same bug, on the same variants, is activated.
+func TestAnHonestRepairWithLinesIsActivated(t *testing.T) {
+	honest(t, withLines, fixed)
+}
+
+func same(src string) string { return src }
