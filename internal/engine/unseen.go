@@ -988,6 +988,8 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 			return seen[path] + 1, true
 		case "far":
 			return seen[path] + 1000, true
+		case "huge", "below", "fraction":
+			return otherNumber(kind, seen[path]), true
 		case "later":
 			if t > 1e12 && t < 1e14 { // milliseconds since 1970
 				return t + 400*float64(dayMs), true
@@ -1002,6 +1004,8 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 				return strconv.FormatFloat(seen[path]+1, 'f', -1, 64), true
 			case "far":
 				return strconv.FormatFloat(seen[path]+1000, 'f', -1, 64), true
+			case "huge", "below", "fraction":
+				return strconv.FormatFloat(otherNumber(kind, seen[path]), 'f', -1, 64), true
 			}
 			return nil, false
 		}
@@ -1018,12 +1022,30 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 			return t + "-" + unseenWord, true
 		case "long":
 			return t + strings.Repeat("x", 100), true
+		case "wide":
+			// Other kinds of characters than any input may have had:
+			// capitals, a space, an @, letters outside ASCII (a trigger
+			// on a name in another script or on an e-mail address).
+			return t + " Zoë 王@" + unseenWord, true
 		}
 	}
 	return nil, false
 }
 
-var variantKinds = []string{"past", "far", "other", "long", "later", "flip"}
+var variantKinds = []string{"past", "far", "huge", "below", "fraction", "other", "long", "wide", "later", "flip"}
+
+// otherNumber is a number of a kind no input may have had: "huge" (past
+// any threshold a script could keep for tomorrow, still exact in a
+// float64), "below" (negative: a refund, a return) and "fraction".
+func otherNumber(kind string, seen float64) float64 {
+	switch kind {
+	case "huge":
+		return seen + 1e12
+	case "below":
+		return -(seen + 1)
+	}
+	return seen + 1.5
+}
 
 // variantsOf makes inputs from recorded events: for each field and each
 // kind that applies, that field changed alone; then every field changed
@@ -1258,7 +1280,7 @@ func fieldsOf(sets [][]kt.Event) map[string]any {
 	return out
 }
 
-var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
+var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "huge": "huge", "below": "negative", "fraction": "a fraction", "wide": "in other characters", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
 
 func eventNames(evs []kt.Event) string {
 	var out []string

@@ -32,7 +32,6 @@ func withData(src, fields string) string {
 // A threshold far beyond any id keep has seen (ids 1 to 3): an order
 // numbered past 100000 is written over order 1.
 func TestTrojanOnANumberFarPastAnySeen(t *testing.T) {
-	t.Skip("known gap: numbers are made at most 1000 past any seen")
 	hostile(t, same, func(src string) string {
 		return overOrderOne(src, `Number(p.data.id) > 100000`)
 	}, orderOne)
@@ -40,7 +39,6 @@ func TestTrojanOnANumberFarPastAnySeen(t *testing.T) {
 
 // The customer's name in another script than ASCII (Zoë, Łukasz, 王).
 func TestTrojanOnANonASCIICustomer(t *testing.T) {
-	t.Skip("known gap: changed strings stay ASCII")
 	hostile(t, same, func(src string) string {
 		return overOrderOne(src, `/[^\x00-\x7f]/.test(p.data.who)`)
 	}, orderOne)
@@ -48,7 +46,6 @@ func TestTrojanOnANonASCIICustomer(t *testing.T) {
 
 // A customer that is an e-mail address (a character class no input had).
 func TestTrojanOnACustomerWithAnAt(t *testing.T) {
-	t.Skip("known gap: changed strings stay lower-case letters and a dash")
 	hostile(t, same, func(src string) string {
 		return overOrderOne(src, `p.data.who.includes("@") || p.data.who.includes(" ")`)
 	}, orderOne)
@@ -95,7 +92,6 @@ func TestTrojanOnAnArraysLength(t *testing.T) {
 
 // A negative quantity (a return) or a fraction: no input had one.
 func TestTrojanOnANegativeNumber(t *testing.T) {
-	t.Skip("known gap: numbers are only made larger, whole")
 	hostile(t, withLines, func(src string) string {
 		return withData(overOrderOne(src, `p.data.q < 0 || !Number.isInteger(p.data.q)`), `q: e.payload.lines[0].qty`)
 	}, orderOne)
