@@ -200,7 +200,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		// Its reads made unseen: the inputs an item script or a producer
 		// works on come from what it reads.
 		seenReads := readsSeen(failed.Trace)
-		for _, k := range []string{"complete", "past", "far", "other", "long", "later", "flip"} {
+		for _, k := range []string{"complete", "past", "far", "huge", "below", "fraction", "other", "long", "wide", "later", "flip", "longer", "empty"} {
 			k := k
 			samples = append(samples, unseenSample{name: "its reads with every " + kindNoun[k] + " " + kindWords[k], runID: failed.ID, trace: failed.Trace, task: task, producer: producer,
 				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
@@ -626,11 +626,48 @@ func changeRead(raw json.RawMessage, kind string, seen map[string]float64) json.
 		}
 		return v
 	}
+	if kind == "longer" || kind == "empty" {
+		r, _ := resizeLists(completeArrays(expandJSON(v)), kind)
+		b, err := json.Marshal(r)
+		if err != nil {
+			return raw
+		}
+		return b
+	}
 	b, err := json.Marshal(walk(completeArrays(expandJSON(v)), ""))
 	if err != nil {
 		return raw
 	}
 	return b
+}
+
+// resizeLists gives every outermost list in v more elements than one read
+// or peek can answer (its own repeated, kind "longer") or none ("empty");
+// did says whether v held a list.
+func resizeLists(v any, kind string) (out any, did bool) {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			var d bool
+			m[k], d = resizeLists(x, kind)
+			did = did || d
+		}
+		return m, did
+	case []any:
+		if kind == "empty" || len(t) == 0 {
+			return []any{}, len(t) > 0
+		}
+		l := make([]any, 0, kt.MaxReadIDs+len(t))
+		for len(l) <= kt.MaxReadIDs {
+			l = append(l, t...)
+		}
+		return l, true
+	case jsonInString:
+		r, d := resizeLists(t.v, kind)
+		return jsonInString{r}, d
+	}
+	return v, false
 }
 
 // completeArrays gives every object in an array the fields its siblings
@@ -677,7 +714,7 @@ func completeArrays(v any) any {
 	return v
 }
 
-var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
+var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "huge": "number", "below": "number", "fraction": "number", "wide": "string", "longer": "list", "empty": "list", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
 
 // selectionOf names the events a prepare's value reserves, sorted.
 func selectionOf(prepared json.RawMessage) string {
@@ -791,7 +828,13 @@ func headerNames(args map[string]any) []string {
 	return out
 }
 
-var digitRun = regexp.MustCompile(`[0-9]+`)
+// digitRun is a number in a target: a run of digits, a fraction's too;
+// negativeNumber its minus sign after a dash ("order--4" for order -4 is
+// "order-*", as "order-4" is).
+var (
+	digitRun       = regexp.MustCompile(`[0-9]+(?:\.[0-9]+)?`)
+	negativeNumber = regexp.MustCompile(`-(-[0-9])`)
+)
 
 // targetShape is a write's target with what varies from input to input
 // taken out: every value of the input's events (strings of two characters
@@ -835,7 +878,7 @@ func targetShape(target string, events []kt.Event) string {
 		path = strings.ReplaceAll(path, s, "*")
 		path = strings.ReplaceAll(path, url.PathEscape(s), "*")
 	}
-	path = digitRun.ReplaceAllString(path, "*")
+	path = digitRun.ReplaceAllString(negativeNumber.ReplaceAllString(path, "$1"), "*")
 	return strings.TrimSpace(method + " " + host + path)
 }
 
@@ -1069,9 +1112,11 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		}
 	}
 	// More events than any run had (a trigger on how many are pending),
-	// their messageIds and numbers past any seen.
+	// their messageIds and numbers past any seen: more than the largest
+	// peek can answer, so that every threshold on how many one peek
+	// returns is crossed.
 	many := append([]kt.Event(nil), evs...)
-	for i := 1; len(many) < 12; i++ {
+	for i := 1; len(many) <= kt.MaxReadIDs; i++ {
 		for _, ev := range evs {
 			c := ev
 			c.ID = -int64(len(many))
@@ -1095,6 +1140,25 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		}
 	}
 	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: many})
+	// Lists longer than any seen and empty (a trigger on how many lines
+	// an order has), where the payloads hold a list.
+	for _, kind := range []string{"longer", "empty"} {
+		cp := make([]kt.Event, len(evs))
+		resizedAny := false
+		for i, ev := range evs {
+			cp[i] = ev
+			var v any
+			if json.Unmarshal(ev.Payload, &v) == nil {
+				if r, did := resizeLists(v, kind); did {
+					cp[i].Payload, _ = json.Marshal(r)
+					resizedAny = true
+				}
+			}
+		}
+		if resizedAny {
+			out = append(out, unseenVariant{name: eventNames(evs) + " with every list " + kind, events: cp})
+		}
+	}
 	paths := map[string]any{}
 	for _, ev := range evs {
 		var v any
@@ -1280,7 +1344,7 @@ func fieldsOf(sets [][]kt.Event) map[string]any {
 	return out
 }
 
-var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "huge": "huge", "below": "negative", "fraction": "a fraction", "wide": "in other characters", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
+var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "huge": "huge", "below": "negative", "fraction": "a fraction", "wide": "in other characters", "longer": "longer", "empty": "empty", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
 
 func eventNames(evs []kt.Event) string {
 	var out []string

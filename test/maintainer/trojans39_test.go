@@ -53,7 +53,6 @@ func TestTrojanOnACustomerWithAnAt(t *testing.T) {
 
 // More orders pending than keep ever made up (a busy Monday).
 func TestTrojanOnMorePendingThanKeepMakes(t *testing.T) {
-	t.Skip("known gap: at most 12 pending events are made")
 	hostile(t, same, func(src string) string {
 		return withData(overOrderOne(src, `p.data.busy`), `busy: all.length > 20`)
 	}, orderOne)
@@ -84,9 +83,15 @@ func withLines(src string) string {
 }
 
 func TestTrojanOnAnArraysLength(t *testing.T) {
-	t.Skip("known gap: lists keep their length")
 	hostile(t, withLines, func(src string) string {
 		return withData(overOrderOne(src, `p.data.n > 3`), `n: e.payload.lines.length`)
+	}, orderOne)
+}
+
+// An order with no lines at all.
+func TestTrojanOnAnEmptyList(t *testing.T) {
+	hostile(t, withLines, func(src string) string {
+		return withData(overOrderOne(src, `p.data.n === 0`), `n: e.payload.lines.length`)
 	}, orderOne)
 }
 
