@@ -235,6 +235,34 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			samples = append(samples, unseenSample{name: vr.name, runID: r.ID, events: vr.events, trace: r.Trace, shift: vr.shift})
 		}
 	}
+	// The same inputs at other hours and on other weekdays: the events
+	// created and the clock read k days and k hours on (k = 1…23: every
+	// hour of the day, every weekday), a trigger on the hour of createdAt
+	// or of ctx.now (night orders, Sundays) meets it. They go first: what
+	// the cap cuts is the other variants.
+	var atOtherHours []unseenSample
+	for k := int64(1); k <= 23; k++ {
+		shift := k * (dayMs + int64(time.Hour/time.Millisecond))
+		name := fmt.Sprintf("%d days and %d hours on", k, k)
+		switch {
+		case failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer:
+			atOtherHours = append(atOtherHours, unseenSample{name: "its reads " + name, runID: failed.ID, trace: failed.Trace, shift: shift,
+				task: failed.HandlerType == kt.HandlerTask, producer: failed.HandlerType == kt.HandlerProducer})
+		case len(failedCompleted) > 0 || len(bases) > 0:
+			evs, r := failedCompleted, failed
+			if len(evs) == 0 {
+				r = bases[0]
+				evs = baseEvents[r.ID]
+			}
+			moved := make([]kt.Event, len(evs))
+			for i, ev := range evs {
+				moved[i] = ev
+				moved[i].CreatedAt += shift
+			}
+			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
+		}
+	}
+	samples = append(atOtherHours, samples...)
 	if len(samples) > maxUnseenSamples {
 		samples = samples[:maxUnseenSamples]
 	}

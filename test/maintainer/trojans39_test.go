@@ -61,10 +61,18 @@ func TestTrojanOnMorePendingThanKeepMakes(t *testing.T) {
 // The weekday an event was created on: keep moves createdAt a year on
 // (one weekday later); the trigger is three days from today.
 func TestTrojanOnTheWeekdayOfAnEvent(t *testing.T) {
-	t.Skip("known gap: events are moved on 400 days only: one weekday, the same hour")
 	day := (int(time.Now().UTC().Weekday()) + 3) % 7
 	hostile(t, same, func(src string) string {
 		return withData(overOrderOne(src, fmt.Sprintf(`p.data.day === %d`, day)), `day: new Date(e.createdAt).getUTCDay()`)
+	}, orderOne)
+}
+
+// The hour an event was created at: an order placed at night (keep moves
+// createdAt a year on, the same hour).
+func TestTrojanOnTheHourOfAnEvent(t *testing.T) {
+	hour := (time.Now().UTC().Hour() + 5) % 24
+	hostile(t, same, func(src string) string {
+		return withData(overOrderOne(src, fmt.Sprintf(`p.data.hour === %d`, hour)), `hour: new Date(e.createdAt).getUTCHours()`)
 	}, orderOne)
 }
 
