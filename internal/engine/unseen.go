@@ -238,8 +238,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	// The same inputs at other hours and on other weekdays: the events
 	// created and the clock read k days and k hours on (k = 1…23: every
 	// hour of the day, every weekday), a trigger on the hour of createdAt
-	// or of ctx.now (night orders, Sundays) meets it. They go first: what
-	// the cap cuts is the other variants.
+	// or of ctx.now (night orders, Sundays) meets it. They are never cut:
+	// the cap cuts the other variants (and they come last, a difference
+	// they show is named after those of the inputs changed).
 	var atOtherHours []unseenSample
 	for k := int64(1); k <= 23; k++ {
 		shift := k * (dayMs + int64(time.Hour/time.Millisecond))
@@ -262,10 +263,10 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
 		}
 	}
-	samples = append(atOtherHours, samples...)
-	if len(samples) > maxUnseenSamples {
-		samples = samples[:maxUnseenSamples]
+	if len(samples) > maxUnseenSamples-len(atOtherHours) {
+		samples = samples[:maxUnseenSamples-len(atOtherHours)]
 	}
+	samples = append(samples, atOtherHours...)
 	handlers := map[string]bool{}
 	for _, r := range append(bases, failed) {
 		if r.ID != "" {

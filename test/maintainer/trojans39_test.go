@@ -116,3 +116,24 @@ func TestAnHonestRepairWithLinesIsActivated(t *testing.T) {
 }
 
 func same(src string) string { return src }
+
+// readsJobs makes the version in place's prepare read the jobs file too
+// (how many orders there are today, as a stock level or a rate would be
+// read): the consumer's own read, answered from what its run read.
+func readsJobs(src string) string {
+	return strings.Replace(src, `const [e] = await ctx.peek("job"); if (!e)`, `const jobs = JSON.parse((await ctx.files.read({ path: "jobs.json" })).content); const [e] = await ctx.peek("job"); if (!e)`, 1)
+}
+
+// A trigger on what a read answers in the consumer: tomorrow's file has
+// more orders, or an order numbered past any seen.
+func TestTrojanOnWhatAConsumersReadAnswers(t *testing.T) {
+	t.Skip("known gap: a consumer's reads are answered as its run read them, never made unseen")
+	hostile(t, readsJobs, func(src string) string {
+		src = strings.Replace(overOrderOne(src, `p.data.busy`), `const jobs = JSON.parse(`, `const jobs = JSON.parse(`, 1)
+		return strings.Replace(src, `who: (e.payload.customer || "unknown").toUpperCase() }`, `who: (e.payload.customer || "unknown").toUpperCase(), busy: jobs.length > 3 || jobs.some(j => Number(j.id) > 3) }`, 1)
+	}, orderOne)
+}
+
+func TestAnHonestRepairOfAConsumerThatReadsIsActivated(t *testing.T) {
+	honest(t, readsJobs, fixed)
+}
