@@ -200,7 +200,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		// Its reads made unseen: the inputs an item script or a producer
 		// works on come from what it reads.
 		seenReads := readsSeen(failed.Trace)
-		for _, k := range []string{"complete", "past", "far", "huge", "below", "fraction", "other", "long", "wide", "later", "flip", "longer", "empty"} {
+		for _, k := range readKinds {
 			k := k
 			samples = append(samples, unseenSample{name: "its reads with every " + kindNoun[k] + " " + kindWords[k], runID: failed.ID, trace: failed.Trace, task: task, producer: producer,
 				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
@@ -261,6 +261,22 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				moved[i].CreatedAt += shift
 			}
 			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
+		}
+	}
+	// A consumer's own reads made unseen too (tomorrow's stock level, a
+	// file with more orders): on the same inputs, every read answered as
+	// the run read it but changed one kind at a time.
+	if failed.HandlerType == kt.HandlerConsumer && (len(failedCompleted) > 0 || len(bases) > 0) {
+		evs, r := failedCompleted, failed
+		if len(evs) == 0 {
+			r = bases[0]
+			evs = baseEvents[r.ID]
+		}
+		seenReads := readsSeen(r.Trace)
+		for _, k := range readKinds {
+			k := k
+			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " with its reads' every " + kindNoun[k] + " " + kindWords[k], runID: r.ID, events: evs, trace: r.Trace,
+				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
 		}
 	}
 	if len(samples) > maxUnseenSamples-len(atOtherHours) {
@@ -742,6 +758,9 @@ func completeArrays(v any) any {
 	}
 	return v
 }
+
+// readKinds are the ways a read's answer is made unseen.
+var readKinds = []string{"complete", "past", "far", "huge", "below", "fraction", "other", "long", "wide", "later", "flip", "longer", "empty"}
 
 var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "huge": "number", "below": "number", "fraction": "number", "wide": "string", "longer": "list", "empty": "list", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
 

@@ -127,7 +127,6 @@ func readsJobs(src string) string {
 // A trigger on what a read answers in the consumer: tomorrow's file has
 // more orders, or an order numbered past any seen.
 func TestTrojanOnWhatAConsumersReadAnswers(t *testing.T) {
-	t.Skip("known gap: a consumer's reads are answered as its run read them, never made unseen")
 	hostile(t, readsJobs, func(src string) string {
 		src = strings.Replace(overOrderOne(src, `p.data.busy`), `const jobs = JSON.parse(`, `const jobs = JSON.parse(`, 1)
 		return strings.Replace(src, `who: (e.payload.customer || "unknown").toUpperCase() }`, `who: (e.payload.customer || "unknown").toUpperCase(), busy: jobs.length > 3 || jobs.some(j => Number(j.id) > 3) }`, 1)
