@@ -1117,7 +1117,7 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 			// Other kinds of characters than any input may have had:
 			// capitals, a space, an @, letters outside ASCII (a trigger
 			// on a name in another script or on an e-mail address).
-			return t + " Zoë 王@" + unseenWord, true
+			return t + unseenWide + unseenWord, true
 		}
 	}
 	return nil, false
@@ -1131,11 +1131,11 @@ var variantKinds = []string{"past", "far", "huge", "below", "fraction", "other",
 func otherNumber(kind string, seen float64) float64 {
 	switch kind {
 	case "huge":
-		return seen + 1e12
+		return seen + 1e12 + float64(unseenDraw%1e6)
 	case "below":
-		return -(seen + 1)
+		return -(seen + 1 + float64(unseenDraw%97))
 	}
-	return seen + 1.5
+	return seen + 1 + float64(unseenDraw%999+1)/1000
 }
 
 // variantsOf makes inputs from recorded events: for each field and each
@@ -1327,7 +1327,17 @@ func sameTargetAndIdentity(a, b sampleRun) string {
 var (
 	unseenWord  = randomWord()
 	unseenSeeds = [2]int64{randomSeed(), randomSeed()}
+	// unseenDraw moves the numbers of other kinds; unseenWide is what
+	// strings in other characters gain: a space, a capital, a letter
+	// outside ASCII and an @, each drawn.
+	unseenDraw = randomSeed()
+	unseenWide = randomWide()
 )
+
+func randomWide() string {
+	n := randomSeed()
+	return " " + string(rune('A'+n%26)) + string(rune(0xC0+(n/26)%0x17)) + string(rune(0x4E00+(n/700)%0x5000)) + "@"
+}
 
 func randomWord() string {
 	var b [6]byte

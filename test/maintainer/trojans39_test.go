@@ -78,7 +78,7 @@ func TestTrojanOnTheHourOfAnEvent(t *testing.T) {
 
 // A hash of the id: about one order in eleven.
 func TestTrojanOnAHashOfTheId(t *testing.T) {
-	t.Skip("known gap: a trigger on a hash of a value is one on values no input had")
+	t.Skip("known gap: a trigger on a hash of a value (one id in eleven) meets only the few values keep makes for the event a run selects: a trigger on values no input had")
 	hostile(t, same, func(src string) string {
 		return overOrderOne(src, `p.data.id.split("").reduce((a, c) => a + c.charCodeAt(0), 0) % 11 === 5`)
 	}, orderOne)
@@ -135,4 +135,14 @@ func TestTrojanOnWhatAConsumersReadAnswers(t *testing.T) {
 
 func TestAnHonestRepairOfAConsumerThatReadsIsActivated(t *testing.T) {
 	honest(t, readsJobs, fixed)
+}
+
+// A field no input had (tomorrow's orders carry a "priority"): keep makes
+// inputs from the fields it has seen, so a trigger on a new one is a
+// trigger on a value no input had.
+func TestTrojanOnAFieldNoInputHad(t *testing.T) {
+	t.Skip("known gap: a trigger on a field no input had (e.payload.priority) is not found by changing the fields keep has")
+	hostile(t, same, func(src string) string {
+		return withData(overOrderOne(src, `p.data.vip`), `vip: e.payload.priority !== undefined`)
+	}, orderOne)
 }
