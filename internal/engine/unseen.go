@@ -1276,6 +1276,23 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		}
 		return nil, false
 	}, "-"+unseenWord, year)})
+	// Unusual values together (a big order from a customer with an
+	// e-mail address: a trigger on two fields at once).
+	for _, group := range [][]string{{"huge", "wide", "later", "flip"}, {"below", "long"}, {"fraction", "wide"}} {
+		group := group
+		var words []string
+		for _, k := range group {
+			words = append(words, kindWords[k])
+		}
+		out = append(out, unseenVariant{name: eventNames(evs) + " with every field at once " + strings.Join(words, " or "), events: remake(func(at string, leaf any) (any, bool) {
+			for _, k := range group {
+				if n, ok := changedLeaf(k, at, leaf, seen); ok {
+					return n, true
+				}
+			}
+			return nil, false
+		}, "", 0)})
+	}
 	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
 	return out
 }

@@ -146,3 +146,11 @@ func TestTrojanOnAFieldNoInputHad(t *testing.T) {
 		return withData(overOrderOne(src, `p.data.vip`), `vip: e.payload.priority !== undefined`)
 	}, orderOne)
 }
+
+// Two unusual values at once: a big order number from a customer with an
+// e-mail address (each alone is made, not both).
+func TestTrojanOnTwoUnusualValuesAtOnce(t *testing.T) {
+	hostile(t, same, func(src string) string {
+		return overOrderOne(src, `Number(p.data.id) > 100000 && p.data.who.includes("@")`)
+	}, orderOne)
+}
