@@ -251,6 +251,9 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 		return h.log(raw)
 	case "now":
 		n := h.e.nowMs() + h.clockShift
+		if h.frozenNow != 0 {
+			n = h.frozenNow + h.clockShift
+		}
 		h.tr.add(kt.TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":

