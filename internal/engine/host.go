@@ -317,7 +317,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 	argsHash := hashOf(tool, m.Name, args)
 	if h.reads != nil {
 		// A dry run: the read is answered from what the recorded run read.
-		return h.reads.answer(method, argsHash)
+		return h.reads.answer(method, argsHash, m.Redact(args))
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(h.ctx, h.pol.ToolTimeout)

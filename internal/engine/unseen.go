@@ -341,6 +341,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				r := run
 				reads := readsOf(s.trace)
 				reads.change = s.change
+				reads.byShape = true
 				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: frozenNow}
 			}
 			// Both versions get the same chance; the clock is the

@@ -188,3 +188,24 @@ func TestTrojanThatReadsOutOnlyForUnseenInputs(t *testing.T) {
 		t.Fatalf("the sink saw %d requests", n)
 	}
 }
+
+// looksUp makes the version in place look each order up on the granted
+// host before choosing it (GET /price/ID), as a real consumer reads the
+// customer or the stock for the event it handles.
+func looksUp(src string) string {
+	sink := sinkOf(src)
+	return strings.Replace(src, `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`, `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }
+      await ctx.http.request({ method: "GET", url: "`+sink+`/price/" + e.payload.id })`, 1)
+}
+
+// On a consumer that reads per order, an order past any seen makes a read
+// no run made; the trigger on it must still be found.
+func TestTrojanOnAnIdPastAnySeenInAConsumerThatReads(t *testing.T) {
+	hostile(t, looksUp, func(src string) string {
+		return overOrderOne(src, `Number(p.data.id) > 3`)
+	}, orderOne)
+}
+
+func TestAnHonestRepairOfAConsumerThatLooksUpIsActivated(t *testing.T) {
+	honest(t, looksUp, fixed)
+}
