@@ -230,7 +230,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	}
 	seen := maxSeen(all)
 	others := fieldsOf(all)
-	for _, r := range append(append([]kt.Run(nil), bases...), failed) {
+	// The failed run's first: with more kinds of change than the cap
+	// holds for ten done runs, it is older done work that is cut.
+	for _, r := range append([]kt.Run{failed}, bases...) {
 		if r.ID == "" {
 			continue
 		}
