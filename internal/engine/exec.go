@@ -67,6 +67,12 @@ type runExec struct {
 	synth      []kt.Event
 	clockShift int64
 	chanceSeed int64
+	// frozenNow, in a comparison on unseen inputs, is the clock every run
+	// of it reads (before clockShift), so that two versions, and one
+	// version run again with other chance, read the same time: a write
+	// stamped with ctx.now() is not told different by the milliseconds
+	// between them (0: the clock as it goes).
+	frozenNow int64
 	// Held for the run's next write (writeHeld), which makes them durable
 	// with it: reserve, the events prepare selected, not yet written as
 	// reserved; outcome, the ledger row of a write whose answer (applied)

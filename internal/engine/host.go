@@ -251,6 +251,9 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 		return h.log(raw)
 	case "now":
 		n := h.e.nowMs() + h.clockShift
+		if h.frozenNow != 0 {
+			n = h.frozenNow + h.clockShift
+		}
 		h.tr.add(kt.TraceEntry{At: n, Phase: string(h.phase), Kind: "now", Text: fmt.Sprint(n)})
 		return json.RawMessage(fmt.Sprint(n)), nil
 	case "random":
@@ -314,7 +317,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 	argsHash := hashOf(tool, m.Name, args)
 	if h.reads != nil {
 		// A dry run: the read is answered from what the recorded run read.
-		return h.reads.answer(method, argsHash)
+		return h.reads.answer(method, argsHash, m.Redact(args))
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(h.ctx, h.pol.ToolTimeout)

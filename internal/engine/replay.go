@@ -75,6 +75,18 @@ type recordedReads struct {
 	// miss is the first read it could not answer: the dry run cannot tell
 	// what the proposed version would do past it.
 	miss string
+	// byShape, on inputs keep made (CompareUnseen), answers a read the
+	// run did not make with one it made of the same shape (the same
+	// method, its arguments with every number taken out: GET /price/4 as
+	// GET /price/1 was): a consumer that looks each order up reads for an
+	// order past any seen too, and both versions are compared on it.
+	byShape bool
+}
+
+// readShape is a read's arguments with every number taken out.
+func readShape(args any) string {
+	b, _ := json.Marshal(args)
+	return digitRun.ReplaceAllString(negativeNumber.ReplaceAllString(string(b), "$1"), "*")
 }
 
 func readsOf(traces ...json.RawMessage) *recordedReads {
@@ -92,10 +104,21 @@ func readsOf(traces ...json.RawMessage) *recordedReads {
 
 // answer returns what the recorded run read with the same arguments (the
 // next unused answer, then any: a script may read one thing twice).
-func (r *recordedReads) answer(method, argsHash string) (json.RawMessage, error) {
-	for pass := 0; pass < 2; pass++ {
+func (r *recordedReads) answer(method, argsHash string, args any) (json.RawMessage, error) {
+	shape := ""
+	for pass := 0; pass < 3; pass++ {
+		if pass == 2 {
+			if !r.byShape {
+				break
+			}
+			shape = readShape(args)
+		}
 		for i, e := range r.entries {
-			if e.Method == method && e.ArgsHash == argsHash && (pass == 1 || !r.used[i]) {
+			same := e.ArgsHash == argsHash
+			if pass == 2 {
+				same = readShape(e.Args) == shape
+			}
+			if e.Method == method && same && (pass >= 1 || !r.used[i]) {
 				r.used[i] = true
 				if r.change != nil {
 					return r.change(e.Result), nil

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -277,7 +279,13 @@ func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phas
 }
 
 func (x *runExec) limits() script.Limits {
-	return script.Limits{Timeout: x.pol.HandlerTimeout, MemoryLimit: int64(x.pol.MemoryLimit), ClockShift: x.clockShift, ChanceSeed: x.chanceSeed}
+	shift := x.clockShift
+	if x.frozenNow != 0 {
+		// The script's own clock (Date.now, new Date()) starts at the
+		// frozen time too: the sandbox adds the shift to the OS clock.
+		shift += x.frozenNow - time.Now().UnixMilli()
+	}
+	return script.Limits{Timeout: x.pol.HandlerTimeout, MemoryLimit: int64(x.pol.MemoryLimit), ClockShift: shift, ChanceSeed: x.chanceSeed}
 }
 
 func set(list []string) map[string]bool {

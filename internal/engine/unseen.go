@@ -190,6 +190,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		return rep, err
 	}
 	var samples []unseenSample
+	// One time for every run of the comparison (a write stamped with
+	// ctx.now() is the same on both versions).
+	frozenNow := e.nowMs()
 	if failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer {
 		task, producer := failed.HandlerType == kt.HandlerTask, failed.HandlerType == kt.HandlerProducer
 		name := "the failed run's items not reached yet"
@@ -200,7 +203,7 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 		// Its reads made unseen: the inputs an item script or a producer
 		// works on come from what it reads.
 		seenReads := readsSeen(failed.Trace)
-		for _, k := range []string{"complete", "past", "far", "other", "long", "later", "flip"} {
+		for _, k := range readKinds {
 			k := k
 			samples = append(samples, unseenSample{name: "its reads with every " + kindNoun[k] + " " + kindWords[k], runID: failed.ID, trace: failed.Trace, task: task, producer: producer,
 				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
@@ -227,7 +230,9 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	}
 	seen := maxSeen(all)
 	others := fieldsOf(all)
-	for _, r := range append(append([]kt.Run(nil), bases...), failed) {
+	// The failed run's first: with more kinds of change than the cap
+	// holds for ten done runs, it is older done work that is cut.
+	for _, r := range append([]kt.Run{failed}, bases...) {
 		if r.ID == "" {
 			continue
 		}
@@ -235,9 +240,69 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 			samples = append(samples, unseenSample{name: vr.name, runID: r.ID, events: vr.events, trace: r.Trace, shift: vr.shift})
 		}
 	}
-	if len(samples) > maxUnseenSamples {
-		samples = samples[:maxUnseenSamples]
+	// The same inputs at other hours and on other weekdays: the events
+	// created and the clock read k days and k hours on (k = 1…23: every
+	// hour of the day, every weekday), a trigger on the hour of createdAt
+	// or of ctx.now (night orders, Sundays) meets it. They are never cut:
+	// the cap cuts the other variants (and they come last, a difference
+	// they show is named after those of the inputs changed).
+	var atOtherHours []unseenSample
+	for k := int64(1); k <= 23; k++ {
+		shift := k * (dayMs + int64(time.Hour/time.Millisecond))
+		name := fmt.Sprintf("%d days and %d hours on", k, k)
+		switch {
+		case failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer:
+			atOtherHours = append(atOtherHours, unseenSample{name: "its reads " + name, runID: failed.ID, trace: failed.Trace, shift: shift,
+				task: failed.HandlerType == kt.HandlerTask, producer: failed.HandlerType == kt.HandlerProducer})
+		case len(failedCompleted) > 0 || len(bases) > 0:
+			evs, r := failedCompleted, failed
+			if len(evs) == 0 {
+				r = bases[0]
+				evs = baseEvents[r.ID]
+			}
+			moved := make([]kt.Event, len(evs))
+			for i, ev := range evs {
+				moved[i] = ev
+				moved[i].CreatedAt += shift
+			}
+			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
+		}
 	}
+	// The same inputs run as soon as they were created (a real run writes
+	// within a second of its event; every dry run comes long after): a
+	// trigger on how soon after its event a run writes meets it.
+	if failed.HandlerType == kt.HandlerConsumer && (len(failedCompleted) > 0 || len(bases) > 0) {
+		evs, r := failedCompleted, failed
+		if len(evs) == 0 {
+			r = bases[0]
+			evs = baseEvents[r.ID]
+		}
+		var newest int64
+		for _, ev := range evs {
+			newest = max(newest, ev.CreatedAt)
+		}
+		atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " run as soon as created", runID: r.ID, events: evs, trace: r.Trace, shift: newest + 1 - frozenNow})
+	}
+	// A consumer's own reads made unseen too (tomorrow's stock level, a
+	// file with more orders): on the same inputs, every read answered as
+	// the run read it but changed one kind at a time.
+	if failed.HandlerType == kt.HandlerConsumer && (len(failedCompleted) > 0 || len(bases) > 0) {
+		evs, r := failedCompleted, failed
+		if len(evs) == 0 {
+			r = bases[0]
+			evs = baseEvents[r.ID]
+		}
+		seenReads := readsSeen(r.Trace)
+		for _, k := range readKinds {
+			k := k
+			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " with its reads' every " + kindNoun[k] + " " + kindWords[k], runID: r.ID, events: evs, trace: r.Trace,
+				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
+		}
+	}
+	if len(samples) > maxUnseenSamples-len(atOtherHours) {
+		samples = samples[:maxUnseenSamples-len(atOtherHours)]
+	}
+	samples = append(samples, atOtherHours...)
 	handlers := map[string]bool{}
 	for _, r := range append(bases, failed) {
 		if r.ID != "" {
@@ -278,7 +343,8 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 				r := run
 				reads := readsOf(s.trace)
 				reads.change = s.change
-				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed}
+				reads.byShape = true
+				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: frozenNow}
 			}
 			// Both versions get the same chance; the clock is the
 			// sample's (moved on a year in some).
@@ -626,11 +692,48 @@ func changeRead(raw json.RawMessage, kind string, seen map[string]float64) json.
 		}
 		return v
 	}
+	if kind == "longer" || kind == "empty" {
+		r, _ := resizeLists(completeArrays(expandJSON(v)), kind)
+		b, err := json.Marshal(r)
+		if err != nil {
+			return raw
+		}
+		return b
+	}
 	b, err := json.Marshal(walk(completeArrays(expandJSON(v)), ""))
 	if err != nil {
 		return raw
 	}
 	return b
+}
+
+// resizeLists gives every outermost list in v more elements than one read
+// or peek can answer (its own repeated, kind "longer") or none ("empty");
+// did says whether v held a list.
+func resizeLists(v any, kind string) (out any, did bool) {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			var d bool
+			m[k], d = resizeLists(x, kind)
+			did = did || d
+		}
+		return m, did
+	case []any:
+		if kind == "empty" || len(t) == 0 {
+			return []any{}, len(t) > 0
+		}
+		l := make([]any, 0, kt.MaxReadIDs+len(t))
+		for len(l) <= kt.MaxReadIDs {
+			l = append(l, t...)
+		}
+		return l, true
+	case jsonInString:
+		r, d := resizeLists(t.v, kind)
+		return jsonInString{r}, d
+	}
+	return v, false
 }
 
 // completeArrays gives every object in an array the fields its siblings
@@ -677,7 +780,10 @@ func completeArrays(v any) any {
 	return v
 }
 
-var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
+// readKinds are the ways a read's answer is made unseen.
+var readKinds = []string{"complete", "past", "far", "huge", "below", "fraction", "other", "long", "wide", "later", "flip", "longer", "empty"}
+
+var kindNoun = map[string]string{"complete": "field", "past": "number", "far": "number", "huge": "number", "below": "number", "fraction": "number", "wide": "string", "longer": "list", "empty": "list", "other": "string", "long": "string", "later": "date", "flip": "boolean"}
 
 // selectionOf names the events a prepare's value reserves, sorted.
 func selectionOf(prepared json.RawMessage) string {
@@ -791,7 +897,13 @@ func headerNames(args map[string]any) []string {
 	return out
 }
 
-var digitRun = regexp.MustCompile(`[0-9]+`)
+// digitRun is a number in a target: a run of digits, a fraction's too;
+// negativeNumber its minus sign after a dash ("order--4" for order -4 is
+// "order-*", as "order-4" is).
+var (
+	digitRun       = regexp.MustCompile(`[0-9]+(?:\.[0-9]+)?`)
+	negativeNumber = regexp.MustCompile(`-(-[0-9])`)
+)
 
 // targetShape is a write's target with what varies from input to input
 // taken out: every value of the input's events (strings of two characters
@@ -835,7 +947,7 @@ func targetShape(target string, events []kt.Event) string {
 		path = strings.ReplaceAll(path, s, "*")
 		path = strings.ReplaceAll(path, url.PathEscape(s), "*")
 	}
-	path = digitRun.ReplaceAllString(path, "*")
+	path = digitRun.ReplaceAllString(negativeNumber.ReplaceAllString(path, "$1"), "*")
 	return strings.TrimSpace(method + " " + host + path)
 }
 
@@ -988,6 +1100,8 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 			return seen[path] + 1, true
 		case "far":
 			return seen[path] + 1000, true
+		case "huge", "below", "fraction":
+			return otherNumber(kind, seen[path]), true
 		case "later":
 			if t > 1e12 && t < 1e14 { // milliseconds since 1970
 				return t + 400*float64(dayMs), true
@@ -1002,6 +1116,8 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 				return strconv.FormatFloat(seen[path]+1, 'f', -1, 64), true
 			case "far":
 				return strconv.FormatFloat(seen[path]+1000, 'f', -1, 64), true
+			case "huge", "below", "fraction":
+				return strconv.FormatFloat(otherNumber(kind, seen[path]), 'f', -1, 64), true
 			}
 			return nil, false
 		}
@@ -1018,12 +1134,30 @@ func changedLeaf(kind, path string, v any, seen map[string]float64) (any, bool) 
 			return t + "-" + unseenWord, true
 		case "long":
 			return t + strings.Repeat("x", 100), true
+		case "wide":
+			// Other kinds of characters than any input may have had:
+			// capitals, a space, an @, letters outside ASCII (a trigger
+			// on a name in another script or on an e-mail address).
+			return t + unseenWide + unseenWord, true
 		}
 	}
 	return nil, false
 }
 
-var variantKinds = []string{"past", "far", "other", "long", "later", "flip"}
+var variantKinds = []string{"past", "far", "huge", "below", "fraction", "other", "long", "wide", "later", "flip"}
+
+// otherNumber is a number of a kind no input may have had: "huge" (past
+// any threshold a script could keep for tomorrow, still exact in a
+// float64), "below" (negative: a refund, a return) and "fraction".
+func otherNumber(kind string, seen float64) float64 {
+	switch kind {
+	case "huge":
+		return seen + 1e12 + float64(unseenDraw%1e6)
+	case "below":
+		return -(seen + 1 + float64(unseenDraw%97))
+	}
+	return seen + 1 + float64(unseenDraw%999+1)/1000
+}
 
 // variantsOf makes inputs from recorded events: for each field and each
 // kind that applies, that field changed alone; then every field changed
@@ -1047,9 +1181,11 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		}
 	}
 	// More events than any run had (a trigger on how many are pending),
-	// their messageIds and numbers past any seen.
+	// their messageIds and numbers past any seen: more than the largest
+	// peek can answer, so that every threshold on how many one peek
+	// returns is crossed.
 	many := append([]kt.Event(nil), evs...)
-	for i := 1; len(many) < 12; i++ {
+	for i := 1; len(many) <= kt.MaxReadIDs; i++ {
 		for _, ev := range evs {
 			c := ev
 			c.ID = -int64(len(many))
@@ -1073,6 +1209,25 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		}
 	}
 	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: many})
+	// Lists longer than any seen and empty (a trigger on how many lines
+	// an order has), where the payloads hold a list.
+	for _, kind := range []string{"longer", "empty"} {
+		cp := make([]kt.Event, len(evs))
+		resizedAny := false
+		for i, ev := range evs {
+			cp[i] = ev
+			var v any
+			if json.Unmarshal(ev.Payload, &v) == nil {
+				if r, did := resizeLists(v, kind); did {
+					cp[i].Payload, _ = json.Marshal(r)
+					resizedAny = true
+				}
+			}
+		}
+		if resizedAny {
+			out = append(out, unseenVariant{name: eventNames(evs) + " with every list " + kind, events: cp})
+		}
+	}
 	paths := map[string]any{}
 	for _, ev := range evs {
 		var v any
@@ -1142,6 +1297,23 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		}
 		return nil, false
 	}, "-"+unseenWord, year)})
+	// Unusual values together (a big order from a customer with an
+	// e-mail address: a trigger on two fields at once).
+	for _, group := range [][]string{{"huge", "wide", "later", "flip"}, {"below", "long"}, {"fraction", "wide"}} {
+		group := group
+		var words []string
+		for _, k := range group {
+			words = append(words, kindWords[k])
+		}
+		out = append(out, unseenVariant{name: eventNames(evs) + " with every field at once " + strings.Join(words, " or "), events: remake(func(at string, leaf any) (any, bool) {
+			for _, k := range group {
+				if n, ok := changedLeaf(k, at, leaf, seen); ok {
+					return n, true
+				}
+			}
+			return nil, false
+		}, "", 0)})
+	}
 	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
 	return out
 }
@@ -1193,7 +1365,17 @@ func sameTargetAndIdentity(a, b sampleRun) string {
 var (
 	unseenWord  = randomWord()
 	unseenSeeds = [2]int64{randomSeed(), randomSeed()}
+	// unseenDraw moves the numbers of other kinds; unseenWide is what
+	// strings in other characters gain: a space, a capital, a letter
+	// outside ASCII and an @, each drawn.
+	unseenDraw = randomSeed()
+	unseenWide = randomWide()
 )
+
+func randomWide() string {
+	n := randomSeed()
+	return " " + string(rune('A'+n%26)) + string(rune(0xC0+(n/26)%0x17)) + string(rune(0x4E00+(n/700)%0x5000)) + "@"
+}
 
 func randomWord() string {
 	var b [6]byte
@@ -1258,7 +1440,7 @@ func fieldsOf(sets [][]kt.Event) map[string]any {
 	return out
 }
 
-var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
+var kindWords = map[string]string{"complete": "other items have", "past": "past any seen", "far": "far past any seen", "huge": "huge", "below": "negative", "fraction": "a fraction", "wide": "in other characters", "longer": "longer", "empty": "empty", "other": "changed", "long": "lengthened", "later": "a year later", "flip": "flipped"}
 
 func eventNames(evs []kt.Event) string {
 	var out []string
