@@ -74,9 +74,7 @@ func TestARoleThatMayBecomeASuperuserIsRefused(t *testing.T) {
 	if rows != 0 {
 		t.Fatalf("the DO block ran as the superuser %s (%d rows written); keep run exited %d:\n%s", boss, rows, code, out)
 	}
-	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, boss) || !strings.Contains(out, `shop = ["superuser"]`) {
-		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, boss, out)
-	}
+	waitsForAPersonNaming(t, code, out, boss)
 }
 
 // Issue 38, attack: a declared MariaDB URL passes its query parameters to
@@ -87,14 +85,7 @@ func TestARoleThatMayBecomeASuperuserIsRefused(t *testing.T) {
 // sql.query read back. Now keep refuses the parameter when it reads
 // keep.toml, naming the key, and keep does not start.
 func TestAMariaDBURLCannotLetTheServerReadKeepsFiles(t *testing.T) {
-	my := testdb.FreshMariaDB(t)
-	u, _ := url.Parse(my)
-	dbName := strings.TrimPrefix(u.Path, "/")
-	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
+	_, u, dbName, root := freshMariaDBAsRoot(t)
 	var b [5]byte
 	rand.Read(b[:])
 	user := "keep_app_" + hex.EncodeToString(b[:])
@@ -145,14 +136,7 @@ func TestAMariaDBURLCannotLetTheServerReadKeepsFiles(t *testing.T) {
 // a role's rights as such a user, so a user that may use a role is
 // refused unless allowed knowingly, naming the roles.
 func TestAMariaDBUserWithARoleIsRefused(t *testing.T) {
-	my := testdb.FreshMariaDB(t)
-	u, _ := url.Parse(my)
-	dbName := strings.TrimPrefix(u.Path, "/")
-	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
+	_, u, dbName, root := freshMariaDBAsRoot(t)
 	var b [5]byte
 	rand.Read(b[:])
 	user, role := "keep_app_"+hex.EncodeToString(b[:]), "keep_filer_"+hex.EncodeToString(b[:])
@@ -192,9 +176,7 @@ func TestAMariaDBUserWithARoleIsRefused(t *testing.T) {
 	if rows != 0 {
 		t.Fatalf("a server file was read through the role %s (%d rows in loot); keep run exited %d:\n%s", role, rows, code, out)
 	}
-	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, role) || !strings.Contains(out, `shop = ["superuser"]`) {
-		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, role, out)
-	}
+	waitsForAPersonNaming(t, code, out, role)
 }
 
 // Issue 38, attack: on MariaDB a statement can end keep's transaction
@@ -211,14 +193,7 @@ func TestAMariaDBUserWithARoleIsRefused(t *testing.T) {
 // one and deleted the real ones; now such a table is dropped and the
 // statement refused.
 func TestAMariaDBStatementCannotCommitKeepsTransaction(t *testing.T) {
-	my := testdb.FreshMariaDB(t)
-	u, _ := url.Parse(my)
-	dbName := strings.TrimPrefix(u.Path, "/")
-	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
+	my, _, _, root := freshMariaDBAsRoot(t)
 	if _, err := root.Exec("CREATE TABLE shipped (order_id INT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
@@ -394,5 +369,30 @@ func TestAPostgresReadIsJudgedByTheRealCatalog(t *testing.T) {
 	}
 	if code == 0 || !strings.Contains(out, "pg_terminate_backend") {
 		t.Fatalf("keep run exited %d; want the read refused, naming pg_terminate_backend:\n%s", code, out)
+	}
+}
+
+// freshMariaDBAsRoot is a fresh MariaDB database (its URL, parsed, and
+// name) and a connection to it as the machine's root, closed at the end.
+func freshMariaDBAsRoot(t *testing.T) (string, *url.URL, string, *sql.DB) {
+	t.Helper()
+	my := testdb.FreshMariaDB(t)
+	u, _ := url.Parse(my)
+	dbName := strings.TrimPrefix(u.Path, "/")
+	root, err := sql.Open("mysql", "root@tcp("+u.Host+")/"+dbName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return my, u, dbName, root
+}
+
+// waitsForAPersonNaming checks that keep run stopped with its run waiting
+// for a person (exit 3, paused:approval), naming who and the keep.toml
+// line that allows a superuser knowingly.
+func waitsForAPersonNaming(t *testing.T, code int, out, who string) {
+	t.Helper()
+	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, who) || !strings.Contains(out, `shop = ["superuser"]`) {
+		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, who, out)
 	}
 }
