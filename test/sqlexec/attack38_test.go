@@ -26,14 +26,7 @@ import (
 // the role and the keep.toml line that allows it knowingly; the DO block
 // never runs.
 func TestARoleThatMayBecomeASuperuserIsRefused(t *testing.T) {
-	shopURL := pgtest.FreshSchema(t)
-	su, _ := url.Parse(shopURL)
-	schema := su.Query().Get("search_path")
-	admin, err := sql.Open("pgx", pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
+	_, su, schema, admin := freshSchemaAndAdmin(t)
 	var b [5]byte
 	rand.Read(b[:])
 	app, boss := "keep_app_"+hex.EncodeToString(b[:]), "keep_boss_"+hex.EncodeToString(b[:])
@@ -239,14 +232,7 @@ func TestAMariaDBStatementCannotCommitKeepsTransaction(t *testing.T) {
 // (a statement's set_config of search_path put the role's own count or
 // hashtext before PostgreSQL's).
 func TestAPostgresStatementCannotArmKeepsRecord(t *testing.T) {
-	shopURL := pgtest.FreshSchema(t)
-	su, _ := url.Parse(shopURL)
-	schema := su.Query().Get("search_path")
-	admin, err := sql.Open("pgx", pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
+	_, su, schema, admin := freshSchemaAndAdmin(t)
 	var b [5]byte
 	rand.Read(b[:])
 	app := "keep_app_" + hex.EncodeToString(b[:])
@@ -301,14 +287,7 @@ func TestAPostgresStatementCannotArmKeepsRecord(t *testing.T) {
 // session with pg_terminate_backend. Now keep's own catalog queries run
 // with pg_catalog first, the read's text with the role's path.
 func TestAPostgresReadIsJudgedByTheRealCatalog(t *testing.T) {
-	shopURL := pgtest.FreshSchema(t)
-	su, _ := url.Parse(shopURL)
-	schema := su.Query().Get("search_path")
-	admin, err := sql.Open("pgx", pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
+	_, su, schema, admin := freshSchemaAndAdmin(t)
 	var b [5]byte
 	rand.Read(b[:])
 	app := "keep_app_" + hex.EncodeToString(b[:])
@@ -395,4 +374,19 @@ func waitsForAPersonNaming(t *testing.T, code int, out, who string) {
 	if code != 3 || !strings.Contains(out, "paused:approval") || !strings.Contains(out, who) || !strings.Contains(out, `shop = ["superuser"]`) {
 		t.Fatalf("keep run exited %d; want its run waiting for a person (exit 3, paused:approval) naming %s and how to allow it:\n%s", code, who, out)
 	}
+}
+
+// freshSchemaAndAdmin is a fresh PostgreSQL schema (its URL, parsed, and
+// name) and a connection as the machine's admin role, closed after every
+// cleanup the test registers later (they may use it).
+func freshSchemaAndAdmin(t *testing.T) (string, *url.URL, string, *sql.DB) {
+	t.Helper()
+	u := pgtest.FreshSchema(t)
+	su, _ := url.Parse(u)
+	admin, err := sql.Open("pgx", pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return u, su, su.Query().Get("search_path"), admin
 }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
 
 // The attack of issue 38 #3, through keep run on a PostgreSQL store: a
@@ -28,14 +26,7 @@ import (
 // knowingly, and keep's own store declared under another URL: the runs
 // fail saying why, keep's grants and the markers are unchanged.
 func TestADeclaredDatabaseNeverReachesKeepsStore(t *testing.T) {
-	store := pgtest.FreshSchema(t)
-	su, _ := url.Parse(store)
-	schema := su.Query().Get("search_path")
-	admin, err := sql.Open("pgx", pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() }) // after the cleanups below, which use it
+	store, su, schema, admin := freshSchemaAndAdmin(t) // admin closes after the cleanups below, which use it
 	var b [5]byte
 	rand.Read(b[:])
 	// keep's store has a role of its own (keep refuses a declared database
