@@ -165,10 +165,14 @@ static JSValue settle(JSValue v)
 {
     JSContext *c1;
     for (;;) {
-        int r;
-        if (!JS_IsObject(v) || JS_PromiseState(ctx, v) < 0)
+        int r, state;
+        if (!JS_IsObject(v))
             return v;
-        switch (JS_PromiseState(ctx, v)) {
+        /* -1 for what is not a promise; the enum is unsigned, so as int */
+        state = (int)JS_PromiseState(ctx, v);
+        if (state < 0)
+            return v;
+        switch (state) {
         case JS_PROMISE_FULFILLED: {
             JSValue r2 = JS_PromiseResult(ctx, v);
             JS_FreeValue(ctx, v);
