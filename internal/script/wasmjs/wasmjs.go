@@ -172,6 +172,32 @@ func (in *Instance) Close(ctx context.Context) error {
 	return in.mod.Close(ctx)
 }
 
+// Snapshot copies the instance's linear memory: Restore puts it back, so
+// that each invocation starts from the state the script's evaluation left
+// (what one invocation leaves in globals, the next does not see).
+func (in *Instance) Snapshot() []byte {
+	b, _ := in.mod.Memory().Read(0, in.mod.Memory().Size())
+	return append([]byte(nil), b...)
+}
+
+// Restore puts back the memory Snapshot copied, between calls. Pages the
+// instance grew since stay, zeroed: linear memory cannot shrink, and the
+// allocator, restored too, treats them as not its own yet.
+func (in *Instance) Restore(snap []byte) error {
+	if in.dead != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, in.dead)
+	}
+	mem := in.mod.Memory()
+	if !mem.Write(0, snap) {
+		return fmt.Errorf("wasmjs: a snapshot of %d bytes does not fit the instance's %d", len(snap), mem.Size())
+	}
+	if grown := mem.Size() - uint32(len(snap)); grown > 0 {
+		rest, _ := mem.Read(uint32(len(snap)), grown)
+		clear(rest)
+	}
+	return nil
+}
+
 // MemorySize is the instance's linear memory now, in bytes.
 func (in *Instance) MemorySize() uint32 { return in.mod.Memory().Size() }
 

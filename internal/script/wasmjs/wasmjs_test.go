@@ -198,3 +198,29 @@ function look() { return [typeof secret, ({}).leak, [].push(1)] }`)
 		}
 	}
 }
+
+// TestARestoredInstanceForgetsTheLastInvocation: with its memory put back
+// to the snapshot taken after evaluation, what a call left in globals is
+// gone, even after the call grew the memory, and the instance still works.
+func TestARestoredInstanceForgetsTheLastInvocation(t *testing.T) {
+	in := instance(t, 64<<20, readHost, handlerScript+`
+let calls = 0; let hoard = []
+function count(grow) { if (grow) for (let i = 0; i < 200; i++) hoard.push("z".repeat(20000) + i); return ++calls }`)
+	snap := in.Snapshot()
+	for i, grow := range []string{"false", "true", "false", "true"} {
+		out, err := in.Call(context.Background(), "count", json.RawMessage(grow), 10*time.Second)
+		if err != nil || string(out) != "1" {
+			t.Fatalf("call %d after a restore: %s, %v (want 1: nothing of the last call)", i, out, err)
+		}
+		if err := in.Restore(snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(snap) == int(in.MemorySize()) {
+		t.Fatal("the hoard did not grow the memory: the test does not test a restore after growth")
+	}
+	out, err := in.Call(context.Background(), "handler", json.RawMessage(`{"n":1}`), 10*time.Second)
+	if err != nil || string(out) != `{"n":2,"content":"hello"}` {
+		t.Fatalf("after restores: %s, %v", out, err)
+	}
+}
