@@ -354,12 +354,16 @@ func newVM(lim Limits) (*quickjs.VM, error) {
 // back as it was returned. It runs in a sandbox worker process (worker.go)
 // unless KEEP_SANDBOX=in-process.
 func (p *Program) Invoke(inv Invocation) (Outcome, error) {
-	if InProcess() {
-		o, err := p.invokeHere(inv)
+	if InProcess() || Wasm() {
+		here := p.invokeHere
+		if Wasm() {
+			here = p.invokeWasm
+		}
+		o, err := here(inv)
 		if inv.thenRuns(o, err) && inv.Next(o.Value) {
 			then := *inv.Then
 			then.Args = []json.RawMessage{o.Value}
-			to, terr := p.invokeHere(then)
+			to, terr := here(then)
 			o.Then, o.ThenErr = &to, terr
 		}
 		return o, err

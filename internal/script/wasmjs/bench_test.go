@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"modernc.org/quickjs"
 )
 
 // BenchmarkWasmHandlerCall measures one handler call in a warm instance:
@@ -89,4 +91,53 @@ func BenchmarkWasmHandlerCallRestored(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(len(snap))/(1<<20), "MiB/snapshot")
+}
+
+// loopScript is plain JavaScript work: a loop of arithmetic and property
+// reads, no host call, no allocation.
+const loopScript = `function loop() { let s = 0; const o = { a: 1 }; for (let i = 0; i < 300000; i++) { s += i * o.a } return s }`
+
+// BenchmarkLoopWasm runs loopScript in an instance as keep runs it: with
+// wazero's check at every loop back-edge, which stops a runaway loop from
+// outside. BenchmarkLoopWasmUnpreempted leaves the check out, to show what
+// it costs; BenchmarkLoopModernc runs the same in modernc.org/quickjs
+// (what the sandbox workers run), CPU per loop in each.
+func BenchmarkLoopWasm(b *testing.B) { benchLoop(b, true) }
+
+func BenchmarkLoopWasmUnpreempted(b *testing.B) { benchLoop(b, false) }
+
+func benchLoop(b *testing.B, preempt bool) {
+	e, err := newEngine(context.Background(), 64<<20, preempt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	in, err := e.NewInstance(context.Background(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := in.Eval(context.Background(), "loop.js", loopScript, time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	cpuPer(b, "loop", func() {
+		if out, err := in.Call(context.Background(), "loop", json.RawMessage(`null`), time.Minute); err != nil || string(out) != "44999850000" {
+			b.Fatalf("%s, %v", out, err)
+		}
+	})
+}
+
+func BenchmarkLoopModernc(b *testing.B) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vm.Close()
+	if _, err := vm.Eval(loopScript, quickjs.EvalGlobal); err != nil {
+		b.Fatal(err)
+	}
+	cpuPer(b, "loop", func() {
+		if _, err := vm.Eval("loop()", quickjs.EvalGlobal); err != nil {
+			b.Fatal(err)
+		}
+	})
 }

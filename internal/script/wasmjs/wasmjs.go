@@ -72,6 +72,14 @@ var (
 // NewEngine compiles the interpreter for instances whose linear memory is at
 // most memoryLimit bytes (rounded down to whole pages; at least 4 MiB).
 func NewEngine(ctx context.Context, memoryLimit int64) (*Engine, error) {
+	return newEngine(ctx, memoryLimit, true)
+}
+
+// newEngine is NewEngine; preempt false leaves out wazero's check at every
+// loop back-edge (WithCloseOnContextDone), and with it the time limit of a
+// loop the interpreter does not poll in: only for measuring what the check
+// costs (BenchmarkLoop*), never for running scripts.
+func newEngine(ctx context.Context, memoryLimit int64, preempt bool) (*Engine, error) {
 	if memoryLimit < 4<<20 {
 		return nil, fmt.Errorf("wasmjs: a memory limit of %d bytes is too small for the interpreter: give at least 4 MiB", memoryLimit)
 	}
@@ -81,7 +89,7 @@ func NewEngine(ctx context.Context, memoryLimit int64) (*Engine, error) {
 	}
 	cacheOnce.Do(func() { cache = wazero.NewCompilationCache() })
 	cfg := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
+		WithCloseOnContextDone(preempt).
 		WithMemoryLimitPages(uint32(pages)).
 		WithCompilationCache(cache)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
@@ -94,6 +102,8 @@ func NewEngine(ctx context.Context, memoryLimit int64) (*Engine, error) {
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).Export("host").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostTake),
 		[]api.ValueType{api.ValueTypeI32}, nil).Export("host_take").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(interrupted),
+		nil, []api.ValueType{api.ValueTypeI32}).Export("interrupted").
 		Instantiate(ctx)
 	if err != nil {
 		rt.Close(ctx)
@@ -116,7 +126,9 @@ type Instance struct {
 	mod                                 api.Module
 	alloc, free, eval, call, outP, outL api.Function
 	host                                HostFunc
+	apply, jobs                         api.Function
 	pending                             []byte // the host's answer, until host_take
+	interrupt                           bool   // Interrupt was called: QuickJS stops the script
 	dead                                error  // why the instance was closed
 }
 
@@ -150,7 +162,8 @@ func (e *Engine) NewInstance(ctx context.Context, host HostFunc) (*Instance, err
 	in := &Instance{mod: mod, host: host,
 		alloc: mod.ExportedFunction("keep_alloc"), free: mod.ExportedFunction("keep_free"),
 		eval: mod.ExportedFunction("keep_eval"), call: mod.ExportedFunction("keep_call"),
-		outP: mod.ExportedFunction("keep_out_ptr"), outL: mod.ExportedFunction("keep_out_len")}
+		outP: mod.ExportedFunction("keep_out_ptr"), outL: mod.ExportedFunction("keep_out_len"),
+		apply: mod.ExportedFunction("keep_apply"), jobs: mod.ExportedFunction("keep_jobs")}
 	heap := e.memoryLimit - e.memoryLimit/8 - 2<<20
 	r, err := mod.ExportedFunction("keep_init").Call(ctx, uint64(heap), stackLimit)
 	if err != nil {
@@ -218,6 +231,48 @@ func (in *Instance) Call(ctx context.Context, name string, arg json.RawMessage, 
 	}
 	return json.RawMessage(out), nil
 }
+
+// Apply calls the global function name with the elements of args (a JSON
+// array) as its arguments and returns the JSON of its value, "" for
+// undefined; a promise it returns is not waited for (Jobs runs its jobs).
+func (in *Instance) Apply(ctx context.Context, name string, args json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
+	out, err := in.run(ctx, timeout, in.apply, []byte(name), args)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(out), nil
+}
+
+// Jobs runs the pending promise jobs until none is left, and returns how
+// many ran; a job that threw ends it with a ScriptError.
+func (in *Instance) Jobs(ctx context.Context, timeout time.Duration) (int, error) {
+	if in.dead != nil {
+		return 0, fmt.Errorf("%w: %w", ErrClosed, in.dead)
+	}
+	cctx, cancel := context.WithTimeout(context.WithValue(ctx, instanceKey{}, in), timeout)
+	defer cancel()
+	r, err := in.jobs.Call(cctx)
+	if err != nil {
+		return 0, in.fail(cctx, err, timeout)
+	}
+	n := int32(uint32(r[0]))
+	if n >= 0 {
+		return int(n), nil
+	}
+	out, err := in.out(cctx)
+	if err != nil {
+		return 0, in.fail(cctx, err, timeout)
+	}
+	return int(-1 - n), &ScriptError{Message: string(out)}
+}
+
+// Interrupt makes the script stop at QuickJS's next check, with an
+// exception it cannot catch; called by the host during a call, it stops
+// the call. Calls after it are interrupted too, until ClearInterrupt.
+func (in *Instance) Interrupt() { in.interrupt = true }
+
+// ClearInterrupt lets calls run again after Interrupt.
+func (in *Instance) ClearInterrupt() { in.interrupt = false }
 
 type instanceKey struct{}
 
@@ -358,4 +413,14 @@ func hostTake(ctx context.Context, m api.Module, stack []uint64) {
 	}
 	m.Memory().Write(uint32(stack[0]), in.pending)
 	in.pending = nil
+}
+
+// interrupted is the import keep.interrupted(): 1 once Interrupt was
+// called on the calling instance.
+func interrupted(ctx context.Context, m api.Module, stack []uint64) {
+	in, _ := ctx.Value(instanceKey{}).(*Instance)
+	stack[0] = 0
+	if in != nil && in.interrupt {
+		stack[0] = 1
+	}
 }

@@ -21,6 +21,16 @@
    -1 - the length of its message; host_take then copies it to dst. */
 IMPORT("host") int32_t keep_host(const char *method, uint32_t method_len, const char *args, uint32_t args_len);
 IMPORT("host_take") void keep_host_take(char *dst);
+/* interrupted asks keep whether to stop the script now: QuickJS asks it
+   at intervals, and an interruption is an exception no script can catch. */
+IMPORT("interrupted") int32_t keep_interrupted(void);
+
+static int interrupt_handler(JSRuntime *r, void *opaque)
+{
+    (void)r;
+    (void)opaque;
+    return keep_interrupted();
+}
 
 static JSRuntime *rt;
 static JSContext *ctx;
@@ -132,6 +142,7 @@ EXPORT("keep_init") int32_t keep_init(uint32_t heap, uint32_t stack)
         JS_SetMemoryLimit(rt, heap);
     JS_SetMaxStackSize(rt, stack);
     JS_SetCanBlock(rt, 0);
+    JS_SetInterruptHandler(rt, interrupt_handler, NULL);
     ctx = JS_NewContext(rt);
     if (!ctx)
         return 1;
@@ -201,7 +212,40 @@ static JSValue settle(JSValue v)
 /* keep_call calls the global function name with one argument, the JSON
    arg, waits for its promise if it returns one, and puts the JSON of the
    value in out. 0 on success; 1 with the exception's text in out. */
+static int32_t call(const char *name, uint32_t name_len, const char *arg, uint32_t arg_len, int spread, int wait);
+
 EXPORT("keep_call") int32_t keep_call(const char *name, uint32_t name_len, const char *arg, uint32_t arg_len)
+{
+    return call(name, name_len, arg, arg_len, 0, 1);
+}
+
+/* keep_apply calls the global function name with the elements of the JSON
+   array args as its arguments, and puts the JSON of what it returns in out
+   (a promise is not waited for: keep_jobs runs the jobs). */
+EXPORT("keep_apply") int32_t keep_apply(const char *name, uint32_t name_len, const char *args, uint32_t args_len)
+{
+    return call(name, name_len, args, args_len, 1, 0);
+}
+
+/* keep_jobs runs pending promise jobs until none is left: the number run,
+   or -1 - that number with the exception of the job that threw in out. */
+EXPORT("keep_jobs") int32_t keep_jobs(void)
+{
+    JSContext *c1;
+    int32_t n = 0;
+    for (;;) {
+        int r = JS_ExecutePendingJob(rt, &c1);
+        if (r == 0)
+            return n;
+        if (r < 0) {
+            set_exception();
+            return -1 - n;
+        }
+        n++;
+    }
+}
+
+static int32_t call(const char *name, uint32_t name_len, const char *arg, uint32_t arg_len, int spread, int wait)
 {
     char fname[256];
     size_t n = name_len < sizeof(fname) - 1 ? name_len : sizeof(fname) - 1;
@@ -227,14 +271,37 @@ EXPORT("keep_call") int32_t keep_call(const char *name, uint32_t name_len, const
         set_exception();
         return 1;
     }
-    v = JS_Call(ctx, f, JS_UNDEFINED, 1, (JSValueConst *)&a);
+    if (spread) {
+        /* the arguments are the array's elements */
+        JSValue argv[16];
+        int64_t argc = 0, i;
+        JSValue len = JS_GetPropertyStr(ctx, a, "length");
+        int bad = JS_ToInt64(ctx, &argc, len) < 0;
+        JS_FreeValue(ctx, len);
+        if (bad || argc > 16) {
+            JS_FreeValue(ctx, f);
+            JS_FreeValue(ctx, a);
+            if (argc > 16)
+                JS_ThrowRangeError(ctx, "at most 16 arguments");
+            set_exception();
+            return 1;
+        }
+        for (i = 0; i < argc; i++)
+            argv[i] = JS_GetPropertyUint32(ctx, a, (uint32_t)i);
+        v = JS_Call(ctx, f, JS_UNDEFINED, (int)argc, (JSValueConst *)argv);
+        for (i = 0; i < argc; i++)
+            JS_FreeValue(ctx, argv[i]);
+    } else {
+        v = JS_Call(ctx, f, JS_UNDEFINED, 1, (JSValueConst *)&a);
+    }
     JS_FreeValue(ctx, f);
     JS_FreeValue(ctx, a);
     if (JS_IsException(v)) {
         set_exception();
         return 1;
     }
-    v = settle(v);
+    if (wait)
+        v = settle(v);
     if (JS_IsException(v)) {
         set_exception();
         return 1;

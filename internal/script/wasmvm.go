@@ -1,0 +1,219 @@
+package script
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script/wasmjs"
+	"modernc.org/quickjs"
+)
+
+// Wasm tells whether handlers run in QuickJS compiled to WebAssembly in
+// keep's own process (KEEP_SANDBOX=wasm, issue 43) instead of sandbox
+// workers. Not the default: see docs/design.md, "Scripts without a process
+// hop (issue 43)". Scripts are still compiled and their declarations read
+// in a worker: only invocations run here.
+func Wasm() bool { return os.Getenv(isolationEnv) == "wasm" }
+
+// wasmEngines are the compiled interpreter, one per memory limit (wazero
+// bounds linear memory per runtime); the machine code is shared.
+var (
+	wasmEnginesMu sync.Mutex
+	wasmEngines   = map[int64]*wasmjs.Engine{}
+)
+
+// wasmLinearMemory is an instance's linear memory for a script heap of
+// limit bytes: QuickJS's own limit stops the script first, and what it does
+// not count (its allocator's overhead) fits in the rest.
+func wasmLinearMemory(limit int64) int64 {
+	if limit <= 0 {
+		limit = 64 << 20
+	}
+	return limit + limit/4 + 8<<20
+}
+
+func wasmEngine(limit int64) (*wasmjs.Engine, error) {
+	mem := wasmLinearMemory(limit)
+	wasmEnginesMu.Lock()
+	defer wasmEnginesMu.Unlock()
+	if e := wasmEngines[mem]; e != nil {
+		return e, nil
+	}
+	e, err := wasmjs.NewEngine(context.Background(), mem)
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
+	}
+	wasmEngines[mem] = e
+	return e, nil
+}
+
+// wasmHostFuncs are the prelude's host functions (vmpool.go's load), here
+// reached through the instance's one import: each is a JavaScript function
+// that sends its arguments as JSON and parses the answer ("" for
+// undefined). The closure holds the import; the global is gone, as the
+// prelude deletes the ones it takes.
+const wasmHostShim = `(() => {
+  const native = globalThis.__keep_host;
+  delete globalThis.__keep_host;
+  const parse = JSON.parse, stringify = JSON.stringify;
+  for (const name of ["__keep_host", "__keep_settle", "__keep_armed", "__keep_entry"]) {
+    globalThis[name] = function (...args) { const r = native(name, stringify(args)); return r === "" ? undefined : parse(r) };
+  }
+})()`
+
+// takeWasmVM returns an idle instance that last ran p, else a new one with
+// the prelude, the lockdown and p loaded. As with QuickJS VMs, an instance
+// never runs two script versions.
+func (p *Program) takeWasmVM(lim Limits) (*sandboxVM, error) {
+	v, _ := idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil && v.limit == lim.MemoryLimit })
+	if v != nil {
+		return v, nil
+	}
+	e, err := wasmEngine(lim.MemoryLimit)
+	if err != nil {
+		return nil, err
+	}
+	vmsCreated.Add(1)
+	v = &sandboxVM{limit: lim.MemoryLimit}
+	in, err := e.NewInstance(context.Background(), v.wasmHost)
+	if err != nil {
+		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
+	}
+	v.wasm = in
+	const setup = time.Minute // the prelude and lockdown are keep's, not the script's
+	if err := in.Eval(context.Background(), "<input>", wasmHostShim, setup); err != nil {
+		v.close()
+		return nil, kt.Errorf(kt.ClassInternal, "load keep prelude: %v", err)
+	}
+	if err := in.Eval(context.Background(), "<input>", strings.Repeat("\n", preludeLineBase-1)+preludeSource, setup); err != nil {
+		v.close()
+		return nil, kt.Errorf(kt.ClassInternal, "load keep prelude: %v", err)
+	}
+	if _, err := in.Apply(context.Background(), "__keep_lockdown", json.RawMessage(`[]`), setup); err != nil {
+		v.close()
+		return nil, kt.Errorf(kt.ClassInternal, "lock the sandbox down: %v", err)
+	}
+	wrapped, err := wrapScript(p.Source)
+	if err != nil {
+		v.close()
+		return nil, fmt.Errorf("%s: %v", p.File, err)
+	}
+	timeout := lim.Timeout
+	if timeout <= 0 {
+		timeout = setup
+	}
+	v.armed = true
+	err = in.Eval(context.Background(), "<input>", wrapped, timeout)
+	v.armed = false
+	if err != nil {
+		v.close()
+		return nil, p.scriptError("while loading the script", wasmError(err), &vmState{})
+	}
+	v.prog = p
+	return v, nil
+}
+
+// wasmHost answers the prelude's host functions: name is the function,
+// args the JSON array of its arguments.
+func (v *sandboxVM) wasmHost(name string, args json.RawMessage) (json.RawMessage, error) {
+	var a []any
+	if err := json.Unmarshal(args, &a); err != nil {
+		return nil, fmt.Errorf("%s: arguments that are not JSON: %v", name, err)
+	}
+	var r any
+	var err error
+	switch name {
+	case "__keep_host":
+		r, err = v.hostCall(a)
+	case "__keep_settle":
+		r, err = v.settle(a)
+	case "__keep_armed":
+		r = v.armed
+	case "__keep_entry":
+		r = v.entering
+		v.entering = false
+	default:
+		return nil, fmt.Errorf("no host function %s", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return json.RawMessage{}, nil // "" in the shim: undefined
+	}
+	return json.Marshal(r)
+}
+
+// wasmError gives an exception from the instance the shape scriptError
+// reads of QuickJS's: name, message, stack.
+func wasmError(err error) error {
+	var se *wasmjs.ScriptError
+	if !errors.As(err, &se) {
+		return err
+	}
+	first, stack, _ := strings.Cut(se.Message, "\n")
+	name, msg, ok := strings.Cut(first, ": ")
+	if !ok {
+		name, msg = "Error", first
+	}
+	return &quickjs.Error{Name: name, Message: msg, Stack: stack}
+}
+
+// invokeWasm is invokeHere in a WebAssembly instance: the same prelude, the
+// same entry point and host functions, the time limit enforced by wazero
+// from outside instead of QuickJS's interrupt.
+func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
+	if inv.Tools == nil {
+		inv.Tools = map[string][]string{}
+	}
+	v, err := p.takeWasmVM(inv.Limits)
+	if err != nil {
+		return Outcome{}, err
+	}
+	v.uses++
+	v.epoch++
+	st := &vmState{}
+	v.st, v.host = st, inv.Host
+	timeout := inv.Timeout
+	if timeout <= 0 {
+		timeout = 24 * time.Hour
+	}
+	deadline := time.Now().Add(timeout)
+	spec := v.specFor(inv.Tools, inv.Kind == kt.HandlerTask, inv.ClockShift, inv.ChanceSeed)
+	call, _ := json.Marshal([]any{string(inv.Kind), inv.Name, inv.Phase, "[" + joinRaw(inv.Args) + "]", spec, v.epoch})
+	ctx := context.Background()
+	v.entering = true
+	_, callErr := v.wasm.Apply(ctx, "__keep_invoke", call, timeout)
+	v.entering = false
+	// Drain the jobs, also after the handler settled (invokeHere says why).
+	for callErr == nil && st.abortErr == nil {
+		n, jerr := v.wasm.Jobs(ctx, time.Until(deadline))
+		var te *wasmjs.TimeoutError
+		if jerr != nil && (errors.As(jerr, &te) || !st.settled) {
+			callErr = jerr
+		}
+		if jerr != nil || n == 0 {
+			break
+		}
+	}
+	var te *wasmjs.TimeoutError
+	timedOut := errors.As(callErr, &te)
+	if !timedOut && st.abortErr == nil && callErr == nil && ((st.settled && st.ok) || (st.suspended && !st.settled)) {
+		v.giveBack()
+	} else {
+		v.st, v.host = nil, nil
+		vmsDiscarded.Add(1)
+		v.close()
+	}
+	if callErr != nil {
+		callErr = wasmError(callErr)
+	}
+	return p.outcomeOf(inv, st, callErr, timedOut)
+}
