@@ -39,8 +39,8 @@ const (
 type sandboxVM struct {
 	vm    *quickjs.VM
 	wasm  *wasmjs.Instance // instead of vm, with KEEP_SANDBOX=wasm (wasmvm.go)
-	prog  *Program // the script version loaded last
-	armed bool     // the host is loading a script version
+	prog  *Program         // the script version loaded last
+	armed bool             // the host is loading a script version
 	// entering is set by the host just before it calls a prelude entry
 	// point (__keep_invoke, __keep_describe), which takes it at once
 	// (__keep_entry): the same call made by a script finds it false.
