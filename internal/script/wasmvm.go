@@ -30,8 +30,9 @@ var (
 )
 
 // wasmLinearMemory is an instance's linear memory for a script heap of
-// limit bytes: QuickJS's own limit stops the script first, and what it does
-// not count (its allocator's overhead) fits in the rest.
+// limit bytes: QuickJS's own limit (the heap, as a worker's VM has it)
+// stops the script first, and what it does not count (the allocator's
+// overhead, the C stack, the interpreter's data) fits in the rest.
 func wasmLinearMemory(limit int64) int64 {
 	if limit <= 0 {
 		limit = 64 << 20
@@ -82,7 +83,11 @@ func (p *Program) takeWasmVM(lim Limits) (*sandboxVM, error) {
 	}
 	vmsCreated.Add(1)
 	v = &sandboxVM{limit: lim.MemoryLimit}
-	in, err := e.NewInstance(context.Background(), v.wasmHost)
+	heap := lim.MemoryLimit
+	if heap <= 0 {
+		heap = 64 << 20
+	}
+	in, err := e.NewInstanceWithHeap(context.Background(), v.wasmHost, heap)
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}

@@ -153,6 +153,16 @@ func (e *TimeoutError) Error() string {
 // memory is bounded by the engine's limit, and its QuickJS heap by a little
 // less, so that QuickJS throws out of memory before malloc fails.
 func (e *Engine) NewInstance(ctx context.Context, host HostFunc) (*Instance, error) {
+	return e.NewInstanceWithHeap(ctx, host, e.memoryLimit-e.memoryLimit/8-2<<20)
+}
+
+// NewInstanceWithHeap is NewInstance with QuickJS's heap bounded by heap
+// bytes (keep's memory limit, as the worker's VMs have it); the linear
+// memory's bound stands behind it.
+func (e *Engine) NewInstanceWithHeap(ctx context.Context, host HostFunc, heap int64) (*Instance, error) {
+	if heap <= 0 || heap > e.memoryLimit {
+		return nil, fmt.Errorf("wasmjs: a heap of %d bytes does not fit a linear memory of %d", heap, e.memoryLimit)
+	}
 	// An anonymous module: any number of instances, none reachable by name.
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").WithSysWalltime().WithSysNanotime()
 	mod, err := e.rt.InstantiateModule(ctx, e.compiled, cfg)
@@ -164,7 +174,6 @@ func (e *Engine) NewInstance(ctx context.Context, host HostFunc) (*Instance, err
 		eval: mod.ExportedFunction("keep_eval"), call: mod.ExportedFunction("keep_call"),
 		outP: mod.ExportedFunction("keep_out_ptr"), outL: mod.ExportedFunction("keep_out_len"),
 		apply: mod.ExportedFunction("keep_apply"), jobs: mod.ExportedFunction("keep_jobs")}
-	heap := e.memoryLimit - e.memoryLimit/8 - 2<<20
 	r, err := mod.ExportedFunction("keep_init").Call(ctx, uint64(heap), stackLimit)
 	if err != nil {
 		mod.Close(ctx)
