@@ -380,10 +380,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	v.uses++
-	v.epoch++
-	st := &vmState{}
-	v.st, v.host = st, inv.Host
+	st := v.start(inv)
 	vm := v.vm
 
 	// The timer may fire while the invocation ends; finished makes a late
@@ -443,17 +440,30 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	if timer != nil {
 		timer.Stop()
 	}
-	// Reuse only a VM whose invocation ended cleanly: returned, or taken
-	// over by the host at a terminal call.
+	v.finish(st, callErr, timedOut)
+	return p.outcomeOf(inv, st, callErr, timedOut)
+}
+
+// start makes v's next invocation inv's: its count, its epoch (a ctx of an
+// earlier one is refused), its state and host.
+func (v *sandboxVM) start(inv Invocation) *vmState {
+	v.uses++
+	v.epoch++
+	st := &vmState{}
+	v.st, v.host = st, inv.Host
+	return st
+}
+
+// finish reuses only a VM whose invocation ended cleanly: returned, or
+// taken over by the host at a terminal call; any other is closed.
+func (v *sandboxVM) finish(st *vmState, callErr error, timedOut bool) {
 	if !timedOut && st.abortErr == nil && callErr == nil && ((st.settled && st.ok) || (st.suspended && !st.settled)) {
 		v.giveBack()
-	} else {
-		v.st, v.host = nil, nil
-		vmsDiscarded.Add(1)
-		v.close()
+		return
 	}
-
-	return p.outcomeOf(inv, st, callErr, timedOut)
+	v.st, v.host = nil, nil
+	vmsDiscarded.Add(1)
+	v.close()
 }
 
 // drainJobsCap is how many promise jobs one ExecutePendingJobs runs at most

@@ -182,10 +182,7 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	v.uses++
-	v.epoch++
-	st := &vmState{}
-	v.st, v.host = st, inv.Host
+	st := v.start(inv)
 	timeout := inv.Timeout
 	if timeout <= 0 {
 		timeout = 24 * time.Hour
@@ -210,13 +207,7 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	}
 	var te *wasmjs.TimeoutError
 	timedOut := errors.As(callErr, &te)
-	if !timedOut && st.abortErr == nil && callErr == nil && ((st.settled && st.ok) || (st.suspended && !st.settled)) {
-		v.giveBack()
-	} else {
-		v.st, v.host = nil, nil
-		vmsDiscarded.Add(1)
-		v.close()
-	}
+	v.finish(st, callErr, timedOut)
 	if callErr != nil {
 		callErr = wasmError(callErr)
 	}

@@ -17,14 +17,15 @@ import (
 // and the same with KEEP_SANDBOX=in-process.
 func BenchmarkWasmHandlerCall(b *testing.B) {
 	in := instance(b, 64<<20, readHost, handlerScript)
-	arg := json.RawMessage(`{"n":1}`)
-	ctx := context.Background()
-	cpuPer(b, "call", func() {
-		out, err := in.Call(ctx, "handler", arg, 5*time.Second)
-		if err != nil || string(out) != `{"n":2,"content":"hello"}` {
-			b.Fatalf("%s, %v", out, err)
-		}
-	})
+	cpuPer(b, "call", func() { callHandler(b, in) })
+}
+
+// callHandler calls handlerScript's handler once, checking what it returns.
+func callHandler(b *testing.B, in *Instance) {
+	out, err := in.Call(context.Background(), "handler", json.RawMessage(`{"n":1}`), 5*time.Second)
+	if err != nil || string(out) != `{"n":2,"content":"hello"}` {
+		b.Fatalf("%s, %v", out, err)
+	}
 }
 
 // BenchmarkWasmInstance measures what a workflow's instance costs to make:
@@ -79,13 +80,8 @@ func processCPU() time.Duration {
 func BenchmarkWasmHandlerCallRestored(b *testing.B) {
 	in := instance(b, 64<<20, readHost, handlerScript)
 	snap := in.Snapshot()
-	arg := json.RawMessage(`{"n":1}`)
-	ctx := context.Background()
 	cpuPer(b, "call", func() {
-		out, err := in.Call(ctx, "handler", arg, 5*time.Second)
-		if err != nil || string(out) != `{"n":2,"content":"hello"}` {
-			b.Fatalf("%s, %v", out, err)
-		}
+		callHandler(b, in)
 		if err := in.Restore(snap); err != nil {
 			b.Fatal(err)
 		}
