@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/keep-run/keep/internal/config"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -103,6 +104,11 @@ func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.Pru
 		rep.SizeAfter = n
 	}
 	return rep, nil
+}
+
+// RetentionOf is the policy keep.toml's [retention] sets.
+func RetentionOf(r config.Retention) kt.Retention {
+	return kt.Retention{Horizon: r.Horizon(), KeepDoneRuns: r.KeepDoneRuns, Batch: r.Batch}
 }
 
 // pruner judges rows by keeptype's rule, remembering the runs it spares.
