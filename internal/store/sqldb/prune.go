@@ -3,6 +3,7 @@ package sqldb
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"strconv"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -10,26 +11,38 @@ import (
 )
 
 // pruneTable is how one kind of row is pruned: its table, the column it
-// ended at, the size of its bodies and what dropping them sets. Rows keep
-// their identity (ids, messageIds, identity keys, statuses).
+// ended at, the size of its bodies and what dropping them sets (each
+// column's new value; "?" is the time of the prune). Rows keep their
+// identity (ids, messageIds, identity keys, statuses).
 type pruneTable struct {
-	table, at, version, bytes, drop, kept string
-	numericID                             bool
+	table, at, version, bytes, kept string
+	drop                            [][2]string
+	numericID                       bool
 }
 
 var pruneTables = map[store.PruneKind]pruneTable{
 	store.PruneRuns: {table: "runs", at: "finished_at", version: "version",
 		bytes: "length(coalesce(trace,''))+length(coalesce(prepare_result,''))+length(coalesce(mutation_result,''))+length(coalesce(pending_call,''))",
-		drop:  "trace=NULL, prepare_result=NULL, mutation_result=NULL, pending_call=NULL, pruned_at=?",
+		drop:  [][2]string{{"trace", "NULL"}, {"prepare_result", "NULL"}, {"mutation_result", "NULL"}, {"pending_call", "NULL"}, {"pruned_at", "?"}},
 		kept:  "pruned_at=0 AND finished_at>0"},
 	store.PruneEvents: {table: "events", at: "updated_at", version: "0", numericID: true,
-		bytes: "length(payload)", drop: "payload='null', pruned_at=?", kept: "pruned_at=0"},
+		bytes: "length(payload)", drop: [][2]string{{"payload", "'null'"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
 	store.PruneMutations: {table: "mutations", at: "updated_at", version: "0",
-		bytes: "length(params)+length(coalesce(result,''))", drop: "params='{}', result=NULL, pruned_at=?", kept: "pruned_at=0"},
+		bytes: "length(params)+length(coalesce(result,''))", drop: [][2]string{{"params", "'{}'"}, {"result", "NULL"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
 	// A delivery has no pruned_at: an empty request is a pruned one (a
 	// settled delivery's request is forgotten when it settles).
 	store.PruneDeliveries: {table: "deliveries", at: "received_at", version: "0", numericID: true,
-		bytes: "length(request)", drop: "request=''", kept: "request<>''"},
+		bytes: "length(request)", drop: [][2]string{{"request", "''"}}, kept: "request<>''"},
+}
+
+// RowRewriter is what a backend's Runner implements when a row shrunk
+// in place keeps the pages it took (SQLite: an UPDATE never merges an
+// underfull page with its neighbours, so a pruned run whose trace filled
+// a page would keep that page for good). PruneBodies then rewrites the
+// pruned rows whole (INSERT OR REPLACE: the delete merges the pages);
+// Columns lists a table's columns.
+type RowRewriter interface {
+	Columns(table string) ([]string, error)
 }
 
 func pruneTableOf(kind store.PruneKind) (pruneTable, error) {
@@ -113,11 +126,34 @@ func (t *Tx) PruneBodies(kind store.PruneKind, ids []string, now int64) (int, in
 	if err := t.r.QueryRow(`SELECT count(*), coalesce(sum(`+p.bytes+`),0)`+where, args...).Scan(&n, &bytes); err != nil {
 		return 0, 0, fmt.Errorf("measure %s to prune: %w", p.table, err)
 	}
-	set := args
-	if kind != store.PruneDeliveries {
-		set = append([]any{now}, args...)
+	var sets []string
+	var at []any // the prune's time, once for each "?" of drop
+	for _, d := range p.drop {
+		sets = append(sets, d[0]+"="+d[1])
+		if d[1] == "?" {
+			at = append(at, now)
+		}
 	}
-	if _, err := t.r.Exec(`UPDATE `+p.table+` SET `+p.drop+` WHERE `+p.kept+` AND id IN (`+placeholders(len(ids))+`)`, set...); err != nil {
+	if rw, ok := t.r.(RowRewriter); ok {
+		cols, err := rw.Columns(p.table)
+		if err != nil {
+			return 0, 0, err
+		}
+		exprs := slices.Clone(cols)
+		for i, c := range cols {
+			for _, d := range p.drop {
+				if d[0] == c {
+					exprs[i] = d[1]
+				}
+			}
+		}
+		q := `INSERT OR REPLACE INTO ` + p.table + `(` + strings.Join(cols, ", ") + `) SELECT ` + strings.Join(exprs, ", ") + where
+		if _, err := t.r.Exec(q, append(at, args...)...); err != nil {
+			return 0, 0, fmt.Errorf("prune %s: %w", p.table, err)
+		}
+		return n, bytes, nil
+	}
+	if _, err := t.r.Exec(`UPDATE `+p.table+` SET `+strings.Join(sets, ", ")+` WHERE `+p.kept+` AND id IN (`+placeholders(len(ids))+`)`, append(at, args...)...); err != nil {
 		return 0, 0, fmt.Errorf("prune %s: %w", p.table, err)
 	}
 	return n, bytes, nil

@@ -98,3 +98,25 @@ func (s *Store) onWriter(ctx context.Context, fn func(*conn) error) error {
 	}
 	return fn(s.writer)
 }
+
+// Columns lists a table's columns in order (sqldb.RowRewriter): a pruned
+// row is rewritten whole, so that the pages its bodies filled are merged.
+func (c *conn) Columns(table string) ([]string, error) {
+	rows, err := c.Query(`SELECT name FROM pragma_table_info(?) ORDER BY cid`, table)
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("columns of %s: no such table", table)
+	}
+	return out, rows.Err()
+}
