@@ -1,11 +1,13 @@
 package engine_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -34,6 +36,40 @@ const feedScript = `export default Keep.workflow({
     },
   }) },
 })`
+
+// TestPruneKeepsAnEventAPIPostOnce: an event posted through the event
+// API, consumed, pruned past the horizon, then posted again with the same
+// id: keep finds the old input and writes nothing; the sink saw one write.
+func TestPruneKeepsAnEventAPIPostOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(eventScript)
+	postOrder(t, e, wf, 1)
+	e.settle()
+	time.Sleep(20 * time.Millisecond)
+	rep, err := e.k.Engine.Prune(e.ctx(), kt.Retention{Horizon: time.Millisecond, Batch: 10}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Kinds[1].Rows != 1 || rep.Kinds[2].Rows != 1 {
+		t.Fatalf("pruned %+v, want the event's payload and the write's bodies", rep.Kinds)
+	}
+	p, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "order", ID: "order-1", Title: "Order order-1", Payload: json.RawMessage(`{"id":"order-1"}`)}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Already {
+		t.Fatalf("the same id posted again after the prune: %+v, want already posted", p)
+	}
+	e.settle()
+	if n := len(e.sink.Writes()); n != 1 {
+		t.Fatalf("%d writes at the sink, want 1", n)
+	}
+	ins, err := report.Inputs(e.ctx(), e.k.Store, wf)
+	if err != nil || len(ins) != 1 || ins[0].Status != kt.ItemDone {
+		t.Fatalf("inputs after the prune: %+v (%v), want one, done", ins, err)
+	}
+}
 
 // TestPruneNeverWeakensThePromise (issue 44 #2): work runs, the history
 // past a short horizon is pruned, then the producer sees the old files

@@ -3,8 +3,8 @@ package sqldb
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
