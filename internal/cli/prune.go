@@ -20,7 +20,7 @@ func (a *app) pruneCmd() *cobra.Command {
 		Use:   "prune [--dry-run]",
 		Short: "drop the traces and payloads of work finished before [retention] days (keep serve does it every hour)",
 		Long: "prune drops the bodies of finished work older than keep.toml's [retention] days: the traces and results of done and skipped runs, " +
-			"the payloads of consumed events, the params and results of applied writes, the requests of settled webhook deliveries. " +
+			"the payloads of consumed events, the params of applied writes (their results stay), the requests of settled webhook deliveries. " +
 			"What makes work idempotent stays (input ids, messageIds, item keys, write identities and outcomes, the decision log), " +
 			"as does every unfinished run and the newest done runs the Maintainer replays. keep.db then gives the freed pages back to the disk.",
 		Args: cobra.NoArgs,

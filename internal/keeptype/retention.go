@@ -37,9 +37,10 @@ func RunPrunable(s Status) bool {
 func EventPrunable(s EventStatus) bool { return s == EventConsumed || s == EventSkipped }
 
 // MutationPrunable says a ledger row in status s is settled for good:
-// applied or skipped. Its identity, payload hash and status stay; its
-// params and result go (a write of the same identity is not sent again;
-// one with another payload hash is judged a significant change, as for a
+// applied or skipped. Its identity, payload hash, status and result stay
+// (a write found applied is not sent again, and its result is handed to
+// the script again); its params go (a write of the same identity with
+// another payload hash is then judged a significant change, as for a
 // method without comparePayload). In flight, uncertain and failed rows
 // keep everything.
 func MutationPrunable(s MutationStatus) bool { return s == MutationApplied || s == MutationSkipped }

@@ -527,7 +527,8 @@ type Tx interface {
 	PruneList(kind PruneKind, before int64, after PruneCursor, limit int) ([]PruneRow, error)
 	// PruneBodies drops the bodies of the rows of kind named by ids
 	// (runs: trace, prepare and mutation results, pending call; events:
-	// payload; ledger rows: params and result; deliveries: the request)
+	// payload; ledger rows: params, their result kept; deliveries: the
+	// request)
 	// and marks them pruned at now, keeping every row and its identity.
 	// It returns the rows changed and the bytes of the bodies dropped.
 	PruneBodies(kind PruneKind, ids []string, now int64) (rows int, bytes int64, err error)

@@ -28,7 +28,9 @@ var pruneTables = map[store.PruneKind]pruneTable{
 	store.PruneEvents: {table: "events", at: "updated_at", version: "0", numericID: true,
 		bytes: "length(payload)", drop: [][2]string{{"payload", "'null'"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
 	store.PruneMutations: {table: "mutations", at: "updated_at", version: "0",
-		bytes: "length(params)+length(coalesce(result,''))", drop: [][2]string{{"params", "'{}'"}, {"result", "NULL"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
+		// The result stays: a write found applied hands it to the script
+		// again (stepReplay), as its answer.
+		bytes: "length(params)", drop: [][2]string{{"params", "'{}'"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
 	// A delivery has no pruned_at: an empty request is a pruned one (a
 	// settled delivery's request is forgotten when it settles).
 	store.PruneDeliveries: {table: "deliveries", at: "received_at", version: "0", numericID: true,

@@ -111,8 +111,8 @@ func exercisePrune(run runCase) {
 			if err != nil {
 				return fmt.Errorf("a pruned ledger row is not found by its identity: %w", err)
 			}
-			if m.Status != kt.MutationApplied || m.Result != nil || string(m.Params) != "{}" || m.PayloadHash != "ph" || m.IdempotencyKey != "ik" {
-				return fmt.Errorf("pruned ledger row %+v; want applied, no result, params {}, its hashes kept", m)
+			if m.Status != kt.MutationApplied || string(m.Result) != string(body) || string(m.Params) != "{}" || m.PayloadHash != "ph" || m.IdempotencyKey != "ik" {
+				return fmt.Errorf("pruned ledger row %+v; want applied, params {}, its result and hashes kept", m)
 			}
 			// Pruned rows are not listed again; the rest still are.
 			rows, err := tx.PruneList(store.PruneRuns, 1000, store.PruneCursor{}, 10)
