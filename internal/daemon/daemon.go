@@ -313,7 +313,9 @@ func (k *Keep) Prune(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		wait = k.Retention.Interval
+		if wait = k.Retention.Interval; wait <= 0 {
+			wait = time.Hour
+		}
 		rep, err := k.Engine.Prune(ctx, p, false)
 		if err != nil {
 			if ctx.Err() == nil {
