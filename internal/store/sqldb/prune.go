@@ -174,14 +174,5 @@ func (t *Tx) RunIDsNewest(workflow string, version int64, status kt.Status, limi
 	if err != nil {
 		return nil, fmt.Errorf("list the newest runs of %s: %w", workflow, err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return Strings(rows)
 }

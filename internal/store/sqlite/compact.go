@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"fmt"
+
+	"github.com/keep-run/keep/internal/store/sqldb"
 )
 
 // Giving the disk back (issue 44). A prune drops bodies; the pages they
@@ -106,17 +108,9 @@ func (c *conn) Columns(table string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("columns of %s: %w", table, err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out = append(out, n)
+	out, err := sqldb.Strings(rows)
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("columns of %s: no such table", table)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("columns of %s: no such table", table)
-	}
-	return out, rows.Err()
+	return out, err
 }
