@@ -177,3 +177,46 @@ func TestPruneNeverWeakensThePromise(t *testing.T) {
 		t.Fatalf("a new file after the prune: %d writes, want 4", n)
 	}
 }
+
+// TestPruneSparesUnfinishedWork: a run blocked on a write whose outcome
+// is unknown keeps its trace, its event its payload and its ledger row
+// its params, however old: the card and the reconciliation read them.
+func TestPruneSparesUnfinishedWork(t *testing.T) {
+	t.Parallel()
+	e, wf, open := unknownWrite(t)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := e.k.Engine.Prune(e.ctx(), kt.Retention{Horizon: time.Millisecond, Batch: 10}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		r, err := tx.RunGet(open.ID)
+		if err != nil {
+			return err
+		}
+		if r.Status.Finished() || r.Trace == nil {
+			return fmt.Errorf("the blocked run after a prune: %s, trace %d bytes; want it unfinished with its trace", r.Status, len(r.Trace))
+		}
+		m, err := tx.MutationByRun(open.ID)
+		if err != nil {
+			return err
+		}
+		if len(m.Params) <= 2 {
+			return fmt.Errorf("the blocked write's params after a prune: %s", m.Params)
+		}
+		evs, err := tx.EventsReservedBy(open.ID)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if string(ev.Payload) == "null" {
+				return fmt.Errorf("the blocked run's event %s lost its payload", ev.MessageID)
+			}
+		}
+		if len(evs) == 0 {
+			return fmt.Errorf("the blocked run of %s holds no event", wf)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
