@@ -38,6 +38,8 @@ type Server struct {
 	// Problem reports what keep serve cannot get past by itself (a full
 	// disk); "" when all is well. Nil for no scheduler.
 	Problem func() string
+	// Retention is the policy POST /api/v1/prune applies ([retention]).
+	Retention kt.Retention
 	// WebhooksURL is where keep serve --webhooks-addr serves the webhooks
 	// ("http://ADDR"; "" for nowhere), shown with each webhook.
 	WebhooksURL string
@@ -67,6 +69,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/connections", s.connections)
 	mux.HandleFunc("GET /api/v1/secrets", s.secrets)
 	mux.HandleFunc("GET /api/v1/nodes", s.nodes)
+	mux.HandleFunc("POST /api/v1/prune", s.prune)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
@@ -353,6 +356,30 @@ func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, nonNil(v))
+}
+
+// prune drops the bodies of finished work past the retention horizon
+// (engine.Prune), or with ?dryRun=1 says what it would drop.
+func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
+	if err := s.control().MayAct(r.Context(), kt.ActPrune); err != nil {
+		fail(w, err)
+		return
+	}
+	dry := false
+	switch v := r.URL.Query().Get("dryRun"); v {
+	case "", "0", "false":
+	case "1", "true":
+		dry = true
+	default:
+		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("dryRun %q: use 1 or 0", v))
+		return
+	}
+	rep, err := s.Engine.Prune(r.Context(), s.Retention, dry)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, rep)
 }
 
 // nodes lists the keep serve nodes sharing the store and what each holds.

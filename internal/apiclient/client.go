@@ -337,6 +337,17 @@ func (c *Client) DropHeld(ctx context.Context, wf string, ids []int64) (apitype.
 	return r, c.call(ctx, http.MethodPost, c.wfPath(wf, "webhooks/drop-held"), apitype.HeldRequest{Deliveries: ids}, &r)
 }
 
+// Prune prunes finished work's history by keep's retention policy
+// ([retention]); dryRun only says what would go.
+func (c *Client) Prune(ctx context.Context, dryRun bool) (apitype.PruneReply, error) {
+	var r apitype.PruneReply
+	path := "/api/v1/prune"
+	if dryRun {
+		path += "?dryRun=1"
+	}
+	return r, c.call(ctx, http.MethodPost, path, nil, &r)
+}
+
 // SkipPending skips a topic's pending events.
 func (c *Client) SkipPending(ctx context.Context, wf, topic string) (apitype.WorkflowActionReply, error) {
 	var r apitype.WorkflowActionReply

@@ -117,6 +117,11 @@ type WorkflowActionReply struct {
 }
 
 // RunActionReply answers resolve and approve.
+// PruneReply is what POST /api/v1/prune did (or, with ?dryRun=1, would
+// do): rows whose bodies were dropped per kind, bytes, the file's size.
+type PruneReply = kt.PruneReport
+
+// RunActionReply is what a run action did.
 type RunActionReply struct {
 	OK       bool   `json:"ok"`
 	RunID    string `json:"runId"`

@@ -89,6 +89,7 @@ func (a *app) serveCmd() *cobra.Command {
 			beside.Go(func() { k.Notify(besideCtx) })
 			beside.Go(func() { k.Maintain(besideCtx) })
 			beside.Go(func() { k.TakeHeld(besideCtx) })
+			beside.Go(func() { k.Prune(besideCtx) })
 			defer func() { endBeside(); beside.Wait() }()
 			if hooksURL != "" {
 				where += ", webhooks at " + hooksURL + "/hooks/"

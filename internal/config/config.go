@@ -68,6 +68,7 @@ type Config struct {
 	LLM        LLM
 	Maintainer Maintainer
 	OTel       OTel
+	Retention  Retention
 	// Connectors are the connectors' tables ([connectors.NAME]) by name,
 	// each a pointer to its declared struct, defaults applied, present
 	// or not (Get reads one).
@@ -83,6 +84,7 @@ type file struct {
 	LLM        LLM                       `toml:"llm"`
 	Maintainer Maintainer                `toml:"maintainer"`
 	OTel       OTel                      `toml:"otel"`
+	Retention  Retention                 `toml:"retention"`
 }
 
 // Tables are keep's own tables, for the reference (docs/scripts.md).
@@ -92,6 +94,7 @@ func Tables() []Section {
 		{Name: "notify", Doc: "how keep tells a person that a run needs them.", New: func() any { return &Notify{} }},
 		{Name: "llm", Doc: "an OpenAI-compatible chat-completions endpoint, for the Maintainer and keep plan. `KEEP_LLM_BASE_URL` and `KEEP_LLM_MODEL` override the file.", New: func() any { return &LLM{} }},
 		{Name: "maintainer", Doc: "the agent that repairs runs failed with a logic error (needs [llm]).", New: func() any { return &Maintainer{} }},
+		{Name: "retention", Doc: "how long finished work's history is kept (issue 44). Past `days`, the traces and payloads of done and skipped runs, consumed events, applied ledger rows and settled webhook deliveries are dropped; the rows that make work idempotent stay (input ids, messageIds, item keys, write identities and outcomes, the decision log), as does everything of unfinished work (blocked, waiting, failed runs) and the newest done runs the Maintainer replays. keep serve prunes every `interval`; `keep prune [--dry-run]` does it now. SQLite gives the freed pages back to the disk (incremental vacuum); PostgreSQL's autovacuum reuses them.", New: func() any { return &Retention{} }},
 		{Name: "otel", Doc: "traces of runs for an OpenTelemetry collector, sent by OTLP over HTTP (protobuf): a span per run, a child per phase (prepare, mutate, next; producer, task) and per connector call, with the run's id, workflow, handler and input, each call's tool, method and outcome. Without `endpoint` it is off: no exporter, and the engine makes no spans at all. The traces `keep show run` and the page show do not depend on it.", New: func() any { return &OTel{} }},
 	}
 }
@@ -122,6 +125,17 @@ type OTel struct {
 	SampleRatio float64           `toml:"sample_ratio" default:"1.0" min:"0" max:"1" doc:"The share of runs traced, from 0 (none) to 1 (every run)."`
 	Timeout     time.Duration     `toml:"timeout" default:"'10s'" doc:"How long one export may take; keep's exit (keep run's end, keep serve's stop) waits at most this long to send the last traces."`
 }
+
+// Retention is [retention]: the policy of history (engine.Prune applies it).
+type Retention struct {
+	Days         int           `toml:"days" default:"14" min:"0" max:"36500" doc:"How many days the traces and payloads of finished work are kept (n8n keeps executions 14 days); 0 keeps them forever."`
+	KeepDoneRuns int           `toml:"keep_done_runs" default:"200" min:"0" max:"100000" doc:"The newest done runs of each workflow's version kept whole whatever their age: the Maintainer replays them to judge a new version (it reads at most 200)."`
+	Interval     time.Duration `toml:"interval" default:"'1h'" doc:"How often keep serve prunes."`
+	Batch        int           `toml:"batch" default:"200" min:"1" max:"10000" doc:"Rows pruned per write transaction: small, so runs keep flowing between batches."`
+}
+
+// Horizon is how long finished work's bodies are kept (0: forever).
+func (r Retention) Horizon() time.Duration { return time.Duration(r.Days) * 24 * time.Hour }
 
 // Set reports whether traces are sent.
 func (o OTel) Set() bool { return o.Endpoint != "" }
@@ -172,6 +186,7 @@ func parse(text string) (Config, error) {
 	defaults(&f.LLM)
 	defaults(&f.Maintainer)
 	defaults(&f.OTel)
+	defaults(&f.Retention)
 	cfg := Config{Policy: f.Policy, Connectors: map[string]any{}}
 	md, err := toml.Decode(text, &f)
 	if err != nil {
@@ -180,7 +195,7 @@ func parse(text string) (Config, error) {
 	for _, t := range []struct {
 		name string
 		v    any
-	}{{"policy", &f.Policy}, {"notify", &f.Notify}, {"llm", &f.LLM}, {"maintainer", &f.Maintainer}, {"otel", &f.OTel}} {
+	}{{"policy", &f.Policy}, {"notify", &f.Notify}, {"llm", &f.LLM}, {"maintainer", &f.Maintainer}, {"otel", &f.OTel}, {"retention", &f.Retention}} {
 		if err := checkTags(md, []string{t.name}, t.v); err != nil {
 			return cfg, err
 		}
@@ -194,7 +209,7 @@ func parse(text string) (Config, error) {
 	if err := checkOTel(&f.OTel); err != nil {
 		return cfg, err
 	}
-	cfg.Policy, cfg.Notify, cfg.LLM, cfg.Maintainer, cfg.OTel = f.Policy, f.Notify, f.LLM, f.Maintainer, f.OTel
+	cfg.Policy, cfg.Notify, cfg.LLM, cfg.Maintainer, cfg.OTel, cfg.Retention = f.Policy, f.Notify, f.LLM, f.Maintainer, f.OTel, f.Retention
 	for _, s := range Sections() {
 		p, defined := f.Connectors[s.Name]
 		v, err := decodeSection(md, s, p, defined, &cfg)

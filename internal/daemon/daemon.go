@@ -139,6 +139,9 @@ type Keep struct {
 	Engine    *engine.Engine
 	Scheduler *scheduler.Scheduler
 	Policy    config.Policy
+	// Retention is keep.toml's [retention]: keep serve prunes by it
+	// (Prune), and so does POST /api/v1/prune.
+	Retention config.Retention
 	Hub       *api.Hub
 	Metrics   *metrics.Metrics
 	DataDir   string
@@ -293,6 +296,41 @@ func (k *Keep) TakeHeld(ctx context.Context) {
 	}
 }
 
+// Prune prunes finished work's history by [retention] until ctx ends
+// (keep serve): a first pass a minute after the start, then every
+// interval. Each pass deletes in small transactions (engine.Prune), so
+// runs keep flowing; a pass that fails is logged and tried again at the
+// next interval.
+func (k *Keep) Prune(ctx context.Context) {
+	p := engine.RetentionOf(k.Retention)
+	if p.Horizon <= 0 {
+		return
+	}
+	wait := time.Minute
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if wait = k.Retention.Interval; wait <= 0 {
+			wait = time.Hour
+		}
+		rep, err := k.Engine.Prune(ctx, p, false)
+		if err != nil {
+			if ctx.Err() == nil {
+				k.log.Warn("prune history", "error", err)
+			}
+			continue
+		}
+		args := []any{"freed_bytes", rep.Freed}
+		for _, c := range rep.Kinds {
+			args = append(args, c.Kind, c.Rows)
+		}
+		k.log.Info("pruned history past the retention", args...)
+	}
+}
+
 // SetPageURL is where notices link to, unless [notify] page_url says.
 func (k *Keep) SetPageURL(u string) {
 	if k.notifier != nil && k.notifier.PageURL == "" {
@@ -353,7 +391,7 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 	if o.Pprof {
 		mux.Handle(ProfilesPath, profiles())
 	}
-	apiHandler := (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, WebhooksURL: o.WebhooksURL}).Handler()
+	apiHandler := (&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, WebhooksURL: o.WebhooksURL, Retention: engine.RetentionOf(k.Retention)}).Handler()
 	mux.Handle("/api/", apiHandler)
 	mux.HandleFunc("GET "+apitype.InstancePath, func(w http.ResponseWriter, r *http.Request) {
 		api.JSON(w, http.StatusOK, map[string]string{"instance": k.Instance})
@@ -371,7 +409,7 @@ func (k *Keep) HTTPHandlerWith(o HTTPOptions) http.Handler {
 // process, without keep serve's guard (api.InProcess): keep run reads
 // what it prints through it, as every other command reads through the API.
 func (k *Keep) API() http.Handler {
-	return api.InProcess((&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem}).Handler())
+	return api.InProcess((&api.Server{Store: k.Store, Engine: k.Engine, Changed: k.Changed, Problem: k.Scheduler.Problem, Retention: engine.RetentionOf(k.Retention)}).Handler())
 }
 
 // AddrFile is where keep serve writes the address of its API and its

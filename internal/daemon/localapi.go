@@ -99,7 +99,7 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 		pol = &cfg.Policy
 	}
 	eng := engine.New(engine.Options{Store: st, Registry: RegistryOf(cfg, root), Policy: pol})
-	srv := &api.Server{Store: st, Engine: eng, Changed: l.note}
+	srv := &api.Server{Store: st, Engine: eng, Changed: l.note, Retention: engine.RetentionOf(cfg.Retention)}
 	l.Handler = api.InProcess(srv.Handler())
 	return l, nil
 }

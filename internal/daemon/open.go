@@ -235,7 +235,7 @@ func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.A
 	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
 	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
 		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
-		Store:    st, Policy: cfg.Policy, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+		Store:    st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
 	if k.notifier != nil {
 		k.notifier.Now = clock.Now // keep's time, as every stamp it compares with (design.md, "Time")
 	}

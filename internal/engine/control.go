@@ -42,7 +42,7 @@ func WithProof(ctx context.Context, p Proof) context.Context {
 var mayAct = map[kt.Action][]Proof{}
 
 func init() {
-	for _, a := range append(Actions(), kt.ActDeploy) {
+	for _, a := range append(Actions(), kt.ActDeploy, kt.ActPrune) {
 		mayAct[a] = []Proof{ProofPage, ProofToken, ProofSecret}
 	}
 }

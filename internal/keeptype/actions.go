@@ -38,6 +38,11 @@ const (
 // refused by engine.Control.MayAct like every action Do carries out.
 const ActDeploy Action = "deploy"
 
+// ActPrune is a prune of finished work's history by the retention policy
+// (engine.Engine.Prune; keep prune, POST /api/v1/prune): allowed or
+// refused by engine.Control.MayAct like every action.
+const ActPrune Action = "prune"
+
 // Resolution is what a person can do with a blocked run (ch 13 §13.9).
 type Resolution string
 

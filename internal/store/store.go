@@ -519,10 +519,69 @@ type Tx interface {
 	// ErrStale (wrapped), at once or at commit.
 	DeliverySettle(d *kt.Delivery) error
 
+	// PruneList lists at most limit rows of kind whose bodies are still
+	// kept and that ended before before (runs: finished_at > 0; events
+	// and ledger rows: updated_at; deliveries: received_at), past after,
+	// oldest first: what the pruner (engine.Prune) judges. It reads no
+	// body, only each row's size.
+	PruneList(kind PruneKind, before int64, after PruneCursor, limit int) ([]PruneRow, error)
+	// PruneBodies drops the bodies of the rows of kind named by ids
+	// (runs: trace, prepare and mutation results, pending call; events:
+	// payload; ledger rows: params, their result kept; deliveries: the
+	// request)
+	// and marks them pruned at now, keeping every row and its identity.
+	// It returns the rows changed and the bytes of the bodies dropped.
+	PruneBodies(kind PruneKind, ids []string, now int64) (rows int, bytes int64, err error)
+	// RunIDsNewest lists the ids of a workflow's newest runs in status
+	// (of version; 0 for any), newest first, at most limit: the runs the
+	// pruner spares whatever their age.
+	RunIDsNewest(workflow string, version int64, status kt.Status, limit int) ([]string, error)
+
 	// DueWorkflows lists the workflows that may have work at time now: a
 	// dirty or woken consumer, a due or queued producer, an open run waiting
 	// for a retry, a person's action or reconciliation.
 	DueWorkflows(now int64) ([]string, error)
+}
+
+// PruneKind names what the pruner drops bodies of.
+type PruneKind string
+
+const (
+	PruneRuns       PruneKind = "runs"
+	PruneEvents     PruneKind = "events"
+	PruneMutations  PruneKind = "mutations"
+	PruneDeliveries PruneKind = "deliveries"
+)
+
+// PruneKinds lists every kind, in the order the pruner takes them.
+var PruneKinds = []PruneKind{PruneRuns, PruneEvents, PruneMutations, PruneDeliveries}
+
+// PruneCursor is where a PruneList stopped: the last row's time and id.
+type PruneCursor struct {
+	At int64
+	ID string
+}
+
+// PruneRow is one row PruneList found: its identity, what it belongs to,
+// its status, when it ended and the bytes of its bodies.
+type PruneRow struct {
+	ID       string
+	Workflow string
+	Version  int64 // runs only
+	Status   string
+	At       int64
+	Bytes    int64
+}
+
+// Compactor is a Store that can give the disk back after a prune (SQLite:
+// incremental vacuum). Compact returns the bytes the file shrank by.
+type Compactor interface {
+	Compact(ctx context.Context) (freed int64, err error)
+}
+
+// Sizer is a Store that can say how many bytes its data takes on disk.
+type Sizer interface {
+	Size(ctx context.Context) (int64, error)
 }
 
 // Notice records that a notice (a blocked run's, a digest's) went out on a

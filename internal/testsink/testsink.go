@@ -68,6 +68,9 @@ type Sink struct {
 	// path of every read (GET) before it is answered: a test's way to make
 	// something happen while a handler waits on a read.
 	OnRead func(path string)
+	// Feed, when set (before the first request), is the body a GET /feed
+	// answers: a feed a producer polls (issue 44's history benchmark).
+	Feed []byte
 	// OnWrite, when set (before the first request), is called when a
 	// write request comes in, before it is applied or answered: a test's
 	// way to make something happen right after keep sent a write.
@@ -239,6 +242,10 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 			s.OnRead(r.URL.Path)
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/feed" && s.Feed != nil {
+			_, _ = w.Write(s.Feed)
+			return
+		}
 		out := map[string]any{"ok": true, "path": r.URL.Path}
 		if r.URL.Path == "/echo" {
 			// A read that echoes what it was sent.

@@ -799,6 +799,11 @@ SELECT w.name FROM workflows w WHERE w.paused=0 AND (
 	if err != nil {
 		return nil, fmt.Errorf("find due workflows: %w", err)
 	}
+	return Strings(rows)
+}
+
+// Strings reads a query's one column of text, and closes its rows.
+func Strings(rows Rows) ([]string, error) {
 	defer rows.Close()
 	var out []string
 	for rows.Next() {

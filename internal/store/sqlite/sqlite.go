@@ -76,7 +76,7 @@ func Open(path string) (*Store, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
 		return nil, fmt.Errorf("%w: %s is empty (0 bytes), so the ledgers it held are gone; keep refuses to start over on it, since that would send writes again. Restore it from a backup, or remove it to start a new, empty data directory", ErrCorrupt, path)
 	}
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=temp_store(MEMORY)"
+	dsn := "file:" + path + "?_pragma=auto_vacuum(INCREMENTAL)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=temp_store(MEMORY)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -497,3 +497,18 @@ func (r recordingTx) DeliverySettle(d *kt.Delivery) error {
 	r.c.note("DeliverySettle")
 	return r.tx.DeliverySettle(d)
 }
+
+func (r recordingTx) PruneList(kind store.PruneKind, before int64, after store.PruneCursor, limit int) ([]store.PruneRow, error) {
+	r.c.note("PruneList")
+	return r.tx.PruneList(kind, before, after, limit)
+}
+
+func (r recordingTx) PruneBodies(kind store.PruneKind, ids []string, now int64) (int, int64, error) {
+	r.c.note("PruneBodies")
+	return r.tx.PruneBodies(kind, ids, now)
+}
+
+func (r recordingTx) RunIDsNewest(workflow string, version int64, status kt.Status, limit int) ([]string, error) {
+	r.c.note("RunIDsNewest")
+	return r.tx.RunIDsNewest(workflow, version, status, limit)
+}

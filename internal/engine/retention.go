@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/keep-run/keep/internal/config"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// Prune applies the retention policy (issue 44): the bodies of work
+// finished before now − p.Horizon are dropped, kind by kind, in write
+// transactions of at most p.Batch rows each, so runs keep committing
+// between them. What may go is keeptype's rule (RunPrunable, …); the
+// newest p.KeepDoneRuns done runs of each workflow's version (what the
+// Maintainer replays) and each workflow's newest retried run (the last
+// failure's card) are spared whatever their age. With dryRun nothing is
+// written: the report says what would go. Afterwards a store that can
+// (SQLite) gives the freed pages back to the disk.
+func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.PruneReport, error) {
+	rep := kt.PruneReport{DryRun: dryRun}
+	if p.Horizon <= 0 {
+		return rep, nil
+	}
+	if p.Batch <= 0 {
+		p.Batch = 200
+	}
+	now := e.nowMs()
+	rep.Before = now - p.Horizon.Milliseconds()
+	sz, sized := e.store.(store.Sizer)
+	if sized {
+		n, err := sz.Size(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.SizeBefore = n
+	}
+	pr := pruner{p: p, spare: map[string]map[string]bool{}}
+	for _, kind := range store.PruneKinds {
+		c := kt.PruneCount{Kind: string(kind)}
+		var after store.PruneCursor
+		for done := false; !done; {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			batch := func(tx store.Tx) error {
+				rows, err := tx.PruneList(kind, rep.Before, after, p.Batch)
+				if err != nil {
+					return err
+				}
+				if len(rows) < p.Batch {
+					done = true
+				}
+				if len(rows) == 0 {
+					return nil
+				}
+				after = store.PruneCursor{At: rows[len(rows)-1].At, ID: rows[len(rows)-1].ID}
+				var ids []string
+				var bytes int64
+				for _, r := range rows {
+					ok, err := pr.prunable(tx, kind, r)
+					if err != nil {
+						return err
+					}
+					if ok {
+						ids, bytes = append(ids, r.ID), bytes+r.Bytes
+					}
+				}
+				if dryRun {
+					c.Rows, c.Bytes = c.Rows+len(ids), c.Bytes+bytes
+					return nil
+				}
+				n, b, err := tx.PruneBodies(kind, ids, now)
+				c.Rows, c.Bytes = c.Rows+n, c.Bytes+b
+				return err
+			}
+			var err error
+			if dryRun {
+				err = e.store.View(ctx, batch)
+			} else {
+				err = e.store.Update(ctx, batch)
+			}
+			if err != nil {
+				return rep, fmt.Errorf("prune %s: %w", kind, err)
+			}
+		}
+		rep.Kinds = append(rep.Kinds, c)
+	}
+	rep.Spared = pr.spared
+	if cm, ok := e.store.(store.Compactor); ok && !dryRun {
+		freed, err := cm.Compact(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("give the disk back: %w", err)
+		}
+		rep.Freed = freed
+	}
+	if sized {
+		n, err := sz.Size(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.SizeAfter = n
+	}
+	return rep, nil
+}
+
+// RetentionOf is the policy keep.toml's [retention] sets.
+func RetentionOf(r config.Retention) kt.Retention {
+	return kt.Retention{Horizon: r.Horizon(), KeepDoneRuns: r.KeepDoneRuns, Batch: r.Batch}
+}
+
+// pruner judges rows by keeptype's rule, remembering the runs it spares.
+type pruner struct {
+	p kt.Retention
+	// spare holds, per workflow and version (and per workflow for its
+	// last retried run), the ids of the runs kept whatever their age.
+	spare  map[string]map[string]bool
+	spared int
+}
+
+func (pr *pruner) prunable(tx store.Tx, kind store.PruneKind, r store.PruneRow) (bool, error) {
+	switch kind {
+	case store.PruneEvents:
+		return kt.EventPrunable(kt.EventStatus(r.Status)), nil
+	case store.PruneMutations:
+		return kt.MutationPrunable(kt.MutationStatus(r.Status)), nil
+	case store.PruneDeliveries:
+		return kt.DeliveryPrunable(kt.DeliveryStatus(r.Status)), nil
+	}
+	st := kt.Status(r.Status)
+	if !kt.RunPrunable(st) {
+		return false, nil
+	}
+	var version int64
+	limit := 1 // a workflow's newest retried run: the last failure's card
+	switch st {
+	case kt.StatusCommitted:
+		version, limit = r.Version, pr.p.KeepDoneRuns
+	case kt.StatusSkipped:
+		return true, nil
+	}
+	if limit <= 0 {
+		return true, nil
+	}
+	key := r.Workflow + "\x00" + strconv.FormatInt(version, 10) + "\x00" + string(st)
+	ids, ok := pr.spare[key]
+	if !ok {
+		newest, err := tx.RunIDsNewest(r.Workflow, version, st, limit)
+		if err != nil {
+			return false, err
+		}
+		ids = map[string]bool{}
+		for _, id := range newest {
+			ids[id] = true
+		}
+		pr.spare[key] = ids
+	}
+	if ids[r.ID] {
+		pr.spared++
+		return false, nil
+	}
+	return true, nil
+}
