@@ -63,6 +63,7 @@ func validate(p *Program, c Connectors, full bool) []kt.Problem {
 		v.webhookWrites(c.Writes)
 	}
 	v.literalCredentials()
+	v.maskCredentials()
 	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Severity == "error" && v.out[j].Severity != "error" })
 	return v.out
 }
@@ -122,6 +123,19 @@ func (v *validation) followed() {
 			v.out = append(v.out, kt.Problem{Severity: "error", Handler: h, Line: v.an.LineOf(parts[0]+"."+parts[1], ""),
 				Message: fmt.Sprintf("keep cannot find the function of %s in the script's text, so it cannot see what it does: write it in Keep.workflow({ ... }) (async %s(ctx, ...) { ... }), or as a function the script declares by name", h, parts[2])})
 		}
+	}
+}
+
+// maskCredentials masks, in every message, the credentials the script
+// writes literally (FindCredentials) and what else has a credential's form
+// (redact.String): a message quotes the script's text ("can write twice:
+// ctx.http.request({ headers: { Authorization: "Bearer …" } })"), and
+// keep validate, deploy, the API, the Planner and the Maintainer all print
+// or send these messages (issue 42).
+func (v *validation) maskCredentials() {
+	creds := FindCredentials(v.p.Source)
+	for i := range v.out {
+		v.out[i].Message = creds.Hide(v.out[i].Message)
 	}
 }
 
