@@ -61,6 +61,34 @@ export default Keep.workflow({ name: "w", topics: { "a": {} },
 })`
 }
 
+// oneError is a script that validation refuses with one error, at its
+// line and handler, saying want and every one of also.
+type oneError struct {
+	name, helpers, producer, mutate string
+	line                            int
+	handler, want                   string
+}
+
+func expectOneError(t *testing.T, cases []oneError, also ...string) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			errs := errorsOf(check(t, wf42(c.helpers, c.producer, c.mutate)))
+			if len(errs) != 1 {
+				t.Fatalf("want one error, got %v", errs)
+			}
+			e := errs[0]
+			ok := e.Line == c.line && e.Handler == c.handler && strings.Contains(e.Message, c.want)
+			for _, a := range also {
+				ok = ok && strings.Contains(e.Message, a)
+			}
+			if !ok {
+				t.Fatalf("got %q (line %d, handler %q); want line %d, handler %q, saying %q and %q", e.Message, e.Line, e.Handler, c.line, c.handler, c.want, also)
+			}
+		})
+	}
+}
+
 func errorsOf(ps []kt.Problem) []kt.Problem {
 	var out []kt.Problem
 	for _, p := range ps {
@@ -76,11 +104,7 @@ func errorsOf(ps []kt.Problem) []kt.Problem {
 // the handler and what to write instead (issue 42).
 func TestValidateRefusesGlobalsTheSandboxLacks(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name, helpers, producer, mutate string
-		line                            int
-		handler, want                   string
-	}{
+	cases := []oneError{
 		{"fetch", "", "", `      const r = await fetch("https://api.example/x")`, 9, "consumers.c.mutate", "ctx.http.request"},
 		{"fetch aliased", "", `    const f = fetch
     await f("https://api.example/x")`, "", 4, "producers.p.handler", "fetch does not exist in keep's sandbox"},
@@ -94,19 +118,7 @@ func TestValidateRefusesGlobalsTheSandboxLacks(t *testing.T) {
 		{"setInterval", "", `    setInterval(() => {}, 1000)`, "", 4, "producers.p.handler", "schedule: { interval"},
 		{"Buffer", "", `    const b = Buffer.from("x").toString("base64")`, "", 4, "producers.p.handler", "base64"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			errs := errorsOf(check(t, wf42(c.helpers, c.producer, c.mutate)))
-			if len(errs) != 1 {
-				t.Fatalf("want one error, got %v", errs)
-			}
-			e := errs[0]
-			if e.Line != c.line || e.Handler != c.handler || !strings.Contains(e.Message, "does not exist in keep's sandbox") || !strings.Contains(e.Message, c.want) {
-				t.Fatalf("got %q (line %d, handler %q); want line %d, handler %q, saying %q", e.Message, e.Line, e.Handler, c.line, c.handler, c.want)
-			}
-		})
-	}
+	expectOneError(t, cases, "does not exist in keep's sandbox")
 }
 
 // What only looks like those globals is no error: the script's own fetch,
@@ -128,11 +140,7 @@ const opts = { setTimeout: 5, process: "batch" }`,
 // naming its handler; the time and chance elsewhere are fine (issue 42).
 func TestValidateRefusesIdsFromTimeOrChance(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name, helpers, producer, mutate string
-		line                            int
-		handler, want                   string
-	}{
+	cases := []oneError{
 		{"an input id from Date.now()", "", `    ctx.registerInput({ source: "files", type: "file", id: "job-" + Date.now(), title: "Job" })`, "", 4, "producers.p.handler", "the input id \"job-\" + Date.now() is built from the time or chance (Date.now)"},
 		{"an input id from a helper that returns Date.now()", `function stamp() { return String(Date.now()) }`,
 			`    const id = stamp()
@@ -145,19 +153,7 @@ func TestValidateRefusesIdsFromTimeOrChance(t *testing.T) {
     ctx.registerInput({ source: "files", type: "file", id: ` + "`t-${t}`" + `, title: "Job" })`, "", 5, "producers.p.handler", "(performance)"},
 		{"an input id from ctx.now()", "", `    ctx.registerInput({ source: "files", type: "file", id: String(ctx.now()), title: "Job" })`, "", 4, "producers.p.handler", "(ctx.now)"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			errs := errorsOf(check(t, wf42(c.helpers, c.producer, c.mutate)))
-			if len(errs) != 1 {
-				t.Fatalf("want one error, got %v", errs)
-			}
-			e := errs[0]
-			if e.Line != c.line || e.Handler != c.handler || !strings.Contains(e.Message, c.want) || !strings.Contains(e.Message, "data's own id") {
-				t.Fatalf("got %q (line %d, handler %q); want line %d, handler %q, saying %q", e.Message, e.Line, e.Handler, c.line, c.handler, c.want)
-			}
-		})
-	}
+	expectOneError(t, cases, "data's own id")
 }
 
 // The time and chance where they build no id are no error: a date the

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the pgx driver for database/sql
 
@@ -144,7 +143,7 @@ func TestANumericIdIsShownAsGiven(t *testing.T) {
 	}
 
 	// keep serve's event API takes a number for id, and keeps it whole.
-	addr, secret := serve(t, data)
+	addr, secret := testbin.Serve(t, keepBin, data)
 	req, _ := http.NewRequest("POST", addr+"/api/v1/workflows/nums/topics/order/events", strings.NewReader(`{"id": 1795879280202, "title": "Order 1795879280202", "payload": {"n": 1}}`))
 	req.Header.Set("Authorization", "Bearer "+secret)
 	req.Header.Set("Content-Type", "application/json")
@@ -168,36 +167,6 @@ func TestANumericIdIsShownAsGiven(t *testing.T) {
 	}
 	if _, out, _ := keep(t, "inputs", "nums", "--data", data); !strings.Contains(out, "1795879280202") || strings.Contains(out, "e+12") {
 		t.Fatalf("keep inputs through keep serve:\n%s", out)
-	}
-}
-
-// serve starts keep serve on data and returns its address and the data
-// directory's instance secret.
-func serve(t *testing.T, data string) (addr, secret string) {
-	t.Helper()
-	cmd := exec.Command(keepBin, "serve", "--addr", "127.0.0.1:0", "--data", data)
-	cmd.Env = append(os.Environ(), "KEEP_TOKEN=", "KEEP_STORE=")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-	for {
-		if b, err := os.ReadFile(filepath.Join(data, "serve.addr")); err == nil {
-			s, err := os.ReadFile(filepath.Join(data, "api.secret"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return "http://" + strings.Fields(string(b))[0], strings.TrimSpace(string(s))
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("keep serve exited: %v\n%s", err, logs.String())
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 }
 
