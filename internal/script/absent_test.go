@@ -146,8 +146,8 @@ func TestValidateRefusesIdsFromTimeOrChance(t *testing.T) {
 			`    const id = stamp()
     ctx.registerInput({ source: "files", type: "file", id, title: "Job" })`, "", 5, "producers.p.handler", "(Date.now)"},
 		{"a messageId from Math.random()", "", `    await ctx.publish("a", { messageId: "m-" + Math.random(), payload: { n: 1 } })`, "", 4, "producers.p.handler", "the messageId \"m-\" + Math.random() is built from the time or chance (Math.random)"},
-		{"an item from new Date() through a name", "", "", `      const day = new Date().toISOString().slice(0, 10)
-      await ctx.withItem("report:" + day, "Report", async () => {})`, 10, "consumers.c.mutate", "(new Date())"},
+		{"an item from new Date() through a name", "", "", `      const at = new Date().toISOString()
+      await ctx.withItem("report:" + at, "Report", async () => {})`, 10, "consumers.c.mutate", "(new Date())"},
 		{"a subkey from crypto.randomUUID()", "", "", `      await ctx.http.request({ method: "POST", url: "https://api.example/x", subkey: crypto.randomUUID() })`, 9, "consumers.c.mutate", "the subkey crypto.randomUUID() is built from the time or chance (crypto)"},
 		{"an input id from performance.now()", "", `    const t = performance.now()
     ctx.registerInput({ source: "files", type: "file", id: ` + "`t-${t}`" + `, title: "Job" })`, "", 5, "producers.p.handler", "(performance)"},
