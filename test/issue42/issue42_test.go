@@ -5,6 +5,7 @@
 package issue42
 
 import (
+	"bufio"
 	"bytes"
 	"database/sql"
 	"io"
@@ -200,5 +201,37 @@ func TestMigrateShowsTheUserAndMasksThePassword(t *testing.T) {
 	said := out + errs
 	if code != 0 || strings.Contains(said, password) || !strings.Contains(said, "pass --store postgres://"+user+":[redacted]@127.0.0.1") {
 		t.Fatalf("keep migrate: exit %d, want the user %q shown and the password masked\n%s", code, user, said)
+	}
+}
+
+// Issue 42 #12: the README's way to try keep plan without a paid model —
+// keep-fake llm answering with a file, keep.toml's [llm] pointed at it —
+// writes a valid script and its passing test.
+func TestPlanWithKeepsFakeModel(t *testing.T) {
+	t.Parallel()
+	fakeBin, err := testbin.Fake(keepBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(fakeBin, "llm", "--reply", "answer.md")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("keep-fake llm printed no URL: %v", err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keep.toml")
+	write(t, cfg, "[llm]\nbase_url = \""+strings.TrimSpace(line)+"/v1\"\nmodel = \"fake\"\n")
+	out := filepath.Join(dir, "notes.js")
+	code, said, errs := keep(t, "plan", "copy each note in in/ to out/", "-o", out, "--config", cfg, "--data", filepath.Join(dir, "data"))
+	if code != 0 || !strings.Contains(said, "wrote "+out+" (valid; 1 attempt") || !strings.Contains(said, "passes: keep test") {
+		t.Fatalf("keep plan against keep-fake llm: exit %d\n%s%s", code, said, errs)
 	}
 }
