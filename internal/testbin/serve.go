@@ -1,6 +1,7 @@
 package testbin
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,4 +43,30 @@ func Serve(t testing.TB, bin, data string, args ...string) (addr, secret string)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// StartFake starts keep-fake (built beside keepBin, Fake) with args — the
+// fake's name first ("google", "slack", "llm --reply FILE") — stopped when
+// the test ends, and returns the base URL it prints first.
+func StartFake(t testing.TB, keepBin string, args ...string) string {
+	t.Helper()
+	bin, err := Fake(keepBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "http://") {
+		t.Fatalf("keep-fake %s's first line: %q %v", strings.Join(args, " "), line, err)
+	}
+	return strings.TrimSpace(line)
 }

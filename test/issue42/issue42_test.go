@@ -5,7 +5,6 @@
 package issue42
 
 import (
-	"bufio"
 	"bytes"
 	"database/sql"
 	"io"
@@ -209,26 +208,10 @@ func TestMigrateShowsTheUserAndMasksThePassword(t *testing.T) {
 // writes a valid script and its passing test.
 func TestPlanWithKeepsFakeModel(t *testing.T) {
 	t.Parallel()
-	fakeBin, err := testbin.Fake(keepBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(fakeBin, "llm", "--reply", "answer.md")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("keep-fake llm printed no URL: %v", err)
-	}
+	url := testbin.StartFake(t, keepBin, "llm", "--reply", "answer.md")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
-	write(t, cfg, "[llm]\nbase_url = \""+strings.TrimSpace(line)+"/v1\"\nmodel = \"fake\"\n")
+	write(t, cfg, "[llm]\nbase_url = \""+url+"/v1\"\nmodel = \"fake\"\n")
 	out := filepath.Join(dir, "notes.js")
 	code, said, errs := keep(t, "plan", "copy each note in in/ to out/", "-o", out, "--config", cfg, "--data", filepath.Join(dir, "data"))
 	if code != 0 || !strings.Contains(said, "wrote "+out+" (valid; 1 attempt") || !strings.Contains(said, "passes: keep test") {
