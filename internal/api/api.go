@@ -500,7 +500,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActPublish, Workflow: wf, Topic: topic,
-		Event: engine.APIEvent{ID: req.ID, Title: req.Title, Payload: req.Payload}})
+		Event: engine.APIEvent{ID: string(req.ID), Title: req.Title, Payload: req.Payload}})
 	if err != nil {
 		fail(w, err)
 		return

@@ -2,6 +2,7 @@ package apitype
 
 import (
 	"encoding/json"
+	"fmt"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -91,9 +92,29 @@ type HealthReply struct {
 // PublishRequest is the body of POST /api/v1/workflows/{wf}/topics/{topic}/events:
 // one event for a topic the workflow declares { from: "api" }.
 type PublishRequest struct {
-	ID      string          `json:"id"`      // the event's id in the sender's system; the same id again is the same event
+	ID      EventID         `json:"id"`      // the event's id in the sender's system; the same id again is the same event
 	Title   string          `json:"title"`   // what the input is, in a line
 	Payload json.RawMessage `json:"payload"` // any JSON value (at most 1 MiB); absent: null
+}
+
+// EventID is an event's id as the sender gave it: a string, or a JSON
+// number kept as it was written (1795879280201, never 1.795879280201e+12:
+// issue 42), so the same number again is the same event.
+type EventID string
+
+// UnmarshalJSON takes a string or a number.
+func (id *EventID) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*id = EventID(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("id must be a string or a number, not %s", b)
+	}
+	*id = EventID(n.String())
+	return nil
 }
 
 // PublishReply answers an event posted: its input and event, and whether

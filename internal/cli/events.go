@@ -193,7 +193,11 @@ func (a *app) grantCmd() *cobra.Command {
 				}
 				fmt.Fprintln(a.out, line)
 			}
-			if err := a.confirm(yes, "Allow "+wf+" these?"); err != nil {
+			// Grants named on the command line are the confirmation: the
+			// card and a webhook's answer print that very command (issue
+			// 42). Without names, keep asks, as what it allows is its own
+			// reading of the version.
+			if err := a.confirm(yes || len(items) > 0, "Allow "+wf+" these?"); err != nil {
 				return err
 			}
 			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
@@ -202,7 +206,7 @@ func (a *app) grantCmd() *cobra.Command {
 			})
 		},
 	}
-	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation")
+	c.Flags().BoolVar(&yes, "yes", false, "do not ask for a confirmation (grants named on the command line are one)")
 	c.Flags().StringArrayVar(&revoke, "revoke", nil, "take a grant back, written as it was granted (repeat for several); calls that need it are refused from then on")
 	return c
 }

@@ -125,8 +125,8 @@ func TestPlanRefusesTimeAndChanceInAnyPartOfAnID(t *testing.T) {
 		t.Fatalf("keep plan: %d\n%s%s", r.code, r.out, r.err)
 	}
 	reqs := fake.Requests()
-	for i, want := range []string{"`f:${f.name}:${Date.now()}` (line 7) is built from the time or chance (Date.now)",
-		"`f:${f.name}:${stamp}` (line 8) is built from the time or chance (new Date())",
+	for i, want := range []string{"line 7: producers.p.handler: the messageId `f:${f.name}:${Date.now()}` is built from the time or chance (Date.now)",
+		"line 8: producers.p.handler: the messageId `f:${f.name}:${stamp}` is built from the time or chance (new Date())",
 		"is built from the time or chance (ctx.random)"} {
 		if got := reqs[i+1].Messages[len(reqs[i+1].Messages)-1].Text(); !strings.Contains(got, want) {
 			t.Fatalf("refusal %d: %s\nwant %q", i+1, got, want)

@@ -28,7 +28,7 @@ func (a *app) publishCmd() *cobra.Command {
 				raw = json.RawMessage(payload)
 			}
 			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
-				r, err := c.Publish(cmd.Context(), wf, topic, apitype.PublishRequest{ID: id, Title: title, Payload: raw})
+				r, err := c.Publish(cmd.Context(), wf, topic, apitype.PublishRequest{ID: apitype.EventID(id), Title: title, Payload: raw})
 				return r.Message, wf, err // its consumer runs now: carried out
 			})
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/apiclient"
+	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -70,7 +71,7 @@ func (a *app) runCmd() *cobra.Command {
 			if errs := k.Scheduler.Errors(); len(errs) > 0 {
 				return fmt.Errorf("keep hit an internal error: %v", errs[0])
 			}
-			blocked, err := a.printRunSummary(ctx, apiclient.InProcess(k.API(), a.by), res)
+			blocked, _, err := a.printRunSummary(ctx, apiclient.InProcess(k.API(), a.by), res, 0)
 			if err != nil {
 				return err
 			}
@@ -105,11 +106,38 @@ func (a *app) printDeployed(file string, res kt.DeployResult) {
 // stoppedAt says where keep run stopped after --timeout: what is done,
 // what is still pending, and each call it gave up on.
 func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res kt.DeployResult, abandoned []kt.CallInFlight, timeout time.Duration, file string) error {
-	if _, err := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res); err != nil {
+	_, notDone, err := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res, timeout)
+	if err != nil {
 		return err
 	}
 	a.printAbandoned(abandoned, file)
-	return fmt.Errorf("still not idle after --timeout %s: the inputs above marked pending are not done yet; keep run %s again, or keep serve, goes on from here", timeout, file)
+	what := "work is still under way"
+	if notDone != "" {
+		what = "inputs above are not done yet (" + notDone + ")"
+	}
+	return fmt.Errorf("still not idle after --timeout %s: %s; keep run %s again, or keep serve, goes on from here", timeout, what, file)
+}
+
+// notDoneText names the statuses of the inputs that are not settled, as
+// the summary shows them ("checking: 1, pending: 2"); "" when none.
+func notDoneText(inputs []apitype.Input) string {
+	count := map[kt.ItemStatus]int{}
+	var order []kt.ItemStatus
+	for _, in := range inputs {
+		switch in.Status {
+		case kt.ItemDone, kt.ItemSkipped, kt.ItemFailed:
+			continue
+		}
+		if count[in.Status] == 0 {
+			order = append(order, in.Status)
+		}
+		count[in.Status]++
+	}
+	var parts []string
+	for _, st := range order {
+		parts = append(parts, fmt.Sprintf("%s: %d", st, count[st]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // printAbandoned names each call keep run gave up on, and what becomes of it.
@@ -135,35 +163,46 @@ func (a *app) printNotice(n kt.Notice) {
 
 // printRunSummary prints where keep run left the workflow, read through
 // the API on the engine keep run holds (c).
-func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res kt.DeployResult) (bool, error) {
+//
+// stoppedAfter is keep run's --timeout when it stopped there (0: it ran
+// until idle or blocked): the summary then says "stopped", never "idle",
+// and notDone names the statuses of the inputs not settled (issue 42: it
+// said "idle" above inputs still checking).
+func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res kt.DeployResult, stoppedAfter time.Duration) (blocked bool, notDone string, err error) {
 	wf := res.Workflow
 	inputs, err := c.Inputs(ctx, wf)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	outputs, err := c.Outputs(ctx, wf)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	runs, err := c.Runs(ctx, wf, 0)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	cards, err := c.Blocked(ctx, wf)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	next, err := c.Schedule(ctx, wf)
 	if err != nil {
-		return false, err
+		return false, "", err
+	}
+	notDone = notDoneText(inputs)
+	state := "idle"
+	switch {
+	case stoppedAfter > 0 && len(cards) > 0:
+		state = "blocked, and stopped at --timeout " + stoppedAfter.String() + " with work under way"
+	case stoppedAfter > 0:
+		state = "not idle: stopped at --timeout " + stoppedAfter.String() + " with work under way"
+	case len(cards) > 0:
+		state = "blocked"
 	}
 	if a.jsonOut {
-		return len(cards) > 0, a.printJSON(map[string]any{"workflow": map[string]any{"name": wf, "version": res.Version.Label(), "filesRoot": res.FilesRoot},
+		return len(cards) > 0, notDone, a.printJSON(map[string]any{"workflow": map[string]any{"name": wf, "version": res.Version.Label(), "filesRoot": res.FilesRoot},
 			"inputs": nonNil(inputs), "outputs": nonNil(outputs), "runs": nonNil(runs), "blocked": nonNil(cards), "next": next})
-	}
-	state := "idle"
-	if len(cards) > 0 {
-		state = "blocked"
 	}
 	fmt.Fprintf(a.out, "workflow %s (version %s): %s, %s\n\n", wf, res.Version.Label(), state, kt.Count(len(runs), "run"))
 	a.printInputs(inputs)
@@ -179,7 +218,7 @@ func (a *app) printRunSummary(ctx context.Context, c *apiclient.Client, res kt.D
 	for _, n := range next {
 		fmt.Fprintf(a.out, "next: %s %s at %s (keep serve runs it then; keep run FILE runs it at once)\n", n.Type, n.Handler, n.NextRunAt)
 	}
-	return len(cards) > 0, a.printRunWebhooks(ctx, c, wf)
+	return len(cards) > 0, notDone, a.printRunWebhooks(ctx, c, wf)
 }
 
 // printRunWebhooks says where a workflow's webhooks are served: keep run

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -427,10 +428,10 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, violation("registerInput is only allowed in %s (called in %s)", kt.CtxAllowedIn(kt.CallRegisterInput), h.phase)
 	}
 	var in struct {
-		Source string `json:"source"`
-		Type   string `json:"type"`
-		ID     any    `json:"id"`
-		Title  any    `json:"title"`
+		Source string          `json:"source"`
+		Type   string          `json:"type"`
+		ID     json.RawMessage `json:"id"`
+		Title  any             `json:"title"`
 	}
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput expects { source, type, id, title }: %v", err)
@@ -565,7 +566,7 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 type publishCall struct {
 	Topics any `json:"topics"`
 	Event  *struct {
-		MessageID any             `json:"messageId"`
+		MessageID json.RawMessage `json:"messageId"`
 		InputID   *string         `json:"inputId"`
 		Payload   json.RawMessage `json:"payload"`
 	} `json:"event"`
@@ -672,12 +673,26 @@ func readIDs(where string, raw []any) ([]string, error) {
 }
 
 // scriptID reads an id a script passed as a string or a number.
-func scriptID(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case float64:
-		return fmt.Sprint(x)
+// scriptID is an id a script gave (a string, or a number as JavaScript
+// writes it: JSON.stringify's text, which is String(n), so 1795879280201
+// stays 1795879280201, never 1.795879280201e+12 — issue 42); "" for
+// anything else.
+func scriptID(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch c := raw[0]; {
+	case c == '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil {
+			return n.String()
+		}
 	}
 	return ""
 }

@@ -118,11 +118,11 @@ func (h *host) itemCall(method string, raw json.RawMessage) (json.RawMessage, er
 		return nil, violation("withItem is only available in item scripts (tasks)")
 	}
 	var req struct {
-		ID    any    `json:"id"`
-		Title any    `json:"title"`
-		Name  string `json:"name"`
-		Msg   string `json:"message"`
-		Stack string `json:"stack"`
+		ID    json.RawMessage `json:"id"`
+		Title any             `json:"title"`
+		Name  string          `json:"name"`
+		Msg   string          `json:"message"`
+		Stack string          `json:"stack"`
 	}
 	_ = json.Unmarshal(raw, &req)
 	id := scriptID(req.ID)

@@ -405,7 +405,11 @@ func containsFold(s, word string) bool {
 	return false
 }
 
-// URL masks the userinfo and the values of secret query parameters of a URL.
+// URL masks the password of a URL's userinfo and the values of secret
+// query parameters. The user name is shown (postgres://keep:[redacted]@…
+// says who logs in: issue 42), unless it is the credential itself: a user
+// name alone that is a token of a well-known form, a value keep knows to
+// be secret, or random text (https://TOKEN@host).
 func URL(u string) string {
 	pu, err := url.Parse(u)
 	if err != nil || pu.Host == "" && pu.Scheme == "" {
@@ -413,8 +417,16 @@ func URL(u string) string {
 	}
 	changed := false
 	if pu.User != nil {
-		pu.User = url.User(Mask)
-		changed = true
+		name := pu.User.Username()
+		_, hasPassword := pu.User.Password()
+		switch {
+		case LooksLikeToken(name) || Known(name) || Random(name):
+			pu.User = url.User(Mask)
+			changed = true
+		case hasPassword:
+			pu.User = url.UserPassword(name, Mask)
+			changed = true
+		}
 	}
 	if pu.RawQuery != "" {
 		q := pu.Query()

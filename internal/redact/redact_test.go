@@ -214,3 +214,20 @@ func TestNameSquashes(t *testing.T) {
 		t.Errorf("Name of an ASCII name allocated %v times, want 0", n)
 	}
 }
+
+// A URL's password is masked and its user name shown (issue 42: keep
+// migrate's hint said postgres://[redacted]@…); a user name alone that is
+// the credential itself is still masked.
+func TestURLMasksThePasswordNotTheUser(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://keep:hunter22@db.example:5432/keep?sslmode=disable": "postgres://keep:[redacted]@db.example:5432/keep?sslmode=disable",
+		"postgres://keep@db.example/keep":                               "postgres://keep@db.example/keep",
+		"https://ghp_0123456789abcdefghijABCDEFGHIJ0123@github.com/x":   "https://[redacted]@github.com/x",
+		"https://Zk3q9XbT2mW8vR1yL6pN4s@api.example/x":                  "https://[redacted]@api.example/x",
+	} {
+		if got := URL(in); got != want {
+			t.Errorf("URL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -55,6 +55,7 @@ func validate(p *Program, c Connectors, full bool) []kt.Problem {
 	v.approvals(c.Tools)
 	if full {
 		v.followed()
+		v.unstableIdentities()
 		v.out = append(v.out, sourceProblems(v.an, c.Sources)...)
 	}
 	if c.Writes != nil {
@@ -62,6 +63,7 @@ func validate(p *Program, c Connectors, full bool) []kt.Problem {
 		v.webhookWrites(c.Writes)
 	}
 	v.literalCredentials()
+	v.maskCredentials()
 	sort.SliceStable(v.out, func(i, j int) bool { return v.out[i].Severity == "error" && v.out[j].Severity != "error" })
 	return v.out
 }
@@ -121,6 +123,53 @@ func (v *validation) followed() {
 			v.out = append(v.out, kt.Problem{Severity: "error", Handler: h, Line: v.an.LineOf(parts[0]+"."+parts[1], ""),
 				Message: fmt.Sprintf("keep cannot find the function of %s in the script's text, so it cannot see what it does: write it in Keep.workflow({ ... }) (async %s(ctx, ...) { ... }), or as a function the script declares by name", h, parts[2])})
 		}
+	}
+}
+
+// maskCredentials masks, in every message, the credentials the script
+// writes literally (FindCredentials) and what else has a credential's form
+// (redact.String): a message quotes the script's text ("can write twice:
+// ctx.http.request({ headers: { Authorization: "Bearer …" } })"), and
+// keep validate, deploy, the API, the Planner and the Maintainer all print
+// or send these messages (issue 42).
+func (v *validation) maskCredentials() {
+	creds := FindCredentials(v.p.Source)
+	for i := range v.out {
+		v.out[i].Message = creds.Hide(v.out[i].Message)
+	}
+}
+
+// unstableIdentities: an item id, a messageId, an input id or a subkey
+// built from the time or chance (Date.now(), new Date(), Math.random(),
+// crypto.randomUUID(), performance.now(), ctx.now(), ctx.random()) —
+// in any part, or in any name or helper it is built from, as the analysis
+// follows them (Expr.Unstable) — is new at every run: keep would take the
+// same data for new work and do it again (issue 42). The time and chance
+// elsewhere (a title, a log line, a date read from the data) are fine. An
+// input of the system source (a schedule tick, a random draw) is the one
+// whose id may be the time or chance: it is not from the outside.
+func (v *validation) unstableIdentities() {
+	check := func(what string, e *Expr, handlers []string) {
+		if e == nil || len(e.Unstable) == 0 {
+			return
+		}
+		v.out = append(v.out, kt.Problem{Severity: "error", Handler: strings.Join(handlers, ", "), Line: e.Line,
+			Message: fmt.Sprintf("%s %s is built from the time or chance (%s): it is new at every run, so keep would take the same data for new work and do it again — build it from the data's own id (e.g. `order:${o.id}`, or a date the data carries: new Date(o.createdAt))",
+				what, e.Text, strings.Join(e.Unstable, ", "))})
+	}
+	for _, it := range v.an.Items {
+		check("the item id", &it, it.Handlers)
+	}
+	for _, in := range v.an.Inputs {
+		if in.Source != "system" {
+			check("the input id", in.ID, in.Handlers)
+		}
+	}
+	for _, p := range v.an.Publishes {
+		check("the messageId", p.MessageID, p.Handlers)
+	}
+	for _, c := range v.an.Calls {
+		check("the subkey", c.Subkey, c.Handlers)
 	}
 }
 

@@ -30,25 +30,7 @@ func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
 // fake starts keep-fake google and returns its base URL.
 func fake(t *testing.T) string {
 	t.Helper()
-	bin, err := testbin.Fake(keepBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "google", "--addr", "127.0.0.1:0")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "http://") {
-		t.Fatalf("keep-fake google's first line: %q %v", line, err)
-	}
-	return strings.TrimSpace(line)
+	return testbin.StartFake(t, keepBin, "google", "--addr", "127.0.0.1:0")
 }
 
 type result struct {

@@ -85,7 +85,7 @@ var rules = []struct {
 	{"internal/testsink", "internal/fake/fault", "test helpers"},
 	{"internal/testotlp", "", "test helpers"},
 	{"cmd/keep", "internal/cli", "the binary"},
-	{"cmd/keep-fake", "internal/fake/googlefake internal/fake/slackfake", "the fakes' binary"},
+	{"cmd/keep-fake", "internal/fake/googlefake internal/fake/slackfake internal/fake/llmfake", "the fakes' binary"},
 }
 
 // graph is `go list`'s view: each package of the module and the packages

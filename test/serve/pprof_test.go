@@ -4,12 +4,10 @@ package serve
 import (
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keep-run/keep/internal/testbin"
 )
@@ -22,35 +20,7 @@ func TestMain(m *testing.M) { testbin.Main(m, &keepBin) }
 // its address and the data directory's instance secret.
 func serve(t *testing.T, args ...string) (addr, secret string) {
 	t.Helper()
-	data := filepath.Join(t.TempDir(), "data")
-	cmd := exec.Command(keepBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data}, args...)...)
-	cmd.Env = append(os.Environ(), "KEEP_TOKEN=")
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-	for {
-		if b, err := os.ReadFile(filepath.Join(data, "serve.addr")); err == nil {
-			s, err := os.ReadFile(filepath.Join(data, "api.secret"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := strings.Fields(string(b))
-			if len(f) != 2 {
-				t.Fatalf("serve.addr is not an address and an instance id: %q", b)
-			}
-			return "http://" + f[0], strings.TrimSpace(string(s))
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("keep serve exited: %v\n%s", err, logs.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return testbin.Serve(t, keepBin, filepath.Join(t.TempDir(), "data"), args...)
 }
 
 // get fetches url with bearer (none when "") and returns the status and body.

@@ -5,7 +5,6 @@
 package slack
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -41,21 +40,7 @@ const script = `export default Keep.workflow({
 })`
 
 func fake(t *testing.T) string {
-	bin, err := testbin.Fake(keepBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "slack")
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if !strings.HasPrefix(line, "http://") {
-		t.Fatalf("keep-fake slack said %q", line)
-	}
-	return strings.TrimSpace(line)
+	return testbin.StartFake(t, keepBin, "slack")
 }
 
 func keep(t *testing.T, dir string, env []string, args ...string) (int, string) {

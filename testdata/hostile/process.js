@@ -1,5 +1,6 @@
 // Reaching for process
 // expect: 'process' is not defined
+// refused: process does not exist in keep's sandbox
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },

@@ -1,5 +1,6 @@
 // Reaching for require
 // expect: 'require' is not defined
+// refused: require does not exist in keep's sandbox
 export default Keep.workflow({
   name: "hostile",
   topics: { "a": {} },
