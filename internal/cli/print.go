@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // How the CLI shows what report computes: tables, cards, a run.
@@ -116,13 +117,13 @@ func (a *app) printCard(c apitype.Card) {
 		// Trying again before reconnecting would fail the same way.
 		acts = append(acts, "keep connect "+c.Reconnect+"   (first: reconnect the account, then try again)")
 	}
-	for _, act := range c.Actions {
-		switch act {
-		case "approve":
-			acts = append(acts, "keep approve "+c.RunID)
-		default:
-			acts = append(acts, "keep resolve "+c.RunID+" --"+act)
+	// Safest first, each with what it risks (the page's order and words).
+	for _, ch := range c.Choices {
+		cmd := "keep resolve " + c.RunID + " --" + string(ch.Action)
+		if ch.Action == kt.ResolveApprove {
+			cmd = "keep approve " + c.RunID
 		}
+		acts = append(acts, cmd+"   ("+ch.Risk.Label()+": "+ch.Says+")")
 	}
 	fmt.Fprintf(a.out, "  do:      %s\n", strings.Join(acts, "\n           "))
 }
