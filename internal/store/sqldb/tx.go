@@ -810,3 +810,83 @@ SELECT w.name FROM workflows w WHERE w.paused=0 AND (
 	}
 	return out, rows.Err()
 }
+
+// hourSQL is the start of the hour of a column of ms, in SQL both stores
+// compute the same (integer division of BIGINTs).
+func hourSQL(col string) string { return "(" + col + "/3600000)*3600000" }
+
+func (t *Tx) Tally(workflow string, from, to int64) (store.Tally, error) {
+	var out store.Tally
+	// runs_workflow (workflow, created_at): the range, not the history.
+	rows, err := t.r.Query(`SELECT `+hourSQL("created_at")+`, handler, status, count(*) FROM runs WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`, workflow, from, to)
+	if err != nil {
+		return out, fmt.Errorf("tally runs of %s: %w", workflow, err)
+	}
+	for rows.Next() {
+		var x store.RunTally
+		if err := rows.Scan(&x.Hour, &x.Handler, &x.Status, &x.N); err != nil {
+			rows.Close()
+			return out, err
+		}
+		out.Runs = append(out.Runs, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	// mutations_workflow (workflow, created_at).
+	rows, err = t.r.Query(`SELECT `+hourSQL("created_at")+`, tool, method, status, count(*) FROM mutations WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`, workflow, from, to)
+	if err != nil {
+		return out, fmt.Errorf("tally writes of %s: %w", workflow, err)
+	}
+	for rows.Next() {
+		var x store.WriteTally
+		if err := rows.Scan(&x.Hour, &x.Tool, &x.Method, &x.Status, &x.N); err != nil {
+			rows.Close()
+			return out, err
+		}
+		out.Writes = append(out.Writes, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	// items_created (workflow, created_at).
+	rows, err = t.r.Query(`SELECT `+hourSQL("created_at")+`, count(*) FROM items WHERE workflow=? AND created_at>=? AND created_at<? AND kind='input' GROUP BY 1 ORDER BY 1`, workflow, from, to)
+	if err != nil {
+		return out, fmt.Errorf("tally inputs of %s: %w", workflow, err)
+	}
+	for rows.Next() {
+		var x store.HourCount
+		if err := rows.Scan(&x.Hour, &x.N); err != nil {
+			rows.Close()
+			return out, err
+		}
+		out.Inputs = append(out.Inputs, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	// The runs of the range that waited for a person: blocked now (open,
+	// not running), or decided on (decisions_run, one probe a run).
+	rows, err = t.r.Query(`SELECT id, handler, created_at, finished_at, status FROM runs WHERE workflow=? AND created_at>=? AND created_at<?
+ AND (status IN ('paused:approval', 'paused:reconciliation', 'failed:logic', 'failed:internal', 'crashed')
+  OR EXISTS (SELECT 1 FROM decisions d WHERE d.workflow=runs.workflow AND d.run_id=runs.id)) ORDER BY created_at, id`, workflow, from, to)
+	if err != nil {
+		return out, fmt.Errorf("tally blocked runs of %s: %w", workflow, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var x store.BlockedSpan
+		var status kt.Status
+		if err := rows.Scan(&x.RunID, &x.Handler, &x.From, &x.To, &status); err != nil {
+			return out, err
+		}
+		if !status.Finished() {
+			x.To = 0
+		}
+		out.Blocked = append(out.Blocked, x)
+	}
+	return out, rows.Err()
+}
