@@ -14,7 +14,9 @@ import (
 // node by column with its live counts, and what it sends work to.
 func (a *app) graphCmd() *cobra.Command {
 	return reader(a, &cobra.Command{Use: "graph WORKFLOW", Short: "show a workflow as its page draws it: producers, webhooks → topics → consumers → connectors, with live counts", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) (apitype.Graph, error) { return k.Graph(ctx, args[0]) },
+		func(ctx context.Context, k *keepAPI, args []string) (apitype.Graph, error) {
+			return k.Graph(ctx, args[0])
+		},
 		func(_ context.Context, _ *keepAPI, g apitype.Graph) error { a.printGraph(g); return nil })
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
-	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // The pictures of issue 42, drawn here as SVG from the API's answers
@@ -193,8 +192,8 @@ func hourLabel(rfc string) string {
 // timelineSVG draws a run's trace on one time axis: its phases as bands,
 // each call (reconcile probes included) and write as a bar with its
 // duration and outcome, an error where it stopped.
-func timelineSVG(trace []kt.TraceEntry) template.HTML {
-	var rows []kt.TraceEntry
+func timelineSVG(trace []apitype.TraceLine) template.HTML {
+	var rows []apitype.TraceLine
 	var t0, t1 int64
 	for i, e := range trace {
 		if i == 0 || e.At < t0 {
@@ -216,7 +215,7 @@ func timelineSVG(trace []kt.TraceEntry) template.HTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="the run's timeline: %d ms">`, labelW+plotW+10, h, labelW+plotW+10, h, span)
 	// The phases: a band from each phase entry to the next.
-	var phases []kt.TraceEntry
+	var phases []apitype.TraceLine
 	for _, e := range trace {
 		if e.Kind == "phase" {
 			phases = append(phases, e)
