@@ -28,7 +28,7 @@ func cut(s string, n int) string {
 }
 
 const (
-	nodeW, nodeH = 210, 66
+	nodeW, nodeH = 210, 84
 	colGap       = 36
 	rowGap       = 14
 	graphPad     = 10
@@ -52,7 +52,7 @@ func graphSVG(g apitype.Graph) template.HTML {
 	most := max(rows[0], rows[1], rows[2], rows[3], 1)
 	w, h := 2*graphPad+4*nodeW+3*colGap, 2*graphPad+most*(nodeH+rowGap)-rowGap
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="graph" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s drawn: %d nodes">`, w, h, w, h, esc(g.Workflow), len(g.Nodes))
+	fmt.Fprintf(&b, `<svg class="glance graph" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s drawn: %d nodes">`, w, h, w, h, esc(g.Workflow), len(g.Nodes))
 	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#8a949e"/></marker></defs>`)
 	for _, e := range g.Edges {
 		f, ok1 := at[e.From]
@@ -91,11 +91,11 @@ func graphSVG(g apitype.Graph) template.HTML {
 			tip += "; to " + strings.Join(n.Targets, ", ")
 		}
 		fmt.Fprintf(&b, `<title>%s</title><rect width="%d" height="%d" rx="6"/>`, esc(strings.TrimSpace(tip)), nodeW, nodeH)
-		title := n.Name
+		fmt.Fprintf(&b, `<text x="8" y="15">`)
 		if l := kindLabel[n.Kind]; l != "" {
-			fmt.Fprintf(&b, `<text x="8" y="15" class="muted">%s</text>`, esc(l))
+			fmt.Fprintf(&b, `<tspan class="muted">%s</tspan> `, esc(l))
 		}
-		fmt.Fprintf(&b, `<text x="%d" y="15" font-weight="600">%s</text>`, 8+7*len(kindLabel[n.Kind])+4*min(1, len(kindLabel[n.Kind])), esc(cut(title, 24)))
+		fmt.Fprintf(&b, `<tspan font-weight="600">%s</tspan></text>`, esc(cut(n.Name, 26)))
 		line2 := fmt.Sprintf("%d pending · %d reserved", n.Pending, n.Reserved)
 		if n.Kind == "connector" {
 			line2 = fmt.Sprintf("%d in flight", n.Pending)
@@ -106,7 +106,7 @@ func graphSVG(g apitype.Graph) template.HTML {
 		fmt.Fprintf(&b, `<text x="8" y="33">%s</text>`, esc(cut(line2, 32)))
 		fmt.Fprintf(&b, `<text x="8" y="51">%d done today</text>`, n.DoneToday)
 		if n.Blocked > 0 {
-			fmt.Fprintf(&b, `<text x="%d" y="51" class="flag" text-anchor="end">⚠ BLOCKED: open card</text>`, nodeW-8)
+			fmt.Fprintf(&b, `<text x="8" y="72" class="flag">⚠ BLOCKED: open its card</text>`)
 		}
 		b.WriteString(`</g>`)
 		if href != "" {
@@ -149,7 +149,7 @@ func activitySVG(a apitype.Activity, small bool) template.HTML {
 	if small {
 		cls += " small"
 	}
-	fmt.Fprintf(&b, `<svg class="%s" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s: activity per hour from %s to %s">`, cls, w, h, w, h, esc(a.Workflow), esc(a.From), esc(a.To))
+	fmt.Fprintf(&b, `<svg class="glance %s" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s: activity per hour from %s to %s">`, cls, w, h, w, h, esc(a.Workflow), esc(a.From), esc(a.To))
 	for i, s := range activitySeries {
 		y0 := i * (rowH + gap)
 		most, total := 0, 0
@@ -213,26 +213,36 @@ func timelineSVG(trace []apitype.TraceLine) template.HTML {
 	x := func(ms int64) float64 { return float64(labelW) + float64(ms-t0)*float64(plotW)/float64(span) }
 	h := (len(rows)+1)*rowH + 30
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="the run's timeline: %d ms">`, labelW+plotW+10, h, labelW+plotW+10, h, span)
-	// The phases: a band from each phase entry to the next.
-	var phases []apitype.TraceLine
+	fmt.Fprintf(&b, `<svg class="glance timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="the run's timeline: %d ms">`, labelW+plotW+10, h, labelW+plotW+10, h, span)
+	// The phases: a band from the first entry of each phase to the first
+	// of the next (the phase an entry names, or a phase change's text).
+	type band struct {
+		name string
+		at   int64
+	}
+	var phases []band
 	for _, e := range trace {
-		if e.Kind == "phase" {
-			phases = append(phases, e)
+		name := e.Phase
+		if name == "" && e.Kind == "phase" {
+			name = e.Text
+		}
+		if name != "" && (len(phases) == 0 || phases[len(phases)-1].name != name) {
+			phases = append(phases, band{name, e.At})
 		}
 	}
 	b.WriteString(`<text x="0" y="14" font-weight="600">phases</text>`)
 	for i, p := range phases {
 		end := t1
 		if i+1 < len(phases) {
-			end = phases[i+1].At
+			end = phases[i+1].at
 		}
-		name := p.Phase
-		if name == "" {
-			name = p.Text
+		// Its name where the band has room for it; always in its title.
+		bw, label := max(x(end)-x(p.at), 2), ""
+		if n := int(bw / 7); n >= 3 {
+			label = fmt.Sprintf(`<text x="%.1f" y="14">%s</text>`, x(p.at)+3, esc(cut(p.name, n)))
 		}
-		fmt.Fprintf(&b, `<g class="phase-band" data-phase="%s" data-ms="%d"><rect class="phase" x="%.1f" y="2" width="%.1f" height="%d"/><text x="%.1f" y="14">%s</text><title>%s: %d ms</title></g>`,
-			esc(name), end-p.At, x(p.At), max(x(end)-x(p.At), 2), rowH-4, x(p.At)+3, esc(cut(name, 16)), esc(name), end-p.At)
+		fmt.Fprintf(&b, `<g class="phase-band" data-phase="%s" data-ms="%d"><rect class="phase" x="%.1f" y="2" width="%.1f" height="%d"/>%s<title>%s: %d ms</title></g>`,
+			esc(p.name), end-p.at, x(p.at), bw, rowH-4, label, esc(p.name), end-p.at)
 	}
 	for i, e := range rows {
 		y := (i + 1) * rowH
@@ -255,7 +265,12 @@ func timelineSVG(trace []apitype.TraceLine) template.HTML {
 		fmt.Fprintf(&b, `<text x="0" y="%d">%s</text>`, y+14, esc(cut(label, 44)))
 		fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s: %d ms</title></rect>`, cls, x(e.At), y+3, max(x(e.At+e.Duration)-x(e.At), 3), rowH-6, esc(label), e.Duration)
 		if e.Duration > 0 {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="muted">%d ms</text>`, min(x(e.At+e.Duration)+4, float64(labelW+plotW-40)), y+14, e.Duration)
+			// After the bar, or inside its end when the bar reaches the edge.
+			if end := x(e.At + e.Duration); end+50 < float64(labelW+plotW) {
+				fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="muted">%d ms</text>`, end+4, y+14, e.Duration)
+			} else {
+				fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="inbar" text-anchor="end">%d ms</text>`, end-4, y+14, e.Duration)
+			}
 		}
 		b.WriteString(`</g>`)
 	}

@@ -59,7 +59,7 @@ func TestPicturesEscapeHostileTextAndShowTheNumbers(t *testing.T) {
 	els := wellFormed(t, svg)
 	noScript(t, "graph", els, svg)
 	for _, s := range []string{`data-node="topic:t" data-pending="7" data-reserved="2" data-blocked="0" data-done="0"`, `class="node consumer blocked"`,
-		`⚠ BLOCKED: open card`, `data-done="4"`, `7 pending · 2 reserved`} {
+		`⚠ BLOCKED: open its card`, `data-done="4"`, `7 pending · 2 reserved`} {
 		if !strings.Contains(svg, s) {
 			t.Errorf("graph lacks %s:\n%s", s, svg)
 		}
