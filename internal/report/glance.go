@@ -28,20 +28,9 @@ var handlerKinds = map[string]string{"producers": "producer", "webhooks": "webho
 // Graph draws workflow wf as nodes and edges with their live counts; done
 // today counts from midnight UTC of now.
 func Graph(ctx context.Context, st store.Store, wf string, now time.Time) (apitype.Graph, error) {
-	var v kt.Version
-	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := tx.WorkflowGet(wf)
-		if err != nil {
-			return noWorkflow(wf, err)
-		}
-		v, err = tx.VersionGet(wf, w.ActiveVersion)
-		return err
-	}); err != nil {
-		return apitype.Graph{}, err
-	}
-	decl, err := script.Declare(v.File, v.Script)
+	v, decl, err := activeDeclaration(ctx, st, wf)
 	if err != nil {
-		return apitype.Graph{}, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+		return apitype.Graph{}, err
 	}
 	an, err := script.Analyze(v.Script)
 	if err != nil {
