@@ -2,12 +2,8 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/keep-run/keep/internal/testsink"
 )
 
 // Issue 42: keep graph and keep activity print what the page draws (the
@@ -15,20 +11,7 @@ import (
 // it risks, in the page's order.
 func TestGraphActivityAndTheCardsOrderFromTheCLI(t *testing.T) {
 	t.Parallel()
-	sink := testsink.New()
-	defer sink.Close()
-	sink.Queue(testsink.TimeoutAfter)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	src := `export default Keep.workflow({ name: "hook", topics: { "job": {} },
-  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
-    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
-    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
-  consumers: { c: Keep.consumer({ subscribe: ["job"],
-    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
-    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "` + sink.URL + `/write/a", json: {}, timeoutMs: 200 }) } }) } })`
-	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644)
-	r := keep(t, "run", "--data", data, "--config", sinkConfig(t, dir, sink), filepath.Join(dir, "wf.js"))
+	_, _, data, r := blockedHook(t, "")
 	if r.code != 3 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.out, r.err)
 	}

@@ -31,24 +31,8 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, f).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
-	addr := testbin.FreePort(t)
-	cfg := filepath.Join(dir, "keep.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("[connectors.http]\nallow = [%q]\n", sink.Host())), 0o644)
-	serve := exec.Command(keepBin, "serve", "--data", data, "--config", cfg, "--addr", addr)
-	logs := &strings.Builder{}
-	serve.Stdout, serve.Stderr = logs, logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { serve.Process.Kill(); serve.Wait() }()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1100, 1000), chromedp.UserDataDir(filepath.Join(dir, "chrome")))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	p := &person{serve: serve, logs: logs, t: t, ctx: ctx, base: "http://" + addr, dir: shots(t)}
+	p := servePerson(t, exe, dir, data, sink.Host())
+	ctx := p.ctx
 	attr := func(sel, name string) string {
 		// An attribute, or textContent (SVG has no innerText).
 		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("(function(){var e=document.querySelector(%q); if (!e) return ''; var n=%q; return n == 'textContent' ? e.textContent : (e.getAttribute(n) || '')})()", sel, name)))
@@ -141,4 +125,31 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	}
 	picture(".timeline-picture", "glance-run-timeline")
 	p.shot("glance-run")
+}
+
+// servePerson starts keep serve on data, its keep.toml allowing the hosts
+// given (keep refuses loopback otherwise), and a Chromium to look at it;
+// both stop when the test ends.
+func servePerson(t *testing.T, exe, dir, data string, allow ...string) *person {
+	addr := testbin.FreePort(t)
+	cfg := filepath.Join(dir, "keep.toml")
+	quoted := make([]string, len(allow))
+	for i, h := range allow {
+		quoted[i] = fmt.Sprintf("%q", h)
+	}
+	os.WriteFile(cfg, []byte("[connectors.http]\nallow = ["+strings.Join(quoted, ", ")+"]\n"), 0o644)
+	serve := exec.Command(keepBin, "serve", "--data", data, "--config", cfg, "--addr", addr)
+	logs := &strings.Builder{}
+	serve.Stdout, serve.Stderr = logs, logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Kill(); serve.Wait() })
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1100, 1000), chromedp.UserDataDir(filepath.Join(dir, "chrome")))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	return &person{serve: serve, logs: logs, t: t, ctx: ctx, base: "http://" + addr, dir: shots(t)}
 }
