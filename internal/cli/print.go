@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
-	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 // How the CLI shows what report computes: tables, cards, a run.
@@ -119,11 +118,7 @@ func (a *app) printCard(c apitype.Card) {
 	}
 	// Safest first, each with what it risks (the page's order and words).
 	for _, ch := range c.Choices {
-		cmd := "keep resolve " + c.RunID + " --" + string(ch.Action)
-		if ch.Action == kt.ResolveApprove {
-			cmd = "keep approve " + c.RunID
-		}
-		acts = append(acts, cmd+"   ("+ch.Risk.Label()+": "+ch.Says+")")
+		acts = append(acts, ch.Command(c.RunID)+"   ("+ch.Risk.Label()+": "+ch.Says+")")
 	}
 	fmt.Fprintf(a.out, "  do:      %s\n", strings.Join(acts, "\n           "))
 }

@@ -188,3 +188,12 @@ func (r Risk) Label() string {
 	}
 	return "risk: the write may happen twice"
 }
+
+// Command is the CLI command that takes this choice on run runID: what
+// the card, keep's card text and a notice print.
+func (c Choice) Command(runID string) string {
+	if c.Action == ResolveApprove {
+		return "keep approve " + runID
+	}
+	return "keep resolve " + runID + " --" + string(c.Action)
+}
