@@ -2,12 +2,14 @@ package report
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
@@ -34,7 +36,7 @@ func Graph(ctx context.Context, st store.Store, wf string, now time.Time) (apity
 	if err != nil {
 		return apitype.Graph{}, err
 	}
-	an, err := script.Analyze(v.Script)
+	an, err := analysisOf(v.Script)
 	if err != nil {
 		return apitype.Graph{}, fmt.Errorf("analyze the script of %s version %s: %w", wf, v.Label(), err)
 	}
@@ -205,6 +207,37 @@ func Graph(ctx context.Context, st store.Store, wf string, now time.Time) (apity
 		g.Nodes = append(g.Nodes, *nodes[id])
 	}
 	return g, err
+}
+
+// analyses keeps the analysis of the scripts drawn, by their source's
+// hash (at most maxAnalyses; then they are read again): the live page
+// draws a workflow on every change without parsing its script each time.
+var analyses = struct {
+	sync.Mutex
+	m map[[32]byte]*script.Analysis
+}{m: map[[32]byte]*script.Analysis{}}
+
+const maxAnalyses = 64
+
+func analysisOf(source string) (*script.Analysis, error) {
+	key := sha256.Sum256([]byte(source))
+	analyses.Lock()
+	a := analyses.m[key]
+	analyses.Unlock()
+	if a != nil {
+		return a, nil
+	}
+	a, err := script.Analyze(source)
+	if err != nil {
+		return nil, err
+	}
+	analyses.Lock()
+	if len(analyses.m) >= maxAnalyses {
+		clear(analyses.m)
+	}
+	analyses.m[key] = a
+	analyses.Unlock()
+	return a, nil
 }
 
 // callTarget is where a call goes as the script writes it: its url's, to's
