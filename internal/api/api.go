@@ -71,6 +71,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/nodes", s.nodes)
 	mux.HandleFunc("POST /api/v1/prune", s.prune)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/topics", s.topics)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/graph", s.graph)
+	mux.HandleFunc("GET /api/v1/workflows/{wf}/activity", s.activity)
 	mux.HandleFunc("GET /api/v1/workflows/{wf}/events", s.events)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/skip-pending", s.skipPending)
 	mux.HandleFunc("POST /api/v1/workflows/{wf}/topics/{topic}/events", s.publish)
@@ -399,6 +401,37 @@ func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, apitype.TopicsReply{Topics: ts, Producers: ps})
+}
+
+// graph answers the workflow drawn (issue 42): its nodes with their live
+// counts and the edges between them.
+func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
+	g, err := report.Graph(r.Context(), s.Store, r.PathValue("wf"), s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, g)
+}
+
+// activity answers what the workflow did per hour: ?hours= (1 to 744,
+// default 24; 168 is a week).
+func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
+	hours := 24
+	if h := r.URL.Query().Get("hours"); h != "" {
+		n, err := strconv.Atoi(h)
+		if err != nil {
+			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("hours %q: use a number of hours, 24 for a day or 168 for a week", h))
+			return
+		}
+		hours = n
+	}
+	a, err := report.Activity(r.Context(), s.Store, r.PathValue("wf"), hours, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, a)
 }
 
 // events answers one page of events: ?topic=&status=&after=&limit=.

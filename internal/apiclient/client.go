@@ -224,6 +224,18 @@ func (c *Client) Topics(ctx context.Context, wf string) (apitype.TopicsReply, er
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "topics"), nil, &v)
 }
 
+// Graph reads a workflow drawn: its nodes, edges and live counts.
+func (c *Client) Graph(ctx context.Context, wf string) (apitype.Graph, error) {
+	var v apitype.Graph
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "graph"), nil, &v)
+}
+
+// Activity reads what a workflow did per hour over the last hours.
+func (c *Client) Activity(ctx context.Context, wf string, hours int) (apitype.Activity, error) {
+	var v apitype.Activity
+	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "activity")+"?hours="+strconv.Itoa(hours), nil, &v)
+}
+
 // Events reads one page of a workflow's events ("" topic or status: any).
 func (c *Client) Events(ctx context.Context, wf, topic, status string, after int64, limit int) (apitype.EventPage, error) {
 	q := url.Values{"limit": {strconv.Itoa(limit)}}

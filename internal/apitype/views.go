@@ -101,6 +101,9 @@ type Card struct {
 	CanReconcile   bool     `json:"canReconcile"`
 	Inputs         []Input  `json:"inputs"`
 	Actions        []string `json:"actions"`
+	// Choices are Actions with what each risks, in the same order: safest
+	// first (keeptype.Choices).
+	Choices []kt.Choice `json:"choices"`
 	// Approval is true when the run waits for a person to approve Mutation.
 	Approval bool `json:"approval"`
 	// Reconnect names the provider whose account a person must connect

@@ -96,7 +96,7 @@ func (a *app) root() *cobra.Command {
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		cmd.SetContext(daemon.WithActor(cmd.Context(), a.by))
 	}
-	root.AddCommand(a.serveCmd(), a.secretCmd(), a.grantCmd(), a.repairsCmd(), a.planCmd(), a.connectCmd(), a.connectionsCmd(), a.migrateCmd(), a.connectorsCmd(), a.typesCmd(), a.eventsCmd(), a.resetStateCmd(), a.skipPendingCmd(), a.publishCmd(), a.webhooksCmd(), a.runCmd(), a.testCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
+	root.AddCommand(a.serveCmd(), a.secretCmd(), a.grantCmd(), a.repairsCmd(), a.planCmd(), a.connectCmd(), a.connectionsCmd(), a.migrateCmd(), a.connectorsCmd(), a.typesCmd(), a.eventsCmd(), a.graphCmd(), a.activityCmd(), a.resetStateCmd(), a.skipPendingCmd(), a.publishCmd(), a.webhooksCmd(), a.runCmd(), a.testCmd(), a.validateCmd(), a.deployCmd(), a.statusCmd(), a.inputsCmd(), a.outputsCmd(), a.runsCmd(),
 		a.showCmd(), a.resolveCmd(), a.approveCmd(), a.itemsCmd(), a.itemActionCmd("skip"), a.itemActionCmd("reprocess"), a.benchCmd(), a.workflowActionCmd("pause"), a.workflowActionCmd("resume"), a.workflowActionCmd("run-now"), a.pruneCmd())
 	return root
 }

@@ -191,20 +191,7 @@ func TestValidateReportsErrorsWithExit2(t *testing.T) {
 
 func TestBlockedRunExits3AndIsResolvedFromTheCLI(t *testing.T) {
 	t.Parallel()
-	sink := testsink.New()
-	defer sink.Close()
-	sink.Queue(testsink.TimeoutAfter)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	src := `export default Keep.workflow({ name: "hook", topics: { "job": {} },
-  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
-    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
-    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
-  consumers: { c: Keep.consumer({ subscribe: ["job"],
-    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
-    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "` + sink.URL + `/write/a", json: {}, timeoutMs: 200, headers: { Authorization: "Bearer planted-secret-123" } }) } }) } })`
-	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644)
-	r := keep(t, "run", "--data", data, "--config", sinkConfig(t, dir, sink), filepath.Join(dir, "wf.js"))
+	sink, dir, data, r := blockedHook(t, `, headers: { Authorization: "Bearer planted-secret-123" }`)
 	if r.code != 3 || !strings.Contains(r.out, "BLOCKED") || !strings.Contains(r.out, "outcome unknown") || !strings.Contains(r.out, "--didnt-happen") || !strings.Contains(r.out, "Job a") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
@@ -308,4 +295,26 @@ func TestRunSaysWhereWebhooksAreServed(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, want) {
 		t.Fatalf("keep run: exit %d\n%s%s\nwant %q", r.code, r.out, r.err, want)
 	}
+}
+
+// blockedHook runs workflow "hook" once with keep run: its producer
+// registers input "Job a", its consumer's write to a sink loses its
+// answer (the run blocks on it). extra ends the write's options; sink
+// is the one written to.
+func blockedHook(t *testing.T, extra string) (sink *testsink.Sink, dir, data string, r result) {
+	t.Helper()
+	sink = testsink.New()
+	t.Cleanup(sink.Close)
+	sink.Queue(testsink.TimeoutAfter)
+	dir = t.TempDir()
+	data = filepath.Join(dir, "data")
+	src := `export default Keep.workflow({ name: "hook", topics: { "job": {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "a", title: "Job a" })
+    await ctx.publish("job", { messageId: "a", inputId, payload: {} }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: {} } },
+    async mutate(ctx) { await ctx.http.request({ method: "POST", url: "` + sink.URL + `/write/a", json: {}, timeoutMs: 200` + extra + ` }) } }) } })`
+	os.WriteFile(filepath.Join(dir, "wf.js"), []byte(src), 0o644)
+	return sink, dir, data, keep(t, "run", "--data", data, "--config", sinkConfig(t, dir, sink), filepath.Join(dir, "wf.js"))
 }

@@ -116,13 +116,9 @@ func (a *app) printCard(c apitype.Card) {
 		// Trying again before reconnecting would fail the same way.
 		acts = append(acts, "keep connect "+c.Reconnect+"   (first: reconnect the account, then try again)")
 	}
-	for _, act := range c.Actions {
-		switch act {
-		case "approve":
-			acts = append(acts, "keep approve "+c.RunID)
-		default:
-			acts = append(acts, "keep resolve "+c.RunID+" --"+act)
-		}
+	// Safest first, each with what it risks (the page's order and words).
+	for _, ch := range c.Choices {
+		acts = append(acts, ch.Command(c.RunID)+"   ("+ch.Risk.Label()+": "+ch.Says+")")
 	}
 	fmt.Fprintf(a.out, "  do:      %s\n", strings.Join(acts, "\n           "))
 }

@@ -411,12 +411,34 @@ func IsApprovalWait(r kt.Run) bool {
 }
 
 // ActionsFor lists what a person can do with a blocked run — only actions
-// that can end the block. The card shows them and Resolve accepts them.
-// mut is the run's mutation (hasMut false when it has none); held counts
-// the events the run holds.
+// that can end the block — safest first (kt.Choices: what each risks).
+// The card shows them and Resolve accepts them. mut is the run's mutation
+// (hasMut false when it has none); held counts the events the run holds.
 func ActionsFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
+	var out []string
+	for _, c := range ChoicesFor(r, mut, hasMut, held) {
+		out = append(out, string(c.Action))
+	}
+	return out
+}
+
+// ChoicesFor is ActionsFor with what each choice risks (issue 42), safest
+// first: on a write whose outcome is unknown, asking the target again
+// risks nothing, skipping risks a missing write, sending again (It didn't
+// happen, Reprocess) risks a write twice.
+func ChoicesFor(r kt.Run, mut kt.Mutation, hasMut bool, held int) []kt.Choice {
+	return kt.Choices(offered(r, mut, hasMut, held), WriteUncertain(mut, hasMut))
+}
+
+// WriteUncertain says the run's write may have applied: its outcome is unknown.
+func WriteUncertain(mut kt.Mutation, hasMut bool) bool {
+	return hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile)
+}
+
+// offered lists the actions that can end a run's block, in no order of risk.
+func offered(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 	switch {
-	case hasMut && (mut.Status == kt.MutationIndeterminate || mut.Status == kt.MutationNeedsReconcile):
+	case WriteUncertain(mut, hasMut):
 		var out []string
 		if mut.CanReconcile {
 			out = append(out, string(kt.ResolveTryAgain))

@@ -165,7 +165,7 @@ func TestBlockedItemMutationStaysActionable(t *testing.T) {
 		t.Fatal("the run was not retried")
 	}
 	cards, _ := report.Blocked(e.ctx(), e.k.Store, wf)
-	if len(cards) != 1 || cards[0].MutationStatus != "indeterminate" || strings.Join(cards[0].Actions, ",") != "didnt-happen,skip,reprocess" {
+	if len(cards) != 1 || cards[0].MutationStatus != "indeterminate" || strings.Join(cards[0].Actions, ",") != "skip,didnt-happen,reprocess" { // safest first (issue 42)
 		t.Fatalf("card %+v", cards)
 	}
 	e.resolve(r2.ID, kt.ResolveSkip)

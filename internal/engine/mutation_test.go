@@ -121,7 +121,7 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 		c := cards[0]
 		if c.Mutation == nil || c.Mutation.Tool != "http" || !strings.Contains(c.Mutation.Target, "POST "+e.sink.URL+"/write/a") ||
 			!strings.Contains(c.Reason, "outcome unknown") || !strings.Contains(c.Reason, `give it one, reconcile: { method: "GET", url: "…/{idempotencyKey}" }`) ||
-			strings.Count(c.Reason, e.sink.URL+"/write/a") != 1 || strings.Join(c.Actions, ",") != "didnt-happen,skip,reprocess" || len(c.Inputs) != 1 {
+			strings.Count(c.Reason, e.sink.URL+"/write/a") != 1 || strings.Join(c.Actions, ",") != "skip,didnt-happen,reprocess" || len(c.Inputs) != 1 {
 			t.Fatalf("card %+v", c)
 		}
 		if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {

@@ -1,6 +1,9 @@
 package keeptype
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"sort"
+)
 
 // People's actions and the other names the API speaks (what a person can
 // do, how a version is deployed, a write awaiting a person, a trace line,
@@ -114,4 +117,88 @@ type Notice struct {
 	Workflow string
 	RunID    string
 	Text     string
+}
+
+// Risk is what a person's choice on a blocked run risks (issue 42): the
+// card orders its choices by it, safest first, colours each by it and
+// says it on the choice's line; the CLI's card prints them in that order.
+type Risk string
+
+const (
+	// RiskNone: nothing is sent twice and nothing is given up.
+	RiskNone Risk = "none"
+	// RiskMissing: nothing is sent; the write may never happen.
+	RiskMissing Risk = "missing"
+	// RiskTwice: a write is sent again; it may happen twice.
+	RiskTwice Risk = "twice"
+)
+
+// riskRank orders risks, safest first.
+var riskRank = map[Risk]int{RiskNone: 0, RiskMissing: 1, RiskTwice: 2}
+
+// Choice is one thing a person can do with a blocked run, with what it risks.
+type Choice struct {
+	Action Resolution `json:"action"`
+	Risk   Risk       `json:"risk"`
+	// Says is the risk in words, for the choice's line.
+	Says string `json:"says"`
+}
+
+// ChoiceOf is what res risks: uncertain says the run's write may have
+// applied (its outcome is unknown), where sending anything again may
+// write twice.
+func ChoiceOf(res Resolution, uncertain bool) Choice {
+	c := Choice{Action: res}
+	switch {
+	case res == ResolveTryAgain && uncertain:
+		c.Risk, c.Says = RiskNone, "keep asks the target whether the write applied; nothing is sent again"
+	case res == ResolveTryAgain:
+		c.Risk, c.Says = RiskNone, "runs it again from where it stopped; a write already applied is never sent again"
+	case res == ResolveApprove:
+		c.Risk, c.Says = RiskNone, "sends this write once, as shown"
+	case res == ResolveSkip && uncertain:
+		c.Risk, c.Says = RiskMissing, "nothing is sent; if the write did not apply, it never will"
+	case res == ResolveSkip:
+		c.Risk, c.Says = RiskMissing, "gives up this run's write; its events are skipped"
+	case res == ResolveDidntHappen:
+		c.Risk, c.Says = RiskTwice, "sends the write again: if it did apply, it may happen twice"
+	case res == ResolveReprocess && uncertain:
+		c.Risk, c.Says = RiskTwice, "a new attempt sends a new write with a new key: if the first applied, it happens twice"
+	case res == ResolveReprocess:
+		c.Risk, c.Says = RiskTwice, "a new attempt of the item: its writes really run again"
+	default:
+		c.Risk, c.Says = RiskTwice, "unknown choice"
+	}
+	return c
+}
+
+// Choices are the actions offered on a blocked run with what each risks,
+// safest first (actions in the same risk keep their order).
+func Choices(actions []string, uncertain bool) []Choice {
+	out := make([]Choice, 0, len(actions))
+	for _, a := range actions {
+		out = append(out, ChoiceOf(Resolution(a), uncertain))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return riskRank[out[i].Risk] < riskRank[out[j].Risk] })
+	return out
+}
+
+// Label is the risk in a few words, as the card and the CLI print it.
+func (r Risk) Label() string {
+	switch r {
+	case RiskNone:
+		return "safe"
+	case RiskMissing:
+		return "risk: the write may be missing"
+	}
+	return "risk: the write may happen twice"
+}
+
+// Command is the CLI command that takes this choice on run runID: what
+// the card, keep's card text and a notice print.
+func (c Choice) Command(runID string) string {
+	if c.Action == ResolveApprove {
+		return "keep approve " + runID
+	}
+	return "keep resolve " + runID + " --" + string(c.Action)
 }

@@ -179,12 +179,9 @@ func doLines(c apitype.Card) []string {
 	if c.Reconnect != "" {
 		out = append(out, "keep connect "+c.Reconnect+" (reconnect the account first)")
 	}
-	for _, a := range c.Actions {
-		if a == "approve" {
-			out = append(out, "keep approve "+c.RunID)
-		} else {
-			out = append(out, "keep resolve "+c.RunID+" --"+a)
-		}
+	// Safest first, each with what it risks (the card's order and words).
+	for _, ch := range c.Choices {
+		out = append(out, ch.Command(c.RunID)+" ("+ch.Risk.Label()+": "+ch.Says+")")
 	}
 	return out
 }

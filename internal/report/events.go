@@ -16,23 +16,9 @@ import (
 // any that still hold events) with their counts, and its producers.
 func Topics(ctx context.Context, st store.Store, wf string) ([]apitype.Topic, []apitype.Producer, error) {
 	topics, producers := []apitype.Topic{}, []apitype.Producer{}
-	var v kt.Version
-	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := tx.WorkflowGet(wf)
-		if err != nil {
-			return noWorkflow(wf, err)
-		}
-		v, err = tx.VersionGet(wf, w.ActiveVersion)
-		return err
-	}); err != nil {
-		return nil, nil, err
-	}
-	// The topology is the active version's declaration, read once per
-	// process (the engine read it at deploy or at the first run): no
-	// sandbox worker per request (issue 25).
-	decl, err := script.Declare(v.File, v.Script)
+	_, decl, err := activeDeclaration(ctx, st, wf)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+		return nil, nil, err
 	}
 	names, writers, consumers := topology(decl)
 	err = st.View(ctx, func(tx store.Tx) error {
@@ -67,6 +53,28 @@ func Topics(ctx context.Context, st store.Store, wf string) ([]apitype.Topic, []
 		return nil
 	})
 	return topics, producers, err
+}
+
+// activeDeclaration is workflow wf's active version and its declaration.
+// The declaration is read once per process (the engine read it at deploy
+// or at the first run): no sandbox worker per request (issue 25).
+func activeDeclaration(ctx context.Context, st store.Store, wf string) (kt.Version, script.Declaration, error) {
+	var v kt.Version
+	if err := st.View(ctx, func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		if err != nil {
+			return noWorkflow(wf, err)
+		}
+		v, err = tx.VersionGet(wf, w.ActiveVersion)
+		return err
+	}); err != nil {
+		return v, script.Declaration{}, err
+	}
+	decl, err := script.Declare(v.File, v.Script)
+	if err != nil {
+		return v, decl, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+	}
+	return v, decl, nil
 }
 
 // topology is who writes and who reads each declared topic.

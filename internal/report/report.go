@@ -390,7 +390,10 @@ func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 		s, _ := InputStatus(tx, in)
 		c.Inputs = append(c.Inputs, inputRow(in, s))
 	}
-	c.Actions = engine.ActionsFor(r, m, hasMut, len(evs))
+	c.Choices = engine.ChoicesFor(r, m, hasMut, len(evs))
+	for _, ch := range c.Choices {
+		c.Actions = append(c.Actions, string(ch.Action))
+	}
 	c.Approval = engine.IsApprovalWait(r)
 	if r.Status == kt.StatusApproval {
 		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)

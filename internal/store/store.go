@@ -293,6 +293,50 @@ type TopicCount struct {
 	Pending, Reserved, Consumed, Skipped int
 }
 
+// Tally is what a workflow did in a time range, per hour (issue 42: the
+// page's activity chart and the drawn workflow's counts of today). Hours
+// are the start of their hour, in ms since the epoch.
+type Tally struct {
+	// Runs counts runs by the hour they started, handler and status.
+	Runs []RunTally
+	// Writes counts writes by the hour they were made, connector method and status.
+	Writes []WriteTally
+	// Inputs counts the inputs registered in each hour.
+	Inputs []HourCount
+	// Blocked are the runs of the range a person had to act on (one is
+	// blocked now, or a person decided on it): from their start to their
+	// end (To 0: still blocked).
+	Blocked []BlockedSpan
+}
+
+// RunTally is a count of runs.
+type RunTally struct {
+	Hour    int64
+	Handler string
+	Status  kt.Status
+	N       int
+}
+
+// WriteTally is a count of writes.
+type WriteTally struct {
+	Hour         int64
+	Tool, Method string
+	Status       kt.MutationStatus
+	N            int
+}
+
+// HourCount is a count in an hour.
+type HourCount struct {
+	Hour int64
+	N    int
+}
+
+// BlockedSpan is a run that waited for a person.
+type BlockedSpan struct {
+	RunID, Handler string
+	From, To       int64
+}
+
 // Tx is the set of operations available inside a transaction. Every Get
 // returns kt.ErrNotFound (wrapped) when the row does not exist.
 type Tx interface {
@@ -354,6 +398,10 @@ type Tx interface {
 	EventList(workflow string, f EventFilter) ([]kt.Event, error)
 	// TopicCounts counts a workflow's events per topic and state.
 	TopicCounts(workflow string) ([]TopicCount, error)
+	// Tally counts what a workflow did from from to to (ms, to excluded),
+	// per hour: each count one indexed range of its table, never its whole
+	// history.
+	Tally(workflow string, from, to int64) (Tally, error)
 
 	InputGet(id string) (kt.Input, error)
 	InputGetByKey(workflow, key string) (kt.Input, error)

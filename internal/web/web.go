@@ -186,7 +186,17 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "index", "workflows", map[string]any{"Workflows": ss, "Nodes": ns})
+	// Each workflow's last day as a small chart (issue 42).
+	sparks := map[string]template.HTML{}
+	for _, st := range ss {
+		a, err := s.API.Activity(r.Context(), st.Name, 24)
+		if err != nil {
+			sparks[st.Name] = template.HTML(template.HTMLEscapeString("no chart: " + err.Error()))
+			continue
+		}
+		sparks[st.Name] = activitySVG(a, true)
+	}
+	s.render(w, r, "index", "workflows", map[string]any{"Workflows": ss, "Nodes": ns, "Sparks": sparks})
 }
 
 // problem is the banner text of keep serve's current problem, if any.
@@ -244,6 +254,7 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	gs, stale := s.groupInputs(inputs, outputs, orphans, f)
 	data := map[string]any{"Status": v.Status, "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
 		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"}}
+	s.glance(ctx, wf, data)
 	if q.Get("runs") == "1" {
 		runs, err := s.API.Runs(ctx, wf, 100)
 		if err != nil {
@@ -253,6 +264,24 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		data["ShowRuns"], data["Runs"] = true, runs
 	}
 	s.render(w, r, "workflow", wf, data)
+}
+
+// glance adds a workflow's pictures (issue 42) to its page's data: the
+// workflow drawn, its last day and week per hour. A picture the API cannot
+// answer says why in its place; the rest of the page is still shown.
+func (s *Server) glance(ctx context.Context, wf string, data map[string]any) {
+	if g, err := s.API.Graph(ctx, wf); err != nil {
+		data["GraphError"] = err.Error()
+	} else {
+		data["Graph"] = graphSVG(g)
+	}
+	for key, hours := range map[string]int{"Day": 24, "Week": 168} {
+		if a, err := s.API.Activity(ctx, wf, hours); err != nil {
+			data[key+"Error"] = err.Error()
+		} else {
+			data[key] = activitySVG(a, false)
+		}
+	}
 }
 
 // groupInputs sorts the inputs that pass the filter into groups by source
@@ -480,7 +509,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "run", "run "+d.Run.ID, map[string]any{"Run": d})
+	s.render(w, r, "run", "run "+d.Run.ID, map[string]any{"Run": d, "Timeline": timelineSVG(d.Trace)})
 }
 
 func (s *Server) item(w http.ResponseWriter, r *http.Request) {

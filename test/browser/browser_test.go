@@ -175,26 +175,9 @@ func TestPersonResolvesBlockedWork(t *testing.T) {
 			t.Fatalf("deploy %s: %v %s", name, err, out)
 		}
 	}
-	addr := testbin.FreePort(t)
 	// The sinks are on 127.0.0.1: keep.toml allows them (keep refuses loopback otherwise).
-	cfg := filepath.Join(dir, "keep.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("[connectors.http]\nallow = [%q, %q, %q]\n", skipSink.Host(), approveSink.Host(), didntSink.Host())), 0o644)
-	serve := exec.Command(keepBin, "serve", "--data", data, "--config", cfg, "--addr", addr)
-	logs := &strings.Builder{}
-	serve.Stdout, serve.Stderr = logs, logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { serve.Process.Kill(); serve.Wait() }()
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1100, 1000), chromedp.UserDataDir(filepath.Join(dir, "chrome")))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	p := &person{serve: serve, logs: logs, t: t, ctx: ctx, base: "http://" + addr, dir: shots(t)}
+	p := servePerson(t, exe, dir, data, skipSink.Host(), approveSink.Host(), didntSink.Host())
+	ctx, logs := p.ctx, p.logs
 
 	// The overview: three workflows, each waiting for a person.
 	if _, err := chromedp.Run(ctx, chromedp.Navigate(p.base+"/")); err != nil {

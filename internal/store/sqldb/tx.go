@@ -815,3 +815,62 @@ func Strings(rows Rows) ([]string, error) {
 	}
 	return out, rows.Err()
 }
+
+// hourSQL is the start of the hour of a column of ms, in SQL both stores
+// compute the same (integer division of BIGINTs).
+func hourSQL(col string) string { return "(" + col + "/3600000)*3600000" }
+
+func (t *Tx) Tally(workflow string, from, to int64) (store.Tally, error) {
+	var out store.Tally
+	var err error
+	// runs_workflow (workflow, created_at): the range, not the history.
+	if out.Runs, err = queryAll(t, "runs", `SELECT `+hourSQL("created_at")+`, handler, status, count(*) FROM runs WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+		func(x *store.RunTally) []any { return []any{&x.Hour, &x.Handler, &x.Status, &x.N} }, workflow, from, to); err != nil {
+		return out, err
+	}
+	// mutations_workflow (workflow, created_at).
+	if out.Writes, err = queryAll(t, "writes", `SELECT `+hourSQL("created_at")+`, tool, method, status, count(*) FROM mutations WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`,
+		func(x *store.WriteTally) []any { return []any{&x.Hour, &x.Tool, &x.Method, &x.Status, &x.N} }, workflow, from, to); err != nil {
+		return out, err
+	}
+	// items_created (workflow, created_at).
+	if out.Inputs, err = queryAll(t, "inputs", `SELECT `+hourSQL("created_at")+`, count(*) FROM items WHERE workflow=? AND created_at>=? AND created_at<? AND kind='input' GROUP BY 1 ORDER BY 1`,
+		func(x *store.HourCount) []any { return []any{&x.Hour, &x.N} }, workflow, from, to); err != nil {
+		return out, err
+	}
+	// The runs of the range that waited for a person: blocked now (open,
+	// not running), or decided on (decisions_run, one probe a run).
+	type blocked struct {
+		store.BlockedSpan
+		status kt.Status
+	}
+	bs, err := queryAll(t, "blocked runs", `SELECT id, handler, created_at, finished_at, status FROM runs WHERE workflow=? AND created_at>=? AND created_at<?
+ AND (status IN ('paused:approval', 'paused:reconciliation', 'failed:logic', 'failed:internal', 'crashed')
+  OR EXISTS (SELECT 1 FROM decisions d WHERE d.workflow=runs.workflow AND d.run_id=runs.id)) ORDER BY created_at, id`,
+		func(x *blocked) []any { return []any{&x.RunID, &x.Handler, &x.From, &x.To, &x.status} }, workflow, from, to)
+	for _, b := range bs {
+		if !b.status.Finished() {
+			b.To = 0
+		}
+		out.Blocked = append(out.Blocked, b.BlockedSpan)
+	}
+	return out, err
+}
+
+// queryAll reads every row of q, each into a T through the fields dest gives.
+func queryAll[T any](t *Tx, what, q string, dest func(*T) []any, args ...any) ([]T, error) {
+	rows, err := t.r.Query(q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tally %s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var x T
+		if err := rows.Scan(dest(&x)...); err != nil {
+			return nil, fmt.Errorf("tally %s: %w", what, err)
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}

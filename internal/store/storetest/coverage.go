@@ -208,6 +208,11 @@ func (r recordingTx) EventList(workflow string, f store.EventFilter) ([]kt.Event
 	return r.tx.EventList(workflow, f)
 }
 
+func (r recordingTx) Tally(workflow string, from, to int64) (store.Tally, error) {
+	r.c.note("Tally")
+	return r.tx.Tally(workflow, from, to)
+}
+
 func (r recordingTx) TopicCounts(workflow string) ([]store.TopicCount, error) {
 	r.c.note("TopicCounts")
 	return r.tx.TopicCounts(workflow)

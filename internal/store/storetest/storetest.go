@@ -40,6 +40,7 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 	exerciseNotices(run)
 	exerciseDeliveries(run)
 	exercisePrune(run)
+	exerciseTally(run)
 }
 
 // runCase runs one case of the suite on a fresh store. Each area's file

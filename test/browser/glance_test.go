@@ -1,0 +1,155 @@
+package browser
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/keep-run/keep/internal/testbin"
+	"github.com/keep-run/keep/internal/testsink"
+)
+
+// Issue 42, at a glance: a person opens the list, a workflow and a run,
+// and sees each drawn with the right numbers for a store whose state is
+// known — one input registered, its consumer's write sent and its answer
+// lost (the run blocked on it) — and the card's safe choice first. The
+// pictures are kept in docs/images (docs/design.md shows them).
+func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
+	exe := chromium(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	sink := testsink.New()
+	defer sink.Close()
+	sink.Queue(testsink.TimeoutAfter) // the write applies; its answer never comes
+	f := filepath.Join(dir, "glance.js")
+	os.WriteFile(f, []byte(flow("glance", sink.URL, "")), 0o644)
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, f).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v %s", err, out)
+	}
+	p := servePerson(t, exe, dir, data, sink.Host())
+	ctx := p.ctx
+	attr := func(sel, name string) string {
+		// An attribute, or textContent (SVG has no innerText).
+		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("(function(){var e=document.querySelector(%q); if (!e) return ''; var n=%q; return n == 'textContent' ? e.textContent : (e.getAttribute(n) || '')})()", sel, name)))
+		return s
+	}
+	// picture keeps what sel shows in docs/images.
+	picture := func(sel, name string) {
+		t.Helper()
+		buf, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("screenshot of %s: %v", sel, err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "images", name+".png"), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The workflow drawn: the producer ran once, its event is reserved by
+	// the consumer's run, blocked on its write to http.request.
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/w/glance"))
+	p.waitFor("the blocked consumer drawn", func() bool {
+		_, _ = chromedp.Run(ctx, chromedp.Reload())
+		return attr(`g[data-node="consumer:c"]`, "data-blocked") == "1"
+	})
+	for _, c := range []struct{ node, pending, reserved, blocked, done string }{
+		{"producer:p", "0", "0", "0", "1"},
+		{"topic:order", "0", "1", "0", "0"},
+		{"consumer:c", "0", "1", "1", "0"},
+		{"connector:http.request", "0", "0", "1", "0"},
+	} {
+		sel := `g[data-node="` + c.node + `"]`
+		got := [4]string{attr(sel, "data-pending"), attr(sel, "data-reserved"), attr(sel, "data-blocked"), attr(sel, "data-done")}
+		if got != [4]string{c.pending, c.reserved, c.blocked, c.done} {
+			t.Errorf("node %s: pending, reserved, blocked, done today %v, want %v", c.node, got, [4]string{c.pending, c.reserved, c.blocked, c.done})
+		}
+	}
+	// What a person reads in the box, not only its colour.
+	if txt := attr(`g[data-node="consumer:c"]`, "textContent"); !strings.Contains(txt, "BLOCKED") || !strings.Contains(txt, "1 reserved") {
+		t.Errorf("the blocked consumer reads %q", txt)
+	}
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("svg.graph path.edge").length`)); n != 3 {
+		t.Errorf("%d arrows drawn, want 3 (producer → topic → consumer → connector)", n)
+	}
+	// Its box opens its card.
+	runID := attr(`.card`, "data-run")
+	if href := attr(`svg.graph a:has(g[data-node="consumer:c"])`, "href"); runID == "" || href != "/w/glance#card-"+runID {
+		t.Errorf("the blocked box links to %q, want the card of run %q", href, runID)
+	}
+	// Activity: one input registered in the last day, no write applied.
+	if got := attr(`.activity-day g[data-series="inputs"]`, "data-total"); got != "1" {
+		t.Errorf("the day's chart counts %s inputs, want 1", got)
+	}
+	if got := attr(`.activity-day g[data-series="writes"]`, "data-total"); got != "0" {
+		t.Errorf("the day's chart counts %s writes applied, want 0 (the write's outcome is unknown)", got)
+	}
+	if got := attr(`.activity-week g[data-series="inputs"]`, "data-total"); got != "1" {
+		t.Errorf("the week's chart counts %s inputs, want 1", got)
+	}
+	// The card: Skip (nothing sent) first and highlighted; sending again
+	// says it may write twice.
+	if first := attr(`.card form.choice button`, "value"); first != "skip" || !strings.Contains(attr(`.card form.choice button`, "class"), "primary") {
+		t.Errorf("the card's first, highlighted choice is %q, want skip", first)
+	}
+	if line := p.text(`.card form.choice:has(button[value="reprocess"])`); !strings.Contains(line, "happen twice") || !strings.Contains(line, "new key") {
+		t.Errorf("Reprocess's line reads %q", line)
+	}
+	picture("section.glance", "glance-workflow")
+	picture(".card", "glance-card")
+
+	// The list: a small chart per workflow.
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/"))
+	p.waitFor("the list's chart", func() bool { return p.has(`tr[data-workflow="glance"] svg.activity`) })
+	if got := attr(`tr[data-workflow="glance"] g[data-series="inputs"]`, "data-total"); got != "1" {
+		t.Errorf("the list's chart counts %s inputs, want 1", got)
+	}
+	picture("table.activity-list", "glance-list")
+
+	// The run's timeline: its phases and its calls on one axis, the write
+	// that lost its answer marked.
+	chromedp.Run(ctx, chromedp.Navigate(p.base+"/runs/"+runID))
+	p.waitFor("the run's timeline", func() bool { return p.has(`svg.timeline`) })
+	if !p.has(`svg.timeline g.phase-band[data-phase="mutating"]`) {
+		t.Errorf("the timeline has no mutating phase")
+	}
+	if out := attr(`svg.timeline g.step[data-kind="call"][data-method="http.request"]`, "data-outcome"); !strings.HasPrefix(out, "uncertain") {
+		t.Errorf("the write's bar says %q, want uncertain", out)
+	}
+	if !p.has(`svg.timeline g.step rect.call.failed`) {
+		t.Errorf("the uncertain write is not marked")
+	}
+	picture(".timeline-picture", "glance-run-timeline")
+	p.shot("glance-run")
+}
+
+// servePerson starts keep serve on data, its keep.toml allowing the hosts
+// given (keep refuses loopback otherwise), and a Chromium to look at it;
+// both stop when the test ends.
+func servePerson(t *testing.T, exe, dir, data string, allow ...string) *person {
+	addr := testbin.FreePort(t)
+	cfg := filepath.Join(dir, "keep.toml")
+	quoted := make([]string, len(allow))
+	for i, h := range allow {
+		quoted[i] = fmt.Sprintf("%q", h)
+	}
+	os.WriteFile(cfg, []byte("[connectors.http]\nallow = ["+strings.Join(quoted, ", ")+"]\n"), 0o644)
+	serve := exec.Command(keepBin, "serve", "--data", data, "--config", cfg, "--addr", addr)
+	logs := &strings.Builder{}
+	serve.Stdout, serve.Stderr = logs, logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Kill(); serve.Wait() })
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1100, 1000), chromedp.UserDataDir(filepath.Join(dir, "chrome")))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	return &person{serve: serve, logs: logs, t: t, ctx: ctx, base: "http://" + addr, dir: shots(t)}
+}
