@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,8 @@ import (
 // known — one input registered, its consumer's write sent and its answer
 // lost (the run blocked on it) — and the card's safe choice first. The
 // pictures are kept in docs/images (docs/design.md shows them).
+var updatePictures = flag.Bool("update", false, "renew the screenshots in docs/images")
+
 func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	exe := chromium(t)
 	dir := t.TempDir()
@@ -45,7 +48,14 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 		if err != nil {
 			t.Fatalf("screenshot of %s: %v", sel, err)
 		}
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "images", name+".png"), buf, 0o644); err != nil {
+		// The pictures in docs/images are renewed only when asked
+		// (go test ./test/browser -run Glance -update): a test run
+		// leaves the checkout as it found it.
+		where := filepath.Join(dir, name+".png")
+		if *updatePictures {
+			where = filepath.Join("..", "..", "docs", "images", name+".png")
+		}
+		if err := os.WriteFile(where, buf, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
