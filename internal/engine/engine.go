@@ -214,7 +214,8 @@ func (e *Engine) policyFor(wf kt.Workflow) (config.Policy, error) {
 func RecordedPolicy(wf, rec string) (config.Policy, error) {
 	p := config.Defaults()
 	if err := json.Unmarshal([]byte(rec), &p); err != nil {
-		return config.Policy{}, fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf, err)
+		return config.Policy{}, kt.Damaged(kt.Damage{What: "the policy recorded for workflow " + wf, Table: "workflows", Row: "name=" + wf,
+			Why: fmt.Sprintf("does not decode (%v)", err), Restore: "deploy it again to record it: keep deploy FILE (its script's file)"})
 	}
 	return p, nil
 }
@@ -774,7 +775,7 @@ func (e *Engine) migrateConsumerIdentities(tx store.Tx) error {
 				continue
 			}
 			var args map[string]any
-			if err := decodeStored("params", "mutation "+m.ID, m.Params, &args); err != nil {
+			if err := decodeStored("params", "mutations", m.ID, m.Params, &args); err != nil {
 				return err
 			}
 			reserved, err := tx.EventsReservedBy(run.ID)
