@@ -290,3 +290,36 @@ func TestRowsStoredBeforeTheDigestsGetThemAtMigration(t *testing.T) {
 		}
 	}
 }
+
+// A workflow's recorded files root flipped (its digest kept) is not where
+// its files connector goes: the workflow stops as damaged storage, and
+// deploying it again records it afresh.
+func TestAFlippedFilesRootIsDamagedStorageAndADeployRestoresIt(t *testing.T) {
+	t.Parallel()
+	e := twoWorkflows(t)
+	if err := e.k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q := rawStore(t, e)
+	q(`UPDATE workflows SET files_root=? WHERE name=?`, "/etc", "hook").Close()
+	e.restart()
+	errs := settleDamaged(t, e)
+	if n := e.sink.Requests() - writesTo(e, "/other/"); n != 0 || writesTo(e, "/other/") != 1 {
+		t.Fatalf("requests of hook %d, writes of other %d", n, writesTo(e, "/other/"))
+	}
+	s := statusOf(t, e, "hook")
+	if len(errs) == 0 || s.Status != kt.StatusWordDamaged || !strings.Contains(s.Reason, "the recorded files root and policy of workflow hook (table workflows, row name=hook)") ||
+		!strings.Contains(s.Reason, "keep deploy") {
+		t.Fatalf("status %s: %s (%v)", s.Status, s.Reason, errs)
+	}
+	e.redeploy(hookScript("", ""), "")
+	if err := e.k.Scheduler.StepWorkflow(e.ctx(), "hook"); err != nil {
+		t.Fatal(err)
+	}
+	if s := statusOf(t, e, "hook"); s.Status == kt.StatusWordDamaged || s.FilesRoot == "/etc" {
+		t.Fatalf("after the redeploy: %s %s %s", s.Status, s.FilesRoot, s.Reason)
+	}
+	if n := writesTo(e, "/write/"); n != 1 {
+		t.Fatalf("after the redeploy hook wrote %d times, want 1", n)
+	}
+}

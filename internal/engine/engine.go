@@ -457,7 +457,10 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 	if kt.IsDamaged(err) {
 		// Its recorded files root and policy are damaged (issue 44): this
 		// deploy records them afresh, taking nothing of the damaged row.
-		wf.FilesRoot, wf.Policy, err = o.FilesRoot, "", nil
+		wf.FilesRoot, wf.Policy, wf.UpdatedAt = o.FilesRoot, e.policyRecord(), now
+		if err = tx.WorkflowPut(wf); err != nil {
+			return err
+		}
 	}
 	if err != nil && !isNew {
 		return err

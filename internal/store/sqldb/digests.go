@@ -71,7 +71,6 @@ func checkRepair(r kt.Repair, digest string) error {
 	return kt.CheckDigest(digest, kt.Damage{
 		What:  fmt.Sprintf("the script the Maintainer proposed in repair %s of workflow %s", r.ID, r.Workflow),
 		Table: "repairs", Row: "id=" + r.ID,
-		Restore: "reject it (keep repair reject " + r.ID + ") and let the Maintainer propose again",
 	}, "repair", r.ID, r.Workflow, r.Script)
 }
 
