@@ -14,7 +14,6 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
-	"github.com/keep-run/keep/internal/store"
 )
 
 // Issue 44: a bit flip inside a row of keep's store passes SQLite's
@@ -76,6 +75,32 @@ func twoWorkflows(t *testing.T) *env {
 	return e
 }
 
+// stoppedWithRawStore is twoWorkflows with keep closed and its store open
+// beside it (rawStore): a test changes rows, then e.restart().
+func stoppedWithRawStore(t *testing.T) (*env, func(q string, args ...any) *sql.Rows) {
+	t.Helper()
+	e := twoWorkflows(t)
+	if err := e.k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return e, rawStore(t, e)
+}
+
+// storedScript is the script stored for wf's first version.
+func storedScript(t *testing.T, q func(q string, args ...any) *sql.Rows, wf string) string {
+	t.Helper()
+	var script string
+	rows := q(`SELECT script FROM versions WHERE workflow=? AND id=1`, wf)
+	defer rows.Close()
+	if !rows.Next() {
+		t.Fatalf("no version 1 of %s", wf)
+	}
+	if err := rows.Scan(&script); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
 // settleDamaged runs until idle and returns the step errors, which a
 // damaged workflow's steps give.
 func settleDamaged(t *testing.T, e *env) []error {
@@ -108,22 +133,10 @@ func statusOf(t *testing.T, e *env, wf string) apitype.Status {
 
 func TestAFlippedStoredScriptNeverRunsAndSaysDamagedStorage(t *testing.T) {
 	t.Parallel()
-	e := twoWorkflows(t)
-	if err := e.k.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// The flip keeps the script valid: "/write/" becomes "/wrius/"'s
-	// like, a write to another path that keep would have made.
-	q := rawStore(t, e)
-	var script string
-	rows := q(`SELECT script FROM versions WHERE workflow=?`, "hook")
-	for rows.Next() {
-		if err := rows.Scan(&script); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rows.Close()
-	flipped := flipByte(t, script, "/wri")
+	e, q := stoppedWithRawStore(t)
+	// The flip keeps the script valid: "/write/" becomes "/wriue/", a
+	// write to another path, which keep made before the digests.
+	flipped := flipByte(t, storedScript(t, q, "hook"), "/wri")
 	q(`UPDATE versions SET script=? WHERE workflow=?`, flipped, "hook").Close()
 	e.restart()
 
@@ -146,15 +159,7 @@ func TestAFlippedStoredScriptNeverRunsAndSaysDamagedStorage(t *testing.T) {
 		t.Fatalf("the other workflow: %s %s", s.Status, s.Reason)
 	}
 	// The check changed nothing of the row.
-	var now string
-	rows = q(`SELECT script FROM versions WHERE workflow=?`, "hook")
-	for rows.Next() {
-		if err := rows.Scan(&now); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rows.Close()
-	if now != flipped {
+	if storedScript(t, q, "hook") != flipped {
 		t.Fatal("the damaged row was changed by the check")
 	}
 
@@ -250,14 +255,7 @@ func TestARunsStoredJSONThatDoesNotDecodeIsDamagedStorageOnItsCard(t *testing.T)
 	if err := e.k.Scheduler.RunUntilIdle(e.ctx()); err != nil {
 		t.Fatal(err)
 	}
-	var got kt.Run
-	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
-		var err error
-		got, err = tx.RunOpen(wf)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	got := e.open(wf)
 	if got.ErrorClass != kt.ClassDamaged || !strings.Contains(got.ErrorMessage, "damaged storage") {
 		t.Fatalf("run %s %s: %s", got.Status, got.ErrorClass, got.ErrorMessage)
 	}
@@ -270,11 +268,7 @@ func TestARunsStoredJSONThatDoesNotDecodeIsDamagedStorageOnItsCard(t *testing.T)
 // read as they were, nothing is taken for damaged, and its work goes on.
 func TestRowsStoredBeforeTheDigestsGetThemAtMigration(t *testing.T) {
 	t.Parallel()
-	e := twoWorkflows(t)
-	if err := e.k.Close(); err != nil {
-		t.Fatal(err)
-	}
-	q := rawStore(t, e)
+	e, q := stoppedWithRawStore(t)
 	for _, table := range []string{"versions", "grants", "workflows", "secrets", "repairs"} {
 		q(`ALTER TABLE ` + table + ` DROP COLUMN digest`).Close()
 	}
@@ -296,11 +290,7 @@ func TestRowsStoredBeforeTheDigestsGetThemAtMigration(t *testing.T) {
 // deploying it again records it afresh.
 func TestAFlippedFilesRootIsDamagedStorageAndADeployRestoresIt(t *testing.T) {
 	t.Parallel()
-	e := twoWorkflows(t)
-	if err := e.k.Close(); err != nil {
-		t.Fatal(err)
-	}
-	q := rawStore(t, e)
+	e, q := stoppedWithRawStore(t)
 	q(`UPDATE workflows SET files_root=? WHERE name=?`, "/etc", "hook").Close()
 	e.restart()
 	errs := settleDamaged(t, e)
