@@ -378,7 +378,9 @@ func (x *runExec) granted(item string) (bool, error) {
 			var err error
 			gs, err = tx.GrantList(x.wf.Name)
 			return err
-		}); err != nil {
+		}); kt.IsDamaged(err) {
+			return false, err // a damaged grant allows nothing (issue 44)
+		} else if err != nil {
 			return false, kt.Errorf(kt.ClassInternal, "read the grants of %s: %v", x.wf.Name, err)
 		}
 		x.grants = gs
