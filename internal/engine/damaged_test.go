@@ -313,3 +313,25 @@ func TestAFlippedFilesRootIsDamagedStorageAndADeployRestoresIt(t *testing.T) {
 		t.Fatalf("after the redeploy hook wrote %d times, want 1", n)
 	}
 }
+
+// A failed run's card reads its version's script (the note on how to fix
+// it): when that script is damaged, the card says damaged storage, not
+// "a bug in the script", and keep status shows the workflow damaged.
+func TestTheCardOfAFailedRunWhoseScriptIsDamagedSaysDamagedStorage(t *testing.T) {
+	t.Parallel()
+	e, wf, r := bugInNext(t)
+	q := rawStore(t, e)
+	q(`UPDATE versions SET script=? WHERE workflow=? AND id=1`, flipByte(t, storedScript(t, q, wf), "a bug in nex"), wf).Close()
+	cards, err := report.Blocked(e.ctx(), e.k.Store, wf)
+	if err != nil || len(cards) != 1 {
+		t.Fatalf("cards %v %v", cards, err)
+	}
+	notes := strings.Join(cards[0].Notes, " ")
+	if cards[0].RunID != r.ID || !strings.Contains(cards[0].Reason, "damaged storage: the stored script of workflow hook version 1.0") ||
+		!strings.Contains(notes, "not a bug in the script") || strings.Contains(notes, "This is a bug in the script") {
+		t.Fatalf("card: %q notes %q", cards[0].Reason, cards[0].Notes)
+	}
+	if s := statusOf(t, e, wf); s.Status != kt.StatusWordDamaged {
+		t.Fatalf("status %s: %s", s.Status, s.Reason)
+	}
+}

@@ -346,6 +346,13 @@ func Blocked(ctx context.Context, st store.Store, wf string) ([]apitype.Card, er
 				return err
 			}
 			c, blocked, err := card(tx, r)
+			if kt.IsDamaged(err) {
+				// What the card reads of its workflow is damaged (a
+				// version's script, a repair): the card says that.
+				c = apitype.Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Status: string(r.Status), Phase: string(r.Phase),
+					Reason: err.Error(), Inputs: []apitype.Input{}, Notes: []string{kt.DamagedNote(r.Workflow)}}
+				blocked, err = true, nil
+			}
 			if err != nil {
 				return err
 			}
