@@ -200,6 +200,10 @@ func fail(w http.ResponseWriter, err error) {
 		Error(w, http.StatusUnprocessableEntity, "invalid_script", se.Error())
 	case errors.Is(err, kt.ErrNotFound):
 		Error(w, http.StatusNotFound, "not_found", err.Error())
+	case kt.IsDamaged(err):
+		// keep's stored state failed its check (issue 44): the message
+		// names the row and what to restore.
+		Error(w, http.StatusInternalServerError, "damaged_storage", err.Error())
 	default:
 		Error(w, http.StatusInternalServerError, "internal", err.Error())
 	}

@@ -68,7 +68,7 @@ type Run struct {
 type Status struct {
 	Name          string `json:"name"`
 	Version       string `json:"version"`
-	Status        string `json:"status"` // running, idle, blocked, paused, error
+	Status        string `json:"status"` // running, idle, blocked, paused, error, damaged (kt.StatusWordDamaged)
 	Blocked       bool   `json:"blocked"`
 	BlockedRunID  string `json:"blockedRunId"`
 	PendingEvents int    `json:"pendingEvents"`

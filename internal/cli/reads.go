@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/apitype"
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
 func (a *app) statusCmd() *cobra.Command {
@@ -52,7 +53,7 @@ func (a *app) printStatus(ctx context.Context, k *keepAPI, only string) error {
 		}
 	}
 	for i := range ss {
-		if problem != "" && ss[i].Status != "paused" {
+		if problem != "" && ss[i].Status != "paused" && ss[i].Status != kt.StatusWordDamaged {
 			ss[i].Status, ss[i].Reason = "error", "keep serve cannot go on: "+problem
 		}
 	}
@@ -77,7 +78,7 @@ func (a *app) printStatus(ctx context.Context, k *keepAPI, only string) error {
 	}
 	w.Flush()
 	for _, s := range ss {
-		if s.Status == "running" && s.Reason != "" {
+		if (s.Status == "running" || s.Status == kt.StatusWordDamaged || kt.IsDamagedMessage(s.Reason)) && s.Reason != "" {
 			fmt.Fprintf(a.out, "%s: %s\n", s.Name, s.Reason)
 		}
 		if len(s.Ungranted) > 0 {

@@ -23,7 +23,7 @@ func (x *runExec) emit(dv declView) error {
 	var mstatus struct {
 		Status string `json:"status"`
 	}
-	if err := decodeStored("mutation result", "run "+run.ID, mr, &mstatus); err != nil {
+	if err := decodeStored("mutation result", "runs", run.ID, mr, &mstatus); err != nil {
 		return x.fail(err)
 	}
 	h := x.host(phaseNext)
@@ -31,7 +31,7 @@ func (x *runExec) emit(dv declView) error {
 	var newState json.RawMessage
 	pr, err := x.decodePrepared(run.PrepareResult)
 	if err != nil {
-		return x.fail(kt.Errorf(kt.ClassInternal, "the stored PrepareResult of run %s does not decode (%v): keep's store was changed outside keep or is damaged; keep stopped here and changed nothing of it — restore the store from a backup", run.ID, err))
+		return x.fail(kt.UndecodableJSON("the stored prepare result of run "+run.ID, "runs", "id="+run.ID, err))
 	}
 	if pr.reservesNothing() && x.unstored {
 		return x.idle()

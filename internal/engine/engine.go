@@ -214,7 +214,8 @@ func (e *Engine) policyFor(wf kt.Workflow) (config.Policy, error) {
 func RecordedPolicy(wf, rec string) (config.Policy, error) {
 	p := config.Defaults()
 	if err := json.Unmarshal([]byte(rec), &p); err != nil {
-		return config.Policy{}, fmt.Errorf("the policy recorded for workflow %s does not decode (%v): deploy it again to record it", wf, err)
+		return config.Policy{}, kt.Damaged(kt.Damage{What: "the policy recorded for workflow " + wf, Table: "workflows", Row: "name=" + wf,
+			Why: fmt.Sprintf("does not decode (%v)", err), Restore: "deploy it again to record it: keep deploy FILE (its script's file)"})
 	}
 	return p, nil
 }
@@ -453,6 +454,14 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 	name, kind := res.Workflow, o.Kind
 	wf, err := tx.WorkflowGet(name)
 	isNew := errors.Is(err, kt.ErrNotFound)
+	if kt.IsDamaged(err) {
+		// Its recorded files root and policy are damaged (issue 44): this
+		// deploy records them afresh, taking nothing of the damaged row.
+		wf.FilesRoot, wf.Policy, wf.UpdatedAt = o.FilesRoot, e.policyRecord(), now
+		if err = tx.WorkflowPut(wf); err != nil {
+			return err
+		}
+	}
 	if err != nil && !isNew {
 		return err
 	}
@@ -461,7 +470,10 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		wf = kt.Workflow{Name: name, CreatedAt: now}
 	} else {
 		cur, err := tx.VersionGet(name, wf.ActiveVersion)
-		if err != nil {
+		// A damaged active version (issue 44) is restored by this deploy:
+		// a new version from the file, its number after the damaged one's.
+		damaged := kt.IsDamaged(err)
+		if err != nil && (!damaged || o.KeepTest) {
 			return err
 		}
 		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
@@ -472,7 +484,7 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		}
 		// A changed test is a new version: the tests a repair must pass
 		// are the ones recorded with the version it repairs.
-		if cur.Script == source && cur.Test == v.Test && kind == "" {
+		if !damaged && cur.Script == source && cur.Test == v.Test && kind == "" {
 			res.Version, res.Unchanged = cur, true
 			if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
 				return err
@@ -482,7 +494,9 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		if err := nextVersion(tx, cur, &v, o, res); err != nil {
 			return err
 		}
-		if res.Stranded, err = strandedBy(tx, name, cur, p.Decl, v.Label()); err != nil {
+		if damaged {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("version %s's stored script was damaged storage; version %s replaces it (which topics the damaged one read is not known, so its waiting events were not checked for a consumer)", cur.Label(), v.Label()))
+		} else if res.Stranded, err = strandedBy(tx, name, cur, p.Decl, v.Label()); err != nil {
 			return err
 		}
 	}
@@ -774,7 +788,7 @@ func (e *Engine) migrateConsumerIdentities(tx store.Tx) error {
 				continue
 			}
 			var args map[string]any
-			if err := decodeStored("params", "mutation "+m.ID, m.Params, &args); err != nil {
+			if err := decodeStored("params", "mutations", m.ID, m.Params, &args); err != nil {
 				return err
 			}
 			reserved, err := tx.EventsReservedBy(run.ID)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	otrace "go.opentelemetry.io/otel/trace"
 
@@ -315,12 +316,13 @@ func (x *runExec) takeDecision() error {
 	return nil
 }
 
-// decodeStored decodes JSON keep stored itself. JSON that does not decode
-// was changed outside keep or is damaged: the caller stops with this clear
-// error instead of acting on a guess (issue 24 #3).
-func decodeStored(what, owner string, raw json.RawMessage, v any) error {
+// decodeStored decodes JSON keep stored itself in the row id of table.
+// JSON that does not decode was changed outside keep or is damaged: the
+// caller stops with this clear error (damaged storage, issue 44) instead
+// of acting on a guess (issue 24 #3).
+func decodeStored(what, table, id string, raw json.RawMessage, v any) error {
 	if err := json.Unmarshal(raw, v); err != nil {
-		return kt.Errorf(kt.ClassInternal, "the stored %s of %s does not decode (%v): keep's store was changed outside keep or is damaged; keep stopped here and changed nothing of it — restore the store from a backup", what, owner, err)
+		return kt.UndecodableJSON(fmt.Sprintf("the stored %s of %s %s", what, strings.TrimSuffix(table, "s"), id), table, "id="+id, err)
 	}
 	return nil
 }

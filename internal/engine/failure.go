@@ -84,7 +84,11 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 		if err != nil {
 			return err
 		}
-		w.Paused, w.PausedReason, w.UpdatedAt = true, "internal error in run "+run.ID+": "+msg, now
+		reason := "internal error in run " + run.ID + ": " + msg
+		if class == kt.ClassDamaged {
+			reason = "run " + run.ID + " stopped on " + msg
+		}
+		w.Paused, w.PausedReason, w.UpdatedAt = true, reason, now
 		return tx.WorkflowPut(w)
 	})
 }

@@ -323,7 +323,10 @@ func Revoke(ctx context.Context, st store.Store, workflow string, items []string
 			return err
 		}
 		gs, err := tx.GrantList(workflow)
-		if err != nil {
+		if err != nil && !kt.IsDamaged(err) {
+			// A damaged grant is taken back as it is stored (its
+			// restore step, kt.RestoreGrant): the list only says, on a
+			// refusal, which grants there are.
 			return err
 		}
 		for _, it := range items {
@@ -375,7 +378,9 @@ func (x *runExec) granted(item string) (bool, error) {
 			var err error
 			gs, err = tx.GrantList(x.wf.Name)
 			return err
-		}); err != nil {
+		}); kt.IsDamaged(err) {
+			return false, err // a damaged grant allows nothing (issue 44)
+		} else if err != nil {
 			return false, kt.Errorf(kt.ClassInternal, "read the grants of %s: %v", x.wf.Name, err)
 		}
 		x.grants = gs

@@ -94,7 +94,7 @@ func (lc *ledgerCall) foundRow(mut kt.Mutation) error {
 	}
 	// comparePayloads reads them: a row that does not decode stops here.
 	var stored map[string]any
-	return decodeStored("params", "mutation "+mut.ID, mut.Params, &stored)
+	return decodeStored("params", "mutations", mut.ID, mut.Params, &stored)
 }
 
 // identityFound is the in_flight commit's answer when the call's identity

@@ -89,7 +89,7 @@ func (x *runExec) ledgerStep(lc *ledgerCall, causes []string, attempt int) (done
 		lc.noteReplay()
 		var result any
 		if len(lc.mut.Result) > 0 {
-			if err := decodeStored("result", "mutation "+lc.mut.ID, lc.mut.Result, &result); err != nil {
+			if err := decodeStored("result", "mutations", lc.mut.ID, lc.mut.Result, &result); err != nil {
 				return true, false, x.fail(err)
 			}
 		}
@@ -304,7 +304,7 @@ func (e *Engine) ensurePendingCall(run *kt.Run, mut kt.Mutation) error {
 	}
 	var args map[string]any
 	if len(mut.Params) > 0 {
-		if err := decodeStored("params", "mutation "+mut.ID, mut.Params, &args); err != nil {
+		if err := decodeStored("params", "mutations", mut.ID, mut.Params, &args); err != nil {
 			return err
 		}
 	}

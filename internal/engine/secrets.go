@@ -92,6 +92,9 @@ func (x *runExec) checkSecret(name, host string, byScript bool) error {
 		}
 		return kt.Errorf(kt.ClassPermission, "the call sends {secret:%s} to %s, and keep has no secret of that name%s --host %s", name, host, kt.SecretSuffix(name), host)
 	}
+	if kt.IsDamaged(err) {
+		return err // its hosts are damaged storage: said as such, never sent (issue 44)
+	}
 	if err != nil {
 		return kt.Errorf(kt.ClassInternal, "read the secret %s: %v", name, err)
 	}

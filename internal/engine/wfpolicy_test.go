@@ -84,7 +84,7 @@ func TestAWorkflowWithoutARecordedPolicyRunsUnderKeeps(t *testing.T) {
 	}
 	setPolicy(`{"TransientRetries":`)
 	_, err := e.k.Engine.Step(e.ctx(), wf)
-	if err == nil || !strings.Contains(err.Error(), "the policy recorded for workflow hook does not decode") || !strings.Contains(err.Error(), "deploy it again") {
+	if err == nil || !strings.Contains(err.Error(), "the policy recorded for workflow hook (table workflows, row name=hook) does not decode") || !strings.Contains(err.Error(), "deploy it again") {
 		t.Fatalf("step under a policy that does not decode: %v", err)
 	}
 	if n := e.sink.Requests(); n != 0 {

@@ -261,7 +261,18 @@ func Statuses(ctx context.Context, st store.Store, only string) ([]apitype.Statu
 	return out, err
 }
 
+// status is a workflow's status; one whose stored state is damaged (issue
+// 44) is "damaged", its reason saying which row and what to restore, and
+// the other workflows are shown as ever.
 func status(tx store.Tx, w kt.Workflow) (apitype.Status, error) {
+	s, err := statusOf(tx, w)
+	if kt.IsDamaged(err) {
+		return apitype.Status{Name: w.Name, Status: kt.StatusWordDamaged, Reason: err.Error()}, nil
+	}
+	return s, err
+}
+
+func statusOf(tx store.Tx, w kt.Workflow) (apitype.Status, error) {
 	v, err := tx.VersionGet(w.Name, w.ActiveVersion)
 	if err != nil {
 		return apitype.Status{}, err
@@ -335,6 +346,13 @@ func Blocked(ctx context.Context, st store.Store, wf string) ([]apitype.Card, er
 				return err
 			}
 			c, blocked, err := card(tx, r)
+			if kt.IsDamaged(err) {
+				// What the card reads of its workflow is damaged (a
+				// version's script, a repair): the card says that.
+				c = apitype.Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Status: string(r.Status), Phase: string(r.Phase),
+					Reason: err.Error(), Inputs: []apitype.Input{}, Notes: []string{kt.DamagedNote(r.Workflow)}}
+				blocked, err = true, nil
+			}
 			if err != nil {
 				return err
 			}
@@ -352,7 +370,11 @@ func CardFor(tx store.Tx, r kt.Run) (apitype.Card, bool, error) { return card(tx
 
 func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 	c := apitype.Card{RunID: r.ID, Workflow: r.Workflow, Handler: r.Handler, Title: RunTitle(r), Status: string(r.Status), Phase: string(r.Phase), Reason: r.ErrorMessage, Inputs: []apitype.Input{}}
-	if len(r.PendingCall) > 0 {
+	if err := storedJSONOf(r); err != nil {
+		// keep's own JSON of this run does not decode: the card says
+		// damaged storage, which no action of the script fixes (issue 44).
+		c.Reason = err.Error()
+	} else if len(r.PendingCall) > 0 {
 		var pc kt.PendingCall
 		if json.Unmarshal(r.PendingCall, &pc) == nil {
 			c.Mutation = &pc
@@ -429,6 +451,9 @@ func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 // is fixed by deploying a minor version, which retries the run by itself.
 func cardNotes(tx store.Tx, r kt.Run, actions []string) ([]string, error) {
 	var notes []string
+	if r.ErrorClass == kt.ClassDamaged || storedJSONOf(r) != nil {
+		return append(notes, kt.DamagedNote(r.Workflow)), nil
+	}
 	if slices.Contains(actions, string(kt.ResolveDidntHappen)) {
 		notes = append(notes, "It didn't happen is carried out after any check keep has under way; if that check finds the write applied, the proof wins and the write is not sent again.")
 	}
@@ -795,4 +820,21 @@ func consumedTopics(tx store.Tx, wf string) (map[string]bool, error) {
 		}
 	}
 	return read, nil
+}
+
+// storedJSONOf checks that the JSON keep stored for a run decodes: its
+// prepare result, mutation result and pending call. The first that does
+// not is damaged storage of that run.
+func storedJSONOf(r kt.Run) error {
+	for _, f := range []struct {
+		what string
+		raw  json.RawMessage
+	}{{"prepare result", r.PrepareResult}, {"mutation result", r.MutationResult}, {"pending call", r.PendingCall}} {
+		if len(f.raw) > 0 && !json.Valid(f.raw) {
+			var v any
+			err := json.Unmarshal(f.raw, &v)
+			return kt.UndecodableJSON("the stored "+f.what+" of run "+r.ID, "runs", "id="+r.ID, err)
+		}
+	}
+	return nil
 }

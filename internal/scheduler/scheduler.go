@@ -303,7 +303,12 @@ func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool
 			s.noteFatal(err)
 			s.log.Error("step failed", "workflow", wf, "error", err)
 			s.mu.Lock()
-			s.problem = fmt.Sprintf("workflow %s: %v", wf, err)
+			if !kt.IsDamaged(err) {
+				// Damaged storage is this workflow's alone (its status
+				// says it, issue 44): the others go on, and keep serve
+				// with them.
+				s.problem = fmt.Sprintf("workflow %s: %v", wf, err)
+			}
 			s.backoff[wf] = time.Now().Add(time.Second)
 			s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
 			s.mu.Unlock()

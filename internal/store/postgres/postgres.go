@@ -196,6 +196,9 @@ func (s *Store) migrate(ctx context.Context) error {
 			if _, err := r.Exec(string(body)); err != nil {
 				return fmt.Errorf("migrate %s: %w", name, err)
 			}
+			if err := sqldb.AfterMigration(name, r); err != nil {
+				return fmt.Errorf("migrate %s: %w", name, err)
+			}
 			if _, err := r.Exec(`INSERT INTO schema_migrations(name, applied_at) VALUES(?, ?)`, name, time.Now().UnixMilli()); err != nil {
 				return fmt.Errorf("migrate %s: %w", name, err)
 			}

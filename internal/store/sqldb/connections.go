@@ -108,25 +108,38 @@ func (t *Tx) NoticeList() ([]store.Notice, error) {
 }
 
 func (t *Tx) GrantList(workflow string) ([]kt.Grant, error) {
-	rows, err := t.r.Query(`SELECT workflow, item, granted_by, granted_at FROM grants WHERE workflow=? ORDER BY item`, workflow)
+	rows, err := t.r.Query(`SELECT workflow, item, granted_by, granted_at, digest FROM grants WHERE workflow=? ORDER BY item`, workflow)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []kt.Grant
+	var damaged error
 	for rows.Next() {
 		var g kt.Grant
-		if err := rows.Scan(&g.Workflow, &g.Item, &g.GrantedBy, &g.GrantedAt); err != nil {
+		var digest string
+		if err := rows.Scan(&g.Workflow, &g.Item, &g.GrantedBy, &g.GrantedAt, &digest); err != nil {
 			return nil, err
+		}
+		if err := checkGrant(g, digest); err != nil && damaged == nil {
+			damaged = err
 		}
 		out = append(out, g)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if damaged != nil {
+		// A grant that does not match its digest widens nothing: the
+		// list is not given, only the error naming the grant (issue 44).
+		return nil, damaged
+	}
+	return out, nil
 }
 
 func (t *Tx) GrantAdd(g kt.Grant) error {
-	return t.write(fmt.Sprintf("grant %s to %s", g.Item, g.Workflow), `INSERT INTO grants(workflow, item, granted_by, granted_at) VALUES(?,?,?,?) ON CONFLICT(workflow, item) DO NOTHING`,
-		g.Workflow, g.Item, g.GrantedBy, g.GrantedAt)
+	return t.write(fmt.Sprintf("grant %s to %s", g.Item, g.Workflow), `INSERT INTO grants(workflow, item, granted_by, granted_at, digest) VALUES(?,?,?,?,?) ON CONFLICT(workflow, item) DO NOTHING`,
+		g.Workflow, g.Item, g.GrantedBy, g.GrantedAt, grantDigest(g.Workflow, g.Item))
 }
 
 func (t *Tx) GrantRemove(workflow, item string) (bool, error) {
@@ -138,12 +151,12 @@ func (t *Tx) GrantRemove(workflow, item string) (bool, error) {
 	return n > 0, err
 }
 
-const repairCols = `id, workflow, run_id, attempt, status, from_version, to_version, script, explanation, reason, tokens, decided_by, created_at, updated_at`
+const repairCols = `id, workflow, run_id, attempt, status, from_version, to_version, script, explanation, reason, tokens, decided_by, created_at, updated_at, digest`
 
 func (t *Tx) RepairPut(r kt.Repair) error {
-	return t.write(fmt.Sprintf("save repair %s", r.ID), `INSERT INTO repairs(`+repairCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT(id) DO UPDATE SET status=excluded.status, to_version=excluded.to_version, script=excluded.script, explanation=excluded.explanation, reason=excluded.reason, tokens=excluded.tokens, decided_by=excluded.decided_by, updated_at=excluded.updated_at`,
-		r.ID, r.Workflow, r.RunID, r.Attempt, string(r.Status), r.FromVersion, r.ToVersion, r.Script, r.Explanation, r.Reason, r.Tokens, r.DecidedBy, r.CreatedAt, r.UpdatedAt)
+	return t.write(fmt.Sprintf("save repair %s", r.ID), `INSERT INTO repairs(`+repairCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(id) DO UPDATE SET status=excluded.status, to_version=excluded.to_version, script=excluded.script, explanation=excluded.explanation, reason=excluded.reason, tokens=excluded.tokens, decided_by=excluded.decided_by, updated_at=excluded.updated_at, digest=excluded.digest`,
+		r.ID, r.Workflow, r.RunID, r.Attempt, string(r.Status), r.FromVersion, r.ToVersion, r.Script, r.Explanation, r.Reason, r.Tokens, r.DecidedBy, r.CreatedAt, r.UpdatedAt, repairDigest(r))
 }
 
 func (t *Tx) RepairList(workflow string) ([]kt.Repair, error) {
@@ -155,8 +168,11 @@ func (t *Tx) RepairList(workflow string) ([]kt.Repair, error) {
 	var out []kt.Repair
 	for rows.Next() {
 		var r kt.Repair
-		var st string
-		if err := rows.Scan(&r.ID, &r.Workflow, &r.RunID, &r.Attempt, &st, &r.FromVersion, &r.ToVersion, &r.Script, &r.Explanation, &r.Reason, &r.Tokens, &r.DecidedBy, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		var st, digest string
+		if err := rows.Scan(&r.ID, &r.Workflow, &r.RunID, &r.Attempt, &st, &r.FromVersion, &r.ToVersion, &r.Script, &r.Explanation, &r.Reason, &r.Tokens, &r.DecidedBy, &r.CreatedAt, &r.UpdatedAt, &digest); err != nil {
+			return nil, err
+		}
+		if err := checkRepair(r, digest); err != nil {
 			return nil, err
 		}
 		r.Status = kt.RepairStatus(st)

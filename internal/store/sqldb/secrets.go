@@ -7,16 +7,19 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
-const secretCols = `name, sealed, created_at, updated_at, hosts`
+const secretCols = `name, sealed, created_at, updated_at, hosts, digest`
 
 func scanSecret(s interface{ Scan(...any) error }) (kt.Secret, error) {
 	var x kt.Secret
-	var hosts string
-	if err := s.Scan(&x.Name, &x.Sealed, &x.CreatedAt, &x.UpdatedAt, &hosts); err != nil {
+	var hosts, digest string
+	if err := s.Scan(&x.Name, &x.Sealed, &x.CreatedAt, &x.UpdatedAt, &hosts, &digest); err != nil {
+		return x, err
+	}
+	if err := checkSecret(x.Name, hosts, digest); err != nil {
 		return x, err
 	}
 	if err := json.Unmarshal([]byte(hosts), &x.Hosts); err != nil {
-		return x, fmt.Errorf("the stored hosts of the secret %s do not decode (%v): keep's store was changed outside keep or is damaged", x.Name, err)
+		return x, kt.UndecodableJSON(fmt.Sprintf("the hosts the secret %s may be sent to", x.Name), "secrets", "name="+x.Name, err)
 	}
 	return x, nil
 }
@@ -44,9 +47,9 @@ func (t *Tx) SecretPut(x kt.Secret) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.r.Exec(`INSERT INTO secrets(`+secretCols+`) VALUES(?,?,?,?,?)
-ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.updated_at, hosts=excluded.hosts`,
-		x.Name, x.Sealed, x.CreatedAt, x.UpdatedAt, string(h))
+	_, err = t.r.Exec(`INSERT INTO secrets(`+secretCols+`) VALUES(?,?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET sealed=excluded.sealed, updated_at=excluded.updated_at, hosts=excluded.hosts, digest=excluded.digest`,
+		x.Name, x.Sealed, x.CreatedAt, x.UpdatedAt, string(h), secretDigest(x.Name, string(h)))
 	if err != nil {
 		return fmt.Errorf("save the secret %s: %w", x.Name, err)
 	}

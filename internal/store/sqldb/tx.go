@@ -73,13 +73,14 @@ func b2i(b bool) int {
 func (t *Tx) WorkflowGet(name string) (kt.Workflow, error) {
 	var w kt.Workflow
 	var paused int
-	err := t.r.QueryRow(`SELECT name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at FROM workflows WHERE name=?`, name).
-		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.Policy, &w.CreatedAt, &w.UpdatedAt)
+	var digest string
+	err := t.r.QueryRow(`SELECT name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at, digest FROM workflows WHERE name=?`, name).
+		Scan(&w.Name, &w.ActiveVersion, &paused, &w.PausedReason, &w.FilesRoot, &w.Policy, &w.CreatedAt, &w.UpdatedAt, &digest)
 	if err != nil {
 		return w, notFound("workflow", name, err)
 	}
 	w.Paused = paused != 0
-	return w, nil
+	return w, checkWorkflow(w, digest)
 }
 
 func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
@@ -102,29 +103,37 @@ func (t *Tx) WorkflowList() ([]kt.Workflow, error) {
 }
 
 func (t *Tx) WorkflowPut(w kt.Workflow) error {
-	return t.write(fmt.Sprintf("save workflow %s", w.Name), `INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?)
-ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, policy=excluded.policy, updated_at=excluded.updated_at`,
-		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.Policy, w.CreatedAt, w.UpdatedAt)
+	return t.write(fmt.Sprintf("save workflow %s", w.Name), `INSERT INTO workflows(name, active_version, paused, paused_reason, files_root, policy, created_at, updated_at, digest) VALUES(?,?,?,?,?,?,?,?,?)
+ON CONFLICT(name) DO UPDATE SET active_version=excluded.active_version, paused=excluded.paused, paused_reason=excluded.paused_reason, files_root=excluded.files_root, policy=excluded.policy, updated_at=excluded.updated_at, digest=excluded.digest`,
+		w.Name, w.ActiveVersion, b2i(w.Paused), w.PausedReason, w.FilesRoot, w.Policy, w.CreatedAt, w.UpdatedAt, workflowDigest(w.Name, w.FilesRoot, w.Policy))
 }
 
 func (t *Tx) VersionInsert(v *kt.Version) error {
 	if err := t.r.QueryRow(`SELECT coalesce(max(id),0)+1 FROM versions WHERE workflow=?`, v.Workflow).Scan(&v.ID); err != nil {
 		return err
 	}
-	return t.write(fmt.Sprintf("save version of %s", v.Workflow), `INSERT INTO versions(workflow, id, major, minor, script, file, test, created_at) VALUES(?,?,?,?,?,?,?,?)`,
-		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.Test, v.CreatedAt)
+	return t.write(fmt.Sprintf("save version of %s", v.Workflow), `INSERT INTO versions(workflow, id, major, minor, script, file, test, created_at, digest) VALUES(?,?,?,?,?,?,?,?,?)`,
+		v.Workflow, v.ID, v.Major, v.Minor, v.Script, v.File, v.Test, v.CreatedAt, versionDigest(*v))
 }
 
-const versionCols = `workflow, id, major, minor, script, file, test, created_at`
+const versionCols = `workflow, id, major, minor, script, file, test, created_at, digest`
 
+// scanVersion reads a version and checks it against its digest: a
+// damaged script is an error here, never run (issue 44).
 func scanVersion(sc interface{ Scan(...any) error }) (kt.Version, error) {
 	var v kt.Version
-	err := sc.Scan(&v.Workflow, &v.ID, &v.Major, &v.Minor, &v.Script, &v.File, &v.Test, &v.CreatedAt)
-	return v, err
+	var digest string
+	if err := sc.Scan(&v.Workflow, &v.ID, &v.Major, &v.Minor, &v.Script, &v.File, &v.Test, &v.CreatedAt, &digest); err != nil {
+		return v, err
+	}
+	return v, checkVersion(v, digest)
 }
 
 func (t *Tx) VersionGet(workflow string, id int64) (kt.Version, error) {
 	v, err := scanVersion(t.r.QueryRow(`SELECT `+versionCols+` FROM versions WHERE workflow=? AND id=?`, workflow, id))
+	if kt.IsDamaged(err) {
+		return v, err
+	}
 	if err != nil {
 		return v, notFound("version", fmt.Sprintf("%s@%d", workflow, id), err)
 	}

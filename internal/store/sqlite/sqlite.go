@@ -246,6 +246,10 @@ func (s *Store) migrate() error {
 			tx.Rollback()
 			return fmt.Errorf("migrate %s: %w", name, err)
 		}
+		if err := sqldb.AfterMigration(name, sqldb.SQLTx(tx)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %s: %w", name, err)
+		}
 		if _, err := tx.Exec(`INSERT INTO schema_migrations(name, applied_at) VALUES(?, ?)`, name, time.Now().UnixMilli()); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migrate %s: %w", name, err)
