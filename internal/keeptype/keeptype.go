@@ -413,6 +413,12 @@ type Run struct {
 	// Rev counts the writes of the run: every write after the first is
 	// conditional on the revision its writer read (store.Tx.RunSetIfRev).
 	Rev int64
+	// QuietPolls, on a producer's committed run, counts the polls that
+	// found nothing new this one row stands for (issue 44): its trace,
+	// CreatedAt, UpdatedAt and FinishedAt are the last one's, and
+	// QuietSince is when the first of them started. 0: an ordinary run.
+	QuietPolls int64
+	QuietSince int64
 }
 
 // MutationStatus is the mutation ledger state of chapter 13.
@@ -550,6 +556,10 @@ type Handler struct {
 	NextRunAt int64 // producers and tasks: when the schedule is next due; 0 = not scheduled
 	Queued    bool  // run-now or a coalesced trigger
 	UpdatedAt int64
+	// QuietRun, on a producer, is the run that counts its polls that
+	// found nothing new since its last run that found something (Run.
+	// QuietPolls): the next such poll is folded into it. "": none.
+	QuietRun string
 }
 
 // Lease is a node's right to step one workflow until ExpiresAt (ms). Token
