@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -275,6 +276,15 @@ func Published(had *Event, e Event) Event {
 		e.Status, e.ReservedBy, e.Attempt = had.Status, had.ReservedBy, had.Attempt
 	}
 	return e
+}
+
+// PublishChanges says whether publishing had again as merged (Published)
+// changes anything of it but its time: its payload, causes, status,
+// reservation or attempt. A publish that does not is not written (a
+// producer that publishes what it published before found nothing new).
+func PublishChanges(had, merged Event) bool {
+	return string(had.Payload) != string(merged.Payload) || !slices.Equal(had.CausedBy, merged.CausedBy) ||
+		had.Status != merged.Status || had.ReservedBy != merged.ReservedBy || had.Attempt != merged.Attempt
 }
 
 // UnionCauses is the caused_by of an event published again (last write

@@ -213,12 +213,32 @@ func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]apitype.
 func RunRow(r kt.Run) apitype.Run {
 	return apitype.Run{ID: r.ID, Workflow: r.Workflow, Handler: r.Handler, HandlerType: string(r.HandlerType), Phase: string(r.Phase), Status: string(r.Status),
 		RetryOf: r.RetryOf, Title: RunTitle(r), RetryCount: r.RetryCount, NextAttemptAt: Time(r.NextAttemptAt), Version: r.Version,
-		Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt)}
+		Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt),
+		QuietPolls: r.QuietPolls, QuietSince: timeIf(r.QuietSince)}
+}
+
+// QuietNote says what a run of polls that found nothing new stands for
+// (kt.Run.QuietPolls): "last polled at …, N polls found nothing new since …".
+func QuietNote(r kt.Run) string {
+	if r.QuietPolls == 0 {
+		return ""
+	}
+	return fmt.Sprintf("last polled at %s, %d polls found nothing new since %s", Time(r.FinishedAt), r.QuietPolls, Time(r.QuietSince))
+}
+
+func timeIf(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return Time(ms)
 }
 
 // RunTitle is what a consumer run is about for people: the ui.title its
 // prepare returned ("" when it gave none).
 func RunTitle(r kt.Run) string {
+	if r.QuietPolls > 0 {
+		return QuietNote(r)
+	}
 	if len(r.PrepareResult) == 0 {
 		return ""
 	}

@@ -251,7 +251,14 @@ ON CONFLICT(workflow, topic, message_id) DO NOTHING RETURNING id`,
 	if err != nil {
 		return false, err
 	}
-	*e = kt.Published(&existing, *e)
+	merged := kt.Published(&existing, *e)
+	if !kt.PublishChanges(existing, merged) {
+		// The same event again: nothing is written, and e is the event
+		// as stored (its UpdatedAt the stored one's).
+		*e = existing
+		return false, nil
+	}
+	*e = merged
 	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
 		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
 		return false, err
