@@ -99,6 +99,19 @@ func (t *trace) add(e kt.TraceEntry) {
 		// again from its body when the trace is read (issue 44).
 		e = e.StoredOnce()
 	}
+	if e.Args != nil && e.ArgsHash == "" {
+		// A write's arguments once (requested, in flight, applied): a
+		// later entry of the same write says they are as before
+		// (kt.TraceEntries makes it whole when the trace is read).
+		for i := len(t.entries) - 1; i >= 0; i-- {
+			if p := t.entries[i]; p.Method == e.Method && p.Args != nil {
+				if kt.SameArgs(p.Args, e.Args) {
+					e.Args, e.ArgsAsBefore = nil, true
+				}
+				break
+			}
+		}
+	}
 	t.results += len(e.Result)
 	t.entries = append(t.entries, e)
 }

@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
 )
 
@@ -164,4 +166,52 @@ func storedTrace(t *testing.T, e *env, id string) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A write's arguments are stored once in its run's trace (issue 44: they
+// were stored three times, requested, in flight and applied), and the
+// trace view shows them on each of those lines.
+func TestAWritesArgumentsAreStoredOnceInItsTrace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(`export default Keep.workflow({ name: "api",
+  topics: { "job": { from: "api" } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) {
+      const [ev] = await ctx.peek("job")
+      if (!ev) return { reservations: [] }
+      return { reservations: [{ topic: "job", ids: [ev.messageId] }], data: ev.payload }
+    },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: { id: p.data.id, note: "written-once-marker" } }) },
+  }) },
+})`)
+	if _, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "job", ID: "e1", Title: "Job e1", Payload: json.RawMessage(`{"id":"e1"}`)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	var run apitype.Run
+	for _, r := range e.runs(wf) {
+		if r.Handler == "c" && r.Status == "committed" {
+			run = r
+		}
+	}
+	if run.ID == "" {
+		t.Fatalf("no committed consumer run: %+v", e.runs(wf))
+	}
+	if n := strings.Count(storedTrace(t, e, run.ID), "written-once-marker"); n != 1 {
+		t.Fatalf("the write's arguments are stored %d times in its trace, want once", n)
+	}
+	d, err := report.ShowRun(e.ctx(), e.k.Store, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := 0
+	for _, l := range d.Trace {
+		if b, _ := json.Marshal(l.Args); l.Method == "http.request" && strings.Contains(string(b), "written-once-marker") {
+			shown++
+		}
+	}
+	if shown != 3 {
+		t.Fatalf("the trace view shows the write's arguments on %d lines, want 3 (requested, in flight, applied): %+v", shown, d.Trace)
+	}
 }

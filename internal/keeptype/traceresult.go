@@ -110,3 +110,42 @@ func StoredTraceEntries(raw json.RawMessage) ([]TraceEntry, error) {
 	}
 	return out, nil
 }
+
+// TraceEntries are a trace's entries as people and the Maintainer read
+// them: decoded (UnmarshalJSON), every entry is whole — its result
+// (TraceEntry.UnmarshalJSON) and its arguments (ArgsAsBefore: taken from
+// the entry they were stored on once).
+type TraceEntries []TraceEntry
+
+// UnmarshalJSON decodes the entries and makes each whole.
+func (es *TraceEntries) UnmarshalJSON(b []byte) error {
+	var list []TraceEntry
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	last := map[string]any{}
+	for i := range list {
+		e := &list[i]
+		switch {
+		case e.ArgsAsBefore:
+			e.Args, e.ArgsAsBefore = last[e.Method], false
+		case e.Args != nil:
+			last[e.Method] = e.Args
+		}
+	}
+	*es = list
+	return nil
+}
+
+// SameArgs says whether the arguments a and b are the same JSON.
+func SameArgs(a, b any) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	x, err := json.Marshal(a)
+	if err != nil {
+		return false
+	}
+	y, err := json.Marshal(b)
+	return err == nil && bytes.Equal(x, y)
+}

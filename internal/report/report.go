@@ -507,7 +507,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail,
 			d.Decisions = append(d.Decisions, DecisionRow(x))
 		}
 		var tr struct {
-			Entries []kt.TraceEntry `json:"entries"`
+			Entries kt.TraceEntries `json:"entries"`
 			Dropped int             `json:"dropped"`
 		}
 		_ = json.Unmarshal(r.Trace, &tr)
