@@ -189,9 +189,12 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 // first of them, and every run that found something, is a row of its
 // own. hrow is the handler's row the commit writes: it names the run of
 // quiet polls, or none after a run that found something. A run of quiet
-// polls of another version, or one no longer stored, starts a new one.
+// polls of another version, or one no longer stored, starts a new one;
+// a run stored before its commit (a retry) is never folded.
 func (x *runExec) quietRun(tx store.Tx, hrow *kt.Handler, quiet bool) (*kt.Run, error) {
-	if x.run.HandlerType != kt.HandlerProducer || !quiet {
+	if x.run.HandlerType != kt.HandlerProducer || !quiet || !x.unstored {
+		// A retry of a failed poll has a row already (written when the
+		// retry was made): it is committed there, a run of its own.
 		hrow.QuietRun = ""
 		return nil, nil
 	}

@@ -215,3 +215,37 @@ func TestAWritesArgumentsAreStoredOnceInItsTrace(t *testing.T) {
 		t.Fatalf("the trace view shows the write's arguments on %d lines, want 3 (requested, in flight, applied): %+v", shown, d.Trace)
 	}
 }
+
+// A poll that failed and is retried has its row already (the retry is
+// written when it is made): when the retry finds nothing new it commits
+// there, a run of its own, never folded (a folded retry would leave its
+// row open and the workflow stuck), and the next quiet poll starts a new
+// count.
+func TestARetriedPollThatFindsNothingNewIsARunOfItsOwn(t *testing.T) {
+	t.Parallel()
+	e, f, wf := feedEnv(t)
+	e.poll(wf)
+	e.poll(wf)
+	f.fail.Store(1)
+	e.poll(wf)
+	e.noOpenRun(wf)
+	var retried, retry int
+	for _, r := range e.runs(wf) {
+		switch {
+		case r.Handler != "poll":
+		case r.Status == "retried":
+			retried++
+		case r.RetryOf != "" && r.Status == "committed" && r.QuietPolls == 0:
+			retry++
+		}
+	}
+	if retried != 1 || retry != 1 {
+		t.Fatalf("after a failed poll: %d retried and %d retries committed, want 1 and 1: %+v", retried, retry, e.runs(wf))
+	}
+	e.poll(wf)
+	e.noOpenRun(wf)
+	quiet := quietRuns(t, e, wf, "poll")
+	if len(quiet) != 2 || quiet[0].QuietPolls != 1 || quiet[1].QuietPolls != 2 {
+		t.Fatalf("runs of quiet polls: %+v", quiet)
+	}
+}

@@ -129,6 +129,8 @@ func (e *env) perPoll(wf string, n int) (rowBytes, fileBytes float64, first int6
 type feedServer struct {
 	*httptest.Server
 	count, reads atomic.Int64
+	// fail is how many reads from now are answered 503.
+	fail atomic.Int64
 }
 
 func newFeedServer(t testing.TB) *feedServer {
@@ -136,6 +138,11 @@ func newFeedServer(t testing.TB) *feedServer {
 	f.count.Store(180)
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.reads.Add(1)
+		if f.fail.Add(-1) >= 0 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		f.fail.Store(0)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(f.body())
 	}))
