@@ -174,18 +174,8 @@ func storedTrace(t *testing.T, e *env, id string) string {
 func TestAWritesArgumentsAreStoredOnceInItsTrace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	wf := e.deploy(`export default Keep.workflow({ name: "api",
-  topics: { "job": { from: "api" } },
-  consumers: { c: Keep.consumer({ subscribe: ["job"],
-    async prepare(ctx) {
-      const [ev] = await ctx.peek("job")
-      if (!ev) return { reservations: [] }
-      return { reservations: [{ topic: "job", ids: [ev.messageId] }], data: ev.payload }
-    },
-    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: { id: p.data.id, note: "written-once-marker" } }) },
-  }) },
-})`)
-	if _, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "job", ID: "e1", Title: "Job e1", Payload: json.RawMessage(`{"id":"e1"}`)}, time.Now()); err != nil {
+	wf := e.deploy(apiScript)
+	if _, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "job", ID: "e1", Title: "Job e1", Payload: json.RawMessage(`{"id":"e1","note":"written-once-marker"}`)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()

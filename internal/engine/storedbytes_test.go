@@ -236,11 +236,9 @@ func quickstartEnv(t *testing.T, files int) (*env, string) {
 	return e, wf
 }
 
-// perEvent is what each of n events posted through the event API, and
-// its consumer's POST, adds.
-func perEvent(t *testing.T, n int) (rowBytes, fileBytes float64) {
-	e := newEnv(t)
-	wf := e.deploy(`export default Keep.workflow({ name: "api",
+// apiScript takes events posted through the event API: its consumer
+// POSTs each one's payload.
+const apiScript = `export default Keep.workflow({ name: "api",
   topics: { "job": { from: "api" } },
   consumers: { c: Keep.consumer({ subscribe: ["job"],
     async prepare(ctx) {
@@ -250,7 +248,13 @@ func perEvent(t *testing.T, n int) (rowBytes, fileBytes float64) {
     },
     async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data }) },
   }) },
-})`)
+})`
+
+// perEvent is what each of n events posted through the event API, and
+// its consumer's POST, adds.
+func perEvent(t *testing.T, n int) (rowBytes, fileBytes float64) {
+	e := newEnv(t)
+	wf := e.deploy(apiScript)
 	post := func(i int) {
 		id := fmt.Sprintf("e%d", i)
 		payload := fmt.Sprintf(`{"id":%q,"customer":"c%d@example.com","amount":%d,"note":"an order placed through the shop's API"}`, id, i, 100+i)
