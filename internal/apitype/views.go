@@ -89,6 +89,10 @@ type Status struct {
 	// Grants are what people granted the workflow, each as it is revoked
 	// (keep grant WF --revoke 'ITEM').
 	Grants []string `json:"grants,omitempty"`
+	// QuietPolls says, for each producer whose last polls found nothing
+	// new, "producer NAME: last polled at …, N polls found nothing new
+	// since …" (issue 44).
+	QuietPolls []string `json:"quietPolls,omitempty"`
 }
 
 // Card explains one blocked run to a person: what, why, and what they can do.

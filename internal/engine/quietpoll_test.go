@@ -123,6 +123,11 @@ func TestQuietPollsAreCountedAndTheirLastTraceIsWhole(t *testing.T) {
 	if err != nil || len(producers) != 1 || producers[0].QuietPolls != 3 || producers[0].LastPolledAt == "" || producers[0].QuietRun != quiet[0].ID {
 		t.Fatalf("the producer as the topics view shows it: %+v %v", producers, err)
 	}
+	ss, err := report.Statuses(e.ctx(), e.k.Store, wf)
+	if err != nil || len(ss) != 1 || len(ss[0].QuietPolls) != 1 || !strings.HasPrefix(ss[0].QuietPolls[0], "producer poll: last polled at ") ||
+		!strings.Contains(ss[0].QuietPolls[0], ", 3 polls found nothing new since ") {
+		t.Fatalf("the workflow's status (keep status) does not say the producer's quiet polls: %+v %v", ss, err)
+	}
 	// Something new: a run of its own, and the count starts again.
 	f.count.Add(1)
 	e.poll(wf)

@@ -226,6 +226,30 @@ func QuietNote(r kt.Run) string {
 	return fmt.Sprintf("last polled at %s, %d polls found nothing new since %s", Time(r.FinishedAt), r.QuietPolls, Time(r.QuietSince))
 }
 
+// quietPolls says, for each producer of wf whose last polls found
+// nothing new, when it last polled and how many found nothing new.
+func quietPolls(tx store.Tx, wf string) ([]string, error) {
+	hs, err := tx.HandlerList(wf)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, h := range hs {
+		if h.QuietRun == "" {
+			continue
+		}
+		r, err := tx.RunGet(h.QuietRun)
+		switch {
+		case errors.Is(err, kt.ErrNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, fmt.Sprintf("producer %s: %s", h.Name, QuietNote(r)))
+	}
+	return out, nil
+}
+
 func timeIf(ms int64) string {
 	if ms == 0 {
 		return ""
@@ -300,6 +324,9 @@ func status(tx store.Tx, w kt.Workflow) (apitype.Status, error) {
 	}
 	for _, g := range gs {
 		s.Grants = append(s.Grants, g.Item)
+	}
+	if s.QuietPolls, err = quietPolls(tx, w.Name); err != nil {
+		return s, err
 	}
 	r, err := tx.RunOpen(w.Name)
 	switch {
