@@ -62,6 +62,11 @@ type Run struct {
 	CreatedAt     string     `json:"createdAt"`
 	UpdatedAt     string     `json:"updatedAt"`
 	FinishedAt    string     `json:"finishedAt,omitempty"`
+	// QuietPolls, on a producer's run, counts the polls that found nothing
+	// new this one row stands for (issue 44), the first of them started at
+	// QuietSince; CreatedAt, FinishedAt and the trace are the last one's.
+	QuietPolls int64  `json:"quietPolls,omitempty"`
+	QuietSince string `json:"quietSince,omitempty"`
 }
 
 // Status is one row of `keep status`.
@@ -84,6 +89,10 @@ type Status struct {
 	// Grants are what people granted the workflow, each as it is revoked
 	// (keep grant WF --revoke 'ITEM').
 	Grants []string `json:"grants,omitempty"`
+	// QuietPolls says, for each producer whose last polls found nothing
+	// new, "producer NAME: last polled at …, N polls found nothing new
+	// since …" (issue 44).
+	QuietPolls []string `json:"quietPolls,omitempty"`
 }
 
 // Card explains one blocked run to a person: what, why, and what they can do.
@@ -269,6 +278,13 @@ type Producer struct {
 	Type       string `json:"type"`
 	StateBytes int    `json:"stateBytes"`
 	NextRunAt  string `json:"nextRunAt,omitempty"`
+	// LastPolledAt and QuietPolls, on a producer whose last polls found
+	// nothing new (issue 44): when the last of them ended, and how many
+	// there were since QuietSince (its run: QuietRun).
+	LastPolledAt string `json:"lastPolledAt,omitempty"`
+	QuietPolls   int64  `json:"quietPolls,omitempty"`
+	QuietSince   string `json:"quietSince,omitempty"`
+	QuietRun     string `json:"quietRun,omitempty"`
 }
 
 // Event is one event as people see it: its state (pending, reserved,

@@ -84,6 +84,9 @@ func (a *app) printStatus(ctx context.Context, k *keepAPI, only string) error {
 		if len(s.Ungranted) > 0 {
 			fmt.Fprintf(a.out, "%s: not yet granted: %s (keep grant %s)\n", s.Name, strings.Join(s.Ungranted, ", "), s.Name)
 		}
+		for _, q := range s.QuietPolls {
+			fmt.Fprintf(a.out, "%s: %s\n", s.Name, q)
+		}
 	}
 	if err := a.printNodes(ctx, k); err != nil {
 		return err

@@ -51,14 +51,20 @@ type trace struct {
 func loadTrace(raw json.RawMessage) *trace {
 	t := &trace{}
 	if len(raw) > 0 {
+		// The entries as stored: a read's answer stays stored once
+		// (kt.TraceEntry.StoredOnce) in the trace this run saves again.
 		var w struct {
-			Entries    []kt.TraceEntry `json:"entries"`
+			Entries    json.RawMessage `json:"entries"`
 			Dropped    int             `json:"dropped"`
 			Progressed bool            `json:"progressed"`
 		}
 		if json.Unmarshal(raw, &w) == nil {
-			t.entries, t.dropped, t.progressed = w.Entries, w.Dropped, w.Progressed
-			for _, e := range w.Entries {
+			entries, err := kt.StoredTraceEntries(w.Entries)
+			if err != nil && len(w.Entries) > 0 && string(w.Entries) != "null" {
+				return t
+			}
+			t.entries, t.dropped, t.progressed = entries, w.Dropped, w.Progressed
+			for _, e := range entries {
 				t.results += len(e.Result)
 			}
 		}
@@ -89,6 +95,22 @@ func (t *trace) add(e kt.TraceEntry) {
 		var v any
 		if json.Unmarshal(e.Result, &v) == nil {
 			e.Result, _ = json.Marshal(redact.Value(v))
+		}
+		// The answer stored once: an HTTP read's parsed body is made
+		// again from its body when the trace is read (issue 44).
+		e = e.StoredOnce()
+	}
+	if e.Args != nil && e.ArgsHash == "" {
+		// A write's arguments once (requested, in flight, applied): a
+		// later entry of the same write says they are as before
+		// (kt.TraceEntries makes it whole when the trace is read).
+		for i := len(t.entries) - 1; i >= 0; i-- {
+			if p := t.entries[i]; p.Method == e.Method && p.Args != nil {
+				if kt.SameArgs(p.Args, e.Args) {
+					e.Args, e.ArgsAsBefore = nil, true
+				}
+				break
+			}
 		}
 	}
 	t.results += len(e.Result)

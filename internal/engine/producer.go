@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
@@ -42,11 +44,14 @@ func (x *runExec) producer(hrow *kt.Handler) (err error) {
 	if again {
 		summary += "; a read stopped with more to read and the state moved on, so the producer runs again at once"
 	}
+	before := *x.run
 	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
-		if err := x.commitProduced(tx, h); err != nil {
+		*x.run = before // a try of this commit that failed may have folded it
+		quiet, err := x.commitProduced(tx, h)
+		if err != nil {
 			return err
 		}
-		return x.commitScheduled(tx, out.Value, sched, summary, again)
+		return x.commitScheduled(tx, out.Value, sched, summary, again, quiet)
 	})
 }
 
@@ -62,11 +67,24 @@ func readsOn(more bool, before, after json.RawMessage) bool {
 }
 
 // commitProduced writes what a producer registered and published, inside
-// its commit (writeProduced).
-func (x *runExec) commitProduced(tx store.Tx, h *host) error {
-	_, err := writeProduced(tx, produced{workflow: x.wf.Name, version: x.run.Version, decl: x.prog.Decl, createdBy: x.run.ID,
-		inputs: h.inputs, publishes: h.publishes, now: x.e.nowMs()})
-	return err
+// its commit (writeProduced). quiet says the run found nothing new: it
+// registered no new input and changed none, and every event it published
+// is stored as it was (kt.PublishChanges).
+func (x *runExec) commitProduced(tx store.Tx, h *host) (quiet bool, err error) {
+	now := x.e.nowMs()
+	evs, err := writeProduced(tx, produced{workflow: x.wf.Name, version: x.run.Version, decl: x.prog.Decl, createdBy: x.run.ID,
+		inputs: h.inputs, publishes: h.publishes, now: now})
+	if err != nil {
+		return false, err
+	}
+	quiet = len(h.inputs) == 0
+	for _, ev := range evs {
+		// EventPublish leaves an event it did not write as stored: its
+		// time is not this commit's (in the same millisecond, the poll
+		// is taken for one that found something: a row of its own).
+		quiet = quiet && ev.UpdatedAt != now
+	}
+	return quiet, nil
 }
 
 // produced is what a producer-like step registered and published: a
@@ -120,7 +138,7 @@ func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 // commitScheduled ends a producer or task run inside its commit: the new
 // state saved, the next due time set, the run committed. Coalescing: whatever
 // came due while the run executed collapses into one next run.
-func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched schedule.Schedule, summary string, again bool) error {
+func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched schedule.Schedule, summary string, again, quiet bool) error {
 	run, now := x.run, x.e.nowMs()
 	hrow, err := tx.HandlerGet(x.wf.Name, run.Handler)
 	if err != nil {
@@ -149,10 +167,67 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 	}
 	hrow.Queued, hrow.NextRunAt = queuedMeanwhile || (again && !reset), sched.Next(x.e.now()).UnixMilli()
 	touch(&hrow, now)
+	into, err := x.quietRun(tx, &hrow, quiet)
+	if err != nil {
+		return err
+	}
+	if into != nil {
+		summary += fmt.Sprintf("; nothing new: %d polls have found nothing new since %s", into.QuietPolls+1, time.UnixMilli(into.QuietSince).UTC().Format(time.RFC3339))
+	}
 	if err := tx.HandlerPut(hrow); err != nil {
 		return err
 	}
+	if into != nil {
+		return x.committedInto(tx, summary, *into)
+	}
 	return x.committed(tx, summary)
+}
+
+// quietRun decides where a producer run that is committing is stored
+// (issue 44): a poll that found nothing new (quiet) is folded into the
+// handler's run of such polls (Handler.QuietRun), which it returns; the
+// first of them, and every run that found something, is a row of its
+// own. hrow is the handler's row the commit writes: it names the run of
+// quiet polls, or none after a run that found something. A run of quiet
+// polls of another version, or one no longer stored, starts a new one;
+// a run stored before its commit (a retry) is never folded.
+func (x *runExec) quietRun(tx store.Tx, hrow *kt.Handler, quiet bool) (*kt.Run, error) {
+	if x.run.HandlerType != kt.HandlerProducer || !quiet || !x.unstored {
+		// A retry of a failed poll has a row already (written when the
+		// retry was made): it is committed there, a run of its own.
+		hrow.QuietRun = ""
+		return nil, nil
+	}
+	if hrow.QuietRun != "" {
+		r, err := tx.RunGet(hrow.QuietRun)
+		switch {
+		case err == nil && r.QuietPolls > 0 && r.Status == kt.StatusCommitted && r.Handler == x.run.Handler && r.Version == x.run.Version:
+			return &r, nil
+		case err != nil && !errors.Is(err, kt.ErrNotFound):
+			return nil, err
+		}
+	}
+	hrow.QuietRun, x.run.QuietPolls, x.run.QuietSince = x.run.ID, 1, x.run.CreatedAt
+	return nil, nil
+}
+
+// committedInto commits a quiet poll into the run of such polls into:
+// that row counts one more, and holds this poll's trace and times.
+func (x *runExec) committedInto(tx store.Tx, summary string, into kt.Run) error {
+	if err := advance(x.run, kt.PhaseCommitted); err != nil {
+		return err
+	}
+	now := x.e.nowMs()
+	x.tr.add(kt.TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
+	r := *x.run
+	r.ID, r.Rev, r.QuietPolls, r.QuietSince = into.ID, into.Rev, into.QuietPolls+1, into.QuietSince
+	r.Status, r.Trace, r.UpdatedAt, r.FinishedAt, r.ErrorClass, r.ErrorMessage = kt.StatusCommitted, x.tr.json(), now, now, "", ""
+	if err := tx.RunSetIfRev(r); err != nil {
+		return err
+	}
+	r.Rev++
+	*x.run = r
+	return nil
 }
 
 // committed marks the run committed, inside its commit transaction.

@@ -93,9 +93,17 @@ func readsOf(traces ...json.RawMessage) *recordedReads {
 	r := &recordedReads{}
 	for _, t := range traces {
 		for _, e := range loadTrace(t).entries {
-			if e.Kind == "call" && e.ArgsHash != "" && len(e.Result) > 0 {
-				r.entries = append(r.entries, e)
+			if e.Kind != "call" || e.ArgsHash == "" || len(e.Result) == 0 {
+				continue
 			}
+			// Answered as the read answered: a result stored once is
+			// made whole (one that cannot be is not replayed).
+			whole, ok := e.WholeResult()
+			if !ok {
+				continue
+			}
+			e.Result, e.JSONOfBody = whole, false
+			r.entries = append(r.entries, e)
 		}
 	}
 	r.used = make([]bool, len(r.entries))

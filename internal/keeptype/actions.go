@@ -110,6 +110,14 @@ type TraceEntry struct {
 	// replayed, and a dry run that makes it stops there.
 	ArgsHash string          `json:"argsHash,omitempty"`
 	Result   json.RawMessage `json:"result,omitempty"`
+	// JSONOfBody says the result is stored once (StoredOnce): its `json`
+	// is its `body` parsed, made again when the trace is read. Only a
+	// stored trace has it set; a decoded entry has its result whole.
+	JSONOfBody bool `json:"jsonOfBody,omitempty"`
+	// ArgsAsBefore says the arguments are those of the last entry before
+	// this one of the same method that has them (a write's arguments:
+	// requested, in flight, applied), stored once (TraceEntries).
+	ArgsAsBefore bool `json:"argsAsBefore,omitempty"`
 }
 
 // Notice is something a person watching should know, as one line.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -277,6 +278,15 @@ func Published(had *Event, e Event) Event {
 	return e
 }
 
+// PublishChanges says whether publishing had again as merged (Published)
+// changes anything of it but its time: its payload, causes, status,
+// reservation or attempt. A publish that does not is not written (a
+// producer that publishes what it published before found nothing new).
+func PublishChanges(had, merged Event) bool {
+	return string(had.Payload) != string(merged.Payload) || !slices.Equal(had.CausedBy, merged.CausedBy) ||
+		had.Status != merged.Status || had.ReservedBy != merged.ReservedBy || had.Attempt != merged.Attempt
+}
+
 // UnionCauses is the caused_by of an event published again (last write
 // wins on the payload): the union of what it had and what the new publish
 // brings, sorted, so that an input never loses what it caused (ch 06a;
@@ -413,6 +423,12 @@ type Run struct {
 	// Rev counts the writes of the run: every write after the first is
 	// conditional on the revision its writer read (store.Tx.RunSetIfRev).
 	Rev int64
+	// QuietPolls, on a producer's committed run, counts the polls that
+	// found nothing new this one row stands for (issue 44): its trace,
+	// CreatedAt, UpdatedAt and FinishedAt are the last one's, and
+	// QuietSince is when the first of them started. 0: an ordinary run.
+	QuietPolls int64
+	QuietSince int64
 }
 
 // MutationStatus is the mutation ledger state of chapter 13.
@@ -550,6 +566,10 @@ type Handler struct {
 	NextRunAt int64 // producers and tasks: when the schedule is next due; 0 = not scheduled
 	Queued    bool  // run-now or a coalesced trigger
 	UpdatedAt int64
+	// QuietRun, on a producer, is the run that counts its polls that
+	// found nothing new since its last run that found something (Run.
+	// QuietPolls): the next such poll is folded into it. "": none.
+	QuietRun string
 }
 
 // Lease is a node's right to step one workflow until ExpiresAt (ms). Token

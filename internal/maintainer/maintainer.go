@@ -500,7 +500,7 @@ func (m *Maintainer) conversation(v kt.Version, run kt.Run, events []kt.Event, p
 	fmt.Fprintf(&b, "## What the connectors do\n\n%s\n\n", connector.Markdown(connector.Describe(m.Registry)))
 	b.WriteString(typesSection(m.Registry, v.Script, m.TestFaults))
 	var tr struct {
-		Entries []kt.TraceEntry `json:"entries"`
+		Entries kt.TraceEntries `json:"entries"`
 	}
 	_ = json.Unmarshal(run.Trace, &tr)
 	var lines []string

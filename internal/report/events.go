@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/keep-run/keep/internal/apitype"
@@ -46,9 +47,21 @@ func Topics(ctx context.Context, st store.Store, wf string) ([]apitype.Topic, []
 			return err
 		}
 		for _, h := range hs {
-			if h.Type != kt.HandlerConsumer {
-				producers = append(producers, apitype.Producer{Name: h.Name, Type: string(h.Type), StateBytes: stateBytes(h.State), NextRunAt: Time(h.NextRunAt)})
+			if h.Type == kt.HandlerConsumer {
+				continue
 			}
+			p := apitype.Producer{Name: h.Name, Type: string(h.Type), StateBytes: stateBytes(h.State), NextRunAt: Time(h.NextRunAt)}
+			if h.QuietRun != "" {
+				// One read per producer whose last polls found nothing new.
+				r, err := tx.RunGet(h.QuietRun)
+				switch {
+				case err == nil:
+					p.LastPolledAt, p.QuietPolls, p.QuietSince, p.QuietRun = Time(r.FinishedAt), r.QuietPolls, timeIf(r.QuietSince), r.ID
+				case !errors.Is(err, kt.ErrNotFound):
+					return err
+				}
+			}
+			producers = append(producers, p)
 		}
 		return nil
 	})

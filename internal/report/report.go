@@ -213,12 +213,56 @@ func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]apitype.
 func RunRow(r kt.Run) apitype.Run {
 	return apitype.Run{ID: r.ID, Workflow: r.Workflow, Handler: r.Handler, HandlerType: string(r.HandlerType), Phase: string(r.Phase), Status: string(r.Status),
 		RetryOf: r.RetryOf, Title: RunTitle(r), RetryCount: r.RetryCount, NextAttemptAt: Time(r.NextAttemptAt), Version: r.Version,
-		Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt)}
+		Error: errInfo(r.ErrorClass, r.ErrorMessage), CreatedAt: Time(r.CreatedAt), UpdatedAt: Time(r.UpdatedAt), FinishedAt: Time(r.FinishedAt),
+		QuietPolls: r.QuietPolls, QuietSince: timeIf(r.QuietSince)}
+}
+
+// QuietNote says what a run of polls that found nothing new stands for
+// (kt.Run.QuietPolls): "last polled at …, N polls found nothing new since …".
+func QuietNote(r kt.Run) string {
+	if r.QuietPolls == 0 {
+		return ""
+	}
+	return fmt.Sprintf("last polled at %s, %d polls found nothing new since %s", Time(r.FinishedAt), r.QuietPolls, Time(r.QuietSince))
+}
+
+// quietPolls says, for each producer of wf whose last polls found
+// nothing new, when it last polled and how many found nothing new.
+func quietPolls(tx store.Tx, wf string) ([]string, error) {
+	hs, err := tx.HandlerList(wf)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, h := range hs {
+		if h.QuietRun == "" {
+			continue
+		}
+		r, err := tx.RunGet(h.QuietRun)
+		switch {
+		case errors.Is(err, kt.ErrNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, fmt.Sprintf("producer %s: %s", h.Name, QuietNote(r)))
+	}
+	return out, nil
+}
+
+func timeIf(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return Time(ms)
 }
 
 // RunTitle is what a consumer run is about for people: the ui.title its
 // prepare returned ("" when it gave none).
 func RunTitle(r kt.Run) string {
+	if r.QuietPolls > 0 {
+		return QuietNote(r)
+	}
 	if len(r.PrepareResult) == 0 {
 		return ""
 	}
@@ -291,6 +335,9 @@ func statusOf(tx store.Tx, w kt.Workflow) (apitype.Status, error) {
 	}
 	for _, g := range gs {
 		s.Grants = append(s.Grants, g.Item)
+	}
+	if s.QuietPolls, err = quietPolls(tx, w.Name); err != nil {
+		return s, err
 	}
 	r, err := tx.RunOpen(w.Name)
 	switch {
@@ -515,7 +562,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail,
 			d.Decisions = append(d.Decisions, DecisionRow(x))
 		}
 		var tr struct {
-			Entries []kt.TraceEntry `json:"entries"`
+			Entries kt.TraceEntries `json:"entries"`
 			Dropped int             `json:"dropped"`
 		}
 		_ = json.Unmarshal(r.Trace, &tr)

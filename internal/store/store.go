@@ -361,7 +361,10 @@ type Tx interface {
 
 	// EventPublish inserts an event, or when (workflow, topic, messageId)
 	// exists updates its payload keeping its status (last write wins). It
-	// fills e.ID and reports whether the event was created.
+	// fills e.ID and reports whether the event was created. A publish that
+	// changes nothing of the stored event but its time (kt.PublishChanges)
+	// writes nothing: e is then the event as stored, its UpdatedAt the
+	// stored one's.
 	EventPublish(e *kt.Event) (created bool, err error)
 	EventGet(workflow, topic, messageID string) (kt.Event, error)
 	// EventsPending lists pending events not reserved by any run, oldest first.

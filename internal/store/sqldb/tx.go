@@ -159,13 +159,13 @@ func (t *Tx) VersionList(workflow string) ([]kt.Version, error) {
 
 // --- handlers ---
 
-const handlerCols = `workflow, name, type, state, dirty, wake_at, next_run_at, queued, updated_at`
+const handlerCols = `workflow, name, type, state, dirty, wake_at, next_run_at, queued, updated_at, quiet_run`
 
 func scanHandler(sc interface{ Scan(...any) error }) (kt.Handler, error) {
 	var h kt.Handler
 	var state sql.NullString
 	var dirty, queued int
-	err := sc.Scan(&h.Workflow, &h.Name, &h.Type, &state, &dirty, &h.WakeAt, &h.NextRunAt, &queued, &h.UpdatedAt)
+	err := sc.Scan(&h.Workflow, &h.Name, &h.Type, &state, &dirty, &h.WakeAt, &h.NextRunAt, &queued, &h.UpdatedAt, &h.QuietRun)
 	h.State = rawJSON(state)
 	h.Dirty, h.Queued = dirty != 0, queued != 0
 	return h, err
@@ -197,10 +197,10 @@ func (t *Tx) HandlerList(workflow string) ([]kt.Handler, error) {
 }
 
 func (t *Tx) HandlerPut(h kt.Handler) error {
-	return t.write(fmt.Sprintf("save handler %s/%s", h.Workflow, h.Name), `INSERT INTO handlers(`+handlerCols+`) VALUES(?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save handler %s/%s", h.Workflow, h.Name), `INSERT INTO handlers(`+handlerCols+`) VALUES(?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(workflow, name) DO UPDATE SET type=excluded.type, state=excluded.state, dirty=excluded.dirty, wake_at=excluded.wake_at,
- next_run_at=excluded.next_run_at, queued=excluded.queued, updated_at=excluded.updated_at`,
-		h.Workflow, h.Name, h.Type, jsonText(h.State), b2i(h.Dirty), h.WakeAt, h.NextRunAt, b2i(h.Queued), h.UpdatedAt)
+ next_run_at=excluded.next_run_at, queued=excluded.queued, updated_at=excluded.updated_at, quiet_run=excluded.quiet_run`,
+		h.Workflow, h.Name, h.Type, jsonText(h.State), b2i(h.Dirty), h.WakeAt, h.NextRunAt, b2i(h.Queued), h.UpdatedAt, h.QuietRun)
 }
 
 func (t *Tx) HandlerAdvance(workflow, name string, state json.RawMessage, wakeAt, now int64) error {
@@ -260,7 +260,14 @@ ON CONFLICT(workflow, topic, message_id) DO NOTHING RETURNING id`,
 	if err != nil {
 		return false, err
 	}
-	*e = kt.Published(&existing, *e)
+	merged := kt.Published(&existing, *e)
+	if !kt.PublishChanges(existing, merged) {
+		// The same event again: nothing is written, and e is the event
+		// as stored (its UpdatedAt the stored one's).
+		*e = existing
+		return false, nil
+	}
+	*e = merged
 	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
 		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
 		return false, err
@@ -549,13 +556,13 @@ func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
 // --- runs ---
 
 const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
- approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev`
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since`
 
 func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
 	var r kt.Run
 	var pr, mr, pc, tr sql.NullString
 	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
-		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev)
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince)
 	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
 	return r, err
 }
@@ -586,21 +593,21 @@ func (t *Tx) RunGet(id string) (kt.Run, error) {
 }
 
 func (t *Tx) RunPut(r kt.Run) error {
-	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
  mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
  error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
- updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open`,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since`,
 		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
-		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, b2i(!r.Status.Finished()))
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, b2i(!r.Status.Finished()))
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
 	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev), store.ErrConflict,
 		`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
- error_class=?, error_message=?, trace=?, next_attempt_at=?, updated_at=?, finished_at=?, open=?, rev=? WHERE id=? AND rev=?`,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
-		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.Rev+1, r.ID, r.Rev)
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.Rev+1, r.ID, r.Rev)
 }
 
 func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {

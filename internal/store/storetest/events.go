@@ -142,6 +142,15 @@ func exerciseEvents(run runCase) {
 			if err != nil || got.Status != kt.EventConsumed || string(got.Payload) != `{"v":2}` {
 				return fmt.Errorf("after LWW: %+v %v", got, err)
 			}
+			// The same event again (issue 44): nothing is written, and
+			// the caller is given the event as stored.
+			same := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":2}`), CausedBy: []string{"i1"}, Attempt: 1, UpdatedAt: 99}
+			if created, err := tx.EventPublish(&same); err != nil || created || same.UpdatedAt == 99 || same.Status != kt.EventConsumed {
+				return fmt.Errorf("the same publish again: %v %v %+v", created, err, same)
+			}
+			if got, _ := tx.EventGet("w", "t", "m"); got.UpdatedAt == 99 {
+				return fmt.Errorf("the same publish again was written: %+v", got)
+			}
 			// A newer attempt re-opens it.
 			newer := kt.Event{Workflow: "w", Topic: "t", MessageID: "m", Payload: json.RawMessage(`{"v":3}`), CausedBy: []string{"i1"}, Attempt: 2}
 			if _, err := tx.EventPublish(&newer); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,6 +107,35 @@ func exerciseRuns(run runCase) {
 			}
 			if got, _ := tx.RunGet("r2"); got.Rev != r.Rev+1 || got.Action != "skip" {
 				return fmt.Errorf("after a conditional write: rev %d (want %d), action %q", got.Rev, r.Rev+1, got.Action)
+			}
+			return nil
+		}))
+		// A run that counts a producer's polls that found nothing new
+		// (issue 44): the count, the first one's start and the last one's
+		// times are written by both writes, and the handler names it.
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			q := kt.Run{ID: "q1", Workflow: "w", Version: 1, Handler: "p", HandlerType: kt.HandlerProducer, Phase: kt.PhaseCommitted, Status: kt.StatusCommitted,
+				CreatedAt: 10, UpdatedAt: 11, FinishedAt: 11, QuietPolls: 1, QuietSince: 10}
+			if err := tx.RunPut(q); err != nil {
+				return err
+			}
+			q.QuietPolls, q.CreatedAt, q.UpdatedAt, q.FinishedAt, q.Trace = 2, 20, 21, 21, json.RawMessage(`{"entries":[]}`)
+			if err := tx.RunSetIfRev(q); err != nil {
+				return err
+			}
+			got, err := tx.RunGet("q1")
+			if err != nil || got.QuietPolls != 2 || got.QuietSince != 10 || got.CreatedAt != 20 || got.FinishedAt != 21 || got.Rev != 1 {
+				return fmt.Errorf("a run of quiet polls after a conditional write: %+v %v", got, err)
+			}
+			if err := tx.HandlerPut(kt.Handler{Workflow: "w", Name: "p", Type: kt.HandlerProducer, QuietRun: "q1", UpdatedAt: 1}); err != nil {
+				return err
+			}
+			if h, err := tx.HandlerGet("w", "p"); err != nil || h.QuietRun != "q1" {
+				return fmt.Errorf("the handler's run of quiet polls: %+v %v", h, err)
+			}
+			hs, err := tx.HandlerList("w")
+			if err != nil || !slices.ContainsFunc(hs, func(h kt.Handler) bool { return h.Name == "p" && h.QuietRun == "q1" }) {
+				return fmt.Errorf("the handlers' runs of quiet polls: %+v %v", hs, err)
 			}
 			return nil
 		}))
