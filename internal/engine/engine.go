@@ -2,8 +2,6 @@
 // their phases and statuses, commit, mutation execution with the ledger,
 // reconciliation, the failure taxonomy with retries, people's actions, and
 // start-up recovery. Every state transition is one store transaction.
-//
-// It may import keeptype, store, script, connector, config and schedule.
 package engine
 
 import (

@@ -8,8 +8,6 @@
 // goroutine. A HostFunc that returns an error aborts the whole invocation: the
 // VM is interrupted, which JavaScript cannot catch, so a try/catch in a script
 // never hides a phase violation or a failed tool call.
-//
-// This package may import keeptype only.
 package script
 
 import (
