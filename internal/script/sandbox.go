@@ -59,6 +59,9 @@ type Program struct {
 	bytecode []byte
 	Decl     Declaration
 	analysis *analysisOnce
+	// runtimes are the Runtimes p has run on: Release empties each of
+	// its VMs and workers.
+	runtimes *sync.Map // *Runtime → struct{}
 }
 
 // SyntaxError is a script that does not parse.
@@ -107,7 +110,7 @@ func Declare(file, source string) (Declaration, error) {
 		}
 		d = p.Decl
 	} else {
-		wk, decl, err := startWorker(file, source, loadDeadline, false)
+		wk, decl, err := startWorker(std, file, source, std.loadDeadline, false)
 		if err != nil {
 			var ke *kt.Error
 			if errors.As(err, &ke) && !strings.HasPrefix(ke.Message, "while loading") && ke.Class == kt.ClassLogic {
@@ -202,7 +205,7 @@ func compileBytecode(file, source string) (*Program, error) {
 		}
 		return nil, fmt.Errorf("%s: %v", file, err)
 	}
-	return &Program{File: file, Source: source, bytecode: code, analysis: &analysisOnce{}}, nil
+	return &Program{File: file, Source: source, bytecode: code, analysis: &analysisOnce{}, runtimes: &sync.Map{}}, nil
 }
 
 // Limits bound one invocation.
@@ -273,7 +276,10 @@ type Invocation struct {
 	// still); Outcome.Then stays nil. When this phase fails, returns
 	// nothing to reserve, or is suspended, Then does not run.
 	Then *Invocation
-	Next func(value json.RawMessage) bool
+	// Runtime is the sandbox it runs on (its owner's: the daemon's);
+	// nil is the process's default runtime (Default).
+	Runtime *Runtime
+	Next    func(value json.RawMessage) bool
 }
 
 // ReservesEvents says a prepare's value reserves at least one event, by
@@ -362,7 +368,7 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 		}
 		return o, err
 	}
-	return p.invokeInWorker(inv)
+	return p.invokeInWorker(inv.runtime(), inv)
 }
 
 // invokeHere runs one handler phase in a VM of this process.
@@ -370,7 +376,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	if inv.Tools == nil {
 		inv.Tools = map[string][]string{}
 	}
-	v, err := p.takeVM(inv.Limits)
+	v, err := p.takeVM(inv.runtime(), inv.Limits)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -443,7 +449,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 		v.giveBack()
 	} else {
 		v.st, v.host = nil, nil
-		vmsDiscarded.Add(1)
+		v.rt.vmsDiscarded.Add(1)
 		v.close()
 	}
 
@@ -675,7 +681,7 @@ func (d Declaration) WorkflowName() string {
 
 func (p *Program) describe() (Declaration, error) {
 	var d Declaration
-	v, err := newSandboxVM(Limits{MemoryLimit: 64 << 20}, forDeclaration)
+	v, err := newSandboxVM(std, Limits{MemoryLimit: 64 << 20}, forDeclaration)
 	if err != nil {
 		return d, err
 	}
