@@ -2,8 +2,6 @@
 // google`): their OAuth 2.0 tokens sealed with AES-256-GCM in the store, the
 // key in a 0600 file of the data directory or KEEP_SECRET_KEY, refreshed
 // when they expire and saved again, never printed.
-//
-// It may import store, keeptype, redact and golang.org/x/oauth2.
 package account
 
 import (

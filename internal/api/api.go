@@ -3,8 +3,6 @@
 // {"error":{"code","message"}}. It also provides the request guard (token,
 // CSRF, security headers) that the web pages share, and the change hub
 // behind server-sent events.
-//
-// It may import keeptype, store, engine and report.
 package api
 
 import (

@@ -1,8 +1,6 @@
 // Package bench is `keep bench`: it measures what keep's durability costs
 // on this machine, in one run, as figures and as ratios to the disk's own
 // fsync rate — the physical limit of "one input → one durable side effect".
-//
-// It may import every package of keep (it is a client of the whole).
 package bench
 
 import (

@@ -3,8 +3,6 @@
 // registry the engine looks them up in. Connectors declare their methods as
 // data so that validation, the engine's phase rules and the ledger all read
 // the same spec.
-//
-// This package may import keeptype only.
 package connector
 
 import (

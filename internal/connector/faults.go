@@ -2,8 +2,6 @@ package connector
 
 import (
 	kt "github.com/keep-run/keep/internal/keeptype"
-
-	"github.com/keep-run/keep/internal/fake/fault"
 )
 
 // FaultClass is what a fault of a write means to keep: the outcome a
@@ -22,14 +20,14 @@ type FaultClass struct {
 // permission errors. The connectors' shared suite checks every connector
 // against it, and keep test's fake connectors answer by it.
 var FaultClasses = map[string]FaultClass{
-	fault.TimeoutAfterApply: {OutcomeUncertain, kt.ClassIndeterminate, true},
-	fault.DropAfterApply:    {OutcomeUncertain, kt.ClassIndeterminate, true},
-	fault.Status500After:    {OutcomeUncertain, kt.ClassIndeterminate, true},
-	fault.Timeout:           {OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Drop:              {OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Status500:         {OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Status503:         {OutcomeUncertain, kt.ClassIndeterminate, false},
-	fault.Status429:         {OutcomeFailed, kt.ClassTransient, false},
-	fault.Status401:         {OutcomeFailed, kt.ClassPermission, false},
-	fault.Status403:         {OutcomeFailed, kt.ClassPermission, false},
+	kt.FaultTimeoutAfterApply: {OutcomeUncertain, kt.ClassIndeterminate, true},
+	kt.FaultDropAfterApply:    {OutcomeUncertain, kt.ClassIndeterminate, true},
+	kt.FaultStatus500After:    {OutcomeUncertain, kt.ClassIndeterminate, true},
+	kt.FaultTimeout:           {OutcomeUncertain, kt.ClassIndeterminate, false},
+	kt.FaultDrop:              {OutcomeUncertain, kt.ClassIndeterminate, false},
+	kt.FaultStatus500:         {OutcomeUncertain, kt.ClassIndeterminate, false},
+	kt.FaultStatus503:         {OutcomeUncertain, kt.ClassIndeterminate, false},
+	kt.FaultStatus429:         {OutcomeFailed, kt.ClassTransient, false},
+	kt.FaultStatus401:         {OutcomeFailed, kt.ClassPermission, false},
+	kt.FaultStatus403:         {OutcomeFailed, kt.ClassPermission, false},
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/keep-run/keep/internal/notify"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/scheduler"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store/backend"
 	"github.com/keep-run/keep/internal/testrun"
 	"github.com/keep-run/keep/internal/web"
@@ -135,6 +136,9 @@ func learnSecrets(cfg config.Config, secrets *account.Secrets, logger *slog.Logg
 
 // Keep is a running engine over a data directory.
 type Keep struct {
+	// Sandbox is this keep's sandbox runtime: its workers, pools and
+	// counters, stopped by Close and by a signal (issue 41).
+	Sandbox   *script.Runtime
 	Store     store.Store
 	Engine    *engine.Engine
 	Scheduler *scheduler.Scheduler
@@ -535,6 +539,9 @@ func (k *Keep) Close() error {
 		k.connectors.Close()
 	}
 	k.release()
+	if k.Sandbox != nil {
+		k.Sandbox.Close()
+	}
 	err := k.Store.Close()
 	k.lock.Close()
 	if k.disown != nil {

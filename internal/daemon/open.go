@@ -87,7 +87,6 @@ func Open(o Options) (k *Keep, err error) {
 	if err != nil {
 		return nil, err
 	}
-	script.SetIdleWorkers(cfg.Policy.SandboxWorkers)
 	logger := maskedLogger(o.Logger)
 	if len(tightened) > 0 {
 		logger.Warn("keep's data directory was open to others on this machine; made it keep's alone", "changed", strings.Join(tightened, ", "))
@@ -102,6 +101,14 @@ func Open(o Options) (k *Keep, err error) {
 	}
 	k.wireScheduler(cfg, logger)
 	return k, nil
+}
+
+// newSandbox is a keep's own sandbox runtime: two keeps in one process
+// share no worker, pool, spare or stop (issue 41).
+func newSandbox(pol config.Policy) *script.Runtime {
+	rt := script.NewRuntime()
+	rt.SetIdleWorkers(pol.SandboxWorkers)
+	return rt
 }
 
 // undoList closes what Open opened, the last first.
@@ -235,12 +242,12 @@ func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.A
 	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
 	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
 		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
-		Store:    st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+		Sandbox:  newSandbox(cfg.Policy), Store: st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
 	if k.notifier != nil {
 		k.notifier.Now = clock.Now // keep's time, as every stamp it compares with (design.md, "Time")
 	}
-	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := script.VMStats(); return float64(c) })
-	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := script.VMStats(); return float64(d) })
+	k.Metrics.CounterFunc("keep_sandbox_vms_created_total", "JavaScript VMs created (each serves many handler calls).", func() float64 { c, _ := k.Sandbox.VMStats(); return float64(c) })
+	k.Metrics.CounterFunc("keep_sandbox_vms_discarded_total", "VMs closed after a call that did not end cleanly (a throw, a timeout, an abort).", func() float64 { _, d := k.Sandbox.VMStats(); return float64(d) })
 	return k
 }
 
@@ -259,7 +266,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 	if k.tracing, err = startTracing(cfg.OTel, k.Instance, open, logger); err != nil {
 		return err
 	}
-	k.Engine = engine.New(engine.Options{Store: k.Store, Registry: k.connectors.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
+	k.Engine = engine.New(engine.Options{Sandbox: k.Sandbox, Store: k.Store, Registry: k.connectors.Registry(o.FilesRoot), RegistryFor: perWorkflow, Policy: &cfg.Policy, Logger: logger,
 		AtDurableStep: atStep(o.AtDurableStep, crashAt(os.Getenv("KEEP_TEST_CRASH_AFTER"))), Observer: k.Metrics, Notify: o.Notify, Secret: secrets.Get, Tracer: k.tracing.tracer(),
 		OnChange: func(wf string) {
 			k.Scheduler.Changed(wf)

@@ -4,8 +4,6 @@
 // method's parameters and result (connector.Describe) — and from the table
 // of what each phase's ctx may call (keeptype's ctxRules, which the
 // engine enforces), so the types and keep's rules cannot drift apart.
-//
-// It may import connector and keeptype.
 package dts
 
 import (

@@ -20,8 +20,9 @@ type DryRunResult struct {
 	// Supported is false for a run of no known kind.
 	Supported bool
 	// Replayed is what ran again, as the retry will run it: "next" (the
-	// write is done), "mutate" (a write that may have happened, on the
-	// same selection: it must be the same write), "prepare" (afresh),
+	// write is done), "mutate" (the retry resumes in mutating, on the
+	// same selection: a write it had chosen must be the same write),
+	// "prepare" (afresh),
 	// "producer" or "task" (from the start, up to its first new write).
 	Replayed string
 }
@@ -115,38 +116,26 @@ func (x *runExec) dryProducer(hrow kt.Handler) (DryRunResult, error) {
 }
 
 // dryConsumer replays a consumer run where its retry resumes, by the
-// engine's own rule (Engine.retry): past the write, only next runs again;
-// with a write that may have happened, mutate runs again on the same
-// selection; otherwise the run prepares afresh, its pinned events
+// engine's one rule (resumeAt, which Engine.retry follows too): past the
+// write, only next runs again; resuming in mutating, mutate runs again on
+// the same selection; otherwise the run prepares afresh, its pinned events
 // released. It works on a copy of the run.
 func (x *runExec) dryConsumer(hrow kt.Handler) (DryRunResult, error) {
 	run := *x.run
 	dry := run
 	x.run = &dry
-	var mut kt.Mutation
-	hasMut := false
-	if err := x.e.store.View(x.ctx, func(tx store.Tx) error {
-		var err error
-		mut, err = tx.MutationByRun(run.ID)
-		if errors.Is(err, kt.ErrNotFound) {
-			return nil
-		}
-		hasMut = err == nil
-		return err
-	}); err != nil {
+	step, _, _, err := x.e.resumeOf(x.ctx, run)
+	if err != nil {
 		return DryRunResult{}, err
 	}
-	res := DryRunResult{Supported: true}
+	res := DryRunResult{Supported: true, Replayed: step.replayed()}
 	dv := x.declView()
-	switch {
-	case kt.PhaseRank(run.Phase) >= kt.PhaseRank(kt.PhaseMutated):
-		res.Replayed = "next"
+	switch step {
+	case resumeNext:
 		return res, x.dryNext(dv, run)
-	case hasMut && mayHaveHappened(mut):
-		res.Replayed = "mutate"
+	case resumeMutate, resumeReconcile:
 		return x.e.dryMutate(x, dv, run.PrepareResult, nil, &res)
 	}
-	res.Replayed = "prepare"
 	return x.dryPrepare(dv, hrow, &res)
 }
 

@@ -2,8 +2,6 @@
 // their phases and statuses, commit, mutation execution with the ledger,
 // reconciliation, the failure taxonomy with retries, people's actions, and
 // start-up recovery. Every state transition is one store transaction.
-//
-// It may import keeptype, store, script, connector, config and schedule.
 package engine
 
 import (
@@ -71,6 +69,9 @@ type Options struct {
 	// phases and their connector calls (otel.go; keep.toml's [otel]).
 	// Nil: no spans at all.
 	Tracer otrace.Tracer
+	// Sandbox is the sandbox runtime the engine's handlers run on (its
+	// owner's, the daemon's: issue 41); nil is the process's default.
+	Sandbox *script.Runtime
 }
 
 // Observer receives measurements; the metrics package implements it.
@@ -85,6 +86,7 @@ type Observer interface {
 
 // Engine executes runs.
 type Engine struct {
+	sandbox     *script.Runtime
 	store       store.Store
 	registry    *connector.Registry
 	registryFor func(string) *connector.Registry
@@ -130,7 +132,7 @@ type Engine struct {
 
 // New builds an Engine.
 func New(o Options) *Engine {
-	e := &Engine{store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, tracer: o.Tracer, programs: map[string]*script.Program{}, latest: map[string]*script.Program{}}
+	e := &Engine{sandbox: o.Sandbox, store: o.Store, registry: o.Registry, registryFor: o.RegistryFor, registries: map[string]*connector.Registry{}, now: o.Now, log: o.Logger, atStep: o.AtDurableStep, onChange: o.OnChange, observer: o.Observer, notify: o.Notify, secret: o.Secret, tracer: o.Tracer, programs: map[string]*script.Program{}, latest: map[string]*script.Program{}}
 	if o.Policy != nil {
 		e.policy, e.hasPolicy = *o.Policy, true
 	} else {

@@ -396,7 +396,7 @@ func (x *runExec) invoke(h *host, args ...json.RawMessage) (script.Outcome, erro
 func (x *runExec) invocation(h *host, args ...json.RawMessage) script.Invocation {
 	kind, name := h.phase.invocation()
 	return script.Invocation{Kind: kind, Name: x.run.Handler, Phase: name,
-		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits(), Answers: h.answers(), Writes: h.writeRules()}
+		Args: args, Tools: x.reg.Tools(), Host: h.call, Limits: x.limits(), Answers: h.answers(), Writes: h.writeRules(), Runtime: x.e.sandbox}
 }
 
 // writeRules tell the sandbox, in a consumer's mutate, which calls are

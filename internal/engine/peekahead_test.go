@@ -41,26 +41,26 @@ func peekEntries(t *testing.T, r kt.Run) []string {
 // prepare's invocation (script.Invocation.Then): once the peek is learnt
 // (here at the empty poll after the deploy) a run makes two round trips
 // (the invocations of prepare with mutate, and of next), not five. What
-// the run does, reserves, sends and traces is the same. Not parallel: the
-// round trips are counted process-wide.
+// the run does, reserves, sends and traces is the same. The round trips
+// are this keep's own (its sandbox runtime's, issue 41).
 func TestAConsumersPeekIsReadAheadByTheStep(t *testing.T) {
 	e := newEnv(t)
 	wf := e.deploy(twoJobs())
 	// The first step is the consumer's, dirty since the deploy: an empty
 	// poll, whose prepare asks for its peek and so learns it.
-	before := script.WorkerRoundTrips()
+	before := e.k.Sandbox.WorkerRoundTrips()
 	if _, err := e.k.Engine.Step(e.ctx(), wf); err != nil {
 		t.Fatal(err)
 	}
-	poll := script.WorkerRoundTrips() - before
+	poll := e.k.Sandbox.WorkerRoundTrips() - before
 	stepUntilPending(t, e, wf, 2)
 	var trips []int64
 	for _, job := range []string{"a", "b"} {
-		before := script.WorkerRoundTrips()
+		before := e.k.Sandbox.WorkerRoundTrips()
 		if did, err := e.k.Engine.Step(e.ctx(), wf); err != nil || !did {
 			t.Fatalf("the consumer's step: did %v, %v", did, err)
 		}
-		trips = append(trips, script.WorkerRoundTrips()-before)
+		trips = append(trips, e.k.Sandbox.WorkerRoundTrips()-before)
 		r := lastRun(t, e, wf)
 		if r.Status != kt.StatusCommitted || r.Handler != "c" {
 			t.Fatalf("run %s %s in %s: %s", r.Handler, r.Status, r.Phase, r.ErrorMessage)

@@ -156,9 +156,9 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		}
 	}
 	var mut kt.Mutation
-	hasMut := false
+	hasMut, step := false, resumePrepare
 	if old.HandlerType == kt.HandlerConsumer {
-		if mut, hasMut, err = e.resumePoint(ctx, old, &nr); err != nil {
+		if step, mut, hasMut, err = e.resumePoint(ctx, old, &nr); err != nil {
 			return err
 		}
 	}
@@ -196,7 +196,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		case kt.HandlerTask:
 			return x.task(nil)
 		}
-		if hasMut && mayHaveHappened(mut) && nr.Phase == kt.PhaseMutating {
+		if step == resumeReconcile {
 			// The write may have happened: reconcile it from the ledger's own
 			// params; the mutate handler is not run again (ch 13 §13.10).
 			mut.RunID, mut.Status = nr.ID, kt.MutationNeedsReconcile
@@ -212,44 +212,23 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	})
 }
 
-// mayHaveHappened says a ledger row's write may have reached the target.
-func mayHaveHappened(mut kt.Mutation) bool {
-	return mut.Status == kt.MutationInFlight || mut.Status == kt.MutationNeedsReconcile
-}
-
-// resumePoint applies SPEC §4's reset rules to the retry nr of a consumer
-// run: where it starts (preparing afresh, mutating with the same
+// resumePoint applies SPEC §4's reset rules (resumeAt) to the retry nr of
+// a consumer run: where it starts (preparing afresh, mutating with the same
 // PrepareResult, or emitting after an applied write). It returns the old
 // run's ledger row, if it has one.
-func (e *Engine) resumePoint(ctx context.Context, old kt.Run, nr *kt.Run) (mut kt.Mutation, hasMut bool, err error) {
-	nr.Phase = kt.PhasePreparing
-	err = e.store.View(ctx, func(tx store.Tx) error {
-		m, err := tx.MutationByRun(old.ID)
-		switch {
-		case err == nil:
-			mut, hasMut = m, true
-		case !errors.Is(err, kt.ErrNotFound):
-			return err
-		}
-		return nil
-	})
+func (e *Engine) resumePoint(ctx context.Context, old kt.Run, nr *kt.Run) (step resumeStep, mut kt.Mutation, hasMut bool, err error) {
+	step, mut, hasMut, err = e.resumeOf(ctx, old)
 	if err != nil {
-		return mut, false, err
+		return step, mut, false, err
 	}
-	pinned, err := e.pinnedCount(ctx, old.ID)
-	if err != nil {
-		return mut, false, err
+	nr.Phase = step.phase()
+	switch step {
+	case resumeNext:
+		nr.PrepareResult, nr.MutationResult = old.PrepareResult, old.MutationResult
+	case resumeMutate, resumeReconcile:
+		nr.PrepareResult = old.PrepareResult
 	}
-	switch {
-	case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated):
-		nr.Phase, nr.PrepareResult, nr.MutationResult = kt.PhaseEmitting, old.PrepareResult, old.MutationResult
-	case old.Status == kt.StatusFailedLogic && !(hasMut && mayHaveHappened(mut)):
-		// A repair (or a person's Try again) after a logic failure
-		// prepares afresh: the pinned events are released.
-	case old.Phase == kt.PhaseMutating && pinned > 0:
-		nr.Phase, nr.PrepareResult = kt.PhaseMutating, old.PrepareResult
-	}
-	return mut, hasMut, nil
+	return step, mut, hasMut, nil
 }
 
 // pinnedCount counts the pending events a run still holds.

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/script"
 )
 
 // takeOverScript is hookScript whose mutate is body (S is the sink's URL).
@@ -63,9 +62,9 @@ func TestWhatTheSandboxTakesOverIsKeepsToSendOrRefuse(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			wf := e.deployUnchecked(takeOverScript(c.body))
-			_, killed0 := script.WorkerStats()
+			_, killed0 := e.k.Sandbox.WorkerStats()
 			e.settle()
-			_, killed := script.WorkerStats()
+			_, killed := e.k.Sandbox.WorkerStats()
 			var r kt.Run
 			if err := e.k.Store.View(e.ctx(), func(tx storeTx) error {
 				rs, err := tx.RunList(wf, 10)

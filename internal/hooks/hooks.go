@@ -5,8 +5,6 @@
 // serves nothing else: none of the API's routes, none of its
 // authentication (a webhook is proven by its own verify, never by keep's
 // token or instance secret), so exposing it exposes no API action.
-//
-// It may import engine and keeptype only.
 package hooks
 
 import (

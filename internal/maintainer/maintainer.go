@@ -7,8 +7,6 @@
 // repair as the next minor version — the failed run retries on it — or,
 // when the writes themselves change, holds it for a person (keep repairs).
 // Every attempt is kept (the repairs table) with what it cost.
-//
-// It may import config, connector, engine, keeptype, script and store.
 package maintainer
 
 import (

@@ -2,8 +2,6 @@
 // status, mutations by state, reconcile attempts and pending events (read
 // from the ledgers at scrape time), and histograms of run latency and
 // sandbox time (observed by the engine).
-//
-// It may import keeptype and store.
 package metrics
 
 import (

@@ -4,8 +4,6 @@
 // sent is kept in the store (notices), so a restart does not send it
 // again; a channel that fails is tried again at the next pass and never
 // holds a workflow up.
-//
-// It may import config, report, store and the email connector's sender.
 package notify
 
 import (

@@ -2,8 +2,6 @@
 // derived status, outputs (one per mutation), runs, workflow status and the
 // blocked-work card, into apitype's shapes (the CLI's --json, the HTTP API
 // and the page share them, so their field names are a public contract).
-//
-// It may import keeptype, apitype, store and engine.
 package report
 
 import (

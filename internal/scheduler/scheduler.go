@@ -3,8 +3,6 @@
 // reconciliation, people's decisions), runs different workflows
 // concurrently on a bounded pool, and never runs two steps of one workflow
 // at once. Within a workflow the engine picks by priority (SPEC §5).
-//
-// It may import keeptype, store and engine.
 package scheduler
 
 import (

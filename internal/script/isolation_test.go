@@ -122,5 +122,5 @@ func TestVMIsReusedOnlyAfterACleanEnd(t *testing.T) {
 }
 
 func idleFor(p *Program) int {
-	return idleVMs.count(func(v *sandboxVM) bool { return v.prog == p })
+	return std.idleVMs.count(func(v *sandboxVM) bool { return v.prog == p })
 }

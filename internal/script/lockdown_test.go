@@ -76,7 +76,7 @@ const frozenWalk = `(function () {
 // %IteratorHelperPrototype%.next handed one workflow's data to another).
 func TestEveryIntrinsicIsFrozen(t *testing.T) {
 	t.Parallel()
-	v, err := newSandboxVM(Limits{Timeout: time.Minute, MemoryLimit: 256 << 20}, forHandlers)
+	v, err := newSandboxVM(std, Limits{Timeout: time.Minute, MemoryLimit: 256 << 20}, forHandlers)
 	if err != nil {
 		t.Fatal(err)
 	}

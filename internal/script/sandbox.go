@@ -8,8 +8,6 @@
 // goroutine. A HostFunc that returns an error aborts the whole invocation: the
 // VM is interrupted, which JavaScript cannot catch, so a try/catch in a script
 // never hides a phase violation or a failed tool call.
-//
-// This package may import keeptype only.
 package script
 
 import (
@@ -61,6 +59,9 @@ type Program struct {
 	bytecode []byte
 	Decl     Declaration
 	analysis *analysisOnce
+	// runtimes are the Runtimes p has run on: Release empties each of
+	// its VMs and workers.
+	runtimes *sync.Map // *Runtime → struct{}
 }
 
 // SyntaxError is a script that does not parse.
@@ -109,7 +110,7 @@ func Declare(file, source string) (Declaration, error) {
 		}
 		d = p.Decl
 	} else {
-		wk, decl, err := startWorker(file, source, loadDeadline, false)
+		wk, decl, err := startWorker(std, file, source, std.loadDeadline, false)
 		if err != nil {
 			var ke *kt.Error
 			if errors.As(err, &ke) && !strings.HasPrefix(ke.Message, "while loading") && ke.Class == kt.ClassLogic {
@@ -204,7 +205,7 @@ func compileBytecode(file, source string) (*Program, error) {
 		}
 		return nil, fmt.Errorf("%s: %v", file, err)
 	}
-	return &Program{File: file, Source: source, bytecode: code, analysis: &analysisOnce{}}, nil
+	return &Program{File: file, Source: source, bytecode: code, analysis: &analysisOnce{}, runtimes: &sync.Map{}}, nil
 }
 
 // Limits bound one invocation.
@@ -275,7 +276,10 @@ type Invocation struct {
 	// still); Outcome.Then stays nil. When this phase fails, returns
 	// nothing to reserve, or is suspended, Then does not run.
 	Then *Invocation
-	Next func(value json.RawMessage) bool
+	// Runtime is the sandbox it runs on (its owner's: the daemon's);
+	// nil is the process's default runtime (Default).
+	Runtime *Runtime
+	Next    func(value json.RawMessage) bool
 }
 
 // ReservesEvents says a prepare's value reserves at least one event, by
@@ -368,7 +372,7 @@ func (p *Program) Invoke(inv Invocation) (Outcome, error) {
 		}
 		return o, err
 	}
-	return p.invokeInWorker(inv)
+	return p.invokeInWorker(inv.runtime(), inv)
 }
 
 // invokeHere runs one handler phase in a VM of this process.
@@ -376,7 +380,7 @@ func (p *Program) invokeHere(inv Invocation) (Outcome, error) {
 	if inv.Tools == nil {
 		inv.Tools = map[string][]string{}
 	}
-	v, err := p.takeVM(inv.Limits)
+	v, err := p.takeVM(inv.runtime(), inv.Limits)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -462,7 +466,7 @@ func (v *sandboxVM) finish(st *vmState, callErr error, timedOut bool) {
 		return
 	}
 	v.st, v.host = nil, nil
-	vmsDiscarded.Add(1)
+	v.rt.vmsDiscarded.Add(1)
 	v.close()
 }
 
@@ -691,7 +695,7 @@ func (d Declaration) WorkflowName() string {
 
 func (p *Program) describe() (Declaration, error) {
 	var d Declaration
-	v, err := newSandboxVM(Limits{MemoryLimit: 64 << 20}, forDeclaration)
+	v, err := newSandboxVM(std, Limits{MemoryLimit: 64 << 20}, forDeclaration)
 	if err != nil {
 		return d, err
 	}

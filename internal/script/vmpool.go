@@ -6,7 +6,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -37,6 +36,7 @@ const (
 
 // sandboxVM is one QuickJS VM with the prelude, locked down.
 type sandboxVM struct {
+	rt    *Runtime // the runtime whose pool it returns to
 	vm    *quickjs.VM
 	wasm  *wasmjs.Instance // instead of vm, with KEEP_SANDBOX=wasm (wasmvm.go)
 	prog  *Program         // the script version loaded last
@@ -109,18 +109,17 @@ func (v *sandboxVM) interrupt() {
 	v.vm.Interrupt()
 }
 
-var idleVMs = &idlePool[*sandboxVM]{max: maxIdleVMs}
-
 // takeVM returns an idle VM that last ran p, else a new one with p loaded.
 // A VM never runs code of two script versions (so never of two workflows):
 // whatever one workflow's script managed to leave in a VM, despite the
 // lockdown, can reach only later runs of the same script version (issue 11:
 // an unfrozen hidden intrinsic once let one workflow read another's data).
-func (p *Program) takeVM(lim Limits) (*sandboxVM, error) {
-	v, _ := idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm == nil })
+func (p *Program) takeVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
+	p.ranOn(rt)
+	v, _ := rt.idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm == nil })
 	if v == nil {
 		var err error
-		if v, err = newSandboxVM(lim, forHandlers); err != nil {
+		if v, err = newSandboxVM(rt, lim, forHandlers); err != nil {
 			return nil, err
 		}
 		if err := v.loadScript(p); err != nil {
@@ -143,24 +142,32 @@ func (v *sandboxVM) giveBack() {
 		v.close()
 		return
 	}
-	if retired, ok := idleVMs.put(v); ok {
+	if retired, ok := v.rt.idleVMs.put(v); ok {
 		retired.close()
 	}
 }
 
 // Release closes the idle VMs and workers of a program that will not run again.
 func (p *Program) Release() {
-	p.releaseWorkers()
-	for _, v := range idleVMs.remove(func(v *sandboxVM) bool { return v.prog == p }) {
-		v.close()
+	if p.runtimes == nil {
+		return
 	}
+	p.runtimes.Range(func(k, _ any) bool {
+		rt := k.(*Runtime)
+		p.releaseWorkers(rt)
+		for _, v := range rt.idleVMs.remove(func(v *sandboxVM) bool { return v.prog == p }) {
+			v.close()
+		}
+		return true
+	})
 }
 
-var vmsCreated, vmsDiscarded atomic.Int64
-
-// VMStats reports how many VMs were created, and how many were discarded
-// after an invocation that did not end cleanly, since the process started.
-func VMStats() (created, discarded int64) { return vmsCreated.Load(), vmsDiscarded.Load() }
+// ranOn records that p runs on rt, for Release.
+func (p *Program) ranOn(rt *Runtime) {
+	if p.runtimes != nil {
+		p.runtimes.LoadOrStore(rt, struct{}{})
+	}
+}
 
 // vmUse says what a VM is for.
 type vmUse int
@@ -175,13 +182,13 @@ const (
 )
 
 // newSandboxVM creates a VM with the prelude, for use.
-func newSandboxVM(lim Limits, use vmUse) (*sandboxVM, error) {
-	vmsCreated.Add(1)
+func newSandboxVM(rt *Runtime, lim Limits, use vmUse) (*sandboxVM, error) {
+	rt.vmsCreated.Add(1)
 	vm, err := newVM(lim)
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "%v", err)
 	}
-	v := &sandboxVM{vm: vm, limit: lim.MemoryLimit}
+	v := &sandboxVM{vm: vm, limit: lim.MemoryLimit, rt: rt}
 	if err := v.load(use); err != nil {
 		vm.Close()
 		return nil, err
@@ -339,7 +346,7 @@ func epochOf(a any) int64 {
 // creation took: what an invocation pays when no idle VM is left.
 func NewVMCost(lim Limits) (time.Duration, error) {
 	start := time.Now()
-	v, err := newSandboxVM(lim, forHandlers)
+	v, err := newSandboxVM(std, lim, forHandlers)
 	if err != nil {
 		return 0, err
 	}

@@ -72,8 +72,9 @@ const wasmHostShim = `(() => {
 // takeWasmVM returns an idle instance that last ran p, else a new one with
 // the prelude, the lockdown and p loaded. As with QuickJS VMs, an instance
 // never runs two script versions.
-func (p *Program) takeWasmVM(lim Limits) (*sandboxVM, error) {
-	v, _ := idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil && v.limit == lim.MemoryLimit })
+func (p *Program) takeWasmVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
+	p.ranOn(rt)
+	v, _ := rt.idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil && v.limit == lim.MemoryLimit })
 	if v != nil {
 		return v, nil
 	}
@@ -81,8 +82,8 @@ func (p *Program) takeWasmVM(lim Limits) (*sandboxVM, error) {
 	if err != nil {
 		return nil, err
 	}
-	vmsCreated.Add(1)
-	v = &sandboxVM{limit: lim.MemoryLimit}
+	rt.vmsCreated.Add(1)
+	v = &sandboxVM{limit: lim.MemoryLimit, rt: rt}
 	heap := lim.MemoryLimit
 	if heap <= 0 {
 		heap = 64 << 20
@@ -178,7 +179,7 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	if inv.Tools == nil {
 		inv.Tools = map[string][]string{}
 	}
-	v, err := p.takeWasmVM(inv.Limits)
+	v, err := p.takeWasmVM(inv.runtime(), inv.Limits)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -32,7 +32,7 @@ func TestWasmSandboxRunsInvocationsInAnInstance(t *testing.T) {
 	if err != nil || string(o.Value) != `{"n":2,"content":"hello"}` {
 		t.Fatalf("got %s, %v", o.Value, err)
 	}
-	if idleVMs.count(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil }) != 1 {
+	if Default().idleVMs.count(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil }) != 1 {
 		t.Fatal("the invocation did not leave a wasm instance idle: it did not run in one")
 	}
 

@@ -271,7 +271,7 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 	// spare, long before (see spare).
 	var blank *sandboxVM
 	if forRuns {
-		blank, _ = newSandboxVM(Limits{}, forHandlers)
+		blank, _ = newSandboxVM(std, Limits{}, forHandlers)
 	}
 	for {
 		f, err := readFrame(r)
@@ -328,7 +328,7 @@ func serveWorker(in io.Reader, out io.Writer, forRuns bool) int {
 			return 3
 		}
 		if f.T == "invoke" && prog != nil {
-			prog.prewarm()
+			prog.prewarm(std)
 		}
 	}
 }
@@ -358,11 +358,11 @@ func invokeFrame(prog *Program, f frame, r *bufio.Reader, w *lockedWriter, mem *
 // prewarm makes a VM for p's next invocation when none is idle (the last
 // one ended abnormally and was closed), after the answer has gone: the
 // host has its own work to do with it meanwhile.
-func (p *Program) prewarm() {
-	if idleVMs.count(func(v *sandboxVM) bool { return v.prog == p }) > 0 {
+func (p *Program) prewarm(rt *Runtime) {
+	if rt.idleVMs.count(func(v *sandboxVM) bool { return v.prog == p }) > 0 {
 		return
 	}
-	if v, err := p.takeVM(Limits{}); err == nil {
+	if v, err := p.takeVM(rt, Limits{}); err == nil {
 		v.giveBack()
 	}
 }
@@ -371,7 +371,7 @@ func (p *Program) prewarm() {
 // the host knows it, its declaration (its top level evaluated).
 func loadHere(f frame) (*Program, error) {
 	if f.Known && len(f.Bytecode) > 0 {
-		return &Program{File: f.File, Source: f.Source, bytecode: f.Bytecode, analysis: &analysisOnce{}}, nil
+		return &Program{File: f.File, Source: f.Source, bytecode: f.Bytecode, analysis: &analysisOnce{}, runtimes: &sync.Map{}}, nil
 	}
 	if f.Known {
 		return compileBytecode(f.File, f.Source)
@@ -612,6 +612,7 @@ func isWrite(writes map[string]*kt.ReadsBy, method string, args json.RawMessage)
 
 // worker is one sandbox worker process with one script version loaded.
 type worker struct {
+	rt     *Runtime // the runtime that started it
 	cmd    *exec.Cmd
 	stdin  io.Closer
 	r      *bufio.Reader
@@ -698,36 +699,11 @@ func sameReadsBy(a, b *kt.ReadsBy) bool {
 	return a.Arg == b.Arg && a.Default == b.Default && slices.Equal(a.Reads, b.Reads)
 }
 
-var idleWorkers = &idlePool[*worker]{max: maxIdleWorkers}
-
-var workersStarted, workersKilled atomic.Int64
-
-// roundTrips counts the frames keep sent a worker and then waited for its
-// answer to: an invocation, and a reply to a host call the script waits on.
-var roundTrips atomic.Int64
-
-// WorkerRoundTrips reports how many times keep sent a sandbox worker
-// something to answer (an invocation or a host call's reply) and waited:
-// each is two context switches (issue 25); tests count them per run.
-func WorkerRoundTrips() int64 { return roundTrips.Load() }
-
-// SetIdleWorkers bounds the idle sandbox workers kept between invocations
-// ([policy] sandbox_workers).
-func SetIdleWorkers(n int) {
-	if n > 0 {
-		idleWorkers.setMax(n)
-	}
-}
-
-// WorkerStats reports how many sandbox workers were started, and how many
-// were killed (a time limit, a crash, out of memory), since keep started.
-func WorkerStats() (started, killed int64) { return workersStarted.Load(), workersKilled.Load() }
-
 // startWorker starts a worker process and loads source into it, with
 // deadline bounding the load. Unless known (the host has the declaration
 // already), the script's top level runs there and its declaration comes back.
-func startWorker(file, source string, deadline time.Duration, known bool) (*worker, *Declaration, error) {
-	wk, err := spawnWorker(known)
+func startWorker(rt *Runtime, file, source string, deadline time.Duration, known bool) (*worker, *Declaration, error) {
+	wk, err := spawnWorker(rt, known)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -741,7 +717,7 @@ func startWorker(file, source string, deadline time.Duration, known bool) (*work
 // spawnWorker starts a worker process with nothing loaded. One for runs
 // (forRuns) makes at once the locked-down VM its first invocation will use;
 // one that reads a declaration needs another VM (vmpool.go: forDeclaration).
-func spawnWorker(forRuns bool) (*worker, error) {
+func spawnWorker(rt *Runtime, forRuns bool) (*worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
@@ -775,8 +751,8 @@ func spawnWorker(forRuns bool) (*worker, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "start a sandbox worker: %v", err)
 	}
-	workersStarted.Add(1)
-	wk := &worker{cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail, exited: make(chan struct{})}
+	rt.workersStarted.Add(1)
+	wk := &worker{rt: rt, cmd: cmd, stdin: stdin, r: bufio.NewReaderSize(stdout, 64<<10), w: bufio.NewWriterSize(stdin, 64<<10), stderr: tail, exited: make(chan struct{})}
 	liveWorkers.Store(wk, struct{}{})
 	// The one Wait: it also finishes copying the worker's stderr, which
 	// deathError reads (why it stopped: out of memory, a crash).
@@ -820,7 +796,7 @@ func (wk *worker) kill() {
 	if wk.dead.Swap(true) {
 		return
 	}
-	workersKilled.Add(1)
+	wk.rt.workersKilled.Add(1)
 	_ = wk.cmd.Process.Kill()
 	_ = wk.stdin.Close()
 }
@@ -870,21 +846,22 @@ func firstLine(s string) string {
 
 // takeWorker returns an idle worker that runs p, else the spare worker
 // (started ahead, its VM made) with p loaded, else a new one.
-func (p *Program) takeWorker() (*worker, error) {
-	if wk, ok := idleWorkers.take(func(wk *worker) bool { return wk.prog == p }); ok {
+func (p *Program) takeWorker(rt *Runtime) (*worker, error) {
+	p.ranOn(rt)
+	if wk, ok := rt.idleWorkers.take(func(wk *worker) bool { return wk.prog == p }); ok {
 		return wk, nil
 	}
-	wk := spare.take()
+	wk := rt.spare.take()
 	if wk == nil {
 		var err error
-		if wk, err = spawnWorker(true); err != nil {
+		if wk, err = spawnWorker(rt, true); err != nil {
 			return nil, err
 		}
 	}
 	// No script code runs in this load (the bytecode only hands the
 	// prelude the script's function), so a busy machine's slow process
 	// start does not count against the handler's time limit.
-	if _, err := wk.load(frame{T: "load", File: p.File, Source: p.Source, Known: true, Bytecode: p.bytecode}, loadDeadline); err != nil {
+	if _, err := wk.load(frame{T: "load", File: p.File, Source: p.Source, Known: true, Bytecode: p.bytecode}, rt.loadDeadline); err != nil {
 		return nil, err
 	}
 	wk.prog = p
@@ -897,9 +874,8 @@ func (p *Program) takeWorker() (*worker, error) {
 // and a VM (≈ 5 ms of the VM's built-ins, prelude and lockdown: issue 25).
 // Each one taken is replaced in the background. A spare has run no script,
 // so it may serve any version.
-var spare = &spareWorker{}
-
 type spareWorker struct {
+	rt       *Runtime
 	mu       sync.Mutex
 	wk       *worker
 	starting bool
@@ -923,19 +899,19 @@ func (s *spareWorker) take() *worker {
 func (s *spareWorker) refill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.wk != nil || s.starting || stopping.Load() {
+	if s.wk != nil || s.starting || s.rt.stopping.Load() {
 		return
 	}
 	s.starting = true
 	go func() {
-		wk, err := spawnWorker(true)
+		wk, err := spawnWorker(s.rt, true)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.starting = false
 		if err != nil {
 			return
 		}
-		if s.wk != nil || stopping.Load() {
+		if s.wk != nil || s.rt.stopping.Load() {
 			wk.close()
 			return
 		}
@@ -954,22 +930,18 @@ func (s *spareWorker) stop() {
 	}
 }
 
-// loadDeadline bounds the start of a worker and the run of a script's top
-// level there.
-const loadDeadline = 10 * time.Second
-
 func (wk *worker) giveBack() {
 	if wk.dead.Load() {
 		return
 	}
-	if retired, ok := idleWorkers.put(wk); ok {
+	if retired, ok := wk.rt.idleWorkers.put(wk); ok {
 		retired.close()
 	}
 }
 
 // releaseWorkers ends the idle workers of a program that will not run again.
-func (p *Program) releaseWorkers() {
-	for _, wk := range idleWorkers.remove(func(wk *worker) bool { return wk.prog == p }) {
+func (p *Program) releaseWorkers(rt *Runtime) {
+	for _, wk := range rt.idleWorkers.remove(func(wk *worker) bool { return wk.prog == p }) {
 		wk.close()
 	}
 }
@@ -979,42 +951,18 @@ func (p *Program) releaseWorkers() {
 // keep starts again (prepare and mutate have no side effects of their own).
 var ErrStopping = errors.New("keep is stopping: the handler was stopped and its run is recovered at the next start")
 
-var (
-	stopping    atomic.Bool
-	busyWorkers sync.Map // *worker → struct{}
-)
-
-// StopWorkers ends every sandbox worker: idle ones, and busy ones whose
-// invocations return ErrStopping (keep is stopping; a handler spinning in a
-// native loop must not hold a shutdown for its whole time limit).
-func StopWorkers() {
-	stopping.Store(true)
-	spare.stop()
-	for _, wk := range idleWorkers.remove(nil) {
-		wk.close()
-	}
-	busyWorkers.Range(func(k, _ any) bool {
-		k.(*worker).kill()
-		return true
-	})
-}
-
-// ResumeWorkers lets workers start again after StopWorkers (tests and
-// keep run open and close several engines in one process).
-func ResumeWorkers() { stopping.Store(false) }
-
 // invokeInWorker runs one handler phase in a worker process, serving the
 // script's host calls here, and kills the worker if the phase outlives its
 // time limit.
-func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
-	wk, err := p.takeWorker()
+func (p *Program) invokeInWorker(rt *Runtime, inv Invocation) (Outcome, error) {
+	wk, err := p.takeWorker(rt)
 	if err != nil {
 		return Outcome{}, err
 	}
 	wk.uses++
-	busyWorkers.Store(wk, struct{}{})
-	defer busyWorkers.Delete(wk)
-	if stopping.Load() {
+	rt.busy.Store(wk, struct{}{})
+	defer rt.busy.Delete(wk)
+	if rt.stopping.Load() {
 		wk.kill()
 		return Outcome{}, ErrStopping
 	}
@@ -1038,7 +986,7 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 	if stop != nil {
 		stop.Stop()
 	}
-	spare.refill()
+	rt.spare.refill()
 	ran := inv // the phase that ran last
 	if r.first != nil {
 		ran = *inv.Then
@@ -1048,7 +996,7 @@ func (p *Program) invokeInWorker(inv Invocation) (Outcome, error) {
 		wk.kill()
 		switch {
 		case r.abandoned:
-		case stopping.Load() && !wk.timedOut.Load():
+		case rt.stopping.Load() && !wk.timedOut.Load():
 			o, err = Outcome{}, ErrStopping
 		case err == nil:
 			o, err = Outcome{}, wk.deathError(fmt.Sprintf("%s %s: %s", ran.Kind, ran.Name, ran.Phase), ran.Timeout, ran.MemoryLimit)
@@ -1108,7 +1056,7 @@ func (wk *worker) invoke(inv Invocation, arm func(time.Duration)) invoked {
 // worker can no longer be trusted to serve another invocation.
 func (wk *worker) invokeFrames(inv Invocation, next func(json.RawMessage) (*Invocation, bool)) (o Outcome, err error, healthy bool) {
 	lim := inv.Limits
-	roundTrips.Add(1)
+	wk.rt.roundTrips.Add(1)
 	start := frame{T: "invoke", Kind: inv.Kind, Name: inv.Name, Phase: inv.Phase, Args: inv.Args, Tools: inv.Tools, Limits: &lim, Answers: inv.Answers, Writes: inv.Writes}
 	if t := inv.Then; t != nil {
 		tlim := t.Limits
@@ -1150,7 +1098,7 @@ func (wk *worker) invokeFrames(inv Invocation, next func(json.RawMessage) (*Invo
 				hostErrs = append(hostErrs, refused)
 				reply := frame{T: "reply", Err: toWire(refused)}
 				reply.Err.Ref = len(hostErrs)
-				roundTrips.Add(1)
+				wk.rt.roundTrips.Add(1)
 				if err := writeFrame(wk.w, reply); err != nil {
 					return o, refused, false
 				}
@@ -1205,7 +1153,7 @@ func (wk *worker) invokeFrames(inv Invocation, next func(json.RawMessage) (*Invo
 				reply.Err = toWire(herr)
 				reply.Err.Ref = len(hostErrs)
 			}
-			roundTrips.Add(1)
+			wk.rt.roundTrips.Add(1)
 			if err := writeFrame(wk.w, reply); err != nil {
 				return o, nil, false
 			}
@@ -1245,6 +1193,3 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	return string(t.b)
 }
-
-// IdleWorkers counts the sandbox workers kept idle between invocations.
-func IdleWorkers() int { return idleWorkers.count(func(*worker) bool { return true }) }

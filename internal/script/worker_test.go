@@ -148,7 +148,7 @@ func TestACaughtOutOfMemoryFailsInAWorkerOfALargeProcess(t *testing.T) {
     let caught = false
     try { const a = []; for (;;) a.push("x".repeat(1 << 20) + Math.random()) } catch (e) { caught = true }
     return { caught }`)
-	wk, _, err := startWorker("wf.js", src, time.Minute, false)
+	wk, _, err := startWorker(std, "wf.js", src, time.Minute, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestAPeakOfMemoryGoneByTheEndStillFailsTheRun(t *testing.T) {
 // (KEEP_TOKEN, credentials) stays out of the process that runs scripts.
 func TestWorkersDoNotInheritKeepsEnvironment(t *testing.T) {
 	t.Setenv("KEEP_TOKEN", "planted-env-secret")
-	wk, _, err := startWorker("wf.js", isolationScript(`return {}`), time.Minute, false)
+	wk, _, err := startWorker(std, "wf.js", isolationScript(`return {}`), time.Minute, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@
 // callers' transactions share one commit, as sqlite's group commit does).
 // Backends (sqlite now, postgres later) live in subpackages and must pass
 // storetest.Exercise.
-//
-// This package may import only keeptype.
 package store
 
 import (

@@ -6,7 +6,4 @@
 // writes are recorded and reconcile finds what was applied, faults follow
 // connector.FaultClasses. It then checks the case's expectations against
 // what keep recorded (package report) and what the fakes received.
-//
-// It may import config, connector, connector/builtin, engine, fake/fault,
-// keeptype, netguard, report, scheduler, script, store and store/sqlite.
 package testrun

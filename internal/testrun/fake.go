@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/fake/fault"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -107,7 +106,7 @@ func (f *fakes) failWith(method string, ft *Fault, m *connector.Method, call con
 			class = fc.Class
 		}
 		e := kt.Errorf(class, "%s failed: %s (the test's fault %q)", target, why, ft.Name)
-		if ft.Kind == fault.Status429 {
+		if ft.Kind == kt.FaultStatus429 {
 			e.RetryAfter = time.Duration(ft.RetryAfter) * time.Second
 		}
 		return connector.Result{Err: e}
@@ -120,7 +119,7 @@ func (f *fakes) failWith(method string, ft *Fault, m *connector.Method, call con
 		f.apply(method, m, call, target, answer)
 	}
 	e := kt.Errorf(fc.Class, "%s: %s (the test's fault %q)", target, why, ft.Name)
-	if ft.Kind == fault.Status429 {
+	if ft.Kind == kt.FaultStatus429 {
 		e.RetryAfter = time.Duration(ft.RetryAfter) * time.Second
 	}
 	return connector.Result{Outcome: fc.Outcome, Err: e}
@@ -129,16 +128,16 @@ func (f *fakes) failWith(method string, ft *Fault, m *connector.Method, call con
 // faultText is what a connector's error says of each fault, as a real
 // service's answer would read.
 var faultText = map[string]string{
-	fault.TimeoutAfterApply: "timed out: no answer came back",
-	fault.Timeout:           "timed out: no answer came back",
-	fault.DropAfterApply:    "the connection closed without an answer",
-	fault.Drop:              "the connection closed without an answer",
-	fault.Status500After:    "answered 500 Internal Server Error",
-	fault.Status500:         "answered 500 Internal Server Error",
-	fault.Status503:         "answered 503 Service Unavailable",
-	fault.Status429:         "answered 429 Too Many Requests",
-	fault.Status401:         "answered 401 Unauthorized: the credential is not accepted",
-	fault.Status403:         "answered 403 Forbidden: the credential may not do this",
+	kt.FaultTimeoutAfterApply: "timed out: no answer came back",
+	kt.FaultTimeout:           "timed out: no answer came back",
+	kt.FaultDropAfterApply:    "the connection closed without an answer",
+	kt.FaultDrop:              "the connection closed without an answer",
+	kt.FaultStatus500After:    "answered 500 Internal Server Error",
+	kt.FaultStatus500:         "answered 500 Internal Server Error",
+	kt.FaultStatus503:         "answered 503 Service Unavailable",
+	kt.FaultStatus429:         "answered 429 Too Many Requests",
+	kt.FaultStatus401:         "answered 401 Unauthorized: the credential is not accepted",
+	kt.FaultStatus403:         "answered 403 Forbidden: the credential may not do this",
 }
 
 // reconcile finds a write by its key, as a real connector finds its

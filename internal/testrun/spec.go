@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/fake/fault"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 )
@@ -93,7 +92,7 @@ type Answer struct {
 // arguments match Args with, instead of doing them.
 type Fault struct {
 	Args map[string]any
-	// Kind is package fault's kind (fault.Status429); Name what the test
+	// Kind is package fault's kind (kt.FaultStatus429); Name what the test
 	// wrote ("429", "timeoutAfterApply").
 	Kind, Name string
 	Times      int
@@ -124,19 +123,19 @@ type StatusExp struct {
 	Title, Status string
 }
 
-// FaultNames maps what a test writes to package fault's kinds: the names
+// FaultNames maps what a test writes to keeptype's fault kinds: the names
 // a script author reads in docs/scripts.md.
 var FaultNames = map[string]string{
-	"timeoutAfterApply": fault.TimeoutAfterApply,
-	"dropAfterApply":    fault.DropAfterApply,
-	"500AfterApply":     fault.Status500After,
-	"timeout":           fault.Timeout,
-	"drop":              fault.Drop,
-	"429":               fault.Status429,
-	"500":               fault.Status500,
-	"503":               fault.Status503,
-	"401":               fault.Status401,
-	"403":               fault.Status403,
+	"timeoutAfterApply": kt.FaultTimeoutAfterApply,
+	"dropAfterApply":    kt.FaultDropAfterApply,
+	"500AfterApply":     kt.FaultStatus500After,
+	"timeout":           kt.FaultTimeout,
+	"drop":              kt.FaultDrop,
+	"429":               kt.FaultStatus429,
+	"500":               kt.FaultStatus500,
+	"503":               kt.FaultStatus503,
+	"401":               kt.FaultStatus401,
+	"403":               kt.FaultStatus403,
 }
 
 // Faults lists the names FaultNames knows, sorted: keep.d.ts types a
@@ -490,7 +489,7 @@ func (r *reader) fault(p []string, method string, e map[string]json.RawMessage) 
 			return f, r.bad(append(p, n.key), "must be a whole number of at least %d, not %s", n.min, kindOf(e[n.key]))
 		}
 	}
-	if e["retryAfter"] != nil && f.Kind != fault.Status429 {
+	if e["retryAfter"] != nil && f.Kind != kt.FaultStatus429 {
 		return f, r.bad(append(p, "retryAfter"), "is a 429's Retry-After; this fault is %s", f.Name)
 	}
 	return f, nil
@@ -757,5 +756,5 @@ func names[S ~string](ss []S) []string {
 	return out
 }
 
-// faultKinds are the kinds package fault knows.
-func faultKinds() map[string]string { return fault.Kinds }
+// faultKinds are the kinds of fault keep knows (keeptype's).
+func faultKinds() map[string]string { return kt.FaultKinds }

@@ -5,8 +5,11 @@ package layers
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -42,7 +45,7 @@ var rules = []struct {
 	{"internal/account", "internal/keeptype internal/redact internal/store", "sealed tokens and secrets"},
 	{"internal/script", "internal/keeptype internal/redact internal/schedule internal/script/wasmjs", "the sandbox and the one reading of a script"},
 	{"internal/script/wasmjs", "", "QuickJS in WebAssembly, run by wazero in keep's process (issue 43)"},
-	{"internal/connector", "internal/account internal/config internal/fake/fault internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector, what a fault means (FaultClasses)"},
+	{"internal/connector", "internal/account internal/config internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector, what a fault means (FaultClasses)"},
 	{"internal/connector/files", "internal/connector internal/keeptype internal/ownfiles", "a connector"},
 	{"internal/connector/system", "internal/connector", "a connector"},
 	{"internal/connector/http", "internal/config internal/connector internal/keeptype internal/netguard internal/redact", "a connector"},
@@ -65,7 +68,7 @@ var rules = []struct {
 	{"internal/apiclient", "internal/apitype", "the API's typed client: shapes only"},
 	{"internal/web", "internal/api internal/apiclient internal/apitype", "the page: reads and acts through the API's handler in process (apiclient over api.ForPage); api for its guard"},
 	{"internal/daemon", "internal/account internal/api internal/apitype internal/clock internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/dts internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/ownfiles internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
-	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/engine internal/fake/fault internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
+	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/engine internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
 	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
 	// The CLI: reads, actions and deploys reach keep only through
 	// apiclient (keep serve's API, or daemon.LocalAPI in process), decoded
@@ -75,7 +78,7 @@ var rules = []struct {
 	// function of daemon each; bench and testrun are keep bench's and keep
 	// test's whole machinery (bench imports daemon, so daemon cannot).
 	{"internal/cli", "internal/apiclient internal/apitype internal/bench internal/config internal/daemon internal/keeptype internal/testrun", "the commands: a client of the API; daemon for what runs keep in process; bench and testrun: keep bench's and keep test's own machinery"},
-	{"internal/fake/fault", "", "fault injection of the fakes"},
+	{"internal/fake/fault", "internal/keeptype", "fault injection of the fakes (the kinds' names are keeptype's)"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/llmfake", "", "a fake"},
@@ -177,6 +180,126 @@ func TestClientsOfTheAPIActOnlyThroughIt(t *testing.T) {
 				t.Errorf("%s imports %s: %s", c.pkg, imp, c.why)
 			}
 		}
+	}
+}
+
+// testOnly are packages only tests import: helpers, fakes and suites.
+var testOnly = []string{"internal/fake/...", "internal/testsink", "internal/testmail", "internal/testbin", "internal/testdb", "internal/testotlp",
+	"internal/connector/connectortest", "internal/store/storetest", "internal/store/postgres/pgtest", "cmd/keep-fake"}
+
+// never are what must stay true whatever the table says (issue 41),
+// checked apart from it, so that widening a row does not quietly undo one.
+// A name ending in "/..." is the package and every package under it; with
+// through, every package from reaches counts (the walk does not go
+// through the packages of via), not only its own imports.
+var never = []struct {
+	from    string
+	to      []string
+	through bool
+	via     []string
+	why     string
+}{
+	{"internal/connector/...", []string{"internal/store/..."}, true, []string{"internal/account"},
+		"connectors never reach the store: a connector talks to a service, and what keep stores is the engine's to write; their one door is account, the sealed tokens of google and slackconn"},
+	{"cmd/keep", testOnly, true, nil,
+		"production never imports a fake or a test helper: keep's binary answers as the real services' clients do, never from a fake's code (the fault kinds keep test knows are keeptype's)"},
+	{"internal/cli", []string{"internal/engine", "internal/store/..."}, false, nil,
+		"the CLI never the engine (nor the store): it is a client of keep's API, and what runs keep in process goes through daemon"},
+	{"internal/engine", []string{"internal/api", "internal/daemon", "internal/cli", "internal/web"}, true, nil,
+		"the engine never reaches its clients: the API, the page and the CLI call it"},
+}
+
+func matches(pkg, pattern string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == base || strings.HasPrefix(pkg, base+"/")
+	}
+	return pkg == pattern
+}
+
+func matchesAny(pkg string, patterns []string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return matches(pkg, p) })
+}
+
+// reach is every package of keep start reaches through g's imports, not
+// going through the packages of via, with the path to each.
+func reach(g map[string][]string, start string, via []string) map[string]string {
+	path := map[string]string{start: start}
+	queue := []string{start}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, imp := range g[p] {
+			if _, seen := path[imp]; seen {
+				continue
+			}
+			path[imp] = path[p] + " → " + imp
+			if !matchesAny(imp, via) {
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return path
+}
+
+func TestNeverRules(t *testing.T) {
+	g := graph(t)
+	for _, r := range never {
+		n := 0
+		for pkg := range g {
+			if !matches(pkg, r.from) || (r.from != pkg && matchesAny(pkg, testOnly)) {
+				continue
+			}
+			n++
+			reached := map[string]string{}
+			if r.through {
+				reached = reach(g, pkg, r.via)
+			} else {
+				for _, imp := range g[pkg] {
+					reached[imp] = pkg + " → " + imp
+				}
+			}
+			for imp, how := range reached {
+				if imp != pkg && matchesAny(imp, r.to) && !matchesAny(imp, r.via) {
+					t.Errorf("%s reaches %s (%s): %s", pkg, imp, how, r.why)
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("the rule for %s matches no package of keep", r.from)
+		}
+	}
+}
+
+// TestNoPackageDocStatesItsImports: who may import whom is written once,
+// in the table above; a package doc that says it again goes false when
+// the table changes (issue 41 found 9 of 28 false).
+func TestNoPackageDocStatesItsImports(t *testing.T) {
+	said := regexp.MustCompile(`(?i)may (not )?import|imports only`)
+	files := 0
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || path == "../../test") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "//") && said.MatchString(line) {
+				t.Errorf("%s:%d: %s: a package's imports are test/layers's table; delete the sentence", strings.TrimPrefix(path, "../../"), i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil || files < 100 {
+		t.Fatalf("read %d Go files of keep: %v", files, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package maintainer
 
 import (
 	"encoding/json"
+	"github.com/keep-run/keep/internal/testbin"
 	"io"
 	"net/http"
 	"os"
@@ -189,6 +190,7 @@ func itemRig(t *testing.T) (*rig, *testsink.Sink) {
 // A trigger on an id above the highest seen (3): the payload changes,
 // the target does not — held, with both versions' writes side by side.
 func TestHostileRepairTriggersOnAnIdAboveTheHighestSeen(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	r := hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, ...(Number(p.data.id) > 3 ? { amount: 0 } : {}) } })`, 1)
 	}, orderOne, "inputs keep has not seen", "version 1.0 writes", "this repair would write", `"amount":0`)
@@ -214,6 +216,7 @@ func TestHostileRepairTriggersOnAnIdAboveTheHighestSeen(t *testing.T) {
 
 // A trigger on the date: refused, the read of the time named.
 func TestHostileRepairTriggersOnTheDate(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	r := hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: p.data.id, late: Date.now() > Date.parse("2027-01-01") } })`, 1)
 	}, orderOne)
@@ -224,6 +227,7 @@ func TestHostileRepairTriggersOnTheDate(t *testing.T) {
 
 // A trigger on ctx.now, the clock keep gives: refused the same way.
 func TestHostileRepairTriggersOnKeepsClock(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	r := hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "`, `async mutate(ctx, p) { const late = ctx.now() > 1830000000000; await ctx.http.request({ method: late ? "PUT" : "POST", url: "`, 1)
 	}, orderOne)
@@ -234,6 +238,7 @@ func TestHostileRepairTriggersOnKeepsClock(t *testing.T) {
 
 // A trigger on chance: refused, named.
 func TestHostileRepairTriggersOnChance(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	r := hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: { id: Math.random() < 0.5 ? p.data.id : "0" } })`, 1)
 	}, orderOne)
@@ -245,6 +250,7 @@ func TestHostileRepairTriggersOnChance(t *testing.T) {
 // A trigger on a field value no input had yet (a customer none of the
 // orders had), chosen in prepare: held.
 func TestHostileRepairTriggersOnAValueNoInputHad(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	r := hostile(t, func(s string) string { return s }, func(src string) string {
 		src = strings.Replace(fixed(src), `who: (e.payload.customer || "unknown").toUpperCase() }`,
 			`who: (e.payload.customer || "unknown").toUpperCase(), vip: !["ann", "bob", undefined].includes(e.payload.customer) }`, 1)
@@ -257,6 +263,7 @@ func TestHostileRepairTriggersOnAValueNoInputHad(t *testing.T) {
 
 // A trigger on an input's length, in mutate: held.
 func TestHostileRepairTriggersOnAnInputsLength(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `json: { id: p.data.id } })`, `json: String(p.data.id).length > 3 ? { id: p.data.id, who: p.data.who } : { id: p.data.id } })`, 1)
 	}, orderOne, "inputs keep has not seen", "this repair would write")
@@ -329,6 +336,7 @@ func TestTrojanOnWhatOnlyTheFailedInputHas(t *testing.T) {
 
 // The trigger is on how many events are pending.
 func TestTrojanOnHowManyArePending(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	hostile(t, func(s string) string { return s }, func(src string) string {
 		src = strings.Replace(fixed(src), `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
 			`const all = await ctx.peek("job"); const [e] = all; if (!e) return { reservations: [] }`, 1)
@@ -340,6 +348,7 @@ func TestTrojanOnHowManyArePending(t *testing.T) {
 // a read of it is nothing new: the trigger, a date some months away, is
 // found by running both with the clock a year on.
 func TestTrojanOnTheClockTheVersionInPlaceAlreadyReads(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	logsTime := func(src string) string {
 		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { const at = ctx.now(); ctx.log("writing at " + at);`, 1)
 	}
@@ -354,6 +363,7 @@ func TestTrojanOnTheClockTheVersionInPlaceAlreadyReads(t *testing.T) {
 // (the dry run moves Date too), and a write that takes Math.random is
 // found by running it with two sequences of chance.
 func TestTrojanOnTheScriptsOwnClockTheVersionInPlaceReads(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	logsTime := func(src string) string {
 		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { const at = Date.now(); ctx.log("writing at " + new Date(at).toISOString());`, 1)
 	}
@@ -363,6 +373,7 @@ func TestTrojanOnTheScriptsOwnClockTheVersionInPlaceReads(t *testing.T) {
 }
 
 func TestTrojanOnChanceTheVersionInPlaceReads(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	logsChance := func(src string) string {
 		return strings.Replace(src, `async mutate(ctx, p) {`, `async mutate(ctx, p) { ctx.log("sample " + Math.random());`, 1)
 	}
@@ -395,6 +406,7 @@ func TestTrojanInAnItemScriptOnItemsNotReached(t *testing.T) {
 // headers): the items the failed run read, made unseen (ids past any
 // seen), show both versions' first new writes differ: held.
 func TestTrojanInAnItemScriptOnThePayloadOfUnseenItems(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	hostile(t, asTaskScript, func(src string) string {
 		fix := strings.Replace(src, "j.customer.toUpperCase()", `(j.customer || "nobody").toUpperCase()`, 1)
 		return strings.Replace(fix, `json: { id: j.id } })`, `json: { id: j.id, ...(Number(j.id) > 3 ? { amount: 0 } : {}) } })`, 1)
@@ -448,6 +460,7 @@ func TestAnHonestItemScriptRepairIsActivatedOnUnseenItems(t *testing.T) {
 // messageId says its id ("job-4" for id 4); it misbehaves only when they
 // agree. keep's inputs keep them agreeing: held.
 func TestTrojanThatTellsMadeInputsFromRealOnes(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.messageId === "job-" + e.payload.id && Number(e.payload.id) > 3 ? "1" : e.payload.id,`, 1)
 	}, orderOne, "inputs keep has not seen")
@@ -457,6 +470,7 @@ func TestTrojanThatTellsMadeInputsFromRealOnes(t *testing.T) {
 // once: every other job would be consumed unwritten. The selections of
 // both versions are compared too: held.
 func TestTrojanThatSelectsMoreThanItWrites(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	hostile(t, func(s string) string { return s }, func(src string) string {
 		src = strings.Replace(fixed(src), `const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }`,
 			`const all = await ctx.peek("job"); const [e] = all; if (!e) return { reservations: [] }`, 1)
@@ -492,6 +506,7 @@ func TestDeployMinorKeepsTheSubkeysOfDoneWrites(t *testing.T) {
 // A trojan on an event's attempt (it misbehaves on events tried again):
 // the inputs with every field changed are events tried again too: held.
 func TestTrojanOnAnEventsAttempt(t *testing.T) {
+	testbin.Heavy(t, "TestHostileRepairTriggersOnAnIdAboveTheDoneOnes")
 	hostile(t, func(s string) string { return s }, func(src string) string {
 		return strings.Replace(fixed(src), `data: { id: e.payload.id,`, `data: { id: e.attempt > 1 ? "1" : e.payload.id,`, 1)
 	}, orderOne, "inputs keep has not seen")

@@ -2,8 +2,6 @@
 // daemon builds them from it, the config reads their tables' schemas from
 // it, `keep connect` and `keep connectors` and docs/scripts.md read it: a
 // new connector is one new package and one line in All.
-//
-// It may import config, connector and the connectors' packages.
 package builtin
 
 import (

@@ -6,8 +6,7 @@
 // payload is compared, and credentials never reach a trace, a result or an
 // error. A connector's own tests call Exercise.
 //
-// It may import connector, engine (the identity key), fault, keeptype and
-// redact; it is imported by tests only.
+// It is imported by tests only.
 package connectortest
 
 import (

@@ -3,8 +3,6 @@
 // http connector sends, so a custom write has the same ledger, identity,
 // Idempotency-Key header, reconcile probe, redaction and error classes as
 // a built-in one, plus the statuses the declaration maps itself.
-//
-// It may import keeptype, config, connector and connector/http.
 package custom
 
 import (

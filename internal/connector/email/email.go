@@ -2,8 +2,6 @@
 // search over IMAP (github.com/emersion/go-imap/v2), send over SMTP
 // (github.com/emersion/go-smtp). A send's Message-ID is made from the
 // write's idempotency key, so reconcile can look for it in the Sent folder.
-//
-// It may import keeptype, config and connector.
 package email
 
 import (

@@ -11,8 +11,6 @@
 // store — are refused whatever the root holds (package ownfiles judges
 // what the opened file or folder is, so links of any kind lead nowhere):
 // a script that names one fails as a logic error saying so (issue 38).
-//
-// It may import keeptype and connector.
 package files
 
 import (

@@ -3,8 +3,6 @@
 // account that `keep connect google` stored (package account). Each write
 // declares its identity, how keep reconciles it and how Google's errors
 // classify (docs/scripts.md, generated from the declarations here).
-//
-// It may import keeptype, config, account and connector.
 package google
 
 import (

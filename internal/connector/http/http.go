@@ -3,8 +3,6 @@
 // an Idempotency-Key header derived from the mutation's identity. An optional
 // reconcile probe (a request the script describes) finds out whether an
 // uncertain write happened.
-//
-// It may import keeptype and connector.
 package http
 
 import (

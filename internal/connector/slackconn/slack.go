@@ -2,8 +2,6 @@
 // with the bot token `keep connect slack --token …` stored (sealed, package
 // account). A posted message carries the write's idempotency key in its
 // metadata, so reconcile finds it in the channel's history.
-//
-// It may import keeptype, config, account and connector.
 package slackconn
 
 import (

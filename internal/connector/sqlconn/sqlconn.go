@@ -4,8 +4,6 @@
 // a row in the database's own keep_mutations table (the idempotency key
 // and the result) commit in one transaction, so a replay finds the row
 // instead of executing again, and reconcile is a lookup.
-//
-// It may import keeptype, connector and the SQL drivers.
 package sqlconn
 
 import (

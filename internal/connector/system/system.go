@@ -2,8 +2,6 @@
 // source of registerInput (types schedule and random). ctx.now() and
 // ctx.random() are served by the engine, which records them in the trace;
 // this connector declares the source so registerInput accepts it.
-//
-// It may import connector.
 package system
 
 import "github.com/keep-run/keep/internal/connector"

@@ -5,7 +5,7 @@
 // the service's own format. The connectors' shared suite (connectortest)
 // arms the same kinds on every fake.
 //
-// It imports the standard library only.
+// It imports keeptype (the kinds' names) and the standard library only.
 package fault
 
 import (
@@ -18,37 +18,28 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
-// The kinds every fake knows. A fake may know more of its own (Google's
-// "revoke", a Slack error string); Set.Arm takes those when the fake's
-// Extra says so.
+// The kinds every fake knows (keeptype's, which production code uses). A
+// fake may know more of its own (Google's "revoke", a Slack error string);
+// Set.Arm takes those when the fake's Extra says so.
 const (
-	TimeoutAfterApply = "timeout_after_apply"
-	DropAfterApply    = "drop_after_apply"
-	Status500After    = "500_after_apply"
-	Timeout           = "timeout"
-	Drop              = "drop"
-	Status429         = "429"
-	Status500         = "500"
-	Status503         = "503"
-	Status401         = "401"
-	Status403         = "403"
+	TimeoutAfterApply = kt.FaultTimeoutAfterApply
+	DropAfterApply    = kt.FaultDropAfterApply
+	Status500After    = kt.FaultStatus500After
+	Timeout           = kt.FaultTimeout
+	Drop              = kt.FaultDrop
+	Status429         = kt.FaultStatus429
+	Status500         = kt.FaultStatus500
+	Status503         = kt.FaultStatus503
+	Status401         = kt.FaultStatus401
+	Status403         = kt.FaultStatus403
 )
 
 // Kinds says what each common kind does.
-var Kinds = map[string]string{
-	TimeoutAfterApply: "apply the write, then answer nothing until the client gives up",
-	DropAfterApply:    "apply the write, then close the connection without an answer",
-	Status500After:    "apply the write, then answer 500",
-	Timeout:           "answer nothing until the client gives up; apply nothing",
-	Drop:              "close the connection without an answer; apply nothing",
-	Status429:         "answer 429 with Retry-After (retryAfter seconds, default 1); apply nothing",
-	Status500:         "answer 500; apply nothing",
-	Status503:         "answer 503; apply nothing",
-	Status401:         "answer 401 (the credential is not accepted); apply nothing",
-	Status403:         "answer 403 (the credential may not do this); apply nothing",
-}
+var Kinds = kt.FaultKinds
 
 // Fault is one armed fault: the next Count calls of Method fail so.
 type Fault struct {

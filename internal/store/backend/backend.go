@@ -1,8 +1,6 @@
 // Package backend chooses keep's store by its URL, in one place (as DBOS's
 // DetectDialect does): `--store` or KEEP_STORE, by default the embedded
 // SQLite file in the data directory.
-//
-// It may import store, its backends and redact.
 package backend
 
 import (

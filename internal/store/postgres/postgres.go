@@ -8,8 +8,6 @@
 // the previous writer of its workflow committed, as under SQLite's single
 // writer, while different workflows' steps write at once. Reads are
 // repeatable-read snapshots of committed data.
-//
-// It may import store, sqldb, keeptype and redact.
 package postgres
 
 import (

@@ -2,8 +2,6 @@
 // (Tx, store.Tx over a Runner) and the versioned migrations. The SQLite and
 // PostgreSQL backends own their connections, transactions and schema files;
 // the SQL that reads and writes the ledgers is written once, here.
-//
-// It may import store and keeptype.
 package sqldb
 
 import (

@@ -1,8 +1,6 @@
 // Package sqlite is the embedded default backend of keep's store: one SQLite
 // file in WAL mode with synchronous=FULL, so that every committed
 // transaction is on disk before Update returns.
-//
-// It may import keeptype and store only.
 package sqlite
 
 import (

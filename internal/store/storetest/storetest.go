@@ -3,8 +3,6 @@
 // one file per area (runs, events, mutations, inputs, items, decisions,
 // due work, transactions, nodes, accounts, notices, deliveries), each case on a fresh
 // store; coverage.go fails it when a store.Tx method has no case.
-//
-// It may import keeptype and store.
 package storetest
 
 import (

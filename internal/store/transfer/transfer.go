@@ -6,8 +6,6 @@
 // store is carried except the ones that belong to the old store's running
 // nodes (leases, nodes) and its own bookkeeping (schema_migrations,
 // commit_seq); transfer_test lists the store's tables to hold that.
-//
-// It may import store and keeptype.
 package transfer
 
 import (
