@@ -13,9 +13,9 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// feedScript registers an input per file of the inbox and publishes an
+// inboxScript registers an input per file of the inbox and publishes an
 // event of the same id; its consumer POSTs each event to the sink.
-const feedScript = `export default Keep.workflow({
+const inboxScript = `export default Keep.workflow({
   name: "feed",
   topics: { "job": {} },
   producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx, state) => {
@@ -81,7 +81,7 @@ func TestPruneNeverWeakensThePromise(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	writeInbox(t, e, "a", "b", "c")
-	wf := e.deploy(feedScript)
+	wf := e.deploy(inboxScript)
 	e.settle()
 	if n := len(e.sink.Writes()); n != 3 {
 		t.Fatalf("before the prune: %d writes at the sink, want 3", n)
