@@ -164,12 +164,46 @@ func ReadsAhead(ctx context.Context) context.Context { return withMark(ctx, read
 // IsReadsAhead says a context was marked by ReadsAhead.
 func IsReadsAhead(ctx context.Context) bool { return hasMark(ctx, readsAheadMark) }
 
-// Counts is a summary of the ledgers.
+// Counts is a summary of the ledgers, read from the tallies the store
+// keeps in the transactions that change the rows (issue 44): its cost does
+// not grow with the history.
 type Counts struct {
-	RunsByStatus      map[string]int
-	MutationsByStatus map[string]int
-	ReconcileAttempts int
-	PendingEvents     int
+	// Runs and Mutations count each workflow's rows by status.
+	Runs, Mutations []Tally
+	PendingEvents   int
+}
+
+// Tally is how many of a workflow's rows are in one status.
+type Tally struct {
+	Workflow, Status string
+	N                int
+}
+
+// Pos is a row's place in a list kept newest first: its creation time and
+// id (a keyset position, never an offset).
+type Pos struct {
+	At int64
+	ID string
+}
+
+// Page selects one page of a list read newest first (InputPage, RunPage,
+// MutationPage): rows older than Older (the next page), or newer than
+// Newer (the previous page; still returned newest first), or the newest.
+type Page struct {
+	// Limit bounds the page (≤ 0: 50).
+	Limit        int
+	Older, Newer *Pos
+	// Search narrows inputs to those whose id, key, external id or title
+	// contains it (case-insensitive in ASCII). It reads the workflow's
+	// inputs newest first until the page is full: bounded in memory,
+	// not in time when few match.
+	Search string
+}
+
+// Totals is how many inputs, runs and mutations a workflow has, from the
+// tallies.
+type Totals struct {
+	Inputs, Runs, Mutations int
 }
 
 // ErrFenced means a write was refused because the step's lease of its
@@ -359,6 +393,9 @@ type Tx interface {
 	InputGetByKey(workflow, key string) (kt.Input, error)
 	InputPut(in kt.Input) error
 	InputList(workflow string) ([]kt.Input, error)
+	// InputPage lists one page of a workflow's inputs, newest first by
+	// (created_at, id).
+	InputPage(workflow string, p Page) ([]kt.Input, error)
 	ItemAttemptPut(a kt.ItemAttempt) error
 	ItemAttemptList(itemID string) ([]kt.ItemAttempt, error)
 
@@ -376,6 +413,9 @@ type Tx interface {
 	// statement or its commit; either way the caller stops there.
 	RunSetIfRev(r kt.Run) error
 	RunList(workflow string, limit int) ([]kt.Run, error)
+	// RunPage lists one page of a workflow's runs, newest first by
+	// (created_at, id); p.Search is not used.
+	RunPage(workflow string, p Page) ([]kt.Run, error)
 	// RunsOfVersion lists the workflow's runs of one version in one status,
 	// the newest first, at most limit: what a deploy replays, read without
 	// the rest of the workflow's history.
@@ -402,6 +442,9 @@ type Tx interface {
 	// later as EventReserve.
 	MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error
 	MutationList(workflow string) ([]kt.Mutation, error)
+	// MutationPage lists one page of a workflow's mutations, newest first
+	// by (created_at, id); p.Search is not used.
+	MutationPage(workflow string, p Page) ([]kt.Mutation, error)
 	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
 
 	// DecisionAdd appends to the decision log (there is no update or delete).
@@ -412,6 +455,8 @@ type Tx interface {
 
 	// Counts summarizes the ledgers for metrics.
 	Counts() (Counts, error)
+	// WorkflowTotals counts a workflow's inputs, runs and mutations.
+	WorkflowTotals(workflow string) (Totals, error)
 
 	// Now is the store's clock (ms since the epoch) and whether every
 	// node sharing the store reads the same one: the database's clock on

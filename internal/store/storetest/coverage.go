@@ -497,3 +497,23 @@ func (r recordingTx) DeliverySettle(d *kt.Delivery) error {
 	r.c.note("DeliverySettle")
 	return r.tx.DeliverySettle(d)
 }
+
+func (r recordingTx) InputPage(workflow string, p store.Page) ([]kt.Input, error) {
+	r.c.note("InputPage")
+	return r.tx.InputPage(workflow, p)
+}
+
+func (r recordingTx) RunPage(workflow string, p store.Page) ([]kt.Run, error) {
+	r.c.note("RunPage")
+	return r.tx.RunPage(workflow, p)
+}
+
+func (r recordingTx) MutationPage(workflow string, p store.Page) ([]kt.Mutation, error) {
+	r.c.note("MutationPage")
+	return r.tx.MutationPage(workflow, p)
+}
+
+func (r recordingTx) WorkflowTotals(workflow string) (store.Totals, error) {
+	r.c.note("WorkflowTotals")
+	return r.tx.WorkflowTotals(workflow)
+}
