@@ -11,10 +11,14 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Items lists a workflow's items; orphanedOnly keeps the orphaned ones.
-func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([]apitype.Item, error) {
+// Items lists one page of a workflow's items, newest first; orphanedOnly
+// keeps the orphaned ones, read on through older inputs until the page is
+// full (bounded in memory: only the rows shown are kept).
+func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p store.Page) ([]apitype.Item, Page, error) {
 	var out []apitype.Item
+	var pg Page
 	err := st.View(ctx, func(tx store.Tx) error {
+		out = nil
 		w, err := tx.WorkflowGet(wf)
 		if err != nil {
 			return noWorkflow(wf, err)
@@ -23,23 +27,68 @@ func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([
 		if err != nil {
 			return err
 		}
-		ins, err := tx.InputList(wf)
+		// Each input read becomes its row, the orphans alone kept when
+		// asked: a page of rows as InputPage's, filtered.
+		type itemAt struct {
+			row apitype.Item
+			at  store.Pos
+		}
+		list := func(p store.Page) ([]itemAt, error) {
+			var rows []itemAt
+			for {
+				ins, err := tx.InputPage(wf, p)
+				if err != nil {
+					return nil, err
+				}
+				var batch []itemAt
+				for _, in := range ins {
+					row, err := itemRow(tx, in, orph)
+					if err != nil {
+						return nil, err
+					}
+					if !orphanedOnly || row.Orphaned {
+						batch = append(batch, itemAt{row, inputPos(in)})
+					}
+				}
+				// Both ways the rows stay newest first; further on in the
+				// direction asked, and no more than the page.
+				if p.Newer != nil {
+					rows = append(batch, rows...)
+					if len(rows) > p.Limit {
+						rows = rows[len(rows)-p.Limit:]
+					}
+				} else {
+					rows = append(rows, batch...)
+					if len(rows) > p.Limit {
+						rows = rows[:p.Limit]
+					}
+				}
+				if len(rows) >= p.Limit || len(ins) < p.Limit {
+					return rows, nil
+				}
+				if p.Newer != nil {
+					x := inputPos(ins[0])
+					p.Newer = &x
+				} else {
+					x := inputPos(ins[len(ins)-1])
+					p.Older = &x
+				}
+			}
+		}
+		rows, page, err := paged(p, list, func(it itemAt) store.Pos { return it.at })
 		if err != nil {
 			return err
 		}
-		for _, in := range ins {
-			row, err := itemRow(tx, in, orph)
-			if err != nil {
-				return err
-			}
-			if orphanedOnly && !row.Orphaned {
-				continue
-			}
-			out = append(out, row)
+		for _, r := range rows {
+			out = append(out, r.row)
 		}
-		return nil
+		pg = page
+		if orphanedOnly {
+			return nil
+		}
+		return total(tx, wf, p, &pg, func(t store.Totals) int { return t.Inputs })
 	})
-	return out, err
+	return out, pg, err
 }
 
 func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (apitype.Item, error) {

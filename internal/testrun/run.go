@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -311,13 +312,16 @@ type observed struct {
 func observe(ctx context.Context, s store.Store, wf string, fk *fakes) (observed, error) {
 	var o observed
 	var err error
-	if o.inputs, err = report.Inputs(ctx, s, wf); err != nil {
+	// A test's store is small: all of it is read, oldest input first.
+	if o.inputs, err = report.Every(func(p store.Page) ([]apitype.Input, report.Page, error) { return report.Inputs(ctx, s, wf, p) }); err != nil {
 		return o, err
 	}
-	if o.items, err = report.Items(ctx, s, wf, false); err != nil {
+	slices.Reverse(o.inputs)
+	if o.items, err = report.Every(func(p store.Page) ([]apitype.Item, report.Page, error) { return report.Items(ctx, s, wf, false, p) }); err != nil {
 		return o, err
 	}
-	if o.runs, err = report.Runs(ctx, s, wf, 0); err != nil {
+	slices.Reverse(o.items)
+	if o.runs, err = report.Every(func(p store.Page) ([]apitype.Run, report.Page, error) { return report.Runs(ctx, s, wf, p) }); err != nil {
 		return o, err
 	}
 	if o.cards, err = report.Blocked(ctx, s, wf); err != nil {
