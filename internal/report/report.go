@@ -53,11 +53,8 @@ const DefaultLimit = 50
 // paged reads one page with list, asking for one row more than the page
 // to know whether an older (or, going back, a newer) page follows.
 func paged[T any](p store.Page, list func(store.Page) ([]T, error), pos func(T) store.Pos) ([]T, Page, error) {
-	if p.Limit <= 0 {
-		p.Limit = DefaultLimit
-	}
-	want := p.Limit
-	p.Limit++
+	p = asked(p)
+	want := p.Limit - 1
 	rows, err := list(p)
 	if err != nil {
 		return nil, Page{}, err
@@ -86,6 +83,16 @@ func paged[T any](p store.Page, list func(store.Page) ([]T, error), pos func(T) 
 		pg.Newer = at(0)
 	}
 	return rows, pg, nil
+}
+
+// asked is the store's page that paged reads for p: its limit (the
+// default for none) and one row more.
+func asked(p store.Page) store.Page {
+	if p.Limit <= 0 {
+		p.Limit = DefaultLimit
+	}
+	p.Limit++
+	return p
 }
 
 // Every reads all the pages of a list, oldest page last: for keep's own
@@ -240,6 +247,11 @@ func Outputs(ctx context.Context, st store.Store, wf string, p store.Page) ([]ap
 	var pg Page
 	err := st.View(store.NoSnapshot(ctx), func(tx store.Tx) error {
 		out = nil
+		store.Prefetch(tx, func(tx store.Tx) {
+			_, _ = tx.WorkflowGet(wf)
+			_, _ = tx.MutationPage(wf, asked(p))
+			_, _ = tx.WorkflowTotals(wf)
+		})
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
 		}
@@ -276,6 +288,11 @@ func Runs(ctx context.Context, st store.Store, wf string, p store.Page) ([]apity
 	var pg Page
 	err := st.View(store.NoSnapshot(ctx), func(tx store.Tx) error {
 		out = nil
+		store.Prefetch(tx, func(tx store.Tx) {
+			_, _ = tx.WorkflowGet(wf)
+			_, _ = tx.RunPage(wf, asked(p))
+			_, _ = tx.WorkflowTotals(wf)
+		})
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
 		}
@@ -876,4 +893,32 @@ func consumedTopics(tx store.Tx, wf string) (map[string]bool, error) {
 		}
 	}
 	return read, nil
+}
+
+// AllInputs reads every input of a workflow, oldest first, page by page:
+// for keep test's small stores and tests, never for a person's read.
+func AllInputs(ctx context.Context, st store.Store, wf string) ([]apitype.Input, error) {
+	all, err := Every(func(p store.Page) ([]apitype.Input, Page, error) { return Inputs(ctx, st, wf, p) })
+	slices.Reverse(all)
+	return all, err
+}
+
+// AllItems reads every item of a workflow (orphaned: only those), oldest
+// first, as AllInputs.
+func AllItems(ctx context.Context, st store.Store, wf string, orphaned bool) ([]apitype.Item, error) {
+	all, err := Every(func(p store.Page) ([]apitype.Item, Page, error) { return Items(ctx, st, wf, orphaned, p) })
+	slices.Reverse(all)
+	return all, err
+}
+
+// AllOutputs reads every output of a workflow, oldest first, as AllInputs.
+func AllOutputs(ctx context.Context, st store.Store, wf string) ([]apitype.Output, error) {
+	all, err := Every(func(p store.Page) ([]apitype.Output, Page, error) { return Outputs(ctx, st, wf, p) })
+	slices.Reverse(all)
+	return all, err
+}
+
+// AllRuns reads every run of a workflow, newest first, as AllInputs.
+func AllRuns(ctx context.Context, st store.Store, wf string) ([]apitype.Run, error) {
+	return Every(func(p store.Page) ([]apitype.Run, Page, error) { return Runs(ctx, st, wf, p) })
 }

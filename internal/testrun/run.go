@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -312,16 +311,14 @@ type observed struct {
 func observe(ctx context.Context, s store.Store, wf string, fk *fakes) (observed, error) {
 	var o observed
 	var err error
-	// A test's store is small: all of it is read, oldest input first.
-	if o.inputs, err = report.Every(func(p store.Page) ([]apitype.Input, report.Page, error) { return report.Inputs(ctx, s, wf, p) }); err != nil {
+	// A test's store is small: all of it is read.
+	if o.inputs, err = report.AllInputs(ctx, s, wf); err != nil {
 		return o, err
 	}
-	slices.Reverse(o.inputs)
-	if o.items, err = report.Every(func(p store.Page) ([]apitype.Item, report.Page, error) { return report.Items(ctx, s, wf, false, p) }); err != nil {
+	if o.items, err = report.AllItems(ctx, s, wf, false); err != nil {
 		return o, err
 	}
-	slices.Reverse(o.items)
-	if o.runs, err = report.Every(func(p store.Page) ([]apitype.Run, report.Page, error) { return report.Runs(ctx, s, wf, p) }); err != nil {
+	if o.runs, err = report.AllRuns(ctx, s, wf); err != nil {
 		return o, err
 	}
 	if o.cards, err = report.Blocked(ctx, s, wf); err != nil {
