@@ -23,9 +23,13 @@ func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p 
 		if err != nil {
 			return noWorkflow(wf, err)
 		}
-		orph, err := orphanCheck(tx, w)
+		orph, before, err := orphanCheck(tx, w)
 		if err != nil {
 			return err
+		}
+		if orphanedOnly && before == 0 {
+			pg = Page{Total: -1}
+			return nil
 		}
 		// Each input read becomes its row, the orphans alone kept when
 		// asked: a page of rows as InputPage's, filtered.
@@ -35,6 +39,9 @@ func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p 
 		}
 		list := func(p store.Page) ([]itemAt, error) {
 			var rows []itemAt
+			if orphanedOnly && p.Older == nil && p.Newer == nil {
+				p.Older = &store.Pos{At: before}
+			}
 			for {
 				ins, err := tx.InputPage(wf, p)
 				if err != nil {
@@ -103,10 +110,14 @@ func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (apitype.It
 // orphanCheck returns a test for ch 12 §12.6 orphans: task items not done or
 // skipped, last touched by an older major version, while the active major
 // version has completed a task run that never touched them.
-func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
+//
+// before is when the first such run began (0: no item can be orphaned):
+// an orphan was last touched, so created, before it, so a look for them
+// starts there rather than at the newest input.
+func orphanCheck(tx store.Tx, w kt.Workflow) (check func(kt.Input) bool, before int64, err error) {
 	versions, err := tx.VersionList(w.Name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	major := map[int64]int{}
 	for _, v := range versions {
@@ -127,12 +138,19 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
 	case err == nil:
 		firstNewRun = first.CreatedAt
 	case !errors.Is(err, kt.ErrNotFound):
-		return nil, err
+		return nil, 0, err
+	}
+	older := false
+	for _, m := range major {
+		older = older || m < active
+	}
+	if !older {
+		firstNewRun = 0
 	}
 	return func(in kt.Input) bool {
 		return in.Kind == kt.KindTask && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&
 			major[in.LastVersion] < active && in.UpdatedAt < firstNewRun
-	}, nil
+	}, firstNewRun, nil
 }
 
 // ShowItem returns an item with its attempt tree.
@@ -147,7 +165,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 		if err != nil {
 			return err
 		}
-		orph, err := orphanCheck(tx, w)
+		orph, _, err := orphanCheck(tx, w)
 		if err != nil {
 			return err
 		}
