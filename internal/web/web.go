@@ -247,7 +247,7 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	}
 	// Their writes: the newest outputs, as many as fit a page of them; an
 	// input whose writes are older shows them on its own page.
-	outputs, _, err := s.API.OutputsPage(ctx, wf, apiclient.ListOptions{Limit: 4 * webPage})
+	outputs, _, err := s.API.OutputsPage(ctx, wf, apiclient.ListOptions{Limit: 2 * webPage})
 	if err != nil {
 		s.failPage(w, r, err)
 		return
@@ -453,7 +453,7 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 		return
 	}
 	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
-	page, err := s.API.Events(r.Context(), wf, q.Get("topic"), q.Get("status"), after, 100)
+	page, err := s.API.Events(r.Context(), wf, q.Get("topic"), q.Get("status"), after, webPage)
 	if err != nil {
 		s.failPage(w, r, err)
 		return
