@@ -42,6 +42,17 @@ func (r *rig) get(path string) (int, []map[string]any, map[string]string, string
 	return resp.StatusCode, rows, links, resp.Header.Get("X-Total-Count")
 }
 
+// deploy deploys a script (its %SINK% the rig's sink), granted, and lets
+// keep run until idle.
+func (r *rig) deploy(script, file string) {
+	r.t.Helper()
+	src := strings.ReplaceAll(script, "%SINK%", r.sink.URL)
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": file, "grant": true}, nil); code != 200 {
+		r.t.Fatalf("deploy %s: %d %v", file, code, obj)
+	}
+	r.settle()
+}
+
 // TestListsArePagedNewestFirst (issue 44): seven orders posted, each list
 // answers a page at a time, newest first, and following its Link header's
 // rel="next" reads every row once; rel="prev" goes back. Bad paging is
@@ -49,11 +60,7 @@ func (r *rig) get(path string) (int, []map[string]any, map[string]string, string
 func TestListsArePagedNewestFirst(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
-	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true}, nil); code != 200 {
-		t.Fatalf("deploy: %d %v", code, obj)
-	}
-	r.settle()
+	r.deploy(ordersScript, "orders.js")
 	for i := 1; i <= 7; i++ {
 		body := map[string]any{"id": fmt.Sprint(i), "title": fmt.Sprintf("Order %d", i), "payload": map[string]any{"order": i}}
 		if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", body, nil); code != http.StatusCreated {
@@ -164,10 +171,7 @@ func TestMetricsCountReconciliationByWorkflow(t *testing.T) {
     async prepare(ctx) { const [e] = await ctx.peek("job"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "job", ids: [e.messageId] }], data: e.payload } },
     async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.id, json: p.data, timeoutMs: 300, reconcile: { url: "%SINK%/writes/{idempotencyKey}" } }) } }) } })`, "%SINK%", r.sink.URL)
 	r.sink.Queue("timeout-after")
-	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "hook.js", "grant": true}, nil); code != 200 {
-		t.Fatalf("deploy: %d %v", code, obj)
-	}
-	r.settle()
+	r.deploy(src, "hook.js")
 	if n := len(r.sink.Writes()); n != 1 || r.sink.Probes() != 1 {
 		t.Fatalf("the sink has %d writes and %d probes, want 1 and 1", n, r.sink.Probes())
 	}

@@ -130,6 +130,15 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (check func(kt.Input) bool, before 
 			ofActive = append(ofActive, id)
 		}
 	}
+	// Without an older major version nothing is orphaned: no need to look
+	// for the first run of this one among every run (issue 44).
+	older := false
+	for _, m := range major {
+		older = older || m < active
+	}
+	if !older {
+		return func(kt.Input) bool { return false }, 0, nil
+	}
 	// Found by the store, not by reading every run of the workflow (with
 	// its trace) on every look at an item.
 	var firstNewRun int64
@@ -139,13 +148,6 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (check func(kt.Input) bool, before 
 		firstNewRun = first.CreatedAt
 	case !errors.Is(err, kt.ErrNotFound):
 		return nil, 0, err
-	}
-	older := false
-	for _, m := range major {
-		older = older || m < active
-	}
-	if !older {
-		firstNewRun = 0
 	}
 	return func(in kt.Input) bool {
 		return in.Kind == kt.KindTask && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&

@@ -851,15 +851,22 @@ func RunPageSQL(workflow string, p store.Page) (string, []any, bool) {
 }
 
 func (t *Tx) RunPage(workflow string, p store.Page) ([]kt.Run, error) {
-	q, args, asc := RunPageSQL(workflow, p)
-	rs, err := t.queryRuns(q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list a page of %s's runs: %w", workflow, err)
+	return readPage(workflow+"'s runs", t.queryRuns)(RunPageSQL(workflow, p))
+}
+
+// readPage runs a page's statement with query and puts its rows newest
+// first.
+func readPage[T any](what string, query func(string, ...any) ([]T, error)) func(string, []any, bool) ([]T, error) {
+	return func(q string, args []any, asc bool) ([]T, error) {
+		rows, err := query(q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("list a page of %s: %w", what, err)
+		}
+		if asc {
+			slices.Reverse(rows)
+		}
+		return rows, nil
 	}
-	if asc {
-		slices.Reverse(rs)
-	}
-	return rs, nil
 }
 
 // MutationPageSQL is MutationPage's statement.
@@ -868,15 +875,7 @@ func MutationPageSQL(workflow string, p store.Page) (string, []any, bool) {
 }
 
 func (t *Tx) MutationPage(workflow string, p store.Page) ([]kt.Mutation, error) {
-	q, args, asc := MutationPageSQL(workflow, p)
-	ms, err := t.queryMutations(q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list a page of %s's outputs: %w", workflow, err)
-	}
-	if asc {
-		slices.Reverse(ms)
-	}
-	return ms, nil
+	return readPage(workflow+"'s outputs", t.queryMutations)(MutationPageSQL(workflow, p))
 }
 
 // TalliesSQL reads what the tallies hold of one kind, by workflow and

@@ -7,6 +7,9 @@
 CREATE INDEX IF NOT EXISTS items_page ON items (workflow, created_at, id);
 CREATE INDEX IF NOT EXISTS runs_page ON runs (workflow, created_at, id);
 CREATE INDEX IF NOT EXISTS mutations_page ON mutations (workflow, created_at, id);
+-- The first committed task run of a major version (RunFirstOf: where the
+-- look for orphaned items starts) among a million consumer runs.
+CREATE INDEX IF NOT EXISTS runs_first_of ON runs (workflow, handler_type, status, created_at, id);
 
 -- tallies counts a workflow's inputs, its runs and its mutations by status,
 -- and its events by topic and state (pending, reserved, consumed, skipped):
