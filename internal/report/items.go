@@ -17,6 +17,7 @@ import (
 func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p store.Page) ([]apitype.Item, Page, error) {
 	var out []apitype.Item
 	var pg Page
+	p.Search = "" // items are not searched: their pages read on until full
 	err := st.View(ctx, func(tx store.Tx) error {
 		out = nil
 		w, err := tx.WorkflowGet(wf)

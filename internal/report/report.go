@@ -131,6 +131,19 @@ func Inputs(ctx context.Context, st store.Store, wf string, p store.Page) ([]api
 			return err
 		}
 		pg = page
+		// A search reads a window of inputs (store.SearchWindow): when the
+		// page is not full of matches, the next one goes on from its end.
+		if p.Search != "" && (p.Newer == nil && pg.Older == nil || p.Newer != nil && pg.Newer == nil) {
+			end, ok, err := tx.InputWindowEnd(wf, p)
+			if err != nil {
+				return err
+			}
+			if ok && p.Newer != nil {
+				pg.Newer = &end
+			} else if ok {
+				pg.Older = &end
+			}
+		}
 		for _, in := range ins {
 			status, err := InputStatus(tx, in)
 			if err != nil {

@@ -194,11 +194,14 @@ type Page struct {
 	Limit        int
 	Older, Newer *Pos
 	// Search narrows inputs to those whose id, key, external id or title
-	// contains it (case-insensitive in ASCII). It reads the workflow's
-	// inputs newest first until the page is full: bounded in memory,
-	// not in time when few match.
+	// contains it (case-insensitive in ASCII), among the SearchWindow
+	// inputs from the position on: a search's page reads a bounded number
+	// of rows however few match, and goes on from InputWindowEnd.
 	Search string
 }
+
+// SearchWindow is how many inputs one page of a search reads at most.
+const SearchWindow = 10000
 
 // Totals is how many inputs, runs and mutations a workflow has, from the
 // tallies.
@@ -396,6 +399,10 @@ type Tx interface {
 	// InputPage lists one page of a workflow's inputs, newest first by
 	// (created_at, id).
 	InputPage(workflow string, p Page) ([]kt.Input, error)
+	// InputWindowEnd returns the position of the SearchWindow-th input
+	// from p's position in p's direction (where a search that read them
+	// all goes on), ok false when there are fewer.
+	InputWindowEnd(workflow string, p Page) (end Pos, ok bool, err error)
 	ItemAttemptPut(a kt.ItemAttempt) error
 	ItemAttemptList(itemID string) ([]kt.ItemAttempt, error)
 

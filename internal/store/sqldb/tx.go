@@ -808,16 +808,47 @@ func PageSQL(q string, args []any, p store.Page) (string, []any, bool) {
 	return q + ` ORDER BY created_at DESC, id DESC LIMIT ` + limitSQL(limit), args, false
 }
 
-// InputPageSQL is InputPage's statement.
+// InputPageSQL is InputPage's statement. A search filters the window of
+// store.SearchWindow inputs from the position, read along the index.
 func InputPageSQL(workflow string, p store.Page) (string, []any, bool) {
-	q, args := `SELECT `+itemCols+` FROM items WHERE workflow=?`, []any{workflow}
-	if p.Search != "" {
-		// Written with LIKE on lower(): both databases have it, and a
-		// search string's own % and _ are escaped to mean themselves.
-		esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(p.Search))
-		q, args = q+` AND lower(id || ' ' || key || ' ' || external_id || ' ' || title) LIKE ? ESCAPE '\'`, append(args, "%"+esc+"%")
+	base, args := `SELECT `+itemCols+` FROM items WHERE workflow=?`, []any{workflow}
+	if p.Search == "" {
+		return PageSQL(base, args, p)
 	}
-	return PageSQL(q, args, p)
+	window, args, asc := PageSQL(base, args, store.Page{Limit: store.SearchWindow, Older: p.Older, Newer: p.Newer})
+	// Written with LIKE on lower(): both databases have it, and a search
+	// string's own % and _ are escaped to mean themselves.
+	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(p.Search))
+	order := ` ORDER BY created_at DESC, id DESC`
+	if asc {
+		order = ` ORDER BY created_at, id`
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	return `SELECT ` + itemCols + ` FROM (` + window + `) w WHERE lower(id || ' ' || key || ' ' || external_id || ' ' || title) LIKE ? ESCAPE '\'` + order + ` LIMIT ` + limitSQL(limit),
+		append(args, "%"+esc+"%"), asc
+}
+
+// InputWindowEndSQL is InputWindowEnd's statement: along the index, the
+// window's last position (an offset within one window, never a page's).
+func InputWindowEndSQL(workflow string, p store.Page) (string, []any) {
+	q, args, _ := PageSQL(`SELECT created_at, id FROM items WHERE workflow=?`, []any{workflow}, store.Page{Limit: 1, Older: p.Older, Newer: p.Newer})
+	return q + ` OFFSET ` + strconv.Itoa(store.SearchWindow-1), args
+}
+
+func (t *Tx) InputWindowEnd(workflow string, p store.Page) (store.Pos, bool, error) {
+	q, args := InputWindowEndSQL(workflow, p)
+	var end store.Pos
+	err := t.r.QueryRow(q, args...).Scan(&end.At, &end.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return end, false, nil
+	}
+	if err != nil {
+		return end, false, fmt.Errorf("find where a search of %s's inputs goes on: %w", workflow, err)
+	}
+	return end, true, nil
 }
 
 func (t *Tx) InputPage(workflow string, p store.Page) ([]kt.Input, error) {

@@ -327,6 +327,12 @@ func TestThePagesAndTalliesReadByTheirIndexes(t *testing.T) {
 			}
 		}
 	}
+	for _, p := range []store.Page{{}, {Older: pos}, {Newer: pos}} {
+		q, args := sqldb.InputWindowEndSQL("w", p)
+		if got := plan(q, args...); !strings.Contains(got, "USING COVERING INDEX items_page (workflow=?") || strings.Contains(got, "TEMP B-TREE") {
+			t.Errorf("the end of a search's window %+v runs as %q: want it along items_page alone", p, got)
+		}
+	}
 	if got := plan(sqldb.TalliesSQL, "run"); !strings.Contains(got, "tallies") || strings.Contains(got, "runs") {
 		t.Errorf("the tallies are read as %q", got)
 	}

@@ -517,3 +517,8 @@ func (r recordingTx) WorkflowTotals(workflow string) (store.Totals, error) {
 	r.c.note("WorkflowTotals")
 	return r.tx.WorkflowTotals(workflow)
 }
+
+func (r recordingTx) InputWindowEnd(workflow string, p store.Page) (store.Pos, bool, error) {
+	r.c.note("InputWindowEnd")
+	return r.tx.InputWindowEnd(workflow, p)
+}

@@ -131,6 +131,47 @@ func exercisePages(run runCase) {
 		}))
 	})
 
+	run("a search reads one window of inputs and says where the next begins", func(t *testing.T, s store.Store) {
+		n := store.SearchWindow + 5
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for i := range n {
+				id, title := fmt.Sprintf("x%05d", i), fmt.Sprintf("Order %d", i)
+				if i == 3 {
+					title = "Refund 3"
+				}
+				if err := tx.InputPut(kt.Input{ID: id, Workflow: "w", Key: "s:t:" + id, Kind: kt.KindInput, Title: title, CurrentAttempt: 1, CreatedAt: int64(i)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			// The newest window (inputs n-1 down to 5) holds no refund.
+			ins, err := tx.InputPage("w", store.Page{Search: "refund"})
+			if err != nil || len(ins) != 0 {
+				return fmt.Errorf("the newest window: %d inputs %v, want none", len(ins), err)
+			}
+			end, ok, err := tx.InputWindowEnd("w", store.Page{Search: "refund"})
+			if err != nil || !ok || end.ID != "x00005" {
+				return fmt.Errorf("the newest window ends at %+v %v %v, want x00005", end, ok, err)
+			}
+			ins, err = tx.InputPage("w", store.Page{Search: "refund", Older: &end})
+			if err != nil || len(ins) != 1 || ins[0].ID != "x00003" {
+				return fmt.Errorf("the next window: %+v %v, want x00003", ins, err)
+			}
+			if _, ok, err := tx.InputWindowEnd("w", store.Page{Search: "refund", Older: &end}); ok || err != nil {
+				return fmt.Errorf("the next window has an end (%v %v): it holds the last 5", ok, err)
+			}
+			// Back: the three matches nearest after x00004 (Order 1000,
+			// 10000 and 10001), newest first.
+			ins, err = tx.InputPage("w", store.Page{Search: "order 1000", Newer: &store.Pos{At: 4, ID: "x00004"}, Limit: 3})
+			if err != nil || len(ins) != 3 || ins[0].ID != "x10001" || ins[2].ID != "x01000" {
+				return fmt.Errorf("a search of newer inputs: %+v %v", ins, err)
+			}
+			return nil
+		}))
+	})
+
 	run("the tallies agree with a count of the rows, and a transaction that fails changes neither", func(t *testing.T, s store.Store) {
 		must(t, s.Update(ctx, func(tx store.Tx) error {
 			for i := range 4 {
