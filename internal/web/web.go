@@ -252,13 +252,21 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, err)
 		return
 	}
-	orphans, _, err := s.API.ItemsPage(ctx, wf, true, apiclient.ListOptions{Limit: 1})
+	// How many orphans, up to a hundred ("100+" beyond).
+	orphans, more, err := s.API.ItemsPage(ctx, wf, true, apiclient.ListOptions{Limit: 100})
 	if err != nil {
 		s.failPage(w, r, err)
 		return
 	}
+	orphanCount := strconv.Itoa(len(orphans))
+	if more.Next != "" {
+		orphanCount += "+"
+	}
+	if len(orphans) == 0 {
+		orphanCount = ""
+	}
 	gs, stale := s.groupInputs(inputs, outputs, orphans, f)
-	data := map[string]any{"Status": v.Status, "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
+	data := map[string]any{"Status": v.Status, "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": orphanCount,
 		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"},
 		"Paging": paging(r, info, len(inputs), opts.Cursor != "")}
 	if q.Get("runs") == "1" {
