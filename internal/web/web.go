@@ -247,7 +247,7 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	}
 	// Their writes: the newest outputs, as many as fit a page of them; an
 	// input whose writes are older shows them on its own page.
-	outputs, _, err := s.API.OutputsPage(ctx, wf, apiclient.ListOptions{Limit: 2 * webPage})
+	outputs, _, err := s.API.OutputsPage(ctx, wf, apiclient.ListOptions{Limit: webPage})
 	if err != nil {
 		s.failPage(w, r, err)
 		return
