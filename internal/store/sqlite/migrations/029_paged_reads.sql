@@ -96,3 +96,7 @@ CREATE TRIGGER IF NOT EXISTS tally_events_update AFTER UPDATE OF workflow, topic
     VALUES (NEW.workflow, 'event', NEW.topic, CASE WHEN NEW.status = 'pending' AND NEW.reserved_by <> '' THEN 'reserved' ELSE NEW.status END, 1)
     ON CONFLICT (workflow, kind, topic, status) DO UPDATE SET n = n + 1;
 END;
+
+-- /metrics no longer sums the ledger's reconcile attempts (it counts each
+-- reconcile question as it is asked): the index that served the sum goes.
+DROP INDEX IF EXISTS mutations_reconciled;
