@@ -497,7 +497,11 @@ ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, curr
 }
 
 func (t *Tx) InputList(workflow string) ([]kt.Input, error) {
-	rows, err := t.r.Query(`SELECT `+itemCols+` FROM items WHERE workflow=? ORDER BY created_at, key`, workflow)
+	return t.queryItems(`SELECT `+itemCols+` FROM items WHERE workflow=? ORDER BY created_at, key`, workflow)
+}
+
+func (t *Tx) queryItems(q string, args ...any) ([]kt.Input, error) {
+	rows, err := t.r.Query(q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -852,24 +856,7 @@ func (t *Tx) InputWindowEnd(workflow string, p store.Page) (store.Pos, bool, err
 }
 
 func (t *Tx) InputPage(workflow string, p store.Page) ([]kt.Input, error) {
-	q, args, asc := InputPageSQL(workflow, p)
-	rows, err := t.r.Query(q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list a page of %s's inputs: %w", workflow, err)
-	}
-	defer rows.Close()
-	var out []kt.Input
-	for rows.Next() {
-		i, err := scanItem(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, i)
-	}
-	if asc {
-		slices.Reverse(out)
-	}
-	return out, rows.Err()
+	return readPage(workflow+"'s inputs", t.queryItems)(InputPageSQL(workflow, p))
 }
 
 // runPageCols are runCols without the trace: a list shows none, and a
