@@ -353,13 +353,12 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	reply(w, apitype.WorkflowActionReply{OK: true, Workflow: wf, Queued: rep.Queued, Message: rep.Message})
 }
 
+// inputs answers one page of a workflow's inputs, newest first
+// (?limit=&cursor=&q=, see pages.go).
 func (s *Server) inputs(w http.ResponseWriter, r *http.Request) {
-	v, err := report.Inputs(r.Context(), s.Store, r.PathValue("wf"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	reply(w, nonNil(v))
+	paged(w, r, func(p store.Page) ([]apitype.Input, report.Page, error) {
+		return report.Inputs(r.Context(), s.Store, r.PathValue("wf"), p)
+	})
 }
 
 // prune drops the bodies of finished work past the retention horizon
@@ -617,41 +616,25 @@ func (s *Server) actionReply(w http.ResponseWriter, wf, msg string, err error) {
 	reply(w, apitype.WorkflowActionReply{OK: true, Workflow: wf, Message: msg})
 }
 
+// outputs, runs and items answer one page each, newest first
+// (?limit=&cursor=, see pages.go).
 func (s *Server) outputs(w http.ResponseWriter, r *http.Request) {
-	v, err := report.Outputs(r.Context(), s.Store, r.PathValue("wf"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	reply(w, nonNil(v))
+	paged(w, r, func(p store.Page) ([]apitype.Output, report.Page, error) {
+		return report.Outputs(r.Context(), s.Store, r.PathValue("wf"), p)
+	})
 }
 
 func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
-	limit := 50
-	if l := r.URL.Query().Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 || n > 100000 {
-			Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q: use a number from 0 (all) to 100000", l))
-			return
-		}
-		limit = n
-	}
-	v, err := report.Runs(r.Context(), s.Store, r.PathValue("wf"), limit)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	reply(w, nonNil(v))
+	paged(w, r, func(p store.Page) ([]apitype.Run, report.Page, error) {
+		return report.Runs(r.Context(), s.Store, r.PathValue("wf"), p)
+	})
 }
 
 func (s *Server) items(w http.ResponseWriter, r *http.Request) {
 	orphaned := r.URL.Query().Get("orphaned")
-	v, err := report.Items(r.Context(), s.Store, r.PathValue("wf"), orphaned == "1" || orphaned == "true")
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	reply(w, nonNil(v))
+	paged(w, r, func(p store.Page) ([]apitype.Item, report.Page, error) {
+		return report.Items(r.Context(), s.Store, r.PathValue("wf"), orphaned == "1" || orphaned == "true", p)
+	})
 }
 
 // blocked answers the cards of one workflow's blocked runs, or of every

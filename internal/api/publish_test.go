@@ -31,11 +31,7 @@ const ordersScript = `export default Keep.workflow({
 func TestPublishThroughTheAPI(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
-	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true}, nil); code != 200 {
-		t.Fatalf("deploy: %d %v", code, obj)
-	}
-	r.settle()
+	r.deploy(ordersScript, "orders.js")
 	const path = "/api/v1/workflows/orders/topics/order.placed/events"
 	body := map[string]any{"id": "1042", "title": "Order 1042 from alice@example.com", "payload": map[string]any{"order": 1042, "total": "12.50"}}
 	code, first, _ := r.call("POST", path, body, nil)
@@ -197,11 +193,7 @@ func TestTheDeployAnswerSaysWhichEventsItLeavesWaiting(t *testing.T) {
 func TestAnEventIdIsOneIdHoweverItIsComposed(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
-	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true}, nil); code != 200 {
-		t.Fatalf("deploy: %d %v", code, obj)
-	}
-	r.settle()
+	r.deploy(ordersScript, "orders.js")
 	const path = "/api/v1/workflows/orders/topics/order.placed/events"
 	const nfc, nfd = "caf\u00e9-1", "cafe\u0301-1"
 	code, first, _ := r.call("POST", path, map[string]any{"id": nfc, "title": "Order café", "payload": map[string]any{"order": 1}}, nil)

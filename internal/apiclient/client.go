@@ -77,17 +77,23 @@ func (e *Unreachable) Unwrap() error { return e.Err }
 
 // call sends one request and decodes the answer into out (nil: ignored).
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	_, err := c.do(ctx, method, path, body, out)
+	return err
+}
+
+// do is call that also returns the answer's headers.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.actor != "" {
@@ -98,22 +104,22 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return &Unreachable{Err: err}
+		return nil, &Unreachable{Err: err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("reading keep's answer to %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("reading keep's answer to %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
 		var e apitype.ErrorReply
 		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Message == "" {
-			return fmt.Errorf("keep answered %s %s with %s and something that is not an error object", method, path, resp.Status)
+			return nil, fmt.Errorf("keep answered %s %s with %s and something that is not an error object", method, path, resp.Status)
 		}
-		return &Error{Status: resp.StatusCode, Body: e.Error}
+		return nil, &Error{Status: resp.StatusCode, Body: e.Error}
 	}
 	if out == nil {
-		return nil
+		return resp.Header, nil
 	}
 	// The API indents its answers, and with them every JSON value they
 	// carry as it is (a payload, a result): compacted first, a client reads
@@ -123,9 +129,9 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 		raw = flat.Bytes()
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("keep answered %s %s with something that is not the expected JSON: %v", method, path, err)
+		return nil, fmt.Errorf("keep answered %s %s with something that is not the expected JSON: %v", method, path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // Instance is the instance id of the keep serve answering (GET
@@ -183,33 +189,59 @@ func (c *Client) Nodes(ctx context.Context) ([]apitype.NodeView, error) {
 	return v, c.call(ctx, http.MethodGet, "/api/v1/nodes", nil, &v)
 }
 
-// Inputs lists a workflow's inputs.
+// Inputs lists every input of a workflow, newest first, page by page
+// (InputsPage reads one).
 func (c *Client) Inputs(ctx context.Context, wf string) ([]apitype.Input, error) {
-	var v []apitype.Input
-	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "inputs"), nil, &v)
+	return every(func(o ListOptions) ([]apitype.Input, PageInfo, error) { return c.InputsPage(ctx, wf, o) })
 }
 
-// Outputs lists a workflow's outputs, one per mutation.
+// InputsPage reads one page of a workflow's inputs, newest first.
+func (c *Client) InputsPage(ctx context.Context, wf string, o ListOptions) ([]apitype.Input, PageInfo, error) {
+	return getPage[apitype.Input](ctx, c, c.wfPath(wf, "inputs"), o)
+}
+
+// Outputs lists every output of a workflow (one per mutation), newest
+// first, page by page.
 func (c *Client) Outputs(ctx context.Context, wf string) ([]apitype.Output, error) {
-	var v []apitype.Output
-	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "outputs"), nil, &v)
+	return every(func(o ListOptions) ([]apitype.Output, PageInfo, error) { return c.OutputsPage(ctx, wf, o) })
 }
 
-// Runs lists a workflow's runs, newest first (limit 0: all).
+// OutputsPage reads one page of a workflow's outputs, newest first.
+func (c *Client) OutputsPage(ctx context.Context, wf string, o ListOptions) ([]apitype.Output, PageInfo, error) {
+	return getPage[apitype.Output](ctx, c, c.wfPath(wf, "outputs"), o)
+}
+
+// Runs lists a workflow's newest runs (limit 0: all of them, page by page).
 func (c *Client) Runs(ctx context.Context, wf string, limit int) ([]apitype.Run, error) {
-	var v []apitype.Run
-	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "runs")+"?limit="+strconv.Itoa(limit), nil, &v)
+	if limit > 0 && limit <= apitype.MaxPage {
+		rs, _, err := c.RunsPage(ctx, wf, ListOptions{Limit: limit})
+		return rs, err
+	}
+	rs, err := every(func(o ListOptions) ([]apitype.Run, PageInfo, error) { return c.RunsPage(ctx, wf, o) })
+	if limit > 0 && len(rs) > limit {
+		rs = rs[:limit]
+	}
+	return rs, err
 }
 
-// Items lists a workflow's items (orphaned: only those a major version
-// left behind).
+// RunsPage reads one page of a workflow's runs, newest first.
+func (c *Client) RunsPage(ctx context.Context, wf string, o ListOptions) ([]apitype.Run, PageInfo, error) {
+	return getPage[apitype.Run](ctx, c, c.wfPath(wf, "runs"), o)
+}
+
+// Items lists every item of a workflow (orphaned: only those a major
+// version left behind), page by page.
 func (c *Client) Items(ctx context.Context, wf string, orphaned bool) ([]apitype.Item, error) {
-	q := ""
+	return every(func(o ListOptions) ([]apitype.Item, PageInfo, error) { return c.ItemsPage(ctx, wf, orphaned, o) })
+}
+
+// ItemsPage reads one page of a workflow's items, newest first.
+func (c *Client) ItemsPage(ctx context.Context, wf string, orphaned bool, o ListOptions) ([]apitype.Item, PageInfo, error) {
+	path := c.wfPath(wf, "items")
 	if orphaned {
-		q = "?orphaned=1"
+		o.extra = url.Values{"orphaned": {"1"}}
 	}
-	var v []apitype.Item
-	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "items")+q, nil, &v)
+	return getPage[apitype.Item](ctx, c, path, o)
 }
 
 // Schedule lists when a workflow's producers and tasks run next.

@@ -368,3 +368,10 @@ type Delivery struct {
 	// a new version), "person:WHO" (a person asked to take it).
 	HeldFor string `json:"heldFor,omitempty"`
 }
+
+// MaxPage is the largest ?limit= of a paged list (issue 44).
+const MaxPage = 1000
+
+// TotalHeader names the header of a paged list's answer that says how
+// many rows the whole list has (absent when a search narrows it).
+const TotalHeader = "X-Total-Count"

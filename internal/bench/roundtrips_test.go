@@ -90,8 +90,14 @@ func TestAListIsOneRoundTripOnPostgres(t *testing.T) {
 		name string
 		list func() (int, error)
 	}{
-		{"runs", func() (int, error) { rs, err := report.Runs(ctx, l.k.Store, wf, 3); return len(rs), err }},
-		{"outputs", func() (int, error) { os, err := report.Outputs(ctx, l.k.Store, wf); return len(os), err }},
+		{"runs", func() (int, error) {
+			rs, _, err := report.Runs(ctx, l.k.Store, wf, store.Page{Limit: 3})
+			return len(rs), err
+		}},
+		{"outputs", func() (int, error) {
+			os, _, err := report.Outputs(ctx, l.k.Store, wf, store.Page{Limit: 3})
+			return len(os), err
+		}},
 	} {
 		before := l.k.Store.Stats().RoundTrips
 		n, err := c.list()
@@ -102,7 +108,7 @@ func TestAListIsOneRoundTripOnPostgres(t *testing.T) {
 			t.Errorf("the list of %s: %d round trips, want 1", c.name, got)
 		}
 	}
-	if _, err := report.Runs(ctx, l.k.Store, "no-such", 3); err == nil || !strings.Contains(err.Error(), "no-such") {
+	if _, _, err := report.Runs(ctx, l.k.Store, "no-such", store.Page{Limit: 3}); err == nil || !strings.Contains(err.Error(), "no-such") {
 		t.Fatalf("the runs of a workflow that does not exist: %v", err)
 	}
 }

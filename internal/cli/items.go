@@ -6,15 +6,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/apitype"
 )
 
 func (a *app) itemsCmd() *cobra.Command {
 	var orphaned bool
-	c := reader(a, &cobra.Command{Use: "items WORKFLOW", Short: "list a workflow's items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Item, error) {
-			items, err := k.Items(ctx, args[0], orphaned)
-			return nonNil(items), err
+	c := pagedReader(a, &cobra.Command{Use: "items WORKFLOW", Short: "list a workflow's newest items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1)}, "items", false,
+		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Item, apiclient.PageInfo, error) {
+			return k.ItemsPage(ctx, args[0], orphaned, o)
 		},
 		func(_ context.Context, _ *keepAPI, items []apitype.Item) error {
 			if len(items) == 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/apitype"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
@@ -122,24 +123,25 @@ func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, k *
 }
 
 func (a *app) inputsCmd() *cobra.Command {
-	return reader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's inputs and their status", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Input, error) {
-			ins, err := k.Inputs(ctx, args[0])
-			return nonNil(ins), err
+	return pagedReader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's newest inputs and their status", Args: cobra.ExactArgs(1)}, "inputs", true,
+		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Input, apiclient.PageInfo, error) {
+			return k.InputsPage(ctx, args[0], o)
 		},
 		func(_ context.Context, _ *keepAPI, ins []apitype.Input) error { a.printInputs(ins); return nil })
 }
 
 func (a *app) outputsCmd() *cobra.Command {
 	var wf string
-	return reader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's outputs: one line per mutation", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Output, error) {
+	return pagedReader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's newest outputs: one line per mutation", Args: cobra.ExactArgs(1)}, "outputs", false,
+		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Output, apiclient.PageInfo, error) {
 			wf = args[0]
-			outs, err := k.Outputs(ctx, wf)
-			return nonNil(outs), err
+			return k.OutputsPage(ctx, wf, o)
 		},
 		func(ctx context.Context, k *keepAPI, outs []apitype.Output) error {
-			ins, err := k.Inputs(ctx, wf)
+			// The inputs named by their titles: those of the newest page
+			// as long (the writes of a page are mostly for them); others
+			// by their ids.
+			ins, _, err := k.InputsPage(ctx, wf, apiclient.ListOptions{Limit: max(1, min(len(outs), 1000))})
 			if err != nil {
 				return err
 			}
@@ -149,11 +151,9 @@ func (a *app) outputsCmd() *cobra.Command {
 }
 
 func (a *app) runsCmd() *cobra.Command {
-	var limit int
-	c := reader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, k *keepAPI, args []string) ([]apitype.Run, error) {
-			rs, err := k.Runs(ctx, args[0], limit)
-			return nonNil(rs), err
+	return pagedReader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)}, "runs", false,
+		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Run, apiclient.PageInfo, error) {
+			return k.RunsPage(ctx, args[0], o)
 		},
 		func(_ context.Context, _ *keepAPI, rs []apitype.Run) error {
 			w := a.table()
@@ -167,8 +167,6 @@ func (a *app) runsCmd() *cobra.Command {
 			}
 			return w.Flush()
 		})
-	c.Flags().IntVar(&limit, "limit", 50, "how many runs to list (0 = all)")
-	return c
 }
 
 func (a *app) showCmd() *cobra.Command {

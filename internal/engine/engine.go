@@ -76,8 +76,12 @@ type Options struct {
 
 // Observer receives measurements; the metrics package implements it.
 type Observer interface {
-	RunFinished(handlerType kt.HandlerType, status kt.Status, d time.Duration)
+	RunFinished(workflow string, handlerType kt.HandlerType, status kt.Status, d time.Duration)
 	SandboxCall(phase string, d time.Duration)
+	// Reconciled counts one question to a connector's reconcile about a
+	// write whose outcome keep did not know (inline or in the background),
+	// by its answer (applied, failed, retry, error).
+	Reconciled(workflow, answer string)
 	// Delivered counts one delivery to a declared webhook by what keep
 	// made of it (kt.Delivery*): refused ones included, so an operator sees
 	// a sender whose signatures fail.
@@ -935,6 +939,6 @@ func (e *Engine) invoke(prog *script.Program, inv script.Invocation) (script.Out
 
 func (e *Engine) runFinished(r *kt.Run) {
 	if e.observer != nil {
-		e.observer.RunFinished(r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
+		e.observer.RunFinished(r.Workflow, r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
 	}
 }

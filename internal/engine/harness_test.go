@@ -192,7 +192,7 @@ func (e *env) settle() {
 
 func (e *env) runs(wf string) []apitype.Run {
 	e.t.Helper()
-	rs, err := report.Runs(e.ctx(), e.k.Store, wf, 0)
+	rs, err := report.AllRuns(e.ctx(), e.k.Store, wf)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func (e *env) runs(wf string) []apitype.Run {
 
 func (e *env) outputs(wf string) []apitype.Output {
 	e.t.Helper()
-	os, err := report.Outputs(e.ctx(), e.k.Store, wf)
+	os, err := report.AllOutputs(e.ctx(), e.k.Store, wf)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func (e *env) outputs(wf string) []apitype.Output {
 
 func (e *env) inputs(wf string) []apitype.Input {
 	e.t.Helper()
-	in, err := report.Inputs(e.ctx(), e.k.Store, wf)
+	in, err := report.AllInputs(e.ctx(), e.k.Store, wf)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -278,7 +278,7 @@ func TestOrphansAfterMajorVersionWithNewKeyFormat(t *testing.T) {
 	e.resolve(r.ID, kt.ResolveTryAgain) // the retry runs the new version
 	e.settle()
 	e.noOpenRun(wf)
-	orphans, err := report.Items(e.ctx(), e.k.Store, wf, true)
+	orphans, err := report.AllItems(e.ctx(), e.k.Store, wf, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,11 +288,11 @@ func TestOrphansAfterMajorVersionWithNewKeyFormat(t *testing.T) {
 	if _, err := skipItem(e, wf, "email:b"); err != nil {
 		t.Fatal(err)
 	}
-	if orphans, _ := report.Items(e.ctx(), e.k.Store, wf, true); len(orphans) != 0 {
+	if orphans, _ := report.AllItems(e.ctx(), e.k.Store, wf, true); len(orphans) != 0 {
 		t.Fatalf("orphans after skip %+v", orphans)
 	}
 	keys := map[string]string{}
-	all, _ := report.Items(e.ctx(), e.k.Store, wf, false)
+	all, _ := report.AllItems(e.ctx(), e.k.Store, wf, false)
 	for _, it := range all {
 		keys[it.Key] = string(it.Status)
 	}

@@ -324,6 +324,16 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	if when == backgroundAttempt && status != connector.ReconcileApplied && status != connector.ReconcileFailed {
 		mut.ReconcileAttempts++
 	}
+	if e.observer != nil {
+		// Every question asked is counted for /metrics (issue 42): the
+		// ledger's attempts count only the background ones that did not
+		// settle, and start again at each new send.
+		answer := string(status)
+		if rerr != nil && status == "" {
+			answer = "error"
+		}
+		e.observer.Reconciled(mut.Workflow, answer)
+	}
 	ans := reconcileAnswer{value: value, err: rerr}
 	if status == connector.ReconcileApplied {
 		e.sends.forget(mut.ID)

@@ -65,7 +65,7 @@ func TestPruneKeepsAnEventAPIPostOnce(t *testing.T) {
 	if n := len(e.sink.Writes()); n != 1 {
 		t.Fatalf("%d writes at the sink, want 1", n)
 	}
-	ins, err := report.Inputs(e.ctx(), e.k.Store, wf)
+	ins, err := report.AllInputs(e.ctx(), e.k.Store, wf)
 	if err != nil || len(ins) != 1 || ins[0].Status != kt.ItemDone {
 		t.Fatalf("inputs after the prune: %+v (%v), want one, done", ins, err)
 	}
@@ -155,7 +155,7 @@ func TestPruneNeverWeakensThePromise(t *testing.T) {
 	if n := len(e.sink.Writes()); n != 3 {
 		t.Fatalf("after the prune and a poll that saw the old files again: %d writes at the sink, want 3 (nothing twice)", n)
 	}
-	ins, err := report.Inputs(e.ctx(), e.k.Store, wf)
+	ins, err := report.AllInputs(e.ctx(), e.k.Store, wf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 // Package metrics exposes keep's Prometheus metrics at /metrics: runs by
-// status, mutations by state, reconcile attempts and pending events (read
-// from the ledgers at scrape time), and histograms of run latency and
-// sandbox time (observed by the engine).
+// workflow and status, mutations by workflow and state and pending events
+// (read at scrape time from the tallies the store keeps, a few rows
+// whatever the history: issue 44), reconcile questions by workflow and
+// answer, and histograms of run latency and sandbox time (observed by the
+// engine).
 package metrics
 
 import (
@@ -20,6 +22,7 @@ import (
 type Metrics struct {
 	registry   *prometheus.Registry
 	runs       *prometheus.HistogramVec
+	reconciled *prometheus.CounterVec
 	sandbox    *prometheus.HistogramVec
 	deliveries *prometheus.CounterVec
 }
@@ -30,7 +33,10 @@ func New(st store.Store) *Metrics {
 	m.runs = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "keep_run_duration_seconds", Help: "Time from a run's start to its commit or block, by handler type and resulting status.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-	}, []string{"handler_type", "status"})
+	}, []string{"workflow", "handler_type", "status"})
+	m.reconciled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keep_reconcile_attempts_total", Help: "Questions keep asked a connector's reconcile about a write whose outcome it did not know (inline and in the background), by workflow and answer (applied, failed, retry, error); counted by this process since it started.",
+	}, []string{"workflow", "answer"})
 	m.sandbox = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "keep_sandbox_call_seconds", Help: "Time of one handler phase in the JavaScript sandbox, host calls included.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
@@ -38,7 +44,7 @@ func New(st store.Store) *Metrics {
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keep_webhook_deliveries_total", Help: "Requests to declared webhooks by what keep made of them: accepted, duplicate, refused (verification failed, no secret, too large), failed (the handler).",
 	}, []string{"workflow", "webhook", "status"})
-	m.registry.MustRegister(m.runs, m.sandbox, m.deliveries, &ledgerCollector{st: st}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.runs, m.reconciled, m.sandbox, m.deliveries, &ledgerCollector{st: st}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Group commit at a glance: transactions ÷ commits is how many
 	// transitions one fsync carried.
 	m.CounterFunc("keep_store_commits_total", "Durable commits (fsyncs) of the store.", func() float64 { return float64(st.Stats().Commits) })
@@ -53,8 +59,13 @@ func (m *Metrics) CounterFunc(name, help string, f func() float64) {
 }
 
 // RunFinished implements engine.Observer.
-func (m *Metrics) RunFinished(t kt.HandlerType, s kt.Status, d time.Duration) {
-	m.runs.WithLabelValues(string(t), string(s)).Observe(d.Seconds())
+func (m *Metrics) RunFinished(workflow string, t kt.HandlerType, s kt.Status, d time.Duration) {
+	m.runs.WithLabelValues(workflow, string(t), string(s)).Observe(d.Seconds())
+}
+
+// Reconciled implements engine.Observer.
+func (m *Metrics) Reconciled(workflow, answer string) {
+	m.reconciled.WithLabelValues(workflow, answer).Inc()
 }
 
 // SandboxCall implements engine.Observer.
@@ -73,9 +84,8 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 var (
-	runsDesc      = prometheus.NewDesc("keep_runs", "Runs in the ledger by status.", []string{"status"}, nil)
-	mutationsDesc = prometheus.NewDesc("keep_mutations", "Mutations in the ledger by state.", []string{"state"}, nil)
-	reconcileDesc = prometheus.NewDesc("keep_reconcile_attempts_total", "Background reconcile attempts recorded in the ledger.", nil, nil)
+	runsDesc      = prometheus.NewDesc("keep_runs", "Runs in the ledger by workflow and status.", []string{"workflow", "status"}, nil)
+	mutationsDesc = prometheus.NewDesc("keep_mutations", "Mutations (writes) in the ledger by workflow and state.", []string{"workflow", "state"}, nil)
 	pendingDesc   = prometheus.NewDesc("keep_pending_events", "Events waiting to be consumed.", nil, nil)
 )
 
@@ -84,7 +94,6 @@ type ledgerCollector struct{ st store.Store }
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- runsDesc
 	ch <- mutationsDesc
-	ch <- reconcileDesc
 	ch <- pendingDesc
 }
 
@@ -100,12 +109,11 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(runsDesc, err)
 		return
 	}
-	for s, n := range counts.RunsByStatus {
-		ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(n), s)
+	for _, t := range counts.Runs {
+		ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(t.N), t.Workflow, t.Status)
 	}
-	for s, n := range counts.MutationsByStatus {
-		ch <- prometheus.MustNewConstMetric(mutationsDesc, prometheus.GaugeValue, float64(n), s)
+	for _, t := range counts.Mutations {
+		ch <- prometheus.MustNewConstMetric(mutationsDesc, prometheus.GaugeValue, float64(t.N), t.Workflow, t.Status)
 	}
-	ch <- prometheus.MustNewConstMetric(reconcileDesc, prometheus.CounterValue, float64(counts.ReconcileAttempts))
 	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(counts.PendingEvents))
 }

@@ -286,7 +286,7 @@ func Activity(ctx context.Context, st store.Store, wf string, hours int, now tim
 	}
 	end := now.UnixMilli()/hourMs*hourMs + hourMs
 	start := end - int64(hours)*hourMs
-	var t store.Tally
+	var t store.HourTally
 	err := st.View(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)

@@ -11,35 +11,92 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// Items lists a workflow's items; orphanedOnly keeps the orphaned ones.
-func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool) ([]apitype.Item, error) {
+// Items lists one page of a workflow's items, newest first; orphanedOnly
+// keeps the orphaned ones, read on through older inputs until the page is
+// full (bounded in memory: only the rows shown are kept).
+func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p store.Page) ([]apitype.Item, Page, error) {
 	var out []apitype.Item
+	var pg Page
+	p.Search = "" // items are not searched: their pages read on until full
 	err := st.View(ctx, func(tx store.Tx) error {
+		out = nil
 		w, err := tx.WorkflowGet(wf)
 		if err != nil {
 			return noWorkflow(wf, err)
 		}
-		orph, err := orphanCheck(tx, w)
+		orph, before, err := orphanCheck(tx, w)
 		if err != nil {
 			return err
 		}
-		ins, err := tx.InputList(wf)
+		if orphanedOnly && before == 0 {
+			pg = Page{Total: -1}
+			return nil
+		}
+		// Each input read becomes its row, the orphans alone kept when
+		// asked: a page of rows as InputPage's, filtered.
+		type itemAt struct {
+			row apitype.Item
+			at  store.Pos
+		}
+		list := func(p store.Page) ([]itemAt, error) {
+			var rows []itemAt
+			if orphanedOnly && p.Older == nil && p.Newer == nil {
+				p.Older = &store.Pos{At: before}
+			}
+			for {
+				ins, err := tx.InputPage(wf, p)
+				if err != nil {
+					return nil, err
+				}
+				var batch []itemAt
+				for _, in := range ins {
+					row, err := itemRow(tx, in, orph)
+					if err != nil {
+						return nil, err
+					}
+					if !orphanedOnly || row.Orphaned {
+						batch = append(batch, itemAt{row, inputPos(in)})
+					}
+				}
+				// Both ways the rows stay newest first; further on in the
+				// direction asked, and no more than the page.
+				if p.Newer != nil {
+					rows = append(batch, rows...)
+					if len(rows) > p.Limit {
+						rows = rows[len(rows)-p.Limit:]
+					}
+				} else {
+					rows = append(rows, batch...)
+					if len(rows) > p.Limit {
+						rows = rows[:p.Limit]
+					}
+				}
+				if len(rows) >= p.Limit || len(ins) < p.Limit {
+					return rows, nil
+				}
+				if p.Newer != nil {
+					x := inputPos(ins[0])
+					p.Newer = &x
+				} else {
+					x := inputPos(ins[len(ins)-1])
+					p.Older = &x
+				}
+			}
+		}
+		rows, page, err := paged(p, list, func(it itemAt) store.Pos { return it.at })
 		if err != nil {
 			return err
 		}
-		for _, in := range ins {
-			row, err := itemRow(tx, in, orph)
-			if err != nil {
-				return err
-			}
-			if orphanedOnly && !row.Orphaned {
-				continue
-			}
-			out = append(out, row)
+		for _, r := range rows {
+			out = append(out, r.row)
 		}
-		return nil
+		pg = page
+		if orphanedOnly {
+			return nil
+		}
+		return total(tx, wf, p, &pg, func(t store.Totals) int { return t.Inputs })
 	})
-	return out, err
+	return out, pg, err
 }
 
 func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (apitype.Item, error) {
@@ -54,10 +111,14 @@ func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (apitype.It
 // orphanCheck returns a test for ch 12 §12.6 orphans: task items not done or
 // skipped, last touched by an older major version, while the active major
 // version has completed a task run that never touched them.
-func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
+//
+// before is when the first such run began (0: no item can be orphaned):
+// an orphan was last touched, so created, before it, so a look for them
+// starts there rather than at the newest input.
+func orphanCheck(tx store.Tx, w kt.Workflow) (check func(kt.Input) bool, before int64, err error) {
 	versions, err := tx.VersionList(w.Name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	major := map[int64]int{}
 	for _, v := range versions {
@@ -70,6 +131,15 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
 			ofActive = append(ofActive, id)
 		}
 	}
+	// Without an older major version nothing is orphaned: no need to look
+	// for the first run of this one among every run (issue 44).
+	older := false
+	for _, m := range major {
+		older = older || m < active
+	}
+	if !older {
+		return func(kt.Input) bool { return false }, 0, nil
+	}
 	// Found by the store, not by reading every run of the workflow (with
 	// its trace) on every look at an item.
 	var firstNewRun int64
@@ -78,12 +148,12 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (func(kt.Input) bool, error) {
 	case err == nil:
 		firstNewRun = first.CreatedAt
 	case !errors.Is(err, kt.ErrNotFound):
-		return nil, err
+		return nil, 0, err
 	}
 	return func(in kt.Input) bool {
 		return in.Kind == kt.KindTask && firstNewRun > 0 && in.Status != kt.ItemDone && in.Status != kt.ItemSkipped &&
 			major[in.LastVersion] < active && in.UpdatedAt < firstNewRun
-	}, nil
+	}, firstNewRun, nil
 }
 
 // ShowItem returns an item with its attempt tree.
@@ -98,7 +168,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 		if err != nil {
 			return err
 		}
-		orph, err := orphanCheck(tx, w)
+		orph, _, err := orphanCheck(tx, w)
 		if err != nil {
 			return err
 		}

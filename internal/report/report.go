@@ -36,16 +36,111 @@ func errInfo(class kt.ErrorClass, msg string) *apitype.ErrorInfo {
 	return &apitype.ErrorInfo{Class: string(class), Message: msg}
 }
 
-// Inputs lists a workflow's inputs with the status of SPEC §8.1.
-func Inputs(ctx context.Context, st store.Store, wf string) ([]apitype.Input, error) {
+// Page is where a page of a list newest first stands among its
+// neighbours (issue 44): the positions to ask from for the older and the
+// newer page (nil when there is none), and how many rows the whole list
+// has (-1 when a search narrows it).
+type Page struct {
+	Older, Newer *store.Pos
+	Total        int
+}
+
+// DefaultLimit is a page's size when its reader asks for none.
+const DefaultLimit = 50
+
+// paged reads one page with list, asking for one row more than the page
+// to know whether an older (or, going back, a newer) page follows.
+func paged[T any](p store.Page, list func(store.Page) ([]T, error), pos func(T) store.Pos) ([]T, Page, error) {
+	p = asked(p)
+	want := p.Limit - 1
+	rows, err := list(p)
+	if err != nil {
+		return nil, Page{}, err
+	}
+	pg := Page{Total: -1}
+	at := func(i int) *store.Pos { x := pos(rows[i]); return &x }
+	more := len(rows) > want
+	if p.Newer != nil {
+		// Newest first, the extra row is the newest.
+		if more {
+			rows = rows[1:]
+		}
+		if more && len(rows) > 0 {
+			pg.Newer = at(0)
+		}
+		if len(rows) > 0 {
+			pg.Older = at(len(rows) - 1)
+		}
+		return rows, pg, nil
+	}
+	if more {
+		rows = rows[:want]
+		pg.Older = at(len(rows) - 1)
+	}
+	if p.Older != nil && len(rows) > 0 {
+		pg.Newer = at(0)
+	}
+	return rows, pg, nil
+}
+
+// asked is the store's page that paged reads for p: its limit (the
+// default for none) and one row more.
+func asked(p store.Page) store.Page {
+	if p.Limit <= 0 {
+		p.Limit = DefaultLimit
+	}
+	p.Limit++
+	return p
+}
+
+// Every reads all the pages of a list, oldest page last: for keep's own
+// small stores (keep test's run) and a person who asked for all (the
+// CLI's --all goes through the API's cursors instead).
+func Every[T any](read func(store.Page) ([]T, Page, error)) ([]T, error) {
+	var all []T
+	p := store.Page{Limit: 1000}
+	for {
+		rows, pg, err := read(p)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, rows...)
+		if pg.Older == nil {
+			return all, nil
+		}
+		p.Older = pg.Older
+	}
+}
+
+func inputPos(in kt.Input) store.Pos { return store.Pos{At: in.CreatedAt, ID: in.ID} }
+
+// Inputs lists one page of a workflow's inputs, newest first, with the
+// status of SPEC §8.1.
+func Inputs(ctx context.Context, st store.Store, wf string, p store.Page) ([]apitype.Input, Page, error) {
 	var out []apitype.Input
+	var pg Page
 	err := st.View(ctx, func(tx store.Tx) error {
+		out = nil
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
 		}
-		ins, err := tx.InputList(wf)
+		ins, page, err := paged(p, func(p store.Page) ([]kt.Input, error) { return tx.InputPage(wf, p) }, inputPos)
 		if err != nil {
 			return err
+		}
+		pg = page
+		// A search reads a window of inputs (store.SearchWindow): when the
+		// page is not full of matches, the next one goes on from its end.
+		if p.Search != "" && (p.Newer == nil && pg.Older == nil || p.Newer != nil && pg.Newer == nil) {
+			end, ok, err := tx.InputWindowEnd(wf, p)
+			if err != nil {
+				return err
+			}
+			if ok && p.Newer != nil {
+				pg.Newer = &end
+			} else if ok {
+				pg.Older = &end
+			}
 		}
 		for _, in := range ins {
 			status, err := InputStatus(tx, in)
@@ -54,9 +149,19 @@ func Inputs(ctx context.Context, st store.Store, wf string) ([]apitype.Input, er
 			}
 			out = append(out, inputRow(in, status))
 		}
-		return nil
+		return total(tx, wf, p, &pg, func(t store.Totals) int { return t.Inputs })
 	})
-	return out, err
+	return out, pg, err
+}
+
+// total fills in how many rows the whole list has, from the tallies.
+func total(tx store.Tx, wf string, p store.Page, pg *Page, of func(store.Totals) int) error {
+	if p.Search != "" {
+		return nil
+	}
+	t, err := tx.WorkflowTotals(wf)
+	pg.Total = of(t)
+	return err
 }
 
 func inputRow(in kt.Input, status kt.ItemStatus) apitype.Input {
@@ -146,28 +251,33 @@ func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
 	return kt.ItemDone, nil
 }
 
-// Outputs lists a workflow's mutations. Like Runs, its two reads go
-// together and need no snapshot.
-func Outputs(ctx context.Context, st store.Store, wf string) ([]apitype.Output, error) {
+// Outputs lists one page of a workflow's mutations, newest first. Like
+// Runs, its reads go together and need no snapshot.
+func Outputs(ctx context.Context, st store.Store, wf string, p store.Page) ([]apitype.Output, Page, error) {
 	var out []apitype.Output
+	var pg Page
 	err := st.View(store.NoSnapshot(ctx), func(tx store.Tx) error {
+		out = nil
 		store.Prefetch(tx, func(tx store.Tx) {
 			_, _ = tx.WorkflowGet(wf)
-			_, _ = tx.MutationList(wf)
+			_, _ = tx.MutationPage(wf, asked(p))
+			_, _ = tx.WorkflowTotals(wf)
 		})
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
 		}
-		ms, err := tx.MutationList(wf)
+		ms, page, err := paged(p, func(p store.Page) ([]kt.Mutation, error) { return tx.MutationPage(wf, p) },
+			func(m kt.Mutation) store.Pos { return store.Pos{At: m.CreatedAt, ID: m.ID} })
 		if err != nil {
 			return err
 		}
+		pg = page
 		for _, m := range ms {
 			out = append(out, OutputRow(m))
 		}
-		return nil
+		return total(tx, wf, p, &pg, func(t store.Totals) int { return t.Mutations })
 	})
-	return out, err
+	return out, pg, err
 }
 
 // OutputRow renders one ledger row.
@@ -180,31 +290,35 @@ func OutputRow(m kt.Mutation) apitype.Output {
 		Result: m.Result, Error: errInfo(m.ErrorClass, m.ErrorMessage), ResolvedBy: m.ResolvedBy, CreatedAt: Time(m.CreatedAt), UpdatedAt: Time(m.UpdatedAt)}
 }
 
-// Runs lists a workflow's runs, newest first. The page and programs poll
-// it while runs commit: its two reads (the workflow's check, the list) go
-// together and need no snapshot (a run committed between them is listed
-// or not, as if the list came a moment later), one round trip on
-// PostgreSQL instead of three.
-func Runs(ctx context.Context, st store.Store, wf string, limit int) ([]apitype.Run, error) {
+// Runs lists one page of a workflow's runs, newest first. The page and
+// programs poll it while runs commit: its reads go together and need no
+// snapshot (a run committed between them is listed or not, as if the list
+// came a moment later).
+func Runs(ctx context.Context, st store.Store, wf string, p store.Page) ([]apitype.Run, Page, error) {
 	var out []apitype.Run
+	var pg Page
 	err := st.View(store.NoSnapshot(ctx), func(tx store.Tx) error {
+		out = nil
 		store.Prefetch(tx, func(tx store.Tx) {
 			_, _ = tx.WorkflowGet(wf)
-			_, _ = tx.RunList(wf, limit)
+			_, _ = tx.RunPage(wf, asked(p))
+			_, _ = tx.WorkflowTotals(wf)
 		})
 		if _, err := tx.WorkflowGet(wf); err != nil {
 			return noWorkflow(wf, err)
 		}
-		rs, err := tx.RunList(wf, limit)
+		rs, page, err := paged(p, func(p store.Page) ([]kt.Run, error) { return tx.RunPage(wf, p) },
+			func(r kt.Run) store.Pos { return store.Pos{At: r.CreatedAt, ID: r.ID} })
 		if err != nil {
 			return err
 		}
+		pg = page
 		for _, r := range rs {
 			out = append(out, RunRow(r))
 		}
-		return nil
+		return total(tx, wf, p, &pg, func(t store.Totals) int { return t.Runs })
 	})
-	return out, err
+	return out, pg, err
 }
 
 // RunRow renders one run.
@@ -882,4 +996,32 @@ func storedJSONOf(r kt.Run) error {
 		}
 	}
 	return nil
+}
+
+// AllInputs reads every input of a workflow, oldest first, page by page:
+// for keep test's small stores and tests, never for a person's read.
+func AllInputs(ctx context.Context, st store.Store, wf string) ([]apitype.Input, error) {
+	all, err := Every(func(p store.Page) ([]apitype.Input, Page, error) { return Inputs(ctx, st, wf, p) })
+	slices.Reverse(all)
+	return all, err
+}
+
+// AllItems reads every item of a workflow (orphaned: only those), oldest
+// first, as AllInputs.
+func AllItems(ctx context.Context, st store.Store, wf string, orphaned bool) ([]apitype.Item, error) {
+	all, err := Every(func(p store.Page) ([]apitype.Item, Page, error) { return Items(ctx, st, wf, orphaned, p) })
+	slices.Reverse(all)
+	return all, err
+}
+
+// AllOutputs reads every output of a workflow, oldest first, as AllInputs.
+func AllOutputs(ctx context.Context, st store.Store, wf string) ([]apitype.Output, error) {
+	all, err := Every(func(p store.Page) ([]apitype.Output, Page, error) { return Outputs(ctx, st, wf, p) })
+	slices.Reverse(all)
+	return all, err
+}
+
+// AllRuns reads every run of a workflow, newest first, as AllInputs.
+func AllRuns(ctx context.Context, st store.Store, wf string) ([]apitype.Run, error) {
+	return Every(func(p store.Page) ([]apitype.Run, Page, error) { return Runs(ctx, st, wf, p) })
 }

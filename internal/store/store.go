@@ -162,12 +162,49 @@ func ReadsAhead(ctx context.Context) context.Context { return withMark(ctx, read
 // IsReadsAhead says a context was marked by ReadsAhead.
 func IsReadsAhead(ctx context.Context) bool { return hasMark(ctx, readsAheadMark) }
 
-// Counts is a summary of the ledgers.
+// Counts is a summary of the ledgers, read from the tallies the store
+// keeps in the transactions that change the rows (issue 44): its cost does
+// not grow with the history.
 type Counts struct {
-	RunsByStatus      map[string]int
-	MutationsByStatus map[string]int
-	ReconcileAttempts int
-	PendingEvents     int
+	// Runs and Mutations count each workflow's rows by status.
+	Runs, Mutations []Tally
+	PendingEvents   int
+}
+
+// Tally is how many of a workflow's rows are in one status.
+type Tally struct {
+	Workflow, Status string
+	N                int
+}
+
+// Pos is a row's place in a list kept newest first: its creation time and
+// id (a keyset position, never an offset).
+type Pos struct {
+	At int64
+	ID string
+}
+
+// Page selects one page of a list read newest first (InputPage, RunPage,
+// MutationPage): rows older than Older (the next page), or newer than
+// Newer (the previous page; still returned newest first), or the newest.
+type Page struct {
+	// Limit bounds the page (≤ 0: 50).
+	Limit        int
+	Older, Newer *Pos
+	// Search narrows inputs to those whose id, key, external id or title
+	// contains it (case-insensitive in ASCII), among the SearchWindow
+	// inputs from the position on: a search's page reads a bounded number
+	// of rows however few match, and goes on from InputWindowEnd.
+	Search string
+}
+
+// SearchWindow is how many inputs one page of a search reads at most.
+const SearchWindow = 10000
+
+// Totals is how many inputs, runs and mutations a workflow has, from the
+// tallies.
+type Totals struct {
+	Inputs, Runs, Mutations int
 }
 
 // ErrFenced means a write was refused because the step's lease of its
@@ -291,10 +328,10 @@ type TopicCount struct {
 	Pending, Reserved, Consumed, Skipped int
 }
 
-// Tally is what a workflow did in a time range, per hour (issue 42: the
+// HourTally is what a workflow did in a time range, per hour (issue 42: the
 // page's activity chart and the drawn workflow's counts of today). Hours
 // are the start of their hour, in ms since the epoch.
-type Tally struct {
+type HourTally struct {
 	// Runs counts runs by the hour they started, handler and status.
 	Runs []RunTally
 	// Writes counts writes by the hour they were made, connector method and status.
@@ -402,12 +439,19 @@ type Tx interface {
 	// Tally counts what a workflow did from from to to (ms, to excluded),
 	// per hour: each count one indexed range of its table, never its whole
 	// history.
-	Tally(workflow string, from, to int64) (Tally, error)
+	Tally(workflow string, from, to int64) (HourTally, error)
 
 	InputGet(id string) (kt.Input, error)
 	InputGetByKey(workflow, key string) (kt.Input, error)
 	InputPut(in kt.Input) error
 	InputList(workflow string) ([]kt.Input, error)
+	// InputPage lists one page of a workflow's inputs, newest first by
+	// (created_at, id).
+	InputPage(workflow string, p Page) ([]kt.Input, error)
+	// InputWindowEnd returns the position of the SearchWindow-th input
+	// from p's position in p's direction (where a search that read them
+	// all goes on), ok false when there are fewer.
+	InputWindowEnd(workflow string, p Page) (end Pos, ok bool, err error)
 	ItemAttemptPut(a kt.ItemAttempt) error
 	ItemAttemptList(itemID string) ([]kt.ItemAttempt, error)
 
@@ -425,6 +469,9 @@ type Tx interface {
 	// statement or its commit; either way the caller stops there.
 	RunSetIfRev(r kt.Run) error
 	RunList(workflow string, limit int) ([]kt.Run, error)
+	// RunPage lists one page of a workflow's runs, newest first by
+	// (created_at, id); p.Search is not used.
+	RunPage(workflow string, p Page) ([]kt.Run, error)
 	// RunsOfVersion lists the workflow's runs of one version in one status,
 	// the newest first, at most limit: what a deploy replays, read without
 	// the rest of the workflow's history.
@@ -451,6 +498,9 @@ type Tx interface {
 	// later as EventReserve.
 	MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error
 	MutationList(workflow string) ([]kt.Mutation, error)
+	// MutationPage lists one page of a workflow's mutations, newest first
+	// by (created_at, id); p.Search is not used.
+	MutationPage(workflow string, p Page) ([]kt.Mutation, error)
 	MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error)
 
 	// DecisionAdd appends to the decision log (there is no update or delete).
@@ -461,6 +511,8 @@ type Tx interface {
 
 	// Counts summarizes the ledgers for metrics.
 	Counts() (Counts, error)
+	// WorkflowTotals counts a workflow's inputs, runs and mutations.
+	WorkflowTotals(workflow string) (Totals, error)
 
 	// Now is the store's clock (ms since the epoch) and whether every
 	// node sharing the store reads the same one: the database's clock on

@@ -234,26 +234,51 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cards := v.Blocked
-	inputs, err := s.API.Inputs(ctx, wf)
-	if err != nil {
-		s.failPage(w, r, err)
-		return
-	}
-	outputs, err := s.API.Outputs(ctx, wf)
-	if err != nil {
-		s.failPage(w, r, err)
-		return
-	}
-	orphans, err := s.API.Items(ctx, wf, true)
-	if err != nil {
-		s.failPage(w, r, err)
-		return
-	}
 	q := r.URL.Query()
 	f := filter{Status: q.Get("status"), Text: strings.TrimSpace(q.Get("q")), Since: q.Get("since")}
+	// One page of the newest inputs (issue 44), searched by the API
+	// (title, id, key); the status and period filter that page.
+	opts := apiclient.ListOptions{Limit: webPage, Cursor: q.Get("cursor"), Search: f.Text}
+	var inputs []apitype.Input
+	var info apiclient.PageInfo
+	if f.Status == "orphaned" {
+		var items []apitype.Item
+		items, info, err = s.API.ItemsPage(ctx, wf, true, opts)
+		for _, it := range items {
+			inputs = append(inputs, apitype.Input{ID: it.ID, Key: it.Key, Source: it.Source, Type: it.Type, ExternalID: it.ExternalID, Title: it.Title, Status: it.Status,
+				Attempt: it.Attempt, CreatedAt: it.CreatedAt, UpdatedAt: it.UpdatedAt})
+		}
+	} else {
+		inputs, info, err = s.API.InputsPage(ctx, wf, opts)
+	}
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	// Their writes: the newest outputs, as many as fit a page of them; an
+	// input whose writes are older shows them on its own page.
+	outputs, _, err := s.API.OutputsPage(ctx, wf, apiclient.ListOptions{Limit: webPage})
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	// How many orphans, up to a hundred ("100+" beyond).
+	orphans, more, err := s.API.ItemsPage(ctx, wf, true, apiclient.ListOptions{Limit: 100})
+	if err != nil {
+		s.failPage(w, r, err)
+		return
+	}
+	orphanCount := strconv.Itoa(len(orphans))
+	if more.Next != "" {
+		orphanCount += "+"
+	}
+	if len(orphans) == 0 {
+		orphanCount = ""
+	}
 	gs, stale := s.groupInputs(inputs, outputs, orphans, f)
-	data := map[string]any{"Status": v.Status, "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": len(orphans),
-		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"}}
+	data := map[string]any{"Status": v.Status, "Cards": cards, "Groups": gs, "Filter": f, "Stale": stale, "Orphans": orphanCount,
+		"Statuses": []string{"pending", "needs_attention", "failed", "done", "skipped", "orphaned"}, "Periods": []string{"1h", "24h", "7d", "30d"},
+		"Paging": paging(r, info, len(inputs), opts.Cursor != "")}
 	s.glance(ctx, wf, data)
 	if q.Get("runs") == "1" {
 		runs, err := s.API.Runs(ctx, wf, 100)
@@ -284,10 +309,47 @@ func (s *Server) glance(ctx context.Context, wf string, data map[string]any) {
 	}
 }
 
+// webPage is how many inputs the workflow's page shows at a time.
+const webPage = 50
+
+// pager is the workflow page's paging: the links to the older and the
+// newer page ("" for none), and what the page shows of how many.
+type pager struct {
+	Older, Newer, Newest string
+	Shown, Total         int
+	Deep                 bool // not the newest page
+}
+
+func paging(r *http.Request, info apiclient.PageInfo, shown int, deep bool) pager {
+	at := func(cursor string) string {
+		q := r.URL.Query()
+		q.Del("cursor")
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		return "?" + q.Encode()
+	}
+	p := pager{Shown: shown, Total: info.Total, Deep: deep, Newest: at("")}
+	if info.Next != "" {
+		p.Older = at(info.Next)
+	}
+	if info.Prev != "" {
+		p.Newer = at(info.Prev)
+	}
+	return p
+}
+
 // groupInputs sorts the inputs that pass the filter into groups by source
 // and type, each with its outputs, and counts the inputs pending for more
 // than a week.
 func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, orphans []apitype.Item, f filter) (gs []group, stale int) {
+	if f.Status == "orphaned" {
+		// The page is of orphans already (ItemsPage).
+		orphans = nil
+		for _, in := range inputs {
+			orphans = append(orphans, apitype.Item{ID: in.ID})
+		}
+	}
 	byInput := map[string][]apitype.Output{}
 	for _, o := range outputs {
 		for _, id := range o.InputIDs {
@@ -307,9 +369,6 @@ func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, o
 			stale++
 		}
 		if f.Status == "orphaned" && !orphaned[in.ID] || f.Status != "" && f.Status != "orphaned" && string(in.Status) != f.Status {
-			continue
-		}
-		if f.Text != "" && !strings.Contains(strings.ToLower(in.Title+" "+in.ExternalID+" "+in.Key), strings.ToLower(f.Text)) {
 			continue
 		}
 		if d, ok := periods[f.Since]; ok && now.Sub(created) > d {
@@ -431,7 +490,7 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 		return
 	}
 	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
-	page, err := s.API.Events(r.Context(), wf, q.Get("topic"), q.Get("status"), after, 100)
+	page, err := s.API.Events(r.Context(), wf, q.Get("topic"), q.Get("status"), after, webPage)
 	if err != nil {
 		s.failPage(w, r, err)
 		return

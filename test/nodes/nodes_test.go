@@ -80,7 +80,7 @@ func openOrders(t *testing.T, storeURL string) (store.Store, func() bool) {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st, func() bool {
-		ins, err := report.Inputs(context.Background(), st, "orders")
+		ins, err := report.AllInputs(context.Background(), st, "orders")
 		return err == nil && len(ins) == 1 && ins[0].Status == "done"
 	}
 }
@@ -129,7 +129,7 @@ func TestAPausedNodeWritesNothingAfterItWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ins, err := report.Inputs(context.Background(), st, "orders")
+	ins, err := report.AllInputs(context.Background(), st, "orders")
 	if err != nil || len(ins) != 1 || ins[0].Status != "done" {
 		t.Fatalf("the input after the takeover: %+v %v", ins, err)
 	}
@@ -409,7 +409,7 @@ func TestANodePausedAfterItsWriteStoresNothingWhenItWakes(t *testing.T) {
 			st, done := openOrders(t, r.store)
 			testbin.WaitFor(t, "node b to take over and settle the write", done)
 			runsNow := func() string {
-				runs, err := report.Runs(context.Background(), st, "orders", 50)
+				runs, _, err := report.Runs(context.Background(), st, "orders", store.Page{Limit: 50})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -512,7 +512,7 @@ func (r *rig) settle(timeout time.Duration) {
 	}
 	var why strings.Builder
 	for _, wf := range r.names {
-		ins, _ := report.Inputs(ctx, st, wf)
+		ins, _ := report.AllInputs(ctx, st, wf)
 		n := 0
 		for _, in := range ins {
 			if in.Status != "done" && in.Status != "skipped" {
@@ -572,7 +572,7 @@ func (r *rig) settle(timeout time.Duration) {
 
 func (r *rig) allSettled(ctx context.Context, st store.Store) bool {
 	for _, wf := range r.names {
-		ins, err := report.Inputs(ctx, st, wf)
+		ins, err := report.AllInputs(ctx, st, wf)
 		if err != nil || len(ins) != r.items[wf] {
 			return false
 		}

@@ -215,3 +215,66 @@ SELECT 'w', 't', 'm' || g, '{}', 'consumed', g + 1, g + 1 FROM generate_series(0
 		}
 	}
 }
+
+// A page of inputs, runs or outputs (issue 44) reads its own rows from the
+// (workflow, created_at, id) index, from its position, whatever the
+// history before it; /metrics' counts and the topics view read the
+// tallies, not one row of the ledgers.
+func TestAPageReadsItsRowsAndTheCountsNone(t *testing.T) {
+	ctx := context.Background()
+	s := openOneConnection(t)
+	const history = 2000
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		for i := range history {
+			id, at := fmt.Sprintf("x%05d", i), int64(i/2) // two rows a millisecond
+			if err := tx.InputPut(kt.Input{ID: id, Workflow: "w", Key: "s:t:" + id, Kind: kt.KindInput, Title: "Order " + id, CurrentAttempt: 1, CreatedAt: at}); err != nil {
+				return err
+			}
+			if err := tx.RunPut(kt.Run{ID: id, Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: kt.StatusCommitted, CreatedAt: at}); err != nil {
+				return err
+			}
+			if err := tx.MutationInsert(kt.Mutation{ID: id, Workflow: "w", RunID: id, Tool: "http", Method: "request", Params: []byte(`{}`),
+				IdentityKey: "k" + id, IdempotencyKey: "keep-k" + id, Status: kt.MutationApplied, CreatedAt: at}); err != nil {
+				return err
+			}
+			if _, err := tx.EventPublish(&kt.Event{Workflow: "w", Topic: "t", MessageID: id, Payload: []byte(`1`), Status: kt.EventConsumed}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.ExecContext(ctx, `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	mid := &store.Pos{At: history / 4, ID: fmt.Sprintf("x%05d", history/2)}
+	for _, p := range []store.Page{{Limit: 10}, {Limit: 10, Older: mid}, {Limit: 10, Newer: mid}} {
+		for table, page := range map[string]func(tx store.Tx) (int, error){
+			"items": func(tx store.Tx) (int, error) { rows, err := tx.InputPage("w", p); return len(rows), err },
+			"runs":  func(tx store.Tx) (int, error) { rows, err := tx.RunPage("w", p); return len(rows), err },
+			"mutations": func(tx store.Tx) (int, error) {
+				rows, err := tx.MutationPage("w", p)
+				return len(rows), err
+			},
+		} {
+			var n int
+			read := readBy(t, s, table, true, func(tx store.Tx) (err error) { n, err = page(tx); return err })
+			if n != 10 || read > 12 {
+				t.Errorf("a page of %d %s %+v read %d rows or index entries of %d", n, table, p, read, history)
+			}
+		}
+	}
+	for _, table := range []string{"runs", "mutations", "events"} {
+		read := readBy(t, s, table, true, func(tx store.Tx) error {
+			if _, err := tx.Counts(); err != nil {
+				return err
+			}
+			_, err := tx.TopicCounts("w")
+			return err
+		})
+		if read != 0 {
+			t.Errorf("the counts of /metrics and the topics view read %d rows of %s", read, table)
+		}
+	}
+}

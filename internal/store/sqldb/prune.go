@@ -41,7 +41,7 @@ var pruneTables = map[store.PruneKind]pruneTable{
 // in place keeps the pages it took (SQLite: an UPDATE never merges an
 // underfull page with its neighbours, so a pruned run whose trace filled
 // a page would keep that page for good). PruneBodies then rewrites the
-// pruned rows whole (INSERT OR REPLACE: the delete merges the pages);
+// pruned rows whole (a DELETE and an INSERT: the delete merges the pages);
 // Columns lists a table's columns.
 type RowRewriter interface {
 	Columns(table string) ([]string, error)
@@ -149,9 +149,28 @@ func (t *Tx) PruneBodies(kind store.PruneKind, ids []string, now int64) (int, in
 				}
 			}
 		}
-		q := `INSERT OR REPLACE INTO ` + p.table + `(` + strings.Join(cols, ", ") + `) SELECT ` + strings.Join(exprs, ", ") + where
-		if _, err := t.r.Exec(q, append(at, args...)...); err != nil {
-			return 0, 0, fmt.Errorf("prune %s: %w", p.table, err)
+		// A copy of the pruned rows, then a DELETE and an INSERT, not INSERT
+		// OR REPLACE: a REPLACE fires the table's insert triggers but not
+		// its delete triggers, so the tallies kept by triggers (issue 44's
+		// paged reads) would count each pruned row twice.
+		for i, c := range cols {
+			exprs[i] += ` AS ` + c
+		}
+		copyOf := `temp.keep_pruned_` + p.table
+		steps := []struct {
+			q    string
+			args []any
+		}{
+			{`DROP TABLE IF EXISTS ` + copyOf, nil},
+			{`CREATE TABLE ` + copyOf + ` AS SELECT ` + strings.Join(exprs, ", ") + where, append(at, args...)},
+			{`DELETE FROM ` + p.table + ` WHERE id IN (SELECT id FROM ` + copyOf + `)`, nil},
+			{`INSERT INTO ` + p.table + `(` + strings.Join(cols, ", ") + `) SELECT ` + strings.Join(cols, ", ") + ` FROM ` + copyOf, nil},
+			{`DROP TABLE ` + copyOf, nil},
+		}
+		for _, st := range steps {
+			if _, err := t.r.Exec(st.q, st.args...); err != nil {
+				return 0, 0, fmt.Errorf("prune %s: %w", p.table, err)
+			}
 		}
 		return n, bytes, nil
 	}

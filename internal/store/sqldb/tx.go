@@ -437,33 +437,32 @@ func (t *Tx) EventList(workflow string, f store.EventFilter) ([]kt.Event, error)
 	return t.queryEvents(q+` ORDER BY id LIMIT `+limitSQL(limit), args...)
 }
 
+// TopicCounts reads the tallies (a row per topic and state), not the events.
 func (t *Tx) TopicCounts(workflow string) ([]store.TopicCount, error) {
-	rows, err := t.r.Query(`SELECT topic, status, reserved_by<>'', count(*) FROM events WHERE workflow=? GROUP BY topic, status, reserved_by<>'' ORDER BY topic`, workflow)
+	rows, err := t.r.Query(`SELECT topic, status, n FROM tallies WHERE workflow=? AND kind='event' ORDER BY topic, status`, workflow)
 	if err != nil {
 		return nil, fmt.Errorf("count events: %w", err)
 	}
 	defer rows.Close()
 	var out []store.TopicCount
 	for rows.Next() {
-		var topic string
-		var status kt.EventStatus
-		var held bool
+		var topic, state string
 		var n int
-		if err := rows.Scan(&topic, &status, &held, &n); err != nil {
+		if err := rows.Scan(&topic, &state, &n); err != nil {
 			return nil, err
 		}
 		if len(out) == 0 || out[len(out)-1].Topic != topic {
 			out = append(out, store.TopicCount{Topic: topic})
 		}
 		c := &out[len(out)-1]
-		switch {
-		case status == kt.EventPending && held:
+		switch kt.EventStatus(state) {
+		case "reserved":
 			c.Reserved += n
-		case status == kt.EventPending:
+		case kt.EventPending:
 			c.Pending += n
-		case status == kt.EventConsumed:
+		case kt.EventConsumed:
 			c.Consumed += n
-		case status == kt.EventSkipped:
+		case kt.EventSkipped:
 			c.Skipped += n
 		}
 	}
@@ -514,7 +513,11 @@ ON CONFLICT(id) DO UPDATE SET title=excluded.title, status=excluded.status, curr
 }
 
 func (t *Tx) InputList(workflow string) ([]kt.Input, error) {
-	rows, err := t.r.Query(`SELECT `+itemCols+` FROM items WHERE workflow=? ORDER BY created_at, key`, workflow)
+	return t.queryItems(`SELECT `+itemCols+` FROM items WHERE workflow=? ORDER BY created_at, key`, workflow)
+}
+
+func (t *Tx) queryItems(q string, args ...any) ([]kt.Input, error) {
+	rows, err := t.r.Query(q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -759,40 +762,16 @@ func (t *Tx) MutationsWithStatus(status kt.MutationStatus) ([]kt.Mutation, error
 	return t.queryMutations(`SELECT `+mutationCols+` FROM mutations WHERE status=? ORDER BY created_at`, status)
 }
 
-// ReconcileAttemptsSQL is how Counts sums the ledger's reconcile attempts
-// (for /metrics): by mutations_reconciled, which holds the reconciled ones.
-const ReconcileAttemptsSQL = `SELECT coalesce(sum(reconcile_attempts),0) FROM mutations WHERE reconcile_attempts > 0`
-
 func (t *Tx) Counts() (store.Counts, error) {
-	c := store.Counts{RunsByStatus: map[string]int{}, MutationsByStatus: map[string]int{}}
-	group := func(q string, into map[string]int) error {
-		rows, err := t.r.Query(q)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			var n int
-			if err := rows.Scan(&k, &n); err != nil {
-				return err
-			}
-			into[k] = n
-		}
-		return rows.Err()
-	}
-	if err := group(`SELECT status, count(*) FROM runs GROUP BY status`, c.RunsByStatus); err != nil {
+	var c store.Counts
+	var err error
+	if c.Runs, err = t.tallies("run"); err != nil {
 		return c, err
 	}
-	if err := group(`SELECT status, count(*) FROM mutations GROUP BY status`, c.MutationsByStatus); err != nil {
+	if c.Mutations, err = t.tallies("mutation"); err != nil {
 		return c, err
 	}
-	// Only reconciled mutations have attempts: the condition lets the sum
-	// read mutations_reconciled instead of every row of the ledger.
-	if err := t.r.QueryRow(ReconcileAttemptsSQL).Scan(&c.ReconcileAttempts); err != nil {
-		return c, err
-	}
-	err := t.r.QueryRow(`SELECT count(*) FROM events WHERE status='pending'`).Scan(&c.PendingEvents)
+	err = t.r.QueryRow(`SELECT coalesce(sum(n),0) FROM tallies WHERE kind='event' AND status IN ('pending','reserved')`).Scan(&c.PendingEvents)
 	return c, err
 }
 
@@ -836,8 +815,8 @@ func Strings(rows Rows) ([]string, error) {
 // compute the same (integer division of BIGINTs).
 func hourSQL(col string) string { return "(" + col + "/3600000)*3600000" }
 
-func (t *Tx) Tally(workflow string, from, to int64) (store.Tally, error) {
-	var out store.Tally
+func (t *Tx) Tally(workflow string, from, to int64) (store.HourTally, error) {
+	var out store.HourTally
 	var err error
 	// runs_workflow (workflow, created_at): the range, not the history.
 	if out.Runs, err = queryAll(t, "runs", `SELECT `+hourSQL("created_at")+`, handler, status, count(*) FROM runs WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
@@ -889,4 +868,156 @@ func queryAll[T any](t *Tx, what, q string, dest func(*T) []any, args ...any) ([
 		out = append(out, x)
 	}
 	return out, rows.Err()
+}
+
+// --- pages (issue 44) ---
+
+// PageSQL completes a newest-first page's statement from its WHERE so far:
+// the keyset condition on (created_at, id) of p's position, the order and
+// the limit. Row values compare as a tuple in SQLite and PostgreSQL alike,
+// and both walk the (workflow, created_at, id) index from the position:
+// a page costs its rows, not the history before it. asc says the rows come
+// oldest first (a previous page) and are to be reversed.
+func PageSQL(q string, args []any, p store.Page) (string, []any, bool) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	switch {
+	case p.Newer != nil:
+		return q + ` AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ` + limitSQL(limit), append(args, p.Newer.At, p.Newer.ID), true
+	case p.Older != nil:
+		q, args = q+` AND (created_at, id) < (?, ?)`, append(args, p.Older.At, p.Older.ID)
+	}
+	return q + ` ORDER BY created_at DESC, id DESC LIMIT ` + limitSQL(limit), args, false
+}
+
+// InputPageSQL is InputPage's statement. A search filters the window of
+// store.SearchWindow inputs from the position, read along the index.
+func InputPageSQL(workflow string, p store.Page) (string, []any, bool) {
+	base, args := `SELECT `+itemCols+` FROM items WHERE workflow=?`, []any{workflow}
+	if p.Search == "" {
+		return PageSQL(base, args, p)
+	}
+	window, args, asc := PageSQL(base, args, store.Page{Limit: store.SearchWindow, Older: p.Older, Newer: p.Newer})
+	// Written with LIKE on lower(): both databases have it, and a search
+	// string's own % and _ are escaped to mean themselves.
+	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(p.Search))
+	order := ` ORDER BY created_at DESC, id DESC`
+	if asc {
+		order = ` ORDER BY created_at, id`
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	return `SELECT ` + itemCols + ` FROM (` + window + `) w WHERE lower(id || ' ' || key || ' ' || external_id || ' ' || title) LIKE ? ESCAPE '\'` + order + ` LIMIT ` + limitSQL(limit),
+		append(args, "%"+esc+"%"), asc
+}
+
+// InputWindowEndSQL is InputWindowEnd's statement: along the index, the
+// window's last position (an offset within one window, never a page's).
+func InputWindowEndSQL(workflow string, p store.Page) (string, []any) {
+	q, args, _ := PageSQL(`SELECT created_at, id FROM items WHERE workflow=?`, []any{workflow}, store.Page{Limit: 1, Older: p.Older, Newer: p.Newer})
+	return q + ` OFFSET ` + strconv.Itoa(store.SearchWindow-1), args
+}
+
+func (t *Tx) InputWindowEnd(workflow string, p store.Page) (store.Pos, bool, error) {
+	q, args := InputWindowEndSQL(workflow, p)
+	var end store.Pos
+	err := t.r.QueryRow(q, args...).Scan(&end.At, &end.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return end, false, nil
+	}
+	if err != nil {
+		return end, false, fmt.Errorf("find where a search of %s's inputs goes on: %w", workflow, err)
+	}
+	return end, true, nil
+}
+
+func (t *Tx) InputPage(workflow string, p store.Page) ([]kt.Input, error) {
+	return readPage(workflow+"'s inputs", t.queryItems)(InputPageSQL(workflow, p))
+}
+
+// runPageCols are runCols without the trace: a list shows none, and a
+// run's trace may be long.
+var runPageCols = strings.Replace(runCols, " trace,", " NULL AS trace,", 1)
+
+// RunPageSQL is RunPage's statement.
+func RunPageSQL(workflow string, p store.Page) (string, []any, bool) {
+	return PageSQL(`SELECT `+runPageCols+` FROM runs WHERE workflow=?`, []any{workflow}, p)
+}
+
+func (t *Tx) RunPage(workflow string, p store.Page) ([]kt.Run, error) {
+	return readPage(workflow+"'s runs", t.queryRuns)(RunPageSQL(workflow, p))
+}
+
+// readPage runs a page's statement with query and puts its rows newest
+// first.
+func readPage[T any](what string, query func(string, ...any) ([]T, error)) func(string, []any, bool) ([]T, error) {
+	return func(q string, args []any, asc bool) ([]T, error) {
+		rows, err := query(q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("list a page of %s: %w", what, err)
+		}
+		if asc {
+			slices.Reverse(rows)
+		}
+		return rows, nil
+	}
+}
+
+// MutationPageSQL is MutationPage's statement.
+func MutationPageSQL(workflow string, p store.Page) (string, []any, bool) {
+	return PageSQL(`SELECT `+mutationCols+` FROM mutations WHERE workflow=?`, []any{workflow}, p)
+}
+
+func (t *Tx) MutationPage(workflow string, p store.Page) ([]kt.Mutation, error) {
+	return readPage(workflow+"'s outputs", t.queryMutations)(MutationPageSQL(workflow, p))
+}
+
+// TalliesSQL reads what the tallies hold of one kind, by workflow and
+// status (the primary key's order; no row of the ledger is read).
+const TalliesSQL = `SELECT workflow, status, n FROM tallies WHERE kind=? AND n<>0 ORDER BY workflow, status`
+
+func (t *Tx) tallies(kind string) ([]store.Tally, error) {
+	rows, err := t.r.Query(TalliesSQL, kind)
+	if err != nil {
+		return nil, fmt.Errorf("read the tallies of %ss: %w", kind, err)
+	}
+	defer rows.Close()
+	var out []store.Tally
+	for rows.Next() {
+		var x store.Tally
+		if err := rows.Scan(&x.Workflow, &x.Status, &x.N); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) WorkflowTotals(workflow string) (store.Totals, error) {
+	rows, err := t.r.Query(`SELECT kind, sum(n) FROM tallies WHERE workflow=? AND kind IN ('input','run','mutation') GROUP BY kind`, workflow)
+	if err != nil {
+		return store.Totals{}, fmt.Errorf("count %s's inputs, runs and outputs: %w", workflow, err)
+	}
+	defer rows.Close()
+	var tt store.Totals
+	for rows.Next() {
+		var kind string
+		var n int
+		if err := rows.Scan(&kind, &n); err != nil {
+			return tt, err
+		}
+		switch kind {
+		case "input":
+			tt.Inputs = n
+		case "run":
+			tt.Runs = n
+		case "mutation":
+			tt.Mutations = n
+		}
+	}
+	return tt, rows.Err()
 }

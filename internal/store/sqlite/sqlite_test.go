@@ -277,11 +277,12 @@ func TestPublishInsertsWithoutReading(t *testing.T) {
 	}
 }
 
-// TestTheReconcileSumReadsOnlyReconciledMutations asks SQLite how it runs
-// the sum of reconcile attempts that every /metrics scrape makes: by
-// mutations_reconciled, never by a scan of the ledger's rows (payloads and
-// results with them), which it was until migration 023.
-func TestTheReconcileSumReadsOnlyReconciledMutations(t *testing.T) {
+// TestThePagesAndTalliesReadByTheirIndexes asks SQLite how it runs each
+// page of inputs, runs and outputs (the newest, the next, the previous)
+// and the tallies /metrics reads (issue 44): by the (workflow, created_at,
+// id) indexes from the page's position, with no sort of the workflow's
+// rows and no scan of the history.
+func TestThePagesAndTalliesReadByTheirIndexes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keep.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -293,24 +294,46 @@ func TestTheReconcileSumReadsOnlyReconciledMutations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query("EXPLAIN QUERY PLAN " + sqldb.ReconcileAttemptsSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, notUsed int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+	plan := func(q string, args ...any) string {
+		rows, err := db.Query("EXPLAIN QUERY PLAN "+q, args...)
+		if err != nil {
 			t.Fatal(err)
 		}
-		plan = append(plan, detail)
+		defer rows.Close()
+		var plan []string
+		for rows.Next() {
+			var id, parent, notUsed int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(plan, "; ")
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	pos := &store.Pos{At: 5, ID: "x"}
+	for _, p := range []store.Page{{}, {Older: pos}, {Newer: pos}, {Search: "order", Older: pos}} {
+		for index, page := range map[string]func(string, store.Page) (string, []any, bool){"items_page": sqldb.InputPageSQL, "runs_page": sqldb.RunPageSQL, "mutations_page": sqldb.MutationPageSQL} {
+			q, args, _ := page("w", p)
+			got := plan(q, args...)
+			if !strings.Contains(got, "USING INDEX "+index+" (workflow=?") || strings.Contains(got, "TEMP B-TREE") {
+				t.Errorf("the page %+v by %s runs as %q: want it along %s from its position, unsorted", p, index, got, index)
+			}
+			if p.Older != nil && !strings.Contains(got, "(created_at,id)<(?,?)") || p.Newer != nil && !strings.Contains(got, "(created_at,id)>(?,?)") {
+				t.Errorf("the page %+v by %s runs as %q: want the index searched from the position, not read from its start", p, index, got)
+			}
+		}
 	}
-	if got := strings.Join(plan, "; "); !strings.Contains(got, "INDEX mutations_reconciled") {
-		t.Errorf("the sum of reconcile attempts runs as %q: want it by mutations_reconciled", got)
+	for _, p := range []store.Page{{}, {Older: pos}, {Newer: pos}} {
+		q, args := sqldb.InputWindowEndSQL("w", p)
+		if got := plan(q, args...); !strings.Contains(got, "USING COVERING INDEX items_page (workflow=?") || strings.Contains(got, "TEMP B-TREE") {
+			t.Errorf("the end of a search's window %+v runs as %q: want it along items_page alone", p, got)
+		}
+	}
+	if got := plan(sqldb.TalliesSQL, "run"); !strings.Contains(got, "tallies") || strings.Contains(got, "runs") {
+		t.Errorf("the tallies are read as %q", got)
 	}
 }

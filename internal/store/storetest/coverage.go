@@ -208,7 +208,7 @@ func (r recordingTx) EventList(workflow string, f store.EventFilter) ([]kt.Event
 	return r.tx.EventList(workflow, f)
 }
 
-func (r recordingTx) Tally(workflow string, from, to int64) (store.Tally, error) {
+func (r recordingTx) Tally(workflow string, from, to int64) (store.HourTally, error) {
 	r.c.note("Tally")
 	return r.tx.Tally(workflow, from, to)
 }
@@ -516,4 +516,29 @@ func (r recordingTx) PruneBodies(kind store.PruneKind, ids []string, now int64) 
 func (r recordingTx) RunIDsNewest(workflow string, version int64, status kt.Status, limit int) ([]string, error) {
 	r.c.note("RunIDsNewest")
 	return r.tx.RunIDsNewest(workflow, version, status, limit)
+}
+
+func (r recordingTx) InputPage(workflow string, p store.Page) ([]kt.Input, error) {
+	r.c.note("InputPage")
+	return r.tx.InputPage(workflow, p)
+}
+
+func (r recordingTx) RunPage(workflow string, p store.Page) ([]kt.Run, error) {
+	r.c.note("RunPage")
+	return r.tx.RunPage(workflow, p)
+}
+
+func (r recordingTx) MutationPage(workflow string, p store.Page) ([]kt.Mutation, error) {
+	r.c.note("MutationPage")
+	return r.tx.MutationPage(workflow, p)
+}
+
+func (r recordingTx) WorkflowTotals(workflow string) (store.Totals, error) {
+	r.c.note("WorkflowTotals")
+	return r.tx.WorkflowTotals(workflow)
+}
+
+func (r recordingTx) InputWindowEnd(workflow string, p store.Page) (store.Pos, bool, error) {
+	r.c.note("InputWindowEnd")
+	return r.tx.InputWindowEnd(workflow, p)
 }

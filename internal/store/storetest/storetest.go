@@ -39,6 +39,7 @@ func Exercise(t *testing.T, open func(t *testing.T) store.Store) {
 	exerciseDeliveries(run)
 	exercisePrune(run)
 	exerciseTally(run)
+	exercisePages(run)
 }
 
 // runCase runs one case of the suite on a fresh store. Each area's file

@@ -68,7 +68,7 @@ func exerciseTally(run runCase) {
 			if err != nil {
 				return err
 			}
-			want := store.Tally{
+			want := store.HourTally{
 				Runs: []store.RunTally{{Hour: base, Handler: "c", Status: kt.StatusCommitted, N: 2}, {Hour: base + h, Handler: "p", Status: kt.StatusFailedLogic, N: 1},
 					{Hour: base + 2*h, Handler: "c", Status: kt.StatusTransient, N: 1}, {Hour: base + 2*h, Handler: "c", Status: kt.StatusRetried, N: 1}, {Hour: base + 2*h, Handler: "c", Status: kt.StatusSkipped, N: 1}},
 				Writes:  []store.WriteTally{{Hour: base, Tool: "http", Method: "request", Status: kt.MutationApplied, N: 2}, {Hour: base + h, Tool: "http", Method: "request", Status: kt.MutationIndeterminate, N: 1}},
