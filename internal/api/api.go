@@ -183,21 +183,19 @@ func fail(w http.ResponseWriter, err error) {
 	case errors.As(err, &na):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="keep"`)
 		Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are ("+string(na.Action)+"): keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, kt.ErrNotFound):
 		Error(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, engine.ErrBadInput):
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, engine.ErrNeedsConsent):
 		Error(w, http.StatusConflict, "needs_consent", err.Error())
-	case errors.As(err, &ae):
+	case errors.Is(err, kt.ErrConflict) && errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
 	case errors.As(err, &ve):
 		body := apitype.ErrorBody{Code: "invalid_script", Message: ve.Error(), Problems: ve.Problems}
 		JSON(w, http.StatusUnprocessableEntity, apitype.ErrorReply{Error: body})
 	case errors.As(err, &se):
 		Error(w, http.StatusUnprocessableEntity, "invalid_script", se.Error())
-	case errors.Is(err, kt.ErrNotFound):
-		Error(w, http.StatusNotFound, "not_found", err.Error())
 	case kt.IsDamaged(err):
 		// keep's stored state failed its check (issue 44): the message
 		// names the row and what to restore.
@@ -339,12 +337,12 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	verb := kt.Action(r.PathValue("verb"))
-	if verb != kt.ActPause && verb != kt.ActResume && verb != kt.ActRunNow {
-		fail(w, &engine.ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), Code: engine.CodeUnknownAction})
+	act, err := engine.ActionOf(engine.OnWorkflow, r.PathValue("verb"))
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: verb, Workflow: wf})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf})
 	if err != nil {
 		fail(w, err)
 		return
@@ -587,14 +585,11 @@ func (s *Server) repairs(w http.ResponseWriter, r *http.Request) {
 
 // decideRepair approves or rejects a repair the Maintainer held.
 func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
-	wf, verb := r.PathValue("wf"), r.PathValue("verb")
-	if verb != "approve" && verb != "reject" {
-		Error(w, http.StatusBadRequest, "bad_request", "a repair is approved or rejected: POST …/repairs/ID/approve or …/reject")
+	wf := r.PathValue("wf")
+	act, err := engine.ActionOf(engine.OnRepair, r.PathValue("verb"))
+	if err != nil {
+		fail(w, err)
 		return
-	}
-	act := kt.ActApproveRepair
-	if verb == "reject" {
-		act = kt.ActRejectRepair
 	}
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
 	s.actionReply(w, wf, rep.Message, err)
@@ -753,20 +748,19 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	switch kt.Resolution(req.Action) {
-	case kt.ResolveTryAgain, kt.ResolveDidntHappen, kt.ResolveSkip, kt.ResolveReprocess:
-	default:
-		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("action %q: use try-again, didnt-happen, skip or reprocess", req.Action))
+	act, err := engine.ActionOf(engine.OnRun, req.Action)
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	s.act(w, r, kt.Resolution(req.Action))
+	s.act(w, r, act)
 }
 
-func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, kt.ResolveApprove) }
+func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, kt.ActApprove) }
 
-func (s *Server) act(w http.ResponseWriter, r *http.Request, what kt.Resolution) {
+func (s *Server) act(w http.ResponseWriter, r *http.Request, what kt.Action) {
 	id := r.PathValue("id")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.Action(what), Run: id})
+	rep, err := s.control().Do(r.Context(), engine.Request{Action: what, Run: id})
 	if err != nil {
 		fail(w, err)
 		return
@@ -786,9 +780,9 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
-	act := map[string]kt.Action{"skip": kt.ActSkipItem, "reprocess": kt.ActReprocessItem}[verb]
-	if act == "" {
-		fail(w, &engine.ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), Code: engine.CodeUnknownAction})
+	act, err := engine.ActionOf(engine.OnItem, verb)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Item: ref})

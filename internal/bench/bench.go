@@ -415,7 +415,8 @@ func latency(ctx context.Context, dir string, m int) (p50, p99 float64, err erro
 	var lat []float64
 	for i := 0; i < m; i++ {
 		if i > 0 {
-			if _, err := engine.RunNow(ctx, k.Store, "latency", time.Now()); err != nil {
+			ctrl := &engine.Control{Store: k.Store}
+			if _, err := ctrl.Do(ctx, engine.Request{Action: kt.ActRunNow, Workflow: "latency"}); err != nil {
 				return 0, 0, err
 			}
 		}

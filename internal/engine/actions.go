@@ -14,11 +14,12 @@ import (
 )
 
 // ActionError is a person's action that does not apply; the message says
-// why and what to do. Its Code tells the kinds apart for errors.Is, as DBOS
-// codes its errors: errors.Is(err, ErrNotFound) for an unknown workflow,
-// run or item (an unknown action is one too), ErrUnknownAction for a verb
-// that is no action at all (a bad route), ErrNotApplicable for an action
-// that does not fit the current state.
+// why and what to do. It is of keep's one coded error family: its Code
+// tells the kinds apart, and errors.Is(err, kt.ErrNotFound) holds for an
+// unknown workflow, run, item or action (ErrUnknownAction: a verb that is
+// no action at all, a bad route), errors.Is(err, kt.ErrConflict) for an
+// action that does not fit the current state (and one that waits for
+// consent) — the same sentinels the store's reads answer with.
 type ActionError struct {
 	Msg  string
 	Code ActionCode
@@ -28,22 +29,25 @@ type ActionError struct {
 type ActionCode int
 
 const (
+	// CodeNotApplicable: the action does not fit the current state (a
+	// kt.ErrConflict).
 	CodeNotApplicable ActionCode = iota
+	// CodeNotFound: what it acts on does not exist (a kt.ErrNotFound).
 	CodeNotFound
+	// CodeUnknownAction: no action of that name (a kt.ErrNotFound).
 	CodeUnknownAction
 	// CodeBadInput: what the request carries is not valid (a missing id,
 	// a payload that is not JSON or over its bound).
 	CodeBadInput
 	// CodeNeedsConsent: a major version that leaves work behind (other
 	// item, message or input ids: orphans) waits for the person's yes
-	// (--accept-orphans; ch 12 §12.6).
+	// (--accept-orphans; ch 12 §12.6); a kt.ErrConflict.
 	CodeNeedsConsent
 )
 
-// The kinds of ActionError, for errors.Is.
+// The kinds of ActionError finer than kt.ErrNotFound and kt.ErrConflict,
+// for errors.Is.
 var (
-	ErrNotApplicable = &ActionError{Code: CodeNotApplicable}
-	ErrNotFound      = &ActionError{Code: CodeNotFound}
 	ErrUnknownAction = &ActionError{Code: CodeUnknownAction}
 	ErrBadInput      = &ActionError{Code: CodeBadInput}
 	ErrNeedsConsent  = &ActionError{Code: CodeNeedsConsent}
@@ -51,10 +55,17 @@ var (
 
 func (e *ActionError) Error() string { return e.Msg }
 
-// Is matches the sentinel of e's kind; an unknown action is also not found.
+// Is matches kt.ErrNotFound or kt.ErrConflict by e's kind, and the
+// sentinel of e's own kind.
 func (e *ActionError) Is(target error) bool {
+	switch target {
+	case kt.ErrNotFound:
+		return e.Code == CodeNotFound || e.Code == CodeUnknownAction
+	case kt.ErrConflict:
+		return e.Code == CodeNotApplicable || e.Code == CodeNeedsConsent
+	}
 	t, ok := target.(*ActionError)
-	return ok && (t.Code == e.Code || t.Code == CodeNotFound && e.Code == CodeUnknownAction)
+	return ok && t.Code == e.Code
 }
 
 func refuse(format string, args ...any) error { return &ActionError{Msg: fmt.Sprintf(format, args...)} }
@@ -92,11 +103,11 @@ func logDecision(ctx context.Context, tx store.Tx, d kt.Decision) error {
 	return tx.DecisionAdd(d)
 }
 
-// Resolve records a person's decision on a blocked run in one transaction.
+// resolveRun records a person's decision on a blocked run in one transaction.
 // It works with or without a running engine: the engine (keep serve or
 // keep run) carries the decision out at its next step. Concurrent decisions
 // on one run are serialized by the store; the second one is refused.
-func Resolve(ctx context.Context, st store.Store, runID string, what kt.Resolution, now time.Time) (string, error) {
+func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resolution, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		d, err := openDecision(tx, runID, now)
@@ -526,8 +537,8 @@ func unpause(tx store.Tx, wf string, now int64) error {
 	return tx.WorkflowPut(w)
 }
 
-// Pause stops scheduling a workflow; a running run finishes its step.
-func Pause(ctx context.Context, st store.Store, wf string, now time.Time) error {
+// pauseWorkflow stops scheduling a workflow; a running run finishes its step.
+func pauseWorkflow(ctx context.Context, st store.Store, wf string, now time.Time) error {
 	return st.Update(ctx, func(tx store.Tx) error {
 		w, err := workflow(tx, wf)
 		if err != nil {
@@ -544,8 +555,8 @@ func Pause(ctx context.Context, st store.Store, wf string, now time.Time) error 
 	})
 }
 
-// Resume lets a paused workflow run again; a run that failed with an internal error is retried.
-func Resume(ctx context.Context, st store.Store, wf string, now time.Time) error {
+// resumeWorkflow lets a paused workflow run again; a run that failed with an internal error is retried.
+func resumeWorkflow(ctx context.Context, st store.Store, wf string, now time.Time) error {
 	return st.Update(ctx, func(tx store.Tx) error {
 		w, err := workflow(tx, wf)
 		if err != nil {
@@ -569,8 +580,8 @@ func Resume(ctx context.Context, st store.Store, wf string, now time.Time) error
 	})
 }
 
-// RunNow queues every producer of a workflow; refused while a run is blocked.
-func RunNow(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
+// runNow queues every producer of a workflow; refused while a run is blocked.
+func runNow(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
 	n := 0
 	err := st.Update(ctx, func(tx store.Tx) error {
 		if _, err := workflow(tx, wf); err != nil {
@@ -631,36 +642,4 @@ func workflow(tx store.Tx, name string) (kt.Workflow, error) {
 		return w, missing("there is no workflow %q (see `keep status`)", name)
 	}
 	return w, err
-}
-
-// WorkflowAction carries out pause, resume or run-now — the one place,
-// behind Control and the API, that the CLI and the page reach — and says
-// what it did.
-func WorkflowAction(ctx context.Context, st store.Store, wf, verb string, now time.Time) (msg string, queued int, err error) {
-	switch verb {
-	case "pause":
-		msg, err = wf+" paused", Pause(ctx, st, wf, now)
-	case "resume":
-		msg, err = wf+" resumed", Resume(ctx, st, wf, now)
-	case "run-now":
-		queued, err = RunNow(ctx, st, wf, now)
-		msg = fmt.Sprintf("%s of %s queued", kt.Count(queued, "producer"), wf)
-	default:
-		return "", 0, &ActionError{Msg: fmt.Sprintf("no workflow action %q (pause, resume, run-now)", verb), Code: CodeUnknownAction}
-	}
-	if err != nil {
-		return "", 0, err
-	}
-	return msg, queued, nil
-}
-
-// ItemAction carries out skip or reprocess on an item.
-func ItemAction(ctx context.Context, st store.Store, ref ItemRef, verb string, now time.Time) (string, error) {
-	switch verb {
-	case "skip":
-		return SkipItem(ctx, st, ref, now)
-	case "reprocess":
-		return ReprocessItem(ctx, st, ref, now)
-	}
-	return "", &ActionError{Msg: fmt.Sprintf("no item action %q (skip, reprocess)", verb), Code: CodeUnknownAction}
 }

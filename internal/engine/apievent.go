@@ -40,11 +40,11 @@ type Posted struct {
 	Message string
 }
 
-// PostEvent registers an input (source api, type the topic) and publishes
+// postEvent registers an input (source api, type the topic) and publishes
 // its one event, in one transaction: both exist or neither. Posting the
 // same id again to the same topic finds the input and writes nothing. Only
 // a topic the active version declares { from: "api" } takes events.
-func PostEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
+func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
 	if err := ev.check(); err != nil {
 		return Posted{}, err
 	}

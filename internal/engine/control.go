@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/clock"
@@ -68,10 +69,151 @@ func (c *Control) MayAct(ctx context.Context, act kt.Action) error {
 	return &NotAllowedError{Action: act}
 }
 
-// Actions lists every action Control carries out, in the order above.
+// Actions lists every action Control carries out, in the table's order.
 func Actions() []kt.Action {
-	return []kt.Action{kt.ActTryAgain, kt.ActDidntHappen, kt.ActSkip, kt.ActReprocess, kt.ActApprove, kt.ActPause, kt.ActResume, kt.ActRunNow,
-		kt.ActGrant, kt.ActRevoke, kt.ActSkipPending, kt.ActResetState, kt.ActSkipItem, kt.ActReprocessItem, kt.ActApproveRepair, kt.ActRejectRepair, kt.ActPublish, kt.ActTakeHeld, kt.ActDropHeld}
+	out := make([]kt.Action, len(table))
+	for i, a := range table {
+		out[i] = a.act
+	}
+	return out
+}
+
+// Target is what an action acts on: the noun of its route, under which
+// its verb names it (POST /api/v1/workflows/{wf}/pause, …/items/{ref}/skip).
+type Target string
+
+const (
+	OnRun      Target = "run"
+	OnWorkflow Target = "workflow"
+	OnTopic    Target = "topic"
+	OnHandler  Target = "handler"
+	OnItem     Target = "item"
+	OnRepair   Target = "repair"
+	OnHeld     Target = "held delivery"
+)
+
+// action is one row of the table: the action, what it acts on, its verb
+// under that noun, and what carries it out. A row's do fills the
+// Reply's Message (and its Workflow when the request names none).
+type action struct {
+	act  kt.Action
+	on   Target
+	verb string
+	do   func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error)
+}
+
+// table is every person's action, the one list: Control.Do dispatches
+// through it, the API maps a route's verb to its action through it
+// (ActionOf), and mayAct's rows are its keys.
+var table = []action{
+	{kt.ActTryAgain, OnRun, "try-again", doResolve},
+	{kt.ActDidntHappen, OnRun, "didnt-happen", doResolve},
+	{kt.ActSkip, OnRun, "skip", doResolve},
+	{kt.ActReprocess, OnRun, "reprocess", doResolve},
+	{kt.ActApprove, OnRun, "approve", doResolve},
+	{kt.ActPause, OnWorkflow, "pause", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return Reply{Message: q.Workflow + " paused"}, pauseWorkflow(ctx, c.Store, q.Workflow, now)
+	}},
+	{kt.ActResume, OnWorkflow, "resume", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return Reply{Message: q.Workflow + " resumed"}, resumeWorkflow(ctx, c.Store, q.Workflow, now)
+	}},
+	{kt.ActRunNow, OnWorkflow, "run-now", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		n, err := runNow(ctx, c.Store, q.Workflow, now)
+		return Reply{Queued: n, Message: fmt.Sprintf("%s of %s queued", kt.Count(n, "producer"), q.Workflow)}, err
+	}},
+	{kt.ActGrant, OnWorkflow, "grant", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return message(grantAction(ctx, c.Store, q.Workflow, q.Items, now))
+	}},
+	{kt.ActRevoke, OnWorkflow, "revoke", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return message(revokeGrants(ctx, c.Store, q.Workflow, q.Items, now))
+	}},
+	{kt.ActSkipPending, OnTopic, "skip-pending", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return message(skipPending(ctx, c.Store, q.Workflow, q.Topic, now))
+	}},
+	{kt.ActResetState, OnHandler, "reset-state", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return message(resetState(ctx, c.Store, q.Workflow, q.Handler, now))
+	}},
+	{kt.ActSkipItem, OnItem, "skip", doItem(skipItem)},
+	{kt.ActReprocessItem, OnItem, "reprocess", doItem(reprocessItem)},
+	{kt.ActApproveRepair, OnRepair, "approve", doRepair(true)},
+	{kt.ActRejectRepair, OnRepair, "reject", doRepair(false)},
+	{kt.ActPublish, OnTopic, "publish", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		ev := q.Event
+		ev.Workflow, ev.Topic = q.Workflow, q.Topic
+		p, err := postEvent(ctx, c.Store, ev, now)
+		return Reply{Posted: p, Message: p.Message}, err
+	}},
+	{kt.ActTakeHeld, OnHeld, "take-held", doHeld(true)},
+	{kt.ActDropHeld, OnHeld, "drop-held", doHeld(false)},
+}
+
+// byAction is table by action.
+var byAction = func() map[kt.Action]action {
+	m := make(map[kt.Action]action, len(table))
+	for _, a := range table {
+		m[a.act] = a
+	}
+	return m
+}()
+
+// ActionOf is the action a route's verb names under its noun (on): the
+// one place a verb becomes an action. A verb that names none is refused
+// with ErrUnknownAction (a not-found: the API answers 404), naming the
+// verbs there are.
+func ActionOf(on Target, verb string) (kt.Action, error) {
+	var verbs []string
+	for _, a := range table {
+		if a.on != on {
+			continue
+		}
+		if a.verb == verb {
+			return a.act, nil
+		}
+		verbs = append(verbs, a.verb)
+	}
+	return "", &ActionError{Msg: fmt.Sprintf("no %s action %q (%s)", on, verb, strings.Join(verbs, ", ")), Code: CodeUnknownAction}
+}
+
+func message(msg string, err error) (Reply, error) { return Reply{Message: msg}, err }
+
+func doResolve(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+	msg, err := resolveRun(ctx, c.Store, q.Run, kt.Resolution(q.Action), now)
+	if err != nil || q.Workflow != "" {
+		return Reply{Message: msg}, err
+	}
+	wf, err := c.workflowOfRun(ctx, q.Run)
+	return Reply{Message: msg, Workflow: wf}, err
+}
+
+func doItem(act func(context.Context, store.Store, ItemRef, time.Time) (string, error)) func(*Control, context.Context, Request, time.Time) (Reply, error) {
+	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		msg, err := act(ctx, c.Store, ItemRef{Workflow: q.Workflow, Ref: q.Item}, now)
+		if err != nil || q.Workflow != "" {
+			return Reply{Message: msg}, err
+		}
+		rep := Reply{Message: msg}
+		err = c.Store.View(ctx, func(tx store.Tx) error {
+			it, err := FindItem(tx, "", q.Item)
+			rep.Workflow = it.Workflow
+			return err
+		})
+		return rep, err
+	}
+}
+
+func doRepair(approve bool) func(*Control, context.Context, Request, time.Time) (Reply, error) {
+	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		if c.DecideRepair == nil {
+			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}
+		}
+		return message(c.DecideRepair(ctx, q.Workflow, q.Repair, approve, now))
+	}
+}
+
+func doHeld(take bool) func(*Control, context.Context, Request, time.Time) (Reply, error) {
+	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		return message(heldAction(ctx, c.Store, q.Workflow, q.Deliveries, take, now))
+	}
 }
 
 // Request names an action and what it acts on: Run for the run actions,
@@ -106,65 +248,28 @@ type Control struct {
 	Now func() time.Time
 }
 
-// Do carries out one action.
+// Do carries out one action: its row of the table, once the actor of
+// ctx may (MayAct). An action not in the table is refused with
+// ErrUnknownAction.
 func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
+	a, known := byAction[q.Action]
+	if !known {
+		return Reply{}, &ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: CodeUnknownAction}
+	}
+	if err := c.MayAct(ctx, q.Action); err != nil {
+		return Reply{}, err
+	}
 	now := clock.Now()
 	if c.Now != nil {
 		now = c.Now()
 	}
-	if _, known := mayAct[q.Action]; known && q.Action != kt.ActDeploy {
-		if err := c.MayAct(ctx, q.Action); err != nil {
-			return Reply{}, err
-		}
-	}
-	var msg string
-	var err error
-	rep := Reply{Workflow: q.Workflow}
-	switch q.Action {
-	case kt.ActTryAgain, kt.ActDidntHappen, kt.ActSkip, kt.ActReprocess, kt.ActApprove:
-		msg, err = Resolve(ctx, c.Store, q.Run, kt.Resolution(q.Action), now)
-		if err == nil && rep.Workflow == "" {
-			rep.Workflow, err = c.workflowOfRun(ctx, q.Run)
-		}
-	case kt.ActPause, kt.ActResume, kt.ActRunNow:
-		msg, rep.Queued, err = WorkflowAction(ctx, c.Store, q.Workflow, string(q.Action), now)
-	case kt.ActGrant:
-		msg, err = GrantAction(ctx, c.Store, q.Workflow, q.Items, now)
-	case kt.ActRevoke:
-		msg, err = Revoke(ctx, c.Store, q.Workflow, q.Items, now)
-	case kt.ActSkipPending:
-		msg, err = SkipPending(ctx, c.Store, q.Workflow, q.Topic, now)
-	case kt.ActResetState:
-		msg, err = ResetState(ctx, c.Store, q.Workflow, q.Handler, now)
-	case kt.ActSkipItem, kt.ActReprocessItem:
-		verb := map[kt.Action]string{kt.ActSkipItem: "skip", kt.ActReprocessItem: "reprocess"}[q.Action]
-		msg, err = ItemAction(ctx, c.Store, ItemRef{Workflow: q.Workflow, Ref: q.Item}, verb, now)
-		if err == nil && rep.Workflow == "" {
-			err = c.Store.View(ctx, func(tx store.Tx) error {
-				it, err := FindItem(tx, "", q.Item)
-				rep.Workflow = it.Workflow
-				return err
-			})
-		}
-	case kt.ActPublish:
-		ev := q.Event
-		ev.Workflow, ev.Topic = q.Workflow, q.Topic
-		rep.Posted, err = PostEvent(ctx, c.Store, ev, now)
-		msg = rep.Posted.Message
-	case kt.ActTakeHeld, kt.ActDropHeld:
-		msg, err = HeldAction(ctx, c.Store, q.Workflow, q.Deliveries, q.Action == kt.ActTakeHeld, now)
-	case kt.ActApproveRepair, kt.ActRejectRepair:
-		if c.DecideRepair == nil {
-			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}
-		}
-		msg, err = c.DecideRepair(ctx, q.Workflow, q.Repair, q.Action == kt.ActApproveRepair, now)
-	default:
-		return Reply{}, &ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: CodeUnknownAction}
-	}
+	rep, err := a.do(c, ctx, q, now)
 	if err != nil {
 		return Reply{}, err
 	}
-	rep.Message = msg
+	if rep.Workflow == "" {
+		rep.Workflow = q.Workflow
+	}
 	return rep, nil
 }
 

@@ -12,3 +12,20 @@ import (
 func DeployUnchecked(ctx context.Context, e *Engine, file, source string) (kt.DeployResult, error) {
 	return e.DeployWith(ctx, file, source, DeployOptions{Grant: true, grantBySystem: true, unchecked: true})
 }
+
+// The action functions Control dispatches to, for the engine's own tests
+// that call one directly; every other package goes through Control.Do.
+var (
+	Resolve       = resolveRun
+	Pause         = pauseWorkflow
+	Resume        = resumeWorkflow
+	RunNow        = runNow
+	GrantAction   = grantAction
+	Revoke        = revokeGrants
+	SkipPending   = skipPending
+	ResetState    = resetState
+	SkipItem      = skipItem
+	ReprocessItem = reprocessItem
+	PostEvent     = postEvent
+	HeldAction    = heldAction
+)

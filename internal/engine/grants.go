@@ -303,16 +303,16 @@ func grantThen(ctx context.Context, st store.Store, workflow string, now time.Ti
 	if err != nil || blocked == "" {
 		return granted, err
 	}
-	if _, err := Resolve(ctx, st, blocked, kt.ResolveTryAgain, now); err != nil && !IsRefusal(err) {
+	if _, err := resolveRun(ctx, st, blocked, kt.ResolveTryAgain, now); err != nil && !IsRefusal(err) {
 		return granted, err
 	}
 	return granted, nil
 }
 
-// Revoke takes grants back: a call they allowed is refused from its next
+// revokeGrants takes grants back: a call they allowed is refused from its next
 // call on (a run under way keeps what it read already). Each revoke is in
 // the decision log.
-func Revoke(ctx context.Context, st store.Store, workflow string, items []string, now time.Time) (string, error) {
+func revokeGrants(ctx context.Context, st store.Store, workflow string, items []string, now time.Time) (string, error) {
 	if len(items) == 0 {
 		return "", &ActionError{Msg: "name the grants to revoke: keep grant " + workflow + " --revoke 'http.request POST api.example.com'"}
 	}
@@ -391,10 +391,10 @@ func (x *runExec) granted(item string) (bool, error) {
 	return grantedIn(x.grants, item), nil
 }
 
-// GrantAction is Grant as people ask for it, what it did in a sentence:
+// grantAction is Grant as people ask for it, what it did in a sentence:
 // without items, what the version uses and its run was refused (keep
 // grant WF); with items, exactly those (the card's Grant).
-func GrantAction(ctx context.Context, st store.Store, workflow string, items []string, now time.Time) (string, error) {
+func grantAction(ctx context.Context, st store.Store, workflow string, items []string, now time.Time) (string, error) {
 	if len(items) == 0 {
 		granted, err := Grant(ctx, st, workflow, now)
 		if err != nil || len(granted) == 0 {

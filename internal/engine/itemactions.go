@@ -87,8 +87,8 @@ type ItemRef struct {
 	Ref      string
 }
 
-// SkipItem carries out `keep skip ITEM` (SPEC §8.2, ch 12 §12.7).
-func SkipItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
+// skipItem carries out `keep skip ITEM` (SPEC §8.2, ch 12 §12.7).
+func skipItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
 	ms := now.UnixMilli()
 	return itemUpdate(ctx, st, ref, kt.Decision{Action: "skip-item", At: ms}, func(tx store.Tx, it kt.Input) (string, error) {
 		if it.Kind == kt.KindTask {
@@ -229,10 +229,10 @@ func closeBlockedHolders(tx store.Tx, it kt.Input, evs []kt.Event, ms int64) ([]
 	return closed, nil
 }
 
-// ReprocessItem starts a new attempt of an item (ch 12 §12.5, SPEC §8.2).
+// reprocessItem starts a new attempt of an item (ch 12 §12.5, SPEC §8.2).
 // The old attempt's runs and mutations stay; the new attempt's mutations
 // have new identities, so they really run.
-func ReprocessItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
+func reprocessItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (string, error) {
 	ms := now.UnixMilli()
 	return itemUpdate(ctx, st, ref, kt.Decision{Action: "reprocess", At: ms}, func(tx store.Tx, it kt.Input) (string, error) {
 		return reprocess(tx, it, ms)

@@ -277,12 +277,13 @@ func TestWorkflowActionsAreLogged(t *testing.T) {
 	wf := e.deploy(hookScript("", ""))
 	e.settle()
 	ctx := engine.WithActor(e.ctx(), "carol")
-	for _, verb := range []string{"pause", "resume", "run-now"} {
-		if _, _, err := engine.WorkflowAction(ctx, e.k.Store, wf, verb, nowT()); err != nil {
-			t.Fatalf("%s: %v", verb, err)
+	ctrl := &engine.Control{Store: e.k.Store, Now: nowT}
+	for _, act := range []kt.Action{kt.ActPause, kt.ActResume, kt.ActRunNow} {
+		if _, err := ctrl.Do(ctx, engine.Request{Action: act, Workflow: wf}); err != nil {
+			t.Fatalf("%s: %v", act, err)
 		}
 	}
-	if _, _, err := engine.WorkflowAction(ctx, e.k.Store, wf, "resume", nowT()); err == nil {
+	if _, err := ctrl.Do(ctx, engine.Request{Action: kt.ActResume, Workflow: wf}); err == nil {
 		t.Fatal("resume of a running workflow was accepted")
 	}
 	var ds []kt.Decision

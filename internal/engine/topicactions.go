@@ -14,11 +14,11 @@ import (
 // Chapter 06's controls of a workflow's topics and producers, each one
 // transaction with its entry in the decision log.
 
-// ResetState forgets what a producer (or task) returned last time: its next
+// resetState forgets what a producer (or task) returned last time: its next
 // run starts from scratch. What it registers again is the same input (keys
 // are stable) and what it publishes again keeps its event's status (last
 // write wins), so nothing already done is done twice.
-func ResetState(ctx context.Context, st store.Store, wf, handler string, now time.Time) (string, error) {
+func resetState(ctx context.Context, st store.Store, wf, handler string, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		if _, err := workflow(tx, wf); err != nil {
@@ -49,10 +49,10 @@ func ResetState(ctx context.Context, st store.Store, wf, handler string, now tim
 	return msg, err
 }
 
-// SkipPending skips every pending event of a topic that no run holds: its
+// skipPending skips every pending event of a topic that no run holds: its
 // consumer will not see them, and their inputs show skipped. Events a run
 // holds stay with it (skip that run, or its inputs, instead).
-func SkipPending(ctx context.Context, st store.Store, wf, topic string, now time.Time) (string, error) {
+func skipPending(ctx context.Context, st store.Store, wf, topic string, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		if _, err := workflow(tx, wf); err != nil {

@@ -116,7 +116,7 @@ func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
 func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivered, error) {
 	w, v, prog, err := e.activeProgram(ctx, h.Workflow)
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, kt.ErrNotFound) {
 			if d.ID != 0 {
 				return e.record(ctx, d, kt.DeliveryRefused, WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
 			}

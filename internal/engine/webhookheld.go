@@ -193,13 +193,13 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 // for: nothing (keep serve takes it at its next pass, within a second).
 const heldForPerson = "person"
 
-// HeldAction carries out a person's take (take) or drop of the held
+// heldAction carries out a person's take (take) or drop of the held
 // deliveries of wf (those of ids; nil for all), in one transaction with
 // its line in the decision log. A take marks each to be taken at keep
 // serve's next pass whatever it waited for (one still blocked is held
 // again, saying why); a drop records each refused, saying who dropped it,
 // and forgets its request.
-func HeldAction(ctx context.Context, st store.Store, wf string, ids []int64, take bool, now time.Time) (string, error) {
+func heldAction(ctx context.Context, st store.Store, wf string, ids []int64, take bool, now time.Time) (string, error) {
 	n := 0
 	err := st.Update(ctx, func(tx store.Tx) error {
 		if _, err := workflow(tx, wf); err != nil {

@@ -417,7 +417,9 @@ func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (
 // invalid test at the event's line.
 func postEvents(ctx context.Context, st store.Store, c *Case, wf string) error {
 	for _, ev := range c.Events {
-		_, err := engine.PostEvent(ctx, st, engine.APIEvent{Workflow: wf, Topic: ev.Topic, ID: ev.ID, Title: ev.Title, Payload: ev.Payload}, time.Now())
+		ctrl := &engine.Control{Store: st}
+		_, err := ctrl.Do(ctx, engine.Request{Action: kt.ActPublish, Workflow: wf, Topic: ev.Topic,
+			Event: engine.APIEvent{ID: ev.ID, Title: ev.Title, Payload: ev.Payload}})
 		var ae *engine.ActionError
 		if errors.As(err, &ae) {
 			return &Invalid{File: c.file, Line: ev.line, Path: pathText([]string{"cases", c.Name, "events", ev.Topic}), Msg: err.Error()}
