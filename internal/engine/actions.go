@@ -103,11 +103,14 @@ func logDecision(ctx context.Context, tx store.Tx, d kt.Decision) error {
 	return tx.DecisionAdd(d)
 }
 
-// resolveRun records a person's decision on a blocked run in one transaction.
+// resolveRun records a person's decision on a blocked run in one
+// transaction: carry, the decision's method that the action's row of
+// Control's table names, records it on the run (and its ledger row) and
+// says what will happen.
 // It works with or without a running engine: the engine (keep serve or
 // keep run) carries the decision out at its next step. Concurrent decisions
 // on one run are serialized by the store; the second one is refused.
-func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resolution, now time.Time) (string, error) {
+func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resolution, carry func(*decision) (string, error), now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		d, err := openDecision(tx, runID, now)
@@ -117,10 +120,10 @@ func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resol
 		if err := d.checkSkip(what); err != nil {
 			return err
 		}
-		if msg, err = d.carryOut(what); err != nil {
+		if msg, err = carry(d); err != nil {
 			return err
 		}
-		// Each action's own check says why it does not fit (carryOut,
+		// Each action's own check says why it does not fit (carry,
 		// whose writes this error rolls back); any other action the card
 		// does not offer is refused here: never recorded, then ignored.
 		if !slices.Contains(d.allowed, string(what)) {
@@ -199,29 +202,15 @@ func (d *decision) unknown() bool {
 	return d.hasMut && (d.mut.Status == kt.MutationIndeterminate || d.mut.Status == kt.MutationNeedsReconcile)
 }
 
-// carryOut records the decision on the run (and its ledger row) and says
-// what will happen.
-func (d *decision) carryOut(what kt.Resolution) (string, error) {
-	switch what {
-	case kt.ResolveTryAgain:
-		return d.tryAgain()
-	case kt.ResolveDidntHappen:
-		return d.didntHappen()
-	case kt.ResolveSkip:
-		d.run.Action = ActionSkip
-		if d.hasMut && d.mut.Status == kt.MutationApplied {
-			return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
-		}
-		if d.checking() {
-			return fmt.Sprintf("run %s will be skipped: %s is not sent again — unless the check keep has under way finds it applied: proof wins, and then the run completes", d.run.ID, d.mut.Target), nil
-		}
-		return fmt.Sprintf("run %s will be skipped", d.run.ID), nil
-	case kt.ResolveApprove:
-		return d.approve()
-	case kt.ResolveReprocess:
-		return d.reprocessItem()
+func (d *decision) skip() (string, error) {
+	d.run.Action = ActionSkip
+	if d.hasMut && d.mut.Status == kt.MutationApplied {
+		return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
 	}
-	return "", refuse("unknown resolution %q (use --try-again, --didnt-happen, --skip or --reprocess)", what)
+	if d.checking() {
+		return fmt.Sprintf("run %s will be skipped: %s is not sent again — unless the check keep has under way finds it applied: proof wins, and then the run completes", d.run.ID, d.mut.Target), nil
+	}
+	return fmt.Sprintf("run %s will be skipped", d.run.ID), nil
 }
 
 func (d *decision) tryAgain() (string, error) {

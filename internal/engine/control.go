@@ -106,11 +106,11 @@ type action struct {
 // through it, the API maps a route's verb to its action through it
 // (ActionOf), and mayAct's rows are its keys.
 var table = []action{
-	{kt.ActTryAgain, OnRun, "try-again", doResolve},
-	{kt.ActDidntHappen, OnRun, "didnt-happen", doResolve},
-	{kt.ActSkip, OnRun, "skip", doResolve},
-	{kt.ActReprocess, OnRun, "reprocess", doResolve},
-	{kt.ActApprove, OnRun, "approve", doResolve},
+	{kt.ActTryAgain, OnRun, "try-again", doResolve((*decision).tryAgain)},
+	{kt.ActDidntHappen, OnRun, "didnt-happen", doResolve((*decision).didntHappen)},
+	{kt.ActSkip, OnRun, "skip", doResolve((*decision).skip)},
+	{kt.ActReprocess, OnRun, "reprocess", doResolve((*decision).reprocessItem)},
+	{kt.ActApprove, OnRun, "approve", doResolve((*decision).approve)},
 	{kt.ActPause, OnWorkflow, "pause", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
 		return Reply{Message: q.Workflow + " paused"}, pauseWorkflow(ctx, c.Store, q.Workflow, now)
 	}},
@@ -176,13 +176,17 @@ func ActionOf(on Target, verb string) (kt.Action, error) {
 
 func message(msg string, err error) (Reply, error) { return Reply{Message: msg}, err }
 
-func doResolve(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
-	msg, err := resolveRun(ctx, c.Store, q.Run, kt.Resolution(q.Action), now)
-	if err != nil || q.Workflow != "" {
-		return Reply{Message: msg}, err
+// doResolve carries out a decision on a blocked run by carry, the
+// decision's method for the action.
+func doResolve(carry func(*decision) (string, error)) func(*Control, context.Context, Request, time.Time) (Reply, error) {
+	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
+		msg, err := resolveRun(ctx, c.Store, q.Run, kt.Resolution(q.Action), carry, now)
+		if err != nil || q.Workflow != "" {
+			return Reply{Message: msg}, err
+		}
+		wf, err := c.workflowOfRun(ctx, q.Run)
+		return Reply{Message: msg, Workflow: wf}, err
 	}
-	wf, err := c.workflowOfRun(ctx, q.Run)
-	return Reply{Message: msg, Workflow: wf}, err
 }
 
 func doItem(act func(context.Context, store.Store, ItemRef, time.Time) (string, error)) func(*Control, context.Context, Request, time.Time) (Reply, error) {

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
 )
 
 // DeployUnchecked deploys a script that the static analysis refuses (its
@@ -16,7 +18,6 @@ func DeployUnchecked(ctx context.Context, e *Engine, file, source string) (kt.De
 // The action functions Control dispatches to, for the engine's own tests
 // that call one directly; every other package goes through Control.Do.
 var (
-	Resolve       = resolveRun
 	Pause         = pauseWorkflow
 	Resume        = resumeWorkflow
 	RunNow        = runNow
@@ -29,3 +30,10 @@ var (
 	PostEvent     = postEvent
 	HeldAction    = heldAction
 )
+
+// Resolve is a person's decision on a blocked run, through Control.
+func Resolve(ctx context.Context, st store.Store, runID string, what kt.Resolution, now time.Time) (string, error) {
+	c := &Control{Store: st, Now: func() time.Time { return now }}
+	rep, err := c.Do(ctx, Request{Action: kt.Action(what), Run: runID})
+	return rep.Message, err
+}

@@ -303,7 +303,7 @@ func grantThen(ctx context.Context, st store.Store, workflow string, now time.Ti
 	if err != nil || blocked == "" {
 		return granted, err
 	}
-	if _, err := resolveRun(ctx, st, blocked, kt.ResolveTryAgain, now); err != nil && !IsRefusal(err) {
+	if _, err := resolveRun(ctx, st, blocked, kt.ResolveTryAgain, (*decision).tryAgain, now); err != nil && !IsRefusal(err) {
 		return granted, err
 	}
 	return granted, nil
