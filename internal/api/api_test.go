@@ -299,6 +299,38 @@ func TestEveryEndpoint(t *testing.T) {
 	}
 }
 
+// TestAnUnknownVerbIsNoAction: a verb that names no action, wherever a
+// route or a body names one, gets the same answer — 404 not_found saying
+// which verbs there are under that noun (issue 41: the verb becomes an
+// action once, through Control's table) — and nothing is logged.
+func TestAnUnknownVerbIsNoAction(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.call("POST", "/api/v1/workflows", map[string]any{"script": strings.ReplaceAll(script, "%SINK%", r.sink.URL), "grant": true}, nil)
+	r.settle()
+	before := len(r.decisions("hook"))
+	cases := []struct {
+		path string
+		body any
+		want string
+	}{
+		{"/api/v1/workflows/hook/explode", nil, `no workflow action "explode" (pause, resume, run-now, grant, revoke)`},
+		{"/api/v1/items/x/explode?workflow=hook", nil, `no item action "explode" (skip, reprocess)`},
+		{"/api/v1/workflows/hook/repairs/x/explode", nil, `no repair action "explode" (approve, reject)`},
+		{"/api/v1/runs/x/resolve", map[string]string{"action": "explode"}, `no run action "explode" (try-again, didnt-happen, skip, reprocess, approve)`},
+	}
+	for _, c := range cases {
+		code, obj, _ := r.call("POST", c.path, c.body, nil)
+		msg, _ := obj["error"].(map[string]any)["message"].(string)
+		if code != 404 || errorCode(obj) != "not_found" || msg != c.want {
+			t.Errorf("%s: %d %s %q, want 404 not_found %q", c.path, code, errorCode(obj), msg, c.want)
+		}
+	}
+	if n := len(r.decisions("hook")) - before; n != 0 {
+		t.Errorf("unknown verbs logged %d decisions", n)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
@@ -314,7 +346,7 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/api/v1/runs/nope", nil, 404, "not_found"},
 		{"GET", "/api/v1/items/nope", nil, 404, "not_found"},
 		{"POST", "/api/v1/runs/nope/resolve", map[string]string{"action": "skip"}, 404, "not_found"},
-		{"POST", "/api/v1/runs/nope/resolve", map[string]string{"action": "explode"}, 400, "bad_request"},
+		{"POST", "/api/v1/runs/nope/resolve", map[string]string{"action": "explode"}, 404, "not_found"},
 		{"POST", "/api/v1/runs/nope/resolve", `{"action":`, 400, "bad_request"},
 		{"POST", "/api/v1/runs/nope/resolve", map[string]any{"action": "skip", "extra": 1}, 400, "bad_request"},
 		{"POST", "/api/v1/workflows", map[string]any{}, 400, "bad_request"},
