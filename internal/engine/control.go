@@ -208,7 +208,9 @@ func doItem(act func(context.Context, store.Store, ItemRef, time.Time) (string, 
 func doRepair(approve bool) func(*Control, context.Context, Request, time.Time) (Reply, error) {
 	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
 		if c.DecideRepair == nil {
-			return Reply{}, &ActionError{Msg: "repairs are decided where the Maintainer runs: keep serve, or keep repairs", Code: CodeUnknownAction}
+			// A Control without the Maintainer's decider (every one the
+			// API builds has it): the action exists, not here.
+			return Reply{}, refuse("repairs are decided where the Maintainer runs: keep serve, or keep repairs")
 		}
 		return message(c.DecideRepair(ctx, q.Workflow, q.Repair, approve, now))
 	}

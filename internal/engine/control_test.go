@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/keep-run/keep/internal/engine"
@@ -37,5 +38,54 @@ func TestControlDecidesWhoMayAct(t *testing.T) {
 	}
 	if err := c.MayAct(context.Background(), kt.ActPause); err != nil {
 		t.Errorf("keep's own code: %v", err)
+	}
+}
+
+// TestControlErrorsAreKeepsCodedFamily: Control's refusals are of keep's
+// one coded error family — what does not exist (a workflow, a run, an
+// item, an action) is a kt.ErrNotFound, an action that does not fit the
+// state a kt.ErrConflict — so the API maps each once; every action in
+// the table is carried out, none falls through.
+func TestControlErrorsAreKeepsCodedFamily(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wf := e.deploy(hookScript("", ""))
+	e.settle()
+	c := &engine.Control{Store: e.k.Store}
+	ctx := e.ctx()
+	notFound := []engine.Request{
+		{Action: kt.ActPause, Workflow: "nope"},
+		{Action: kt.ActTryAgain, Run: "nope"},
+		{Action: kt.ActSkipItem, Workflow: wf, Item: "nope"},
+		{Action: kt.ActResetState, Workflow: wf, Handler: "nope"},
+		{Action: "explode", Workflow: wf},
+	}
+	for _, q := range notFound {
+		_, err := c.Do(ctx, q)
+		if !errors.Is(err, kt.ErrNotFound) || errors.Is(err, kt.ErrConflict) {
+			t.Errorf("%s %+v: %v, want a kt.ErrNotFound only", q.Action, q, err)
+		}
+	}
+	if _, err := c.Do(ctx, engine.Request{Action: "explode"}); !errors.Is(err, engine.ErrUnknownAction) {
+		t.Errorf("an unknown action: %v, want ErrUnknownAction", err)
+	}
+	_, err := c.Do(ctx, engine.Request{Action: kt.ActResume, Workflow: wf})
+	if !errors.Is(err, kt.ErrConflict) || errors.Is(err, kt.ErrNotFound) || !strings.Contains(err.Error(), "is not paused") {
+		t.Errorf("resume of a running workflow: %v, want a kt.ErrConflict saying it is not paused", err)
+	}
+	for _, verb := range []string{"pause", "resume"} {
+		act, err := engine.ActionOf(engine.OnWorkflow, verb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := c.Do(ctx, engine.Request{Action: act, Workflow: wf})
+		if err != nil || rep.Workflow != wf || !strings.Contains(rep.Message, wf) {
+			t.Errorf("%s: %+v %v", verb, rep, err)
+		}
+	}
+	for _, a := range engine.Actions() {
+		if _, err := c.Do(ctx, engine.Request{Action: a}); errors.Is(err, engine.ErrUnknownAction) {
+			t.Errorf("%s is in the list and not carried out: %v", a, err)
+		}
 	}
 }
