@@ -522,7 +522,7 @@ func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
 }
 
 // publish posts one event to a topic the workflow opens to the event API:
-// its input and event in one transaction (engine.PostEvent), 201 when
+// its input and event in one transaction (engine.Control's publish), 201 when
 // new, 200 when the id was posted before.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	wf, topic := r.PathValue("wf"), r.PathValue("topic")

@@ -32,7 +32,7 @@ const (
 	ActReprocessItem Action = "reprocess-item" // an item
 	ActApproveRepair Action = "approve-repair" // a repair the Maintainer held
 	ActRejectRepair  Action = "reject-repair"  // a repair the Maintainer held
-	ActPublish       Action = "publish"        // a topic open to the event API: post one event (PostEvent)
+	ActPublish       Action = "publish"        // a topic open to the event API: post one event
 	ActTakeHeld      Action = "take-held"      // a workflow's held webhook deliveries: take them now
 	ActDropHeld      Action = "drop-held"      // a workflow's held webhook deliveries: drop them (recorded refused)
 )
