@@ -98,7 +98,7 @@ func TestABacklogLongerThanTheRetriesCompletesThroughKeep(t *testing.T) {
 	if !strings.Contains(out, "not counted") {
 		t.Fatalf("keep run does not say the rate-limited retries are not counted:\n%s", out)
 	}
-	_, jout := keep("inputs", "chat", "--json")
+	_, jout := keep("inputs", "chat", "--all", "--json")
 	var inputs []struct{ Title string }
 	if err := json.Unmarshal([]byte(jout), &inputs); err != nil {
 		t.Fatalf("keep inputs: %v %s", err, jout)
