@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -52,7 +53,53 @@ type Server struct {
 	Problem func() string
 	// Accounts lets the page connect accounts; nil: it only lists them.
 	Accounts Connector
-	pages    map[string]*template.Template
+	pages    map[string]*pageSet
+}
+
+// pageSet is one page's templates, parsed once (New). A render borrows a
+// copy whose csrf function reads the copy's token, sets the token, runs it
+// and gives it back: each copy is cloned and escaped by html/template once,
+// on its first use, never per request (issue 44: cloning and escaping the
+// set on every render cost about half a megabyte a view). Copies are made
+// as concurrent renders need them and kept (at most maxIdle idle).
+type pageSet struct {
+	base *template.Template
+	mu   sync.Mutex
+	idle []*pageCopy
+}
+
+type pageCopy struct {
+	t     *template.Template
+	token string
+}
+
+const maxIdle = 8
+
+func (p *pageSet) get() (*pageCopy, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	t, err := p.base.Clone()
+	if err != nil {
+		return nil, err
+	}
+	c := &pageCopy{t: t}
+	t.Funcs(template.FuncMap{"csrf": func() string { return c.token }})
+	return c, nil
+}
+
+func (p *pageSet) put(c *pageCopy) {
+	c.token = ""
+	p.mu.Lock()
+	if len(p.idle) < maxIdle {
+		p.idle = append(p.idle, c)
+	}
+	p.mu.Unlock()
 }
 
 // Connector runs the OAuth flow of "Connect Google" for the page: the
@@ -107,10 +154,10 @@ func New(g *api.Guard, handler http.Handler, changed func(string)) *Server {
 	if g.Token != "" {
 		who = "web page (signed in)"
 	}
-	s := &Server{API: apiclient.InProcess(api.ForPage(handler), who), Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
+	s := &Server{API: apiclient.InProcess(api.ForPage(handler), who), Guard: g, Changed: changed, Now: time.Now, pages: map[string]*pageSet{}}
 	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections", "webhooks"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
-		s.pages[page] = t
+		s.pages[page] = &pageSet{base: t}
 	}
 	return s
 }
@@ -144,13 +191,14 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data map[string]any) {
-	t, err := s.pages[name].Clone()
+	set := s.pages[name]
+	c, err := set.get()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	token := s.Guard.CSRFToken(w, r)
-	t.Funcs(template.FuncMap{"csrf": func() string { return token }})
+	defer set.put(c)
+	c.token = s.Guard.CSRFToken(w, r)
 	if data == nil {
 		data = map[string]any{}
 	}
@@ -160,7 +208,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 		data["Flash"] = s.flashOf(r)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := t.ExecuteTemplate(w, "layout", data); err != nil {
+	if err := c.t.ExecuteTemplate(w, "layout", data); err != nil {
 		fmt.Fprintf(w, "<p>page error: %s</p>", template.HTMLEscapeString(err.Error()))
 	}
 }
