@@ -9,6 +9,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -120,27 +121,42 @@ var baseFuncs = template.FuncMap{
 	},
 	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
 	// brief renders a JSON result on one line, cropped.
-	"brief": func(raw json.RawMessage) string {
-		// An http response reads best as its status and JSON body.
-		var resp map[string]any
-		if json.Unmarshal(raw, &resp) == nil && resp["status"] != nil && resp["headers"] != nil {
-			short := map[string]any{"status": resp["status"]}
-			if resp["json"] != nil {
-				short["json"] = resp["json"]
-			} else if b, _ := resp["body"].(string); b != "" {
-				short["body"] = b
-			}
-			if b, err := json.Marshal(short); err == nil {
-				raw = b
-			}
-		}
-		s := strings.Join(strings.Fields(string(raw)), " ")
-		if r := []rune(s); len(r) > 120 {
-			s = string(r[:119]) + "…"
-		}
-		return s
-	},
+	"brief": brief,
 	"csrf": func() string { return "" },
+}
+
+// brief renders a JSON result on one line, cropped. An http response
+// reads best as its status and JSON body (or text body).
+func brief(raw json.RawMessage) string {
+	var resp struct {
+		Status  json.RawMessage `json:"status"`
+		Headers json.RawMessage `json:"headers"`
+		JSON    json.RawMessage `json:"json"`
+		Body    json.RawMessage `json:"body"`
+	}
+	isSet := func(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" }
+	if len(raw) > 0 && raw[0] == '{' && json.Unmarshal(raw, &resp) == nil && isSet(resp.Status) && isSet(resp.Headers) {
+		var b bytes.Buffer
+		b.WriteString(`{`)
+		if isSet(resp.JSON) {
+			b.WriteString(`"json":`)
+			b.Write(resp.JSON)
+			b.WriteString(`,`)
+		} else if body := ""; json.Unmarshal(resp.Body, &body) == nil && body != "" {
+			b.WriteString(`"body":`)
+			b.Write(resp.Body)
+			b.WriteString(`,`)
+		}
+		b.WriteString(`"status":`)
+		b.Write(resp.Status)
+		b.WriteString(`}`)
+		raw = b.Bytes()
+	}
+	s := strings.Join(strings.Fields(string(raw)), " ")
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:119]) + "…"
+	}
+	return s
 }
 
 // New parses the templates once. handler is keep's API handler (without
@@ -256,8 +272,8 @@ func (s *Server) problem() string {
 }
 
 type inputRow struct {
-	Input   apitype.Input
-	Outputs []apitype.Output
+	Input   *apitype.Input
+	Outputs []*apitype.Output
 }
 
 type group struct {
@@ -398,10 +414,10 @@ func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, o
 			orphans = append(orphans, apitype.Item{ID: in.ID})
 		}
 	}
-	byInput := map[string][]apitype.Output{}
-	for _, o := range outputs {
-		for _, id := range o.InputIDs {
-			byInput[id] = append(byInput[id], o)
+	byInput := make(map[string][]*apitype.Output, len(outputs))
+	for i := range outputs {
+		for _, id := range outputs[i].InputIDs {
+			byInput[id] = append(byInput[id], &outputs[i])
 		}
 	}
 	orphaned := map[string]bool{}
@@ -411,7 +427,8 @@ func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, o
 	now := s.Now()
 	groups := map[string]*group{}
 	var order []string
-	for _, in := range inputs {
+	for i := range inputs {
+		in := &inputs[i]
 		created, _ := time.Parse(time.RFC3339Nano, in.CreatedAt)
 		if in.Status == "pending" && now.Sub(created) > 7*24*time.Hour {
 			stale++
