@@ -122,7 +122,7 @@ var baseFuncs = template.FuncMap{
 	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
 	// brief renders a JSON result on one line, cropped.
 	"brief": brief,
-	"csrf": func() string { return "" },
+	"csrf":  func() string { return "" },
 }
 
 // brief renders a JSON result on one line, cropped. An http response

@@ -39,9 +39,9 @@ func TestBrief(t *testing.T) {
 	long := `"` + strings.Repeat("x", 200) + `"`
 	for in, want := range map[string]string{
 		`{"status":201,"headers":{"a":"b"},"json":{"id":7},"body":"{\"id\":7}"}`: `{"json":{"id":7},"status":201}`,
-		`{"status":200,"headers":{},"body":"ok"}`:                               `{"body":"ok","status":200}`,
-		`{"status":204,"headers":{},"body":""}`:                                 `{"status":204}`,
-		`{"status":200,"json":{"a":1}}`:                                         `{"status":200,"json":{"a":1}}`,
+		`{"status":200,"headers":{},"body":"ok"}`:                                `{"body":"ok","status":200}`,
+		`{"status":204,"headers":{},"body":""}`:                                  `{"status":204}`,
+		`{"status":200,"json":{"a":1}}`:                                          `{"status":200,"json":{"a":1}}`,
 		`{ "id": 1,
   "name": "a" }`: `{ "id": 1, "name": "a" }`,
 		`[1, 2]`: `[1, 2]`,
