@@ -406,7 +406,7 @@ func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	reply(w, apitype.TopicsReply{Topics: ts, Producers: ps})
+	reply(w, apitype.TopicsReply{Topics: ts, Producers: ps, SkipPending: kt.ChoiceIn(kt.ScopeTopic, kt.Resolution(kt.ActSkipPending), false)})
 }
 
 // graph answers the workflow drawn (issue 42): its nodes with their live

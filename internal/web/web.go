@@ -545,6 +545,9 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 // button that does it.
 type confirmation struct {
 	Question, Detail, Action, Button string
+	// SkipPending: the control is a topic's skip-pending, whose risk
+	// (the API's TopicsReply.SkipPending) the button's line says.
+	SkipPending bool
 }
 
 func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirmation) {
@@ -565,8 +568,12 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "topics", wf+": topics", map[string]any{"Workflow": wf, "Topics": tp.Topics, "Producers": tp.Producers, "Page": page,
-		"Topic": q.Get("topic"), "State": q.Get("status"), "States": apitype.EventStates, "Confirm": c, "Decisions": ds})
+	data := map[string]any{"Workflow": wf, "Topics": tp.Topics, "Producers": tp.Producers, "Page": page,
+		"Topic": q.Get("topic"), "State": q.Get("status"), "States": apitype.EventStates, "Confirm": c, "Decisions": ds, "SkipPending": tp.SkipPending}
+	if c != nil && c.SkipPending {
+		data["ConfirmChoice"] = tp.SkipPending
+	}
+	s.render(w, r, "topics", wf+": topics", data)
 }
 
 // skipPending and resetState are confirmed first: the first press shows
@@ -575,7 +582,7 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf, topic := r.PathValue("wf"), r.PathValue("topic")
 	s.confirmed(w, r, confirmation{Question: fmt.Sprintf("Skip every pending event of topic %s?", topic),
 		Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
-		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"},
+		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them", SkipPending: true},
 		func() (string, error) {
 			rep, err := s.API.SkipPending(r.Context(), wf, topic)
 			return rep.Message, err
