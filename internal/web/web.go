@@ -364,13 +364,21 @@ func (s *Server) glance(ctx context.Context, wf string, data map[string]any) {
 	} else {
 		data["Graph"] = graphSVG(g)
 	}
-	for key, hours := range map[string]int{"Day": 24, "Week": 168} {
-		if a, err := s.API.Activity(ctx, wf, hours); err != nil {
-			data[key+"Error"] = err.Error()
-		} else {
-			data[key] = activitySVG(a, false)
-		}
+	// The day is the week's last 24 hours: one read of the API for both.
+	if a, err := s.API.Activity(ctx, wf, 168); err != nil {
+		data["DayError"], data["WeekError"] = err.Error(), err.Error()
+	} else {
+		data["Day"], data["Week"] = activitySVG(lastHours(a, 24), false), activitySVG(a, false)
 	}
+}
+
+// lastHours is a's last n hours, as the API answers them for n hours.
+func lastHours(a apitype.Activity, n int) apitype.Activity {
+	if len(a.Hours) > n {
+		a.Hours = a.Hours[len(a.Hours)-n:]
+		a.From = a.Hours[0].Start
+	}
+	return a
 }
 
 // webPage is how many inputs the workflow's page shows at a time.
