@@ -227,9 +227,16 @@ func InProcess(next http.Handler) http.Handler {
 // request before the page passed it on; no secret goes near the browser.
 func ForPage(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, AuthPage)))
+		next.ServeHTTP(pageWriter{w}, r.WithContext(context.WithValue(r.Context(), authKey{}, AuthPage)))
 	})
 }
+
+// pageWriter is the response of a request of keep's own page (ForPage):
+// its answers are written compact (reply).
+type pageWriter struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController reach the writer underneath.
+func (w pageWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Wrap applies the guard to a handler. loginPath is where pages send people
 // without a session (API requests get 401 instead).

@@ -13,9 +13,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
@@ -55,9 +55,70 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if in.Body == nil {
 		in.Body = http.NoBody
 	}
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, in)
-	return rec.Result(), nil
+	w := &answerWriter{header: http.Header{}, buf: answers.Get().(*bytes.Buffer)}
+	t.h.ServeHTTP(w, in)
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return &http.Response{Status: fmt.Sprintf("%d %s", w.status, http.StatusText(w.status)), StatusCode: w.status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: w.header, Request: r, ContentLength: int64(w.buf.Len()),
+		Body: &answer{Reader: bytes.NewReader(w.buf.Bytes()), buf: w.buf}}, nil
+}
+
+// answers are the buffers in-process answers are written to, used again
+// once their answer is read (issue 44: growing a new one for each answer
+// was a tenth of the workflow page's bytes).
+var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// answerWriter is the http.ResponseWriter of an in-process request.
+type answerWriter struct {
+	header http.Header
+	status int
+	buf    *bytes.Buffer
+}
+
+func (w *answerWriter) Header() http.Header { return w.header }
+
+func (w *answerWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *answerWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.buf.Write(b)
+}
+
+// Flush is a no-op: the answer is read when the handler returns.
+func (w *answerWriter) Flush() {}
+
+// answer is an in-process answer's body: do reads its bytes where they
+// are, without copying them; Close gives the buffer back.
+type answer struct {
+	*bytes.Reader
+	buf *bytes.Buffer
+}
+
+func (a *answer) Close() error {
+	if a.buf != nil {
+		// A very large answer's buffer is left to the collector.
+		if a.buf.Cap() <= 1<<20 {
+			a.buf.Reset()
+			answers.Put(a.buf)
+		}
+		a.buf = nil
+	}
+	return nil
+}
+
+// readAnswer is the whole body of an answer: an in-process answer's own
+// bytes, valid until the body is closed.
+func readAnswer(body io.Reader) ([]byte, error) {
+	if a, ok := body.(*answer); ok && a.buf != nil {
+		return a.buf.Bytes(), nil
+	}
+	return io.ReadAll(body)
 }
 
 // Error is the API's answer to a request it refused: its status and its
@@ -107,7 +168,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (ht
 		return nil, &Unreachable{Err: err}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	raw, err := readAnswer(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("reading keep's answer to %s %s: %w", method, path, err)
 	}
@@ -123,10 +184,13 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (ht
 	}
 	// The API indents its answers, and with them every JSON value they
 	// carry as it is (a payload, a result): compacted first, a client reads
-	// such a value on one line, as keep stored it.
-	var flat bytes.Buffer
-	if json.Compact(&flat, raw) == nil {
-		raw = flat.Bytes()
+	// such a value on one line, as keep stored it. An answer on one line
+	// (to keep's own page, api.ForPage) is compact already.
+	if bytes.IndexByte(bytes.TrimSpace(raw), '\n') >= 0 {
+		var flat bytes.Buffer
+		if json.Compact(&flat, raw) == nil {
+			raw = flat.Bytes()
+		}
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return nil, fmt.Errorf("keep answered %s %s with something that is not the expected JSON: %v", method, path, err)

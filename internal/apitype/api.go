@@ -193,6 +193,10 @@ type WebhooksReply struct {
 type TopicsReply struct {
 	Topics    []Topic    `json:"topics"`
 	Producers []Producer `json:"producers"`
+	// SkipPending is what skipping a topic's pending events risks
+	// (keeptype.ChoiceIn, issue 42 #4): the topics page says it on the
+	// control's line.
+	SkipPending kt.Choice `json:"skipPending"`
 }
 
 // ResolveRequest is the body of POST /api/v1/runs/{id}/resolve.

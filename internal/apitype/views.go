@@ -258,6 +258,10 @@ type Attempt struct {
 type ItemDetail struct {
 	Item     Item      `json:"item"`
 	Attempts []Attempt `json:"attempts"`
+	// Choices are Reprocess and Skip with what each risks, safest first
+	// (keeptype.ItemChoices, issue 42 #4): uncertain when a write of the
+	// current attempt has an unknown outcome.
+	Choices []kt.Choice `json:"choices"`
 }
 
 // Topic is one topic of a workflow with its events counted by state, and

@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -34,7 +36,7 @@ import (
 // that does not parse uses nothing it can be granted.
 func Uses(script string) []string {
 	u, _ := usesOf(script)
-	return u
+	return slices.Clone(u)
 }
 
 // UsesOf is Uses of several scripts together, sorted, once each.
@@ -72,7 +74,42 @@ const secretComputed = "{secret:…} with a name computed at run time"
 
 // usesOf is Uses, and every method and source the script reaches, named
 // or not (GrantBase's form), so a grant of one it still calls counts as used.
+// The answers are kept per script text (a workflow's status reads them on
+// every view: analysing the script each time was a twentieth of the
+// workflow page's bytes, issue 44); callers only read them.
 func usesOf(script string) ([]string, map[string]bool) {
+	key := sha256.Sum256([]byte(script))
+	usesMemo.Lock()
+	m, ok := usesMemo.m[key]
+	usesMemo.Unlock()
+	if ok {
+		return m.uses, m.bases
+	}
+	uses, bases := analyseUses(script)
+	usesMemo.Lock()
+	if len(usesMemo.m) >= maxUsesMemo {
+		clear(usesMemo.m)
+	}
+	usesMemo.m[key] = usesOfScript{uses, bases}
+	usesMemo.Unlock()
+	return uses, bases
+}
+
+type usesOfScript struct {
+	uses  []string
+	bases map[string]bool
+}
+
+// usesMemo holds usesOf's answers for the last scripts read (at most
+// maxUsesMemo; then it starts again).
+var usesMemo = struct {
+	sync.Mutex
+	m map[[32]byte]usesOfScript
+}{m: map[[32]byte]usesOfScript{}}
+
+const maxUsesMemo = 64
+
+func analyseUses(script string) ([]string, map[string]bool) {
 	bases := map[string]bool{}
 	a, err := sc.Analyze(script)
 	if err != nil {

@@ -152,43 +152,85 @@ type Choice struct {
 	Says string `json:"says"`
 }
 
-// ChoiceOf is what res risks: uncertain says the run's write may have
-// applied (its outcome is unknown), where sending anything again may
-// write twice.
+// ChoiceScope is what a person's choice acts on: a blocked run (its card),
+// an item (its page: Reprocess, Skip) or a topic (skip its pending events).
+// Each place that offers an action says its risk from choiceTable.
+type ChoiceScope string
+
+const (
+	ScopeRun   ChoiceScope = "run"
+	ScopeItem  ChoiceScope = "item"
+	ScopeTopic ChoiceScope = "topic"
+)
+
+type choiceKey struct {
+	scope     ChoiceScope
+	action    Resolution
+	uncertain bool
+}
+
+// choiceTable is what each action risks where it is offered, and the
+// sentence its line says: the one table the card, the item page, the
+// topics page and the CLI read. An action without an entry for an
+// uncertain write reads its entry for a certain one.
+var choiceTable = map[choiceKey]Choice{
+	{ScopeRun, ResolveTryAgain, true}:               {Risk: RiskNone, Says: "keep asks the target whether the write applied; nothing is sent again"},
+	{ScopeRun, ResolveTryAgain, false}:              {Risk: RiskNone, Says: "runs it again from where it stopped; a write already applied is never sent again"},
+	{ScopeRun, ResolveApprove, false}:               {Risk: RiskNone, Says: "sends this write once, as shown"},
+	{ScopeRun, ResolveSkip, true}:                   {Risk: RiskMissing, Says: "nothing is sent; if the write did not apply, it never will"},
+	{ScopeRun, ResolveSkip, false}:                  {Risk: RiskMissing, Says: "gives up this run's write; its events are skipped"},
+	{ScopeRun, ResolveDidntHappen, false}:           {Risk: RiskTwice, Says: "sends the write again: if it did apply, it may happen twice"},
+	{ScopeRun, ResolveReprocess, true}:              {Risk: RiskTwice, Says: "a new attempt sends a new write with a new key: if the first applied, it happens twice"},
+	{ScopeRun, ResolveReprocess, false}:             {Risk: RiskTwice, Says: "a new attempt of the item: its writes really run again"},
+	{ScopeItem, ResolveSkip, true}:                  {Risk: RiskMissing, Says: "nothing is sent; if its unconfirmed write did not apply, it never will"},
+	{ScopeItem, ResolveSkip, false}:                 {Risk: RiskMissing, Says: "its pending work is dropped: what it has not written yet never will be"},
+	{ScopeItem, ResolveReprocess, true}:             {Risk: RiskTwice, Says: "a new attempt sends a new write with a new key: if the unconfirmed one applied, it happens twice"},
+	{ScopeItem, ResolveReprocess, false}:            {Risk: RiskTwice, Says: "a new attempt of the item: its writes really run again, also those already done"},
+	{ScopeTopic, Resolution(ActSkipPending), false}: {Risk: RiskMissing, Says: "its consumer never sees them: what they would have written never will be"},
+}
+
+// ChoiceOf is what res risks on a blocked run: uncertain says the run's
+// write may have applied (its outcome is unknown), where sending anything
+// again may write twice.
 func ChoiceOf(res Resolution, uncertain bool) Choice {
-	c := Choice{Action: res}
-	switch {
-	case res == ResolveTryAgain && uncertain:
-		c.Risk, c.Says = RiskNone, "keep asks the target whether the write applied; nothing is sent again"
-	case res == ResolveTryAgain:
-		c.Risk, c.Says = RiskNone, "runs it again from where it stopped; a write already applied is never sent again"
-	case res == ResolveApprove:
-		c.Risk, c.Says = RiskNone, "sends this write once, as shown"
-	case res == ResolveSkip && uncertain:
-		c.Risk, c.Says = RiskMissing, "nothing is sent; if the write did not apply, it never will"
-	case res == ResolveSkip:
-		c.Risk, c.Says = RiskMissing, "gives up this run's write; its events are skipped"
-	case res == ResolveDidntHappen:
-		c.Risk, c.Says = RiskTwice, "sends the write again: if it did apply, it may happen twice"
-	case res == ResolveReprocess && uncertain:
-		c.Risk, c.Says = RiskTwice, "a new attempt sends a new write with a new key: if the first applied, it happens twice"
-	case res == ResolveReprocess:
-		c.Risk, c.Says = RiskTwice, "a new attempt of the item: its writes really run again"
-	default:
-		c.Risk, c.Says = RiskTwice, "unknown choice"
+	return ChoiceIn(ScopeRun, res, uncertain)
+}
+
+// ChoiceIn is what action risks offered on scope (choiceTable); an action
+// the table does not know is said to risk the most.
+func ChoiceIn(scope ChoiceScope, action Resolution, uncertain bool) Choice {
+	c, ok := choiceTable[choiceKey{scope, action, uncertain}]
+	if !ok {
+		c, ok = choiceTable[choiceKey{scope, action, false}]
 	}
+	if !ok {
+		c = Choice{Risk: RiskTwice, Says: "unknown choice"}
+	}
+	c.Action = action
 	return c
 }
 
 // Choices are the actions offered on a blocked run with what each risks,
 // safest first (actions in the same risk keep their order).
 func Choices(actions []string, uncertain bool) []Choice {
+	return ChoicesIn(ScopeRun, actions, uncertain)
+}
+
+// ChoicesIn is Choices for the actions offered on scope.
+func ChoicesIn(scope ChoiceScope, actions []string, uncertain bool) []Choice {
 	out := make([]Choice, 0, len(actions))
 	for _, a := range actions {
-		out = append(out, ChoiceOf(Resolution(a), uncertain))
+		out = append(out, ChoiceIn(scope, Resolution(a), uncertain))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return riskRank[out[i].Risk] < riskRank[out[j].Risk] })
 	return out
+}
+
+// ItemChoices are the item page's Reprocess and Skip with what each risks,
+// safest first; uncertain: a write of the item's current attempt has an
+// unknown outcome.
+func ItemChoices(uncertain bool) []Choice {
+	return ChoicesIn(ScopeItem, []string{string(ResolveReprocess), string(ResolveSkip)}, uncertain)
 }
 
 // Label is the risk in a few words, as the card and the CLI print it.

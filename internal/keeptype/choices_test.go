@@ -35,3 +35,27 @@ func TestChoicesComeSafestFirst(t *testing.T) {
 		t.Error("Reprocess on an uncertain write does not say it sends a new write with a new key")
 	}
 }
+
+// Issue 42 #4 on the item page and the topics page: the same table says
+// what Reprocess, Skip and a topic's skip-pending risk, safest first.
+func TestItemAndTopicChoicesSayTheirRisk(t *testing.T) {
+	t.Parallel()
+	for _, uncertain := range []bool{false, true} {
+		var got []string
+		for _, ch := range ItemChoices(uncertain) {
+			got = append(got, fmt.Sprintf("{%s %s}", ch.Action, ch.Risk))
+		}
+		if s := fmt.Sprint(got); s != "[{skip missing} {reprocess twice}]" {
+			t.Errorf("ItemChoices(%v) = %s, want skip before reprocess", uncertain, s)
+		}
+	}
+	if ItemChoices(true)[1].Says == ItemChoices(false)[1].Says {
+		t.Error("Reprocess of an item with an unconfirmed write does not say it may write twice")
+	}
+	if c := ChoiceIn(ScopeTopic, Resolution(ActSkipPending), false); c.Risk != RiskMissing || c.Says == "unknown choice" {
+		t.Errorf("skip-pending = %+v, want a missing write's risk and its sentence", c)
+	}
+	if c := ChoiceIn(ScopeItem, "delete", false); c.Risk != RiskTwice || c.Action != "delete" {
+		t.Errorf("an unknown action = %+v, want the most risk", c)
+	}
+}

@@ -195,6 +195,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 		if err != nil {
 			return err
 		}
+		uncertain := false
 		for _, m := range ms {
 			mine := false
 			for _, id := range m.ItemKeys {
@@ -202,6 +203,9 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 			}
 			if !mine {
 				continue
+			}
+			if m.Attempt == in.CurrentAttempt && engine.WriteUncertain(m, true) {
+				uncertain = true
 			}
 			a := byAttempt[m.Attempt]
 			if a == nil {
@@ -228,6 +232,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 		if d.Attempts == nil {
 			d.Attempts = []apitype.Attempt{}
 		}
+		d.Choices = kt.ItemChoices(uncertain)
 		return nil
 	})
 	return d, err

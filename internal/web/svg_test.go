@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
 )
@@ -125,3 +126,21 @@ func TestPicturesEscapeHostileTextAndShowTheNumbers(t *testing.T) {
 }
 
 func fmtSscan(s string, x *int) (int, error) { return fmt.Sscan(strings.SplitN(s, ",", 2)[0], x) }
+
+// The page draws its day from the week it read: the same hours, bounds and
+// totals the API answers for 24 hours.
+func TestTheDayIsTheWeeksLastHours(t *testing.T) {
+	t.Parallel()
+	week := apitype.Activity{Workflow: "w", From: "2026-11-21T10:00:00Z", To: "2026-11-28T10:00:00Z"}
+	start := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for i := range 168 {
+		week.Hours = append(week.Hours, apitype.ActivityHour{Start: start.Add(time.Duration(i) * time.Hour).Format(time.RFC3339), Inputs: i})
+	}
+	day := lastHours(week, 24)
+	if len(day.Hours) != 24 || day.From != "2026-11-27T10:00:00Z" || day.To != week.To || day.Hours[0].Inputs != 144 || day.Hours[23].Inputs != 167 {
+		t.Fatalf("the day is %s to %s with %d hours (%d … %d inputs)", day.From, day.To, len(day.Hours), day.Hours[0].Inputs, day.Hours[len(day.Hours)-1].Inputs)
+	}
+	if len(week.Hours) != 168 || week.From != "2026-11-21T10:00:00Z" {
+		t.Fatal("taking the day changed the week")
+	}
+}

@@ -9,6 +9,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -52,7 +54,53 @@ type Server struct {
 	Problem func() string
 	// Accounts lets the page connect accounts; nil: it only lists them.
 	Accounts Connector
-	pages    map[string]*template.Template
+	pages    map[string]*pageSet
+}
+
+// pageSet is one page's templates, parsed once (New). A render borrows a
+// copy whose csrf function reads the copy's token, sets the token, runs it
+// and gives it back: each copy is cloned and escaped by html/template once,
+// on its first use, never per request (issue 44: cloning and escaping the
+// set on every render cost about half a megabyte a view). Copies are made
+// as concurrent renders need them and kept (at most maxIdle idle).
+type pageSet struct {
+	base *template.Template
+	mu   sync.Mutex
+	idle []*pageCopy
+}
+
+type pageCopy struct {
+	t     *template.Template
+	token string
+}
+
+const maxIdle = 8
+
+func (p *pageSet) get() (*pageCopy, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	t, err := p.base.Clone()
+	if err != nil {
+		return nil, err
+	}
+	c := &pageCopy{t: t}
+	t.Funcs(template.FuncMap{"csrf": func() string { return c.token }})
+	return c, nil
+}
+
+func (p *pageSet) put(c *pageCopy) {
+	c.token = ""
+	p.mu.Lock()
+	if len(p.idle) < maxIdle {
+		p.idle = append(p.idle, c)
+	}
+	p.mu.Unlock()
 }
 
 // Connector runs the OAuth flow of "Connect Google" for the page: the
@@ -73,27 +121,42 @@ var baseFuncs = template.FuncMap{
 	},
 	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
 	// brief renders a JSON result on one line, cropped.
-	"brief": func(raw json.RawMessage) string {
-		// An http response reads best as its status and JSON body.
-		var resp map[string]any
-		if json.Unmarshal(raw, &resp) == nil && resp["status"] != nil && resp["headers"] != nil {
-			short := map[string]any{"status": resp["status"]}
-			if resp["json"] != nil {
-				short["json"] = resp["json"]
-			} else if b, _ := resp["body"].(string); b != "" {
-				short["body"] = b
-			}
-			if b, err := json.Marshal(short); err == nil {
-				raw = b
-			}
+	"brief": brief,
+	"csrf":  func() string { return "" },
+}
+
+// brief renders a JSON result on one line, cropped. An http response
+// reads best as its status and JSON body (or text body).
+func brief(raw json.RawMessage) string {
+	var resp struct {
+		Status  json.RawMessage `json:"status"`
+		Headers json.RawMessage `json:"headers"`
+		JSON    json.RawMessage `json:"json"`
+		Body    json.RawMessage `json:"body"`
+	}
+	isSet := func(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" }
+	if len(raw) > 0 && raw[0] == '{' && json.Unmarshal(raw, &resp) == nil && isSet(resp.Status) && isSet(resp.Headers) {
+		var b bytes.Buffer
+		b.WriteString(`{`)
+		if isSet(resp.JSON) {
+			b.WriteString(`"json":`)
+			b.Write(resp.JSON)
+			b.WriteString(`,`)
+		} else if body := ""; json.Unmarshal(resp.Body, &body) == nil && body != "" {
+			b.WriteString(`"body":`)
+			b.Write(resp.Body)
+			b.WriteString(`,`)
 		}
-		s := strings.Join(strings.Fields(string(raw)), " ")
-		if r := []rune(s); len(r) > 120 {
-			s = string(r[:119]) + "…"
-		}
-		return s
-	},
-	"csrf": func() string { return "" },
+		b.WriteString(`"status":`)
+		b.Write(resp.Status)
+		b.WriteString(`}`)
+		raw = b.Bytes()
+	}
+	s := strings.Join(strings.Fields(string(raw)), " ")
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:119]) + "…"
+	}
+	return s
 }
 
 // New parses the templates once. handler is keep's API handler (without
@@ -107,10 +170,10 @@ func New(g *api.Guard, handler http.Handler, changed func(string)) *Server {
 	if g.Token != "" {
 		who = "web page (signed in)"
 	}
-	s := &Server{API: apiclient.InProcess(api.ForPage(handler), who), Guard: g, Changed: changed, Now: time.Now, pages: map[string]*template.Template{}}
+	s := &Server{API: apiclient.InProcess(api.ForPage(handler), who), Guard: g, Changed: changed, Now: time.Now, pages: map[string]*pageSet{}}
 	for _, page := range []string{"index", "workflow", "run", "item", "login", "topics", "connections", "webhooks"} {
 		t := template.Must(template.New("layout").Funcs(baseFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html"))
-		s.pages[page] = t
+		s.pages[page] = &pageSet{base: t}
 	}
 	return s
 }
@@ -144,13 +207,14 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data map[string]any) {
-	t, err := s.pages[name].Clone()
+	set := s.pages[name]
+	c, err := set.get()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	token := s.Guard.CSRFToken(w, r)
-	t.Funcs(template.FuncMap{"csrf": func() string { return token }})
+	defer set.put(c)
+	c.token = s.Guard.CSRFToken(w, r)
 	if data == nil {
 		data = map[string]any{}
 	}
@@ -160,7 +224,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title stri
 		data["Flash"] = s.flashOf(r)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := t.ExecuteTemplate(w, "layout", data); err != nil {
+	if err := c.t.ExecuteTemplate(w, "layout", data); err != nil {
 		fmt.Fprintf(w, "<p>page error: %s</p>", template.HTMLEscapeString(err.Error()))
 	}
 }
@@ -208,8 +272,8 @@ func (s *Server) problem() string {
 }
 
 type inputRow struct {
-	Input   apitype.Input
-	Outputs []apitype.Output
+	Input   *apitype.Input
+	Outputs []*apitype.Output
 }
 
 type group struct {
@@ -300,13 +364,21 @@ func (s *Server) glance(ctx context.Context, wf string, data map[string]any) {
 	} else {
 		data["Graph"] = graphSVG(g)
 	}
-	for key, hours := range map[string]int{"Day": 24, "Week": 168} {
-		if a, err := s.API.Activity(ctx, wf, hours); err != nil {
-			data[key+"Error"] = err.Error()
-		} else {
-			data[key] = activitySVG(a, false)
-		}
+	// The day is the week's last 24 hours: one read of the API for both.
+	if a, err := s.API.Activity(ctx, wf, 168); err != nil {
+		data["DayError"], data["WeekError"] = err.Error(), err.Error()
+	} else {
+		data["Day"], data["Week"] = activitySVG(lastHours(a, 24), false), activitySVG(a, false)
 	}
+}
+
+// lastHours is a's last n hours, as the API answers them for n hours.
+func lastHours(a apitype.Activity, n int) apitype.Activity {
+	if len(a.Hours) > n {
+		a.Hours = a.Hours[len(a.Hours)-n:]
+		a.From = a.Hours[0].Start
+	}
+	return a
 }
 
 // webPage is how many inputs the workflow's page shows at a time.
@@ -350,10 +422,10 @@ func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, o
 			orphans = append(orphans, apitype.Item{ID: in.ID})
 		}
 	}
-	byInput := map[string][]apitype.Output{}
-	for _, o := range outputs {
-		for _, id := range o.InputIDs {
-			byInput[id] = append(byInput[id], o)
+	byInput := make(map[string][]*apitype.Output, len(outputs))
+	for i := range outputs {
+		for _, id := range outputs[i].InputIDs {
+			byInput[id] = append(byInput[id], &outputs[i])
 		}
 	}
 	orphaned := map[string]bool{}
@@ -363,7 +435,8 @@ func (s *Server) groupInputs(inputs []apitype.Input, outputs []apitype.Output, o
 	now := s.Now()
 	groups := map[string]*group{}
 	var order []string
-	for _, in := range inputs {
+	for i := range inputs {
+		in := &inputs[i]
 		created, _ := time.Parse(time.RFC3339Nano, in.CreatedAt)
 		if in.Status == "pending" && now.Sub(created) > 7*24*time.Hour {
 			stale++
@@ -480,6 +553,9 @@ func (s *Server) webhooks(w http.ResponseWriter, r *http.Request) {
 // button that does it.
 type confirmation struct {
 	Question, Detail, Action, Button string
+	// SkipPending: the control is a topic's skip-pending, whose risk
+	// (the API's TopicsReply.SkipPending) the button's line says.
+	SkipPending bool
 }
 
 func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirmation) {
@@ -500,8 +576,12 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "topics", wf+": topics", map[string]any{"Workflow": wf, "Topics": tp.Topics, "Producers": tp.Producers, "Page": page,
-		"Topic": q.Get("topic"), "State": q.Get("status"), "States": apitype.EventStates, "Confirm": c, "Decisions": ds})
+	data := map[string]any{"Workflow": wf, "Topics": tp.Topics, "Producers": tp.Producers, "Page": page,
+		"Topic": q.Get("topic"), "State": q.Get("status"), "States": apitype.EventStates, "Confirm": c, "Decisions": ds, "SkipPending": tp.SkipPending}
+	if c != nil && c.SkipPending {
+		data["ConfirmChoice"] = tp.SkipPending
+	}
+	s.render(w, r, "topics", wf+": topics", data)
 }
 
 // skipPending and resetState are confirmed first: the first press shows
@@ -510,7 +590,7 @@ func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf, topic := r.PathValue("wf"), r.PathValue("topic")
 	s.confirmed(w, r, confirmation{Question: fmt.Sprintf("Skip every pending event of topic %s?", topic),
 		Detail: "Its consumer will not see them, and their inputs show skipped. Events a run holds stay with it. This is recorded in the decision log.",
-		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them"},
+		Action: "/w/" + url.PathEscape(wf) + "/topics/" + url.PathEscape(topic) + "/skip-pending", Button: "Skip them", SkipPending: true},
 		func() (string, error) {
 			rep, err := s.API.SkipPending(r.Context(), wf, topic)
 			return rep.Message, err

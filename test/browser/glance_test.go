@@ -112,6 +112,35 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	picture("section.glance", "glance-workflow")
 	picture(".card", "glance-card")
 
+	// The item's page: its Skip and Reprocess in the card's order and
+	// colours, each with its risk's line; its write's outcome is unknown,
+	// so Reprocess says it may write twice.
+	item := attr(`table.inputs tbody tr a`, "href")
+	if !strings.HasPrefix(item, "/items/") {
+		t.Fatalf("the input links to %q, not to its item's page", item)
+	}
+	chromedp.Run(ctx, chromedp.Navigate(p.base+item))
+	p.waitFor("the item's choices", func() bool { return p.has(`.item-actions form.choice`) })
+	style := func(sel, prop string) string {
+		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("(function(){var e=document.querySelector(%q); return e ? getComputedStyle(e)[%q] : ''})()", sel, prop)))
+		return s
+	}
+	if first := attr(`.item-actions form.choice button`, "value"); first != "skip" || !strings.Contains(attr(`.item-actions form.choice button`, "class"), "primary") {
+		t.Errorf("the item page's first, highlighted choice is %q, want skip", first)
+	}
+	if bg := style(`.item-actions button[value="skip"]`, "backgroundColor"); bg != "rgb(154, 91, 0)" {
+		t.Errorf("Skip is drawn on %s, want the colour of a missing write's risk (rgb(154, 91, 0))", bg)
+	}
+	if fg := style(`.item-actions button[value="reprocess"]`, "color"); fg != "rgb(179, 38, 30)" {
+		t.Errorf("Reprocess is written in %s, want the colour of a write twice (rgb(179, 38, 30))", fg)
+	}
+	if line := p.text(`.item-actions form.choice:has(button[value="reprocess"])`); !strings.Contains(line, "happens twice") || !strings.Contains(line, "new key") {
+		t.Errorf("the item page's Reprocess line reads %q", line)
+	}
+	if line := p.text(`.item-actions form.choice:has(button[value="skip"])`); !strings.Contains(line, "may be missing") {
+		t.Errorf("the item page's Skip line reads %q", line)
+	}
+
 	// The list: a small chart per workflow.
 	chromedp.Run(ctx, chromedp.Navigate(p.base+"/"))
 	p.waitFor("the list's chart", func() bool { return p.has(`tr[data-workflow="glance"] svg.activity`) })
