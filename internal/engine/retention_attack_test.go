@@ -1,0 +1,57 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// TestAPruneLeavesTheReplayItsWrites (issue 44, attack): done work past
+// the horizon is pruned under the default policy (the newest 200 done
+// runs of a version kept whole), then a repair that changes what the done
+// runs wrote is replayed, as the Maintainer does before proposing it. The
+// ledger rows' params were pruned under runs kept whole: the replay of
+// the version in place and of the repair both found "another identity"
+// for every write, the same words, so the change canceled out and the
+// replay said no difference. The params of a run kept whole are kept.
+func TestAPruneLeavesTheReplayItsWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	writeInbox(t, e, "a", "b")
+	wf := e.deploy(inboxScript)
+	e.settle()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := e.k.Engine.Prune(e.ctx(), kt.Retention{Horizon: time.Millisecond, KeepDoneRuns: 200, Batch: 10}, false); err != nil {
+		t.Fatal(err)
+	}
+	var active int64
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		active = w.ActiveVersion
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.ReplaceAll(inboxScript, "%SINK%", e.sink.URL)
+	same, err := e.k.Engine.ReplayDone(e.ctx(), wf, active, src, "")
+	if err != nil || len(same.Differences) != 0 {
+		t.Fatalf("the version in place replayed on itself: %+v (%v), want no difference", same.Differences, err)
+	}
+	changed := strings.Replace(src, "json: p.data,", "json: { ...p.data, to: \"elsewhere\" },", 1)
+	rep, err := e.k.Engine.ReplayDone(e.ctx(), wf, active, changed, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range rep.Differences {
+		if strings.Contains(d.Would, "with another payload") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("a repair changing both done writes, replayed after a prune: %d of %d differences say another payload, want 2: %+v", n, len(rep.Differences), rep.Differences)
+	}
+}
