@@ -429,6 +429,10 @@ type Run struct {
 	// QuietSince is when the first of them started. 0: an ordinary run.
 	QuietPolls int64
 	QuietSince int64
+	// PrunedAt is when the retention dropped the run's bodies (trace,
+	// prepare and mutation results, pending call; issue 44); 0: they are
+	// kept. A replay reads nothing of a pruned run.
+	PrunedAt int64
 }
 
 // MutationStatus is the mutation ledger state of chapter 13.

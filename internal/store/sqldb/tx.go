@@ -559,13 +559,13 @@ func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
 // --- runs ---
 
 const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
- approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since`
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since, pruned_at`
 
 func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
 	var r kt.Run
 	var pr, mr, pc, tr sql.NullString
 	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
-		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince)
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince, &r.PrunedAt)
 	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
 	return r, err
 }
@@ -596,21 +596,21 @@ func (t *Tx) RunGet(id string) (kt.Run, error) {
 }
 
 func (t *Tx) RunPut(r kt.Run) error {
-	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
  mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
  error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
- updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since`,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since, pruned_at=excluded.pruned_at`,
 		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
-		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, b2i(!r.Status.Finished()))
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, r.PrunedAt, b2i(!r.Status.Finished()))
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
 	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev), store.ErrConflict,
 		`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
- error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, rev=? WHERE id=? AND rev=?`,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, pruned_at=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
-		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.Rev+1, r.ID, r.Rev)
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.PrunedAt, r.Rev+1, r.ID, r.Rev)
 }
 
 func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {
