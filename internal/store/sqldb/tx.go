@@ -212,12 +212,12 @@ func (t *Tx) HandlerAdvance(workflow, name string, state json.RawMessage, wakeAt
 
 // --- events ---
 
-const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at`
+const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at, pruned_at`
 
 func scanEvent(sc interface{ Scan(...any) error }) (kt.Event, error) {
 	var e kt.Event
 	var payload, caused string
-	err := sc.Scan(&e.ID, &e.Workflow, &e.Topic, &e.MessageID, &payload, &e.Status, &e.ReservedBy, &e.CreatedBy, &caused, &e.Attempt, &e.CreatedAt, &e.UpdatedAt)
+	err := sc.Scan(&e.ID, &e.Workflow, &e.Topic, &e.MessageID, &payload, &e.Status, &e.ReservedBy, &e.CreatedBy, &caused, &e.Attempt, &e.CreatedAt, &e.UpdatedAt, &e.PrunedAt)
 	e.Payload = json.RawMessage(payload)
 	e.CausedBy = parseList(caused)
 	return e, err
@@ -268,8 +268,8 @@ ON CONFLICT(workflow, topic, message_id) DO NOTHING RETURNING id`,
 		return false, nil
 	}
 	*e = merged
-	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
-		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
+	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=?, pruned_at=? WHERE id=?`,
+		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.PrunedAt, e.ID); err != nil {
 		return false, err
 	}
 	return false, t.setCauses(e.ID, e.CausedBy)
