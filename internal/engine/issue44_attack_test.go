@@ -2,16 +2,41 @@ package engine_test
 
 import (
 	"path/filepath"
-
-	"github.com/keep-run/keep/internal/account"
-	"github.com/keep-run/keep/internal/daemon"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
+
+// prunedInbox runs inboxScript on two files, prunes everything finished
+// (past a 1 ms horizon) keeping keepDone done runs of the version whole,
+// and returns the workflow, its active version, its script and the script
+// with every write's payload changed (a repair to replay).
+func prunedInbox(t *testing.T, keepDone int) (e *env, wf string, active int64, src, changed string) {
+	t.Helper()
+	e = newEnv(t)
+	writeInbox(t, e, "a", "b")
+	wf = e.deploy(inboxScript)
+	e.settle()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := e.k.Engine.Prune(e.ctx(), kt.Retention{Horizon: time.Millisecond, KeepDoneRuns: keepDone, Batch: 10}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		w, err := tx.WorkflowGet(wf)
+		active = w.ActiveVersion
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	src = strings.ReplaceAll(inboxScript, "%SINK%", e.sink.URL)
+	changed = strings.Replace(src, "json: p.data,", "json: { ...p.data, to: \"elsewhere\" },", 1)
+	return e, wf, active, src, changed
+}
 
 // TestAPruneLeavesTheReplayItsWrites (issue 44, attack): done work past
 // the horizon is pruned under the default policy (the newest 200 done
@@ -23,28 +48,11 @@ import (
 // replay said no difference. The params of a run kept whole are kept.
 func TestAPruneLeavesTheReplayItsWrites(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	writeInbox(t, e, "a", "b")
-	wf := e.deploy(inboxScript)
-	e.settle()
-	time.Sleep(20 * time.Millisecond)
-	if _, err := e.k.Engine.Prune(e.ctx(), kt.Retention{Horizon: time.Millisecond, KeepDoneRuns: 200, Batch: 10}, false); err != nil {
-		t.Fatal(err)
-	}
-	var active int64
-	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
-		w, err := tx.WorkflowGet(wf)
-		active = w.ActiveVersion
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	src := strings.ReplaceAll(inboxScript, "%SINK%", e.sink.URL)
+	e, wf, active, src, changed := prunedInbox(t, 200)
 	same, err := e.k.Engine.ReplayDone(e.ctx(), wf, active, src, "")
 	if err != nil || len(same.Differences) != 0 {
 		t.Fatalf("the version in place replayed on itself: %+v (%v), want no difference", same.Differences, err)
 	}
-	changed := strings.Replace(src, "json: p.data,", "json: { ...p.data, to: \"elsewhere\" },", 1)
 	rep, err := e.k.Engine.ReplayDone(e.ctx(), wf, active, changed, "")
 	if err != nil {
 		t.Fatal(err)
@@ -68,24 +76,7 @@ func TestAPruneLeavesTheReplayItsWrites(t *testing.T) {
 // "safe", activated unattended). A pruned run is not replayed, nor counted.
 func TestAReplayCountsNoPrunedRun(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	writeInbox(t, e, "a", "b")
-	wf := e.deploy(inboxScript)
-	e.settle()
-	time.Sleep(20 * time.Millisecond)
-	if _, err := e.k.Engine.Prune(e.ctx(), kt.Retention{Horizon: time.Millisecond, KeepDoneRuns: 0, Batch: 10}, false); err != nil {
-		t.Fatal(err)
-	}
-	var active int64
-	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
-		w, err := tx.WorkflowGet(wf)
-		active = w.ActiveVersion
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	src := strings.ReplaceAll(inboxScript, "%SINK%", e.sink.URL)
-	changed := strings.Replace(src, "json: p.data,", "json: { ...p.data, to: \"elsewhere\" },", 1)
+	e, wf, active, _, changed := prunedInbox(t, 0)
 	rep, err := e.k.Engine.ReplayDone(e.ctx(), wf, active, changed, "")
 	if err != nil {
 		t.Fatal(err)
