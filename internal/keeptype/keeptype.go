@@ -510,6 +510,9 @@ type Mutation struct {
 	// NotFoundAt is when a reconcile first answered "did not happen" since
 	// the call went out; one answer is not enough (see engine.notHappenedYet).
 	NotFoundAt int64
+	// PrunedAt is when the retention dropped the row's params (issue 44);
+	// 0: they are kept. A pruned row's payload cannot be compared.
+	PrunedAt int64
 }
 
 // Resolution sources recorded in Mutation.ResolvedBy.

@@ -671,7 +671,7 @@ func (t *Tx) RunsWithStatus(status kt.Status) ([]kt.Run, error) {
 // --- mutations ---
 
 const mutationCols = `id, workflow, run_id, handler, item_keys, attempt, tool, method, params, target, identity_key, payload_hash, idempotency_key, status,
- result, error_class, error_message, can_reconcile, reconcile_attempts, next_reconcile_at, resolved_by, created_at, updated_at, sent_at, not_found_at`
+ result, error_class, error_message, can_reconcile, reconcile_attempts, next_reconcile_at, resolved_by, created_at, updated_at, sent_at, not_found_at, pruned_at`
 
 func scanMutation(sc interface{ Scan(...any) error }) (kt.Mutation, error) {
 	var m kt.Mutation
@@ -679,7 +679,7 @@ func scanMutation(sc interface{ Scan(...any) error }) (kt.Mutation, error) {
 	var result sql.NullString
 	var canRec int
 	err := sc.Scan(&m.ID, &m.Workflow, &m.RunID, &m.Handler, &items, &m.Attempt, &m.Tool, &m.Method, &params, &m.Target, &m.IdentityKey, &m.PayloadHash, &m.IdempotencyKey, &m.Status,
-		&result, &m.ErrorClass, &m.ErrorMessage, &canRec, &m.ReconcileAttempts, &m.NextReconcileAt, &m.ResolvedBy, &m.CreatedAt, &m.UpdatedAt, &m.SentAt, &m.NotFoundAt)
+		&result, &m.ErrorClass, &m.ErrorMessage, &canRec, &m.ReconcileAttempts, &m.NextReconcileAt, &m.ResolvedBy, &m.CreatedAt, &m.UpdatedAt, &m.SentAt, &m.NotFoundAt, &m.PrunedAt)
 	m.ItemKeys = parseList(items)
 	m.Params = json.RawMessage(params)
 	m.Result = rawJSON(result)
@@ -729,21 +729,21 @@ func (t *Tx) MutationByRun(runID string) (kt.Mutation, error) {
 }
 
 func (t *Tx) MutationPut(m kt.Mutation) error {
-	return t.write(fmt.Sprintf("save mutation %s", m.ID), `INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save mutation %s", m.ID), `INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, identity_key=excluded.identity_key, sent_at=excluded.sent_at, not_found_at=excluded.not_found_at, params=excluded.params, payload_hash=excluded.payload_hash, status=excluded.status, result=excluded.result,
  error_class=excluded.error_class, error_message=excluded.error_message, can_reconcile=excluded.can_reconcile, reconcile_attempts=excluded.reconcile_attempts,
  next_reconcile_at=excluded.next_reconcile_at, resolved_by=excluded.resolved_by, updated_at=excluded.updated_at`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
-		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt, m.PrunedAt)
 }
 
 // MutationInsert is MutationPut's INSERT whose identity key must be new
 // (the UNIQUE index on identity_key decides, under concurrent writers too).
 func (t *Tx) MutationInsert(m kt.Mutation) error {
 	return t.writeChanging(fmt.Sprintf("record mutation %s (%s)", m.ID, m.Target), store.ErrIdentityTaken,
-		`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(identity_key) DO NOTHING`,
+		`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(identity_key) DO NOTHING`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
-		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt, m.PrunedAt)
 }
 
 func (t *Tx) MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error {
