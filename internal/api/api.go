@@ -93,6 +93,12 @@ func (s *Server) Handler() http.Handler {
 		Error(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API route %s %s (see docs/api.md)", r.Method, r.URL.Path))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if where := notText(r); where != "" {
+			// PostgreSQL refuses such a parameter (SQLSTATE 22021), which
+			// was an internal error (500) on any route.
+			Error(w, http.StatusBadRequest, "bad_request", where+" is not text (UTF-8 without NUL bytes): keep's names, ids and searches are text")
+			return
+		}
 		def := "api"
 		if AuthOf(r) == AuthToken {
 			def = "api (token)"
@@ -102,6 +108,25 @@ func (s *Server) Handler() http.Handler {
 		ctx := engine.WithProof(engine.WithActor(r.Context(), ActorOf(r, def)), proofOf(AuthOf(r)))
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// notText names the first part of a request's path or query that is not
+// text, or "".
+func notText(r *http.Request) string {
+	if !isText(r.URL.Path) {
+		return "the path " + strconv.Quote(r.URL.Path)
+	}
+	for k, vs := range r.URL.Query() {
+		if !isText(k) {
+			return "the query's key " + strconv.Quote(k)
+		}
+		for _, v := range vs {
+			if !isText(v) {
+				return "the query's " + k + " " + strconv.Quote(v)
+			}
+		}
+	}
+	return ""
 }
 
 // proofOf is how a request authenticated, as engine.Control reads it.

@@ -33,6 +33,13 @@ func newRig(t *testing.T, token string) *rig { return newRigWith(t, token, false
 // keep.toml's [connectors.http] allow (a person who declared it).
 func newRigWith(t *testing.T, token string, allowSelf bool) *rig {
 	t.Helper()
+	return newRigOn(t, token, allowSelf, "")
+}
+
+// newRigOn is newRigWith on the store at storeURL ("": SQLite in the data
+// directory).
+func newRigOn(t *testing.T, token string, allowSelf bool, storeURL string) *rig {
+	t.Helper()
 	dir := t.TempDir()
 	sink := testsink.New()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -47,7 +54,7 @@ func newRigWith(t *testing.T, token string, allowSelf bool) *rig {
 	if err := os.WriteFile(cfg, []byte("[connectors.http]\nallow = ["+allow+"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), ConfigFile: cfg, FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	k, err := daemon.Open(daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/report"
@@ -48,7 +49,7 @@ func pageOf(r *http.Request) (store.Page, error) {
 	}
 	at, id, ok := strings.Cut(string(raw[1:]), ".")
 	ms, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil || id == "" {
+	if !ok || err != nil || id == "" || !isText(id) {
 		return p, bad
 	}
 	pos := &store.Pos{At: ms, ID: id}
@@ -62,6 +63,10 @@ func pageOf(r *http.Request) (store.Page, error) {
 	}
 	return p, nil
 }
+
+// isText says s is UTF-8 without NUL bytes: what a text parameter may be
+// on every store (keep's ids and titles are).
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // pageHeaders writes the Link and X-Total-Count headers of a page.
 func pageHeaders(w http.ResponseWriter, r *http.Request, pg report.Page) {

@@ -130,7 +130,7 @@ type OTel struct {
 type Retention struct {
 	Days         int           `toml:"days" default:"14" min:"0" max:"36500" doc:"How many days the traces and payloads of finished work are kept (n8n keeps executions 14 days); 0 keeps them forever."`
 	KeepDoneRuns int           `toml:"keep_done_runs" default:"200" min:"0" max:"100000" doc:"The newest done runs of each workflow's version kept whole whatever their age: the Maintainer replays them to judge a new version (it reads at most 200)."`
-	Interval     time.Duration `toml:"interval" default:"'1h'" doc:"How often keep serve prunes."`
+	Interval     time.Duration `toml:"interval" default:"'1h'" min:"1m" doc:"How often keep serve prunes (at least a minute: each pass takes the writer for its batches and gives the disk back)."`
 	Batch        int           `toml:"batch" default:"200" min:"1" max:"10000" doc:"Rows pruned per write transaction: small, so runs keep flowing between batches."`
 }
 

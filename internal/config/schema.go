@@ -155,6 +155,9 @@ func checkTags(md toml.MetaData, where []string, v any) error {
 			if md.Type(key...) != "String" || fv.Int() <= 0 {
 				return keyError(where, name, `must be a positive duration like "200ms", "10s" or "5m"`)
 			}
+			if lo := f.Tag.Get("min"); lo != "" && fv.Int() < int64(durationBound(lo)) {
+				return keyError(where, name, "must be at least "+lo)
+			}
 			continue
 		}
 		if fv.Kind() == reflect.Float64 {
@@ -185,6 +188,14 @@ func checkFloat(f reflect.StructField, v float64, where []string, name string) e
 		return keyError(where, name, "must be at most "+hi)
 	}
 	return nil
+}
+
+func durationBound(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }
 
 func floatBound(s string) float64 {

@@ -509,7 +509,10 @@ func (e *Engine) lookupMutation(ctx context.Context, identityKey string) (mut kt
 // comparePayloads compares the payload of an applied mutation with a new
 // one (ch 14 §14.5): no comparePayload means any difference is significant.
 func comparePayloads(m *connector.Method, applied kt.Mutation, payload map[string]any) connector.Comparison {
-	if m.ComparePayload == nil {
+	if m.ComparePayload == nil || applied.PrunedAt != 0 {
+		// Pruned (issue 44): its params are gone, and a comparison with
+		// nothing (the method's comparePayload of {}) could call the
+		// change minor and pass it silently.
 		return connector.Significant
 	}
 	var oldArgs map[string]any

@@ -257,6 +257,12 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 	}
 	for i := range runs {
 		run := runs[i]
+		if run.PrunedAt != 0 {
+			// Its bodies went with the retention (issue 44): replayed
+			// without its reads or its selection it would agree with
+			// anything, so it is neither replayed nor counted.
+			continue
+		}
 		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("replay", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, impact: true, reads: readsOf(run.Trace)}
 		var err error
 		switch run.HandlerType {

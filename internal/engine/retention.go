@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -37,7 +38,7 @@ func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.Pru
 		}
 		rep.SizeBefore = n
 	}
-	pr := pruner{p: p, spare: map[string]map[string]bool{}}
+	pr := pruner{p: p, before: rep.Before, spare: map[string]map[string]bool{}}
 	for _, kind := range store.PruneKinds {
 		c := kt.PruneCount{Kind: string(kind)}
 		var after store.PruneCursor
@@ -57,6 +58,7 @@ func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.Pru
 					return nil
 				}
 				after = store.PruneCursor{At: rows[len(rows)-1].At, ID: rows[len(rows)-1].ID}
+				pr.runs = map[string]bool{} // a ledger row's run, judged once a batch
 				var ids []string
 				var bytes int64
 				for _, r := range rows {
@@ -113,11 +115,15 @@ func RetentionOf(r config.Retention) kt.Retention {
 
 // pruner judges rows by keeptype's rule, remembering the runs it spares.
 type pruner struct {
-	p kt.Retention
+	p      kt.Retention
+	before int64
 	// spare holds, per workflow and version (and per workflow for its
 	// last retried run), the ids of the runs kept whatever their age.
 	spare  map[string]map[string]bool
 	spared int
+	// runs holds, for the batch under way, whether a ledger row's run
+	// lets its bodies go.
+	runs map[string]bool
 }
 
 func (pr *pruner) prunable(tx store.Tx, kind store.PruneKind, r store.PruneRow) (bool, error) {
@@ -125,13 +131,58 @@ func (pr *pruner) prunable(tx store.Tx, kind store.PruneKind, r store.PruneRow) 
 	case store.PruneEvents:
 		return kt.EventPrunable(kt.EventStatus(r.Status)), nil
 	case store.PruneMutations:
-		return kt.MutationPrunable(kt.MutationStatus(r.Status)), nil
+		if !kt.MutationPrunable(kt.MutationStatus(r.Status)) {
+			return false, nil
+		}
+		return pr.runLetsGo(tx, r.Run)
 	case store.PruneDeliveries:
 		return kt.DeliveryPrunable(kt.DeliveryStatus(r.Status)), nil
 	}
+	ok, spared, err := pr.runPrunable(tx, r)
+	if spared {
+		pr.spared++
+	}
+	return ok, err
+}
+
+// runLetsGo says whether a ledger row's run lets the row's params go: a
+// run kept whole (spared for the Maintainer's replay, unfinished, within
+// the horizon) keeps its writes' params too, since its replay compares the
+// write it would make with them (compareWrite); params pruned under a run
+// kept whole made every replayed write "another identity", the same for
+// the version in place as for a proposed one, so a repair that changed a
+// done run's writes replayed without a difference.
+func (pr *pruner) runLetsGo(tx store.Tx, id string) (bool, error) {
+	if id == "" {
+		return true, nil
+	}
+	if ok, seen := pr.runs[id]; seen {
+		return ok, nil
+	}
+	run, err := tx.RunGet(id)
+	switch {
+	case errors.Is(err, kt.ErrNotFound):
+		pr.runs[id] = true
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	ok := false
+	if run.FinishedAt > 0 && run.FinishedAt < pr.before {
+		if ok, _, err = pr.runPrunable(tx, store.PruneRow{ID: run.ID, Workflow: run.Workflow, Version: run.Version, Status: string(run.Status), At: run.FinishedAt}); err != nil {
+			return false, err
+		}
+	}
+	pr.runs[id] = ok
+	return ok, nil
+}
+
+// runPrunable judges a run finished before the horizon; spared says it
+// was kept for being among the newest.
+func (pr *pruner) runPrunable(tx store.Tx, r store.PruneRow) (ok, spared bool, err error) {
 	st := kt.Status(r.Status)
 	if !kt.RunPrunable(st) {
-		return false, nil
+		return false, false, nil
 	}
 	var version int64
 	limit := 1 // a workflow's newest retried run: the last failure's card
@@ -139,17 +190,17 @@ func (pr *pruner) prunable(tx store.Tx, kind store.PruneKind, r store.PruneRow) 
 	case kt.StatusCommitted:
 		version, limit = r.Version, pr.p.KeepDoneRuns
 	case kt.StatusSkipped:
-		return true, nil
+		return true, false, nil
 	}
 	if limit <= 0 {
-		return true, nil
+		return true, false, nil
 	}
 	key := r.Workflow + "\x00" + strconv.FormatInt(version, 10) + "\x00" + string(st)
 	ids, ok := pr.spare[key]
 	if !ok {
 		newest, err := tx.RunIDsNewest(r.Workflow, version, st, limit)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		ids = map[string]bool{}
 		for _, id := range newest {
@@ -158,8 +209,7 @@ func (pr *pruner) prunable(tx store.Tx, kind store.PruneKind, r store.PruneRow) 
 		pr.spare[key] = ids
 	}
 	if ids[r.ID] {
-		pr.spared++
-		return false, nil
+		return false, true, nil
 	}
-	return true, nil
+	return true, false, nil
 }

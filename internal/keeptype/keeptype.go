@@ -249,6 +249,9 @@ type Event struct {
 	Attempt    int
 	CreatedAt  int64
 	UpdatedAt  int64
+	// PrunedAt is when the retention dropped the payload of this
+	// consumed or skipped event (issue 44); 0: it is kept.
+	PrunedAt int64
 }
 
 // Published is what an event becomes when it is published (ch 06a, SPEC
@@ -274,6 +277,14 @@ func Published(had *Event, e Event) Event {
 		e.Status, e.ReservedBy = EventPending, ""
 	} else {
 		e.Status, e.ReservedBy, e.Attempt = had.Status, had.ReservedBy, had.Attempt
+		// A finished event whose payload the retention dropped stays so
+		// (issue 44): nothing reads it again, and the stored "null" tells
+		// nothing of what it was, so taking the publish's payload would
+		// make every poll that sees old work again a change (never quiet)
+		// and bring the payload back for good.
+		if had.PrunedAt != 0 {
+			e.Payload, e.PrunedAt = had.Payload, had.PrunedAt
+		}
 	}
 	return e
 }
@@ -283,7 +294,7 @@ func Published(had *Event, e Event) Event {
 // reservation or attempt. A publish that does not is not written (a
 // producer that publishes what it published before found nothing new).
 func PublishChanges(had, merged Event) bool {
-	return string(had.Payload) != string(merged.Payload) || !slices.Equal(had.CausedBy, merged.CausedBy) ||
+	return string(had.Payload) != string(merged.Payload) || had.PrunedAt != merged.PrunedAt || !slices.Equal(had.CausedBy, merged.CausedBy) ||
 		had.Status != merged.Status || had.ReservedBy != merged.ReservedBy || had.Attempt != merged.Attempt
 }
 
@@ -429,6 +440,10 @@ type Run struct {
 	// QuietSince is when the first of them started. 0: an ordinary run.
 	QuietPolls int64
 	QuietSince int64
+	// PrunedAt is when the retention dropped the run's bodies (trace,
+	// prepare and mutation results, pending call; issue 44); 0: they are
+	// kept. A replay reads nothing of a pruned run.
+	PrunedAt int64
 }
 
 // MutationStatus is the mutation ledger state of chapter 13.
@@ -495,6 +510,9 @@ type Mutation struct {
 	// NotFoundAt is when a reconcile first answered "did not happen" since
 	// the call went out; one answer is not enough (see engine.notHappenedYet).
 	NotFoundAt int64
+	// PrunedAt is when the retention dropped the row's params (issue 44);
+	// 0: they are kept. A pruned row's payload cannot be compared.
+	PrunedAt int64
 }
 
 // Resolution sources recorded in Mutation.ResolvedBy.

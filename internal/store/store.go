@@ -669,9 +669,12 @@ type PruneRow struct {
 	ID       string
 	Workflow string
 	Version  int64 // runs only
-	Status   string
-	At       int64
-	Bytes    int64
+	// Run is the run a ledger row (mutations) belongs to: the pruner
+	// keeps a row's params while its run keeps its bodies.
+	Run    string
+	Status string
+	At     int64
+	Bytes  int64
 }
 
 // Compactor is a Store that can give the disk back after a prune (SQLite:

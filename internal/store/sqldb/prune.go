@@ -15,25 +15,25 @@ import (
 // column's new value; "?" is the time of the prune). Rows keep their
 // identity (ids, messageIds, identity keys, statuses).
 type pruneTable struct {
-	table, at, version, bytes, kept string
-	drop                            [][2]string
-	numericID                       bool
+	table, at, version, run, bytes, kept string
+	drop                                 [][2]string
+	numericID                            bool
 }
 
 var pruneTables = map[store.PruneKind]pruneTable{
-	store.PruneRuns: {table: "runs", at: "finished_at", version: "version",
+	store.PruneRuns: {table: "runs", at: "finished_at", version: "version", run: "''",
 		bytes: "length(coalesce(trace,''))+length(coalesce(prepare_result,''))+length(coalesce(mutation_result,''))+length(coalesce(pending_call,''))",
 		drop:  [][2]string{{"trace", "NULL"}, {"prepare_result", "NULL"}, {"mutation_result", "NULL"}, {"pending_call", "NULL"}, {"pruned_at", "?"}},
 		kept:  "pruned_at=0 AND finished_at>0"},
-	store.PruneEvents: {table: "events", at: "updated_at", version: "0", numericID: true,
+	store.PruneEvents: {table: "events", at: "updated_at", version: "0", run: "''", numericID: true,
 		bytes: "length(payload)", drop: [][2]string{{"payload", "'null'"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
-	store.PruneMutations: {table: "mutations", at: "updated_at", version: "0",
+	store.PruneMutations: {table: "mutations", at: "updated_at", version: "0", run: "run_id",
 		// The result stays: a write found applied hands it to the script
 		// again (stepReplay), as its answer.
 		bytes: "length(params)", drop: [][2]string{{"params", "'{}'"}, {"pruned_at", "?"}}, kept: "pruned_at=0"},
 	// A delivery has no pruned_at: an empty request is a pruned one (a
 	// settled delivery's request is forgotten when it settles).
-	store.PruneDeliveries: {table: "deliveries", at: "received_at", version: "0", numericID: true,
+	store.PruneDeliveries: {table: "deliveries", at: "received_at", version: "0", run: "''", numericID: true,
 		bytes: "length(request)", drop: [][2]string{{"request", "''"}}, kept: "request<>''"},
 }
 
@@ -85,7 +85,7 @@ func (t *Tx) PruneList(kind store.PruneKind, before int64, after store.PruneCurs
 			}
 		}
 	}
-	q := `SELECT id, workflow, ` + p.version + `, status, ` + p.at + `, ` + p.bytes + ` FROM ` + p.table +
+	q := `SELECT id, workflow, ` + p.version + `, ` + p.run + `, status, ` + p.at + `, ` + p.bytes + ` FROM ` + p.table +
 		` WHERE ` + p.kept + ` AND ` + p.at + `<? AND (` + p.at + `>? OR (` + p.at + `=? AND id>?)) ORDER BY ` + p.at + `, id LIMIT ` + limitSQL(limit)
 	rows, err := t.r.Query(q, before, after.At, after.At, afterID)
 	if err != nil {
@@ -97,11 +97,11 @@ func (t *Tx) PruneList(kind store.PruneKind, before int64, after store.PruneCurs
 		var r store.PruneRow
 		if p.numericID {
 			var id int64
-			if err := rows.Scan(&id, &r.Workflow, &r.Version, &r.Status, &r.At, &r.Bytes); err != nil {
+			if err := rows.Scan(&id, &r.Workflow, &r.Version, &r.Run, &r.Status, &r.At, &r.Bytes); err != nil {
 				return nil, err
 			}
 			r.ID = strconv.FormatInt(id, 10)
-		} else if err := rows.Scan(&r.ID, &r.Workflow, &r.Version, &r.Status, &r.At, &r.Bytes); err != nil {
+		} else if err := rows.Scan(&r.ID, &r.Workflow, &r.Version, &r.Run, &r.Status, &r.At, &r.Bytes); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

@@ -212,12 +212,12 @@ func (t *Tx) HandlerAdvance(workflow, name string, state json.RawMessage, wakeAt
 
 // --- events ---
 
-const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at`
+const eventCols = `id, workflow, topic, message_id, payload, status, reserved_by, created_by, caused_by, attempt, created_at, updated_at, pruned_at`
 
 func scanEvent(sc interface{ Scan(...any) error }) (kt.Event, error) {
 	var e kt.Event
 	var payload, caused string
-	err := sc.Scan(&e.ID, &e.Workflow, &e.Topic, &e.MessageID, &payload, &e.Status, &e.ReservedBy, &e.CreatedBy, &caused, &e.Attempt, &e.CreatedAt, &e.UpdatedAt)
+	err := sc.Scan(&e.ID, &e.Workflow, &e.Topic, &e.MessageID, &payload, &e.Status, &e.ReservedBy, &e.CreatedBy, &caused, &e.Attempt, &e.CreatedAt, &e.UpdatedAt, &e.PrunedAt)
 	e.Payload = json.RawMessage(payload)
 	e.CausedBy = parseList(caused)
 	return e, err
@@ -268,8 +268,8 @@ ON CONFLICT(workflow, topic, message_id) DO NOTHING RETURNING id`,
 		return false, nil
 	}
 	*e = merged
-	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=? WHERE id=?`,
-		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.ID); err != nil {
+	if err := t.write(fmt.Sprintf("update event %s/%s", e.Topic, e.MessageID), `UPDATE events SET payload=?, caused_by=?, status=?, reserved_by=?, attempt=?, updated_at=?, pruned_at=? WHERE id=?`,
+		string(e.Payload), strList(e.CausedBy), e.Status, e.ReservedBy, e.Attempt, e.UpdatedAt, e.PrunedAt, e.ID); err != nil {
 		return false, err
 	}
 	return false, t.setCauses(e.ID, e.CausedBy)
@@ -559,13 +559,13 @@ func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
 // --- runs ---
 
 const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
- approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since`
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since, pruned_at`
 
 func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
 	var r kt.Run
 	var pr, mr, pc, tr sql.NullString
 	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
-		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince)
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince, &r.PrunedAt)
 	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
 	return r, err
 }
@@ -596,21 +596,21 @@ func (t *Tx) RunGet(id string) (kt.Run, error) {
 }
 
 func (t *Tx) RunPut(r kt.Run) error {
-	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
  mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
  error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
- updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since`,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since, pruned_at=excluded.pruned_at`,
 		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
-		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, b2i(!r.Status.Finished()))
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, r.PrunedAt, b2i(!r.Status.Finished()))
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
 	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev), store.ErrConflict,
 		`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
- error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, rev=? WHERE id=? AND rev=?`,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, pruned_at=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
-		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.Rev+1, r.ID, r.Rev)
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.PrunedAt, r.Rev+1, r.ID, r.Rev)
 }
 
 func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {
@@ -671,7 +671,7 @@ func (t *Tx) RunsWithStatus(status kt.Status) ([]kt.Run, error) {
 // --- mutations ---
 
 const mutationCols = `id, workflow, run_id, handler, item_keys, attempt, tool, method, params, target, identity_key, payload_hash, idempotency_key, status,
- result, error_class, error_message, can_reconcile, reconcile_attempts, next_reconcile_at, resolved_by, created_at, updated_at, sent_at, not_found_at`
+ result, error_class, error_message, can_reconcile, reconcile_attempts, next_reconcile_at, resolved_by, created_at, updated_at, sent_at, not_found_at, pruned_at`
 
 func scanMutation(sc interface{ Scan(...any) error }) (kt.Mutation, error) {
 	var m kt.Mutation
@@ -679,7 +679,7 @@ func scanMutation(sc interface{ Scan(...any) error }) (kt.Mutation, error) {
 	var result sql.NullString
 	var canRec int
 	err := sc.Scan(&m.ID, &m.Workflow, &m.RunID, &m.Handler, &items, &m.Attempt, &m.Tool, &m.Method, &params, &m.Target, &m.IdentityKey, &m.PayloadHash, &m.IdempotencyKey, &m.Status,
-		&result, &m.ErrorClass, &m.ErrorMessage, &canRec, &m.ReconcileAttempts, &m.NextReconcileAt, &m.ResolvedBy, &m.CreatedAt, &m.UpdatedAt, &m.SentAt, &m.NotFoundAt)
+		&result, &m.ErrorClass, &m.ErrorMessage, &canRec, &m.ReconcileAttempts, &m.NextReconcileAt, &m.ResolvedBy, &m.CreatedAt, &m.UpdatedAt, &m.SentAt, &m.NotFoundAt, &m.PrunedAt)
 	m.ItemKeys = parseList(items)
 	m.Params = json.RawMessage(params)
 	m.Result = rawJSON(result)
@@ -729,21 +729,21 @@ func (t *Tx) MutationByRun(runID string) (kt.Mutation, error) {
 }
 
 func (t *Tx) MutationPut(m kt.Mutation) error {
-	return t.write(fmt.Sprintf("save mutation %s", m.ID), `INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save mutation %s", m.ID), `INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, identity_key=excluded.identity_key, sent_at=excluded.sent_at, not_found_at=excluded.not_found_at, params=excluded.params, payload_hash=excluded.payload_hash, status=excluded.status, result=excluded.result,
  error_class=excluded.error_class, error_message=excluded.error_message, can_reconcile=excluded.can_reconcile, reconcile_attempts=excluded.reconcile_attempts,
  next_reconcile_at=excluded.next_reconcile_at, resolved_by=excluded.resolved_by, updated_at=excluded.updated_at`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
-		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt, m.PrunedAt)
 }
 
 // MutationInsert is MutationPut's INSERT whose identity key must be new
 // (the UNIQUE index on identity_key decides, under concurrent writers too).
 func (t *Tx) MutationInsert(m kt.Mutation) error {
 	return t.writeChanging(fmt.Sprintf("record mutation %s (%s)", m.ID, m.Target), store.ErrIdentityTaken,
-		`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(identity_key) DO NOTHING`,
+		`INSERT INTO mutations(`+mutationCols+`) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(identity_key) DO NOTHING`,
 		m.ID, m.Workflow, m.RunID, m.Handler, strList(m.ItemKeys), m.Attempt, m.Tool, m.Method, string(m.Params), m.Target, m.IdentityKey, m.PayloadHash, m.IdempotencyKey, m.Status,
-		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt)
+		jsonText(m.Result), m.ErrorClass, m.ErrorMessage, b2i(m.CanReconcile), m.ReconcileAttempts, m.NextReconcileAt, m.ResolvedBy, m.CreatedAt, m.UpdatedAt, m.SentAt, m.NotFoundAt, m.PrunedAt)
 }
 
 func (t *Tx) MutationPutFrom(m kt.Mutation, from kt.MutationStatus) error {
