@@ -146,13 +146,16 @@ func (s *Scheduler) Changed(wf string) {
 		s.skippedWakes.Add(1)
 		return
 	}
-	if d := s.forgetDamage(wf); d {
+	s.mu.Lock()
+	if d := s.damaged[wf]; d != nil {
 		// A person's deploy, grant or revoke may have restored what was
-		// damaged: look again now, not at the end of the wait.
-		s.mu.Lock()
+		// damaged: look again now, not at the end of the wait. The damage
+		// stays known, so that finding it again is not logged again (a
+		// change that restores nothing, as an event posted, is no news).
+		d.delay = damagedRetry / 2
 		delete(s.backoff, wf)
-		s.mu.Unlock()
 	}
+	s.mu.Unlock()
 	s.Wake()
 }
 
@@ -166,21 +169,21 @@ type damagedStep struct {
 // nothing keep does by itself restores it (a person redeploys, re-grants
 // or restores keep.db), so each look waits twice as long as the one
 // before, up to damagedRetryMax; a change told to Changed (a deploy, a
-// grant through keep serve) looks again at once. A change made behind keep
-// serve's back is seen within damagedRetryMax.
+// grant through keep serve) looks again at once and starts the waits
+// again from damagedRetry. A change made behind keep serve's back is seen
+// within damagedRetryMax. The damage is logged once, until a step of the
+// workflow succeeds or finds another.
 const (
 	damagedRetry    = time.Second
 	damagedRetryMax = 5 * time.Minute
 )
 
-// forgetDamage forgets that wf's storage was found damaged, and says
-// whether it was.
-func (s *Scheduler) forgetDamage(wf string) bool {
+// forgetDamage forgets that wf's storage was found damaged: a step of it
+// succeeded.
+func (s *Scheduler) forgetDamage(wf string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, was := s.damaged[wf]
 	delete(s.damaged, wf)
-	return was
+	s.mu.Unlock()
 }
 
 // stepFailed records a failed step of wf (s.mu held): logged and kept in
