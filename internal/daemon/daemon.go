@@ -301,16 +301,19 @@ func (k *Keep) TakeHeld(ctx context.Context) {
 }
 
 // Prune prunes finished work's history by [retention] until ctx ends
-// (keep serve): a first pass a minute after the start, then every
-// interval. Each pass deletes in small transactions (engine.Prune), so
-// runs keep flowing; a pass that fails is logged and tried again at the
-// next interval.
+// (keep serve): a first pass a minute after the start (or after the
+// interval, when that is shorter), then every interval. Each pass deletes
+// in small transactions (engine.Prune), so runs keep flowing; a pass that
+// fails is logged and tried again at the next interval.
 func (k *Keep) Prune(ctx context.Context) {
 	p := engine.RetentionOf(k.Retention)
 	if p.Horizon <= 0 {
 		return
 	}
 	wait := time.Minute
+	if i := k.Retention.Interval; i > 0 && i < wait {
+		wait = i
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -3,10 +3,15 @@ package engine_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -333,5 +338,102 @@ func TestTheCardOfAFailedRunWhoseScriptIsDamagedSaysDamagedStorage(t *testing.T)
 	}
 	if s := statusOf(t, e, wf); s.Status != kt.StatusWordDamaged {
 		t.Fatalf("status %s: %s", s.Status, s.Reason)
+	}
+}
+
+// lines is a log that counts its lines, for a test that reads what keep
+// logged.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+
+// count is how many lines hold every one of parts.
+func (l *lines) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// A workflow whose stored script is damaged is not stepped every second
+// with an error logged each time until someone restores it (issue 44's
+// follow-up): keep serve's scheduler logs it once and looks again after
+// 1 s, 2 s, 4 s … (at most 5 minutes apart), and at once when it is
+// deployed again. Counted, not timed: each look after the first is a
+// debug line, and over T seconds from the first, looks that double their
+// wait are at most 1 + log2(T+1) however slow the machine; a scheduler
+// that looks every second makes about T of them and logs each.
+func TestADamagedWorkflowIsLoggedOnceAndLookedAtLessAndLessOften(t *testing.T) {
+	t.Parallel()
+	e, q := stoppedWithRawStore(t)
+	q(`UPDATE versions SET script=? WHERE workflow=?`, flipByte(t, storedScript(t, q, "hook"), "/wri"), "hook").Close()
+	log := &lines{}
+	e.opts.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.restart()
+
+	serve := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- e.k.Scheduler.Run(ctx) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("the scheduler: %v", err)
+			}
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not reached in 2 minutes\n%s", what, log.b.String())
+			}
+		}
+	}
+	failed := func() int { return log.count(`msg="step failed"`, "workflow=hook", "damaged storage") }
+	again := func() int { return log.count("step failed again on the same damaged storage", "workflow=hook") }
+
+	stop := serve()
+	waitFor("the damaged workflow's first failed step, and the other workflow's write", func() bool { return failed() >= 1 && writesTo(e, "/other/") == 1 })
+	first := time.Now()
+	// Long enough for a scheduler that looks every second to look five
+	// times more; nothing below depends on how much longer it takes.
+	waitFor("5 s of keep serve after the first failed step", func() bool { return time.Since(first) >= 5*time.Second })
+	stop()
+	elapsed := time.Since(first).Seconds()
+	if n := failed(); n != 1 {
+		t.Fatalf("the damaged workflow's failed step was logged %d times in %.1f s, want once:\n%s", n, elapsed, log.b.String())
+	}
+	looks := 1 + again()
+	if most := 1 + int(math.Log2(elapsed+1)); looks > most {
+		t.Fatalf("the damaged workflow was looked at %d times in %.1f s, want at most %d (each wait twice the one before)", looks, elapsed, most)
+	}
+	if n := e.sink.Requests() - writesTo(e, "/other/"); n != 0 {
+		t.Fatalf("the damaged script made %d requests", n)
+	}
+	if errs := e.k.Scheduler.Errors(); len(errs) != 1 || !kt.IsDamaged(errs[0]) {
+		t.Fatalf("the scheduler's errors: %v, want the damage once", errs)
+	}
+
+	// Deployed again, it is looked at again (the deploy tells the
+	// scheduler), and runs.
+	e.redeploy(hookScript("", ""), "")
+	stop = serve()
+	waitFor("hook's write after the redeploy", func() bool { return writesTo(e, "/write/") == 1 })
+	stop()
+	if s := statusOf(t, e, "hook"); s.Status == kt.StatusWordDamaged {
+		t.Fatalf("after the redeploy: %s %s", s.Status, s.Reason)
 	}
 }

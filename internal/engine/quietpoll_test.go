@@ -57,7 +57,7 @@ func TestAPollThatFindsNothingNewStoresAtMost2KB(t *testing.T) {
 }
 
 // quietRuns are the producer's runs that count polls that found nothing new.
-func quietRuns(t *testing.T, e *env, wf, producer string) []apitype.Run {
+func quietRuns(t testing.TB, e *env, wf, producer string) []apitype.Run {
 	t.Helper()
 	var out []apitype.Run
 	for _, r := range e.runs(wf) {

@@ -58,6 +58,10 @@ type Scheduler struct {
 	renewing bool                  // the renewer runs
 	runs     int                   // Run and RunUntilIdle under way
 	backoff  map[string]time.Time
+	// damaged holds the workflows whose last step found damaged storage
+	// (kt.ClassDamaged): what it said, logged once, and how long the
+	// scheduler now waits before it looks again (damagedRetry).
+	damaged  map[string]*damagedStep
 	errs     []error
 	problem  string       // see Problem
 	progress atomic.Int64 // steps that did something
@@ -104,7 +108,7 @@ func (s *Scheduler) NodeAddr() string {
 // New builds a Scheduler.
 func New(o Options) *Scheduler {
 	s := &Scheduler{eng: o.Engine, store: o.Engine.Store(), workers: o.Workers, poll: o.Poll, log: o.Logger,
-		wake: make(chan struct{}, 1), busy: map[string]bool{}, held: map[string]*heldLease{}, renewKick: make(chan struct{}, 1), backoff: map[string]time.Time{}, node: o.Node, ttl: o.LeaseTTL}
+		wake: make(chan struct{}, 1), busy: map[string]bool{}, held: map[string]*heldLease{}, renewKick: make(chan struct{}, 1), backoff: map[string]time.Time{}, damaged: map[string]*damagedStep{}, node: o.Node, ttl: o.LeaseTTL}
 	if s.ttl <= 0 {
 		s.ttl = 15 * time.Second
 	}
@@ -142,7 +146,70 @@ func (s *Scheduler) Changed(wf string) {
 		s.skippedWakes.Add(1)
 		return
 	}
+	s.mu.Lock()
+	if d := s.damaged[wf]; d != nil {
+		// A person's deploy, grant or revoke may have restored what was
+		// damaged: look again now, not at the end of the wait. The damage
+		// stays known, so that finding it again is not logged again (a
+		// change that restores nothing, as an event posted, is no news).
+		d.delay = damagedRetry / 2
+		delete(s.backoff, wf)
+	}
+	s.mu.Unlock()
 	s.Wake()
+}
+
+// damagedStep is a workflow whose steps find damaged storage.
+type damagedStep struct {
+	msg   string        // the error, as logged
+	delay time.Duration // the wait before the next look
+}
+
+// The waits between two looks at a workflow whose storage is damaged:
+// nothing keep does by itself restores it (a person redeploys, re-grants
+// or restores keep.db), so each look waits twice as long as the one
+// before, up to damagedRetryMax; a change told to Changed (a deploy, a
+// grant through keep serve) looks again at once and starts the waits
+// again from damagedRetry. A change made behind keep serve's back is seen
+// within damagedRetryMax. The damage is logged once, until a step of the
+// workflow succeeds or finds another.
+const (
+	damagedRetry    = time.Second
+	damagedRetryMax = 5 * time.Minute
+)
+
+// forgetDamage forgets that wf's storage was found damaged: a step of it
+// succeeded.
+func (s *Scheduler) forgetDamage(wf string) {
+	s.mu.Lock()
+	delete(s.damaged, wf)
+	s.mu.Unlock()
+}
+
+// stepFailed records a failed step of wf (s.mu held): logged and kept in
+// Errors, then a second's wait; damaged storage is logged once and waited
+// for longer each time it is found again (damagedRetry).
+func (s *Scheduler) stepFailed(wf string, err error) {
+	if !kt.IsDamaged(err) {
+		s.log.Error("step failed", "workflow", wf, "error", err)
+		s.problem = fmt.Sprintf("workflow %s: %v", wf, err)
+		s.backoff[wf] = time.Now().Add(time.Second)
+		s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
+		return
+	}
+	// Damaged storage is this workflow's alone (its status says it, issue
+	// 44): the others go on, and keep serve with them.
+	d := s.damaged[wf]
+	if d != nil && d.msg == err.Error() {
+		d.delay = min(2*d.delay, damagedRetryMax)
+		s.log.Debug("step failed again on the same damaged storage (logged once)", "workflow", wf, "next look in", d.delay)
+	} else {
+		d = &damagedStep{msg: err.Error(), delay: damagedRetry}
+		s.damaged[wf] = d
+		s.log.Error("step failed", "workflow", wf, "error", err, "next look", "when the workflow is deployed or granted again, else in "+damagedRetry.String()+", twice as long each time up to "+damagedRetryMax.String())
+		s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
+	}
+	s.backoff[wf] = time.Now().Add(d.delay)
 }
 
 // Passes is how many times the scheduler has looked for due work, and
@@ -265,25 +332,29 @@ func (s *Scheduler) release(wf string) {
 // without waiting for the next poll. When ctx ends (keep is stopping) no new
 // step starts, but the step under way finishes with a context that is not
 // cancelled: stopping must not cut a run between two of its durable writes.
-func (s *Scheduler) stepAll(ctx context.Context, wf string) {
+// It returns the error of a step that failed.
+func (s *Scheduler) stepAll(ctx context.Context, wf string) error {
 	stepCtx := context.WithoutCancel(ctx)
 	if s.node == "" {
-		s.stepLoop(ctx, stepCtx, wf)
-		return
+		_, err := s.stepLoop(ctx, stepCtx, wf)
+		return err
 	}
 	fence, held, err := s.lease(stepCtx, wf)
 	if err != nil || !held {
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("scheduler: take the lease", "workflow", wf, "error", err)
 		}
-		return // another node steps it
+		return nil // another node steps it
 	}
-	s.done(fence, s.stepLoop(ctx, store.WithFence(stepCtx, fence), wf))
+	lost, err := s.stepLoop(ctx, store.WithFence(stepCtx, fence), wf)
+	s.done(fence, lost)
+	return err
 }
 
-// stepLoop steps wf until it has no work, an error, or ctx ends; lost says
-// a write was fenced: another node took the workflow over.
-func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool) {
+// stepLoop steps wf until it has no work, an error (which it returns), or
+// ctx ends; lost says a write was fenced: another node took the workflow
+// over.
+func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool, _ error) {
 	for ctx.Err() == nil {
 		did, err := s.step(stepCtx, wf)
 		if errors.Is(err, store.ErrFenced) {
@@ -292,35 +363,28 @@ func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool
 			// ran out while it worked (a pause, a database it could not
 			// reach), which a person running nodes wants to know.
 			s.log.Warn("lease lost while stepping: another node took the workflow over", "workflow", wf, "error", err)
-			return true
+			return true, nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return false
+				return false, nil
 			}
 			s.noteFatal(err)
-			s.log.Error("step failed", "workflow", wf, "error", err)
 			s.mu.Lock()
-			if !kt.IsDamaged(err) {
-				// Damaged storage is this workflow's alone (its status
-				// says it, issue 44): the others go on, and keep serve
-				// with them.
-				s.problem = fmt.Sprintf("workflow %s: %v", wf, err)
-			}
-			s.backoff[wf] = time.Now().Add(time.Second)
-			s.errs = append(s.errs, fmt.Errorf("workflow %s: %w", wf, err))
+			s.stepFailed(wf, err)
 			s.mu.Unlock()
-			return false
+			return false, err
 		}
+		s.forgetDamage(wf)
 		if !did {
-			return false
+			return false, nil
 		}
 		s.mu.Lock()
 		s.problem = ""
 		s.mu.Unlock()
 		s.progress.Add(1)
 	}
-	return false
+	return false, nil
 }
 
 func (s *Scheduler) step(ctx context.Context, wf string) (did bool, err error) {
@@ -342,14 +406,11 @@ func (s *Scheduler) StepWorkflow(ctx context.Context, wf string) error {
 		return nil
 	}
 	s.busy[wf] = true
-	n := len(s.errs)
 	s.mu.Unlock()
-	s.stepAll(ctx, wf)
+	err := s.stepAll(ctx, wf)
 	s.release(wf)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.errs) > n {
-		return s.errs[n]
+	if err != nil {
+		return fmt.Errorf("workflow %s: %w", wf, err)
 	}
 	return nil
 }
