@@ -86,7 +86,13 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("svg.graph path.edge").length`)); n != 3 {
 		t.Errorf("%d arrows drawn, want 3 (producer → topic → consumer → connector)", n)
 	}
-	// Its box opens its card.
+	// Its box opens its card. The page swaps its content when the run
+	// changes (a live update), so wait until the card and the box agree
+	// before reading them: a node read during a swap reads as nothing.
+	p.waitFor("the blocked run's card beside its box", func() bool {
+		id := attr(`.card`, "data-run")
+		return id != "" && attr(`svg.graph a:has(g[data-node="consumer:c"])`, "href") == "/w/glance#card-"+id && attr(`.card form.choice button`, "value") != ""
+	})
 	runID := attr(`.card`, "data-run")
 	if href := attr(`svg.graph a:has(g[data-node="consumer:c"])`, "href"); runID == "" || href != "/w/glance#card-"+runID {
 		t.Errorf("the blocked box links to %q, want the card of run %q", href, runID)
