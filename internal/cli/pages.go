@@ -23,7 +23,7 @@ type pageFlags struct {
 }
 
 func (p *pageFlags) add(c *cobra.Command, what string, search bool) {
-	c.Flags().IntVar(&p.limit, "limit", 50, "how many "+what+" to show, newest first (1 to 1000)")
+	c.Flags().IntVar(&p.limit, "limit", 50, "how many "+what+" to show, newest first (1 to 1000; 0: every one, as --all)")
 	c.Flags().BoolVar(&p.all, "all", false, "show every one of the "+what+", reading page after page")
 	c.Flags().StringVar(&p.cursor, "cursor", "", "show the page this cursor names (printed below a page that has more)")
 	if search {
@@ -33,8 +33,13 @@ func (p *pageFlags) add(c *cobra.Command, what string, search bool) {
 
 // read reads what the flags ask for with page.
 func (p *pageFlags) read(page func(apiclient.ListOptions) (int, apiclient.PageInfo, error)) (apiclient.PageInfo, error) {
-	if p.limit < 1 || p.limit > 1000 {
-		return apiclient.PageInfo{}, &exitError{code: exitUsageCode, err: fmt.Errorf("--limit %d: use a number from 1 to 1000, or --all for every one", p.limit)}
+	// --limit 0 meant every run before lists were paged (keep runs WF
+	// --limit 0): it still does, read page after page as --all.
+	if p.limit == 0 {
+		p.all = true
+	}
+	if !p.all && (p.limit < 1 || p.limit > 1000) {
+		return apiclient.PageInfo{}, &exitError{code: exitUsageCode, err: fmt.Errorf("--limit %d: use a number from 1 to 1000, or --all (or --limit 0) for every one", p.limit)}
 	}
 	o := apiclient.ListOptions{Limit: p.limit, Cursor: p.cursor, Search: p.search}
 	if p.all {
