@@ -41,19 +41,7 @@ func TestKeepServeKilledWhilePruning(t *testing.T) {
 	const orders = 240
 	sink := testsink.New()
 	defer sink.Close()
-	dir := t.TempDir()
-	data := filepath.Join(dir, "a")
-	cfg := filepath.Join(dir, "keep.toml")
-	if err := os.WriteFile(cfg, []byte("[retention]\ndays = 1\nkeep_done_runs = 0\ninterval = \"1m\"\nbatch = 3\n\n"+sink.AllowTOML()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wf := filepath.Join(dir, "wf.js")
-	if err := os.WriteFile(wf, []byte(strings.ReplaceAll(pruneScript, "%SINK%", sink.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, "--config", cfg, wf).CombinedOutput(); err != nil {
-		t.Fatalf("deploy: %v\n%s", err, out)
-	}
+	dir, data, cfg := deployOrders(t, sink, "batch = 3")
 	r := &rig{t: t, dir: dir}
 	clock := r.clockFile("a")
 	dbPath := filepath.Join(data, "keep.db")
