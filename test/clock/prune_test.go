@@ -24,8 +24,8 @@ const pruneScript = `export default Keep.workflow({ name: "orders", topics: { "o
   }) } });`
 
 // keep serve prunes by itself (issue 44: [retention] interval, the loop
-// of daemon.Keep.Prune), pass after pass: with a horizon of a day and a
-// short interval (and no done run spared), an order's run, event and write keep their bodies while
+// of daemon.Keep.Prune), pass after pass: with a horizon of a day and
+// the least interval, a minute (and no done run spared), an order's run, event and write keep their bodies while
 // they are younger than a day; once keep's clock has moved two days on
 // (the test build's clock step), keep serve's next pass prunes them, and
 // a second order done after that pass is pruned by a later one, two days
@@ -37,19 +37,7 @@ func TestKeepServePrunesEveryInterval(t *testing.T) {
 	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
-	dir := t.TempDir()
-	data := filepath.Join(dir, "a")
-	cfg := filepath.Join(dir, "keep.toml")
-	if err := os.WriteFile(cfg, []byte("[retention]\ndays = 1\nkeep_done_runs = 0\ninterval = \"200ms\"\n\n"+sink.AllowTOML()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wf := filepath.Join(dir, "wf.js")
-	if err := os.WriteFile(wf, []byte(strings.ReplaceAll(pruneScript, "%SINK%", sink.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, "--config", cfg, wf).CombinedOutput(); err != nil {
-		t.Fatalf("deploy: %v\n%s", err, out)
-	}
+	dir, data, _ := deployOrders(t, sink, "")
 	r := &rig{t: t, dir: dir}
 	clock := r.clockFile("a")
 	logs := r.serve("a", clock)
@@ -145,6 +133,26 @@ func TestKeepServePrunesEveryInterval(t *testing.T) {
 	if n := writes(1); n != 1 {
 		t.Fatalf("order 1 was written %d times after it was pruned and posted again, want 1", n)
 	}
+}
+
+// deployOrders deploys pruneScript, writing to sink, in a new directory
+// (keep's data in its "a"), with a keep.toml whose [retention] prunes
+// every done body older than a day, a pass a minute, and more keys.
+func deployOrders(t *testing.T, sink *testsink.Sink, retention string) (dir, data, cfg string) {
+	t.Helper()
+	dir = t.TempDir()
+	data, cfg = filepath.Join(dir, "a"), filepath.Join(dir, "keep.toml")
+	if err := os.WriteFile(cfg, []byte("[retention]\ndays = 1\nkeep_done_runs = 0\ninterval = \"1m\"\n"+retention+"\n"+sink.AllowTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wf := filepath.Join(dir, "wf.js")
+	if err := os.WriteFile(wf, []byte(strings.ReplaceAll(pruneScript, "%SINK%", sink.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, "--config", cfg, wf).CombinedOutput(); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	return dir, data, cfg
 }
 
 // dump is what the store holds of the orders' events and writes, for a
