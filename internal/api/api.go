@@ -481,7 +481,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	page, err := report.Events(r.Context(), s.Store, r.PathValue("wf"), q.Get("topic"), q.Get("status"), after, limit)
+	page, err := report.Events(r.Context(), s.Store, r.PathValue("wf"), apitype.EventQuery{Topic: q.Get("topic"), Status: q.Get("status"), After: after, Limit: limit})
 	if err != nil {
 		fail(w, err)
 		return
