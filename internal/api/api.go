@@ -829,6 +829,6 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 func (s *Server) control() *engine.Control {
 	return &engine.Control{Store: s.Store, Now: s.now,
 		DecideRepair: func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error) {
-			return maintainer.Decide(ctx, s.Store, s.Engine, wf, id, approve, now)
+			return maintainer.Decide(ctx, s.Store, s.Engine, maintainer.RepairDecision{Workflow: wf, Repair: id, Approve: approve, At: now})
 		}}
 }
