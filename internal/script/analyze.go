@@ -22,17 +22,9 @@ import (
 // not see) is listed in Refused, and Validate makes each an error. The
 // engine's check at every call stays the last line.
 //
-// The analysis's rooms, one file each (docs/design.md, "Rooms of the
-// script package"): this file is what it finds (Analysis) and its passes
-// (run); analyze_values.go what a name may hold; analyze_stmt.go,
-// analyze_bind.go, analyze_expr.go and analyze_call.go the walk of
-// statements, bindings, expressions and calls; analyze_literal.go what is
-// written literally; analyze_handlers.go the workflow's declaration;
-// analyze_secrets.go the secrets a script names; analyze_identity.go the
-// identities and what they depend on; analyze_unstable.go time and
-// chance; analyze_absent.go the globals the sandbox does not have;
-// analyze_sites.go where things are and which handlers reach them;
-// analyze_writes.go which connector calls may run after which.
+// This file is what the analysis finds (Analysis) and its passes (run);
+// each of its other jobs is a file of its own (analyze_*.go), opening with
+// what it holds (docs/design.md, "Rooms of the script package (issue 41)").
 
 // Analysis is what Analyze found in a script.
 type Analysis struct {
