@@ -481,7 +481,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	page, err := report.Events(r.Context(), s.Store, r.PathValue("wf"), q.Get("topic"), q.Get("status"), after, limit)
+	page, err := report.Events(r.Context(), s.Store, r.PathValue("wf"), apitype.EventQuery{Topic: q.Get("topic"), Status: q.Get("status"), After: after, Limit: limit})
 	if err != nil {
 		fail(w, err)
 		return
@@ -829,6 +829,6 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 func (s *Server) control() *engine.Control {
 	return &engine.Control{Store: s.Store, Now: s.now,
 		DecideRepair: func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error) {
-			return maintainer.Decide(ctx, s.Store, s.Engine, wf, id, approve, now)
+			return maintainer.Decide(ctx, s.Store, s.Engine, maintainer.RepairDecision{Workflow: wf, Repair: id, Approve: approve, At: now})
 		}}
 }

@@ -333,16 +333,16 @@ func (c *Client) Activity(ctx context.Context, wf string, hours int) (apitype.Ac
 }
 
 // Events reads one page of a workflow's events ("" topic or status: any).
-func (c *Client) Events(ctx context.Context, wf, topic, status string, after int64, limit int) (apitype.EventPage, error) {
-	q := url.Values{"limit": {strconv.Itoa(limit)}}
-	if topic != "" {
-		q.Set("topic", topic)
+func (c *Client) Events(ctx context.Context, wf string, eq apitype.EventQuery) (apitype.EventPage, error) {
+	q := url.Values{"limit": {strconv.Itoa(eq.Limit)}}
+	if eq.Topic != "" {
+		q.Set("topic", eq.Topic)
 	}
-	if status != "" {
-		q.Set("status", status)
+	if eq.Status != "" {
+		q.Set("status", eq.Status)
 	}
-	if after != 0 {
-		q.Set("after", strconv.FormatInt(after, 10))
+	if eq.After != 0 {
+		q.Set("after", strconv.FormatInt(eq.After, 10))
 	}
 	var v apitype.EventPage
 	return v, c.call(ctx, http.MethodGet, c.wfPath(wf, "events")+"?"+q.Encode(), nil, &v)

@@ -323,6 +323,16 @@ type EventPage struct {
 // EventStates are the states an event list filters by.
 var EventStates = []string{"pending", "reserved", "consumed", "skipped"}
 
+// EventQuery asks for one page of a workflow's events: the API's topic,
+// status, after and limit parameters (GET /workflows/{wf}/events), the
+// same on the client's side and the server's.
+type EventQuery struct {
+	Topic  string // "" for every topic
+	Status string // one of EventStates; "" for all
+	After  int64  // the page's events come after this id (Next of the previous page)
+	Limit  int    // 1 to 1000; 0 for the default, 100
+}
+
 // NodeView is a keep serve node sharing the store, and the workflows whose
 // lease it holds now.
 type NodeView struct {

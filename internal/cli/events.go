@@ -38,7 +38,7 @@ func (a *app) eventsCmd() *cobra.Command {
 			if err != nil {
 				return eventsView{}, err
 			}
-			page, err := k.Events(ctx, args[0], topic, state, after, limit)
+			page, err := k.Events(ctx, args[0], apitype.EventQuery{Topic: topic, Status: state, After: after, Limit: limit})
 			return eventsView{Topics: t.Topics, Producers: t.Producers, EventPage: page}, err
 		},
 		func(_ context.Context, _ *keepAPI, v eventsView) error { a.printEvents(v); return nil })

@@ -84,7 +84,7 @@ func (a *app) planCmd() *cobra.Command {
 // every case passes.
 func (a *app) planTest(out, testOut string) func(ctx context.Context, testSrc, src string) string {
 	return func(ctx context.Context, testSrc, src string) string {
-		res, err := testrun.RunSource(ctx, filepath.Base(testOut), testSrc, out, src, testrun.Options{Config: a.config()})
+		res, err := testrun.RunSource(ctx, testrun.Source{File: filepath.Base(testOut), Text: testSrc}, testrun.Source{File: out, Text: src}, testrun.Options{Config: a.config()})
 		if err != nil {
 			return "its test cannot be run (keep test): " + err.Error()
 		}

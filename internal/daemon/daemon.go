@@ -184,7 +184,7 @@ type Keep struct {
 func recordedTests(cfgFile string) func(ctx context.Context, test, file, src string) (string, error) {
 	return func(ctx context.Context, test, file, src string) (string, error) {
 		testFile := strings.TrimSuffix(file, filepath.Ext(file)) + ".test.js"
-		res, err := testrun.RunSource(ctx, testFile, test, file, src, testrun.Options{Config: cfgFile})
+		res, err := testrun.RunSource(ctx, testrun.Source{File: testFile, Text: test}, testrun.Source{File: file, Text: src}, testrun.Options{Config: cfgFile})
 		if err != nil {
 			return "", err
 		}

@@ -240,7 +240,7 @@ func maskedLogger(logger *slog.Logger) *slog.Logger {
 // the page's accounts, the hub and the metrics.
 func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.Accounts, host *connector.Host, conns *builtin.Set, logger *slog.Logger) *Keep {
 	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
-	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
+	k := &Keep{notifier: notify.New(st, cfg.Notify, notify.Senders{Mail: email.ConfigOf(cfg), Slack: slackBot.Notify, Guard: host.Guard}, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
 		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
 		Sandbox:  newSandbox(cfg.Policy), Store: st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
 	if k.notifier != nil {

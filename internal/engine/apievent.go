@@ -103,13 +103,13 @@ func (ev *APIEvent) check() error {
 	case !cleanText(ev.Title):
 		return bad("%s %q: the title is not plain text (a NUL or other control character, or bytes that are not UTF-8); send it as plain text", where, ev.ID)
 	case len(ev.ID) > kt.MaxIDChars:
-		return bad("%s", kt.OverBound(where, "the id has", len(ev.ID), kt.MaxIDChars, "characters", "the id names the event in your system; put its data in the payload").Message)
+		return bad("%s", kt.OverBound(where, "the id has", len(ev.ID), kt.Bound{Max: kt.MaxIDChars, Unit: "characters"}, "the id names the event in your system; put its data in the payload").Message)
 	case strings.TrimSpace(ev.Title) == "":
 		return bad("%s %q: it has no title; send one that says what the input is in a line, e.g. `Order 1042 from alice@example.com`", where, ev.ID)
 	case len(ev.Title) > kt.MaxTitleChars:
-		return bad("%s", kt.OverBound(where, "the title has", len(ev.Title), kt.MaxTitleChars, "characters", "a title says what the input is in a line; put the rest in the payload").Message)
+		return bad("%s", kt.OverBound(where, "the title has", len(ev.Title), kt.Bound{Max: kt.MaxTitleChars, Unit: "characters"}, "a title says what the input is in a line; put the rest in the payload").Message)
 	case len(ev.Payload) > kt.MaxJSONBytes:
-		return bad("%s", kt.OverBound(where, "the payload has", len(ev.Payload), kt.MaxJSONBytes, "bytes", "keep payloads small and pass references (a URL, a file name)").Message)
+		return bad("%s", kt.OverBound(where, "the payload has", len(ev.Payload), kt.Bound{Max: kt.MaxJSONBytes, Unit: "bytes"}, "keep payloads small and pass references (a URL, a file name)").Message)
 	}
 	// One id however its letters are composed (issue 38, low): "é" as one
 	// code point or as "e" and a combining accent is the same id, the
@@ -123,7 +123,7 @@ func (ev *APIEvent) check() error {
 		return bad("%s %q: the payload is not JSON; send a JSON value (an object such as {\"order\": 1042})", where, ev.ID)
 	}
 	if d := kt.JSONDepth(ev.Payload); d > kt.MaxJSONDepth {
-		return bad("%s", kt.OverBound(fmt.Sprintf("%s %q", where, ev.ID), "the payload nests", d, kt.MaxJSONDepth, "levels deep", "its consumer's sandbox could not read it; send it flatter").Message)
+		return bad("%s", kt.OverBound(fmt.Sprintf("%s %q", where, ev.ID), "the payload nests", d, kt.Bound{Max: kt.MaxJSONDepth, Unit: "levels deep"}, "its consumer's sandbox could not read it; send it flatter").Message)
 	}
 	return nil
 }

@@ -232,12 +232,12 @@ func (h *host) call(method string, raw json.RawMessage) (json.RawMessage, error)
 // run's budget, or says which bound they break.
 func (h *host) countBytes(method, what string, n int) error {
 	if n > kt.MaxHostCallBytes {
-		return kt.OverBound(h.where(method), what+" came to", n, kt.MaxHostCallBytes, "bytes",
+		return kt.OverBound(h.where(method), what+" came to", n, kt.Bound{Max: kt.MaxHostCallBytes, Unit: "bytes"},
 			"one call may move at most that much between the script and keep; pass smaller pieces (and references instead of content)")
 	}
 	h.hostBytes += n
 	if h.hostBytes > kt.MaxHostBytesPerRun {
-		return kt.OverBound(h.where(method), "this run's calls moved", h.hostBytes, kt.MaxHostBytesPerRun, "bytes",
+		return kt.OverBound(h.where(method), "this run's calls moved", h.hostBytes, kt.Bound{Max: kt.MaxHostBytesPerRun, Unit: "bytes"},
 			"one run may move at most that much between the script and keep in all; do less per run (a producer can return a cursor in its state and go on in its next run)")
 	}
 	return nil
@@ -468,7 +468,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	case strings.TrimSpace(title) == "":
 		return nil, kt.Errorf(kt.ClassLogic, "registerInput needs a title that says what the input is, e.g. `Order 1042 from alice@example.com`")
 	case len(in.Source) > kt.MaxIDChars || len(in.Type) > kt.MaxIDChars:
-		return nil, kt.OverBound(h.where("registerInput"), "the source or type has", max(len(in.Source), len(in.Type)), kt.MaxIDChars, "characters", "use the source and type a connector declares")
+		return nil, kt.OverBound(h.where("registerInput"), "the source or type has", max(len(in.Source), len(in.Type)), kt.Bound{Max: kt.MaxIDChars, Unit: "characters"}, "use the source and type a connector declares")
 	}
 	// A title and an id come from outside data (a mail's subject, a
 	// file's name): one over keep's bound must not stop the source.
@@ -488,7 +488,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 		return json.Marshal(existing)
 	}
 	if len(h.inputByKey) >= kt.MaxInputsPerRun {
-		return nil, kt.OverBound(h.where("registerInput"), "this run registered", len(h.inputByKey)+1, kt.MaxInputsPerRun, "inputs",
+		return nil, kt.OverBound(h.where("registerInput"), "this run registered", len(h.inputByKey)+1, kt.Bound{Max: kt.MaxInputsPerRun, Unit: "inputs"},
 			"register fewer inputs per run: a producer can return a cursor in its state and go on in its next run")
 	}
 	var found kt.Input
@@ -689,7 +689,7 @@ func readIDs(where string, raw []any) ([]string, error) {
 		}
 	}
 	if len(ids) > kt.MaxReadIDs {
-		return nil, kt.OverBound(where, "the call asks for", len(ids), kt.MaxReadIDs, "distinct ids", "ask for fewer events per call")
+		return nil, kt.OverBound(where, "the call asks for", len(ids), kt.Bound{Max: kt.MaxReadIDs, Unit: "distinct ids"}, "ask for fewer events per call")
 	}
 	return ids, nil
 }
@@ -815,7 +815,7 @@ func (h *host) readEvents(tx store.Tx, method, topic string, limit int, ids []st
 			return nil, err
 		}
 		if size += len(ev.Payload) + len(ev.MessageID); size > kt.MaxHostCallBytes {
-			return nil, kt.OverBound(h.where(method), "the events asked for come to at least", size, kt.MaxHostCallBytes, "bytes",
+			return nil, kt.OverBound(h.where(method), "the events asked for come to at least", size, kt.Bound{Max: kt.MaxHostCallBytes, Unit: "bytes"},
 				"ask for fewer events per call")
 		}
 		evs = append(evs, ev)

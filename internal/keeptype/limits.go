@@ -71,11 +71,19 @@ func JSONDepth(b []byte) int {
 	return most
 }
 
+// Bound is one of the bounds above with its unit ("bytes", "characters",
+// "inputs"), as an error says it.
+type Bound struct {
+	Max  int
+	Unit string
+}
+
 // OverBound is the logic error of a run past one of the bounds above: where
-// (the handler and its call), what and how much, the bound, and what to do
-// instead. what carries its verb: "the id has", "this run registered".
-func OverBound(where, what string, got, limit int, unit, todo string) *Error {
-	return Errorf(ClassLogic, "%s: %s %s, over keep's bound of %s; %s", where, what, sizeOf(got, unit), sizeOf(limit, unit), todo)
+// (the handler and its call), what and how much (got, in the bound's
+// unit), the bound, and what to do instead. what carries its verb: "the
+// id has", "this run registered".
+func OverBound(where, what string, got int, b Bound, todo string) *Error {
+	return Errorf(ClassLogic, "%s: %s %s, over keep's bound of %s; %s", where, what, sizeOf(got, b.Unit), sizeOf(b.Max, b.Unit), todo)
 }
 
 func sizeOf(n int, unit string) string {

@@ -410,7 +410,7 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 		rec.Status, rec.Reason = kt.RepairHeld, why+". A person approves or rejects it: keep repairs "+rec.Workflow
 		return m.save(ctx, rec)
 	}
-	v, err := Activate(ctx, m.Engine, rec.Workflow, old.File, src, "maintainer", old.ID)
+	v, err := Activate(engine.WithActor(ctx, "maintainer"), m.Engine, old, src)
 	if err != nil {
 		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks but could not be deployed: "+err.Error()
 		return m.save(ctx, rec)
@@ -436,12 +436,12 @@ func (m *Maintainer) runTests(ctx context.Context, old kt.Version, src string) s
 	return ""
 }
 
-// Activate deploys a repaired script as the next minor version, by who:
-// the failed run then retries on it.
-// It deploys only while from, the version the repair was checked against,
-// is still the active one.
-func Activate(ctx context.Context, e *engine.Engine, wf, file, src, who string, from int64) (kt.Version, error) {
-	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: kt.DeployMinor, IfActive: from, KeepTest: true})
+// Activate deploys a repaired script src as the next minor version of
+// from's workflow, by ctx's actor (engine.WithActor): the failed run then
+// retries on it. It deploys only while from, the version the repair was
+// checked against, is still the active one.
+func Activate(ctx context.Context, e *engine.Engine, from kt.Version, src string) (kt.Version, error) {
+	res, err := e.DeployWith(ctx, from.File, src, engine.DeployOptions{Name: from.Workflow, Kind: kt.DeployMinor, IfActive: from.ID, KeepTest: true})
 	return res.Version, err
 }
 
@@ -536,12 +536,21 @@ func clip(s string, n int) string {
 	return s
 }
 
+// RepairDecision is a person's decision on a held repair: which (the
+// repair's id, or its last 8 characters), approved or not, and when.
+type RepairDecision struct {
+	Workflow, Repair string
+	Approve          bool
+	At               time.Time
+}
+
 // Decide carries out a person's decision on a held repair: approve
 // activates it as the next minor version (the failed run retries on it),
 // reject leaves the run to the person. Both are in the decision log.
-func Decide(ctx context.Context, st store.Store, e *engine.Engine, wf, id string, approve bool, now time.Time) (string, error) {
+func Decide(ctx context.Context, st store.Store, e *engine.Engine, d RepairDecision) (string, error) {
+	wf, id, approve, now := d.Workflow, d.Repair, d.Approve, d.At
 	var rec kt.Repair
-	var file string
+	var from kt.Version
 	err := st.View(ctx, func(tx store.Tx) error {
 		rs, err := tx.RepairList(wf)
 		if err != nil {
@@ -555,8 +564,7 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, wf, id string
 		if rec.ID == "" {
 			return engine.Missing("there is no repair %q of %s (see keep repairs %s)", id, wf, wf)
 		}
-		v, err := tx.VersionGet(wf, rec.FromVersion)
-		file = v.File
+		from, err = tx.VersionGet(wf, rec.FromVersion)
 		return err
 	})
 	if err != nil {
@@ -569,7 +577,7 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, wf, id string
 	rec.DecidedBy, rec.UpdatedAt = who, now.UnixMilli()
 	msg := ""
 	if approve {
-		v, err := Activate(ctx, e, wf, file, rec.Script, who, rec.FromVersion)
+		v, err := Activate(ctx, e, from, rec.Script)
 		if err != nil {
 			return "", err
 		}

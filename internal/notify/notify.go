@@ -55,23 +55,32 @@ type Notifier struct {
 	Log      *slog.Logger
 }
 
-// New builds the notifier of [notify]; nil when it names no channel.
-// slack posts to a Slack channel as the connected bot (nil: no Slack).
-// The webhook's connections pass guard, as the http connector's do
-// ([connectors.http] allow): a webhook on this machine or a private
-// network must be allowed there. (Slack's endpoint is Slack's, or a
-// stand-in keep.toml names; no script chooses it.)
-func New(st store.Store, n config.Notify, mail email.Config, slack Poster, guard *netguard.Guard, log *slog.Logger) *Notifier {
+// Senders are how the channels of [notify] send.
+type Senders struct {
+	// Mail is the mail server an email notice goes through.
+	Mail email.Config
+	// Slack posts to a Slack channel as the connected bot (nil: no Slack).
+	Slack Poster
+	// Guard is what the webhook's connections pass, as the http
+	// connector's do ([connectors.http] allow): a webhook on this machine
+	// or a private network must be allowed there. (Slack's endpoint is
+	// Slack's, or a stand-in keep.toml names; no script chooses it.)
+	Guard *netguard.Guard
+}
+
+// New builds the notifier of [notify], sending through s; nil when it
+// names no channel.
+func New(st store.Store, n config.Notify, s Senders, log *slog.Logger) *Notifier {
 	var chans []Channel
 	if n.Webhook != "" {
 		base := http.DefaultTransport.(*http.Transport)
-		chans = append(chans, &Webhook{URL: n.Webhook, Client: &http.Client{Timeout: 15 * time.Second, Transport: guard.Transport(base)}})
+		chans = append(chans, &Webhook{URL: n.Webhook, Client: &http.Client{Timeout: 15 * time.Second, Transport: s.Guard.Transport(base)}})
 	}
 	if n.Email != "" {
-		chans = append(chans, &Email{To: n.Email, Mail: mail})
+		chans = append(chans, &Email{To: n.Email, Mail: s.Mail})
 	}
-	if n.Slack != "" && slack != nil {
-		chans = append(chans, &Slack{Channel: n.Slack, Post: slack})
+	if n.Slack != "" && s.Slack != nil {
+		chans = append(chans, &Slack{Channel: n.Slack, Post: s.Slack})
 	}
 	if len(chans) == 0 {
 		return nil

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/connector/email"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/notify"
 )
@@ -25,7 +24,7 @@ func TestTheWebhookIsGuarded(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
 	defer hook.Close()
 	send := func(allow ...string) error {
-		n := notify.New(nil, config.Notify{Webhook: hook.URL}, email.Config{}, nil, netguard.New(allow), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		n := notify.New(nil, config.Notify{Webhook: hook.URL}, notify.Senders{Guard: netguard.New(allow)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		return n.Channels[0].Send(context.Background(), notify.Notice{Kind: "blocked", Subject: "x"})
 	}
 	err := send()

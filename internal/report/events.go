@@ -145,9 +145,10 @@ func nonNilStrings(v []string) []string {
 
 // Events lists one page of a workflow's events, oldest first: of one topic
 // ("" for all), in one state ("" for all; see EventStates), after the id
-// after, at most limit (1 to 1000, default 100).
-func Events(ctx context.Context, st store.Store, wf, topic, state string, after int64, limit int) (apitype.EventPage, error) {
-	f := store.EventFilter{Topic: topic, AfterID: after, Limit: limit}
+// After, at most Limit (1 to 1000, default 100).
+func Events(ctx context.Context, st store.Store, wf string, q apitype.EventQuery) (apitype.EventPage, error) {
+	state, limit := q.Status, q.Limit
+	f := store.EventFilter{Topic: q.Topic, AfterID: q.After, Limit: limit}
 	switch state {
 	case "":
 	case "pending":

@@ -24,66 +24,15 @@ func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p 
 		if err != nil {
 			return noWorkflow(wf, err)
 		}
-		orph, before, err := orphanCheck(tx, w)
-		if err != nil {
+		l := itemLister{tx: tx, wf: wf, orphanedOnly: orphanedOnly}
+		if l.orphaned, l.before, err = orphanCheck(tx, w); err != nil {
 			return err
 		}
-		if orphanedOnly && before == 0 {
+		if orphanedOnly && l.before == 0 {
 			pg = Page{Total: -1}
 			return nil
 		}
-		// Each input read becomes its row, the orphans alone kept when
-		// asked: a page of rows as InputPage's, filtered.
-		type itemAt struct {
-			row apitype.Item
-			at  store.Pos
-		}
-		list := func(p store.Page) ([]itemAt, error) {
-			var rows []itemAt
-			if orphanedOnly && p.Older == nil && p.Newer == nil {
-				p.Older = &store.Pos{At: before}
-			}
-			for {
-				ins, err := tx.InputPage(wf, p)
-				if err != nil {
-					return nil, err
-				}
-				var batch []itemAt
-				for _, in := range ins {
-					row, err := itemRow(tx, in, orph)
-					if err != nil {
-						return nil, err
-					}
-					if !orphanedOnly || row.Orphaned {
-						batch = append(batch, itemAt{row, inputPos(in)})
-					}
-				}
-				// Both ways the rows stay newest first; further on in the
-				// direction asked, and no more than the page.
-				if p.Newer != nil {
-					rows = append(batch, rows...)
-					if len(rows) > p.Limit {
-						rows = rows[len(rows)-p.Limit:]
-					}
-				} else {
-					rows = append(rows, batch...)
-					if len(rows) > p.Limit {
-						rows = rows[:p.Limit]
-					}
-				}
-				if len(rows) >= p.Limit || len(ins) < p.Limit {
-					return rows, nil
-				}
-				if p.Newer != nil {
-					x := inputPos(ins[0])
-					p.Newer = &x
-				} else {
-					x := inputPos(ins[len(ins)-1])
-					p.Older = &x
-				}
-			}
-		}
-		rows, page, err := paged(p, list, func(it itemAt) store.Pos { return it.at })
+		rows, page, err := paged(p, l.list, func(it itemAt) store.Pos { return it.at })
 		if err != nil {
 			return err
 		}
@@ -97,6 +46,70 @@ func Items(ctx context.Context, st store.Store, wf string, orphanedOnly bool, p 
 		return total(tx, wf, p, &pg, func(t store.Totals) int { return t.Inputs })
 	})
 	return out, pg, err
+}
+
+// itemAt is an item's row and where its input is in the list.
+type itemAt struct {
+	row apitype.Item
+	at  store.Pos
+}
+
+// itemLister reads pages of a workflow's items in one transaction: each
+// input read becomes its row, the orphans alone kept when asked (a page
+// of rows as InputPage's, filtered).
+type itemLister struct {
+	tx           store.Tx
+	wf           string
+	orphanedOnly bool
+	orphaned     func(kt.Input) bool
+	before       int64 // no orphan was created at or after it (orphanCheck)
+}
+
+// list is one page of rows, reading on through inputs until it is full.
+func (l itemLister) list(p store.Page) ([]itemAt, error) {
+	var rows []itemAt
+	if l.orphanedOnly && p.Older == nil && p.Newer == nil {
+		p.Older = &store.Pos{At: l.before}
+	}
+	for {
+		ins, err := l.tx.InputPage(l.wf, p)
+		if err != nil {
+			return nil, err
+		}
+		var batch []itemAt
+		for _, in := range ins {
+			row, err := itemRow(l.tx, in, l.orphaned)
+			if err != nil {
+				return nil, err
+			}
+			if !l.orphanedOnly || row.Orphaned {
+				batch = append(batch, itemAt{row, inputPos(in)})
+			}
+		}
+		// Both ways the rows stay newest first; further on in the
+		// direction asked, and no more than the page.
+		if p.Newer != nil {
+			rows = append(batch, rows...)
+			if len(rows) > p.Limit {
+				rows = rows[len(rows)-p.Limit:]
+			}
+		} else {
+			rows = append(rows, batch...)
+			if len(rows) > p.Limit {
+				rows = rows[:p.Limit]
+			}
+		}
+		if len(rows) >= p.Limit || len(ins) < p.Limit {
+			return rows, nil
+		}
+		if p.Newer != nil {
+			x := inputPos(ins[0])
+			p.Newer = &x
+		} else {
+			x := inputPos(ins[len(ins)-1])
+			p.Older = &x
+		}
+	}
 }
 
 func itemRow(tx store.Tx, in kt.Input, orphaned func(kt.Input) bool) (apitype.Item, error) {

@@ -198,12 +198,37 @@ func (s *Scheduler) renewAll(all bool) {
 	if len(keep)+len(drop) == 0 {
 		return
 	}
-	lost := map[*heldLease]bool{}
+	lost, err := s.renewIn(keep, drop)
+	if err != nil {
+		// Not renewed: each lease still ends on this node's clock, and a
+		// release not made lets the lease expire by itself.
+		s.log.Warn("leases not renewed", "leases", len(keep), "released", len(drop), "error", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range keep {
+		if !lost[h] {
+			h.fence.Until.Store(mono + s.ttl.Milliseconds())
+			continue
+		}
+		s.log.Warn("lease lost", "workflow", h.fence.Workflow)
+		h.fence.Until.Store(0) // no external call may start now
+		if s.held[h.fence.Workflow] == h {
+			delete(s.held, h.fence.Workflow)
+		}
+	}
+}
+
+// renewIn renews the leases of keep and releases those of drop, in one
+// transaction; lost are those of keep another node holds now.
+func (s *Scheduler) renewIn(keep, drop []*heldLease) (lost map[*heldLease]bool, err error) {
+	lost = map[*heldLease]bool{}
 	var wfs []string
 	for _, h := range append(append([]*heldLease(nil), keep...), drop...) {
 		wfs = append(wfs, h.fence.Workflow)
 	}
-	err := s.store.Update(store.ForWorkflows(context.Background(), wfs...), func(tx store.Tx) error {
+	err = s.store.Update(store.ForWorkflows(context.Background(), wfs...), func(tx store.Tx) error {
 		clear(lost)
 		now, _, err := tx.Now()
 		if err != nil {
@@ -231,25 +256,7 @@ func (s *Scheduler) renewAll(all bool) {
 		}
 		return nil
 	})
-	if err != nil {
-		// Not renewed: each lease still ends on this node's clock, and a
-		// release not made lets the lease expire by itself.
-		s.log.Warn("leases not renewed", "leases", len(keep), "released", len(drop), "error", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, h := range keep {
-		if !lost[h] {
-			h.fence.Until.Store(mono + s.ttl.Milliseconds())
-			continue
-		}
-		s.log.Warn("lease lost", "workflow", h.fence.Workflow)
-		h.fence.Until.Store(0) // no external call may start now
-		if s.held[h.fence.Workflow] == h {
-			delete(s.held, h.fence.Workflow)
-		}
-	}
+	return lost, err
 }
 
 // countLiveLeases counts the leases any node holds now (leasesLive), when

@@ -63,19 +63,28 @@ func (f *fakes) registry(base *connector.Registry) *connector.Registry {
 	return connector.NewRegistry(cs...)
 }
 
+// fakeCall is one call a fake answers: the method ("tool.method"), its
+// declaration, the call, what it targets and whether it writes.
+type fakeCall struct {
+	method string
+	m      *connector.Method
+	call   connector.Call
+	target string
+	writes bool
+}
+
 func (f *fakes) do(method string, m *connector.Method, call connector.Call) connector.Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	target := method
+	fc := fakeCall{method: method, m: m, call: call, target: method, writes: m.KindFor(call.Args) == connector.KindMutate}
 	if m.Target != nil {
-		target = m.Target(call.Args)
+		fc.target = m.Target(call.Args)
 	}
-	writes := m.KindFor(call.Args) == connector.KindMutate
 	if ft := f.takeFault(method, call.Args); ft != nil {
-		return f.failWith(method, ft, m, call, target, writes)
+		return f.failWith(fc, ft)
 	}
 	answer, found := f.answer(method, call.Args)
-	if !writes {
+	if !fc.writes {
 		if !found {
 			f.unmatched = append(f.unmatched, f.noAnswer(method, call.Args))
 			return connector.Result{Err: kt.Errorf(kt.ClassLogic, "keep test: the test declares no answer for %s(%s)", method, jsonText(call.Args))}
@@ -85,22 +94,23 @@ func (f *fakes) do(method string, m *connector.Method, call connector.Call) conn
 	if !found {
 		answer = map[string]any{}
 	}
-	f.apply(method, m, call, target, answer)
+	f.apply(fc, answer)
 	return connector.Result{Value: answer, Outcome: connector.OutcomeApplied}
 }
 
-func (f *fakes) apply(method string, m *connector.Method, call connector.Call, target string, answer any) {
-	_, payload := m.Split(call.Args)
-	f.writes = append(f.writes, write{Tool: method, Target: target, Payload: payload, Key: call.IdempotencyKey})
-	f.applied[call.IdempotencyKey] = answer
+func (f *fakes) apply(c fakeCall, answer any) {
+	_, payload := c.m.Split(c.call.Args)
+	f.writes = append(f.writes, write{Tool: c.method, Target: c.target, Payload: payload, Key: c.call.IdempotencyKey})
+	f.applied[c.call.IdempotencyKey] = answer
 }
 
 // failWith answers a fault as connector.FaultClasses says a connector
 // does (a read's lost answer or 5xx is transient: nothing changed).
-func (f *fakes) failWith(method string, ft *Fault, m *connector.Method, call connector.Call, target string, writes bool) connector.Result {
+func (f *fakes) failWith(c fakeCall, ft *Fault) connector.Result {
 	fc := connector.FaultClasses[ft.Kind]
 	why := faultText[ft.Kind]
-	if !writes {
+	target := c.target
+	if !c.writes {
 		class := kt.ClassTransient
 		if fc.Class == kt.ClassPermission {
 			class = fc.Class
@@ -112,11 +122,11 @@ func (f *fakes) failWith(method string, ft *Fault, m *connector.Method, call con
 		return connector.Result{Err: e}
 	}
 	if fc.Applied {
-		answer, found := f.answer(method, call.Args)
+		answer, found := f.answer(c.method, c.call.Args)
 		if !found {
 			answer = map[string]any{}
 		}
-		f.apply(method, m, call, target, answer)
+		f.apply(c, answer)
 	}
 	e := kt.Errorf(fc.Class, "%s: %s (the test's fault %q)", target, why, ft.Name)
 	if ft.Kind == kt.FaultStatus429 {

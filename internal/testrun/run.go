@@ -103,39 +103,57 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, &Invalid{File: file, Line: script.LinesOfTest(string(src)).Of("workflow"), Path: "workflow", Msg: fmt.Sprintf("%v: name the workflow's script, relative to the test file", err)}
 	}
-	return runCases(ctx, tf, wfFile, string(wfSrc), base, cfg, o)
+	s := suite{tf: tf, wf: Source{File: wfFile, Text: string(wfSrc)}, base: base, pol: testPolicy(cfg.Policy)}
+	return s.run(ctx, o)
+}
+
+// Source is a script or a test file: where it is, and its text.
+type Source struct {
+	File, Text string
 }
 
 // RunSource runs a test (its source as recorded with a version) on the
 // workflow source given, whatever script the test names: a Maintainer
 // repair is tested so before it is activated.
-func RunSource(ctx context.Context, testFile, testSrc, wfFile, wfSrc string, o Options) (*Result, error) {
-	base, cfg, err := registryFor(o.Config, filepath.Dir(wfFile))
+func RunSource(ctx context.Context, test, workflow Source, o Options) (*Result, error) {
+	base, cfg, err := registryFor(o.Config, filepath.Dir(workflow.File))
 	if err != nil {
 		return nil, err
 	}
-	tf, err := Read(testFile, testSrc, base)
+	tf, err := Read(test.File, test.Text, base)
 	if err != nil {
 		return nil, err
 	}
-	return runCases(ctx, tf, wfFile, wfSrc, base, cfg, o)
+	s := suite{tf: tf, wf: workflow, base: base, pol: testPolicy(cfg.Policy)}
+	return s.run(ctx, o)
 }
 
-func runCases(ctx context.Context, tf *File, wfFile, wfSrc string, base *connector.Registry, cfg config.Config, o Options) (*Result, error) {
-	if o.Only != "" && !hasCase(tf, o.Only) {
-		return nil, &Invalid{File: tf.Path, Msg: fmt.Sprintf("has no case named %q (--run)", o.Only)}
+// suite is a test file's cases and what each runs with: the workflow's
+// script, the connectors and the policy.
+type suite struct {
+	tf    *File
+	wf    Source
+	base  *connector.Registry
+	pol   config.Policy
+	limit time.Duration // one case's bound (Options.CaseLimit)
+}
+
+func (s suite) run(ctx context.Context, o Options) (*Result, error) {
+	if o.Only != "" && !hasCase(s.tf, o.Only) {
+		return nil, &Invalid{File: s.tf.Path, Msg: fmt.Sprintf("has no case named %q (--run)", o.Only)}
 	}
-	if o.CaseLimit == 0 {
-		o.CaseLimit = 2 * time.Minute
+	s.limit = o.CaseLimit
+	if s.limit == 0 {
+		s.limit = 2 * time.Minute
 	}
-	res := &Result{File: tf.Path, Workflow: wfFile, Named: tf.Workflow}
-	for i := range tf.Cases {
-		c := &tf.Cases[i]
+	res := &Result{File: s.tf.Path, Workflow: s.wf.File, Named: s.tf.Workflow}
+	for i := range s.tf.Cases {
+		c := &s.tf.Cases[i]
 		if o.Only != "" && c.Name != o.Only {
 			continue
 		}
 		start := time.Now()
-		cr, err := runCase(ctx, c, wfFile, wfSrc, base, testPolicy(cfg.Policy), o.CaseLimit)
+		cr, err := s.runCase(ctx, c)
 		if err != nil {
 			return res, err
 		}
@@ -208,7 +226,8 @@ func testPolicy(p config.Policy) config.Policy {
 
 // runCase deploys the workflow on a store of its own, runs it until idle
 // as keep run does, and checks what it did.
-func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector.Registry, pol config.Policy, limit time.Duration) (CaseResult, error) {
+func (s suite) runCase(ctx context.Context, c *Case) (CaseResult, error) {
+	pol, limit := s.pol, s.limit
 	cr := CaseResult{Name: c.Name, Line: c.Line, Failures: []Failure{}}
 	dir, err := os.MkdirTemp("", "keep-test-")
 	if err != nil {
@@ -223,17 +242,17 @@ func runCase(ctx context.Context, c *Case, wfFile, wfSrc string, base *connector
 	fk := newFakes(c)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var sched *scheduler.Scheduler
-	eng := engine.New(engine.Options{Store: st, Registry: fk.registry(base), Policy: &pol, Logger: logger,
+	eng := engine.New(engine.Options{Store: st, Registry: fk.registry(s.base), Policy: &pol, Logger: logger,
 		OnChange: func(string) { sched.Wake() }, Secret: testSecret})
 	sched = scheduler.New(scheduler.Options{Engine: eng, Logger: logger, Workers: pol.Workers})
-	dep, err := eng.DeployWith(ctx, wfFile, wfSrc, engine.DeployOptions{FilesRoot: dir, Grant: true})
+	dep, err := eng.DeployWith(ctx, s.wf.File, s.wf.Text, engine.DeployOptions{FilesRoot: dir, Grant: true})
 	if err != nil {
-		return cr, deployError(wfFile, err)
+		return cr, deployError(s.wf.File, err)
 	}
 	if err := postEvents(ctx, st, c, dep.Workflow); err != nil {
 		return cr, err
 	}
-	failures, err := deliver(ctx, eng, c, dep.Workflow, wfFile, wfSrc)
+	failures, err := s.deliver(ctx, eng, c, dep.Workflow)
 	if err != nil {
 		return cr, err
 	}
@@ -342,11 +361,11 @@ func testSecret(_ context.Context, name string) (string, error) {
 // request keep does not accept (the handler threw, no delivery id where
 // dedupe says) fails the case; one to a webhook the workflow has not is
 // an invalid test.
-func deliver(ctx context.Context, eng *engine.Engine, c *Case, wf, wfFile, wfSrc string) ([]Failure, error) {
+func (s suite) deliver(ctx context.Context, eng *engine.Engine, c *Case, wf string) ([]Failure, error) {
 	if len(c.Deliveries) == 0 {
 		return nil, nil
 	}
-	decl, err := script.Declare(wfFile, wfSrc)
+	decl, err := script.Declare(s.wf.File, s.wf.Text)
 	if err != nil {
 		return nil, err
 	}

@@ -566,7 +566,7 @@ func (s *Server) renderTopics(w http.ResponseWriter, r *http.Request, c *confirm
 		return
 	}
 	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
-	page, err := s.API.Events(r.Context(), wf, q.Get("topic"), q.Get("status"), after, webPage)
+	page, err := s.API.Events(r.Context(), wf, apitype.EventQuery{Topic: q.Get("topic"), Status: q.Get("status"), After: after, Limit: webPage})
 	if err != nil {
 		s.failPage(w, r, err)
 		return
