@@ -15,7 +15,7 @@ import (
 
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -188,7 +188,7 @@ func (a *app) grantCmd() *cobra.Command {
 			fmt.Fprintf(a.out, "%s would be allowed:\n", wf)
 			for _, u := range pending {
 				line := "  " + u
-				if scope := daemon.GoogleScope(cfg, u); scope != "" {
+				if scope := inproc.GoogleScope(cfg, u); scope != "" {
 					line += "  (Google scope " + scope + ")"
 				}
 				fmt.Fprintln(a.out, line)

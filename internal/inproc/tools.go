@@ -1,9 +1,9 @@
-package daemon
+package inproc
 
 // Keep's own code that commands run in the CLI's process without reading
 // the store (keep validate, connectors, types, plan, grant's preview,
 // connect's usage), each reached through one function here: the CLI
-// imports daemon, not engine, script, connector, dts or maintainer
+// imports inproc, not engine, script, connector, dts or maintainer
 // (docs/design.md, "The page and the API").
 
 import (
@@ -12,15 +12,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
-	"time"
 
-	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/dts"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -30,49 +27,14 @@ import (
 )
 
 // ErrReprocessChoice is a major version's deploy without the choice of
-// what happens to the items already done (engine.ErrReprocessChoice).
-var ErrReprocessChoice = engine.ErrReprocessChoice
-
 // WithActor names who takes the decisions this process makes itself (a
-// deploy by keep run), for the decision log (engine.WithActor).
-func WithActor(ctx context.Context, by string) context.Context {
-	return engine.WithActor(ctx, by)
-}
-
 // StopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM
 // arrives: a handler spinning in a native loop must not hold a shutdown for
 // its whole time limit (its run is recovered at the next start). Call the
 // function it returns when the command ends. It watches the first signal
 // only: a second one finds Go's default (the process ends at once) unless
-// another watcher holds it.
-func StopWorkersOnSignal() (done func()) {
-	return StopWorkersOnSignalThen(nil)
-}
-
 // StopWorkersOnSignalThen is StopWorkersOnSignal, and after the first
 // signal, once it let go of the signals and stopped the workers, calls
-// then (if not nil).
-func StopWorkersOnSignalThen(then func()) (done func()) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	quit := make(chan struct{})
-	go func() {
-		select {
-		case <-sig:
-			signal.Stop(sig)
-			script.StopWorkers()
-			if then != nil {
-				then()
-			}
-		case <-quit:
-		}
-	}()
-	return func() {
-		signal.Stop(sig)
-		close(quit)
-	}
-}
-
 // Validate compiles and checks a script against the connectors cfg
 // declares, as a deploy would: its workflow's name and its problems; err
 // is a syntax error (its line is a problem too; Invalid tells it apart).
@@ -85,7 +47,7 @@ func Validate(cfg config.Config, file, src string) (name string, problems []kt.P
 		}
 		return "", nil, err
 	}
-	return p.Decl.WorkflowName(), script.Check(p, engine.ScriptConnectors(RegistryOf(cfg, "."))), nil
+	return p.Decl.WorkflowName(), script.Check(p, engine.ScriptConnectors(daemon.RegistryOf(cfg, "."))), nil
 }
 
 // Invalid tells the error of an invalid script apart: a syntax error
@@ -106,7 +68,7 @@ func Invalid(err error) (problems []kt.Problem, syntax, ok bool) {
 // Connectors is what the connectors cfg knows declare (keep connectors,
 // --json): each method's parameters, result, identity and reconcile.
 func Connectors(cfg config.Config) []connector.Info {
-	return connector.Describe(RegistryOf(cfg, "."))
+	return connector.Describe(daemon.RegistryOf(cfg, "."))
 }
 
 // ConnectorsMarkdown is the connectors' reference as docs/scripts.md has it.
@@ -127,7 +89,7 @@ func GoogleScope(cfg config.Config, grant string) string {
 	if !ok {
 		return ""
 	}
-	m, err := RegistryOf(cfg, ".").Method(tool, method)
+	m, err := daemon.RegistryOf(cfg, ".").Method(tool, method)
 	if err != nil || len(m.Scopes) == 0 {
 		return ""
 	}
@@ -139,7 +101,7 @@ func GoogleScope(cfg config.Config, grant string) string {
 // "" when it passes) and reviewed; file is the script's name, current the
 // version it revises, or nil (keep plan).
 func Plan(ctx context.Context, cfg config.Config, words, file string, test func(ctx context.Context, testSrc, src string) string, current *kt.Version) (maintainer.Plan, error) {
-	reg := RegistryOf(cfg, ".")
+	reg := daemon.RegistryOf(cfg, ".")
 	eng := engine.New(engine.Options{Registry: reg})
 	p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts,
 		File: file, Test: test, TestFaults: testrun.Faults()}
@@ -201,32 +163,13 @@ func (d *Direct) usesOf(ctx context.Context, files []string) ([]string, error) {
 }
 
 // DeployToRun deploys a script as keep run does: the person running it
-// grants what it uses; test is its test file's source, recorded with it.
-func (k *Keep) DeployToRun(ctx context.Context, file, src, name string, kind kt.DeployKind, filesRoot, test string) (kt.DeployResult, error) {
-	return k.Engine.DeployWith(ctx, file, src, engine.DeployOptions{Name: name, Kind: kind, FilesRoot: filesRoot, Grant: true, Test: test})
-}
-
 // QueueProducers makes every producer of a workflow due now, due or not:
-// keep run's development loop.
-func (k *Keep) QueueProducers(ctx context.Context, wf string) error {
-	_, err := engine.QueueAtStart(ctx, k.Store, wf, time.Now())
-	return err
-}
-
 // CheckAddr refuses keep serve's --addr when it accepts connections from
-// other machines and no token guards it.
-func CheckAddr(addr, token string) error {
-	if addr != "" && !api.IsLoopback(addr) && token == "" {
-		return fmt.Errorf("--addr %s accepts connections from other machines: set a token with --token or KEEP_TOKEN", addr)
-	}
-	return nil
-}
-
 // CheckTest reads a workflow's test file as keep test would, against the
 // connectors cfg knows with its files connector at filesRoot: a test keep
 // cannot run is refused with its deploy.
 func CheckTest(cfg config.Config, filesRoot, path, src string) error {
-	_, err := testrun.Read(path, src, RegistryOf(cfg, filesRoot))
+	_, err := testrun.Read(path, src, daemon.RegistryOf(cfg, filesRoot))
 	return err
 }
 
@@ -236,26 +179,3 @@ func CheckTest(cfg config.Config, filesRoot, path, src string) error {
 // call (Engine.Parked); the calls the steps wait on then are given up on
 // and returned — each safe to give up on by the ledger (a write is
 // in_flight, reconciled by the next run; a read writes nothing), as a
-// crash would leave them. Their steps are left to the process's exit.
-func (k *Keep) RunUntilIdle(ctx context.Context) ([]kt.CallInFlight, error) {
-	idle := make(chan error, 1)
-	go func() { idle <- k.Scheduler.RunUntilIdle(ctx) }()
-	select {
-	case err := <-idle:
-		return nil, err
-	case <-ctx.Done():
-	}
-	parked := make(chan []kt.CallInFlight, 1)
-	pctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		calls, _ := k.Engine.Parked(pctx)
-		parked <- calls
-	}()
-	select {
-	case err := <-idle:
-		return nil, err
-	case calls := <-parked:
-		return calls, ctx.Err()
-	}
-}

@@ -1,4 +1,4 @@
-package daemon
+package inproc
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/backend"
 )
 
-// LocalAPI is keep's API served inside the CLI's own process, on the data
+// API is keep's API served inside the CLI's own process, on the data
 // directory's store, when no keep serve answers for it: the CLI then has
 // one path for every command (package apiclient, through a transport that
 // calls Handler), whether keep serve runs or not. It takes no engine lock
@@ -27,15 +28,15 @@ import (
 // Why in process and not a unix socket: nothing but this process can
 // reach a handler it calls itself, so there is no address to guard, no
 // file to clean up after a kill -9, and no second process to start.
-type LocalAPI struct {
+type API struct {
 	Handler http.Handler
 	Store   store.Store
 	mu      sync.Mutex
 	changed []string
 }
 
-// LocalOptions configure a LocalAPI.
-type LocalOptions struct {
+// APIOptions configure a API.
+type APIOptions struct {
 	DataDir, Store string
 	// ConfigFile is the config whose connectors a deploy validates
 	// against and a repair approved is deployed with ("" for none).
@@ -51,9 +52,9 @@ type LocalOptions struct {
 	Reads bool
 }
 
-// OpenLocalAPI opens the store of a data directory and serves keep's API
+// OpenAPI opens the store of a data directory and serves keep's API
 // on it in this process.
-func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
+func OpenAPI(o APIOptions) (*API, error) {
 	cfg, err := config.Load(o.ConfigFile)
 	if err != nil {
 		return nil, err
@@ -91,31 +92,31 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 	if root == "" {
 		root = "."
 	}
-	l := &LocalAPI{Store: st}
+	l := &API{Store: st}
 	// What it deploys records the policy of the config it was given
 	// (kt.Workflow.Policy), as keep serve's and keep run's deploys do.
 	var pol *config.Policy
 	if o.ConfigFile != "" {
 		pol = &cfg.Policy
 	}
-	eng := engine.New(engine.Options{Store: st, Registry: RegistryOf(cfg, root), Policy: pol})
+	eng := engine.New(engine.Options{Store: st, Registry: daemon.RegistryOf(cfg, root), Policy: pol})
 	srv := &api.Server{Store: st, Engine: eng, Changed: l.note, Retention: engine.RetentionOf(cfg.Retention)}
 	l.Handler = api.InProcess(srv.Handler())
 	return l, nil
 }
 
-func (l *LocalAPI) note(wf string) {
+func (l *API) note(wf string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.changed = append(l.changed, wf)
 }
 
 // Changed lists the workflows the API's actions changed, in order.
-func (l *LocalAPI) Changed() []string {
+func (l *API) Changed() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.changed...)
 }
 
 // Close closes the store.
-func (l *LocalAPI) Close() error { return l.Store.Close() }
+func (l *API) Close() error { return l.Store.Close() }
