@@ -65,7 +65,9 @@ func Open(o Options) (k *Keep, err error) {
 		return nil, err
 	}
 	opened.add(release)
-	opened.add(func() { st.Close() })
+	if o.Over == nil {
+		opened.add(func() { st.Close() })
+	}
 	if shared {
 		// Before anything is stamped: this node's time is the database's
 		// (every node compares by it), whatever its own wall clock says.
@@ -95,7 +97,7 @@ func Open(o Options) (k *Keep, err error) {
 		logger.Warn("this keep is a test build (-tags keeptestclock): its wall clock is stepped by the file KEEP_TEST_CLOCK_FILE names; never run it in production")
 	}
 	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
-	k.lock, k.release, k.apiSecret, k.shared, k.disown = lock, release, apiSecret, shared, disown
+	k.lock, k.release, k.apiSecret, k.shared, k.disown, k.ownStore = lock, release, apiSecret, shared, disown, o.Over == nil
 	if err = k.wireEngine(o, cfg, accts, perWorkflow, logger); err != nil {
 		return nil, err
 	}
@@ -168,7 +170,8 @@ func registerOwnFiles(o Options, cfg config.Config) (release func(), err error) 
 	return ownfiles.Register(h)
 }
 
-// openOwnStore opens the store the engine runs on, refusing one a sql
+// openOwnStore opens the store the engine runs on (o.Over when the caller
+// opened it already), refusing one a sql
 // connector also names, and puts the recorded policy of o.PolicyOf in
 // cfg. On PostgreSQL several nodes share the store (shared), each stepping
 // the workflows it holds the lease of; SQLite has one engine, which holds
@@ -185,17 +188,21 @@ func openOwnStore(o Options, cfg *config.Config) (st store.Store, release func()
 	if err := sqlconn.RefuseKeepsStore(sqlconn.Databases(*cfg), storePath, storeURL); err != nil {
 		return nil, nil, false, err
 	}
-	if st, err = loc.Open(); err != nil {
-		return nil, nil, false, err
+	closeOwn := func() {}
+	if st = o.Over; st == nil {
+		if st, err = loc.Open(); err != nil {
+			return nil, nil, false, err
+		}
+		closeOwn = func() { st.Close() }
 	}
 	if err := policyOf(st, o.PolicyOf, &cfg.Policy); err != nil {
-		st.Close()
+		closeOwn()
 		return nil, nil, false, err
 	}
 	shared, release = loc.Kind == backend.Postgres, func() {}
 	if !shared {
 		if release, err = lockStore(loc, st, o.DataDir); err != nil {
-			st.Close()
+			closeOwn()
 			return nil, nil, false, err
 		}
 	}

@@ -31,6 +31,7 @@ import (
 type API struct {
 	Handler http.Handler
 	Store   store.Store
+	opts    APIOptions
 	mu      sync.Mutex
 	changed []string
 }
@@ -92,7 +93,7 @@ func OpenAPI(o APIOptions) (*API, error) {
 	if root == "" {
 		root = "."
 	}
-	l := &API{Store: st}
+	l := &API{Store: st, opts: o}
 	// What it deploys records the policy of the config it was given
 	// (kt.Workflow.Policy), as keep serve's and keep run's deploys do.
 	var pol *config.Policy
@@ -116,6 +117,16 @@ func (l *API) Changed() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.changed...)
+}
+
+// Engine is an engine of this process over the API's own store (opened
+// once for the whole command: the action, the engine that carries it out,
+// the read after), under the data directory's engine lock, with the
+// recorded policy of workflow wf and the connectors of the API's config:
+// the CLI carries a decision out with it. daemon.ErrBusy while another
+// keep process holds the lock.
+func (l *API) Engine(wf string) (*daemon.Keep, error) {
+	return daemon.Open(daemon.Options{DataDir: l.opts.DataDir, Store: l.opts.Store, ConfigFile: l.opts.ConfigFile, PolicyOf: wf, Over: l.Store})
 }
 
 // Close closes the store.
