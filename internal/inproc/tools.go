@@ -129,7 +129,13 @@ func Connectable() []ConnectHelp {
 func (d *Direct) Connect(ctx, readCtx context.Context, cfg config.Config, name string, args []string, token string, out io.Writer) error {
 	c, _ := builtin.Find(name)
 	return c.Connect.Run(ctx, connector.ConnectCall{Table: cfg.Connectors[c.Name], Args: args, Token: token, Out: out,
-		Accounts: d.Accounts,
+		Accounts: func() (connector.Accounts, error) {
+			accts, err := d.Accounts()
+			if err != nil {
+				return nil, err // never a nil *account.Accounts in the interface
+			}
+			return accts, nil
+		},
 		Uses: func(scripts []string) ([]string, error) {
 			return d.usesOf(readCtx, scripts)
 		}})

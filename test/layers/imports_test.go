@@ -45,7 +45,7 @@ var rules = []struct {
 	{"internal/account", "internal/keeptype internal/redact internal/store", "sealed tokens and secrets"},
 	{"internal/script", "internal/keeptype internal/redact internal/schedule internal/script/wasmjs", "the sandbox and the one reading of a script"},
 	{"internal/script/wasmjs", "", "QuickJS in WebAssembly, run by wazero in keep's process (issue 43)"},
-	{"internal/connector", "internal/account internal/config internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector, what a fault means (FaultClasses)"},
+	{"internal/connector", "internal/config internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector and what it gets of the connected accounts (Accounts, an interface), what a fault means (FaultClasses)"},
 	{"internal/connector/files", "internal/connector internal/keeptype internal/ownfiles", "a connector"},
 	{"internal/connector/system", "internal/connector", "a connector"},
 	{"internal/connector/http", "internal/config internal/connector internal/keeptype internal/netguard internal/redact", "a connector"},
@@ -203,6 +203,8 @@ var never = []struct {
 }{
 	{"internal/connector/...", []string{"internal/store/..."}, true, []string{"internal/account"},
 		"connectors never reach the store: a connector talks to a service, and what keep stores is the engine's to write; their one door is account, the sealed tokens of google and slackconn"},
+	{"internal/connector", []string{"internal/account", "internal/store/..."}, true, nil,
+		"the connector base never reaches account nor the store: what connectors get of the connected accounts is connector.Accounts, an interface account implements, so the base every connector and keep validate build on carries no store"},
 	{"cmd/keep", testOnly, true, nil,
 		"production never imports a fake or a test helper: keep's binary answers as the real services' clients do, never from a fake's code (the fault kinds keep test knows are keeptype's)"},
 	{"internal/cli", []string{"internal/engine", "internal/store/..."}, false, nil,
