@@ -79,7 +79,7 @@ func (a *app) connectCmd() *cobra.Command {
 			defer direct.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			return direct.Connect(ctx, cmd.Context(), cfg, name, args[1:], token, a.out)
+			return direct.Connect(ctx, cmd.Context(), cfg, inproc.ConnectRequest{Name: name, Args: args[1:], Token: token, Out: a.out})
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the browser's answer")

@@ -96,8 +96,8 @@ func Open(o Options) (k *Keep, err error) {
 	if clock.TestBuild {
 		logger.Warn("this keep is a test build (-tags keeptestclock): its wall clock is stepped by the file KEEP_TEST_CLOCK_FILE names; never run it in production")
 	}
-	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
-	k.lock, k.release, k.apiSecret, k.shared, k.disown, k.ownStore = lock, release, apiSecret, shared, disown, o.Over == nil
+	k = newKeep(cfg, st, host, conns, logger)
+	k.DataDir, k.lock, k.release, k.apiSecret, k.shared, k.disown, k.ownStore = o.DataDir, lock, release, apiSecret, shared, disown, o.Over == nil
 	if err = k.wireEngine(o, cfg, accts, perWorkflow, logger); err != nil {
 		return nil, err
 	}
@@ -244,12 +244,12 @@ func maskedLogger(logger *slog.Logger) *slog.Logger {
 }
 
 // newKeep is the Keep over an open store, before its engine: notices,
-// the page's accounts, the hub and the metrics.
-func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.Accounts, host *connector.Host, conns *builtin.Set, logger *slog.Logger) *Keep {
+// the page's accounts (the host's), the hub and the metrics.
+func newKeep(cfg config.Config, st store.Store, host *connector.Host, conns *builtin.Set, logger *slog.Logger) *Keep {
 	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
 	k := &Keep{notifier: notify.New(st, cfg.Notify, email.ConfigOf(cfg), slackBot.Notify, host.Guard, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
-		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
-		Sandbox:  newSandbox(cfg.Policy), Store: st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: host.Accounts, st: st, flows: map[string]pendingFlow{}},
+		Sandbox:  newSandbox(cfg.Policy), Store: st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), Instance: newInstanceID(), log: logger}
 	if k.notifier != nil {
 		k.notifier.Now = clock.Now // keep's time, as every stamp it compares with (design.md, "Time")
 	}

@@ -26,15 +26,6 @@ import (
 	"github.com/keep-run/keep/internal/testrun"
 )
 
-// ErrReprocessChoice is a major version's deploy without the choice of
-// WithActor names who takes the decisions this process makes itself (a
-// StopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM
-// arrives: a handler spinning in a native loop must not hold a shutdown for
-// its whole time limit (its run is recovered at the next start). Call the
-// function it returns when the command ends. It watches the first signal
-// only: a second one finds Go's default (the process ends at once) unless
-// StopWorkersOnSignalThen is StopWorkersOnSignal, and after the first
-// signal, once it let go of the signals and stopped the workers, calls
 // Validate compiles and checks a script against the connectors cfg
 // declares, as a deploy would: its workflow's name and its problems; err
 // is a syntax error (its line is a problem too; Invalid tells it apart).
@@ -96,16 +87,23 @@ func GoogleScope(cfg config.Config, grant string) string {
 	return strings.TrimPrefix(m.Scopes[0], "https://www.googleapis.com/auth/")
 }
 
+// PlanRequest is one keep plan: the person's Words, File the script's
+// name, Test why a test refuses the script ("" when it passes), Current
+// the version it revises (nil for a new one).
+type PlanRequest struct {
+	Words, File string
+	Test        func(ctx context.Context, testSrc, src string) string
+	Current     *kt.Version
+}
+
 // Plan asks the Planner of cfg's [llm] for a script from a person's
-// words and its test, validated, tested (test: why its test refuses it,
-// "" when it passes) and reviewed; file is the script's name, current the
-// version it revises, or nil (keep plan).
-func Plan(ctx context.Context, cfg config.Config, words, file string, test func(ctx context.Context, testSrc, src string) string, current *kt.Version) (maintainer.Plan, error) {
+// words and its test, validated, tested and reviewed (keep plan).
+func Plan(ctx context.Context, cfg config.Config, r PlanRequest) (maintainer.Plan, error) {
 	reg := daemon.RegistryOf(cfg, ".")
 	eng := engine.New(engine.Options{Registry: reg})
 	p := &maintainer.Planner{Model: maintainer.NewModel(cfg.LLM), Check: eng.Check, Registry: reg, MaxAttempts: cfg.Maintainer.MaxAttempts,
-		File: file, Test: test, TestFaults: testrun.Faults()}
-	return p.Plan(ctx, words, current)
+		File: r.File, Test: r.Test, TestFaults: testrun.Faults()}
+	return p.Plan(ctx, r.Words, r.Current)
 }
 
 // ConnectHelp is one connector keep connect knows: its name, its
@@ -122,13 +120,22 @@ func Connectable() []ConnectHelp {
 	return out
 }
 
-// Connect runs keep connect NAME ARGS: the connector's own flow, its
-// account sealed in this data directory's store; the scopes asked are
-// those the deployed workflows and the scripts named in args call.
-// (NAME as ConnectName answered); readCtx bounds reading the store.
-func (d *Direct) Connect(ctx, readCtx context.Context, cfg config.Config, name string, args []string, token string, out io.Writer) error {
-	c, _ := builtin.Find(name)
-	return c.Connect.Run(ctx, connector.ConnectCall{Table: cfg.Connectors[c.Name], Args: args, Token: token, Out: out,
+// ConnectRequest is one keep connect NAME ARGS (NAME as ConnectName
+// answered; Token is --token; Out is where to talk to the person).
+type ConnectRequest struct {
+	Name  string
+	Args  []string
+	Token string
+	Out   io.Writer
+}
+
+// Connect runs keep connect: the connector's own flow, its account sealed
+// in this data directory's store; the scopes asked are those the deployed
+// workflows and the scripts named in its arguments call. readCtx bounds
+// reading the store.
+func (d *Direct) Connect(ctx, readCtx context.Context, cfg config.Config, r ConnectRequest) error {
+	c, _ := builtin.Find(r.Name)
+	return c.Connect.Run(ctx, connector.ConnectCall{Table: cfg.Connectors[c.Name], Args: r.Args, Token: r.Token, Out: r.Out,
 		Accounts: func() (connector.Accounts, error) {
 			accts, err := d.Accounts()
 			if err != nil {
@@ -168,9 +175,6 @@ func (d *Direct) usesOf(ctx context.Context, files []string) ([]string, error) {
 	return engine.UsesOf(sources), nil
 }
 
-// DeployToRun deploys a script as keep run does: the person running it
-// QueueProducers makes every producer of a workflow due now, due or not:
-// CheckAddr refuses keep serve's --addr when it accepts connections from
 // CheckTest reads a workflow's test file as keep test would, against the
 // connectors cfg knows with its files connector at filesRoot: a test keep
 // cannot run is refused with its deploy.
@@ -178,10 +182,3 @@ func CheckTest(cfg config.Config, filesRoot, path, src string) error {
 	_, err := testrun.Read(path, src, daemon.RegistryOf(cfg, filesRoot))
 	return err
 }
-
-// RunUntilIdle runs k's workflows until nothing is left to do, or ctx
-// ends. Then it stops at once: it waits for no connector call. A step
-// between two calls (in a handler, committing) ends or reaches its next
-// call (Engine.Parked); the calls the steps wait on then are given up on
-// and returned — each safe to give up on by the ledger (a write is
-// in_flight, reconciled by the next run; a read writes nothing), as a
