@@ -1,3 +1,10 @@
+// Package inproc is the CLI's in-process side: what a command uses when
+// no keep serve answers for the data directory — keep's API in the CLI's
+// process on the store it opens once (API, and the engine that carries a
+// decision out over that store), the store for the commands that need it
+// by nature (Direct, Migrate), and keep's code run without a server
+// (Validate, Types, Plan, …). The wiring keep serve and keep run own is
+// package daemon's (docs/design.md, "The daemon split (issue 41)").
 package inproc
 
 import (
