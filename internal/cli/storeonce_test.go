@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/store/backend"
+	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
 
 // TestACommandOpensTheStoreOnce: a command run without keep serve opens
@@ -17,12 +18,49 @@ import (
 // on the real keep.db (backend.Opens).
 func TestACommandOpensTheStoreOnce(t *testing.T) {
 	t.Parallel()
-	dir, data := quickstart(t)
-	db := backend.Default(data)
-	once := func(want int, args ...string) result {
+	t.Run("sqlite", func(t *testing.T) {
+		dir, data := quickstart(t)
+		opensOnce(t, dir, []string{"--data", data}, backend.Default(data))
+
+		// keep run owns its engine; a blocked run resolved from the CLI.
+		_, _, data, r := blockedHook(t, "")
+		if r.code != ExitBlocked {
+			t.Fatalf("keep run: exit %d\n%s%s", r.code, r.out, r.err)
+		}
+		db := backend.Default(data)
+		if n := backend.Opens(db); n != 1 {
+			t.Errorf("keep run opened the store %d times, want once", n)
+		}
+		once := counter(t, []string{"--data", data}, db)
+		var st []struct{ BlockedRunID string }
+		if err := json.Unmarshal([]byte(once(0, "status", "--json").out), &st); err != nil || len(st) != 1 || st[0].BlockedRunID == "" {
+			t.Fatalf("keep status --json: %+v %v", st, err)
+		}
+		if r := once(0, "resolve", st[0].BlockedRunID, "--skip"); !strings.Contains(r.out, "carried out; hook is idle") {
+			t.Fatalf("keep resolve did not carry the run out:\n%s", r.out)
+		}
+	})
+	// On PostgreSQL an open is a pool of connections; the engine that
+	// carries a decision out follows the database's clock and listens for
+	// other nodes' commits on the same store.
+	t.Run("postgres", func(t *testing.T) {
+		pg := pgtest.FreshSchema(t)
+		dir, data := quickstart(t)
+		loc, err := backend.Parse(pg, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opensOnce(t, dir, []string{"--data", data, "--store", pg}, loc)
+	})
+}
+
+// counter runs a command with flags (the data directory, the store) and
+// checks that it opened the store at db once, and exited with want.
+func counter(t *testing.T, flags []string, db backend.Location) func(want int, args ...string) result {
+	return func(want int, args ...string) result {
 		t.Helper()
 		before := backend.Opens(db)
-		r := keep(t, append(args, "--data", data)...)
+		r := keep(t, append(args, flags...)...)
 		if r.code != want {
 			t.Fatalf("keep %s: exit %d, want %d\n%s%s", strings.Join(args, " "), r.code, want, r.out, r.err)
 		}
@@ -31,8 +69,13 @@ func TestACommandOpensTheStoreOnce(t *testing.T) {
 		}
 		return r
 	}
-	wf := filepath.Join(dir, "workflow.js")
-	once(0, "deploy", wf)
+}
+
+// opensOnce runs the quick start's workflow through deploy, a grant and
+// people's actions, each opening the store once.
+func opensOnce(t *testing.T, dir string, flags []string, db backend.Location) {
+	once := counter(t, flags, db)
+	once(0, "deploy", filepath.Join(dir, "workflow.js"))
 	once(0, "status")
 	// The first call waits for a grant: carried out, and blocked.
 	once(ExitBlocked, "run-now", "quickstart-orders")
@@ -45,22 +88,4 @@ func TestACommandOpensTheStoreOnce(t *testing.T) {
 	once(0, "resume", "quickstart-orders")
 	once(0, "prune", "--dry-run")
 	once(0, "runs", "quickstart-orders")
-
-	// keep run owns its engine; a blocked run resolved from the CLI.
-	_, _, hookData, r := blockedHook(t, "")
-	if r.code != ExitBlocked {
-		t.Fatalf("keep run: exit %d\n%s%s", r.code, r.out, r.err)
-	}
-	hook := backend.Default(hookData)
-	if n := backend.Opens(hook); n != 1 {
-		t.Errorf("keep run opened the store %d times, want once", n)
-	}
-	data, db = hookData, hook
-	var st []struct{ BlockedRunID string }
-	if err := json.Unmarshal([]byte(once(0, "status", "--json").out), &st); err != nil || len(st) != 1 || st[0].BlockedRunID == "" {
-		t.Fatalf("keep status --json: %+v %v", st, err)
-	}
-	if r := once(0, "resolve", st[0].BlockedRunID, "--skip"); !strings.Contains(r.out, "carried out; hook is idle") {
-		t.Fatalf("keep resolve did not carry the run out:\n%s", r.out)
-	}
 }
