@@ -221,7 +221,7 @@ func (a *Accounts) List(ctx context.Context) ([]kt.Connection, error) {
 // valid, else a refreshed one, which it saves (sealed) for the next call
 // and the next process.
 type Source struct {
-	a        *Accounts
+	a        keeper
 	provider string
 	conf     *oauth2.Config
 	mu       sync.Mutex
@@ -230,8 +230,17 @@ type Source struct {
 	rejected string // an access token the provider refused (Invalidate)
 }
 
-// Source returns the token source of a provider's account.
-func (a *Accounts) Source(provider string, conf *oauth2.Config) *Source {
+// keeper is what a Source reads and saves the account through:
+// *Accounts, or what a connector was handed as its accounts
+// (connector.Accounts, the same methods).
+type keeper interface {
+	Get(ctx context.Context, provider string) (kt.Connection, *oauth2.Token, error)
+	Save(ctx context.Context, provider, account string, scopes []string, tok *oauth2.Token) error
+	MarkBroken(ctx context.Context, provider, why string) error
+}
+
+// NewSource returns the token source of a provider's account kept by a.
+func NewSource(a keeper, provider string, conf *oauth2.Config) *Source {
 	return &Source{a: a, provider: provider, conf: conf}
 }
 

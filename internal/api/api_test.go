@@ -17,6 +17,7 @@ import (
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	"github.com/keep-run/keep/internal/testsink"
 )
 
@@ -708,7 +709,7 @@ func TestTheReadsTheCLIPrints(t *testing.T) {
 		t.Fatalf("input: %d %v", code, obj)
 	}
 	// A secret's name and when it was set; never its value.
-	d := &daemon.Direct{DataDir: r.k.DataDir, Create: true}
+	d := &inproc.Direct{DataDir: r.k.DataDir, Create: true}
 	defer d.Close()
 	secrets, err := d.Secrets()
 	if err != nil {

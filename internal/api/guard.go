@@ -210,7 +210,7 @@ func LoopbackHost(host string) bool {
 }
 
 // InProcess serves next to a caller of this very process (the CLI's own
-// API when no keep serve runs, daemon.LocalAPI): no socket reaches it, and
+// API when no keep serve runs, inproc.API): no socket reaches it, and
 // its caller opened the data directory itself, so it is authenticated as
 // the instance secret's holder is.
 func InProcess(next http.Handler) http.Handler {

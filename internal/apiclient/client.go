@@ -2,7 +2,7 @@
 // routes, with the shapes of api/types.go and report's). The CLI reaches
 // keep through it and nothing else: a keep serve on the data directory
 // over TCP, or, when none runs, the same API served in this process
-// (daemon.LocalAPI) through a transport that calls its handler directly.
+// (inproc.API) through a transport that calls its handler directly.
 // Either way every command has one path.
 package apiclient
 

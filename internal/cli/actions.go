@@ -80,8 +80,15 @@ func (a *app) perform(ctx context.Context, do func(c *keepAPI) (msg, wf string, 
 	if err != nil {
 		return err
 	}
+	defer c.Close()
+	return a.performOn(ctx, c, do)
+}
+
+// performOn is perform on the API the command opened already: the action,
+// the engine that carries it out and the read after share its one store
+// (issue 41: a command opened it three times).
+func (a *app) performOn(ctx context.Context, c *keepAPI, do func(c *keepAPI) (msg, wf string, err error)) error {
 	msg, wf, err := do(c)
-	c.Close()
 	if err != nil {
 		return err
 	}
@@ -89,18 +96,20 @@ func (a *app) perform(ctx context.Context, do func(c *keepAPI) (msg, wf string, 
 	if c.local == nil {
 		return nil
 	}
-	return a.carryOut(ctx, wf)
+	return a.carryOut(ctx, c, wf)
 }
 
-// carryOut steps a workflow with an engine of this process until it is
-// idle, blocked, or waiting for a time, and says where it stands.
-func (a *app) carryOut(ctx context.Context, wf string) error {
+// carryOut steps a workflow with an engine of this process, over the
+// store c opened, until it is idle, blocked, or waiting for a time, and
+// says where it stands.
+func (a *app) carryOut(ctx context.Context, c *keepAPI, wf string) error {
 	if wf == "" {
 		return nil
 	}
 	// The workflow's own policy, recorded at its deploy (the connectors:
-	// the data directory's recorded config), never the caller's folder's.
-	k, err := daemon.Open(daemon.Options{DataDir: a.dataDir, Store: a.storeURL, ConfigFile: a.decisionConfig(), PolicyOf: wf})
+	// the data directory's recorded config, which actionAPI gave c), never
+	// the caller's folder's.
+	k, err := c.local.Engine(wf)
 	if errors.Is(err, daemon.ErrBusy) {
 		fmt.Fprintln(a.out, "another keep process runs this data directory's workflows; it carries this out at its next step")
 		return nil
@@ -117,17 +126,12 @@ func (a *app) carryOut(ctx context.Context, wf string) error {
 	if err := k.Scheduler.StepWorkflow(ctx, wf); err != nil {
 		return err
 	}
-	return a.printWhereItStands(ctx, wf)
+	return a.printWhereItStands(ctx, c, wf)
 }
 
 // printWhereItStands says what a workflow is doing now: idle, waiting for
 // a retry (and when), or blocked (its card).
-func (a *app) printWhereItStands(ctx context.Context, wf string) error {
-	c, err := a.actionAPI(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+func (a *app) printWhereItStands(ctx context.Context, c *keepAPI, wf string) error {
 	v, err := c.Workflow(ctx, wf)
 	if err != nil {
 		return err

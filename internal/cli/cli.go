@@ -1,10 +1,10 @@
 // Package cli is keep's command line: a typed client of keep's API
 // (package apiclient) for every read and every person's action — the API
 // of the keep serve running on the data directory, or the same API served
-// in this process (daemon.LocalAPI) — so they work with or without a
-// running `keep serve`. `serve` and `run` own the engine; the few commands
-// that need the store by nature reach it through daemon (daemon.Direct,
-// daemon.Migrate).
+// in this process (inproc.API) — so they work with or without a
+// running `keep serve`. `serve` and `run` own the engine (daemon); the few
+// commands that need the store by nature reach it through inproc
+// (inproc.Direct, inproc.Migrate).
 package cli
 
 import (

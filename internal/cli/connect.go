@@ -11,6 +11,7 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 )
 
 // config is the config file a command reads: --config, else keep.toml in
@@ -51,7 +52,7 @@ func (a *app) connectCmd() *cobra.Command {
 	var token string
 	var names []string
 	long := "connect stores an account's credentials encrypted in the store (the key is secret.key in the data directory, or KEEP_SECRET_KEY)."
-	for _, c := range daemon.Connectable() {
+	for _, c := range inproc.Connectable() {
 		names = append(names, c.Name)
 		long += "\n\nkeep connect " + c.Name + " " + c.Usage + ": " + c.Doc
 	}
@@ -61,7 +62,7 @@ func (a *app) connectCmd() *cobra.Command {
 		Long:  long,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := daemon.ConnectName(args[0])
+			name, err := inproc.ConnectName(args[0])
 			if err != nil {
 				return err
 			}
@@ -78,7 +79,7 @@ func (a *app) connectCmd() *cobra.Command {
 			defer direct.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			return direct.Connect(ctx, cmd.Context(), cfg, name, args[1:], token, a.out)
+			return direct.Connect(ctx, cmd.Context(), cfg, inproc.ConnectRequest{Name: name, Args: args[1:], Token: token, Out: a.out})
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the browser's answer")
@@ -87,10 +88,10 @@ func (a *app) connectCmd() *cobra.Command {
 }
 
 // direct is the data directory's store for the commands that need it by
-// nature (daemon.Direct: keep connect, keep secret set and rm, keep plan
+// nature (inproc.Direct: keep connect, keep secret set and rm, keep plan
 // --revise); create makes it when there is none yet.
-func (a *app) direct(create bool) *daemon.Direct {
-	return &daemon.Direct{DataDir: a.dataDir, Store: a.storeURL, Create: create}
+func (a *app) direct(create bool) *inproc.Direct {
+	return &inproc.Direct{DataDir: a.dataDir, Store: a.storeURL, Create: create}
 }
 
 func (a *app) connectionsCmd() *cobra.Command {

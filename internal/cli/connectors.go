@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	"github.com/spf13/cobra"
 )
 
@@ -24,12 +24,12 @@ func (a *app) connectorsCmd() *cobra.Command {
 			}
 			switch {
 			case a.jsonOut:
-				return a.printJSON(daemon.Connectors(cfg))
+				return a.printJSON(inproc.Connectors(cfg))
 			case markdown:
-				fmt.Fprint(a.out, daemon.ConnectorsMarkdown(cfg))
+				fmt.Fprint(a.out, inproc.ConnectorsMarkdown(cfg))
 				return nil
 			}
-			infos := daemon.Connectors(cfg)
+			infos := inproc.Connectors(cfg)
 			w := a.table()
 			fmt.Fprintln(w, "METHOD\tKIND\tIDENTITY\tRECONCILE\tWHAT IT DOES")
 			for _, c := range infos {

@@ -14,6 +14,7 @@ import (
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -49,7 +50,7 @@ func (a *app) validateCmd() *cobra.Command {
 					return perr
 				}
 			}
-			if _, syntax, _ := daemon.Invalid(err); syntax {
+			if _, syntax, _ := inproc.Invalid(err); syntax {
 				return &exitError{code: ExitInvalid, err: err}
 			} else if err != nil {
 				return err
@@ -100,14 +101,14 @@ func filesRootOf(file, flag string) (string, error) {
 	return abs, nil
 }
 
-// validateFile reads, compiles and checks a script (daemon.Validate); err
+// validateFile reads, compiles and checks a script (inproc.Validate); err
 // is an unreadable file or a syntax error (which has its line).
 func validateFile(cfg config.Config, file string) (name string, problems []kt.Problem, err error) {
 	src, err := readScript(file)
 	if err != nil {
 		return "", nil, err
 	}
-	return daemon.Validate(cfg, file, src)
+	return inproc.Validate(cfg, file, src)
 }
 
 func deployKind(minor, major bool) (kt.DeployKind, error) {
@@ -178,7 +179,7 @@ func (a *app) deployCmd() *cobra.Command {
 			// Beside a running keep serve the deploy goes to its API (one
 			// engine decides, open pages update at once); else to the same
 			// API in this process, validating with this folder's config.
-			c, err := a.apiFor(cmd.Context(), daemon.LocalOptions{ConfigFile: a.config(), FilesRoot: root})
+			c, err := a.apiFor(cmd.Context(), inproc.APIOptions{ConfigFile: a.config(), FilesRoot: root})
 			if err != nil {
 				return err
 			}
@@ -264,7 +265,7 @@ func (a *app) printGrants(wf string, granted, ungranted, unused []string) {
 }
 
 func (a *app) deployError(file string, err error) error {
-	problems, syntax, invalid := daemon.Invalid(err)
+	problems, syntax, invalid := inproc.Invalid(err)
 	switch {
 	case syntax:
 		return &exitError{code: ExitInvalid, err: err}

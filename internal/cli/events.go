@@ -15,7 +15,7 @@ import (
 
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -167,16 +167,20 @@ func (a *app) grantCmd() *cobra.Command {
 					return r.Message, "", err
 				})
 			}
+			// One API for the preview and the grant: its store is opened
+			// once (issue 41).
+			c, err := a.actionAPI(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
 			pending := items
 			if len(items) == 0 {
-				if err := a.read(cmd.Context(), func(k *keepAPI) error {
-					g, err := k.Grants(cmd.Context(), wf)
-					pending = g.ToGrant
-					return err
-				}); err != nil {
+				g, err := c.Grants(cmd.Context(), wf)
+				if err != nil {
 					return err
 				}
-				if len(pending) == 0 {
+				if pending = g.ToGrant; len(pending) == 0 {
 					fmt.Fprintf(a.out, "%s was granted everything its active version uses already\n", wf)
 					return nil
 				}
@@ -188,7 +192,7 @@ func (a *app) grantCmd() *cobra.Command {
 			fmt.Fprintf(a.out, "%s would be allowed:\n", wf)
 			for _, u := range pending {
 				line := "  " + u
-				if scope := daemon.GoogleScope(cfg, u); scope != "" {
+				if scope := inproc.GoogleScope(cfg, u); scope != "" {
 					line += "  (Google scope " + scope + ")"
 				}
 				fmt.Fprintln(a.out, line)
@@ -200,7 +204,7 @@ func (a *app) grantCmd() *cobra.Command {
 			if err := a.confirm(yes || len(items) > 0, "Allow "+wf+" these?"); err != nil {
 				return err
 			}
-			return a.perform(cmd.Context(), func(c *keepAPI) (string, string, error) {
+			return a.performOn(cmd.Context(), c, func(c *keepAPI) (string, string, error) {
 				r, err := c.Grant(cmd.Context(), wf, items)
 				return r.Message, wf, err
 			})

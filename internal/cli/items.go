@@ -12,7 +12,7 @@ import (
 
 func (a *app) itemsCmd() *cobra.Command {
 	var orphaned bool
-	c := pagedReader(a, &cobra.Command{Use: "items WORKFLOW", Short: "list a workflow's newest items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1)}, "items", false,
+	c := pagedReader(a, &cobra.Command{Use: "items WORKFLOW", Short: "list a workflow's newest items (inputs and task items) with status and attempt", Args: cobra.ExactArgs(1)}, listed{"items", false},
 		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Item, apiclient.PageInfo, error) {
 			return k.ItemsPage(ctx, args[0], orphaned, o)
 		},

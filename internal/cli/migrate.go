@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 )
 
 // migrateCmd moves an installation's state to another store (issue 14):
@@ -21,8 +21,8 @@ func (a *app) migrateCmd() *cobra.Command {
 			if to == "" {
 				return &exitError{code: exitUsageCode, err: fmt.Errorf("--to names the store to copy into, e.g. --to postgres://user@host/db")}
 			}
-			m, err := daemon.Migrate(cmd.Context(), a.dataDir, from, to)
-			if errors.Is(err, daemon.ErrSameStore) {
+			m, err := inproc.Migrate(cmd.Context(), a.dataDir, from, to)
+			if errors.Is(err, inproc.ErrSameStore) {
 				return &exitError{code: exitUsageCode, err: err}
 			}
 			if err != nil {

@@ -54,12 +54,19 @@ func (p *pageFlags) read(page func(apiclient.ListOptions) (int, apiclient.PageIn
 	}
 }
 
+// listed says what a paged list command lists (its rows' name, for the
+// flags' help) and whether it takes --search.
+type listed struct {
+	what   string
+	search bool
+}
+
 // pagedReader makes c a paged list command: page reads one page and
 // appends its rows to *rows (so --all gathers every page), show prints
 // them as text; --json prints them as the JSON array the API answers.
 // Either way what is not shown is said below (on stderr with --json, so
 // that stdout stays one document).
-func pagedReader[T any](a *app, c *cobra.Command, what string, search bool, page func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]T, apiclient.PageInfo, error), show func(ctx context.Context, k *keepAPI, rows []T) error) *cobra.Command {
+func pagedReader[T any](a *app, c *cobra.Command, l listed, page func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]T, apiclient.PageInfo, error), show func(ctx context.Context, k *keepAPI, rows []T) error) *cobra.Command {
 	var pf pageFlags
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
@@ -77,27 +84,33 @@ func pagedReader[T any](a *app, c *cobra.Command, what string, search bool, page
 				if err := a.printJSON(rows); err != nil {
 					return err
 				}
-				a.more(a.errOut, c, args, pf, len(rows), info)
+				pf.more(a.errOut, listCommand(c, args), len(rows), info)
 				return nil
 			}
 			if err := show(ctx, k, rows); err != nil {
 				return err
 			}
-			a.more(a.out, c, args, pf, len(rows), info)
+			pf.more(a.out, listCommand(c, args), len(rows), info)
 			return nil
 		})
 	}
 	a.addJSON(c)
-	pf.add(c, what, search)
+	pf.add(c, l.what, l.search)
 	return c
 }
 
-// more says how many rows a page left out, and the commands that show them.
-func (a *app) more(w io.Writer, c *cobra.Command, args []string, pf pageFlags, shown int, info apiclient.PageInfo) {
+// listCommand is the list command as typed again to see more: keep, its
+// name and its arguments.
+func listCommand(c *cobra.Command, args []string) string {
+	return "keep " + c.Name() + " " + strings.Join(args, " ")
+}
+
+// more says how many rows a page left out, and the commands (cmd, with
+// the flags that chose the rows) that show them.
+func (pf pageFlags) more(w io.Writer, cmd string, shown int, info apiclient.PageInfo) {
 	if info.Next == "" {
 		return
 	}
-	cmd := "keep " + c.Name() + " " + strings.Join(args, " ")
 	if pf.search != "" {
 		cmd += fmt.Sprintf(" --search %q", pf.search)
 	}

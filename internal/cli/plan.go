@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testrun"
 )
@@ -51,7 +51,7 @@ func (a *app) planCmd() *cobra.Command {
 				}
 				current = &v
 			}
-			plan, err := daemon.Plan(cmd.Context(), cfg, args[0], filepath.Base(out), a.planTest(out, testOut), current)
+			plan, err := inproc.Plan(cmd.Context(), cfg, inproc.PlanRequest{Words: args[0], File: filepath.Base(out), Test: a.planTest(out, testOut), Current: current})
 			if err != nil {
 				return fmt.Errorf("%v (%d tokens); nothing was saved", err, plan.Tokens)
 			}

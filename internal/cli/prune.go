@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 )
 
 // pruneCmd is keep prune [--dry-run]: finished work's history past
@@ -25,7 +25,7 @@ func (a *app) pruneCmd() *cobra.Command {
 			"as does every unfinished run and the newest done runs the Maintainer replays. keep.db then gives the freed pages back to the disk.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			k, err := a.apiFor(cmd.Context(), daemon.LocalOptions{ConfigFile: a.config(), MustExist: true})
+			k, err := a.apiFor(cmd.Context(), inproc.APIOptions{ConfigFile: a.config(), MustExist: true})
 			if err != nil {
 				return err
 			}

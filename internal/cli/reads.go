@@ -123,7 +123,7 @@ func reader[T any](a *app, c *cobra.Command, fetch func(ctx context.Context, k *
 }
 
 func (a *app) inputsCmd() *cobra.Command {
-	return pagedReader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's newest inputs and their status", Args: cobra.ExactArgs(1)}, "inputs", true,
+	return pagedReader(a, &cobra.Command{Use: "inputs WORKFLOW", Short: "list a workflow's newest inputs and their status", Args: cobra.ExactArgs(1)}, listed{"inputs", true},
 		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Input, apiclient.PageInfo, error) {
 			return k.InputsPage(ctx, args[0], o)
 		},
@@ -132,7 +132,7 @@ func (a *app) inputsCmd() *cobra.Command {
 
 func (a *app) outputsCmd() *cobra.Command {
 	var wf string
-	return pagedReader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's newest outputs: one line per mutation", Args: cobra.ExactArgs(1)}, "outputs", false,
+	return pagedReader(a, &cobra.Command{Use: "outputs WORKFLOW", Short: "list a workflow's newest outputs: one line per mutation", Args: cobra.ExactArgs(1)}, listed{"outputs", false},
 		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Output, apiclient.PageInfo, error) {
 			wf = args[0]
 			return k.OutputsPage(ctx, wf, o)
@@ -151,7 +151,7 @@ func (a *app) outputsCmd() *cobra.Command {
 }
 
 func (a *app) runsCmd() *cobra.Command {
-	return pagedReader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)}, "runs", false,
+	return pagedReader(a, &cobra.Command{Use: "runs WORKFLOW", Short: "list a workflow's runs, newest first", Args: cobra.ExactArgs(1)}, listed{"runs", false},
 		func(ctx context.Context, k *keepAPI, args []string, o apiclient.ListOptions) ([]apitype.Run, apiclient.PageInfo, error) {
 			return k.RunsPage(ctx, args[0], o)
 		},

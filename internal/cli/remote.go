@@ -8,16 +8,17 @@ import (
 
 	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 )
 
 // keepAPI is the one way the CLI reaches keep's state: the API of the keep
 // serve running on the data directory (it acts at once, open pages update),
 // or, when none answers, the same API served in this process on the data
-// directory (daemon.LocalAPI). local is nil in the first case; close
+// directory (inproc.API). local is nil in the first case; close
 // releases what was opened.
 type keepAPI struct {
 	*apiclient.Client
-	local *daemon.LocalAPI
+	local *inproc.API
 	// serve is the keep serve of the data directory when one answers but
 	// this process cannot prove it may act there (reads then go to the
 	// store in process); nil otherwise.
@@ -33,7 +34,7 @@ func (k *keepAPI) Close() {
 // apiFor is the command's keep API. config is the config file the
 // in-process API validates deploys and deploys approved repairs with;
 // filesRoot roots the files connector of a deploy's validation.
-func (a *app) apiFor(ctx context.Context, o daemon.LocalOptions) (*keepAPI, error) {
+func (a *app) apiFor(ctx context.Context, o inproc.APIOptions) (*keepAPI, error) {
 	c, found, noSecret := a.serveAPI(ctx)
 	if found && noSecret != nil {
 		return nil, fmt.Errorf("a keep serve runs on %s, and acting through it needs the instance secret, which cannot be read: %v (or set KEEP_TOKEN to keep serve's --token)", a.dataDir, noSecret)
@@ -42,7 +43,7 @@ func (a *app) apiFor(ctx context.Context, o daemon.LocalOptions) (*keepAPI, erro
 		return &keepAPI{Client: c}, nil
 	}
 	o.DataDir, o.Store = a.dataDir, a.storeURL
-	l, err := daemon.OpenLocalAPI(o)
+	l, err := inproc.OpenAPI(o)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +59,7 @@ func (a *app) readAPI(ctx context.Context) (*keepAPI, error) {
 	if found && noSecret == nil {
 		return &keepAPI{Client: c}, nil
 	}
-	l, err := daemon.OpenLocalAPI(daemon.LocalOptions{DataDir: a.dataDir, Store: a.storeURL, MustExist: true, Reads: true})
+	l, err := inproc.OpenAPI(inproc.APIOptions{DataDir: a.dataDir, Store: a.storeURL, MustExist: true, Reads: true})
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func (a *app) read(ctx context.Context, fn func(c *keepAPI) error) error {
 // is deployed with the connectors of the data directory's recorded config,
 // never the caller's folder's (issue 24 #5).
 func (a *app) actionAPI(ctx context.Context) (*keepAPI, error) {
-	return a.apiFor(ctx, daemon.LocalOptions{ConfigFile: a.decisionConfig(), MustExist: true})
+	return a.apiFor(ctx, inproc.APIOptions{ConfigFile: a.decisionConfig(), MustExist: true})
 }
 
 // serveAPI is a client of the keep serve that recorded its address in the

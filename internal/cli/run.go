@@ -52,7 +52,7 @@ func (a *app) runCmd() *cobra.Command {
 			if _, err := k.Recover(ctx); err != nil {
 				return err
 			}
-			res, err := k.DeployToRun(ctx, args[0], src, name, kind, root, test)
+			res, err := k.DeployToRun(ctx, daemon.RunDeploy{File: args[0], Src: src, Name: name, Kind: kind, FilesRoot: root, Test: test})
 			if err != nil {
 				return a.deployError(args[0], err)
 			}
@@ -63,9 +63,9 @@ func (a *app) runCmd() *cobra.Command {
 			}
 			if abandoned, err := k.RunUntilIdle(ctx); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
-					return a.stoppedAt(ctx, k, res, abandoned, timeout, args[0])
-				}
-				a.printAbandoned(abandoned, args[0]) // stopped (Ctrl-C)
+					err = a.stoppedAt(ctx, k, res, timeout, args[0])
+				} // else stopped (Ctrl-C)
+				a.printAbandoned(abandoned, args[0])
 				return err
 			}
 			if errs := k.Scheduler.Errors(); len(errs) > 0 {
@@ -103,14 +103,14 @@ func (a *app) printDeployed(file string, res kt.DeployResult) {
 	}
 }
 
-// stoppedAt says where keep run stopped after --timeout: what is done,
-// what is still pending, and each call it gave up on.
-func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res kt.DeployResult, abandoned []kt.CallInFlight, timeout time.Duration, file string) error {
+// stoppedAt says where keep run stopped after --timeout: what is done
+// and what is still pending (the caller names each call it gave up on
+// next); its error says it stopped.
+func (a *app) stoppedAt(ctx context.Context, k *daemon.Keep, res kt.DeployResult, timeout time.Duration, file string) error {
 	_, notDone, err := a.printRunSummary(context.WithoutCancel(ctx), apiclient.InProcess(k.API(), a.by), res, timeout)
 	if err != nil {
 		return err
 	}
-	a.printAbandoned(abandoned, file)
 	what := "work is still under way"
 	if notDone != "" {
 		what = "inputs above are not done yet (" + notDone + ")"

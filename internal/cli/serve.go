@@ -64,33 +64,14 @@ func (a *app) serveCmd() *cobra.Command {
 			}
 			where := "no web page (--addr \"\")"
 			if addr != "" {
-				ln, err := net.Listen("tcp", addr)
+				page, stop, err := a.servePage(k, addr, daemon.HTTPOptions{Token: token, Pprof: profiles, WebhooksURL: hooksURL})
 				if err != nil {
-					return fmt.Errorf("listen on %s: %w (another keep serve, or pass --addr)", addr, err)
+					return err
 				}
-				srv := &http.Server{Handler: k.HTTPHandlerWith(daemon.HTTPOptions{Token: token, Pprof: profiles, WebhooksURL: hooksURL}), ReadHeaderTimeout: 10 * time.Second}
-				go srv.Serve(ln)
-				defer srv.Close()
-				if err := k.WriteAddr(ln.Addr().String()); err != nil {
-					return fmt.Errorf("record the address of this keep serve: %w", err)
-				}
-				defer os.Remove(daemon.AddrFile(a.dataDir))
-				where = "http://" + ln.Addr().String()
-				k.Scheduler.SetNodeAddr(ln.Addr().String())
-				k.SetPageURL(where)
+				defer stop()
+				where = page
 			}
-			// The notifier and the Maintainer end with ctx; keep serve
-			// waits for them before it closes the store, so that a repair
-			// under way (cancelled with ctx) releases its workflow's lease
-			// instead of leaving it to expire.
-			// (Ended too when the scheduler stops with an error.)
-			besideCtx, endBeside := context.WithCancel(ctx)
-			var beside sync.WaitGroup
-			beside.Go(func() { k.Notify(besideCtx) })
-			beside.Go(func() { k.Maintain(besideCtx) })
-			beside.Go(func() { k.TakeHeld(besideCtx) })
-			beside.Go(func() { k.Prune(besideCtx) })
-			defer func() { endBeside(); beside.Wait() }()
+			defer runBeside(ctx, k)()
 			if hooksURL != "" {
 				where += ", webhooks at " + hooksURL + "/hooks/"
 			}
@@ -104,6 +85,42 @@ func (a *app) serveCmd() *cobra.Command {
 	c.Flags().StringVar(&token, "token", "", "token required by the API and the page (default $KEEP_TOKEN)")
 	c.Flags().BoolVar(&profiles, "pprof", false, "serve Go's profiles at "+daemon.ProfilesPath+" on --addr, only to requests with the token or the data directory's "+daemon.APISecretFile+" (docs/api.md)")
 	return c
+}
+
+// servePage serves the page, the API and the metrics on addr, and records
+// the address in the data directory for the CLI beside it; stop closes
+// the server and removes the record.
+func (a *app) servePage(k *daemon.Keep, addr string, o daemon.HTTPOptions) (url string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen on %s: %w (another keep serve, or pass --addr)", addr, err)
+	}
+	srv := &http.Server{Handler: k.HTTPHandlerWith(o), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	if err := k.WriteAddr(ln.Addr().String()); err != nil {
+		srv.Close()
+		return "", nil, fmt.Errorf("record the address of this keep serve: %w", err)
+	}
+	url = "http://" + ln.Addr().String()
+	k.Scheduler.SetNodeAddr(ln.Addr().String())
+	k.SetPageURL(url)
+	return url, func() { os.Remove(daemon.AddrFile(a.dataDir)); srv.Close() }, nil
+}
+
+// runBeside runs what keep serve does beside the scheduler: the notifier,
+// the Maintainer, the held webhook deliveries, the pruning. They end with
+// ctx (ended too when the scheduler stops with an error); the function it
+// returns ends them and waits for them, so that keep serve closes the
+// store only after a repair under way (cancelled) released its workflow's
+// lease instead of leaving it to expire.
+func runBeside(ctx context.Context, k *daemon.Keep) (end func()) {
+	besideCtx, endBeside := context.WithCancel(ctx)
+	var beside sync.WaitGroup
+	beside.Go(func() { k.Notify(besideCtx) })
+	beside.Go(func() { k.Maintain(besideCtx) })
+	beside.Go(func() { k.TakeHeld(besideCtx) })
+	beside.Go(func() { k.Prune(besideCtx) })
+	return func() { endBeside(); beside.Wait() }
 }
 
 // startEngine opens the engine on the data directory (keep serve, keep run)

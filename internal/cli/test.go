@@ -11,6 +11,7 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testrun"
 )
@@ -89,7 +90,7 @@ func (a *app) testBeside(file string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := daemon.CheckTest(cfg, filepath.Dir(file), path, string(src)); err != nil {
+	if err := inproc.CheckTest(cfg, filepath.Dir(file), path, string(src)); err != nil {
 		return "", &exitError{code: ExitInvalid, err: fmt.Errorf("%v\n(the test beside %s is recorded with it, for the Maintainer's repairs to pass: fix it, or move it away; nothing was deployed)", err, file)}
 	}
 	return string(src), nil

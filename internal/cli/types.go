@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/keep-run/keep/internal/config"
-	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/inproc"
 	"github.com/spf13/cobra"
 )
 
@@ -28,7 +28,7 @@ func (a *app) typesCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			text := daemon.Types(cfg)
+			text := inproc.Types(cfg)
 			if out == "-" {
 				fmt.Fprint(a.out, text)
 				return nil

@@ -4,10 +4,24 @@ import (
 	"context"
 	"io"
 
-	"github.com/keep-run/keep/internal/account"
+	"golang.org/x/oauth2"
+
 	"github.com/keep-run/keep/internal/config"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
 )
+
+// Accounts are the connected accounts as connectors use them: a
+// provider's connection and its token, a new token saved (keep connect, a
+// refresh), a connection marked broken (the provider refused it). Package
+// account keeps them sealed in the store and implements this
+// (*account.Accounts); the connector base names no store, so a connector
+// reaches the store only through what it is handed (issue 41).
+type Accounts interface {
+	Get(ctx context.Context, provider string) (kt.Connection, *oauth2.Token, error)
+	Save(ctx context.Context, provider, account string, scopes []string, tok *oauth2.Token) error
+	MarkBroken(ctx context.Context, provider, why string) error
+}
 
 // Declaration is a connector as keep knows it, in one place: its keep.toml
 // table with its schema, how its connectors are built from that table
@@ -45,7 +59,7 @@ type Host struct {
 	FilesRoot string
 	// Accounts holds the connected accounts; nil where none is opened
 	// (keep validate, the docs): calls then say to connect one.
-	Accounts *account.Accounts
+	Accounts Accounts
 	// Guard is the address guard of connectors that reach URLs a script
 	// or keep.toml names.
 	Guard *netguard.Guard
@@ -92,7 +106,7 @@ type ConnectCall struct {
 	// Out is where to talk to the person.
 	Out io.Writer
 	// Accounts opens the store's connected accounts.
-	Accounts func() (*account.Accounts, error)
+	Accounts func() (Accounts, error)
 	// Uses lists the methods ("gmail.send") the deployed workflows and the
 	// scripts named in Args call.
 	Uses func(scripts []string) ([]string, error)

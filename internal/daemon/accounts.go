@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/google"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/report"
@@ -17,7 +17,7 @@ import (
 // for Google's answer for at most flowTTL.
 type pageAccounts struct {
 	cfg   google.Config
-	accts *account.Accounts
+	accts connector.Accounts
 	st    store.Store
 	mu    sync.Mutex
 	flows map[string]pendingFlow

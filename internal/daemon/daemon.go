@@ -60,6 +60,11 @@ type Options struct {
 	FilesRootForAll string
 	// Store is the store's URL (backend.Parse); empty is DataDir/keep.db.
 	Store string
+	// Over, when set, is that store already opened by the caller (the
+	// CLI's in-process API, inproc.API): the Keep runs over it, under the
+	// engine locks as ever, and leaves it open at Close, so that a CLI
+	// command opens the store once (issue 41).
+	Over store.Store
 	// FilesRoot is the folder of the files connector of workflows that
 	// recorded none at deploy. Defaults to DataDir/files.
 	FilesRoot string
@@ -158,6 +163,7 @@ type Keep struct {
 	apiSecret string
 	lock      *os.File
 	release   func() // the store's own engine lock
+	ownStore  bool   // Open opened Store (not Options.Over): Close closes it
 	disown    func() // gives keep's files back to the checks of other keeps of this process (ownfiles)
 	shared    bool   // several nodes share the store (leases)
 	// stopListening ends the wake-ups by other nodes' commits.
@@ -545,7 +551,10 @@ func (k *Keep) Close() error {
 	if k.Sandbox != nil {
 		k.Sandbox.Close()
 	}
-	err := k.Store.Close()
+	var err error
+	if k.ownStore {
+		err = k.Store.Close()
+	}
 	k.lock.Close()
 	if k.disown != nil {
 		k.disown()

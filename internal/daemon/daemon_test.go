@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -8,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/backend"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -95,6 +99,43 @@ func TestKeepsOwnStoreIsNotAnSQLTarget(t *testing.T) {
 	// A file elsewhere is fine.
 	os.WriteFile(cfg, []byte("[connectors.sql.databases]\napp = \"sqlite://"+filepath.Join(t.TempDir(), "app.db")+"\"\n"), 0o644)
 	k, err = Open(Options{DataDir: dir, ConfigFile: cfg, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+}
+
+// An engine over a store its caller opened (Options.Over: the CLI's
+// in-process API, issue 41) takes the engine locks as ever — a second
+// engine is refused beside it — and leaves the store open at Close: the
+// caller reads on after it.
+func TestAnEngineOverTheCallersStoreLeavesItOpen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := backend.Default(dir).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	before := backend.Opens(backend.Default(dir))
+	k, err := Open(Options{DataDir: dir, Logger: quiet(), Over: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := backend.Opens(backend.Default(dir)) - before; n != 0 {
+		t.Fatalf("Open over an opened store opened it again (%d times)", n)
+	}
+	if _, err := Open(Options{DataDir: dir, Logger: quiet(), Over: st}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second engine over the same store: %v", err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.View(context.Background(), func(tx store.Tx) error { _, err := tx.WorkflowList(); return err }); err != nil {
+		t.Fatalf("the caller's store after the engine's Close: %v", err)
+	}
+	// The locks went with the engine: another may start now.
+	k, err = Open(Options{DataDir: dir, Logger: quiet(), Over: st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,9 @@ func Open(o Options) (k *Keep, err error) {
 		return nil, err
 	}
 	opened.add(release)
-	opened.add(func() { st.Close() })
+	if o.Over == nil {
+		opened.add(func() { st.Close() })
+	}
 	if shared {
 		// Before anything is stamped: this node's time is the database's
 		// (every node compares by it), whatever its own wall clock says.
@@ -94,8 +96,8 @@ func Open(o Options) (k *Keep, err error) {
 	if clock.TestBuild {
 		logger.Warn("this keep is a test build (-tags keeptestclock): its wall clock is stepped by the file KEEP_TEST_CLOCK_FILE names; never run it in production")
 	}
-	k = newKeep(cfg, o.DataDir, st, accts, host, conns, logger)
-	k.lock, k.release, k.apiSecret, k.shared, k.disown = lock, release, apiSecret, shared, disown
+	k = newKeep(cfg, st, host, conns, logger)
+	k.DataDir, k.lock, k.release, k.apiSecret, k.shared, k.disown, k.ownStore = o.DataDir, lock, release, apiSecret, shared, disown, o.Over == nil
 	if err = k.wireEngine(o, cfg, accts, perWorkflow, logger); err != nil {
 		return nil, err
 	}
@@ -168,7 +170,8 @@ func registerOwnFiles(o Options, cfg config.Config) (release func(), err error) 
 	return ownfiles.Register(h)
 }
 
-// openOwnStore opens the store the engine runs on, refusing one a sql
+// openOwnStore opens the store the engine runs on (o.Over when the caller
+// opened it already), refusing one a sql
 // connector also names, and puts the recorded policy of o.PolicyOf in
 // cfg. On PostgreSQL several nodes share the store (shared), each stepping
 // the workflows it holds the lease of; SQLite has one engine, which holds
@@ -185,17 +188,21 @@ func openOwnStore(o Options, cfg *config.Config) (st store.Store, release func()
 	if err := sqlconn.RefuseKeepsStore(sqlconn.Databases(*cfg), storePath, storeURL); err != nil {
 		return nil, nil, false, err
 	}
-	if st, err = loc.Open(); err != nil {
-		return nil, nil, false, err
+	closeOwn := func() {}
+	if st = o.Over; st == nil {
+		if st, err = loc.Open(); err != nil {
+			return nil, nil, false, err
+		}
+		closeOwn = func() { st.Close() }
 	}
 	if err := policyOf(st, o.PolicyOf, &cfg.Policy); err != nil {
-		st.Close()
+		closeOwn()
 		return nil, nil, false, err
 	}
 	shared, release = loc.Kind == backend.Postgres, func() {}
 	if !shared {
 		if release, err = lockStore(loc, st, o.DataDir); err != nil {
-			st.Close()
+			closeOwn()
 			return nil, nil, false, err
 		}
 	}
@@ -237,12 +244,12 @@ func maskedLogger(logger *slog.Logger) *slog.Logger {
 }
 
 // newKeep is the Keep over an open store, before its engine: notices,
-// the page's accounts, the hub and the metrics.
-func newKeep(cfg config.Config, dataDir string, st store.Store, accts *account.Accounts, host *connector.Host, conns *builtin.Set, logger *slog.Logger) *Keep {
+// the page's accounts (the host's), the hub and the metrics.
+func newKeep(cfg config.Config, st store.Store, host *connector.Host, conns *builtin.Set, logger *slog.Logger) *Keep {
 	slackBot := slackconn.Bot(cfg.Connectors[slackconn.Provider], host)
 	k := &Keep{notifier: notify.New(st, cfg.Notify, notify.Senders{Mail: email.ConfigOf(cfg), Slack: slackBot.Notify, Guard: host.Guard}, logger), notified: make(chan struct{}, 1), maintain: make(chan struct{}, 1), connectors: conns,
-		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: accts, st: st, flows: map[string]pendingFlow{}},
-		Sandbox:  newSandbox(cfg.Policy), Store: st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), DataDir: dataDir, Instance: newInstanceID(), log: logger}
+		accounts: &pageAccounts{cfg: config.Get[google.Config](cfg, google.Provider), accts: host.Accounts, st: st, flows: map[string]pendingFlow{}},
+		Sandbox:  newSandbox(cfg.Policy), Store: st, Policy: cfg.Policy, Retention: cfg.Retention, Hub: api.NewHub(), Metrics: metrics.New(st), Instance: newInstanceID(), log: logger}
 	if k.notifier != nil {
 		k.notifier.Now = clock.Now // keep's time, as every stamp it compares with (design.md, "Time")
 	}

@@ -44,16 +44,8 @@ func keep(t *testing.T, dir string, env []string, args ...string) result {
 	cmd := exec.Command(keepBin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{code, out.String(), errb.String()}
+	r := testbin.Run(t, cmd)
+	return result{r.Code, r.Out, r.Err}
 }
 
 // connect runs keep connect google in dir and does what a person does:

@@ -5,7 +5,6 @@
 package issue42
 
 import (
-	"bytes"
 	"database/sql"
 	"io"
 	"net/http"
@@ -32,16 +31,8 @@ func keep(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(keepBin, args...)
 	cmd.Env = append(os.Environ(), "KEEP_TOKEN=", "KEEP_STORE=")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
+	r := testbin.Run(t, cmd)
+	return r.Code, r.Out, r.Err
 }
 
 func write(t *testing.T, path, text string) {

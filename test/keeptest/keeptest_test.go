@@ -6,7 +6,6 @@ package keeptest
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,17 +30,8 @@ func keep(t *testing.T, dir string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(keepBin, args...)
 	cmd.Dir = dir
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return ee.ExitCode(), out.String(), errOut.String()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return 0, out.String(), errOut.String()
+	r := testbin.Run(t, cmd)
+	return r.Code, r.Out, r.Err
 }
 
 // TestExamplesPassTheirTests: each example ships a test file, and

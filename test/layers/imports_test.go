@@ -45,7 +45,7 @@ var rules = []struct {
 	{"internal/account", "internal/keeptype internal/redact internal/store", "sealed tokens and secrets"},
 	{"internal/script", "internal/keeptype internal/redact internal/schedule internal/script/wasmjs", "the sandbox and the one reading of a script"},
 	{"internal/script/wasmjs", "", "QuickJS in WebAssembly, run by wazero in keep's process (issue 43)"},
-	{"internal/connector", "internal/account internal/config internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector, what a fault means (FaultClasses)"},
+	{"internal/connector", "internal/config internal/keeptype internal/netguard internal/redact", "method specs, the registry, the declaration of a connector and what it gets of the connected accounts (Accounts, an interface), what a fault means (FaultClasses)"},
 	{"internal/connector/files", "internal/connector internal/keeptype internal/ownfiles", "a connector"},
 	{"internal/connector/system", "internal/connector", "a connector"},
 	{"internal/connector/http", "internal/config internal/connector internal/keeptype internal/netguard internal/redact", "a connector"},
@@ -67,17 +67,19 @@ var rules = []struct {
 	{"internal/hooks", "internal/engine internal/keeptype", "the webhooks' listener (POST /hooks/{wf}/{name}): none of the API, none of its guard"},
 	{"internal/apiclient", "internal/apitype", "the API's typed client: shapes only"},
 	{"internal/web", "internal/api internal/apiclient internal/apitype", "the page: reads and acts through the API's handler in process (apiclient over api.ForPage); api for its guard"},
-	{"internal/daemon", "internal/account internal/api internal/apitype internal/clock internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/dts internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/ownfiles internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun internal/web", "the one place that wires everything, and the CLI's one seam to the store (Direct, Migrate, Open)"},
+	{"internal/daemon", "internal/account internal/api internal/apitype internal/clock internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/ownfiles internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/testrun internal/web", "the one place that wires everything: what keep serve and keep run assemble (data directory, store, connectors, engine, scheduler, API, page, metrics), and an engine over a store the CLI opened (Options.Over)"},
+	{"internal/inproc", "internal/account internal/api internal/config internal/connector internal/connector/builtin internal/daemon internal/dts internal/engine internal/keeptype internal/maintainer internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun", "the CLI's in-process side, when no keep serve answers: the API in its process on the store it opens once (API, and the engine that carries a decision out on the same store), the store for the commands that need it by nature (Direct, Migrate), keep's code run without a server (Validate, Types, Plan, …); daemon for the wiring"},
 	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/engine internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
 	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
 	// The CLI: reads, actions and deploys reach keep only through
-	// apiclient (keep serve's API, or daemon.LocalAPI in process), decoded
+	// apiclient (keep serve's API, or inproc.API in process), decoded
 	// into apitype's shapes and keeptype's names; config for keep.toml.
-	// What runs keep in process (run, serve, migrate, connect, secret
-	// set/rm, validate, plan, types, connectors) reaches it through one
-	// function of daemon each; bench and testrun are keep bench's and keep
-	// test's whole machinery (bench imports daemon, so daemon cannot).
-	{"internal/cli", "internal/apiclient internal/apitype internal/bench internal/config internal/daemon internal/keeptype internal/testrun", "the commands: a client of the API; daemon for what runs keep in process; bench and testrun: keep bench's and keep test's own machinery"},
+	// What runs keep in process reaches it through one function each:
+	// inproc without a server (migrate, connect, secret set/rm, validate,
+	// plan, types, connectors, a decision carried out), daemon for what
+	// owns the engine (run, serve); bench and testrun are keep bench's and
+	// keep test's whole machinery (bench imports daemon, so daemon cannot).
+	{"internal/cli", "internal/apiclient internal/apitype internal/bench internal/config internal/daemon internal/inproc internal/keeptype internal/testrun", "the commands: a client of the API; inproc for what runs keep in its process without a server, daemon for what keep serve and keep run own; bench and testrun: keep bench's and keep test's own machinery"},
 	{"internal/fake/fault", "internal/keeptype", "fault injection of the fakes (the kinds' names are keeptype's)"},
 	{"internal/fake/googlefake", "internal/fake/fault", "a fake (not linked into keep)"},
 	{"internal/fake/slackfake", "internal/fake/fault", "a fake (not linked into keep)"},
@@ -163,7 +165,7 @@ var clients = []struct {
 }{
 	{"internal/web", "the page reads through the API's GET routes and acts through its POST routes (apiclient over api.ForPage): a button calling engine.Control itself would answer, refuse and log differently from keep's CLI",
 		[]string{"internal/engine", "internal/store", "internal/report", "internal/maintainer", "internal/scheduler", "internal/daemon"}},
-	{"internal/cli", "the CLI reaches keep through apiclient (keep serve's API or daemon.LocalAPI) and daemon's few seams",
+	{"internal/cli", "the CLI reaches keep through apiclient (keep serve's API or inproc.API) and the few seams of inproc and daemon",
 		[]string{"internal/engine", "internal/store", "internal/report", "internal/maintainer", "internal/scheduler", "internal/api"}},
 }
 
@@ -201,10 +203,12 @@ var never = []struct {
 }{
 	{"internal/connector/...", []string{"internal/store/..."}, true, []string{"internal/account"},
 		"connectors never reach the store: a connector talks to a service, and what keep stores is the engine's to write; their one door is account, the sealed tokens of google and slackconn"},
+	{"internal/connector", []string{"internal/account", "internal/store/..."}, true, nil,
+		"the connector base never reaches account nor the store: what connectors get of the connected accounts is connector.Accounts, an interface account implements, so the base every connector and keep validate build on carries no store"},
 	{"cmd/keep", testOnly, true, nil,
 		"production never imports a fake or a test helper: keep's binary answers as the real services' clients do, never from a fake's code (the fault kinds keep test knows are keeptype's)"},
 	{"internal/cli", []string{"internal/engine", "internal/store/..."}, false, nil,
-		"the CLI never the engine (nor the store): it is a client of keep's API, and what runs keep in process goes through daemon"},
+		"the CLI never the engine (nor the store): it is a client of keep's API, and what runs keep in process goes through inproc (and daemon, for keep serve and keep run)"},
 	{"internal/engine", []string{"internal/api", "internal/daemon", "internal/cli", "internal/web"}, true, nil,
 		"the engine never reaches its clients: the API, the page and the CLI call it"},
 }

@@ -41,20 +41,12 @@ func keep(t *testing.T, dir string, args ...string) result {
 	cmd := exec.Command(keepBin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KEEP_TOKEN=")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	r := testbin.Run(t, cmd)
 	var rss int64
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		rss = ru.Maxrss * 1024 // kilobytes on Linux
 	}
-	return result{code, out.String(), errb.String(), rss}
+	return result{r.Code, r.Out, r.Err, rss}
 }
 
 // replies is a workflow that answers each mail of folder once: its

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/oauth2"
 
-	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/connector"
 )
 
@@ -41,7 +40,7 @@ func (f *Flow) URL() string {
 
 // Finish exchanges the code Google sent back, reads which account it is,
 // and stores the tokens sealed. It returns the account and the scopes granted.
-func (f *Flow) Finish(ctx context.Context, accts *account.Accounts, code string) (string, []string, error) {
+func (f *Flow) Finish(ctx context.Context, accts connector.Accounts, code string) (string, []string, error) {
 	tok, err := f.conf.Exchange(ctx, code, oauth2.VerifierOption(f.verifier))
 	if err != nil {
 		return "", nil, fmt.Errorf("exchange the code for tokens: %w", err)

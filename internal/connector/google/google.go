@@ -50,9 +50,9 @@ type Auth struct {
 }
 
 // NewAuth returns the credentials of the connected Google account.
-func NewAuth(cfg Config, accts *account.Accounts) *Auth {
+func NewAuth(cfg Config, accts connector.Accounts) *Auth {
 	a := &Auth{cfg: cfg, base: http.DefaultTransport, sheetsPace: newPacer(SheetsPerMinute)}
-	a.source = accts.Source(Provider, a.OAuth("", nil))
+	a.source = account.NewSource(accts, Provider, a.OAuth("", nil))
 	return a
 }
 

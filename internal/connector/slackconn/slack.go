@@ -37,7 +37,7 @@ const ReconcileWindow = 1000
 type Slack struct {
 	// Endpoint is a stand-in's base URL (keep-fake slack); "" is Slack.
 	Endpoint string
-	Accounts *account.Accounts
+	Accounts connector.Accounts
 
 	mu  sync.Mutex
 	ids map[string]string // channel name → ID, as conversations.list answered

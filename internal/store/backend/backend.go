@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/store"
@@ -71,8 +73,39 @@ func Parse(raw, dataDir string) (Location, error) {
 		shown(raw), u.Scheme, Default(dataDir).Path)
 }
 
+// opens counts the stores this process opened, per location (Opens).
+var opens sync.Map // Location.key() → *atomic.Int64
+
+// key names the store at l in opens: its file, or its URL.
+func (l Location) key() string {
+	if l.Kind == Postgres {
+		return l.URL
+	}
+	if abs, err := filepath.Abs(l.Path); err == nil {
+		return abs
+	}
+	return l.Path
+}
+
+// Opens is how many times this process opened the store at l (Open and
+// OpenReadOnly, whether they succeeded or not). Opening a store runs its
+// migrations' checks and starts its pool: issue 41 holds a CLI command to
+// one open, and a test counts them here.
+func Opens(l Location) int64 {
+	if n, ok := opens.Load(l.key()); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+func (l Location) count() {
+	n, _ := opens.LoadOrStore(l.key(), new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
 // Open opens the store at l.
 func (l Location) Open() (store.Store, error) {
+	l.count()
 	if l.Kind == Postgres {
 		return postgres.Open(context.Background(), l.URL)
 	}
@@ -88,6 +121,7 @@ func (l Location) OpenReadOnly() (store.Store, error) {
 	if l.Kind == Postgres {
 		return l.Open()
 	}
+	l.count()
 	return sqlite.OpenReadOnly(l.Path)
 }
 

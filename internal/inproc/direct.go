@@ -1,4 +1,4 @@
-package daemon
+package inproc
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -68,7 +69,7 @@ func (d *Direct) Accounts() (*account.Accounts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Accounts(d.DataDir, st)
+	return daemon.Accounts(d.DataDir, st)
 }
 
 // Secrets are the named secrets, sealed with the same key.
@@ -148,7 +149,7 @@ func Migrate(ctx context.Context, dataDir, from, to string) (Migrated, error) {
 	if m.From == m.To {
 		return m, fmt.Errorf("%w (%s)", ErrSameStore, m.From)
 	}
-	source, release, err := HoldStore(dataDir, src)
+	source, release, err := daemon.HoldStore(dataDir, src)
 	if err != nil {
 		return m, err
 	}

@@ -1,4 +1,11 @@
-package daemon
+// Package inproc is the CLI's in-process side: what a command uses when
+// no keep serve answers for the data directory — keep's API in the CLI's
+// process on the store it opens once (API, and the engine that carries a
+// decision out over that store), the store for the commands that need it
+// by nature (Direct, Migrate), and keep's code run without a server
+// (Validate, Types, Plan, …). The wiring keep serve and keep run own is
+// package daemon's (docs/design.md, "The daemon split (issue 41)").
+package inproc
 
 import (
 	"context"
@@ -10,13 +17,14 @@ import (
 
 	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/config"
+	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/backend"
 )
 
-// LocalAPI is keep's API served inside the CLI's own process, on the data
+// API is keep's API served inside the CLI's own process, on the data
 // directory's store, when no keep serve answers for it: the CLI then has
 // one path for every command (package apiclient, through a transport that
 // calls Handler), whether keep serve runs or not. It takes no engine lock
@@ -27,15 +35,16 @@ import (
 // Why in process and not a unix socket: nothing but this process can
 // reach a handler it calls itself, so there is no address to guard, no
 // file to clean up after a kill -9, and no second process to start.
-type LocalAPI struct {
+type API struct {
 	Handler http.Handler
 	Store   store.Store
+	opts    APIOptions
 	mu      sync.Mutex
 	changed []string
 }
 
-// LocalOptions configure a LocalAPI.
-type LocalOptions struct {
+// APIOptions configure a API.
+type APIOptions struct {
 	DataDir, Store string
 	// ConfigFile is the config whose connectors a deploy validates
 	// against and a repair approved is deployed with ("" for none).
@@ -51,9 +60,9 @@ type LocalOptions struct {
 	Reads bool
 }
 
-// OpenLocalAPI opens the store of a data directory and serves keep's API
+// OpenAPI opens the store of a data directory and serves keep's API
 // on it in this process.
-func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
+func OpenAPI(o APIOptions) (*API, error) {
 	cfg, err := config.Load(o.ConfigFile)
 	if err != nil {
 		return nil, err
@@ -91,31 +100,41 @@ func OpenLocalAPI(o LocalOptions) (*LocalAPI, error) {
 	if root == "" {
 		root = "."
 	}
-	l := &LocalAPI{Store: st}
+	l := &API{Store: st, opts: o}
 	// What it deploys records the policy of the config it was given
 	// (kt.Workflow.Policy), as keep serve's and keep run's deploys do.
 	var pol *config.Policy
 	if o.ConfigFile != "" {
 		pol = &cfg.Policy
 	}
-	eng := engine.New(engine.Options{Store: st, Registry: RegistryOf(cfg, root), Policy: pol})
+	eng := engine.New(engine.Options{Store: st, Registry: daemon.RegistryOf(cfg, root), Policy: pol})
 	srv := &api.Server{Store: st, Engine: eng, Changed: l.note, Retention: engine.RetentionOf(cfg.Retention)}
 	l.Handler = api.InProcess(srv.Handler())
 	return l, nil
 }
 
-func (l *LocalAPI) note(wf string) {
+func (l *API) note(wf string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.changed = append(l.changed, wf)
 }
 
 // Changed lists the workflows the API's actions changed, in order.
-func (l *LocalAPI) Changed() []string {
+func (l *API) Changed() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.changed...)
 }
 
+// Engine is an engine of this process over the API's own store (opened
+// once for the whole command: the action, the engine that carries it out,
+// the read after), under the data directory's engine lock, with the
+// recorded policy of workflow wf and the connectors of the API's config:
+// the CLI carries a decision out with it. daemon.ErrBusy while another
+// keep process holds the lock.
+func (l *API) Engine(wf string) (*daemon.Keep, error) {
+	return daemon.Open(daemon.Options{DataDir: l.opts.DataDir, Store: l.opts.Store, ConfigFile: l.opts.ConfigFile, PolicyOf: wf, Over: l.Store})
+}
+
 // Close closes the store.
-func (l *LocalAPI) Close() error { return l.Store.Close() }
+func (l *API) Close() error { return l.Store.Close() }
