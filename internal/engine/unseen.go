@@ -1337,10 +1337,17 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			out = append(out, vr)
 		}
 	}
-	// More events than any run had (a trigger on how many are pending),
-	// their messageIds and numbers past any seen: more than the largest
-	// peek can answer, so that every threshold on how many one peek
-	// returns is crossed.
+	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: manyMoreEvents(evs, seen)})
+	out = append(out, resizedVariants(evs)...)
+	out = append(out, fieldVariants(evs, seen)...)
+	return append(out, togetherVariants(evs, seen)...)
+}
+
+// manyMoreEvents are more events than any run had (a trigger on how many
+// are pending), their messageIds and numbers past any seen: more than the
+// largest peek can answer, so that every threshold on how many one peek
+// returns is crossed.
+func manyMoreEvents(evs []kt.Event, seen map[string]float64) []kt.Event {
 	many := append([]kt.Event(nil), evs...)
 	for i := 1; len(many) <= kt.MaxReadIDs; i++ {
 		for _, ev := range evs {
@@ -1365,9 +1372,14 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			many = append(many, c)
 		}
 	}
-	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: many})
-	// Lists longer than any seen and empty (a trigger on how many lines
-	// an order has), where the payloads hold a list.
+	return many
+}
+
+// resizedVariants are the events with their lists longer than any seen
+// and empty (a trigger on how many lines an order has), where the
+// payloads hold a list.
+func resizedVariants(evs []kt.Event) []unseenVariant {
+	var out []unseenVariant
 	for _, kind := range []string{"longer", "empty"} {
 		cp := make([]kt.Event, len(evs))
 		resizedAny := false
@@ -1385,6 +1397,12 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			out = append(out, unseenVariant{name: eventNames(evs) + " with every list " + kind, events: cp})
 		}
 	}
+	return out
+}
+
+// fieldVariants are the events with one field changed, field by field
+// (in the order of their paths) and kind by kind.
+func fieldVariants(evs []kt.Event, seen map[string]float64) []unseenVariant {
 	paths := map[string]any{}
 	for _, ev := range evs {
 		var v any
@@ -1397,47 +1415,14 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		names = append(names, p)
 	}
 	sort.Strings(names)
-	remake := func(change func(string, any) (any, bool), suffix string, later int64) []kt.Event {
-		cp := make([]kt.Event, len(evs))
-		for i, ev := range evs {
-			cp[i] = ev
-			var v any
-			var swaps [][2]string
-			if json.Unmarshal(ev.Payload, &v) == nil {
-				b, _ := json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
-					n, ok := change(at, leaf)
-					if ok {
-						swaps = append(swaps, [2]string{scalarText(leaf), scalarText(n)})
-					}
-					return n, ok
-				}))
-				cp[i].Payload = b
-			}
-			// The messageId says what the payload says, as a real event's
-			// does (job-4 for id 4): an input keep made is not told from
-			// a real one by a messageId that disagrees with its payload.
-			for _, sw := range swaps {
-				if sw[0] != "" && sw[0] != sw[1] {
-					cp[i].MessageID = replaceToken(cp[i].MessageID, sw[0], sw[1])
-				}
-			}
-			if suffix != "" && cp[i].MessageID == ev.MessageID {
-				cp[i].MessageID += suffix
-			}
-			if suffix != "" {
-				cp[i].Attempt++ // an event tried again
-			}
-			cp[i].CreatedAt += later
-		}
-		return cp
-	}
+	var out []unseenVariant
 	for _, p := range names {
 		for _, kind := range variantKinds {
 			if _, ok := changedLeaf(kind, p, paths[p], seen); !ok {
 				continue
 			}
 			path, k := p, kind
-			out = append(out, unseenVariant{name: fmt.Sprintf("%s with %s %s", eventNames(evs), path, kindWords[k]), events: remake(func(at string, leaf any) (any, bool) {
+			out = append(out, unseenVariant{name: fmt.Sprintf("%s with %s %s", eventNames(evs), path, kindWords[k]), events: remade(evs, func(at string, leaf any) (any, bool) {
 				if at != path {
 					return nil, false
 				}
@@ -1445,24 +1430,29 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			}, "", 0)})
 		}
 	}
+	return out
+}
+
+// togetherVariants are the events with every field changed at once: a
+// year on; with unusual values together (a big order from a customer
+// with an e-mail address: a trigger on two fields at once); and the
+// events as they are, a year on.
+func togetherVariants(evs []kt.Event, seen map[string]float64) []unseenVariant {
 	year := 400 * dayMs
-	out = append(out, unseenVariant{name: eventNames(evs) + " with every field changed, a year on", shift: year, events: remake(func(at string, leaf any) (any, bool) {
+	out := []unseenVariant{{name: eventNames(evs) + " with every field changed, a year on", shift: year, events: remade(evs, func(at string, leaf any) (any, bool) {
 		for _, k := range []string{"past", "later", "other"} {
 			if n, ok := changedLeaf(k, at, leaf, seen); ok {
 				return n, true
 			}
 		}
 		return nil, false
-	}, "-"+unseenWord, year)})
-	// Unusual values together (a big order from a customer with an
-	// e-mail address: a trigger on two fields at once).
+	}, "-"+unseenWord, year)}}
 	for _, group := range [][]string{{"huge", "wide", "later", "flip"}, {"below", "long"}, {"fraction", "wide"}} {
-		group := group
 		var words []string
 		for _, k := range group {
 			words = append(words, kindWords[k])
 		}
-		out = append(out, unseenVariant{name: eventNames(evs) + " with every field at once " + strings.Join(words, " or "), events: remake(func(at string, leaf any) (any, bool) {
+		out = append(out, unseenVariant{name: eventNames(evs) + " with every field at once " + strings.Join(words, " or "), events: remade(evs, func(at string, leaf any) (any, bool) {
 			for _, k := range group {
 				if n, ok := changedLeaf(k, at, leaf, seen); ok {
 					return n, true
@@ -1471,8 +1461,45 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			return nil, false
 		}, "", 0)})
 	}
-	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
-	return out
+	return append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remade(evs, func(string, any) (any, bool) { return nil, false }, "", year)})
+}
+
+// remade is evs with change applied to every leaf of their payloads, the
+// messageIds agreeing, and, with a suffix, each an event tried again
+// (the suffix on a messageId the change left as it was); created later.
+func remade(evs []kt.Event, change func(string, any) (any, bool), suffix string, later int64) []kt.Event {
+	cp := make([]kt.Event, len(evs))
+	for i, ev := range evs {
+		cp[i] = ev
+		var v any
+		var swaps [][2]string
+		if json.Unmarshal(ev.Payload, &v) == nil {
+			b, _ := json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
+				n, ok := change(at, leaf)
+				if ok {
+					swaps = append(swaps, [2]string{scalarText(leaf), scalarText(n)})
+				}
+				return n, ok
+			}))
+			cp[i].Payload = b
+		}
+		// The messageId says what the payload says, as a real event's
+		// does (job-4 for id 4): an input keep made is not told from
+		// a real one by a messageId that disagrees with its payload.
+		for _, sw := range swaps {
+			if sw[0] != "" && sw[0] != sw[1] {
+				cp[i].MessageID = replaceToken(cp[i].MessageID, sw[0], sw[1])
+			}
+		}
+		if suffix != "" && cp[i].MessageID == ev.MessageID {
+			cp[i].MessageID += suffix
+		}
+		if suffix != "" {
+			cp[i].Attempt++ // an event tried again
+		}
+		cp[i].CreatedAt += later
+	}
+	return cp
 }
 
 // completedEvents gives each event's payload the top-level fields of
