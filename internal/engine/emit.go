@@ -20,10 +20,8 @@ func (x *runExec) emit(dv declView) error {
 	if len(mr) == 0 {
 		mr = json.RawMessage(`{"status":"none"}`)
 	}
-	var mstatus struct {
-		Status string `json:"status"`
-	}
-	if err := decodeStored("mutation result", "runs", run.ID, mr, &mstatus); err != nil {
+	final, err := settledAs(run.ID, mr)
+	if err != nil {
 		return x.fail(err)
 	}
 	h := x.host(phaseNext)
@@ -49,10 +47,6 @@ func (x *runExec) emit(dv declView) error {
 			return x.fail(err)
 		}
 		newState = out.Value
-	}
-	final := kt.EventConsumed
-	if mstatus.Status == "skipped" {
-		final = kt.EventSkipped
 	}
 	// With the copies of the events this step reserved (x.held), the
 	// commit reads nothing (settleHeld, saveConsumerState): on PostgreSQL
@@ -93,6 +87,22 @@ func (x *runExec) emit(dv declView) error {
 		x.e.crashPoint(CrashInsideCommit)
 		return nil
 	})
+}
+
+// settledAs is the status a consumer run's reserved events end with: the
+// write's (mr, its stored mutation result) skipped, they are skipped, else
+// consumed.
+func settledAs(runID string, mr json.RawMessage) (kt.EventStatus, error) {
+	var mstatus struct {
+		Status string `json:"status"`
+	}
+	if err := decodeStored("mutation result", "runs", runID, mr, &mstatus); err != nil {
+		return "", err
+	}
+	if mstatus.Status == "skipped" {
+		return kt.EventSkipped, nil
+	}
+	return kt.EventConsumed, nil
 }
 
 // idle ends a new consumer run whose prepare reserved nothing: nothing to

@@ -69,7 +69,7 @@ func (x *runExec) task(hrow *kt.Handler) (err error) {
 	}
 	summary := fmt.Sprintf("%d mutations", h.task.mutations)
 	return x.e.update(x.ctx, x.wf.Name, func(tx store.Tx) error {
-		return x.commitScheduled(tx, out.Value, sched, summary, false, false)
+		return x.commitScheduled(tx, scheduledEnd{state: out.Value, sched: sched, summary: summary})
 	})
 }
 

@@ -51,7 +51,7 @@ func (x *runExec) producer(hrow *kt.Handler) (err error) {
 		if err != nil {
 			return err
 		}
-		return x.commitScheduled(tx, out.Value, sched, summary, again, quiet)
+		return x.commitScheduled(tx, scheduledEnd{state: out.Value, sched: sched, summary: summary, again: again, quiet: quiet})
 	})
 }
 
@@ -121,7 +121,7 @@ func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 		}
 		attempts[in.ID] = in.CurrentAttempt
 	}
-	evs, _, err := publishAll(tx, p.workflow, p.createdBy, p.decl, p.now, p.publishes, func(q publishReq) ([]string, int, error) {
+	evs, _, err := publishAll(tx, p, func(q publishReq) ([]string, int, error) {
 		attempt, ok := attempts[q.InputID]
 		if !ok {
 			in, err := tx.InputGet(q.InputID)
@@ -135,10 +135,22 @@ func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 	return evs, err
 }
 
+// scheduledEnd is what a producer or task run computed, which its commit
+// writes (commitScheduled).
+type scheduledEnd struct {
+	state   json.RawMessage // the state the run returned
+	sched   schedule.Schedule
+	summary string // the run's trace says what it did
+	// again: a producer runs again at once (readsOn); quiet: it found
+	// nothing new (commitProduced). A task's are both false.
+	again, quiet bool
+}
+
 // commitScheduled ends a producer or task run inside its commit: the new
 // state saved, the next due time set, the run committed. Coalescing: whatever
 // came due while the run executed collapses into one next run.
-func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched schedule.Schedule, summary string, again, quiet bool) error {
+func (x *runExec) commitScheduled(tx store.Tx, end scheduledEnd) error {
+	summary := end.summary
 	run, now := x.run, x.e.nowMs()
 	hrow, err := tx.HandlerGet(x.wf.Name, run.Handler)
 	if err != nil {
@@ -151,8 +163,8 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 	// from scratch. Only a reset changes a handler's state between its
 	// runs' commits (one step of a workflow at a time).
 	reset := x.rowRead != nil && hrow.UpdatedAt != x.rowRead.UpdatedAt && !bytes.Equal(hrow.State, x.rowRead.State)
-	if state != nil && !reset {
-		hrow.State = state
+	if end.state != nil && !reset {
+		hrow.State = end.state
 	}
 	// A queue mark set while the run ran (a person's run-now, a reprocess
 	// of a task item: "queued now"), or a deploy that made the handler due
@@ -165,9 +177,9 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 		madeDue := hrow.NextRunAt > 0 && hrow.NextRunAt != r.NextRunAt && hrow.NextRunAt <= now
 		queuedMeanwhile = hrow.Queued || madeDue
 	}
-	hrow.Queued, hrow.NextRunAt = queuedMeanwhile || (again && !reset), sched.Next(x.e.now()).UnixMilli()
+	hrow.Queued, hrow.NextRunAt = queuedMeanwhile || (end.again && !reset), end.sched.Next(x.e.now()).UnixMilli()
 	touch(&hrow, now)
-	into, err := x.quietRun(tx, &hrow, quiet)
+	into, err := x.quietRun(tx, &hrow, end.quiet)
 	if err != nil {
 		return err
 	}
@@ -255,28 +267,30 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 // wins), with caused_by and attempt from cause, and marks the consumers of
 // the topics dirty. It returns the handlers it marked.
 func (x *runExec) insertPublishes(tx store.Tx, reqs []publishReq, cause func(publishReq) ([]string, int, error)) (map[string]bool, error) {
-	_, dirty, err := publishAll(tx, x.wf.Name, x.run.ID, x.prog.Decl, x.e.nowMs(), reqs, cause)
+	_, dirty, err := publishAll(tx, produced{workflow: x.wf.Name, decl: x.prog.Decl, createdBy: x.run.ID, publishes: reqs, now: x.e.nowMs()}, cause)
 	return dirty, err
 }
 
-// publishAll is insertPublishes for any creator: the events as written,
+// publishAll is insertPublishes for any creator: it writes p's publishes
+// (its inputs are not its to write) and returns the events as written,
 // and the consumers it marked dirty.
-func publishAll(tx store.Tx, wf, createdBy string, decl script.Declaration, now int64, reqs []publishReq, cause func(publishReq) ([]string, int, error)) ([]kt.Event, map[string]bool, error) {
-	subscribers := consumerOf(decl)
+func publishAll(tx store.Tx, p produced, cause func(publishReq) ([]string, int, error)) ([]kt.Event, map[string]bool, error) {
+	wf, createdBy, now := p.workflow, p.createdBy, p.now
+	subscribers := consumerOf(p.decl)
 	dirty := map[string]bool{}
-	evs := make([]kt.Event, 0, len(reqs))
-	for _, p := range reqs {
-		causedBy, attempt, err := cause(p)
+	evs := make([]kt.Event, 0, len(p.publishes))
+	for _, q := range p.publishes {
+		causedBy, attempt, err := cause(q)
 		if err != nil {
 			return nil, nil, err
 		}
-		ev := kt.Event{Workflow: wf, Topic: p.Topic, MessageID: p.MessageID, Payload: p.Payload, CreatedBy: createdBy,
+		ev := kt.Event{Workflow: wf, Topic: q.Topic, MessageID: q.MessageID, Payload: q.Payload, CreatedBy: createdBy,
 			CausedBy: causedBy, Attempt: attempt, CreatedAt: now, UpdatedAt: now}
 		if _, err := tx.EventPublish(&ev); err != nil {
 			return nil, nil, err
 		}
 		evs = append(evs, ev)
-		if c, ok := subscribers[p.Topic]; ok {
+		if c, ok := subscribers[q.Topic]; ok {
 			dirty[c] = true
 		}
 	}

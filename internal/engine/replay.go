@@ -212,48 +212,13 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 	if err != nil {
 		return rep, err
 	}
-	var wf kt.Workflow
-	var runs []kt.Run
-	if err := e.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		wf, err = tx.WorkflowGet(workflow)
-		if kt.IsDamaged(err) {
-			// A deploy restoring a damaged workflow row replays under
-			// keep's own policy and root: nothing of the damaged row.
-			wf.FilesRoot, wf.Policy, err = "", "", nil
-		}
-		if err != nil {
-			return err
-		}
-		// The newest done runs of the version, read as such: a workflow's
-		// whole history, traces included, grows without bound.
-		if runs, err = tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns); err != nil {
-			return err
-		}
-		if also == "" || slices.ContainsFunc(runs, func(r kt.Run) bool { return r.ID == also }) {
-			return nil
-		}
-		r, err := tx.RunGet(also)
-		switch {
-		case errors.Is(err, kt.ErrNotFound):
-			return nil
-		case err != nil:
-			return err
-		}
-		if r.Workflow == workflow && r.HandlerType == kt.HandlerTask {
-			runs = append(runs, r)
-		}
-		return nil
-	}); err != nil {
+	wf, runs, err := e.doneRuns(ctx, workflow, version, also)
+	if err != nil {
 		return rep, err
 	}
 	pol, err := e.policyFor(wf)
 	if err != nil {
 		return rep, err
-	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt > runs[j].CreatedAt })
-	if len(runs) > maxReplayRuns {
-		runs = runs[:maxReplayRuns]
 	}
 	for i := range runs {
 		run := runs[i]
@@ -292,6 +257,52 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 		rep.Differences = append(rep.Differences, x.diffs...)
 	}
 	return rep, nil
+}
+
+// doneRuns reads the workflow and the done runs replayDone replays, the
+// newest first: the newest maxReplayRuns of the version, and the run also
+// when it is one of the workflow's item scripts'.
+func (e *Engine) doneRuns(ctx context.Context, workflow string, version int64, also string) (kt.Workflow, []kt.Run, error) {
+	var wf kt.Workflow
+	var runs []kt.Run
+	if err := e.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		wf, err = tx.WorkflowGet(workflow)
+		if kt.IsDamaged(err) {
+			// A deploy restoring a damaged workflow row replays under
+			// keep's own policy and root: nothing of the damaged row.
+			wf.FilesRoot, wf.Policy, err = "", "", nil
+		}
+		if err != nil {
+			return err
+		}
+		// The newest done runs of the version, read as such: a workflow's
+		// whole history, traces included, grows without bound.
+		if runs, err = tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns); err != nil {
+			return err
+		}
+		if also == "" || slices.ContainsFunc(runs, func(r kt.Run) bool { return r.ID == also }) {
+			return nil
+		}
+		r, err := tx.RunGet(also)
+		switch {
+		case errors.Is(err, kt.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		}
+		if r.Workflow == workflow && r.HandlerType == kt.HandlerTask {
+			runs = append(runs, r)
+		}
+		return nil
+	}); err != nil {
+		return wf, nil, err
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt > runs[j].CreatedAt })
+	if len(runs) > maxReplayRuns {
+		runs = runs[:maxReplayRuns]
+	}
+	return wf, runs, nil
 }
 
 // handlerState is the run's handler's state as it is now.

@@ -40,53 +40,9 @@ func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.Pru
 	}
 	pr := pruner{p: p, before: rep.Before, spare: map[string]map[string]bool{}}
 	for _, kind := range store.PruneKinds {
-		c := kt.PruneCount{Kind: string(kind)}
-		var after store.PruneCursor
-		for done := false; !done; {
-			if err := ctx.Err(); err != nil {
-				return rep, err
-			}
-			batch := func(tx store.Tx) error {
-				rows, err := tx.PruneList(kind, rep.Before, after, p.Batch)
-				if err != nil {
-					return err
-				}
-				if len(rows) < p.Batch {
-					done = true
-				}
-				if len(rows) == 0 {
-					return nil
-				}
-				after = store.PruneCursor{At: rows[len(rows)-1].At, ID: rows[len(rows)-1].ID}
-				pr.runs = map[string]bool{} // a ledger row's run, judged once a batch
-				var ids []string
-				var bytes int64
-				for _, r := range rows {
-					ok, err := pr.prunable(tx, kind, r)
-					if err != nil {
-						return err
-					}
-					if ok {
-						ids, bytes = append(ids, r.ID), bytes+r.Bytes
-					}
-				}
-				if dryRun {
-					c.Rows, c.Bytes = c.Rows+len(ids), c.Bytes+bytes
-					return nil
-				}
-				n, b, err := tx.PruneBodies(kind, ids, now)
-				c.Rows, c.Bytes = c.Rows+n, c.Bytes+b
-				return err
-			}
-			var err error
-			if dryRun {
-				err = e.store.View(ctx, batch)
-			} else {
-				err = e.store.Update(ctx, batch)
-			}
-			if err != nil {
-				return rep, fmt.Errorf("prune %s: %w", kind, err)
-			}
+		c, err := e.pruneKind(ctx, &pr, kind, now, dryRun)
+		if err != nil {
+			return rep, err
 		}
 		rep.Kinds = append(rep.Kinds, c)
 	}
@@ -106,6 +62,60 @@ func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.Pru
 		rep.SizeAfter = n
 	}
 	return rep, nil
+}
+
+// pruneKind prunes one kind of row, batch after batch (or, dryRun,
+// counts what would go), and reports what went.
+func (e *Engine) pruneKind(ctx context.Context, pr *pruner, kind store.PruneKind, now int64, dryRun bool) (kt.PruneCount, error) {
+	c := kt.PruneCount{Kind: string(kind)}
+	var after store.PruneCursor
+	for done := false; !done; {
+		if err := ctx.Err(); err != nil {
+			return c, err
+		}
+		batch := func(tx store.Tx) error {
+			rows, err := tx.PruneList(kind, pr.before, after, pr.p.Batch)
+			if err != nil {
+				return err
+			}
+			if len(rows) < pr.p.Batch {
+				done = true
+			}
+			if len(rows) == 0 {
+				return nil
+			}
+			after = store.PruneCursor{At: rows[len(rows)-1].At, ID: rows[len(rows)-1].ID}
+			pr.runs = map[string]bool{} // a ledger row's run, judged once a batch
+			var ids []string
+			var bytes int64
+			for _, r := range rows {
+				ok, err := pr.prunable(tx, kind, r)
+				if err != nil {
+					return err
+				}
+				if ok {
+					ids, bytes = append(ids, r.ID), bytes+r.Bytes
+				}
+			}
+			if dryRun {
+				c.Rows, c.Bytes = c.Rows+len(ids), c.Bytes+bytes
+				return nil
+			}
+			n, b, err := tx.PruneBodies(kind, ids, now)
+			c.Rows, c.Bytes = c.Rows+n, c.Bytes+b
+			return err
+		}
+		var err error
+		if dryRun {
+			err = e.store.View(ctx, batch)
+		} else {
+			err = e.store.Update(ctx, batch)
+		}
+		if err != nil {
+			return c, fmt.Errorf("prune %s: %w", kind, err)
+		}
+	}
+	return c, nil
 }
 
 // RetentionOf is the policy keep.toml's [retention] sets.

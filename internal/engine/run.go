@@ -82,8 +82,33 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 
 func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
-	var open *kt.Run
-	picked := false
+	open, picked, err := e.readPlan(ctx, name, p)
+	if err != nil || p.wf.Paused {
+		return false, err
+	}
+	if open != nil {
+		return e.handleOpen(ctx, p.wf, *open)
+	}
+	if !picked {
+		if p.prog, err = e.program(ctx, name, p.wf.ActiveVersion); err != nil {
+			return false, err
+		}
+		if err := e.store.View(ctx, p.pick); err != nil {
+			return false, err
+		}
+	}
+	h, ok := p.next()
+	if !ok {
+		return false, nil
+	}
+	return e.startRun(ctx, p, h)
+}
+
+// readPlan reads, in one read transaction, what a step chooses from: the
+// workflow, its open run if any, and, with the program compiled already,
+// the handlers sorted into candidates (picked). Without the program
+// compiled, the caller compiles it and picks in a read of its own.
+func (e *Engine) readPlan(ctx context.Context, name string, p *stepPlan) (open *kt.Run, picked bool, err error) {
 	// With the program known and its consumers all read ahead, the reads
 	// named below are nearly always all the plan makes: a store may end
 	// the snapshot with them (store.ReadsAhead), and runs this function
@@ -95,27 +120,10 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 	if readsAhead {
 		plan = store.ReadsAhead(plan)
 	}
-	err := e.store.View(plan, func(tx store.Tx) error {
+	err = e.store.View(plan, func(tx store.Tx) error {
 		*p, open, picked = stepPlan{now: p.now, guesses: p.guesses}, nil, false
-		// The plan's reads in one round trip where the store can: the
-		// grants too, which only a step with a run to make reads, and for
-		// each consumer of the program compiled last (a few) its oldest
-		// pending event (pick reads those of the dirty ones) and the page
-		// its prepare is expected to peek (readAhead reads the chosen
-		// one's): a consumer not chosen costs those reads in vain.
 		store.Prefetch(tx, func(tx store.Tx) {
-			_, _ = tx.WorkflowGet(name)
-			_, _ = tx.RunOpen(name)
-			_, _ = tx.HandlerList(name)
-			_, _ = tx.GrantList(name)
-			if readsAhead {
-				for c, d := range latest.Decl.Consumers {
-					_, _, _ = tx.OldestPending(name, d.Subscribe)
-					if g, ok := p.guesses.get(name, c); ok {
-						_, _, _ = tx.EventsPendingWithin(name, g.topic, g.limit, kt.MaxHostCallBytes/2)
-					}
-				}
-			}
+			prefetchPlan(tx, name, latest, readsAhead, p.guesses)
 		})
 		var err error
 		if p.wf, err = tx.WorkflowGet(name); err != nil {
@@ -140,31 +148,42 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 		picked = true
 		return p.pick(tx)
 	})
-	if err != nil || p.wf.Paused {
-		return false, err
+	return open, picked, err
+}
+
+// prefetchPlan names the plan's reads, to be made in one round trip where
+// the store can: the grants too, which only a step with a run to make
+// reads, and for each consumer of the program compiled last (a few) its
+// oldest pending event (pick reads those of the dirty ones) and the page
+// its prepare is expected to peek (readAhead reads the chosen one's): a
+// consumer not chosen costs those reads in vain.
+func prefetchPlan(tx store.Tx, name string, latest *script.Program, readsAhead bool, guesses *peekGuesses) {
+	_, _ = tx.WorkflowGet(name)
+	_, _ = tx.RunOpen(name)
+	_, _ = tx.HandlerList(name)
+	_, _ = tx.GrantList(name)
+	if !readsAhead {
+		return
 	}
-	if open != nil {
-		return e.handleOpen(ctx, p.wf, *open)
-	}
-	if !picked {
-		if p.prog, err = e.program(ctx, name, p.wf.ActiveVersion); err != nil {
-			return false, err
+	for c, d := range latest.Decl.Consumers {
+		_, _, _ = tx.OldestPending(name, d.Subscribe)
+		if g, ok := guesses.get(name, c); ok {
+			_, _, _ = tx.EventsPendingWithin(name, g.topic, g.limit, kt.MaxHostCallBytes/2)
 		}
-		if err := e.store.View(ctx, p.pick); err != nil {
-			return false, err
-		}
 	}
-	h, ok := p.next()
-	if !ok {
-		return false, nil
-	}
+}
+
+// startRun makes and carries out the run of the handler a step chose,
+// with what the plan read for it (its grants, the page read ahead). It
+// reports whether the run started.
+func (e *Engine) startRun(ctx context.Context, p *stepPlan, h kt.Handler) (bool, error) {
 	phase := kt.PhaseExecuting
 	if h.Type == kt.HandlerConsumer {
 		phase = kt.PhasePreparing
 	}
 	run := e.newRun(p.wf, h.Name, h.Type, phase)
 	started := false
-	err = e.carryOut(ctx, p.wf, p.prog, &run, func(x *runExec) error {
+	err := e.carryOut(ctx, p.wf, p.prog, &run, func(x *runExec) error {
 		started = true
 		x.unstored, x.grants, x.ahead = true, p.grants, p.ahead
 		read := h

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -92,431 +93,587 @@ const (
 // CompareUnseen runs the version in place (version) and the proposed
 // script src on inputs keep has not seen, made from the consumer runs of
 // version and from the failed run failedRun, and reports where their writes
-// differ and what the proposed one brings in.
+// differ and what the proposed one brings in. Its phases: read the runs
+// the inputs are made from (readUnseen), make the inputs (samples), run
+// both versions on each (compareSample), and judge what the proposed
+// version's writes bring in (bringIn).
 func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int64, src, failedRun string) (UnseenReport, error) {
-	var rep UnseenReport
-	var wf kt.Workflow
-	var v kt.Version
-	var failed kt.Run
-	var bases []kt.Run
-	var ledger []kt.Mutation
-	baseEvents := map[string][]kt.Event{}
-	states := map[string]json.RawMessage{}
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	in, err := e.readUnseen(ctx, workflow, version, failedRun)
+	if err != nil {
+		return UnseenReport{}, err
+	}
+	oldProg, err := script.Compile("in-place.js", in.v.Script)
+	if err != nil {
+		return UnseenReport{}, err
+	}
+	newProg, err := script.Compile("proposed.js", src)
+	if err != nil {
+		return UnseenReport{}, err
+	}
+	pol, err := e.policyFor(in.wf)
+	if err != nil {
+		return UnseenReport{}, err
+	}
+	c := &unseenComparison{e: e, ctx: ctx, in: in, workflow: workflow, version: version, oldProg: oldProg, newProg: newProg, pol: pol,
+		// One time for every run of the comparison (a write stamped with
+		// ctx.now() is the same on both versions).
+		frozenNow: e.nowMs()}
+	c.failedCompleted = in.failedCompleted()
+	samples := in.samples(c.failedCompleted, c.frozenNow)
+	handlers := in.handlers()
+	c.oldShapes, c.oldHeaders = ledgerShapes(in.ledger)
+	for si, s := range samples {
+		// Each input its own sequences of chance (the same for both
+		// versions on it): a trigger on chance meets many values.
+		seeds := [2]int64{
+			(unseenSeeds[0]+int64(si)*104729)%2147483646 + 1,
+			(unseenSeeds[1]+int64(si)*104729)%2147483646 + 1,
+		}
+		for handler := range handlers {
+			c.compareSample(s, handler, seeds)
+		}
+	}
+	c.bringIn(src)
+	return c.rep, nil
+}
+
+// unseenInputs is what CompareUnseen reads: the workflow and the version
+// in place, the runs whose inputs it changes (bases: done consumer runs
+// that reserved events; failed: the failed run) with their events, the
+// ledger, and the handlers' states both versions start from.
+type unseenInputs struct {
+	wf         kt.Workflow
+	v          kt.Version
+	failed     kt.Run
+	bases      []kt.Run
+	ledger     []kt.Mutation
+	baseEvents map[string][]kt.Event      // by run id
+	states     map[string]json.RawMessage // by handler
+}
+
+// readUnseen reads, in one read transaction, what CompareUnseen makes its
+// inputs from.
+func (e *Engine) readUnseen(ctx context.Context, workflow string, version int64, failedRun string) (*unseenInputs, error) {
+	in := &unseenInputs{baseEvents: map[string][]kt.Event{}, states: map[string]json.RawMessage{}}
+	err := e.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		if wf, err = tx.WorkflowGet(workflow); err != nil {
+		if in.wf, err = tx.WorkflowGet(workflow); err != nil {
 			return err
 		}
-		if v, err = tx.VersionGet(workflow, version); err != nil {
+		if in.v, err = tx.VersionGet(workflow, version); err != nil {
 			return err
 		}
-		if ledger, err = tx.MutationList(workflow); err != nil {
+		if in.ledger, err = tx.MutationList(workflow); err != nil {
 			return err
 		}
-		runs, err := tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns)
-		if err != nil {
+		if err := in.readBases(tx, workflow, version); err != nil {
 			return err
-		}
-		for _, r := range runs {
-			if r.HandlerType != kt.HandlerConsumer || len(bases) >= maxUnseenBases {
-				continue
-			}
-			pr, err := DecodePrepareResult(r.PrepareResult)
-			if err != nil || len(pr.Reservations) == 0 {
-				continue
-			}
-			var evs []kt.Event
-			for _, res := range pr.Reservations {
-				for _, id := range res.IDs {
-					ev, err := tx.EventGet(workflow, res.Topic, id)
-					if err == nil {
-						evs = append(evs, ev)
-					} else if !errors.Is(err, kt.ErrNotFound) {
-						return err
-					}
-				}
-			}
-			if len(evs) > 0 {
-				bases, baseEvents[r.ID] = append(bases, r), evs
-			}
 		}
 		if failedRun != "" {
-			r, err := tx.RunGet(failedRun)
-			if errors.Is(err, kt.ErrNotFound) {
-				return nil
-			}
-			if err != nil {
+			// A failed run not found, or an item script's or a
+			// producer's, ends the reads: the handlers' states are then
+			// not read, and both versions start from none.
+			if more, err := in.readFailed(tx, workflow, failedRun); err != nil || !more {
 				return err
-			}
-			if r.HandlerType == kt.HandlerTask || r.HandlerType == kt.HandlerProducer {
-				failed = r
-				return nil
-			}
-			if r.HandlerType == kt.HandlerConsumer {
-				failed = r
-				evs, err := tx.EventsReservedBy(r.ID)
-				if err != nil {
-					return err
-				}
-				if len(evs) == 0 {
-					// It failed before it reserved: the events prepare
-					// afresh would see are its selection.
-					evs, err = tx.EventList(workflow, store.EventFilter{Status: kt.EventPending, Limit: 100})
-					if err != nil {
-						return err
-					}
-				}
-				baseEvents[r.ID] = evs
 			}
 		}
 		hs, err := tx.HandlerList(workflow)
 		for _, h := range hs {
-			states[h.Name] = h.State
+			in.states[h.Name] = h.State
 		}
 		return err
-	}); err != nil {
-		return rep, err
-	}
-	oldProg, err := script.Compile("in-place.js", v.Script)
+	})
+	return in, err
+}
+
+// readBases reads the newest done consumer runs of the version that
+// reserved events still stored (at most maxUnseenBases), and those events.
+func (in *unseenInputs) readBases(tx store.Tx, workflow string, version int64) error {
+	runs, err := tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns)
 	if err != nil {
-		return rep, err
+		return err
 	}
-	newProg, err := script.Compile("proposed.js", src)
+	for _, r := range runs {
+		if r.HandlerType != kt.HandlerConsumer || len(in.bases) >= maxUnseenBases {
+			continue
+		}
+		pr, err := DecodePrepareResult(r.PrepareResult)
+		if err != nil || len(pr.Reservations) == 0 {
+			continue
+		}
+		var evs []kt.Event
+		for _, res := range pr.Reservations {
+			for _, id := range res.IDs {
+				ev, err := tx.EventGet(workflow, res.Topic, id)
+				if err == nil {
+					evs = append(evs, ev)
+				} else if !errors.Is(err, kt.ErrNotFound) {
+					return err
+				}
+			}
+		}
+		if len(evs) > 0 {
+			in.bases, in.baseEvents[r.ID] = append(in.bases, r), evs
+		}
+	}
+	return nil
+}
+
+// readFailed reads the failed run, and a consumer's its selection: the
+// events it reserved, or, when it failed before it reserved, those
+// pending. more says whether the reads go on (readUnseen).
+func (in *unseenInputs) readFailed(tx store.Tx, workflow, failedRun string) (more bool, err error) {
+	r, err := tx.RunGet(failedRun)
+	if errors.Is(err, kt.ErrNotFound) {
+		return false, nil
+	}
 	if err != nil {
-		return rep, err
+		return false, err
 	}
-	pol, err := e.policyFor(wf)
-	if err != nil {
-		return rep, err
+	if r.HandlerType == kt.HandlerTask || r.HandlerType == kt.HandlerProducer {
+		in.failed = r
+		return false, nil
 	}
-	var samples []unseenSample
-	// One time for every run of the comparison (a write stamped with
-	// ctx.now() is the same on both versions).
-	frozenNow := e.nowMs()
-	if failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer {
-		task, producer := failed.HandlerType == kt.HandlerTask, failed.HandlerType == kt.HandlerProducer
-		name := "the failed run's items not reached yet"
-		if producer {
-			name = "the failed run's reads"
+	if r.HandlerType == kt.HandlerConsumer {
+		in.failed = r
+		evs, err := tx.EventsReservedBy(r.ID)
+		if err != nil {
+			return false, err
 		}
-		samples = append(samples, unseenSample{name: name, runID: failed.ID, trace: failed.Trace, failed: true, task: task, producer: producer})
-		// Its reads made unseen: the inputs an item script or a producer
-		// works on come from what it reads.
-		seenReads := readsSeen(failed.Trace)
-		for _, k := range readKinds {
-			k := k
-			samples = append(samples, unseenSample{name: "its reads with every " + kindNoun[k] + " " + kindWords[k], runID: failed.ID, trace: failed.Trace, task: task, producer: producer,
-				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
+		if len(evs) == 0 {
+			// It failed before it reserved: the events prepare
+			// afresh would see are its selection.
+			evs, err = tx.EventList(workflow, store.EventFilter{Status: kt.EventPending, Limit: 100})
+			if err != nil {
+				return false, err
+			}
 		}
-	} else if failed.ID != "" {
-		samples = append(samples, unseenSample{name: "the failed run's own selection", runID: failed.ID, events: baseEvents[failed.ID], trace: failed.Trace, failed: true})
+		in.baseEvents[r.ID] = evs
 	}
-	// The failed run's selection completed with the fields other inputs
-	// had: what the version in place writes for those very inputs once past
-	// its crash, the target and identity the repair's write must keep.
-	var failedCompleted []kt.Event
-	if failed.HandlerType == kt.HandlerConsumer {
-		var sets [][]kt.Event
-		for _, evs := range baseEvents {
-			sets = append(sets, evs)
+	return true, nil
+}
+
+// eventSets are the events of every run read, a set a run.
+func (in *unseenInputs) eventSets() [][]kt.Event {
+	var sets [][]kt.Event
+	for _, evs := range in.baseEvents {
+		sets = append(sets, evs)
+	}
+	return sets
+}
+
+// failedCompleted is the failed run's selection completed with the fields
+// other inputs had: what the version in place writes for those very
+// inputs once past its crash, the target and identity the repair's write
+// must keep. Nil when it lacks none, or the failed run is no consumer's.
+func (in *unseenInputs) failedCompleted() []kt.Event {
+	if in.failed.HandlerType != kt.HandlerConsumer {
+		return nil
+	}
+	if c, ok := completedEvents(in.baseEvents[in.failed.ID], fieldsOf(in.eventSets())); ok {
+		return c
+	}
+	return nil
+}
+
+// handlers names the handlers of the runs read: those both versions run.
+func (in *unseenInputs) handlers() map[string]bool {
+	handlers := map[string]bool{}
+	for _, r := range append(in.bases, in.failed) {
+		if r.ID != "" {
+			handlers[r.Handler] = true
 		}
-		if c, ok := completedEvents(baseEvents[failed.ID], fieldsOf(sets)); ok {
-			failedCompleted = c
-		}
 	}
-	var all [][]kt.Event
-	for _, evs := range baseEvents {
-		all = append(all, evs)
-	}
+	return handlers
+}
+
+// samples makes the inputs both versions run on: the failed run's own
+// (failedSamples), the events of every run read changed (variantsOf), cut
+// to maxUnseenSamples, and then the same inputs at other hours, which are
+// never cut (otherHourSamples).
+func (in *unseenInputs) samples(failedCompleted []kt.Event, frozenNow int64) []unseenSample {
+	samples := in.failedSamples()
+	all := in.eventSets()
 	seen := maxSeen(all)
 	others := fieldsOf(all)
 	// The failed run's first: with more kinds of change than the cap
 	// holds for ten done runs, it is older done work that is cut.
-	for _, r := range append([]kt.Run{failed}, bases...) {
+	for _, r := range append([]kt.Run{in.failed}, in.bases...) {
 		if r.ID == "" {
 			continue
 		}
-		for _, vr := range variantsOf(baseEvents[r.ID], seen, others) {
+		for _, vr := range variantsOf(in.baseEvents[r.ID], seen, others) {
 			samples = append(samples, unseenSample{name: vr.name, runID: r.ID, events: vr.events, trace: r.Trace, shift: vr.shift})
 		}
 	}
-	// The same inputs at other hours and on other weekdays: the events
-	// created and the clock read k days and k hours on (k = 1…23: every
-	// hour of the day, every weekday), a trigger on the hour of createdAt
-	// or of ctx.now (night orders, Sundays) meets it. They are never cut:
-	// the cap cuts the other variants (and they come last, a difference
-	// they show is named after those of the inputs changed).
-	var atOtherHours []unseenSample
+	atOtherHours := in.otherHourSamples(failedCompleted, frozenNow)
+	if len(samples) > maxUnseenSamples-len(atOtherHours) {
+		samples = samples[:maxUnseenSamples-len(atOtherHours)]
+	}
+	return append(samples, atOtherHours...)
+}
+
+// failedSamples are the failed run's own inputs: a consumer's selection;
+// an item script's or a producer's reads, as recorded and made unseen
+// (the inputs it works on come from what it reads).
+func (in *unseenInputs) failedSamples() []unseenSample {
+	failed := in.failed
+	task, producer := failed.HandlerType == kt.HandlerTask, failed.HandlerType == kt.HandlerProducer
+	switch {
+	case task || producer:
+		name := "the failed run's items not reached yet"
+		if producer {
+			name = "the failed run's reads"
+		}
+		samples := []unseenSample{{name: name, runID: failed.ID, trace: failed.Trace, failed: true, task: task, producer: producer}}
+		for i, change := range readChanges(failed.Trace) {
+			k := readKinds[i]
+			samples = append(samples, unseenSample{name: "its reads with every " + kindNoun[k] + " " + kindWords[k], runID: failed.ID, trace: failed.Trace, task: task, producer: producer,
+				change: change})
+		}
+		return samples
+	case failed.ID != "":
+		return []unseenSample{{name: "the failed run's own selection", runID: failed.ID, events: in.baseEvents[failed.ID], trace: failed.Trace, failed: true}}
+	}
+	return nil
+}
+
+// readChanges are the changes that make a run's recorded reads unseen,
+// one a kind (changeRead), in readKinds' order.
+func readChanges(trace json.RawMessage) []func(json.RawMessage) json.RawMessage {
+	seenReads := readsSeen(trace)
+	out := make([]func(json.RawMessage) json.RawMessage, len(readKinds))
+	for i, k := range readKinds {
+		out[i] = func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }
+	}
+	return out
+}
+
+// consumerInputs are the events the samples at other hours are made of,
+// and the run they come from: the failed run's selection completed, or
+// else the first done run's; ok false with neither.
+func (in *unseenInputs) consumerInputs(failedCompleted []kt.Event) (r kt.Run, evs []kt.Event, ok bool) {
+	if len(failedCompleted) == 0 && len(in.bases) == 0 {
+		return kt.Run{}, nil, false
+	}
+	evs, r = failedCompleted, in.failed
+	if len(evs) == 0 {
+		r = in.bases[0]
+		evs = in.baseEvents[r.ID]
+	}
+	return r, evs, true
+}
+
+// otherHourSamples are the same inputs at other hours and on other
+// weekdays: the events created and the clock read k days and k hours on
+// (k = 1…23: every hour of the day, every weekday), a trigger on the hour
+// of createdAt or of ctx.now (night orders, Sundays) meets it. They come
+// last: a difference they show is named after those of the inputs
+// changed.
+func (in *unseenInputs) otherHourSamples(failedCompleted []kt.Event, frozenNow int64) []unseenSample {
+	failed := in.failed
+	r, evs, ok := in.consumerInputs(failedCompleted)
+	var out []unseenSample
 	for k := int64(1); k <= 23; k++ {
 		shift := k * (dayMs + int64(time.Hour/time.Millisecond))
 		name := fmt.Sprintf("%d days and %d hours on", k, k)
 		switch {
 		case failed.HandlerType == kt.HandlerTask || failed.HandlerType == kt.HandlerProducer:
-			atOtherHours = append(atOtherHours, unseenSample{name: "its reads " + name, runID: failed.ID, trace: failed.Trace, shift: shift,
+			out = append(out, unseenSample{name: "its reads " + name, runID: failed.ID, trace: failed.Trace, shift: shift,
 				task: failed.HandlerType == kt.HandlerTask, producer: failed.HandlerType == kt.HandlerProducer})
-		case len(failedCompleted) > 0 || len(bases) > 0:
-			evs, r := failedCompleted, failed
-			if len(evs) == 0 {
-				r = bases[0]
-				evs = baseEvents[r.ID]
-			}
+		case ok:
 			moved := make([]kt.Event, len(evs))
 			for i, ev := range evs {
 				moved[i] = ev
 				moved[i].CreatedAt += shift
 			}
-			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
+			out = append(out, unseenSample{name: eventNames(evs) + " " + name, runID: r.ID, events: moved, trace: r.Trace, shift: shift})
 		}
+	}
+	if failed.HandlerType != kt.HandlerConsumer || !ok {
+		return out
 	}
 	// The same inputs run as soon as they were created (a real run writes
 	// within a second of its event; every dry run comes long after): a
 	// trigger on how soon after its event a run writes meets it.
-	if failed.HandlerType == kt.HandlerConsumer && (len(failedCompleted) > 0 || len(bases) > 0) {
-		evs, r := failedCompleted, failed
-		if len(evs) == 0 {
-			r = bases[0]
-			evs = baseEvents[r.ID]
-		}
-		var newest int64
-		for _, ev := range evs {
-			newest = max(newest, ev.CreatedAt)
-		}
-		atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " run as soon as created", runID: r.ID, events: evs, trace: r.Trace, shift: newest + 1 - frozenNow})
+	var newest int64
+	for _, ev := range evs {
+		newest = max(newest, ev.CreatedAt)
 	}
+	out = append(out, unseenSample{name: eventNames(evs) + " run as soon as created", runID: r.ID, events: evs, trace: r.Trace, shift: newest + 1 - frozenNow})
 	// A consumer's own reads made unseen too (tomorrow's stock level, a
 	// file with more orders): on the same inputs, every read answered as
 	// the run read it but changed one kind at a time.
-	if failed.HandlerType == kt.HandlerConsumer && (len(failedCompleted) > 0 || len(bases) > 0) {
-		evs, r := failedCompleted, failed
-		if len(evs) == 0 {
-			r = bases[0]
-			evs = baseEvents[r.ID]
-		}
-		seenReads := readsSeen(r.Trace)
-		for _, k := range readKinds {
-			k := k
-			atOtherHours = append(atOtherHours, unseenSample{name: eventNames(evs) + " with its reads' every " + kindNoun[k] + " " + kindWords[k], runID: r.ID, events: evs, trace: r.Trace,
-				change: func(raw json.RawMessage) json.RawMessage { return changeRead(raw, k, seenReads) }})
-		}
+	for i, change := range readChanges(r.Trace) {
+		k := readKinds[i]
+		out = append(out, unseenSample{name: eventNames(evs) + " with its reads' every " + kindNoun[k] + " " + kindWords[k], runID: r.ID, events: evs, trace: r.Trace,
+			change: change})
 	}
-	if len(samples) > maxUnseenSamples-len(atOtherHours) {
-		samples = samples[:maxUnseenSamples-len(atOtherHours)]
-	}
-	samples = append(samples, atOtherHours...)
-	handlers := map[string]bool{}
-	for _, r := range append(bases, failed) {
-		if r.ID != "" {
-			handlers[r.Handler] = true
-		}
-	}
+	return out
+}
 
-	oldShapes, oldHeaders := map[string]bool{}, map[string]bool{}
+// ledgerShapes are the target shapes and header names (lower case) of the
+// writes in the ledger: what the version in place is known to use.
+func ledgerShapes(ledger []kt.Mutation) (shapes, headers map[string]bool) {
+	shapes, headers = map[string]bool{}, map[string]bool{}
 	for _, m := range ledger {
-		oldShapes[targetShape(m.Target, nil)] = true
+		shapes[targetShape(m.Target, nil)] = true
 		var args map[string]any
 		if json.Unmarshal(m.Params, &args) == nil {
 			for _, h := range headerNames(args) {
-				oldHeaders[strings.ToLower(h)] = true
+				headers[strings.ToLower(h)] = true
 			}
 		}
 	}
-	type newWrite struct {
-		s        unseenSample
-		shape    string
-		hdrs     []string
-		was, now string
+	return shapes, headers
+}
+
+// unseenComparison runs both versions on the samples and gathers what they
+// show: the report; the target shapes and header names the version in
+// place writes with (oldShapes, oldHeaders); the proposed version's writes
+// (news) and those of them that depend on chance (chancy).
+type unseenComparison struct {
+	e                     *Engine
+	ctx                   context.Context
+	in                    *unseenInputs
+	workflow              string
+	version               int64
+	oldProg, newProg      *script.Program
+	pol                   config.Policy
+	frozenNow             int64
+	failedCompleted       []kt.Event // failedCompleted
+	rep                   UnseenReport
+	oldShapes, oldHeaders map[string]bool
+	news                  []newWrite
+	chancy                []string
+	chanceRuns            int
+}
+
+// newWrite is a write of the proposed version, with what the version in
+// place did on the same sample (was).
+type newWrite struct {
+	s        unseenSample
+	shape    string
+	hdrs     []string
+	was, now string
+}
+
+// exec is a dry run of program p on sample s as run, chance seeded with
+// seed (both versions get the same chance), the clock the sample's (moved
+// on a year in some).
+func (c *unseenComparison) exec(p *script.Program, s unseenSample, run kt.Run, seed int64) *runExec {
+	reads := readsOf(s.trace)
+	reads.change = s.change
+	reads.byShape = true
+	return &runExec{e: c.e, ctx: c.ctx, wf: c.in.wf, prog: p, run: &run, tr: newTrace("unseen", c.e.nowMs()), reg: c.e.connectorsOf(c.in.wf), pol: c.pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: c.frozenNow}
+}
+
+// differ records a difference, up to maxReplayDiffs.
+func (c *unseenComparison) differ(d Difference) {
+	if len(c.rep.Differences) < maxReplayDiffs {
+		c.rep.Differences = append(c.rep.Differences, d)
 	}
-	var news []newWrite
-	var chancy []string
-	chanceRuns := 0
-	for si, s := range samples {
-		// Each input its own sequences of chance (the same for both
-		// versions on it): a trigger on chance meets many values.
-		seedA := (unseenSeeds[0]+int64(si)*104729)%2147483646 + 1
-		seedB := (unseenSeeds[1]+int64(si)*104729)%2147483646 + 1
-		for handler := range handlers {
-			if !s.task && !s.producer && !newProg.Decl.Consumers[handler].Mutate && !oldProg.Decl.Consumers[handler].Mutate {
-				continue
+}
+
+// compareSample runs both versions' handler on sample s, as the kind of
+// handler the sample is for: the failed producer or item script, or a
+// consumer that writes in either version.
+func (c *unseenComparison) compareSample(s unseenSample, handler string, seeds [2]int64) {
+	if !s.task && !s.producer && !c.newProg.Decl.Consumers[handler].Mutate && !c.oldProg.Decl.Consumers[handler].Mutate {
+		return
+	}
+	run := kt.Run{ID: s.runID, Workflow: c.workflow, Handler: handler, HandlerType: kt.HandlerConsumer, Version: c.version}
+	switch {
+	case s.producer:
+		if handler == c.in.failed.Handler {
+			run.HandlerType = kt.HandlerProducer
+			c.compareProducer(s, run, seeds[0])
+		}
+	case s.task:
+		if handler == c.in.failed.Handler {
+			run.HandlerType = kt.HandlerTask
+			c.compareTask(s, run, seeds[0])
+		}
+	default:
+		c.compareConsumer(s, run, seeds)
+	}
+}
+
+// compareProducer compares what both versions of a producer register and
+// publish.
+func (c *unseenComparison) compareProducer(s unseenSample, run kt.Run, seed int64) {
+	handler := run.Handler
+	o, n := c.exec(c.oldProg, s, run, seed).producerOutput(c.in.states[handler]), c.exec(c.newProg, s, run, seed).producerOutput(c.in.states[handler])
+	if o.err != nil && n.err == nil && s.failed {
+		c.rep.Unshown = append(c.rep.Unshown, clipText(n.out, 300)+" (the version in place fails on it: "+clipText(o.err.Error(), 200)+")")
+	}
+	if o.err != nil || n.err != nil {
+		return // no evidence (the version in place fails: the bug)
+	}
+	c.rep.Samples++
+	if o.out == n.out {
+		c.rep.Agreed++
+		return
+	}
+	c.differ(Difference{RunID: s.runID, Handler: handler, What: s.name, Was: o.out, Would: n.out + " (it publishes or registers otherwise)"})
+}
+
+// compareTask compares the first new writes of both versions of an item
+// script. What it brings in is judged (bringIn); its write on an item not
+// reached yet is compared with nothing the version in place does, which
+// crashed before it.
+func (c *unseenComparison) compareTask(s unseenSample, run kt.Run, seed int64) {
+	handler := run.Handler
+	o, n := c.exec(c.oldProg, s, run, seed).taskFirstWrite(c.in.states[handler]), c.exec(c.newProg, s, run, seed).taskFirstWrite(c.in.states[handler])
+	if s.change != nil && o.err == nil && n.err == nil {
+		// Both reached a first new write on the same unseen
+		// items: it must be the same.
+		c.rep.Samples++
+		if why := sameCall(o, n); why != "" {
+			c.differ(Difference{RunID: s.runID, Handler: handler, What: s.name, Was: describeCall(o), Would: describeCall(n) + " (" + why + ")"})
+		} else if n.call != nil {
+			c.rep.Agreed++
+		}
+	}
+	c.noteNew(s, o, n)
+}
+
+// compareConsumer runs both versions of a consumer on the sample's events,
+// prepare and mutate, and compares their writes.
+func (c *unseenComparison) compareConsumer(s unseenSample, run kt.Run, seeds [2]int64) {
+	state := c.in.states[run.Handler]
+	o := c.exec(c.oldProg, s, run, seeds[0]).runSample(state)
+	n := c.exec(c.newProg, s, run, seeds[0]).runSample(state)
+	c.rep.Samples++
+	if n.err == nil && n.call != nil && c.chanceRuns < maxChanceRuns {
+		c.chanceRuns++
+		c.tryChance(s, run, o, n, seeds[1])
+	}
+	if s.failed && o.err != nil && n.err == nil && n.call != nil && c.failedCompleted != nil {
+		c.compareCompleted(s, run, n, seeds[0])
+	}
+	if o.err != nil && n.err == nil && n.prepared != nil {
+		// The version in place fails here (the bug): its mutate
+		// runs on what the proposed prepare chose, as far as it goes.
+		if om := c.exec(c.oldProg, s, run, seeds[0]).runMutate(n.prepared); om.err == nil {
+			o = om
+		}
+	}
+	c.noteNew(s, o, n)
+	if o.call != nil {
+		c.oldShapes[targetShape(targetOf(o.m, o.call.Tool, o.call.Args), s.events)] = true
+		for _, h := range headerNames(o.call.Args) {
+			c.oldHeaders[strings.ToLower(h)] = true
+		}
+	}
+	c.judge(s, run.Handler, o, n)
+}
+
+// tryChance runs the proposed version (its write n) again with another
+// chance (seed): a write that changes with it depends on chance, unless
+// the version in place's (o) does too.
+func (c *unseenComparison) tryChance(s unseenSample, run kt.Run, o, n sampleRun, seed int64) {
+	state := c.in.states[run.Handler]
+	n2 := c.exec(c.newProg, s, run, seed).runSample(state)
+	if why := sameCall(n, n2); n2.err == nil && why != "" {
+		o2 := c.exec(c.oldProg, s, run, seed).runSample(state)
+		if o.err != nil || o2.err != nil || sameCall(o, o2) == "" {
+			c.chancy = append(c.chancy, fmt.Sprintf("a write that depends on chance (on %s, with two sequences of Math.random and ctx.random it writes %s, then %s)", s.name, describeCall(n), describeCall(n2)))
+		}
+	}
+}
+
+// compareCompleted: the version in place fails on the failed run's inputs
+// (the bug); once completed it writes for them, and the repair's write n
+// must have that target and identity (its payload may carry the fix: a
+// default where a field was missing).
+func (c *unseenComparison) compareCompleted(s unseenSample, run kt.Run, n sampleRun, seed int64) {
+	cs := s
+	cs.events = c.failedCompleted
+	oc := c.exec(c.oldProg, cs, run, seed).runSample(c.in.states[run.Handler])
+	if oc.err == nil && oc.call != nil {
+		if why := sameTargetAndIdentity(oc, n); why != "" {
+			c.differ(Difference{RunID: s.runID, Handler: run.Handler, What: s.name,
+				Was: describeCall(oc) + " (once the fields it lacks are filled)", Would: describeCall(n) + " (" + why + ")"})
+		}
+	}
+}
+
+// noteNew keeps the proposed version's write on a sample, if any, with
+// what the version in place did there, for bringIn.
+func (c *unseenComparison) noteNew(s unseenSample, o, n sampleRun) {
+	if n.call == nil {
+		return
+	}
+	was := "writes " + describeCall(o)
+	if o.err != nil {
+		was = "fails (" + clipText(o.err.Error(), 120) + ")"
+	} else if o.call == nil {
+		was = "makes no write"
+	}
+	c.news = append(c.news, newWrite{s: s, shape: targetShape(targetOf(n.m, n.call.Tool, n.call.Args), s.events), hdrs: headerNames(n.call.Args), was: was, now: describeCall(n)})
+}
+
+// judge compares a consumer's writes on a sample, o the version in
+// place's and n the proposed one's: where both give evidence, the same
+// write (and the same selection) agrees, any other is a difference.
+func (c *unseenComparison) judge(s unseenSample, handler string, o, n sampleRun) {
+	d := Difference{RunID: s.runID, Handler: handler, What: s.name}
+	switch {
+	case o.err != nil && n.err != nil:
+		return // neither gives evidence
+	case o.err != nil:
+		if n.call != nil && s.failed {
+			c.rep.Unshown = append(c.rep.Unshown, describeCall(n)+" (the version in place fails on it: "+clipText(o.err.Error(), 200)+")")
+		}
+		return
+	case n.err != nil:
+		d.Was, d.Would = describeCall(o), "failing: "+clipText(n.err.Error(), 300)
+	default:
+		why := sameCall(o, n)
+		if why == "" && o.prepared != nil && n.prepared != nil {
+			// The same write on other events consumes them: a
+			// repair that selects more drops what it does not write.
+			if a, b := selectionOf(o.prepared), selectionOf(n.prepared); a != b {
+				why = "it selects " + b + " where version " + c.in.v.Label() + " selects " + a
 			}
-			run := kt.Run{ID: s.runID, Workflow: workflow, Handler: handler, HandlerType: kt.HandlerConsumer, Version: version}
-			execSeed := func(p *script.Program, seed int64) *runExec {
-				r := run
-				reads := readsOf(s.trace)
-				reads.change = s.change
-				reads.byShape = true
-				return &runExec{e: e, ctx: ctx, wf: wf, prog: p, run: &r, tr: newTrace("unseen", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: frozenNow}
-			}
-			// Both versions get the same chance; the clock is the
-			// sample's (moved on a year in some).
-			exec := func(p *script.Program) *runExec { return execSeed(p, seedA) }
-			execOn := func(p *script.Program, other unseenSample) *runExec {
-				x := execSeed(p, seedA)
-				x.synth = other.events
-				return x
-			}
-			if s.producer {
-				if handler != failed.Handler {
-					continue
-				}
-				run.HandlerType = kt.HandlerProducer
-				o, n := exec(oldProg).producerOutput(states[handler]), exec(newProg).producerOutput(states[handler])
-				if o.err != nil && n.err == nil && s.failed {
-					rep.Unshown = append(rep.Unshown, clipText(n.out, 300)+" (the version in place fails on it: "+clipText(o.err.Error(), 200)+")")
-				}
-				if o.err != nil || n.err != nil {
-					continue // no evidence (the version in place fails: the bug)
-				}
-				rep.Samples++
-				if o.out == n.out {
-					rep.Agreed++
-					continue
-				}
-				if len(rep.Differences) < maxReplayDiffs {
-					rep.Differences = append(rep.Differences, Difference{RunID: s.runID, Handler: handler, What: s.name, Was: o.out, Would: n.out + " (it publishes or registers otherwise)"})
-				}
-				continue
-			}
-			if s.task {
-				if handler != failed.Handler {
-					continue
-				}
-				run.HandlerType = kt.HandlerTask
-				// An item script: what it brings in is judged (below); its
-				// write on an item not reached yet is compared with nothing
-				// the version in place does, which crashed before it.
-				o, n := exec(oldProg).taskFirstWrite(states[handler]), exec(newProg).taskFirstWrite(states[handler])
-				if s.change != nil && o.err == nil && n.err == nil {
-					// Both reached a first new write on the same unseen
-					// items: it must be the same.
-					rep.Samples++
-					if why := sameCall(o, n); why != "" {
-						if len(rep.Differences) < maxReplayDiffs {
-							rep.Differences = append(rep.Differences, Difference{RunID: s.runID, Handler: handler, What: s.name, Was: describeCall(o), Would: describeCall(n) + " (" + why + ")"})
-						}
-					} else if n.call != nil {
-						rep.Agreed++
-					}
-				}
-				if n.call != nil {
-					was := "writes " + describeCall(o)
-					if o.err != nil {
-						was = "fails (" + clipText(o.err.Error(), 120) + ")"
-					} else if o.call == nil {
-						was = "makes no write"
-					}
-					news = append(news, newWrite{s: s, shape: targetShape(targetOf(n.m, n.call.Tool, n.call.Args), nil), hdrs: headerNames(n.call.Args), was: was, now: describeCall(n)})
-				}
-				continue
-			}
-			o := exec(oldProg).runSample(states[handler])
-			n := exec(newProg).runSample(states[handler])
-			rep.Samples++
-			if n.err == nil && n.call != nil && chanceRuns < maxChanceRuns {
-				// Another chance: a write that changes with it depends on
-				// chance, unless the version in place's does too.
-				chanceRuns++
-				n2 := execSeed(newProg, seedB).runSample(states[handler])
-				if why := sameCall(n, n2); n2.err == nil && why != "" {
-					o2 := execSeed(oldProg, seedB).runSample(states[handler])
-					if o.err != nil || o2.err != nil || sameCall(o, o2) == "" {
-						chancy = append(chancy, fmt.Sprintf("a write that depends on chance (on %s, with two sequences of Math.random and ctx.random it writes %s, then %s)", s.name, describeCall(n), describeCall(n2)))
-					}
-				}
-			}
-			if s.failed && o.err != nil && n.err == nil && n.call != nil && failedCompleted != nil {
-				// The version in place fails on the failed run's inputs (the
-				// bug): once completed it writes for them, and the repair's
-				// write must have that target and identity (its payload may
-				// carry the fix: a default where a field was missing).
-				cs := s
-				cs.events = failedCompleted
-				oc := execOn(oldProg, cs).runSample(states[handler])
-				if oc.err == nil && oc.call != nil {
-					if why := sameTargetAndIdentity(oc, n); why != "" && len(rep.Differences) < maxReplayDiffs {
-						rep.Differences = append(rep.Differences, Difference{RunID: s.runID, Handler: handler, What: s.name,
-							Was: describeCall(oc) + " (once the fields it lacks are filled)", Would: describeCall(n) + " (" + why + ")"})
-					}
-				}
-			}
-			if o.err != nil && n.err == nil && n.prepared != nil {
-				// The version in place fails here (the bug): its mutate
-				// runs on what the proposed prepare chose, as far as it goes.
-				if om := exec(oldProg).runMutate(n.prepared); om.err == nil {
-					o = om
-				}
-			}
+		}
+		if why == "" {
 			if n.call != nil {
-				t := targetOf(n.m, n.call.Tool, n.call.Args)
-				was := "writes " + describeCall(o)
-				if o.call == nil {
-					was = "makes no write"
-				}
-				if o.err != nil {
-					was = "fails (" + clipText(o.err.Error(), 120) + ")"
-				}
-				news = append(news, newWrite{s: s, shape: targetShape(t, s.events), hdrs: headerNames(n.call.Args), was: was, now: describeCall(n)})
+				c.rep.Agreed++
 			}
-			if o.call != nil {
-				oldShapes[targetShape(targetOf(o.m, o.call.Tool, o.call.Args), s.events)] = true
-				for _, h := range headerNames(o.call.Args) {
-					oldHeaders[strings.ToLower(h)] = true
-				}
-			}
-			d := Difference{RunID: s.runID, Handler: handler, What: s.name}
-			switch {
-			case o.err != nil && n.err != nil:
-				continue // neither gives evidence
-			case o.err != nil:
-				if n.call != nil && s.failed {
-					rep.Unshown = append(rep.Unshown, describeCall(n)+" (the version in place fails on it: "+clipText(o.err.Error(), 200)+")")
-				}
-				continue
-			case n.err != nil:
-				d.Was, d.Would = describeCall(o), "failing: "+clipText(n.err.Error(), 300)
-			default:
-				why := sameCall(o, n)
-				if why == "" && o.prepared != nil && n.prepared != nil {
-					// The same write on other events consumes them: a
-					// repair that selects more drops what it does not write.
-					if a, b := selectionOf(o.prepared), selectionOf(n.prepared); a != b {
-						why = "it selects " + b + " where version " + v.Label() + " selects " + a
-					}
-				}
-				if why == "" {
-					if n.call != nil {
-						rep.Agreed++
-					}
-					continue
-				}
-				d.Was, d.Would = describeCall(o), describeCall(n)+" ("+why+")"
-			}
-			if len(rep.Differences) < maxReplayDiffs {
-				rep.Differences = append(rep.Differences, d)
-			}
+			return
 		}
+		d.Was, d.Would = describeCall(o), describeCall(n)+" ("+why+")"
 	}
+	c.differ(d)
+}
+
+// bringIn reports what the proposed version's writes (src) use that the
+// version in place never did: a target shape, a header, the time or
+// chance.
+func (c *unseenComparison) bringIn(src string) {
 	brought := map[string]bool{}
 	bring := func(what string, w newWrite) {
 		if !brought[what] {
 			brought[what] = true
-			rep.BroughtIn = append(rep.BroughtIn, fmt.Sprintf("%s (on %s: version %s %s | this repair would write %s)", what, w.s.name, v.Label(), w.was, w.now))
+			c.rep.BroughtIn = append(c.rep.BroughtIn, fmt.Sprintf("%s (on %s: version %s %s | this repair would write %s)", what, w.s.name, c.in.v.Label(), w.was, w.now))
 		}
 	}
-	for _, w := range news {
-		if !oldShapes[w.shape] {
+	for _, w := range c.news {
+		if !c.oldShapes[w.shape] {
 			bring("a target the version in place never writes to: "+w.shape, w)
 		}
 		for _, h := range w.hdrs {
-			if !oldHeaders[strings.ToLower(h)] {
+			if !c.oldHeaders[strings.ToLower(h)] {
 				bring("a header the version in place never sends: "+h, w)
 			}
 		}
 	}
-	rep.BroughtIn = append(rep.BroughtIn, newUnstable(v.Script, src)...)
-	if len(chancy) > 0 {
-		rep.BroughtIn = append(rep.BroughtIn, chancy[0])
+	c.rep.BroughtIn = append(c.rep.BroughtIn, newUnstable(c.in.v.Script, src)...)
+	if len(c.chancy) > 0 {
+		c.rep.BroughtIn = append(c.rep.BroughtIn, c.chancy[0])
 	}
-	return rep, nil
 }
 
 // runSample runs a consumer's prepare on the sample's events, and its
@@ -1180,10 +1337,17 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			out = append(out, vr)
 		}
 	}
-	// More events than any run had (a trigger on how many are pending),
-	// their messageIds and numbers past any seen: more than the largest
-	// peek can answer, so that every threshold on how many one peek
-	// returns is crossed.
+	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: manyMoreEvents(evs, seen)})
+	out = append(out, resizedVariants(evs)...)
+	out = append(out, fieldVariants(evs, seen)...)
+	return append(out, togetherVariants(evs, seen)...)
+}
+
+// manyMoreEvents are more events than any run had (a trigger on how many
+// are pending), their messageIds and numbers past any seen: more than the
+// largest peek can answer, so that every threshold on how many one peek
+// returns is crossed.
+func manyMoreEvents(evs []kt.Event, seen map[string]float64) []kt.Event {
 	many := append([]kt.Event(nil), evs...)
 	for i := 1; len(many) <= kt.MaxReadIDs; i++ {
 		for _, ev := range evs {
@@ -1208,9 +1372,14 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			many = append(many, c)
 		}
 	}
-	out = append(out, unseenVariant{name: eventNames(evs) + " among many more events", events: many})
-	// Lists longer than any seen and empty (a trigger on how many lines
-	// an order has), where the payloads hold a list.
+	return many
+}
+
+// resizedVariants are the events with their lists longer than any seen
+// and empty (a trigger on how many lines an order has), where the
+// payloads hold a list.
+func resizedVariants(evs []kt.Event) []unseenVariant {
+	var out []unseenVariant
 	for _, kind := range []string{"longer", "empty"} {
 		cp := make([]kt.Event, len(evs))
 		resizedAny := false
@@ -1228,6 +1397,12 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			out = append(out, unseenVariant{name: eventNames(evs) + " with every list " + kind, events: cp})
 		}
 	}
+	return out
+}
+
+// fieldVariants are the events with one field changed, field by field
+// (in the order of their paths) and kind by kind.
+func fieldVariants(evs []kt.Event, seen map[string]float64) []unseenVariant {
 	paths := map[string]any{}
 	for _, ev := range evs {
 		var v any
@@ -1240,47 +1415,14 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 		names = append(names, p)
 	}
 	sort.Strings(names)
-	remake := func(change func(string, any) (any, bool), suffix string, later int64) []kt.Event {
-		cp := make([]kt.Event, len(evs))
-		for i, ev := range evs {
-			cp[i] = ev
-			var v any
-			var swaps [][2]string
-			if json.Unmarshal(ev.Payload, &v) == nil {
-				b, _ := json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
-					n, ok := change(at, leaf)
-					if ok {
-						swaps = append(swaps, [2]string{scalarText(leaf), scalarText(n)})
-					}
-					return n, ok
-				}))
-				cp[i].Payload = b
-			}
-			// The messageId says what the payload says, as a real event's
-			// does (job-4 for id 4): an input keep made is not told from
-			// a real one by a messageId that disagrees with its payload.
-			for _, sw := range swaps {
-				if sw[0] != "" && sw[0] != sw[1] {
-					cp[i].MessageID = replaceToken(cp[i].MessageID, sw[0], sw[1])
-				}
-			}
-			if suffix != "" && cp[i].MessageID == ev.MessageID {
-				cp[i].MessageID += suffix
-			}
-			if suffix != "" {
-				cp[i].Attempt++ // an event tried again
-			}
-			cp[i].CreatedAt += later
-		}
-		return cp
-	}
+	var out []unseenVariant
 	for _, p := range names {
 		for _, kind := range variantKinds {
 			if _, ok := changedLeaf(kind, p, paths[p], seen); !ok {
 				continue
 			}
 			path, k := p, kind
-			out = append(out, unseenVariant{name: fmt.Sprintf("%s with %s %s", eventNames(evs), path, kindWords[k]), events: remake(func(at string, leaf any) (any, bool) {
+			out = append(out, unseenVariant{name: fmt.Sprintf("%s with %s %s", eventNames(evs), path, kindWords[k]), events: remade(evs, func(at string, leaf any) (any, bool) {
 				if at != path {
 					return nil, false
 				}
@@ -1288,24 +1430,29 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			}, "", 0)})
 		}
 	}
+	return out
+}
+
+// togetherVariants are the events with every field changed at once: a
+// year on; with unusual values together (a big order from a customer
+// with an e-mail address: a trigger on two fields at once); and the
+// events as they are, a year on.
+func togetherVariants(evs []kt.Event, seen map[string]float64) []unseenVariant {
 	year := 400 * dayMs
-	out = append(out, unseenVariant{name: eventNames(evs) + " with every field changed, a year on", shift: year, events: remake(func(at string, leaf any) (any, bool) {
+	out := []unseenVariant{{name: eventNames(evs) + " with every field changed, a year on", shift: year, events: remade(evs, func(at string, leaf any) (any, bool) {
 		for _, k := range []string{"past", "later", "other"} {
 			if n, ok := changedLeaf(k, at, leaf, seen); ok {
 				return n, true
 			}
 		}
 		return nil, false
-	}, "-"+unseenWord, year)})
-	// Unusual values together (a big order from a customer with an
-	// e-mail address: a trigger on two fields at once).
+	}, "-"+unseenWord, year)}}
 	for _, group := range [][]string{{"huge", "wide", "later", "flip"}, {"below", "long"}, {"fraction", "wide"}} {
-		group := group
 		var words []string
 		for _, k := range group {
 			words = append(words, kindWords[k])
 		}
-		out = append(out, unseenVariant{name: eventNames(evs) + " with every field at once " + strings.Join(words, " or "), events: remake(func(at string, leaf any) (any, bool) {
+		out = append(out, unseenVariant{name: eventNames(evs) + " with every field at once " + strings.Join(words, " or "), events: remade(evs, func(at string, leaf any) (any, bool) {
 			for _, k := range group {
 				if n, ok := changedLeaf(k, at, leaf, seen); ok {
 					return n, true
@@ -1314,8 +1461,45 @@ func variantsOf(evs []kt.Event, seen map[string]float64, others map[string]any) 
 			return nil, false
 		}, "", 0)})
 	}
-	out = append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remake(func(string, any) (any, bool) { return nil, false }, "", year)})
-	return out
+	return append(out, unseenVariant{name: eventNames(evs) + " a year on", shift: year, events: remade(evs, func(string, any) (any, bool) { return nil, false }, "", year)})
+}
+
+// remade is evs with change applied to every leaf of their payloads, the
+// messageIds agreeing, and, with a suffix, each an event tried again
+// (the suffix on a messageId the change left as it was); created later.
+func remade(evs []kt.Event, change func(string, any) (any, bool), suffix string, later int64) []kt.Event {
+	cp := make([]kt.Event, len(evs))
+	for i, ev := range evs {
+		cp[i] = ev
+		var v any
+		var swaps [][2]string
+		if json.Unmarshal(ev.Payload, &v) == nil {
+			b, _ := json.Marshal(mapLeaves(v, "", func(at string, leaf any) (any, bool) {
+				n, ok := change(at, leaf)
+				if ok {
+					swaps = append(swaps, [2]string{scalarText(leaf), scalarText(n)})
+				}
+				return n, ok
+			}))
+			cp[i].Payload = b
+		}
+		// The messageId says what the payload says, as a real event's
+		// does (job-4 for id 4): an input keep made is not told from
+		// a real one by a messageId that disagrees with its payload.
+		for _, sw := range swaps {
+			if sw[0] != "" && sw[0] != sw[1] {
+				cp[i].MessageID = replaceToken(cp[i].MessageID, sw[0], sw[1])
+			}
+		}
+		if suffix != "" && cp[i].MessageID == ev.MessageID {
+			cp[i].MessageID += suffix
+		}
+		if suffix != "" {
+			cp[i].Attempt++ // an event tried again
+		}
+		cp[i].CreatedAt += later
+	}
+	return cp
 }
 
 // completedEvents gives each event's payload the top-level fields of

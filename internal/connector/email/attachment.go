@@ -77,25 +77,43 @@ func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Re
 		limit = int64(f)
 	}
 	ref, _ := parseRef(str(a["ref"]))
-	folder := ref.folder
 	cl, err := c.dialIMAP(ctx)
 	if err != nil {
 		return connector.Result{Err: asKt(err)}
 	}
 	defer cl.Close()
+	at, kerr := findAttachment(cl, ref, str(a["ref"]))
+	if kerr != nil {
+		return connector.Result{Err: kerr}
+	}
+	b64, n, kerr := readAttachment(cl, ref, at, limit)
+	if kerr != nil {
+		return connector.Result{Err: kerr}
+	}
+	if n > limit {
+		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.attachment: %q (%s) is about %d bytes, over max %d: check an attachment's size (email.search gives it) before reading it, or ask for up to %d", at.name, at.mediaType, at.size, limit, MaxAttachment)}
+	}
+	return connector.Result{Value: map[string]any{"name": at.name, "type": at.mediaType, "size": n, "base64": b64}}
+}
+
+// findAttachment finds the attachment ref (refText as the script gave it)
+// names: in its folder, still the one the search read (UIDVALIDITY), its
+// message still there.
+func findAttachment(cl *imapclient.Client, ref attachmentRef, refText string) (*attachmentInfo, *kt.Error) {
+	folder := ref.folder
 	sel, err := cl.Select(folder, &imap.SelectOptions{ReadOnly: true}).Wait()
 	if err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.attachment: folder %q: %v", folder, err)}
+		return nil, kt.Errorf(kt.ClassLogic, "email.attachment: folder %q: %v", folder, err)
 	}
 	if sel.UIDValidity != ref.validity {
-		return connector.Result{Err: kt.Errorf(kt.ClassPrecondition, "email.attachment: the folder %q was rebuilt since the search that gave ref %s (its UIDVALIDITY is %d now): search again and use the new ref", folder, str(a["ref"]), sel.UIDValidity)}
+		return nil, kt.Errorf(kt.ClassPrecondition, "email.attachment: the folder %q was rebuilt since the search that gave ref %s (its UIDVALIDITY is %d now): search again and use the new ref", folder, refText, sel.UIDValidity)
 	}
 	msgs, err := fetchStructure(cl, []imap.UID{ref.uid})
 	if err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.attachment in %s: %v", folder, err)}
+		return nil, kt.Errorf(kt.ClassTransient, "email.attachment in %s: %v", folder, err)
 	}
 	if len(msgs) == 0 {
-		return connector.Result{Err: kt.Errorf(kt.ClassPrecondition, "email.attachment: folder %q no longer holds the message of ref %s (deleted or moved)", folder, str(a["ref"]))}
+		return nil, kt.Errorf(kt.ClassPrecondition, "email.attachment: folder %q no longer holds the message of ref %s (deleted or moved)", folder, refText)
 	}
 	var at *attachmentInfo
 	for i := range msgs[0].attachments {
@@ -104,8 +122,16 @@ func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Re
 		}
 	}
 	if at == nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.attachment: the message of ref %s has no attachment %s", str(a["ref"]), partName(ref.part))}
+		return nil, kt.Errorf(kt.ClassLogic, "email.attachment: the message of ref %s has no attachment %s", refText, partName(ref.part))
 	}
+	return at, nil
+}
+
+// readAttachment fetches the attachment's part, at most as far as limit
+// decoded bytes can take, decoded as it arrives, and returns it in
+// base64 and its decoded size (over limit: it did not fit).
+func readAttachment(cl *imapclient.Client, ref attachmentRef, at *attachmentInfo, limit int64) (string, int64, *kt.Error) {
+	folder := ref.folder
 	encoding := strings.ToLower(at.encoding)
 	// The most raw bytes max decoded bytes take (base64: 4 for 3, and a
 	// line break every 76); a larger part is over max whatever it holds.
@@ -135,24 +161,22 @@ func (c *conn) attachment(ctx context.Context, call connector.Call) connector.Re
 			out.Reset()
 			out.Grow(int(min(at.size, limit)+2) / 3 * 4)
 			enc := base64.NewEncoder(base64.StdEncoding, &out)
+			var err error
 			n, err = io.Copy(enc, io.LimitReader(r, limit+1))
 			enc.Close()
 			var corrupt base64.CorruptInputError
 			if errors.As(err, &corrupt) {
 				cmd.Close()
-				return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.attachment: %q (%s) is not valid base64 in the message (%v): its sender's mailer wrote it so", at.name, at.mediaType, err)}
+				return "", 0, kt.Errorf(kt.ClassLogic, "email.attachment: %q (%s) is not valid base64 in the message (%v): its sender's mailer wrote it so", at.name, at.mediaType, err)
 			}
 			if err != nil {
 				cmd.Close()
-				return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.attachment in %s: read the part: %v", folder, err)}
+				return "", 0, kt.Errorf(kt.ClassTransient, "email.attachment in %s: read the part: %v", folder, err)
 			}
 		}
 	}
 	if err := cmd.Close(); err != nil {
-		return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.attachment in %s: %v", folder, err)}
+		return "", 0, kt.Errorf(kt.ClassTransient, "email.attachment in %s: %v", folder, err)
 	}
-	if n > limit {
-		return connector.Result{Err: kt.Errorf(kt.ClassLogic, "email.attachment: %q (%s) is about %d bytes, over max %d: check an attachment's size (email.search gives it) before reading it, or ask for up to %d", at.name, at.mediaType, at.size, limit, MaxAttachment)}
-	}
-	return connector.Result{Value: map[string]any{"name": at.name, "type": at.mediaType, "size": n, "base64": out.String()}}
+	return out.String(), n, nil
 }

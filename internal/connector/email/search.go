@@ -96,17 +96,7 @@ func (c *conn) search(ctx context.Context, call connector.Call) connector.Result
 			after = uid // else the folder was rebuilt: from the start again
 		}
 	}
-	crit := &imap.SearchCriteria{UID: []imap.UIDSet{{imap.UIDRange{Start: imap.UID(after + 1), Stop: 0}}}}
-	if f := str(a["from"]); f != "" {
-		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "From", Value: f})
-	}
-	if s := str(a["subject"]); s != "" {
-		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "Subject", Value: s})
-	}
-	if u, _ := a["unseen"].(bool); u {
-		crit.NotFlag = append(crit.NotFlag, imap.FlagSeen)
-	}
-	res, err := cl.UIDSearch(crit, nil).Wait()
+	res, err := cl.UIDSearch(searchCriteria(a, after), nil).Wait()
 	if err != nil {
 		return connector.Result{Err: kt.Errorf(kt.ClassTransient, "email.search in %s: %v", folder, err)}
 	}
@@ -151,6 +141,22 @@ func (c *conn) search(ctx context.Context, call connector.Call) connector.Result
 		}
 	}
 	return done(items, sel.UIDValidity, cursor, more)
+}
+
+// searchCriteria is what email.search's arguments a ask for, among the
+// messages after the cursor's UID.
+func searchCriteria(a map[string]any, after uint32) *imap.SearchCriteria {
+	crit := &imap.SearchCriteria{UID: []imap.UIDSet{{imap.UIDRange{Start: imap.UID(after + 1), Stop: 0}}}}
+	if f := str(a["from"]); f != "" {
+		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "From", Value: f})
+	}
+	if s := str(a["subject"]); s != "" {
+		crit.Header = append(crit.Header, imap.SearchCriteriaHeaderField{Key: "Subject", Value: s})
+	}
+	if u, _ := a["unseen"].(bool); u {
+		crit.NotFlag = append(crit.NotFlag, imap.FlagSeen)
+	}
+	return crit
 }
 
 func done(items []any, validity, cursor uint32, more bool) connector.Result {
@@ -331,13 +337,8 @@ func contentID(header []byte, size int64) string {
 // one FETCH per shape of message (the same parts), so a batch costs a
 // round trip or a few.
 func readTexts(cl *imapclient.Client, batch []*found) error {
-	type group struct {
-		uids       []imap.UID
-		text, html *imap.FetchItemBodySection
-		sizes      []*imap.FetchItemBinarySectionSize
-	}
 	binary := cl.Caps().Has(imap.CapBinary)
-	groups := map[string]*group{}
+	groups := map[string]*textGroup{}
 	var order []string
 	byUID := map[imap.UID]*found{}
 	for _, m := range batch {
@@ -356,7 +357,7 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 		key := partName(m.textPath) + "|" + partName(m.htmlPath) + "|" + strings.Join(parts, ",")
 		g := groups[key]
 		if g == nil {
-			g = &group{}
+			g = &textGroup{}
 			if m.text != nil {
 				g.text = textSection(m.textPath)
 			}
@@ -374,12 +375,14 @@ func readTexts(cl *imapclient.Client, batch []*found) error {
 	}
 	for _, key := range order {
 		g := groups[key]
-		err := fetchTexts(cl, g.uids, g.text, g.html, g.sizes, byUID)
+		err := fetchTexts(cl, *g, byUID)
 		if err != nil && len(g.sizes) > 0 {
 			// A server that cannot decode a part for its size (NO
 			// [UNKNOWN-CTE]) fails the whole FETCH: the sizes are then
 			// estimated, and one odd attachment stops no mailbox.
-			err = fetchTexts(cl, g.uids, g.text, g.html, nil, byUID)
+			noSizes := *g
+			noSizes.sizes = nil
+			err = fetchTexts(cl, noSizes, byUID)
 		}
 		if err != nil {
 			return err
@@ -398,17 +401,26 @@ func knownEncoding(enc string) bool {
 	return false
 }
 
-// fetchTexts is one FETCH of readTexts: the text and HTML sections and the
-// attachments' sizes of messages of one shape.
-func fetchTexts(cl *imapclient.Client, uids []imap.UID, text, html *imap.FetchItemBodySection, sizes []*imap.FetchItemBinarySectionSize, byUID map[imap.UID]*found) error {
+// textGroup is the messages of one shape (the same parts) readTexts reads
+// with one FETCH, and the sections it asks for: text and HTML (nil for
+// none), and the attachments' sizes.
+type textGroup struct {
+	uids       []imap.UID
+	text, html *imap.FetchItemBodySection
+	sizes      []*imap.FetchItemBinarySectionSize
+}
 
-	opts := &imap.FetchOptions{UID: true, BinarySectionSize: sizes}
+// fetchTexts is one FETCH of readTexts: the text and HTML sections and the
+// attachments' sizes of the messages of g.
+func fetchTexts(cl *imapclient.Client, g textGroup, byUID map[imap.UID]*found) error {
+	text, html := g.text, g.html
+	opts := &imap.FetchOptions{UID: true, BinarySectionSize: g.sizes}
 	for _, s := range []*imap.FetchItemBodySection{text, html} {
 		if s != nil {
 			opts.BodySection = append(opts.BodySection, s)
 		}
 	}
-	cmd := cl.Fetch(imap.UIDSetNum(uids...), opts)
+	cmd := cl.Fetch(imap.UIDSetNum(g.uids...), opts)
 	return eachFetched(cmd, func(buf *imapclient.FetchMessageBuffer) {
 		m := byUID[buf.UID]
 		if m == nil {

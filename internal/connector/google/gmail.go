@@ -311,25 +311,7 @@ func poll(ctx context.Context, svc *gmail.Service, query string, cur searchCurso
 // when every record was. Gmail's history cannot search, so with a query
 // the messages read are matched by one search from the oldest one's date.
 func added(ctx context.Context, svc *gmail.Service, query string, from uint64, max int) ([]*gmail.Message, searchCursor, error) {
-	type record struct {
-		id  uint64
-		ids []string
-	}
-	var records []record
-	var current uint64
-	err := svc.Users.History.List("me").StartHistoryId(from).HistoryTypes("messageAdded").MaxResults(500).Pages(ctx, func(p *gmail.ListHistoryResponse) error {
-		for _, h := range p.History {
-			r := record{id: h.Id}
-			for _, a := range h.MessagesAdded {
-				if a.Message != nil {
-					r.ids = append(r.ids, a.Message.Id)
-				}
-			}
-			records = append(records, r)
-		}
-		current = p.HistoryId
-		return nil
-	})
+	records, current, err := historyAdded(ctx, svc, from)
 	if err != nil {
 		return nil, searchCursor{history: from}, err
 	}
@@ -362,27 +344,11 @@ func added(ctx context.Context, svc *gmail.Service, query string, from uint64, m
 			}
 		}
 	}
-	matches := func(m *gmail.Message) bool {
-		for _, l := range m.LabelIds {
-			if l == "SPAM" || l == "TRASH" {
-				return false // as a search without in:spam or in:trash
-			}
-		}
-		return true
-	}
+	matches := notSpamOrTrash
 	if query != "" && len(order) > 0 {
-		hits := map[string]bool{}
-		q := strings.TrimSpace(query + " after:" + strconv.FormatInt(oldest/1000-1, 10))
-		err := svc.Users.Messages.List("me").Q(q).MaxResults(500).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
-			for _, m := range p.Messages {
-				hits[m.Id] = true
-			}
-			return nil
-		})
-		if err != nil {
+		if matches, err = searchedSince(ctx, svc, query, oldest); err != nil {
 			return nil, searchCursor{history: from}, err
 		}
-		matches = func(m *gmail.Message) bool { return hits[m.Id] }
 	}
 	var found []*gmail.Message
 	for _, id := range order {
@@ -391,6 +357,63 @@ func added(ctx context.Context, svc *gmail.Service, query string, from uint64, m
 		}
 	}
 	return found, next, nil
+}
+
+// historyRecord is one record of Gmail's history: its id, and the ids of
+// the messages it added.
+type historyRecord struct {
+	id  uint64
+	ids []string
+}
+
+// historyAdded reads the mailbox's history of messages added after
+// history id from, and its current history id.
+func historyAdded(ctx context.Context, svc *gmail.Service, from uint64) ([]historyRecord, uint64, error) {
+	var records []historyRecord
+	var current uint64
+	err := svc.Users.History.List("me").StartHistoryId(from).HistoryTypes("messageAdded").MaxResults(500).Pages(ctx, func(p *gmail.ListHistoryResponse) error {
+		for _, h := range p.History {
+			r := historyRecord{id: h.Id}
+			for _, a := range h.MessagesAdded {
+				if a.Message != nil {
+					r.ids = append(r.ids, a.Message.Id)
+				}
+			}
+			records = append(records, r)
+		}
+		current = p.HistoryId
+		return nil
+	})
+	return records, current, err
+}
+
+// notSpamOrTrash matches a message as a search without in:spam or
+// in:trash does.
+func notSpamOrTrash(m *gmail.Message) bool {
+	for _, l := range m.LabelIds {
+		if l == "SPAM" || l == "TRASH" {
+			return false
+		}
+	}
+	return true
+}
+
+// searchedSince matches the messages that query finds, searched from the
+// date of the oldest (ms) on: one search for the messages the history
+// gave, which it cannot search.
+func searchedSince(ctx context.Context, svc *gmail.Service, query string, oldest int64) (func(*gmail.Message) bool, error) {
+	hits := map[string]bool{}
+	q := strings.TrimSpace(query + " after:" + strconv.FormatInt(oldest/1000-1, 10))
+	err := svc.Users.Messages.List("me").Q(q).MaxResults(500).Pages(ctx, func(p *gmail.ListMessagesResponse) error {
+		for _, m := range p.Messages {
+			hits[m.Id] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(m *gmail.Message) bool { return hits[m.Id] }, nil
 }
 
 // oldestAfter returns, oldest first, the max oldest messages matching q

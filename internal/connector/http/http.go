@@ -207,7 +207,18 @@ func validate(a map[string]any) error {
 	return nil
 }
 
-func (c *client) build(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (*nethttp.Request, error) {
+// outgoing is one request as a call makes it: the call's arguments (the
+// body, headers, timeout), the method, the URL with its secrets filled
+// in, and the idempotency key a write carries ("" for none).
+type outgoing struct {
+	args    map[string]any
+	method  string
+	url     string
+	idemKey string
+}
+
+func (c *client) build(ctx context.Context, o outgoing) (*nethttp.Request, error) {
+	a, idemKey := o.args, o.idemKey
 	var body io.Reader
 	contentType := ""
 	if j, ok := a["json"]; ok {
@@ -219,7 +230,7 @@ func (c *client) build(ctx context.Context, a map[string]any, method, rawURL, id
 	} else if s, ok := a["body"].(string); ok {
 		body = strings.NewReader(s)
 	}
-	req, err := nethttp.NewRequestWithContext(ctx, method, rawURL, body)
+	req, err := nethttp.NewRequestWithContext(ctx, o.method, o.url, body)
 	if err != nil {
 		return nil, err
 	}
@@ -267,13 +278,13 @@ func responseValue(resp *nethttp.Response, body []byte) map[string]any {
 // of the request may have reached the server (always, once an answer
 // came): an error before that is a definite failure; after it the server
 // may have applied the write.
-func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (resp *nethttp.Response, body []byte, sent bool, err error) {
-	ctx, cancel := timeoutOf(ctx, a)
+func (c *client) do(ctx context.Context, o outgoing) (resp *nethttp.Response, body []byte, sent bool, err error) {
+	ctx, cancel := timeoutOf(ctx, o.args)
 	defer cancel()
-	if method == "GET" || method == "HEAD" {
-		resp, sent, err = c.send(ctx, c.reads, a, method, rawURL, idemKey)
+	if o.method == "GET" || o.method == "HEAD" {
+		resp, sent, err = c.send(ctx, c.reads, o)
 	} else {
-		resp, sent, err = c.write(ctx, a, method, rawURL, idemKey)
+		resp, sent, err = c.write(ctx, o)
 	}
 	if err != nil {
 		return nil, nil, sent, err
@@ -294,31 +305,31 @@ func (c *client) do(ctx context.Context, a map[string]any, method, rawURL, idemK
 // server closed it while idle), the write goes once more, on a new
 // connection: the server cannot have seen it. Any later failure is
 // returned as it is, for the ledger to treat as an unknown outcome.
-func (c *client) write(ctx context.Context, a map[string]any, method, rawURL, idemKey string) (*nethttp.Response, bool, error) {
+func (c *client) write(ctx context.Context, o outgoing) (*nethttp.Response, bool, error) {
 	hc := c.writes
-	if _, hasBody := a["json"]; !hasBody && str(a["body"]) == "" {
+	if _, hasBody := o.args["json"]; !hasBody && str(o.args["body"]) == "" {
 		hc = c.fresh
 	}
-	resp, sent, reused, err := c.sendTraced(ctx, hc, a, method, rawURL, idemKey)
+	resp, sent, reused, err := c.sendTraced(ctx, hc, o)
 	if err == nil || sent || !reused || ctx.Err() != nil {
 		return resp, sent, err
 	}
-	resp, sent, _, err = c.sendTraced(ctx, c.fresh, a, method, rawURL, idemKey)
+	resp, sent, _, err = c.sendTraced(ctx, c.fresh, o)
 	return resp, sent, err
 }
 
 // send sends a read, which may go again whatever happened.
-func (c *client) send(ctx context.Context, hc *nethttp.Client, a map[string]any, method, rawURL, idemKey string) (*nethttp.Response, bool, error) {
-	resp, sent, _, err := c.sendTraced(ctx, hc, a, method, rawURL, idemKey)
+func (c *client) send(ctx context.Context, hc *nethttp.Client, o outgoing) (*nethttp.Response, bool, error) {
+	resp, sent, _, err := c.sendTraced(ctx, hc, o)
 	return resp, sent, err
 }
 
 // sendTraced sends one request and says, from httptrace and the bytes its
 // connection sent, whether it may have reached the server and whether it
 // went on a reused connection.
-func (c *client) sendTraced(ctx context.Context, hc *nethttp.Client, a map[string]any, method, rawURL, idemKey string) (resp *nethttp.Response, sent, reused bool, err error) {
+func (c *client) sendTraced(ctx context.Context, hc *nethttp.Client, o outgoing) (resp *nethttp.Response, sent, reused bool, err error) {
 	at := &attempt{}
-	req, err := c.build(httptrace.WithClientTrace(ctx, at.trace()), a, method, rawURL, idemKey)
+	req, err := c.build(httptrace.WithClientTrace(ctx, at.trace()), o)
 	if err != nil {
 		return nil, false, false, err
 	}
@@ -498,7 +509,7 @@ func (c *client) request(ctx context.Context, call connector.Call) connector.Res
 	if !read {
 		key = call.IdempotencyKey
 	}
-	resp, body, sent, err := c.do(ctx, a, method, u, key)
+	resp, body, sent, err := c.do(ctx, outgoing{args: a, method: method, url: u, idemKey: key})
 	if r, refused := netguard.Refused(err); refused {
 		// Nothing was sent, and trying again cannot help: a person decides
 		// whether this address is meant to be reached (the card says how).
@@ -581,7 +592,7 @@ func (c *client) reconcile(ctx context.Context, call connector.Call) (connector.
 	if t, ok := call.Args["timeoutMs"]; ok {
 		args["timeoutMs"] = t
 	}
-	resp, body, _, err := c.do(ctx, args, method, sent, "")
+	resp, body, _, err := c.do(ctx, outgoing{args: args, method: method, url: sent})
 	if r, refused := netguard.Refused(err); refused {
 		return connector.ReconcileRetry, nil, fmt.Errorf("reconcile probe %s %s was not sent: %v", method, redactURL(u), r)
 	}

@@ -123,8 +123,17 @@ const (
 	pagingTTL  = time.Hour
 )
 
-func historyKey(channel, after string, limit int) string {
-	return channel + "\x00" + after + "\x00" + strconv.Itoa(limit)
+// historyQuery is what a slack.history call reads: the messages of the
+// channel (its id) later than after (a message's ts; "" for the latest),
+// at most limit.
+type historyQuery struct {
+	channel, after string
+	limit          int
+}
+
+// key is the query's, under which a failed attempt's paging is kept.
+func (q historyQuery) key() string {
+	return q.channel + "\x00" + q.after + "\x00" + strconv.Itoa(q.limit)
 }
 
 // resume takes the paging kept for key, if any and not stale.
@@ -294,8 +303,9 @@ func (c *conn) history(ctx context.Context, call connector.Call) connector.Resul
 	if f, ok := a["limit"].(float64); ok {
 		limit = int(f)
 	}
-	key := historyKey(id, str(a["after"]), limit)
-	msgs, stopped, err := readHistory(ctx, api, id, str(a["after"]), limit, c.resume(key))
+	q := historyQuery{channel: id, after: str(a["after"]), limit: limit}
+	key := q.key()
+	msgs, stopped, err := readHistory(ctx, api, q, c.resume(key))
 	if err != nil {
 		kerr := c.classify(ctx, what, false, w, err).Err
 		if stopped != nil {
@@ -328,7 +338,8 @@ func (c *conn) history(ctx context.Context, call connector.Call) connector.Resul
 // limit messages. It goes on from a paging a failed attempt kept (from),
 // and when a page fails after others were read it returns where it
 // stopped (progressed: this attempt read a page), for the retry.
-func readHistory(ctx context.Context, api *slack.Client, id, after string, limit int, from *paging) ([]slack.Message, *stopped, error) {
+func readHistory(ctx context.Context, api *slack.Client, q historyQuery, from *paging) ([]slack.Message, *stopped, error) {
+	id, after, limit := q.channel, q.after, q.limit
 	params := &slack.GetConversationHistoryParameters{ChannelID: id, Oldest: after, Limit: min(limit, 200)}
 	var msgs []slack.Message
 	if from != nil {

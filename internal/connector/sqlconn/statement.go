@@ -305,33 +305,9 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 			res = connector.Result{Outcome: connector.OutcomeApplied, Value: withFlag(r, "replayed")}
 			return
 		}
-		if err := tx.guard(); err != nil {
-			res = failed(err)
-			return
-		}
-		before, err := tx.markers()
+		n, rows, err := runGuarded(tx, str(a["sql"]), bind(a))
 		if err != nil {
 			res = failed(err)
-			return
-		}
-		n, rows, err := tx.run(str(a["sql"]), bind(a))
-		if err != nil {
-			res = failed(err)
-			return
-		}
-		// Asked again: a statement that installed an extension, or granted
-		// its role more, is rolled back.
-		if err := tx.guard(); err != nil {
-			res = failed(err)
-			return
-		}
-		after, err := tx.markers()
-		if err != nil {
-			res = failed(err)
-			return
-		}
-		if after != before {
-			res = failed(refusal{markersTouch})
 			return
 		}
 		result := map[string]any{"rowsAffected": n}
@@ -361,6 +337,36 @@ func (c *Conn) exec(ctx context.Context, call connector.Call) connector.Result {
 		return failed(err)
 	}
 	return res
+}
+
+// runGuarded runs the statement q between two checks: of the session
+// (guard) and of keep's markers. A statement that installed an extension,
+// granted its role more, or touched the markers is refused, and the
+// caller rolls it back.
+func runGuarded(tx execTx, q string, args []any) (n int64, rows []any, err error) {
+	if err := tx.guard(); err != nil {
+		return 0, nil, err
+	}
+	before, err := tx.markers()
+	if err != nil {
+		return 0, nil, err
+	}
+	if n, rows, err = tx.run(q, args); err != nil {
+		return 0, nil, err
+	}
+	// Asked again: a statement that installed an extension, or granted
+	// its role more, is rolled back.
+	if err := tx.guard(); err != nil {
+		return 0, nil, err
+	}
+	after, err := tx.markers()
+	if err != nil {
+		return 0, nil, err
+	}
+	if after != before {
+		return 0, nil, refusal{markersTouch}
+	}
+	return n, rows, nil
 }
 
 // commitFailed says what an error from COMMIT means. An error the database

@@ -67,15 +67,15 @@ func Copy(ctx context.Context, from, to store.Store) (Counts, error) {
 	// destination's nodes need the same secret key (KEEP_SECRET_KEY). The
 	// notices already sent go too, so no person is told again.
 	var err error
-	if c.Connections, err = copyAll(ctx, from, to, "connections", store.Tx.ConnectionList, store.Tx.ConnectionPut); err != nil {
+	if c.Connections, err = copyAll(ctx, from, to, asIs[kt.Connection]{"connections", store.Tx.ConnectionList, store.Tx.ConnectionPut}); err != nil {
 		return c, err
 	}
-	if c.Secrets, err = copyAll(ctx, from, to, "secrets", store.Tx.SecretList, store.Tx.SecretPut); err != nil {
+	if c.Secrets, err = copyAll(ctx, from, to, asIs[kt.Secret]{"secrets", store.Tx.SecretList, store.Tx.SecretPut}); err != nil {
 		return c, err
 	}
-	c.Notices, err = copyAll(ctx, from, to, "notices", store.Tx.NoticeList, func(tx store.Tx, n store.Notice) error {
+	c.Notices, err = copyAll(ctx, from, to, asIs[store.Notice]{"notices", store.Tx.NoticeList, func(tx store.Tx, n store.Notice) error {
 		return tx.NoticePut(n.Key, n.Channel, n.SentAt)
-	})
+	}})
 	return c, err
 }
 
@@ -92,9 +92,18 @@ func carryInstallation(ctx context.Context, from, to store.Store) error {
 	return to.Update(ctx, func(tx store.Tx) error { return tx.InstallationSet(id) })
 }
 
+// asIs is a kind of row copied as it is (copyAll): what it is called in
+// an error, how every row is listed, and how one is put.
+type asIs[T any] struct {
+	what string
+	list func(store.Tx) ([]T, error)
+	put  func(store.Tx, T) error
+}
+
 // copyAll copies every row a list reads into the other store, in one
 // transaction.
-func copyAll[T any](ctx context.Context, from, to store.Store, what string, list func(store.Tx) ([]T, error), put func(store.Tx, T) error) (int, error) {
+func copyAll[T any](ctx context.Context, from, to store.Store, kind asIs[T]) (int, error) {
+	what, list, put := kind.what, kind.list, kind.put
 	var rows []T
 	if err := from.View(ctx, func(tx store.Tx) error {
 		var err error
