@@ -56,6 +56,10 @@ func TestTheWorkflowDrawnItsActivityAndTheSafeChoiceFirst(t *testing.T) {
 			Status: kt.StatusSkipped, CreatedAt: hour - 7*h + 10*60000, UpdatedAt: hour - 7*h + 40*60000, FinishedAt: hour - 7*h + 40*60000}); err != nil {
 			return err
 		}
+		// The wait as keep records it when a person acts (engine.noteWait).
+		if err := tx.BlockedSpanAdd("orders", store.BlockedSpan{RunID: "past-blocked", Handler: "c", From: hour - 7*h + 10*60000, To: hour - 7*h + 40*60000}); err != nil {
+			return err
+		}
 		return tx.DecisionAdd(kt.Decision{Workflow: "orders", RunID: "past-blocked", Action: "skip", By: "alice", Detail: "skipped", At: hour - 7*h + 40*60000})
 	}); err != nil {
 		t.Fatal(err)

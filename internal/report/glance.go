@@ -292,9 +292,7 @@ func Activity(ctx context.Context, st store.Store, wf string, hours int, now tim
 			return noWorkflow(wf, err)
 		}
 		var err error
-		// A run blocked before the range and still blocked in it counts
-		// too: the range of its start reaches back a week more.
-		t, err = tx.Tally(wf, start-7*24*hourMs, end)
+		t, err = tx.Tally(wf, start, end)
 		return err
 	})
 	if err != nil {

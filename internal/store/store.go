@@ -338,9 +338,9 @@ type HourTally struct {
 	Writes []WriteTally
 	// Inputs counts the inputs registered in each hour.
 	Inputs []HourCount
-	// Blocked are the runs of the range a person had to act on (one is
-	// blocked now, or a person decided on it): from their start to their
-	// end (To 0: still blocked).
+	// Blocked are the waits for a person that overlap the range: from
+	// when the run began to wait to when a person acted or the run ended
+	// (To 0: it waits still).
 	Blocked []BlockedSpan
 }
 
@@ -366,7 +366,7 @@ type HourCount struct {
 	N    int
 }
 
-// BlockedSpan is a run that waited for a person.
+// BlockedSpan is a time a run waited for a person.
 type BlockedSpan struct {
 	RunID, Handler string
 	From, To       int64
@@ -440,6 +440,9 @@ type Tx interface {
 	// per hour: each count one indexed range of its table, never its whole
 	// history.
 	Tally(workflow string, from, to int64) (HourTally, error)
+	// BlockedSpanAdd records that a run of workflow waited for a person
+	// from b.From to b.To (issue 42: time blocked, exact).
+	BlockedSpanAdd(workflow string, b BlockedSpan) error
 
 	InputGet(id string) (kt.Input, error)
 	InputGetByKey(workflow, key string) (kt.Input, error)

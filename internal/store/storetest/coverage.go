@@ -213,6 +213,11 @@ func (r recordingTx) Tally(workflow string, from, to int64) (store.HourTally, er
 	return r.tx.Tally(workflow, from, to)
 }
 
+func (r recordingTx) BlockedSpanAdd(workflow string, b store.BlockedSpan) error {
+	r.c.note("BlockedSpanAdd")
+	return r.tx.BlockedSpanAdd(workflow, b)
+}
+
 func (r recordingTx) TopicCounts(workflow string) ([]store.TopicCount, error) {
 	r.c.note("TopicCounts")
 	return r.tx.TopicCounts(workflow)
