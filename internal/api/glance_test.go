@@ -148,9 +148,14 @@ func TestTheWorkflowDrawnItsActivityAndTheSafeChoiceFirst(t *testing.T) {
 	edges := map[string]bool{}
 	for _, x := range g["edges"].([]any) {
 		m := x.(map[string]any)
-		edges[m["from"].(string)+" → "+m["to"].(string)] = true
+		e := m["from"].(string) + " → " + m["to"].(string)
+		if k, _ := m["kind"].(string); k != "" {
+			e += " (" + k + ")"
+		}
+		edges[e] = true
 	}
-	for _, e := range []string{"producer:p → topic:order", "topic:order → consumer:c", "consumer:c → connector:http.request"} {
+	// The consumer's call is in its mutate: its write.
+	for _, e := range []string{"producer:p → topic:order", "topic:order → consumer:c", "consumer:c → connector:http.request (write)"} {
 		if !edges[e] {
 			t.Errorf("no edge %s in %v", e, edges)
 		}

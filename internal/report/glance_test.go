@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
@@ -98,4 +101,59 @@ func openRun(t *testing.T, st store.Store, wf string) kt.Run {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// The arrows to connectors are the writes (a mutate's calls) and, apart,
+// the reads (the other phases'): the issue draws "the connectors and
+// targets they write to". A producer's GET and a consumer's prepare GET
+// are reads; the consumer's mutate POST is its write, to its target.
+func TestGraphDrawsWritesApartFromReads(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	set, err := builtin.Build(&connector.Host{Config: config.Config{}, Guard: netguard.New([]string{"api.example.com"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { set.Close() })
+	eng := engine.New(engine.Options{Store: st, Registry: set.Registry(t.TempDir()), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	src := `export default Keep.workflow({ name: "orders", topics: { job: {} },
+  producers: { p: { publishes: ["job"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    await ctx.http.request({ method: "GET", url: "https://api.example.com/new" })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["job"],
+    async prepare(ctx) { await ctx.http.request({ method: "GET", url: "https://api.example.com/customers" }); return { reservations: [] } },
+    async mutate(ctx, p) { await ctx.email.send({ to: "ops@example.com", subject: "x", text: "y" }) },
+  }) },
+})`
+	if _, err := eng.DeployWith(context.Background(), "orders.js", src, engine.DeployOptions{Grant: true}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := report.Graph(context.Background(), st, "orders", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range g.Edges {
+		if e.Kind != "" {
+			got[e.From+" → "+e.To] = e.Kind
+		}
+	}
+	want := map[string]string{"producer:p → connector:http.request": "read", "consumer:c → connector:http.request": "read", "consumer:c → connector:email.send": "write"}
+	if len(got) != len(want) {
+		t.Fatalf("arrows to connectors %v, want %v", got, want)
+	}
+	for e, k := range want {
+		if got[e] != k {
+			t.Errorf("%s: %q, want %q (all: %v)", e, got[e], k, got)
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.ID == "connector:email.send" && (len(n.Targets) != 1 || n.Targets[0] != "ops@example.com") {
+			t.Errorf("the write's target: %v, want ops@example.com", n.Targets)
+		}
+	}
 }
