@@ -123,13 +123,17 @@ func (b *graphBuilder) declared() {
 // "write"), a call of any other phase a read ("read"). A method only read
 // is drawn too, its arrows marked as reads.
 func (b *graphBuilder) calls(an *script.Analysis) {
+	// A method's targets are where its writes go; a method only read
+	// shows where its reads go.
 	targets := map[string]map[string]bool{}
+	writes := map[string]map[string]bool{}
 	for _, c := range an.Calls {
 		cn := b.node("connector", c.Tool+"."+c.Method, 3)
 		if targets[cn.ID] == nil {
-			targets[cn.ID] = map[string]bool{}
+			targets[cn.ID], writes[cn.ID] = map[string]bool{}, map[string]bool{}
 		}
-		if t := callTarget(c); t != "" {
+		t := callTarget(c)
+		if t != "" {
 			targets[cn.ID][t] = true
 		}
 		for _, h := range c.Handlers {
@@ -145,11 +149,17 @@ func (b *graphBuilder) calls(an *script.Analysis) {
 			how := "read"
 			if len(parts) == 3 && parts[2] == "mutate" {
 				how = "write"
+				if t != "" {
+					writes[cn.ID][t] = true
+				}
 			}
 			b.edge(b.node(kind, parts[1], col).ID, cn.ID, how)
 		}
 	}
 	for id, ts := range targets {
+		if len(writes[id]) > 0 {
+			ts = writes[id]
+		}
 		b.nodes[id].Targets = slices.Sorted(maps.Keys(ts))
 	}
 }

@@ -133,7 +133,11 @@ func graphNode(b *strings.Builder, wf string, n apitype.GraphNode, p graphPos) {
 	lines := nodeLines(n)
 	fmt.Fprintf(b, `<title>%s %s: %s</title><rect width="%d" height="%d" rx="6"/>`, esc(kindLabel[n.Kind]), esc(n.Name), esc(strings.Join(lines, "; ")), nodeW, nodeH)
 	fmt.Fprintf(b, `<text x="8" y="15"><tspan class="muted">%s</tspan> <tspan font-weight="600">%s</tspan></text>`, esc(kindLabel[n.Kind]), esc(cut(n.Name, 26)))
-	for i, l := range lines[:min(len(lines), 3)] {
+	room := 3 // lines under the name; the BLOCKED flag takes the last
+	if n.Blocked > 0 {
+		room = 2
+	}
+	for i, l := range lines[:min(len(lines), room)] {
 		fmt.Fprintf(b, `<text x="8" y="%d">%s</text>`, 33+18*i, esc(cut(l, 32)))
 	}
 	if n.Blocked > 0 {

@@ -40,11 +40,12 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, f).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
+	hour, last := seedGlance(t, data)
+	p := servePerson(t, exe, dir, data, sink.Host())
+	// Through keep serve (the CLI alone would also run the workflow).
 	if out, err := exec.Command(keepBin, "publish", "glance", "refund", "--data", data, "--id", "r-7", "--title", "Refund 7", "--json", `{"id":7}`).CombinedOutput(); err != nil {
 		t.Fatalf("keep publish: %v %s", err, out)
 	}
-	hour, last := seedGlance(t, data)
-	p := servePerson(t, exe, dir, data, sink.Host())
 	ctx := p.ctx
 	attr := func(sel, name string) string {
 		// An attribute, or textContent (SVG has no innerText).
@@ -111,8 +112,8 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 		n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
 		return n
 	}
-	if n := edges(`svg.graph > path.edge`); n != 7 {
-		t.Errorf("%d arrows drawn, want 7 (p, gh → order; API → refund; order, refund → c; c writes, gh reads http.request)", n)
+	if n := edges(`svg.graph > path.edge`); n != 8 {
+		t.Errorf("%d arrows drawn, want 8 (p → order, gh → push, the API → refund; order, push, refund → c; c writes, gh reads http.request)", n)
 	}
 	if edges(`svg.graph > path.edge.write[data-from="consumer:c"][data-to="connector:http.request"]`) != 1 || edges(`svg.graph > path.edge.read[data-from="webhook:gh"][data-to="connector:http.request"]`) != 1 {
 		t.Errorf("the consumer's write is not drawn as a write, or the webhook's read as a read")
@@ -164,7 +165,8 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	// The item's page: its Skip and Reprocess in the card's order and
 	// colours, each with its risk's line; its write's outcome is unknown,
 	// so Reprocess says it may write twice.
-	item := attr(`table.inputs tbody tr a`, "href")
+	// The order's (the list shows the newest first: the API's refund).
+	item, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){var r=Array.from(document.querySelectorAll("table.inputs tbody tr")).find(r => r.textContent.includes("Order 1042")); var a=r && r.querySelector("a"); return a ? a.getAttribute("href") : ""})()`))
 	if !strings.HasPrefix(item, "/items/") {
 		t.Fatalf("the input links to %q, not to its item's page", item)
 	}
@@ -220,14 +222,14 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 func glanceFlow(sinkURL string) string {
 	return `export default Keep.workflow({
   name: "glance",
-  topics: { "order": {}, "refund": { from: "api" } },
+  topics: { "order": {}, "push": {}, "refund": { from: "api" } },
   producers: { p: { publishes: ["order"], schedule: { interval: "1h" }, handler: async (ctx) => {
     const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1042", title: "Order 1042 from alice@example.com" })
     await ctx.publish("order", { messageId: "1042", inputId, payload: { id: 1042 } })
   } } },
-  webhooks: { gh: { publishes: ["order"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GH_SECRET" } },
+  webhooks: { gh: { publishes: ["push"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GH_SECRET" } },
     handler: async (ctx, req) => { await ctx.http.request({ method: "GET", url: "` + sinkURL + `/users/" + req.json.user }) } } },
-  consumers: { c: Keep.consumer({ subscribe: ["order", "refund"],
+  consumers: { c: Keep.consumer({ subscribe: ["order", "push", "refund"],
     async prepare(ctx) { const [e] = await ctx.peek("order"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "order", ids: [e.messageId] }], data: e.payload, ui: { title: "Confirm order " + e.payload.id } } },
     async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "` + sinkURL + `/orders/" + p.data.id + "/confirm", json: { order: p.data.id }, timeoutMs: 300 }) },
   }) },
