@@ -398,12 +398,7 @@ func putRunFrom(tx store.Tx, from kt.Status, r *kt.Run) error {
 	if !kt.RunStatusTransitionAllowed(from, r.Status) {
 		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
 	}
-	blockedAt := r.BlockedAt
-	if err := noteWait(tx, r); err != nil {
-		return err
-	}
-	if err := tx.RunSetIfRev(*r); err != nil {
-		r.BlockedAt = blockedAt
+	if err := writeNoting(tx, r, tx.RunSetIfRev); err != nil {
 		return err
 	}
 	r.Rev++
@@ -416,11 +411,17 @@ func putNewRun(tx store.Tx, r *kt.Run) error {
 	if !kt.RunStatusTransitionAllowed("", r.Status) {
 		return kt.Errorf(kt.ClassInternal, "run %s: a new run cannot start as %q", r.ID, r.Status)
 	}
+	return writeNoting(tx, r, tx.RunPut)
+}
+
+// writeNoting writes run r with write after noting its wait for a person
+// (noteWait); a write that fails leaves r.BlockedAt as the store has it.
+func writeNoting(tx store.Tx, r *kt.Run, write func(kt.Run) error) error {
 	blockedAt := r.BlockedAt
 	if err := noteWait(tx, r); err != nil {
 		return err
 	}
-	if err := tx.RunPut(*r); err != nil {
+	if err := write(*r); err != nil {
 		r.BlockedAt = blockedAt
 		return err
 	}

@@ -30,11 +30,7 @@ import (
 // minutes at 12:00 here, where a person had acted at 12:05.)
 func TestTimeBlockedIsFromTheBlockToTheDecision(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	day := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	var clock atomic.Int64
 	at := func(h, m int) time.Time { return day.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute) }
@@ -90,6 +86,17 @@ func TestTimeBlockedIsFromTheBlockToTheDecision(t *testing.T) {
 	}
 }
 
+// openStore is a store on a real SQLite file, closed at the test's end.
+func openStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // openRun is workflow wf's unfinished run.
 func openRun(t *testing.T, st store.Store, wf string) kt.Run {
 	t.Helper()
@@ -111,11 +118,7 @@ func openRun(t *testing.T, st store.Store, wf string) kt.Run {
 // target is where the write goes, not where the reads do.
 func TestGraphDrawsWritesApartFromReads(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "keep.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	set, err := builtin.Build(&connector.Host{Config: config.Config{}, Guard: netguard.New([]string{"api.example.com"})})
 	if err != nil {
 		t.Fatal(err)
