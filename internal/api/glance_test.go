@@ -56,6 +56,10 @@ func TestTheWorkflowDrawnItsActivityAndTheSafeChoiceFirst(t *testing.T) {
 			Status: kt.StatusSkipped, CreatedAt: hour - 7*h + 10*60000, UpdatedAt: hour - 7*h + 40*60000, FinishedAt: hour - 7*h + 40*60000}); err != nil {
 			return err
 		}
+		// The wait as keep records it when a person acts (engine.noteWait).
+		if err := tx.BlockedSpanAdd("orders", store.BlockedSpan{RunID: "past-blocked", Handler: "c", From: hour - 7*h + 10*60000, To: hour - 7*h + 40*60000}); err != nil {
+			return err
+		}
 		return tx.DecisionAdd(kt.Decision{Workflow: "orders", RunID: "past-blocked", Action: "skip", By: "alice", Detail: "skipped", At: hour - 7*h + 40*60000})
 	}); err != nil {
 		t.Fatal(err)
@@ -144,9 +148,14 @@ func TestTheWorkflowDrawnItsActivityAndTheSafeChoiceFirst(t *testing.T) {
 	edges := map[string]bool{}
 	for _, x := range g["edges"].([]any) {
 		m := x.(map[string]any)
-		edges[m["from"].(string)+" → "+m["to"].(string)] = true
+		e := m["from"].(string) + " → " + m["to"].(string)
+		if k, _ := m["kind"].(string); k != "" {
+			e += " (" + k + ")"
+		}
+		edges[e] = true
 	}
-	for _, e := range []string{"producer:p → topic:order", "topic:order → consumer:c", "consumer:c → connector:http.request"} {
+	// The consumer's call is in its mutate: its write.
+	for _, e := range []string{"producer:p → topic:order", "topic:order → consumer:c", "consumer:c → connector:http.request (write)"} {
 		if !edges[e] {
 			t.Errorf("no edge %s in %v", e, edges)
 		}

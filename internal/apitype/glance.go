@@ -19,8 +19,8 @@ type Graph struct {
 
 // GraphNode is one box of the picture.
 type GraphNode struct {
-	// ID is kind:name ("topic:order", "connector:http.request"); "api"
-	// for the event API.
+	// ID is kind:name ("topic:order", "connector:http.request",
+	// "api:order" for the event API's posts to topic order).
 	ID   string `json:"id"`
 	Kind string `json:"kind"` // producer, webhook, api, task, topic, consumer, connector
 	Name string `json:"name"`
@@ -41,12 +41,38 @@ type GraphNode struct {
 	// Targets are where a connector's calls go, as the script writes them
 	// (a URL's constant start); empty when computed.
 	Targets []string `json:"targets,omitempty"`
+	// Intake is what came in today at a webhook (its deliveries) or the
+	// event API (its posts to one topic); nil on the other nodes.
+	Intake *GraphIntake `json:"intake,omitempty"`
+}
+
+// GraphIntake counts what a webhook or the event API took in today (UTC).
+type GraphIntake struct {
+	// Received counts today's deliveries of a webhook (every status), or
+	// the events posted to a topic that keep took (a post of an id posted
+	// before writes nothing and is not counted).
+	Received int `json:"received"`
+	// Accepted, Duplicate, Refused (failed verification) and Failed (its
+	// handler failed) split a webhook's; zero for the event API.
+	Accepted  int `json:"accepted"`
+	Duplicate int `json:"duplicate"`
+	Refused   int `json:"refused"`
+	Failed    int `json:"failed"`
+	// Held counts a webhook's deliveries held now, whenever received.
+	Held int `json:"held"`
+	// LastReceived is when a webhook last received a delivery, any day
+	// (RFC 3339; empty: never).
+	LastReceived string `json:"lastReceived,omitempty"`
 }
 
 // GraphEdge is an arrow: work or calls going from one node to another.
 type GraphEdge struct {
 	From string `json:"from"`
 	To   string `json:"to"`
+	// Kind is "write" for a handler's mutate calling a connector method
+	// (the write it makes), "read" for the calls of its other phases;
+	// empty for work (events published, topics read).
+	Kind string `json:"kind,omitempty"`
 }
 
 // Activity is what a workflow did per hour over a time range.

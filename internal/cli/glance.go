@@ -24,7 +24,11 @@ func (a *app) printGraph(g apitype.Graph) {
 	fmt.Fprintf(a.out, "%s version %s (done today: %s UTC)\n", g.Workflow, g.Version, g.Day)
 	to := map[string][]string{}
 	for _, e := range g.Edges {
-		to[e.From] = append(to[e.From], e.To)
+		t := e.To
+		if e.Kind != "" { // a connector method: written to or read from
+			t += " (" + e.Kind + "s)"
+		}
+		to[e.From] = append(to[e.From], t)
 	}
 	w := a.table()
 	fmt.Fprintln(w, "NODE\tPENDING\tRESERVED\tBLOCKED\tDONE TODAY\tTO")
@@ -35,7 +39,7 @@ func (a *app) printGraph(g apitype.Graph) {
 			}
 			name := n.Kind + " " + n.Name
 			if n.Kind == "api" {
-				name = n.Name
+				name = "the event API: " + n.Name
 			}
 			blocked := fmt.Sprint(n.Blocked)
 			if n.BlockedRun != "" {
@@ -45,9 +49,25 @@ func (a *app) printGraph(g apitype.Graph) {
 			if len(n.Targets) > 0 {
 				fmt.Fprintf(w, "  → %s\t\t\t\t\t\n", crop(strings.Join(n.Targets, ", "), 80))
 			}
+			if n.Intake != nil {
+				fmt.Fprintf(w, "  today: %s\t\t\t\t\t\n", intakeLine(n.Kind, *n.Intake))
+			}
 		}
 	}
 	w.Flush()
+}
+
+// intakeLine says what a webhook or the event API took in today.
+func intakeLine(kind string, x apitype.GraphIntake) string {
+	if kind == "api" {
+		return fmt.Sprintf("%d posted", x.Received)
+	}
+	last := "never"
+	if x.LastReceived != "" {
+		last = x.LastReceived
+	}
+	return fmt.Sprintf("%d received (%d accepted, %d duplicate, %d refused, %d failed), %d held now, last %s",
+		x.Received, x.Accepted, x.Duplicate, x.Refused, x.Failed, x.Held, last)
 }
 
 // activityCmd prints what a workflow did per hour (issue 42), as the

@@ -22,7 +22,7 @@ func TestGraphActivityAndTheCardsOrderFromTheCLI(t *testing.T) {
 	}
 
 	g := keep(t, "graph", "--data", data, "hook")
-	if g.code != 0 || !strings.Contains(g.out, "consumer c") || !strings.Contains(g.out, "topic:job") || !strings.Contains(g.out, "connector:http.request") {
+	if g.code != 0 || !strings.Contains(g.out, "consumer c") || !strings.Contains(g.out, "topic:job") || !strings.Contains(g.out, "connector:http.request (writes)") {
 		t.Fatalf("keep graph: %d\n%s\n%s", g.code, g.out, g.err)
 	}
 	var graph struct {

@@ -398,7 +398,7 @@ func putRunFrom(tx store.Tx, from kt.Status, r *kt.Run) error {
 	if !kt.RunStatusTransitionAllowed(from, r.Status) {
 		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
 	}
-	if err := tx.RunSetIfRev(*r); err != nil {
+	if err := writeNoting(tx, r, tx.RunSetIfRev); err != nil {
 		return err
 	}
 	r.Rev++
@@ -411,7 +411,59 @@ func putNewRun(tx store.Tx, r *kt.Run) error {
 	if !kt.RunStatusTransitionAllowed("", r.Status) {
 		return kt.Errorf(kt.ClassInternal, "run %s: a new run cannot start as %q", r.ID, r.Status)
 	}
-	return tx.RunPut(*r)
+	return writeNoting(tx, r, tx.RunPut)
+}
+
+// writeNoting writes run r with write after noting its wait for a person
+// (noteWait); a write that fails leaves r.BlockedAt as the store has it.
+func writeNoting(tx store.Tx, r *kt.Run, write func(kt.Run) error) error {
+	blockedAt := r.BlockedAt
+	if err := noteWait(tx, r); err != nil {
+		return err
+	}
+	if err := write(*r); err != nil {
+		r.BlockedAt = blockedAt
+		return err
+	}
+	return nil
+}
+
+// noteWait keeps the times run r waits for a person (issue 42's time
+// blocked, exact), as it is about to be written: r.BlockedAt is when its
+// wait began (the write that made a person the one to act, WhoActs), and
+// a wait that ends — a person acted, keep took over, the run ended — is
+// recorded whole (store.Tx.BlockedSpanAdd) from then to this write.
+// r.BlockedAt is what the store holds: the writer read it, or wrote it.
+func noteWait(tx store.Tx, r *kt.Run) error {
+	waits, err := waitsForPerson(tx, *r)
+	if err != nil {
+		return err
+	}
+	now := max(r.UpdatedAt, r.CreatedAt)
+	switch {
+	case waits && r.BlockedAt == 0:
+		r.BlockedAt = now
+	case !waits && r.BlockedAt != 0:
+		span := store.BlockedSpan{RunID: r.ID, Handler: r.Handler, From: r.BlockedAt, To: max(now, r.BlockedAt)}
+		if err := tx.BlockedSpanAdd(r.Workflow, span); err != nil {
+			return err
+		}
+		r.BlockedAt = 0
+	}
+	return nil
+}
+
+// waitsForPerson says a person must act on run r; its mutation is read
+// only where WhoActs looks at it (a run in reconciliation).
+func waitsForPerson(tx store.Tx, r kt.Run) (bool, error) {
+	if r.Status != kt.StatusReconciliation {
+		return WhoActs(r, kt.Mutation{}, false) == APerson, nil
+	}
+	m, err := tx.MutationByRun(r.ID)
+	if err != nil && !errors.Is(err, kt.ErrNotFound) {
+		return false, err
+	}
+	return WhoActs(r, m, err == nil) == APerson, nil
 }
 
 // putItem saves an item after checking a task item's state change against

@@ -444,6 +444,9 @@ type Run struct {
 	// prepare and mutation results, pending call; issue 44); 0: they are
 	// kept. A replay reads nothing of a pruned run.
 	PrunedAt int64
+	// BlockedAt is when the run began to wait for a person (engine.WhoActs
+	// says a person acts; issue 42's time blocked); 0: it does not wait.
+	BlockedAt int64
 }
 
 // MutationStatus is the mutation ledger state of chapter 13.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -41,69 +40,100 @@ func Graph(ctx context.Context, st store.Store, wf string, now time.Time) (apity
 		return apitype.Graph{}, fmt.Errorf("analyze the script of %s version %s: %w", wf, v.Label(), err)
 	}
 	day := now.UTC().Truncate(24 * time.Hour)
-	g := apitype.Graph{Workflow: wf, Version: v.Label(), Day: day.Format("2006-01-02"), Nodes: []apitype.GraphNode{}, Edges: []apitype.GraphEdge{}}
-	nodes := map[string]*apitype.GraphNode{}
-	var order []string
-	node := func(kind, name string, col int) *apitype.GraphNode {
-		id := kind + ":" + name
-		if kind == "api" {
-			id = "api"
-		}
-		if n := nodes[id]; n != nil {
-			return n
-		}
-		nodes[id] = &apitype.GraphNode{ID: id, Kind: kind, Name: name, Column: col}
-		order = append(order, id)
-		return nodes[id]
+	b := &graphBuilder{decl: decl, nodes: map[string]*apitype.GraphNode{}, edges: map[apitype.GraphEdge]bool{},
+		g: apitype.Graph{Workflow: wf, Version: v.Label(), Day: day.Format("2006-01-02"), Nodes: []apitype.GraphNode{}, Edges: []apitype.GraphEdge{}}}
+	b.declared()
+	b.calls(an)
+	err = st.View(ctx, func(tx store.Tx) error { return b.counts(tx, wf, day.UnixMilli()) })
+	for _, id := range b.order {
+		b.g.Nodes = append(b.g.Nodes, *b.nodes[id])
 	}
-	edges := map[apitype.GraphEdge]bool{}
-	edge := func(from, to string) {
-		e := apitype.GraphEdge{From: from, To: to}
-		if !edges[e] {
-			edges[e] = true
-			g.Edges = append(g.Edges, e)
+	return b.g, err
+}
+
+// graphBuilder is Graph's picture as it is drawn: its nodes by id, in the
+// order they were first named, and its edges once each.
+type graphBuilder struct {
+	decl  script.Declaration
+	g     apitype.Graph
+	nodes map[string]*apitype.GraphNode
+	order []string
+	edges map[apitype.GraphEdge]bool
+}
+
+// node is the node of that kind and name, added in column col the first
+// time it is named.
+func (b *graphBuilder) node(kind, name string, col int) *apitype.GraphNode {
+	id := kind + ":" + name
+	if n := b.nodes[id]; n != nil {
+		return n
+	}
+	b.nodes[id] = &apitype.GraphNode{ID: id, Kind: kind, Name: name, Column: col}
+	b.order = append(b.order, id)
+	return b.nodes[id]
+}
+
+func (b *graphBuilder) edge(from, to, kind string) {
+	e := apitype.GraphEdge{From: from, To: to, Kind: kind}
+	if !b.edges[e] {
+		b.edges[e] = true
+		b.g.Edges = append(b.g.Edges, e)
+	}
+}
+
+// declared draws the declaration: what brings work in (the event API's
+// topics, producers, webhooks), topics, consumers and tasks, and who
+// publishes and reads what, in a stable order.
+func (b *graphBuilder) declared() {
+	d := b.decl
+	for _, t := range d.Topics {
+		b.node("topic", t, 1)
+		if d.OpenToAPI(t) {
+			b.edge(b.node("api", t, 0).ID, "topic:"+t, "")
 		}
 	}
-	// What brings work in, in a stable order.
-	for _, t := range decl.Topics {
-		node("topic", t, 1)
-		if decl.OpenToAPI(t) {
-			edge(node("api", "the event API", 0).ID, "topic:"+t)
+	for _, n := range sortedNames(d.Producers) {
+		p := b.node("producer", n, 0)
+		for _, t := range d.Producers[n].Publishes {
+			b.edge(p.ID, b.node("topic", t, 1).ID, "")
 		}
 	}
-	for _, n := range sortedNames(decl.Producers) {
-		p := node("producer", n, 0)
-		for _, t := range decl.Producers[n].Publishes {
-			edge(p.ID, node("topic", t, 1).ID)
+	for _, n := range sortedNames(d.Webhooks) {
+		h := b.node("webhook", n, 0)
+		for _, t := range d.Webhooks[n].Publishes {
+			b.edge(h.ID, b.node("topic", t, 1).ID, "")
 		}
 	}
-	for _, n := range sortedNames(decl.Webhooks) {
-		h := node("webhook", n, 0)
-		for _, t := range decl.Webhooks[n].Publishes {
-			edge(h.ID, node("topic", t, 1).ID)
+	for _, n := range sortedNames(d.Consumers) {
+		c := b.node("consumer", n, 2)
+		for _, t := range d.Consumers[n].Subscribe {
+			b.edge(b.node("topic", t, 1).ID, c.ID, "")
+		}
+		for _, t := range d.Consumers[n].Publishes {
+			b.edge(c.ID, b.node("topic", t, 1).ID, "")
 		}
 	}
-	for _, n := range sortedNames(decl.Consumers) {
-		c := node("consumer", n, 2)
-		for _, t := range decl.Consumers[n].Subscribe {
-			edge(node("topic", t, 1).ID, c.ID)
-		}
-		for _, t := range decl.Consumers[n].Publishes {
-			edge(c.ID, node("topic", t, 1).ID)
-		}
+	for _, n := range sortedNames(d.Tasks) {
+		b.node("task", n, 2)
 	}
-	for _, n := range sortedNames(decl.Tasks) {
-		node("task", n, 2)
-	}
-	// The connector methods each handler calls, with where they go.
+}
+
+// calls draws the connector methods each handler can reach, with where
+// they go: a call of a handler's mutate is its write (an arrow of kind
+// "write"), a call of any other phase a read ("read"). A method only read
+// is drawn too, its arrows marked as reads.
+func (b *graphBuilder) calls(an *script.Analysis) {
+	// A method's targets are where its writes go; a method only read
+	// shows where its reads go.
 	targets := map[string]map[string]bool{}
+	writes := map[string]map[string]bool{}
 	for _, c := range an.Calls {
-		m := c.Tool + "." + c.Method
-		cn := node("connector", m, 3)
+		cn := b.node("connector", c.Tool+"."+c.Method, 3)
 		if targets[cn.ID] == nil {
-			targets[cn.ID] = map[string]bool{}
+			targets[cn.ID], writes[cn.ID] = map[string]bool{}, map[string]bool{}
 		}
-		if t := callTarget(c); t != "" {
+		t := callTarget(c)
+		if t != "" {
 			targets[cn.ID][t] = true
 		}
 		for _, h := range c.Handlers {
@@ -116,97 +146,191 @@ func Graph(ctx context.Context, st store.Store, wf string, now time.Time) (apity
 			if kind == "producer" || kind == "webhook" {
 				col = 0
 			}
-			edge(node(kind, parts[1], col).ID, cn.ID)
+			how := "read"
+			if len(parts) == 3 && parts[2] == "mutate" {
+				how = "write"
+				if t != "" {
+					writes[cn.ID][t] = true
+				}
+			}
+			b.edge(b.node(kind, parts[1], col).ID, cn.ID, how)
 		}
 	}
 	for id, ts := range targets {
-		for t := range ts {
-			nodes[id].Targets = append(nodes[id].Targets, t)
+		if len(writes[id]) > 0 {
+			ts = writes[id]
 		}
-		sort.Strings(nodes[id].Targets)
+		b.nodes[id].Targets = slices.Sorted(maps.Keys(ts))
 	}
-	// The live counts.
-	err = st.View(ctx, func(tx store.Tx) error {
-		counts, err := tx.TopicCounts(wf)
-		if err != nil {
-			return err
+}
+
+// counts gives the nodes their live counts from the store: events waiting,
+// what was done today (from dayMs), what came in, who is blocked.
+func (b *graphBuilder) counts(tx store.Tx, wf string, dayMs int64) error {
+	if err := b.topicCounts(tx, wf); err != nil {
+		return err
+	}
+	tally, err := tx.Tally(wf, dayMs, dayMs+24*hourMs)
+	if err != nil {
+		return err
+	}
+	b.doneToday(tally)
+	if err := b.intake(tx, wf, dayMs); err != nil {
+		return err
+	}
+	return b.blocked(tx, wf)
+}
+
+// topicCounts: a topic's pending and reserved events; a consumer's are
+// those of the topics it reads.
+func (b *graphBuilder) topicCounts(tx store.Tx, wf string) error {
+	counts, err := tx.TopicCounts(wf)
+	if err != nil {
+		return err
+	}
+	for _, c := range counts {
+		if n := b.nodes["topic:"+c.Topic]; n != nil {
+			n.Pending, n.Reserved = c.Pending, c.Reserved
 		}
-		for _, c := range counts {
-			if n := nodes["topic:"+c.Topic]; n != nil {
-				n.Pending, n.Reserved = c.Pending, c.Reserved
+	}
+	for t, cs := range consumersOf(b.decl) {
+		for _, c := range cs {
+			if n, tn := b.nodes["consumer:"+c], b.nodes["topic:"+t]; n != nil && tn != nil {
+				n.Pending += tn.Pending
+				n.Reserved += tn.Reserved
 			}
 		}
-		for t, cs := range consumersOf(decl) {
-			for _, c := range cs {
-				if n, tn := nodes["consumer:"+c], nodes["topic:"+t]; n != nil && tn != nil {
-					n.Pending += tn.Pending
-					n.Reserved += tn.Reserved
-				}
+	}
+	return nil
+}
+
+// doneToday: a handler's committed runs, a topic's consumer's, a connector
+// method's applied writes; its writes in flight are its pending.
+func (b *graphBuilder) doneToday(tally store.HourTally) {
+	kinds := map[string]string{}
+	for _, h := range handlerKindsOf(b.decl) {
+		kinds[h[1]] = h[0]
+	}
+	consumers := consumersOf(b.decl)
+	for _, r := range tally.Runs {
+		if r.Status != kt.StatusCommitted {
+			continue
+		}
+		if n := b.nodes[kinds[r.Handler]+":"+r.Handler]; n != nil {
+			n.DoneToday += r.N
+		}
+		for t, cs := range consumers {
+			if len(cs) > 0 && cs[0] == r.Handler && b.nodes["topic:"+t] != nil {
+				b.nodes["topic:"+t].DoneToday += r.N
 			}
 		}
-		tally, err := tx.Tally(wf, day.UnixMilli(), day.UnixMilli()+24*hourMs)
-		if err != nil {
-			return err
+	}
+	for _, w := range tally.Writes {
+		n := b.nodes["connector:"+w.Tool+"."+w.Method]
+		if n == nil {
+			continue
 		}
-		kinds := map[string]string{}
-		for _, h := range handlerKindsOf(decl) {
-			kinds[h[1]] = h[0]
+		switch w.Status {
+		case kt.MutationApplied:
+			n.DoneToday += w.N
+		case kt.MutationInFlight:
+			n.Pending += w.N
 		}
-		for _, r := range tally.Runs {
-			if r.Status != kt.StatusCommitted {
-				continue
-			}
-			if n := nodes[kinds[r.Handler]+":"+r.Handler]; n != nil {
-				n.DoneToday += r.N
-			}
-			// A topic's events done today: its consumer's committed runs.
-			for t, cs := range consumersOf(decl) {
-				if len(cs) > 0 && cs[0] == r.Handler && nodes["topic:"+t] != nil {
-					nodes["topic:"+t].DoneToday += r.N
-				}
-			}
-		}
-		for _, w := range tally.Writes {
-			n := nodes["connector:"+w.Tool+"."+w.Method]
-			if n == nil {
-				continue
-			}
-			switch w.Status {
-			case kt.MutationApplied:
-				n.DoneToday += w.N
-			case kt.MutationInFlight:
-				n.Pending += w.N
-			}
-		}
-		r, err := tx.RunOpen(wf)
-		if errors.Is(err, kt.ErrNotFound) {
+	}
+}
+
+// intake: each webhook's deliveries today (by status), held now and its
+// last; each API topic's posts today.
+func (b *graphBuilder) intake(tx store.Tx, wf string, dayMs int64) error {
+	hooks := sortedNames(b.decl.Webhooks)
+	in, err := tx.Intake(wf, hooks, script.FromAPI, dayMs)
+	if err != nil {
+		return err
+	}
+	of := func(id string) *apitype.GraphIntake {
+		n := b.nodes[id]
+		if n == nil {
 			return nil
 		}
-		if err != nil {
-			return err
+		if n.Intake == nil {
+			n.Intake = &apitype.GraphIntake{}
 		}
-		m, merr := tx.MutationByRun(r.ID)
-		hasMut := merr == nil
-		if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
-			return merr
+		return n.Intake
+	}
+	for _, h := range hooks {
+		x := of("webhook:" + h)
+		if at, ok := in.Last[h]; ok {
+			x.LastReceived = Time(at)
 		}
-		if engine.WhoActs(r, m, hasMut) != engine.APerson {
-			return nil
+	}
+	for _, d := range in.Deliveries {
+		if x := of("webhook:" + d.Webhook); x != nil {
+			x.Received += d.N
+			*deliveryCount(x, d.Status) += d.N
 		}
-		if n := nodes[string(r.HandlerType)+":"+r.Handler]; n != nil {
+	}
+	for _, d := range in.Held {
+		if x := of("webhook:" + d.Webhook); x != nil {
+			x.Held += d.N
+		}
+	}
+	for _, t := range b.decl.Topics {
+		if b.decl.OpenToAPI(t) {
+			of("api:" + t)
+		}
+	}
+	for _, p := range in.Posts {
+		if x := of("api:" + p.Topic); x != nil {
+			x.Received += p.N
+			x.Accepted += p.N
+		}
+	}
+	return nil
+}
+
+// deliveryCount is the count of x that deliveries of status s add to (a
+// status of its own for each but held, counted as held now instead).
+func deliveryCount(x *apitype.GraphIntake, s kt.DeliveryStatus) *int {
+	switch s {
+	case kt.DeliveryAccepted:
+		return &x.Accepted
+	case kt.DeliveryDuplicate:
+		return &x.Duplicate
+	case kt.DeliveryRefused:
+		return &x.Refused
+	case kt.DeliveryFailed:
+		return &x.Failed
+	}
+	return new(int)
+}
+
+// blocked marks the handler of the workflow's open run when a person must
+// act (engine.WhoActs), and the connector method of its write.
+func (b *graphBuilder) blocked(tx store.Tx, wf string) error {
+	r, err := tx.RunOpen(wf)
+	if errors.Is(err, kt.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m, merr := tx.MutationByRun(r.ID)
+	hasMut := merr == nil
+	if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
+		return merr
+	}
+	if engine.WhoActs(r, m, hasMut) != engine.APerson {
+		return nil
+	}
+	if n := b.nodes[string(r.HandlerType)+":"+r.Handler]; n != nil {
+		n.Blocked, n.BlockedRun = n.Blocked+1, r.ID
+	}
+	if hasMut {
+		if n := b.nodes["connector:"+m.Tool+"."+m.Method]; n != nil {
 			n.Blocked, n.BlockedRun = n.Blocked+1, r.ID
 		}
-		if hasMut {
-			if n := nodes["connector:"+m.Tool+"."+m.Method]; n != nil {
-				n.Blocked, n.BlockedRun = n.Blocked+1, r.ID
-			}
-		}
-		return nil
-	})
-	for _, id := range order {
-		g.Nodes = append(g.Nodes, *nodes[id])
 	}
-	return g, err
+	return nil
 }
 
 // analyses keeps the analysis of the scripts drawn, by their source's
@@ -292,9 +416,7 @@ func Activity(ctx context.Context, st store.Store, wf string, hours int, now tim
 			return noWorkflow(wf, err)
 		}
 		var err error
-		// A run blocked before the range and still blocked in it counts
-		// too: the range of its start reaches back a week more.
-		t, err = tx.Tally(wf, start-7*24*hourMs, end)
+		t, err = tx.Tally(wf, start, end)
 		return err
 	})
 	if err != nil {

@@ -338,9 +338,9 @@ type HourTally struct {
 	Writes []WriteTally
 	// Inputs counts the inputs registered in each hour.
 	Inputs []HourCount
-	// Blocked are the runs of the range a person had to act on (one is
-	// blocked now, or a person decided on it): from their start to their
-	// end (To 0: still blocked).
+	// Blocked are the waits for a person that overlap the range: from
+	// when the run began to wait to when a person acted or the run ended
+	// (To 0: it waits still).
 	Blocked []BlockedSpan
 }
 
@@ -366,7 +366,34 @@ type HourCount struct {
 	N    int
 }
 
-// BlockedSpan is a run that waited for a person.
+// IntakeTally is what came in to a workflow's webhooks and event API
+// from a time on (issue 42: the drawn workflow's webhook and API boxes).
+type IntakeTally struct {
+	// Deliveries counts the deliveries received from then, by webhook and status.
+	Deliveries []DeliveryTally
+	// Held counts the deliveries held now (whenever received), by webhook.
+	Held []DeliveryTally
+	// Last is when each webhook asked for received its newest delivery
+	// (absent: never).
+	Last map[string]int64
+	// Posts counts the inputs the event API took from then, by topic.
+	Posts []PostTally
+}
+
+// DeliveryTally is a count of a webhook's deliveries in one status.
+type DeliveryTally struct {
+	Webhook string
+	Status  kt.DeliveryStatus
+	N       int
+}
+
+// PostTally is a count of the events posted to a topic.
+type PostTally struct {
+	Topic string
+	N     int
+}
+
+// BlockedSpan is a time a run waited for a person.
 type BlockedSpan struct {
 	RunID, Handler string
 	From, To       int64
@@ -440,6 +467,14 @@ type Tx interface {
 	// per hour: each count one indexed range of its table, never its whole
 	// history.
 	Tally(workflow string, from, to int64) (HourTally, error)
+	// BlockedSpanAdd records that a run of workflow waited for a person
+	// from b.From to b.To (issue 42: time blocked, exact).
+	BlockedSpanAdd(workflow string, b BlockedSpan) error
+	// Intake tallies what came in to workflow from from (ms) on: the
+	// deliveries of its webhooks, the ones held now, each of webhooks'
+	// newest, and the inputs of source apiSource (the event API's) by type
+	// (their topic).
+	Intake(workflow string, webhooks []string, apiSource string, from int64) (IntakeTally, error)
 
 	InputGet(id string) (kt.Input, error)
 	InputGetByKey(workflow, key string) (kt.Input, error)

@@ -34,87 +34,169 @@ const (
 	graphPad     = 10
 )
 
-var kindLabel = map[string]string{"producer": "producer", "webhook": "webhook", "api": "", "task": "task", "topic": "topic", "consumer": "consumer", "connector": "connector"}
+var kindLabel = map[string]string{"producer": "producer", "webhook": "webhook", "api": "event API", "task": "task", "topic": "topic", "consumer": "consumer", "connector": "connector"}
+
+// graphPos is where a node is drawn (its top left corner).
+type graphPos struct{ x, y int }
+
+// legendH is the height of the graph's legend under its nodes.
+const legendH = 24
 
 // graphSVG draws a workflow: its nodes in columns by role (what brings work
-// in, topics, consumers and tasks, connectors), arrows between them, each
-// node with its live counts; a blocked node is outlined in red, says
-// BLOCKED in words and links to its card.
+// in, topics, consumers and tasks, connectors), arrows between them — a
+// write solid, a read dashed and labelled "reads" — each node with its
+// live counts; a blocked node is outlined in red, says BLOCKED in words
+// and links to its card.
 func graphSVG(g apitype.Graph) template.HTML {
-	type pos struct{ x, y int }
-	at := map[string]pos{}
-	rows := [4]int{}
-	for _, n := range g.Nodes {
-		c := min(max(n.Column, 0), 3)
-		at[n.ID] = pos{graphPad + c*(nodeW+colGap), graphPad + rows[c]*(nodeH+rowGap)}
-		rows[c]++
-	}
-	most := max(rows[0], rows[1], rows[2], rows[3], 1)
-	w, h := 2*graphPad+4*nodeW+3*colGap, 2*graphPad+most*(nodeH+rowGap)-rowGap
+	at, w, h := graphLayout(g)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="glance graph" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s drawn: %d nodes">`, w, h, w, h, esc(g.Workflow), len(g.Nodes))
 	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#8a949e"/></marker></defs>`)
 	for _, e := range g.Edges {
-		f, ok1 := at[e.From]
-		t, ok2 := at[e.To]
-		if !ok1 || !ok2 {
-			continue
-		}
-		x1, y1, x2, y2 := f.x+nodeW, f.y+nodeH/2, t.x, t.y+nodeH/2
-		if t.x < f.x { // back to an earlier column (a consumer publishing)
-			x1, x2 = f.x, t.x+nodeW
-		}
-		mx := (x1 + x2) / 2
-		fmt.Fprintf(&b, `<path class="edge" data-from="%s" data-to="%s" d="M%d,%d C%d,%d %d,%d %d,%d" marker-end="url(#arrow)"/>`, esc(e.From), esc(e.To), x1, y1, mx, y1, mx, y2, x2, y2)
+		graphEdge(&b, e, at)
 	}
 	for _, n := range g.Nodes {
-		p := at[n.ID]
-		cls := "node " + n.Kind
-		if n.Blocked > 0 {
-			cls += " blocked"
-		}
-		href := ""
-		switch {
-		case n.BlockedRun != "":
-			href = "/w/" + url.PathEscape(g.Workflow) + "#card-" + url.PathEscape(n.BlockedRun)
-		case n.Kind == "topic":
-			href = "/w/" + url.PathEscape(g.Workflow) + "/topics?topic=" + url.QueryEscape(n.Name)
-		case n.Kind == "webhook":
-			href = "/w/" + url.PathEscape(g.Workflow) + "/webhooks"
-		}
-		if href != "" {
-			fmt.Fprintf(&b, `<a href="%s">`, esc(href))
-		}
-		fmt.Fprintf(&b, `<g class="%s" data-node="%s" data-pending="%d" data-reserved="%d" data-blocked="%d" data-done="%d" transform="translate(%d,%d)">`, cls, esc(n.ID), n.Pending, n.Reserved, n.Blocked, n.DoneToday, p.x, p.y)
-		tip := fmt.Sprintf("%s %s: %d pending, %d reserved, %d blocked, %d done today", kindLabel[n.Kind], n.Name, n.Pending, n.Reserved, n.Blocked, n.DoneToday)
-		if len(n.Targets) > 0 {
-			tip += "; to " + strings.Join(n.Targets, ", ")
-		}
-		fmt.Fprintf(&b, `<title>%s</title><rect width="%d" height="%d" rx="6"/>`, esc(strings.TrimSpace(tip)), nodeW, nodeH)
-		fmt.Fprintf(&b, `<text x="8" y="15">`)
-		if l := kindLabel[n.Kind]; l != "" {
-			fmt.Fprintf(&b, `<tspan class="muted">%s</tspan> `, esc(l))
-		}
-		fmt.Fprintf(&b, `<tspan font-weight="600">%s</tspan></text>`, esc(cut(n.Name, 26)))
-		line2 := fmt.Sprintf("%d pending · %d reserved", n.Pending, n.Reserved)
-		if n.Kind == "connector" {
-			line2 = fmt.Sprintf("%d in flight", n.Pending)
-			if len(n.Targets) > 0 {
-				line2 += " · " + n.Targets[0]
-			}
-		}
-		fmt.Fprintf(&b, `<text x="8" y="33">%s</text>`, esc(cut(line2, 32)))
-		fmt.Fprintf(&b, `<text x="8" y="51">%d done today</text>`, n.DoneToday)
-		if n.Blocked > 0 {
-			fmt.Fprintf(&b, `<text x="8" y="72" class="flag">⚠ BLOCKED: open its card</text>`)
-		}
-		b.WriteString(`</g>`)
-		if href != "" {
-			b.WriteString(`</a>`)
-		}
+		graphNode(&b, g.Workflow, n, at[n.ID])
 	}
+	graphLegend(&b, h-legendH+4)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// graphLayout places each node in its column, one under the other, and
+// says the picture's size.
+func graphLayout(g apitype.Graph) (at map[string]graphPos, w, h int) {
+	at = map[string]graphPos{}
+	rows := [4]int{}
+	for _, n := range g.Nodes {
+		c := min(max(n.Column, 0), 3)
+		at[n.ID] = graphPos{graphPad + c*(nodeW+colGap), graphPad + rows[c]*(nodeH+rowGap)}
+		rows[c]++
+	}
+	most := max(rows[0], rows[1], rows[2], rows[3], 1)
+	return at, 2*graphPad + 4*nodeW + 3*colGap, 2*graphPad + most*(nodeH+rowGap) - rowGap + legendH
+}
+
+// graphEdge draws an arrow; a read (a call of a handler's prepare, next
+// or handler) is dashed and says "reads".
+func graphEdge(b *strings.Builder, e apitype.GraphEdge, at map[string]graphPos) {
+	f, ok1 := at[e.From]
+	t, ok2 := at[e.To]
+	if !ok1 || !ok2 {
+		return
+	}
+	x1, y1, x2, y2 := f.x+nodeW, f.y+nodeH/2, t.x, t.y+nodeH/2
+	if t.x < f.x { // back to an earlier column (a consumer publishing)
+		x1, x2 = f.x, t.x+nodeW
+	}
+	mx := (x1 + x2) / 2
+	fmt.Fprintf(b, `<path class="%s" data-from="%s" data-to="%s" data-kind="%s" d="M%d,%d C%d,%d %d,%d %d,%d" marker-end="url(#arrow)"/>`,
+		esc(strings.TrimSpace("edge "+e.Kind)), esc(e.From), esc(e.To), esc(e.Kind), x1, y1, mx, y1, mx, y2, x2, y2)
+	if e.Kind == "read" {
+		fmt.Fprintf(b, `<text class="edge-label muted" x="%d" y="%d" text-anchor="middle">reads</text>`, mx, (y1+y2)/2-4)
+	}
+}
+
+// graphLegend says what the arrows to connectors mean.
+func graphLegend(b *strings.Builder, y int) {
+	fmt.Fprintf(b, `<g class="legend" transform="translate(%d,%d)"><path class="edge write" d="M0,8 L36,8" marker-end="url(#arrow)"/><text x="44" y="12">writes (a handler's mutate)</text>`, graphPad, y)
+	b.WriteString(`<path class="edge read" d="M250,8 L286,8" marker-end="url(#arrow)"/><text x="294" y="12">reads (prepare, next, a producer's or webhook's handler)</text></g>`)
+}
+
+// nodeHref is where a node links: its card when it is blocked, its
+// topic's or its webhooks' page.
+func nodeHref(wf string, n apitype.GraphNode) string {
+	switch {
+	case n.BlockedRun != "":
+		return "/w/" + url.PathEscape(wf) + "#card-" + url.PathEscape(n.BlockedRun)
+	case n.Kind == "topic":
+		return "/w/" + url.PathEscape(wf) + "/topics?topic=" + url.QueryEscape(n.Name)
+	case n.Kind == "webhook":
+		return "/w/" + url.PathEscape(wf) + "/webhooks"
+	}
+	return ""
+}
+
+// graphNode draws one box at p with its counts in words and in data-
+// attributes.
+func graphNode(b *strings.Builder, wf string, n apitype.GraphNode, p graphPos) {
+	cls := "node " + n.Kind
+	if n.Blocked > 0 {
+		cls += " blocked"
+	}
+	href := nodeHref(wf, n)
+	if href != "" {
+		fmt.Fprintf(b, `<a href="%s">`, esc(href))
+	}
+	fmt.Fprintf(b, `<g class="%s" data-node="%s" data-pending="%d" data-reserved="%d" data-blocked="%d" data-done="%d"%s transform="translate(%d,%d)">`,
+		cls, esc(n.ID), n.Pending, n.Reserved, n.Blocked, n.DoneToday, intakeAttrs(n.Intake), p.x, p.y)
+	lines := nodeLines(n)
+	fmt.Fprintf(b, `<title>%s %s: %s</title><rect width="%d" height="%d" rx="6"/>`, esc(kindLabel[n.Kind]), esc(n.Name), esc(strings.Join(lines, "; ")), nodeW, nodeH)
+	fmt.Fprintf(b, `<text x="8" y="15"><tspan class="muted">%s</tspan> <tspan font-weight="600">%s</tspan></text>`, esc(kindLabel[n.Kind]), esc(cut(n.Name, 26)))
+	room := 3 // lines under the name; the BLOCKED flag takes the last
+	if n.Blocked > 0 {
+		room = 2
+	}
+	for i, l := range lines[:min(len(lines), room)] {
+		fmt.Fprintf(b, `<text x="8" y="%d">%s</text>`, 33+18*i, esc(cut(l, 32)))
+	}
+	if n.Blocked > 0 {
+		fmt.Fprintf(b, `<text x="8" y="%d" class="flag">⚠ BLOCKED: open its card</text>`, nodeH-6)
+	}
+	b.WriteString(`</g>`)
+	if href != "" {
+		b.WriteString(`</a>`)
+	}
+}
+
+// nodeLines are a node's counts in words, most telling first: a webhook's
+// deliveries and the event API's posts today, a connector's writes, the
+// others' events.
+func nodeLines(n apitype.GraphNode) []string {
+	var lines []string
+	switch {
+	case n.Intake != nil && n.Kind == "api":
+		return []string{fmt.Sprintf("%d posted today", n.Intake.Received)}
+	case n.Intake != nil:
+		x := n.Intake
+		last := "never"
+		if x.LastReceived != "" {
+			last = hourMinute(x.LastReceived)
+		}
+		lines = []string{fmt.Sprintf("%d received today · %d held", x.Received, x.Held), fmt.Sprintf("%d refused · %d failed today", x.Refused, x.Failed), "last received " + last}
+	case n.Kind == "connector":
+		l := fmt.Sprintf("%d in flight", n.Pending)
+		if len(n.Targets) > 0 {
+			l += " · " + n.Targets[0]
+		}
+		lines = append(lines, l)
+	default:
+		lines = append(lines, fmt.Sprintf("%d pending · %d reserved", n.Pending, n.Reserved))
+	}
+	if n.Kind != "webhook" || n.DoneToday > 0 {
+		lines = append(lines, fmt.Sprintf("%d done today", n.DoneToday))
+	}
+	if len(n.Targets) > 1 {
+		lines = append(lines, "to "+strings.Join(n.Targets, ", "))
+	}
+	return lines
+}
+
+// intakeAttrs are a webhook's or the event API's counts as data- attributes.
+func intakeAttrs(x *apitype.GraphIntake) string {
+	if x == nil {
+		return ""
+	}
+	return fmt.Sprintf(` data-received="%d" data-held="%d" data-refused="%d" data-failed="%d" data-last="%s"`, x.Received, x.Held, x.Refused, x.Failed, esc(x.LastReceived))
+}
+
+// hourMinute shows an RFC 3339 time as "Nov 28 10:42" (UTC).
+func hourMinute(rfc string) string {
+	t, err := time.Parse(time.RFC3339Nano, rfc)
+	if err != nil {
+		return rfc
+	}
+	return t.UTC().Format("Jan 2 15:04")
 }
 
 // series of the activity chart: what each row counts.
@@ -193,29 +275,50 @@ func hourLabel(rfc string) string {
 // each call (reconcile probes included) and write as a bar with its
 // duration and outcome, an error where it stopped.
 func timelineSVG(trace []apitype.TraceLine) template.HTML {
+	if len(trace) == 0 {
+		return ""
+	}
+	tl := timeline{labelW: 300, plotW: 560, rowH: 20}
 	var rows []apitype.TraceLine
-	var t0, t1 int64
 	for i, e := range trace {
-		if i == 0 || e.At < t0 {
-			t0 = e.At
+		if i == 0 || e.At < tl.t0 {
+			tl.t0 = e.At
 		}
-		t1 = max(t1, e.At+e.Duration)
+		tl.t1 = max(tl.t1, e.At+e.Duration)
 		switch e.Kind {
 		case "call", "mutation", "error":
 			rows = append(rows, e)
 		}
 	}
-	if len(trace) == 0 {
-		return ""
-	}
-	span := max(t1-t0, 1)
-	labelW, plotW, rowH := 300, 560, 20
-	x := func(ms int64) float64 { return float64(labelW) + float64(ms-t0)*float64(plotW)/float64(span) }
-	h := (len(rows)+1)*rowH + 30
+	span := max(tl.t1-tl.t0, 1)
+	w, h := tl.labelW+tl.plotW+10, (len(rows)+1)*tl.rowH+30
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="glance timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="the run's timeline: %d ms">`, labelW+plotW+10, h, labelW+plotW+10, h, span)
-	// The phases: a band from the first entry of each phase to the first
-	// of the next (the phase an entry names, or a phase change's text).
+	fmt.Fprintf(&b, `<svg class="glance timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="the run's timeline: %d ms">`, w, h, w, h, span)
+	tl.phases(&b, trace)
+	for i, e := range rows {
+		tl.step(&b, e, (i+1)*tl.rowH)
+	}
+	y := (len(rows)+1)*tl.rowH + 16
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/><text x="%d" y="%d" class="muted">0 ms</text><text x="%d" y="%d" class="muted" text-anchor="end">%d ms</text>`,
+		tl.labelW, y-12, tl.labelW+tl.plotW, y-12, tl.labelW, y+8, tl.labelW+tl.plotW, y+8, span)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// timeline is a run's time axis: from t0 to t1 (ms) over plotW pixels,
+// right of labelW, one row of rowH a step.
+type timeline struct {
+	t0, t1              int64
+	labelW, plotW, rowH int
+}
+
+func (tl timeline) x(ms int64) float64 {
+	return float64(tl.labelW) + float64(ms-tl.t0)*float64(tl.plotW)/float64(max(tl.t1-tl.t0, 1))
+}
+
+// phases draws a band from the first entry of each phase to the first of
+// the next (the phase an entry names, or a phase change's text).
+func (tl timeline) phases(b *strings.Builder, trace []apitype.TraceLine) {
 	type band struct {
 		name string
 		at   int64
@@ -232,53 +335,50 @@ func timelineSVG(trace []apitype.TraceLine) template.HTML {
 	}
 	b.WriteString(`<text x="0" y="14" font-weight="600">phases</text>`)
 	for i, p := range phases {
-		end := t1
+		end := tl.t1
 		if i+1 < len(phases) {
 			end = phases[i+1].at
 		}
 		// Its name where the band has room for it; always in its title.
-		bw, label := max(x(end)-x(p.at), 2), ""
+		bw, label := max(tl.x(end)-tl.x(p.at), 2), ""
 		if n := int(bw / 7); n >= 3 {
-			label = fmt.Sprintf(`<text x="%.1f" y="14">%s</text>`, x(p.at)+3, esc(cut(p.name, n)))
+			label = fmt.Sprintf(`<text x="%.1f" y="14">%s</text>`, tl.x(p.at)+3, esc(cut(p.name, n)))
 		}
-		fmt.Fprintf(&b, `<g class="phase-band" data-phase="%s" data-ms="%d"><rect class="phase" x="%.1f" y="2" width="%.1f" height="%d"/>%s<title>%s: %d ms</title></g>`,
-			esc(p.name), end-p.at, x(p.at), bw, rowH-4, label, esc(p.name), end-p.at)
+		fmt.Fprintf(b, `<g class="phase-band" data-phase="%s" data-ms="%d"><rect class="phase" x="%.1f" y="2" width="%.1f" height="%d"/>%s<title>%s: %d ms</title></g>`,
+			esc(p.name), end-p.at, tl.x(p.at), bw, tl.rowH-4, label, esc(p.name), end-p.at)
 	}
-	for i, e := range rows {
-		y := (i + 1) * rowH
-		what := e.Method
-		if e.Kind == "error" {
-			what = "stopped: " + e.Text
-		}
-		cls := "call"
-		switch {
-		case e.Kind == "error" || failedOutcome(e.Outcome):
-			cls += " failed"
-		case strings.HasSuffix(e.Method, ".reconcile"):
-			cls += " reconcile"
-		}
-		label := fmt.Sprintf("%s %s", e.Phase, what)
-		if e.Outcome != "" {
-			label += " → " + e.Outcome
-		}
-		fmt.Fprintf(&b, `<g class="step" data-kind="%s" data-method="%s" data-ms="%d" data-outcome="%s">`, esc(e.Kind), esc(e.Method), e.Duration, esc(e.Outcome))
-		fmt.Fprintf(&b, `<text x="0" y="%d">%s</text>`, y+14, esc(cut(label, 44)))
-		fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s: %d ms</title></rect>`, cls, x(e.At), y+3, max(x(e.At+e.Duration)-x(e.At), 3), rowH-6, esc(label), e.Duration)
-		if e.Duration > 0 {
-			// After the bar, or inside its end when the bar reaches the edge.
-			if end := x(e.At + e.Duration); end+50 < float64(labelW+plotW) {
-				fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="muted">%d ms</text>`, end+4, y+14, e.Duration)
-			} else {
-				fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="inbar" text-anchor="end">%d ms</text>`, end-4, y+14, e.Duration)
-			}
-		}
-		b.WriteString(`</g>`)
+}
+
+// step draws one call, write or error at row y: its label, its bar (red
+// when it failed, amber for a reconcile probe) and its duration.
+func (tl timeline) step(b *strings.Builder, e apitype.TraceLine, y int) {
+	what := e.Method
+	if e.Kind == "error" {
+		what = "stopped: " + e.Text
 	}
-	y := (len(rows)+1)*rowH + 16
-	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/><text x="%d" y="%d" class="muted">0 ms</text><text x="%d" y="%d" class="muted" text-anchor="end">%d ms</text>`,
-		labelW, y-12, labelW+plotW, y-12, labelW, y+8, labelW+plotW, y+8, span)
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
+	cls := "call"
+	switch {
+	case e.Kind == "error" || failedOutcome(e.Outcome):
+		cls += " failed"
+	case strings.HasSuffix(e.Method, ".reconcile"):
+		cls += " reconcile"
+	}
+	label := fmt.Sprintf("%s %s", e.Phase, what)
+	if e.Outcome != "" {
+		label += " → " + e.Outcome
+	}
+	fmt.Fprintf(b, `<g class="step" data-kind="%s" data-method="%s" data-ms="%d" data-outcome="%s">`, esc(e.Kind), esc(e.Method), e.Duration, esc(e.Outcome))
+	fmt.Fprintf(b, `<text x="0" y="%d">%s</text>`, y+14, esc(cut(label, 44)))
+	fmt.Fprintf(b, `<rect class="%s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s: %d ms</title></rect>`, cls, tl.x(e.At), y+3, max(tl.x(e.At+e.Duration)-tl.x(e.At), 3), tl.rowH-6, esc(label), e.Duration)
+	if e.Duration > 0 {
+		// After the bar, or inside its end when the bar reaches the edge.
+		if end := tl.x(e.At + e.Duration); end+50 < float64(tl.labelW+tl.plotW) {
+			fmt.Fprintf(b, `<text x="%.1f" y="%d" class="muted">%d ms</text>`, end+4, y+14, e.Duration)
+		} else {
+			fmt.Fprintf(b, `<text x="%.1f" y="%d" class="inbar" text-anchor="end">%d ms</text>`, end-4, y+14, e.Duration)
+		}
+	}
+	b.WriteString(`</g>`)
 }
 
 // failedOutcome says a call's outcome is not a success: a write failed or

@@ -55,18 +55,25 @@ func TestPicturesEscapeHostileTextAndShowTheNumbers(t *testing.T) {
 		{ID: "topic:t", Kind: "topic", Name: "t" + hostile, Column: 1, Pending: 7, Reserved: 2},
 		{ID: "consumer:c", Kind: "consumer", Name: "c", Column: 2, Pending: 7, Reserved: 2, Blocked: 1, BlockedRun: "r" + hostile},
 		{ID: "connector:http.request", Kind: "connector", Name: "http.request", Column: 3, Blocked: 1, BlockedRun: "r1", Targets: []string{"https://x.example/" + hostile}},
-	}, Edges: []apitype.GraphEdge{{From: "producer:" + hostile, To: "topic:t"}, {From: "topic:t", To: "consumer:c"}, {From: "consumer:c", To: "connector:http.request"}}}
+		{ID: "webhook:gh", Kind: "webhook", Name: "gh" + hostile, Column: 0, Intake: &apitype.GraphIntake{Received: 9, Accepted: 5, Duplicate: 1, Refused: 2, Failed: 1, Held: 3, LastReceived: "2026-11-28T10:42:00Z"}},
+		{ID: "api:t", Kind: "api", Name: "t" + hostile, Column: 0, Intake: &apitype.GraphIntake{Received: 6, Accepted: 6}},
+	}, Edges: []apitype.GraphEdge{{From: "producer:" + hostile, To: "topic:t"}, {From: "topic:t", To: "consumer:c"}, {From: "consumer:c", To: "connector:http.request", Kind: "write"},
+		{From: "producer:" + hostile, To: "connector:http.request", Kind: "read"}}}
 	svg := string(graphSVG(g))
 	els := wellFormed(t, svg)
 	noScript(t, "graph", els, svg)
 	for _, s := range []string{`data-node="topic:t" data-pending="7" data-reserved="2" data-blocked="0" data-done="0"`, `class="node consumer blocked"`,
-		`⚠ BLOCKED: open its card`, `data-done="4"`, `7 pending · 2 reserved`} {
+		`⚠ BLOCKED: open its card`, `data-done="4"`, `7 pending · 2 reserved`,
+		`data-node="webhook:gh" data-pending="0" data-reserved="0" data-blocked="0" data-done="0" data-received="9" data-held="3" data-refused="2" data-failed="1" data-last="2026-11-28T10:42:00Z"`,
+		`9 received today · 3 held`, `2 refused · 1 failed today`, `last received Nov 28 10:42`, `data-node="api:t"`, `6 posted today`,
+		`class="edge write" data-from="consumer:c" data-to="connector:http.request" data-kind="write"`, `data-kind="read"`, `>reads</text>`, `writes (a handler's mutate)`} {
 		if !strings.Contains(svg, s) {
 			t.Errorf("graph lacks %s:\n%s", s, svg)
 		}
 	}
-	if strings.Count(svg, `class="edge"`) != 3 {
-		t.Errorf("graph: %d edges, want 3", strings.Count(svg, `class="edge"`))
+	// Work, a write and a read (and the legend's two); only the read dashed and labelled.
+	if n, r := strings.Count(svg, `<path class="edge`), strings.Count(svg, `<path class="edge read"`); n != 6 || r != 2 || strings.Count(svg, `>reads</text>`) != 1 {
+		t.Errorf("graph: %d edges, %d reads, %d read labels; want 6 (2 of them the legend's), 2, 1", n, r, strings.Count(svg, `>reads</text>`))
 	}
 	// Columns by role: the producer left of the topic, left of the consumer, left of the connector.
 	xs := []int{}

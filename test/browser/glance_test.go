@@ -9,8 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/store/sqlite"
 	"github.com/keep-run/keep/internal/testbin"
 	"github.com/keep-run/keep/internal/testsink"
 )
@@ -18,8 +22,10 @@ import (
 // Issue 42, at a glance: a person opens the list, a workflow and a run,
 // and sees each drawn with the right numbers for a store whose state is
 // known — one input registered, its consumer's write sent and its answer
-// lost (the run blocked on it) — and the card's safe choice first. The
-// pictures are kept in docs/images (docs/design.md shows them).
+// lost (the run blocked on it), a webhook's deliveries of today, an event
+// posted to the API, a past wait for a person of 1 h 45 min — and the
+// card's safe choice first. The pictures are kept in docs/images
+// (docs/design.md shows them).
 var updatePictures = flag.Bool("update", false, "renew the screenshots in docs/images")
 
 func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
@@ -30,11 +36,16 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	defer sink.Close()
 	sink.Queue(testsink.TimeoutAfter) // the write applies; its answer never comes
 	f := filepath.Join(dir, "glance.js")
-	os.WriteFile(f, []byte(flow("glance", sink.URL, "")), 0o644)
+	os.WriteFile(f, []byte(glanceFlow(sink.URL)), 0o644)
 	if out, err := exec.Command(keepBin, "deploy", "--grant", "--data", data, f).CombinedOutput(); err != nil {
 		t.Fatalf("deploy: %v %s", err, out)
 	}
+	hour, last := seedGlance(t, data)
 	p := servePerson(t, exe, dir, data, sink.Host())
+	// Through keep serve (the CLI alone would also run the workflow).
+	if out, err := exec.Command(keepBin, "publish", "glance", "refund", "--data", data, "--id", "r-7", "--title", "Refund 7", "--json", `{"id":7}`).CombinedOutput(); err != nil {
+		t.Fatalf("keep publish: %v %s", err, out)
+	}
 	ctx := p.ctx
 	attr := func(sel, name string) string {
 		// An attribute, or textContent (SVG has no innerText).
@@ -70,7 +81,8 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	for _, c := range []struct{ node, pending, reserved, blocked, done string }{
 		{"producer:p", "0", "0", "0", "1"},
 		{"topic:order", "0", "1", "0", "0"},
-		{"consumer:c", "0", "1", "1", "0"},
+		{"topic:refund", "1", "0", "0", "0"},
+		{"consumer:c", "1", "1", "1", "0"}, // its topics': order's reserved, refund's pending
 		{"connector:http.request", "0", "0", "1", "0"},
 	} {
 		sel := `g[data-node="` + c.node + `"]`
@@ -83,8 +95,31 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	if txt := attr(`g[data-node="consumer:c"]`, "textContent"); !strings.Contains(txt, "BLOCKED") || !strings.Contains(txt, "1 reserved") {
 		t.Errorf("the blocked consumer reads %q", txt)
 	}
-	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("svg.graph path.edge").length`)); n != 3 {
-		t.Errorf("%d arrows drawn, want 3 (producer → topic → consumer → connector)", n)
+	// The webhook's deliveries of today and the API's post, in numbers and words.
+	wh := `g[data-node="webhook:gh"]`
+	if got := [5]string{attr(wh, "data-received"), attr(wh, "data-held"), attr(wh, "data-refused"), attr(wh, "data-failed"), attr(wh, "data-last")}; got != [5]string{"4", "1", "1", "0", last} {
+		t.Errorf("webhook gh: received, held, refused, failed, last %v, want [4 1 1 0 %s]", got, last)
+	}
+	if txt := attr(wh, "textContent"); !strings.Contains(txt, "4 received today · 1 held") || !strings.Contains(txt, "1 refused · 0 failed today") {
+		t.Errorf("the webhook's box reads %q", txt)
+	}
+	if got, txt := attr(`g[data-node="api:refund"]`, "data-received"), attr(`g[data-node="api:refund"]`, "textContent"); got != "1" || !strings.Contains(txt, "1 posted today") {
+		t.Errorf("the event API's box for refund: %s posted, reads %q; want 1", got, txt)
+	}
+	// Arrows: the work (producer, webhook and API → topics → consumer), the
+	// consumer's write solid, the webhook handler's read dashed.
+	edges := func(sel string) int {
+		n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+		return n
+	}
+	if n := edges(`svg.graph > path.edge`); n != 8 {
+		t.Errorf("%d arrows drawn, want 8 (p → order, gh → push, the API → refund; order, push, refund → c; c writes, gh reads http.request)", n)
+	}
+	if edges(`svg.graph > path.edge.write[data-from="consumer:c"][data-to="connector:http.request"]`) != 1 || edges(`svg.graph > path.edge.read[data-from="webhook:gh"][data-to="connector:http.request"]`) != 1 {
+		t.Errorf("the consumer's write is not drawn as a write, or the webhook's read as a read")
+	}
+	if dash := attr(`svg.graph > path.edge.read`, "data-kind"); dash != "read" || !strings.Contains(attr(`svg.graph g.legend`, "textContent"), "reads") {
+		t.Errorf("the read arrow (%q) or the legend is missing", dash)
 	}
 	// Its box opens its card. The page swaps its content when the run
 	// changes (a live update), so wait until the card and the box agree
@@ -97,15 +132,24 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	if href := attr(`svg.graph a:has(g[data-node="consumer:c"])`, "href"); runID == "" || href != "/w/glance#card-"+runID {
 		t.Errorf("the blocked box links to %q, want the card of run %q", href, runID)
 	}
-	// Activity: one input registered in the last day, no write applied.
-	if got := attr(`.activity-day g[data-series="inputs"]`, "data-total"); got != "1" {
-		t.Errorf("the day's chart counts %s inputs, want 1", got)
+	// Activity: two inputs registered in the last day (the producer's, the
+	// API's), no write applied.
+	if got := attr(`.activity-day g[data-series="inputs"]`, "data-total"); got != "2" {
+		t.Errorf("the day's chart counts %s inputs, want 2", got)
 	}
 	if got := attr(`.activity-day g[data-series="writes"]`, "data-total"); got != "0" {
 		t.Errorf("the day's chart counts %s writes applied, want 0 (the write's outcome is unknown)", got)
 	}
-	if got := attr(`.activity-week g[data-series="inputs"]`, "data-total"); got != "1" {
-		t.Errorf("the week's chart counts %s inputs, want 1", got)
+	if got := attr(`.activity-week g[data-series="inputs"]`, "data-total"); got != "2" {
+		t.Errorf("the week's chart counts %s inputs, want 2 (the producer's and the API's)", got)
+	}
+	// Time blocked, exact: the past wait from 20 past to 5 past two hours
+	// later counts 40, 60 and 5 minutes in its hours.
+	for i, want := range []string{"40", "60", "5"} {
+		h := time.UnixMilli(hour + int64(i)*3600000).UTC().Format(time.RFC3339Nano)
+		if got := attr(`.activity-day rect.bar-blocked[data-hour="`+h+`"]`, "data-n"); got != want {
+			t.Errorf("the day's chart: %s minutes blocked in the hour of %s, want %s", got, h, want)
+		}
 	}
 	// The card: Skip (nothing sent) first and highlighted; sending again
 	// says it may write twice.
@@ -121,7 +165,8 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	// The item's page: its Skip and Reprocess in the card's order and
 	// colours, each with its risk's line; its write's outcome is unknown,
 	// so Reprocess says it may write twice.
-	item := attr(`table.inputs tbody tr a`, "href")
+	// The order's (the list shows the newest first: the API's refund).
+	item, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){var r=Array.from(document.querySelectorAll("table.inputs tbody tr")).find(r => r.textContent.includes("Order 1042")); var a=r && r.querySelector("a"); return a ? a.getAttribute("href") : ""})()`))
 	if !strings.HasPrefix(item, "/items/") {
 		t.Fatalf("the input links to %q, not to its item's page", item)
 	}
@@ -150,8 +195,8 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	// The list: a small chart per workflow.
 	chromedp.Run(ctx, chromedp.Navigate(p.base+"/"))
 	p.waitFor("the list's chart", func() bool { return p.has(`tr[data-workflow="glance"] svg.activity`) })
-	if got := attr(`tr[data-workflow="glance"] g[data-series="inputs"]`, "data-total"); got != "1" {
-		t.Errorf("the list's chart counts %s inputs, want 1", got)
+	if got := attr(`tr[data-workflow="glance"] g[data-series="inputs"]`, "data-total"); got != "2" {
+		t.Errorf("the list's chart counts %s inputs, want 2", got)
 	}
 	picture("table.activity-list", "glance-list")
 
@@ -170,6 +215,58 @@ func TestPersonSeesTheWorkflowAtAGlance(t *testing.T) {
 	}
 	picture(".timeline-picture", "glance-run-timeline")
 	p.shot("glance-run")
+}
+
+// glanceFlow is browser's flow with a webhook (whose handler reads from the
+// sink: a read, drawn dashed) and a topic open to the event API.
+func glanceFlow(sinkURL string) string {
+	return `export default Keep.workflow({
+  name: "glance",
+  topics: { "order": {}, "push": {}, "refund": { from: "api" } },
+  producers: { p: { publishes: ["order"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "1042", title: "Order 1042 from alice@example.com" })
+    await ctx.publish("order", { messageId: "1042", inputId, payload: { id: 1042 } })
+  } } },
+  webhooks: { gh: { publishes: ["push"], verify: { hmac: { header: "X-Hub-Signature-256", prefix: "sha256=", secret: "GH_SECRET" } },
+    handler: async (ctx, req) => { await ctx.http.request({ method: "GET", url: "` + sinkURL + `/users/" + req.json.user }) } } },
+  consumers: { c: Keep.consumer({ subscribe: ["order", "push", "refund"],
+    async prepare(ctx) { const [e] = await ctx.peek("order"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "order", ids: [e.messageId] }], data: e.payload, ui: { title: "Confirm order " + e.payload.id } } },
+    async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "` + sinkURL + `/orders/" + p.data.id + "/confirm", json: { order: p.data.id }, timeoutMs: 300 }) },
+  }) },
+})`
+}
+
+// seedGlance writes, as keep writes them, what the glance test cannot make
+// happen at a known time: four deliveries of webhook gh today (accepted
+// twice, refused, held) and a run's past wait for a person from 20 past
+// the hour five hours ago to 5 past the hour three hours ago. It returns
+// that first hour (ms) and the newest delivery's time as the API shows it.
+func seedGlance(t *testing.T, data string) (int64, string) {
+	st, err := sqlite.Open(filepath.Join(data, "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	hour := now.Truncate(time.Hour).Add(-5 * time.Hour).UnixMilli()
+	// Today's: from midnight UTC, or a minute ago.
+	at := max(now.Truncate(24*time.Hour).UnixMilli(), now.UnixMilli()-60000)
+	err = st.Update(context.Background(), func(tx store.Tx) error {
+		for i, s := range []kt.DeliveryStatus{kt.DeliveryAccepted, kt.DeliveryAccepted, kt.DeliveryRefused, kt.DeliveryHeld} {
+			d := kt.Delivery{Workflow: "glance", Webhook: "gh", DeliveryID: fmt.Sprint("d", i), Status: s, ReceivedAt: at + int64(i)}
+			if s == kt.DeliveryHeld {
+				d.HeldFor = "the secret GH_SECRET"
+			}
+			if err := tx.DeliveryAdd(&d); err != nil {
+				return err
+			}
+		}
+		return tx.BlockedSpanAdd("glance", store.BlockedSpan{RunID: "past", Handler: "c", From: hour + 20*60000, To: hour + 2*3600000 + 5*60000})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hour, time.UnixMilli(at + 3).UTC().Format(time.RFC3339Nano)
 }
 
 // servePerson starts keep serve on data, its keep.toml allowing the hosts

@@ -1,7 +1,9 @@
 package sqldb
 
 import (
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -182,4 +184,36 @@ func (t *Tx) DeliverySettle(d *kt.Delivery) error {
 	return t.writeChanging(what, store.ErrStale,
 		`UPDATE deliveries SET delivery_id=?, status=?, reason=?, inputs=?, events=?, held_for='', request='' WHERE id=? AND status='held'`,
 		d.DeliveryID, string(d.Status), d.Reason, d.Inputs, d.Events, d.ID)
+}
+
+func (t *Tx) Intake(workflow string, webhooks []string, apiSource string, from int64) (store.IntakeTally, error) {
+	var out store.IntakeTally
+	var err error
+	// deliveries_received (workflow, received_at): today's, not the history.
+	if out.Deliveries, err = queryAll(t, "deliveries", `SELECT webhook, status, count(*) FROM deliveries WHERE workflow=? AND received_at>=? GROUP BY 1, 2 ORDER BY 1, 2`,
+		func(x *store.DeliveryTally) []any { return []any{&x.Webhook, &x.Status, &x.N} }, workflow, from); err != nil {
+		return out, err
+	}
+	// deliveries_held, partial: the held ones only.
+	if out.Held, err = queryAll(t, "held deliveries", `SELECT webhook, 'held', count(*) FROM deliveries WHERE workflow=? AND status='held' GROUP BY 1 ORDER BY 1`,
+		func(x *store.DeliveryTally) []any { return []any{&x.Webhook, &x.Status, &x.N} }, workflow); err != nil {
+		return out, err
+	}
+	// deliveries_recent (workflow, webhook, id): one row a webhook.
+	out.Last = map[string]int64{}
+	for _, h := range webhooks {
+		var at int64
+		err := t.r.QueryRow(`SELECT received_at FROM deliveries WHERE workflow=? AND webhook=? ORDER BY id DESC LIMIT 1`, workflow, h).Scan(&at)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("tally the last delivery of webhook %s: %w", h, err)
+		}
+		out.Last[h] = at
+	}
+	// items_created (workflow, created_at): the inputs the event API took.
+	out.Posts, err = queryAll(t, "posts", `SELECT type, count(*) FROM items WHERE workflow=? AND created_at>=? AND kind='input' AND source=? GROUP BY 1 ORDER BY 1`,
+		func(x *store.PostTally) []any { return []any{&x.Topic, &x.N} }, workflow, from, apiSource)
+	return out, err
 }

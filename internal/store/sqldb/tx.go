@@ -559,13 +559,13 @@ func (t *Tx) ItemAttemptList(itemID string) ([]kt.ItemAttempt, error) {
 // --- runs ---
 
 const runCols = `id, workflow, version, handler, handler_type, phase, status, retry_of, retry_count, prepare_result, mutation_result, pending_call,
- approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since, pruned_at`
+ approved_hash, action, error_class, error_message, trace, next_attempt_at, created_at, updated_at, finished_at, rev, quiet_polls, quiet_since, pruned_at, blocked_at`
 
 func scanRun(sc interface{ Scan(...any) error }) (kt.Run, error) {
 	var r kt.Run
 	var pr, mr, pc, tr sql.NullString
 	err := sc.Scan(&r.ID, &r.Workflow, &r.Version, &r.Handler, &r.HandlerType, &r.Phase, &r.Status, &r.RetryOf, &r.RetryCount, &pr, &mr, &pc,
-		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince, &r.PrunedAt)
+		&r.ApprovedHash, &r.Action, &r.ErrorClass, &r.ErrorMessage, &tr, &r.NextAttemptAt, &r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.Rev, &r.QuietPolls, &r.QuietSince, &r.PrunedAt, &r.BlockedAt)
 	r.PrepareResult, r.MutationResult, r.PendingCall, r.Trace = rawJSON(pr), rawJSON(mr), rawJSON(pc), rawJSON(tr)
 	return r, err
 }
@@ -596,21 +596,21 @@ func (t *Tx) RunGet(id string) (kt.Run, error) {
 }
 
 func (t *Tx) RunPut(r kt.Run) error {
-	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return t.write(fmt.Sprintf("save run %s", r.ID), `INSERT INTO runs(`+runCols+`, open) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(id) DO UPDATE SET phase=excluded.phase, status=excluded.status, retry_count=excluded.retry_count, prepare_result=excluded.prepare_result,
  mutation_result=excluded.mutation_result, pending_call=excluded.pending_call, approved_hash=excluded.approved_hash, action=excluded.action,
  error_class=excluded.error_class, error_message=excluded.error_message, trace=excluded.trace, next_attempt_at=excluded.next_attempt_at,
- updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since, pruned_at=excluded.pruned_at`,
+ updated_at=excluded.updated_at, finished_at=excluded.finished_at, rev=excluded.rev, open=excluded.open, quiet_polls=excluded.quiet_polls, quiet_since=excluded.quiet_since, pruned_at=excluded.pruned_at, blocked_at=excluded.blocked_at`,
 		r.ID, r.Workflow, r.Version, r.Handler, r.HandlerType, r.Phase, r.Status, r.RetryOf, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall),
-		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, r.PrunedAt, b2i(!r.Status.Finished()))
+		r.ApprovedHash, r.Action, r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, r.Rev, r.QuietPolls, r.QuietSince, r.PrunedAt, r.BlockedAt, b2i(!r.Status.Finished()))
 }
 
 func (t *Tx) RunSetIfRev(r kt.Run) error {
 	return t.writeChanging(fmt.Sprintf("save run %s (as %s, from revision %d)", r.ID, r.Status, r.Rev), store.ErrConflict,
 		`UPDATE runs SET phase=?, status=?, retry_count=?, prepare_result=?, mutation_result=?, pending_call=?, approved_hash=?, action=?,
- error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, pruned_at=?, rev=? WHERE id=? AND rev=?`,
+ error_class=?, error_message=?, trace=?, next_attempt_at=?, created_at=?, updated_at=?, finished_at=?, open=?, quiet_polls=?, quiet_since=?, pruned_at=?, blocked_at=?, rev=? WHERE id=? AND rev=?`,
 		r.Phase, r.Status, r.RetryCount, jsonText(r.PrepareResult), jsonText(r.MutationResult), jsonText(r.PendingCall), r.ApprovedHash, r.Action,
-		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.PrunedAt, r.Rev+1, r.ID, r.Rev)
+		r.ErrorClass, r.ErrorMessage, jsonText(r.Trace), r.NextAttemptAt, r.CreatedAt, r.UpdatedAt, r.FinishedAt, b2i(!r.Status.Finished()), r.QuietPolls, r.QuietSince, r.PrunedAt, r.BlockedAt, r.Rev+1, r.ID, r.Rev)
 }
 
 func (t *Tx) RunList(workflow string, limit int) ([]kt.Run, error) {
@@ -833,23 +833,21 @@ func (t *Tx) Tally(workflow string, from, to int64) (store.HourTally, error) {
 		func(x *store.HourCount) []any { return []any{&x.Hour, &x.N} }, workflow, from, to); err != nil {
 		return out, err
 	}
-	// The runs of the range that waited for a person: blocked now (open,
-	// not running), or decided on (decisions_run, one probe a run).
-	type blocked struct {
-		store.BlockedSpan
-		status kt.Status
+	// The waits for a person that overlap the range: those that ended
+	// (blocked_spans by blocked_spans_to) and those still going (runs by
+	// runs_blocked).
+	if out.Blocked, err = queryAll(t, "blocked runs", `SELECT run_id, handler, from_at, to_at FROM blocked_spans WHERE workflow=? AND to_at>? AND from_at<?
+ UNION ALL SELECT id, handler, blocked_at, 0 FROM runs WHERE workflow=? AND blocked_at>0 AND blocked_at<? ORDER BY 3, 1`,
+		func(x *store.BlockedSpan) []any { return []any{&x.RunID, &x.Handler, &x.From, &x.To} }, workflow, from, to, workflow, to); err != nil {
+		return out, err
 	}
-	bs, err := queryAll(t, "blocked runs", `SELECT id, handler, created_at, finished_at, status FROM runs WHERE workflow=? AND created_at>=? AND created_at<?
- AND (status IN ('paused:approval', 'paused:reconciliation', 'failed:logic', 'failed:internal', 'crashed')
-  OR EXISTS (SELECT 1 FROM decisions d WHERE d.workflow=runs.workflow AND d.run_id=runs.id)) ORDER BY created_at, id`,
-		func(x *blocked) []any { return []any{&x.RunID, &x.Handler, &x.From, &x.To, &x.status} }, workflow, from, to)
-	for _, b := range bs {
-		if !b.status.Finished() {
-			b.To = 0
-		}
-		out.Blocked = append(out.Blocked, b.BlockedSpan)
-	}
-	return out, err
+	return out, nil
+}
+
+// BlockedSpanAdd records a wait for a person that ended.
+func (t *Tx) BlockedSpanAdd(workflow string, b store.BlockedSpan) error {
+	return t.write(fmt.Sprintf("record run %s's wait for a person", b.RunID), `INSERT INTO blocked_spans(workflow, run_id, handler, from_at, to_at) VALUES(?,?,?,?,?)`,
+		workflow, b.RunID, b.Handler, b.From, b.To)
 }
 
 // queryAll reads every row of q, each into a T through the fields dest gives.

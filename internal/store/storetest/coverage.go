@@ -213,6 +213,16 @@ func (r recordingTx) Tally(workflow string, from, to int64) (store.HourTally, er
 	return r.tx.Tally(workflow, from, to)
 }
 
+func (r recordingTx) Intake(workflow string, webhooks []string, apiSource string, from int64) (store.IntakeTally, error) {
+	r.c.note("Intake")
+	return r.tx.Intake(workflow, webhooks, apiSource, from)
+}
+
+func (r recordingTx) BlockedSpanAdd(workflow string, b store.BlockedSpan) error {
+	r.c.note("BlockedSpanAdd")
+	return r.tx.BlockedSpanAdd(workflow, b)
+}
+
 func (r recordingTx) TopicCounts(workflow string) ([]store.TopicCount, error) {
 	r.c.note("TopicCounts")
 	return r.tx.TopicCounts(workflow)

@@ -220,4 +220,51 @@ func exerciseDeliveries(run runCase) {
 			return nil
 		}))
 	})
+	run("intake: today's deliveries by status, the held ones, each webhook's last, the API's posts", func(t *testing.T, s store.Store) {
+		const day = int64(1000)
+		must(t, s.Update(ctx, func(tx store.Tx) error {
+			for _, d := range []struct {
+				wf, hook, id string
+				st           kt.DeliveryStatus
+				at           int64
+			}{
+				{"w", "gh", "old", kt.DeliveryAccepted, day - 1}, {"w", "gh", "old-held", kt.DeliveryHeld, day - 2},
+				{"w", "gh", "a", kt.DeliveryAccepted, day}, {"w", "gh", "b", kt.DeliveryAccepted, day + 5}, {"w", "gh", "b", kt.DeliveryDuplicate, day + 6},
+				{"w", "gh", "c", kt.DeliveryRefused, day + 7}, {"w", "gh", "d", kt.DeliveryHeld, day + 8},
+				{"w", "stripe", "e", kt.DeliveryFailed, day + 3}, {"w", "quiet", "f", kt.DeliveryAccepted, day - 100},
+				{"other", "gh", "x", kt.DeliveryAccepted, day + 9},
+			} {
+				if _, err := add(tx, d.wf, d.hook, d.id, d.st, d.at); err != nil {
+					return err
+				}
+			}
+			for i, in := range []kt.Input{
+				{Workflow: "w", Source: "api", Type: "order", CreatedAt: day + 1}, {Workflow: "w", Source: "api", Type: "order", CreatedAt: day + 2},
+				{Workflow: "w", Source: "api", Type: "order", CreatedAt: day - 1}, {Workflow: "w", Source: "api", Type: "refund", CreatedAt: day + 3},
+				{Workflow: "w", Source: "gmail", Type: "order", CreatedAt: day + 4}, {Workflow: "other", Source: "api", Type: "order", CreatedAt: day + 5},
+			} {
+				in.ID, in.Kind, in.Key, in.Title, in.UpdatedAt = fmt.Sprint("in", i), kt.KindInput, fmt.Sprint(in.Source, ":", in.Type, ":", i), "t", in.CreatedAt
+				if err := tx.InputPut(in); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			got, err := tx.Intake("w", []string{"gh", "stripe", "quiet", "never"}, "api", day)
+			if err != nil {
+				return err
+			}
+			want := store.IntakeTally{
+				Deliveries: []store.DeliveryTally{{Webhook: "gh", Status: kt.DeliveryAccepted, N: 2}, {Webhook: "gh", Status: kt.DeliveryDuplicate, N: 1}, {Webhook: "gh", Status: kt.DeliveryHeld, N: 1}, {Webhook: "gh", Status: kt.DeliveryRefused, N: 1}, {Webhook: "stripe", Status: kt.DeliveryFailed, N: 1}},
+				Held:       []store.DeliveryTally{{Webhook: "gh", Status: kt.DeliveryHeld, N: 2}},
+				Last:       map[string]int64{"gh": day + 8, "stripe": day + 3, "quiet": day - 100},
+				Posts:      []store.PostTally{{Topic: "order", N: 2}, {Topic: "refund", N: 1}},
+			}
+			if !reflect.DeepEqual(got, want) {
+				return fmt.Errorf("intake\n got %+v\nwant %+v", got, want)
+			}
+			return nil
+		}))
+	})
 }
