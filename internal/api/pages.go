@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bufio"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -33,8 +35,8 @@ func pageOf(r *http.Request) (store.Page, error) {
 	p := store.Page{Limit: report.DefaultLimit, Search: strings.TrimSpace(q.Get("q"))}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > apitype.MaxPage {
-			return p, fmt.Errorf("limit %q: use a number from 1 to %d, and follow the Link rel=\"next\" header for more", l, apitype.MaxPage)
+		if err != nil || n < 0 || n > apitype.MaxPage {
+			return p, fmt.Errorf("limit %q: use a number from 1 to %d and follow the Link rel=\"next\" header for more, or 0 for every row", l, apitype.MaxPage)
 		}
 		p.Limit = n
 	}
@@ -99,6 +101,10 @@ func paged[T any](w http.ResponseWriter, r *http.Request, read func(store.Page) 
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
+	if p.Limit == 0 {
+		every(w, p, read)
+		return
+	}
 	rows, pg, err := read(p)
 	if err != nil {
 		fail(w, err)
@@ -106,4 +112,56 @@ func paged[T any](w http.ResponseWriter, r *http.Request, read func(store.Page) 
 	}
 	pageHeaders(w, r, pg)
 	reply(w, nonNil(rows))
+}
+
+// everyPage is the size of the pages every reads (a test makes it small).
+var everyPage = apitype.MaxPage
+
+// every answers ?limit=0, every row of the list (what it meant before lists
+// were paged, and what clients written then still ask: the peerbench driver
+// reads a workflow's runs so). It is read page by page along the keyset
+// from the newest row when the request came, each page written out before
+// the next is read, so keep holds one page in memory however long the list:
+// the read is unbounded in time, never in memory. Rows made meanwhile are
+// newer than the first page and left out; none repeats or vanishes. A page
+// that fails after the first is written ends the answer without its closing
+// bracket (the connection is cut), so a client never takes a cut list for
+// the whole one.
+func every[T any](w http.ResponseWriter, p store.Page, read func(store.Page) ([]T, report.Page, error)) {
+	p.Limit = everyPage
+	rows, pg, err := read(p)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if pg.Total >= 0 {
+		w.Header().Set(apitype.TotalHeader, strconv.Itoa(pg.Total))
+	}
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	bw.WriteString("[")
+	first := true
+	for {
+		for _, row := range rows {
+			if !first {
+				bw.WriteString(",")
+			}
+			first = false
+			if err := enc.Encode(row); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+		}
+		if pg.Older == nil {
+			break
+		}
+		p.Older, p.Newer = pg.Older, nil
+		if rows, pg, err = read(p); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+	}
+	bw.WriteString("]\n")
+	if err := bw.Flush(); err != nil {
+		panic(http.ErrAbortHandler)
+	}
 }

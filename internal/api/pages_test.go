@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keep-run/keep/internal/api"
 	"github.com/keep-run/keep/internal/apiclient"
 	"github.com/keep-run/keep/internal/daemon"
 )
@@ -120,12 +121,23 @@ func TestListsArePagedNewestFirst(t *testing.T) {
 			t.Fatalf("%s: the page before the last starts with %v, want %s", c.list, prev, want[3])
 		}
 	}
+	// ?limit=0 is every row (what it meant before lists were paged, and what
+	// clients written then still send), read in pages of two here: the same
+	// rows in the same order as the one big page, with the total, no Link.
+	*api.EveryPage = 2
+	for _, list := range []string{"inputs", "items", "outputs", "runs"} {
+		_, one, _, _ := r.get(base + list + "?limit=1000")
+		code, all, links, total := r.get(base + list + "?limit=0")
+		if code != 200 || len(links) != 0 || total != fmt.Sprint(len(one)) || fmt.Sprint(all) != fmt.Sprint(one) {
+			t.Fatalf("%s?limit=0: %d %v total %q: %d rows, want the %d of ?limit=1000", list, code, links, total, len(all), len(one))
+		}
+	}
 	// A search narrows the inputs and gives no total.
 	code, rows, _, total := r.get(base + "inputs?q=" + url.QueryEscape("order 5"))
 	if code != 200 || len(rows) != 1 || rows[0]["title"] != "Order 5" || total != "" {
 		t.Fatalf("search: %d %v total %q", code, rows, total)
 	}
-	for bad, says := range map[string]string{"?limit=0": "use a number from 1 to 1000", "?limit=1001": "use a number from 1 to 1000", "?cursor=zzz": "is not one keep gave", "?cursor=" + "bzEwLg": "is not one keep gave"} {
+	for bad, says := range map[string]string{"?limit=-1": "use a number from 1 to 1000", "?limit=1001": "use a number from 1 to 1000", "?cursor=zzz": "is not one keep gave", "?cursor=" + "bzEwLg": "is not one keep gave"} {
 		code, _, links, _ := r.get(base + "inputs" + bad)
 		if code != http.StatusBadRequest || !strings.Contains(links["error"], says) {
 			t.Errorf("inputs%s: %d %s, want 400 saying %q", bad, code, links["error"], says)
