@@ -328,12 +328,10 @@ func load(ctx context.Context, dir, storeURL string, w, n int) (*loaded, error) 
 		l.applied.Add(1)
 		rw.WriteHeader(http.StatusCreated)
 	}))
-	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Allow: []string{l.sink.Listener.Addr().String()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
+	if err := l.open(dir, storeURL); err != nil {
 		l.sink.Close()
 		return nil, err
 	}
-	l.k = k
 	if err := l.deploy(ctx, w, n); err != nil {
 		l.close()
 		return nil, err
@@ -341,14 +339,36 @@ func load(ctx context.Context, dir, storeURL string, w, n int) (*loaded, error) 
 	return l, nil
 }
 
+// open opens keep on the data directory and store, allowed to write to
+// the bench's sink.
+func (l *loaded) open(dir, storeURL string) error {
+	k, err := daemon.Open(daemon.Options{DataDir: dir, Store: storeURL, Allow: []string{l.sink.Listener.Addr().String()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l.k = k
+	return err
+}
+
 func (l *loaded) deploy(ctx context.Context, w, n int) error {
-	k := l.k
+	if err := l.install(ctx, w, n); err != nil {
+		return err
+	}
+	return l.produce(ctx, w, n)
+}
+
+// install deploys the W bench workflows, each to publish n events.
+func (l *loaded) install(ctx context.Context, w, n int) error {
 	for i := 0; i < w; i++ {
-		if _, err := k.Engine.Deploy(ctx, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), l.sink.URL, n), "", ""); err != nil {
+		if _, err := l.k.Engine.Deploy(ctx, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), l.sink.URL, n), "", ""); err != nil {
 			return err
 		}
 	}
-	// Producers first, so that the timed part is the consumption.
+	return nil
+}
+
+// produce runs each workflow's producer until its n events are pending
+// (the consumer's handler kept from running), so that the timed part is
+// the consumption.
+func (l *loaded) produce(ctx context.Context, w, n int) error {
+	k := l.k
 	for i := 0; i < w; i++ {
 		name := fmt.Sprintf("bench-%03d", i)
 		if err := k.Store.Update(ctx, func(tx store.Tx) error {

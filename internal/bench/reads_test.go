@@ -198,9 +198,10 @@ SELECT ` + cat("'m_'", i) + `, 'orders', ` + cat("'r_'", i) + `, 'c', ` + cat(`'
 	return err
 }
 
-// pgTallyTriggers are PostgreSQL's per-row triggers that keep the tallies
-// (migration 024_paged_reads.sql), by table.
-var pgTallyTriggers = [][2]string{{"items", "tally_items"}, {"runs", "tally_runs"}, {"mutations", "tally_mutations"}, {"events", "tally_events"}}
+// pgTallied are the tables whose rows PostgreSQL's per-row triggers
+// count in the tallies (migrations 024_paged_reads.sql and
+// 028_cheaper_tallies.sql): they have no other triggers of keep's.
+var pgTallied = []string{"items", "runs", "mutations", "events"}
 
 // fillWithoutTriggers runs the fill's statements on PostgreSQL with the
 // tally triggers off, and writes their effect once: the tallies of
@@ -217,8 +218,8 @@ func fillWithoutTriggers(db *sql.DB, stmts []string) error {
 	}
 	defer tx.Rollback()
 	var qs []string
-	for _, t := range pgTallyTriggers {
-		qs = append(qs, "ALTER TABLE "+t[0]+" DISABLE TRIGGER "+t[1])
+	for _, t := range pgTallied {
+		qs = append(qs, "ALTER TABLE "+t+" DISABLE TRIGGER USER")
 	}
 	qs = append(qs, stmts...)
 	qs = append(qs, `DELETE FROM tallies WHERE workflow = 'orders'`,
@@ -231,8 +232,8 @@ func fillWithoutTriggers(db *sql.DB, stmts []string) error {
 		`INSERT INTO tallies (workflow, kind, topic, status, n)
   SELECT workflow, 'event', topic, CASE WHEN status = 'pending' AND reserved_by <> '' THEN 'reserved' ELSE status END, count(*)
   FROM events WHERE workflow = 'orders' GROUP BY 1, 2, 3, 4`)
-	for _, t := range pgTallyTriggers {
-		qs = append(qs, "ALTER TABLE "+t[0]+" ENABLE TRIGGER "+t[1])
+	for _, t := range pgTallied {
+		qs = append(qs, "ALTER TABLE "+t+" ENABLE TRIGGER USER")
 	}
 	for _, q := range qs {
 		if _, err := tx.Exec(q); err != nil {

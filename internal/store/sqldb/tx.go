@@ -818,17 +818,17 @@ func hourSQL(col string) string { return "(" + col + "/3600000)*3600000" }
 func (t *Tx) Tally(workflow string, from, to int64) (store.HourTally, error) {
 	var out store.HourTally
 	var err error
-	// runs_workflow (workflow, created_at): the range, not the history.
+	// runs_page (workflow, created_at, id): the range, not the history.
 	if out.Runs, err = queryAll(t, "runs", `SELECT `+hourSQL("created_at")+`, handler, status, count(*) FROM runs WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
 		func(x *store.RunTally) []any { return []any{&x.Hour, &x.Handler, &x.Status, &x.N} }, workflow, from, to); err != nil {
 		return out, err
 	}
-	// mutations_workflow (workflow, created_at).
+	// mutations_page (workflow, created_at, id).
 	if out.Writes, err = queryAll(t, "writes", `SELECT `+hourSQL("created_at")+`, tool, method, status, count(*) FROM mutations WHERE workflow=? AND created_at>=? AND created_at<? GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`,
 		func(x *store.WriteTally) []any { return []any{&x.Hour, &x.Tool, &x.Method, &x.Status, &x.N} }, workflow, from, to); err != nil {
 		return out, err
 	}
-	// items_created (workflow, created_at).
+	// items_page (workflow, created_at, id).
 	if out.Inputs, err = queryAll(t, "inputs", `SELECT `+hourSQL("created_at")+`, count(*) FROM items WHERE workflow=? AND created_at>=? AND created_at<? AND kind='input' GROUP BY 1 ORDER BY 1`,
 		func(x *store.HourCount) []any { return []any{&x.Hour, &x.N} }, workflow, from, to); err != nil {
 		return out, err
