@@ -59,9 +59,9 @@ type Scheduler struct {
 	// that names its workflow starts that workflow's steps without a
 	// pass (the step's plan reads what it needs). stale are the busy
 	// workflows told of, or found due, while they were busy: release
-	// steps them again unless their stepping loop planned after it.
-	// leftDue: the last pass left due workflows to the other nodes'
-	// share, so that a release looks again.
+	// makes a pass unless their stepping loop planned after it. leftDue:
+	// the last pass left due workflows to the other nodes' share, so
+	// that a release looks again.
 	named    map[string]bool
 	full     bool
 	stale    map[string]bool
@@ -156,9 +156,9 @@ func (s *Scheduler) signal() {
 // transaction the step's own plan would repeat: issue 43, the serial
 // path), unless it is stepping wf at the moment. Then it only notes the
 // change: the stepping loop steps wf again until it has no work, and when
-// it lets wf go (release) it steps wf again if this change came after its
-// last plan began. A serial chain of runs thus costs no pass per commit
-// (issue 25: two to four per input), and a run-now none (issue 43).
+// it lets wf go (release) a pass looks again if this change came after
+// its last plan began. A serial chain of runs thus costs no pass per
+// commit (issue 25: two to four per input), and a run-now none (issue 43).
 func (s *Scheduler) Changed(wf string) {
 	if wf == "" {
 		s.Wake()
@@ -405,20 +405,20 @@ func (s *Scheduler) fatalErr() error {
 	return nil
 }
 
-// release lets wf go: it is stepped again when a change came after its
-// last plan began (Changed), and a pass looks again when the last one
-// left due workflows aside for this node's share.
+// release lets wf go. A pass looks again when a change came after wf's
+// last plan began (Changed) or the last pass left due workflows aside
+// for this node's share; otherwise nothing is owed, and a chain of runs
+// ends without a pass. A pass, not wf's step: a step that commits and
+// then finds nothing to do (did is false) marks wf stale itself, and
+// stepping it again for that would never end.
 func (s *Scheduler) release(wf string) {
 	s.mu.Lock()
 	delete(s.busy, wf)
-	again, look := s.stale[wf], s.leftDue
+	look := s.stale[wf] || s.leftDue
 	delete(s.stale, wf)
 	s.mu.Unlock()
-	switch {
-	case look:
+	if look {
 		s.Wake()
-	case again:
-		s.Changed(wf)
 	}
 	s.stopIfOwed()
 }
