@@ -38,17 +38,7 @@ func TestARunNowCostsNoPassOverTheStore(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	wf := e.deploy(counterScript)
-	sched := scheduler.New(scheduler.Options{Engine: e.k.Engine, Poll: time.Hour})
-	e.k.Scheduler = sched // keep's OnChange and Changed tell this one
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sched.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	sched, _ := runWokenScheduler(t, e)
 	applied := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(testbin.Patience())
@@ -80,4 +70,22 @@ func TestARunNowCostsNoPassOverTheStore(t *testing.T) {
 	if got := sched.Passes(); got != 1 {
 		t.Fatalf("the scheduler looked for due work %d times; want once, when it started", got)
 	}
+}
+
+// runWokenScheduler runs a scheduler for e's keep as keep serve does, but
+// polling once an hour: only wake-ups move it (keep's OnChange and Changed
+// tell this one). It stops at the test's end; ctx is its context.
+func runWokenScheduler(t *testing.T, e *env) (*scheduler.Scheduler, context.Context) {
+	sched := scheduler.New(scheduler.Options{Engine: e.k.Engine, Poll: time.Hour})
+	e.k.Scheduler = sched
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sched.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return sched, ctx
 }
