@@ -351,9 +351,12 @@ func (k *Keep) SetPageURL(u string) {
 	}
 }
 
-// Changed wakes the scheduler and tells open pages after a person's action.
+// Changed tells the scheduler and open pages of a person's action on wf
+// ("" when it is not one workflow's): the scheduler steps wf at once,
+// without a pass over the store (issue 43: a run-now's producer starts
+// after the run-now's commit, not after a read of every workflow's work).
 func (k *Keep) Changed(wf string) {
-	k.Scheduler.Wake()
+	k.Scheduler.Changed(wf)
 	k.Hub.Publish(wf)
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/testbin"
 )
 
@@ -42,19 +41,7 @@ func TestAWebhookDeliveredWhileTheWorkflowIsSteppedIsTaken(t *testing.T) {
 	if _, err := engine.Grant(e.ctx(), e.k.Store, wf, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	// Only wake-ups move this scheduler: its poll is an hour. keep's
-	// OnChange tells the Keep's scheduler, this one.
-	sched := scheduler.New(scheduler.Options{Engine: e.k.Engine, Poll: time.Hour})
-	e.k.Scheduler = sched
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sched.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	sched, ctx := runWokenScheduler(t, e)
 	deliver := func(ctx context.Context, id string) {
 		t.Helper()
 		d, err := e.k.Engine.Deliver(ctx, engine.Hook{Workflow: wf, Name: "in", Method: "POST",

@@ -52,8 +52,20 @@ type Scheduler struct {
 	// leaseMu serializes this node's lease transactions (leases.go).
 	leaseMu sync.Mutex
 
-	mu       sync.Mutex
-	busy     map[string]bool
+	mu   sync.Mutex
+	busy map[string]bool
+	// named are the workflows Changed told of since the last look, and
+	// full says a pass over the store is owed (Wake, the poll): a change
+	// that names its workflow starts that workflow's steps without a
+	// pass (the step's plan reads what it needs). stale are the busy
+	// workflows told of, or found due, while they were busy: release
+	// makes a pass unless their stepping loop planned after it. leftDue:
+	// the last pass left due workflows to the other nodes' share, so
+	// that a release looks again.
+	named    map[string]bool
+	full     bool
+	stale    map[string]bool
+	leftDue  bool
 	held     map[string]*heldLease // this node's leases (leases.go)
 	renewing bool                  // the renewer runs
 	runs     int                   // Run and RunUntilIdle under way
@@ -108,7 +120,7 @@ func (s *Scheduler) NodeAddr() string {
 // New builds a Scheduler.
 func New(o Options) *Scheduler {
 	s := &Scheduler{eng: o.Engine, store: o.Engine.Store(), workers: o.Workers, poll: o.Poll, log: o.Logger,
-		wake: make(chan struct{}, 1), busy: map[string]bool{}, held: map[string]*heldLease{}, renewKick: make(chan struct{}, 1), backoff: map[string]time.Time{}, damaged: map[string]*damagedStep{}, node: o.Node, ttl: o.LeaseTTL}
+		wake: make(chan struct{}, 1), busy: map[string]bool{}, named: map[string]bool{}, stale: map[string]bool{}, held: map[string]*heldLease{}, renewKick: make(chan struct{}, 1), backoff: map[string]time.Time{}, damaged: map[string]*damagedStep{}, node: o.Node, ttl: o.LeaseTTL}
 	if s.ttl <= 0 {
 		s.ttl = 15 * time.Second
 	}
@@ -124,29 +136,41 @@ func New(o Options) *Scheduler {
 	return s
 }
 
-// Wake makes the scheduler look for due work now.
+// Wake makes the scheduler look for due work now: a pass over the store.
 func (s *Scheduler) Wake() {
+	s.mu.Lock()
+	s.full = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Scheduler) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Changed is told that wf's state changed (a commit): it wakes the
-// scheduler unless this scheduler is stepping wf at the moment. Then the
-// wake would only cost a pass over the store: the stepping loop steps wf
-// again until it has no work, and when it lets wf go (release) it wakes
-// the scheduler, whose pass reads after this change. A serial chain of
-// runs thus costs no pass per commit (issue 25: two to four per input).
+// Changed is told that wf's state changed (a commit, a person's action):
+// the scheduler steps wf at once, without a pass over the store (a read
+// transaction the step's own plan would repeat: issue 43, the serial
+// path), unless it is stepping wf at the moment. Then it only notes the
+// change: the stepping loop steps wf again until it has no work, and when
+// it lets wf go (release) a pass looks again if this change came after
+// its last plan began. A serial chain of runs thus costs no pass per
+// commit (issue 25: two to four per input), and a run-now none (issue 43).
 func (s *Scheduler) Changed(wf string) {
-	s.mu.Lock()
-	stepping := wf != "" && s.busy[wf]
-	s.mu.Unlock()
-	if stepping {
-		s.skippedWakes.Add(1)
+	if wf == "" {
+		s.Wake()
 		return
 	}
 	s.mu.Lock()
+	if s.busy[wf] {
+		s.stale[wf] = true
+		s.mu.Unlock()
+		s.skippedWakes.Add(1)
+		return
+	}
 	if d := s.damaged[wf]; d != nil {
 		// A person's deploy, grant or revoke may have restored what was
 		// damaged: look again now, not at the end of the wait. The damage
@@ -155,8 +179,9 @@ func (s *Scheduler) Changed(wf string) {
 		d.delay = damagedRetry / 2
 		delete(s.backoff, wf)
 	}
+	s.named[wf] = true
 	s.mu.Unlock()
-	s.Wake()
+	s.signal()
 }
 
 // damagedStep is a workflow whose steps find damaged storage.
@@ -229,6 +254,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.started.Store(started)
 	var lastBeat time.Time
 	stepped := false
+	s.mu.Lock()
+	s.full = true
+	s.mu.Unlock()
 	for {
 		if s.node != "" && time.Since(lastBeat) > heartbeatEvery {
 			if err := s.Heartbeat(ctx, kt.Node{Addr: s.NodeAddr(), StartedAt: started}); err != nil && ctx.Err() == nil {
@@ -237,7 +265,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			lastBeat = time.Now()
 		}
 		stepped = s.noteClockStep(stepped)
-		s.dispatch(ctx, &wg, sem)
+		if pass, named := s.takeWork(); pass {
+			s.dispatch(ctx, &wg, sem)
+		} else {
+			s.dispatchNamed(ctx, &wg, sem, named)
+		}
 		if err := s.fatalErr(); err != nil {
 			return err
 		}
@@ -245,7 +277,41 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+			s.mu.Lock()
+			s.full = true
+			s.mu.Unlock()
 		case <-s.wake:
+		}
+	}
+}
+
+// takeWork says what the scheduler's look is: a pass over the store
+// (Wake, the poll, a change on another node: dispatch), or the steps of
+// the workflows Changed named since the last look, without one. On
+// several nodes a workflow whose lease this node does not hold goes
+// through a pass, which takes its lease only when it is due.
+func (s *Scheduler) takeWork() (pass bool, named []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for wf := range s.named {
+		if s.node != "" && s.held[wf] == nil {
+			s.full = true
+		}
+		named = append(named, wf)
+	}
+	if s.full {
+		return true, nil
+	}
+	clear(s.named)
+	return false, named
+}
+
+// dispatchNamed starts the steps of the workflows Changed named.
+func (s *Scheduler) dispatchNamed(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}, named []string) {
+	now := time.Now()
+	for _, wf := range named {
+		if !s.start(ctx, wg, sem, wf, now, s.workers) {
+			return
 		}
 	}
 }
@@ -256,6 +322,11 @@ func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan s
 	// backoffs below are this process's own, on the monotonic clock.
 	now := time.Now()
 	s.passes.Add(1)
+	// The pass reads after every change told so far.
+	s.mu.Lock()
+	s.full, s.leftDue = false, false
+	clear(s.named)
+	s.mu.Unlock()
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		var err error
 		due, err = tx.DueWorkflows(clock.Now().UnixMilli())
@@ -273,34 +344,48 @@ func (s *Scheduler) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan s
 	started := 0
 	share := s.fairShare(len(due))
 	for _, wf := range due {
-		s.mu.Lock()
-		if len(s.busy) >= share {
-			// Several nodes: the rest is the others' share.
-			s.mu.Unlock()
+		if !s.start(ctx, wg, sem, wf, now, share) {
 			break
 		}
-		if s.busy[wf] || now.Before(s.backoff[wf]) {
-			s.mu.Unlock()
-			continue
-		}
-		s.busy[wf] = true
-		s.mu.Unlock()
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			s.release(wf)
-			return started
-		}
 		started++
-		wg.Add(1)
-		go func(wf string) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			defer s.release(wf)
-			s.stepAll(ctx, wf)
-		}(wf)
 	}
 	return started
+}
+
+// start starts stepping wf on a goroutine of its own unless it is busy
+// (then its stepping loop or its release steps it), waiting for a retry,
+// or this node has its share of workflows busy (the rest is the other
+// nodes': a release looks again). false: start no more now.
+func (s *Scheduler) start(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}, wf string, now time.Time, share int) bool {
+	s.mu.Lock()
+	if len(s.busy) >= share {
+		s.leftDue = true
+		s.mu.Unlock()
+		return false
+	}
+	if s.busy[wf] || now.Before(s.backoff[wf]) {
+		if s.busy[wf] {
+			s.stale[wf] = true
+		}
+		s.mu.Unlock()
+		return true
+	}
+	s.busy[wf] = true
+	s.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		s.release(wf)
+		return false
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { <-sem }()
+		defer s.release(wf)
+		s.stepAll(ctx, wf)
+	}()
+	return true
 }
 
 // noteFatal remembers an error keep must stop on: a corrupt database
@@ -320,11 +405,21 @@ func (s *Scheduler) fatalErr() error {
 	return nil
 }
 
+// release lets wf go. A pass looks again when a change came after wf's
+// last plan began (Changed) or the last pass left due workflows aside
+// for this node's share; otherwise nothing is owed, and a chain of runs
+// ends without a pass. A pass, not wf's step: a step that commits and
+// then finds nothing to do (did is false) marks wf stale itself, and
+// stepping it again for that would never end.
 func (s *Scheduler) release(wf string) {
 	s.mu.Lock()
 	delete(s.busy, wf)
+	look := s.stale[wf] || s.leftDue
+	delete(s.stale, wf)
 	s.mu.Unlock()
-	s.Wake()
+	if look {
+		s.Wake()
+	}
 	s.stopIfOwed()
 }
 
@@ -356,6 +451,10 @@ func (s *Scheduler) stepAll(ctx context.Context, wf string) error {
 // over.
 func (s *Scheduler) stepLoop(ctx, stepCtx context.Context, wf string) (lost bool, _ error) {
 	for ctx.Err() == nil {
+		// This step's plan reads after every change told so far.
+		s.mu.Lock()
+		delete(s.stale, wf)
+		s.mu.Unlock()
 		did, err := s.step(stepCtx, wf)
 		if errors.Is(err, store.ErrFenced) {
 			// Another node took the workflow over: its work now. Said at

@@ -212,7 +212,7 @@ func (t *Tx) Intake(workflow string, webhooks []string, apiSource string, from i
 		}
 		out.Last[h] = at
 	}
-	// items_created (workflow, created_at): the inputs the event API took.
+	// items_page (workflow, created_at, id): the inputs the event API took.
 	out.Posts, err = queryAll(t, "posts", `SELECT type, count(*) FROM items WHERE workflow=? AND created_at>=? AND kind='input' AND source=? GROUP BY 1 ORDER BY 1`,
 		func(x *store.PostTally) []any { return []any{&x.Topic, &x.N} }, workflow, from, apiSource)
 	return out, err
