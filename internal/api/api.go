@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"io"
 	"net/http"
 	"strconv"
@@ -105,7 +106,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		// The API authenticates and hands the actor and the proof on;
 		// engine.Control decides who may do what.
-		ctx := engine.WithProof(engine.WithActor(r.Context(), ActorOf(r, def)), proofOf(AuthOf(r)))
+		ctx := engine.WithProof(transition.WithActor(r.Context(), ActorOf(r, def)), proofOf(AuthOf(r)))
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -200,7 +201,7 @@ func Error(w http.ResponseWriter, status int, code, msg string) {
 
 // fail maps keep's errors to HTTP statuses.
 func fail(w http.ResponseWriter, err error) {
-	var ae *engine.ActionError
+	var ae *kt.ActionError
 	var ve *engine.ValidationError
 	var se *script.SyntaxError
 	var na *engine.NotAllowedError
@@ -210,9 +211,9 @@ func fail(w http.ResponseWriter, err error) {
 		Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are ("+string(na.Action)+"): keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
 	case errors.Is(err, kt.ErrNotFound):
 		Error(w, http.StatusNotFound, "not_found", err.Error())
-	case errors.Is(err, engine.ErrBadInput):
+	case errors.Is(err, kt.ErrBadInput):
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
-	case errors.Is(err, engine.ErrNeedsConsent):
+	case errors.Is(err, kt.ErrNeedsConsent):
 		Error(w, http.StatusConflict, "needs_consent", err.Error())
 	case errors.Is(err, kt.ErrConflict) && errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
@@ -303,7 +304,7 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 		wrow, err := tx.WorkflowGet(wf)
 		if err != nil {
 			if errors.Is(err, kt.ErrNotFound) {
-				return engine.Missing("there is no workflow %q", wf)
+				return kt.Missing("there is no workflow %q", wf)
 			}
 			return err
 		}
@@ -704,7 +705,7 @@ func (s *Server) grants(w http.ResponseWriter, r *http.Request) {
 	err := s.Store.View(r.Context(), func(tx store.Tx) error {
 		var err error
 		if g.ToGrant, err = engine.ToGrant(tx, wf); errors.Is(err, kt.ErrNotFound) {
-			return engine.Missing("there is no workflow %q (see keep status)", wf)
+			return kt.Missing("there is no workflow %q (see keep status)", wf)
 		} else if err != nil {
 			return err
 		}

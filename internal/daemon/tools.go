@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"io"
 	"os"
 	"os/signal"
@@ -34,9 +35,9 @@ import (
 var ErrReprocessChoice = engine.ErrReprocessChoice
 
 // WithActor names who takes the decisions this process makes itself (a
-// deploy by keep run), for the decision log (engine.WithActor).
+// deploy by keep run), for the decision log (transition.WithActor).
 func WithActor(ctx context.Context, by string) context.Context {
-	return engine.WithActor(ctx, by)
+	return transition.WithActor(ctx, by)
 }
 
 // StopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"strings"
 	"time"
 	"unicode"
@@ -52,7 +53,7 @@ func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) 
 	// a sandbox worker); the transaction checks the version is still the one read.
 	var v kt.Version
 	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, ev.Workflow)
+		w, err := transition.Workflow(tx, ev.Workflow)
 		if err != nil {
 			return err
 		}
@@ -70,12 +71,12 @@ func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) 
 	}
 	var p Posted
 	err = st.Update(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, ev.Workflow)
+		w, err := transition.Workflow(tx, ev.Workflow)
 		if err != nil {
 			return err
 		}
 		if w.ActiveVersion != v.ID {
-			return refuse("workflow %s was deployed while this event was posted (version %s is no longer active); post it again", ev.Workflow, v.Label())
+			return kt.Refuse("workflow %s was deployed while this event was posted (version %s is no longer active); post it again", ev.Workflow, v.Label())
 		}
 		p, err = ev.commit(tx, v, decl, now.UnixMilli())
 		return err
@@ -86,7 +87,7 @@ func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) 
 // check refuses what the request itself gets wrong, before any reading.
 func (ev *APIEvent) check() error {
 	bad := func(format string, args ...any) error {
-		return &ActionError{Msg: fmt.Sprintf(format, args...), Code: CodeBadInput}
+		return &kt.ActionError{Msg: fmt.Sprintf(format, args...), Code: kt.CodeBadInput}
 	}
 	where := fmt.Sprintf("event for topic %s of %s", ev.Topic, ev.Workflow)
 	switch {
@@ -145,10 +146,10 @@ func (ev *APIEvent) open(decl script.Declaration) error {
 	}
 	for _, t := range decl.Topics {
 		if t == ev.Topic {
-			return refuse("topic %s of %s is written by its handlers, not open to the event API (topics open to it: %s); to post events to it, declare it %q: { from: \"api\" } in the script's topics and deploy", ev.Topic, ev.Workflow, known, ev.Topic)
+			return kt.Refuse("topic %s of %s is written by its handlers, not open to the event API (topics open to it: %s); to post events to it, declare it %q: { from: \"api\" } in the script's topics and deploy", ev.Topic, ev.Workflow, known, ev.Topic)
 		}
 	}
-	return missing("workflow %s has no topic %q (topics open to the event API: %s)", ev.Workflow, ev.Topic, known)
+	return kt.Missing("workflow %s has no topic %q (topics open to the event API: %s)", ev.Workflow, ev.Topic, known)
 }
 
 // commit writes the input, its first attempt and its event, and wakes the

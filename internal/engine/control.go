@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"strings"
 	"time"
@@ -158,7 +159,7 @@ var byAction = func() map[kt.Action]action {
 
 // ActionOf is the action a route's verb names under its noun (on): the
 // one place a verb becomes an action. A verb that names none is refused
-// with ErrUnknownAction (a not-found: the API answers 404), naming the
+// with kt.ErrUnknownAction (a not-found: the API answers 404), naming the
 // verbs there are.
 func ActionOf(on Target, verb string) (kt.Action, error) {
 	var verbs []string
@@ -171,7 +172,7 @@ func ActionOf(on Target, verb string) (kt.Action, error) {
 		}
 		verbs = append(verbs, a.verb)
 	}
-	return "", &ActionError{Msg: fmt.Sprintf("no %s action %q (%s)", on, verb, strings.Join(verbs, ", ")), Code: CodeUnknownAction}
+	return "", &kt.ActionError{Msg: fmt.Sprintf("no %s action %q (%s)", on, verb, strings.Join(verbs, ", ")), Code: kt.CodeUnknownAction}
 }
 
 func message(msg string, err error) (Reply, error) { return Reply{Message: msg}, err }
@@ -197,7 +198,7 @@ func doItem(act func(context.Context, store.Store, ItemRef, time.Time) (string, 
 		}
 		rep := Reply{Message: msg}
 		err = c.Store.View(ctx, func(tx store.Tx) error {
-			it, err := FindItem(tx, "", q.Item)
+			it, err := transition.FindItem(tx, "", q.Item)
 			rep.Workflow = it.Workflow
 			return err
 		})
@@ -210,7 +211,7 @@ func doRepair(approve bool) func(*Control, context.Context, Request, time.Time) 
 		if c.DecideRepair == nil {
 			// A Control without the Maintainer's decider (every one the
 			// API builds has it): the action exists, not here.
-			return Reply{}, refuse("repairs are decided where the Maintainer runs: keep serve, or keep repairs")
+			return Reply{}, kt.Refuse("repairs are decided where the Maintainer runs: keep serve, or keep repairs")
 		}
 		return message(c.DecideRepair(ctx, q.Workflow, q.Repair, approve, now))
 	}
@@ -256,11 +257,11 @@ type Control struct {
 
 // Do carries out one action: its row of the table, once the actor of
 // ctx may (MayAct). An action not in the table is refused with
-// ErrUnknownAction.
+// kt.ErrUnknownAction.
 func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 	a, known := byAction[q.Action]
 	if !known {
-		return Reply{}, &ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: CodeUnknownAction}
+		return Reply{}, &kt.ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: kt.CodeUnknownAction}
 	}
 	if err := c.MayAct(ctx, q.Action); err != nil {
 		return Reply{}, err

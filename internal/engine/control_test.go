@@ -66,8 +66,8 @@ func TestControlErrorsAreKeepsCodedFamily(t *testing.T) {
 			t.Errorf("%s %+v: %v, want a kt.ErrNotFound only", q.Action, q, err)
 		}
 	}
-	if _, err := c.Do(ctx, engine.Request{Action: "explode"}); !errors.Is(err, engine.ErrUnknownAction) {
-		t.Errorf("an unknown action: %v, want ErrUnknownAction", err)
+	if _, err := c.Do(ctx, engine.Request{Action: "explode"}); !errors.Is(err, kt.ErrUnknownAction) {
+		t.Errorf("an unknown action: %v, want kt.ErrUnknownAction", err)
 	}
 	_, err := c.Do(ctx, engine.Request{Action: kt.ActResume, Workflow: wf})
 	if !errors.Is(err, kt.ErrConflict) || errors.Is(err, kt.ErrNotFound) || !strings.Contains(err.Error(), "is not paused") {
@@ -84,7 +84,7 @@ func TestControlErrorsAreKeepsCodedFamily(t *testing.T) {
 		}
 	}
 	for _, a := range engine.Actions() {
-		if _, err := c.Do(ctx, engine.Request{Action: a}); errors.Is(err, engine.ErrUnknownAction) {
+		if _, err := c.Do(ctx, engine.Request{Action: a}); errors.Is(err, kt.ErrUnknownAction) {
 			t.Errorf("%s is in the list and not carried out: %v", a, err)
 		}
 	}

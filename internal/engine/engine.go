@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -408,7 +409,7 @@ type DeployOptions struct {
 }
 
 // ErrReprocessChoice is returned by a major deploy without a Reprocess choice.
-var ErrReprocessChoice = &ActionError{Msg: "a major version changes intent: choose what happens to the items already done — --reprocess=none (keep progress), --reprocess=all (start fresh) or --reprocess=KEY,KEY (new attempts for these items); nothing was deployed"}
+var ErrReprocessChoice = &kt.ActionError{Msg: "a major version changes intent: choose what happens to the items already done — --reprocess=none (keep progress), --reprocess=all (start fresh) or --reprocess=KEY,KEY (new attempts for these items); nothing was deployed"}
 
 // DeployWith validates a script and makes it the workflow's active version,
 // applying the rules of a major version (a reprocess choice, consent to
@@ -427,7 +428,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		name = p.Decl.WorkflowName()
 	}
 	if o.Reprocess != "" && kind != kt.DeployMajor {
-		return kt.DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
+		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
 	res := kt.DeployResult{Workflow: name, Problems: problems}
 	if o.idChanges, err = e.idChanges(ctx, name, source); err != nil {
@@ -438,7 +439,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		return e.deployIn(ctx, tx, file, source, p, o, now, &res)
 	})
 	if err != nil {
-		var ae *ActionError
+		var ae *kt.ActionError
 		if errors.As(err, &ae) {
 			return res, err
 		}
@@ -483,7 +484,7 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 			return err
 		}
 		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
-			return &ActionError{Code: CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
+			return &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
 		}
 		if o.KeepTest {
 			v.Test = cur.Test
@@ -601,10 +602,10 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 			} else if orph != "" {
 				ids += "; " + orph
 			}
-			return refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
+			return kt.Refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
 		}
 		if w != "" {
-			return refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
+			return kt.Refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
 		}
 		v.Major, v.Minor = cur.Major, cur.Minor+1
 		return nil
@@ -633,7 +634,7 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 				}
 			}
 		}
-		return &ActionError{Code: CodeNeedsConsent, Msg: msg + ". Nothing was deployed: to activate it anyway, deploy again with --accept-orphans"}
+		return &kt.ActionError{Code: kt.CodeNeedsConsent, Msg: msg + ". Nothing was deployed: to activate it anyway, deploy again with --accept-orphans"}
 	}
 	v.Major, v.Minor = cur.Major+1, 0
 	if w != "" {
@@ -684,8 +685,8 @@ func checkReprocessKeys(tx store.Tx, wf, choice string) error {
 		return nil
 	}
 	for _, key := range strings.Split(choice, ",") {
-		if _, err := FindItem(tx, wf, strings.TrimSpace(key)); err != nil {
-			return refuse("--reprocess: %v; nothing was deployed", err)
+		if _, err := transition.FindItem(tx, wf, strings.TrimSpace(key)); err != nil {
+			return kt.Refuse("--reprocess: %v; nothing was deployed", err)
 		}
 	}
 	return nil
@@ -707,7 +708,7 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 			return err
 		}
 		h.Workflow, h.Name, h.Type = wf, name, typ
-		touch(&h, now)
+		transition.Touch(&h, now)
 		if typ == kt.HandlerConsumer {
 			h.Dirty, h.NextRunAt = true, 0
 		} else {
@@ -733,7 +734,7 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 	for _, h := range existing {
 		if !seen[h.Name] {
 			h.Dirty, h.Queued, h.NextRunAt, h.WakeAt = false, false, 0, 0
-			touch(&h, now)
+			transition.Touch(&h, now)
 			if err := tx.HandlerPut(h); err != nil {
 				return err
 			}
@@ -761,7 +762,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		for _, r := range runs {
 			r.Status, r.UpdatedAt = kt.StatusCrashed, now
 			r.ErrorClass, r.ErrorMessage = kt.ClassInternal, "keep stopped while this run was active; it will be recovered"
-			if err := putRun(tx, &r); err != nil {
+			if err := transition.PutRun(tx, &r); err != nil {
 				return err
 			}
 			n++

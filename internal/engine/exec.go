@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"strings"
 
 	otrace "go.opentelemetry.io/otel/trace"
@@ -176,11 +177,11 @@ func (x *runExec) save(with func(tx store.Tx) error) error {
 func (x *runExec) putRun(tx store.Tx) error {
 	switch {
 	case x.unstored:
-		return putNewRun(tx, x.run)
+		return transition.PutNewRun(tx, x.run)
 	case x.stored != "" && x.storedRev == x.run.Rev:
-		return putRunFrom(tx, x.stored, x.run)
+		return transition.PutRunFrom(tx, x.stored, x.run)
 	}
-	return putRun(tx, x.run)
+	return transition.PutRun(tx, x.run)
 }
 
 // write is save's loop: fn writes the run itself (putRun). A write that
@@ -261,9 +262,9 @@ func (x *runExec) writeHeld(tx store.Tx) error {
 	case x.outcome == nil:
 		return nil
 	case x.ledger.holds(x.outcome.ID):
-		return putMutationHeld(tx, *x.outcome, x.ledger.status)
+		return transition.PutMutationHeld(tx, *x.outcome, x.ledger.status)
 	}
-	return putMutation(tx, *x.outcome)
+	return transition.PutMutation(tx, *x.outcome)
 }
 
 // ledgerMark is a ledger row as this step wrote it last (runExec.ledger).

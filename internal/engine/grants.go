@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"sort"
 	"strings"
@@ -232,14 +233,14 @@ func grantAll(ctx context.Context, tx store.Tx, workflow string, items []string,
 		return nil
 	}
 	for _, it := range items {
-		if err := tx.GrantAdd(kt.Grant{Workflow: workflow, Item: it, GrantedBy: Actor(ctx), GrantedAt: now}); err != nil {
+		if err := tx.GrantAdd(kt.Grant{Workflow: workflow, Item: it, GrantedBy: transition.Actor(ctx), GrantedAt: now}); err != nil {
 			return err
 		}
 	}
 	if !logIt {
 		return nil
 	}
-	return logDecision(ctx, tx, kt.Decision{Workflow: workflow, Action: "grant", Detail: "granted " + strings.Join(items, ", "), At: now})
+	return transition.LogDecision(ctx, tx, kt.Decision{Workflow: workflow, Action: "grant", Detail: "granted " + strings.Join(items, ", "), At: now})
 }
 
 // Grant grants a workflow everything its active version uses that the
@@ -279,7 +280,7 @@ func ToGrant(tx store.Tx, workflow string) ([]string, error) {
 func GrantItems(ctx context.Context, st store.Store, workflow string, items []string, now time.Time) ([]string, error) {
 	for _, it := range items {
 		if err := kt.CheckGrantItem(it); err != nil {
-			return nil, &ActionError{Msg: err.Error()}
+			return nil, &kt.ActionError{Msg: err.Error()}
 		}
 	}
 	return grantThen(ctx, st, workflow, now, func(tx store.Tx, _ string) ([]string, error) {
@@ -305,7 +306,7 @@ func grantThen(ctx context.Context, st store.Store, workflow string, now time.Ti
 	var blocked string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(workflow); errors.Is(err, kt.ErrNotFound) {
-			return Missing("there is no workflow %q (see `keep status`)", workflow)
+			return kt.Missing("there is no workflow %q (see `keep status`)", workflow)
 		} else if err != nil {
 			return err
 		}
@@ -351,11 +352,11 @@ func grantThen(ctx context.Context, st store.Store, workflow string, now time.Ti
 // the decision log.
 func revokeGrants(ctx context.Context, st store.Store, workflow string, items []string, now time.Time) (string, error) {
 	if len(items) == 0 {
-		return "", &ActionError{Msg: "name the grants to revoke: keep grant " + workflow + " --revoke 'http.request POST api.example.com'"}
+		return "", &kt.ActionError{Msg: "name the grants to revoke: keep grant " + workflow + " --revoke 'http.request POST api.example.com'"}
 	}
 	err := st.Update(ctx, func(tx store.Tx) error {
 		if _, err := tx.WorkflowGet(workflow); errors.Is(err, kt.ErrNotFound) {
-			return Missing("there is no workflow %q (see `keep status`)", workflow)
+			return kt.Missing("there is no workflow %q (see `keep status`)", workflow)
 		} else if err != nil {
 			return err
 		}
@@ -379,10 +380,10 @@ func revokeGrants(ctx context.Context, st store.Store, workflow string, items []
 				if len(have) == 0 {
 					have = append(have, "none")
 				}
-				return &ActionError{Msg: fmt.Sprintf("%s has no grant '%s'; nothing was revoked (its grants: %s)", workflow, it, strings.Join(have, ", "))}
+				return &kt.ActionError{Msg: fmt.Sprintf("%s has no grant '%s'; nothing was revoked (its grants: %s)", workflow, it, strings.Join(have, ", "))}
 			}
 		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: workflow, Action: "revoke", Detail: "revoked " + strings.Join(items, ", "), At: now.UnixMilli()})
+		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: workflow, Action: "revoke", Detail: "revoked " + strings.Join(items, ", "), At: now.UnixMilli()})
 	})
 	if err != nil {
 		return "", err
@@ -392,7 +393,7 @@ func revokeGrants(ctx context.Context, st store.Store, workflow string, items []
 
 // IsRefusal reports whether err is a refused action (the state moved on).
 func IsRefusal(err error) bool {
-	var ae *ActionError
+	var ae *kt.ActionError
 	return errors.As(err, &ae)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"sort"
 	"strings"
@@ -13,72 +14,6 @@ import (
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 )
-
-// FindItem resolves an item reference — its id, or its key (an input's
-// source:type:id, a task item's own id) — within a workflow, or across all
-// workflows when wf is empty (an ambiguous key is an error).
-func FindItem(tx store.Tx, wf, ref string) (kt.Input, error) {
-	if it, err := tx.InputGet(ref); err == nil && (wf == "" || it.Workflow == wf) {
-		return it, nil
-	}
-	var wfs []string
-	if wf != "" {
-		wfs = []string{wf}
-	} else {
-		all, err := tx.WorkflowList()
-		if err != nil {
-			return kt.Input{}, err
-		}
-		for _, w := range all {
-			wfs = append(wfs, w.Name)
-		}
-	}
-	var found []kt.Input
-	for _, w := range wfs {
-		it, err := tx.InputGetByKey(w, ref)
-		if err == nil {
-			found = append(found, it)
-		} else if !errors.Is(err, kt.ErrNotFound) {
-			return kt.Input{}, err
-		}
-	}
-	switch len(found) {
-	case 0:
-		return byExternalID(tx, wfs, ref)
-	case 1:
-		return found[0], nil
-	}
-	return kt.Input{}, refuse("item key %q exists in several workflows; pass --workflow", ref)
-}
-
-// byExternalID finds the input whose own id is ref: `keep inputs` shows an
-// input's source/type and that id, which a person copies. Only on the way
-// to "not found", so the scan costs nothing on a found key.
-func byExternalID(tx store.Tx, wfs []string, ref string) (kt.Input, error) {
-	var found []kt.Input
-	for _, w := range wfs {
-		ins, err := tx.InputList(w)
-		if err != nil {
-			return kt.Input{}, err
-		}
-		for _, in := range ins {
-			if in.Kind == kt.KindInput && in.ExternalID == ref {
-				found = append(found, in)
-			}
-		}
-	}
-	switch len(found) {
-	case 0:
-		return kt.Input{}, missing("there is no item %q: name it by its id or its key, SOURCE:TYPE:ID (`keep inputs WORKFLOW` shows each input's source/type and id; `keep items WORKFLOW` each item's key)", ref)
-	case 1:
-		return found[0], nil
-	}
-	keys := make([]string, len(found))
-	for i, in := range found {
-		keys[i] = in.Workflow + " " + in.Key
-	}
-	return kt.Input{}, refuse("%d inputs have the id %q (%s): name one by its key, and its workflow with --workflow", len(found), ref, strings.Join(keys, ", "))
-}
 
 // ItemRef names an item: its id or its key (FindItem), within a workflow,
 // or across all workflows when Workflow is empty.
@@ -102,10 +37,10 @@ func skipItem(ctx context.Context, st store.Store, ref ItemRef, now time.Time) (
 // on with the other items.
 func skipTaskItem(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	if !kt.ItemTransitionAllowed(it.Status, kt.ItemSkipped) {
-		return "", refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
+		return "", kt.Refuse("item %q is %s; only an item that is not finished can be skipped (reprocess starts a done item again)", it.Key, it.Status)
 	}
 	it.Status, it.UpdatedAt = kt.ItemSkipped, ms
-	if err := putItem(tx, it); err != nil {
+	if err := transition.PutItem(tx, it); err != nil {
 		return "", err
 	}
 	if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: it.LastVersion, StartedAt: ms, UpdatedAt: ms}); err != nil {
@@ -114,7 +49,7 @@ func skipTaskItem(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	msg := fmt.Sprintf("item %q skipped", it.Key)
 	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
 		r.Action, r.UpdatedAt = ActionSkip, ms
-		if err := putRun(tx, &r); err != nil {
+		if err := transition.PutRun(tx, &r); err != nil {
 			return "", err
 		}
 		msg += fmt.Sprintf("; blocked run %s goes on with the other items", r.ID)
@@ -153,7 +88,7 @@ func skipInput(tx store.Tx, it kt.Input, ms int64) (string, error) {
 			}
 			if !r.Status.Finished() && r.Action == "" {
 				r.Action, r.UpdatedAt = ActionSkip, ms
-				if err := putRun(tx, &r); err != nil {
+				if err := transition.PutRun(tx, &r); err != nil {
 					return "", err
 				}
 				runs = append(runs, r.ID)
@@ -195,14 +130,14 @@ func closeBlockedHolders(tx store.Tx, it kt.Input, evs []kt.Event, ms int64) ([]
 			continue
 		}
 		if r.Status == kt.StatusActive || r.Action != "" {
-			return nil, refuse("input %q is being processed right now (run %s); wait for the run to finish or block", it.Title, r.ID)
+			return nil, kt.Refuse("input %q is being processed right now (run %s); wait for the run to finish or block", it.Title, r.ID)
 		}
 		if kt.PhaseRank(r.Phase) >= kt.PhaseRank(kt.PhaseMutated) {
-			return nil, refuse("input %q is held by run %s, whose write already happened and which must complete first; resolve it (`keep show run %s`)", it.Title, r.ID, r.ID)
+			return nil, kt.Refuse("input %q is held by run %s, whose write already happened and which must complete first; resolve it (`keep show run %s`)", it.Title, r.ID, r.ID)
 		}
 		if m, err := tx.MutationByRun(r.ID); err == nil && m.Status != kt.MutationApplied && m.Status != kt.MutationSkipped {
 			m.Status, m.ResolvedBy, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, ms
-			if err := putMutation(tx, m); err != nil {
+			if err := transition.PutMutation(tx, m); err != nil {
 				return nil, err
 			}
 		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {
@@ -221,7 +156,7 @@ func closeBlockedHolders(tx store.Tx, it kt.Input, evs []kt.Event, ms int64) ([]
 			}
 		}
 		r.Status, r.Action, r.UpdatedAt, r.FinishedAt = kt.StatusSkipped, "", ms, ms
-		if err := putRun(tx, &r); err != nil {
+		if err := transition.PutRun(tx, &r); err != nil {
 			return nil, err
 		}
 		closed = append(closed, r.ID)
@@ -244,7 +179,7 @@ func reprocessItem(ctx context.Context, st store.Store, ref ItemRef, now time.Ti
 // transaction.
 func itemUpdate(ctx context.Context, st store.Store, ref ItemRef, d kt.Decision, act func(store.Tx, kt.Input) (string, error)) (string, error) {
 	err := st.Update(ctx, func(tx store.Tx) error {
-		it, err := FindItem(tx, ref.Workflow, ref.Ref)
+		it, err := transition.FindItem(tx, ref.Workflow, ref.Ref)
 		if err != nil {
 			return err
 		}
@@ -252,7 +187,7 @@ func itemUpdate(ctx context.Context, st store.Store, ref ItemRef, d kt.Decision,
 			return err
 		}
 		d.Workflow, d.ItemID = it.Workflow, it.ID
-		return logDecision(ctx, tx, d)
+		return transition.LogDecision(ctx, tx, d)
 	})
 	return d.Detail, err
 }
@@ -263,7 +198,7 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	}
 	if it.Status == kt.ItemProcessing {
 		if r, err := tx.RunGet(it.LastRun); err == nil && r.Status == kt.StatusActive {
-			return "", refuse("item %q is being processed right now; wait for the run to finish", it.Key)
+			return "", kt.Refuse("item %q is being processed right now; wait for the run to finish", it.Key)
 		}
 	}
 	prevStatus := it.Status
@@ -273,7 +208,7 @@ func reprocess(tx store.Tx, it kt.Input, ms int64) (string, error) {
 	}
 	if r, err := tx.RunGet(it.LastRun); err == nil && !r.Status.Finished() && r.Status != kt.StatusActive && r.Action == "" {
 		r.Action, r.UpdatedAt = ActionRetry, ms
-		if err := putRun(tx, &r); err != nil {
+		if err := transition.PutRun(tx, &r); err != nil {
 			return "", err
 		}
 	}
@@ -328,7 +263,7 @@ func startAttempt(tx store.Tx, it *kt.Input, prevStatus kt.ItemStatus, ms int64)
 	old := it.CurrentAttempt
 	it.CurrentAttempt++
 	it.UpdatedAt = ms
-	if err := putItem(tx, *it); err != nil {
+	if err := transition.PutItem(tx, *it); err != nil {
 		return err
 	}
 	if err := closeAttempt(tx, it.ID, old, prevStatus, ms); err != nil {
@@ -409,7 +344,7 @@ func markAll(tx store.Tx, wf string, typ kt.HandlerType, ms int64) error {
 		} else {
 			h.Queued = true
 		}
-		touch(&h, ms)
+		transition.Touch(&h, ms)
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}
@@ -440,7 +375,7 @@ func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string,
 			}
 		} else {
 			for _, key := range strings.Split(choice, ",") {
-				it, err := FindItem(tx, wf, strings.TrimSpace(key))
+				it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
 				if err != nil {
 					return err
 				}
@@ -449,7 +384,7 @@ func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string,
 		}
 		for _, it := range items {
 			if _, err := reprocess(tx, it, now.UnixMilli()); err != nil {
-				var ae *ActionError
+				var ae *kt.ActionError
 				if choice == "all" && errors.As(err, &ae) {
 					continue // still in progress: left alone
 				}

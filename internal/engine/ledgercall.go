@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"time"
 
 	"github.com/keep-run/keep/internal/clock"
@@ -241,11 +242,11 @@ func (lc *ledgerCall) commitInFlight(insert bool) error {
 		var err error
 		switch {
 		case insert:
-			err = insertMutation(tx, *mut)
+			err = transition.InsertMutation(tx, *mut)
 		case lc.fresh: // a row newRow made under a fresh id: not stored yet
-			err = putMutationFrom(tx, "", *mut)
+			err = transition.PutMutationFrom(tx, "", *mut)
 		default:
-			err = putMutation(tx, *mut)
+			err = transition.PutMutation(tx, *mut)
 		}
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"github.com/keep-run/keep/internal/transition"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 func TestDecisionsAreKept(t *testing.T) {
 	t.Parallel()
 	e, wf, r := unknownWrite(t)
-	if _, err := engine.Resolve(engine.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err != nil {
+	if _, err := engine.Resolve(transition.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()
@@ -163,7 +164,7 @@ func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
 	if r.Status != kt.StatusReconciliation || len(ins) != 1 || ins[0].Status != "needs_attention" {
 		t.Fatalf("run %s inputs %+v", r.Status, ins)
 	}
-	msg, err := engine.ReprocessItem(engine.WithActor(e.ctx(), "bob"), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ins[0].ID}, nowT())
+	msg, err := engine.ReprocessItem(transition.WithActor(e.ctx(), "bob"), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ins[0].ID}, nowT())
 	if err != nil || !strings.Contains(msg, "attempt 2") || !strings.Contains(msg, r.ID) {
 		t.Fatalf("reprocess: %q %v", msg, err)
 	}
@@ -276,7 +277,7 @@ func TestWorkflowActionsAreLogged(t *testing.T) {
 	e := newEnv(t)
 	wf := e.deploy(hookScript("", ""))
 	e.settle()
-	ctx := engine.WithActor(e.ctx(), "carol")
+	ctx := transition.WithActor(e.ctx(), "carol")
 	ctrl := &engine.Control{Store: e.k.Store, Now: nowT}
 	for _, act := range []kt.Action{kt.ActPause, kt.ActResume, kt.ActRunNow} {
 		if _, err := ctrl.Do(ctx, engine.Request{Action: act, Workflow: wf}); err != nil {

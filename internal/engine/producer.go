@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -111,7 +112,7 @@ type produced struct {
 func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 	attempts := map[string]int{}
 	for _, in := range p.inputs {
-		if err := putItem(tx, in); err != nil {
+		if err := transition.PutItem(tx, in); err != nil {
 			return nil, err
 		}
 		if isNew := p.fresh[in.ID]; isNew || (p.fresh == nil && in.CreatedBy == p.createdBy) {
@@ -166,7 +167,7 @@ func (x *runExec) commitScheduled(tx store.Tx, state json.RawMessage, sched sche
 		queuedMeanwhile = hrow.Queued || madeDue
 	}
 	hrow.Queued, hrow.NextRunAt = queuedMeanwhile || (again && !reset), sched.Next(x.e.now()).UnixMilli()
-	touch(&hrow, now)
+	transition.Touch(&hrow, now)
 	into, err := x.quietRun(tx, &hrow, quiet)
 	if err != nil {
 		return err
@@ -243,7 +244,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 		// (takeDecision), and the step found the write applied: proof
 		// wins, the run completes, and the decision log says so.
 		x.run.Action = ""
-		if err := logDecision(WithActor(x.ctx, "keep"), tx, kt.Decision{Workflow: x.run.Workflow, RunID: x.run.ID, Action: string(asked), At: now,
+		if err := transition.LogDecision(transition.WithActor(x.ctx, "keep"), tx, kt.Decision{Workflow: x.run.Workflow, RunID: x.run.ID, Action: string(asked), At: now,
 			Detail: fmt.Sprintf("not carried out: keep found the write applied before %s could be, so run %s completed (proof wins)", asked, x.run.ID)}); err != nil {
 			return err
 		}
@@ -290,7 +291,7 @@ func markDirty(tx store.Tx, wf string, names map[string]bool, now int64) error {
 			return err
 		}
 		h.Dirty = true
-		touch(&h, now)
+		transition.Touch(&h, now)
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/keep-run/keep/internal/transition"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,23 +24,23 @@ func TestPutRunRefusesToWriteOverAFinishedRun(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	r := kt.Run{ID: "r1", Workflow: "w", Handler: "c", HandlerType: kt.HandlerConsumer, Phase: kt.PhaseMutating, Status: kt.StatusActive}
-	if err := st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &r) }); err != nil {
+	if err := st.Update(ctx, func(tx store.Tx) error { return transition.PutRun(tx, &r) }); err != nil {
 		t.Fatal(err)
 	}
 	stale := r
 	r.Status, r.Phase = kt.StatusCommitted, kt.PhaseCommitted
-	if err := st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &r) }); err != nil {
+	if err := st.Update(ctx, func(tx store.Tx) error { return transition.PutRun(tx, &r) }); err != nil {
 		t.Fatal(err)
 	}
 	stale.Status, stale.ErrorMessage = kt.StatusTransient, "a late failure"
-	err = st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &stale) })
+	err = st.Update(ctx, func(tx store.Tx) error { return transition.PutRun(tx, &stale) })
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("want the write from an older revision refused, got %v", err)
 	}
 	// From the current revision, the run status machine still refuses.
 	late := r
 	late.Status, late.ErrorMessage = kt.StatusTransient, "a late failure"
-	err = st.Update(ctx, func(tx store.Tx) error { return putRun(tx, &late) })
+	err = st.Update(ctx, func(tx store.Tx) error { return transition.PutRun(tx, &late) })
 	if err == nil || kt.ClassOf(err) != kt.ClassInternal || !strings.Contains(err.Error(), `"committed" → "paused:transient"`) {
 		t.Fatalf("want the forbidden move refused, got %v", err)
 	}
@@ -96,16 +97,16 @@ func TestPutItemChecksTheItemMachine(t *testing.T) {
 	it := kt.Input{ID: "i", Workflow: "w", Key: "email:1", Kind: "task", Status: kt.ItemProcessing, CurrentAttempt: 1}
 	for _, status := range []kt.ItemStatus{kt.ItemProcessing, kt.ItemDone} {
 		it.Status = status
-		if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err != nil {
+		if err := st.Update(ctx, func(tx store.Tx) error { return transition.PutItem(tx, it) }); err != nil {
 			t.Fatalf("%s: %v", status, err)
 		}
 	}
 	it.Status = kt.ItemFailed
-	if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err == nil || !strings.Contains(err.Error(), `"done" → "failed"`) {
+	if err := st.Update(ctx, func(tx store.Tx) error { return transition.PutItem(tx, it) }); err == nil || !strings.Contains(err.Error(), `"done" → "failed"`) {
 		t.Fatalf("done → failed: %v", err)
 	}
 	it.Status = kt.ItemProcessing // reprocess
-	if err := st.Update(ctx, func(tx store.Tx) error { return putItem(tx, it) }); err != nil {
+	if err := st.Update(ctx, func(tx store.Tx) error { return transition.PutItem(tx, it) }); err != nil {
 		t.Fatalf("done → processing: %v", err)
 	}
 }

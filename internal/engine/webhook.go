@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -211,7 +212,7 @@ func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.
 	var v kt.Version
 	if err := e.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		if w, err = workflow(tx, wf); err != nil {
+		if w, err = transition.Workflow(tx, wf); err != nil {
 			return err
 		}
 		v, err = tx.VersionGet(wf, w.ActiveVersion)
@@ -265,7 +266,7 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	}
 	var out Delivered
 	err = e.store.Update(ctx, func(tx store.Tx) error {
-		cur, err := workflow(tx, w.Name)
+		cur, err := transition.Workflow(tx, w.Name)
 		if err != nil {
 			return err
 		}
@@ -454,7 +455,7 @@ func DeliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]
 	var ds []kt.Delivery
 	var cs []kt.DeliveryCount
 	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, wf)
+		w, err := transition.Workflow(tx, wf)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"strconv"
 	"strings"
 	"time"
@@ -202,7 +203,7 @@ const heldForPerson = "person"
 func heldAction(ctx context.Context, st store.Store, wf string, ids []int64, take bool, now time.Time) (string, error) {
 	n := 0
 	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := workflow(tx, wf); err != nil {
+		if _, err := transition.Workflow(tx, wf); err != nil {
 			return err
 		}
 		held, err := tx.DeliveryHeld(wf, "", 0)
@@ -219,23 +220,23 @@ func heldAction(ctx context.Context, st store.Store, wf string, ids []int64, tak
 			for _, id := range ids {
 				d, ok := byID[id]
 				if !ok {
-					return &ActionError{Msg: fmt.Sprintf("%s holds no delivery %d (keep webhooks %s lists the held ones with their record); nothing was done", wf, id, wf)}
+					return &kt.ActionError{Msg: fmt.Sprintf("%s holds no delivery %d (keep webhooks %s lists the held ones with their record); nothing was done", wf, id, wf)}
 				}
 				pick = append(pick, d)
 			}
 		}
 		if len(pick) == 0 {
-			return &ActionError{Msg: fmt.Sprintf("%s holds no webhook delivery; nothing was done", wf)}
+			return &kt.ActionError{Msg: fmt.Sprintf("%s holds no webhook delivery; nothing was done", wf)}
 		}
 		for _, d := range pick {
 			if take {
 				if !strings.HasPrefix(d.HeldFor, heldForPerson+":") {
-					d.Reason = fmt.Sprintf("%s asked to take it (it was held: %s)", Actor(ctx), d.Reason)
+					d.Reason = fmt.Sprintf("%s asked to take it (it was held: %s)", transition.Actor(ctx), d.Reason)
 				}
-				d.HeldFor = heldForPerson + ":" + Actor(ctx)
+				d.HeldFor = heldForPerson + ":" + transition.Actor(ctx)
 			} else {
 				d.Status, d.HeldFor = kt.DeliveryRefused, ""
-				d.Reason = fmt.Sprintf("dropped by %s while held (%s)", Actor(ctx), d.Reason)
+				d.Reason = fmt.Sprintf("dropped by %s while held (%s)", transition.Actor(ctx), d.Reason)
 			}
 			if err := tx.DeliverySettle(&d); err != nil {
 				return err
@@ -246,7 +247,7 @@ func heldAction(ctx context.Context, st store.Store, wf string, ids []int64, tak
 		if take {
 			verb = "take"
 		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: verb + "-held", Detail: fmt.Sprintf("%s %s", verb, kt.Count(n, "held webhook delivery")), At: now.UnixMilli()})
+		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: verb + "-held", Detail: fmt.Sprintf("%s %s", verb, kt.Count(n, "held webhook delivery")), At: now.UnixMilli()})
 	})
 	if err != nil {
 		return "", err

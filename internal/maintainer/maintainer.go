@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -441,7 +442,7 @@ func (m *Maintainer) runTests(ctx context.Context, old kt.Version, src string) s
 // It deploys only while from, the version the repair was checked against,
 // is still the active one.
 func Activate(ctx context.Context, e *engine.Engine, wf, file, src, who string, from int64) (kt.Version, error) {
-	res, err := e.DeployWith(engine.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: kt.DeployMinor, IfActive: from, KeepTest: true})
+	res, err := e.DeployWith(transition.WithActor(ctx, who), file, src, engine.DeployOptions{Name: wf, Kind: kt.DeployMinor, IfActive: from, KeepTest: true})
 	return res.Version, err
 }
 
@@ -553,7 +554,7 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, wf, id string
 			}
 		}
 		if rec.ID == "" {
-			return engine.Missing("there is no repair %q of %s (see keep repairs %s)", id, wf, wf)
+			return kt.Missing("there is no repair %q of %s (see keep repairs %s)", id, wf, wf)
 		}
 		v, err := tx.VersionGet(wf, rec.FromVersion)
 		file = v.File
@@ -563,9 +564,9 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, wf, id string
 		return "", err
 	}
 	if rec.Status != kt.RepairHeld {
-		return "", &engine.ActionError{Code: engine.CodeNotApplicable, Msg: fmt.Sprintf("repair %s is %s, not waiting for a decision", shortID(rec.ID), rec.Status)}
+		return "", &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("repair %s is %s, not waiting for a decision", shortID(rec.ID), rec.Status)}
 	}
-	who := engine.Actor(ctx)
+	who := transition.Actor(ctx)
 	rec.DecidedBy, rec.UpdatedAt = who, now.UnixMilli()
 	msg := ""
 	if approve {

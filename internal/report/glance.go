@@ -282,7 +282,7 @@ func handlerKindsOf(d script.Declaration) [][2]string {
 // minutes blocked.
 func Activity(ctx context.Context, st store.Store, wf string, hours int, now time.Time) (apitype.Activity, error) {
 	if hours < 1 || hours > 24*31 {
-		return apitype.Activity{}, &engine.ActionError{Msg: fmt.Sprintf("hours %d: use 1 to %d (24 for a day, 168 for a week)", hours, 24*31), Code: engine.CodeBadInput}
+		return apitype.Activity{}, &kt.ActionError{Msg: fmt.Sprintf("hours %d: use 1 to %d (24 for a day, 168 for a week)", hours, 24*31), Code: kt.CodeBadInput}
 	}
 	end := now.UnixMilli()/hourMs*hourMs + hourMs
 	start := end - int64(hours)*hourMs

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"errors"
+	"github.com/keep-run/keep/internal/transition"
 	"sort"
 
 	"github.com/keep-run/keep/internal/apitype"
@@ -160,7 +161,7 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (check func(kt.Input) bool, before 
 func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.ItemDetail, error) {
 	var d apitype.ItemDetail
 	err := st.View(ctx, func(tx store.Tx) error {
-		in, err := engine.FindItem(tx, wf, ref)
+		in, err := transition.FindItem(tx, wf, ref)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"sort"
 	"strings"
@@ -171,7 +172,7 @@ func inputRow(in kt.Input, status kt.ItemStatus) apitype.Input {
 
 func noWorkflow(wf string, err error) error {
 	if errors.Is(err, kt.ErrNotFound) {
-		return engine.Missing("there is no workflow %q (see `keep status`)", wf)
+		return kt.Missing("there is no workflow %q (see `keep status`)", wf)
 	}
 	return err
 }
@@ -648,7 +649,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail,
 	err := st.View(ctx, func(tx store.Tx) error {
 		r, err := tx.RunGet(id)
 		if errors.Is(err, kt.ErrNotFound) {
-			return engine.Missing("there is no run %q (see `keep runs WORKFLOW`)", id)
+			return kt.Missing("there is no run %q (see `keep runs WORKFLOW`)", id)
 		}
 		if err != nil {
 			return err
@@ -692,7 +693,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail,
 func ShowInput(ctx context.Context, st store.Store, ref string) (apitype.InputDetail, error) {
 	var d apitype.InputDetail
 	err := st.View(ctx, func(tx store.Tx) error {
-		in, err := engine.FindItem(tx, "", ref)
+		in, err := transition.FindItem(tx, "", ref)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/transition"
 	"io"
 	"log/slog"
 	"net/http"
@@ -399,8 +400,8 @@ func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (
 			continue
 		}
 		ctrl := &engine.Control{Store: st}
-		if _, err := ctrl.Do(engine.WithActor(ctx, "keep test"), engine.Request{Action: kt.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
-			var ae *engine.ActionError
+		if _, err := ctrl.Do(transition.WithActor(ctx, "keep test"), engine.Request{Action: kt.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
+			var ae *kt.ActionError
 			if errors.As(err, &ae) {
 				return &Failure{Assertion: fmt.Sprintf("decide[%d]", i), Line: d.line, Message: fmt.Sprintf("%s on the run whose card says %q was refused: %v", d.Action, d.Card, err), Got: t}, nil
 			}
@@ -420,7 +421,7 @@ func postEvents(ctx context.Context, st store.Store, c *Case, wf string) error {
 		ctrl := &engine.Control{Store: st}
 		_, err := ctrl.Do(ctx, engine.Request{Action: kt.ActPublish, Workflow: wf, Topic: ev.Topic,
 			Event: engine.APIEvent{ID: ev.ID, Title: ev.Title, Payload: ev.Payload}})
-		var ae *engine.ActionError
+		var ae *kt.ActionError
 		if errors.As(err, &ae) {
 			return &Invalid{File: c.file, Line: ev.line, Path: pathText([]string{"cases", c.Name, "events", ev.Topic}), Msg: err.Error()}
 		}
