@@ -51,7 +51,7 @@ func (d *decider) at(step string) {
 		return
 	}
 	d.taken, d.atStep = true, step
-	d.msg, d.err = engine.Resolve(e.ctx(), e.k.Store, run.ID, d.what, time.Now())
+	d.msg, d.err = resolve(e.ctx(), e.k.Store, run.ID, d.what, time.Now())
 }
 
 // decisions lists the decision log of the hook workflow.

@@ -536,14 +536,14 @@ func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source st
 	}
 	var missing []string
 	for _, u := range Uses(source) {
-		if !grantedIn(gs, u) {
+		if !GrantedIn(gs, u) {
 			missing = append(missing, u)
 		}
 	}
 	res.Unused = Unused(gs, source)
 	if o.Grant {
 		res.Granted = missing
-		return grantAll(ctx, tx, name, missing, now, !o.grantBySystem)
+		return transition.GrantAll(ctx, tx, name, missing, now, !o.grantBySystem)
 	}
 	res.Ungranted = missing
 	return nil
@@ -942,4 +942,142 @@ func (e *Engine) runFinished(r *kt.Run) {
 	if e.observer != nil {
 		e.observer.RunFinished(r.Workflow, r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
 	}
+}
+
+// ReprocessAfterMajor applies `keep deploy --major --reprocess=...`: "all"
+// starts a new attempt of every item that is not in progress, a list of keys
+// starts one for each of them. It returns how many items were reprocessed.
+func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string, now time.Time) (int, error) {
+	if choice == "" || choice == "none" {
+		return 0, nil
+	}
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		var items []kt.Input
+		if choice == "all" {
+			all, err := tx.InputList(wf)
+			if err != nil {
+				return err
+			}
+			for _, it := range all {
+				if it.Kind == kt.KindTask && it.Status == kt.ItemProcessing {
+					continue
+				}
+				items = append(items, it)
+			}
+		} else {
+			for _, key := range strings.Split(choice, ",") {
+				it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
+				if err != nil {
+					return err
+				}
+				items = append(items, it)
+			}
+		}
+		for _, it := range items {
+			if _, err := transition.Reprocess(tx, it, now.UnixMilli()); err != nil {
+				var ae *kt.ActionError
+				if choice == "all" && errors.As(err, &ae) {
+					continue // still in progress: left alone
+				}
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// KeyPrefixes lists the item key prefixes a script gives withItem
+// ("email:"), as script.Analyze reads the ids: the constant text an id
+// starts with, up to its first colon.
+func KeyPrefixes(source string) []string {
+	a, err := script.Analyze(source)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range a.Items {
+		i := strings.Index(e.Prefix, ":")
+		if i <= 0 {
+			continue
+		}
+		p := e.Prefix[:i+1]
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// keyFormatWarning compares the item keys of a new major version with the
+// existing items (ch 12 §12.6 "ID format change detection", best effort).
+func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
+	newPrefixes := KeyPrefixes(source)
+	if len(newPrefixes) == 0 {
+		return "", nil
+	}
+	items, err := tx.InputList(wf)
+	if err != nil {
+		return "", err
+	}
+	oldCount := map[string]int{}
+	var samples []string
+	incomplete := 0
+	for _, it := range items {
+		if it.Kind != kt.KindTask {
+			continue
+		}
+		p := it.Key
+		if i := strings.Index(p, ":"); i >= 0 {
+			p = p[:i+1]
+		}
+		oldCount[p]++
+		if !itemDone(it.Status) {
+			incomplete++
+			if len(samples) < 5 {
+				samples = append(samples, it.Key)
+			}
+		}
+	}
+	for _, p := range newPrefixes {
+		if oldCount[p] > 0 {
+			return "", nil
+		}
+	}
+	if len(oldCount) == 0 {
+		return "", nil
+	}
+	var old []string
+	for p := range oldCount {
+		old = append(old, p)
+	}
+	sort.Strings(old)
+	orphans := ""
+	if incomplete > 0 {
+		orphans = fmt.Sprintf(" (%s%s)", strings.Join(samples, ", "), map[bool]string{true: ", …", false: ""}[incomplete > len(samples)])
+	}
+	return fmt.Sprintf("item ids change format: existing items use %s, the new version uses %s. Old items will not be matched: their work may be done again under new ids (duplicate writes are possible), and %d incomplete old items will become orphaned%s (see `keep items %s --orphaned`; `keep skip` resolves them)",
+		strings.Join(old, ", "), strings.Join(newPrefixes, ", "), incomplete, orphans, wf), nil
+}
+
+// QueueAtStart queues a workflow's producers and tasks, unless a run of it
+// is open: `keep run FILE` is the development loop, and a producer that is
+// not due yet runs at its start all the same (issue 12: a new order dropped
+// in showed nothing). It is keep run's own doing, not a person's decision.
+func QueueAtStart(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if _, err := tx.RunOpen(wf); err == nil {
+			return nil
+		}
+		var err error
+		n, err = transition.QueueScheduled(tx, wf, now.UnixMilli())
+		return err
+	})
+	return n, err
 }

@@ -96,7 +96,7 @@ type produced struct {
 	workflow  string
 	version   int64
 	decl      script.Declaration // whose consumers are woken
-	createdBy string             // the run's id, or createdByAPI, createdByWebhook
+	createdBy string             // the run's id, or transition.CreatedByAPI, transition.CreatedByWebhook
 	// fresh names the inputs this step creates, which get their first
 	// attempt; nil: those created by createdBy (a run's id is its own).
 	fresh     map[string]bool

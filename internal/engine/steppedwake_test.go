@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"github.com/keep-run/keep/internal/control"
 	"net/http"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestAWebhookDeliveredWhileTheWorkflowIsSteppedIsTaken(t *testing.T) {
 	t.Parallel()
 	e := setUpWebhooks(t, newEnv(t))
 	wf := e.deploy(relayScript)
-	if _, err := engine.Grant(e.ctx(), e.k.Store, wf, time.Now()); err != nil {
+	if _, err := control.Grant(e.ctx(), e.k.Store, wf, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Only wake-ups move this scheduler: its poll is an hour. keep's

@@ -21,10 +21,6 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// createdByWebhook is the creator of the inputs and events a webhook's
-// delivery makes: no run made them.
-const createdByWebhook = "webhook"
-
 // keepDeliveries is how many deliveries of a webhook keep remembers per
 // status that is not accepted (the newest): a sender, or anyone, refused a
 // million times does not fill the store, nor pushes out the failed ones.
@@ -231,7 +227,7 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	if err != nil {
 		return Delivered{}, err
 	}
-	run := &kt.Run{ID: createdByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
+	run := &kt.Run{ID: transition.CreatedByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
 	x := &runExec{e: e, ctx: ctx, wf: w, prog: prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
 	defer x.startPhase(string(phaseWebhook)).end(x)
 	hs := x.host(phaseWebhook)
@@ -288,7 +284,7 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 		if err != nil {
 			return err
 		}
-		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: createdByWebhook, fresh: created, inputs: inputs, publishes: publishes, now: e.nowMs()})
+		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: transition.CreatedByWebhook, fresh: created, inputs: inputs, publishes: publishes, now: e.nowMs()})
 		if err != nil {
 			return err
 		}

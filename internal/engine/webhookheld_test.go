@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"github.com/keep-run/keep/internal/control"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -58,7 +59,7 @@ func TestAHeldDeliveryWhoseHandlerFailsWaitsForANewVersion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.deployUnchecked(strings.Replace(heldHandlerScript, "%FAILS%", "true", 1))
-	if _, err := engine.Grant(e.ctx(), e.k.Store, "held", time.Now()); err != nil {
+	if _, err := control.Grant(e.ctx(), e.k.Store, "held", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	d, err := e.k.Engine.Deliver(e.ctx(), tokHook(`{"id": 1, "fail": true}`))

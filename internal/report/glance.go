@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/control"
 	"maps"
 	"slices"
 	"sort"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -190,7 +190,7 @@ func Graph(ctx context.Context, st store.Store, wf string, now time.Time) (apity
 		if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
 			return merr
 		}
-		if engine.WhoActs(r, m, hasMut) != engine.APerson {
+		if control.WhoActs(r, m, hasMut) != control.APerson {
 			return nil
 		}
 		if n := nodes[string(r.HandlerType)+":"+r.Handler]; n != nil {

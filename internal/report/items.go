@@ -3,11 +3,11 @@ package report
 import (
 	"context"
 	"errors"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/transition"
 	"sort"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -205,7 +205,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 			if !mine {
 				continue
 			}
-			if m.Attempt == in.CurrentAttempt && engine.WriteUncertain(m, true) {
+			if m.Attempt == in.CurrentAttempt && control.WriteUncertain(m, true) {
 				uncertain = true
 			}
 			a := byAttempt[m.Attempt]

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"sort"
@@ -185,7 +186,7 @@ const ItemChecking kt.ItemStatus = "checking"
 // keepIsOnIt reports whether a blocked run will move on without a person.
 func keepIsOnIt(tx store.Tx, r kt.Run) bool {
 	m, err := tx.MutationByRun(r.ID)
-	return engine.WhoActs(r, m, err == nil) == engine.Keep
+	return control.WhoActs(r, m, err == nil) == control.Keep
 }
 
 // InputStatus derives an input's status from its events and the runs that hold them.
@@ -225,7 +226,7 @@ func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
 				continue
 			}
 			switch {
-			case engine.PayloadConflict(r):
+			case control.PayloadConflict(r):
 				// Its write was applied before with other content: a
 				// person decides (ch 12 §12.7), as for an unknown outcome.
 				if worst != kt.ItemFailed {
@@ -548,7 +549,7 @@ func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 	if hasMut {
 		c.MutationStatus, c.CanReconcile = string(m.Status), m.CanReconcile
 	}
-	blocked := engine.WhoActs(r, m, hasMut) == engine.APerson
+	blocked := control.WhoActs(r, m, hasMut) == control.APerson
 	evs, err := tx.EventsReservedBy(r.ID)
 	if err != nil {
 		return c, false, err
@@ -572,11 +573,11 @@ func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 		s, _ := InputStatus(tx, in)
 		c.Inputs = append(c.Inputs, inputRow(in, s))
 	}
-	c.Choices = engine.ChoicesFor(r, m, hasMut, len(evs))
+	c.Choices = control.ChoicesFor(r, m, hasMut, len(evs))
 	for _, ch := range c.Choices {
 		c.Actions = append(c.Actions, string(ch.Action))
 	}
-	c.Approval = engine.IsApprovalWait(r)
+	c.Approval = control.IsApprovalWait(r)
 	if r.Status == kt.StatusApproval {
 		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)
 		c.Grant = kt.NeedsGrant(r.ErrorMessage)

@@ -1,8 +1,17 @@
-package engine
+// Package control carries out people's actions: Control.Do looks an
+// action up in its one table and calls its row (a decision on a blocked
+// run, a workflow's pause, resume, run-now, grant and revoke, an item's
+// skip and reprocess, a topic's skip-pending, a producer's reset, a
+// repair's decision, a published event, a held delivery). Every row
+// changes keep's state through transition (or intake, for what comes in
+// from outside), never through the engine's steps, and refuses with
+// keeptype's one coded error family (kt.ActionError).
+package control
 
 import (
 	"context"
 	"fmt"
+	"github.com/keep-run/keep/internal/intake"
 	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"strings"
@@ -141,7 +150,7 @@ var table = []action{
 	{kt.ActPublish, OnTopic, "publish", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
 		ev := q.Event
 		ev.Workflow, ev.Topic = q.Workflow, q.Topic
-		p, err := postEvent(ctx, c.Store, ev, now)
+		p, err := intake.Post(ctx, c.Store, ev, now)
 		return Reply{Posted: p, Message: p.Message}, err
 	}},
 	{kt.ActTakeHeld, OnHeld, "take-held", doHeld(true)},
@@ -219,7 +228,7 @@ func doRepair(approve bool) func(*Control, context.Context, Request, time.Time) 
 
 func doHeld(take bool) func(*Control, context.Context, Request, time.Time) (Reply, error) {
 	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
-		return message(heldAction(ctx, c.Store, q.Workflow, q.Deliveries, take, now))
+		return message(intake.ActOnHeld(ctx, c.Store, intake.Held{Workflow: q.Workflow, IDs: q.Deliveries, Take: take}, now))
 	}
 }
 
@@ -228,17 +237,17 @@ func doHeld(take bool) func(*Control, context.Context, Request, time.Time) (Repl
 type Request struct {
 	Action                                      kt.Action
 	Run, Workflow, Topic, Handler, Item, Repair string
-	Items                                       []string // grant, revoke: what, as it is granted
-	Event                                       APIEvent // publish: the event (its Workflow and Topic are the request's)
-	Deliveries                                  []int64  // take-held, drop-held: the held deliveries' records (nil: all)
+	Items                                       []string        // grant, revoke: what, as it is granted
+	Event                                       intake.APIEvent // publish: the event (its Workflow and Topic are the request's)
+	Deliveries                                  []int64         // take-held, drop-held: the held deliveries' records (nil: all)
 }
 
 // Reply is what a carried-out action says, and the workflow it touched.
 type Reply struct {
 	Message  string
 	Workflow string
-	Queued   int    // run-now: producers queued
-	Posted   Posted // publish: the input and event, and whether they were there already
+	Queued   int           // run-now: producers queued
+	Posted   intake.Posted // publish: the input and event, and whether they were there already
 }
 
 // Control is the one place people's actions are carried out: the API

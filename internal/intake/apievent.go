@@ -1,11 +1,15 @@
-package engine
+// Package intake takes in what comes from outside a workflow's handlers:
+// events posted through keep's event API (Post), written through the
+// engine's one producer writer (engine.WritePosting), and a person's take
+// or drop of held webhook deliveries (ActOnHeld). Control's publish and
+// held-delivery rows call it; it never calls control.
+package intake
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/transition"
 	"strings"
 	"time"
 	"unicode"
@@ -13,14 +17,12 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
-
-// createdByAPI is the creator of an input and its event posted through the
-// event API: no run made them.
-const createdByAPI = "api"
 
 // APIEvent is one event posted through keep's event API (issue 26):
 // POST /api/v1/workflows/{wf}/topics/{topic}/events, keep publish.
@@ -41,11 +43,11 @@ type Posted struct {
 	Message string
 }
 
-// postEvent registers an input (source api, type the topic) and publishes
+// Post registers an input (source api, type the topic) and publishes
 // its one event, in one transaction: both exist or neither. Posting the
 // same id again to the same topic finds the input and writes nothing. Only
 // a topic the active version declares { from: "api" } takes events.
-func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
+func Post(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
 	if err := ev.check(); err != nil {
 		return Posted{}, err
 	}
@@ -172,14 +174,12 @@ func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, m
 	case !errors.Is(err, kt.ErrNotFound):
 		return Posted{}, err
 	}
-	in := kt.Input{ID: newID(), Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
-		CurrentAttempt: 1, CreatedBy: createdByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}
-	evs, err := writeProduced(tx, produced{workflow: ev.Workflow, version: v.ID, decl: decl, createdBy: createdByAPI, inputs: []kt.Input{in},
-		publishes: []publishReq{{Topic: ev.Topic, MessageID: in.ID, InputID: in.ID, Payload: ev.Payload}}, now: ms})
+	in, e, err := engine.WritePosting(tx, engine.Posting{Version: v.ID, Decl: decl, Topic: ev.Topic, Payload: ev.Payload,
+		Input: kt.Input{Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
+			CurrentAttempt: 1, CreatedBy: transition.CreatedByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}}, ms)
 	if err != nil {
 		return Posted{}, err
 	}
-	e := evs[0]
 	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
 }
 

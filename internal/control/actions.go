@@ -1,4 +1,4 @@
-package engine
+package control
 
 import (
 	"context"
@@ -114,7 +114,7 @@ func (d *decision) unknown() bool {
 }
 
 func (d *decision) skip() (string, error) {
-	d.run.Action = ActionSkip
+	d.run.Action = kt.ActionSkip
 	if d.hasMut && d.mut.Status == kt.MutationApplied {
 		return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
 	}
@@ -127,7 +127,7 @@ func (d *decision) skip() (string, error) {
 func (d *decision) tryAgain() (string, error) {
 	run, mut := &d.run, &d.mut
 	if !d.unknown() {
-		run.Action = ActionRetry
+		run.Action = kt.ActionRetry
 		msg := fmt.Sprintf("run %s will be retried", run.ID)
 		if run.Status == kt.StatusFailedLogic {
 			w, err := d.tx.WorkflowGet(run.Workflow)
@@ -187,7 +187,7 @@ func (d *decision) approve() (string, error) {
 	if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
 		return "", err
 	}
-	run.ApprovedHash, run.Action = pc.CallHash, ActionRetry
+	run.ApprovedHash, run.Action = pc.CallHash, kt.ActionRetry
 	return fmt.Sprintf("approved: %s will be sent", pc.Target), nil
 }
 
@@ -214,7 +214,7 @@ func (d *decision) reprocessItem() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	msg, err := reprocess(d.tx, it, d.ms)
+	msg, err := transition.Reprocess(d.tx, it, d.ms)
 	if err != nil {
 		return "", err
 	}
@@ -232,7 +232,7 @@ func (d *decision) reprocessItem() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	run.Rev, run.Action = cur.Rev, ActionRetry
+	run.Rev, run.Action = cur.Rev, kt.ActionRetry
 	return msg + fmt.Sprintf("; run %s is retried", run.ID), nil
 }
 
@@ -266,7 +266,7 @@ func (d *decision) reprocessInputs() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		msg, err := reprocessInput(d.tx, it, d.ms)
+		msg, err := transition.ReprocessInput(d.tx, it, d.ms)
 		if err != nil {
 			return "", err
 		}
@@ -461,7 +461,7 @@ func resumeWorkflow(ctx context.Context, st store.Store, wf string, now time.Tim
 			return err
 		}
 		if r, err := tx.RunOpen(wf); err == nil && r.Status == kt.StatusFailedInternal && r.Action == "" {
-			r.Action, r.UpdatedAt = ActionRetry, now.UnixMilli()
+			r.Action, r.UpdatedAt = kt.ActionRetry, now.UnixMilli()
 			return transition.PutRun(tx, &r)
 		}
 		return nil
@@ -483,23 +483,6 @@ func runNow(ctx context.Context, st store.Store, wf string, now time.Time) (int,
 			return err
 		}
 		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%s of %s queued", kt.Count(n, "producer"), wf), At: now.UnixMilli()})
-	})
-	return n, err
-}
-
-// QueueAtStart queues a workflow's producers and tasks, unless a run of it
-// is open: `keep run FILE` is the development loop, and a producer that is
-// not due yet runs at its start all the same (issue 12: a new order dropped
-// in showed nothing). It is keep run's own doing, not a person's decision.
-func QueueAtStart(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
-	n := 0
-	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := tx.RunOpen(wf); err == nil {
-			return nil
-		}
-		var err error
-		n, err = transition.QueueScheduled(tx, wf, now.UnixMilli())
-		return err
 	})
 	return n, err
 }
