@@ -14,14 +14,22 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
+// resolution is a person's decision on a blocked run as Control's table
+// names it: what they chose, and carry, the decision's method that
+// carries it out.
+type resolution struct {
+	what  kt.Resolution
+	carry func(*decision) (string, error)
+}
+
 // resolveRun records a person's decision on a blocked run in one
-// transaction: carry, the decision's method that the action's row of
-// Control's table names, records it on the run (and its ledger row) and
-// says what will happen.
+// transaction: the resolution's carry records it on the run (and its
+// ledger row) and says what will happen.
 // It works with or without a running engine: the engine (keep serve or
 // keep run) carries the decision out at its next step. Concurrent decisions
 // on one run are serialized by the store; the second one is refused.
-func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resolution, carry func(*decision) (string, error), now time.Time) (string, error) {
+func resolveRun(ctx context.Context, st store.Store, runID string, r resolution, now time.Time) (string, error) {
+	what := r.what
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		d, err := openDecision(tx, runID, now)
@@ -31,7 +39,7 @@ func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resol
 		if err := d.checkSkip(what); err != nil {
 			return err
 		}
-		if msg, err = carry(d); err != nil {
+		if msg, err = r.carry(d); err != nil {
 			return err
 		}
 		// Each action's own check says why it does not fit (carry,

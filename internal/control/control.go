@@ -190,7 +190,7 @@ func message(msg string, err error) (Reply, error) { return Reply{Message: msg},
 // decision's method for the action.
 func doResolve(carry func(*decision) (string, error)) func(*Control, context.Context, Request, time.Time) (Reply, error) {
 	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
-		msg, err := resolveRun(ctx, c.Store, q.Run, kt.Resolution(q.Action), carry, now)
+		msg, err := resolveRun(ctx, c.Store, q.Run, resolution{kt.Resolution(q.Action), carry}, now)
 		if err != nil || q.Workflow != "" {
 			return Reply{Message: msg}, err
 		}

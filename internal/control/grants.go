@@ -92,7 +92,7 @@ func grantThen(ctx context.Context, st store.Store, workflow string, now time.Ti
 			return err
 		}
 		granted = items
-		if err := transition.GrantAll(ctx, tx, workflow, items, now.UnixMilli(), true); err != nil {
+		if err := transition.GrantAll(ctx, tx, workflow, items, now.UnixMilli()); err != nil {
 			return err
 		}
 		if !waiting {
@@ -112,7 +112,7 @@ func grantThen(ctx context.Context, st store.Store, workflow string, now time.Ti
 	if err != nil || blocked == "" {
 		return granted, err
 	}
-	if _, err := resolveRun(ctx, st, blocked, kt.ResolveTryAgain, (*decision).tryAgain, now); err != nil && !IsRefusal(err) {
+	if _, err := resolveRun(ctx, st, blocked, resolution{kt.ResolveTryAgain, (*decision).tryAgain}, now); err != nil && !IsRefusal(err) {
 		return granted, err
 	}
 	return granted, nil

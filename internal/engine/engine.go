@@ -436,7 +436,8 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	}
 	now := e.nowMs()
 	err = e.update(ctx, name, func(tx store.Tx) error {
-		return e.deployIn(ctx, tx, file, source, p, o, now, &res)
+		d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res}
+		return d.write()
 	})
 	if err != nil {
 		var ae *kt.ActionError
@@ -453,11 +454,25 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	return res, nil
 }
 
-// deployIn records a deploy in tx: the workflow, its new version (or
+// deployment is one deploy inside its transaction: what each of its
+// steps reads, and the result they fill (res).
+type deployment struct {
+	e            *Engine
+	ctx          context.Context
+	tx           store.Tx
+	file, source string
+	prog         *script.Program
+	o            DeployOptions
+	now          int64
+	res          *kt.DeployResult
+}
+
+// write records a deploy in tx: the workflow, its new version (or
 // nothing new when the script is the active one's and no kind was asked),
 // the grants the deploy makes, the events a dropped consumer leaves
 // waiting (res.Stranded) and the handlers of the new declaration.
-func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string, p *script.Program, o DeployOptions, now int64, res *kt.DeployResult) error {
+func (d *deployment) write() error {
+	e, tx, file, source, p, o, now, res := d.e, d.tx, d.file, d.source, d.prog, d.o, d.now, d.res
 	name, kind := res.Workflow, o.Kind
 	wf, err := tx.WorkflowGet(name)
 	isNew := errors.Is(err, kt.ErrNotFound)
@@ -493,7 +508,7 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		// are the ones recorded with the version it repairs.
 		if !damaged && cur.Script == source && cur.Test == v.Test && kind == "" {
 			res.Version, res.Unchanged = cur, true
-			if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
+			if err := d.grant(); err != nil {
 				return err
 			}
 			return e.recordDeployed(tx, wf, o.FilesRoot, res)
@@ -521,15 +536,16 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		return err
 	}
 	res.Version, res.FilesRoot = v, wf.FilesRoot
-	if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
+	if err := d.grant(); err != nil {
 		return err
 	}
 	return e.syncHandlers(tx, name, p.Decl, now)
 }
 
-// grantOnDeploy grants what the version uses when the deploy says so, and
+// grant grants what the version uses when the deploy says so, and
 // tells what still waits for a grant otherwise (DeployResult.Ungranted).
-func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source string, o DeployOptions, now int64, res *kt.DeployResult) error {
+func (d *deployment) grant() error {
+	ctx, tx, name, source, o, now, res := d.ctx, d.tx, d.res.Workflow, d.source, d.o, d.now, d.res
 	gs, err := tx.GrantList(name)
 	if err != nil {
 		return err
@@ -543,7 +559,10 @@ func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source st
 	res.Unused = Unused(gs, source)
 	if o.Grant {
 		res.Granted = missing
-		return transition.GrantAll(ctx, tx, name, missing, now, !o.grantBySystem)
+		if o.grantBySystem {
+			return transition.AddGrants(ctx, tx, name, missing, now)
+		}
+		return transition.GrantAll(ctx, tx, name, missing, now)
 	}
 	res.Ungranted = missing
 	return nil

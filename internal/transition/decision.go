@@ -143,18 +143,25 @@ func byExternalID(tx store.Tx, wfs []string, ref string) (kt.Input, error) {
 	return kt.Input{}, kt.Refuse("%d inputs have the id %q (%s): name one by its key, and its workflow with --workflow", len(found), ref, strings.Join(keys, ", "))
 }
 
-// GrantAll records grants of items inside tx, with the decision.
-func GrantAll(ctx context.Context, tx store.Tx, workflow string, items []string, now int64, logIt bool) error {
-	if len(items) == 0 {
-		return nil
-	}
+// AddGrants records grants of items inside tx, by the actor of ctx, out
+// of the decision log: a grant that is no person's decision (Deploy's for
+// keep bench and tests).
+func AddGrants(ctx context.Context, tx store.Tx, workflow string, items []string, now int64) error {
 	for _, it := range items {
 		if err := tx.GrantAdd(kt.Grant{Workflow: workflow, Item: it, GrantedBy: Actor(ctx), GrantedAt: now}); err != nil {
 			return err
 		}
 	}
-	if !logIt {
+	return nil
+}
+
+// GrantAll records grants of items inside tx, with the decision.
+func GrantAll(ctx context.Context, tx store.Tx, workflow string, items []string, now int64) error {
+	if len(items) == 0 {
 		return nil
+	}
+	if err := AddGrants(ctx, tx, workflow, items, now); err != nil {
+		return err
 	}
 	return LogDecision(ctx, tx, kt.Decision{Workflow: workflow, Action: "grant", Detail: "granted " + strings.Join(items, ", "), At: now})
 }
