@@ -10,9 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/control"
-	"github.com/keep-run/keep/internal/intake"
-	"github.com/keep-run/keep/internal/transition"
 	"io"
 	"net/http"
 	"strconv"
@@ -21,12 +18,15 @@ import (
 
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/clock"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Server serves the API.

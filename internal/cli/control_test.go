@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"github.com/keep-run/keep/internal/control"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )

@@ -11,15 +11,15 @@ package control
 import (
 	"context"
 	"fmt"
-	"github.com/keep-run/keep/internal/intake"
-	"github.com/keep-run/keep/internal/transition"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/keep-run/keep/internal/clock"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Proof is how the actor behind a request proved who they are: the API

@@ -3,12 +3,12 @@ package control
 import (
 	"context"
 	"fmt"
-	"github.com/keep-run/keep/internal/transition"
 	"strings"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // ItemRef names an item: its id or its key (FindItem), within a workflow,

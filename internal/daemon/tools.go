@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/transition"
 	"io"
 	"os"
 	"os/signal"
@@ -28,6 +27,7 @@ import (
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/testrun"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // ErrReprocessChoice is a major version's deploy without the choice of

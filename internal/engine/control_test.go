@@ -3,10 +3,10 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"github.com/keep-run/keep/internal/control"
 	"strings"
 	"testing"
 
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/transition"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -28,6 +27,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // MaxJSONBytes bounds event payloads, handler state and PrepareResults (SPEC §6).

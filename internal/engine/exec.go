@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/transition"
 	"strings"
 
 	otrace "go.opentelemetry.io/otel/trace"
@@ -16,6 +15,7 @@ import (
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // runExec is one run being carried out: what every step of it needs, held

@@ -1,11 +1,11 @@
 package engine_test
 
 import (
-	"github.com/keep-run/keep/internal/control"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"

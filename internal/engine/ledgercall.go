@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/transition"
 	"time"
 
 	"github.com/keep-run/keep/internal/clock"
@@ -13,6 +12,7 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // ledgerCall is one mutation on its way through the ledger (ch 13, ch 14,

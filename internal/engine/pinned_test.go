@@ -1,15 +1,15 @@
 package engine_test
 
 import (
-	"github.com/keep-run/keep/internal/control"
-	"github.com/keep-run/keep/internal/transition"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Issue 10 #2: a run that failed on a logic error (a 400 from the target)

@@ -3,13 +3,13 @@ package engine_test
 import (
 	"database/sql"
 	"encoding/json"
-	"github.com/keep-run/keep/internal/intake"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/intake"
 	"github.com/keep-run/keep/internal/report"
 )
 

@@ -3,11 +3,11 @@ package engine_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/keep-run/keep/internal/intake"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )

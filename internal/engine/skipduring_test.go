@@ -1,11 +1,11 @@
 package engine_test
 
 import (
-	"github.com/keep-run/keep/internal/control"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 

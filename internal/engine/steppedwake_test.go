@@ -2,11 +2,11 @@ package engine_test
 
 import (
 	"context"
-	"github.com/keep-run/keep/internal/control"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/scheduler"

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"github.com/keep-run/keep/internal/intake"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keep-run/keep/internal/intake"
 )
 
 // What keep stores per unit of work (issue 44), measured on the store the

@@ -1,12 +1,12 @@
 package engine_test
 
 import (
-	"github.com/keep-run/keep/internal/control"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 )

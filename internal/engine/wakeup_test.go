@@ -2,12 +2,12 @@ package engine_test
 
 import (
 	"encoding/json"
-	"github.com/keep-run/keep/internal/control"
-	"github.com/keep-run/keep/internal/intake"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 

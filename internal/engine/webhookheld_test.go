@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"github.com/keep-run/keep/internal/control"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"

@@ -3,13 +3,13 @@ package report
 import (
 	"context"
 	"errors"
-	"github.com/keep-run/keep/internal/control"
-	"github.com/keep-run/keep/internal/transition"
 	"sort"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Items lists one page of a workflow's items, newest first; orphanedOnly

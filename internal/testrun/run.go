@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keep-run/keep/internal/control"
-	"github.com/keep-run/keep/internal/intake"
-	"github.com/keep-run/keep/internal/transition"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,7 +17,9 @@ import (
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/report"
@@ -28,6 +27,7 @@ import (
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Options say what Run runs.

@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"github.com/keep-run/keep/internal/control"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	_ "github.com/keep-run/keep/internal/connector/builtin" // registers the connectors' tables
 	"github.com/keep-run/keep/internal/connector/email"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
