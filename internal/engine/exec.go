@@ -171,7 +171,7 @@ func (x *runExec) save(with func(tx store.Tx) error) error {
 	})
 }
 
-// putRun writes the run (putRun) without reading its row first when the
+// putRun writes the run (transition.PutRun) without reading its row first when the
 // step knows what is stored: nothing (unstored), or what its last write
 // stored at the run's revision.
 func (x *runExec) putRun(tx store.Tx) error {
@@ -193,7 +193,7 @@ func (x *runExec) write(fn func(tx store.Tx) error) error {
 
 // writeReading is write with the reads fn makes named (store.Prefetch):
 // they are sent with the transaction's fence check, before fn writes,
-// and so are writeHeld's and putRun's.
+// and so are writeHeld's and transition.PutRun's.
 func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) error) error {
 	for tries := 0; ; tries++ {
 		run, tr := *x.run, *x.tr
@@ -206,7 +206,7 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 					reads(tx)
 				}
 				if !x.unstored && (x.stored == "" || x.storedRev != x.run.Rev) {
-					_, _ = tx.RunGet(x.run.ID) // putRun's
+					_, _ = tx.RunGet(x.run.ID) // transition.PutRun's
 				}
 			})
 			if err := x.writeHeld(tx); err != nil {

@@ -360,7 +360,7 @@ func reconcileCall(m kt.Mutation) (connector.Call, error) {
 }
 
 // The ledger row's state changes, shared by every path; the caller writes
-// the row (putMutation checks the move against ch 13's table).
+// the row (transition.PutMutation checks the move against ch 13's table).
 
 // markApplied records that the write happened, with its result.
 func markApplied(mut *kt.Mutation, result json.RawMessage, resolvedBy string, now int64) {

@@ -89,7 +89,7 @@ func (x *runExec) commitProduced(tx store.Tx, h *host) (quiet bool, err error) {
 }
 
 // produced is what a producer-like step registered and published: a
-// producer run, an event posted through the event API (postEvent), a
+// producer run, an event posted through the event API (intake.Post), a
 // webhook's delivery (Deliver). writeProduced is the one place it is
 // written, so the three cannot differ in what an input and its events are.
 type produced struct {
