@@ -18,12 +18,15 @@ import (
 
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/clock"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Server serves the API.
@@ -104,8 +107,8 @@ func (s *Server) Handler() http.Handler {
 			def = "api (token)"
 		}
 		// The API authenticates and hands the actor and the proof on;
-		// engine.Control decides who may do what.
-		ctx := engine.WithProof(engine.WithActor(r.Context(), ActorOf(r, def)), proofOf(AuthOf(r)))
+		// control.Control decides who may do what.
+		ctx := control.WithProof(transition.WithActor(r.Context(), ActorOf(r, def)), proofOf(AuthOf(r)))
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -129,20 +132,20 @@ func notText(r *http.Request) string {
 	return ""
 }
 
-// proofOf is how a request authenticated, as engine.Control reads it.
-func proofOf(a Auth) engine.Proof {
+// proofOf is how a request authenticated, as control.Control reads it.
+func proofOf(a Auth) control.Proof {
 	switch a {
 	case AuthSecret:
-		return engine.ProofSecret
+		return control.ProofSecret
 	case AuthToken:
-		return engine.ProofToken
+		return control.ProofToken
 	case AuthPage:
-		return engine.ProofPage
+		return control.ProofPage
 	}
 	// A session (the page's cookie) proves nothing to the API: a page
 	// changes state through its own forms, with their CSRF token, and the
 	// page passes it on in process (ForPage).
-	return engine.ProofNone
+	return control.ProofNone
 }
 
 // ActorOf names the person behind a request for the decision log: the
@@ -200,19 +203,19 @@ func Error(w http.ResponseWriter, status int, code, msg string) {
 
 // fail maps keep's errors to HTTP statuses.
 func fail(w http.ResponseWriter, err error) {
-	var ae *engine.ActionError
+	var ae *kt.ActionError
 	var ve *engine.ValidationError
 	var se *script.SyntaxError
-	var na *engine.NotAllowedError
+	var na *control.NotAllowedError
 	switch {
 	case errors.As(err, &na):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="keep"`)
 		Error(w, http.StatusUnauthorized, "unauthorized", "changing state through keep's API needs proof of who you are ("+string(na.Action)+"): keep's CLI sends the instance secret of the data directory (DATA/"+APISecretName+", sent as Authorization: Bearer <its contents>) — run the keep command beside the data directory, or send keep serve's --token")
 	case errors.Is(err, kt.ErrNotFound):
 		Error(w, http.StatusNotFound, "not_found", err.Error())
-	case errors.Is(err, engine.ErrBadInput):
+	case errors.Is(err, kt.ErrBadInput):
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
-	case errors.Is(err, engine.ErrNeedsConsent):
+	case errors.Is(err, kt.ErrNeedsConsent):
 		Error(w, http.StatusConflict, "needs_consent", err.Error())
 	case errors.Is(err, kt.ErrConflict) && errors.As(err, &ae):
 		Error(w, http.StatusConflict, "not_applicable", ae.Msg)
@@ -303,7 +306,7 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 		wrow, err := tx.WorkflowGet(wf)
 		if err != nil {
 			if errors.Is(err, kt.ErrNotFound) {
-				return engine.Missing("there is no workflow %q", wf)
+				return kt.Missing("there is no workflow %q", wf)
 			}
 			return err
 		}
@@ -367,12 +370,12 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	act, err := engine.ActionOf(engine.OnWorkflow, r.PathValue("verb"))
+	act, err := control.ActionOf(control.OnWorkflow, r.PathValue("verb"))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: act, Workflow: wf})
 	if err != nil {
 		fail(w, err)
 		return
@@ -491,7 +494,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) skipPending(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: kt.ActSkipPending, Workflow: wf, Topic: r.PathValue("topic")})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -527,7 +530,7 @@ func (s *Server) heldAction(act kt.Action) http.HandlerFunc {
 				return
 			}
 		}
-		rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Deliveries: req.Deliveries})
+		rep, err := s.control().Do(r.Context(), control.Request{Action: act, Workflow: wf, Deliveries: req.Deliveries})
 		s.actionReply(w, wf, rep.Message, err)
 	}
 }
@@ -552,7 +555,7 @@ func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
 }
 
 // publish posts one event to a topic the workflow opens to the event API:
-// its input and event in one transaction (engine.Control's publish), 201 when
+// its input and event in one transaction (control.Control's publish), 201 when
 // new, 200 when the id was posted before.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	wf, topic := r.PathValue("wf"), r.PathValue("topic")
@@ -561,8 +564,8 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("event for topic %s of %s: %v; send {\"id\": \"…\", \"title\": \"…\", \"payload\": {…}} with a payload of at most 1 MiB (see docs/api.md)", topic, wf, err))
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActPublish, Workflow: wf, Topic: topic,
-		Event: engine.APIEvent{ID: string(req.ID), Title: req.Title, Payload: req.Payload}})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: kt.ActPublish, Workflow: wf, Topic: topic,
+		Event: intake.APIEvent{ID: string(req.ID), Title: req.Title, Payload: req.Payload}})
 	if err != nil {
 		fail(w, err)
 		return
@@ -588,7 +591,7 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActGrant, Workflow: wf, Items: req.Items})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: kt.ActGrant, Workflow: wf, Items: req.Items})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -600,7 +603,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActRevoke, Workflow: wf, Items: req.Items})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: kt.ActRevoke, Workflow: wf, Items: req.Items})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -616,18 +619,18 @@ func (s *Server) repairs(w http.ResponseWriter, r *http.Request) {
 // decideRepair approves or rejects a repair the Maintainer held.
 func (s *Server) decideRepair(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	act, err := engine.ActionOf(engine.OnRepair, r.PathValue("verb"))
+	act, err := control.ActionOf(control.OnRepair, r.PathValue("verb"))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: act, Workflow: wf, Repair: r.PathValue("id")})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
 func (s *Server) resetState(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: kt.ActResetState, Workflow: wf, Handler: r.PathValue("handler")})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: kt.ActResetState, Workflow: wf, Handler: r.PathValue("handler")})
 	s.actionReply(w, wf, rep.Message, err)
 }
 
@@ -696,15 +699,15 @@ func (s *Server) schedule(w http.ResponseWriter, r *http.Request) {
 }
 
 // grants answers what people granted a workflow and what a grant without
-// items would allow now (engine.ToGrant): what its active version uses
+// items would allow now (control.ToGrant): what its active version uses
 // that nobody granted, and what its blocked run was refused.
 func (s *Server) grants(w http.ResponseWriter, r *http.Request) {
 	wf := r.PathValue("wf")
 	g := apitype.GrantsReply{Workflow: wf, Grants: []string{}}
 	err := s.Store.View(r.Context(), func(tx store.Tx) error {
 		var err error
-		if g.ToGrant, err = engine.ToGrant(tx, wf); errors.Is(err, kt.ErrNotFound) {
-			return engine.Missing("there is no workflow %q (see keep status)", wf)
+		if g.ToGrant, err = control.ToGrant(tx, wf); errors.Is(err, kt.ErrNotFound) {
+			return kt.Missing("there is no workflow %q (see keep status)", wf)
 		} else if err != nil {
 			return err
 		}
@@ -778,7 +781,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	act, err := engine.ActionOf(engine.OnRun, req.Action)
+	act, err := control.ActionOf(control.OnRun, req.Action)
 	if err != nil {
 		fail(w, err)
 		return
@@ -790,7 +793,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) { s.act(w, r, k
 
 func (s *Server) act(w http.ResponseWriter, r *http.Request, what kt.Action) {
 	id := r.PathValue("id")
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: what, Run: id})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: what, Run: id})
 	if err != nil {
 		fail(w, err)
 		return
@@ -810,12 +813,12 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb, wf := r.PathValue("ref"), r.PathValue("verb"), r.URL.Query().Get("workflow")
-	act, err := engine.ActionOf(engine.OnItem, verb)
+	act, err := control.ActionOf(control.OnItem, verb)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	rep, err := s.control().Do(r.Context(), engine.Request{Action: act, Workflow: wf, Item: ref})
+	rep, err := s.control().Do(r.Context(), control.Request{Action: act, Workflow: wf, Item: ref})
 	msg := rep.Message
 	if err != nil {
 		fail(w, err)
@@ -825,9 +828,9 @@ func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	reply(w, apitype.ItemActionReply{OK: true, Item: ref, Workflow: rep.Workflow, Action: verb, Message: msg})
 }
 
-// control is the one place people's actions are carried out (engine.Control).
-func (s *Server) control() *engine.Control {
-	return &engine.Control{Store: s.Store, Now: s.now,
+// control is the one place people's actions are carried out (control.Control).
+func (s *Server) control() *control.Control {
+	return &control.Control{Store: s.Store, Now: s.now,
 		DecideRepair: func(ctx context.Context, wf, id string, approve bool, now time.Time) (string, error) {
 			return maintainer.Decide(ctx, s.Store, s.Engine, maintainer.RepairDecision{Workflow: wf, Repair: id, Approve: approve, At: now})
 		}}

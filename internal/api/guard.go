@@ -222,7 +222,7 @@ func InProcess(next http.Handler) http.Handler {
 // ForPage serves next to keep's own page in this process (web.New): the
 // page reads and acts only through the API, as the CLI does, so a decision
 // on the page gets the answer, the error and the refusal the CLI gets. Its
-// requests are authenticated as the page's (AuthPage: engine.ProofPage,
+// requests are authenticated as the page's (AuthPage: control.ProofPage,
 // and the actor the page names), since the guard checked the person's
 // request before the page passed it on; no secret goes near the browser.
 func ForPage(next http.Handler) http.Handler {

@@ -19,8 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -435,8 +435,8 @@ func latency(ctx context.Context, dir string, m int) (p50, p99 float64, err erro
 	var lat []float64
 	for i := 0; i < m; i++ {
 		if i > 0 {
-			ctrl := &engine.Control{Store: k.Store}
-			if _, err := ctrl.Do(ctx, engine.Request{Action: kt.ActRunNow, Workflow: "latency"}); err != nil {
+			ctrl := &control.Control{Store: k.Store}
+			if _, err := ctrl.Do(ctx, control.Request{Action: kt.ActRunNow, Workflow: "latency"}); err != nil {
 				return 0, 0, err
 			}
 		}

@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
-// TestEveryActionHasOneCommandAndOneRoute: engine.Control's list of
+// TestEveryActionHasOneCommandAndOneRoute: control.Control's list of
 // people's actions is the one list; the CLI has a command for each and
 // the API a route that reaches Control, and neither offers one that is not
 // in it (issue 24: the API, the page and the CLI each kept their own).
@@ -51,10 +51,10 @@ func TestEveryActionHasOneCommandAndOneRoute(t *testing.T) {
 		listed = append(listed, a)
 	}
 	slices.Sort(listed)
-	all := slices.Clone(engine.Actions())
+	all := slices.Clone(control.Actions())
 	slices.Sort(all)
 	if !slices.Equal(listed, all) {
-		t.Fatalf("engine.Actions() %v, covered here %v: give a new action its command and route", all, listed)
+		t.Fatalf("control.Actions() %v, covered here %v: give a new action its command and route", all, listed)
 	}
 
 	a := &app{out: io.Discard, errOut: io.Discard}
@@ -67,7 +67,7 @@ func TestEveryActionHasOneCommandAndOneRoute(t *testing.T) {
 	defer st.Close()
 	srv := httptest.NewServer(api.InProcess((&api.Server{Store: st}).Handler()))
 	defer srv.Close()
-	for _, act := range engine.Actions() {
+	for _, act := range control.Actions() {
 		s := covered[act]
 		cmd, rest, err := root.Find(s.cli[:1])
 		if err != nil || cmd == root || cmd.RunE == nil || len(rest) != 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // ErrReprocessChoice is a major version's deploy without the choice of
@@ -23,9 +24,9 @@ import (
 var ErrReprocessChoice = engine.ErrReprocessChoice
 
 // WithActor names who takes the decisions this process makes itself (a
-// deploy by keep run), for the decision log (engine.WithActor).
+// deploy by keep run), for the decision log (transition.WithActor).
 func WithActor(ctx context.Context, by string) context.Context {
-	return engine.WithActor(ctx, by)
+	return transition.WithActor(ctx, by)
 }
 
 // StopWorkersOnSignal stops every sandbox worker when Ctrl-C or SIGTERM

@@ -38,7 +38,7 @@ func TestTwoPeopleResolvingOneRunAtOnce(t *testing.T) {
 			if i%2 == 1 {
 				what = kt.ResolveDidntHappen
 			}
-			_, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, what, time.Now())
+			_, err := resolve(e.ctx(), e.k.Store, r.ID, what, time.Now())
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {

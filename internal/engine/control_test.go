@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -16,11 +16,11 @@ import (
 // person who proved who they are — the page, the token, the instance
 // secret — may do each; code of keep's own process hands no proof.
 func TestControlDecidesWhoMayAct(t *testing.T) {
-	c := &engine.Control{}
-	anon := engine.WithProof(context.Background(), engine.ProofNone)
-	for _, act := range engine.Actions() {
-		_, err := c.Do(anon, engine.Request{Action: act, Run: "r", Workflow: "w", Item: "i"})
-		var na *engine.NotAllowedError
+	c := &control.Control{}
+	anon := control.WithProof(context.Background(), control.ProofNone)
+	for _, act := range control.Actions() {
+		_, err := c.Do(anon, control.Request{Action: act, Run: "r", Workflow: "w", Item: "i"})
+		var na *control.NotAllowedError
 		if !errors.As(err, &na) || na.Action != act {
 			t.Errorf("%s without proof: %v, want refused as not allowed", act, err)
 		}
@@ -28,9 +28,9 @@ func TestControlDecidesWhoMayAct(t *testing.T) {
 	if err := c.MayAct(anon, kt.ActDeploy); err == nil {
 		t.Error("a deploy without proof is allowed")
 	}
-	for _, p := range []engine.Proof{engine.ProofPage, engine.ProofToken, engine.ProofSecret} {
-		ctx := engine.WithProof(context.Background(), p)
-		for _, act := range append(engine.Actions(), kt.ActDeploy) {
+	for _, p := range []control.Proof{control.ProofPage, control.ProofToken, control.ProofSecret} {
+		ctx := control.WithProof(context.Background(), p)
+		for _, act := range append(control.Actions(), kt.ActDeploy) {
 			if err := c.MayAct(ctx, act); err != nil {
 				t.Errorf("%s with proof %d: %v", act, p, err)
 			}
@@ -51,9 +51,9 @@ func TestControlErrorsAreKeepsCodedFamily(t *testing.T) {
 	e := newEnv(t)
 	wf := e.deploy(hookScript("", ""))
 	e.settle()
-	c := &engine.Control{Store: e.k.Store}
+	c := &control.Control{Store: e.k.Store}
 	ctx := e.ctx()
-	notFound := []engine.Request{
+	notFound := []control.Request{
 		{Action: kt.ActPause, Workflow: "nope"},
 		{Action: kt.ActTryAgain, Run: "nope"},
 		{Action: kt.ActSkipItem, Workflow: wf, Item: "nope"},
@@ -66,25 +66,25 @@ func TestControlErrorsAreKeepsCodedFamily(t *testing.T) {
 			t.Errorf("%s %+v: %v, want a kt.ErrNotFound only", q.Action, q, err)
 		}
 	}
-	if _, err := c.Do(ctx, engine.Request{Action: "explode"}); !errors.Is(err, engine.ErrUnknownAction) {
-		t.Errorf("an unknown action: %v, want ErrUnknownAction", err)
+	if _, err := c.Do(ctx, control.Request{Action: "explode"}); !errors.Is(err, kt.ErrUnknownAction) {
+		t.Errorf("an unknown action: %v, want kt.ErrUnknownAction", err)
 	}
-	_, err := c.Do(ctx, engine.Request{Action: kt.ActResume, Workflow: wf})
+	_, err := c.Do(ctx, control.Request{Action: kt.ActResume, Workflow: wf})
 	if !errors.Is(err, kt.ErrConflict) || errors.Is(err, kt.ErrNotFound) || !strings.Contains(err.Error(), "is not paused") {
 		t.Errorf("resume of a running workflow: %v, want a kt.ErrConflict saying it is not paused", err)
 	}
 	for _, verb := range []string{"pause", "resume"} {
-		act, err := engine.ActionOf(engine.OnWorkflow, verb)
+		act, err := control.ActionOf(control.OnWorkflow, verb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := c.Do(ctx, engine.Request{Action: act, Workflow: wf})
+		rep, err := c.Do(ctx, control.Request{Action: act, Workflow: wf})
 		if err != nil || rep.Workflow != wf || !strings.Contains(rep.Message, wf) {
 			t.Errorf("%s: %+v %v", verb, rep, err)
 		}
 	}
-	for _, a := range engine.Actions() {
-		if _, err := c.Do(ctx, engine.Request{Action: a}); errors.Is(err, engine.ErrUnknownAction) {
+	for _, a := range control.Actions() {
+		if _, err := c.Do(ctx, control.Request{Action: a}); errors.Is(err, kt.ErrUnknownAction) {
 			t.Errorf("%s is in the list and not carried out: %v", a, err)
 		}
 	}

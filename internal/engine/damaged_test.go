@@ -16,7 +16,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 )
@@ -194,10 +194,10 @@ func TestAGrantFlippedToWidenWhatAWorkflowCallsIsNotTrusted(t *testing.T) {
 	host := e.sink.Host()
 	want := "http.request POST " + host
 	narrow := flipByte(t, want, want[:len(want)-1]) // the port's last digit, one bit off
-	if _, err := engine.Revoke(ctx, e.k.Store, "hook", []string{want}, nowT()); err != nil {
+	if _, err := revoke(ctx, e.k.Store, "hook", []string{want}, nowT()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine.GrantItems(ctx, e.k.Store, "hook", []string{narrow}, nowT()); err != nil {
+	if _, err := control.GrantItems(ctx, e.k.Store, "hook", []string{narrow}, nowT()); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.k.Close(); err != nil {
@@ -226,7 +226,7 @@ func TestAGrantFlippedToWidenWhatAWorkflowCallsIsNotTrusted(t *testing.T) {
 	}
 	// Its restore step works: revoke it as stored, and the workflow is
 	// checked again (it now waits for the grant a person gives).
-	if _, err := engine.Revoke(ctx, e.k.Store, "hook", []string{want}, nowT()); err != nil {
+	if _, err := revoke(ctx, e.k.Store, "hook", []string{want}, nowT()); err != nil {
 		t.Fatalf("revoke the damaged grant: %v", err)
 	}
 	if s := statusOf(t, e, "hook"); s.Status == kt.StatusWordDamaged {

@@ -51,7 +51,7 @@ func (d *decider) at(step string) {
 		return
 	}
 	d.taken, d.atStep = true, step
-	d.msg, d.err = engine.Resolve(e.ctx(), e.k.Store, run.ID, d.what, time.Now())
+	d.msg, d.err = resolve(e.ctx(), e.k.Store, run.ID, d.what, time.Now())
 }
 
 // decisions lists the decision log of the hook workflow.
@@ -166,7 +166,7 @@ func TestADecisionAtEachDurableStepIsRefusedOrHonoured(t *testing.T) {
 			if !d.taken {
 				t.Fatalf("the step %s was not reached", point)
 			}
-			var ae *engine.ActionError
+			var ae *kt.ActionError
 			if !errors.As(d.err, &ae) || !strings.Contains(d.err.Error(), "running right now") {
 				t.Fatalf("a Skip while the run is active: %v (%q)", d.err, d.msg)
 			}

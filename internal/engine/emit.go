@@ -7,6 +7,7 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // emit runs a consumer's next phase and commits the run: the write's
@@ -218,15 +219,6 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 		hrow.Dirty = selfDirty || woken
 	}
 	hrow.WakeAt = x.e.wakeTime(pr.WakeAt)
-	touch(&hrow, x.e.nowMs())
+	transition.Touch(&hrow, x.e.nowMs())
 	return tx.HandlerPut(hrow)
-}
-
-// touch stamps a change of a handler's row: its UpdatedAt moves forward
-// with every write, even in the same millisecond or with a clock behind
-// the last writer's, so a run tells a wake-up that came in while it
-// prepared from the one that started it by the row alone
-// (saveConsumerState). Every writer of a consumer's row stamps it so.
-func touch(h *kt.Handler, now int64) {
-	h.UpdatedAt = max(now, h.UpdatedAt+1)
 }

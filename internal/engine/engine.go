@@ -27,6 +27,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // MaxJSONBytes bounds event payloads, handler state and PrepareResults (SPEC §6).
@@ -408,7 +409,7 @@ type DeployOptions struct {
 }
 
 // ErrReprocessChoice is returned by a major deploy without a Reprocess choice.
-var ErrReprocessChoice = &ActionError{Msg: "a major version changes intent: choose what happens to the items already done — --reprocess=none (keep progress), --reprocess=all (start fresh) or --reprocess=KEY,KEY (new attempts for these items); nothing was deployed"}
+var ErrReprocessChoice = &kt.ActionError{Msg: "a major version changes intent: choose what happens to the items already done — --reprocess=none (keep progress), --reprocess=all (start fresh) or --reprocess=KEY,KEY (new attempts for these items); nothing was deployed"}
 
 // DeployWith validates a script and makes it the workflow's active version,
 // applying the rules of a major version (a reprocess choice, consent to
@@ -427,7 +428,7 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 		name = p.Decl.WorkflowName()
 	}
 	if o.Reprocess != "" && kind != kt.DeployMajor {
-		return kt.DeployResult{Problems: problems}, refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
+		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
 	res := kt.DeployResult{Workflow: name, Problems: problems}
 	if o.idChanges, err = e.idChanges(ctx, name, source); err != nil {
@@ -435,10 +436,11 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	}
 	now := e.nowMs()
 	err = e.update(ctx, name, func(tx store.Tx) error {
-		return e.deployIn(ctx, tx, file, source, p, o, now, &res)
+		d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res}
+		return d.write()
 	})
 	if err != nil {
-		var ae *ActionError
+		var ae *kt.ActionError
 		if errors.As(err, &ae) {
 			return res, err
 		}
@@ -452,11 +454,25 @@ func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOp
 	return res, nil
 }
 
-// deployIn records a deploy in tx: the workflow, its new version (or
+// deployment is one deploy inside its transaction: what each of its
+// steps reads, and the result they fill (res).
+type deployment struct {
+	e            *Engine
+	ctx          context.Context
+	tx           store.Tx
+	file, source string
+	prog         *script.Program
+	o            DeployOptions
+	now          int64
+	res          *kt.DeployResult
+}
+
+// write records a deploy in tx: the workflow, its new version (or
 // nothing new when the script is the active one's and no kind was asked),
 // the grants the deploy makes, the events a dropped consumer leaves
 // waiting (res.Stranded) and the handlers of the new declaration.
-func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string, p *script.Program, o DeployOptions, now int64, res *kt.DeployResult) error {
+func (d *deployment) write() error {
+	e, tx, file, source, p, o, now, res := d.e, d.tx, d.file, d.source, d.prog, d.o, d.now, d.res
 	name, kind := res.Workflow, o.Kind
 	wf, err := tx.WorkflowGet(name)
 	isNew := errors.Is(err, kt.ErrNotFound)
@@ -483,7 +499,7 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 			return err
 		}
 		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
-			return &ActionError{Code: CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
+			return &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
 		}
 		if o.KeepTest {
 			v.Test = cur.Test
@@ -492,7 +508,7 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		// are the ones recorded with the version it repairs.
 		if !damaged && cur.Script == source && cur.Test == v.Test && kind == "" {
 			res.Version, res.Unchanged = cur, true
-			if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
+			if err := d.grant(); err != nil {
 				return err
 			}
 			return e.recordDeployed(tx, wf, o.FilesRoot, res)
@@ -520,29 +536,33 @@ func (e *Engine) deployIn(ctx context.Context, tx store.Tx, file, source string,
 		return err
 	}
 	res.Version, res.FilesRoot = v, wf.FilesRoot
-	if err := e.grantOnDeploy(ctx, tx, name, source, o, now, res); err != nil {
+	if err := d.grant(); err != nil {
 		return err
 	}
 	return e.syncHandlers(tx, name, p.Decl, now)
 }
 
-// grantOnDeploy grants what the version uses when the deploy says so, and
+// grant grants what the version uses when the deploy says so, and
 // tells what still waits for a grant otherwise (DeployResult.Ungranted).
-func (e *Engine) grantOnDeploy(ctx context.Context, tx store.Tx, name, source string, o DeployOptions, now int64, res *kt.DeployResult) error {
+func (d *deployment) grant() error {
+	ctx, tx, name, source, o, now, res := d.ctx, d.tx, d.res.Workflow, d.source, d.o, d.now, d.res
 	gs, err := tx.GrantList(name)
 	if err != nil {
 		return err
 	}
 	var missing []string
 	for _, u := range Uses(source) {
-		if !grantedIn(gs, u) {
+		if !GrantedIn(gs, u) {
 			missing = append(missing, u)
 		}
 	}
 	res.Unused = Unused(gs, source)
 	if o.Grant {
 		res.Granted = missing
-		return grantAll(ctx, tx, name, missing, now, !o.grantBySystem)
+		if o.grantBySystem {
+			return transition.AddGrants(ctx, tx, name, missing, now)
+		}
+		return transition.GrantAll(ctx, tx, name, missing, now)
 	}
 	res.Ungranted = missing
 	return nil
@@ -601,10 +621,10 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 			} else if orph != "" {
 				ids += "; " + orph
 			}
-			return refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
+			return kt.Refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
 		}
 		if w != "" {
-			return refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
+			return kt.Refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
 		}
 		v.Major, v.Minor = cur.Major, cur.Minor+1
 		return nil
@@ -633,7 +653,7 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 				}
 			}
 		}
-		return &ActionError{Code: CodeNeedsConsent, Msg: msg + ". Nothing was deployed: to activate it anyway, deploy again with --accept-orphans"}
+		return &kt.ActionError{Code: kt.CodeNeedsConsent, Msg: msg + ". Nothing was deployed: to activate it anyway, deploy again with --accept-orphans"}
 	}
 	v.Major, v.Minor = cur.Major+1, 0
 	if w != "" {
@@ -684,8 +704,8 @@ func checkReprocessKeys(tx store.Tx, wf, choice string) error {
 		return nil
 	}
 	for _, key := range strings.Split(choice, ",") {
-		if _, err := FindItem(tx, wf, strings.TrimSpace(key)); err != nil {
-			return refuse("--reprocess: %v; nothing was deployed", err)
+		if _, err := transition.FindItem(tx, wf, strings.TrimSpace(key)); err != nil {
+			return kt.Refuse("--reprocess: %v; nothing was deployed", err)
 		}
 	}
 	return nil
@@ -707,7 +727,7 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 			return err
 		}
 		h.Workflow, h.Name, h.Type = wf, name, typ
-		touch(&h, now)
+		transition.Touch(&h, now)
 		if typ == kt.HandlerConsumer {
 			h.Dirty, h.NextRunAt = true, 0
 		} else {
@@ -733,7 +753,7 @@ func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now 
 	for _, h := range existing {
 		if !seen[h.Name] {
 			h.Dirty, h.Queued, h.NextRunAt, h.WakeAt = false, false, 0, 0
-			touch(&h, now)
+			transition.Touch(&h, now)
 			if err := tx.HandlerPut(h); err != nil {
 				return err
 			}
@@ -761,7 +781,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		for _, r := range runs {
 			r.Status, r.UpdatedAt = kt.StatusCrashed, now
 			r.ErrorClass, r.ErrorMessage = kt.ClassInternal, "keep stopped while this run was active; it will be recovered"
-			if err := putRun(tx, &r); err != nil {
+			if err := transition.PutRun(tx, &r); err != nil {
 				return err
 			}
 			n++
@@ -941,4 +961,142 @@ func (e *Engine) runFinished(r *kt.Run) {
 	if e.observer != nil {
 		e.observer.RunFinished(r.Workflow, r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
 	}
+}
+
+// ReprocessAfterMajor applies `keep deploy --major --reprocess=...`: "all"
+// starts a new attempt of every item that is not in progress, a list of keys
+// starts one for each of them. It returns how many items were reprocessed.
+func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string, now time.Time) (int, error) {
+	if choice == "" || choice == "none" {
+		return 0, nil
+	}
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		var items []kt.Input
+		if choice == "all" {
+			all, err := tx.InputList(wf)
+			if err != nil {
+				return err
+			}
+			for _, it := range all {
+				if it.Kind == kt.KindTask && it.Status == kt.ItemProcessing {
+					continue
+				}
+				items = append(items, it)
+			}
+		} else {
+			for _, key := range strings.Split(choice, ",") {
+				it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
+				if err != nil {
+					return err
+				}
+				items = append(items, it)
+			}
+		}
+		for _, it := range items {
+			if _, err := transition.Reprocess(tx, it, now.UnixMilli()); err != nil {
+				var ae *kt.ActionError
+				if choice == "all" && errors.As(err, &ae) {
+					continue // still in progress: left alone
+				}
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// KeyPrefixes lists the item key prefixes a script gives withItem
+// ("email:"), as script.Analyze reads the ids: the constant text an id
+// starts with, up to its first colon.
+func KeyPrefixes(source string) []string {
+	a, err := script.Analyze(source)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range a.Items {
+		i := strings.Index(e.Prefix, ":")
+		if i <= 0 {
+			continue
+		}
+		p := e.Prefix[:i+1]
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// keyFormatWarning compares the item keys of a new major version with the
+// existing items (ch 12 §12.6 "ID format change detection", best effort).
+func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
+	newPrefixes := KeyPrefixes(source)
+	if len(newPrefixes) == 0 {
+		return "", nil
+	}
+	items, err := tx.InputList(wf)
+	if err != nil {
+		return "", err
+	}
+	oldCount := map[string]int{}
+	var samples []string
+	incomplete := 0
+	for _, it := range items {
+		if it.Kind != kt.KindTask {
+			continue
+		}
+		p := it.Key
+		if i := strings.Index(p, ":"); i >= 0 {
+			p = p[:i+1]
+		}
+		oldCount[p]++
+		if !itemDone(it.Status) {
+			incomplete++
+			if len(samples) < 5 {
+				samples = append(samples, it.Key)
+			}
+		}
+	}
+	for _, p := range newPrefixes {
+		if oldCount[p] > 0 {
+			return "", nil
+		}
+	}
+	if len(oldCount) == 0 {
+		return "", nil
+	}
+	var old []string
+	for p := range oldCount {
+		old = append(old, p)
+	}
+	sort.Strings(old)
+	orphans := ""
+	if incomplete > 0 {
+		orphans = fmt.Sprintf(" (%s%s)", strings.Join(samples, ", "), map[bool]string{true: ", …", false: ""}[incomplete > len(samples)])
+	}
+	return fmt.Sprintf("item ids change format: existing items use %s, the new version uses %s. Old items will not be matched: their work may be done again under new ids (duplicate writes are possible), and %d incomplete old items will become orphaned%s (see `keep items %s --orphaned`; `keep skip` resolves them)",
+		strings.Join(old, ", "), strings.Join(newPrefixes, ", "), incomplete, orphans, wf), nil
+}
+
+// QueueAtStart queues a workflow's producers and tasks, unless a run of it
+// is open: `keep run FILE` is the development loop, and a producer that is
+// not due yet runs at its start all the same (issue 12: a new order dropped
+// in showed nothing). It is keep run's own doing, not a person's decision.
+func QueueAtStart(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
+	n := 0
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if _, err := tx.RunOpen(wf); err == nil {
+			return nil
+		}
+		var err error
+		n, err = transition.QueueScheduled(tx, wf, now.UnixMilli())
+		return err
+	})
+	return n, err
 }

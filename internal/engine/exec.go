@@ -15,6 +15,7 @@ import (
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // runExec is one run being carried out: what every step of it needs, held
@@ -170,17 +171,17 @@ func (x *runExec) save(with func(tx store.Tx) error) error {
 	})
 }
 
-// putRun writes the run (putRun) without reading its row first when the
+// putRun writes the run (transition.PutRun) without reading its row first when the
 // step knows what is stored: nothing (unstored), or what its last write
 // stored at the run's revision.
 func (x *runExec) putRun(tx store.Tx) error {
 	switch {
 	case x.unstored:
-		return putNewRun(tx, x.run)
+		return transition.PutNewRun(tx, x.run)
 	case x.stored != "" && x.storedRev == x.run.Rev:
-		return putRunFrom(tx, x.stored, x.run)
+		return transition.PutRunFrom(tx, x.stored, x.run)
 	}
-	return putRun(tx, x.run)
+	return transition.PutRun(tx, x.run)
 }
 
 // write is save's loop: fn writes the run itself (putRun). A write that
@@ -192,7 +193,7 @@ func (x *runExec) write(fn func(tx store.Tx) error) error {
 
 // writeReading is write with the reads fn makes named (store.Prefetch):
 // they are sent with the transaction's fence check, before fn writes,
-// and so are writeHeld's and putRun's.
+// and so are writeHeld's and transition.PutRun's.
 func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) error) error {
 	for tries := 0; ; tries++ {
 		run, tr := *x.run, *x.tr
@@ -205,7 +206,7 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 					reads(tx)
 				}
 				if !x.unstored && (x.stored == "" || x.storedRev != x.run.Rev) {
-					_, _ = tx.RunGet(x.run.ID) // putRun's
+					_, _ = tx.RunGet(x.run.ID) // transition.PutRun's
 				}
 			})
 			if err := x.writeHeld(tx); err != nil {
@@ -261,9 +262,9 @@ func (x *runExec) writeHeld(tx store.Tx) error {
 	case x.outcome == nil:
 		return nil
 	case x.ledger.holds(x.outcome.ID):
-		return putMutationHeld(tx, *x.outcome, x.ledger.status)
+		return transition.PutMutationHeld(tx, *x.outcome, x.ledger.status)
 	}
-	return putMutation(tx, *x.outcome)
+	return transition.PutMutation(tx, *x.outcome)
 }
 
 // ledgerMark is a ledger row as this step wrote it last (runExec.ledger).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -248,7 +249,7 @@ func (e *env) noOpenRun(wf string) {
 
 func (e *env) resolve(runID string, what kt.Resolution) string {
 	e.t.Helper()
-	msg, err := engine.Resolve(e.ctx(), e.k.Store, runID, what, time.Now())
+	msg, err := resolve(e.ctx(), e.k.Store, runID, what, time.Now())
 	if err != nil {
 		e.t.Fatalf("resolve %s %s: %v", runID, what, err)
 	}
@@ -313,10 +314,20 @@ type storeTx = store.Tx
 
 func nowT() time.Time { return time.Now() }
 
-func runNow(e *env, wf string) (int, error) { return engine.RunNow(e.ctx(), e.k.Store, wf, time.Now()) }
+func runNow(e *env, wf string) (int, error) {
+	rep, err := act(e.ctx(), e.k.Store, time.Now(), control.Request{Action: kt.ActRunNow, Workflow: wf})
+	return rep.Queued, err
+}
 
-func pause(e *env, wf string) error  { return engine.Pause(e.ctx(), e.k.Store, wf, time.Now()) }
-func resume(e *env, wf string) error { return engine.Resume(e.ctx(), e.k.Store, wf, time.Now()) }
+func pause(e *env, wf string) error {
+	_, err := act(e.ctx(), e.k.Store, time.Now(), control.Request{Action: kt.ActPause, Workflow: wf})
+	return err
+}
+
+func resume(e *env, wf string) error {
+	_, err := act(e.ctx(), e.k.Store, time.Now(), control.Request{Action: kt.ActResume, Workflow: wf})
+	return err
+}
 
 func writeInbox(t testing.TB, e *env, ids ...string) {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
@@ -12,11 +13,11 @@ import (
 )
 
 func skipItem(e *env, wf, ref string) (string, error) {
-	return engine.SkipItem(e.ctx(), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ref}, time.Now())
+	return skipRef(e.ctx(), e.k.Store, control.ItemRef{Workflow: wf, Ref: ref}, time.Now())
 }
 
 func reprocessItem(e *env, wf, ref string) (string, error) {
-	return engine.ReprocessItem(e.ctx(), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ref}, time.Now())
+	return reprocessRef(e.ctx(), e.k.Store, control.ItemRef{Workflow: wf, Ref: ref}, time.Now())
 }
 
 func TestReprocessRunsTheWriteAgainAndKeepsTheOldAttempt(t *testing.T) {

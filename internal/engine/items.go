@@ -12,6 +12,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // taskState is what the host knows while an item script runs.
@@ -103,7 +104,7 @@ func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status kt.Item
 			return err
 		}
 		cur.Status, cur.UpdatedAt, cur.LastRun, cur.LastVersion = status, now, run.ID, run.Version
-		if err := putItem(tx, cur); err != nil {
+		if err := transition.PutItem(tx, cur); err != nil {
 			return err
 		}
 		*it = cur
@@ -214,7 +215,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		}
 		// The item will point at this run: the run is recorded with it.
 		h.run.UpdatedAt = now
-		if err := putRun(tx, h.run); err != nil {
+		if err := transition.PutRun(tx, h.run); err != nil {
 			return err
 		}
 		wroteRun = true
@@ -222,7 +223,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 			cur.Status = kt.ItemProcessing
 		}
 		cur.Title, cur.LastRun, cur.LastVersion, cur.UpdatedAt = title, h.run.ID, h.run.Version, now
-		if err := putItem(tx, cur); err != nil {
+		if err := transition.PutItem(tx, cur); err != nil {
 			return err
 		}
 		it = cur
@@ -328,7 +329,7 @@ func (a *approvalWait) Error() string { return "waiting for approval: " + a.targ
 // writeMutation writes an item's ledger row alone (the run is written
 // when the item script ends).
 func (h *host) writeMutation(mut *kt.Mutation) error {
-	if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return putMutation(tx, *mut) }); err != nil {
+	if err := h.e.store.Update(h.ctx, func(tx store.Tx) error { return transition.PutMutation(tx, *mut) }); err != nil {
 		return kt.Errorf(kt.ClassInternal, "record mutation %s: %v", mut.Status, err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // ledgerCall is one mutation on its way through the ledger (ch 13, ch 14,
@@ -241,11 +242,11 @@ func (lc *ledgerCall) commitInFlight(insert bool) error {
 		var err error
 		switch {
 		case insert:
-			err = insertMutation(tx, *mut)
+			err = transition.InsertMutation(tx, *mut)
 		case lc.fresh: // a row newRow made under a fresh id: not stored yet
-			err = putMutationFrom(tx, "", *mut)
+			err = transition.PutMutationFrom(tx, "", *mut)
 		default:
-			err = putMutation(tx, *mut)
+			err = transition.PutMutation(tx, *mut)
 		}
 		if err != nil {
 			return err
@@ -359,7 +360,7 @@ func reconcileCall(m kt.Mutation) (connector.Call, error) {
 }
 
 // The ledger row's state changes, shared by every path; the caller writes
-// the row (putMutation checks the move against ch 13's table).
+// the row (transition.PutMutation checks the move against ch 13's table).
 
 // markApplied records that the write happened, with its result.
 func markApplied(mut *kt.Mutation, result json.RawMessage, resolvedBy string, now int64) {

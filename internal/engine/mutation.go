@@ -12,6 +12,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 func (e *Engine) needsApproval(prog *script.Program, m *connector.Method, tool string) bool {
@@ -201,7 +202,7 @@ func toMutating(run *kt.Run) error {
 
 // saveWithMutation writes the run and its ledger row in one transition.
 func (x *runExec) saveWithMutation(mut *kt.Mutation) error {
-	return x.save(func(tx store.Tx) error { return putMutation(tx, *mut) })
+	return x.save(func(tx store.Tx) error { return transition.PutMutation(tx, *mut) })
 }
 
 // mutationApplied takes a write's answer (applied) in: the run goes on to
@@ -238,7 +239,7 @@ func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string
 // between them leave the run waiting behind a stale message).
 func (x *runExec) mutationFailed(mut *kt.Mutation, cause *kt.Error, resolvedBy string) error {
 	markFailed(mut, cause, resolvedBy, x.e.nowMs())
-	return x.failWith(cause, func(tx store.Tx) error { return putMutation(tx, *mut) })
+	return x.failWith(cause, func(tx store.Tx) error { return transition.PutMutation(tx, *mut) })
 }
 
 // blockOnMutation escalates: the outcome is unknown and cannot be checked.
@@ -368,178 +369,6 @@ func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
 	run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, why, now
 	x.tr.add(kt.TraceEntry{At: now, Phase: "mutating", Kind: "phase", Text: why})
 	return x.saveWithMutation(mut)
-}
-
-// putRun saves a run after checking its status change against the run
-// status machine (keeptype's table): the one writer of runs in the engine.
-// An existing run is written only from the revision its writer read
-// (r.Rev, store.Tx.RunSetIfRev), and r.Rev follows the write: a writer
-// that read an older state — a step under way when a person's decision
-// came in, another node — gets store.ErrConflict and re-reads instead of
-// writing over it. A forbidden move is refused as an internal error.
-func putRun(tx store.Tx, r *kt.Run) error {
-	prev, err := tx.RunGet(r.ID)
-	if errors.Is(err, kt.ErrNotFound) {
-		return putNewRun(tx, r)
-	}
-	if err != nil {
-		return err
-	}
-	if prev.Rev != r.Rev {
-		return fmt.Errorf("run %s was written since this writer read it (revision %d, now %d): %w", r.ID, r.Rev, prev.Rev, store.ErrConflict)
-	}
-	return putRunFrom(tx, prev.Status, r)
-}
-
-// putRunFrom overwrites run r, stored with status from at revision r.Rev,
-// after checking the move; RunSetIfRev refuses (store.ErrConflict) when the
-// run was written since that revision.
-func putRunFrom(tx store.Tx, from kt.Status, r *kt.Run) error {
-	if !kt.RunStatusTransitionAllowed(from, r.Status) {
-		return kt.Errorf(kt.ClassInternal, "run %s: status %q → %q is not allowed", r.ID, from, r.Status)
-	}
-	if err := writeNoting(tx, r, tx.RunSetIfRev); err != nil {
-		return err
-	}
-	r.Rev++
-	return nil
-}
-
-// putNewRun writes a run known not to be in the store yet (runExec.unstored:
-// a new run of Step, under a fresh id), without reading the row first.
-func putNewRun(tx store.Tx, r *kt.Run) error {
-	if !kt.RunStatusTransitionAllowed("", r.Status) {
-		return kt.Errorf(kt.ClassInternal, "run %s: a new run cannot start as %q", r.ID, r.Status)
-	}
-	return writeNoting(tx, r, tx.RunPut)
-}
-
-// writeNoting writes run r with write after noting its wait for a person
-// (noteWait); a write that fails leaves r.BlockedAt as the store has it.
-func writeNoting(tx store.Tx, r *kt.Run, write func(kt.Run) error) error {
-	blockedAt := r.BlockedAt
-	if err := noteWait(tx, r); err != nil {
-		return err
-	}
-	if err := write(*r); err != nil {
-		r.BlockedAt = blockedAt
-		return err
-	}
-	return nil
-}
-
-// noteWait keeps the times run r waits for a person (issue 42's time
-// blocked, exact), as it is about to be written: r.BlockedAt is when its
-// wait began (the write that made a person the one to act, WhoActs), and
-// a wait that ends — a person acted, keep took over, the run ended — is
-// recorded whole (store.Tx.BlockedSpanAdd) from then to this write.
-// r.BlockedAt is what the store holds: the writer read it, or wrote it.
-func noteWait(tx store.Tx, r *kt.Run) error {
-	waits, err := waitsForPerson(tx, *r)
-	if err != nil {
-		return err
-	}
-	now := max(r.UpdatedAt, r.CreatedAt)
-	switch {
-	case waits && r.BlockedAt == 0:
-		r.BlockedAt = now
-	case !waits && r.BlockedAt != 0:
-		span := store.BlockedSpan{RunID: r.ID, Handler: r.Handler, From: r.BlockedAt, To: max(now, r.BlockedAt)}
-		if err := tx.BlockedSpanAdd(r.Workflow, span); err != nil {
-			return err
-		}
-		r.BlockedAt = 0
-	}
-	return nil
-}
-
-// waitsForPerson says a person must act on run r; its mutation is read
-// only where WhoActs looks at it (a run in reconciliation).
-func waitsForPerson(tx store.Tx, r kt.Run) (bool, error) {
-	if r.Status != kt.StatusReconciliation {
-		return WhoActs(r, kt.Mutation{}, false) == APerson, nil
-	}
-	m, err := tx.MutationByRun(r.ID)
-	if err != nil && !errors.Is(err, kt.ErrNotFound) {
-		return false, err
-	}
-	return WhoActs(r, m, err == nil) == APerson, nil
-}
-
-// putItem saves an item after checking a task item's state change against
-// the item machine of ch 12 §12.4 (keeptype's table); an input's status is
-// derived, not stored, and is not checked here.
-func putItem(tx store.Tx, it kt.Input) error {
-	if it.Kind == kt.KindTask {
-		from, err := storedState(func() (kt.Input, error) { return tx.InputGet(it.ID) }, func(p kt.Input) kt.ItemStatus { return p.Status })
-		if err != nil {
-			return err
-		}
-		if from != it.Status && !kt.ItemTransitionAllowed(from, it.Status) {
-			return kt.Errorf(kt.ClassInternal, "item %s: state %q → %q is not allowed", it.Key, from, it.Status)
-		}
-	}
-	return tx.InputPut(it)
-}
-
-// putMutation saves a ledger row after checking its state change against
-// the state machine of ch 13 (keeptype's table); a forbidden move is a host bug.
-func putMutation(tx store.Tx, m kt.Mutation) error {
-	from, err := storedState(func() (kt.Mutation, error) { return tx.MutationGet(m.ID) }, func(p kt.Mutation) kt.MutationStatus { return p.Status })
-	if err != nil {
-		return err
-	}
-	return putMutationFrom(tx, from, m)
-}
-
-// putMutationFrom saves a ledger row whose stored state is from ("" for a
-// row not stored yet), after checking the move.
-func putMutationFrom(tx store.Tx, from kt.MutationStatus, m kt.Mutation) error {
-	if err := checkLedgerMove(from, m); err != nil {
-		return err
-	}
-	return tx.MutationPut(m)
-}
-
-// putMutationHeld saves a ledger row whose stored status this step wrote
-// (from), after checking the move: no read, and store.ErrStale when the
-// row is no longer so.
-func putMutationHeld(tx store.Tx, m kt.Mutation, from kt.MutationStatus) error {
-	if err := checkLedgerMove(from, m); err != nil {
-		return err
-	}
-	return tx.MutationPutFrom(m, from)
-}
-
-// checkLedgerMove refuses a move of a ledger row that ch 13's table does
-// not allow (from "" for a row not stored yet).
-func checkLedgerMove(from kt.MutationStatus, m kt.Mutation) error {
-	if from != m.Status && !kt.MutationTransitionAllowed(from, m.Status) {
-		return kt.Errorf(kt.ClassInternal, "mutation %s: ledger state %q → %q is not allowed", m.ID, from, m.Status)
-	}
-	return nil
-}
-
-// insertMutation creates a ledger row on the condition that no row has
-// its identity (store.ErrIdentityTaken otherwise), after checking the move
-// from nothing.
-func insertMutation(tx store.Tx, m kt.Mutation) error {
-	if err := checkLedgerMove("", m); err != nil {
-		return err
-	}
-	return tx.MutationInsert(m)
-}
-
-// storedState reads the state of a row about to be written: "" for a new one.
-func storedState[T any, S ~string](read func() (T, error), state func(T) S) (S, error) {
-	prev, err := read()
-	switch {
-	case err == nil:
-		return state(prev), nil
-	case errors.Is(err, kt.ErrNotFound):
-		return "", nil
-	}
-	return "", err
 }
 
 // lookupMutation finds a ledger row by identity; found is false when there is none.

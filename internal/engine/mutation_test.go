@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
@@ -124,7 +123,7 @@ func TestTimeoutWithoutReconcileEscalates(t *testing.T) {
 			strings.Count(c.Reason, e.sink.URL+"/write/a") != 1 || strings.Join(c.Actions, ",") != "skip,didnt-happen,reprocess" || len(c.Inputs) != 1 {
 			t.Fatalf("card %+v", c)
 		}
-		if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {
+		if _, err := resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveTryAgain, nowT()); err == nil || !strings.Contains(err.Error(), "no reconcile") {
 			t.Fatalf("try again without reconcile: %v", err)
 		}
 		return e, wf, r
@@ -246,11 +245,11 @@ func TestApprovalBoundToPayload(t *testing.T) {
 	if pc.Args["json"] == nil {
 		t.Fatalf("the preview shows the real call: %+v", pc)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err == nil {
+	if _, err := resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err == nil {
 		t.Fatal("didnt-happen on an approval must be refused")
 	}
 	e.resolve(r.ID, kt.ResolveApprove)
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "already has a decision") {
+	if _, err := resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "already has a decision") {
 		t.Fatalf("second approve: %v", err)
 	}
 	e.settle()

@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Issue 10 #2: a run that failed on a logic error (a 400 from the target)
@@ -95,7 +96,7 @@ func TestAMissingFileOffersTryAgainAndSkipNotApprove(t *testing.T) {
 	if got := strings.Join(c.Actions, ","); got != "try-again,skip" || !strings.Contains(c.Reason, "incoming/x.json") || !strings.Contains(c.Reason, "no such file") {
 		t.Fatalf("card: actions %s, reason %q", got, c.Reason)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "not waiting for approval") {
+	if _, err := resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveApprove, nowT()); err == nil || !strings.Contains(err.Error(), "not waiting for approval") {
 		t.Fatalf("approve: %v", err)
 	}
 	e.resolve(r.ID, kt.ResolveSkip)
@@ -116,7 +117,7 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 	if r.Status != kt.StatusFailedLogic || len(cards) != 1 || strings.Join(cards[0].Actions, ",") != "try-again" {
 		t.Fatalf("run %s cards %+v", r.Status, cards)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "keep deploy --minor") {
+	if _, err := resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "keep deploy --minor") {
 		t.Fatalf("skip: %v", err)
 	}
 	if e.sink.Requests() != 0 {
@@ -129,7 +130,7 @@ func TestSkipIsNotOfferedWhenPrepareSelectedNothing(t *testing.T) {
 func TestDecisionsAreKept(t *testing.T) {
 	t.Parallel()
 	e, wf, r := unknownWrite(t)
-	if _, err := engine.Resolve(engine.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err != nil {
+	if _, err := resolve(transition.WithActor(e.ctx(), "alice"), e.k.Store, r.ID, kt.ResolveDidntHappen, nowT()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()
@@ -163,7 +164,7 @@ func TestReprocessANeedsAttentionInputInOneAction(t *testing.T) {
 	if r.Status != kt.StatusReconciliation || len(ins) != 1 || ins[0].Status != "needs_attention" {
 		t.Fatalf("run %s inputs %+v", r.Status, ins)
 	}
-	msg, err := engine.ReprocessItem(engine.WithActor(e.ctx(), "bob"), e.k.Store, engine.ItemRef{Workflow: wf, Ref: ins[0].ID}, nowT())
+	msg, err := reprocessRef(transition.WithActor(e.ctx(), "bob"), e.k.Store, control.ItemRef{Workflow: wf, Ref: ins[0].ID}, nowT())
 	if err != nil || !strings.Contains(msg, "attempt 2") || !strings.Contains(msg, r.ID) {
 		t.Fatalf("reprocess: %q %v", msg, err)
 	}
@@ -255,7 +256,7 @@ func TestAMutationOnADoneItemOffersReprocessNotSkip(t *testing.T) {
 	if len(cards) != 1 || strings.Join(cards[0].Actions, ",") != "try-again,reprocess" { // safest first (issue 42)
 		t.Fatalf("cards %+v", cards)
 	}
-	if _, err := engine.Resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "already done") {
+	if _, err := resolve(e.ctx(), e.k.Store, r.ID, kt.ResolveSkip, nowT()); err == nil || !strings.Contains(err.Error(), "already done") {
 		t.Fatalf("skip: %v", err)
 	}
 	msg := e.resolve(r.ID, kt.ResolveReprocess)
@@ -276,14 +277,14 @@ func TestWorkflowActionsAreLogged(t *testing.T) {
 	e := newEnv(t)
 	wf := e.deploy(hookScript("", ""))
 	e.settle()
-	ctx := engine.WithActor(e.ctx(), "carol")
-	ctrl := &engine.Control{Store: e.k.Store, Now: nowT}
+	ctx := transition.WithActor(e.ctx(), "carol")
+	ctrl := &control.Control{Store: e.k.Store, Now: nowT}
 	for _, act := range []kt.Action{kt.ActPause, kt.ActResume, kt.ActRunNow} {
-		if _, err := ctrl.Do(ctx, engine.Request{Action: act, Workflow: wf}); err != nil {
+		if _, err := ctrl.Do(ctx, control.Request{Action: act, Workflow: wf}); err != nil {
 			t.Fatalf("%s: %v", act, err)
 		}
 	}
-	if _, err := ctrl.Do(ctx, engine.Request{Action: kt.ActResume, Workflow: wf}); err == nil {
+	if _, err := ctrl.Do(ctx, control.Request{Action: kt.ActResume, Workflow: wf}); err == nil {
 		t.Fatal("resume of a running workflow was accepted")
 	}
 	var ds []kt.Decision

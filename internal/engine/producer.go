@@ -11,6 +11,7 @@ import (
 	"github.com/keep-run/keep/internal/schedule"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // producer runs a producer; hrow is the handler's row when the caller has
@@ -88,14 +89,14 @@ func (x *runExec) commitProduced(tx store.Tx, h *host) (quiet bool, err error) {
 }
 
 // produced is what a producer-like step registered and published: a
-// producer run, an event posted through the event API (postEvent), a
+// producer run, an event posted through the event API (intake.Post), a
 // webhook's delivery (Deliver). writeProduced is the one place it is
 // written, so the three cannot differ in what an input and its events are.
 type produced struct {
 	workflow  string
 	version   int64
 	decl      script.Declaration // whose consumers are woken
-	createdBy string             // the run's id, or createdByAPI, createdByWebhook
+	createdBy string             // the run's id, or transition.CreatedByAPI, transition.CreatedByWebhook
 	// fresh names the inputs this step creates, which get their first
 	// attempt; nil: those created by createdBy (a run's id is its own).
 	fresh     map[string]bool
@@ -111,7 +112,7 @@ type produced struct {
 func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
 	attempts := map[string]int{}
 	for _, in := range p.inputs {
-		if err := putItem(tx, in); err != nil {
+		if err := transition.PutItem(tx, in); err != nil {
 			return nil, err
 		}
 		if isNew := p.fresh[in.ID]; isNew || (p.fresh == nil && in.CreatedBy == p.createdBy) {
@@ -178,7 +179,7 @@ func (x *runExec) commitScheduled(tx store.Tx, end scheduledEnd) error {
 		queuedMeanwhile = hrow.Queued || madeDue
 	}
 	hrow.Queued, hrow.NextRunAt = queuedMeanwhile || (end.again && !reset), end.sched.Next(x.e.now()).UnixMilli()
-	touch(&hrow, now)
+	transition.Touch(&hrow, now)
 	into, err := x.quietRun(tx, &hrow, end.quiet)
 	if err != nil {
 		return err
@@ -255,7 +256,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 		// (takeDecision), and the step found the write applied: proof
 		// wins, the run completes, and the decision log says so.
 		x.run.Action = ""
-		if err := logDecision(WithActor(x.ctx, "keep"), tx, kt.Decision{Workflow: x.run.Workflow, RunID: x.run.ID, Action: string(asked), At: now,
+		if err := transition.LogDecision(transition.WithActor(x.ctx, "keep"), tx, kt.Decision{Workflow: x.run.Workflow, RunID: x.run.ID, Action: string(asked), At: now,
 			Detail: fmt.Sprintf("not carried out: keep found the write applied before %s could be, so run %s completed (proof wins)", asked, x.run.ID)}); err != nil {
 			return err
 		}
@@ -304,7 +305,7 @@ func markDirty(tx store.Tx, wf string, names map[string]bool, now int64) error {
 			return err
 		}
 		h.Dirty = true
-		touch(&h, now)
+		transition.Touch(&h, now)
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	"github.com/keep-run/keep/internal/report"
 )
 
@@ -180,7 +180,7 @@ func TestAWritesArgumentsAreStoredOnceInItsTrace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	wf := e.deploy(apiScript)
-	if _, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "job", ID: "e1", Title: "Job e1", Payload: json.RawMessage(`{"id":"e1","note":"written-once-marker"}`)}, time.Now()); err != nil {
+	if _, err := intake.Post(e.ctx(), e.k.Store, intake.APIEvent{Workflow: wf, Topic: "job", ID: "e1", Title: "Job e1", Payload: json.RawMessage(`{"id":"e1","note":"written-once-marker"}`)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()

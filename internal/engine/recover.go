@@ -10,6 +10,7 @@ import (
 	"github.com/keep-run/keep/internal/schedule"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Actions a person records on a blocked run; the engine carries them out.
@@ -76,17 +77,17 @@ func (e *Engine) decideOnWrite(ctx context.Context, wf kt.Workflow, run kt.Run) 
 			note = fmt.Sprintf("%s was found not to have happened before %s was carried out; it is sent again", mut.Target, asked)
 		}
 		if unknown {
-			if err := putMutation(tx, mut); err != nil {
+			if err := transition.PutMutation(tx, mut); err != nil {
 				return err
 			}
 		}
-		if err := putRun(tx, &run); err != nil {
+		if err := transition.PutRun(tx, &run); err != nil {
 			return err
 		}
 		if note == "" {
 			return nil
 		}
-		return logDecision(WithActor(ctx, "keep"), tx, kt.Decision{Workflow: run.Workflow, RunID: run.ID, MutationID: mut.ID, Action: string(asked), Detail: note, At: now})
+		return transition.LogDecision(transition.WithActor(ctx, "keep"), tx, kt.Decision{Workflow: run.Workflow, RunID: run.ID, MutationID: mut.ID, Action: string(asked), Detail: note, At: now})
 	})
 }
 
@@ -166,7 +167,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	nr.Trace = newTrace(fmt.Sprintf("retry of run %s (%s in %s)", old.ID, old.Status, old.Phase), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	err = e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putRun(tx, &old); err != nil {
+		if err := transition.PutRun(tx, &old); err != nil {
 			return err
 		}
 		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) {
@@ -180,11 +181,11 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 		}
 		if hasMut && mut.Status != kt.MutationApplied {
 			mut.RunID, mut.UpdatedAt = nr.ID, now
-			if err := putMutation(tx, mut); err != nil {
+			if err := transition.PutMutation(tx, mut); err != nil {
 				return err
 			}
 		}
-		return putRun(tx, &nr)
+		return transition.PutRun(tx, &nr)
 	})
 	if err != nil {
 		return err
@@ -282,7 +283,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 				return err
 			}
 			old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-			return putRun(tx, &old)
+			return transition.PutRun(tx, &old)
 		})
 	}
 	return e.skipMutation(ctx, wf, old)
@@ -310,7 +311,7 @@ func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
 	}
 	if m.Status != kt.MutationApplied && m.Status != kt.MutationSkipped {
 		m.Status, m.ResolvedBy, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, now
-		if err := putMutation(tx, m); err != nil {
+		if err := transition.PutMutation(tx, m); err != nil {
 			return err
 		}
 	}
@@ -323,7 +324,7 @@ func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
 			continue
 		}
 		it.Status, it.UpdatedAt = kt.ItemSkipped, now
-		if err := putItem(tx, it); err != nil {
+		if err := transition.PutItem(tx, it); err != nil {
 			return err
 		}
 		if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: it.ID, Attempt: it.CurrentAttempt, Status: kt.ItemSkipped, Version: old.Version, StartedAt: now, UpdatedAt: now}); err != nil {
@@ -343,7 +344,7 @@ func (e *Engine) skipProducerRun(ctx context.Context, wf kt.Workflow, old kt.Run
 	now := e.nowMs()
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
 		old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
-		if err := putRun(tx, &old); err != nil {
+		if err := transition.PutRun(tx, &old); err != nil {
 			return err
 		}
 		h, err := tx.HandlerGet(wf.Name, old.Handler)
@@ -374,7 +375,7 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 	nr.Trace = newTrace(fmt.Sprintf("a person skipped the mutation of run %s", old.ID), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	if err := e.update(ctx, wf.Name, func(tx store.Tx) error {
-		if err := putRun(tx, &old); err != nil {
+		if err := transition.PutRun(tx, &old); err != nil {
 			return err
 		}
 		if err := updatePinned(tx, old.ID, now, func(ev *kt.Event) { ev.ReservedBy = nr.ID }); err != nil {
@@ -382,13 +383,13 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 		}
 		if m, err := tx.MutationByRun(old.ID); err == nil && m.Status != kt.MutationApplied {
 			m.Status, m.ResolvedBy, m.RunID, m.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, nr.ID, now
-			if err := putMutation(tx, m); err != nil {
+			if err := transition.PutMutation(tx, m); err != nil {
 				return err
 			}
 		} else if err != nil && !errors.Is(err, kt.ErrNotFound) {
 			return err
 		}
-		return putRun(tx, &nr)
+		return transition.PutRun(tx, &nr)
 	}); err != nil {
 		return err
 	}

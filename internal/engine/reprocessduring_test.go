@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -63,7 +63,7 @@ func reprocessWhileHeld(t *testing.T, src string) {
 			return
 		}
 		once.Do(func() {
-			msg, err := engine.ReprocessItem(e.ctx(), e.k.Store, engine.ItemRef{Workflow: "hook", Ref: inputID.Load().(string)}, time.Now())
+			msg, err := reprocessRef(e.ctx(), e.k.Store, control.ItemRef{Workflow: "hook", Ref: inputID.Load().(string)}, time.Now())
 			if err != nil {
 				msg = "error: " + err.Error()
 			}

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/keep-run/keep/internal/engine"
 )
 
 // A person's reset of a producer's state taken while a run of that
@@ -28,7 +26,7 @@ func TestAStateResetDuringAProducerRunStands(t *testing.T) {
 			return
 		}
 		once.Do(func() {
-			_, err := engine.ResetState(e.ctx(), e.k.Store, "counter", "p", time.Now())
+			_, err := resetState(e.ctx(), e.k.Store, "counter", "p", time.Now())
 			reset <- err
 		})
 	}

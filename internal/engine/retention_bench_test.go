@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -47,7 +47,7 @@ func postOrder(b testing.TB, e *env, wf string, n int) {
 	id := fmt.Sprintf("order-%d", n)
 	payload, _ := json.Marshal(map[string]any{"id": id, "customer": fmt.Sprintf("customer-%d", n), "amount": n * 3,
 		"note": "a note of about a hundred bytes, as an order carries: what, who, how much, and why"})
-	if _, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "order", ID: id, Title: "Order " + id, Payload: payload}, time.Now()); err != nil {
+	if _, err := intake.Post(e.ctx(), e.k.Store, intake.APIEvent{Workflow: wf, Topic: "order", ID: id, Title: "Order " + id, Payload: payload}, time.Now()); err != nil {
 		b.Fatal(err)
 	}
 }

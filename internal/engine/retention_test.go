@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -54,7 +54,7 @@ func TestPruneKeepsAnEventAPIPostOnce(t *testing.T) {
 	if rep.Kinds[1].Rows != 1 || rep.Kinds[2].Rows != 1 {
 		t.Fatalf("pruned %+v, want the event's payload and the write's bodies", rep.Kinds)
 	}
-	p, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "order", ID: "order-1", Title: "Order order-1", Payload: json.RawMessage(`{"id":"order-1"}`)}, time.Now())
+	p, err := intake.Post(e.ctx(), e.k.Store, intake.APIEvent{Workflow: wf, Topic: "order", ID: "order-1", Title: "Order order-1", Payload: json.RawMessage(`{"id":"order-1"}`)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

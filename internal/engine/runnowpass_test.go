@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/scheduler"
 	"github.com/keep-run/keep/internal/testbin"
 )
@@ -61,7 +62,7 @@ func TestARunNowCostsNoPassOverTheStore(t *testing.T) {
 	applied(1) // the producer's first run, due at deploy
 	for k := 2; k <= 3; k++ {
 		// As the API does: the action's commit, then Changed.
-		if _, err := engine.RunNow(e.ctx(), e.k.Store, wf, time.Now()); err != nil {
+		if _, err := act(e.ctx(), e.k.Store, time.Now(), control.Request{Action: kt.ActRunNow, Workflow: wf}); err != nil {
 			t.Fatal(err)
 		}
 		e.k.Changed(wf)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
@@ -128,7 +127,7 @@ func TestAWriteWaitsForItsSecretsGrant(t *testing.T) {
 		}
 	}
 	wf := e.deploy(strings.Replace(secretScript, `const seen = await ctx.http.request({ method: "GET", url: "%SINK%/echo?key={secret:sig}", headers: { "X-Custom-Sig": "{secret:sig}" } })`, `const seen = { json: {} }`, 1))
-	if _, err := engine.Revoke(e.ctx(), e.k.Store, wf, []string{"secret:tok"}, time.Now()); err != nil {
+	if _, err := revoke(e.ctx(), e.k.Store, wf, []string{"secret:tok"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()
@@ -136,7 +135,7 @@ func TestAWriteWaitsForItsSecretsGrant(t *testing.T) {
 	if r.Status != kt.StatusApproval || kt.NeededGrant(r.ErrorMessage) != "secret:tok" || len(e.sink.Writes()) != 0 || len(e.sink.Headers) != 0 {
 		t.Fatalf("a write naming an ungranted secret: %s %q, %d writes", r.Status, r.ErrorMessage, len(e.sink.Headers))
 	}
-	if _, err := engine.GrantAction(e.ctx(), e.k.Store, wf, []string{"secret:tok"}, time.Now()); err != nil {
+	if _, err := grant(e.ctx(), e.k.Store, wf, []string{"secret:tok"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()

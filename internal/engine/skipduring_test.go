@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -49,8 +49,8 @@ func skipWhileHeld(t *testing.T, prepareRead, mutateRead string, clock func() ti
 		}
 		// prepare has peeked the event and waits on this read: a person skips it now.
 		once.Do(func() {
-			ctl := &engine.Control{Store: e.k.Store, Now: clock}
-			_, err := ctl.Do(e.ctx(), engine.Request{Action: kt.ActSkipPending, Workflow: "held", Topic: "job"})
+			ctl := &control.Control{Store: e.k.Store, Now: clock}
+			_, err := ctl.Do(e.ctx(), control.Request{Action: kt.ActSkipPending, Workflow: "held", Topic: "job"})
 			skipped <- err
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testbin"
@@ -38,7 +39,7 @@ func TestAWebhookDeliveredWhileTheWorkflowIsSteppedIsTaken(t *testing.T) {
 	t.Parallel()
 	e := setUpWebhooks(t, newEnv(t))
 	wf := e.deploy(relayScript)
-	if _, err := engine.Grant(e.ctx(), e.k.Store, wf, time.Now()); err != nil {
+	if _, err := control.Grant(e.ctx(), e.k.Store, wf, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	sched, ctx := runWokenScheduler(t, e)

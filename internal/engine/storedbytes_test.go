@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 )
 
 // What keep stores per unit of work (issue 44), measured on the store the
@@ -258,7 +258,7 @@ func perEvent(t *testing.T, n int) (rowBytes, fileBytes float64) {
 	post := func(i int) {
 		id := fmt.Sprintf("e%d", i)
 		payload := fmt.Sprintf(`{"id":%q,"customer":"c%d@example.com","amount":%d,"note":"an order placed through the shop's API"}`, id, i, 100+i)
-		if _, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: wf, Topic: "job", ID: id, Title: "Job " + id, Payload: json.RawMessage(payload)}, time.Now()); err != nil {
+		if _, err := intake.Post(e.ctx(), e.k.Store, intake.APIEvent{Workflow: wf, Topic: "job", ID: id, Title: "Job " + id, Payload: json.RawMessage(payload)}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		e.settle()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 )
@@ -29,7 +29,7 @@ func TestAReprocessDuringATaskRunIsTakenAtOnce(t *testing.T) {
 		}
 		// The second run reads b's: it is past a, which a person reprocesses now.
 		once.Do(func() {
-			_, err := engine.ReprocessItem(e.ctx(), e.k.Store, engine.ItemRef{Workflow: "items", Ref: "email:a"}, time.Now())
+			_, err := reprocessRef(e.ctx(), e.k.Store, control.ItemRef{Workflow: "items", Ref: "email:a"}, time.Now())
 			done <- err
 		})
 	}

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -18,7 +19,7 @@ func TestAnEventThatComesInDuringAnEmptyPrepareIsTaken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	eventDuringAnEmptyPrepare(t, e, func() error {
-		_, err := engine.PostEvent(e.ctx(), e.k.Store, engine.APIEvent{Workflow: "late", Topic: "job", ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}, time.Now())
+		_, err := intake.Post(e.ctx(), e.k.Store, intake.APIEvent{Workflow: "late", Topic: "job", ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}, time.Now())
 		return err
 	})
 }
@@ -35,10 +36,10 @@ func TestAnEventFromARequestOlderThanTheEmptyPrepareIsTaken(t *testing.T) {
 	e := newEnv(t)
 	// The request came in a second before the consumer's run began.
 	came := time.Now().Add(-time.Second)
-	ctl := &engine.Control{Store: e.k.Store, Now: func() time.Time { return came }}
+	ctl := &control.Control{Store: e.k.Store, Now: func() time.Time { return came }}
 	eventDuringAnEmptyPrepare(t, e, func() error {
-		_, err := ctl.Do(e.ctx(), engine.Request{Action: kt.ActPublish, Workflow: "late", Topic: "job",
-			Event: engine.APIEvent{ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}})
+		_, err := ctl.Do(e.ctx(), control.Request{Action: kt.ActPublish, Workflow: "late", Topic: "job",
+			Event: intake.APIEvent{ID: "e2", Title: "Job e2", Payload: json.RawMessage(`{"id":"e2"}`)}})
 		return err
 	})
 }

@@ -18,11 +18,8 @@ import (
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
-
-// createdByWebhook is the creator of the inputs and events a webhook's
-// delivery makes: no run made them.
-const createdByWebhook = "webhook"
 
 // keepDeliveries is how many deliveries of a webhook keep remembers per
 // status that is not accepted (the newest): a sender, or anyone, refused a
@@ -211,7 +208,7 @@ func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.
 	var v kt.Version
 	if err := e.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		if w, err = workflow(tx, wf); err != nil {
+		if w, err = transition.Workflow(tx, wf); err != nil {
 			return err
 		}
 		v, err = tx.VersionGet(wf, w.ActiveVersion)
@@ -230,7 +227,7 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	if err != nil {
 		return Delivered{}, err
 	}
-	run := &kt.Run{ID: createdByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
+	run := &kt.Run{ID: transition.CreatedByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
 	x := &runExec{e: e, ctx: ctx, wf: w, prog: prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
 	defer x.startPhase(string(phaseWebhook)).end(x)
 	hs := x.host(phaseWebhook)
@@ -265,7 +262,7 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	}
 	var out Delivered
 	err = e.store.Update(ctx, func(tx store.Tx) error {
-		cur, err := workflow(tx, w.Name)
+		cur, err := transition.Workflow(tx, w.Name)
 		if err != nil {
 			return err
 		}
@@ -287,7 +284,7 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 		if err != nil {
 			return err
 		}
-		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: createdByWebhook, fresh: created, inputs: inputs, publishes: publishes, now: e.nowMs()})
+		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: transition.CreatedByWebhook, fresh: created, inputs: inputs, publishes: publishes, now: e.nowMs()})
 		if err != nil {
 			return err
 		}
@@ -454,7 +451,7 @@ func DeliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]
 	var ds []kt.Delivery
 	var cs []kt.DeliveryCount
 	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, wf)
+		w, err := transition.Workflow(tx, wf)
 		if err != nil {
 			return err
 		}

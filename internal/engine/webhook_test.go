@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -59,10 +60,10 @@ func webhookEnv(t *testing.T) *env {
 func setUpWebhooks(t *testing.T, e *env) *env {
 	t.Helper()
 	e.deployUnchecked(webhookScript) // writes' handler writes, which keep validate refuses: the host refuses it too
-	if _, err := engine.Grant(e.ctx(), e.k.Store, "orders", time.Now()); err != nil {
+	if _, err := control.Grant(e.ctx(), e.k.Store, "orders", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine.GrantItems(e.ctx(), e.k.Store, "orders", []string{"http.request"}, time.Now()); err != nil {
+	if _, err := control.GrantItems(e.ctx(), e.k.Store, "orders", []string{"http.request"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	accts, err := daemon.Accounts(filepath.Join(e.dir, "data"), e.k.Store)

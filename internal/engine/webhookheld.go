@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -128,7 +127,7 @@ func (e *Engine) TakeAllHeld(ctx context.Context) error {
 }
 
 // TakeHeld takes the held deliveries of wf whose reason is gone (a
-// person's take is one: heldForPerson), each as it came, oldest first.
+// person's take is one: HeldForPerson), each as it came, oldest first.
 // One still blocked is held again, saying why.
 func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 	var out HeldTaken
@@ -189,73 +188,9 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 	return out, nil
 }
 
-// heldForPerson is what a held delivery a person asked to take waits
+// HeldForPerson is what a held delivery a person asked to take waits
 // for: nothing (keep serve takes it at its next pass, within a second).
-const heldForPerson = "person"
-
-// heldAction carries out a person's take (take) or drop of the held
-// deliveries of wf (those of ids; nil for all), in one transaction with
-// its line in the decision log. A take marks each to be taken at keep
-// serve's next pass whatever it waited for (one still blocked is held
-// again, saying why); a drop records each refused, saying who dropped it,
-// and forgets its request.
-func heldAction(ctx context.Context, st store.Store, wf string, ids []int64, take bool, now time.Time) (string, error) {
-	n := 0
-	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := workflow(tx, wf); err != nil {
-			return err
-		}
-		held, err := tx.DeliveryHeld(wf, "", 0)
-		if err != nil {
-			return err
-		}
-		pick := held
-		if ids != nil {
-			byID := map[int64]kt.Delivery{}
-			for _, d := range held {
-				byID[d.ID] = d
-			}
-			pick = pick[:0:0]
-			for _, id := range ids {
-				d, ok := byID[id]
-				if !ok {
-					return &ActionError{Msg: fmt.Sprintf("%s holds no delivery %d (keep webhooks %s lists the held ones with their record); nothing was done", wf, id, wf)}
-				}
-				pick = append(pick, d)
-			}
-		}
-		if len(pick) == 0 {
-			return &ActionError{Msg: fmt.Sprintf("%s holds no webhook delivery; nothing was done", wf)}
-		}
-		for _, d := range pick {
-			if take {
-				if !strings.HasPrefix(d.HeldFor, heldForPerson+":") {
-					d.Reason = fmt.Sprintf("%s asked to take it (it was held: %s)", Actor(ctx), d.Reason)
-				}
-				d.HeldFor = heldForPerson + ":" + Actor(ctx)
-			} else {
-				d.Status, d.HeldFor = kt.DeliveryRefused, ""
-				d.Reason = fmt.Sprintf("dropped by %s while held (%s)", Actor(ctx), d.Reason)
-			}
-			if err := tx.DeliverySettle(&d); err != nil {
-				return err
-			}
-			n++
-		}
-		verb := "drop"
-		if take {
-			verb = "take"
-		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: verb + "-held", Detail: fmt.Sprintf("%s %s", verb, kt.Count(n, "held webhook delivery")), At: now.UnixMilli()})
-	})
-	if err != nil {
-		return "", err
-	}
-	if take {
-		return fmt.Sprintf("%s of %s to be taken: keep serve takes them within a second (one still blocked is held again, saying why: keep webhooks %s)", kt.Count(n, "held webhook delivery"), wf, wf), nil
-	}
-	return fmt.Sprintf("dropped %s of %s: each is recorded refused, its request forgotten", kt.Count(n, "held webhook delivery"), wf), nil
-}
+const HeldForPerson = "person"
 
 // heldReasonGone says whether what d waits for is done: the webhook
 // declared by the active version, the secret set, the grant given, another
@@ -288,10 +223,10 @@ func (e *Engine) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error
 			if err != nil {
 				return err
 			}
-			gone = grantedIn(gs, what)
+			gone = GrantedIn(gs, what)
 		case heldForHandler:
 			gone = strconv.FormatInt(w.ActiveVersion, 10) != what
-		case heldForPerson:
+		case HeldForPerson:
 			gone = true
 		case kt.HeldForSecret:
 			// Below, outside this transaction: the secret is opened

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/account"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -58,7 +59,7 @@ func TestAHeldDeliveryWhoseHandlerFailsWaitsForANewVersion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.deployUnchecked(strings.Replace(heldHandlerScript, "%FAILS%", "true", 1))
-	if _, err := engine.Grant(e.ctx(), e.k.Store, "held", time.Now()); err != nil {
+	if _, err := control.Grant(e.ctx(), e.k.Store, "held", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	d, err := e.k.Engine.Deliver(e.ctx(), tokHook(`{"id": 1, "fail": true}`))

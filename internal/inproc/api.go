@@ -29,7 +29,7 @@ import (
 // one path for every command (package apiclient, through a transport that
 // calls Handler), whether keep serve runs or not. It takes no engine lock
 // (a keep run beside it keeps its engine): its actions are written by
-// engine.Control as keep serve's are, and Changed lists the workflows they
+// control.Control as keep serve's are, and Changed lists the workflows they
 // touched, which the CLI then carries out with an engine of its own.
 //
 // Why in process and not a unix socket: nothing but this process can

@@ -8,13 +8,13 @@ import (
 // People's actions and the other names the API speaks (what a person can
 // do, how a version is deployed, a write awaiting a person, a trace line,
 // a notice): plain names, here so that the engine, the API and its
-// clients share one definition. engine.Control decides what each does.
+// clients share one definition. control.Control decides what each does.
 
 // Action is one thing a person can do to keep's state.
 type Action string
 
 // People's actions: the one list. The API, the page and the CLI offer
-// these and no others, each carried out by engine.Control.Do.
+// these and no others, each carried out by control.Control.Do.
 const (
 	ActTryAgain      Action = "try-again"      // a run: check again, or retry a failed run
 	ActDidntHappen   Action = "didnt-happen"   // a run: the write did not happen, send it again
@@ -38,12 +38,12 @@ const (
 )
 
 // ActDeploy is a deploy: carried out by engine.Engine.DeployWith, and allowed or
-// refused by engine.Control.MayAct like every action Do carries out.
+// refused by control.Control.MayAct like every action Do carries out.
 const ActDeploy Action = "deploy"
 
 // ActPrune is a prune of finished work's history by the retention policy
 // (engine.Engine.Prune; keep prune, POST /api/v1/prune): allowed or
-// refused by engine.Control.MayAct like every action.
+// refused by control.Control.MayAct like every action.
 const ActPrune Action = "prune"
 
 // Resolution is what a person can do with a blocked run (ch 13 §13.9).

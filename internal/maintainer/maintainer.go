@@ -28,6 +28,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 //go:embed prompts/repair.md
@@ -410,7 +411,7 @@ func (m *Maintainer) conclude(ctx context.Context, rec kt.Repair, old kt.Version
 		rec.Status, rec.Reason = kt.RepairHeld, why+". A person approves or rejects it: keep repairs "+rec.Workflow
 		return m.save(ctx, rec)
 	}
-	v, err := Activate(engine.WithActor(ctx, "maintainer"), m.Engine, old, src)
+	v, err := Activate(transition.WithActor(ctx, "maintainer"), m.Engine, old, src)
 	if err != nil {
 		rec.Status, rec.Reason = kt.RepairFailed, "passed the checks but could not be deployed: "+err.Error()
 		return m.save(ctx, rec)
@@ -437,7 +438,7 @@ func (m *Maintainer) runTests(ctx context.Context, old kt.Version, src string) s
 }
 
 // Activate deploys a repaired script src as the next minor version of
-// from's workflow, by ctx's actor (engine.WithActor): the failed run then
+// from's workflow, by ctx's actor (transition.WithActor): the failed run then
 // retries on it. It deploys only while from, the version the repair was
 // checked against, is still the active one.
 func Activate(ctx context.Context, e *engine.Engine, from kt.Version, src string) (kt.Version, error) {
@@ -562,7 +563,7 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, d RepairDecis
 			}
 		}
 		if rec.ID == "" {
-			return engine.Missing("there is no repair %q of %s (see keep repairs %s)", id, wf, wf)
+			return kt.Missing("there is no repair %q of %s (see keep repairs %s)", id, wf, wf)
 		}
 		from, err = tx.VersionGet(wf, rec.FromVersion)
 		return err
@@ -571,9 +572,9 @@ func Decide(ctx context.Context, st store.Store, e *engine.Engine, d RepairDecis
 		return "", err
 	}
 	if rec.Status != kt.RepairHeld {
-		return "", &engine.ActionError{Code: engine.CodeNotApplicable, Msg: fmt.Sprintf("repair %s is %s, not waiting for a decision", shortID(rec.ID), rec.Status)}
+		return "", &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("repair %s is %s, not waiting for a decision", shortID(rec.ID), rec.Status)}
 	}
-	who := engine.Actor(ctx)
+	who := transition.Actor(ctx)
 	rec.DecidedBy, rec.UpdatedAt = who, now.UnixMilli()
 	msg := ""
 	if approve {

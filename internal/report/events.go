@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -158,10 +157,10 @@ func Events(ctx context.Context, st store.Store, wf string, q apitype.EventQuery
 	case "consumed", "skipped":
 		f.Status = kt.EventStatus(state)
 	default:
-		return apitype.EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("no event state %q (pending, reserved, consumed, skipped)", state)}
+		return apitype.EventPage{}, &kt.ActionError{Msg: fmt.Sprintf("no event state %q (pending, reserved, consumed, skipped)", state)}
 	}
 	if limit < 0 || limit > 1000 {
-		return apitype.EventPage{}, &engine.ActionError{Msg: fmt.Sprintf("limit %d: between 1 and 1000", limit)}
+		return apitype.EventPage{}, &kt.ActionError{Msg: fmt.Sprintf("limit %d: between 1 and 1000", limit)}
 	}
 	if f.Limit == 0 {
 		f.Limit = 100

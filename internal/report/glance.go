@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -305,7 +304,7 @@ func deliveryCount(x *apitype.GraphIntake, s kt.DeliveryStatus) *int {
 }
 
 // blocked marks the handler of the workflow's open run when a person must
-// act (engine.WhoActs), and the connector method of its write.
+// act (kt.WhoActs), and the connector method of its write.
 func (b *graphBuilder) blocked(tx store.Tx, wf string) error {
 	r, err := tx.RunOpen(wf)
 	if errors.Is(err, kt.ErrNotFound) {
@@ -319,7 +318,7 @@ func (b *graphBuilder) blocked(tx store.Tx, wf string) error {
 	if merr != nil && !errors.Is(merr, kt.ErrNotFound) {
 		return merr
 	}
-	if engine.WhoActs(r, m, hasMut) != engine.APerson {
+	if kt.WhoActs(r, m, hasMut) != kt.APerson {
 		return nil
 	}
 	if n := b.nodes[string(r.HandlerType)+":"+r.Handler]; n != nil {
@@ -406,7 +405,7 @@ func handlerKindsOf(d script.Declaration) [][2]string {
 // minutes blocked.
 func Activity(ctx context.Context, st store.Store, wf string, hours int, now time.Time) (apitype.Activity, error) {
 	if hours < 1 || hours > 24*31 {
-		return apitype.Activity{}, &engine.ActionError{Msg: fmt.Sprintf("hours %d: use 1 to %d (24 for a day, 168 for a week)", hours, 24*31), Code: engine.CodeBadInput}
+		return apitype.Activity{}, &kt.ActionError{Msg: fmt.Sprintf("hours %d: use 1 to %d (24 for a day, 168 for a week)", hours, 24*31), Code: kt.CodeBadInput}
 	}
 	end := now.UnixMilli()/hourMs*hourMs + hourMs
 	start := end - int64(hours)*hourMs

@@ -13,6 +13,7 @@ import (
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
@@ -63,7 +64,7 @@ func TestTimeBlockedIsFromTheBlockToTheDecision(t *testing.T) {
 	if open.Status != kt.StatusFailedLogic {
 		t.Fatalf("the run is %s, want %s", open.Status, kt.StatusFailedLogic)
 	}
-	if _, err := (&engine.Control{Store: st, Now: func() time.Time { return at(12, 5) }}).Do(ctx, engine.Request{Action: kt.ActSkip, Run: open.ID}); err != nil {
+	if _, err := (&control.Control{Store: st, Now: func() time.Time { return at(12, 5) }}).Do(ctx, control.Request{Action: kt.ActSkip, Run: open.ID}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := report.Activity(ctx, st, "feed", 24, at(12, 30))

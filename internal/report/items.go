@@ -6,9 +6,10 @@ import (
 	"sort"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Items lists one page of a workflow's items, newest first; orphanedOnly
@@ -173,7 +174,7 @@ func orphanCheck(tx store.Tx, w kt.Workflow) (check func(kt.Input) bool, before 
 func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.ItemDetail, error) {
 	var d apitype.ItemDetail
 	err := st.View(ctx, func(tx store.Tx) error {
-		in, err := engine.FindItem(tx, wf, ref)
+		in, err := transition.FindItem(tx, wf, ref)
 		if err != nil {
 			return err
 		}
@@ -217,7 +218,7 @@ func ShowItem(ctx context.Context, st store.Store, wf, ref string) (apitype.Item
 			if !mine {
 				continue
 			}
-			if m.Attempt == in.CurrentAttempt && engine.WriteUncertain(m, true) {
+			if m.Attempt == in.CurrentAttempt && control.WriteUncertain(m, true) {
 				uncertain = true
 			}
 			a := byAttempt[m.Attempt]

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/apitype"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Time renders a millisecond timestamp for people and JSON.
@@ -171,7 +173,7 @@ func inputRow(in kt.Input, status kt.ItemStatus) apitype.Input {
 
 func noWorkflow(wf string, err error) error {
 	if errors.Is(err, kt.ErrNotFound) {
-		return engine.Missing("there is no workflow %q (see `keep status`)", wf)
+		return kt.Missing("there is no workflow %q (see `keep status`)", wf)
 	}
 	return err
 }
@@ -184,7 +186,7 @@ const ItemChecking kt.ItemStatus = "checking"
 // keepIsOnIt reports whether a blocked run will move on without a person.
 func keepIsOnIt(tx store.Tx, r kt.Run) bool {
 	m, err := tx.MutationByRun(r.ID)
-	return engine.WhoActs(r, m, err == nil) == engine.Keep
+	return kt.WhoActs(r, m, err == nil) == kt.Keep
 }
 
 // InputStatus derives an input's status from its events and the runs that hold them.
@@ -224,7 +226,7 @@ func InputStatus(tx store.Tx, in kt.Input) (kt.ItemStatus, error) {
 				continue
 			}
 			switch {
-			case engine.PayloadConflict(r):
+			case control.PayloadConflict(r):
 				// Its write was applied before with other content: a
 				// person decides (ch 12 §12.7), as for an unknown outcome.
 				if worst != kt.ItemFailed {
@@ -547,7 +549,7 @@ func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 	if hasMut {
 		c.MutationStatus, c.CanReconcile = string(m.Status), m.CanReconcile
 	}
-	blocked := engine.WhoActs(r, m, hasMut) == engine.APerson
+	blocked := kt.WhoActs(r, m, hasMut) == kt.APerson
 	evs, err := tx.EventsReservedBy(r.ID)
 	if err != nil {
 		return c, false, err
@@ -571,11 +573,11 @@ func card(tx store.Tx, r kt.Run) (apitype.Card, bool, error) {
 		s, _ := InputStatus(tx, in)
 		c.Inputs = append(c.Inputs, inputRow(in, s))
 	}
-	c.Choices = engine.ChoicesFor(r, m, hasMut, len(evs))
+	c.Choices = control.ChoicesFor(r, m, hasMut, len(evs))
 	for _, ch := range c.Choices {
 		c.Actions = append(c.Actions, string(ch.Action))
 	}
-	c.Approval = engine.IsApprovalWait(r)
+	c.Approval = control.IsApprovalWait(r)
 	if r.Status == kt.StatusApproval {
 		c.Reconnect = kt.ReconnectOf(r.ErrorMessage)
 		c.Grant = kt.NeedsGrant(r.ErrorMessage)
@@ -648,7 +650,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail,
 	err := st.View(ctx, func(tx store.Tx) error {
 		r, err := tx.RunGet(id)
 		if errors.Is(err, kt.ErrNotFound) {
-			return engine.Missing("there is no run %q (see `keep runs WORKFLOW`)", id)
+			return kt.Missing("there is no run %q (see `keep runs WORKFLOW`)", id)
 		}
 		if err != nil {
 			return err
@@ -692,7 +694,7 @@ func ShowRun(ctx context.Context, st store.Store, id string) (apitype.RunDetail,
 func ShowInput(ctx context.Context, st store.Store, ref string) (apitype.InputDetail, error) {
 	var d apitype.InputDetail
 	err := st.View(ctx, func(tx store.Tx) error {
-		in, err := engine.FindItem(tx, "", ref)
+		in, err := transition.FindItem(tx, "", ref)
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,9 @@ import (
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
 	"github.com/keep-run/keep/internal/report"
@@ -25,6 +27,7 @@ import (
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/store/sqlite"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Options say what Run runs.
@@ -403,7 +406,7 @@ func (s suite) deliver(ctx context.Context, eng *engine.Engine, c *Case, wf stri
 }
 
 // decide takes a person's decision on the blocked run whose card says
-// d.Card, through engine.Control, which keep resolve and the page reach through the API; a
+// d.Card, through control.Control, which keep resolve and the page reach through the API; a
 // decision no card offers fails the case.
 func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (*Failure, error) {
 	cards, err := report.Blocked(ctx, st, wf)
@@ -417,9 +420,9 @@ func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (
 		if !strings.Contains(t, d.Card) {
 			continue
 		}
-		ctrl := &engine.Control{Store: st}
-		if _, err := ctrl.Do(engine.WithActor(ctx, "keep test"), engine.Request{Action: kt.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
-			var ae *engine.ActionError
+		ctrl := &control.Control{Store: st}
+		if _, err := ctrl.Do(transition.WithActor(ctx, "keep test"), control.Request{Action: kt.Action(d.Action), Run: cd.RunID, Workflow: wf}); err != nil {
+			var ae *kt.ActionError
 			if errors.As(err, &ae) {
 				return &Failure{Assertion: fmt.Sprintf("decide[%d]", i), Line: d.line, Message: fmt.Sprintf("%s on the run whose card says %q was refused: %v", d.Action, d.Card, err), Got: t}, nil
 			}
@@ -436,10 +439,10 @@ func decide(ctx context.Context, st store.Store, wf string, d Decision, i int) (
 // invalid test at the event's line.
 func postEvents(ctx context.Context, st store.Store, c *Case, wf string) error {
 	for _, ev := range c.Events {
-		ctrl := &engine.Control{Store: st}
-		_, err := ctrl.Do(ctx, engine.Request{Action: kt.ActPublish, Workflow: wf, Topic: ev.Topic,
-			Event: engine.APIEvent{ID: ev.ID, Title: ev.Title, Payload: ev.Payload}})
-		var ae *engine.ActionError
+		ctrl := &control.Control{Store: st}
+		_, err := ctrl.Do(ctx, control.Request{Action: kt.ActPublish, Workflow: wf, Topic: ev.Topic,
+			Event: intake.APIEvent{ID: ev.ID, Title: ev.Title, Payload: ev.Payload}})
+		var ae *kt.ActionError
 		if errors.As(err, &ae) {
 			return &Invalid{File: c.file, Line: ev.line, Path: pathText([]string{"cases", c.Name, "events", ev.Topic}), Msg: err.Error()}
 		}

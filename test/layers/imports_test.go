@@ -57,20 +57,23 @@ var rules = []struct {
 	{"internal/connector/builtin", "internal/config internal/connector internal/connector/custom internal/connector/email internal/connector/files internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/connector/system", "the one list of the connectors keep ships"},
 	{"internal/connector/connectortest", "internal/connector internal/engine internal/fake/fault internal/keeptype internal/redact internal/testsink", "the suite of connectors with writes"},
 	{"internal/dts", "internal/connector internal/keeptype", "keep.d.ts: the script API's types, from the connectors' declarations and the ctx table"},
-	{"internal/engine", "internal/clock internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store", "the run state machine and engine.Control: every rule of runs and people's actions"},
-	{"internal/maintainer", "internal/config internal/connector internal/dts internal/engine internal/keeptype internal/script internal/store", "repairs, on the engine"},
-	{"internal/report", "internal/apitype internal/engine internal/keeptype internal/script internal/store", "what people see"},
+	{"internal/transition", "internal/keeptype internal/store", "the one place a run, an item, a ledger row or a handler's row changes: the rev-checked writers, the workflow read, the decision log"},
+	{"internal/engine", "internal/clock internal/config internal/connector internal/keeptype internal/redact internal/schedule internal/script internal/store internal/transition", "the run state machine: a run's steps, the ledger protocol, recovery, the host, deploy and version judging"},
+	{"internal/intake", "internal/engine internal/keeptype internal/script internal/store internal/transition", "what comes in from outside: the event API's events (written through the engine's one producer writer) and held webhook deliveries"},
+	{"internal/control", "internal/clock internal/engine internal/intake internal/keeptype internal/store internal/transition", "people's actions: control.Control's one table, the decisions on runs, items, topics, grants"},
+	{"internal/maintainer", "internal/config internal/connector internal/dts internal/engine internal/keeptype internal/script internal/store internal/transition", "repairs, on the engine"},
+	{"internal/report", "internal/apitype internal/control internal/engine internal/keeptype internal/script internal/store internal/transition", "what people see"},
 	{"internal/scheduler", "internal/clock internal/engine internal/keeptype internal/store", "due work"},
 	{"internal/metrics", "internal/keeptype internal/store", "Prometheus"},
 	{"internal/notify", "internal/apitype internal/config internal/connector/email internal/netguard internal/report internal/store", "notices"},
-	{"internal/api", "internal/apitype internal/clock internal/connector internal/engine internal/keeptype internal/maintainer internal/report internal/script internal/store", "the HTTP API over engine.Control and report"},
+	{"internal/api", "internal/apitype internal/clock internal/connector internal/control internal/engine internal/intake internal/keeptype internal/maintainer internal/report internal/script internal/store internal/transition", "the HTTP API over control.Control, intake and report"},
 	{"internal/hooks", "internal/engine internal/keeptype", "the webhooks' listener (POST /hooks/{wf}/{name}): none of the API, none of its guard"},
 	{"internal/apiclient", "internal/apitype", "the API's typed client: shapes only"},
 	{"internal/web", "internal/api internal/apiclient internal/apitype", "the page: reads and acts through the API's handler in process (apiclient over api.ForPage); api for its guard"},
-	{"internal/daemon", "internal/account internal/api internal/apitype internal/clock internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/ownfiles internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/testrun internal/web", "the one place that wires everything: what keep serve and keep run assemble (data directory, store, connectors, engine, scheduler, API, page, metrics), and an engine over a store the CLI opened (Options.Over)"},
+	{"internal/daemon", "internal/account internal/api internal/apitype internal/clock internal/config internal/connector internal/connector/builtin internal/connector/email internal/connector/google internal/connector/http internal/connector/slackconn internal/connector/sqlconn internal/engine internal/hooks internal/keeptype internal/maintainer internal/metrics internal/netguard internal/notify internal/ownfiles internal/redact internal/report internal/scheduler internal/script internal/store internal/store/backend internal/testrun internal/transition internal/web", "the one place that wires everything: what keep serve and keep run assemble (data directory, store, connectors, engine, scheduler, API, page, metrics), and an engine over a store the CLI opened (Options.Over)"},
 	{"internal/inproc", "internal/account internal/api internal/config internal/connector internal/connector/builtin internal/daemon internal/dts internal/engine internal/keeptype internal/maintainer internal/report internal/scheduler internal/script internal/store internal/store/backend internal/store/transfer internal/testrun", "the CLI's in-process side, when no keep serve answers: the API in its process on the store it opens once (API, and the engine that carries a decision out on the same store), the store for the commands that need it by nature (Direct, Migrate), keep's code run without a server (Validate, Types, Plan, …); daemon for the wiring"},
-	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/engine internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite", "keep test: a workflow's tests on the engine, with fake connectors"},
-	{"internal/bench", "internal/daemon internal/engine internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
+	{"internal/testrun", "internal/apitype internal/config internal/connector internal/connector/builtin internal/control internal/engine internal/intake internal/keeptype internal/netguard internal/report internal/scheduler internal/script internal/store internal/store/sqlite internal/transition", "keep test: a workflow's tests on the engine, with fake connectors"},
+	{"internal/bench", "internal/control internal/daemon internal/keeptype internal/script internal/store internal/store/sqlite", "keep bench"},
 	// The CLI: reads, actions and deploys reach keep only through
 	// apiclient (keep serve's API, or inproc.API in process), decoded
 	// into apitype's shapes and keeptype's names; config for keep.toml.
@@ -163,10 +166,10 @@ var clients = []struct {
 	pkg, why string
 	never    []string
 }{
-	{"internal/web", "the page reads through the API's GET routes and acts through its POST routes (apiclient over api.ForPage): a button calling engine.Control itself would answer, refuse and log differently from keep's CLI",
-		[]string{"internal/engine", "internal/store", "internal/report", "internal/maintainer", "internal/scheduler", "internal/daemon"}},
+	{"internal/web", "the page reads through the API's GET routes and acts through its POST routes (apiclient over api.ForPage): a button calling control.Control itself would answer, refuse and log differently from keep's CLI",
+		[]string{"internal/engine", "internal/control", "internal/intake", "internal/transition", "internal/store", "internal/report", "internal/maintainer", "internal/scheduler", "internal/daemon"}},
 	{"internal/cli", "the CLI reaches keep through apiclient (keep serve's API or inproc.API) and the few seams of inproc and daemon",
-		[]string{"internal/engine", "internal/store", "internal/report", "internal/maintainer", "internal/scheduler", "internal/api"}},
+		[]string{"internal/engine", "internal/control", "internal/intake", "internal/transition", "internal/store", "internal/report", "internal/maintainer", "internal/scheduler", "internal/api"}},
 }
 
 func TestClientsOfTheAPIActOnlyThroughIt(t *testing.T) {
@@ -211,6 +214,12 @@ var never = []struct {
 		"the CLI never the engine (nor the store): it is a client of keep's API, and what runs keep in process goes through inproc (and daemon, for keep serve and keep run)"},
 	{"internal/engine", []string{"internal/api", "internal/daemon", "internal/cli", "internal/web"}, true, nil,
 		"the engine never reaches its clients: the API, the page and the CLI call it"},
+	{"internal/engine", []string{"internal/control", "internal/intake"}, true, nil,
+		"the engine never reaches people's actions or intake (issue 41): they write through transition and the engine's one producer writer, and a walk through a run's step never leaves the engine for them"},
+	{"internal/transition", []string{"internal/engine", "internal/control", "internal/intake"}, true, nil,
+		"transition is the seam below the engine, control and intake: the one place a run, an item or a ledger row changes, needing none of them"},
+	{"internal/intake", []string{"internal/control"}, true, nil,
+		"intake never reaches control: control's publish and held-delivery rows call intake, never the other way"},
 }
 
 func matches(pkg, pattern string) bool {

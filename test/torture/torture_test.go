@@ -29,6 +29,7 @@ import (
 	"github.com/keep-run/keep/internal/connector"
 	_ "github.com/keep-run/keep/internal/connector/builtin" // registers the connectors' tables
 	"github.com/keep-run/keep/internal/connector/email"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
@@ -500,8 +501,8 @@ func (r *rig) settle(timeout time.Duration) {
 			// A card read a moment ago may be stale: keep serve (restarted
 			// after a kill) may have moved the run on meanwhile, as it would
 			// under a person's stale page. The next round reads again.
-			ctrl := &engine.Control{Store: st}
-			if _, err := ctrl.Do(ctx, engine.Request{Action: kt.Action(what), Run: c.RunID}); err != nil && !strings.Contains(err.Error(), "already has a decision") &&
+			ctrl := &control.Control{Store: st}
+			if _, err := ctrl.Do(ctx, control.Request{Action: kt.Action(what), Run: c.RunID}); err != nil && !strings.Contains(err.Error(), "already has a decision") &&
 				!strings.Contains(err.Error(), "there is nothing to resolve") {
 				t.Fatalf("resolve %s: %v", c.RunID, err)
 			}

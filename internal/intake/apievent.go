@@ -1,4 +1,9 @@
-package engine
+// Package intake takes in what comes from outside a workflow's handlers:
+// events posted through keep's event API (Post), written through the
+// engine's one producer writer (engine.WritePosting), and a person's take
+// or drop of held webhook deliveries (ActOnHeld). Control's publish and
+// held-delivery rows call it; it never calls control.
+package intake
 
 import (
 	"context"
@@ -12,14 +17,12 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
-
-// createdByAPI is the creator of an input and its event posted through the
-// event API: no run made them.
-const createdByAPI = "api"
 
 // APIEvent is one event posted through keep's event API (issue 26):
 // POST /api/v1/workflows/{wf}/topics/{topic}/events, keep publish.
@@ -40,11 +43,11 @@ type Posted struct {
 	Message string
 }
 
-// postEvent registers an input (source api, type the topic) and publishes
+// Post registers an input (source api, type the topic) and publishes
 // its one event, in one transaction: both exist or neither. Posting the
 // same id again to the same topic finds the input and writes nothing. Only
 // a topic the active version declares { from: "api" } takes events.
-func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
+func Post(ctx context.Context, st store.Store, ev APIEvent, now time.Time) (Posted, error) {
 	if err := ev.check(); err != nil {
 		return Posted{}, err
 	}
@@ -52,7 +55,7 @@ func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) 
 	// a sandbox worker); the transaction checks the version is still the one read.
 	var v kt.Version
 	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, ev.Workflow)
+		w, err := transition.Workflow(tx, ev.Workflow)
 		if err != nil {
 			return err
 		}
@@ -70,12 +73,12 @@ func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) 
 	}
 	var p Posted
 	err = st.Update(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, ev.Workflow)
+		w, err := transition.Workflow(tx, ev.Workflow)
 		if err != nil {
 			return err
 		}
 		if w.ActiveVersion != v.ID {
-			return refuse("workflow %s was deployed while this event was posted (version %s is no longer active); post it again", ev.Workflow, v.Label())
+			return kt.Refuse("workflow %s was deployed while this event was posted (version %s is no longer active); post it again", ev.Workflow, v.Label())
 		}
 		p, err = ev.commit(tx, v, decl, now.UnixMilli())
 		return err
@@ -86,7 +89,7 @@ func postEvent(ctx context.Context, st store.Store, ev APIEvent, now time.Time) 
 // check refuses what the request itself gets wrong, before any reading.
 func (ev *APIEvent) check() error {
 	bad := func(format string, args ...any) error {
-		return &ActionError{Msg: fmt.Sprintf(format, args...), Code: CodeBadInput}
+		return &kt.ActionError{Msg: fmt.Sprintf(format, args...), Code: kt.CodeBadInput}
 	}
 	where := fmt.Sprintf("event for topic %s of %s", ev.Topic, ev.Workflow)
 	switch {
@@ -145,10 +148,10 @@ func (ev *APIEvent) open(decl script.Declaration) error {
 	}
 	for _, t := range decl.Topics {
 		if t == ev.Topic {
-			return refuse("topic %s of %s is written by its handlers, not open to the event API (topics open to it: %s); to post events to it, declare it %q: { from: \"api\" } in the script's topics and deploy", ev.Topic, ev.Workflow, known, ev.Topic)
+			return kt.Refuse("topic %s of %s is written by its handlers, not open to the event API (topics open to it: %s); to post events to it, declare it %q: { from: \"api\" } in the script's topics and deploy", ev.Topic, ev.Workflow, known, ev.Topic)
 		}
 	}
-	return missing("workflow %s has no topic %q (topics open to the event API: %s)", ev.Workflow, ev.Topic, known)
+	return kt.Missing("workflow %s has no topic %q (topics open to the event API: %s)", ev.Workflow, ev.Topic, known)
 }
 
 // commit writes the input, its first attempt and its event, and wakes the
@@ -171,14 +174,12 @@ func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, m
 	case !errors.Is(err, kt.ErrNotFound):
 		return Posted{}, err
 	}
-	in := kt.Input{ID: newID(), Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
-		CurrentAttempt: 1, CreatedBy: createdByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}
-	evs, err := writeProduced(tx, produced{workflow: ev.Workflow, version: v.ID, decl: decl, createdBy: createdByAPI, inputs: []kt.Input{in},
-		publishes: []publishReq{{Topic: ev.Topic, MessageID: in.ID, InputID: in.ID, Payload: ev.Payload}}, now: ms})
+	in, e, err := engine.WritePosting(tx, engine.Posting{Version: v.ID, Decl: decl, Topic: ev.Topic, Payload: ev.Payload,
+		Input: kt.Input{Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
+			CurrentAttempt: 1, CreatedBy: transition.CreatedByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}}, ms)
 	if err != nil {
 		return Posted{}, err
 	}
-	e := evs[0]
 	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
 }
 

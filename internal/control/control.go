@@ -1,4 +1,12 @@
-package engine
+// Package control carries out people's actions: Control.Do looks an
+// action up in its one table and calls its row (a decision on a blocked
+// run, a workflow's pause, resume, run-now, grant and revoke, an item's
+// skip and reprocess, a topic's skip-pending, a producer's reset, a
+// repair's decision, a published event, a held delivery). Every row
+// changes keep's state through transition (or intake, for what comes in
+// from outside), never through the engine's steps, and refuses with
+// keeptype's one coded error family (kt.ActionError).
+package control
 
 import (
 	"context"
@@ -8,8 +16,10 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/clock"
+	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Proof is how the actor behind a request proved who they are: the API
@@ -140,7 +150,7 @@ var table = []action{
 	{kt.ActPublish, OnTopic, "publish", func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
 		ev := q.Event
 		ev.Workflow, ev.Topic = q.Workflow, q.Topic
-		p, err := postEvent(ctx, c.Store, ev, now)
+		p, err := intake.Post(ctx, c.Store, ev, now)
 		return Reply{Posted: p, Message: p.Message}, err
 	}},
 	{kt.ActTakeHeld, OnHeld, "take-held", doHeld(true)},
@@ -158,7 +168,7 @@ var byAction = func() map[kt.Action]action {
 
 // ActionOf is the action a route's verb names under its noun (on): the
 // one place a verb becomes an action. A verb that names none is refused
-// with ErrUnknownAction (a not-found: the API answers 404), naming the
+// with kt.ErrUnknownAction (a not-found: the API answers 404), naming the
 // verbs there are.
 func ActionOf(on Target, verb string) (kt.Action, error) {
 	var verbs []string
@@ -171,7 +181,7 @@ func ActionOf(on Target, verb string) (kt.Action, error) {
 		}
 		verbs = append(verbs, a.verb)
 	}
-	return "", &ActionError{Msg: fmt.Sprintf("no %s action %q (%s)", on, verb, strings.Join(verbs, ", ")), Code: CodeUnknownAction}
+	return "", &kt.ActionError{Msg: fmt.Sprintf("no %s action %q (%s)", on, verb, strings.Join(verbs, ", ")), Code: kt.CodeUnknownAction}
 }
 
 func message(msg string, err error) (Reply, error) { return Reply{Message: msg}, err }
@@ -180,7 +190,7 @@ func message(msg string, err error) (Reply, error) { return Reply{Message: msg},
 // decision's method for the action.
 func doResolve(carry func(*decision) (string, error)) func(*Control, context.Context, Request, time.Time) (Reply, error) {
 	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
-		msg, err := resolveRun(ctx, c.Store, q.Run, kt.Resolution(q.Action), carry, now)
+		msg, err := resolveRun(ctx, c.Store, q.Run, resolution{kt.Resolution(q.Action), carry}, now)
 		if err != nil || q.Workflow != "" {
 			return Reply{Message: msg}, err
 		}
@@ -197,7 +207,7 @@ func doItem(act func(context.Context, store.Store, ItemRef, time.Time) (string, 
 		}
 		rep := Reply{Message: msg}
 		err = c.Store.View(ctx, func(tx store.Tx) error {
-			it, err := FindItem(tx, "", q.Item)
+			it, err := transition.FindItem(tx, "", q.Item)
 			rep.Workflow = it.Workflow
 			return err
 		})
@@ -210,7 +220,7 @@ func doRepair(approve bool) func(*Control, context.Context, Request, time.Time) 
 		if c.DecideRepair == nil {
 			// A Control without the Maintainer's decider (every one the
 			// API builds has it): the action exists, not here.
-			return Reply{}, refuse("repairs are decided where the Maintainer runs: keep serve, or keep repairs")
+			return Reply{}, kt.Refuse("repairs are decided where the Maintainer runs: keep serve, or keep repairs")
 		}
 		return message(c.DecideRepair(ctx, q.Workflow, q.Repair, approve, now))
 	}
@@ -218,7 +228,7 @@ func doRepair(approve bool) func(*Control, context.Context, Request, time.Time) 
 
 func doHeld(take bool) func(*Control, context.Context, Request, time.Time) (Reply, error) {
 	return func(c *Control, ctx context.Context, q Request, now time.Time) (Reply, error) {
-		return message(heldAction(ctx, c.Store, q.Workflow, q.Deliveries, take, now))
+		return message(intake.ActOnHeld(ctx, c.Store, intake.Held{Workflow: q.Workflow, IDs: q.Deliveries, Take: take}, now))
 	}
 }
 
@@ -227,17 +237,17 @@ func doHeld(take bool) func(*Control, context.Context, Request, time.Time) (Repl
 type Request struct {
 	Action                                      kt.Action
 	Run, Workflow, Topic, Handler, Item, Repair string
-	Items                                       []string // grant, revoke: what, as it is granted
-	Event                                       APIEvent // publish: the event (its Workflow and Topic are the request's)
-	Deliveries                                  []int64  // take-held, drop-held: the held deliveries' records (nil: all)
+	Items                                       []string        // grant, revoke: what, as it is granted
+	Event                                       intake.APIEvent // publish: the event (its Workflow and Topic are the request's)
+	Deliveries                                  []int64         // take-held, drop-held: the held deliveries' records (nil: all)
 }
 
 // Reply is what a carried-out action says, and the workflow it touched.
 type Reply struct {
 	Message  string
 	Workflow string
-	Queued   int    // run-now: producers queued
-	Posted   Posted // publish: the input and event, and whether they were there already
+	Queued   int           // run-now: producers queued
+	Posted   intake.Posted // publish: the input and event, and whether they were there already
 }
 
 // Control is the one place people's actions are carried out: the API
@@ -256,11 +266,11 @@ type Control struct {
 
 // Do carries out one action: its row of the table, once the actor of
 // ctx may (MayAct). An action not in the table is refused with
-// ErrUnknownAction.
+// kt.ErrUnknownAction.
 func (c *Control) Do(ctx context.Context, q Request) (Reply, error) {
 	a, known := byAction[q.Action]
 	if !known {
-		return Reply{}, &ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: CodeUnknownAction}
+		return Reply{}, &kt.ActionError{Msg: fmt.Sprintf("no action %q (%v)", q.Action, Actions()), Code: kt.CodeUnknownAction}
 	}
 	if err := c.MayAct(ctx, q.Action); err != nil {
 		return Reply{}, err

@@ -1,4 +1,4 @@
-package engine
+package control
 
 import (
 	"context"
@@ -11,106 +11,25 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
-// ActionError is a person's action that does not apply; the message says
-// why and what to do. It is of keep's one coded error family: its Code
-// tells the kinds apart, and errors.Is(err, kt.ErrNotFound) holds for an
-// unknown workflow, run, item or action (ErrUnknownAction: a verb that is
-// no action at all, a bad route), errors.Is(err, kt.ErrConflict) for an
-// action that does not fit the current state (and one that waits for
-// consent) — the same sentinels the store's reads answer with.
-type ActionError struct {
-	Msg  string
-	Code ActionCode
-}
-
-// ActionCode is the kind of an ActionError.
-type ActionCode int
-
-const (
-	// CodeNotApplicable: the action does not fit the current state (a
-	// kt.ErrConflict).
-	CodeNotApplicable ActionCode = iota
-	// CodeNotFound: what it acts on does not exist (a kt.ErrNotFound).
-	CodeNotFound
-	// CodeUnknownAction: no action of that name (a kt.ErrNotFound).
-	CodeUnknownAction
-	// CodeBadInput: what the request carries is not valid (a missing id,
-	// a payload that is not JSON or over its bound).
-	CodeBadInput
-	// CodeNeedsConsent: a major version that leaves work behind (other
-	// item, message or input ids: orphans) waits for the person's yes
-	// (--accept-orphans; ch 12 §12.6); a kt.ErrConflict.
-	CodeNeedsConsent
-)
-
-// The kinds of ActionError finer than kt.ErrNotFound and kt.ErrConflict,
-// for errors.Is.
-var (
-	ErrUnknownAction = &ActionError{Code: CodeUnknownAction}
-	ErrBadInput      = &ActionError{Code: CodeBadInput}
-	ErrNeedsConsent  = &ActionError{Code: CodeNeedsConsent}
-)
-
-func (e *ActionError) Error() string { return e.Msg }
-
-// Is matches kt.ErrNotFound or kt.ErrConflict by e's kind, and the
-// sentinel of e's own kind.
-func (e *ActionError) Is(target error) bool {
-	switch target {
-	case kt.ErrNotFound:
-		return e.Code == CodeNotFound || e.Code == CodeUnknownAction
-	case kt.ErrConflict:
-		return e.Code == CodeNotApplicable || e.Code == CodeNeedsConsent
-	}
-	t, ok := target.(*ActionError)
-	return ok && t.Code == e.Code
-}
-
-func refuse(format string, args ...any) error { return &ActionError{Msg: fmt.Sprintf(format, args...)} }
-
-// missing is refuse for something that does not exist.
-func missing(format string, args ...any) error {
-	return &ActionError{Msg: fmt.Sprintf(format, args...), Code: CodeNotFound}
-}
-
-// Missing is the error for a workflow, run or item that does not exist.
-func Missing(format string, args ...any) error { return missing(format, args...) }
-
-type actorKey struct{}
-
-// WithActor names the person behind the actions taken with ctx; they are
-// recorded in the decision log. The API passes the caller it knows: the
-// CLI's --by (default "cli") beside the instance secret, the page's "web
-// page", else "api".
-func WithActor(ctx context.Context, who string) context.Context {
-	return context.WithValue(ctx, actorKey{}, who)
-}
-
-// Actor is the person named by WithActor, or "unknown".
-func Actor(ctx context.Context) string {
-	if who, _ := ctx.Value(actorKey{}).(string); who != "" {
-		return who
-	}
-	return "unknown"
-}
-
-// logDecision appends a person's decision to the decision log, inside the
-// transaction that carries it out.
-func logDecision(ctx context.Context, tx store.Tx, d kt.Decision) error {
-	d.By = Actor(ctx)
-	return tx.DecisionAdd(d)
+// resolution is a person's decision on a blocked run as Control's table
+// names it: what they chose, and carry, the decision's method that
+// carries it out.
+type resolution struct {
+	what  kt.Resolution
+	carry func(*decision) (string, error)
 }
 
 // resolveRun records a person's decision on a blocked run in one
-// transaction: carry, the decision's method that the action's row of
-// Control's table names, records it on the run (and its ledger row) and
-// says what will happen.
+// transaction: the resolution's carry records it on the run (and its
+// ledger row) and says what will happen.
 // It works with or without a running engine: the engine (keep serve or
 // keep run) carries the decision out at its next step. Concurrent decisions
 // on one run are serialized by the store; the second one is refused.
-func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resolution, carry func(*decision) (string, error), now time.Time) (string, error) {
+func resolveRun(ctx context.Context, st store.Store, runID string, r resolution, now time.Time) (string, error) {
+	what := r.what
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
 		d, err := openDecision(tx, runID, now)
@@ -120,24 +39,24 @@ func resolveRun(ctx context.Context, st store.Store, runID string, what kt.Resol
 		if err := d.checkSkip(what); err != nil {
 			return err
 		}
-		if msg, err = carry(d); err != nil {
+		if msg, err = r.carry(d); err != nil {
 			return err
 		}
 		// Each action's own check says why it does not fit (carry,
 		// whose writes this error rolls back); any other action the card
 		// does not offer is refused here: never recorded, then ignored.
 		if !slices.Contains(d.allowed, string(what)) {
-			return refuse("%s is not offered for run %s (%s); its card offers %s", what, runID, d.run.Status, strings.Join(d.allowed, ", "))
+			return kt.Refuse("%s is not offered for run %s (%s); its card offers %s", what, runID, d.run.Status, strings.Join(d.allowed, ", "))
 		}
 		d.run.UpdatedAt = d.ms
-		if err := putRun(tx, &d.run); err != nil {
+		if err := transition.PutRun(tx, &d.run); err != nil {
 			return err
 		}
 		dec := kt.Decision{Workflow: d.run.Workflow, RunID: runID, Action: string(what), Detail: msg, At: d.ms}
 		if d.hasMut {
 			dec.MutationID = d.mut.ID
 		}
-		return logDecision(ctx, tx, dec)
+		return transition.LogDecision(ctx, tx, dec)
 	})
 	return msg, err
 }
@@ -158,18 +77,18 @@ type decision struct {
 func openDecision(tx store.Tx, runID string, now time.Time) (*decision, error) {
 	run, err := tx.RunGet(runID)
 	if errors.Is(err, kt.ErrNotFound) {
-		return nil, missing("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
+		return nil, kt.Missing("there is no run %q (see `keep runs WORKFLOW` for run ids)", runID)
 	}
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case run.Status.Finished():
-		return nil, refuse("run %s is not blocked: it is %s; there is nothing to resolve", runID, run.Status)
+		return nil, kt.Refuse("run %s is not blocked: it is %s; there is nothing to resolve", runID, run.Status)
 	case run.Action != "":
-		return nil, refuse("run %s already has a decision waiting to be carried out (%s); keep carries it out at its next step", runID, run.Action)
+		return nil, kt.Refuse("run %s already has a decision waiting to be carried out (%s); keep carries it out at its next step", runID, run.Action)
 	case run.Status == kt.StatusActive:
-		return nil, refuse("run %s is running right now; resolve it only once it is blocked", runID)
+		return nil, kt.Refuse("run %s is running right now; resolve it only once it is blocked", runID)
 	}
 	d := &decision{tx: tx, run: run, ms: now.UnixMilli()}
 	mut, merr := tx.MutationByRun(runID)
@@ -192,9 +111,9 @@ func (d *decision) checkSkip(what kt.Resolution) error {
 		return nil
 	}
 	if item := doneItemOf(d.run); item != "" {
-		return refuse("Skip does not apply to run %s: item %q is already done, so skipping it changes nothing and the next run would fail the same way. Reprocess the item (--reprocess) to do it again, or deploy a fix that checks ctx.item.isDone and try again", d.run.ID, item)
+		return kt.Refuse("Skip does not apply to run %s: item %q is already done, so skipping it changes nothing and the next run would fail the same way. Reprocess the item (--reprocess) to do it again, or deploy a fix that checks ctx.item.isDone and try again", d.run.ID, item)
 	}
-	return refuse("Skip does not apply to run %s: %s failed before it selected any event, so there is nothing to skip and the next run would fail the same way. Fix the script and deploy it with `keep deploy --minor`, or skip the inputs it would take (`keep skip ITEM`)", d.run.ID, d.run.Handler)
+	return kt.Refuse("Skip does not apply to run %s: %s failed before it selected any event, so there is nothing to skip and the next run would fail the same way. Fix the script and deploy it with `keep deploy --minor`, or skip the inputs it would take (`keep skip ITEM`)", d.run.ID, d.run.Handler)
 }
 
 // unknown says the run waits on a write whose outcome is not known.
@@ -203,7 +122,7 @@ func (d *decision) unknown() bool {
 }
 
 func (d *decision) skip() (string, error) {
-	d.run.Action = ActionSkip
+	d.run.Action = kt.ActionSkip
 	if d.hasMut && d.mut.Status == kt.MutationApplied {
 		return fmt.Sprintf("the mutation of run %s already happened; the run will complete", d.run.ID), nil
 	}
@@ -216,7 +135,7 @@ func (d *decision) skip() (string, error) {
 func (d *decision) tryAgain() (string, error) {
 	run, mut := &d.run, &d.mut
 	if !d.unknown() {
-		run.Action = ActionRetry
+		run.Action = kt.ActionRetry
 		msg := fmt.Sprintf("run %s will be retried", run.ID)
 		if run.Status == kt.StatusFailedLogic {
 			w, err := d.tx.WorkflowGet(run.Workflow)
@@ -229,10 +148,10 @@ func (d *decision) tryAgain() (string, error) {
 				msg += " with the same script: if it fails the same way, fix the script and deploy it with `keep deploy --minor FILE` (keep then retries the run on the fix by itself)"
 			}
 		}
-		return msg, unpause(d.tx, run.Workflow, d.ms)
+		return msg, transition.Unpause(d.tx, run.Workflow, d.ms)
 	}
 	if !mut.CanReconcile {
-		return "", refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", run.ID, mut.Target)
+		return "", kt.Refuse("Try again is not available for run %s: %s cannot be checked by keep (no reconcile). Verify it yourself, then use --didnt-happen to send it again or --skip", run.ID, mut.Target)
 	}
 	// The ledger row is keep's: the engine resets it when it carries the
 	// decision out (decideOnWrite), after any step under way.
@@ -243,10 +162,10 @@ func (d *decision) tryAgain() (string, error) {
 func (d *decision) didntHappen() (string, error) {
 	run, mut := &d.run, &d.mut
 	if !d.unknown() {
-		return "", refuse("It didn't happen applies to a mutation whose outcome is unknown; run %s is %s", run.ID, run.Status)
+		return "", kt.Refuse("It didn't happen applies to a mutation whose outcome is unknown; run %s is %s", run.ID, run.Status)
 	}
 	if !kt.MutationTransitionAllowed(mut.Status, kt.MutationFailed) {
-		return "", refuse("mutation %s is %s and cannot be marked failed", mut.ID, mut.Status)
+		return "", kt.Refuse("mutation %s is %s and cannot be marked failed", mut.ID, mut.Status)
 	}
 	run.Action = kt.ActionDidntHappen
 	msg := fmt.Sprintf("%s is marked as not done; mutate runs again and sends it once more", mut.Target)
@@ -260,7 +179,7 @@ func (d *decision) didntHappen() (string, error) {
 // background reconcile): its answer may settle the write before the
 // person's decision is carried out.
 func (d *decision) checking() bool {
-	return d.hasMut && d.mut.Status == kt.MutationNeedsReconcile && WhoActs(d.run, d.mut, d.hasMut) == Keep
+	return d.hasMut && d.mut.Status == kt.MutationNeedsReconcile && kt.WhoActs(d.run, d.mut, d.hasMut) == kt.Keep
 }
 
 func (d *decision) approve() (string, error) {
@@ -270,13 +189,13 @@ func (d *decision) approve() (string, error) {
 		if run.ErrorMessage != "" {
 			why += ": " + run.ErrorMessage
 		}
-		return "", refuse("run %s is not waiting for approval (%s); approving would not change anything. Fix the cause, then use --try-again, or --skip", run.ID, why)
+		return "", kt.Refuse("run %s is not waiting for approval (%s); approving would not change anything. Fix the cause, then use --try-again, or --skip", run.ID, why)
 	}
 	var pc kt.PendingCall
 	if err := json.Unmarshal(run.PendingCall, &pc); err != nil {
 		return "", err
 	}
-	run.ApprovedHash, run.Action = pc.CallHash, ActionRetry
+	run.ApprovedHash, run.Action = pc.CallHash, kt.ActionRetry
 	return fmt.Sprintf("approved: %s will be sent", pc.Target), nil
 }
 
@@ -287,7 +206,7 @@ func (d *decision) reprocessItem() (string, error) {
 		// (the step carries it out after); a reprocess closes the run at
 		// once, so the check's proof would be dropped and the new attempt
 		// would send the write a second time.
-		return "", refuse("Reprocess is not available for run %s right now: keep is checking whether %s happened (a background check is under way), and a new attempt now could send it a second time. Wait for the check: if it finds the write applied the run completes; if it cannot tell, the card offers Reprocess again. Or Skip it now", run.ID, d.mut.Target)
+		return "", kt.Refuse("Reprocess is not available for run %s right now: keep is checking whether %s happened (a background check is under way), and a new attempt now could send it a second time. Wait for the check: if it finds the write applied the run completes; if it cannot tell, the card offers Reprocess again. Or Skip it now", run.ID, d.mut.Target)
 	}
 	if run.HandlerType == kt.HandlerConsumer {
 		return d.reprocessInputs()
@@ -297,13 +216,13 @@ func (d *decision) reprocessItem() (string, error) {
 		key = blockedItemOf(*run)
 	}
 	if key == "" || !slices.Contains(d.allowed, string(kt.ResolveReprocess)) {
-		return "", refuse("Reprocess applies to a task run blocked on an item (one that needs attention, or one already done); run %s is %s", run.ID, run.Status)
+		return "", kt.Refuse("Reprocess applies to a task run blocked on an item (one that needs attention, or one already done); run %s is %s", run.ID, run.Status)
 	}
-	it, err := FindItem(d.tx, run.Workflow, key)
+	it, err := transition.FindItem(d.tx, run.Workflow, key)
 	if err != nil {
 		return "", err
 	}
-	msg, err := reprocess(d.tx, it, d.ms)
+	msg, err := transition.Reprocess(d.tx, it, d.ms)
 	if err != nil {
 		return "", err
 	}
@@ -311,7 +230,7 @@ func (d *decision) reprocessItem() (string, error) {
 		// The person chose to do the item again: the write whose outcome
 		// was unknown is no longer waited on (the new attempt writes anew).
 		d.mut.Status, d.mut.ResolvedBy, d.mut.UpdatedAt = kt.MutationSkipped, kt.ResolvedByUserSkip, d.ms
-		if err := putMutation(d.tx, d.mut); err != nil {
+		if err := transition.PutMutation(d.tx, d.mut); err != nil {
 			return "", err
 		}
 		msg += fmt.Sprintf(" (its write %s, whose outcome is unknown, is not waited on: the new attempt writes again)", d.mut.Target)
@@ -321,7 +240,7 @@ func (d *decision) reprocessItem() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	run.Rev, run.Action = cur.Rev, ActionRetry
+	run.Rev, run.Action = cur.Rev, kt.ActionRetry
 	return msg + fmt.Sprintf("; run %s is retried", run.ID), nil
 }
 
@@ -332,7 +251,7 @@ func (d *decision) reprocessItem() (string, error) {
 // of the run's inputs in one transaction).
 func (d *decision) reprocessInputs() (string, error) {
 	if !slices.Contains(d.allowed, string(kt.ResolveReprocess)) {
-		return "", refuse("Reprocess does not apply to run %s (%s): it applies to a run blocked on a write whose outcome is unknown, or refused because it was applied before with other content; to start a new attempt of one of its inputs, use keep reprocess INPUT", d.run.ID, d.run.Status)
+		return "", kt.Refuse("Reprocess does not apply to run %s (%s): it applies to a run blocked on a write whose outcome is unknown, or refused because it was applied before with other content; to start a new attempt of one of its inputs, use keep reprocess INPUT", d.run.ID, d.run.Status)
 	}
 	held, err := d.tx.EventsReservedBy(d.run.ID)
 	if err != nil {
@@ -347,7 +266,7 @@ func (d *decision) reprocessInputs() (string, error) {
 		}
 	}
 	if len(ids) == 0 {
-		return "", refuse("run %s holds no input's events: nothing to reprocess; use --skip or --try-again", d.run.ID)
+		return "", kt.Refuse("run %s holds no input's events: nothing to reprocess; use --skip or --try-again", d.run.ID)
 	}
 	var msgs []string
 	for _, id := range ids {
@@ -355,7 +274,7 @@ func (d *decision) reprocessInputs() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		msg, err := reprocessInput(d.tx, it, d.ms)
+		msg, err := transition.ReprocessInput(d.tx, it, d.ms)
 		if err != nil {
 			return "", err
 		}
@@ -369,38 +288,6 @@ func (d *decision) reprocessInputs() (string, error) {
 	}
 	d.run = cur
 	return strings.Join(msgs, "; "), nil
-}
-
-// Who says who must move a run on next.
-type Who int
-
-const (
-	// Nobody: the run is finished, or running right now.
-	Nobody Who = iota
-	// Keep moves it on by itself: a decision to carry out, a crash to
-	// recover, a timed transient retry, a background reconcile under way.
-	Keep
-	// APerson must act: the run is blocked until someone decides.
-	APerson
-)
-
-// WhoActs is the one rule for who must act on a run (issue 13): the card,
-// the input statuses (checking or needs_attention) and the status line all
-// ask it. mut is the run's mutation, hasMut false when it has none. (The
-// scheduler's DueWorkflows finds the same "keep acts" cases in SQL, tested
-// branch by branch in storetest.)
-func WhoActs(r kt.Run, mut kt.Mutation, hasMut bool) Who {
-	switch {
-	case r.Status.Finished() || r.Status == kt.StatusActive:
-		return Nobody
-	case r.Action != "", r.Status == kt.StatusCrashed:
-		return Keep
-	case r.Status == kt.StatusTransient && r.NextAttemptAt > 0:
-		return Keep
-	case r.Status == kt.StatusReconciliation && hasMut && mut.Status == kt.MutationNeedsReconcile:
-		return Keep
-	}
-	return APerson
 }
 
 // IsApprovalWait reports whether a run waits for a person to approve a
@@ -444,7 +331,7 @@ func offered(r kt.Run, mut kt.Mutation, hasMut bool, held int) []string {
 			out = append(out, string(kt.ResolveTryAgain))
 		}
 		out = append(out, string(kt.ResolveDidntHappen), string(kt.ResolveSkip))
-		checking := mut.Status == kt.MutationNeedsReconcile && WhoActs(r, mut, hasMut) == Keep
+		checking := mut.Status == kt.MutationNeedsReconcile && kt.WhoActs(r, mut, hasMut) == kt.Keep
 		if (blockedItemOf(r) != "" || inputsReprocessable(r, held)) && !checking {
 			// The item needs attention (ch 12 §12.7): a new attempt of it.
 			// Not while keep checks the write by itself: a new attempt is
@@ -514,56 +401,44 @@ func pendingOf(r kt.Run) kt.PendingCall {
 	return pc
 }
 
-func unpause(tx store.Tx, wf string, now int64) error {
-	w, err := tx.WorkflowGet(wf)
-	if err != nil {
-		return err
-	}
-	if !w.Paused {
-		return nil
-	}
-	w.Paused, w.PausedReason, w.UpdatedAt = false, "", now
-	return tx.WorkflowPut(w)
-}
-
 // pauseWorkflow stops scheduling a workflow; a running run finishes its step.
 func pauseWorkflow(ctx context.Context, st store.Store, wf string, now time.Time) error {
 	return st.Update(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, wf)
+		w, err := transition.Workflow(tx, wf)
 		if err != nil {
 			return err
 		}
 		if w.Paused {
-			return refuse("workflow %s is already paused", wf)
+			return kt.Refuse("workflow %s is already paused", wf)
 		}
 		w.Paused, w.PausedReason, w.UpdatedAt = true, "paused by a person", now.UnixMilli()
 		if err := tx.WorkflowPut(w); err != nil {
 			return err
 		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "pause", Detail: wf + " paused", At: now.UnixMilli()})
+		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "pause", Detail: wf + " paused", At: now.UnixMilli()})
 	})
 }
 
 // resumeWorkflow lets a paused workflow run again; a run that failed with an internal error is retried.
 func resumeWorkflow(ctx context.Context, st store.Store, wf string, now time.Time) error {
 	return st.Update(ctx, func(tx store.Tx) error {
-		w, err := workflow(tx, wf)
+		w, err := transition.Workflow(tx, wf)
 		if err != nil {
 			return err
 		}
 		if !w.Paused {
-			return refuse("workflow %s is not paused", wf)
+			return kt.Refuse("workflow %s is not paused", wf)
 		}
 		w.Paused, w.PausedReason, w.UpdatedAt = false, "", now.UnixMilli()
 		if err := tx.WorkflowPut(w); err != nil {
 			return err
 		}
-		if err := logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "resume", Detail: wf + " resumed", At: now.UnixMilli()}); err != nil {
+		if err := transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "resume", Detail: wf + " resumed", At: now.UnixMilli()}); err != nil {
 			return err
 		}
 		if r, err := tx.RunOpen(wf); err == nil && r.Status == kt.StatusFailedInternal && r.Action == "" {
-			r.Action, r.UpdatedAt = ActionRetry, now.UnixMilli()
-			return putRun(tx, &r)
+			r.Action, r.UpdatedAt = kt.ActionRetry, now.UnixMilli()
+			return transition.PutRun(tx, &r)
 		}
 		return nil
 	})
@@ -573,62 +448,17 @@ func resumeWorkflow(ctx context.Context, st store.Store, wf string, now time.Tim
 func runNow(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
 	n := 0
 	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := workflow(tx, wf); err != nil {
+		if _, err := transition.Workflow(tx, wf); err != nil {
 			return err
 		}
 		if r, err := tx.RunOpen(wf); err == nil {
-			return refuse("workflow %s has a blocked run (%s, %s); resolve it first (`keep show run %s`)", wf, r.ID, r.Status, r.ID)
+			return kt.Refuse("workflow %s has a blocked run (%s, %s); resolve it first (`keep show run %s`)", wf, r.ID, r.Status, r.ID)
 		}
 		var err error
-		if n, err = queueScheduled(tx, wf, now.UnixMilli()); err != nil {
+		if n, err = transition.QueueScheduled(tx, wf, now.UnixMilli()); err != nil {
 			return err
 		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%s of %s queued", kt.Count(n, "producer"), wf), At: now.UnixMilli()})
+		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "run-now", Detail: fmt.Sprintf("%s of %s queued", kt.Count(n, "producer"), wf), At: now.UnixMilli()})
 	})
 	return n, err
-}
-
-// QueueAtStart queues a workflow's producers and tasks, unless a run of it
-// is open: `keep run FILE` is the development loop, and a producer that is
-// not due yet runs at its start all the same (issue 12: a new order dropped
-// in showed nothing). It is keep run's own doing, not a person's decision.
-func QueueAtStart(ctx context.Context, st store.Store, wf string, now time.Time) (int, error) {
-	n := 0
-	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := tx.RunOpen(wf); err == nil {
-			return nil
-		}
-		var err error
-		n, err = queueScheduled(tx, wf, now.UnixMilli())
-		return err
-	})
-	return n, err
-}
-
-// queueScheduled queues every producer and task of a workflow.
-func queueScheduled(tx store.Tx, wf string, ms int64) (int, error) {
-	hs, err := tx.HandlerList(wf)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, h := range hs {
-		if (h.Type == kt.HandlerProducer || h.Type == kt.HandlerTask) && (h.NextRunAt > 0 || h.Queued) {
-			h.Queued = true
-			touch(&h, ms)
-			if err := tx.HandlerPut(h); err != nil {
-				return 0, err
-			}
-			n++
-		}
-	}
-	return n, nil
-}
-
-func workflow(tx store.Tx, name string) (kt.Workflow, error) {
-	w, err := tx.WorkflowGet(name)
-	if errors.Is(err, kt.ErrNotFound) {
-		return w, missing("there is no workflow %q (see `keep status`)", name)
-	}
-	return w, err
 }

@@ -1,4 +1,4 @@
-package engine
+package control
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Chapter 06's controls of a workflow's topics and producers, each one
@@ -21,30 +22,30 @@ import (
 func resetState(ctx context.Context, st store.Store, wf, handler string, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := workflow(tx, wf); err != nil {
+		if _, err := transition.Workflow(tx, wf); err != nil {
 			return err
 		}
 		h, err := tx.HandlerGet(wf, handler)
 		if errors.Is(err, kt.ErrNotFound) {
-			return missing("workflow %s has no handler %q (see `keep status %s`)", wf, handler, wf)
+			return kt.Missing("workflow %s has no handler %q (see `keep status %s`)", wf, handler, wf)
 		}
 		if err != nil {
 			return err
 		}
 		if h.Type == kt.HandlerConsumer {
-			return refuse("%s is a consumer: its state is what next returned, and its events say what is left to do; reset a producer's or a task's state", handler)
+			return kt.Refuse("%s is a consumer: its state is what next returned, and its events say what is left to do; reset a producer's or a task's state", handler)
 		}
 		if r, err := tx.RunOpen(wf); err == nil && r.Handler == handler {
-			return refuse("%s has a run that is not finished (%s, %s); resolve it first: its commit would write the state again", handler, r.ID, r.Status)
+			return kt.Refuse("%s has a run that is not finished (%s, %s); resolve it first: its commit would write the state again", handler, r.ID, r.Status)
 		}
 		size := len(h.State)
 		h.State, h.Queued = nil, true
-		touch(&h, now.UnixMilli())
+		transition.Touch(&h, now.UnixMilli())
 		if err := tx.HandlerPut(h); err != nil {
 			return err
 		}
 		msg = fmt.Sprintf("%s %s of %s: state reset (it had %d bytes); it runs now from scratch — inputs it registers again are the same inputs, and events it publishes again keep their status", h.Type, handler, wf, size)
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "reset-state", Detail: msg, At: now.UnixMilli()})
+		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "reset-state", Detail: msg, At: now.UnixMilli()})
 	})
 	return msg, err
 }
@@ -55,7 +56,7 @@ func resetState(ctx context.Context, st store.Store, wf, handler string, now tim
 func skipPending(ctx context.Context, st store.Store, wf, topic string, now time.Time) (string, error) {
 	var msg string
 	err := st.Update(ctx, func(tx store.Tx) error {
-		if _, err := workflow(tx, wf); err != nil {
+		if _, err := transition.Workflow(tx, wf); err != nil {
 			return err
 		}
 		if err := topicHasEvents(tx, wf, topic); err != nil {
@@ -87,7 +88,7 @@ func skipPending(ctx context.Context, st store.Store, wf, topic string, now time
 		if len(held) > 0 {
 			msg += fmt.Sprintf("; %d held by a run stay with it (skip that run to skip them)", len(held))
 		}
-		return logDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "skip-pending", Detail: msg, At: ms})
+		return transition.LogDecision(ctx, tx, kt.Decision{Workflow: wf, Action: "skip-pending", Detail: msg, At: ms})
 	})
 	return msg, err
 }
@@ -106,5 +107,5 @@ func topicHasEvents(tx store.Tx, wf, topic string) error {
 		}
 		names = append(names, c.Topic)
 	}
-	return missing("workflow %s has no events in a topic %q (topics with events: %s; see `keep events %s`)", wf, topic, strings.Join(names, ", "), wf)
+	return kt.Missing("workflow %s has no events in a topic %q (topics with events: %s; see `keep events %s`)", wf, topic, strings.Join(names, ", "), wf)
 }
