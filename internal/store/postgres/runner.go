@@ -147,40 +147,8 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	r.begin, r.pending = "", nil
 	r.trips.Add(1)
 	br := r.conn.SendBatch(r.ctx, b)
-	if begin != "" {
-		if _, err := br.Exec(); err != nil {
-			// Nothing in the pipeline ran (a statement that did not
-			// prepare, a context cancelled), and the transaction never
-			// began: the runner refuses everything after (gone), or a
-			// read would run outside the snapshot, a write outside the
-			// transaction, and a read sent ahead answer nothing.
-			r.fail(br)
-			r.gone = fmt.Errorf("begin: %w", err)
-			for _, p := range ps {
-				if p.ahead != nil && !p.ahead.done {
-					p.ahead.done, p.ahead.err = true, r.gone
-				}
-			}
-			return nil, r.gone
-		}
-	}
-	for _, p := range ps {
-		var err error
-		if p.ahead != nil {
-			err = p.ahead.read(br)
-		} else {
-			_, err = br.Exec()
-		}
-		if err != nil {
-			r.fail(br)
-			err = r.failed(p, err)
-			for _, rest := range ps { // not run: PostgreSQL skipped them
-				if rest.ahead != nil && !rest.ahead.done {
-					rest.ahead.done, rest.ahead.err = true, err
-				}
-			}
-			return nil, err
-		}
+	if err := r.answer(br, begin != "", ps); err != nil {
+		return nil, err
 	}
 	if end {
 		if _, err := br.Exec(); err != nil {
@@ -198,6 +166,50 @@ func (r *runner) send(q string, args ...any) (pgx.BatchResults, error) {
 	}
 	r.open = br
 	return br, nil
+}
+
+// answer reads the pipeline's answers in the order sent: the BEGIN when
+// one was queued, then each statement held back (a read sent ahead keeps
+// its own answer). On a failure every read sent ahead that did not run
+// learns why, so none waits on an answer that never comes.
+func (r *runner) answer(br pgx.BatchResults, began bool, ps []deferred) error {
+	if began {
+		if _, err := br.Exec(); err != nil {
+			// Nothing in the pipeline ran (a statement that did not
+			// prepare, a context cancelled), and the transaction never
+			// began: the runner refuses everything after (gone), or a
+			// read would run outside the snapshot, a write outside the
+			// transaction, and a read sent ahead answer nothing.
+			r.fail(br)
+			r.gone = fmt.Errorf("begin: %w", err)
+			unanswered(ps, r.gone)
+			return r.gone
+		}
+	}
+	for _, p := range ps {
+		var err error
+		if p.ahead != nil {
+			err = p.ahead.read(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
+			r.fail(br)
+			err = r.failed(p, err)
+			unanswered(ps, err) // not run: PostgreSQL skipped them
+			return err
+		}
+	}
+	return nil
+}
+
+// unanswered gives every read sent ahead in ps that has no answer yet err.
+func unanswered(ps []deferred, err error) {
+	for _, p := range ps {
+		if p.ahead != nil && !p.ahead.done {
+			p.ahead.done, p.ahead.err = true, err
+		}
+	}
 }
 
 // allAhead says every statement held back is a read sent ahead.

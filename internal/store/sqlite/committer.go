@@ -154,72 +154,26 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 			group[i].done <- results[i]
 		}
 	}
-	// A group of writes whose loss is harmless (store.NoSync: an empty
-	// poll's cleared wake-up) commits without an fsync; one durable write
-	// in the group makes the whole group durable. The writer is put back
-	// to synchronous=FULL before any durable group commits: until that
-	// succeeds, no group commits at all.
-	if s.notFull {
-		if err := w.exec("PRAGMA synchronous=FULL"); err != nil {
-			fail(fmt.Errorf("make commits durable again: %w", err))
-			return
-		}
-		s.notFull = false
-	}
-	noSync := true
-	for _, r := range group {
-		noSync = noSync && r.noSync
+	noSync, err := s.syncFor(w, group)
+	if err != nil {
+		fail(err)
+		return
 	}
 	if noSync {
-		if err := w.exec("PRAGMA synchronous=NORMAL"); err != nil {
-			noSync = false // commit it durably, as any other
-		} else {
-			s.notFull = true
-			defer func() {
-				if w.exec("PRAGMA synchronous=FULL") == nil {
-					s.notFull = false
-				}
-			}()
-		}
+		defer func() {
+			if w.exec("PRAGMA synchronous=FULL") == nil {
+				s.notFull = false
+			}
+		}()
 	}
 	if err := w.exec("BEGIN IMMEDIATE"); err != nil {
 		fail(fmt.Errorf("begin transaction: %w", err))
 		return
 	}
-	// A group of one needs no savepoint: its rollback is the transaction's.
-	single := len(group) == 1
-	committed := 0
-	for i, r := range group {
-		if !single {
-			if err := w.exec("SAVEPOINT t"); err != nil {
-				w.exec("ROLLBACK")
-				fail(fmt.Errorf("begin transaction: %w", err))
-				return
-			}
-		}
-		results[i] = runFn(w, r.fn)
-		failed := results[i].err != nil || results[i].panic != nil
-		if !failed {
-			committed++
-		}
-		if single {
-			break
-		}
-		if failed {
-			// ROLLBACK TO fails when SQLite already rolled the whole
-			// transaction back (disk full, I/O error): then no request of
-			// the group can commit.
-			if err := w.exec("ROLLBACK TO t"); err != nil {
-				w.exec("ROLLBACK")
-				fail(fmt.Errorf("the transaction was rolled back after an error: %w", err))
-				return
-			}
-		}
-		if err := w.exec("RELEASE t"); err != nil {
-			w.exec("ROLLBACK")
-			fail(fmt.Errorf("the transaction was rolled back after an error: %w", err))
-			return
-		}
+	committed, err := runGroup(w, group, results)
+	if err != nil {
+		fail(err)
+		return
 	}
 	var seq int64
 	if committed == 0 {
@@ -248,6 +202,71 @@ func (s *Store) commitGroup(w *conn, group []*request) {
 	for i, r := range group {
 		r.done <- results[i]
 	}
+}
+
+// syncFor sets the writer's synchronous mode for group and says whether
+// the group commits without an fsync. A group of writes whose loss is
+// harmless (store.NoSync: an empty poll's cleared wake-up) commits without
+// one; one durable write in the group makes the whole group durable. The
+// writer is put back to synchronous=FULL before any durable group commits:
+// until that succeeds, no group commits at all (the error). When it says
+// no fsync, the caller puts synchronous=FULL back after the commit.
+func (s *Store) syncFor(w *conn, group []*request) (noSync bool, err error) {
+	if s.notFull {
+		if err := w.exec("PRAGMA synchronous=FULL"); err != nil {
+			return false, fmt.Errorf("make commits durable again: %w", err)
+		}
+		s.notFull = false
+	}
+	for _, r := range group {
+		if !r.noSync {
+			return false, nil
+		}
+	}
+	if err := w.exec("PRAGMA synchronous=NORMAL"); err != nil {
+		return false, nil // commit it durably, as any other
+	}
+	s.notFull = true
+	return true, nil
+}
+
+// runGroup runs each request of group in the open transaction, each under
+// its own savepoint so one that fails leaves the others' writes, and says
+// how many succeeded. An error means the whole transaction is gone (rolled
+// back here): no request of the group can commit.
+func runGroup(w *conn, group []*request, results []result) (committed int, err error) {
+	// A group of one needs no savepoint: its rollback is the transaction's.
+	single := len(group) == 1
+	for i, r := range group {
+		if !single {
+			if err := w.exec("SAVEPOINT t"); err != nil {
+				w.exec("ROLLBACK")
+				return 0, fmt.Errorf("begin transaction: %w", err)
+			}
+		}
+		results[i] = runFn(w, r.fn)
+		failed := results[i].err != nil || results[i].panic != nil
+		if !failed {
+			committed++
+		}
+		if single {
+			break
+		}
+		if failed {
+			// ROLLBACK TO fails when SQLite already rolled the whole
+			// transaction back (disk full, I/O error): then no request of
+			// the group can commit.
+			if err := w.exec("ROLLBACK TO t"); err != nil {
+				w.exec("ROLLBACK")
+				return 0, fmt.Errorf("the transaction was rolled back after an error: %w", err)
+			}
+		}
+		if err := w.exec("RELEASE t"); err != nil {
+			w.exec("ROLLBACK")
+			return 0, fmt.Errorf("the transaction was rolled back after an error: %w", err)
+		}
+	}
+	return committed, nil
 }
 
 func runFn(w *conn, fn func(store.Tx) error) (res result) {
