@@ -123,17 +123,7 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 	}
 	wh, problems, ok := prog.Decl.Webhook(h.Name)
 	if !ok {
-		// The sender was set up before the version that declares this
-		// webhook was deployed (GitHub sends its ping at once).
-		names := strings.Join(prog.Decl.WebhookNames(), ", ")
-		if names == "" {
-			names = "none"
-		}
-		if h.TooLarge {
-			// Its body was not read: there is nothing to hold.
-			return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
-		}
-		return e.hold(ctx, d, h, kt.HeldForDeploy+":"+h.Name, fmt.Sprintf("the active version of %s (%s) declares no webhook %q (its webhooks: %s); held until a version that declares it is deployed", h.Workflow, v.Label(), h.Name, names))
+		return e.undeclared(ctx, h, d, v, prog)
 	}
 	if len(problems) > 0 {
 		msg := fmt.Sprintf("webhook %s of %s is not declared right (%s); fix the script and deploy it", h.Name, h.Workflow, strings.Join(problems, "; "))
@@ -149,40 +139,8 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 		}
 		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
 	}
-	at := e.wallNow() // a sender's signed timestamp is its wall clock's: judged against ours
-	if d.ID != 0 {
-		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
-		if id, err := deliveryID(wh.Dedupe, h); err == nil {
-			d.DeliveryID = id // named as its sender names it, whatever becomes of it
-		}
-	}
-	if why, msg, err := e.verifyHook(ctx, wh, h, at); err != nil || why != "" {
-		if err != nil {
-			return Delivered{}, err
-		}
-		if why == WhyNoSecret && e.secret != nil {
-			// Kept unverified: verified once the secret is set, and
-			// refused then (recorded) if its signature fails.
-			if id, err := deliveryID(wh.Dedupe, h); err == nil {
-				d.DeliveryID = id
-			}
-			return e.hold(ctx, d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
-		}
-		if d.ID != 0 && why == WhyBadSig {
-			msg = "held, then verified once the secret was set: " + msg
-		}
-		return e.record(ctx, d, kt.DeliveryRefused, why, msg)
-	}
-	if _, ok := slackChallenge(wh, h); ok && d.ID != 0 {
-		// Held while its secret was not set: Slack wanted the challenge
-		// back at once, and checks the URL again when it is saved.
-		return e.record(ctx, d, kt.DeliveryRefused, WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
-	}
-	if challenge, ok := slackChallenge(wh, h); ok {
-		// Slack checks an Events API URL with a signed challenge it must
-		// get back before it sends any event: a handshake, not a delivery.
-		reply, _ := json.Marshal(map[string]string{"challenge": challenge})
-		return Delivered{Why: WhyChallenge, Reply: reply, Message: "answered Slack's URL verification"}, nil
+	if out, settled, err := e.verified(ctx, wh, h, &d); settled || err != nil {
+		return out, err
 	}
 	if d.DeliveryID, err = deliveryID(wh.Dedupe, h); err != nil {
 		return e.record(ctx, d, kt.DeliveryRefused, WhyBadInput, err.Error())
@@ -199,7 +157,79 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 	case !errors.Is(err, kt.ErrNotFound):
 		return Delivered{}, err
 	}
-	return e.handle(ctx, w, v, prog, wh, h, d)
+	return e.handle(ctx, hookTarget{w: w, v: v, prog: prog, wh: wh}, h, d)
+}
+
+// undeclared settles a delivery to a webhook the active version v does
+// not declare: held until a version that declares it is deployed (the
+// sender was set up before it was: GitHub sends its ping at once), or
+// refused when its body was too large to read (nothing to hold).
+func (e *Engine) undeclared(ctx context.Context, h Hook, d kt.Delivery, v kt.Version, prog *script.Program) (Delivered, error) {
+	names := strings.Join(prog.Decl.WebhookNames(), ", ")
+	if names == "" {
+		names = "none"
+	}
+	if h.TooLarge {
+		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
+	}
+	return e.hold(ctx, d, h, kt.HeldForDeploy+":"+h.Name, fmt.Sprintf("the active version of %s (%s) declares no webhook %q (its webhooks: %s); held until a version that declares it is deployed", h.Workflow, v.Label(), h.Name, names))
+}
+
+// verified checks h against wh's verify and answers Slack's URL
+// verification. settled says the delivery ends here (refused, held for
+// its secret, or the challenge answered): out is its answer. A held
+// delivery (d.ID set) is judged against the clock of its receipt, and
+// named by its dedupe whatever becomes of it.
+func (e *Engine) verified(ctx context.Context, wh script.Webhook, h Hook, d *kt.Delivery) (out Delivered, settled bool, err error) {
+	at := e.wallNow() // a sender's signed timestamp is its wall clock's: judged against ours
+	if d.ID != 0 {
+		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
+		if id, err := deliveryID(wh.Dedupe, h); err == nil {
+			d.DeliveryID = id // named as its sender names it, whatever becomes of it
+		}
+	}
+	if why, msg, err := e.verifyHook(ctx, wh, h, at); err != nil || why != "" {
+		if err != nil {
+			return Delivered{}, true, err
+		}
+		if why == WhyNoSecret && e.secret != nil {
+			// Kept unverified: verified once the secret is set, and
+			// refused then (recorded) if its signature fails.
+			if id, err := deliveryID(wh.Dedupe, h); err == nil {
+				d.DeliveryID = id
+			}
+			out, err = e.hold(ctx, *d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
+			return out, true, err
+		}
+		if d.ID != 0 && why == WhyBadSig {
+			msg = "held, then verified once the secret was set: " + msg
+		}
+		out, err = e.record(ctx, *d, kt.DeliveryRefused, why, msg)
+		return out, true, err
+	}
+	challenge, ok := slackChallenge(wh, h)
+	if ok && d.ID != 0 {
+		// Held while its secret was not set: Slack wanted the challenge
+		// back at once, and checks the URL again when it is saved.
+		out, err = e.record(ctx, *d, kt.DeliveryRefused, WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
+		return out, true, err
+	}
+	if ok {
+		// Slack checks an Events API URL with a signed challenge it must
+		// get back before it sends any event: a handshake, not a delivery.
+		reply, _ := json.Marshal(map[string]string{"challenge": challenge})
+		return Delivered{Why: WhyChallenge, Reply: reply, Message: "answered Slack's URL verification"}, true, nil
+	}
+	return Delivered{}, false, nil
+}
+
+// hookTarget is what a delivery runs: the webhook wh declared by the
+// program prog of the workflow w's active version v.
+type hookTarget struct {
+	w    kt.Workflow
+	v    kt.Version
+	prog *script.Program
+	wh   script.Webhook
 }
 
 // activeProgram reads a workflow, its active version and that version's program.
@@ -222,13 +252,14 @@ func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.
 
 // handle runs the webhook's handler for a verified, new delivery and
 // commits what it did with the delivery's record.
-func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *script.Program, wh script.Webhook, h Hook, d kt.Delivery) (Delivered, error) {
+func (e *Engine) handle(ctx context.Context, t hookTarget, h Hook, d kt.Delivery) (Delivered, error) {
+	w, v, wh := t.w, t.v, t.wh
 	pol, err := e.policyFor(w)
 	if err != nil {
 		return Delivered{}, err
 	}
 	run := &kt.Run{ID: transition.CreatedByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
-	x := &runExec{e: e, ctx: ctx, wf: w, prog: prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
+	x := &runExec{e: e, ctx: ctx, wf: w, prog: t.prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
 	defer x.startPhase(string(phaseWebhook)).end(x)
 	hs := x.host(phaseWebhook)
 	hs.allowPublish, hs.inputByKey, hs.knownInputs = set(wh.Publishes), map[string]string{}, map[string]bool{}
@@ -262,35 +293,8 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 	}
 	var out Delivered
 	err = e.store.Update(ctx, func(tx store.Tx) error {
-		cur, err := transition.Workflow(tx, w.Name)
-		if err != nil {
-			return err
-		}
-		if cur.ActiveVersion != v.ID && d.ID != 0 {
-			out, err = holdIn(tx, d, h, heldForVersion(v), fmt.Sprintf("workflow %s was deployed while this held delivery's handler ran; nothing it did was kept, and it is taken again with the new version", w.Name))
-			return err
-		}
-		if cur.ActiveVersion != v.ID {
-			out, err = deliveryRecord(tx, d, kt.DeliveryFailed, WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
-			return err
-		}
-		if had, err := tx.DeliveryAccepted(w.Name, wh.Name, d.DeliveryID); err == nil {
-			out, err = deliveryRecord(tx, d, kt.DeliveryDuplicate, WhyDuplicate, duplicateText(had))
-			return err
-		} else if !errors.Is(err, kt.ErrNotFound) {
-			return err
-		}
-		inputs, publishes, err := sameInputs(tx, w.Name, hs.inputs, hs.publishes, created)
-		if err != nil {
-			return err
-		}
-		evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: prog.Decl, createdBy: transition.CreatedByWebhook, fresh: created, inputs: inputs, publishes: publishes, now: e.nowMs()})
-		if err != nil {
-			return err
-		}
-		d.Inputs, d.Events = len(inputs), len(evs)
-		e.crashPoint(CrashInsideDelivery)
-		out, err = deliveryRecord(tx, d, kt.DeliveryAccepted, WhyAccepted, fmt.Sprintf("%s registered, %s published", kt.Count(len(inputs), "input"), kt.Count(len(evs), "event")))
+		var err error
+		out, err = e.commitDelivery(tx, t, h, d, hookMade{inputs: hs.inputs, publishes: hs.publishes, created: created})
 		return err
 	})
 	if err != nil {
@@ -300,6 +304,47 @@ func (e *Engine) handle(ctx context.Context, w kt.Workflow, v kt.Version, prog *
 		e.changed(w.Name)
 	}
 	return out, nil
+}
+
+// hookMade is what a webhook's handler registered and published; created
+// names the inputs that were new when it looked.
+type hookMade struct {
+	inputs    []kt.Input
+	publishes []publishReq
+	created   map[string]bool
+}
+
+// commitDelivery writes, inside tx, what a delivery's handler made with
+// the delivery's record: unless a deploy came in while it ran (nothing
+// kept), or the same delivery was accepted meanwhile (a duplicate).
+func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h Hook, d kt.Delivery, m hookMade) (Delivered, error) {
+	w, v := t.w, t.v
+	cur, err := transition.Workflow(tx, w.Name)
+	if err != nil {
+		return Delivered{}, err
+	}
+	if cur.ActiveVersion != v.ID && d.ID != 0 {
+		return holdIn(tx, d, h, heldForVersion(v), fmt.Sprintf("workflow %s was deployed while this held delivery's handler ran; nothing it did was kept, and it is taken again with the new version", w.Name))
+	}
+	if cur.ActiveVersion != v.ID {
+		return deliveryRecord(tx, d, kt.DeliveryFailed, WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
+	}
+	if had, err := tx.DeliveryAccepted(w.Name, t.wh.Name, d.DeliveryID); err == nil {
+		return deliveryRecord(tx, d, kt.DeliveryDuplicate, WhyDuplicate, duplicateText(had))
+	} else if !errors.Is(err, kt.ErrNotFound) {
+		return Delivered{}, err
+	}
+	inputs, publishes, err := sameInputs(tx, w.Name, m.inputs, m.publishes, m.created)
+	if err != nil {
+		return Delivered{}, err
+	}
+	evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: t.prog.Decl, createdBy: transition.CreatedByWebhook, fresh: m.created, inputs: inputs, publishes: publishes, now: e.nowMs()})
+	if err != nil {
+		return Delivered{}, err
+	}
+	d.Inputs, d.Events = len(inputs), len(evs)
+	e.crashPoint(CrashInsideDelivery)
+	return deliveryRecord(tx, d, kt.DeliveryAccepted, WhyAccepted, fmt.Sprintf("%s registered, %s published", kt.Count(len(inputs), "input"), kt.Count(len(evs), "event")))
 }
 
 // sameInputs checks the inputs a delivery created (by id) by key within
