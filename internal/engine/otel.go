@@ -9,6 +9,7 @@ import (
 	otrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
@@ -283,7 +284,7 @@ func endProbe(span otrace.Span, status connector.ReconcileStatus, err error) {
 // startDelivery opens the span of one request to a webhook (Deliver): a
 // server span, whatever keep makes of it; its handler's phase and reads
 // are its children (deliverySpan).
-func (e *Engine) startDelivery(ctx context.Context, h Hook) (context.Context, otrace.Span) {
+func (e *Engine) startDelivery(ctx context.Context, h hookreq.Hook) (context.Context, otrace.Span) {
 	if e.tracer == nil {
 		return ctx, nil
 	}
@@ -312,7 +313,7 @@ func (e *Engine) deliverySpan(ctx context.Context) otrace.Span {
 // status (accepted, duplicate, refused, failed), why, its delivery id and
 // what it registered; an error status when the handler failed or keep did.
 // A refusal is the sender's error, not keep's: it is in the attributes.
-func endDelivery(span otrace.Span, d Delivered, err error) {
+func endDelivery(span otrace.Span, d hookreq.Delivered, err error) {
 	if span == nil {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testotlp"
 	"github.com/keep-run/keep/internal/testsink"
@@ -163,8 +163,8 @@ func TestSpansOfWebhookDeliveries(t *testing.T) {
 	t.Parallel()
 	e, col := tracedEnv(t, "")
 	setUpWebhooks(t, e)
-	writes := engine.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: http.Header{"X-Token": {"t0ken-shop"}}, Body: []byte(`{}`)}
-	for _, h := range []engine.Hook{shopHook("d-1", "1", "t0ken-shop"), shopHook("d-1", "1", "t0ken-shop"), shopHook("d-2", "2", "wrong"), writes} {
+	writes := hookreq.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: http.Header{"X-Token": {"t0ken-shop"}}, Body: []byte(`{}`)}
+	for _, h := range []hookreq.Hook{shopHook("d-1", "1", "t0ken-shop"), shopHook("d-1", "1", "t0ken-shop"), shopHook("d-2", "2", "wrong"), writes} {
 		if _, err := e.k.Engine.Deliver(e.ctx(), h); err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestSpansOfWebhookDeliveries(t *testing.T) {
 	if dup.Attrs["keep.delivery.id"] != "d-1" || dup.Error || len(testotlp.Children(spans, dup)) != 0 {
 		t.Errorf("the duplicate: %+v", dup)
 	}
-	if refused.Attrs["keep.delivery.why"] != string(engine.WhyBadSig) || refused.Error || strings.Contains(fmt.Sprint(refused), "t0ken-shop") {
+	if refused.Attrs["keep.delivery.why"] != string(hookreq.WhyBadSig) || refused.Error || strings.Contains(fmt.Sprint(refused), "t0ken-shop") {
 		t.Errorf("the refused delivery: %+v", refused)
 	}
 	if failed.Name != "webhook orders/writes" || !failed.Error || failed.Message == "" {

@@ -2,18 +2,13 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
@@ -27,40 +22,9 @@ import (
 // Accepted ones stay: a retry is found by them.
 const keepDeliveries = 1000
 
-// Hook is one request to a webhook (POST /hooks/{wf}/{name}) as its
-// listener received it.
-type Hook struct {
-	Workflow, Name string
-	Method         string
-	Header         http.Header
-	Query          url.Values
-	Body           []byte
-	// TooLarge: the body was over the workflow's webhook_max_body and was
-	// not read (Body is empty); the delivery is refused.
-	TooLarge bool
-}
-
-// Why says, beside a delivery's status, what the sender is answered.
-type Why string
-
-const (
-	WhyAccepted  Why = "accepted"   // committed: 2xx
-	WhyDuplicate Why = "duplicate"  // accepted before: 2xx, nothing changed
-	WhyNotFound  Why = "not-found"  // no such workflow or webhook: not recorded
-	WhyTooLarge  Why = "too-large"  // over webhook_max_body
-	WhyBadSig    Why = "bad-sig"    // verification failed
-	WhyNoSecret  Why = "no-secret"  // keep lacks the secret to verify with: the sender retries once it is set
-	WhyBadInput  Why = "bad-input"  // verified, but without the delivery id dedupe names
-	WhyFailed    Why = "failed"     // the handler failed: the sender retries
-	WhyRedeploy  Why = "redeployed" // a deploy came in while the handler ran: the sender retries
-	WhyChallenge Why = "challenge"  // Slack's URL verification, answered with its challenge (Reply): not recorded
-	WhyHeld      Why = "held"       // kept for a reason of keep's own (kt.DeliveryHeld): 202, taken once it is gone
-	WhyHeldFull  Why = "held-full"  // would be held, but its webhook holds keepHeld already: the sender retries
-)
-
 // keepHeld bounds the deliveries keep holds per webhook (and, for webhooks
 // the active version does not declare, per workflow), with keepHeldBytes.
-// Past either the sender is answered 503 (WhyHeldFull) and the refusal
+// Past either the sender is answered 503 (hookreq.WhyHeldFull) and the refusal
 // is recorded: never a silent drop.
 const keepHeld = 100
 
@@ -69,28 +33,15 @@ const keepHeld = 100
 // a hundred would be 2 GiB of the store.
 const keepHeldBytes = 64 << 20
 
-// Delivered is what keep made of a delivery.
-type Delivered struct {
-	Status     kt.DeliveryStatus // "" when nothing was recorded (WhyNotFound)
-	Why        Why
-	DeliveryID string
-	Inputs     int
-	Events     int
-	Message    string
-	// Reply, when set, is the body the sender must get instead of keep's
-	// answer (WhyChallenge).
-	Reply json.RawMessage
-}
-
 // Deliver carries out one request to a webhook: verified with the secret
 // its declaration names (a request that fails never reaches the handler),
 // found by its delivery id when accepted before (nothing changes), else its
 // handler run in the sandbox as a producer runs, and what it registered and
 // published committed in one transaction with the delivery's record
 // (writeProduced, as a producer's and the event API's are): the sender is
-// answered 2xx only once Deliver returns WhyAccepted or WhyDuplicate. Every
+// answered 2xx only once Deliver returns hookreq.WhyAccepted or hookreq.WhyDuplicate. Every
 // delivery but one to an unknown webhook is recorded (kt.Delivery).
-func (e *Engine) Deliver(ctx context.Context, h Hook) (Delivered, error) {
+func (e *Engine) Deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error) {
 	ctx, span := e.startDelivery(ctx, h)
 	d, err := e.deliver(ctx, h)
 	endDelivery(span, d, err)
@@ -100,7 +51,7 @@ func (e *Engine) Deliver(ctx context.Context, h Hook) (Delivered, error) {
 	return d, err
 }
 
-func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
+func (e *Engine) deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error) {
 	return e.deliverAs(ctx, h, kt.Delivery{Workflow: h.Workflow, Webhook: h.Name, ReceivedAt: e.nowMs()})
 }
 
@@ -110,16 +61,16 @@ func (e *Engine) deliver(ctx context.Context, h Hook) (Delivered, error) {
 // once) and whose signature is checked against the clock of its receipt.
 // A held delivery that cannot be taken yet is held again, saying why: its
 // sender was answered 202 and will not send it again.
-func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivered, error) {
+func (e *Engine) deliverAs(ctx context.Context, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
 	w, v, prog, err := e.activeProgram(ctx, h.Workflow)
 	if err != nil {
 		if errors.Is(err, kt.ErrNotFound) {
 			if d.ID != 0 {
-				return e.record(ctx, d, kt.DeliveryRefused, WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
+				return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
 			}
-			return Delivered{Why: WhyNotFound, Message: err.Error()}, nil
+			return hookreq.Delivered{Why: hookreq.WhyNotFound, Message: err.Error()}, nil
 		}
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	wh, problems, ok := prog.Decl.Webhook(h.Name)
 	if !ok {
@@ -130,20 +81,20 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 		if d.ID != 0 {
 			return e.hold(ctx, d, h, heldForVersion(v), msg+"; held until then")
 		}
-		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, msg)
+		return e.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, msg)
 	}
 	if h.TooLarge {
 		pol, err := e.policyFor(w)
 		if err != nil {
-			return Delivered{}, err
+			return hookreq.Delivered{}, err
 		}
-		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
+		return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
 	}
 	if out, settled, err := e.verified(ctx, wh, h, &d); settled || err != nil {
 		return out, err
 	}
-	if d.DeliveryID, err = deliveryID(wh.Dedupe, h); err != nil {
-		return e.record(ctx, d, kt.DeliveryRefused, WhyBadInput, err.Error())
+	if d.DeliveryID, err = hookreq.DeliveryID(wh.Dedupe, h); err != nil {
+		return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyBadInput, err.Error())
 	}
 	var had kt.Delivery
 	err = e.store.View(ctx, func(tx store.Tx) error {
@@ -153,9 +104,9 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 	})
 	switch {
 	case err == nil:
-		return e.record(ctx, d, kt.DeliveryDuplicate, WhyDuplicate, duplicateText(had))
+		return e.record(ctx, d, kt.DeliveryDuplicate, hookreq.WhyDuplicate, duplicateText(had))
 	case !errors.Is(err, kt.ErrNotFound):
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	return e.handle(ctx, hookTarget{w: w, v: v, prog: prog, wh: wh}, h, d)
 }
@@ -164,13 +115,13 @@ func (e *Engine) deliverAs(ctx context.Context, h Hook, d kt.Delivery) (Delivere
 // not declare: held until a version that declares it is deployed (the
 // sender was set up before it was: GitHub sends its ping at once), or
 // refused when its body was too large to read (nothing to hold).
-func (e *Engine) undeclared(ctx context.Context, h Hook, d kt.Delivery, v kt.Version, prog *script.Program) (Delivered, error) {
+func (e *Engine) undeclared(ctx context.Context, h hookreq.Hook, d kt.Delivery, v kt.Version, prog *script.Program) (hookreq.Delivered, error) {
 	names := strings.Join(prog.Decl.WebhookNames(), ", ")
 	if names == "" {
 		names = "none"
 	}
 	if h.TooLarge {
-		return e.record(ctx, d, kt.DeliveryRefused, WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
+		return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
 	}
 	return e.hold(ctx, d, h, kt.HeldForDeploy+":"+h.Name, fmt.Sprintf("the active version of %s (%s) declares no webhook %q (its webhooks: %s); held until a version that declares it is deployed", h.Workflow, v.Label(), h.Name, names))
 }
@@ -180,47 +131,47 @@ func (e *Engine) undeclared(ctx context.Context, h Hook, d kt.Delivery, v kt.Ver
 // its secret, or the challenge answered): out is its answer. A held
 // delivery (d.ID set) is judged against the clock of its receipt, and
 // named by its dedupe whatever becomes of it.
-func (e *Engine) verified(ctx context.Context, wh script.Webhook, h Hook, d *kt.Delivery) (out Delivered, settled bool, err error) {
+func (e *Engine) verified(ctx context.Context, wh script.Webhook, h hookreq.Hook, d *kt.Delivery) (out hookreq.Delivered, settled bool, err error) {
 	at := e.wallNow() // a sender's signed timestamp is its wall clock's: judged against ours
 	if d.ID != 0 {
 		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
-		if id, err := deliveryID(wh.Dedupe, h); err == nil {
+		if id, err := hookreq.DeliveryID(wh.Dedupe, h); err == nil {
 			d.DeliveryID = id // named as its sender names it, whatever becomes of it
 		}
 	}
 	if why, msg, err := e.verifyHook(ctx, wh, h, at); err != nil || why != "" {
 		if err != nil {
-			return Delivered{}, true, err
+			return hookreq.Delivered{}, true, err
 		}
-		if why == WhyNoSecret && e.secret != nil {
+		if why == hookreq.WhyNoSecret && e.secret != nil {
 			// Kept unverified: verified once the secret is set, and
 			// refused then (recorded) if its signature fails.
-			if id, err := deliveryID(wh.Dedupe, h); err == nil {
+			if id, err := hookreq.DeliveryID(wh.Dedupe, h); err == nil {
 				d.DeliveryID = id
 			}
 			out, err = e.hold(ctx, *d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
 			return out, true, err
 		}
-		if d.ID != 0 && why == WhyBadSig {
+		if d.ID != 0 && why == hookreq.WhyBadSig {
 			msg = "held, then verified once the secret was set: " + msg
 		}
 		out, err = e.record(ctx, *d, kt.DeliveryRefused, why, msg)
 		return out, true, err
 	}
-	challenge, ok := slackChallenge(wh, h)
+	challenge, ok := hookreq.SlackChallenge(wh, h)
 	if ok && d.ID != 0 {
 		// Held while its secret was not set: Slack wanted the challenge
 		// back at once, and checks the URL again when it is saved.
-		out, err = e.record(ctx, *d, kt.DeliveryRefused, WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
+		out, err = e.record(ctx, *d, kt.DeliveryRefused, hookreq.WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
 		return out, true, err
 	}
 	if ok {
 		// Slack checks an Events API URL with a signed challenge it must
 		// get back before it sends any event: a handshake, not a delivery.
 		reply, _ := json.Marshal(map[string]string{"challenge": challenge})
-		return Delivered{Why: WhyChallenge, Reply: reply, Message: "answered Slack's URL verification"}, true, nil
+		return hookreq.Delivered{Why: hookreq.WhyChallenge, Reply: reply, Message: "answered Slack's URL verification"}, true, nil
 	}
-	return Delivered{}, false, nil
+	return hookreq.Delivered{}, false, nil
 }
 
 // hookTarget is what a delivery runs: the webhook wh declared by the
@@ -252,20 +203,20 @@ func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.
 
 // handle runs the webhook's handler for a verified, new delivery and
 // commits what it did with the delivery's record.
-func (e *Engine) handle(ctx context.Context, t hookTarget, h Hook, d kt.Delivery) (Delivered, error) {
+func (e *Engine) handle(ctx context.Context, t hookTarget, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
 	w, v, wh := t.w, t.v, t.wh
 	pol, err := e.policyFor(w)
 	if err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	run := &kt.Run{ID: transition.CreatedByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
 	x := &runExec{e: e, ctx: ctx, wf: w, prog: t.prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
 	defer x.startPhase(string(phaseWebhook)).end(x)
 	hs := x.host(phaseWebhook)
 	hs.allowPublish, hs.inputByKey, hs.knownInputs = set(wh.Publishes), map[string]string{}, map[string]bool{}
-	req, err := requestOf(wh, h)
+	req, err := hookreq.Request(wh, h)
 	if err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	if _, err := x.invoke(hs, req); err != nil {
 		msg := clip(redact.String(err.Error()), maxTraceText)
@@ -279,7 +230,7 @@ func (e *Engine) handle(ctx context.Context, t hookTarget, h Hook, d kt.Delivery
 			// held until a fix is deployed, or a person takes or drops it.
 			return e.hold(ctx, d, h, heldForVersion(v), msg)
 		}
-		return e.record(ctx, d, kt.DeliveryFailed, WhyFailed, msg)
+		return e.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, msg)
 	}
 	// The inputs the handler registered that were new when it looked (an
 	// earlier delivery's inputs are created by "webhook" too: only these
@@ -291,16 +242,16 @@ func (e *Engine) handle(ctx context.Context, t hookTarget, h Hook, d kt.Delivery
 			created[hs.inputs[i].ID] = true
 		}
 	}
-	var out Delivered
+	var out hookreq.Delivered
 	err = e.store.Update(ctx, func(tx store.Tx) error {
 		var err error
 		out, err = e.commitDelivery(tx, t, h, d, hookMade{inputs: hs.inputs, publishes: hs.publishes, created: created})
 		return err
 	})
 	if err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
-	if out.Why == WhyAccepted {
+	if out.Why == hookreq.WhyAccepted {
 		e.changed(w.Name)
 	}
 	return out, nil
@@ -317,34 +268,34 @@ type hookMade struct {
 // commitDelivery writes, inside tx, what a delivery's handler made with
 // the delivery's record: unless a deploy came in while it ran (nothing
 // kept), or the same delivery was accepted meanwhile (a duplicate).
-func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h Hook, d kt.Delivery, m hookMade) (Delivered, error) {
+func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h hookreq.Hook, d kt.Delivery, m hookMade) (hookreq.Delivered, error) {
 	w, v := t.w, t.v
 	cur, err := transition.Workflow(tx, w.Name)
 	if err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	if cur.ActiveVersion != v.ID && d.ID != 0 {
 		return holdIn(tx, d, h, heldForVersion(v), fmt.Sprintf("workflow %s was deployed while this held delivery's handler ran; nothing it did was kept, and it is taken again with the new version", w.Name))
 	}
 	if cur.ActiveVersion != v.ID {
-		return deliveryRecord(tx, d, kt.DeliveryFailed, WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
+		return deliveryRecord(tx, d, kt.DeliveryFailed, hookreq.WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
 	}
 	if had, err := tx.DeliveryAccepted(w.Name, t.wh.Name, d.DeliveryID); err == nil {
-		return deliveryRecord(tx, d, kt.DeliveryDuplicate, WhyDuplicate, duplicateText(had))
+		return deliveryRecord(tx, d, kt.DeliveryDuplicate, hookreq.WhyDuplicate, duplicateText(had))
 	} else if !errors.Is(err, kt.ErrNotFound) {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	inputs, publishes, err := sameInputs(tx, w.Name, m.inputs, m.publishes, m.created)
 	if err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: t.prog.Decl, createdBy: transition.CreatedByWebhook, fresh: m.created, inputs: inputs, publishes: publishes, now: e.nowMs()})
 	if err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	d.Inputs, d.Events = len(inputs), len(evs)
 	e.crashPoint(CrashInsideDelivery)
-	return deliveryRecord(tx, d, kt.DeliveryAccepted, WhyAccepted, fmt.Sprintf("%s registered, %s published", kt.Count(len(inputs), "input"), kt.Count(len(evs), "event")))
+	return deliveryRecord(tx, d, kt.DeliveryAccepted, hookreq.WhyAccepted, fmt.Sprintf("%s registered, %s published", kt.Count(len(inputs), "input"), kt.Count(len(evs), "event")))
 }
 
 // sameInputs checks the inputs a delivery created (by id) by key within
@@ -382,8 +333,8 @@ func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq, cr
 }
 
 // record stores a delivery that was not accepted, in a transaction of its own.
-func (e *Engine) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus, why Why, msg string) (Delivered, error) {
-	var out Delivered
+func (e *Engine) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus, why hookreq.Why, msg string) (hookreq.Delivered, error) {
+	var out hookreq.Delivered
 	err := e.store.Update(ctx, func(tx store.Tx) error {
 		var err error
 		out, err = deliveryRecord(tx, d, st, why, msg)
@@ -397,7 +348,7 @@ func (e *Engine) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus
 
 // deliveryRecord writes a delivery's record inside tx; a delivery that was
 // not accepted makes room for itself (keepDeliveries).
-func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why Why, msg string) (Delivered, error) {
+func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why hookreq.Why, msg string) (hookreq.Delivered, error) {
 	wasHeld := d.ID != 0
 	d.Status, d.Reason = st, msg
 	if d.DeliveryID == "" {
@@ -405,88 +356,22 @@ func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why Why, m
 	}
 	if wasHeld {
 		if err := tx.DeliverySettle(&d); err != nil {
-			return Delivered{}, err
+			return hookreq.Delivered{}, err
 		}
 	} else if err := tx.DeliveryAdd(&d); err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
 	if st != kt.DeliveryAccepted {
 		if err := tx.DeliveryPrune(d.Workflow, d.Webhook, st, keepDeliveries); err != nil {
-			return Delivered{}, err
+			return hookreq.Delivered{}, err
 		}
 	}
-	return Delivered{Status: st, Why: why, DeliveryID: d.DeliveryID, Inputs: d.Inputs, Events: d.Events,
+	return hookreq.Delivered{Status: st, Why: why, DeliveryID: d.DeliveryID, Inputs: d.Inputs, Events: d.Events,
 		Message: fmt.Sprintf("webhook %s of %s, delivery %s: %s: %s", d.Webhook, d.Workflow, d.DeliveryID, st, msg)}, nil
 }
 
 func duplicateText(had kt.Delivery) string {
 	return fmt.Sprintf("accepted before (delivery record %d: %s); nothing changed", had.ID, had.Reason)
-}
-
-// deliveryID is a delivery's id as its webhook's dedupe says: a header, a
-// dotted path into the JSON body, or the body's hash. An id too long to
-// store is its hash.
-func deliveryID(dd script.Dedupe, h Hook) (string, error) {
-	var id string
-	switch {
-	case dd.Header != "":
-		id = strings.TrimSpace(h.Header.Get(dd.Header))
-		if id == "" {
-			return "", fmt.Errorf("the request has no %s header, which webhook %s's dedupe names as its delivery id", dd.Header, h.Name)
-		}
-	case dd.JSON != "":
-		var v any
-		if err := json.Unmarshal(h.Body, &v); err != nil {
-			return "", fmt.Errorf("the body is not JSON, so it has no %q, which webhook %s's dedupe names as its delivery id", dd.JSON, h.Name)
-		}
-		for _, k := range strings.Split(dd.JSON, ".") {
-			m, _ := v.(map[string]any)
-			v = m[k]
-		}
-		switch x := v.(type) {
-		case string:
-			id = x
-		case float64:
-			id = strconv.FormatFloat(x, 'f', -1, 64)
-		}
-		if strings.TrimSpace(id) == "" {
-			return "", fmt.Errorf("the JSON body has no %q (a string or a number), which webhook %s's dedupe names as its delivery id", dd.JSON, h.Name)
-		}
-	default:
-		sum := sha256.Sum256(h.Body)
-		return "sha256:" + hex.EncodeToString(sum[:]), nil
-	}
-	if len(id) > kt.MaxIDChars || !utf8.ValidString(id) {
-		sum := sha256.Sum256([]byte(id))
-		return "sha256:" + hex.EncodeToString(sum[:]), nil
-	}
-	return id, nil
-}
-
-// requestOf is the handler's req: method, headers (lower-case names, the
-// values of a repeated header joined by ", "), query (the first value of
-// each name), json (the body parsed, or null: not JSON, or nested deeper
-// than kt.MaxJSONDepth) and body (its text). A token webhook's token
-// header is left out: it is the secret itself.
-func requestOf(wh script.Webhook, h Hook) (json.RawMessage, error) {
-	headers := map[string]string{}
-	for k, vs := range h.Header {
-		if wh.Verify.Kind == script.VerifyToken && strings.EqualFold(k, wh.Verify.Header) {
-			continue
-		}
-		headers[strings.ToLower(k)] = strings.Join(vs, ", ")
-	}
-	query := map[string]string{}
-	for k, vs := range h.Query {
-		if len(vs) > 0 {
-			query[k] = vs[0]
-		}
-	}
-	var parsed json.RawMessage = []byte("null")
-	if kt.JSONDepth(h.Body) <= kt.MaxJSONDepth && json.Valid(h.Body) {
-		parsed = h.Body
-	}
-	return json.Marshal(map[string]any{"method": h.Method, "headers": headers, "query": query, "json": parsed, "body": string(h.Body)})
 }
 
 // DeliveriesOf lists a workflow's webhooks as its active version declares
@@ -540,21 +425,4 @@ func (e *Engine) WebhookMaxBody(ctx context.Context, wf string) int64 {
 		return int64(e.policy.WebhookMaxBody)
 	}
 	return int64(pol.WebhookMaxBody)
-}
-
-// slackChallenge is the challenge of Slack's URL verification
-// ({"type": "url_verification", "challenge": "…"}) sent to a webhook
-// verified as Slack's; only a verified request gets here.
-func slackChallenge(wh script.Webhook, h Hook) (string, bool) {
-	if wh.Verify.Kind != script.VerifySlack {
-		return "", false
-	}
-	var m struct {
-		Type      string `json:"type"`
-		Challenge string `json:"challenge"`
-	}
-	if json.Unmarshal(h.Body, &m) != nil || m.Type != "url_verification" || m.Challenge == "" {
-		return "", false
-	}
-	return m.Challenge, true
 }

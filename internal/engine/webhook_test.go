@@ -15,7 +15,7 @@ import (
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -79,11 +79,11 @@ func setUpWebhooks(t *testing.T, e *env) *env {
 	return e
 }
 
-func shopHook(delivery, order, token string) engine.Hook {
+func shopHook(delivery, order, token string) hookreq.Hook {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+token)
 	h.Set("X-Kind", "new")
-	return engine.Hook{Workflow: "orders", Name: "shop", Method: "POST", Header: h,
+	return hookreq.Hook{Workflow: "orders", Name: "shop", Method: "POST", Header: h,
 		Body: []byte(fmt.Sprintf(`{"delivery": {"id": %q}, "order": %q}`, delivery, order))}
 }
 
@@ -113,7 +113,7 @@ func counts(t *testing.T, e *env) (inputs, events int) {
 func TestConcurrentDeliveriesOfOneIDAcceptOne(t *testing.T) {
 	t.Parallel()
 	e := webhookEnv(t)
-	deliver := func(n int, hook func(i int) engine.Hook) map[kt.DeliveryStatus]int {
+	deliver := func(n int, hook func(i int) hookreq.Hook) map[kt.DeliveryStatus]int {
 		var mu sync.Mutex
 		got := map[kt.DeliveryStatus]int{}
 		var wg sync.WaitGroup
@@ -134,14 +134,14 @@ func TestConcurrentDeliveriesOfOneIDAcceptOne(t *testing.T) {
 		wg.Wait()
 		return got
 	}
-	got := deliver(8, func(int) engine.Hook { return shopHook("d-1", "1042", "t0ken-shop") })
+	got := deliver(8, func(int) hookreq.Hook { return shopHook("d-1", "1042", "t0ken-shop") })
 	if got[kt.DeliveryAccepted] != 1 || got[kt.DeliveryDuplicate] != 7 {
 		t.Fatalf("the same delivery 8 times at once: %v, want 1 accepted and 7 duplicates", got)
 	}
 	if in, ev := counts(t, e); in != 1 || ev != 1 {
 		t.Fatalf("after 8 copies of one delivery: %d inputs, %d events; want 1 and 1", in, ev)
 	}
-	got = deliver(4, func(i int) engine.Hook { return shopHook(fmt.Sprint("d-2", i), "2000", "t0ken-shop") })
+	got = deliver(4, func(i int) hookreq.Hook { return shopHook(fmt.Sprint("d-2", i), "2000", "t0ken-shop") })
 	if got[kt.DeliveryAccepted] != 4 {
 		t.Fatalf("4 deliveries about one order: %v, want 4 accepted", got)
 	}
@@ -206,10 +206,10 @@ func TestWebhookRefusalsAndFailures(t *testing.T) {
 	t.Parallel()
 	e := webhookEnv(t)
 	d, err := e.k.Engine.Deliver(e.ctx(), shopHook("d-1", "1", "wrong"))
-	if err != nil || d.Status != kt.DeliveryRefused || d.Why != engine.WhyBadSig || !strings.Contains(d.Message, "the Authorization header does not carry the token") || strings.Contains(d.Message, "t0ken-shop") {
+	if err != nil || d.Status != kt.DeliveryRefused || d.Why != hookreq.WhyBadSig || !strings.Contains(d.Message, "the Authorization header does not carry the token") || strings.Contains(d.Message, "t0ken-shop") {
 		t.Fatalf("a wrong token: %+v %v", d, err)
 	}
-	stripe := func(at time.Time, secrets ...string) engine.Hook {
+	stripe := func(at time.Time, secrets ...string) hookreq.Hook {
 		body := `{"id": "evt_9", "type": "charge.succeeded"}`
 		ts := fmt.Sprint(at.Unix())
 		sig := "t=" + ts
@@ -220,9 +220,9 @@ func TestWebhookRefusalsAndFailures(t *testing.T) {
 		}
 		h := http.Header{}
 		h.Set("Stripe-Signature", sig)
-		return engine.Hook{Workflow: "orders", Name: "stripe", Method: "POST", Header: h, Body: []byte(body)}
+		return hookreq.Hook{Workflow: "orders", Name: "stripe", Method: "POST", Header: h, Body: []byte(body)}
 	}
-	if d, err := e.k.Engine.Deliver(e.ctx(), stripe(time.Now().Add(-2*time.Minute), "whsec_1")); err != nil || d.Why != engine.WhyBadSig || !strings.Contains(d.Message, "more than the tolerance of 1m0s") {
+	if d, err := e.k.Engine.Deliver(e.ctx(), stripe(time.Now().Add(-2*time.Minute), "whsec_1")); err != nil || d.Why != hookreq.WhyBadSig || !strings.Contains(d.Message, "more than the tolerance of 1m0s") {
 		t.Fatalf("a Stripe signature 2 minutes old, tolerance 60 s: %+v %v", d, err)
 	}
 	if d, err := e.k.Engine.Deliver(e.ctx(), stripe(time.Now(), "whsec_old", "whsec_1")); err != nil || d.Status != kt.DeliveryAccepted || d.Inputs != 1 {
@@ -230,7 +230,7 @@ func TestWebhookRefusalsAndFailures(t *testing.T) {
 	}
 	h := http.Header{}
 	h.Set("X-Token", "t0ken-shop")
-	d, err = e.k.Engine.Deliver(e.ctx(), engine.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: h, Body: []byte(`{}`)})
+	d, err = e.k.Engine.Deliver(e.ctx(), hookreq.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: h, Body: []byte(`{}`)})
 	if err != nil || d.Status != kt.DeliveryFailed || !strings.Contains(d.Message, "is a mutation; a webhook's handler only reads, registers inputs and publishes") {
 		t.Fatalf("a handler that writes: %+v %v", d, err)
 	}
@@ -239,10 +239,10 @@ func TestWebhookRefusalsAndFailures(t *testing.T) {
 	}
 	// A webhook the active version does not declare is held until one
 	// that does is deployed (issue 40); an unknown workflow is not found.
-	if d, _ := e.k.Engine.Deliver(e.ctx(), engine.Hook{Workflow: "orders", Name: "nope", Header: http.Header{}}); d.Why != engine.WhyHeld || d.Status != kt.DeliveryHeld {
+	if d, _ := e.k.Engine.Deliver(e.ctx(), hookreq.Hook{Workflow: "orders", Name: "nope", Header: http.Header{}}); d.Why != hookreq.WhyHeld || d.Status != kt.DeliveryHeld {
 		t.Fatalf("an undeclared webhook: %+v", d)
 	}
-	if d, _ := e.k.Engine.Deliver(e.ctx(), engine.Hook{Workflow: "nope", Name: "shop", Header: http.Header{}}); d.Why != engine.WhyNotFound || d.Status != "" {
+	if d, _ := e.k.Engine.Deliver(e.ctx(), hookreq.Hook{Workflow: "nope", Name: "shop", Header: http.Header{}}); d.Why != hookreq.WhyNotFound || d.Status != "" {
 		t.Fatalf("an unknown workflow: %+v", d)
 	}
 	var ds []kt.Delivery

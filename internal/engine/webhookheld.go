@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -32,8 +33,8 @@ func heldForVersion(v kt.Version) string {
 
 // hold keeps d (new, or held before and held again) for the reason
 // heldFor, in a transaction of its own.
-func (e *Engine) hold(ctx context.Context, d kt.Delivery, h Hook, heldFor, msg string) (Delivered, error) {
-	var out Delivered
+func (e *Engine) hold(ctx context.Context, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (hookreq.Delivered, error) {
+	var out hookreq.Delivered
 	err := e.store.Update(ctx, func(tx store.Tx) error {
 		var err error
 		out, err = holdIn(tx, d, h, heldFor, msg)
@@ -47,15 +48,15 @@ func (e *Engine) hold(ctx context.Context, d kt.Delivery, h Hook, heldFor, msg s
 
 // holdIn holds d inside tx: a delivery held before is settled as held
 // again (its request kept); a new one is added within keepHeld and
-// keepHeldBytes, else refused and recorded as such (WhyHeldFull).
-func holdIn(tx store.Tx, d kt.Delivery, h Hook, heldFor, msg string) (Delivered, error) {
+// keepHeldBytes, else refused and recorded as such (hookreq.WhyHeldFull).
+func holdIn(tx store.Tx, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (hookreq.Delivered, error) {
 	if d.DeliveryID == "" {
 		d.DeliveryID = heldDeliveryID(h)
 	}
 	if d.ID == 0 {
 		req, err := json.Marshal(h)
 		if err != nil {
-			return Delivered{}, err
+			return hookreq.Delivered{}, err
 		}
 		d.Request = req
 		scope := d.Webhook
@@ -66,22 +67,22 @@ func holdIn(tx store.Tx, d kt.Delivery, h Hook, heldFor, msg string) (Delivered,
 		}
 		n, size, err := tx.DeliveryHeldCount(d.Workflow, scope)
 		if err != nil {
-			return Delivered{}, err
+			return hookreq.Delivered{}, err
 		}
 		if n >= keepHeld || size+int64(len(req)) > keepHeldBytes {
 			d.Request = nil // refused: nothing of it is kept but its record
-			return deliveryRecord(tx, d, kt.DeliveryRefused, WhyHeldFull, fmt.Sprintf("%s; keep holds %d deliveries of %s already (%.1f MiB; it holds at most %d, %d MiB), so this one was not kept: send it again once that is done, or take or drop the held ones (keep webhooks %s --take or --drop)", msg, n, holdScope(d, heldFor), float64(size)/(1<<20), keepHeld, keepHeldBytes>>20, d.Workflow))
+			return deliveryRecord(tx, d, kt.DeliveryRefused, hookreq.WhyHeldFull, fmt.Sprintf("%s; keep holds %d deliveries of %s already (%.1f MiB; it holds at most %d, %d MiB), so this one was not kept: send it again once that is done, or take or drop the held ones (keep webhooks %s --take or --drop)", msg, n, holdScope(d, heldFor), float64(size)/(1<<20), keepHeld, keepHeldBytes>>20, d.Workflow))
 		}
 	}
 	d.Status, d.HeldFor, d.Reason = kt.DeliveryHeld, heldFor, msg
 	if d.ID == 0 {
 		if err := tx.DeliveryAdd(&d); err != nil {
-			return Delivered{}, err
+			return hookreq.Delivered{}, err
 		}
 	} else if err := tx.DeliverySettle(&d); err != nil {
-		return Delivered{}, err
+		return hookreq.Delivered{}, err
 	}
-	return Delivered{Status: kt.DeliveryHeld, Why: WhyHeld, DeliveryID: d.DeliveryID,
+	return hookreq.Delivered{Status: kt.DeliveryHeld, Why: hookreq.WhyHeld, DeliveryID: d.DeliveryID,
 		Message: fmt.Sprintf("webhook %s of %s, delivery %s: held (record %d): %s; it is taken once that is done, or by a person (keep webhooks %s --take)", d.Webhook, d.Workflow, d.DeliveryID, d.ID, msg, d.Workflow)}, nil
 }
 
@@ -95,8 +96,8 @@ func holdScope(d kt.Delivery, heldFor string) string {
 // heldDeliveryID names a held delivery before its webhook's dedupe can be
 // read (no declaration yet): its body's hash, as a webhook without dedupe
 // names its deliveries. Taken, it gets the id its dedupe reads.
-func heldDeliveryID(h Hook) string {
-	id, _ := deliveryID(script.Dedupe{}, h)
+func heldDeliveryID(h hookreq.Hook) string {
+	id, _ := hookreq.DeliveryID(script.Dedupe{}, h)
 	return id
 }
 
@@ -164,7 +165,7 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 		} else if err != nil {
 			return out, err
 		}
-		var h Hook
+		var h hookreq.Hook
 		if err := json.Unmarshal(d.Request, &h); err != nil {
 			return out, fmt.Errorf("read held delivery %d of webhook %s of %s: %w", d.ID, d.Webhook, wf, err)
 		}

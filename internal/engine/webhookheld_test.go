@@ -10,7 +10,7 @@ import (
 	"github.com/keep-run/keep/internal/account"
 	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 )
@@ -33,10 +33,10 @@ const heldHandlerScript = `export default Keep.workflow({
   },
 })`
 
-func tokHook(body string) engine.Hook {
+func tokHook(body string) hookreq.Hook {
 	h := http.Header{}
 	h.Set("X-Token", "s3cret")
-	return engine.Hook{Workflow: "held", Name: "tok", Method: "POST", Header: h, Body: []byte(body)}
+	return hookreq.Hook{Workflow: "held", Name: "tok", Method: "POST", Header: h, Body: []byte(body)}
 }
 
 func heldOf(t *testing.T, e *env) []kt.Delivery {
@@ -63,7 +63,7 @@ func TestAHeldDeliveryWhoseHandlerFailsWaitsForANewVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := e.k.Engine.Deliver(e.ctx(), tokHook(`{"id": 1, "fail": true}`))
-	if err != nil || d.Why != engine.WhyHeld || !strings.Contains(d.Message, "keep secret set tok") {
+	if err != nil || d.Why != hookreq.WhyHeld || !strings.Contains(d.Message, "keep secret set tok") {
 		t.Fatalf("before the secret: %+v %v", d, err)
 	}
 	accts, err := daemon.Accounts(filepath.Join(e.dir, "data"), e.k.Store)

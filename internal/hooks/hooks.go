@@ -1,7 +1,7 @@
 // Package hooks is the webhooks' listener (issue 26): POST
 // /hooks/{wf}/{name}, served by keep serve --webhooks-addr on an address
-// of its own. It reads a request within its bound, hands it to
-// engine.Deliver, and answers the sender with what keep made of it. It
+// of its own. It reads a request within its bound, hands it to its
+// Deliverer (keep's engine: engine.Deliver), and answers the sender with what keep made of it. It
 // serves nothing else: none of the API's routes, none of its
 // authentication (a webhook is proven by its own verify, never by keep's
 // token or instance secret), so exposing it exposes no API action.
@@ -20,9 +20,18 @@ import (
 
 	"golang.org/x/net/netutil"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
+
+// Deliverer carries a webhook request out (the engine's Deliver) and
+// says how large a body a workflow's webhooks take. The listener needs
+// no more of keep: it knows the request and the answer (hookreq), never
+// the engine, so it cannot reach a run, a store or a person's action.
+type Deliverer interface {
+	Deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error)
+	WebhookMaxBody(ctx context.Context, wf string) int64
+}
 
 // Path is where webhooks are served: Path + "{wf}/{name}".
 const Path = "/hooks/"
@@ -41,19 +50,19 @@ type Reply struct {
 // is committed (or was, before), or that keep holds durably to take it
 // later (202); 5xx where the sender should retry (the handler failed, a
 // deploy came in, the webhook holds as many as keep holds).
-var codes = map[engine.Why]int{
-	engine.WhyAccepted:  http.StatusOK,
-	engine.WhyDuplicate: http.StatusOK,
-	engine.WhyNotFound:  http.StatusNotFound,
-	engine.WhyTooLarge:  http.StatusRequestEntityTooLarge,
-	engine.WhyBadSig:    http.StatusUnauthorized,
-	engine.WhyBadInput:  http.StatusBadRequest,
-	engine.WhyNoSecret:  http.StatusServiceUnavailable,
-	engine.WhyFailed:    http.StatusInternalServerError,
-	engine.WhyRedeploy:  http.StatusServiceUnavailable,
+var codes = map[hookreq.Why]int{
+	hookreq.WhyAccepted:  http.StatusOK,
+	hookreq.WhyDuplicate: http.StatusOK,
+	hookreq.WhyNotFound:  http.StatusNotFound,
+	hookreq.WhyTooLarge:  http.StatusRequestEntityTooLarge,
+	hookreq.WhyBadSig:    http.StatusUnauthorized,
+	hookreq.WhyBadInput:  http.StatusBadRequest,
+	hookreq.WhyNoSecret:  http.StatusServiceUnavailable,
+	hookreq.WhyFailed:    http.StatusInternalServerError,
+	hookreq.WhyRedeploy:  http.StatusServiceUnavailable,
 	// Kept for a reason of keep's own: taken once it is gone (issue 40).
-	engine.WhyHeld:     http.StatusAccepted,
-	engine.WhyHeldFull: http.StatusServiceUnavailable,
+	hookreq.WhyHeld:     http.StatusAccepted,
+	hookreq.WhyHeldFull: http.StatusServiceUnavailable,
 }
 
 // The listener's bounds: it faces the internet, so no sender, signed or
@@ -73,7 +82,7 @@ const (
 )
 
 // Server is the webhooks' http.Server, within the listener's bounds.
-func Server(e *engine.Engine, log *slog.Logger) *http.Server {
+func Server(e Deliverer, log *slog.Logger) *http.Server {
 	return &http.Server{Handler: Handler(e, log), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}
 }
@@ -85,7 +94,7 @@ func Serve(srv *http.Server, ln net.Listener) error {
 }
 
 // Handler serves the webhooks of e's store.
-func Handler(e *engine.Engine, log *slog.Logger) http.Handler {
+func Handler(e Deliverer, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	slots := make(chan struct{}, MaxInFlight)
 	mux.HandleFunc("POST "+Path+"{wf}/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -110,8 +119,8 @@ func Handler(e *engine.Engine, log *slog.Logger) http.Handler {
 	return mux
 }
 
-func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog.Logger) {
-	h := engine.Hook{Workflow: r.PathValue("wf"), Name: r.PathValue("name"), Method: r.Method, Header: r.Header, Query: r.URL.Query()}
+func deliver(w http.ResponseWriter, r *http.Request, e Deliverer, log *slog.Logger) {
+	h := hookreq.Hook{Workflow: r.PathValue("wf"), Name: r.PathValue("name"), Method: r.Method, Header: r.Header, Query: r.URL.Query()}
 	limit := e.WebhookMaxBody(r.Context(), h.Workflow)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
@@ -135,13 +144,13 @@ func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog
 		answer(w, http.StatusInternalServerError, Reply{Message: "keep could not take this delivery because of an error of its own (its log says which); nothing of it was kept: send it again"})
 		return
 	}
-	if d.Why == engine.WhyChallenge {
+	if d.Why == hookreq.WhyChallenge {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(d.Reply)
 		return
 	}
-	if d.Why == engine.WhyNotFound {
+	if d.Why == hookreq.WhyNotFound {
 		// Said to anyone who asks: which workflows and webhooks exist is
 		// not theirs to learn here.
 		d.Message = fmt.Sprintf("there is no webhook %s/%s here", h.Workflow, h.Name)
@@ -150,7 +159,7 @@ func deliver(w http.ResponseWriter, r *http.Request, e *engine.Engine, log *slog
 	if !ok {
 		code = http.StatusInternalServerError
 	}
-	if d.Why == engine.WhyHeldFull {
+	if d.Why == hookreq.WhyHeldFull {
 		w.Header().Set("Retry-After", "600")
 	}
 	answer(w, code, Reply{OK: d.Status == kt.DeliveryAccepted || d.Status == kt.DeliveryDuplicate || d.Status == kt.DeliveryHeld, Status: string(d.Status), Delivery: d.DeliveryID, Inputs: d.Inputs, Events: d.Events, Message: d.Message})

@@ -19,6 +19,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/builtin"
 	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/hookreq"
 	"github.com/keep-run/keep/internal/intake"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
@@ -382,7 +383,7 @@ func (s suite) deliver(ctx context.Context, eng *engine.Engine, c *Case, wf stri
 		if !ok {
 			return nil, &Invalid{File: c.file, Line: d.line, Path: where, Msg: fmt.Sprintf("workflow %s has no webhook %q (its webhooks: %s)", wf, d.Webhook, strings.Join(decl.WebhookNames(), ", "))}
 		}
-		h := engine.Hook{Workflow: wf, Name: d.Webhook, Method: "POST", Header: http.Header{}, Query: url.Values{}, Body: d.Body}
+		h := hookreq.Hook{Workflow: wf, Name: d.Webhook, Method: "POST", Header: http.Header{}, Query: url.Values{}, Body: d.Body}
 		for k, v := range d.Headers {
 			h.Header.Set(k, v)
 		}
@@ -390,14 +391,14 @@ func (s suite) deliver(ctx context.Context, eng *engine.Engine, c *Case, wf stri
 			h.Query.Set(k, v)
 		}
 		secret, _ := testSecret(ctx, wh.Verify.Secret)
-		if err := engine.SignHook(wh, secret, &h, time.Now()); err != nil {
+		if err := hookreq.Sign(wh, secret, &h, time.Now()); err != nil {
 			return nil, &Invalid{File: c.file, Line: d.line, Path: where, Msg: err.Error()}
 		}
 		got, err := eng.Deliver(ctx, h)
 		if err != nil {
 			return nil, err
 		}
-		if got.Why != engine.WhyAccepted && got.Why != engine.WhyDuplicate {
+		if got.Why != hookreq.WhyAccepted && got.Why != hookreq.WhyDuplicate {
 			out = append(out, Failure{Assertion: fmt.Sprintf("webhooks[%q][%d]", d.Webhook, i), Line: d.line,
 				Message: fmt.Sprintf("keep did not accept the delivery (%s): %s", got.Why, got.Message)})
 		}

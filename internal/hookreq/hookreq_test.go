@@ -1,0 +1,49 @@
+package hookreq
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/script"
+)
+
+// Sign is Check's inverse: a request it signs passes, the same request
+// with another body, under another secret or signed too long ago does not.
+func TestSignPassesCheck(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, vf := range []script.Verify{
+		{Kind: script.VerifyHMAC, Header: "X-Hub-Signature-256", Prefix: "sha256=", Secret: "gh"},
+		{Kind: script.VerifyToken, Header: "Authorization", Prefix: "Bearer ", Secret: "tok"},
+		{Kind: script.VerifyStripe, Secret: "st", Tolerance: 5 * time.Minute},
+		{Kind: script.VerifySlack, Secret: "sl", Tolerance: 5 * time.Minute},
+	} {
+		wh := script.Webhook{Name: "w", Verify: vf}
+		h := Hook{Body: []byte(`{"id":1}`)}
+		if err := Sign(wh, "s3cret", &h, now); err != nil {
+			t.Fatal(err)
+		}
+		if why := Check(vf, h, "s3cret", now); why != "" {
+			t.Errorf("%s: signed, refused: %s", vf.Kind, why)
+		}
+		other := Hook{Body: []byte(`{"id":2}`)}
+		if err := Sign(wh, "another", &other, now); err != nil {
+			t.Fatal(err)
+		}
+		if why := Check(vf, other, "s3cret", now); why == "" {
+			t.Errorf("%s: signed with another secret, passed", vf.Kind)
+		}
+		changed := h
+		changed.Body = []byte(`{"id":3}`)
+		if why := Check(vf, changed, "s3cret", now); why == "" && vf.Kind != script.VerifyToken {
+			t.Errorf("%s: body changed after signing, passed", vf.Kind)
+		}
+		if vf.Tolerance > 0 {
+			if why := Check(vf, h, "s3cret", now.Add(vf.Tolerance+time.Minute)); why == "" {
+				t.Errorf("%s: signed %s ago (tolerance %s), passed", vf.Kind, vf.Tolerance+time.Minute, vf.Tolerance)
+			}
+		}
+	}
+	if why := Check(script.Verify{Kind: "rot13"}, Hook{}, "s", now); why == "" {
+		t.Error("an unknown verify kind passed")
+	}
+}
