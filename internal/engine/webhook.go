@@ -374,40 +374,6 @@ func duplicateText(had kt.Delivery) string {
 	return fmt.Sprintf("accepted before (delivery record %d: %s); nothing changed", had.ID, had.Reason)
 }
 
-// DeliveriesOf lists a workflow's webhooks as its active version declares
-// them, with their newest deliveries (at most limit) and their counts.
-func DeliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]script.Webhook, []kt.Delivery, []kt.DeliveryCount, error) {
-	var v kt.Version
-	var ds []kt.Delivery
-	var cs []kt.DeliveryCount
-	if err := st.View(ctx, func(tx store.Tx) error {
-		w, err := transition.Workflow(tx, wf)
-		if err != nil {
-			return err
-		}
-		if v, err = tx.VersionGet(wf, w.ActiveVersion); err != nil {
-			return err
-		}
-		if ds, err = tx.DeliveryList(wf, limit); err != nil {
-			return err
-		}
-		cs, err = tx.DeliveryCounts(wf)
-		return err
-	}); err != nil {
-		return nil, nil, nil, err
-	}
-	decl, err := script.Declare(v.File, v.Script)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
-	}
-	var hooks []script.Webhook
-	for _, n := range decl.WebhookNames() {
-		wh, _, _ := decl.Webhook(n)
-		hooks = append(hooks, wh)
-	}
-	return hooks, ds, cs, nil
-}
-
 // WebhookMaxBody is the largest body a webhook of wf takes: the
 // webhook_max_body of the [policy] wf was deployed under (this keep's for
 // a workflow it does not know, which Deliver then refuses).

@@ -2,19 +2,21 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 
 	"github.com/keep-run/keep/internal/apitype"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Webhooks lists a workflow's webhooks (its active version's) with their
 // newest deliveries, newest first, at most limit. base is where webhooks
 // are served ("http://ADDR"; "" for nowhere).
 func Webhooks(ctx context.Context, st store.Store, wf, base string, limit int) ([]apitype.Webhook, []apitype.Delivery, []apitype.Delivery, error) {
-	hooks, ds, cs, err := engine.DeliveriesOf(ctx, st, wf, limit)
+	hooks, ds, cs, err := deliveriesOf(ctx, st, wf, limit)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -59,4 +61,39 @@ func deliveryRows(ds []kt.Delivery) []apitype.Delivery {
 			Inputs: d.Inputs, Events: d.Events, ReceivedAt: Time(d.ReceivedAt), HeldFor: d.HeldFor})
 	}
 	return out
+}
+
+// deliveriesOf lists a workflow's webhooks as its active version declares
+// them, with their newest deliveries (at most limit) and their counts: a
+// read of what people see, so report's (it was the engine's).
+func deliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]script.Webhook, []kt.Delivery, []kt.DeliveryCount, error) {
+	var v kt.Version
+	var ds []kt.Delivery
+	var cs []kt.DeliveryCount
+	if err := st.View(ctx, func(tx store.Tx) error {
+		w, err := transition.Workflow(tx, wf)
+		if err != nil {
+			return err
+		}
+		if v, err = tx.VersionGet(wf, w.ActiveVersion); err != nil {
+			return err
+		}
+		if ds, err = tx.DeliveryList(wf, limit); err != nil {
+			return err
+		}
+		cs, err = tx.DeliveryCounts(wf)
+		return err
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	decl, err := script.Declare(v.File, v.Script)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read the declaration of %s version %s: %w", wf, v.Label(), err)
+	}
+	var hooks []script.Webhook
+	for _, n := range decl.WebhookNames() {
+		wh, _, _ := decl.Webhook(n)
+		hooks = append(hooks, wh)
+	}
+	return hooks, ds, cs, nil
 }
