@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # Runs the peer benchmark (docs/performance.md, "Against its peers") on this
-# keep: copies the peerbench directory (../shared/peerbench from keep's root,
-# or PEERBENCH_SRC) into a temporary directory, applies keep-driver.patch
-# there (what keep's API and CLI require of the driver and of run-all.sh;
-# the job and the measurement are unchanged), runs that copy's run-all.sh
-# from keep's root with the caller's environment (ROUNDS, NS, THROUGHPUT,
-# SERIALS, SERIAL, SKIPBENCH, MODE, TMPDIR, OUT…), then prints
-# summarize.py's summary of the results.
+# keep: the peerbench directory's run-all.sh (../shared/peerbench from
+# keep's root, or PEERBENCH_SRC), as it is, from keep's root with the
+# caller's environment (ROUNDS, NS, THROUGHPUT, SERIALS, SERIAL, SKIPBENCH,
+# MODE, TMPDIR, OUT…), then summarize.py's summary of the results. Its
+# binaries are built under TMPDIR; the peerbench directory is not written.
 #
 #   ROUNDS=3 NS=2000 THROUGHPUT="keep-sqlite-w32 dbos-sqlitefull" \
 #     SERIALS="keep-sqlite-serial dbos-sqlitefull-serial" TMPDIR=/tmp/pb internal/bench/peerbench/run.sh
@@ -24,11 +22,6 @@ if [ -e "$RESULTS" ]; then
   exit 1
 fi
 
-COPY=$(mktemp -d "${TMPDIR:-/tmp}/peerbench-src.XXXXXX")
-trap 'rm -rf "$COPY"' EXIT
-cp -R "$SRC/." "$COPY/"
-patch --quiet --forward -p1 -d "$COPY" <"$HERE/keep-driver.patch"
-
 cd "$ROOT"
-"$COPY/run-all.sh"
-python3 "$COPY/summarize.py" "$RESULTS"
+"$SRC/run-all.sh"
+python3 "$SRC/summarize.py" "$RESULTS"
