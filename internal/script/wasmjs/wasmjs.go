@@ -31,6 +31,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -66,38 +68,32 @@ type Engine struct {
 }
 
 // cache holds the machine code wazero compiled quickjs.wasm to, shared by
-// every Engine of the process: a second Engine (another memory limit) does
-// not compile again. SetCacheDir makes it a directory's, so that the next
-// process does not compile either.
+// every Engine of the process (a second memory limit does not compile
+// again) and kept in the user's cache directory (keep/wasm, 0700) for the
+// processes after this one: compiling takes seconds of CPU, reading it back
+// milliseconds. wazero names its entries by its version, the platform and
+// the module's hash, writes them whole (a temporary file renamed), and
+// checks them when it reads them. Without a cache directory, the cache is
+// the process's alone.
 var (
-	cacheMu  sync.Mutex
-	cache    wazero.CompilationCache
-	cacheDir string
+	cacheMu sync.Mutex
+	cache   wazero.CompilationCache
 )
-
-// SetCacheDir keeps the compiled interpreter in dir (made if missing), for
-// every later process: compiling quickjs.wasm takes seconds, reading it
-// back milliseconds. Call it before the first Engine; an error leaves the
-// cache in memory.
-func SetCacheDir(dir string) error {
-	cacheMu.Lock()
-	defer cacheMu.Unlock()
-	if cache != nil {
-		return nil
-	}
-	c, err := wazero.NewCompilationCacheWithDir(dir)
-	if err != nil {
-		return fmt.Errorf("wasmjs: the compilation cache in %s: %w", dir, err)
-	}
-	cache, cacheDir = c, dir
-	return nil
-}
 
 func compilationCache() wazero.CompilationCache {
 	cacheMu.Lock()
 	defer cacheMu.Unlock()
-	if cache == nil {
-		cache = wazero.NewCompilationCache()
+	if cache != nil {
+		return cache
+	}
+	cache = wazero.NewCompilationCache()
+	if dir, err := os.UserCacheDir(); err == nil {
+		dir = filepath.Join(dir, "keep", "wasm")
+		if os.MkdirAll(dir, 0o700) == nil {
+			if c, err := wazero.NewCompilationCacheWithDir(dir); err == nil {
+				cache = c
+			}
+		}
 	}
 	return cache
 }
