@@ -52,7 +52,7 @@ func sandbox() string {
 	default:
 		return SandboxWorker
 	}
-	if v, ok := sandboxChoice.Load().(string); ok {
+	if v, ok := sandboxChoice.Load().(string); ok && v != "" {
 		return v
 	}
 	return SandboxWasm
@@ -248,9 +248,20 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	if inv.Tools == nil {
 		inv.Tools = map[string][]string{}
 	}
-	v, err := p.takeWasmVM(inv.runtime(), inv.Limits)
+	rt := inv.runtime()
+	if rt.stopping.Load() {
+		return Outcome{}, ErrStopping
+	}
+	v, err := p.takeWasmVM(rt, inv.Limits)
 	if err != nil {
 		return Outcome{}, err
+	}
+	// Runtime.Stop stops the call under way (keep is stopping): a handler
+	// in a native loop must not hold a shutdown for its time limit.
+	rt.busyWasm.Store(v.wasm, struct{}{})
+	defer rt.busyWasm.Delete(v.wasm)
+	if rt.stopping.Load() {
+		v.wasm.Stop() // Stop ranged over busyWasm before the Store
 	}
 	st := v.start(inv)
 	timeout := inv.Timeout
@@ -277,6 +288,10 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	}
 	var te *wasmjs.TimeoutError
 	timedOut := errors.As(callErr, &te)
+	if timedOut && rt.stopping.Load() {
+		v.finish(st, callErr, false)
+		return Outcome{}, ErrStopping
+	}
 	v.finish(st, callErr, timedOut)
 	if callErr != nil {
 		callErr = wasmError(callErr)

@@ -192,6 +192,7 @@ type Instance struct {
 	stopMu  sync.Mutex
 	armed   bool // a call is running under its time limit
 	stopped bool // the time limit set keep_stop during the current call
+	halted  bool // Stop was called: every call stops at once
 }
 
 // ErrClosed is wrapped by every call on an instance a former call ended
@@ -380,6 +381,10 @@ func (in *Instance) arm(ctx context.Context, timeout time.Duration) (context.Con
 	}
 	in.stopMu.Lock()
 	in.armed = true
+	if in.halted {
+		in.stop.Set(1) // Stop came before the call: it stops at once
+		in.stopped = true
+	}
 	in.stopMu.Unlock()
 	stopTimer := context.AfterFunc(cctx, in.expire)
 	return cctx, func() {
@@ -393,6 +398,19 @@ func (in *Instance) arm(ctx context.Context, timeout time.Duration) (context.Con
 		in.stopMu.Unlock()
 		cancel()
 	}
+}
+
+// Stop stops the call under way, from another goroutine, at its next
+// check, as its time limit would (keep is stopping); the instance is
+// closed. Between calls it does nothing.
+func (in *Instance) Stop() {
+	if in.stop == nil {
+		return
+	}
+	in.stopMu.Lock()
+	in.halted = true
+	in.stopMu.Unlock()
+	in.expire()
 }
 
 // expire sets keep_stop if a call is running: its time limit struck.
