@@ -68,7 +68,9 @@ func TestTheSandboxIsWasmUnlessChosen(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Release()
-		host := func(m string, a json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{"content":"hello"}`), nil }
+		host := func(m string, a json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":"hello"}`), nil
+		}
 		o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`{"n":1}`)},
 			Tools: map[string][]string{"files": {"read"}}, Host: host, Limits: Limits{Timeout: 10 * time.Second, MemoryLimit: 64 << 20}})
 		if err != nil || string(o.Value) != `{"n":2,"content":"hello"}` {
