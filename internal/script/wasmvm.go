@@ -241,6 +241,9 @@ func wasmError(err error) error {
 	return &quickjs.Error{Name: name, Message: msg, Stack: stack}
 }
 
+// errWasmOOM marks an instance that ran out of memory as not to be reused.
+var errWasmOOM = errors.New("out of memory")
+
 // invokeWasm is invokeHere in a WebAssembly instance: the same prelude, the
 // same entry point and host functions, the time limit enforced by wazero
 // from outside instead of QuickJS's interrupt.
@@ -277,7 +280,7 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	v.entering = false
 	// Drain the jobs, also after the handler settled (invokeHere says why).
 	for callErr == nil && st.abortErr == nil {
-		n, jerr := v.wasm.Jobs(ctx, time.Until(deadline))
+		n, jerr := v.wasm.Jobs(ctx, time.Until(deadline), drainJobsCap)
 		var te *wasmjs.TimeoutError
 		if jerr != nil && (errors.As(jerr, &te) || !st.settled) {
 			callErr = jerr
@@ -285,9 +288,22 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 		if jerr != nil || n == 0 {
 			break
 		}
+		if n >= drainJobsCap && inv.Timeout <= 0 {
+			// Without a time limit nothing else would end an endless
+			// chain (invokeHere says the same).
+			callErr = errEndlessJobs
+			break
+		}
 	}
 	var te *wasmjs.TimeoutError
 	timedOut := errors.As(callErr, &te)
+	if v.wasm.OutOfMemory() {
+		// The heap's limit refused an allocation: the run fails as out of
+		// memory whatever the script caught, as a worker's memory watch
+		// makes it (issue 10 #11); the instance is not reused.
+		v.finish(st, errWasmOOM, false)
+		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s: the script ran out of memory: it reached its memory limit of %s ([policy] memory_limit), and catching the error does not undo that", inv.Kind, inv.Name, inv.Phase, sizeText(inv.MemoryLimit))
+	}
 	if timedOut && rt.stopping.Load() {
 		v.finish(st, callErr, false)
 		return Outcome{}, ErrStopping

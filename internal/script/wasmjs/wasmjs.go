@@ -179,7 +179,7 @@ type Instance struct {
 	mod                                 api.Module
 	alloc, free, eval, call, outP, outL api.Function
 	host                                HostFunc
-	apply, jobs                         api.Function
+	apply, jobs, oom                    api.Function
 	pending                             []byte // the host's answer, until host_take
 	interrupt                           bool   // Interrupt was called: QuickJS stops the script
 	dead                                error  // why the instance was closed
@@ -236,7 +236,7 @@ func (e *Engine) NewInstanceWithHeap(ctx context.Context, host HostFunc, heap in
 		alloc: mod.ExportedFunction("keep_alloc"), free: mod.ExportedFunction("keep_free"),
 		eval: mod.ExportedFunction("keep_eval"), call: mod.ExportedFunction("keep_call"),
 		outP: mod.ExportedFunction("keep_out_ptr"), outL: mod.ExportedFunction("keep_out_len"),
-		apply: mod.ExportedFunction("keep_apply"), jobs: mod.ExportedFunction("keep_jobs")}
+		apply: mod.ExportedFunction("keep_apply"), jobs: mod.ExportedFunction("keep_jobs"), oom: mod.ExportedFunction("keep_oom")}
 	if e.stop == stopInline {
 		g, ok := mod.ExportedGlobal(stopExport).(api.MutableGlobal)
 		if !ok {
@@ -291,6 +291,17 @@ func (in *Instance) Restore(snap []byte) error {
 	return nil
 }
 
+// OutOfMemory tells whether QuickJS refused an allocation at the heap's
+// limit since the last time it was asked, whatever the script caught: the
+// caller fails the invocation as out of memory (issue 10 #11).
+func (in *Instance) OutOfMemory() bool {
+	if in.dead != nil || in.oom == nil {
+		return false
+	}
+	r, err := in.oom.Call(context.Background())
+	return err == nil && r[0] != 0
+}
+
 // MemorySize is the instance's linear memory now, in bytes.
 func (in *Instance) MemorySize() uint32 { return in.mod.Memory().Size() }
 
@@ -323,15 +334,16 @@ func (in *Instance) Apply(ctx context.Context, name string, args json.RawMessage
 	return json.RawMessage(out), nil
 }
 
-// Jobs runs the pending promise jobs until none is left, and returns how
-// many ran; a job that threw ends it with a ScriptError.
-func (in *Instance) Jobs(ctx context.Context, timeout time.Duration) (int, error) {
+// Jobs runs the pending promise jobs until none is left or max of them ran
+// (0: no cap), and returns how many ran; a job that threw ends it with a
+// ScriptError.
+func (in *Instance) Jobs(ctx context.Context, timeout time.Duration, max int) (int, error) {
 	if in.dead != nil {
 		return 0, fmt.Errorf("%w: %w", ErrClosed, in.dead)
 	}
 	cctx, disarm := in.arm(ctx, timeout)
 	defer disarm()
-	r, err := in.jobs.Call(cctx)
+	r, err := in.jobs.Call(cctx, uint64(max))
 	if err != nil {
 		return 0, in.fail(cctx, err, timeout)
 	}
