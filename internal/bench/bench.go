@@ -65,7 +65,9 @@ type Result struct {
 	// HostCallP50Micros is what one ctx call (here files.read) costs a
 	// handler: a round trip between the sandbox worker and keep.
 	HostCallP50Micros float64 `json:"hostCallP50Micros"`
-	// Sandbox says where handlers ran: "worker processes" or "in-process".
+	// Sandbox says where handlers ran: "wasm in keep's process", "worker
+	// processes" or "in-process" (not isolated). With wasm, the sandbox
+	// workers' CPU is 0: the handlers' CPU is keep's own.
 	Sandbox           string   `json:"sandbox"`
 	PeekEvents        int      `json:"peekTopicEvents"`
 	PeekP50Millis     float64  `json:"peekP50Millis"`
@@ -177,9 +179,13 @@ func measureSandbox(o Options, r *Result, calls int) error {
 	if r.HostCallP50Micros, err = hostCall(map[bool]int{true: 20, false: 100}[o.Quick]); err != nil {
 		return err
 	}
-	r.Sandbox = "worker processes"
-	if script.InProcess() {
+	switch {
+	case script.InProcess():
 		r.Sandbox = "in-process"
+	case script.Wasm():
+		r.Sandbox = "wasm in keep's process"
+	default:
+		r.Sandbox = "worker processes"
 	}
 	return nil
 }

@@ -69,6 +69,13 @@ func TestBenchJSONFields(t *testing.T) {
 				t.Errorf("%s = %v of %v: the workers' CPU is counted, and is a part of the whole", f, w, all)
 			}
 		}
+	} else if got["sandbox"] == "wasm in keep's process" {
+		// No worker runs a handler: every microsecond is keep's own.
+		for _, f := range []string{"w1WorkerCpuMicrosPerEvent", "w100WorkerCpuMicrosPerEvent"} {
+			if got[f].(float64) != 0 {
+				t.Errorf("%s = %v with wasm: a worker ran", f, got[f])
+			}
+		}
 	}
 	// Group commit: with 100 workflows stepping at once, one fsync carries
 	// several runs' transitions, never more fsyncs than one workflow needs.

@@ -37,7 +37,8 @@ type Policy struct {
 	Workers             int           `toml:"workers" default:"32" min:"1" max:"1000" doc:"How many workflows step at the same time: more steps in flight let more transitions share one fsync (0.7 fsyncs per run with 16, 0.4 with 32 in keep bench), and runs waiting on slow services do not hold others up."`
 	LeaseTTL            time.Duration `toml:"lease_ttl" default:"'15s'" doc:"How long a node's lease of a workflow lasts without a renewal (PostgreSQL, several nodes): a node that dies has its workflows taken over within it."`
 	WebhookMaxBody      Size          `toml:"webhook_max_body" default:"'1MiB'" min:"1KiB" max:"16MiB" doc:"The largest body a webhook takes (POST /hooks/WORKFLOW/NAME); a larger one is answered 413 and never reaches the handler."`
-	SandboxWorkers      int           `toml:"sandbox_workers" default:"128" min:"1" max:"1000" doc:"The idle sandbox worker processes kept between handler calls (≈ 15 MiB each); a script version without an idle one starts a new process (≈ 10 ms)."`
+	SandboxWorkers      int           `toml:"sandbox_workers" default:"128" min:"1" max:"1000" doc:"The idle sandbox worker processes kept between handler calls (≈ 15 MiB each) with sandbox = \"worker\"; a script version without an idle one starts a new process (≈ 10 ms)."`
+	Sandbox             string        `toml:"sandbox" default:"'wasm'" oneof:"wasm worker" doc:"Where handlers run: \"wasm\", QuickJS compiled to WebAssembly in keep's own process, an instance per workflow, stopped at its time limit from outside (no process hop: ≈ 0.1 ms of CPU per handler call); \"worker\", sandbox worker processes (≈ 0.2 ms per call). The environment's KEEP_SANDBOX, when set, wins."`
 }
 
 // Defaults returns the built-in policies of SPEC §6 (the tags' defaults).
@@ -90,7 +91,7 @@ type file struct {
 // Tables are keep's own tables, for the reference (docs/scripts.md).
 func Tables() []Section {
 	return []Section{
-		{Name: "policy", Doc: "the host policies: retries, reconciliation, time and memory limits, concurrency. A workflow runs under the policy it was deployed with, whichever keep serve runs it: deploy it again to change it (workers, lease_ttl and sandbox_workers are the running keep's).", New: func() any { return &Policy{} }},
+		{Name: "policy", Doc: "the host policies: retries, reconciliation, time and memory limits, concurrency. A workflow runs under the policy it was deployed with, whichever keep serve runs it: deploy it again to change it (workers, lease_ttl, sandbox_workers and sandbox are the running keep's).", New: func() any { return &Policy{} }},
 		{Name: "notify", Doc: "how keep tells a person that a run needs them.", New: func() any { return &Notify{} }},
 		{Name: "llm", Doc: "an OpenAI-compatible chat-completions endpoint, for the Maintainer and keep plan. `KEEP_LLM_BASE_URL` and `KEEP_LLM_MODEL` override the file.", New: func() any { return &LLM{} }},
 		{Name: "maintainer", Doc: "the agent that repairs runs failed with a logic error (needs [llm]).", New: func() any { return &Maintainer{} }},

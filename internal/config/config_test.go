@@ -23,6 +23,7 @@ memory_limit = "16MiB"
 workers = 4
 sandbox_workers = 8
 reconcile_settle = "3s"
+sandbox = "worker"
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ reconcile_settle = "3s"
 	p := c.Policy
 	if p.TransientRetries != 3 || p.TransientBackoff != 200*time.Millisecond || p.TransientBackoffMax != time.Second || p.ReconcileAttempts != 0 ||
 		p.ReconcileBackoff != 50*time.Millisecond || p.ReconcileBackoffMax != 2*time.Second || p.HandlerTimeout != 5*time.Second ||
-		p.ToolTimeout != 750*time.Millisecond || p.MemoryLimit != 16<<20 || p.Workers != 4 || p.SandboxWorkers != 8 || p.ReconcileSettle != 3*time.Second {
+		p.ToolTimeout != 750*time.Millisecond || p.MemoryLimit != 16<<20 || p.Workers != 4 || p.SandboxWorkers != 8 || p.ReconcileSettle != 3*time.Second || p.Sandbox != "worker" {
 		t.Fatalf("policy %+v", p)
 	}
 }
@@ -41,7 +42,7 @@ func TestDefaultsAreSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy != Defaults() || Defaults().TransientRetries != 5 || Defaults().MemoryLimit != 64<<20 || Defaults().HandlerTimeout != 300*time.Second || Defaults().Workers != 32 {
+	if c.Policy != Defaults() || Defaults().TransientRetries != 5 || Defaults().MemoryLimit != 64<<20 || Defaults().HandlerTimeout != 300*time.Second || Defaults().Workers != 32 || Defaults().Sandbox != "wasm" {
 		t.Fatalf("defaults %+v", c.Policy)
 	}
 }
@@ -57,6 +58,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		"[policy]\nworkers = 0":                         "[policy] workers: must be at least 1",
 		"[policy]\nsandbox_workers = 0":                 "[policy] sandbox_workers: must be at least 1",
 		"[policy]\nworkers = \"many\"":                  "[policy] workers",
+		"[policy]\nsandbox = \"docker\"":                `[policy] sandbox: must be one of "wasm" or "worker", got "docker"`,
+		"[policy]\nsandbox = 1":                         "[policy] sandbox",
 		"[polcy]\n":                                     `unknown section or key "polcy"`,
 		"[policy\n":                                     "k.toml",
 	}

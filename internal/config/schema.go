@@ -160,6 +160,12 @@ func checkTags(md toml.MetaData, where []string, v any) error {
 			}
 			continue
 		}
+		if one := f.Tag.Get("oneof"); one != "" && fv.Kind() == reflect.String {
+			if !slices.Contains(strings.Fields(one), fv.String()) {
+				return keyError(where, name, "must be one of "+quoted(strings.Fields(one))+", got "+strconv.Quote(fv.String()))
+			}
+			continue
+		}
 		if fv.Kind() == reflect.Float64 {
 			if err := checkFloat(f, fv.Float(), where, name); err != nil {
 				return err
@@ -177,6 +183,18 @@ func checkTags(md toml.MetaData, where []string, v any) error {
 		}
 	}
 	return nil
+}
+
+// quoted lists words as "a", "b" or "c".
+func quoted(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = strconv.Quote(w)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 // checkFloat applies a number's min and max tags.

@@ -75,6 +75,12 @@ func Open(o Options) (k *Keep, err error) {
 			return nil, err
 		}
 	}
+	if cfg.Policy.Sandbox != "" {
+		// The process's choice, as its compiled interpreter is one.
+		if err = script.SetSandbox(cfg.Policy.Sandbox); err != nil {
+			return nil, fmt.Errorf("[policy] %w", err)
+		}
+	}
 	accts, err := Accounts(o.DataDir, st)
 	if err != nil {
 		return nil, err

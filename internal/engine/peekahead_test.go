@@ -78,7 +78,7 @@ func TestAConsumersPeekIsReadAheadByTheStep(t *testing.T) {
 			t.Fatalf("event %s is %s", ev.MessageID, ev.Status)
 		}
 	}
-	if !script.InProcess() && (poll != 2 || trips[0] != 2 || trips[1] != 2) {
+	if !script.InProcess() && !script.Wasm() && (poll != 2 || trips[0] != 2 || trips[1] != 2) {
 		t.Fatalf("round trips to the sandbox worker: %d in the first, empty poll (want 2: prepare and its peek), %v per consumer run (want [2 2]: the peek answered ahead, mutate run with prepare, the write taken over without asking)", poll, trips)
 	}
 }

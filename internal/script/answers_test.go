@@ -52,9 +52,7 @@ func consumerRun(t *testing.T, p *Program, answers []Answer, writes map[string]*
 // (prepare's invocation; mutate's invocation and its write), not four. The
 // host is still asked, in order, and the script sees the very page.
 func TestAPeekAnsweredAheadSavesItsRoundTrip(t *testing.T) {
-	if InProcess() {
-		t.Skip("no worker process: no round trips")
-	}
+	workersOnly(t)
 	p := compile(t, consumerScript)
 	defer p.Release()
 	page := `[{"messageId":"7","payload":{"i":7}}]`
@@ -134,7 +132,7 @@ func TestAWriteIsTakenOverWithoutARoundTrip(t *testing.T) {
 			t.Errorf("a second write: got %+v, %v; want keep's refusal", o, err)
 		}
 		// The invocation, the read's answer, and (twice) the second write's refusal.
-		if wantTrips := map[bool]int64{false: 2, true: 3}[twice]; !InProcess() && trips != wantTrips {
+		if wantTrips := map[bool]int64{false: 2, true: 3}[twice]; inWorkers() && trips != wantTrips {
 			t.Errorf("twice=%v: %d round trips, want %d", twice, trips, wantTrips)
 		}
 	}
@@ -144,9 +142,7 @@ func TestAWriteIsTakenOverWithoutARoundTrip(t *testing.T) {
 // (a bug in keep: the two sides disagree on what writes) ends the
 // invocation with an internal error, and its worker.
 func TestAWriteTakenOverMustBeTheHosts(t *testing.T) {
-	if InProcess() {
-		t.Skip("keep's own process asks the host every call")
-	}
+	workersOnly(t)
 	p := compile(t, consumerScript)
 	defer p.Release()
 	_, killed0 := WorkerStats()
@@ -167,9 +163,7 @@ func TestAWriteTakenOverMustBeTheHosts(t *testing.T) {
 // served (a read, a log line, a throw), and the worker serves on — a
 // workflow missing a grant must not cost a process per attempt.
 func TestAWriteTakenOverThatKeepRefusesEndsTheInvocationNotTheWorker(t *testing.T) {
-	if InProcess() {
-		t.Skip("keep's own process asks the host every call")
-	}
+	workersOnly(t)
 	p := compile(t, `export default Keep.workflow({
   name: "w", topics: { "in": {} },
   consumers: { c: Keep.consumer({ subscribe: ["in"],
@@ -249,7 +243,7 @@ func TestAnAnswerIsGivenOnce(t *testing.T) {
 	if len(h.calls) != 2 {
 		t.Errorf("the host served %q, want both peeks", h.calls)
 	}
-	if trips := WorkerRoundTrips() - before; !InProcess() && trips != 2 {
+	if trips := WorkerRoundTrips() - before; inWorkers() && trips != 2 {
 		t.Errorf("%d round trips, want 2 (the invocation, the second peek)", trips)
 	}
 }
@@ -258,9 +252,7 @@ func TestAnAnswerIsGivenOnce(t *testing.T) {
 // one that differs, or an error, ends the invocation with that error (the
 // script went on with a value it should not have had) — never its result.
 func TestAnAnswerGivenAheadMustBeTheHosts(t *testing.T) {
-	if InProcess() {
-		t.Skip("keep's own process asks the host every call")
-	}
+	workersOnly(t)
 	p := compile(t, consumerScript)
 	defer p.Release()
 	answers := []Answer{{Method: "peek", Args: json.RawMessage(`{"topic":"in","limit":1}`), Value: json.RawMessage(`[{"messageId":"7","payload":{"i":7}}]`)}}
@@ -296,9 +288,7 @@ func TestAnAnswerGivenAheadMustBeTheHosts(t *testing.T) {
 // host serves the call (the run's trace has it, as when it was asked)
 // before the invocation fails.
 func TestACallNotWaitedOnReachesTheHostWhenTheWorkerDies(t *testing.T) {
-	if InProcess() {
-		t.Skip("no worker process")
-	}
+	workersOnly(t)
 	const oom, loop = `{ const a = new Uint8Array(48 << 20); a.fill(1) }`, `Array.prototype.indexOf.call({ length: 2 ** 53 - 1 }, 1)`
 	for name, c := range map[string]struct{ phase, body, want string }{
 		"a peek answered ahead, then out of memory": {"prepare", oom, "out of memory"},

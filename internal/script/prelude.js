@@ -116,14 +116,32 @@
     return "";
   };
 
+  // outOfMemory tells whether x, thrown while errInfo read an error, is
+  // QuickJS's out of memory: its InternalError, or, when QuickJS could not
+  // even make that, null or nothing (undefined) — told from a getter that
+  // throws either by asking for 64 KiB: when the heap is full, that fails too.
+  const InternalErr = InternalError, ArrayBufferC = ArrayBuffer;
+  const outOfMemory = (x) => {
+    try {
+      if (x === null || x === undefined) {
+        try { new ArrayBufferC(65536); return false; } catch (y) { return true; }
+      }
+      return x instanceof InternalErr && x.message === "out of memory";
+    } catch (y) {
+      return false;
+    }
+  };
+
   // errInfo describes what a handler threw. Reading it may itself throw (a
   // message getter that throws, a Proxy): that is said as such, never taken
-  // for out of memory, and never leaves the run unreported.
+  // for out of memory unless it is (the heap full, reading the error needs
+  // memory too), and never leaves the run unreported.
   const errInfo = (e) => {
     try {
       if (e instanceof Error) return { name: String(e.name), message: String(e.message), stack: String(e.stack || "") };
       return { name: "thrown value", message: fmt(e), stack: "" };
     } catch (x) {
+      if (outOfMemory(x)) return { name: "InternalError", message: "out of memory", stack: "" };
       let why = "";
       try { why = String(x && x.message); } catch (y) { why = "?"; }
       return { name: "thrown value", message: "an error whose properties could not be read (a getter or a Proxy threw: " + why + ")", stack: "" };

@@ -1,6 +1,7 @@
 package script
 
 import (
+	"github.com/keep-run/keep/internal/script/wasmjs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ type Runtime struct {
 	spare       spareWorker
 	stopping    atomic.Bool
 	busy        sync.Map // *worker → struct{}
+	busyWasm    sync.Map // *wasmjs.Instance → struct{}: calls under way
 	// loadDeadline bounds the start of a worker and the run of a script's
 	// top level there.
 	loadDeadline time.Duration
@@ -73,6 +75,10 @@ func (r *Runtime) Stop() {
 	}
 	r.busy.Range(func(k, _ any) bool {
 		k.(*worker).kill()
+		return true
+	})
+	r.busyWasm.Range(func(k, _ any) bool {
+		k.(*wasmjs.Instance).Stop()
 		return true
 	})
 }

@@ -14,9 +14,7 @@ import (
 // invocation with ErrStopping and leaves the other's idle worker and its
 // next invocation alone; each counts only its own workers.
 func TestTwoRuntimesShareNothing(t *testing.T) {
-	if InProcess() {
-		t.Skip("no worker to stop")
-	}
+	workersOnly(t)
 	a, b := NewRuntime(), NewRuntime()
 	defer a.Stop()
 	defer b.Stop()

@@ -93,8 +93,8 @@ func Compile(file, source string) (*Program, error) {
 }
 
 // Declare returns a script's declaration: its top level evaluated once per
-// source in this process (in a sandbox worker ended right after, or here
-// with KEEP_SANDBOX=in-process), then remembered, so that reading a
+// source in this process (in a wasm instance or a sandbox worker, ended
+// right after, or here with KEEP_SANDBOX=in-process), then remembered, so that reading a
 // version's topology (the topics page, GET …/topics) or compiling a version
 // deployed a moment before starts no worker. A script whose top level
 // fails is not remembered: each call says why.
@@ -109,6 +109,11 @@ func Declare(file, source string) (Declaration, error) {
 			return d, err
 		}
 		d = p.Decl
+	} else if Wasm() {
+		var err error
+		if d, err = (&Program{File: file, Source: source}).describeWasm(); err != nil {
+			return d, err
+		}
 	} else {
 		wk, decl, err := startWorker(std, file, source, std.loadDeadline, false)
 		if err != nil {

@@ -86,7 +86,7 @@ func TestThenNextRefusedServesNothingOfMutate(t *testing.T) {
 		if !next && o.Then != nil {
 			t.Fatalf("mutate refused but its outcome kept: %+v", o.Then)
 		}
-		if !InProcess() && !next && killed != killed0+1 {
+		if inWorkers() && !next && killed != killed0+1 {
 			t.Errorf("workers killed %d -> %d, want the one that ran the refused mutate", killed0, killed)
 		}
 	}
@@ -96,9 +96,7 @@ func TestThenNextRefusedServesNothingOfMutate(t *testing.T) {
 // prepare's invocation: the invocation ends with ErrStopping as mutate's
 // error (the run is recovered at the next start), prepare's value kept.
 func TestThenStopWorkersDuringMutate(t *testing.T) {
-	if InProcess() {
-		t.Skip("no worker to stop")
-	}
+	workersOnly(t)
 	p := compile(t, thenScript(``, ``))
 	defer p.Release()
 	defer ResumeWorkers()

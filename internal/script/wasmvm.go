@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -16,11 +17,46 @@ import (
 )
 
 // Wasm tells whether handlers run in QuickJS compiled to WebAssembly in
-// keep's own process (KEEP_SANDBOX=wasm, issue 43) instead of sandbox
-// workers. Not the default: see docs/design.md, "Scripts without a process
-// hop (issue 43)". Scripts are still compiled and their declarations read
-// in a worker: only invocations run here.
-func Wasm() bool { return os.Getenv(isolationEnv) == "wasm" }
+// keep's own process (the default since issue 43: docs/design.md, "Scripts
+// without a process hop (issue 43)") instead of sandbox workers.
+func Wasm() bool { return sandbox() == SandboxWasm }
+
+// The sandboxes [policy] sandbox chooses between.
+const (
+	SandboxWasm   = "wasm"
+	SandboxWorker = "worker"
+)
+
+// sandboxChoice is SetSandbox's, the default until it is called.
+var sandboxChoice atomic.Value
+
+// SetSandbox chooses where this process runs handlers ([policy] sandbox):
+// SandboxWasm or SandboxWorker. A process has one choice, as it has one
+// compiled interpreter; KEEP_SANDBOX, when set, wins over it.
+func SetSandbox(mode string) error {
+	if mode != SandboxWasm && mode != SandboxWorker {
+		return fmt.Errorf("sandbox %q: want %q or %q", mode, SandboxWasm, SandboxWorker)
+	}
+	sandboxChoice.Store(mode)
+	return nil
+}
+
+// sandbox is where handlers run: KEEP_SANDBOX if set ("in-process" too;
+// any other value than those three is the worker, the most isolated), else
+// SetSandbox's choice, else wasm.
+func sandbox() string {
+	switch v := os.Getenv(isolationEnv); v {
+	case SandboxWasm, SandboxWorker, "in-process":
+		return v
+	case "":
+	default:
+		return SandboxWorker
+	}
+	if v, ok := sandboxChoice.Load().(string); ok && v != "" {
+		return v
+	}
+	return SandboxWasm
+}
 
 // wasmEngines are the compiled interpreter, one per memory limit (wazero
 // bounds linear memory per runtime); the machine code is shared.
@@ -78,12 +114,18 @@ func (p *Program) takeWasmVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
 	if v != nil {
 		return v, nil
 	}
+	return p.newWasmVM(rt, lim, forHandlers)
+}
+
+// newWasmVM is a new instance with the prelude (locked down for handlers)
+// and p loaded.
+func (p *Program) newWasmVM(rt *Runtime, lim Limits, use vmUse) (*sandboxVM, error) {
 	e, err := wasmEngine(lim.MemoryLimit)
 	if err != nil {
 		return nil, err
 	}
 	rt.vmsCreated.Add(1)
-	v = &sandboxVM{limit: lim.MemoryLimit, rt: rt}
+	v := &sandboxVM{limit: lim.MemoryLimit, rt: rt}
 	heap := lim.MemoryLimit
 	if heap <= 0 {
 		heap = 64 << 20
@@ -102,9 +144,11 @@ func (p *Program) takeWasmVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
 		v.close()
 		return nil, kt.Errorf(kt.ClassInternal, "load keep prelude: %v", err)
 	}
-	if _, err := in.Apply(context.Background(), "__keep_lockdown", json.RawMessage(`[]`), setup); err != nil {
-		v.close()
-		return nil, kt.Errorf(kt.ClassInternal, "lock the sandbox down: %v", err)
+	if use == forHandlers {
+		if _, err := in.Apply(context.Background(), "__keep_lockdown", json.RawMessage(`[]`), setup); err != nil {
+			v.close()
+			return nil, kt.Errorf(kt.ClassInternal, "lock the sandbox down: %v", err)
+		}
 	}
 	wrapped, err := wrapScript(p.Source)
 	if err != nil {
@@ -124,6 +168,31 @@ func (p *Program) takeWasmVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
 	}
 	v.prog = p
 	return v, nil
+}
+
+// describeWasm reads p's declaration in an instance of its own, closed
+// after: Declare without a worker.
+func (p *Program) describeWasm() (Declaration, error) {
+	var d Declaration
+	v, err := p.newWasmVM(std, Limits{MemoryLimit: 64 << 20, Timeout: std.loadDeadline}, forDeclaration)
+	if err != nil {
+		return d, err
+	}
+	defer v.close()
+	v.entering = true
+	r, err := v.wasm.Apply(context.Background(), "__keep_describe", json.RawMessage(`[]`), std.loadDeadline)
+	v.entering = false
+	if err != nil {
+		return d, p.scriptError("while loading the script", wasmError(err), &vmState{})
+	}
+	var s string
+	if err := json.Unmarshal(r, &s); err != nil {
+		return d, fmt.Errorf("read the workflow declaration: %w", err)
+	}
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return d, fmt.Errorf("read the workflow declaration: %w", err)
+	}
+	return d, nil
 }
 
 // wasmHost answers the prelude's host functions: name is the function,
@@ -172,6 +241,9 @@ func wasmError(err error) error {
 	return &quickjs.Error{Name: name, Message: msg, Stack: stack}
 }
 
+// errWasmOOM marks an instance that ran out of memory as not to be reused.
+var errWasmOOM = errors.New("out of memory")
+
 // invokeWasm is invokeHere in a WebAssembly instance: the same prelude, the
 // same entry point and host functions, the time limit enforced by wazero
 // from outside instead of QuickJS's interrupt.
@@ -179,9 +251,20 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	if inv.Tools == nil {
 		inv.Tools = map[string][]string{}
 	}
-	v, err := p.takeWasmVM(inv.runtime(), inv.Limits)
+	rt := inv.runtime()
+	if rt.stopping.Load() {
+		return Outcome{}, ErrStopping
+	}
+	v, err := p.takeWasmVM(rt, inv.Limits)
 	if err != nil {
 		return Outcome{}, err
+	}
+	// Runtime.Stop stops the call under way (keep is stopping): a handler
+	// in a native loop must not hold a shutdown for its time limit.
+	rt.busyWasm.Store(v.wasm, struct{}{})
+	defer rt.busyWasm.Delete(v.wasm)
+	if rt.stopping.Load() {
+		v.wasm.Stop() // Stop ranged over busyWasm before the Store
 	}
 	st := v.start(inv)
 	timeout := inv.Timeout
@@ -197,7 +280,7 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	v.entering = false
 	// Drain the jobs, also after the handler settled (invokeHere says why).
 	for callErr == nil && st.abortErr == nil {
-		n, jerr := v.wasm.Jobs(ctx, time.Until(deadline))
+		n, jerr := v.wasm.Jobs(ctx, time.Until(deadline), drainJobsCap)
 		var te *wasmjs.TimeoutError
 		if jerr != nil && (errors.As(jerr, &te) || !st.settled) {
 			callErr = jerr
@@ -205,9 +288,26 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 		if jerr != nil || n == 0 {
 			break
 		}
+		if n >= drainJobsCap && inv.Timeout <= 0 {
+			// Without a time limit nothing else would end an endless
+			// chain (invokeHere says the same).
+			callErr = errEndlessJobs
+			break
+		}
 	}
 	var te *wasmjs.TimeoutError
 	timedOut := errors.As(callErr, &te)
+	if v.wasm.OutOfMemory() {
+		// The heap's limit refused an allocation: the run fails as out of
+		// memory whatever the script caught, as a worker's memory watch
+		// makes it (issue 10 #11); the instance is not reused.
+		v.finish(st, errWasmOOM, false)
+		return Outcome{}, kt.Errorf(kt.ClassLogic, "%s %s: %s: the script ran out of memory: it reached its memory limit of %s ([policy] memory_limit), and catching the error does not undo that", inv.Kind, inv.Name, inv.Phase, sizeText(inv.MemoryLimit))
+	}
+	if timedOut && rt.stopping.Load() {
+		v.finish(st, callErr, false)
+		return Outcome{}, ErrStopping
+	}
 	v.finish(st, callErr, timedOut)
 	if callErr != nil {
 		callErr = wasmError(callErr)

@@ -41,8 +41,9 @@ import (
 const (
 	// workerEnv marks a process started as a sandbox worker.
 	workerEnv = "KEEP_SANDBOX_WORKER"
-	// isolationEnv set to "in-process" runs handlers in keep's own process
-	// (for debugging and for measuring what the isolation costs).
+	// isolationEnv chooses where handlers run, over [policy] sandbox
+	// (SetSandbox): "wasm", "worker", or "in-process" (keep's own process,
+	// not isolated: for debugging and for measuring what isolation costs).
 	isolationEnv = "KEEP_SANDBOX"
 	// killGrace is how long past its time limit an invocation may take to
 	// report the limit itself (an interrupted JavaScript loop does) before
@@ -77,9 +78,9 @@ func tuneWorker() {
 	}
 }
 
-// InProcess reports whether handlers run in keep's own process
-// (KEEP_SANDBOX=in-process) instead of sandbox workers.
-func InProcess() bool { return os.Getenv(isolationEnv) == "in-process" }
+// InProcess reports whether handlers run in modernc's QuickJS in keep's own
+// process, not isolated (KEEP_SANDBOX=in-process).
+func InProcess() bool { return sandbox() == "in-process" }
 
 // frame is every message between the host and a worker.
 type frame struct {

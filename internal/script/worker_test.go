@@ -219,3 +219,10 @@ func TestWorkersDoNotInheritKeepsEnvironment(t *testing.T) {
 		t.Fatalf("worker environment: %q", env)
 	}
 }
+
+// workersOnly runs t on sandbox workers, whatever the default: it tests
+// what the worker protocol does (round trips, answers ahead, kills).
+func workersOnly(t *testing.T) { t.Setenv(isolationEnv, SandboxWorker) }
+
+// inWorkers tells whether invocations run in sandbox workers here.
+func inWorkers() bool { return sandbox() == SandboxWorker }

@@ -93,17 +93,22 @@ func BenchmarkWasmHandlerCallRestored(b *testing.B) {
 // reads, no host call, no allocation.
 const loopScript = `function loop() { let s = 0; const o = { a: 1 }; for (let i = 0; i < 300000; i++) { s += i * o.a } return s }`
 
-// BenchmarkLoopWasm runs loopScript in an instance as keep runs it: with
-// wazero's check at every loop back-edge, which stops a runaway loop from
-// outside. BenchmarkLoopWasmUnpreempted leaves the check out, to show what
-// it costs; BenchmarkLoopModernc runs the same in modernc.org/quickjs
-// (what the sandbox workers run), CPU per loop in each.
-func BenchmarkLoopWasm(b *testing.B) { benchLoop(b, true) }
+// BenchmarkLoopWasm runs loopScript in an instance as keep runs it: the
+// instrumented module, which tests keep_stop at every loop header and
+// recursive function's entry. BenchmarkLoopWasmWazeroCheck runs the module
+// as built under wazero's WithCloseOnContextDone (an exit to Go at every
+// back-edge: issue 43's first version), BenchmarkLoopWasmUnchecked with no
+// check at all, to show what each costs; BenchmarkLoopModernc runs the same
+// in modernc.org/quickjs (what the sandbox workers run), CPU per loop in
+// each.
+func BenchmarkLoopWasm(b *testing.B) { benchLoop(b, stopInline) }
 
-func BenchmarkLoopWasmUnpreempted(b *testing.B) { benchLoop(b, false) }
+func BenchmarkLoopWasmWazeroCheck(b *testing.B) { benchLoop(b, stopByWazero) }
 
-func benchLoop(b *testing.B, preempt bool) {
-	e, err := newEngine(context.Background(), 64<<20, preempt)
+func BenchmarkLoopWasmUnchecked(b *testing.B) { benchLoop(b, stopNever) }
+
+func benchLoop(b *testing.B, stop stopBy) {
+	e, err := newEngine(context.Background(), 64<<20, stop)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,11 +9,14 @@
 //   - The linear memory is bounded (Engine's memory limit, in 64 KiB pages):
 //     a script that allocates until it can no more fails its call, whatever
 //     it catches, and keep's heap is not touched.
-//   - A call runs under a context with the time limit; wazero checks the
-//     context at every function entry and loop back-edge of the compiled
-//     interpreter, so a loop inside a built-in (a regex, a sort's comparator,
-//     a plain while(true)) is stopped from outside without the script's
-//     cooperation. The instance is closed then: the next call needs a new one.
+//   - A call runs under a time limit enforced from outside: the module keep
+//     compiles is quickjs.wasm instrumented (instrument.go) with a test of a
+//     global, keep_stop, at every loop header and at the entry of every
+//     function that can recurse; keep sets it at the deadline and the
+//     module traps at its next check. So a loop inside a built-in (a regex,
+//     a sort's comparator, a plain while(true)) is stopped without the
+//     script's cooperation. The instance is closed then: the next call
+//     needs a new one.
 //   - The only way out is the import keep.host, answered by the HostFunc the
 //     instance was made with.
 //
@@ -28,6 +31,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -59,27 +64,69 @@ type Engine struct {
 	rt          wazero.Runtime
 	compiled    wazero.CompiledModule
 	memoryLimit int64
+	stop        stopBy
 }
 
 // cache holds the machine code wazero compiled quickjs.wasm to, shared by
-// every Engine of the process: a second Engine (another memory limit) does
-// not compile again.
+// every Engine of the process (a second memory limit does not compile
+// again) and kept in the user's cache directory (keep/wasm, 0700) for the
+// processes after this one: compiling takes seconds of CPU, reading it back
+// milliseconds. wazero names its entries by its version, the platform and
+// the module's hash, writes them whole (a temporary file renamed), and
+// checks them when it reads them. Without a cache directory, the cache is
+// the process's alone.
 var (
-	cacheOnce sync.Once
-	cache     wazero.CompilationCache
+	cacheMu sync.Mutex
+	cache   wazero.CompilationCache
 )
+
+func compilationCache() wazero.CompilationCache {
+	cacheMu.Lock()
+	defer cacheMu.Unlock()
+	if cache != nil {
+		return cache
+	}
+	cache = wazero.NewCompilationCache()
+	if dir, err := os.UserCacheDir(); err == nil {
+		dir = filepath.Join(dir, "keep", "wasm")
+		if os.MkdirAll(dir, 0o700) == nil {
+			if c, err := wazero.NewCompilationCacheWithDir(dir); err == nil {
+				cache = c
+			}
+		}
+	}
+	return cache
+}
+
+// instrumented is quickjsWasm with the stop checks (instrument.go), made
+// once per process (tens of milliseconds).
+var instrumented = sync.OnceValues(func() ([]byte, error) { return instrument(quickjsWasm) })
 
 // NewEngine compiles the interpreter for instances whose linear memory is at
 // most memoryLimit bytes (rounded down to whole pages; at least 4 MiB).
 func NewEngine(ctx context.Context, memoryLimit int64) (*Engine, error) {
-	return newEngine(ctx, memoryLimit, true)
+	return newEngine(ctx, memoryLimit, stopInline)
 }
 
-// newEngine is NewEngine; preempt false leaves out wazero's check at every
-// loop back-edge (WithCloseOnContextDone), and with it the time limit of a
-// loop the interpreter does not poll in: only for measuring what the check
-// costs (BenchmarkLoop*), never for running scripts.
-func newEngine(ctx context.Context, memoryLimit int64, preempt bool) (*Engine, error) {
+// stopBy is how a call is stopped at its time limit.
+type stopBy int
+
+const (
+	// stopInline: the instrumented module's own checks of keep_stop,
+	// which keep sets at the deadline (what keep runs).
+	stopInline stopBy = iota
+	// stopByWazero: the module as clang built it, under wazero's
+	// WithCloseOnContextDone, which leaves the compiled code at every
+	// function entry and loop back-edge to look at the context (what
+	// issue 43's first version ran: 6x slower JavaScript).
+	stopByWazero
+	// stopNever: the module as built, nothing stops a loop the
+	// interpreter does not poll in. Only to measure what a check costs
+	// and to show that the instrumentation is what stops such a loop.
+	stopNever
+)
+
+func newEngine(ctx context.Context, memoryLimit int64, stop stopBy) (*Engine, error) {
 	if memoryLimit < 4<<20 {
 		return nil, fmt.Errorf("wasmjs: a memory limit of %d bytes is too small for the interpreter: give at least 4 MiB", memoryLimit)
 	}
@@ -87,11 +134,17 @@ func newEngine(ctx context.Context, memoryLimit int64, preempt bool) (*Engine, e
 	if pages > 65536 {
 		pages = 65536
 	}
-	cacheOnce.Do(func() { cache = wazero.NewCompilationCache() })
+	code := quickjsWasm
+	if stop == stopInline {
+		var err error
+		if code, err = instrumented(); err != nil {
+			return nil, err
+		}
+	}
 	cfg := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(preempt).
+		WithCloseOnContextDone(stop == stopByWazero).
 		WithMemoryLimitPages(uint32(pages)).
-		WithCompilationCache(cache)
+		WithCompilationCache(compilationCache())
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		rt.Close(ctx)
@@ -109,12 +162,12 @@ func newEngine(ctx context.Context, memoryLimit int64, preempt bool) (*Engine, e
 		rt.Close(ctx)
 		return nil, fmt.Errorf("wasmjs: host module: %w", err)
 	}
-	compiled, err := rt.CompileModule(ctx, quickjsWasm)
+	compiled, err := rt.CompileModule(ctx, code)
 	if err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("wasmjs: compiling quickjs.wasm: %w", err)
 	}
-	return &Engine{rt: rt, compiled: compiled, memoryLimit: pages * pageSize}, nil
+	return &Engine{rt: rt, compiled: compiled, memoryLimit: pages * pageSize, stop: stop}, nil
 }
 
 // Close ends the engine and every instance made from it.
@@ -126,10 +179,20 @@ type Instance struct {
 	mod                                 api.Module
 	alloc, free, eval, call, outP, outL api.Function
 	host                                HostFunc
-	apply, jobs                         api.Function
+	apply, jobs, oom                    api.Function
 	pending                             []byte // the host's answer, until host_take
 	interrupt                           bool   // Interrupt was called: QuickJS stops the script
 	dead                                error  // why the instance was closed
+
+	// stop is the module's keep_stop (nil for an engine not stopInline).
+	// stopMu orders its writes: the deadline's timer sets it while the
+	// module runs on the caller's goroutine; the caller clears it, if the
+	// timer fired after the call's last check, once the call returned.
+	stop    api.MutableGlobal
+	stopMu  sync.Mutex
+	armed   bool // a call is running under its time limit
+	stopped bool // the time limit set keep_stop during the current call
+	halted  bool // Stop was called: every call stops at once
 }
 
 // ErrClosed is wrapped by every call on an instance a former call ended
@@ -173,7 +236,15 @@ func (e *Engine) NewInstanceWithHeap(ctx context.Context, host HostFunc, heap in
 		alloc: mod.ExportedFunction("keep_alloc"), free: mod.ExportedFunction("keep_free"),
 		eval: mod.ExportedFunction("keep_eval"), call: mod.ExportedFunction("keep_call"),
 		outP: mod.ExportedFunction("keep_out_ptr"), outL: mod.ExportedFunction("keep_out_len"),
-		apply: mod.ExportedFunction("keep_apply"), jobs: mod.ExportedFunction("keep_jobs")}
+		apply: mod.ExportedFunction("keep_apply"), jobs: mod.ExportedFunction("keep_jobs"), oom: mod.ExportedFunction("keep_oom")}
+	if e.stop == stopInline {
+		g, ok := mod.ExportedGlobal(stopExport).(api.MutableGlobal)
+		if !ok {
+			mod.Close(ctx)
+			return nil, errors.New("wasmjs: the instrumented module exports no mutable " + stopExport)
+		}
+		in.stop = g
+	}
 	r, err := mod.ExportedFunction("keep_init").Call(ctx, uint64(heap), stackLimit)
 	if err != nil {
 		mod.Close(ctx)
@@ -220,6 +291,17 @@ func (in *Instance) Restore(snap []byte) error {
 	return nil
 }
 
+// OutOfMemory tells whether QuickJS refused an allocation at the heap's
+// limit since the last time it was asked, whatever the script caught: the
+// caller fails the invocation as out of memory (issue 10 #11).
+func (in *Instance) OutOfMemory() bool {
+	if in.dead != nil || in.oom == nil {
+		return false
+	}
+	r, err := in.oom.Call(context.Background())
+	return err == nil && r[0] != 0
+}
+
 // MemorySize is the instance's linear memory now, in bytes.
 func (in *Instance) MemorySize() uint32 { return in.mod.Memory().Size() }
 
@@ -252,15 +334,16 @@ func (in *Instance) Apply(ctx context.Context, name string, args json.RawMessage
 	return json.RawMessage(out), nil
 }
 
-// Jobs runs the pending promise jobs until none is left, and returns how
-// many ran; a job that threw ends it with a ScriptError.
-func (in *Instance) Jobs(ctx context.Context, timeout time.Duration) (int, error) {
+// Jobs runs the pending promise jobs until none is left or max of them ran
+// (0: no cap), and returns how many ran; a job that threw ends it with a
+// ScriptError.
+func (in *Instance) Jobs(ctx context.Context, timeout time.Duration, max int) (int, error) {
 	if in.dead != nil {
 		return 0, fmt.Errorf("%w: %w", ErrClosed, in.dead)
 	}
-	cctx, cancel := context.WithTimeout(context.WithValue(ctx, instanceKey{}, in), timeout)
-	defer cancel()
-	r, err := in.jobs.Call(cctx)
+	cctx, disarm := in.arm(ctx, timeout)
+	defer disarm()
+	r, err := in.jobs.Call(cctx, uint64(max))
 	if err != nil {
 		return 0, in.fail(cctx, err, timeout)
 	}
@@ -285,14 +368,88 @@ func (in *Instance) ClearInterrupt() { in.interrupt = false }
 
 type instanceKey struct{}
 
+// arm starts a call's time limit: the context to call the module with, and
+// a function to call once the call returned.
+//
+// For the instrumented module, the limit is a timer that sets keep_stop
+// from its own goroutine while the module runs on the caller's. Why that
+// is sound: the module's check is a plain load of the global from the
+// module's context in memory, which wazero's compiled code does again at
+// every check (a global.get at a loop header or a function entry starts a
+// block with more than one predecessor or the function, where wazero's
+// frontend has no value of the global to reuse, and its SSA passes move no
+// load); the Go memory model does not cover the module's machine code, so
+// what makes the store seen is the hardware's cache coherence, which makes
+// every store visible to later loads of the same address (amd64 and arm64
+// alike) within a bounded time. The store cannot be torn into something
+// the check misses: the check tests for non-zero and 1 is written over 0.
+// The Go side is race-free: every write of keep_stop is under stopMu, and
+// the caller clears a flag set after the module's last check (the call
+// ended just at its limit) before the next call.
+func (in *Instance) arm(ctx context.Context, timeout time.Duration) (context.Context, func()) {
+	cctx, cancel := context.WithTimeout(context.WithValue(ctx, instanceKey{}, in), timeout)
+	if in.stop == nil {
+		return cctx, cancel
+	}
+	in.stopMu.Lock()
+	in.armed = true
+	if in.halted {
+		in.stop.Set(1) // Stop came before the call: it stops at once
+		in.stopped = true
+	}
+	in.stopMu.Unlock()
+	stopTimer := context.AfterFunc(cctx, in.expire)
+	return cctx, func() {
+		stopTimer()
+		in.stopMu.Lock()
+		in.armed = false
+		if in.stopped && in.dead == nil {
+			in.stop.Set(0)
+		}
+		in.stopped = false
+		in.stopMu.Unlock()
+		cancel()
+	}
+}
+
+// Stop stops the call under way, from another goroutine, at its next
+// check, as its time limit would (keep is stopping); the instance is
+// closed. Between calls it does nothing.
+func (in *Instance) Stop() {
+	if in.stop == nil {
+		return
+	}
+	in.stopMu.Lock()
+	in.halted = true
+	in.stopMu.Unlock()
+	in.expire()
+}
+
+// expire sets keep_stop if a call is running: its time limit struck.
+func (in *Instance) expire() {
+	in.stopMu.Lock()
+	defer in.stopMu.Unlock()
+	if in.armed {
+		in.stop.Set(1)
+		in.stopped = true
+	}
+}
+
+// stoppedByLimit tells whether keep_stop was set during the current call.
+func (in *Instance) stoppedByLimit() bool {
+	in.stopMu.Lock()
+	defer in.stopMu.Unlock()
+	return in.stopped
+}
+
 // run copies a and b into the instance, calls f(a, len, b, len) under the
 // time limit and returns what the instance put out.
 func (in *Instance) run(ctx context.Context, timeout time.Duration, f api.Function, a, b []byte) ([]byte, error) {
 	if in.dead != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, in.dead)
 	}
-	cctx, cancel := context.WithTimeout(context.WithValue(ctx, instanceKey{}, in), timeout)
-	defer cancel()
+	cctx, disarm := in.arm(ctx, timeout)
+	defer disarm()
 	pa, err := in.put(cctx, a)
 	if err != nil {
 		return nil, in.fail(cctx, err, timeout)
@@ -364,7 +521,9 @@ func (in *Instance) fail(ctx context.Context, err error, timeout time.Duration) 
 		return err
 	}
 	var exit *sys.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded {
+	if in.stoppedByLimit() {
+		err = &TimeoutError{Limit: timeout}
+	} else if errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded {
 		err = &TimeoutError{Limit: timeout}
 	} else if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = &TimeoutError{Limit: timeout}

@@ -1,6 +1,7 @@
 package wasmjs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetratelabs/wazero/api"
 )
 
 // engines are compiled once per memory limit for the package's tests:
@@ -225,5 +228,106 @@ function count(grow) { if (grow) for (let i = 0; i < 200; i++) hoard.push("z".re
 	out, err := in.Call(context.Background(), "handler", json.RawMessage(`{"n":1}`), 10*time.Second)
 	if err != nil || string(out) != `{"n":2,"content":"hello"}` {
 		t.Fatalf("after restores: %s, %v", out, err)
+	}
+}
+
+// TestTheTimeLimitIsTheInstrumentations: the stop comes from the checks
+// instrument puts in the module, not from the interpreter's cooperation.
+// The time limit is made to strike (deterministically: from the host, as
+// the timer would) just before a native loop QuickJS polls nothing in; the
+// module NewEngine compiles stops at its next check, while the module as
+// clang built it, run the same way, goes through the loop to its end.
+// Without the pass in NewEngine, this test fails (the call returns -1),
+// and TestALoopIsStoppedAtTheTimeLimit hangs until go test's timeout.
+func TestTheTimeLimitIsTheInstrumentations(t *testing.T) {
+	const src = `function f() { __keep_host("expire", "null"); return Array.prototype.indexOf.call({ length: 2e6 }, 1) }`
+	for _, c := range []struct {
+		name string
+		e    func() *Engine
+		want string
+	}{
+		{"instrumented", func() *Engine { return engine(t, 64<<20) }, "time limit"},
+		{"as built", func() *Engine {
+			e, err := newEngine(context.Background(), 64<<20, stopNever)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close(context.Background()) })
+			return e
+		}, "-1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var in *Instance
+			in, err := c.e().NewInstance(context.Background(), func(string, json.RawMessage) (json.RawMessage, error) {
+				if in.stop != nil {
+					in.expire()
+				}
+				return nil, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close(context.Background())
+			if err := in.Eval(context.Background(), "wf.js", src, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			out, err := in.Call(context.Background(), "f", json.RawMessage(`null`), time.Hour)
+			got := string(out)
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.Contains(got, c.want) {
+				t.Fatalf("got %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestEveryLoopOfTheModuleIsChecked: the module NewEngine compiles has the
+// check at the head of each of quickjs.wasm's loops and at the entry of
+// each function on a cycle of its call graph, and exports keep_stop.
+func TestEveryLoopOfTheModuleIsChecked(t *testing.T) {
+	orig, err := decodeModule(quickjsWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := instrumented()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeModule(code)
+	if err != nil {
+		t.Fatalf("the instrumented module does not decode: %v", err)
+	}
+	stop := orig.importGlobals + orig.globals
+	check := append(append([]byte{0x23}, uleb(uint64(stop))...), 0x04, 0x40, 0x00, 0x0b)
+	rec := orig.recursive()
+	loops, entries := 0, 0
+	for i, bd := range m.bodies {
+		if len(bd.loops) != len(orig.bodies[i].loops) {
+			t.Fatalf("function %d has %d loops, %d before", i, len(bd.loops), len(orig.bodies[i].loops))
+		}
+		for _, at := range bd.loops {
+			if !bytes.HasPrefix(bd.raw[at:], check) {
+				t.Fatalf("function %d: the loop at %d has no check", i, at)
+			}
+			loops++
+		}
+		if rec[i] {
+			if !bytes.HasPrefix(bd.raw[bd.codeStart:], check) {
+				t.Fatalf("function %d is recursive and has no check at its entry", i)
+			}
+			entries++
+		}
+	}
+	if !m.exportsStop {
+		t.Fatal("the instrumented module does not export " + stopExport)
+	}
+	if loops < 1000 || entries < 100 {
+		t.Fatalf("%d loops and %d recursive functions: not QuickJS", loops, entries)
+	}
+	in := instance(t, 64<<20, nil, `function f() { return 1 }`)
+	if g, ok := in.mod.ExportedGlobal(stopExport).(api.MutableGlobal); !ok || g.Get() != 0 {
+		t.Fatalf("keep_stop is not an exported mutable global at 0: %v", in.mod.ExportedGlobal(stopExport))
 	}
 }

@@ -129,13 +129,89 @@ EXPORT("keep_free") void keep_free(void *p) { free(p); }
 EXPORT("keep_out_ptr") char *keep_out_ptr(void) { return out; }
 EXPORT("keep_out_len") uint32_t keep_out_len(void) { return out_len; }
 
+/* QuickJS's own allocator (js_def_* in quickjs.c, which it does not
+   export), but for oom: set when the heap's limit (or malloc) refused an
+   allocation, so that keep fails the invocation as out of memory whatever
+   the script caught (issue 10 #11), as a worker's memory watch does.
+   keep_oom reads and clears it. */
+#define KEEP_MALLOC_OVERHEAD 8 /* quickjs.c's MALLOC_OVERHEAD */
+static int oom;
+
+static void *keep_js_malloc(JSMallocState *s, size_t size)
+{
+    void *p;
+    if (s->malloc_size + size > s->malloc_limit) {
+        oom = 1;
+        return NULL;
+    }
+    p = malloc(size);
+    if (!p) {
+        oom = 1;
+        return NULL;
+    }
+    s->malloc_count++;
+    s->malloc_size += malloc_usable_size(p) + KEEP_MALLOC_OVERHEAD;
+    return p;
+}
+
+static void keep_js_free(JSMallocState *s, void *p)
+{
+    if (!p)
+        return;
+    s->malloc_count--;
+    s->malloc_size -= malloc_usable_size(p) + KEEP_MALLOC_OVERHEAD;
+    free(p);
+}
+
+static void *keep_js_realloc(JSMallocState *s, void *p, size_t size)
+{
+    size_t old;
+    if (!p)
+        return size == 0 ? NULL : keep_js_malloc(s, size);
+    old = malloc_usable_size(p);
+    if (size == 0) {
+        s->malloc_count--;
+        s->malloc_size -= old + KEEP_MALLOC_OVERHEAD;
+        free(p);
+        return NULL;
+    }
+    if (s->malloc_size + size - old > s->malloc_limit) {
+        oom = 1;
+        return NULL;
+    }
+    p = realloc(p, size);
+    if (!p) {
+        oom = 1;
+        return NULL;
+    }
+    s->malloc_size += malloc_usable_size(p) - old;
+    return p;
+}
+
+static size_t keep_js_usable_size(const void *p)
+{
+    return malloc_usable_size((void *)p);
+}
+
+static const JSMallocFunctions keep_malloc_funcs = {
+    keep_js_malloc, keep_js_free, keep_js_realloc, keep_js_usable_size,
+};
+
+/* keep_oom: 1 if an allocation was refused since the last keep_oom. */
+EXPORT("keep_oom") int32_t keep_oom(void)
+{
+    int32_t r = oom;
+    oom = 0;
+    return r;
+}
+
 /* keep_init makes the runtime and its context. heap bounds QuickJS's own
    allocations (below the linear memory's bound, which holds whatever
    QuickJS misses); stack bounds the script's recursion. 0 on success. */
 EXPORT("keep_init") int32_t keep_init(uint32_t heap, uint32_t stack)
 {
     JSValue g;
-    rt = JS_NewRuntime();
+    rt = JS_NewRuntime2(&keep_malloc_funcs, NULL);
     if (!rt)
         return 1;
     if (heap)
@@ -227,14 +303,19 @@ EXPORT("keep_apply") int32_t keep_apply(const char *name, uint32_t name_len, con
     return call(name, name_len, args, args_len, 1, 0);
 }
 
-/* keep_jobs runs pending promise jobs until none is left: the number run,
-   or -1 - that number with the exception of the job that threw in out. */
-EXPORT("keep_jobs") int32_t keep_jobs(void)
+/* keep_jobs runs pending promise jobs until none is left, or max of them
+   (0: no cap; the host then asks again or ends an endless chain): the
+   number run, or -1 - that number with the exception of the job that threw
+   in out. */
+EXPORT("keep_jobs") int32_t keep_jobs(uint32_t max)
 {
     JSContext *c1;
     int32_t n = 0;
     for (;;) {
-        int r = JS_ExecutePendingJob(rt, &c1);
+        int r;
+        if (max && (uint32_t)n >= max)
+            return n;
+        r = JS_ExecutePendingJob(rt, &c1);
         if (r == 0)
             return n;
         if (r < 0) {
