@@ -49,3 +49,46 @@ func TestAWasmInstanceCarriesNothingToTheNextInvocation(t *testing.T) {
 		t.Fatalf("the next invocation saw %s, want %s", o.Value, want)
 	}
 }
+
+// TestAnIdleWasmInstanceHoldsLittleMemory (aw43's attack): linear memory
+// never shrinks, so an instance kept idle after an invocation that
+// allocated tens of MiB (and let them go) held them in keep's process for
+// as long as it stayed idle: 48 idle instances of workflows that each
+// once read a big answer held 48 × their memory limit. Such an instance is
+// now closed instead of kept; the next invocation makes a new one. Before
+// the fix it stayed idle at 32 MiB (checked).
+func TestAnIdleWasmInstanceHoldsLittleMemory(t *testing.T) {
+	t.Setenv(isolationEnv, "wasm")
+	p := compile(t, handlerScript(`
+      if (state?.big) { let a = []; for (let i = 0; i < 30; i++) a.push(new Uint8Array(1 << 20).fill(1)); a = null }
+      return { ok: true }`))
+	defer p.Release()
+	inv := func(arg string) {
+		t.Helper()
+		o, err := p.Invoke(Invocation{Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(arg)},
+			Tools: map[string][]string{"files": {"write"}}, Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil },
+			Limits: Limits{Timeout: time.Minute, MemoryLimit: 64 << 20}})
+		if err != nil || string(o.Value) != `{"ok":true}` {
+			t.Fatalf("%s: %s, %v", arg, o.Value, err)
+		}
+	}
+	idle := func() (n int, biggest uint32) {
+		Default().idleVMs.count(func(v *sandboxVM) bool {
+			if v.prog == p && v.wasm != nil {
+				n++
+				biggest = max(biggest, v.wasm.MemorySize())
+			}
+			return false
+		})
+		return
+	}
+	inv(`null`)
+	if n, size := idle(); n != 1 || size > wasmIdleMemory {
+		t.Fatalf("after a small invocation: %d idle instances, the biggest of %d bytes", n, size)
+	}
+	inv(`{"big":true}`)
+	if _, size := idle(); size > wasmIdleMemory {
+		t.Fatalf("an idle instance holds %d MiB of linear memory (at most %d MiB is kept)", size>>20, wasmIdleMemory>>20)
+	}
+	inv(`null`)
+}
