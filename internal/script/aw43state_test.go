@@ -92,3 +92,40 @@ func TestAnIdleWasmInstanceHoldsLittleMemory(t *testing.T) {
 	}
 	inv(`null`)
 }
+
+// TestAnIdleInstanceStopReachedIsNotReused (aw43's attack): Runtime.Stop
+// ranges over the instances whose calls are under way, and one of them
+// can end and go back to the idle pool while it does (the pool took it
+// back before the busy set let it go); Instance.Stop then marks an idle
+// instance, whose next call stops at once. After Resume, the workflow's
+// next invocation took it and failed "ran longer than its time limit"
+// without running (checked before the fix). Here the stale Stop is made
+// directly on the idle instance.
+func TestAnIdleInstanceStopReachedIsNotReused(t *testing.T) {
+	t.Setenv(isolationEnv, "wasm")
+	rt := NewRuntime()
+	defer rt.Close()
+	p := compile(t, handlerScript(`return { ok: true }`))
+	defer p.Release()
+	inv := func() (Outcome, error) {
+		return p.Invoke(Invocation{Runtime: rt, Kind: kt.HandlerProducer, Name: "p", Phase: "handler", Args: []json.RawMessage{json.RawMessage(`null`)},
+			Tools: map[string][]string{"files": {"write"}}, Host: func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil },
+			Limits: Limits{Timeout: time.Minute, MemoryLimit: 32 << 20}})
+	}
+	if _, err := inv(); err != nil {
+		t.Fatal(err)
+	}
+	n := rt.idleVMs.count(func(v *sandboxVM) bool {
+		if v.prog == p && v.wasm != nil {
+			v.wasm.Stop() // what a Stop ranging over the busy set does late
+			return true
+		}
+		return false
+	})
+	if n != 1 {
+		t.Fatalf("%d idle instances, want 1", n)
+	}
+	if o, err := inv(); err != nil || string(o.Value) != `{"ok":true}` {
+		t.Fatalf("the next invocation: %s, %v", o.Value, err)
+	}
+}
