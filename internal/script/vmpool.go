@@ -32,6 +32,14 @@ const (
 	// maxUses retires a VM after this many invocations, so that nothing
 	// that slipped past the garbage collector accumulates.
 	maxUses = 5000
+	// wasmIdleMemory bounds the linear memory of a wasm instance kept
+	// idle: linear memory never shrinks, so an instance that once grew
+	// (a big answer read, then let go) would hold that memory in keep's
+	// process while idle, up to maxIdleVMs × the memory limit. One that
+	// grew past this is closed at the end of its invocation instead (the
+	// next one makes a new instance, ≈ 2 ms of CPU); a new instance
+	// holds ≈ 1.25 MiB (docs/performance.md).
+	wasmIdleMemory = 8 << 20
 )
 
 // sandboxVM is one QuickJS VM with the prelude, locked down.
@@ -138,7 +146,7 @@ func (p *Program) takeVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
 // used one beyond maxIdleVMs.
 func (v *sandboxVM) giveBack() {
 	v.st, v.host = nil, nil
-	if v.uses >= maxUses {
+	if v.uses >= maxUses || (v.wasm != nil && v.wasm.MemorySize() > wasmIdleMemory) {
 		v.close()
 		return
 	}

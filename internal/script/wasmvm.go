@@ -110,9 +110,18 @@ const wasmHostShim = `(() => {
 // never runs two script versions.
 func (p *Program) takeWasmVM(rt *Runtime, lim Limits) (*sandboxVM, error) {
 	p.ranOn(rt)
-	v, _ := rt.idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil && v.limit == lim.MemoryLimit })
-	if v != nil {
-		return v, nil
+	for {
+		v, _ := rt.idleVMs.take(func(v *sandboxVM) bool { return v.prog == p && v.wasm != nil && v.limit == lim.MemoryLimit })
+		if v == nil {
+			break
+		}
+		if !v.wasm.Halted() {
+			return v, nil
+		}
+		// Runtime.Stop reached it as its call ended (it ranges over the
+		// busy ones): its next call would stop at once.
+		rt.vmsDiscarded.Add(1)
+		v.close()
 	}
 	return p.newWasmVM(rt, lim, forHandlers)
 }
@@ -261,8 +270,10 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 	}
 	// Runtime.Stop stops the call under way (keep is stopping): a handler
 	// in a native loop must not hold a shutdown for its time limit.
+	// It leaves the busy set before finish can give it back to the idle
+	// pool: once idle, another invocation may take it and be in the set
+	// under the same key.
 	rt.busyWasm.Store(v.wasm, struct{}{})
-	defer rt.busyWasm.Delete(v.wasm)
 	if rt.stopping.Load() {
 		v.wasm.Stop() // Stop ranged over busyWasm before the Store
 	}
@@ -295,6 +306,7 @@ func (p *Program) invokeWasm(inv Invocation) (Outcome, error) {
 			break
 		}
 	}
+	rt.busyWasm.Delete(v.wasm)
 	var te *wasmjs.TimeoutError
 	timedOut := errors.As(callErr, &te)
 	if v.wasm.OutOfMemory() {

@@ -12,6 +12,21 @@ import (
 // check.
 const stopExport = "keep_stop"
 
+// The import every check calls once in yieldEvery passes: a call out to
+// Go. Go cannot preempt a goroutine inside wazero's machine code (its
+// signal finds no Go function there), so a native loop that calls no
+// import would hold its thread: with one P the timer that sets keep_stop
+// never runs, and with many a garbage collection's stop-the-world waits
+// for the loop while the timer waits for the collection, and keep's whole
+// process stands still. In Go, at the import, the goroutine can be
+// preempted. keep.interrupted is QuickJS's interrupt handler already (a
+// call that reads a flag); its answer is dropped here.
+const (
+	yieldModule = "keep"
+	yieldImport = "interrupted"
+	yieldEvery  = 1 << 14
+)
+
 // instrument returns module with a stop check — `global.get $keep_stop;
 // if; unreachable; end` — at the head of every loop body (where each
 // iteration, and so each back-edge, passes) and at the entry of every
@@ -72,13 +87,14 @@ type module struct {
 	addressTaken  map[uint32]bool
 	bodies        []body
 	exportsStop   bool // instrumented already
+	yieldFunc     int  // the function index of the import keep.interrupted, -1 if none
 }
 
 func decodeModule(b []byte) (*module, error) {
 	if len(b) < 8 || !bytes.Equal(b[:8], []byte("\x00asm\x01\x00\x00\x00")) {
 		return nil, errors.New("not a WebAssembly 1.0 module")
 	}
-	m := &module{addressTaken: map[uint32]bool{}}
+	m := &module{addressTaken: map[uint32]bool{}, yieldFunc: -1}
 	r := &reader{b: b, off: 8}
 	for r.off < len(b) {
 		id := r.byte()
@@ -117,10 +133,12 @@ func (m *module) decodeSection(s section) error {
 		}
 	case 2:
 		for i, n := 0, r.u32(); i < int(n) && r.err == nil; i++ {
-			r.name()
-			r.name()
+			mod, name := r.name(), r.name()
 			switch kind := r.byte(); kind {
 			case 0:
+				if mod == yieldModule && name == yieldImport {
+					m.yieldFunc = m.importFuncs
+				}
 				m.funcTypes = append(m.funcTypes, r.u32())
 				m.importFuncs++
 			case 1:
@@ -440,10 +458,15 @@ func (m *module) instrument() ([]byte, error) {
 	if m.exportsStop {
 		return nil, errors.New("the module already exports " + stopExport)
 	}
+	check, err := m.check()
+	if err != nil {
+		return nil, err
+	}
 	stop := uint32(m.importGlobals + m.globals)
-	check := append(append([]byte{0x23}, uleb(uint64(stop))...), 0x04, 0x40, 0x00, 0x0b)
 	rec := m.recursive()
 	global := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = i32.const 0
+	global = append(global, 0x7f, 0x01, 0x41)      // and $tick, mut i32 = yieldEvery
+	global = append(appendSleb(global, yieldEvery), 0x0b)
 	export := append(append(uleb(uint64(len(stopExport))), stopExport...), append([]byte{0x03}, uleb(uint64(stop))...)...)
 	out := []byte("\x00asm\x01\x00\x00\x00")
 	put := func(id byte, b []byte) {
@@ -456,11 +479,11 @@ func (m *module) instrument() ([]byte, error) {
 		switch s.id {
 		case 6:
 			sawGlobals = true
-			put(6, appendEntry(s.body, global))
+			put(6, appendEntries(s.body, 2, global))
 			continue
 		case 7:
 			if !sawGlobals {
-				put(6, appendEntry([]byte{0}, global))
+				put(6, appendEntries([]byte{0}, 2, global))
 				sawGlobals = true
 			}
 			sawExports = true
@@ -493,7 +516,7 @@ func (m *module) instrument() ([]byte, error) {
 			// start, elements, data count, code and data: a new one goes
 			// before the first of those.
 			if !sawGlobals {
-				put(6, appendEntry([]byte{0}, global))
+				put(6, appendEntries([]byte{0}, 2, global))
 				sawGlobals = true
 			}
 			put(7, appendEntry([]byte{0}, export))
@@ -507,16 +530,59 @@ func (m *module) instrument() ([]byte, error) {
 	return out, nil
 }
 
+// check is the code inserted at each loop head and recursive function's
+// entry: every yieldEvery passes, a call out to Go (the import
+// keep.interrupted, its answer dropped), then the test of keep_stop:
+//
+//	global.get $tick; i32.eqz; if; i32.const yieldEvery; global.set $tick; call $yield; drop; end
+//	global.get $tick; i32.const 1; i32.sub; global.set $tick
+//	global.get $keep_stop; if; unreachable; end
+//
+// $keep_stop and $tick are the two globals the pass appends, in that order.
+func (m *module) check() ([]byte, error) {
+	if m.yieldFunc < 0 || m.types[m.funcTypes[m.yieldFunc]] != (funcType{results: "\x7f"}) {
+		return nil, errors.New("the module does not import " + yieldModule + "." + yieldImport + " as a function () -> i32")
+	}
+	stop := uint32(m.importGlobals + m.globals)
+	tick := stop + 1
+	var check []byte
+	check = append(append(check, 0x23), uleb(uint64(tick))...)
+	check = appendSleb(append(check, 0x45, 0x04, 0x40, 0x41), yieldEvery)
+	check = append(append(check, 0x24), uleb(uint64(tick))...)
+	check = append(append(check, 0x10), uleb(uint64(m.yieldFunc))...)
+	check = append(check, 0x1a, 0x0b)
+	check = append(append(check, 0x23), uleb(uint64(tick))...)
+	check = append(check, 0x41, 0x01, 0x6b)
+	check = append(append(check, 0x24), uleb(uint64(tick))...)
+	check = append(append(check, 0x23), uleb(uint64(stop))...)
+	return append(check, 0x04, 0x40, 0x00, 0x0b), nil
+}
+
 // appendEntry adds one entry to a section that is a vector.
-func appendEntry(vec, entry []byte) []byte {
+func appendEntry(vec, entry []byte) []byte { return appendEntries(vec, 1, entry) }
+
+// appendEntries adds k entries, in entries, to a section that is a vector.
+func appendEntries(vec []byte, k int, entries []byte) []byte {
 	r := &reader{b: vec}
 	n := r.u32()
-	out := uleb(uint64(n) + 1)
+	out := uleb(uint64(n) + uint64(k))
 	out = append(out, vec[r.off:]...)
-	return append(out, entry...)
+	return append(out, entries...)
 }
 
 func uleb(v uint64) []byte { return binary.AppendUvarint(nil, v) }
+
+// appendSleb appends v as a signed LEB128 (i32.const's immediate).
+func appendSleb(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
 
 // reader reads the binary format; the first error sticks.
 type reader struct {

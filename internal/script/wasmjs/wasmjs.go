@@ -414,7 +414,7 @@ func (in *Instance) arm(ctx context.Context, timeout time.Duration) (context.Con
 
 // Stop stops the call under way, from another goroutine, at its next
 // check, as its time limit would (keep is stopping); the instance is
-// closed. Between calls it does nothing.
+// closed. Between calls it makes the next call stop at once (Halted).
 func (in *Instance) Stop() {
 	if in.stop == nil {
 		return
@@ -423,6 +423,14 @@ func (in *Instance) Stop() {
 	in.halted = true
 	in.stopMu.Unlock()
 	in.expire()
+}
+
+// Halted tells whether Stop was called on the instance: every call on it
+// stops at once, so it is not to be used again.
+func (in *Instance) Halted() bool {
+	in.stopMu.Lock()
+	defer in.stopMu.Unlock()
+	return in.halted
 }
 
 // expire sets keep_stop if a call is running: its time limit struck.

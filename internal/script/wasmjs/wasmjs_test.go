@@ -299,8 +299,10 @@ func TestEveryLoopOfTheModuleIsChecked(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the instrumented module does not decode: %v", err)
 	}
-	stop := orig.importGlobals + orig.globals
-	check := append(append([]byte{0x23}, uleb(uint64(stop))...), 0x04, 0x40, 0x00, 0x0b)
+	check, err := orig.check()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := orig.recursive()
 	loops, entries := 0, 0
 	for i, bd := range m.bodies {
