@@ -1,6 +1,7 @@
 // Package transfer copies keep's ledgers from one store to another (`keep
 // migrate`): every workflow with its versions, handlers, items and their
-// attempts, events, runs, mutations, decisions, grants and repairs, then
+// attempts, events, runs, mutations, decisions, grants, repairs, webhook
+// deliveries and the runs' ended waits for a person, then
 // the connected accounts and the notices already sent, through store.Tx
 // only, so that it works between any two backends. Every table of the
 // store is carried except the ones that belong to the old store's running
@@ -12,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
@@ -20,6 +22,8 @@ import (
 // Counts says what was copied.
 type Counts struct {
 	Workflows, Versions, Handlers, Items, Attempts, Events, Runs, Mutations, Decisions, Grants, Repairs, Deliveries, Connections, Secrets, Notices int
+	// Waits are the runs' ended waits for a person (blocked_spans).
+	Waits int
 }
 
 // ErrNotEmpty means the destination already holds workflows.
@@ -141,6 +145,9 @@ type workflow struct {
 	// deliveries, newest first: the accepted ones are what a webhook's
 	// retried delivery is found by.
 	deliveries []kt.Delivery
+	// waits are the runs' ended waits for a person (issue 42's time
+	// blocked); a wait still going is the run's own BlockedAt.
+	waits []store.BlockedSpan
 }
 
 func (w *workflow) read(tx store.Tx, name string) error {
@@ -184,6 +191,17 @@ func (w *workflow) read(tx store.Tx, name string) error {
 	}
 	if w.deliveries, err = tx.DeliveryList(name, 0); err != nil {
 		return err
+	}
+	// Every ended wait overlaps the whole of time: the activity chart's
+	// read gives them all (and the going ones, To 0, which the runs carry).
+	all, err := tx.Tally(name, 0, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	for _, b := range all.Blocked {
+		if b.To != 0 {
+			w.waits = append(w.waits, b)
+		}
 	}
 	// A held delivery is carried with its request (lists leave it out):
 	// the copy takes it as the source would have.
@@ -280,6 +298,11 @@ func (w *workflow) write(tx store.Tx) error {
 			return err
 		}
 	}
+	for _, b := range w.waits {
+		if err := tx.BlockedSpanAdd(w.w.Name, b); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -296,4 +319,5 @@ func (w *workflow) count(c *Counts) {
 	c.Grants += len(w.grants)
 	c.Repairs += len(w.repairs)
 	c.Deliveries += len(w.deliveries)
+	c.Waits += len(w.waits)
 }

@@ -66,6 +66,9 @@ func fill(t *testing.T, s store.Store) {
 				return tx.DecisionAdd(kt.Decision{Workflow: "w", RunID: "run-1", Action: "approve", By: "alice", Detail: "approved", At: 3})
 			},
 			func() error {
+				return tx.BlockedSpanAdd("w", store.BlockedSpan{RunID: "run-1", Handler: "p", From: 2, To: 3})
+			},
+			func() error {
 				return tx.GrantAdd(kt.Grant{Workflow: "w", Item: "http.request", GrantedBy: "alice", GrantedAt: 4})
 			},
 			func() error {
