@@ -29,9 +29,9 @@ func TestAStopDuringNextKeepsTheWritesAnswer(t *testing.T) {
 	dir := deployStop(t, sink, `async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%[1]s/write/a", json: {} }) },
     // next spins: only the stop ends it (the time limit is an hour away).
     async next(ctx) { for (;;) {} }`, "")
-	p := serve(t, dir)
+	p := serve(t, dir, onWorkers)
 	testbin.WaitFor(t, "the write to reach the sink", func() bool { return len(sink.Writes()) == 1 })
-	testbin.WaitFor(t, "next to spin in a sandbox worker", func() bool { return spinning(children(p.cmd.Process.Pid)) })
+	testbin.WaitFor(t, "next to spin in a sandbox worker", func() bool { return spinning(children(p.cmd.Process.Pid), 50) })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
