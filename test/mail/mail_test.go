@@ -218,8 +218,15 @@ func TestSearchOverLargeAttachmentsKeepsMemoryBounded(t *testing.T) {
 		t.Fatalf("%d replies to %d mails", len(msgs), n)
 	}
 	t.Logf("keep run's peak memory over %d mails of %d MB: %d MB", n, size>>20, r.maxRSS>>20)
-	if r.maxRSS == 0 || r.maxRSS > 200<<20 {
-		t.Fatalf("keep run's peak memory was %d MB reading %d mails of %d MB attachments: it must stay well under the 681 MB whole messages took", r.maxRSS>>20, n, size>>20)
+	// keep's own reading streams (it stayed under 200 MB when handlers ran
+	// in worker processes); since issue 43 the handler's sandbox is in
+	// keep's process too, and its linear memory — which holds the 8 MB
+	// attachment the script reads — counts here: at most the memory
+	// limit (64 MiB) × 1.25 + 8 MiB more. Holding the 40 messages whole
+	// took 681 MB.
+	const bound = 200<<20 + 64<<20*5/4 + 8<<20
+	if r.maxRSS == 0 || r.maxRSS > bound {
+		t.Fatalf("keep run's peak memory was %d MB reading %d mails of %d MB attachments: it must stay under %d MB (keep's streaming reads and one sandbox at its memory limit), well under the 681 MB whole messages took", r.maxRSS>>20, n, size>>20, bound>>20)
 	}
 	full := base64.StdEncoding.EncodeToString(data)
 	if !strings.Contains(bodyOf(t, msgs[0]), fmt.Sprintf("scan1.bin application/octet-stream %d; read %d bytes ending %s", size, size, full[len(full)-8:])) {
