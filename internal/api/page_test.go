@@ -107,6 +107,10 @@ func TestThePageAndTheAPIRefuseAlike(t *testing.T) {
 		action{"reprocess no item", "/items/nope/reprocess", nil, "/api/v1/items/nope/reprocess", nil, "nope"},
 		action{"approve no repair", "/w/hook/repairs/nope/approve", nil, "/api/v1/workflows/hook/repairs/nope/approve", nil, "nope"},
 		action{"reject no repair", "/w/hook/repairs/nope/reject", nil, "/api/v1/workflows/hook/repairs/nope/reject", nil, "nope"},
+		// The page names no list of verbs: an unknown one is refused by
+		// the API's one table, in its words (issue 41).
+		action{"an unknown workflow action", "/w/hook/explode", nil, "/api/v1/workflows/hook/explode", nil, `no workflow action "explode" (pause, resume, run-now, grant, revoke)`},
+		action{"an unknown item action", "/items/nope/explode", nil, "/api/v1/items/nope/explode", nil, `no item action "explode"`},
 	)
 
 	// The card's Grant, through the page: the run goes on to the write it

@@ -513,11 +513,13 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 		s.back(w, r, "/w/"+url.PathEscape(wf), "the form could not be read: "+err.Error())
 		return
 	}
+	// The page names no list of actions: the API's answer decides
+	// (control's one table), an unknown verb gets the refusal the CLI
+	// gets. Grant and Revoke are asked apart only because they carry the
+	// form's items.
 	var rep apitype.WorkflowActionReply
 	var err error
 	switch verb := r.PathValue("verb"); verb {
-	case "pause", "resume", "run-now":
-		rep, err = s.API.WorkflowAction(r.Context(), wf, verb)
 	case "grant":
 		// The card's Grant names the grant its run was refused; the
 		// workflow's Grant names none (what the version uses).
@@ -525,8 +527,7 @@ func (s *Server) workflowAction(w http.ResponseWriter, r *http.Request) {
 	case "revoke":
 		rep, err = s.API.Revoke(r.Context(), wf, r.PostForm["item"])
 	default:
-		http.NotFound(w, r)
-		return
+		rep, err = s.API.WorkflowAction(r.Context(), wf, verb)
 	}
 	s.acted(w, r, "/w/"+url.PathEscape(wf), rep.Message, err)
 }
@@ -663,10 +664,7 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 // itemAction is an item's Skip or Reprocess.
 func (s *Server) itemAction(w http.ResponseWriter, r *http.Request) {
 	ref, verb := r.PathValue("ref"), r.PathValue("verb")
-	if verb != "skip" && verb != "reprocess" {
-		http.NotFound(w, r)
-		return
-	}
+	// An unknown verb is the API's to refuse, as for a workflow's.
 	rep, err := s.API.ItemAction(r.Context(), ref, verb, r.URL.Query().Get("workflow"))
 	s.acted(w, r, "/items/"+url.PathEscape(ref), rep.Message, err)
 }
