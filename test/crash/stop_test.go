@@ -22,16 +22,32 @@ import (
 // when keep serve stops (SIGTERM) during next: the restart finds it applied,
 // never in_flight behind a card offering to send it again (an attack found
 // "It didn't happen (send again)" offered for a write answered 200).
+//
+// Both sandboxes: a worker process (its CPU is the child's) and the
+// default, wasm in keep's own process, whose stop is the inline check keep
+// instruments into the interpreter (keep serve's own CPU passing 5 s, far
+// more than its start, the write and a cold compile take, is next spinning).
 func TestAStopDuringNextKeepsTheWritesAnswer(t *testing.T) {
 	t.Parallel()
+	t.Run("worker", func(t *testing.T) {
+		t.Parallel()
+		stopDuringNext(t, onWorkers, func(p *proc) bool { return spinning(children(p.cmd.Process.Pid), 50) })
+	})
+	t.Run("wasm", func(t *testing.T) {
+		t.Parallel()
+		stopDuringNext(t, "KEEP_SANDBOX=wasm", func(p *proc) bool { return spinning([]int{p.cmd.Process.Pid}, 500) })
+	})
+}
+
+func stopDuringNext(t *testing.T, sandbox string, nextSpins func(*proc) bool) {
 	sink := testsink.New()
 	defer sink.Close()
 	dir := deployStop(t, sink, `async mutate(ctx) { await ctx.http.request({ method: "POST", url: "%[1]s/write/a", json: {} }) },
     // next spins: only the stop ends it (the time limit is an hour away).
     async next(ctx) { for (;;) {} }`, "")
-	p := serve(t, dir, onWorkers)
+	p := serve(t, dir, sandbox)
 	testbin.WaitFor(t, "the write to reach the sink", func() bool { return len(sink.Writes()) == 1 })
-	testbin.WaitFor(t, "next to spin in a sandbox worker", func() bool { return spinning(children(p.cmd.Process.Pid), 50) })
+	testbin.WaitFor(t, "next to spin in the sandbox", func() bool { return nextSpins(p) })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
