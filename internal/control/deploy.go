@@ -60,9 +60,9 @@ type DeployOptions struct {
 	// repair checked against a version never replaces another one.
 	IfActive int64
 	// idChanges are the done items, events and inputs that would get other
-	// ids on this version (Deploy replays the active version's done
-	// work on it, replay.go): a minor version is refused with them, a
-	// major one says how many.
+	// ids on this version (Engine.IDChanges replays the active version's
+	// done work on it): a minor version is refused with them, a major one
+	// says how many.
 	idChanges []engine.Difference
 	// grantBySystem: the grant is the caller's (DeployAndGrant: keep bench, tests),
 	// not a person's decision, and stays out of the decision log.
