@@ -349,7 +349,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		req.File = "workflow.js"
 	}
 
-	res, err := s.Engine.DeployWith(r.Context(), req.File, req.Script, engine.DeployOptions{Name: req.Name, Kind: kt.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant, Test: req.Test})
+	res, err := control.Deploy(r.Context(), s.Engine, req.File, req.Script, control.DeployOptions{Name: req.Name, Kind: kt.DeployKind(req.Kind), Reprocess: req.Reprocess, AcceptOrphans: req.AcceptOrphans, FilesRoot: req.FilesRoot, Grant: req.Grant, Test: req.Test})
 	if err != nil {
 		fail(w, err)
 		return

@@ -363,7 +363,7 @@ func (l *loaded) deploy(ctx context.Context, w, n int) error {
 // install deploys the W bench workflows, each to publish n events.
 func (l *loaded) install(ctx context.Context, w, n int) error {
 	for i := 0; i < w; i++ {
-		if _, err := l.k.Engine.Deploy(ctx, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), l.sink.URL, n), "", ""); err != nil {
+		if _, err := control.DeployAndGrant(ctx, l.k.Engine, "bench.js", benchScript(fmt.Sprintf("bench-%03d", i), l.sink.URL, n), control.DeployOptions{}); err != nil {
 			return err
 		}
 	}
@@ -435,7 +435,7 @@ func latency(ctx context.Context, dir string, m int) (p50, p99 float64, err erro
 		return 0, 0, err
 	}
 	defer k.Close()
-	if _, err := k.Engine.Deploy(ctx, "latency.js", strings.ReplaceAll(latencyScript, "%SINK%", sink.URL), "", ""); err != nil {
+	if _, err := control.DeployAndGrant(ctx, k.Engine, "latency.js", strings.ReplaceAll(latencyScript, "%SINK%", sink.URL), control.DeployOptions{}); err != nil {
 		return 0, 0, err
 	}
 	var lat []float64

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
 	"github.com/keep-run/keep/internal/store/postgres/pgtest"
 )
@@ -59,7 +60,7 @@ func BenchmarkReadsAtScale(b *testing.B) {
 		return k
 	}
 	k := open()
-	if _, err := k.Engine.Deploy(ctx, "orders.js", readsScript, "", ""); err != nil {
+	if _, err := control.DeployAndGrant(ctx, k.Engine, "orders.js", readsScript, control.DeployOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	k.Close()

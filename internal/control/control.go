@@ -5,7 +5,10 @@
 // repair's decision, a published event, a held delivery). Every row
 // changes keep's state through transition (or intake, for what comes in
 // from outside), never through the engine's steps, and refuses with
-// keeptype's one coded error family (kt.ActionError).
+// keeptype's one coded error family (kt.ActionError). Deploy (deploy.go)
+// is a person's act too: it calls the engine only for what the engine
+// judges of a version (its check, the done work it would give other ids)
+// and for the engine's writers' lock.
 package control
 
 import (

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/api"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -20,8 +21,8 @@ import (
 )
 
 // ErrReprocessChoice is a major version's deploy without the choice of
-// what happens to the items already done (engine.ErrReprocessChoice).
-var ErrReprocessChoice = engine.ErrReprocessChoice
+// what happens to the items already done (control.ErrReprocessChoice).
+var ErrReprocessChoice = control.ErrReprocessChoice
 
 // WithActor names who takes the decisions this process makes itself (a
 // deploy by keep run), for the decision log (transition.WithActor).
@@ -75,7 +76,7 @@ type RunDeploy struct {
 // DeployToRun deploys a script as keep run does: the person running it
 // grants what it uses.
 func (k *Keep) DeployToRun(ctx context.Context, d RunDeploy) (kt.DeployResult, error) {
-	return k.Engine.DeployWith(ctx, d.File, d.Src, engine.DeployOptions{Name: d.Name, Kind: d.Kind, FilesRoot: d.FilesRoot, Grant: true, Test: d.Test})
+	return control.Deploy(ctx, k.Engine, d.File, d.Src, control.DeployOptions{Name: d.Name, Kind: d.Kind, FilesRoot: d.FilesRoot, Grant: true, Test: d.Test})
 }
 
 // QueueProducers makes every producer of a workflow due now, due or not:

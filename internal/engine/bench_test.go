@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/testotlp"
 )
 
@@ -43,7 +44,7 @@ func benchQuickstart(b *testing.B, policy string) {
 	for i := 0; i < b.N; i++ {
 		os.WriteFile(filepath.Join(in, fmt.Sprintf("order-%d.json", i)), []byte(fmt.Sprintf(`{"id":%d,"customer":"c%d@example.com","items":[{"qty":1,"price":2}]}`, i, i)), 0o644)
 	}
-	res, err := e.k.Engine.Deploy(context.Background(), "wf.js", string(src), "", "")
+	res, err := control.DeployAndGrant(context.Background(), e.k.Engine, "wf.js", string(src), control.DeployOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

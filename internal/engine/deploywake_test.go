@@ -4,6 +4,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/keep-run/keep/internal/control"
 )
 
 // A version deployed while a producer's run of the version before is
@@ -40,7 +42,7 @@ func TestADeployDuringAProducerRunRunsTheNewProducerAtOnce(t *testing.T) {
 		}
 		// The first run of v1 waits on its read: a person deploys v2.
 		once.Do(func() {
-			_, err := e.k.Engine.Deploy(e.ctx(), "wf.js", strings.ReplaceAll(src("b"), "%SINK%", e.sink.URL), "", "")
+			_, err := control.DeployAndGrant(e.ctx(), e.k.Engine, "wf.js", strings.ReplaceAll(src("b"), "%SINK%", e.sink.URL), control.DeployOptions{})
 			deployed <- err
 		})
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
@@ -36,7 +36,7 @@ func TestAnEventNobodyReadsEndsItsChain(t *testing.T) {
 	reader := `, d: Keep.consumer({ subscribe: ["done"],
     async prepare(ctx) { const [e] = await ctx.peek("done"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "done", ids: [e.messageId] }], data: {} } },
     async mutate(ctx) { throw new Error("not yet") } })`
-	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", strings.Replace(flow, "%READER%", reader, 1), engine.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none"}); err != nil {
+	if _, err := control.Deploy(e.ctx(), e.k.Engine, "wf.js", strings.Replace(flow, "%READER%", reader, 1), control.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none"}); err != nil {
 		t.Fatal(err)
 	}
 	if in := e.inputs(wf); len(in) != 1 || in[0].Status != "pending" {

@@ -1,7 +1,9 @@
 // Package engine is keep's run state machine: producer and consumer runs,
 // their phases and statuses, commit, mutation execution with the ledger,
-// reconciliation, the failure taxonomy with retries, people's actions, and
-// start-up recovery. Every state transition is one store transaction.
+// reconciliation, the failure taxonomy with retries, start-up recovery, and
+// the judging of a version a deploy calls (Check, IDChanges, Update);
+// deploy itself, a person's act, is control's. Every state transition is
+// one store transaction.
 package engine
 
 import (
@@ -9,12 +11,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -232,6 +232,10 @@ func (e *Engine) Store() store.Store { return e.store }
 
 func (e *Engine) nowMs() int64 { return e.now().UnixMilli() }
 
+// Now is the engine's clock (Options.Now): a deploy dates its version,
+// its handler rows and its grants by it, as the engine dates its runs.
+func (e *Engine) Now() time.Time { return e.now() }
+
 // wallNow is the wall clock (e.wall; the engine's clock in an Engine a
 // test built by hand).
 func (e *Engine) wallNow() time.Time {
@@ -255,6 +259,13 @@ func (e *Engine) changed(wf string) {
 	if e.onChange != nil {
 		e.onChange(wf)
 	}
+}
+
+// Update runs fn in one transaction under the store's writers' lock and
+// then wakes whoever waits on wf's changes (Options.OnChange): a deploy
+// writes its version this way, as the engine's own steps do (update).
+func (e *Engine) Update(ctx context.Context, wf string, fn func(store.Tx) error) error {
+	return e.update(ctx, wf, fn)
 }
 
 // update runs one transition transaction and announces the change.
@@ -341,8 +352,10 @@ func (e *Engine) Check(file, source string) (*script.Program, []kt.Problem, erro
 	return p, problems, nil
 }
 
-// checkDeclaration is Check without the analysis's refusals (tests only).
-func (e *Engine) checkDeclaration(file, source string) (*script.Program, []kt.Problem, error) {
+// CheckDeclaration is Check without the analysis's refusals: the
+// declaration's checks alone. For tests only (control.DeployUnchecked),
+// so the run-time checks that stand behind the analysis can be tried.
+func (e *Engine) CheckDeclaration(file, source string) (*script.Program, []kt.Problem, error) {
 	p, err := script.Compile(file, source)
 	if err != nil {
 		return nil, nil, err
@@ -354,244 +367,10 @@ func (e *Engine) checkDeclaration(file, source string) (*script.Program, []kt.Pr
 	return p, problems, nil
 }
 
-// Deploy validates a script and makes it the workflow's active version.
-// name, when set, overrides the declared name. A major version needs the
-// choices of DeployOptions: use DeployWith.
-//
-// Deploy grants what the version uses: its callers run what they deploy
-// (keep bench, tests). DeployWith grants only when DeployOptions.Grant says.
-func (e *Engine) Deploy(ctx context.Context, file, source, name string, kind kt.DeployKind) (kt.DeployResult, error) {
-	return e.DeployWith(ctx, file, source, DeployOptions{Name: name, Kind: kind, Grant: true, grantBySystem: true})
-}
-
-// DeployOptions are the choices a deploy carries (SPEC §9, ch 12 §12.6).
-type DeployOptions struct {
-	// Name overrides the script's declared name. Defaults to the declared one.
-	Name string
-	// Kind is minor (a repair, the default for an existing workflow) or major.
-	Kind kt.DeployKind
-	// Reprocess is what a major version does with done items: "none" (keep
-	// progress), "all" (start fresh) or "KEY,KEY" (new attempts for these).
-	// Required with a major version: intent changed, and keep does not guess.
-	Reprocess string
-	// AcceptOrphans activates a major version whose item keys change format,
-	// after the person has seen which items will be orphaned.
-	AcceptOrphans bool
-	// FilesRoot, when set, is recorded as the folder the workflow's files
-	// connector is rooted at, for keep run and keep serve alike (an
-	// absolute path); empty keeps what was recorded.
-	FilesRoot string
-	// Grant grants what the version uses, with the deploy: the person
-	// deploying allows it (keep run, keep deploy --grant).
-	Grant bool
-	// Test is the workflow's test file (keep test), recorded with the
-	// version ("" none): keep deploy reads workflow.test.js beside the
-	// script. KeepTest records the active version's instead (a repair
-	// keeps the tests it must pass).
-	Test     string
-	KeepTest bool
-	// IfActive, when not 0, deploys only while that version is still the
-	// workflow's active one (checked in the deploy's transaction): a
-	// repair checked against a version never replaces another one.
-	IfActive int64
-	// idChanges are the done items, events and inputs that would get other
-	// ids on this version (DeployWith replays the active version's done
-	// work on it, replay.go): a minor version is refused with them, a
-	// major one says how many.
-	idChanges []Difference
-	// grantBySystem: the grant is the caller's (Deploy: keep bench, tests),
-	// not a person's decision, and stays out of the decision log.
-	grantBySystem bool
-	// unchecked (tests only) deploys a script that the analysis refuses,
-	// with the declaration's checks alone, so the run-time checks that
-	// stand behind the analysis can be tried.
-	unchecked bool
-}
-
-// ErrReprocessChoice is returned by a major deploy without a Reprocess choice.
-var ErrReprocessChoice = &kt.ActionError{Msg: "a major version changes intent: choose what happens to the items already done — --reprocess=none (keep progress), --reprocess=all (start fresh) or --reprocess=KEY,KEY (new attempts for these items); nothing was deployed"}
-
-// DeployWith validates a script and makes it the workflow's active version,
-// applying the rules of a major version (a reprocess choice, consent to
-// orphaned items) and of a minor one (item keys stay frozen: ch 12 §12.9).
-func (e *Engine) DeployWith(ctx context.Context, file, source string, o DeployOptions) (kt.DeployResult, error) {
-	name, kind := o.Name, o.Kind
-	check := e.Check
-	if o.unchecked {
-		check = e.checkDeclaration
-	}
-	p, problems, err := check(file, source)
-	if err != nil {
-		return kt.DeployResult{Problems: problems}, err
-	}
-	if name == "" {
-		name = p.Decl.WorkflowName()
-	}
-	if o.Reprocess != "" && kind != kt.DeployMajor {
-		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
-	}
-	res := kt.DeployResult{Workflow: name, Problems: problems}
-	if o.idChanges, err = e.idChanges(ctx, name, source); err != nil {
-		return res, err
-	}
-	now := e.nowMs()
-	err = e.update(ctx, name, func(tx store.Tx) error {
-		d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res}
-		return d.write()
-	})
-	if err != nil {
-		var ae *kt.ActionError
-		if errors.As(err, &ae) {
-			return res, err
-		}
-		return res, fmt.Errorf("deploy %s: %w", name, err)
-	}
-	if kind == kt.DeployMajor && !res.Unchanged {
-		if res.Reprocessed, err = ReprocessAfterMajor(ctx, e.store, name, o.Reprocess, e.now()); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
-}
-
-// deployment is one deploy inside its transaction: what each of its
-// steps reads, and the result they fill (res).
-type deployment struct {
-	e            *Engine
-	ctx          context.Context
-	tx           store.Tx
-	file, source string
-	prog         *script.Program
-	o            DeployOptions
-	now          int64
-	res          *kt.DeployResult
-}
-
-// write records a deploy in tx: the workflow, its new version (or
-// nothing new when the script is the active one's and no kind was asked),
-// the grants the deploy makes, the events a dropped consumer leaves
-// waiting (res.Stranded) and the handlers of the new declaration.
-func (d *deployment) write() error {
-	e, tx, file, source, p, o, now, res := d.e, d.tx, d.file, d.source, d.prog, d.o, d.now, d.res
-	name, kind := res.Workflow, o.Kind
-	wf, err := tx.WorkflowGet(name)
-	isNew := errors.Is(err, kt.ErrNotFound)
-	if kt.IsDamaged(err) {
-		// Its recorded files root and policy are damaged (issue 44): this
-		// deploy records them afresh, taking nothing of the damaged row.
-		wf.FilesRoot, wf.Policy, wf.UpdatedAt = o.FilesRoot, e.policyRecord(), now
-		if err = tx.WorkflowPut(wf); err != nil {
-			return err
-		}
-	}
-	if err != nil && !isNew {
-		return err
-	}
-	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
-	if isNew {
-		wf = kt.Workflow{Name: name, CreatedAt: now}
-	} else {
-		cur, err := tx.VersionGet(name, wf.ActiveVersion)
-		// A damaged active version (issue 44) is restored by this deploy:
-		// a new version from the file, its number after the damaged one's.
-		damaged := kt.IsDamaged(err)
-		if err != nil && (!damaged || o.KeepTest) {
-			return err
-		}
-		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
-			return &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
-		}
-		if o.KeepTest {
-			v.Test = cur.Test
-		}
-		// A changed test is a new version: the tests a repair must pass
-		// are the ones recorded with the version it repairs.
-		if !damaged && cur.Script == source && cur.Test == v.Test && kind == "" {
-			res.Version, res.Unchanged = cur, true
-			if err := d.grant(); err != nil {
-				return err
-			}
-			return e.recordDeployed(tx, wf, o.FilesRoot, res)
-		}
-		if err := nextVersion(tx, cur, &v, o, res); err != nil {
-			return err
-		}
-		if damaged {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("version %s's stored script was damaged storage; version %s replaces it (which topics the damaged one read is not known, so its waiting events were not checked for a consumer)", cur.Label(), v.Label()))
-		} else if res.Stranded, err = strandedBy(tx, name, cur, p.Decl, v.Label()); err != nil {
-			return err
-		}
-	}
-	if err := tx.VersionInsert(&v); err != nil {
-		return err
-	}
-	wf.ActiveVersion, wf.UpdatedAt = v.ID, now
-	if o.FilesRoot != "" {
-		wf.FilesRoot = o.FilesRoot
-	}
-	if pol := e.policyRecord(); pol != "" {
-		wf.Policy = pol
-	}
-	if err := tx.WorkflowPut(wf); err != nil {
-		return err
-	}
-	res.Version, res.FilesRoot = v, wf.FilesRoot
-	if err := d.grant(); err != nil {
-		return err
-	}
-	return e.syncHandlers(tx, name, p.Decl, now)
-}
-
-// grant grants what the version uses when the deploy says so, and
-// tells what still waits for a grant otherwise (DeployResult.Ungranted).
-func (d *deployment) grant() error {
-	ctx, tx, name, source, o, now, res := d.ctx, d.tx, d.res.Workflow, d.source, d.o, d.now, d.res
-	gs, err := tx.GrantList(name)
-	if err != nil {
-		return err
-	}
-	var missing []string
-	for _, u := range Uses(source) {
-		if !GrantedIn(gs, u) {
-			missing = append(missing, u)
-		}
-	}
-	res.Unused = Unused(gs, source)
-	if o.Grant {
-		res.Granted = missing
-		if o.grantBySystem {
-			return transition.AddGrants(ctx, tx, name, missing, now)
-		}
-		return transition.GrantAll(ctx, tx, name, missing, now)
-	}
-	res.Ungranted = missing
-	return nil
-}
-
-// recordFilesRoot records a new files root for a workflow whose script
-// did not change.
-// recordDeployed records, for a version deployed again unchanged, the
-// folder of its files connector and the policy it is deployed under.
-func (e *Engine) recordDeployed(tx store.Tx, wf kt.Workflow, root string, res *kt.DeployResult) error {
-	res.FilesRoot = wf.FilesRoot
-	pol := e.policyRecord()
-	if (root == "" || root == wf.FilesRoot) && (pol == "" || pol == wf.Policy) {
-		return nil
-	}
-	if root != "" {
-		wf.FilesRoot = root
-	}
-	if pol != "" {
-		wf.Policy = pol
-	}
-	wf.UpdatedAt = e.nowMs()
-	res.FilesRoot = wf.FilesRoot
-	return tx.WorkflowPut(wf)
-}
-
-// policyRecord is the policy this engine deploys under, as a workflow
-// records it (kt.Workflow.Policy); "" when it was given none.
-func (e *Engine) policyRecord() string {
+// PolicyRecord is the policy this engine deploys under, as a workflow
+// records it (kt.Workflow.Policy); "" when it was given none. A deploy
+// records it with the version; the engine reads it back (policyFor).
+func (e *Engine) PolicyRecord() string {
 	if !e.hasPolicy {
 		return ""
 	}
@@ -600,166 +379,6 @@ func (e *Engine) policyRecord() string {
 		return ""
 	}
 	return string(b)
-}
-
-// nextVersion numbers a new version of a deployed workflow (SPEC §9): a
-// minor version is a repair and may not change the format of item keys; a
-// major one says what happens to existing items and acknowledges orphans.
-func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, res *kt.DeployResult) error {
-	w, err := keyFormatWarning(tx, v.Workflow, v.Script)
-	if err != nil {
-		return err
-	}
-	ids := ""
-	if n := len(o.idChanges); n > 0 {
-		ids = fmt.Sprintf("replayed on it, %d piece(s) of done work would get other ids and be done again — %s", n, ListDifferences(o.idChanges))
-	}
-	if o.Kind != kt.DeployMajor {
-		if ids != "" {
-			if orph, err := incompleteItems(tx, v.Workflow); err != nil {
-				return err
-			} else if orph != "" {
-				ids += "; " + orph
-			}
-			return kt.Refuse("a minor version is a repair, and a repair keeps the ids of done work: %s. Nothing was deployed. Keep the expressions that build item ids, messageIds and input ids as they were; if the intent changed, deploy it as a major version (--major --reprocess=…)", ids)
-		}
-		if w != "" {
-			return kt.Refuse("a minor version is a repair, and a repair keeps item ids frozen (ch 12 §12.9): %s. Nothing was deployed. If the intent changed, deploy it as a major version (--major --reprocess=… --accept-orphans)", w)
-		}
-		v.Major, v.Minor = cur.Major, cur.Minor+1
-		return nil
-	}
-	if o.Reprocess == "" {
-		return ErrReprocessChoice
-	}
-	if err := checkReprocessKeys(tx, v.Workflow, o.Reprocess); err != nil {
-		return err
-	}
-	// A major version that gives done or incomplete work other ids is
-	// deployed only with the person's consent (ch 12 §12.6), whether the
-	// item keys' format (keyFormatWarning) or the replay found it.
-	if (w != "" || ids != "") && !o.AcceptOrphans {
-		msg := w
-		if ids != "" {
-			if msg != "" {
-				msg += "; "
-			}
-			msg += ids
-			if w == "" {
-				if orph, err := incompleteItems(tx, v.Workflow); err != nil {
-					return err
-				} else if orph != "" {
-					msg += "; " + orph
-				}
-			}
-		}
-		return &kt.ActionError{Code: kt.CodeNeedsConsent, Msg: msg + ". Nothing was deployed: to activate it anyway, deploy again with --accept-orphans"}
-	}
-	v.Major, v.Minor = cur.Major+1, 0
-	if w != "" {
-		res.Warnings = append(res.Warnings, w)
-	}
-	if ids != "" {
-		res.Warnings = append(res.Warnings, ids)
-		if w == "" {
-			orph, err := incompleteItems(tx, v.Workflow)
-			if err != nil {
-				return err
-			}
-			if orph != "" {
-				res.Warnings = append(res.Warnings, orph)
-			}
-		}
-	}
-	return nil
-}
-
-// incompleteItems names the workflow's task items neither done nor
-// skipped: when a version gives items other ids, these are left behind
-// (orphaned) — "" when there are none.
-func incompleteItems(tx store.Tx, wf string) (string, error) {
-	ins, err := tx.InputList(wf)
-	if err != nil {
-		return "", err
-	}
-	var keys []string
-	for _, in := range ins {
-		if in.Kind == kt.KindTask && !itemDone(in.Status) {
-			keys = append(keys, in.Key)
-		}
-	}
-	if len(keys) == 0 {
-		return "", nil
-	}
-	more := ""
-	if len(keys) > 10 {
-		keys, more = keys[:10], ", …"
-	}
-	return fmt.Sprintf("%d incomplete item(s) no version would touch again would be orphaned (%s%s; see `keep items %s --orphaned`, `keep skip` resolves them)", len(keys), strings.Join(keys, ", "), more, wf), nil
-}
-
-// checkReprocessKeys checks a KEY,KEY choice before anything is deployed.
-func checkReprocessKeys(tx store.Tx, wf, choice string) error {
-	if choice == "none" || choice == "all" {
-		return nil
-	}
-	for _, key := range strings.Split(choice, ",") {
-		if _, err := transition.FindItem(tx, wf, strings.TrimSpace(key)); err != nil {
-			return kt.Refuse("--reprocess: %v; nothing was deployed", err)
-		}
-	}
-	return nil
-}
-
-// syncHandlers makes the handler rows match a declaration: on deploy every
-// producer and task is due now and every consumer dirty (SPEC §5); handlers
-// that the new version dropped stop being scheduled but keep their state.
-func (e *Engine) syncHandlers(tx store.Tx, wf string, d script.Declaration, now int64) error {
-	existing, err := tx.HandlerList(wf)
-	if err != nil {
-		return err
-	}
-	seen := map[string]bool{}
-	put := func(name string, typ kt.HandlerType) error {
-		seen[name] = true
-		h, err := tx.HandlerGet(wf, name)
-		if err != nil && !errors.Is(err, kt.ErrNotFound) {
-			return err
-		}
-		h.Workflow, h.Name, h.Type = wf, name, typ
-		transition.Touch(&h, now)
-		if typ == kt.HandlerConsumer {
-			h.Dirty, h.NextRunAt = true, 0
-		} else {
-			h.NextRunAt = now
-		}
-		return tx.HandlerPut(h)
-	}
-	for n := range d.Producers {
-		if err := put(n, kt.HandlerProducer); err != nil {
-			return err
-		}
-	}
-	for n := range d.Consumers {
-		if err := put(n, kt.HandlerConsumer); err != nil {
-			return err
-		}
-	}
-	for n := range d.Tasks {
-		if err := put(n, kt.HandlerTask); err != nil {
-			return err
-		}
-	}
-	for _, h := range existing {
-		if !seen[h.Name] {
-			h.Dirty, h.Queued, h.NextRunAt, h.WakeAt = false, false, 0, 0
-			transition.Touch(&h, now)
-			if err := tx.HandlerPut(h); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // RecoverShared is Recover for a store several nodes share: only the
@@ -961,127 +580,6 @@ func (e *Engine) runFinished(r *kt.Run) {
 	if e.observer != nil {
 		e.observer.RunFinished(r.Workflow, r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
 	}
-}
-
-// ReprocessAfterMajor applies `keep deploy --major --reprocess=...`: "all"
-// starts a new attempt of every item that is not in progress, a list of keys
-// starts one for each of them. It returns how many items were reprocessed.
-func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string, now time.Time) (int, error) {
-	if choice == "" || choice == "none" {
-		return 0, nil
-	}
-	n := 0
-	err := st.Update(ctx, func(tx store.Tx) error {
-		var items []kt.Input
-		if choice == "all" {
-			all, err := tx.InputList(wf)
-			if err != nil {
-				return err
-			}
-			for _, it := range all {
-				if it.Kind == kt.KindTask && it.Status == kt.ItemProcessing {
-					continue
-				}
-				items = append(items, it)
-			}
-		} else {
-			for _, key := range strings.Split(choice, ",") {
-				it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
-				if err != nil {
-					return err
-				}
-				items = append(items, it)
-			}
-		}
-		for _, it := range items {
-			if _, err := transition.Reprocess(tx, it, now.UnixMilli()); err != nil {
-				var ae *kt.ActionError
-				if choice == "all" && errors.As(err, &ae) {
-					continue // still in progress: left alone
-				}
-				return err
-			}
-			n++
-		}
-		return nil
-	})
-	return n, err
-}
-
-// KeyPrefixes lists the item key prefixes a script gives withItem
-// ("email:"), as script.Analyze reads the ids: the constant text an id
-// starts with, up to its first colon.
-func KeyPrefixes(source string) []string {
-	a, err := script.Analyze(source)
-	if err != nil {
-		return nil
-	}
-	seen := map[string]bool{}
-	var out []string
-	for _, e := range a.Items {
-		i := strings.Index(e.Prefix, ":")
-		if i <= 0 {
-			continue
-		}
-		p := e.Prefix[:i+1]
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// keyFormatWarning compares the item keys of a new major version with the
-// existing items (ch 12 §12.6 "ID format change detection", best effort).
-func keyFormatWarning(tx store.Tx, wf, source string) (string, error) {
-	newPrefixes := KeyPrefixes(source)
-	if len(newPrefixes) == 0 {
-		return "", nil
-	}
-	items, err := tx.InputList(wf)
-	if err != nil {
-		return "", err
-	}
-	oldCount := map[string]int{}
-	var samples []string
-	incomplete := 0
-	for _, it := range items {
-		if it.Kind != kt.KindTask {
-			continue
-		}
-		p := it.Key
-		if i := strings.Index(p, ":"); i >= 0 {
-			p = p[:i+1]
-		}
-		oldCount[p]++
-		if !itemDone(it.Status) {
-			incomplete++
-			if len(samples) < 5 {
-				samples = append(samples, it.Key)
-			}
-		}
-	}
-	for _, p := range newPrefixes {
-		if oldCount[p] > 0 {
-			return "", nil
-		}
-	}
-	if len(oldCount) == 0 {
-		return "", nil
-	}
-	var old []string
-	for p := range oldCount {
-		old = append(old, p)
-	}
-	sort.Strings(old)
-	orphans := ""
-	if incomplete > 0 {
-		orphans = fmt.Sprintf(" (%s%s)", strings.Join(samples, ", "), map[bool]string{true: ", …", false: ""}[incomplete > len(samples)])
-	}
-	return fmt.Sprintf("item ids change format: existing items use %s, the new version uses %s. Old items will not be matched: their work may be done again under new ids (duplicate writes are possible), and %d incomplete old items will become orphaned%s (see `keep items %s --orphaned`; `keep skip` resolves them)",
-		strings.Join(old, ", "), strings.Join(newPrefixes, ", "), incomplete, orphans, wf), nil
 }
 
 // QueueAtStart queues a workflow's producers and tasks, unless a run of it

@@ -13,7 +13,6 @@ import (
 	"github.com/keep-run/keep/internal/apitype"
 	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/daemon"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/store"
@@ -117,7 +116,7 @@ func (e *env) ctx() context.Context { return context.Background() }
 func (e *env) deploy(src string) string {
 	e.t.Helper()
 	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
-	res, err := e.k.Engine.Deploy(e.ctx(), "wf.js", src, "", "")
+	res, err := control.DeployAndGrant(e.ctx(), e.k.Engine, "wf.js", src, control.DeployOptions{})
 	if err != nil {
 		e.t.Fatalf("deploy: %v", err)
 	}
@@ -129,7 +128,7 @@ func (e *env) deploy(src string) string {
 func (e *env) deployUnchecked(src string) string {
 	e.t.Helper()
 	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
-	res, err := engine.DeployUnchecked(e.ctx(), e.k.Engine, "wf.js", src)
+	res, err := control.DeployUnchecked(e.ctx(), e.k.Engine, "wf.js", src)
 	if err != nil {
 		e.t.Fatalf("deploy: %v", err)
 	}
@@ -139,7 +138,7 @@ func (e *env) deployUnchecked(src string) string {
 func (e *env) redeploy(src string, kind kt.DeployKind) {
 	e.t.Helper()
 	src = strings.ReplaceAll(src, "%SINK%", e.sink.URL)
-	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", src, "", kind); err != nil {
+	if _, err := control.DeployAndGrant(e.ctx(), e.k.Engine, "wf.js", src, control.DeployOptions{Kind: kind}); err != nil {
 		e.t.Fatalf("deploy: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/keep-run/keep/internal/control"
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/report"
 	"github.com/keep-run/keep/internal/testsink"
@@ -256,19 +255,19 @@ func TestOrphansAfterMajorVersionWithNewKeyFormat(t *testing.T) {
 	// Issue 10 #12: a major version needs the reprocess choice; a key
 	// format change needs consent before activation, with sample orphans;
 	// a minor version may not change the key format at all.
-	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", kt.DeployMajor); err == nil || !strings.Contains(err.Error(), "--reprocess=none") || !strings.Contains(err.Error(), "--reprocess=all") {
+	if _, err := control.DeployAndGrant(e.ctx(), e.k.Engine, "wf.js", newSrc, control.DeployOptions{Kind: kt.DeployMajor}); err == nil || !strings.Contains(err.Error(), "--reprocess=none") || !strings.Contains(err.Error(), "--reprocess=all") {
 		t.Fatalf("major without a choice: %v", err)
 	}
-	if _, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none"}); err == nil || !strings.Contains(err.Error(), "email:b") || !strings.Contains(err.Error(), "--accept-orphans") {
+	if _, err := control.Deploy(e.ctx(), e.k.Engine, "wf.js", newSrc, control.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none"}); err == nil || !strings.Contains(err.Error(), "email:b") || !strings.Contains(err.Error(), "--accept-orphans") {
 		t.Fatalf("major with a key format change, without consent: %v", err)
 	}
-	if _, err := e.k.Engine.Deploy(e.ctx(), "wf.js", newSrc, "", kt.DeployMinor); err == nil || !strings.Contains(err.Error(), "keeps the ids of done work") || !strings.Contains(err.Error(), "thread:a") || !strings.Contains(err.Error(), "email:b") {
+	if _, err := control.DeployAndGrant(e.ctx(), e.k.Engine, "wf.js", newSrc, control.DeployOptions{Kind: kt.DeployMinor}); err == nil || !strings.Contains(err.Error(), "keeps the ids of done work") || !strings.Contains(err.Error(), "thread:a") || !strings.Contains(err.Error(), "email:b") {
 		t.Fatalf("minor with a key format change: %v", err)
 	}
 	if v := e.activeVersion(wf); v != "1.0" {
 		t.Fatalf("a refused deploy changed the active version: %s", v)
 	}
-	res, err := e.k.Engine.DeployWith(e.ctx(), "wf.js", newSrc, engine.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none", AcceptOrphans: true})
+	res, err := control.Deploy(e.ctx(), e.k.Engine, "wf.js", newSrc, control.DeployOptions{Kind: kt.DeployMajor, Reprocess: "none", AcceptOrphans: true})
 	if err != nil {
 		t.Fatal(err)
 	}

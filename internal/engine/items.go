@@ -40,8 +40,6 @@ type ItemView struct {
 	Attempt int    `json:"attempt"`
 }
 
-func itemDone(status kt.ItemStatus) bool { return status == kt.ItemDone || status == kt.ItemSkipped }
-
 // task runs an item script (SPEC §8.3): the handler always runs, items
 // are entered and left through withItem, mutations run one at a time
 // through the ledger, and replay returns cached results.
@@ -210,7 +208,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 			return kt.Errorf(kt.ClassLogic, "withItem(%q): that key belongs to an input of this workflow; choose item ids with a prefix of their own", id)
 		}
 		it = cur
-		if itemDone(cur.Status) && cur.Title == title {
+		if cur.Status.Finished() && cur.Title == title {
 			return nil // nothing changes for a done item
 		}
 		// The item will point at this run: the run is recorded with it.
@@ -219,7 +217,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 			return err
 		}
 		wroteRun = true
-		if !itemDone(cur.Status) {
+		if !cur.Status.Finished() {
 			cur.Status = kt.ItemProcessing
 		}
 		cur.Title, cur.LastRun, cur.LastVersion, cur.UpdatedAt = title, h.run.ID, h.run.Version, now
@@ -239,7 +237,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	if wroteRun {
 		h.unstored = false // stored now: a later save must not take it for new
 	}
-	ts.item, ts.isDone = &it, itemDone(it.Status)
+	ts.item, ts.isDone = &it, it.Status.Finished()
 	h.item = it.ID
 	h.noteInputs(it.ID)
 	h.tr.add(kt.TraceEntry{At: now, Phase: "task", Kind: "item", Text: fmt.Sprintf("item %s (%s, attempt %d)", it.Key, it.Status, it.CurrentAttempt)})
@@ -459,7 +457,7 @@ func (h *host) enterItemDry(id, title string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, storeError(err, "read item "+id)
 	}
-	ts.item, ts.isDone = &it, itemDone(it.Status)
+	ts.item, ts.isDone = &it, it.Status.Finished()
 	if h.impact {
 		// Done items run again, their writes compared with the ledger's.
 		// An item the ledger does not have, before every item the recorded

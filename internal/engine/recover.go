@@ -301,7 +301,7 @@ func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
 			return err
 		}
 		for _, it := range ins {
-			if it.Kind == kt.KindTask && it.LastRun == old.ID && !itemDone(it.Status) {
+			if it.Kind == kt.KindTask && it.LastRun == old.ID && !it.Status.Finished() {
 				m.ItemKeys = append(m.ItemKeys, it.ID)
 			}
 		}
@@ -320,7 +320,7 @@ func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
 		if err != nil {
 			return err
 		}
-		if itemDone(it.Status) {
+		if it.Status.Finished() {
 			continue
 		}
 		it.Status, it.UpdatedAt = kt.ItemSkipped, now

@@ -36,7 +36,7 @@ type Difference struct {
 	// IDs: done or incomplete work under another id (an item, a
 	// messageId, an input id, a done item's write under another identity
 	// or subkey) — what a minor version may not do and a major one does
-	// only with consent (idChanges).
+	// only with consent (IDChanges).
 	IDs bool `json:"ids,omitempty"`
 }
 
@@ -462,7 +462,7 @@ func compareWrite(had kt.Mutation, tool string, m *connector.Method, args map[st
 
 // sameWriteOtherKey: the same tool, method and target as a recorded write,
 // under another identity or subkey — done work written again under a new
-// idempotency key, which a minor version may not do (idChanges).
+// idempotency key, which a minor version may not do (IDChanges).
 func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args map[string]any) bool {
 	if tool != had.Tool || m.Name != had.Method || targetOf(m, tool, args) != had.Target {
 		return false
@@ -478,7 +478,7 @@ func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args m
 	return hashOf(hi, hs) != hashOf(ni, ns)
 }
 
-// idChanges replays the done work of wf's active version on source and
+// IDChanges replays the done work of wf's active version on source and
 // keeps the differences of ids (items, events, inputs): what a deploy
 // must not do silently. A new workflow has none. The workflow's open run
 // is replayed too (issue 39): a failed item run's items — done ones and
@@ -486,7 +486,7 @@ func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args m
 // keeps, and a repair follows a failed run by nature. This is the one
 // judgement of identity the Maintainer's (ReplayDone with the failed run)
 // and keep deploy share.
-func (e *Engine) idChanges(ctx context.Context, wf, source string) ([]Difference, error) {
+func (e *Engine) IDChanges(ctx context.Context, wf, source string) ([]Difference, error) {
 	var active int64
 	open := ""
 	err := e.store.View(ctx, func(tx store.Tx) error {

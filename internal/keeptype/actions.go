@@ -37,7 +37,7 @@ const (
 	ActDropHeld      Action = "drop-held"      // a workflow's held webhook deliveries: drop them (recorded refused)
 )
 
-// ActDeploy is a deploy: carried out by engine.Engine.DeployWith, and allowed or
+// ActDeploy is a deploy: carried out by control.Deploy, and allowed or
 // refused by control.Control.MayAct like every action Do carries out.
 const ActDeploy Action = "deploy"
 

@@ -373,6 +373,11 @@ const (
 	ItemPending        ItemStatus = "pending" // inputs only: an event caused by it is waiting
 )
 
+// Finished says an item is done or skipped: no run takes it again on its
+// own, and a version that gives items other ids leaves behind only the
+// ones not finished.
+func (s ItemStatus) Finished() bool { return s == ItemDone || s == ItemSkipped }
+
 // ItemStatuses lists every status an item or input shows.
 var ItemStatuses = []ItemStatus{ItemPending, ItemProcessing, ItemDone, ItemFailed, ItemSkipped, ItemNeedsAttention}
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -442,7 +443,7 @@ func (m *Maintainer) runTests(ctx context.Context, old kt.Version, src string) s
 // retries on it. It deploys only while from, the version the repair was
 // checked against, is still the active one.
 func Activate(ctx context.Context, e *engine.Engine, from kt.Version, src string) (kt.Version, error) {
-	res, err := e.DeployWith(ctx, from.File, src, engine.DeployOptions{Name: from.Workflow, Kind: kt.DeployMinor, IfActive: from.ID, KeepTest: true})
+	res, err := control.Deploy(ctx, e, from.File, src, control.DeployOptions{Name: from.Workflow, Kind: kt.DeployMinor, IfActive: from.ID, KeepTest: true})
 	return res.Version, err
 }
 

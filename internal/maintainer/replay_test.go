@@ -12,6 +12,7 @@ import (
 	"github.com/keep-run/keep/internal/config"
 	"github.com/keep-run/keep/internal/connector"
 	"github.com/keep-run/keep/internal/connector/builtin"
+	"github.com/keep-run/keep/internal/control"
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/netguard"
@@ -62,7 +63,7 @@ func failedRun(t *testing.T) (*Maintainer, kt.Run, kt.Version, string) {
 	t.Cleanup(func() { set.Close() })
 	eng := engine.New(engine.Options{Store: st, Registry: set.Registry(t.TempDir()), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
-	if _, err := eng.DeployWith(ctx, "orders.js", src, engine.DeployOptions{Grant: true}); err != nil {
+	if _, err := control.Deploy(ctx, eng, "orders.js", src, control.DeployOptions{Grant: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := engine.QueueAtStart(ctx, st, "orders", time.Now()); err != nil {

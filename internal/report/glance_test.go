@@ -46,7 +46,7 @@ func TestTimeBlockedIsFromTheBlockToTheDecision(t *testing.T) {
   } } },
   consumers: { c: { subscribe: ["a"], prepare: async (ctx) => ({ reservations: [] }), mutate: async (ctx) => {} } },
 })`
-	if _, err := eng.DeployWith(ctx, "feed.js", src, engine.DeployOptions{Grant: true}); err != nil {
+	if _, err := control.Deploy(ctx, eng, "feed.js", src, control.DeployOptions{Grant: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := engine.QueueAtStart(ctx, st, "feed", at(10, 0)); err != nil {
@@ -135,7 +135,7 @@ func TestGraphDrawsWritesApartFromReads(t *testing.T) {
     async mutate(ctx, p) { await ctx.http.request({ method: "POST", url: "https://api.example.com/orders", json: {} }) },
   }) },
 })`
-	if _, err := eng.DeployWith(context.Background(), "orders.js", src, engine.DeployOptions{Grant: true}); err != nil {
+	if _, err := control.Deploy(context.Background(), eng, "orders.js", src, control.DeployOptions{Grant: true}); err != nil {
 		t.Fatal(err)
 	}
 	g, err := report.Graph(context.Background(), st, "orders", time.Now())

@@ -249,7 +249,7 @@ func (s suite) runCase(ctx context.Context, c *Case) (CaseResult, error) {
 	eng := engine.New(engine.Options{Store: st, Registry: fk.registry(s.base), Policy: &pol, Logger: logger,
 		OnChange: func(string) { sched.Wake() }, Secret: testSecret})
 	sched = scheduler.New(scheduler.Options{Engine: eng, Logger: logger, Workers: pol.Workers})
-	dep, err := eng.DeployWith(ctx, s.wf.File, s.wf.Text, engine.DeployOptions{FilesRoot: dir, Grant: true})
+	dep, err := control.Deploy(ctx, eng, s.wf.File, s.wf.Text, control.DeployOptions{FilesRoot: dir, Grant: true})
 	if err != nil {
 		return cr, deployError(s.wf.File, err)
 	}
