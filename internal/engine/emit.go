@@ -73,7 +73,7 @@ func (x *runExec) emit(dv declView) error {
 		}
 		causedBy, attempt := causesOf(settled)
 		x.noteInputs(causedBy...)
-		dirty, err := x.insertPublishes(tx, h.publishes, func(publishReq) ([]string, int, error) {
+		dirty, err := x.insertPublishes(tx, h.publishes, func(transition.Publish) ([]string, int, error) {
 			return causedBy, attempt, nil
 		})
 		if err != nil {

@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	otrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/keep-run/keep/internal/clock"
@@ -248,8 +247,6 @@ func (e *Engine) monoNow() time.Duration {
 	}
 	return e.mono()
 }
-
-func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
 func (e *Engine) changed(wf string) {
 	if e.onChange != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Per-run bounds of what a handler publishes (buffered until the commit).
@@ -145,14 +146,6 @@ type capturedCall struct {
 	Args   map[string]any `json:"args"`
 }
 
-// publishReq is one ctx.publish buffered until commit.
-type publishReq struct {
-	Topic     string
-	MessageID string
-	InputID   string
-	Payload   json.RawMessage
-}
-
 // host serves one handler phase's ctx calls and enforces SPEC §3.
 type host struct {
 	*runExec
@@ -167,7 +160,7 @@ type host struct {
 	inputs      []kt.Input
 	inputByKey  map[string]string
 	knownInputs map[string]bool
-	publishes   []publishReq
+	publishes   []transition.Publish
 	// publishedBytes counts the payload bytes of publishes.
 	publishedBytes int
 	allowPublish   map[string]bool
@@ -510,7 +503,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, kt.Errorf(kt.ClassInternal, "registerInput: %v", err)
 	}
 	now := h.e.nowMs()
-	in2 := kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: key, Kind: kt.KindInput, Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
+	in2 := kt.Input{ID: transition.NewID(), Workflow: h.run.Workflow, Key: key, Kind: kt.KindInput, Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
 		CurrentAttempt: 1, CreatedBy: h.run.ID, LastRun: h.run.ID, LastVersion: h.run.Version, CreatedAt: now, UpdatedAt: now}
 	h.inputs = append(h.inputs, in2)
 	h.inputByKey[key] = in2.ID
@@ -577,7 +570,7 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 			msgID, MaxPublishesPerRun, MaxPublishBytesPerRun>>20, len(h.publishes), h.publishedBytes)
 	}
 	for _, t := range topics {
-		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
+		h.publishes = append(h.publishes, transition.Publish{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
 		h.publishedBytes += len(payload) + len(msgID)
 	}
 	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})

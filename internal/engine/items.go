@@ -202,7 +202,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
 		switch {
 		case errors.Is(err, kt.ErrNotFound):
-			cur = kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing,
+			cur = kt.Input{ID: transition.NewID(), Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing,
 				CurrentAttempt: 1, CreatedBy: h.run.ID, CreatedAt: now}
 		case err != nil:
 			return err

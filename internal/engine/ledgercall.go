@@ -164,7 +164,7 @@ func (lc *ledgerCall) newRow(itemKeys []string, attempt int) {
 	}
 	run := lc.x.run
 	lc.fresh = true
-	lc.mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
+	lc.mut = kt.Mutation{ID: transition.NewID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
 		Tool: lc.tool, Method: lc.m.Name, IdentityKey: lc.identityKey, IdempotencyKey: IdempotencyKey(lc.installation, lc.identityKey),
 		CreatedAt: lc.x.e.nowMs()}
 }

@@ -13,6 +13,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Crash points: the durable steps Options.AtDurableStep is told about; crash
@@ -293,7 +294,7 @@ func trueFirst(a, b bool) int {
 
 func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phase kt.Phase) kt.Run {
 	now := e.nowMs()
-	return kt.Run{ID: newID(), Workflow: wf.Name, Version: wf.ActiveVersion, Handler: handler, HandlerType: typ,
+	return kt.Run{ID: transition.NewID(), Workflow: wf.Name, Version: wf.ActiveVersion, Handler: handler, HandlerType: typ,
 		Phase: phase, Status: kt.StatusActive, CreatedAt: now, UpdatedAt: now}
 }
 
@@ -311,17 +312,6 @@ func set(list []string) map[string]bool {
 	m := map[string]bool{}
 	for _, s := range list {
 		m[s] = true
-	}
-	return m
-}
-
-// consumerOf maps each topic to the consumer that subscribes to it.
-func consumerOf(d script.Declaration) map[string]string {
-	m := map[string]string{}
-	for name, c := range d.Consumers {
-		for _, t := range c.Subscribe {
-			m[t] = name
-		}
 	}
 	return m
 }

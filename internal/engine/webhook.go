@@ -261,7 +261,7 @@ func (e *Engine) handle(ctx context.Context, t hookTarget, h hookreq.Hook, d kt.
 // names the inputs that were new when it looked.
 type hookMade struct {
 	inputs    []kt.Input
-	publishes []publishReq
+	publishes []transition.Publish
 	created   map[string]bool
 }
 
@@ -289,7 +289,7 @@ func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h hookreq.Hook, d kt.
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: t.prog.Decl, createdBy: transition.CreatedByWebhook, fresh: m.created, inputs: inputs, publishes: publishes, now: e.nowMs()})
+	evs, err := transition.WriteProduced(tx, transition.Produced{Workflow: w.Name, Version: v.ID, Consumers: t.prog.Decl.ConsumerOf(), CreatedBy: transition.CreatedByWebhook, Fresh: m.created, Inputs: inputs, Publishes: publishes, Now: e.nowMs()})
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
@@ -303,7 +303,7 @@ func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h hookreq.Hook, d kt.
 // have registered the same input since its handler looked (two deliveries
 // about one order). Such an input is the stored one, no longer created
 // here; the events name it.
-func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq, created map[string]bool) ([]kt.Input, []publishReq, error) {
+func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []transition.Publish, created map[string]bool) ([]kt.Input, []transition.Publish, error) {
 	renamed := map[string]string{}
 	out := make([]kt.Input, 0, len(inputs))
 	for _, in := range inputs {
