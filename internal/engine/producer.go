@@ -71,7 +71,7 @@ func readsOn(more bool, before, after json.RawMessage) bool {
 // registered no new input and changed none, and every event it published
 // is stored as it was (kt.PublishChanges).
 func (x *runExec) commitProduced(tx store.Tx, h *host) (quiet bool, err error) {
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	evs, err := transition.WriteProduced(tx, transition.Produced{Workflow: x.wf.Name, Version: x.run.Version, Consumers: x.prog.Decl.ConsumerOf(), CreatedBy: x.run.ID,
 		Inputs: h.inputs, Publishes: h.publishes, Now: now})
 	if err != nil {
@@ -103,7 +103,7 @@ type scheduledEnd struct {
 // came due while the run executed collapses into one next run.
 func (x *runExec) commitScheduled(tx store.Tx, end scheduledEnd) error {
 	summary := end.summary
-	run, now := x.run, x.e.nowMs()
+	run, now := x.run, x.e.NowMs()
 	hrow, err := tx.HandlerGet(x.wf.Name, run.Handler)
 	if err != nil {
 		return err
@@ -181,7 +181,7 @@ func (x *runExec) committedInto(tx store.Tx, summary string, into kt.Run) error 
 	if err := advance(x.run, kt.PhaseCommitted); err != nil {
 		return err
 	}
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	x.tr.add(kt.TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	r := *x.run
 	r.ID, r.Rev, r.QuietPolls, r.QuietSince = into.ID, into.Rev, into.QuietPolls+1, into.QuietSince
@@ -199,7 +199,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 	if err := advance(x.run, kt.PhaseCommitted); err != nil {
 		return err
 	}
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	x.tr.add(kt.TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	x.run.Status, x.run.Trace, x.run.UpdatedAt, x.run.FinishedAt, x.run.ErrorClass, x.run.ErrorMessage = kt.StatusCommitted, x.tr.json(), now, now, "", ""
 	if asked := x.run.Action; asked != "" {
@@ -219,6 +219,6 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 // wins), with caused_by and attempt from cause, and marks the consumers of
 // the topics dirty. It returns the handlers it marked.
 func (x *runExec) insertPublishes(tx store.Tx, reqs []transition.Publish, cause func(transition.Publish) ([]string, int, error)) (map[string]bool, error) {
-	_, dirty, err := transition.PublishAll(tx, transition.Produced{Workflow: x.wf.Name, Consumers: x.prog.Decl.ConsumerOf(), CreatedBy: x.run.ID, Publishes: reqs, Now: x.e.nowMs()}, cause)
+	_, dirty, err := transition.PublishAll(tx, transition.Produced{Workflow: x.wf.Name, Consumers: x.prog.Decl.ConsumerOf(), CreatedBy: x.run.ID, Publishes: reqs, Now: x.e.NowMs()}, cause)
 	return dirty, err
 }

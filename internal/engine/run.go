@@ -48,7 +48,10 @@ const (
 	CrashInsideDelivery = "inside-delivery"
 )
 
-func (e *Engine) crashPoint(name string) {
+// CrashPoint calls the test's crash hook at the durable step name
+// (Options.AtDurableStep); intake's webhook delivery calls it inside its
+// commit (CrashInsideDelivery).
+func (e *Engine) CrashPoint(name string) {
 	if e.atStep != nil {
 		e.atStep(name)
 	}
@@ -82,7 +85,7 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 }
 
 func (e *Engine) step(ctx context.Context, name string) (bool, error) {
-	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
+	p := &stepPlan{now: e.NowMs(), guesses: &e.peekGuesses}
 	open, picked, err := e.readPlan(ctx, name, p)
 	if err != nil || p.wf.Paused {
 		return false, err
@@ -91,7 +94,7 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 		return e.handleOpen(ctx, p.wf, *open)
 	}
 	if !picked {
-		if p.prog, err = e.program(ctx, name, p.wf.ActiveVersion); err != nil {
+		if p.prog, err = e.Program(ctx, name, p.wf.ActiveVersion); err != nil {
 			return false, err
 		}
 		if err := e.store.View(ctx, p.pick); err != nil {
@@ -293,7 +296,7 @@ func trueFirst(a, b bool) int {
 }
 
 func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phase kt.Phase) kt.Run {
-	now := e.nowMs()
+	now := e.NowMs()
 	return kt.Run{ID: transition.NewID(), Workflow: wf.Name, Version: wf.ActiveVersion, Handler: handler, HandlerType: typ,
 		Phase: phase, Status: kt.StatusActive, CreatedAt: now, UpdatedAt: now}
 }

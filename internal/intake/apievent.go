@@ -1,8 +1,11 @@
 // Package intake takes in what comes from outside a workflow's handlers:
-// events posted through keep's event API (Post), written through the
-// one producer writer (transition.WriteProduced), and a person's take
-// or drop of held webhook deliveries (ActOnHeld). Control's publish and
-// held-delivery rows call it; it never calls control.
+// events posted through keep's event API (Post) and requests to its
+// webhooks (Webhooks: verified, recorded, held until keep can take them,
+// their handler run by engine.RunWebhook), both written through the one
+// producer writer (transition.WriteProduced), and a person's take or drop
+// of held webhook deliveries (ActOnHeld). Control's publish and
+// held-delivery rows call it, and keep serve's webhooks listener; it
+// never calls control.
 package intake
 
 import (
