@@ -33,6 +33,7 @@ import (
 	khttp "github.com/keep-run/keep/internal/connector/http"
 	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/hooks"
+	"github.com/keep-run/keep/internal/intake"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
@@ -143,9 +144,12 @@ func learnSecrets(cfg config.Config, secrets *account.Secrets, logger *slog.Logg
 type Keep struct {
 	// Sandbox is this keep's sandbox runtime: its workers, pools and
 	// counters, stopped by Close and by a signal (issue 41).
-	Sandbox   *script.Runtime
-	Store     store.Store
-	Engine    *engine.Engine
+	Sandbox *script.Runtime
+	Store   store.Store
+	Engine  *engine.Engine
+	// Webhooks carries out requests to the workflows' webhooks (the
+	// listener's hooks.Deliverer) and takes held deliveries (TakeHeld).
+	Webhooks  *intake.Webhooks
 	Scheduler *scheduler.Scheduler
 	Policy    config.Policy
 	// Retention is keep.toml's [retention]: keep serve prunes by it
@@ -295,7 +299,7 @@ func (k *Keep) TakeHeld(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		if err := k.Engine.TakeAllHeld(ctx); err != nil && ctx.Err() == nil {
+		if err := k.Webhooks.TakeAllHeld(ctx); err != nil && ctx.Err() == nil {
 			k.log.Warn("take held webhook deliveries", "error", err)
 		}
 		select {
@@ -385,7 +389,7 @@ type HTTPOptions struct {
 // reachable through it, and the API's guard is not in its path — each
 // webhook is verified as its script declares.
 func (k *Keep) WebhooksServer() *http.Server {
-	return hooks.Server(k.Engine, k.log)
+	return hooks.Server(k.Webhooks, k.log)
 }
 
 // ServeWebhooks serves the webhooks on ln (WebhooksServer, at most

@@ -20,6 +20,7 @@ import (
 	"github.com/keep-run/keep/internal/connector/slackconn"
 	"github.com/keep-run/keep/internal/connector/sqlconn"
 	"github.com/keep-run/keep/internal/engine"
+	"github.com/keep-run/keep/internal/intake"
 	"github.com/keep-run/keep/internal/maintainer"
 	"github.com/keep-run/keep/internal/metrics"
 	"github.com/keep-run/keep/internal/netguard"
@@ -293,6 +294,7 @@ func (k *Keep) wireEngine(o Options, cfg config.Config, accts *account.Accounts,
 			default:
 			}
 		}})
+	k.Webhooks = intake.NewWebhooks(k.Engine)
 	if cfg.Maintainer.Enabled {
 		k.maintainer = &maintainer.Maintainer{Store: k.Store, Engine: k.Engine, Registry: RegistryOf(cfg, "."), Model: maintainer.NewModel(cfg.LLM),
 			Config: cfg.Maintainer, Now: clock.Now, Log: logger, Tests: recordedTests(o.ConfigFile), TestFaults: testrun.Faults()}

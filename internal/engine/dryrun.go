@@ -61,7 +61,7 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 	}); err != nil {
 		return DryRunResult{}, err
 	}
-	pol, err := e.policyFor(wf)
+	pol, err := e.PolicyFor(wf)
 	if err != nil {
 		return DryRunResult{}, err
 	}
@@ -72,7 +72,7 @@ func (e *Engine) dryRun(ctx context.Context, workflow, runID, src string, reads 
 	// Every read is answered from what the failed run read (issue 22):
 	// a read it did not make ends the dry run; nothing reaches the world.
 	*reads = *readsOf(run.Trace)
-	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
+	x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("dry run", e.NowMs()), reg: e.connectorsOf(wf), pol: pol, reads: reads}
 	switch run.HandlerType {
 	case kt.HandlerTask:
 		return x.dryTask(hrow)

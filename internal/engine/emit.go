@@ -64,16 +64,16 @@ func (x *runExec) emit(dv declView) error {
 		var settled []kt.Event
 		var err error
 		if x.held != nil {
-			settled, err = settleHeld(tx, run.ID, x.held, final, x.e.nowMs())
+			settled, err = settleHeld(tx, run.ID, x.held, final, x.e.NowMs())
 		} else {
-			settled, err = settleReserved(tx, run.ID, final, x.e.nowMs())
+			settled, err = settleReserved(tx, run.ID, final, x.e.NowMs())
 		}
 		if err != nil {
 			return err
 		}
 		causedBy, attempt := causesOf(settled)
 		x.noteInputs(causedBy...)
-		dirty, err := x.insertPublishes(tx, h.publishes, func(publishReq) ([]string, int, error) {
+		dirty, err := x.insertPublishes(tx, h.publishes, func(transition.Publish) ([]string, int, error) {
 			return causedBy, attempt, nil
 		})
 		if err != nil {
@@ -85,7 +85,7 @@ func (x *runExec) emit(dv declView) error {
 		if err := x.committed(tx, fmt.Sprintf("%d events %s, %d published", len(settled), final, len(h.publishes))); err != nil {
 			return err
 		}
-		x.e.crashPoint(CrashInsideCommit)
+		x.e.CrashPoint(CrashInsideCommit)
 		return nil
 	})
 }
@@ -196,7 +196,7 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 	if x.held != nil && !pr.reservesNothing() {
 		// The row's dirty mark stays as stored, so nothing of it needs
 		// reading: the store merges (HandlerAdvance does touch's move).
-		return tx.HandlerAdvance(x.wf.Name, x.run.Handler, state, x.e.wakeTime(pr.WakeAt), x.e.nowMs())
+		return tx.HandlerAdvance(x.wf.Name, x.run.Handler, state, x.e.wakeTime(pr.WakeAt), x.e.NowMs())
 	}
 	hrow, err := tx.HandlerGet(x.wf.Name, x.run.Handler)
 	if err != nil {
@@ -219,6 +219,6 @@ func (x *runExec) saveConsumerState(tx store.Tx, state json.RawMessage, selfDirt
 		hrow.Dirty = selfDirty || woken
 	}
 	hrow.WakeAt = x.e.wakeTime(pr.WakeAt)
-	transition.Touch(&hrow, x.e.nowMs())
+	transition.Touch(&hrow, x.e.NowMs())
 	return tx.HandlerPut(hrow)
 }

@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	otrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/keep-run/keep/internal/clock"
@@ -98,7 +97,7 @@ type Engine struct {
 	registries  map[string]*connector.Registry // by files root
 	policy      config.Policy
 	hasPolicy   bool // given by Options (recorded with what it deploys)
-	// policies caches the decoded recorded policies (policyFor), by
+	// policies caches the decoded recorded policies (PolicyFor), by
 	// their record.
 	policies sync.Map
 	// peekGuesses: what each consumer's prepare peeks first, read ahead
@@ -195,12 +194,12 @@ func (e *Engine) installationID(ctx context.Context) (string, error) {
 // Policy returns the engine's host policies.
 func (e *Engine) Policy() config.Policy { return e.policy }
 
-// policyFor is the policy workflow wf's runs run under — timeouts,
+// PolicyFor is the policy workflow wf's runs run under — timeouts,
 // retries and their backoff, reconcile attempts, the memory limit: the
 // one recorded at its deploy (kt.Workflow.Policy), whatever this process
 // was started with; this engine's own for a workflow deployed before keep
 // recorded it. The one place the engine picks a run's policy.
-func (e *Engine) policyFor(wf kt.Workflow) (config.Policy, error) {
+func (e *Engine) PolicyFor(wf kt.Workflow) (config.Policy, error) {
 	if wf.Policy == "" {
 		return e.policy, nil
 	}
@@ -230,15 +229,16 @@ func RecordedPolicy(wf, rec string) (config.Policy, error) {
 // Store returns the engine's store.
 func (e *Engine) Store() store.Store { return e.store }
 
-func (e *Engine) nowMs() int64 { return e.now().UnixMilli() }
+// NowMs is the engine's clock in Unix milliseconds, as records store it.
+func (e *Engine) NowMs() int64 { return e.now().UnixMilli() }
 
 // Now is the engine's clock (Options.Now): a deploy dates its version,
 // its handler rows and its grants by it, as the engine dates its runs.
 func (e *Engine) Now() time.Time { return e.now() }
 
-// wallNow is the wall clock (e.wall; the engine's clock in an Engine a
+// WallNow is the wall clock (e.wall; the engine's clock in an Engine a
 // test built by hand).
-func (e *Engine) wallNow() time.Time {
+func (e *Engine) WallNow() time.Time {
 	if e.wall == nil {
 		return e.now()
 	}
@@ -253,9 +253,9 @@ func (e *Engine) monoNow() time.Duration {
 	return e.mono()
 }
 
-func newID() string { return uuid.Must(uuid.NewV7()).String() }
-
-func (e *Engine) changed(wf string) {
+// Changed wakes whatever waits for wf's next step (keep serve's
+// scheduler): something was written that a step may take.
+func (e *Engine) Changed(wf string) {
 	if e.onChange != nil {
 		e.onChange(wf)
 	}
@@ -273,11 +273,11 @@ func (e *Engine) update(ctx context.Context, wf string, fn func(store.Tx) error)
 	if err := e.store.Update(ctx, fn); err != nil {
 		return err
 	}
-	e.changed(wf)
+	e.Changed(wf)
 	return nil
 }
 
-// program returns the compiled script of a workflow version, compiling it once.
+// Program returns the compiled script of a workflow version, compiling it once.
 // cachedProgram returns a version's program when it is compiled already.
 func (e *Engine) cachedProgram(wf string, version int64) *script.Program {
 	e.mu.Lock()
@@ -287,7 +287,8 @@ func (e *Engine) cachedProgram(wf string, version int64) *script.Program {
 
 func programKey(wf string, version int64) string { return wf + "@" + strconv.FormatInt(version, 10) }
 
-func (e *Engine) program(ctx context.Context, wf string, version int64) (*script.Program, error) {
+// Program returns the compiled script of a workflow version, compiling it once.
+func (e *Engine) Program(ctx context.Context, wf string, version int64) (*script.Program, error) {
 	key := programKey(wf, version)
 	if p := e.cachedProgram(wf, version); p != nil {
 		return p, nil
@@ -396,7 +397,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		now := e.nowMs()
+		now := e.NowMs()
 		for _, r := range runs {
 			r.Status, r.UpdatedAt = kt.StatusCrashed, now
 			r.ErrorClass, r.ErrorMessage = kt.ClassInternal, "keep stopped while this run was active; it will be recovered"
@@ -578,7 +579,7 @@ func (e *Engine) invoke(prog *script.Program, inv script.Invocation) (script.Out
 
 func (e *Engine) runFinished(r *kt.Run) {
 	if e.observer != nil {
-		e.observer.RunFinished(r.Workflow, r.HandlerType, r.Status, time.Duration(e.nowMs()-r.CreatedAt)*time.Millisecond)
+		e.observer.RunFinished(r.Workflow, r.HandlerType, r.Status, time.Duration(e.NowMs()-r.CreatedAt)*time.Millisecond)
 	}
 }
 

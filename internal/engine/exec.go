@@ -139,7 +139,7 @@ type runExec struct {
 // A policy recorded for wf that does not decode is an error (a step finds
 // it before it writes anything: Engine.step).
 func (e *Engine) newExec(ctx context.Context, wf kt.Workflow, prog *script.Program, run *kt.Run) (*runExec, error) {
-	pol, err := e.policyFor(wf)
+	pol, err := e.PolicyFor(wf)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 			x.reserve, x.reserving, x.outcome, x.unstored = nil, nil, nil, false
 			x.stored, x.storedRev = x.run.Status, x.run.Rev
 			if pinned {
-				x.e.crashPoint(CrashAfterPrepared)
+				x.e.CrashPoint(CrashAfterPrepared)
 			}
 			return nil
 		}
@@ -255,7 +255,7 @@ func (x *runExec) writeReading(reads func(tx store.Tx), fn func(tx store.Tx) err
 // (reserved by the run) and a write's outcome.
 func (x *runExec) writeHeld(tx store.Tx) error {
 	var err error
-	if x.reserving, err = writeReservations(tx, x.run, x.reserve, x.e.nowMs()); err != nil {
+	if x.reserving, err = writeReservations(tx, x.run, x.reserve, x.e.NowMs()); err != nil {
 		return err
 	}
 	switch {
@@ -441,7 +441,7 @@ func (p hostPhase) invocation() (kt.HandlerType, string) {
 
 // phaseNote adds a phase line to the trace.
 func (x *runExec) phaseNote(phase, text string) {
-	x.tr.add(kt.TraceEntry{At: x.e.nowMs(), Kind: "phase", Phase: phase, Text: text})
+	x.tr.add(kt.TraceEntry{At: x.e.NowMs(), Kind: "phase", Phase: phase, Text: text})
 }
 
 // declView is the part of the run's consumer declaration the host checks

@@ -13,8 +13,9 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// maxErrorText bounds the error message kept on a run.
-const maxErrorText = 4000
+// MaxErrorText bounds the error message kept on a run (and said on a
+// span: a delivery's too, intake.Webhooks).
+const MaxErrorText = 4000
 
 // fail records a failed run by the taxonomy of SPEC §6 and applies the reset rules of §4.
 func (x *runExec) fail(cause error) error { return x.failWith(cause, nil) }
@@ -44,8 +45,8 @@ func (x *runExec) failWith(cause error, with func(tx store.Tx) error) error {
 	// The one way an error reaches the run, its card, the log and the page:
 	// credentials masked, and no more than a person reads (a script once
 	// threw a 20 MB message, stored twice and printed whole).
-	msg := clip(redact.String(cause.Error()), maxErrorText)
-	now := e.nowMs()
+	msg := kt.Clip(redact.String(cause.Error()), MaxErrorText)
+	now := e.NowMs()
 	// run.Action stays: a person's decision that came in while this step
 	// was under way is carried out after it, never cleared (issue 24).
 	run.ErrorClass, run.ErrorMessage, run.UpdatedAt = class, msg, now

@@ -10,13 +10,13 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/keep-run/keep/internal/connector"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Per-run bounds of what a handler publishes (buffered until the commit).
@@ -81,12 +81,12 @@ func (t *trace) add(e kt.TraceEntry) {
 		t.dropped++
 		return
 	}
-	e.Text = clip(redact.String(e.Text), maxTraceText)
-	e.Outcome = clip(redact.String(e.Outcome), maxTraceText)
+	e.Text = kt.Clip(redact.String(e.Text), maxTraceText)
+	e.Outcome = kt.Clip(redact.String(e.Outcome), maxTraceText)
 	if e.Args != nil {
 		e.Args = redact.Value(e.Args)
 		if b, err := json.Marshal(e.Args); err == nil && len(b) > maxTraceArgs {
-			e.Args = fmt.Sprintf("(%d bytes of arguments, not kept in the trace; the first %d: %s…)", len(b), maxTraceText/4, clip(string(b), maxTraceText/4))
+			e.Args = fmt.Sprintf("(%d bytes of arguments, not kept in the trace; the first %d: %s…)", len(b), maxTraceText/4, kt.Clip(string(b), maxTraceText/4))
 		}
 	}
 	if len(e.Result) > maxTraceResult || t.results+len(e.Result) > maxTraceResults {
@@ -117,18 +117,6 @@ func (t *trace) add(e kt.TraceEntry) {
 	t.entries = append(t.entries, e)
 }
 
-// clip cuts s to at most n bytes (on a rune boundary) and says what was cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("… (cut: %d bytes in all)", len(s))
-}
-
 func (t *trace) json() json.RawMessage {
 	w := map[string]any{"entries": t.entries, "dropped": t.dropped}
 	if t.progressed {
@@ -145,14 +133,6 @@ type capturedCall struct {
 	Args   map[string]any `json:"args"`
 }
 
-// publishReq is one ctx.publish buffered until commit.
-type publishReq struct {
-	Topic     string
-	MessageID string
-	InputID   string
-	Payload   json.RawMessage
-}
-
 // host serves one handler phase's ctx calls and enforces SPEC §3.
 type host struct {
 	*runExec
@@ -167,7 +147,7 @@ type host struct {
 	inputs      []kt.Input
 	inputByKey  map[string]string
 	knownInputs map[string]bool
-	publishes   []publishReq
+	publishes   []transition.Publish
 	// publishedBytes counts the payload bytes of publishes.
 	publishedBytes int
 	allowPublish   map[string]bool
@@ -273,7 +253,7 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 	case "log":
 		return h.log(raw)
 	case "now":
-		n := h.e.nowMs() + h.clockShift
+		n := h.e.NowMs() + h.clockShift
 		if h.frozenNow != 0 {
 			n = h.frozenNow + h.clockShift
 		}
@@ -287,7 +267,7 @@ func (h *host) serve(method string, raw json.RawMessage) (json.RawMessage, error
 			h.chanceSeed = (h.chanceSeed*1103515245 + 12345) % 2147483648
 			r = float64(h.chanceSeed) / 2147483648
 		}
-		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
+		h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "random", Text: fmt.Sprint(r)})
 		b, _ := json.Marshal(r)
 		return b, nil
 	case "registerInput":
@@ -313,7 +293,7 @@ func (h *host) log(raw json.RawMessage) (json.RawMessage, error) {
 	if len(s) > maxLogLine {
 		s = s[:maxLogLine] + "…"
 	}
-	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Text: s})
+	h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "log", Text: s})
 	return nil, nil
 }
 
@@ -334,7 +314,7 @@ func (h *host) connectorCall(method string, raw json.RawMessage) (json.RawMessag
 			return h.itemMutation(tool, m, args)
 		}
 		h.captured = &capturedCall{Tool: tool, Method: m.Name, Args: args}
-		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
+		h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "mutation", Method: method, Args: m.Redact(args), Outcome: "requested"})
 		return nil, script.ErrSuspend
 	}
 	argsHash := hashOf(tool, m.Name, args)
@@ -509,8 +489,8 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 	case !errors.Is(err, kt.ErrNotFound):
 		return nil, kt.Errorf(kt.ClassInternal, "registerInput: %v", err)
 	}
-	now := h.e.nowMs()
-	in2 := kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: key, Kind: kt.KindInput, Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
+	now := h.e.NowMs()
+	in2 := kt.Input{ID: transition.NewID(), Workflow: h.run.Workflow, Key: key, Kind: kt.KindInput, Source: in.Source, Type: in.Type, ExternalID: id, Title: title,
 		CurrentAttempt: 1, CreatedBy: h.run.ID, LastRun: h.run.ID, LastVersion: h.run.Version, CreatedAt: now, UpdatedAt: now}
 	h.inputs = append(h.inputs, in2)
 	h.inputByKey[key] = in2.ID
@@ -523,7 +503,7 @@ func (h *host) registerInput(raw json.RawMessage) (json.RawMessage, error) {
 func (h *host) shortTitle(method, title string) string {
 	short, shortened := kt.ShortTitle(title)
 	if shortened {
-		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Method: method,
+		h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "log", Method: method,
 			Text: fmt.Sprintf("%s: the title has %d characters, more than keep's bound of %d: shortened to %d, ending in %s (a title says what it is in a line)", h.where(method), len(title), kt.MaxTitleChars, len(short), kt.TitleEllipsis)})
 	}
 	return short
@@ -534,7 +514,7 @@ func (h *host) shortTitle(method, title string) string {
 func (h *host) boundedID(method, what, id string) string {
 	bounded, hashed := kt.BoundedID(id)
 	if hashed {
-		h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "log", Method: method,
+		h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "log", Method: method,
 			Text: fmt.Sprintf("%s: the %s has %d characters, more than keep's bound of %d: keep names it by its hash, %s (the same %s is always the same name)", h.where(method), what, len(id), kt.MaxIDChars, bounded, what)})
 	}
 	return bounded
@@ -577,10 +557,10 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 			msgID, MaxPublishesPerRun, MaxPublishBytesPerRun>>20, len(h.publishes), h.publishedBytes)
 	}
 	for _, t := range topics {
-		h.publishes = append(h.publishes, publishReq{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
+		h.publishes = append(h.publishes, transition.Publish{Topic: t, MessageID: msgID, InputID: inputID, Payload: payload})
 		h.publishedBytes += len(payload) + len(msgID)
 	}
-	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
+	h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "call", Method: "publish", Args: map[string]any{"topics": topics, "messageId": msgID}, Outcome: "buffered until commit"})
 	return nil, nil
 }
 
@@ -780,7 +760,7 @@ func (h *host) queueRead(method string, raw json.RawMessage) (json.RawMessage, e
 		h.learnPeek(raw, req.Topic, limit)
 	}
 	page, err := peekPage(evs)
-	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(evs))})
+	h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: string(h.phase), Kind: "call", Method: method, Args: map[string]any{"topic": req.Topic}, Outcome: fmt.Sprintf("%d events", len(evs))})
 	return page, err
 }
 

@@ -95,7 +95,7 @@ func (x *runExec) failTask(ts *taskState, cause error) error {
 }
 
 func (e *Engine) setItemStatus(ctx context.Context, it *kt.Input, status kt.ItemStatus, run *kt.Run) error {
-	now := e.nowMs()
+	now := e.NowMs()
 	return e.store.Update(ctx, func(tx store.Tx) error {
 		cur, err := tx.InputGet(it.ID)
 		if err != nil {
@@ -165,7 +165,7 @@ func (h *host) itemExit() (json.RawMessage, error) {
 			return nil, kt.Errorf(kt.ClassInternal, "record item %s done: %v", ts.item.Key, err)
 		}
 	}
-	h.tr.add(kt.TraceEntry{At: h.e.nowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
+	h.tr.add(kt.TraceEntry{At: h.e.NowMs(), Phase: "task", Kind: "item", Text: "item " + ts.item.Key + " done"})
 	ts.item, ts.isDone, h.item = nil, false, ""
 	return nil, nil
 }
@@ -184,7 +184,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 	// An item's id and title are made from outside data (a mail's id and
 	// subject): one over keep's bound must not stop the task.
 	id, title = h.boundedID("withItem", "item id", id), h.shortTitle("withItem", title)
-	now := h.e.nowMs()
+	now := h.e.NowMs()
 	var it kt.Input
 	if h.dry {
 		return h.enterItemDry(id, title)
@@ -200,7 +200,7 @@ func (h *host) enterItem(id, title string) (json.RawMessage, error) {
 		cur, err := tx.InputGetByKey(h.run.Workflow, id)
 		switch {
 		case errors.Is(err, kt.ErrNotFound):
-			cur = kt.Input{ID: newID(), Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing,
+			cur = kt.Input{ID: transition.NewID(), Workflow: h.run.Workflow, Key: id, Kind: kt.KindTask, Title: title, Status: kt.ItemProcessing,
 				CurrentAttempt: 1, CreatedBy: h.run.ID, CreatedAt: now}
 		case err != nil:
 			return err
@@ -282,7 +282,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 		// This run now waits on it: the card and the person's actions
 		// must find the mutation through this run.
 		ts.failStatus = kt.ItemNeedsAttention
-		lc.mut.RunID, lc.mut.UpdatedAt, run.UpdatedAt = run.ID, h.e.nowMs(), h.e.nowMs()
+		lc.mut.RunID, lc.mut.UpdatedAt, run.UpdatedAt = run.ID, h.e.NowMs(), h.e.NowMs()
 		if err := h.saveWithMutation(&lc.mut); err != nil {
 			return nil, kt.Errorf(kt.ClassInternal, "record the blocked mutation: %v", err)
 		}
@@ -307,7 +307,7 @@ func (h *host) itemMutation(tool string, m *connector.Method, args map[string]an
 	case callApplied:
 		return h.itemApplied(&lc.mut, res.Value, "")
 	case callFailed:
-		markFailed(&lc.mut, res.Err, "", h.e.nowMs())
+		markFailed(&lc.mut, res.Err, "", h.e.NowMs())
 		if err := h.writeMutation(&lc.mut); err != nil {
 			return nil, err
 		}
@@ -338,18 +338,18 @@ func (h *host) itemApplied(mut *kt.Mutation, value any, resolvedBy string) (json
 	if err != nil {
 		return nil, kt.Errorf(kt.ClassInternal, "encode the result of %s: %v", mut.Target, err)
 	}
-	markApplied(mut, result, resolvedBy, h.e.nowMs())
+	markApplied(mut, result, resolvedBy, h.e.NowMs())
 	if err := h.writeMutation(mut); err != nil {
 		return nil, err
 	}
-	h.e.crashPoint(CrashAfterApplied)
+	h.e.CrashPoint(CrashAfterApplied)
 	return result, nil
 }
 
 // itemBlock makes a mutation indeterminate and aborts the run for a
 // person, saying why by the call's own answer.
 func (h *host) itemBlock(mut *kt.Mutation) error {
-	mut.Status, mut.UpdatedAt = kt.MutationIndeterminate, h.e.nowMs()
+	mut.Status, mut.UpdatedAt = kt.MutationIndeterminate, h.e.NowMs()
 	if err := h.writeMutation(mut); err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ func (h *host) itemBlock(mut *kt.Mutation) error {
 // itemReconcile is the inline reconcile of an item mutation.
 func (h *host) itemReconcile(mut *kt.Mutation) (json.RawMessage, error) {
 	ans := h.askReconcile(mut, "task", inlineAttempt)
-	now := h.e.nowMs()
+	now := h.e.NowMs()
 	var why string
 	switch ans.step {
 	case recApplied:
@@ -397,7 +397,7 @@ func (x *runExec) reconcileTaskMutation(mut kt.Mutation) error {
 	defer x.startPhase(phaseReconcile).end(x)
 	run := x.run
 	ans := x.askReconcile(&mut, "task", backgroundAttempt)
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	switch ans.step {
 	case recApplied:
 		result, _ := json.Marshal(ans.value)

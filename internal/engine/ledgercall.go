@@ -129,7 +129,7 @@ func (lc *ledgerCall) note(outcome string, withArgs bool) {
 // traceNote adds the trace line alone: the line of a commit goes in before
 // it, with the run it writes, its span's event after it held.
 func (lc *ledgerCall) traceNote(outcome string, withArgs bool) {
-	e := kt.TraceEntry{At: lc.x.e.nowMs(), Phase: lc.phase, Kind: "mutation", Method: lc.method(), Outcome: outcome}
+	e := kt.TraceEntry{At: lc.x.e.NowMs(), Phase: lc.phase, Kind: "mutation", Method: lc.method(), Outcome: outcome}
 	if withArgs {
 		e.Args = lc.redacted
 	}
@@ -164,9 +164,9 @@ func (lc *ledgerCall) newRow(itemKeys []string, attempt int) {
 	}
 	run := lc.x.run
 	lc.fresh = true
-	lc.mut = kt.Mutation{ID: newID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
+	lc.mut = kt.Mutation{ID: transition.NewID(), Workflow: run.Workflow, Handler: run.Handler, ItemKeys: itemKeys, Attempt: attempt,
 		Tool: lc.tool, Method: lc.m.Name, IdentityKey: lc.identityKey, IdempotencyKey: IdempotencyKey(lc.installation, lc.identityKey),
-		CreatedAt: lc.x.e.nowMs()}
+		CreatedAt: lc.x.e.NowMs()}
 }
 
 // IdempotencyKey is the key a new write carries to the service: its
@@ -191,7 +191,7 @@ func (lc *ledgerCall) needsApproval() bool {
 // before it re-runs prepare (prepare has no side effects); from here on,
 // the write may have happened.
 func (lc *ledgerCall) recordInFlight() error {
-	x, mut, now := lc.x, &lc.mut, lc.x.e.nowMs()
+	x, mut, now := lc.x, &lc.mut, lc.x.e.NowMs()
 	params, _ := json.Marshal(lc.args)
 	mut.RunID, mut.Params, mut.PayloadHash, mut.Target = x.run.ID, params, lc.payloadHash, lc.target
 	mut.CanReconcile = lc.m.CanReconcile(lc.args)
@@ -215,7 +215,7 @@ func (lc *ledgerCall) recordInFlight() error {
 	}
 	x.ledger = ledgerMark{id: mut.ID, status: mut.Status}
 	x.mutationEvent(lc.method(), "in_flight")
-	x.e.crashPoint(CrashAfterInFlight)
+	x.e.CrashPoint(CrashAfterInFlight)
 	return nil
 }
 
@@ -251,7 +251,7 @@ func (lc *ledgerCall) commitInFlight(insert bool) error {
 		if err != nil {
 			return err
 		}
-		x.e.crashPoint(CrashInsideInFlight)
+		x.e.CrashPoint(CrashInsideInFlight)
 		return x.putRun(tx)
 	})
 }
@@ -270,7 +270,7 @@ func (lc *ledgerCall) send() (connector.Result, callStep, error) {
 	cctx, cancel := context.WithTimeout(lc.x.ctx, lc.x.toolTimeout(lc.args))
 	res := lc.x.do(cctx, lc.tool, lc.m, connector.Call{Args: lc.args, IdempotencyKey: lc.mut.IdempotencyKey})
 	cancel()
-	e.crashPoint(CrashAfterCall)
+	e.CrashPoint(CrashAfterCall)
 	outcome := map[connector.Outcome]string{connector.OutcomeApplied: "applied", connector.OutcomeFailed: "failed", connector.OutcomeUncertain: "uncertain"}[res.Outcome]
 	if res.Err != nil {
 		outcome += ": " + res.Err.Message
@@ -315,7 +315,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	cctx, cancel := context.WithTimeout(x.ctx, x.toolTimeout(call.Args))
 	status, value, rerr := x.probe(cctx, mut.Tool, m, call)
 	cancel()
-	e.crashPoint(CrashAfterProbe)
+	e.CrashPoint(CrashAfterProbe)
 	text := string(status)
 	if rerr != nil {
 		text += ": " + rerr.Error()
@@ -345,7 +345,7 @@ func (x *runExec) askReconcile(mut *kt.Mutation, phase string, when reconcileAtt
 	ans.step = onReconcile(status, ans.settleAt, reconcileExhausted(when, mut.ReconcileAttempts, x.pol.ReconcileAttempts))
 	if ans.step == recRetryLater {
 		ans.delay = config.Backoff(x.pol.ReconcileBackoff, x.pol.ReconcileBackoffMax, mut.ReconcileAttempts+1)
-		ans.retryAt = e.nowMs() + ans.delay.Milliseconds()
+		ans.retryAt = e.NowMs() + ans.delay.Milliseconds()
 	}
 	return ans
 }
@@ -395,7 +395,7 @@ func markRecheck(mut *kt.Mutation, at, now int64) {
 // wall clock shortens it). It returns 0 when the answer is proof, else
 // when to check again; it records the first answer on mut.
 func (x *runExec) notHappenedYet(mut *kt.Mutation, args map[string]any) int64 {
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	settle := x.toolTimeout(args)
 	if x.pol.ReconcileSettle > settle {
 		settle = x.pol.ReconcileSettle

@@ -178,7 +178,7 @@ func (x *runExec) waitForApproval(lc *ledgerCall) error {
 	if err := advance(run, kt.PhaseMutating); err != nil {
 		return err
 	}
-	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusApproval, "", x.e.nowMs()
+	run.Status, run.ErrorClass, run.UpdatedAt = kt.StatusApproval, "", x.e.NowMs()
 	run.ErrorMessage = fmt.Sprintf("waiting for approval: %s", lc.target)
 	lc.note("waiting for approval", true)
 	return x.save(nil)
@@ -210,7 +210,7 @@ func (x *runExec) saveWithMutation(mut *kt.Mutation) error {
 // the consumption (emit). Until then the row stays in_flight (or as it
 // was): a crash in between is recovered by reconciling it.
 func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string) (bool, error) {
-	run, now := x.run, x.e.nowMs()
+	run, now := x.run, x.e.NowMs()
 	result, err := json.Marshal(value)
 	if err != nil {
 		return false, x.fail(kt.Errorf(kt.ClassInternal, "encode the result of %s: %v", mut.Target, err))
@@ -238,13 +238,13 @@ func (x *runExec) mutationApplied(mut *kt.Mutation, value any, resolvedBy string
 // row and the run in one transaction (issue 24 #3: two once let a crash
 // between them leave the run waiting behind a stale message).
 func (x *runExec) mutationFailed(mut *kt.Mutation, cause *kt.Error, resolvedBy string) error {
-	markFailed(mut, cause, resolvedBy, x.e.nowMs())
+	markFailed(mut, cause, resolvedBy, x.e.NowMs())
 	return x.failWith(cause, func(tx store.Tx) error { return transition.PutMutation(tx, *mut) })
 }
 
 // blockOnMutation escalates: the outcome is unknown and cannot be checked.
 func (x *runExec) blockOnMutation(mut *kt.Mutation, why string) error {
-	run, now := x.run, x.e.nowMs()
+	run, now := x.run, x.e.NowMs()
 	if err := toMutating(run); err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func (x *runExec) reconcile(mut *kt.Mutation, when reconcileAttempt) (bool, erro
 		return false, x.mutationFailed(mut, kt.Errorf(kt.ClassTransient, "%s; it will be sent again", why), kt.ResolvedByReconciliation)
 	case recRecheck:
 		return false, x.checkAgainAt(mut, ans.settleAt, fmt.Sprintf("%s was not found at the target yet; a slow service may still apply it, so keep checks once more in %s before it would send it again",
-			mut.Target, time.Duration(ans.settleAt-x.e.nowMs())*time.Millisecond))
+			mut.Target, time.Duration(ans.settleAt-x.e.NowMs())*time.Millisecond))
 	}
 	return false, x.checkAgainAt(mut, ans.retryAt, fmt.Sprintf("outcome of %s is not known yet; keep checks again in %s (attempt %d of %d)",
 		mut.Target, ans.delay, mut.ReconcileAttempts+1, x.pol.ReconcileAttempts))
@@ -363,7 +363,7 @@ func (x *runExec) reconcile(mut *kt.Mutation, when reconcileAttempt) (bool, erro
 // checkAgainAt keeps a write whose outcome is not known yet in
 // needs_reconcile until at, and the run waiting on it with why.
 func (x *runExec) checkAgainAt(mut *kt.Mutation, at int64, why string) error {
-	run, now := x.run, x.e.nowMs()
+	run, now := x.run, x.e.NowMs()
 	markRecheck(mut, at, now)
 	mut.RunID = run.ID
 	run.Status, run.ErrorClass, run.ErrorMessage, run.UpdatedAt = kt.StatusReconciliation, kt.ClassIndeterminate, why, now

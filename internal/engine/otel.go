@@ -9,7 +9,6 @@ import (
 	otrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/keep-run/keep/internal/connector"
-	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
 	"github.com/keep-run/keep/internal/script"
@@ -120,9 +119,9 @@ func (x *runExec) endRun(err error) {
 	case errors.Is(err, script.ErrStopping), errors.Is(err, store.ErrFenced):
 		// Not the run's failure: it is recovered by the next start, or
 		// by the node that took the workflow over.
-		x.span.AddEvent(clip(redact.String(err.Error()), maxErrorText))
+		x.span.AddEvent(kt.Clip(redact.String(err.Error()), MaxErrorText))
 	case err != nil:
-		x.span.SetStatus(codes.Error, clip(redact.String(err.Error()), maxErrorText))
+		x.span.SetStatus(codes.Error, kt.Clip(redact.String(err.Error()), MaxErrorText))
 	}
 	x.span.End()
 }
@@ -263,7 +262,7 @@ func endCall(span otrace.Span, m *connector.Method, call connector.Call, res con
 			outcome = "unknown"
 		}
 		span.SetAttributes(attribute.String(AttrErrorClass, string(res.Err.Class)))
-		span.SetStatus(codes.Error, string(res.Err.Class)+": "+clip(res.Err.Message, maxErrorText))
+		span.SetStatus(codes.Error, string(res.Err.Class)+": "+kt.Clip(res.Err.Message, MaxErrorText))
 	}
 	span.SetAttributes(attribute.String(AttrCallKind, kind), attribute.String(AttrOutcome, outcome))
 	span.End()
@@ -276,28 +275,12 @@ func endProbe(span otrace.Span, status connector.ReconcileStatus, err error) {
 	}
 	span.SetAttributes(attribute.String(AttrCallKind, "reconcile"), attribute.String(AttrReconcile, string(status)))
 	if err != nil {
-		span.SetStatus(codes.Error, clip(err.Error(), maxErrorText))
+		span.SetStatus(codes.Error, kt.Clip(err.Error(), MaxErrorText))
 	}
 	span.End()
 }
 
-// startDelivery opens the span of one request to a webhook (Deliver): a
-// server span, whatever keep makes of it; its handler's phase and reads
-// are its children (deliverySpan).
-func (e *Engine) startDelivery(ctx context.Context, h hookreq.Hook) (context.Context, otrace.Span) {
-	if e.tracer == nil {
-		return ctx, nil
-	}
-	ctx, span := e.tracer.Start(ctx, "webhook "+h.Workflow+"/"+h.Name, otrace.WithSpanKind(otrace.SpanKindServer),
-		otrace.WithAttributes(attribute.String(AttrWorkflow, h.Workflow), attribute.String(AttrWebhook, h.Name)))
-	if !span.IsRecording() {
-		span.End()
-		return ctx, nil
-	}
-	return ctx, span
-}
-
-// deliverySpan is the span startDelivery put in ctx, for the handler's
+// deliverySpan is the span intake put in ctx (a delivery's: intake.Webhooks), for the handler's
 // runExec; nil when keep does not trace the delivery.
 func (e *Engine) deliverySpan(ctx context.Context) otrace.Span {
 	if e.tracer == nil {
@@ -307,23 +290,4 @@ func (e *Engine) deliverySpan(ctx context.Context) otrace.Span {
 		return s
 	}
 	return nil
-}
-
-// endDelivery ends a delivery's span with what keep made of it: its
-// status (accepted, duplicate, refused, failed), why, its delivery id and
-// what it registered; an error status when the handler failed or keep did.
-// A refusal is the sender's error, not keep's: it is in the attributes.
-func endDelivery(span otrace.Span, d hookreq.Delivered, err error) {
-	if span == nil {
-		return
-	}
-	span.SetAttributes(attribute.String(AttrDelivery, string(d.Status)), attribute.String(AttrDeliveryWhy, string(d.Why)),
-		attribute.String(AttrDeliveryID, d.DeliveryID), attribute.Int(AttrInputs, d.Inputs), attribute.Int(AttrEvents, d.Events))
-	switch {
-	case err != nil:
-		span.SetStatus(codes.Error, clip(redact.String(err.Error()), maxErrorText))
-	case d.Status == kt.DeliveryFailed:
-		span.SetStatus(codes.Error, clip(redact.String(d.Message), maxErrorText))
-	}
-	span.End()
 }

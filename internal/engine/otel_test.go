@@ -165,7 +165,7 @@ func TestSpansOfWebhookDeliveries(t *testing.T) {
 	setUpWebhooks(t, e)
 	writes := hookreq.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: http.Header{"X-Token": {"t0ken-shop"}}, Body: []byte(`{}`)}
 	for _, h := range []hookreq.Hook{shopHook("d-1", "1", "t0ken-shop"), shopHook("d-1", "1", "t0ken-shop"), shopHook("d-2", "2", "wrong"), writes} {
-		if _, err := e.k.Engine.Deliver(e.ctx(), h); err != nil {
+		if _, err := e.k.Webhooks.Deliver(e.ctx(), h); err != nil {
 			t.Fatal(err)
 		}
 	}

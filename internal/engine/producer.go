@@ -9,7 +9,6 @@ import (
 
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/schedule"
-	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/transition"
 )
@@ -68,13 +67,13 @@ func readsOn(more bool, before, after json.RawMessage) bool {
 }
 
 // commitProduced writes what a producer registered and published, inside
-// its commit (writeProduced). quiet says the run found nothing new: it
+// its commit (transition.WriteProduced). quiet says the run found nothing new: it
 // registered no new input and changed none, and every event it published
 // is stored as it was (kt.PublishChanges).
 func (x *runExec) commitProduced(tx store.Tx, h *host) (quiet bool, err error) {
-	now := x.e.nowMs()
-	evs, err := writeProduced(tx, produced{workflow: x.wf.Name, version: x.run.Version, decl: x.prog.Decl, createdBy: x.run.ID,
-		inputs: h.inputs, publishes: h.publishes, now: now})
+	now := x.e.NowMs()
+	evs, err := transition.WriteProduced(tx, transition.Produced{Workflow: x.wf.Name, Version: x.run.Version, Consumers: x.prog.Decl.ConsumerOf(), CreatedBy: x.run.ID,
+		Inputs: h.inputs, Publishes: h.publishes, Now: now})
 	if err != nil {
 		return false, err
 	}
@@ -86,54 +85,6 @@ func (x *runExec) commitProduced(tx store.Tx, h *host) (quiet bool, err error) {
 		quiet = quiet && ev.UpdatedAt != now
 	}
 	return quiet, nil
-}
-
-// produced is what a producer-like step registered and published: a
-// producer run, an event posted through the event API (intake.Post), a
-// webhook's delivery (Deliver). writeProduced is the one place it is
-// written, so the three cannot differ in what an input and its events are.
-type produced struct {
-	workflow  string
-	version   int64
-	decl      script.Declaration // whose consumers are woken
-	createdBy string             // the run's id, or transition.CreatedByAPI, transition.CreatedByWebhook
-	// fresh names the inputs this step creates, which get their first
-	// attempt; nil: those created by createdBy (a run's id is its own).
-	fresh     map[string]bool
-	inputs    []kt.Input
-	publishes []publishReq
-	now       int64
-}
-
-// writeProduced writes, inside the caller's transaction, new and changed
-// inputs (a new one with its first attempt) and the events published, each
-// caused by its input in the input's current attempt, and marks the
-// topics' consumers dirty. It returns the events as written.
-func writeProduced(tx store.Tx, p produced) ([]kt.Event, error) {
-	attempts := map[string]int{}
-	for _, in := range p.inputs {
-		if err := transition.PutItem(tx, in); err != nil {
-			return nil, err
-		}
-		if isNew := p.fresh[in.ID]; isNew || (p.fresh == nil && in.CreatedBy == p.createdBy) {
-			if err := tx.ItemAttemptPut(kt.ItemAttempt{ItemID: in.ID, Attempt: 1, Status: kt.ItemPending, Version: p.version, StartedAt: p.now, UpdatedAt: p.now}); err != nil {
-				return nil, err
-			}
-		}
-		attempts[in.ID] = in.CurrentAttempt
-	}
-	evs, _, err := publishAll(tx, p, func(q publishReq) ([]string, int, error) {
-		attempt, ok := attempts[q.InputID]
-		if !ok {
-			in, err := tx.InputGet(q.InputID)
-			if err != nil {
-				return nil, 0, err
-			}
-			attempt = in.CurrentAttempt
-		}
-		return []string{q.InputID}, attempt, nil
-	})
-	return evs, err
 }
 
 // scheduledEnd is what a producer or task run computed, which its commit
@@ -152,7 +103,7 @@ type scheduledEnd struct {
 // came due while the run executed collapses into one next run.
 func (x *runExec) commitScheduled(tx store.Tx, end scheduledEnd) error {
 	summary := end.summary
-	run, now := x.run, x.e.nowMs()
+	run, now := x.run, x.e.NowMs()
 	hrow, err := tx.HandlerGet(x.wf.Name, run.Handler)
 	if err != nil {
 		return err
@@ -230,7 +181,7 @@ func (x *runExec) committedInto(tx store.Tx, summary string, into kt.Run) error 
 	if err := advance(x.run, kt.PhaseCommitted); err != nil {
 		return err
 	}
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	x.tr.add(kt.TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	r := *x.run
 	r.ID, r.Rev, r.QuietPolls, r.QuietSince = into.ID, into.Rev, into.QuietPolls+1, into.QuietSince
@@ -248,7 +199,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 	if err := advance(x.run, kt.PhaseCommitted); err != nil {
 		return err
 	}
-	now := x.e.nowMs()
+	now := x.e.NowMs()
 	x.tr.add(kt.TraceEntry{At: now, Kind: "phase", Phase: "committed", Text: summary})
 	x.run.Status, x.run.Trace, x.run.UpdatedAt, x.run.FinishedAt, x.run.ErrorClass, x.run.ErrorMessage = kt.StatusCommitted, x.tr.json(), now, now, "", ""
 	if asked := x.run.Action; asked != "" {
@@ -267,48 +218,7 @@ func (x *runExec) committed(tx store.Tx, summary string) error {
 // insertPublishes writes a run's buffered publishes at commit (last write
 // wins), with caused_by and attempt from cause, and marks the consumers of
 // the topics dirty. It returns the handlers it marked.
-func (x *runExec) insertPublishes(tx store.Tx, reqs []publishReq, cause func(publishReq) ([]string, int, error)) (map[string]bool, error) {
-	_, dirty, err := publishAll(tx, produced{workflow: x.wf.Name, decl: x.prog.Decl, createdBy: x.run.ID, publishes: reqs, now: x.e.nowMs()}, cause)
+func (x *runExec) insertPublishes(tx store.Tx, reqs []transition.Publish, cause func(transition.Publish) ([]string, int, error)) (map[string]bool, error) {
+	_, dirty, err := transition.PublishAll(tx, transition.Produced{Workflow: x.wf.Name, Consumers: x.prog.Decl.ConsumerOf(), CreatedBy: x.run.ID, Publishes: reqs, Now: x.e.NowMs()}, cause)
 	return dirty, err
-}
-
-// publishAll is insertPublishes for any creator: it writes p's publishes
-// (its inputs are not its to write) and returns the events as written,
-// and the consumers it marked dirty.
-func publishAll(tx store.Tx, p produced, cause func(publishReq) ([]string, int, error)) ([]kt.Event, map[string]bool, error) {
-	wf, createdBy, now := p.workflow, p.createdBy, p.now
-	subscribers := consumerOf(p.decl)
-	dirty := map[string]bool{}
-	evs := make([]kt.Event, 0, len(p.publishes))
-	for _, q := range p.publishes {
-		causedBy, attempt, err := cause(q)
-		if err != nil {
-			return nil, nil, err
-		}
-		ev := kt.Event{Workflow: wf, Topic: q.Topic, MessageID: q.MessageID, Payload: q.Payload, CreatedBy: createdBy,
-			CausedBy: causedBy, Attempt: attempt, CreatedAt: now, UpdatedAt: now}
-		if _, err := tx.EventPublish(&ev); err != nil {
-			return nil, nil, err
-		}
-		evs = append(evs, ev)
-		if c, ok := subscribers[q.Topic]; ok {
-			dirty[c] = true
-		}
-	}
-	return evs, dirty, markDirty(tx, wf, dirty, now)
-}
-
-func markDirty(tx store.Tx, wf string, names map[string]bool, now int64) error {
-	for n := range names {
-		h, err := tx.HandlerGet(wf, n)
-		if err != nil {
-			return err
-		}
-		h.Dirty = true
-		transition.Touch(&h, now)
-		if err := tx.HandlerPut(h); err != nil {
-			return err
-		}
-	}
-	return nil
 }

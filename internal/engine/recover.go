@@ -23,7 +23,7 @@ const (
 // a person's decision, crash recovery, a transient retry, a reconcile
 // attempt, or a fixed version for a logic failure.
 func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bool, error) {
-	now := e.nowMs()
+	now := e.NowMs()
 	switch {
 	case run.Action == ActionSkip:
 		return true, e.skip(ctx, wf, run)
@@ -54,7 +54,7 @@ func (e *Engine) handleOpen(ctx context.Context, wf kt.Workflow, run kt.Run) (bo
 // never marked failed (the run goes on after it); one found not to have
 // happened is sent again, as either choice asked.
 func (e *Engine) decideOnWrite(ctx context.Context, wf kt.Workflow, run kt.Run) error {
-	now := e.nowMs()
+	now := e.NowMs()
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
 		mut, err := tx.MutationByRun(run.ID)
 		if err != nil && !errors.Is(err, kt.ErrNotFound) {
@@ -106,10 +106,10 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 	if err != nil {
 		return false, err
 	}
-	if mut.Status != kt.MutationNeedsReconcile || mut.NextReconcileAt > e.nowMs() {
+	if mut.Status != kt.MutationNeedsReconcile || mut.NextReconcileAt > e.NowMs() {
 		return false, nil
 	}
-	prog, err := e.program(ctx, wf.Name, run.Version)
+	prog, err := e.Program(ctx, wf.Name, run.Version)
 	if err != nil {
 		return false, err
 	}
@@ -134,10 +134,10 @@ func (e *Engine) reconcileDue(ctx context.Context, wf kt.Workflow, run kt.Run) (
 // runnable is the program of wf's active version, once the policy its
 // runs run under decodes: a decision stops before it writes anything.
 func (e *Engine) runnable(ctx context.Context, wf kt.Workflow) (*script.Program, error) {
-	if _, err := e.policyFor(wf); err != nil {
+	if _, err := e.PolicyFor(wf); err != nil {
 		return nil, err
 	}
-	return e.program(ctx, wf.Name, wf.ActiveVersion)
+	return e.Program(ctx, wf.Name, wf.ActiveVersion)
 }
 
 // retry replaces a failed or crashed run with a new run (retry_of → old),
@@ -163,7 +163,7 @@ func (e *Engine) retry(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 			return err
 		}
 	}
-	now := e.nowMs()
+	now := e.NowMs()
 	nr.Trace = newTrace(fmt.Sprintf("retry of run %s (%s in %s)", old.ID, old.Status, old.Phase), now).json()
 	old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusRetried, "", now, now
 	err = e.update(ctx, wf.Name, func(tx store.Tx) error {
@@ -270,7 +270,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 	if err != nil {
 		return err
 	}
-	now := e.nowMs()
+	now := e.NowMs()
 	switch {
 	case kt.PhaseRank(old.Phase) >= kt.PhaseRank(kt.PhaseMutated) && old.Phase != kt.PhaseEmitting:
 		// The mutation happened (a check under way when the person chose
@@ -292,7 +292,7 @@ func (e *Engine) skip(ctx context.Context, wf kt.Workflow, old kt.Run) error {
 // skipBlockedItem skips the item a task run was blocked on, and the write
 // it was blocked on, inside the decision's transaction.
 func (e *Engine) skipBlockedItem(tx store.Tx, old kt.Run) error {
-	now := e.nowMs()
+	now := e.NowMs()
 	m, err := tx.MutationByRun(old.ID)
 	if errors.Is(err, kt.ErrNotFound) {
 		// Blocked without a mutation (the handler threw): skip the item it was on.
@@ -341,7 +341,7 @@ func (e *Engine) skipProducerRun(ctx context.Context, wf kt.Workflow, old kt.Run
 	if err != nil {
 		return err
 	}
-	now := e.nowMs()
+	now := e.NowMs()
 	return e.update(ctx, wf.Name, func(tx store.Tx) error {
 		old.Status, old.Action, old.UpdatedAt, old.FinishedAt = kt.StatusSkipped, "", now, now
 		if err := transition.PutRun(tx, &old); err != nil {
@@ -368,7 +368,7 @@ func (e *Engine) skipMutation(ctx context.Context, wf kt.Workflow, old kt.Run) e
 	if err != nil {
 		return err
 	}
-	now := e.nowMs()
+	now := e.NowMs()
 	nr := e.newRun(wf, old.Handler, old.HandlerType, kt.PhaseEmitting)
 	nr.RetryOf, nr.PrepareResult = old.ID, old.PrepareResult
 	nr.MutationResult = json.RawMessage(`{"status":"skipped"}`)

@@ -216,7 +216,7 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 	if err != nil {
 		return rep, err
 	}
-	pol, err := e.policyFor(wf)
+	pol, err := e.PolicyFor(wf)
 	if err != nil {
 		return rep, err
 	}
@@ -228,7 +228,7 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 			// anything, so it is neither replayed nor counted.
 			continue
 		}
-		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("replay", e.nowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, impact: true, reads: readsOf(run.Trace)}
+		x := &runExec{e: e, ctx: ctx, wf: wf, prog: prog, run: &run, tr: newTrace("replay", e.NowMs()), reg: e.connectorsOf(wf), pol: pol, dry: true, impact: true, reads: readsOf(run.Trace)}
 		var err error
 		switch run.HandlerType {
 		case kt.HandlerTask:

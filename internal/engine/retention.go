@@ -28,7 +28,7 @@ func (e *Engine) Prune(ctx context.Context, p kt.Retention, dryRun bool) (kt.Pru
 	if p.Batch <= 0 {
 		p.Batch = 200
 	}
-	now := e.nowMs()
+	now := e.NowMs()
 	rep.Before = now - p.Horizon.Milliseconds()
 	sz, sized := e.store.(store.Sizer)
 	if sized {

@@ -13,6 +13,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
+	"github.com/keep-run/keep/internal/transition"
 )
 
 // Crash points: the durable steps Options.AtDurableStep is told about; crash
@@ -47,7 +48,10 @@ const (
 	CrashInsideDelivery = "inside-delivery"
 )
 
-func (e *Engine) crashPoint(name string) {
+// CrashPoint calls the test's crash hook at the durable step name
+// (Options.AtDurableStep); intake's webhook delivery calls it inside its
+// commit (CrashInsideDelivery).
+func (e *Engine) CrashPoint(name string) {
 	if e.atStep != nil {
 		e.atStep(name)
 	}
@@ -81,7 +85,7 @@ func (e *Engine) Step(ctx context.Context, name string) (bool, error) {
 }
 
 func (e *Engine) step(ctx context.Context, name string) (bool, error) {
-	p := &stepPlan{now: e.nowMs(), guesses: &e.peekGuesses}
+	p := &stepPlan{now: e.NowMs(), guesses: &e.peekGuesses}
 	open, picked, err := e.readPlan(ctx, name, p)
 	if err != nil || p.wf.Paused {
 		return false, err
@@ -90,7 +94,7 @@ func (e *Engine) step(ctx context.Context, name string) (bool, error) {
 		return e.handleOpen(ctx, p.wf, *open)
 	}
 	if !picked {
-		if p.prog, err = e.program(ctx, name, p.wf.ActiveVersion); err != nil {
+		if p.prog, err = e.Program(ctx, name, p.wf.ActiveVersion); err != nil {
 			return false, err
 		}
 		if err := e.store.View(ctx, p.pick); err != nil {
@@ -292,8 +296,8 @@ func trueFirst(a, b bool) int {
 }
 
 func (e *Engine) newRun(wf kt.Workflow, handler string, typ kt.HandlerType, phase kt.Phase) kt.Run {
-	now := e.nowMs()
-	return kt.Run{ID: newID(), Workflow: wf.Name, Version: wf.ActiveVersion, Handler: handler, HandlerType: typ,
+	now := e.NowMs()
+	return kt.Run{ID: transition.NewID(), Workflow: wf.Name, Version: wf.ActiveVersion, Handler: handler, HandlerType: typ,
 		Phase: phase, Status: kt.StatusActive, CreatedAt: now, UpdatedAt: now}
 }
 
@@ -311,17 +315,6 @@ func set(list []string) map[string]bool {
 	m := map[string]bool{}
 	for _, s := range list {
 		m[s] = true
-	}
-	return m
-}
-
-// consumerOf maps each topic to the consumer that subscribes to it.
-func consumerOf(d script.Declaration) map[string]string {
-	m := map[string]string{}
-	for name, c := range d.Consumers {
-		for _, t := range c.Subscribe {
-			m[t] = name
-		}
 	}
 	return m
 }

@@ -45,7 +45,7 @@ func TestAWebhookDeliveredWhileTheWorkflowIsSteppedIsTaken(t *testing.T) {
 	sched, ctx := runWokenScheduler(t, e)
 	deliver := func(ctx context.Context, id string) {
 		t.Helper()
-		d, err := e.k.Engine.Deliver(ctx, hookreq.Hook{Workflow: wf, Name: "in", Method: "POST",
+		d, err := e.k.Webhooks.Deliver(ctx, hookreq.Hook{Workflow: wf, Name: "in", Method: "POST",
 			Header: http.Header{"Authorization": {"Bearer t0ken-shop"}}, Body: []byte(`{"id":"` + id + `"}`)})
 		if err != nil || d.Status != kt.DeliveryAccepted {
 			t.Fatalf("delivery %s: %+v, %v", id, d, err)

@@ -110,14 +110,14 @@ func (e *Engine) CompareUnseen(ctx context.Context, workflow string, version int
 	if err != nil {
 		return UnseenReport{}, err
 	}
-	pol, err := e.policyFor(in.wf)
+	pol, err := e.PolicyFor(in.wf)
 	if err != nil {
 		return UnseenReport{}, err
 	}
 	c := &unseenComparison{e: e, ctx: ctx, in: in, workflow: workflow, version: version, oldProg: oldProg, newProg: newProg, pol: pol,
 		// One time for every run of the comparison (a write stamped with
 		// ctx.now() is the same on both versions).
-		frozenNow: e.nowMs()}
+		frozenNow: e.NowMs()}
 	c.failedCompleted = in.failedCompleted()
 	samples := in.samples(c.failedCompleted, c.frozenNow)
 	handlers := in.handlers()
@@ -465,7 +465,7 @@ func (c *unseenComparison) exec(p *script.Program, s unseenSample, run kt.Run, s
 	reads := readsOf(s.trace)
 	reads.change = s.change
 	reads.byShape = true
-	return &runExec{e: c.e, ctx: c.ctx, wf: c.in.wf, prog: p, run: &run, tr: newTrace("unseen", c.e.nowMs()), reg: c.e.connectorsOf(c.in.wf), pol: c.pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: c.frozenNow}
+	return &runExec{e: c.e, ctx: c.ctx, wf: c.in.wf, prog: p, run: &run, tr: newTrace("unseen", c.e.NowMs()), reg: c.e.connectorsOf(c.in.wf), pol: c.pol, dry: true, reads: reads, synth: s.events, clockShift: s.shift, chanceSeed: seed, frozenNow: c.frozenNow}
 }
 
 // differ records a difference, up to maxReplayDiffs.

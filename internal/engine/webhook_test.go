@@ -121,7 +121,7 @@ func TestConcurrentDeliveriesOfOneIDAcceptOne(t *testing.T) {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				d, err := e.k.Engine.Deliver(e.ctx(), hook(i))
+				d, err := e.k.Webhooks.Deliver(e.ctx(), hook(i))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -171,7 +171,7 @@ func TestConcurrentDeliveriesOfOneIDAcceptOne(t *testing.T) {
 	}
 	later := shopHook("d-3", "2000", "t0ken-shop")
 	later.Body = []byte(`{"delivery": {"id": "d-3"}, "order": "2000", "note": " (paid)"}`) // a new title: the input is written again
-	if d, err := e.k.Engine.Deliver(e.ctx(), later); err != nil || d.Status != kt.DeliveryAccepted {
+	if d, err := e.k.Webhooks.Deliver(e.ctx(), later); err != nil || d.Status != kt.DeliveryAccepted {
 		t.Fatalf("a later delivery about order 2000: %+v %v", d, err)
 	}
 	if a := attempt(); a.Status != kt.ItemDone || a.StartedAt != done.StartedAt {
@@ -205,7 +205,7 @@ func TestConcurrentDeliveriesOfOneIDAcceptOne(t *testing.T) {
 func TestWebhookRefusalsAndFailures(t *testing.T) {
 	t.Parallel()
 	e := webhookEnv(t)
-	d, err := e.k.Engine.Deliver(e.ctx(), shopHook("d-1", "1", "wrong"))
+	d, err := e.k.Webhooks.Deliver(e.ctx(), shopHook("d-1", "1", "wrong"))
 	if err != nil || d.Status != kt.DeliveryRefused || d.Why != hookreq.WhyBadSig || !strings.Contains(d.Message, "the Authorization header does not carry the token") || strings.Contains(d.Message, "t0ken-shop") {
 		t.Fatalf("a wrong token: %+v %v", d, err)
 	}
@@ -222,15 +222,15 @@ func TestWebhookRefusalsAndFailures(t *testing.T) {
 		h.Set("Stripe-Signature", sig)
 		return hookreq.Hook{Workflow: "orders", Name: "stripe", Method: "POST", Header: h, Body: []byte(body)}
 	}
-	if d, err := e.k.Engine.Deliver(e.ctx(), stripe(time.Now().Add(-2*time.Minute), "whsec_1")); err != nil || d.Why != hookreq.WhyBadSig || !strings.Contains(d.Message, "more than the tolerance of 1m0s") {
+	if d, err := e.k.Webhooks.Deliver(e.ctx(), stripe(time.Now().Add(-2*time.Minute), "whsec_1")); err != nil || d.Why != hookreq.WhyBadSig || !strings.Contains(d.Message, "more than the tolerance of 1m0s") {
 		t.Fatalf("a Stripe signature 2 minutes old, tolerance 60 s: %+v %v", d, err)
 	}
-	if d, err := e.k.Engine.Deliver(e.ctx(), stripe(time.Now(), "whsec_old", "whsec_1")); err != nil || d.Status != kt.DeliveryAccepted || d.Inputs != 1 {
+	if d, err := e.k.Webhooks.Deliver(e.ctx(), stripe(time.Now(), "whsec_old", "whsec_1")); err != nil || d.Status != kt.DeliveryAccepted || d.Inputs != 1 {
 		t.Fatalf("a Stripe signature with the old and the current secret: %+v %v", d, err)
 	}
 	h := http.Header{}
 	h.Set("X-Token", "t0ken-shop")
-	d, err = e.k.Engine.Deliver(e.ctx(), hookreq.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: h, Body: []byte(`{}`)})
+	d, err = e.k.Webhooks.Deliver(e.ctx(), hookreq.Hook{Workflow: "orders", Name: "writes", Method: "POST", Header: h, Body: []byte(`{}`)})
 	if err != nil || d.Status != kt.DeliveryFailed || !strings.Contains(d.Message, "is a mutation; a webhook's handler only reads, registers inputs and publishes") {
 		t.Fatalf("a handler that writes: %+v %v", d, err)
 	}
@@ -239,10 +239,10 @@ func TestWebhookRefusalsAndFailures(t *testing.T) {
 	}
 	// A webhook the active version does not declare is held until one
 	// that does is deployed (issue 40); an unknown workflow is not found.
-	if d, _ := e.k.Engine.Deliver(e.ctx(), hookreq.Hook{Workflow: "orders", Name: "nope", Header: http.Header{}}); d.Why != hookreq.WhyHeld || d.Status != kt.DeliveryHeld {
+	if d, _ := e.k.Webhooks.Deliver(e.ctx(), hookreq.Hook{Workflow: "orders", Name: "nope", Header: http.Header{}}); d.Why != hookreq.WhyHeld || d.Status != kt.DeliveryHeld {
 		t.Fatalf("an undeclared webhook: %+v", d)
 	}
-	if d, _ := e.k.Engine.Deliver(e.ctx(), hookreq.Hook{Workflow: "nope", Name: "shop", Header: http.Header{}}); d.Why != hookreq.WhyNotFound || d.Status != "" {
+	if d, _ := e.k.Webhooks.Deliver(e.ctx(), hookreq.Hook{Workflow: "nope", Name: "shop", Header: http.Header{}}); d.Why != hookreq.WhyNotFound || d.Status != "" {
 		t.Fatalf("an unknown workflow: %+v", d)
 	}
 	var ds []kt.Delivery

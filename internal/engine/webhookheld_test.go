@@ -62,7 +62,7 @@ func TestAHeldDeliveryWhoseHandlerFailsWaitsForANewVersion(t *testing.T) {
 	if _, err := control.Grant(e.ctx(), e.k.Store, "held", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	d, err := e.k.Engine.Deliver(e.ctx(), tokHook(`{"id": 1, "fail": true}`))
+	d, err := e.k.Webhooks.Deliver(e.ctx(), tokHook(`{"id": 1, "fail": true}`))
 	if err != nil || d.Why != hookreq.WhyHeld || !strings.Contains(d.Message, "keep secret set tok") {
 		t.Fatalf("before the secret: %+v %v", d, err)
 	}
@@ -74,7 +74,7 @@ func TestAHeldDeliveryWhoseHandlerFailsWaitsForANewVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if err := e.k.Engine.TakeAllHeld(e.ctx()); err != nil {
+		if err := e.k.Webhooks.TakeAllHeld(e.ctx()); err != nil {
 			t.Fatal(err)
 		}
 		held := heldOf(t, e)
@@ -83,7 +83,7 @@ func TestAHeldDeliveryWhoseHandlerFailsWaitsForANewVersion(t *testing.T) {
 		}
 	}
 	e.redeploy(strings.Replace(heldHandlerScript, "%FAILS%", "false", 1), kt.DeployMinor)
-	if err := e.k.Engine.TakeAllHeld(e.ctx()); err != nil {
+	if err := e.k.Webhooks.TakeAllHeld(e.ctx()); err != nil {
 		t.Fatal(err)
 	}
 	if held := heldOf(t, e); len(held) != 0 {

@@ -1,7 +1,7 @@
 // Package hooks is the webhooks' listener (issue 26): POST
 // /hooks/{wf}/{name}, served by keep serve --webhooks-addr on an address
 // of its own. It reads a request within its bound, hands it to its
-// Deliverer (keep's engine: engine.Deliver), and answers the sender with what keep made of it. It
+// Deliverer (keep's intake: intake.Webhooks.Deliver), and answers the sender with what keep made of it. It
 // serves nothing else: none of the API's routes, none of its
 // authentication (a webhook is proven by its own verify, never by keep's
 // token or instance secret), so exposing it exposes no API action.
@@ -24,7 +24,7 @@ import (
 	kt "github.com/keep-run/keep/internal/keeptype"
 )
 
-// Deliverer carries a webhook request out (the engine's Deliver) and
+// Deliverer carries a webhook request out (intake.Webhooks.Deliver) and
 // says how large a body a workflow's webhooks take. The listener needs
 // no more of keep: it knows the request and the answer (hookreq), never
 // the engine, so it cannot reach a run, a store or a person's action.

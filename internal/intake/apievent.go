@@ -1,8 +1,11 @@
 // Package intake takes in what comes from outside a workflow's handlers:
-// events posted through keep's event API (Post), written through the
-// engine's one producer writer (engine.WritePosting), and a person's take
-// or drop of held webhook deliveries (ActOnHeld). Control's publish and
-// held-delivery rows call it; it never calls control.
+// events posted through keep's event API (Post) and requests to its
+// webhooks (Webhooks: verified, recorded, held until keep can take them,
+// their handler run by engine.RunWebhook), both written through the one
+// producer writer (transition.WriteProduced), and a person's take or drop
+// of held webhook deliveries (ActOnHeld). Control's publish and
+// held-delivery rows call it, and keep serve's webhooks listener; it
+// never calls control.
 package intake
 
 import (
@@ -17,7 +20,6 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 	"github.com/keep-run/keep/internal/store"
@@ -174,12 +176,16 @@ func (ev *APIEvent) commit(tx store.Tx, v kt.Version, decl script.Declaration, m
 	case !errors.Is(err, kt.ErrNotFound):
 		return Posted{}, err
 	}
-	in, e, err := engine.WritePosting(tx, engine.Posting{Version: v.ID, Decl: decl, Topic: ev.Topic, Payload: ev.Payload,
-		Input: kt.Input{Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
-			CurrentAttempt: 1, CreatedBy: transition.CreatedByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}}, ms)
+	// Through the one producer writer, so an input posted through the
+	// event API cannot differ from one a producer registers.
+	in := kt.Input{ID: transition.NewID(), Workflow: ev.Workflow, Key: key, Kind: kt.KindInput, Source: script.FromAPI, Type: ev.Topic, ExternalID: ev.ID, Title: ev.Title,
+		CurrentAttempt: 1, CreatedBy: transition.CreatedByAPI, LastVersion: v.ID, CreatedAt: ms, UpdatedAt: ms}
+	evs, err := transition.WriteProduced(tx, transition.Produced{Workflow: ev.Workflow, Version: v.ID, Consumers: decl.ConsumerOf(), CreatedBy: transition.CreatedByAPI,
+		Inputs: []kt.Input{in}, Publishes: []transition.Publish{{Topic: ev.Topic, MessageID: in.ID, InputID: in.ID, Payload: ev.Payload}}, Now: ms})
 	if err != nil {
 		return Posted{}, err
 	}
+	e := evs[0]
 	return Posted{Input: in.ID, Event: e.ID, Message: fmt.Sprintf("event %s posted to topic %s of %s (input %s, event %d)", ev.ID, ev.Topic, ev.Workflow, in.ID, e.ID)}, nil
 }
 

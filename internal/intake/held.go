@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/transition"
@@ -56,10 +55,10 @@ func ActOnHeld(ctx context.Context, st store.Store, h Held, now time.Time) (stri
 		}
 		for _, d := range pick {
 			if take {
-				if !strings.HasPrefix(d.HeldFor, engine.HeldForPerson+":") {
+				if !strings.HasPrefix(d.HeldFor, HeldForPerson+":") {
 					d.Reason = fmt.Sprintf("%s asked to take it (it was held: %s)", transition.Actor(ctx), d.Reason)
 				}
-				d.HeldFor = engine.HeldForPerson + ":" + transition.Actor(ctx)
+				d.HeldFor = HeldForPerson + ":" + transition.Actor(ctx)
 			} else {
 				d.Status, d.HeldFor = kt.DeliveryRefused, ""
 				d.Reason = fmt.Sprintf("dropped by %s while held (%s)", transition.Actor(ctx), d.Reason)

@@ -136,3 +136,16 @@ func BoundedID(id string) (bounded string, hashed bool) {
 	sum := sha256.Sum256([]byte(id))
 	return "sha256:" + hex.EncodeToString(sum[:]), true
 }
+
+// Clip cuts s to at most n bytes (on a rune boundary) and says what was
+// cut: how keep says a long error in a trace or a span.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (cut: %d bytes in all)", len(s))
+}

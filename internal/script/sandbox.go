@@ -692,6 +692,18 @@ func (d Declaration) OpenToAPI(topic string) bool {
 	return slices.Contains(d.Topics, topic) && d.TopicFrom[topic] == FromAPI
 }
 
+// ConsumerOf maps each topic to the consumer that subscribes to it: the
+// handler a publish to the topic wakes.
+func (d Declaration) ConsumerOf() map[string]string {
+	m := map[string]string{}
+	for name, c := range d.Consumers {
+		for _, t := range c.Subscribe {
+			m[t] = name
+		}
+	}
+	return m
+}
+
 // WorkflowName returns the declared name, or "" when it is not a string.
 func (d Declaration) WorkflowName() string {
 	s, _ := d.Name.(string)

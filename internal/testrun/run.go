@@ -394,7 +394,7 @@ func (s suite) deliver(ctx context.Context, eng *engine.Engine, c *Case, wf stri
 		if err := hookreq.Sign(wh, secret, &h, time.Now()); err != nil {
 			return nil, &Invalid{File: c.file, Line: d.line, Path: where, Msg: err.Error()}
 		}
-		got, err := eng.Deliver(ctx, h)
+		got, err := intake.NewWebhooks(eng).Deliver(ctx, h)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package engine
+package intake
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
@@ -33,15 +34,15 @@ func heldForVersion(v kt.Version) string {
 
 // hold keeps d (new, or held before and held again) for the reason
 // heldFor, in a transaction of its own.
-func (e *Engine) hold(ctx context.Context, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (hookreq.Delivered, error) {
+func (k *Webhooks) hold(ctx context.Context, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (hookreq.Delivered, error) {
 	var out hookreq.Delivered
-	err := e.store.Update(ctx, func(tx store.Tx) error {
+	err := k.e.Store().Update(ctx, func(tx store.Tx) error {
 		var err error
 		out, err = holdIn(tx, d, h, heldFor, msg)
 		return err
 	})
 	if err == nil {
-		e.changed(d.Workflow)
+		k.e.Changed(d.Workflow)
 	}
 	return out, err
 }
@@ -110,9 +111,9 @@ type HeldTaken struct {
 
 // TakeAllHeld takes, in every workflow that holds deliveries, those whose
 // reason is gone; keep serve calls it at each of its passes.
-func (e *Engine) TakeAllHeld(ctx context.Context) error {
+func (k *Webhooks) TakeAllHeld(ctx context.Context) error {
 	var wfs []string
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	if err := k.e.Store().View(ctx, func(tx store.Tx) error {
 		var err error
 		wfs, err = tx.DeliveryHeldWorkflows()
 		return err
@@ -120,7 +121,7 @@ func (e *Engine) TakeAllHeld(ctx context.Context) error {
 		return err
 	}
 	for _, wf := range wfs {
-		if _, err := e.TakeHeld(ctx, wf); err != nil {
+		if _, err := k.TakeHeld(ctx, wf); err != nil {
 			return err
 		}
 	}
@@ -130,10 +131,10 @@ func (e *Engine) TakeAllHeld(ctx context.Context) error {
 // TakeHeld takes the held deliveries of wf whose reason is gone (a
 // person's take is one: HeldForPerson), each as it came, oldest first.
 // One still blocked is held again, saying why.
-func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
+func (k *Webhooks) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 	var out HeldTaken
 	var held []kt.Delivery
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	if err := k.e.Store().View(ctx, func(tx store.Tx) error {
 		var err error
 		held, err = tx.DeliveryHeld(wf, "", 0)
 		return err
@@ -147,7 +148,7 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 		g, seen := gone[d.HeldFor]
 		if !seen {
 			var err error
-			if g, err = e.heldReasonGone(ctx, d); err != nil {
+			if g, err = k.heldReasonGone(ctx, d); err != nil {
 				return out, err
 			}
 			gone[d.HeldFor] = g
@@ -156,7 +157,7 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 			out.Held++
 			continue
 		}
-		if err := e.store.View(ctx, func(tx store.Tx) error {
+		if err := k.e.Store().View(ctx, func(tx store.Tx) error {
 			var err error
 			d, err = tx.DeliveryHeldGet(d.ID) // its request, read now it is taken
 			return err
@@ -169,15 +170,15 @@ func (e *Engine) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 		if err := json.Unmarshal(d.Request, &h); err != nil {
 			return out, fmt.Errorf("read held delivery %d of webhook %s of %s: %w", d.ID, d.Webhook, wf, err)
 		}
-		got, err := e.deliverAs(ctx, h, d)
+		got, err := k.deliverAs(ctx, h, d)
 		if errors.Is(err, store.ErrStale) {
 			continue // another taker (a node, a person's drop) settled it first
 		}
 		if err != nil {
 			return out, err
 		}
-		if got.Status != "" && e.observer != nil {
-			e.observer.Delivered(d.Workflow, d.Webhook, got.Status)
+		if got.Status != "" {
+			k.e.NoteDelivered(d.Workflow, d.Webhook, got.Status)
 		}
 		if got.Status == kt.DeliveryHeld {
 			out.Held++
@@ -196,10 +197,10 @@ const HeldForPerson = "person"
 // heldReasonGone says whether what d waits for is done: the webhook
 // declared by the active version, the secret set, the grant given, another
 // version deployed.
-func (e *Engine) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error) {
+func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error) {
 	kind, what, _ := strings.Cut(d.HeldFor, ":")
 	var gone bool
-	err := e.store.View(ctx, func(tx store.Tx) error {
+	err := k.e.Store().View(ctx, func(tx store.Tx) error {
 		w, err := tx.WorkflowGet(d.Workflow)
 		if errors.Is(err, kt.ErrNotFound) {
 			gone = true // taken, it is refused: the workflow is gone
@@ -214,7 +215,7 @@ func (e *Engine) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error
 			if err != nil {
 				return err
 			}
-			prog, err := e.program(ctx, d.Workflow, v.ID)
+			prog, err := k.e.Program(ctx, d.Workflow, v.ID)
 			if err != nil {
 				return err
 			}
@@ -224,14 +225,14 @@ func (e *Engine) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error
 			if err != nil {
 				return err
 			}
-			gone = GrantedIn(gs, what)
+			gone = engine.GrantedIn(gs, what)
 		case heldForHandler:
 			gone = strconv.FormatInt(w.ActiveVersion, 10) != what
 		case HeldForPerson:
 			gone = true
 		case kt.HeldForSecret:
 			// Below, outside this transaction: the secret is opened
-			// through keep's own (e.secret).
+			// through keep's own (engine.OpenSecret).
 		default:
 			gone = true // a reason this keep does not know: try it
 		}
@@ -240,10 +241,10 @@ func (e *Engine) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error
 	if err != nil || kind != kt.HeldForSecret {
 		return gone, err
 	}
-	if e.secret == nil {
+	if !k.e.OpensSecrets() {
 		return false, nil
 	}
-	_, err = e.secret(ctx, what)
+	_, err = k.e.OpenSecret(ctx, what)
 	if errors.Is(err, kt.ErrNotFound) {
 		return false, nil
 	}

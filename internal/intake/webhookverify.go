@@ -1,4 +1,4 @@
-package engine
+package intake
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 // expected). Comparisons take the same time whatever matches
 // (hookreq.Check). An error is keep's own (the
 // store), not the request's.
-func (e *Engine) verifyHook(ctx context.Context, wh script.Webhook, h hookreq.Hook, now time.Time) (hookreq.Why, string, error) {
+func (k *Webhooks) verifyHook(ctx context.Context, wh script.Webhook, h hookreq.Hook, now time.Time) (hookreq.Why, string, error) {
 	vf := wh.Verify
-	if e.secret == nil {
+	if !k.e.OpensSecrets() {
 		return hookreq.WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, and this keep opens no secrets; run keep serve", wh.Name, vf.Secret), nil
 	}
-	secret, err := e.secret(ctx, vf.Secret)
+	secret, err := k.e.OpenSecret(ctx, vf.Secret)
 	if errors.Is(err, kt.ErrNotFound) {
 		return hookreq.WhyNoSecret, fmt.Sprintf("webhook %s is verified with the secret %s, which keep does not have: set it with `keep secret set %s` (its value on standard input)", wh.Name, vf.Secret, vf.Secret), nil
 	}

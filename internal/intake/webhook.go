@@ -1,4 +1,4 @@
-package engine
+package intake
 
 import (
 	"context"
@@ -8,6 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	otrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/redact"
@@ -15,6 +20,20 @@ import (
 	"github.com/keep-run/keep/internal/store"
 	"github.com/keep-run/keep/internal/transition"
 )
+
+// Webhooks carries out requests to workflows' webhooks (issue 41: a
+// webhook's delivery is intake's, not the engine's): their verification,
+// their record, holding those keep cannot take yet and taking them once
+// their reason is gone, and the one transaction that writes what a
+// handler made through the one producer writer (transition.WriteProduced).
+// The handler itself runs in the engine's sandbox (engine.RunWebhook).
+// It is the webhooks' listener's hooks.Deliverer.
+type Webhooks struct {
+	e *engine.Engine
+}
+
+// NewWebhooks is the webhook delivery of e's workflows.
+func NewWebhooks(e *engine.Engine) *Webhooks { return &Webhooks{e: e} }
 
 // keepDeliveries is how many deliveries of a webhook keep remembers per
 // status that is not accepted (the newest): a sender, or anyone, refused a
@@ -38,21 +57,21 @@ const keepHeldBytes = 64 << 20
 // found by its delivery id when accepted before (nothing changes), else its
 // handler run in the sandbox as a producer runs, and what it registered and
 // published committed in one transaction with the delivery's record
-// (writeProduced, as a producer's and the event API's are): the sender is
+// (transition.WriteProduced, as a producer's and the event API's are): the sender is
 // answered 2xx only once Deliver returns hookreq.WhyAccepted or hookreq.WhyDuplicate. Every
 // delivery but one to an unknown webhook is recorded (kt.Delivery).
-func (e *Engine) Deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error) {
-	ctx, span := e.startDelivery(ctx, h)
-	d, err := e.deliver(ctx, h)
+func (k *Webhooks) Deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error) {
+	ctx, span := startDelivery(ctx, k.e.Tracer(), h)
+	d, err := k.deliver(ctx, h)
 	endDelivery(span, d, err)
-	if err == nil && d.Status != "" && e.observer != nil {
-		e.observer.Delivered(h.Workflow, h.Name, d.Status)
+	if err == nil && d.Status != "" {
+		k.e.NoteDelivered(h.Workflow, h.Name, d.Status)
 	}
 	return d, err
 }
 
-func (e *Engine) deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error) {
-	return e.deliverAs(ctx, h, kt.Delivery{Workflow: h.Workflow, Webhook: h.Name, ReceivedAt: e.nowMs()})
+func (k *Webhooks) deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered, error) {
+	return k.deliverAs(ctx, h, kt.Delivery{Workflow: h.Workflow, Webhook: h.Name, ReceivedAt: k.e.NowMs()})
 }
 
 // deliverAs carries out h as the delivery d: a new one (d.ID 0), or one
@@ -61,12 +80,12 @@ func (e *Engine) deliver(ctx context.Context, h hookreq.Hook) (hookreq.Delivered
 // once) and whose signature is checked against the clock of its receipt.
 // A held delivery that cannot be taken yet is held again, saying why: its
 // sender was answered 202 and will not send it again.
-func (e *Engine) deliverAs(ctx context.Context, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
-	w, v, prog, err := e.activeProgram(ctx, h.Workflow)
+func (k *Webhooks) deliverAs(ctx context.Context, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
+	w, v, prog, err := k.activeProgram(ctx, h.Workflow)
 	if err != nil {
 		if errors.Is(err, kt.ErrNotFound) {
 			if d.ID != 0 {
-				return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
+				return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
 			}
 			return hookreq.Delivered{Why: hookreq.WhyNotFound, Message: err.Error()}, nil
 		}
@@ -74,56 +93,56 @@ func (e *Engine) deliverAs(ctx context.Context, h hookreq.Hook, d kt.Delivery) (
 	}
 	wh, problems, ok := prog.Decl.Webhook(h.Name)
 	if !ok {
-		return e.undeclared(ctx, h, d, v, prog)
+		return k.undeclared(ctx, h, d, v, prog)
 	}
 	if len(problems) > 0 {
 		msg := fmt.Sprintf("webhook %s of %s is not declared right (%s); fix the script and deploy it", h.Name, h.Workflow, strings.Join(problems, "; "))
 		if d.ID != 0 {
-			return e.hold(ctx, d, h, heldForVersion(v), msg+"; held until then")
+			return k.hold(ctx, d, h, heldForVersion(v), msg+"; held until then")
 		}
-		return e.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, msg)
+		return k.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, msg)
 	}
 	if h.TooLarge {
-		pol, err := e.policyFor(w)
+		pol, err := k.e.PolicyFor(w)
 		if err != nil {
 			return hookreq.Delivered{}, err
 		}
-		return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
+		return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy] (%d bytes); it was not read", h.Workflow, pol.WebhookMaxBody))
 	}
-	if out, settled, err := e.verified(ctx, wh, h, &d); settled || err != nil {
+	if out, settled, err := k.verified(ctx, wh, h, &d); settled || err != nil {
 		return out, err
 	}
 	if d.DeliveryID, err = hookreq.DeliveryID(wh.Dedupe, h); err != nil {
-		return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyBadInput, err.Error())
+		return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyBadInput, err.Error())
 	}
 	var had kt.Delivery
-	err = e.store.View(ctx, func(tx store.Tx) error {
+	err = k.e.Store().View(ctx, func(tx store.Tx) error {
 		var err error
 		had, err = tx.DeliveryAccepted(h.Workflow, h.Name, d.DeliveryID)
 		return err
 	})
 	switch {
 	case err == nil:
-		return e.record(ctx, d, kt.DeliveryDuplicate, hookreq.WhyDuplicate, duplicateText(had))
+		return k.record(ctx, d, kt.DeliveryDuplicate, hookreq.WhyDuplicate, duplicateText(had))
 	case !errors.Is(err, kt.ErrNotFound):
 		return hookreq.Delivered{}, err
 	}
-	return e.handle(ctx, hookTarget{w: w, v: v, prog: prog, wh: wh}, h, d)
+	return k.handle(ctx, engine.WebhookTarget{Workflow: w, Version: v, Program: prog, Webhook: wh}, h, d)
 }
 
 // undeclared settles a delivery to a webhook the active version v does
 // not declare: held until a version that declares it is deployed (the
 // sender was set up before it was: GitHub sends its ping at once), or
 // refused when its body was too large to read (nothing to hold).
-func (e *Engine) undeclared(ctx context.Context, h hookreq.Hook, d kt.Delivery, v kt.Version, prog *script.Program) (hookreq.Delivered, error) {
+func (k *Webhooks) undeclared(ctx context.Context, h hookreq.Hook, d kt.Delivery, v kt.Version, prog *script.Program) (hookreq.Delivered, error) {
 	names := strings.Join(prog.Decl.WebhookNames(), ", ")
 	if names == "" {
 		names = "none"
 	}
 	if h.TooLarge {
-		return e.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
+		return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
 	}
-	return e.hold(ctx, d, h, kt.HeldForDeploy+":"+h.Name, fmt.Sprintf("the active version of %s (%s) declares no webhook %q (its webhooks: %s); held until a version that declares it is deployed", h.Workflow, v.Label(), h.Name, names))
+	return k.hold(ctx, d, h, kt.HeldForDeploy+":"+h.Name, fmt.Sprintf("the active version of %s (%s) declares no webhook %q (its webhooks: %s); held until a version that declares it is deployed", h.Workflow, v.Label(), h.Name, names))
 }
 
 // verified checks h against wh's verify and answers Slack's URL
@@ -131,38 +150,38 @@ func (e *Engine) undeclared(ctx context.Context, h hookreq.Hook, d kt.Delivery, 
 // its secret, or the challenge answered): out is its answer. A held
 // delivery (d.ID set) is judged against the clock of its receipt, and
 // named by its dedupe whatever becomes of it.
-func (e *Engine) verified(ctx context.Context, wh script.Webhook, h hookreq.Hook, d *kt.Delivery) (out hookreq.Delivered, settled bool, err error) {
-	at := e.wallNow() // a sender's signed timestamp is its wall clock's: judged against ours
+func (k *Webhooks) verified(ctx context.Context, wh script.Webhook, h hookreq.Hook, d *kt.Delivery) (out hookreq.Delivered, settled bool, err error) {
+	at := k.e.WallNow() // a sender's signed timestamp is its wall clock's: judged against ours
 	if d.ID != 0 {
 		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
 		if id, err := hookreq.DeliveryID(wh.Dedupe, h); err == nil {
 			d.DeliveryID = id // named as its sender names it, whatever becomes of it
 		}
 	}
-	if why, msg, err := e.verifyHook(ctx, wh, h, at); err != nil || why != "" {
+	if why, msg, err := k.verifyHook(ctx, wh, h, at); err != nil || why != "" {
 		if err != nil {
 			return hookreq.Delivered{}, true, err
 		}
-		if why == hookreq.WhyNoSecret && e.secret != nil {
+		if why == hookreq.WhyNoSecret && k.e.OpensSecrets() {
 			// Kept unverified: verified once the secret is set, and
 			// refused then (recorded) if its signature fails.
 			if id, err := hookreq.DeliveryID(wh.Dedupe, h); err == nil {
 				d.DeliveryID = id
 			}
-			out, err = e.hold(ctx, *d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
+			out, err = k.hold(ctx, *d, h, kt.HeldForSecret+":"+wh.Verify.Secret, msg+"; held unverified: it is verified, and taken or refused, once the secret is set")
 			return out, true, err
 		}
 		if d.ID != 0 && why == hookreq.WhyBadSig {
 			msg = "held, then verified once the secret was set: " + msg
 		}
-		out, err = e.record(ctx, *d, kt.DeliveryRefused, why, msg)
+		out, err = k.record(ctx, *d, kt.DeliveryRefused, why, msg)
 		return out, true, err
 	}
 	challenge, ok := hookreq.SlackChallenge(wh, h)
 	if ok && d.ID != 0 {
 		// Held while its secret was not set: Slack wanted the challenge
 		// back at once, and checks the URL again when it is saved.
-		out, err = e.record(ctx, *d, kt.DeliveryRefused, hookreq.WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
+		out, err = k.record(ctx, *d, kt.DeliveryRefused, hookreq.WhyChallenge, "Slack's URL verification, held while the secret was not set, cannot be answered now: save the Request URL in the Slack app's settings again to have it checked")
 		return out, true, err
 	}
 	if ok {
@@ -174,20 +193,11 @@ func (e *Engine) verified(ctx context.Context, wh script.Webhook, h hookreq.Hook
 	return hookreq.Delivered{}, false, nil
 }
 
-// hookTarget is what a delivery runs: the webhook wh declared by the
-// program prog of the workflow w's active version v.
-type hookTarget struct {
-	w    kt.Workflow
-	v    kt.Version
-	prog *script.Program
-	wh   script.Webhook
-}
-
 // activeProgram reads a workflow, its active version and that version's program.
-func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.Version, *script.Program, error) {
+func (k *Webhooks) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.Version, *script.Program, error) {
 	var w kt.Workflow
 	var v kt.Version
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	if err := k.e.Store().View(ctx, func(tx store.Tx) error {
 		var err error
 		if w, err = transition.Workflow(tx, wf); err != nil {
 			return err
@@ -197,79 +207,54 @@ func (e *Engine) activeProgram(ctx context.Context, wf string) (kt.Workflow, kt.
 	}); err != nil {
 		return w, v, nil, err
 	}
-	prog, err := e.program(ctx, wf, v.ID)
+	prog, err := k.e.Program(ctx, wf, v.ID)
 	return w, v, prog, err
 }
 
-// handle runs the webhook's handler for a verified, new delivery and
-// commits what it did with the delivery's record.
-func (e *Engine) handle(ctx context.Context, t hookTarget, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
-	w, v, wh := t.w, t.v, t.wh
-	pol, err := e.policyFor(w)
+// handle runs the webhook's handler for a verified, new delivery
+// (engine.RunWebhook) and commits what it did with the delivery's record.
+func (k *Webhooks) handle(ctx context.Context, t engine.WebhookTarget, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
+	req, err := hookreq.Request(t.Webhook, h)
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	run := &kt.Run{ID: transition.CreatedByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
-	x := &runExec{e: e, ctx: ctx, wf: w, prog: t.prog, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
-	defer x.startPhase(string(phaseWebhook)).end(x)
-	hs := x.host(phaseWebhook)
-	hs.allowPublish, hs.inputByKey, hs.knownInputs = set(wh.Publishes), map[string]string{}, map[string]bool{}
-	req, err := hookreq.Request(wh, h)
+	m, err := k.e.RunWebhook(ctx, t, req)
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	if _, err := x.invoke(hs, req); err != nil {
-		msg := clip(redact.String(err.Error()), maxTraceText)
-		if item := kt.NeededGrant(err.Error()); item != "" && kt.ClassOf(err) == kt.ClassPermission {
+	if m.Failed != "" {
+		if m.NeedsGrant != "" {
 			// The input source (or what else the handler reaches) is not
 			// granted yet: keep's reason, not the sender's.
-			return e.hold(ctx, d, h, kt.HeldForGrant+":"+item, msg)
+			return k.hold(ctx, d, h, kt.HeldForGrant+":"+m.NeedsGrant, m.Failed)
 		}
 		if d.ID != 0 {
 			// Its sender was answered 202 and will not send it again:
 			// held until a fix is deployed, or a person takes or drops it.
-			return e.hold(ctx, d, h, heldForVersion(v), msg)
+			return k.hold(ctx, d, h, heldForVersion(t.Version), m.Failed)
 		}
-		return e.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, msg)
-	}
-	// The inputs the handler registered that were new when it looked (an
-	// earlier delivery's inputs are created by "webhook" too: only these
-	// get a first attempt).
-	created := map[string]bool{}
-	for i := range hs.inputs {
-		if hs.inputs[i].LastRun == run.ID {
-			hs.inputs[i].LastRun = "" // no run made it
-			created[hs.inputs[i].ID] = true
-		}
+		return k.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, m.Failed)
 	}
 	var out hookreq.Delivered
-	err = e.store.Update(ctx, func(tx store.Tx) error {
+	err = k.e.Store().Update(ctx, func(tx store.Tx) error {
 		var err error
-		out, err = e.commitDelivery(tx, t, h, d, hookMade{inputs: hs.inputs, publishes: hs.publishes, created: created})
+		out, err = k.commitDelivery(tx, t, h, d, m)
 		return err
 	})
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
 	if out.Why == hookreq.WhyAccepted {
-		e.changed(w.Name)
+		k.e.Changed(t.Workflow.Name)
 	}
 	return out, nil
-}
-
-// hookMade is what a webhook's handler registered and published; created
-// names the inputs that were new when it looked.
-type hookMade struct {
-	inputs    []kt.Input
-	publishes []publishReq
-	created   map[string]bool
 }
 
 // commitDelivery writes, inside tx, what a delivery's handler made with
 // the delivery's record: unless a deploy came in while it ran (nothing
 // kept), or the same delivery was accepted meanwhile (a duplicate).
-func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h hookreq.Hook, d kt.Delivery, m hookMade) (hookreq.Delivered, error) {
-	w, v := t.w, t.v
+func (k *Webhooks) commitDelivery(tx store.Tx, t engine.WebhookTarget, h hookreq.Hook, d kt.Delivery, m engine.WebhookMade) (hookreq.Delivered, error) {
+	w, v := t.Workflow, t.Version
 	cur, err := transition.Workflow(tx, w.Name)
 	if err != nil {
 		return hookreq.Delivered{}, err
@@ -280,21 +265,21 @@ func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h hookreq.Hook, d kt.
 	if cur.ActiveVersion != v.ID {
 		return deliveryRecord(tx, d, kt.DeliveryFailed, hookreq.WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
 	}
-	if had, err := tx.DeliveryAccepted(w.Name, t.wh.Name, d.DeliveryID); err == nil {
+	if had, err := tx.DeliveryAccepted(w.Name, t.Webhook.Name, d.DeliveryID); err == nil {
 		return deliveryRecord(tx, d, kt.DeliveryDuplicate, hookreq.WhyDuplicate, duplicateText(had))
 	} else if !errors.Is(err, kt.ErrNotFound) {
 		return hookreq.Delivered{}, err
 	}
-	inputs, publishes, err := sameInputs(tx, w.Name, m.inputs, m.publishes, m.created)
+	inputs, publishes, err := sameInputs(tx, w.Name, m.Inputs, m.Publishes, m.Created)
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	evs, err := writeProduced(tx, produced{workflow: w.Name, version: v.ID, decl: t.prog.Decl, createdBy: transition.CreatedByWebhook, fresh: m.created, inputs: inputs, publishes: publishes, now: e.nowMs()})
+	evs, err := transition.WriteProduced(tx, transition.Produced{Workflow: w.Name, Version: v.ID, Consumers: t.Program.Decl.ConsumerOf(), CreatedBy: transition.CreatedByWebhook, Fresh: m.Created, Inputs: inputs, Publishes: publishes, Now: k.e.NowMs()})
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
 	d.Inputs, d.Events = len(inputs), len(evs)
-	e.crashPoint(CrashInsideDelivery)
+	k.e.CrashPoint(engine.CrashInsideDelivery)
 	return deliveryRecord(tx, d, kt.DeliveryAccepted, hookreq.WhyAccepted, fmt.Sprintf("%s registered, %s published", kt.Count(len(inputs), "input"), kt.Count(len(evs), "event")))
 }
 
@@ -303,7 +288,7 @@ func (e *Engine) commitDelivery(tx store.Tx, t hookTarget, h hookreq.Hook, d kt.
 // have registered the same input since its handler looked (two deliveries
 // about one order). Such an input is the stored one, no longer created
 // here; the events name it.
-func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq, created map[string]bool) ([]kt.Input, []publishReq, error) {
+func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []transition.Publish, created map[string]bool) ([]kt.Input, []transition.Publish, error) {
 	renamed := map[string]string{}
 	out := make([]kt.Input, 0, len(inputs))
 	for _, in := range inputs {
@@ -333,15 +318,15 @@ func sameInputs(tx store.Tx, wf string, inputs []kt.Input, pubs []publishReq, cr
 }
 
 // record stores a delivery that was not accepted, in a transaction of its own.
-func (e *Engine) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus, why hookreq.Why, msg string) (hookreq.Delivered, error) {
+func (k *Webhooks) record(ctx context.Context, d kt.Delivery, st kt.DeliveryStatus, why hookreq.Why, msg string) (hookreq.Delivered, error) {
 	var out hookreq.Delivered
-	err := e.store.Update(ctx, func(tx store.Tx) error {
+	err := k.e.Store().Update(ctx, func(tx store.Tx) error {
 		var err error
 		out, err = deliveryRecord(tx, d, st, why, msg)
 		return err
 	})
 	if err == nil {
-		e.changed(d.Workflow)
+		k.e.Changed(d.Workflow)
 	}
 	return out, err
 }
@@ -377,18 +362,53 @@ func duplicateText(had kt.Delivery) string {
 // WebhookMaxBody is the largest body a webhook of wf takes: the
 // webhook_max_body of the [policy] wf was deployed under (this keep's for
 // a workflow it does not know, which Deliver then refuses).
-func (e *Engine) WebhookMaxBody(ctx context.Context, wf string) int64 {
+func (k *Webhooks) WebhookMaxBody(ctx context.Context, wf string) int64 {
 	var w kt.Workflow
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+	if err := k.e.Store().View(ctx, func(tx store.Tx) error {
 		var err error
 		w, err = tx.WorkflowGet(wf)
 		return err
 	}); err != nil {
-		return int64(e.policy.WebhookMaxBody)
+		return int64(k.e.Policy().WebhookMaxBody)
 	}
-	pol, err := e.policyFor(w)
+	pol, err := k.e.PolicyFor(w)
 	if err != nil {
-		return int64(e.policy.WebhookMaxBody)
+		return int64(k.e.Policy().WebhookMaxBody)
 	}
 	return int64(pol.WebhookMaxBody)
+}
+
+// startDelivery opens the span of one request to a webhook (Deliver): a
+// server span, whatever keep makes of it; its handler's phase and reads
+// are its children (the engine's, engine.RunWebhook).
+func startDelivery(ctx context.Context, tracer otrace.Tracer, h hookreq.Hook) (context.Context, otrace.Span) {
+	if tracer == nil {
+		return ctx, nil
+	}
+	ctx, span := tracer.Start(ctx, "webhook "+h.Workflow+"/"+h.Name, otrace.WithSpanKind(otrace.SpanKindServer),
+		otrace.WithAttributes(attribute.String(engine.AttrWorkflow, h.Workflow), attribute.String(engine.AttrWebhook, h.Name)))
+	if !span.IsRecording() {
+		span.End()
+		return ctx, nil
+	}
+	return ctx, span
+}
+
+// endDelivery ends a delivery's span with what keep made of it: its
+// status (accepted, duplicate, refused, failed), why, its delivery id and
+// what it registered; an error status when the handler failed or keep did.
+// A refusal is the sender's error, not keep's: it is in the attributes.
+func endDelivery(span otrace.Span, d hookreq.Delivered, err error) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.String(engine.AttrDelivery, string(d.Status)), attribute.String(engine.AttrDeliveryWhy, string(d.Why)),
+		attribute.String(engine.AttrDeliveryID, d.DeliveryID), attribute.Int(engine.AttrInputs, d.Inputs), attribute.Int(engine.AttrEvents, d.Events))
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, kt.Clip(redact.String(err.Error()), engine.MaxErrorText))
+	case d.Status == kt.DeliveryFailed:
+		span.SetStatus(codes.Error, kt.Clip(redact.String(d.Message), engine.MaxErrorText))
+	}
+	span.End()
 }
