@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/keep-run/keep/internal/engine"
 	"github.com/keep-run/keep/internal/hookreq"
 	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testotlp"
@@ -192,5 +195,46 @@ func TestSpansOfWebhookDeliveries(t *testing.T) {
 	}
 	if len(got) != 4 {
 		t.Errorf("delivery spans by status: %v", got)
+	}
+}
+
+// A webhook's handler phase, as a producer's, spans its commit: the
+// delivery's transaction (the one producer writer, the delivery's record)
+// runs before the phase's span ends, as it did when delivery was the
+// engine's (issue 41 moved it to intake without changing what a trace
+// shows).
+func TestWebhookPhaseSpansItsCommit(t *testing.T) {
+	t.Parallel()
+	col := testotlp.New(http.StatusOK)
+	t.Cleanup(col.Close)
+	var mu sync.Mutex
+	var committing time.Time
+	e := newEnvAt(t, testPolicy+fmt.Sprintf("\n[otel]\nendpoint = %q\n", col.URL), func(step string) {
+		if step == engine.CrashInsideDelivery {
+			mu.Lock()
+			committing = time.Now()
+			mu.Unlock()
+		}
+	})
+	setUpWebhooks(t, e)
+	if d, err := e.k.Webhooks.Deliver(e.ctx(), shopHook("d-1", "1", "t0ken-shop")); err != nil || d.Status != kt.DeliveryAccepted {
+		t.Fatalf("delivery: %+v %v", d, err)
+	}
+	spans := flushed(e, col)
+	deliveries := testotlp.Named(spans, "webhook orders/shop")
+	if len(deliveries) != 1 {
+		t.Fatalf("delivery spans: %v", names(spans))
+	}
+	phases := testotlp.Named(testotlp.Children(spans, deliveries[0]), "webhook")
+	if len(phases) != 1 {
+		t.Fatalf("phase spans under the delivery: %v", names(testotlp.Children(spans, deliveries[0])))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if committing.IsZero() {
+		t.Fatal("the delivery's commit never reached its crash point")
+	}
+	if phases[0].End.Before(committing) {
+		t.Errorf("the webhook phase ended at %s, before its commit at %s: the phase no longer spans what the handler made being written", phases[0].End.Format(time.RFC3339Nano), committing.Format(time.RFC3339Nano))
 	}
 }

@@ -29,26 +29,32 @@ type WebhookTarget struct {
 // Created names the inputs that were new when it looked (an earlier
 // delivery's inputs are created by "webhook" too: only these get a first
 // attempt). Failed is the handler's failure as a run's trace says it
-// (redacted, clipped), "" when it returned; NeedsGrant is the grant item
-// that failure asks for, "" when it asks for none.
+// (redacted, clipped) when HandlerFailed — a flag of its own, so that an
+// error whose text is empty is still a failure, never an accepted
+// delivery; NeedsGrant is the grant item that failure asks for, "" when it
+// asks for none.
 type WebhookMade struct {
-	Inputs     []kt.Input
-	Publishes  []transition.Publish
-	Created    map[string]bool
-	Failed     string
-	NeedsGrant string
+	Inputs        []kt.Input
+	Publishes     []transition.Publish
+	Created       map[string]bool
+	HandlerFailed bool
+	Failed        string
+	NeedsGrant    string
 }
 
 // RunWebhook runs t's handler on req (hookreq.Request: the handler's
 // argument) in the sandbox, under the workflow's policy, with a
 // producer's calls (reads, registerInput, publish to what the webhook
-// declares), and returns what it made; nothing is written. An error is
-// keep's own; the handler's failure is in WebhookMade.Failed.
-func (e *Engine) RunWebhook(ctx context.Context, t WebhookTarget, req json.RawMessage) (WebhookMade, error) {
+// declares), and hands what it made to settle, which writes it (intake's
+// commit, or its hold or record of a failure) and whose error it returns.
+// settle runs inside the handler's phase, so the phase's span covers the
+// delivery's commit as a producer's covers its own. An error before
+// settle is keep's own; the handler's failure is in WebhookMade.Failed.
+func (e *Engine) RunWebhook(ctx context.Context, t WebhookTarget, req json.RawMessage, settle func(WebhookMade) error) error {
 	w, v, wh := t.Workflow, t.Version, t.Webhook
 	pol, err := e.PolicyFor(w)
 	if err != nil {
-		return WebhookMade{}, err
+		return err
 	}
 	run := &kt.Run{ID: transition.CreatedByWebhook, Workflow: w.Name, Version: v.ID, Handler: wh.Name, HandlerType: kt.HandlerWebhook, Phase: kt.PhaseExecuting}
 	x := &runExec{e: e, ctx: ctx, wf: w, prog: t.Program, run: run, tr: &trace{}, reg: e.connectorsOf(w), pol: pol, span: e.deliverySpan(ctx)}
@@ -56,13 +62,13 @@ func (e *Engine) RunWebhook(ctx context.Context, t WebhookTarget, req json.RawMe
 	hs := x.host(phaseWebhook)
 	hs.allowPublish, hs.inputByKey, hs.knownInputs = set(wh.Publishes), map[string]string{}, map[string]bool{}
 	if _, err := x.invoke(hs, req); err != nil {
-		made := WebhookMade{Failed: kt.Clip(redact.String(err.Error()), maxTraceText)}
+		made := WebhookMade{HandlerFailed: true, Failed: kt.Clip(redact.String(err.Error()), maxTraceText)}
 		if item := kt.NeededGrant(err.Error()); item != "" && kt.ClassOf(err) == kt.ClassPermission {
 			// The input source (or what else the handler reaches) is not
 			// granted yet: keep's reason, not the sender's.
 			made.NeedsGrant = item
 		}
-		return made, nil
+		return settle(made)
 	}
 	created := map[string]bool{}
 	for i := range hs.inputs {
@@ -71,7 +77,7 @@ func (e *Engine) RunWebhook(ctx context.Context, t WebhookTarget, req json.RawMe
 			created[hs.inputs[i].ID] = true
 		}
 	}
-	return WebhookMade{Inputs: hs.inputs, Publishes: hs.publishes, Created: created}, nil
+	return settle(WebhookMade{Inputs: hs.inputs, Publishes: hs.publishes, Created: created})
 }
 
 // Tracer is the tracer of keep's spans (Options.Tracer), nil when keep

@@ -212,17 +212,28 @@ func (k *Webhooks) activeProgram(ctx context.Context, wf string) (kt.Workflow, k
 }
 
 // handle runs the webhook's handler for a verified, new delivery
-// (engine.RunWebhook) and commits what it did with the delivery's record.
+// (engine.RunWebhook) and commits what it did with the delivery's record,
+// inside the handler's phase (its span covers the commit).
 func (k *Webhooks) handle(ctx context.Context, t engine.WebhookTarget, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
 	req, err := hookreq.Request(t.Webhook, h)
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	m, err := k.e.RunWebhook(ctx, t, req)
-	if err != nil {
-		return hookreq.Delivered{}, err
-	}
-	if m.Failed != "" {
+	// out is settle's, as it said it: zero when keep failed before the
+	// handler ran.
+	var out hookreq.Delivered
+	err = k.e.RunWebhook(ctx, t, req, func(m engine.WebhookMade) error {
+		var err error
+		out, err = k.settle(ctx, t, h, d, m)
+		return err
+	})
+	return out, err
+}
+
+// settle writes what a delivery's handler made (m): held or recorded when
+// it failed, else committed with the delivery's record.
+func (k *Webhooks) settle(ctx context.Context, t engine.WebhookTarget, h hookreq.Hook, d kt.Delivery, m engine.WebhookMade) (hookreq.Delivered, error) {
+	if m.HandlerFailed {
 		if m.NeedsGrant != "" {
 			// The input source (or what else the handler reaches) is not
 			// granted yet: keep's reason, not the sender's.
@@ -236,7 +247,7 @@ func (k *Webhooks) handle(ctx context.Context, t engine.WebhookTarget, h hookreq
 		return k.record(ctx, d, kt.DeliveryFailed, hookreq.WhyFailed, m.Failed)
 	}
 	var out hookreq.Delivered
-	err = k.e.Store().Update(ctx, func(tx store.Tx) error {
+	err := k.e.Store().Update(ctx, func(tx store.Tx) error {
 		var err error
 		out, err = k.commitDelivery(tx, t, h, d, m)
 		return err

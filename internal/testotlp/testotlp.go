@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -45,6 +46,8 @@ type Span struct {
 	// Error: the span's status is an error, with Message.
 	Error   bool
 	Message string
+	// Start and End are when the span began and ended, as sent.
+	Start, End time.Time
 }
 
 // New starts a receiver that answers status (http.StatusOK: it takes the
@@ -106,7 +109,8 @@ func (c *Collector) take(r *http.Request, req *coltracepb.ExportTraceServiceRequ
 func decode(s *tracepb.Span) Span {
 	sp := Span{Name: s.Name, ID: hex.EncodeToString(s.SpanId), Parent: hex.EncodeToString(s.ParentSpanId), Trace: hex.EncodeToString(s.TraceId),
 		Attrs: map[string]string{}, Lists: map[string][]string{}, Kind: s.Kind,
-		Error: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, Message: s.GetStatus().GetMessage()}
+		Error: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, Message: s.GetStatus().GetMessage(),
+		Start: time.Unix(0, int64(s.StartTimeUnixNano)), End: time.Unix(0, int64(s.EndTimeUnixNano))}
 	for _, kv := range s.Attributes {
 		if arr := kv.Value.GetArrayValue(); arr != nil {
 			for _, v := range arr.Values {
