@@ -1,0 +1,159 @@
+package webhooks
+
+import (
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/testbin"
+)
+
+// A sender's retry of a delivery held for the grant is held beside it; once
+// granted, the two are one input, one event, one write at the sink (one
+// accepted, one duplicate). A delivery held for the deploy of its webhook
+// whose handler then fails under that version is held again (its sender
+// will not send it again) and taken once a fix is deployed: written once.
+func TestAHeldDeliveryIsTakenOnceThroughItsRetryAHandlerFailureAndItsFix(t *testing.T) {
+	k := heldSetup(t)
+	good := secrets["GITHUB_SECRET"]
+	if out, err := k.keep(good, "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	k.serve()
+	k.wantHeld(k.to("gh", "a", good), "source:http")
+	k.wantHeld(k.to("gh", "a", good), "source:http") // the sender's retry
+	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
+		t.Fatalf("keep grant: %v\n%s", err, out)
+	}
+	testbin.WaitFor(t, "the held delivery to be written", func() bool { return k.writesTo("/write/a") >= 1 }, k.logs)
+	testbin.WaitFor(t, "nothing held", func() bool { return len(k.held().Held) == 0 }, k.logs)
+	time.Sleep(2 * time.Second) // a second take would write by now
+	if n := k.writesTo("/write/a"); n != 1 {
+		t.Fatalf("delivery a (held twice) written %d times", n)
+	}
+	st := map[string]int{}
+	for _, d := range k.held().Deliveries {
+		if d.Delivery == "d-a" {
+			st[d.Status]++
+		}
+	}
+	if st["accepted"] != 1 || st["duplicate"] != 1 {
+		t.Fatalf("delivery d-a's records: %v", st)
+	}
+
+	// Held for the deploy of "later"; the version that declares it fails.
+	k.wantHeld(k.to("later", "p1", good), `declares no webhook \"later\"`)
+	broken := strings.Replace(k.heldSource(true), `const id = String(req.json.id)
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id, title: "later " + id })`, `throw new Error("a bug in later")`, 1)
+	if !strings.Contains(broken, "a bug in later") {
+		t.Fatal("the broken version was not made")
+	}
+	k.write("wf2.js", broken)
+	if out, err := k.keep("", "deploy", k.path("wf2.js")); err != nil {
+		t.Fatalf("keep deploy: %v\n%s", err, out)
+	}
+	testbin.WaitFor(t, "the held delivery to be held for its handler", func() bool {
+		v := k.held()
+		return len(v.Held) == 1 && strings.HasPrefix(v.Held[0].HeldFor, "handler:") && strings.Contains(v.Held[0].Reason, "a bug in later")
+	}, k.logs)
+	// A new delivery to the broken handler: the sender is told to retry.
+	k.expect(k.to("later", "p2", good), http.StatusInternalServerError, "a bug in later")
+
+	k.write("wf3.js", k.heldSource(true))
+	if out, err := k.keep("", "deploy", k.path("wf3.js")); err != nil {
+		t.Fatalf("keep deploy: %v\n%s", err, out)
+	}
+	testbin.WaitFor(t, "the held delivery to be written after the fix", func() bool { return k.writesTo("/write/p1") >= 1 }, k.logs)
+	k.expect(k.to("later", "p2", good), http.StatusOK, `"status":"accepted"`)
+	k.expect(k.to("later", "p1", good), http.StatusOK, `"status":"duplicate"`)
+	testbin.WaitFor(t, "the retried delivery to be written", func() bool { return k.writesTo("/write/p2") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second)
+	for _, id := range []string{"p1", "p2"} {
+		if n := k.writesTo("/write/" + id); n != 1 {
+			t.Errorf("delivery %s written %d times", id, n)
+		}
+	}
+	if v := k.held(); len(v.Held) != 0 {
+		t.Errorf("still held: %+v", v.Held)
+	}
+	if ins := k.inputsOf("held"); ins != 3 {
+		t.Errorf("%d inputs, want 3 (a, p1, p2)", ins)
+	}
+}
+
+// One delivery id posted twice at once with different bodies: both
+// handlers run, one commit is accepted, the other is a duplicate (200,
+// nothing changed): one input, one write at the sink.
+func TestOneDeliveryIDTwiceAtOnceWithDifferentBodiesIsWrittenOnce(t *testing.T) {
+	k := setup(t)
+	k.serve()
+	got := make(chan answer, 2)
+	for _, v := range []string{"1", "2"} {
+		body := []byte(`{"id":"same","v":` + v + `}`)
+		go func() { got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}) }()
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case <-k.reading:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("handler %d did not run; keep said:\n%s", i, k.logs)
+		}
+	}
+	k.unblock()
+	a, b := <-got, <-got
+	if a.code != http.StatusOK || b.code != http.StatusOK {
+		t.Fatalf("answers %d %q and %d %q", a.code, a.body, b.code, b.body)
+	}
+	both := a.body + b.body
+	if !strings.Contains(both, `"status":"accepted"`) || !strings.Contains(both, `"status":"duplicate"`) {
+		t.Fatalf("want one accepted and one duplicate: %s | %s", a.body, b.body)
+	}
+	testbin.WaitFor(t, "the write", func() bool { return k.writes("slow.job") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second)
+	if n := k.writes("slow.job"); n != 1 {
+		t.Fatalf("written %d times", n)
+	}
+}
+
+// A deploy that lands while a new delivery's handler runs: the sender is
+// told to retry (503, nothing kept), and its retry is accepted under the
+// new version: one input, one write.
+func TestADeployDuringADeliveryKeepsNothingAndTheRetryIsWrittenOnce(t *testing.T) {
+	k := setup(t)
+	k.serve()
+	body := []byte(`{"id":"r1"}`)
+	got := make(chan answer, 1)
+	go func() { got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}) }()
+	select {
+	case <-k.reading:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the handler did not run; keep said:\n%s", k.logs)
+	}
+	src, err := readFile(k.path("wf.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.write("wf2.js", src+"\n// version 2\n")
+	if out, err := k.keep("", "deploy", "--grant", k.path("wf2.js")); err != nil {
+		t.Fatalf("keep deploy: %v\n%s", err, out)
+	}
+	k.unblock()
+	k.expect(<-got, http.StatusServiceUnavailable, "was deployed while this delivery's handler ran")
+	k.expect(k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}), http.StatusOK, `"status":"accepted"`)
+	k.expect(k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}), http.StatusOK, `"status":"duplicate"`)
+	testbin.WaitFor(t, "the write", func() bool { return k.writes("slow.job") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second)
+	if n := k.writes("slow.job"); n != 1 {
+		t.Fatalf("written %d times", n)
+	}
+	if n := k.inputs(); n != 1 {
+		t.Fatalf("%d inputs, want 1", n)
+	}
+}
+
+func readFile(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return string(b), err
+}
