@@ -157,3 +157,47 @@ func readFile(p string) (string, error) {
 	b, err := os.ReadFile(p)
 	return string(b), err
 }
+
+// bigIDScript's webhook names its deliveries by the body's numeric "id"
+// (as senders with 64-bit ids send them); its handler registers the
+// input by the body's "ref", so each delivery is an input of its own.
+const bigIDScript = `export default Keep.workflow({
+  name: "orders",
+  topics: { order: {} },
+  webhooks: {
+    shop: {
+      publishes: ["order"],
+      verify: { token: { header: "X-Token", secret: "GITHUB_SECRET" } },
+      dedupe: { json: "id" },
+      handler: async (ctx, req) => {
+        const inputId = ctx.registerInput({ source: "http", type: "webhook", id: req.json.ref, title: "order " + req.json.ref })
+        await ctx.publish("order", { inputId, payload: { ref: req.json.ref } })
+      },
+    },
+  },
+  consumers: {
+    w: Keep.consumer({
+      subscribe: ["order"],
+      async prepare(ctx) {
+        const [e] = await ctx.peek("order")
+        if (!e) return { reservations: [] }
+        return { reservations: [{ topic: "order", ids: [e.messageId] }], data: e.payload }
+      },
+      async mutate(ctx, p) {
+        await ctx.http.request({ method: "POST", url: "%SINK%/write/" + p.data.ref, json: p.data })
+      },
+    }),
+  },
+})`
+
+// Two deliveries whose numeric ids differ only past 2^53 (64-bit ids, as
+// many senders have) are two deliveries: dedupe must not read them as
+// one, or the second is answered "duplicate" and silently lost.
+func TestDeliveriesWithLargeNumericIDsAreNotLostAsDuplicates(t *testing.T) {
+	k := setupWith(t, "", "", func(k *keep) string { return strings.ReplaceAll(bigIDScript, "%SINK%", k.sink.URL) })
+	k.serve()
+	tok := map[string]string{"X-Token": secrets["GITHUB_SECRET"]}
+	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 9007199254740993, "ref": "a"}`), tok), http.StatusOK, `"status":"accepted"`)
+	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 9007199254740992, "ref": "b"}`), tok), http.StatusOK, `"status":"accepted"`)
+	testbin.WaitFor(t, "both orders written", func() bool { return k.writesTo("/write/a") == 1 && k.writesTo("/write/b") == 1 }, k.logs)
+}
