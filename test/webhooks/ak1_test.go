@@ -92,7 +92,9 @@ func TestOneDeliveryIDTwiceAtOnceWithDifferentBodiesIsWrittenOnce(t *testing.T) 
 	got := make(chan answer, 2)
 	for _, v := range []string{"1", "2"} {
 		body := []byte(`{"id":"same","v":` + v + `}`)
-		go func() { got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}) }()
+		go func() {
+			got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]})
+		}()
 	}
 	for i := 0; i < 2; i++ {
 		select {
@@ -125,7 +127,9 @@ func TestADeployDuringADeliveryKeepsNothingAndTheRetryIsWrittenOnce(t *testing.T
 	k.serve()
 	body := []byte(`{"id":"r1"}`)
 	got := make(chan answer, 1)
-	go func() { got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}) }()
+	go func() {
+		got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]})
+	}()
 	select {
 	case <-k.reading:
 	case <-time.After(30 * time.Second):
