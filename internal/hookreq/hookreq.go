@@ -240,8 +240,12 @@ func DeliveryID(dd script.Dedupe, h Hook) (string, error) {
 			return "", fmt.Errorf("the request has no %s header, which webhook %s's dedupe names as its delivery id", dd.Header, h.Name)
 		}
 	case dd.JSON != "":
+		// Numbers are read as written: a 64-bit id past 2^53 read as a
+		// float would be its neighbour's id, and its delivery a duplicate.
 		var v any
-		if err := json.Unmarshal(h.Body, &v); err != nil {
+		dec := json.NewDecoder(strings.NewReader(string(h.Body)))
+		dec.UseNumber()
+		if !json.Valid(h.Body) || dec.Decode(&v) != nil {
 			return "", fmt.Errorf("the body is not JSON, so it has no %q, which webhook %s's dedupe names as its delivery id", dd.JSON, h.Name)
 		}
 		for _, k := range strings.Split(dd.JSON, ".") {
@@ -251,8 +255,14 @@ func DeliveryID(dd script.Dedupe, h Hook) (string, error) {
 		switch x := v.(type) {
 		case string:
 			id = x
-		case float64:
-			id = strconv.FormatFloat(x, 'f', -1, 64)
+		case json.Number:
+			id = x.String() // an integer as sent
+			if strings.ContainsAny(id, ".eE") {
+				f, err := x.Float64() // as before: 1.0 and 1e0 are the id 1
+				if id = ""; err == nil {
+					id = strconv.FormatFloat(f, 'f', -1, 64)
+				}
+			}
 		}
 		if strings.TrimSpace(id) == "" {
 			return "", fmt.Errorf("the JSON body has no %q (a string or a number), which webhook %s's dedupe names as its delivery id", dd.JSON, h.Name)
