@@ -205,3 +205,28 @@ func TestDeliveriesWithLargeNumericIDsAreNotLostAsDuplicates(t *testing.T) {
 	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 9007199254740992, "ref": "b"}`), tok), http.StatusOK, `"status":"accepted"`)
 	testbin.WaitFor(t, "both orders written", func() bool { return k.writesTo("/write/a") == 1 && k.writesTo("/write/b") == 1 }, k.logs)
 }
+
+// A delivery verified on receipt and held for the grant (answered 202:
+// "taken once that is done") is taken once granted, even when the secret
+// was changed meanwhile (a rotation): its sender will not send it again,
+// and it was verified with the secret of its time.
+func TestAVerifiedHeldDeliveryIsTakenAfterTheSecretRotates(t *testing.T) {
+	k := heldSetup(t)
+	good := secrets["GITHUB_SECRET"]
+	if out, err := k.keep(good, "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	k.serve()
+	k.wantHeld(k.to("gh", "r1", good), "source:http")
+	if out, err := k.keep("rotated-"+good, "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
+		t.Fatalf("keep grant: %v\n%s", err, out)
+	}
+	testbin.WaitFor(t, "the held delivery to be settled", func() bool { return len(k.held().Held) == 0 }, k.logs)
+	if st, reason := k.held().statusOf("d-r1"); st != "accepted" {
+		t.Fatalf("a delivery verified on receipt and answered 202 is %s after a secret rotation: %s", st, reason)
+	}
+	testbin.WaitFor(t, "the write", func() bool { return k.writesTo("/write/r1") == 1 }, k.logs)
+}
