@@ -230,3 +230,17 @@ func TestAVerifiedHeldDeliveryIsTakenAfterTheSecretRotates(t *testing.T) {
 	}
 	testbin.WaitFor(t, "the write", func() bool { return k.writesTo("/write/r1") == 1 }, k.logs)
 }
+
+// Which webhooks a workflow has is not an unsigned sender's to learn
+// (hooks.go: "which workflows and webhooks exist is not theirs to learn
+// here"): a post to a name the active version does not declare is held
+// (202), but its answer does not list the names it does declare.
+func TestAnUndeclaredNameDoesNotTellTheSenderTheDeclaredOnes(t *testing.T) {
+	k := heldSetup(t)
+	k.serve()
+	a := k.post("/hooks/held/guess", []byte(`{}`), nil)
+	k.expect(a, http.StatusAccepted, `"status":"held"`)
+	if strings.Contains(a.body, "webhooks: gh") {
+		t.Fatalf("an unsigned sender was told the workflow's webhooks: %s", a.body)
+	}
+}
