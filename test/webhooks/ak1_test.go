@@ -244,3 +244,30 @@ func TestAnUndeclaredNameDoesNotTellTheSenderTheDeclaredOnes(t *testing.T) {
 		t.Fatalf("an unsigned sender was told the workflow's webhooks: %s", a.body)
 	}
 }
+
+// A verified delivery without the id its dedupe names (a body that is not
+// JSON, an id that is an object, no id) is answered 400 saying why, never
+// reaches its handler, and is recorded refused.
+func TestADeliveryWithoutItsIDIsRefusedAndRecorded(t *testing.T) {
+	k := setupWith(t, "", "", func(k *keep) string { return strings.ReplaceAll(bigIDScript, "%SINK%", k.sink.URL) })
+	k.serve()
+	tok := map[string]string{"X-Token": secrets["GITHUB_SECRET"]}
+	for _, c := range []struct{ body, says string }{
+		{`{"id": 1, "ref": "x"`, "not JSON"},
+		{`{"id": {"n": 1}, "ref": "x"}`, `has no \"id\"`},
+		{`{"ref": "x"}`, `has no \"id\"`},
+		{`{"id": true, "ref": "x"}`, `has no \"id\"`},
+		{`{"id": 1, "ref": "x"} trailing`, "not JSON"},
+	} {
+		k.expect(k.post("/hooks/orders/shop", []byte(c.body), tok), http.StatusBadRequest, c.says)
+	}
+	if n := k.viewOf("orders").counts("shop")["refused"]; n != 5 {
+		t.Fatalf("%d refused deliveries recorded, want 5", n)
+	}
+	if n := k.inputsOf("orders"); n != 0 {
+		t.Fatalf("%d inputs from deliveries without an id", n)
+	}
+	// 1.0 and 1 are one id: a sender's retry written either way is a duplicate.
+	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 1, "ref": "one"}`), tok), http.StatusOK, `"status":"accepted"`)
+	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 1.0, "ref": "one"}`), tok), http.StatusOK, `"status":"duplicate"`)
+}
