@@ -47,3 +47,27 @@ func TestSignPassesCheck(t *testing.T) {
 		t.Error("an unknown verify kind passed")
 	}
 }
+
+// A dedupe json id is the id as sent: integers past 2^53 stay apart (as
+// floats they were one), and a number written another way is the same id.
+func TestDeliveryIDReadsJSONNumbersAsSent(t *testing.T) {
+	dd := script.Dedupe{JSON: "data.id"}
+	for body, want := range map[string]string{
+		`{"data":{"id":9007199254740993}}`: "9007199254740993",
+		`{"data":{"id":9007199254740992}}`: "9007199254740992",
+		`{"data":{"id":-7}}`:               "-7",
+		`{"data":{"id":1.0}}`:              "1",
+		`{"data":{"id":1e3}}`:              "1000",
+		`{"data":{"id":"ch_1"}}`:           "ch_1",
+	} {
+		got, err := DeliveryID(dd, Hook{Name: "w", Body: []byte(body)})
+		if err != nil || got != want {
+			t.Errorf("%s: %q %v, want %q", body, got, err, want)
+		}
+	}
+	for _, body := range []string{`{"data":{"id":1e999}}`, `{"data":{"id":1}} x`, `{"data":{"id":[1]}}`} {
+		if got, err := DeliveryID(dd, Hook{Name: "w", Body: []byte(body)}); err == nil {
+			t.Errorf("%s: id %q, want a refusal", body, got)
+		}
+	}
+}
