@@ -16,12 +16,7 @@ import (
 // whose handler then fails under that version is held again (its sender
 // will not send it again) and taken once a fix is deployed: written once.
 func TestAHeldDeliveryIsTakenOnceThroughItsRetryAHandlerFailureAndItsFix(t *testing.T) {
-	k := heldSetup(t)
-	good := secrets["GITHUB_SECRET"]
-	if out, err := k.keep(good, "secret", "set", "GITHUB_SECRET"); err != nil {
-		t.Fatalf("keep secret set: %v\n%s", err, out)
-	}
-	k.serve()
+	k, good := heldServedWithItsSecret(t)
 	k.wantHeld(k.to("gh", "a", good), "source:http")
 	k.wantHeld(k.to("gh", "a", good), "source:http") // the sender's retry
 	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
@@ -162,6 +157,19 @@ func TestADeliveryDuringADeployIsWrittenOnceWithoutARetry(t *testing.T) {
 	}
 }
 
+// heldServedWithItsSecret is heldSetup with its secret set (the grant not
+// given), served; good is the secret's value.
+func heldServedWithItsSecret(t *testing.T) (*keep, string) {
+	t.Helper()
+	k := heldSetup(t)
+	good := secrets["GITHUB_SECRET"]
+	if out, err := k.keep(good, "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	k.serve()
+	return k, good
+}
+
 func readFile(p string) (string, error) {
 	b, err := os.ReadFile(p)
 	return string(b), err
@@ -216,12 +224,7 @@ func TestDeliveriesWithLargeNumericIDsAreNotLostAsDuplicates(t *testing.T) {
 // was changed meanwhile (a rotation): its sender will not send it again,
 // and it was verified with the secret of its time.
 func TestAVerifiedHeldDeliveryIsTakenAfterTheSecretRotates(t *testing.T) {
-	k := heldSetup(t)
-	good := secrets["GITHUB_SECRET"]
-	if out, err := k.keep(good, "secret", "set", "GITHUB_SECRET"); err != nil {
-		t.Fatalf("keep secret set: %v\n%s", err, out)
-	}
-	k.serve()
+	k, good := heldServedWithItsSecret(t)
 	k.wantHeld(k.to("gh", "r1", good), "source:http")
 	if out, err := k.keep("rotated-"+good, "secret", "set", "GITHUB_SECRET"); err != nil {
 		t.Fatalf("keep secret set: %v\n%s", err, out)
