@@ -1,12 +1,15 @@
 package webhooks
 
 import (
+	"database/sql"
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	_ "github.com/keep-run/keep/internal/store/sqlite" // the "sqlite" driver, to flip a stored row beside keep
 	"github.com/keep-run/keep/internal/testbin"
 )
 
@@ -278,4 +281,46 @@ func TestADeliveryWithoutItsIDIsRefusedAndRecorded(t *testing.T) {
 	// 1.0 and 1 are one id: a sender's retry written either way is a duplicate.
 	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 1, "ref": "one"}`), tok), http.StatusOK, `"status":"accepted"`)
 	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 1.0, "ref": "one"}`), tok), http.StatusOK, `"status":"duplicate"`)
+}
+
+// Damaged storage in one workflow (its stored script flipped beside keep)
+// stops that workflow only (docs/reliability.md: "the other workflow
+// writes"): another workflow's delivery held for its grant is still taken
+// once the grant is given, though the damaged workflow holds a delivery
+// too and comes first in keep serve's pass over the held ones.
+func TestADamagedWorkflowDoesNotStopAnotherOnesHeldDeliveries(t *testing.T) {
+	k, good := heldServedWithItsSecret(t)
+	k.write("aaa.js", strings.Replace(k.heldSource(false), `name: "held"`, `name: "aaa"`, 1)+"\n// marker zzzz\n")
+	if out, err := k.keep("", "deploy", k.path("aaa.js")); err != nil {
+		t.Fatalf("keep deploy aaa: %v\n%s", err, out)
+	}
+	k.expect(k.post("/hooks/aaa/undeclared", []byte(`{}`), nil), http.StatusAccepted, `"status":"held"`)
+	k.wantHeld(k.to("gh", "other", good), "source:http")
+	_ = k.cmd.Process.Signal(syscall.SIGKILL)
+	_ = k.cmd.Wait()
+
+	db, err := sql.Open("sqlite", "file:"+k.path("data/keep.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Exec(`UPDATE versions SET script=replace(script, 'zzzz', 'zzzy') WHERE workflow='aaa'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("flipped %d versions of aaa, want 1", n)
+	}
+	db.Close()
+
+	k.serve()
+	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
+		t.Fatalf("keep grant: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for k.writesTo("/write/other") == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := k.writesTo("/write/other"); n != 1 {
+		t.Fatalf("workflow held's delivery, held for the grant now given, was written %d times while workflow aaa is damaged; held: %+v; keep said:\n%s", n, k.held().Held, k.logs)
+	}
 }
