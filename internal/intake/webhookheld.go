@@ -110,7 +110,9 @@ type HeldTaken struct {
 }
 
 // TakeAllHeld takes, in every workflow that holds deliveries, those whose
-// reason is gone; keep serve calls it at each of its passes.
+// reason is gone; keep serve calls it at each of its passes. A workflow
+// that cannot be taken from (its storage damaged) does not stop the
+// others: its error is returned with theirs once each was tried.
 func (k *Webhooks) TakeAllHeld(ctx context.Context) error {
 	var wfs []string
 	if err := k.e.Store().View(ctx, func(tx store.Tx) error {
@@ -120,12 +122,13 @@ func (k *Webhooks) TakeAllHeld(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	var errs []error
 	for _, wf := range wfs {
 		if _, err := k.TakeHeld(ctx, wf); err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("workflow %s: %w", wf, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // TakeHeld takes the held deliveries of wf whose reason is gone (a
