@@ -117,49 +117,6 @@ func TestOneDeliveryIDTwiceAtOnceWithDifferentBodiesIsWrittenOnce(t *testing.T) 
 	}
 }
 
-// A deploy that lands while a new delivery's handler runs is keep's own
-// reason, not the sender's: GitHub and most senders never send a delivery
-// again (docs/api.md, "Held deliveries"), so the delivery is kept and run
-// again under the new version — written once without a retry; a retry
-// that does come is a duplicate.
-func TestADeliveryDuringADeployIsWrittenOnceWithoutARetry(t *testing.T) {
-	k := setup(t)
-	k.serve()
-	body := []byte(`{"id":"r1"}`)
-	got := make(chan answer, 1)
-	go func() {
-		got <- k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]})
-	}()
-	select {
-	case <-k.reading:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the handler did not run; keep said:\n%s", k.logs)
-	}
-	src, err := readFile(k.path("wf.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.write("wf2.js", src+"\n// version 2\n")
-	if out, err := k.keep("", "deploy", "--grant", k.path("wf2.js")); err != nil {
-		t.Fatalf("keep deploy: %v\n%s", err, out)
-	}
-	k.unblock()
-	first := <-got
-	t.Logf("the sender was answered %d %s", first.code, first.body)
-	deadline := time.Now().Add(10 * time.Second)
-	for k.writes("slow.job") == 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := k.writes("slow.job"); n != 1 {
-		t.Fatalf("a delivery answered %d during a deploy, never sent again (as GitHub does not), was written %d times; keep webhooks shows:\n%+v", first.code, n, k.view().Deliveries)
-	}
-	k.expect(k.post("/hooks/hooks/slow", body, map[string]string{"X-Token": secrets["GITHUB_SECRET"]}), http.StatusOK, `"status":"duplicate"`)
-	time.Sleep(2 * time.Second)
-	if n, ins := k.writes("slow.job"), k.inputs(); n != 1 || ins != 1 {
-		t.Fatalf("%d writes, %d inputs; want 1 and 1", n, ins)
-	}
-}
-
 // heldServedWithItsSecret is heldSetup with its secret set (the grant not
 // given), served; good is the secret's value.
 func heldServedWithItsSecret(t *testing.T) (*keep, string) {
@@ -220,40 +177,6 @@ func TestDeliveriesWithLargeNumericIDsAreNotLostAsDuplicates(t *testing.T) {
 	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 9007199254740993, "ref": "a"}`), tok), http.StatusOK, `"status":"accepted"`)
 	k.expect(k.post("/hooks/orders/shop", []byte(`{"id": 9007199254740992, "ref": "b"}`), tok), http.StatusOK, `"status":"accepted"`)
 	testbin.WaitFor(t, "both orders written", func() bool { return k.writesTo("/write/a") == 1 && k.writesTo("/write/b") == 1 }, k.logs)
-}
-
-// A delivery verified on receipt and held for the grant (answered 202:
-// "taken once that is done") is taken once granted, even when the secret
-// was changed meanwhile (a rotation): its sender will not send it again,
-// and it was verified with the secret of its time.
-func TestAVerifiedHeldDeliveryIsTakenAfterTheSecretRotates(t *testing.T) {
-	k, good := heldServedWithItsSecret(t)
-	k.wantHeld(k.to("gh", "r1", good), "source:http")
-	if out, err := k.keep("rotated-"+good, "secret", "set", "GITHUB_SECRET"); err != nil {
-		t.Fatalf("keep secret set: %v\n%s", err, out)
-	}
-	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
-		t.Fatalf("keep grant: %v\n%s", err, out)
-	}
-	testbin.WaitFor(t, "the held delivery to be settled", func() bool { return len(k.held().Held) == 0 }, k.logs)
-	if st, reason := k.held().statusOf("d-r1"); st != "accepted" {
-		t.Fatalf("a delivery verified on receipt and answered 202 is %s after a secret rotation: %s", st, reason)
-	}
-	testbin.WaitFor(t, "the write", func() bool { return k.writesTo("/write/r1") == 1 }, k.logs)
-}
-
-// Which webhooks a workflow has is not an unsigned sender's to learn
-// (hooks.go: "which workflows and webhooks exist is not theirs to learn
-// here"): a post to a name the active version does not declare is held
-// (202), but its answer does not list the names it does declare.
-func TestAnUndeclaredNameDoesNotTellTheSenderTheDeclaredOnes(t *testing.T) {
-	k := heldSetup(t)
-	k.serve()
-	a := k.post("/hooks/held/guess", []byte(`{}`), nil)
-	k.expect(a, http.StatusAccepted, `"status":"held"`)
-	if strings.Contains(a.body, "webhooks: gh") {
-		t.Fatalf("an unsigned sender was told the workflow's webhooks: %s", a.body)
-	}
 }
 
 // A verified delivery without the id its dedupe names (a body that is not
