@@ -1,0 +1,72 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// activeVersion is the label of a workflow's active version, as the API shows it ("" when
+// it is not deployed).
+func (r *rig) activeVersion(wf string) string {
+	r.t.Helper()
+	code, obj, _ := r.call("GET", "/api/v1/workflows/"+wf, nil, nil)
+	if code == http.StatusNotFound {
+		return ""
+	}
+	if code != 200 {
+		r.t.Fatalf("GET workflow %s: %d %v", wf, code, obj)
+	}
+	if st, ok := obj["status"].(map[string]any); ok {
+		if v, ok := st["version"].(string); ok {
+			return v
+		}
+	}
+	r.t.Fatalf("GET workflow %s: no version in %v", wf, obj)
+	return ""
+}
+
+// TestARefusedReprocessChoiceDeploysNothing (bad input: a clear error and
+// stored state unchanged): a major deploy whose --reprocess names keys it
+// cannot reprocess is refused, and no version was recorded.
+func TestARefusedReprocessChoiceDeploysNothing(t *testing.T) {
+	t.Parallel()
+	t.Run("a new workflow, an unknown key", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, "")
+		src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
+		code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "kind": "major", "reprocess": "nosuch", "grant": true}, nil)
+		if code < 400 || code >= 500 {
+			t.Errorf("deploy with --reprocess of an unknown key answered %d %v, want a 4xx refusal", code, obj)
+		}
+		if v := r.activeVersion("orders"); v != "" {
+			t.Errorf("the refused deploy (%d %v) left workflow orders deployed at version %s", code, obj, v)
+		}
+	})
+	t.Run("a key named twice", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, "")
+		r.deploy(ordersScript, "orders.js")
+		if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "1", "title": "Order 1", "payload": map[string]any{"order": 1}}, nil); code != http.StatusCreated {
+			t.Fatalf("post: %d %v", code, obj)
+		}
+		r.settle()
+		before := r.activeVersion("orders")
+		src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL) + "\n// v2"
+		code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "kind": "major", "reprocess": "api:order.placed:1,api:order.placed:1", "grant": true}, nil)
+		after := r.activeVersion("orders")
+		if code != 200 && after != before {
+			t.Errorf("deploy answered %d %v, yet version %s replaced %s", code, obj, after, before)
+		}
+		if code == 200 && obj["reprocessed"] != float64(1) {
+			t.Errorf("deploy answered %v: reprocessed %v, want 1 (one item named twice)", obj, obj["reprocessed"])
+		}
+		r.settle()
+		// One write for the post, one for the one reprocess asked.
+		if ws := r.sink.Writes(); code == 200 && len(ws) != 2 {
+			t.Errorf("the sink saw %d writes, want 2 (the post's and one reprocess): %v", len(ws), ws)
+		}
+		_, items, _ := r.call("GET", "/api/v1/workflows/orders/inputs", nil, nil)
+		t.Logf("inputs after: %v", items)
+	})
+}
