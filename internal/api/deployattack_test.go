@@ -70,3 +70,23 @@ func TestARefusedReprocessChoiceDeploysNothing(t *testing.T) {
 		t.Logf("inputs after: %v", items)
 	})
 }
+
+// TestADeployNamedOutsideTheNameRulesIsRefused (bad input: a clear error,
+// nothing stored): a name given with the deploy (keep deploy --name) is
+// held to the rule a declared name is — letters, digits, '.', '_', '-' —
+// else the workflow could not be named in the API's paths again.
+func TestADeployNamedOutsideTheNameRulesIsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
+	for _, name := range []string{"a/b", "two words", "caf\u00e9\u200b"} {
+		code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "name": name, "grant": true}, nil)
+		if code != http.StatusBadRequest && code != http.StatusUnprocessableEntity {
+			t.Errorf("deploy named %q answered %d %v, want a refusal", name, code, obj)
+		}
+	}
+	_, _, list := r.call("GET", "/api/v1/workflows", nil, nil)
+	if len(list) != 0 {
+		t.Errorf("refused deploys left workflows: %v", list)
+	}
+}
