@@ -1,0 +1,183 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/keep-run/keep/internal/daemon"
+)
+
+// postRaw posts an event as keep publish would, safe to call from many
+// goroutines: the status and the body as answered.
+func (r *rig) postRaw(path string, body any) (int, string, error) {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", r.srv.URL+path, bytes.NewReader(b))
+	secret, err := daemon.ReadAPISecret(r.k.DataDir)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw), err
+}
+
+// inputCount is how many inputs the API lists for orders.
+func (r *rig) inputCount() int {
+	r.t.Helper()
+	code, _, arr := r.call("GET", "/api/v1/workflows/orders/inputs?limit=100", nil, nil)
+	if code != 200 {
+		r.t.Fatalf("GET inputs: %d", code)
+	}
+	return len(arr)
+}
+
+// TestAnEventPostedAtOnceManyTimesIsOneInput (no side effect twice): the
+// same id posted by eight senders at once is one input, one 201, and one
+// write at the sink.
+func TestAnEventPostedAtOnceManyTimesIsOneInput(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	const path = "/api/v1/workflows/orders/topics/order.placed/events"
+	var wg sync.WaitGroup
+	codes := make([]int, 8)
+	bodies := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], bodies[i], errs[i] = r.postRaw(path, map[string]any{"id": "7", "title": "Order 7", "payload": map[string]any{"order": 7}})
+		}()
+	}
+	wg.Wait()
+	created := 0
+	for i, c := range codes {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		switch c {
+		case http.StatusCreated:
+			created++
+		case http.StatusOK:
+		default:
+			t.Errorf("post %d answered %d %s", i, c, bodies[i])
+		}
+	}
+	if created != 1 {
+		t.Errorf("%d posts answered 201 Created, want 1: %v", created, codes)
+	}
+	r.settle()
+	if n := r.inputCount(); n != 1 {
+		t.Errorf("%d inputs, want 1", n)
+	}
+	if ws := r.sink.Writes(); len(ws) != 1 {
+		t.Errorf("the sink saw %d writes, want 1", len(ws))
+	}
+}
+
+// TestAnIDIsOneIDHoweverItIsComposed (issue 38): "é" composed and
+// decomposed is one event; an id with a zero-width space inside it is
+// reported as it is.
+func TestAnIDIsOneIDHoweverItIsComposed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	const path = "/api/v1/workflows/orders/topics/order.placed/events"
+	for i, id := range []string{"caf\u00e9", "cafe\u0301"} {
+		code, body, err := r.postRaw(path, map[string]any{"id": id, "title": "Café", "payload": map[string]any{"order": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{201, 200}[i]; code != want {
+			t.Errorf("post %q answered %d %s, want %d", id, code, body, want)
+		}
+	}
+	if n := r.inputCount(); n != 1 {
+		t.Errorf("%d inputs, want 1", n)
+	}
+}
+
+// TestAnEventPostedToAPausedWorkflowWaitsForItsResume (nothing silently
+// lost): the post is taken, nothing runs while paused, and its one write
+// happens after resume.
+func TestAnEventPostedToAPausedWorkflowWaitsForItsResume(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/pause", nil, nil); code != 200 {
+		t.Fatalf("pause: %d %v", code, obj)
+	}
+	code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "p1", "title": "Order p1", "payload": map[string]any{"order": 1}}, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("post to a paused workflow: %d %v", code, obj)
+	}
+	r.settle()
+	if ws := r.sink.Writes(); len(ws) != 0 {
+		t.Errorf("a paused workflow wrote %d times", len(ws))
+	}
+	if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/resume", nil, nil); code != 200 {
+		t.Fatalf("resume: %d %v", code, obj)
+	}
+	r.settle()
+	if ws := r.sink.Writes(); len(ws) != 1 {
+		t.Errorf("after resume the sink saw %d writes, want 1", len(ws))
+	}
+}
+
+// TestRefusedEventsWriteNothing (bad input: a clear error, stored state
+// unchanged): each refusal names what is wrong, and no input is written.
+func TestRefusedEventsWriteNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	for _, c := range []struct {
+		name, topic, id, title string
+		want                   int
+		says                   string
+	}{
+		{"a topic handlers write", "notes", "1", "t", http.StatusConflict, "not open to the event API"},
+		{"no such topic", "nope", "1", "t", http.StatusNotFound, "order.placed"},
+		{"a title over its bound", "order.placed", "1", strings.Repeat("x", 501), http.StatusBadRequest, "title"},
+		{"a trailing zero-width space", "order.placed", "1\u200b", "t", http.StatusBadRequest, "invisible"},
+	} {
+		code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/"+c.topic+"/events", map[string]any{"id": c.id, "title": c.title}, nil)
+		e, _ := obj["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if code != c.want || !strings.Contains(msg, c.says) {
+			t.Errorf("%s: %d %q, want %d saying %q", c.name, code, msg, c.want, c.says)
+		}
+	}
+	if n := r.inputCount(); n != 0 {
+		t.Errorf("refused posts left %d inputs", n)
+	}
+}
+
+// TestAnEventIDIsWithinItsBoundOnceComposed (bad input: a clear error,
+// nothing stored): the id's bound holds for the id keep stores, its NFC
+// form — U+0958 (3 bytes) composes to two code points (6 bytes), so 166 of
+// them sent (498 bytes) would be stored as 996.
+func TestAnEventIDIsWithinItsBoundOnceComposed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": strings.Repeat("\u0958", 166), "title": "t"}, nil)
+	if code != http.StatusBadRequest {
+		_, _, ins := r.call("GET", "/api/v1/workflows/orders/inputs", nil, nil)
+		stored := ""
+		if len(ins) == 1 {
+			stored, _ = ins[0].(map[string]any)["externalId"].(string)
+		}
+		t.Errorf("an id of 498 bytes that composes to %d answered %d %v, want 400 naming the id's bound", len(stored), code, obj)
+	}
+}
