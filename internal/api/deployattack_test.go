@@ -1,8 +1,11 @@
 package api_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -88,5 +91,91 @@ func TestADeployNamedOutsideTheNameRulesIsRefused(t *testing.T) {
 	_, _, list := r.call("GET", "/api/v1/workflows", nil, nil)
 	if len(list) != 0 {
 		t.Errorf("refused deploys left workflows: %v", list)
+	}
+}
+
+// TestDeploysAtOnceNumberEachVersionOnce (no version silently lost): six
+// versions of one workflow deployed at once, some minor and some major,
+// each answered 200 is one version of its own number, one active, and the
+// workflow's handlers as the active one declares.
+func TestDeploysAtOnceNumberEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL)
+	var wg sync.WaitGroup
+	const n = 6
+	codes, bodies, errs := make([]int, n), make([]string, n), make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := map[string]any{"script": src + fmt.Sprintf("\n// version %d", i), "file": "orders.js", "grant": true}
+			if i%2 == 1 {
+				body["kind"], body["reprocess"] = "major", "none"
+			}
+			codes[i], bodies[i], errs[i] = r.postRaw("/api/v1/workflows", body)
+		}()
+	}
+	wg.Wait()
+	labels := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if codes[i] != 200 {
+			t.Errorf("deploy %d: %d %s", i, codes[i], bodies[i])
+			continue
+		}
+		var rep struct{ Version string }
+		_ = json.Unmarshal([]byte(bodies[i]), &rep)
+		if labels[rep.Version] {
+			t.Errorf("version %s answered twice", rep.Version)
+		}
+		labels[rep.Version] = true
+	}
+	_, _, vs := r.call("GET", "/api/v1/workflows/orders/versions", nil, nil)
+	if len(vs) != len(labels)+1 {
+		t.Errorf("%d versions stored, want %d (the first and each deploy answered 200): %v", len(vs), len(labels)+1, vs)
+	}
+	active := 0
+	for _, v := range vs {
+		if v.(map[string]any)["active"] == true {
+			active++
+		}
+	}
+	if active != 1 {
+		t.Errorf("%d active versions: %v", active, vs)
+	}
+	code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "after", "title": "Order after", "payload": map[string]any{"order": 9}}, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("post after the deploys: %d %v", code, obj)
+	}
+	r.settle()
+	if ws := r.sink.Writes(); len(ws) != 1 {
+		t.Errorf("the sink saw %d writes after the deploys, want 1", len(ws))
+	}
+}
+
+// TestAScriptTheAnalysisRefusesDeploysNothing (bad input: a clear error
+// naming the file and line, nothing stored).
+func TestAScriptTheAnalysisRefusesDeploysNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	bad := `export default Keep.workflow({
+  name: "bad",
+  tasks: { t: Keep.task({ schedule: { interval: "1h" }, async run(ctx) {
+    await ctx.nosuch.call()
+  } }) },
+})`
+	code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": bad, "file": "bad.js"}, nil)
+	e, _ := obj["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	if code < 400 || code >= 500 || !strings.Contains(msg, "bad.js") || !strings.Contains(msg, "4") {
+		t.Errorf("a refused script answered %d %v, want a 4xx naming bad.js and its line 4", code, obj)
+	}
+	_, _, list := r.call("GET", "/api/v1/workflows", nil, nil)
+	if len(list) != 0 {
+		t.Errorf("a refused deploy left %v", list)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/keep-run/keep/internal/daemon"
 )
 
-// postRaw posts an event as keep publish would, safe to call from many
+// postRaw posts body to path as keep's CLI would, safe to call from many
 // goroutines: the status and the body as answered.
 func (r *rig) postRaw(path string, body any) (int, string, error) {
 	b, _ := json.Marshal(body)
