@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/daemon"
+	"github.com/keep-run/keep/internal/store"
 )
 
 // postRaw posts body to path as keep's CLI would, safe to call from many
@@ -31,14 +33,18 @@ func (r *rig) postRaw(path string, body any) (int, string, error) {
 	return resp.StatusCode, string(raw), err
 }
 
-// inputCount is how many inputs the API lists for orders.
+// inputCount is how many inputs orders has, as stored.
 func (r *rig) inputCount() int {
 	r.t.Helper()
-	code, _, arr := r.call("GET", "/api/v1/workflows/orders/inputs?limit=100", nil, nil)
-	if code != 200 {
-		r.t.Fatalf("GET inputs: %d", code)
+	var n int
+	if err := r.k.Store.View(r.t.Context(), func(tx store.Tx) error {
+		ins, err := tx.InputList("orders")
+		n = len(ins)
+		return err
+	}); err != nil {
+		r.t.Fatal(err)
 	}
-	return len(arr)
+	return n
 }
 
 // TestAnEventPostedAtOnceManyTimesIsOneInput (no side effect twice): the
@@ -180,4 +186,62 @@ func TestAnEventIDIsWithinItsBoundOnceComposed(t *testing.T) {
 		}
 		t.Errorf("an id of 498 bytes that composes to %d answered %d %v, want 400 naming the id's bound", len(stored), code, obj)
 	}
+}
+
+// TestPostsWhileADeployClosesTheirTopic (nothing silently lost): events
+// posted while a version that closes order.placed to the API is deployed
+// are each either refused with a reason or an input of their own; none
+// is answered 201 without its input and its event.
+func TestPostsWhileADeployClosesTheirTopic(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	closed := strings.ReplaceAll(strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL), `"order.placed": { from: "api" }`, `"order.placed": {}`)
+	closed = strings.Replace(closed, `publishes: ["notes"]`, `publishes: ["notes", "order.placed"]`, 1)
+	// Four senders post new ids until the deploy has answered, and once more after.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	deployed := make(chan struct{})
+	created, refused, posts := 0, 0, 0
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				done := false
+				select {
+				case <-deployed:
+					done = true
+				default:
+				}
+				code, body, err := r.postRaw("/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": fmt.Sprintf("%d-%d", w, i), "title": "Order", "payload": map[string]any{"order": i}})
+				mu.Lock()
+				posts++
+				switch {
+				case err != nil:
+					t.Error(err)
+				case code == http.StatusCreated:
+					created++
+				case code == http.StatusConflict:
+					refused++
+				default:
+					t.Errorf("post: %d %s", code, body)
+				}
+				mu.Unlock()
+				if done || err != nil {
+					return
+				}
+			}
+		}()
+	}
+	code, body, err := r.postRaw("/api/v1/workflows", map[string]any{"script": closed, "file": "orders.js", "grant": true})
+	close(deployed)
+	wg.Wait()
+	if err != nil || code != 200 {
+		t.Fatalf("deploy closing the topic: %d %s %v", code, body, err)
+	}
+	if got := r.inputCount(); got != created {
+		t.Errorf("%d posts answered 201 and %d inputs are stored", created, got)
+	}
+	t.Logf("%d of %d posts taken before the topic closed, %d refused", created, posts, refused)
 }
