@@ -157,6 +157,11 @@ func (d *deployment) write() error {
 	if err != nil && !isNew {
 		return err
 	}
+	if o.Kind == kt.DeployMajor {
+		if err := checkReprocessKeys(tx, name, o.Reprocess); err != nil {
+			return err
+		}
+	}
 	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
 	if isNew {
 		wf = kt.Workflow{Name: name, CreatedAt: now}

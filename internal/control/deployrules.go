@@ -45,9 +45,6 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	if o.Reprocess == "" {
 		return ErrReprocessChoice
 	}
-	if err := checkReprocessKeys(tx, v.Workflow, o.Reprocess); err != nil {
-		return err
-	}
 	// A major version that gives done or incomplete work other ids is
 	// deployed only with the person's consent (ch 12 §12.6), whether the
 	// item keys' format (keyFormatWarning) or the replay found it.
@@ -111,9 +108,10 @@ func incompleteItems(tx store.Tx, wf string) (string, error) {
 	return fmt.Sprintf("%d incomplete item(s) no version would touch again would be orphaned (%s%s; see `keep items %s --orphaned`, `keep skip` resolves them)", len(keys), strings.Join(keys, ", "), more, wf), nil
 }
 
-// checkReprocessKeys checks a KEY,KEY choice before anything is deployed.
+// checkReprocessKeys checks a KEY,KEY choice before anything is deployed
+// (a new workflow has no item to name).
 func checkReprocessKeys(tx store.Tx, wf, choice string) error {
-	if choice == "none" || choice == "all" {
+	if choice == "" || choice == "none" || choice == "all" {
 		return nil
 	}
 	for _, key := range strings.Split(choice, ",") {
@@ -197,12 +195,16 @@ func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string,
 				items = append(items, it)
 			}
 		} else {
+			named := map[string]bool{}
 			for _, key := range strings.Split(choice, ",") {
 				it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
 				if err != nil {
 					return err
 				}
-				items = append(items, it)
+				if !named[it.ID] { // an item named twice (by key and id, say) is one new attempt
+					named[it.ID] = true
+					items = append(items, it)
+				}
 			}
 		}
 		for _, it := range items {
