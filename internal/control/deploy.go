@@ -96,6 +96,8 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 	}
 	if name == "" {
 		name = p.Decl.WorkflowName()
+	} else if np := script.NameProblem(name); np != "" {
+		return kt.DeployResult{Problems: problems}, &kt.ActionError{Code: kt.CodeBadInput, Msg: np + "; nothing was deployed"}
 	}
 	if o.Reprocess != "" && kind != kt.DeployMajor {
 		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
