@@ -177,3 +177,20 @@ func TestAScriptTheAnalysisRefusesDeploysNothing(t *testing.T) {
 		t.Errorf("a refused deploy left %v", list)
 	}
 }
+
+// TestAWorkflowIsReachableByItsName (a clear error, or a workflow people
+// can act on): a declared name the rule takes is one the API's paths can
+// name again — pause answers for it.
+func TestAWorkflowIsReachableByItsName(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	for _, name := range []string{".", ".."} {
+		src := strings.Replace(strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL), `name: "orders"`, fmt.Sprintf("name: %q", name), 1)
+		if code, _, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "orders.js", "grant": true}, nil); code != 200 {
+			continue // refused: held
+		}
+		if code, obj, _ := r.call("POST", "/api/v1/workflows/"+name+"/pause", nil, nil); code != 200 {
+			t.Errorf("workflow %q was deployed and its pause answers %d %v", name, code, obj)
+		}
+	}
+}
