@@ -437,10 +437,10 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 // NameProblem says what is wrong with a workflow's name, declared or
 // given with the deploy ("" nothing): it names the workflow in paths.
 func NameProblem(name string) string {
-	if validName.MatchString(name) {
+	if validName.MatchString(name) && strings.Trim(name, ".") != "" {
 		return ""
 	}
-	return fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100)", name)
+	return fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100), and not only dots (a path's . and ..)", name)
 }
 
 func contains(list []string, s string) bool {
