@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -192,5 +194,41 @@ func TestAWorkflowIsReachableByItsName(t *testing.T) {
 		if code, obj, _ := r.call("POST", "/api/v1/workflows/"+name+"/pause", nil, nil); code != 200 {
 			t.Errorf("workflow %q was deployed and its pause answers %d %v", name, code, obj)
 		}
+	}
+}
+
+// TestAMajorDeployWhoseItemIsBusyDeploysNothing (bad input: a clear
+// error and stored state unchanged): --reprocess naming an item a run is
+// processing right now is refused, and the refused deploy left no version.
+func TestAMajorDeployWhoseItemIsBusyDeploysNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "inbox"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "inbox", "a.json"), []byte(`{}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.ReplaceAll(itemWorkflow(`await ctx.http.request({ method: "POST", url: "%SINK%/write/" + id, json: { n: 1 } })`), "%SINK%", r.sink.URL)
+	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "items.js", "grant": true, "filesRoot": root}, nil); code != 200 {
+		t.Fatalf("deploy: %d %v", code, obj)
+	}
+	r.settle()
+	// Attempt 2 of email:a, its run held inside its write.
+	if code, obj, _ := r.call("POST", "/api/v1/items/email:a/reprocess", nil, nil); code != 200 {
+		t.Fatalf("reprocess: %d %v", code, obj)
+	}
+	held, release := r.sink.HoldWrite()
+	settled := make(chan error, 1)
+	go func() { settled <- r.k.Scheduler.RunUntilIdle(t.Context()) }()
+	<-held
+	code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src + "\n// v2", "file": "items.js", "kind": "major", "reprocess": "email:a", "grant": true, "filesRoot": root}, nil)
+	release()
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	if v := r.activeVersion("items"); code != 200 && v != "1.0" {
+		t.Errorf("the deploy answered %d %v, yet version %s is active", code, obj, v)
 	}
 }
