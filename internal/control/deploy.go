@@ -118,11 +118,6 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 		}
 		return res, fmt.Errorf("deploy %s: %w", name, err)
 	}
-	if kind == kt.DeployMajor && !res.Unchanged {
-		if res.Reprocessed, err = ReprocessAfterMajor(ctx, e.Store(), name, o.Reprocess, e.Now()); err != nil {
-			return res, err
-		}
-	}
 	return res, nil
 }
 
@@ -216,7 +211,14 @@ func (d *deployment) write() error {
 	if err := d.grant(); err != nil {
 		return err
 	}
-	return syncHandlers(tx, name, p.Decl, now)
+	if err := syncHandlers(tx, name, p.Decl, now); err != nil {
+		return err
+	}
+	if kind != kt.DeployMajor {
+		return nil
+	}
+	res.Reprocessed, err = ReprocessAfterMajor(tx, name, o.Reprocess, now)
+	return err
 }
 
 // grant grants what the version uses when the deploy says so, and
