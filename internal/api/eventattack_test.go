@@ -245,3 +245,35 @@ func TestPostsWhileADeployClosesTheirTopic(t *testing.T) {
 	}
 	t.Logf("%d of %d posts taken before the topic closed, %d refused", created, posts, refused)
 }
+
+// TestAPayloadAtItsBoundIsTakenAndOneOverIsRefused: a payload of exactly
+// 1 MiB is posted; one byte more, or a body past the API's 4 MiB (a huge
+// title), is refused with its bound named and nothing written.
+func TestAPayloadAtItsBoundIsTakenAndOneOverIsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	const path = "/api/v1/workflows/orders/topics/order.placed/events"
+	pad := func(n int) string { // {"order":1,"pad":"xx…"} of n bytes
+		return `{"order":1,"pad":"` + strings.Repeat("x", n-len(`{"order":1,"pad":""}`)) + `"}`
+	}
+	for _, c := range []struct {
+		name, body string
+		want       int
+		says       string
+	}{
+		{"at the bound", `{"id":"a","title":"A","payload":` + pad(1<<20) + `}`, http.StatusCreated, ""},
+		{"one byte over", `{"id":"b","title":"B","payload":` + pad(1<<20+1) + `}`, http.StatusBadRequest, "bound of 1 MiB"},
+		{"a 5 MB title", `{"id":"c","title":"` + strings.Repeat("t", 5<<20) + `"}`, http.StatusBadRequest, "1 MiB"},
+	} {
+		code, obj, _ := r.call("POST", path, c.body, nil)
+		e, _ := obj["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if code != c.want || !strings.Contains(msg, c.says) {
+			t.Errorf("%s: %d %.300s, want %d saying %q", c.name, code, msg, c.want, c.says)
+		}
+	}
+	if n := r.inputCount(); n != 1 {
+		t.Errorf("%d inputs, want 1 (the one at the bound)", n)
+	}
+}
