@@ -214,10 +214,15 @@ func (d *deployment) write() error {
 	if err := syncHandlers(tx, name, p.Decl, now); err != nil {
 		return err
 	}
-	if kind != kt.DeployMajor {
-		return nil
+	return d.reprocess()
+}
+
+// reprocess applies a major version's reprocess choice in the deploy's
+// transaction: a choice it cannot apply deploys nothing.
+func (d *deployment) reprocess() (err error) {
+	if d.o.Kind == kt.DeployMajor {
+		d.res.Reprocessed, err = ReprocessAfterMajor(d.tx, d.res.Workflow, d.o.Reprocess, d.now)
 	}
-	res.Reprocessed, err = ReprocessAfterMajor(tx, name, o.Reprocess, now)
 	return err
 }
 
