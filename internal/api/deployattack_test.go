@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -88,10 +86,7 @@ func TestADeployNamedOutsideTheNameRulesIsRefused(t *testing.T) {
 			t.Errorf("deploy named %q answered %d %v, want a refusal", name, code, obj)
 		}
 	}
-	_, _, list := r.call("GET", "/api/v1/workflows", nil, nil)
-	if len(list) != 0 {
-		t.Errorf("refused deploys left workflows: %v", list)
-	}
+	r.noWorkflows("after refused deploys")
 }
 
 // TestDeploysAtOnceNumberEachVersionOnce (no version silently lost): six
@@ -152,9 +147,7 @@ func TestDeploysAtOnceNumberEachVersionOnce(t *testing.T) {
 		t.Fatalf("post after the deploys: %d %v", code, obj)
 	}
 	r.settle()
-	if ws := r.sink.Writes(); len(ws) != 1 {
-		t.Errorf("the sink saw %d writes after the deploys, want 1", len(ws))
-	}
+	r.sinkSaw(1, "after the deploys")
 }
 
 // TestAScriptTheAnalysisRefusesDeploysNothing (bad input: a clear error
@@ -169,14 +162,18 @@ func TestAScriptTheAnalysisRefusesDeploysNothing(t *testing.T) {
   } }) },
 })`
 	code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": bad, "file": "bad.js"}, nil)
-	e, _ := obj["error"].(map[string]any)
-	msg, _ := e["message"].(string)
+	msg := errorMessage(obj)
 	if code < 400 || code >= 500 || !strings.Contains(msg, "bad.js") || !strings.Contains(msg, "4") {
 		t.Errorf("a refused script answered %d %v, want a 4xx naming bad.js and its line 4", code, obj)
 	}
-	_, _, list := r.call("GET", "/api/v1/workflows", nil, nil)
-	if len(list) != 0 {
-		t.Errorf("a refused deploy left %v", list)
+	r.noWorkflows("after a refused deploy")
+}
+
+// noWorkflows fails the test if the API lists a workflow, when says after what.
+func (r *rig) noWorkflows(when string) {
+	r.t.Helper()
+	if _, _, list := r.call("GET", "/api/v1/workflows", nil, nil); len(list) != 0 {
+		r.t.Errorf("%s the API lists %v", when, list)
 	}
 }
 
@@ -203,13 +200,7 @@ func TestAWorkflowIsReachableByItsName(t *testing.T) {
 func TestAMajorDeployWhoseItemIsBusyDeploysNothing(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "inbox"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "inbox", "a.json"), []byte(`{}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := inboxWith(t, "a")
 	src := strings.ReplaceAll(itemWorkflow(`await ctx.http.request({ method: "POST", url: "%SINK%/write/" + id, json: { n: 1 } })`), "%SINK%", r.sink.URL)
 	if code, obj, _ := r.call("POST", "/api/v1/workflows", map[string]any{"script": src, "file": "items.js", "grant": true, "filesRoot": root}, nil); code != 200 {
 		t.Fatalf("deploy: %d %v", code, obj)
