@@ -3,8 +3,6 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -78,13 +76,7 @@ func TestAnItemThatNeedsAttentionIsOfferedReprocessThroughTheAPI(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, "")
-			root := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(root, "inbox"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(root, "inbox", "a.json"), []byte(`{}`), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			root := inboxWith(t, "a")
 			r.sink.Queue(c.faults...)
 			deploy := func(src, kind string) {
 				t.Helper()

@@ -96,6 +96,8 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 	}
 	if name == "" {
 		name = p.Decl.WorkflowName()
+	} else if np := script.NameProblem(name); np != "" {
+		return kt.DeployResult{Problems: problems}, &kt.ActionError{Code: kt.CodeBadInput, Msg: np + "; nothing was deployed"}
 	}
 	if o.Reprocess != "" && kind != kt.DeployMajor {
 		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
@@ -115,11 +117,6 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 			return res, err
 		}
 		return res, fmt.Errorf("deploy %s: %w", name, err)
-	}
-	if kind == kt.DeployMajor && !res.Unchanged {
-		if res.Reprocessed, err = ReprocessAfterMajor(ctx, e.Store(), name, o.Reprocess, e.Now()); err != nil {
-			return res, err
-		}
 	}
 	return res, nil
 }
@@ -156,6 +153,11 @@ func (d *deployment) write() error {
 	}
 	if err != nil && !isNew {
 		return err
+	}
+	if o.Kind == kt.DeployMajor {
+		if err := checkReprocessKeys(tx, name, o.Reprocess); err != nil {
+			return err
+		}
 	}
 	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
 	if isNew {
@@ -209,7 +211,19 @@ func (d *deployment) write() error {
 	if err := d.grant(); err != nil {
 		return err
 	}
-	return syncHandlers(tx, name, p.Decl, now)
+	if err := syncHandlers(tx, name, p.Decl, now); err != nil {
+		return err
+	}
+	return d.reprocess()
+}
+
+// reprocess applies a major version's reprocess choice in the deploy's
+// transaction: a choice it cannot apply deploys nothing.
+func (d *deployment) reprocess() (err error) {
+	if d.o.Kind == kt.DeployMajor {
+		d.res.Reprocessed, err = ReprocessAfterMajor(d.tx, d.res.Workflow, d.o.Reprocess, d.now)
+	}
+	return err
 }
 
 // grant grants what the version uses when the deploy says so, and

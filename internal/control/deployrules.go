@@ -1,12 +1,10 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -44,9 +42,6 @@ func nextVersion(tx store.Tx, cur kt.Version, v *kt.Version, o DeployOptions, re
 	}
 	if o.Reprocess == "" {
 		return ErrReprocessChoice
-	}
-	if err := checkReprocessKeys(tx, v.Workflow, o.Reprocess); err != nil {
-		return err
 	}
 	// A major version that gives done or incomplete work other ids is
 	// deployed only with the person's consent (ch 12 §12.6), whether the
@@ -111,9 +106,10 @@ func incompleteItems(tx store.Tx, wf string) (string, error) {
 	return fmt.Sprintf("%d incomplete item(s) no version would touch again would be orphaned (%s%s; see `keep items %s --orphaned`, `keep skip` resolves them)", len(keys), strings.Join(keys, ", "), more, wf), nil
 }
 
-// checkReprocessKeys checks a KEY,KEY choice before anything is deployed.
+// checkReprocessKeys checks a KEY,KEY choice before anything is deployed
+// (a new workflow has no item to name).
 func checkReprocessKeys(tx store.Tx, wf, choice string) error {
-	if choice == "none" || choice == "all" {
+	if choice == "" || choice == "none" || choice == "all" {
 		return nil
 	}
 	for _, key := range strings.Split(choice, ",") {
@@ -177,47 +173,49 @@ func syncHandlers(tx store.Tx, wf string, d script.Declaration, now int64) error
 
 // ReprocessAfterMajor applies `keep deploy --major --reprocess=...`: "all"
 // starts a new attempt of every item that is not in progress, a list of keys
-// starts one for each of them. It returns how many items were reprocessed.
-func ReprocessAfterMajor(ctx context.Context, st store.Store, wf, choice string, now time.Time) (int, error) {
+// starts one for each of them, in the deploy's transaction: a choice it
+// cannot apply deploys nothing. It returns how many items were reprocessed.
+func ReprocessAfterMajor(tx store.Tx, wf, choice string, now int64) (int, error) {
 	if choice == "" || choice == "none" {
 		return 0, nil
 	}
-	n := 0
-	err := st.Update(ctx, func(tx store.Tx) error {
-		var items []kt.Input
-		if choice == "all" {
-			all, err := tx.InputList(wf)
+	var items []kt.Input
+	if choice == "all" {
+		all, err := tx.InputList(wf)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range all {
+			if it.Kind == kt.KindTask && it.Status == kt.ItemProcessing {
+				continue
+			}
+			items = append(items, it)
+		}
+	} else {
+		named := map[string]bool{}
+		for _, key := range strings.Split(choice, ",") {
+			it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
 			if err != nil {
-				return err
+				return 0, err
 			}
-			for _, it := range all {
-				if it.Kind == kt.KindTask && it.Status == kt.ItemProcessing {
-					continue
-				}
-				items = append(items, it)
-			}
-		} else {
-			for _, key := range strings.Split(choice, ",") {
-				it, err := transition.FindItem(tx, wf, strings.TrimSpace(key))
-				if err != nil {
-					return err
-				}
+			if !named[it.ID] { // an item named twice (by key and id, say) is one new attempt
+				named[it.ID] = true
 				items = append(items, it)
 			}
 		}
-		for _, it := range items {
-			if _, err := transition.Reprocess(tx, it, now.UnixMilli()); err != nil {
-				var ae *kt.ActionError
-				if choice == "all" && errors.As(err, &ae) {
-					continue // still in progress: left alone
-				}
-				return err
+	}
+	n := 0
+	for _, it := range items {
+		if _, err := transition.Reprocess(tx, it, now); err != nil {
+			var ae *kt.ActionError
+			if choice == "all" && errors.As(err, &ae) {
+				continue // still in progress: left alone
 			}
-			n++
+			return 0, err
 		}
-		return nil
-	})
-	return n, err
+		n++
+	}
+	return n, nil
 }
 
 // KeyPrefixes lists the item key prefixes a script gives withItem

@@ -107,8 +107,8 @@ func (ev *APIEvent) check() error {
 		return bad("%s %q: the id starts or ends with a space (or an invisible character): %q and %q would look like one id and be two; send the id without it", where, ev.ID, ev.ID, strings.TrimFunc(ev.ID, invisible))
 	case !cleanText(ev.Title):
 		return bad("%s %q: the title is not plain text (a NUL or other control character, or bytes that are not UTF-8); send it as plain text", where, ev.ID)
-	case len(ev.ID) > kt.MaxIDChars:
-		return bad("%s", kt.OverBound(where, "the id has", len(ev.ID), kt.Bound{Max: kt.MaxIDChars, Unit: "characters"}, "the id names the event in your system; put its data in the payload").Message)
+	case len(norm.NFC.String(ev.ID)) > kt.MaxIDChars: // the id as stored (below): NFC may lengthen it
+		return bad("%s", kt.OverBound(where, "the id has", len(norm.NFC.String(ev.ID)), kt.Bound{Max: kt.MaxIDChars, Unit: "characters"}, "the id names the event in your system; put its data in the payload").Message)
 	case strings.TrimSpace(ev.Title) == "":
 		return bad("%s %q: it has no title; send one that says what the input is in a line, e.g. `Order 1042 from alice@example.com`", where, ev.ID)
 	case len(ev.Title) > kt.MaxTitleChars:

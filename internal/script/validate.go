@@ -210,8 +210,8 @@ func (v *validation) workflow() {
 	name := d.WorkflowName()
 	if name == "" {
 		v.add("error", "", "", "the workflow has no name: add name: \"my-workflow\" to Keep.workflow({...})")
-	} else if !validName.MatchString(name) {
-		v.add("error", "", "", fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100)", name))
+	} else if p := NameProblem(name); p != "" {
+		v.add("error", "", "", p)
 	}
 	if len(d.Producers)+len(d.Consumers)+len(d.Tasks)+len(d.Webhooks) == 0 {
 		v.add("error", "", "", "the workflow has no handler: declare at least one producer, consumer, task or webhook")
@@ -433,6 +433,15 @@ func sourceProblems(an *Analysis, sources map[string][]string) []kt.Problem {
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+
+// NameProblem says what is wrong with a workflow's name, declared or
+// given with the deploy ("" nothing): it names the workflow in paths.
+func NameProblem(name string) string {
+	if validName.MatchString(name) && strings.Trim(name, ".") != "" {
+		return ""
+	}
+	return fmt.Sprintf("workflow name %q may use only letters, digits, '.', '_' and '-' (at most 100), and not only dots (a path's . and ..)", name)
+}
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
