@@ -50,9 +50,7 @@ func TestARefusedReprocessChoiceDeploysNothing(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, "")
 		r.deploy(ordersScript, "orders.js")
-		if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "1", "title": "Order 1", "payload": map[string]any{"order": 1}}, nil); code != http.StatusCreated {
-			t.Fatalf("post: %d %v", code, obj)
-		}
+		r.postOrder("1", 1)
 		r.settle()
 		before := r.activeVersion("orders")
 		src := strings.ReplaceAll(ordersScript, "%SINK%", r.sink.URL) + "\n// v2"
@@ -142,10 +140,7 @@ func TestDeploysAtOnceNumberEachVersionOnce(t *testing.T) {
 	if active != 1 {
 		t.Errorf("%d active versions: %v", active, vs)
 	}
-	code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "after", "title": "Order after", "payload": map[string]any{"order": 9}}, nil)
-	if code != http.StatusCreated {
-		t.Fatalf("post after the deploys: %d %v", code, obj)
-	}
+	r.postOrder("after", 9)
 	r.settle()
 	r.sinkSaw(1, "after the deploys")
 }

@@ -50,6 +50,16 @@ func (r *rig) sinkSaw(n int, when string) {
 	}
 }
 
+// postOrder posts order n of ordersScript's order.placed under id and
+// fails the test unless the API takes it (201).
+func (r *rig) postOrder(id string, n int) {
+	r.t.Helper()
+	code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": id, "title": "Order " + id, "payload": map[string]any{"order": n}}, nil)
+	if code != http.StatusCreated {
+		r.t.Fatalf("post order %s: %d %v", id, code, obj)
+	}
+}
+
 // inboxWith is a files root whose inbox holds NAME.json, {}, for each name.
 func inboxWith(t *testing.T, names ...string) string {
 	t.Helper()
@@ -153,10 +163,7 @@ func TestAnEventPostedToAPausedWorkflowWaitsForItsResume(t *testing.T) {
 	if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/pause", nil, nil); code != 200 {
 		t.Fatalf("pause: %d %v", code, obj)
 	}
-	code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "p1", "title": "Order p1", "payload": map[string]any{"order": 1}}, nil)
-	if code != http.StatusCreated {
-		t.Fatalf("post to a paused workflow: %d %v", code, obj)
-	}
+	r.postOrder("p1", 1)
 	r.settle()
 	r.sinkSaw(0, "while paused")
 	if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/resume", nil, nil); code != 200 {

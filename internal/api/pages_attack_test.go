@@ -24,9 +24,7 @@ func TestHostilePagingIsRefusedNeverAnError(t *testing.T) {
 			}
 			r := newRigOn(t, "", false, storeURL)
 			r.deploy(ordersScript, "orders.js")
-			if code, obj, _ := r.call("POST", "/api/v1/workflows/orders/topics/order.placed/events", map[string]any{"id": "1", "title": "Order 1", "payload": map[string]any{"order": 1}}, nil); code != http.StatusCreated {
-				t.Fatalf("post: %d %v", code, obj)
-			}
+			r.postOrder("1", 1)
 			r.settle()
 			forge := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 			queries := []string{
