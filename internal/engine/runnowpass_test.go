@@ -59,8 +59,24 @@ func TestARunNowCostsNoPassOverTheStore(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	// letGo waits until the scheduler has let the workflow go: an output
+	// is applied before the stepping loop's last plan, which finds no
+	// work, ends, and a run-now told while the loop still runs is noted
+	// and costs a pass when it ends (Changed's other path, by design: the
+	// loop's last plan may have begun before the run-now's commit).
+	letGo := func() {
+		t.Helper()
+		deadline := time.Now().Add(testbin.Patience())
+		for sched.Stepping(wf) {
+			if time.Now().After(deadline) {
+				t.Fatal("the scheduler never let the workflow go: its stepping loop found work without end")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	applied(1) // the producer's first run, due at deploy
 	for k := 2; k <= 3; k++ {
+		letGo()
 		// As the API does: the action's commit, then Changed.
 		if _, err := act(e.ctx(), e.k.Store, time.Now(), control.Request{Action: kt.ActRunNow, Workflow: wf}); err != nil {
 			t.Fatal(err)

@@ -242,6 +242,16 @@ func (s *Scheduler) stepFailed(wf string, err error) {
 func (s *Scheduler) Passes() int64       { return s.passes.Load() }
 func (s *Scheduler) SkippedWakes() int64 { return s.skippedWakes.Load() }
 
+// Stepping says whether the scheduler is stepping wf now (its stepping
+// loop has not let it go yet): a change told to Changed meanwhile is
+// noted, and may cost a pass when wf is let go (release). Tests wait on
+// it to tell that path from the one without a pass.
+func (s *Scheduler) Stepping(wf string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy[wf]
+}
+
 // Run dispatches due work until ctx is cancelled, then waits for running steps.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.running()()
