@@ -35,24 +35,29 @@ type Hook struct {
 	// TooLarge: the body was over the workflow's webhook_max_body and was
 	// not read (Body is empty); the delivery is refused.
 	TooLarge bool
+	// Verified: keep verified it with its webhook's secret (on receipt, or
+	// at the take of a delivery held unverified). Stored with a held
+	// delivery's request, so that its take does not verify it again: its
+	// secret may have been rotated since, and the sender signs only what
+	// it sends from then on. Set by intake, never from the request.
+	Verified bool `json:",omitempty"`
 }
 
 // Why says, beside a delivery's status, what the sender is answered.
 type Why string
 
 const (
-	WhyAccepted  Why = "accepted"   // committed: 2xx
-	WhyDuplicate Why = "duplicate"  // accepted before: 2xx, nothing changed
-	WhyNotFound  Why = "not-found"  // no such workflow or webhook: not recorded
-	WhyTooLarge  Why = "too-large"  // over webhook_max_body
-	WhyBadSig    Why = "bad-sig"    // verification failed
-	WhyNoSecret  Why = "no-secret"  // keep lacks the secret to verify with: the sender retries once it is set
-	WhyBadInput  Why = "bad-input"  // verified, but without the delivery id dedupe names
-	WhyFailed    Why = "failed"     // the handler failed: the sender retries
-	WhyRedeploy  Why = "redeployed" // a deploy came in while the handler ran: the sender retries
-	WhyChallenge Why = "challenge"  // Slack's URL verification, answered with its challenge (Reply): not recorded
-	WhyHeld      Why = "held"       // kept for a reason of keep's own (kt.DeliveryHeld): 202, taken once it is gone
-	WhyHeldFull  Why = "held-full"  // would be held, but its webhook holds keep's bound already (engine's keepHeld): the sender retries
+	WhyAccepted  Why = "accepted"  // committed: 2xx
+	WhyDuplicate Why = "duplicate" // accepted before: 2xx, nothing changed
+	WhyNotFound  Why = "not-found" // no such workflow or webhook: not recorded
+	WhyTooLarge  Why = "too-large" // over webhook_max_body
+	WhyBadSig    Why = "bad-sig"   // verification failed
+	WhyNoSecret  Why = "no-secret" // keep lacks the secret to verify with: the sender retries once it is set
+	WhyBadInput  Why = "bad-input" // verified, but without the delivery id dedupe names
+	WhyFailed    Why = "failed"    // the handler failed: the sender retries
+	WhyChallenge Why = "challenge" // Slack's URL verification, answered with its challenge (Reply): not recorded
+	WhyHeld      Why = "held"      // kept for a reason of keep's own (kt.DeliveryHeld): 202, taken once it is gone
+	WhyHeldFull  Why = "held-full" // would be held, but its webhook holds keep's bound already (intake's keepHeld), or the hold could not be written: the sender retries
 )
 
 // Delivered is what keep made of a delivery.

@@ -59,7 +59,6 @@ var codes = map[hookreq.Why]int{
 	hookreq.WhyBadInput:  http.StatusBadRequest,
 	hookreq.WhyNoSecret:  http.StatusServiceUnavailable,
 	hookreq.WhyFailed:    http.StatusInternalServerError,
-	hookreq.WhyRedeploy:  http.StatusServiceUnavailable,
 	// Kept for a reason of keep's own: taken once it is gone (issue 40).
 	hookreq.WhyHeld:     http.StatusAccepted,
 	hookreq.WhyHeldFull: http.StatusServiceUnavailable,

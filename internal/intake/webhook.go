@@ -83,6 +83,9 @@ func (k *Webhooks) deliver(ctx context.Context, h hookreq.Hook) (hookreq.Deliver
 func (k *Webhooks) deliverAs(ctx context.Context, h hookreq.Hook, d kt.Delivery) (hookreq.Delivered, error) {
 	w, v, prog, err := k.activeProgram(ctx, h.Workflow)
 	if err != nil {
+		if kt.IsDamaged(err) {
+			return k.damaged(ctx, h, d, w, err)
+		}
 		if errors.Is(err, kt.ErrNotFound) {
 			if d.ID != 0 {
 				return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyNotFound, fmt.Sprintf("workflow %s no longer exists; nothing of this held delivery was kept", h.Workflow))
@@ -112,6 +115,7 @@ func (k *Webhooks) deliverAs(ctx context.Context, h hookreq.Hook, d kt.Delivery)
 	if out, settled, err := k.verified(ctx, wh, h, &d); settled || err != nil {
 		return out, err
 	}
+	h.Verified = true // held from here on, it is not verified again at its take
 	if d.DeliveryID, err = hookreq.DeliveryID(wh.Dedupe, h); err != nil {
 		return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyBadInput, err.Error())
 	}
@@ -148,14 +152,19 @@ func (k *Webhooks) undeclared(ctx context.Context, h hookreq.Hook, d kt.Delivery
 // verified checks h against wh's verify and answers Slack's URL
 // verification. settled says the delivery ends here (refused, held for
 // its secret, or the challenge answered): out is its answer. A held
-// delivery (d.ID set) is judged against the clock of its receipt, and
-// named by its dedupe whatever becomes of it.
+// delivery (d.ID set) is named by its dedupe whatever becomes of it; one
+// verified before (h.Verified: on receipt, or at an earlier take) is not
+// verified again — its secret may have been rotated since — and one held
+// unverified is judged against the clock of its receipt.
 func (k *Webhooks) verified(ctx context.Context, wh script.Webhook, h hookreq.Hook, d *kt.Delivery) (out hookreq.Delivered, settled bool, err error) {
 	at := k.e.WallNow() // a sender's signed timestamp is its wall clock's: judged against ours
 	if d.ID != 0 {
 		at = time.UnixMilli(d.ReceivedAt) // a signed timestamp is judged as of its receipt
 		if id, err := hookreq.DeliveryID(wh.Dedupe, h); err == nil {
 			d.DeliveryID = id // named as its sender names it, whatever becomes of it
+		}
+		if h.Verified {
+			return hookreq.Delivered{}, false, nil
 		}
 	}
 	if why, msg, err := k.verifyHook(ctx, wh, h, at); err != nil || why != "" {
@@ -255,26 +264,23 @@ func (k *Webhooks) settle(ctx context.Context, t engine.WebhookTarget, h hookreq
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	if out.Why == hookreq.WhyAccepted {
-		k.e.Changed(t.Workflow.Name)
-	}
+	k.e.Changed(t.Workflow.Name)
 	return out, nil
 }
 
 // commitDelivery writes, inside tx, what a delivery's handler made with
-// the delivery's record: unless a deploy came in while it ran (nothing
-// kept), or the same delivery was accepted meanwhile (a duplicate).
+// the delivery's record: unless a deploy came in while it ran (nothing it
+// did is kept, and the delivery is held for the new version: a sender such
+// as GitHub does not send it again), or the same delivery was accepted
+// meanwhile (a duplicate).
 func (k *Webhooks) commitDelivery(tx store.Tx, t engine.WebhookTarget, h hookreq.Hook, d kt.Delivery, m engine.WebhookMade) (hookreq.Delivered, error) {
 	w, v := t.Workflow, t.Version
 	cur, err := transition.Workflow(tx, w.Name)
 	if err != nil {
 		return hookreq.Delivered{}, err
 	}
-	if cur.ActiveVersion != v.ID && d.ID != 0 {
-		return holdIn(tx, d, h, heldForVersion(v), fmt.Sprintf("workflow %s was deployed while this held delivery's handler ran; nothing it did was kept, and it is taken again with the new version", w.Name))
-	}
 	if cur.ActiveVersion != v.ID {
-		return deliveryRecord(tx, d, kt.DeliveryFailed, hookreq.WhyRedeploy, fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and the sender's retry runs the new version", w.Name, v.Label()))
+		return holdIn(tx, d, h, heldForVersion(v), fmt.Sprintf("workflow %s was deployed while this delivery's handler ran (version %s is no longer active); nothing it did was kept, and it is taken again with the new version", w.Name, v.Label()))
 	}
 	if had, err := tx.DeliveryAccepted(w.Name, t.Webhook.Name, d.DeliveryID); err == nil {
 		return deliveryRecord(tx, d, kt.DeliveryDuplicate, hookreq.WhyDuplicate, duplicateText(had))

@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,51 @@ func heldForVersion(v kt.Version) string {
 	return heldForHandler + ":" + strconv.FormatInt(v.ID, 10)
 }
 
+// heldForDamaged is what a delivery to a workflow whose active version's
+// stored script is damaged (kt.IsDamaged) waits for: that version's
+// script read again (restored), or another version deployed. Which
+// webhooks it declares cannot be read: its bound is the workflow's, as
+// for undeclared names (workflowHeld).
+const heldForDamaged = "damaged"
+
+// workflowHeld says whether deliveries held for heldFor are bounded per
+// workflow rather than per webhook: names no version declares, and names
+// of a workflow whose declaration cannot be read, are anyone's to make up.
+func workflowHeld(heldFor string) bool {
+	return strings.HasPrefix(heldFor, kt.HeldForDeploy+":") || strings.HasPrefix(heldFor, heldForDamaged+":")
+}
+
+// damaged settles a delivery to workflow w whose active version's stored
+// script is damaged (the error damage): held until it is restored or
+// another version deployed (its sender answered 202, the damage in its
+// record for a person, not in the sender's answer), or refused when its
+// body was too large to read. If the hold cannot be written, a new one is
+// refused and recorded, the sender answered 503 with Retry-After.
+func (k *Webhooks) damaged(ctx context.Context, h hookreq.Hook, d kt.Delivery, w kt.Workflow, damage error) (hookreq.Delivered, error) {
+	if h.TooLarge {
+		return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
+	}
+	said := fmt.Sprintf("workflow %s's stored script is damaged; held until it is restored or the workflow deployed again", h.Workflow)
+	out, err := k.hold(ctx, d, h, heldForDamaged+":"+strconv.FormatInt(w.ActiveVersion, 10), said+": "+damage.Error())
+	if err != nil && d.ID == 0 {
+		out, rerr := k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyHeldFull, fmt.Sprintf("%s, but the hold could not be written (%v); nothing of it was kept: send it again", said, err))
+		if rerr != nil {
+			return hookreq.Delivered{}, errors.Join(err, rerr)
+		}
+		out.Message = fmt.Sprintf("webhook %s of %s: %s, but the hold could not be written; nothing of it was kept: send it again", h.Name, h.Workflow, said)
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	if out.Status == kt.DeliveryHeld {
+		// What is damaged, and where, is for a person (the record), not
+		// for anyone who posts to the URL.
+		out.Message = fmt.Sprintf("webhook %s of %s, delivery %s: held: %s; it is taken once that is done", h.Name, h.Workflow, out.DeliveryID, said)
+	}
+	return out, nil
+}
+
 // hold keeps d (new, or held before and held again) for the reason
 // heldFor, in a transaction of its own.
 func (k *Webhooks) hold(ctx context.Context, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (hookreq.Delivered, error) {
@@ -54,17 +100,19 @@ func holdIn(tx store.Tx, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (ho
 	if d.DeliveryID == "" {
 		d.DeliveryID = heldDeliveryID(h)
 	}
+	req, err := json.Marshal(h)
+	if err != nil {
+		return hookreq.Delivered{}, err
+	}
+	if d.ID != 0 && bytes.Equal(req, d.Request) {
+		d.Request = nil // held again as it was stored: DeliverySettle keeps it
+	} else {
+		d.Request = req // new, or what keep learned of it since (verified at its take)
+	}
 	if d.ID == 0 {
-		req, err := json.Marshal(h)
-		if err != nil {
-			return hookreq.Delivered{}, err
-		}
-		d.Request = req
 		scope := d.Webhook
-		if strings.HasPrefix(heldFor, kt.HeldForDeploy+":") {
-			// Names no version declares are anyone's to make up: their
-			// bound is the workflow's, not each name's.
-			scope = ""
+		if workflowHeld(heldFor) {
+			scope = "" // the workflow's bound, not each name's
 		}
 		n, size, err := tx.DeliveryHeldCount(d.Workflow, scope)
 		if err != nil {
@@ -88,7 +136,10 @@ func holdIn(tx store.Tx, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (ho
 }
 
 func holdScope(d kt.Delivery, heldFor string) string {
-	if strings.HasPrefix(heldFor, kt.HeldForDeploy+":") {
+	if strings.HasPrefix(heldFor, heldForDamaged+":") {
+		return "workflow " + d.Workflow + " while its stored script is damaged, or of its undeclared webhooks"
+	}
+	if workflowHeld(heldFor) {
 		return "workflow " + d.Workflow + "'s undeclared webhooks or webhook " + d.Webhook
 	}
 	return "webhook " + d.Webhook + " of " + d.Workflow
@@ -203,6 +254,7 @@ const HeldForPerson = "person"
 func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error) {
 	kind, what, _ := strings.Cut(d.HeldFor, ":")
 	var gone bool
+	var active int64
 	err := k.e.Store().View(ctx, func(tx store.Tx) error {
 		w, err := tx.WorkflowGet(d.Workflow)
 		if errors.Is(err, kt.ErrNotFound) {
@@ -212,6 +264,7 @@ func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, err
 		if err != nil {
 			return err
 		}
+		active = w.ActiveVersion
 		switch kind {
 		case kt.HeldForDeploy:
 			v, err := tx.VersionGet(d.Workflow, w.ActiveVersion)
@@ -233,16 +286,26 @@ func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, err
 			gone = strconv.FormatInt(w.ActiveVersion, 10) != what
 		case HeldForPerson:
 			gone = true
-		case kt.HeldForSecret:
+		case kt.HeldForSecret, heldForDamaged:
 			// Below, outside this transaction: the secret is opened
-			// through keep's own (engine.OpenSecret).
+			// through keep's own (engine.OpenSecret), the script read by
+			// engine.Program.
 		default:
 			gone = true // a reason this keep does not know: try it
 		}
 		return nil
 	})
-	if err != nil || kind != kt.HeldForSecret {
+	if err != nil || gone || (kind != kt.HeldForSecret && kind != heldForDamaged) {
 		return gone, err
+	}
+	if kind == heldForDamaged {
+		// Gone once the active version's script is read: restored, or
+		// another version deployed.
+		_, err := k.e.Program(ctx, d.Workflow, active)
+		if kt.IsDamaged(err) {
+			return false, nil
+		}
+		return err == nil, err
 	}
 	if !k.e.OpensSecrets() {
 		return false, nil

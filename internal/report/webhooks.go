@@ -65,17 +65,22 @@ func deliveryRows(ds []kt.Delivery) []apitype.Delivery {
 
 // deliveriesOf lists a workflow's webhooks as its active version declares
 // them, with their newest deliveries (at most limit) and their counts: a
-// read of what people see, so report's (it was the engine's).
+// read of what people see, so report's (it was the engine's). When that
+// version's stored script is damaged (kt.IsDamaged) no webhook is listed,
+// but the deliveries are: those held until it is restored say so.
 func deliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]script.Webhook, []kt.Delivery, []kt.DeliveryCount, error) {
 	var v kt.Version
 	var ds []kt.Delivery
 	var cs []kt.DeliveryCount
+	var damaged bool
 	if err := st.View(ctx, func(tx store.Tx) error {
 		w, err := transition.Workflow(tx, wf)
 		if err != nil {
 			return err
 		}
-		if v, err = tx.VersionGet(wf, w.ActiveVersion); err != nil {
+		v, err = tx.VersionGet(wf, w.ActiveVersion)
+		damaged = kt.IsDamaged(err)
+		if err != nil && !damaged {
 			return err
 		}
 		if ds, err = tx.DeliveryList(wf, limit); err != nil {
@@ -85,6 +90,9 @@ func deliveriesOf(ctx context.Context, st store.Store, wf string, limit int) ([]
 		return err
 	}); err != nil {
 		return nil, nil, nil, err
+	}
+	if damaged {
+		return nil, ds, cs, nil
 	}
 	decl, err := script.Declare(v.File, v.Script)
 	if err != nil {

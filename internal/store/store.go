@@ -649,7 +649,8 @@ type Tx interface {
 	DeliveryHeldWorkflows() ([]string, error)
 	// DeliverySettle writes what became of held delivery d.ID (its
 	// status, reason, delivery id, counts, its request forgotten; held
-	// again: what it waits for now and why, its request kept as received)
+	// again: what it waits for now and why, its request kept — replaced by
+	// d.Request when that is not nil)
 	// only while it is still held; a delivery that
 	// is no longer (another taker settled it) fails the transaction with
 	// ErrStale (wrapped), at once or at commit.

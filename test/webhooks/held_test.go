@@ -126,9 +126,12 @@ type heldView struct {
 	} `json:"deliveries"`
 }
 
-func (k *keep) held() heldView {
+func (k *keep) held() heldView { k.t.Helper(); return k.heldOf("held") }
+
+// heldOf is `keep webhooks WF --json`'s held deliveries and records.
+func (k *keep) heldOf(wf string) heldView {
 	k.t.Helper()
-	out, err := k.keep("", "webhooks", "held", "--json", "--limit", "1000")
+	out, err := k.keep("", "webhooks", wf, "--json", "--limit", "1000")
 	if err != nil {
 		k.t.Fatalf("keep webhooks: %v\n%s", err, out)
 	}

@@ -175,7 +175,13 @@ func (t *Tx) DeliverySettle(d *kt.Delivery) error {
 	}
 	what := fmt.Sprintf("settle held delivery %d of webhook %s of %s as %s", d.ID, d.Webhook, d.Workflow, d.Status)
 	if d.Status == kt.DeliveryHeld {
-		// Held again: its request stays as received.
+		// Held again: its request stays, unless d.Request is given (what
+		// keep learned of it since: hookreq.Hook.Verified).
+		if d.Request != nil {
+			return t.writeChanging(what, store.ErrStale,
+				`UPDATE deliveries SET delivery_id=?, reason=?, held_for=?, request=? WHERE id=? AND status='held'`,
+				d.DeliveryID, d.Reason, d.HeldFor, string(d.Request), d.ID)
+		}
 		return t.writeChanging(what, store.ErrStale,
 			`UPDATE deliveries SET delivery_id=?, reason=?, held_for=? WHERE id=? AND status='held'`,
 			d.DeliveryID, d.Reason, d.HeldFor, d.ID)

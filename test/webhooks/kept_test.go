@@ -1,0 +1,134 @@
+package webhooks
+
+import (
+	"database/sql"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keep-run/keep/internal/testbin"
+)
+
+// A new delivery whose handler a deploy overtakes (a version becomes
+// active between its start and its commit) is held for the new version
+// and answered 202, not 503: GitHub does not send it again. The held-taker
+// takes it with the new version: accepted, written once at the sink.
+func TestADeliveryOvertakenByADeployIsHeldAndTakenWithTheNewVersion(t *testing.T) {
+	k := setup(t)
+	k.serve()
+	got := make(chan answer, 1)
+	go func() {
+		got <- k.post("/hooks/hooks/slow", []byte(`{"id":"over"}`), map[string]string{"X-Token": secrets["GITHUB_SECRET"]})
+	}()
+	select {
+	case <-k.reading:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the handler did not run; keep said:\n%s", k.logs)
+	}
+	src, err := readFile(k.path("wf.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.write("wf2.js", src+"\n// version 2\n")
+	if out, err := k.keep("", "deploy", "--grant", k.path("wf2.js")); err != nil {
+		t.Fatalf("keep deploy: %v\n%s", err, out)
+	}
+	k.unblock()
+	k.wantHeld(<-got, "was deployed while")
+	testbin.WaitFor(t, "the overtaken delivery to be taken with the new version", func() bool {
+		st, _ := k.heldOf("hooks").statusOf("over")
+		return st == "accepted"
+	}, k.logs)
+	testbin.WaitFor(t, "its write", func() bool { return k.writes("slow.job") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second) // a second take would write by now
+	if n := k.writes("slow.job"); n != 1 {
+		t.Fatalf("the overtaken delivery was written %d times", n)
+	}
+	if v := k.heldOf("hooks"); len(v.Held) != 0 {
+		t.Fatalf("still held: %+v", v.Held)
+	}
+	k.expect(k.post("/hooks/hooks/slow", []byte(`{"id":"over"}`), map[string]string{"X-Token": secrets["GITHUB_SECRET"]}), http.StatusOK, `"status":"duplicate"`)
+}
+
+// A delivery verified on receipt and held for the grant is not verified
+// again when it is taken: its secret rotated meanwhile (GitHub's new
+// secret signs only what it sends from now on), it is still taken,
+// accepted and written once — not refused as "held unverified".
+func TestADeliveryVerifiedOnReceiptIsNotVerifiedAgainAfterTheSecretRotates(t *testing.T) {
+	k, good := heldServedWithItsSecret(t)
+	k.wantHeld(k.to("gh", "rot", good), "source:http")
+	if out, err := k.keep("rotated-secret-value", "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
+		t.Fatalf("keep grant: %v\n%s", err, out)
+	}
+	testbin.WaitFor(t, "the held delivery to be settled", func() bool {
+		st, _ := k.held().statusOf("d-rot")
+		return st != "held" && st != ""
+	}, k.logs)
+	if st, reason := k.held().statusOf("d-rot"); st != "accepted" {
+		t.Fatalf("the delivery verified on receipt, taken after its secret rotated: %s %q", st, reason)
+	}
+	testbin.WaitFor(t, "its write", func() bool { return k.writesTo("/write/rot") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second)
+	if n := k.writesTo("/write/rot"); n != 1 {
+		t.Fatalf("written %d times", n)
+	}
+}
+
+// A new delivery to a workflow whose stored script is damaged is held
+// (202, its record saying the stored script is damaged), not answered 500
+// with nothing recorded; it is taken once the damage is gone (here
+// repaired beside keep, as a restore would) and written once.
+func TestADeliveryToADamagedWorkflowIsHeldUntilTheDamageIsGone(t *testing.T) {
+	k, good := heldServedWithItsSecret(t)
+	k.write("aaa.js", strings.Replace(k.heldSource(false), `name: "held"`, `name: "aaa"`, 1)+"\n// marker zzzz\n")
+	if out, err := k.keep("", "deploy", "--grant", k.path("aaa.js")); err != nil {
+		t.Fatalf("keep deploy aaa: %v\n%s", err, out)
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGKILL)
+	_ = k.cmd.Wait()
+	flip := func(from, to string) {
+		t.Helper()
+		db, err := sql.Open("sqlite", "file:"+k.path("data/keep.db")+"?_pragma=busy_timeout(10000)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		res, err := db.Exec(`UPDATE versions SET script=replace(script, ?, ?) WHERE workflow='aaa'`, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("flipped %d versions of aaa, want 1", n)
+		}
+	}
+	flip("zzzz", "zzzy")
+	k.serve()
+
+	body := []byte(`{"id": "dmg"}`)
+	a := k.post("/hooks/aaa/gh", body, map[string]string{"X-GitHub-Delivery": "d-dmg", "X-Hub-Signature-256": "sha256=" + hexMAC(good, string(body))})
+	k.wantHeld(a, "stored script")
+	v := k.heldOf("aaa")
+	if len(v.Held) != 1 || !strings.HasPrefix(v.Held[0].HeldFor, "damaged:") || !strings.Contains(v.Held[0].Reason, "damaged") {
+		t.Fatalf("keep webhooks aaa shows: %+v", v.Held)
+	}
+	time.Sleep(2 * time.Second) // not taken while the damage is there
+	if v := k.heldOf("aaa"); len(v.Held) != 1 || k.writesTo("/write/dmg") != 0 {
+		t.Fatalf("taken while damaged: held %+v, %d writes", v.Held, k.writesTo("/write/dmg"))
+	}
+
+	flip("zzzy", "zzzz")
+	testbin.WaitFor(t, "the held delivery to be taken once the damage is gone", func() bool {
+		st, _ := k.heldOf("aaa").statusOf("d-dmg")
+		return st == "accepted"
+	}, k.logs)
+	testbin.WaitFor(t, "its write", func() bool { return k.writesTo("/write/dmg") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second)
+	if n := k.writesTo("/write/dmg"); n != 1 {
+		t.Fatalf("written %d times", n)
+	}
+}
