@@ -54,10 +54,22 @@ func TestADeliveryOvertakenByADeployIsHeldAndTakenWithTheNewVersion(t *testing.T
 
 // A delivery verified on receipt and held for the grant is not verified
 // again when it is taken: its secret rotated meanwhile (GitHub's new
-// secret signs only what it sends from now on), it is still taken,
-// accepted and written once — not refused as "held unverified".
+// secret signs only what it sends from then on), it is still taken,
+// accepted and written once — not refused as "held unverified". So is one
+// held unverified, verified once its secret was set, then held for the
+// grant: it was verified at that take.
 func TestADeliveryVerifiedOnReceiptIsNotVerifiedAgainAfterTheSecretRotates(t *testing.T) {
-	k, good := heldServedWithItsSecret(t)
+	k := heldSetup(t)
+	k.serve()
+	good := secrets["GITHUB_SECRET"]
+	k.wantHeld(k.to("gh", "early", good), "keep secret set GITHUB_SECRET")
+	if out, err := k.keep(good, "secret", "set", "GITHUB_SECRET"); err != nil {
+		t.Fatalf("keep secret set: %v\n%s", err, out)
+	}
+	testbin.WaitFor(t, "the delivery held unverified to be verified and held for the grant", func() bool {
+		v := k.held()
+		return len(v.Held) == 1 && v.Held[0].HeldFor == "grant:source:http"
+	}, k.logs)
 	k.wantHeld(k.to("gh", "rot", good), "source:http")
 	if out, err := k.keep("rotated-secret-value", "secret", "set", "GITHUB_SECRET"); err != nil {
 		t.Fatalf("keep secret set: %v\n%s", err, out)
@@ -65,25 +77,37 @@ func TestADeliveryVerifiedOnReceiptIsNotVerifiedAgainAfterTheSecretRotates(t *te
 	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
 		t.Fatalf("keep grant: %v\n%s", err, out)
 	}
-	testbin.WaitFor(t, "the held delivery to be settled", func() bool {
-		st, _ := k.held().statusOf("d-rot")
-		return st != "held" && st != ""
-	}, k.logs)
-	if st, reason := k.held().statusOf("d-rot"); st != "accepted" {
-		t.Fatalf("the delivery verified on receipt, taken after its secret rotated: %s %q", st, reason)
+	testbin.WaitFor(t, "the held deliveries to be settled", func() bool { return len(k.held().Held) == 0 }, k.logs)
+	for _, id := range []string{"early", "rot"} {
+		if st, reason := k.held().statusOf("d-" + id); st != "accepted" {
+			t.Fatalf("delivery %s, verified before its secret rotated, taken after: %s %q", id, st, reason)
+		}
 	}
-	testbin.WaitFor(t, "its write", func() bool { return k.writesTo("/write/rot") >= 1 }, k.logs)
+	testbin.WaitFor(t, "their writes", func() bool { return k.writesTo("/write/rot") >= 1 && k.writesTo("/write/early") >= 1 }, k.logs)
 	time.Sleep(2 * time.Second)
-	if n := k.writesTo("/write/rot"); n != 1 {
-		t.Fatalf("written %d times", n)
+	for _, id := range []string{"early", "rot"} {
+		if n := k.writesTo("/write/" + id); n != 1 {
+			t.Errorf("delivery %s written %d times", id, n)
+		}
 	}
 }
 
 // A new delivery to a workflow whose stored script is damaged is held
 // (202, its record saying the stored script is damaged), not answered 500
-// with nothing recorded; it is taken once the damage is gone (here
-// repaired beside keep, as a restore would) and written once.
+// with nothing recorded; it is taken once the damage is gone — the row
+// restored beside keep, or the workflow deployed again, as the damage's
+// message says — and written once.
 func TestADeliveryToADamagedWorkflowIsHeldUntilTheDamageIsGone(t *testing.T) {
+	for _, redeploy := range []bool{false, true} {
+		name := "restored"
+		if redeploy {
+			name = "redeployed"
+		}
+		t.Run(name, func(t *testing.T) { heldWhileDamaged(t, redeploy) })
+	}
+}
+
+func heldWhileDamaged(t *testing.T, redeploy bool) {
 	k, good := heldServedWithItsSecret(t)
 	k.write("aaa.js", strings.Replace(k.heldSource(false), `name: "held"`, `name: "aaa"`, 1)+"\n// marker zzzz\n")
 	if out, err := k.keep("", "deploy", "--grant", k.path("aaa.js")); err != nil {
@@ -121,7 +145,13 @@ func TestADeliveryToADamagedWorkflowIsHeldUntilTheDamageIsGone(t *testing.T) {
 		t.Fatalf("taken while damaged: held %+v, %d writes", v.Held, k.writesTo("/write/dmg"))
 	}
 
-	flip("zzzy", "zzzz")
+	if redeploy {
+		if out, err := k.keep("", "deploy", "--grant", k.path("aaa.js")); err != nil {
+			t.Fatalf("keep deploy aaa over the damage: %v\n%s", err, out)
+		}
+	} else {
+		flip("zzzy", "zzzz")
+	}
 	testbin.WaitFor(t, "the held delivery to be taken once the damage is gone", func() bool {
 		st, _ := k.heldOf("aaa").statusOf("d-dmg")
 		return st == "accepted"
