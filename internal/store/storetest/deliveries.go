@@ -219,6 +219,18 @@ func exerciseDeliveries(run runCase) {
 			}
 			return nil
 		}))
+		// Held again with its request given (what keep learned of it since):
+		// that request is kept in place of the one received.
+		learned := json.RawMessage(`{"method":"POST","body":"eyJhIjoxfQ==","Verified":true}`)
+		again2 := held[2]
+		again2.HeldFor, again2.Reason, again2.Request = kt.HeldForGrant+":source:http", "verified, waits for a grant", learned
+		must(t, s.Update(ctx, func(tx store.Tx) error { return tx.DeliverySettle(&again2) }))
+		must(t, s.View(ctx, func(tx store.Tx) error {
+			if got, err := tx.DeliveryHeldGet(held[2].ID); err != nil || string(got.Request) != string(learned) || got.HeldFor != again2.HeldFor {
+				return fmt.Errorf("held again with a request given: %+v %v", got, err)
+			}
+			return nil
+		}))
 	})
 	run("intake: today's deliveries by status, the held ones, each webhook's last, the API's posts", func(t *testing.T, s store.Store) {
 		const day = int64(1000)
