@@ -48,8 +48,8 @@ type Reply struct {
 
 // codes is what each outcome answers: 2xx only for a delivery whose work
 // is committed (or was, before), or that keep holds durably to take it
-// later (202); 5xx where the sender should retry (the handler failed, a
-// deploy came in, the webhook holds as many as keep holds).
+// later (202); 5xx where the sender should retry (the handler failed, the
+// webhook holds as many as keep holds, or the hold could not be written).
 var codes = map[hookreq.Why]int{
 	hookreq.WhyAccepted:  http.StatusOK,
 	hookreq.WhyDuplicate: http.StatusOK,

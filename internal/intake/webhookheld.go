@@ -18,7 +18,8 @@ import (
 
 // Held deliveries (issue 40 #1). A sender such as GitHub does not send a
 // delivery again by itself; one keep cannot take for a reason of its own
-// (kt.HeldForDeploy, kt.HeldForSecret, kt.HeldForGrant) is kept with its
+// (kt.HeldForDeploy, kt.HeldForSecret, kt.HeldForGrant, heldForDamaged; a
+// deploy that overtook its handler, heldForVersion) is kept with its
 // request, the sender answered 202, and taken once the reason is gone
 // (TakeAllHeld, which keep serve calls), or at once when a person asks
 // (HeldAction: take or drop). A held delivery that later fails in its handler is held

@@ -222,18 +222,7 @@ func TestADamagedWorkflowDoesNotStopAnotherOnesHeldDeliveries(t *testing.T) {
 	_ = k.cmd.Process.Signal(syscall.SIGKILL)
 	_ = k.cmd.Wait()
 
-	db, err := sql.Open("sqlite", "file:"+k.path("data/keep.db")+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := db.Exec(`UPDATE versions SET script=replace(script, 'zzzz', 'zzzy') WHERE workflow='aaa'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("flipped %d versions of aaa, want 1", n)
-	}
-	db.Close()
+	k.flipScript("aaa", "zzzz", "zzzy")
 
 	k.serve()
 	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
@@ -245,5 +234,23 @@ func TestADamagedWorkflowDoesNotStopAnotherOnesHeldDeliveries(t *testing.T) {
 	}
 	if n := k.writesTo("/write/other"); n != 1 {
 		t.Fatalf("workflow held's delivery, held for the grant now given, was written %d times while workflow aaa is damaged; held: %+v; keep said:\n%s", n, k.held().Held, k.logs)
+	}
+}
+
+// flipScript changes the stored script of wf's one version beside keep
+// (from to to in its text), as damage or a restore of keep.db would.
+func (k *keep) flipScript(wf, from, to string) {
+	k.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+k.path("data/keep.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Exec(`UPDATE versions SET script=replace(script, ?, ?) WHERE workflow=?`, from, to, wf)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		k.t.Fatalf("flipped %d versions of %s, want 1", n, wf)
 	}
 }

@@ -1,7 +1,6 @@
 package webhooks
 
 import (
-	"database/sql"
 	"net/http"
 	"strings"
 	"syscall"
@@ -115,22 +114,7 @@ func heldWhileDamaged(t *testing.T, redeploy bool) {
 	}
 	_ = k.cmd.Process.Signal(syscall.SIGKILL)
 	_ = k.cmd.Wait()
-	flip := func(from, to string) {
-		t.Helper()
-		db, err := sql.Open("sqlite", "file:"+k.path("data/keep.db")+"?_pragma=busy_timeout(10000)")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		res, err := db.Exec(`UPDATE versions SET script=replace(script, ?, ?) WHERE workflow='aaa'`, from, to)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			t.Fatalf("flipped %d versions of aaa, want 1", n)
-		}
-	}
-	flip("zzzz", "zzzy")
+	k.flipScript("aaa", "zzzz", "zzzy")
 	k.serve()
 
 	body := []byte(`{"id": "dmg"}`)
@@ -150,7 +134,7 @@ func heldWhileDamaged(t *testing.T, redeploy bool) {
 			t.Fatalf("keep deploy aaa over the damage: %v\n%s", err, out)
 		}
 	} else {
-		flip("zzzy", "zzzz")
+		k.flipScript("aaa", "zzzy", "zzzz")
 	}
 	testbin.WaitFor(t, "the held delivery to be taken once the damage is gone", func() bool {
 		st, _ := k.heldOf("aaa").statusOf("d-dmg")
