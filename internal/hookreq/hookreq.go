@@ -60,9 +60,15 @@ type Delivered struct {
 	Status     kt.DeliveryStatus // "" when nothing was recorded (WhyNotFound)
 	Why        Why
 	DeliveryID string
-	Inputs     int
-	Events     int
-	Message    string
+	// Record is the id of the delivery's record (0 when none was made):
+	// what a sender can quote to the workflow's owner (`keep webhooks WF`).
+	Record int64
+	Inputs int
+	Events int
+	// Message is the owner's text: why, in full (as the record says it).
+	// The listener answers a sender with it only where it says nothing
+	// the sender did not send (hooks).
+	Message string
 	// Reply, when set, is the body the sender must get instead of keep's
 	// answer (WhyChallenge).
 	Reply json.RawMessage
