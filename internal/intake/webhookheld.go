@@ -83,7 +83,7 @@ func holdIn(tx store.Tx, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (ho
 	} else if err := tx.DeliverySettle(&d); err != nil {
 		return hookreq.Delivered{}, err
 	}
-	return hookreq.Delivered{Status: kt.DeliveryHeld, Why: hookreq.WhyHeld, DeliveryID: d.DeliveryID,
+	return hookreq.Delivered{Status: kt.DeliveryHeld, Why: hookreq.WhyHeld, DeliveryID: d.DeliveryID, Record: d.ID,
 		Message: fmt.Sprintf("webhook %s of %s, delivery %s: held (record %d): %s; it is taken once that is done, or by a person (keep webhooks %s --take)", d.Webhook, d.Workflow, d.DeliveryID, d.ID, msg, d.Workflow)}, nil
 }
 
