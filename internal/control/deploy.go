@@ -102,23 +102,57 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 	if o.Reprocess != "" && kind != kt.DeployMajor {
 		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
-	res := kt.DeployResult{Workflow: name, Problems: problems}
-	if o.idChanges, err = e.IDChanges(ctx, name, source); err != nil {
-		return res, err
+	var res kt.DeployResult
+	// The ids of done work are judged against the version active then,
+	// outside the transaction (the replay runs the sandbox); the
+	// transaction confirms that version is still the active one. Another
+	// deploy that overtook this one has its version judged instead, up to
+	// deployJudgings times (issue 41).
+	for judging := 1; ; judging++ {
+		res = kt.DeployResult{Workflow: name, Problems: problems}
+		judged, changes, err := e.IDChanges(ctx, name, source)
+		if err != nil {
+			return res, err
+		}
+		o.idChanges = changes
+		now := e.Now().UnixMilli()
+		err = e.Update(ctx, name, func(tx store.Tx) error {
+			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged}
+			return d.write()
+		})
+		var ot *overtaken
+		if errors.As(err, &ot) {
+			if judging < deployJudgings {
+				continue
+			}
+			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time — %s; nothing was deployed: deploy again (it is judged against the version active then)", judging, ot.msg)}
+		}
+		return res, deployError(name, err)
 	}
-	now := e.Now().UnixMilli()
-	err = e.Update(ctx, name, func(tx store.Tx) error {
-		d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res}
-		return d.write()
-	})
+}
+
+// deployJudgings bounds how often a deploy overtaken by others is judged
+// again before it is refused: each overtaking deploy committed, so
+// refusing after a few judgings leaves no one waiting forever.
+const deployJudgings = 3
+
+// overtaken is a deploy's transaction finding another version active than
+// the one the deploy was judged against (deployment.judged).
+type overtaken struct{ msg string }
+
+func (o *overtaken) Error() string { return o.msg }
+
+// deployError is a deploy's answer for what its transaction returned: a
+// refusal as it is, another error named with the workflow.
+func deployError(name string, err error) error {
 	if err != nil {
 		var ae *kt.ActionError
 		if errors.As(err, &ae) {
-			return res, err
+			return err
 		}
-		return res, fmt.Errorf("deploy %s: %w", name, err)
+		return fmt.Errorf("deploy %s: %w", name, err)
 	}
-	return res, nil
+	return nil
 }
 
 // deployment is one deploy inside its transaction: what each of its
@@ -132,6 +166,9 @@ type deployment struct {
 	o            DeployOptions
 	now          int64
 	res          *kt.DeployResult
+	// judged is the version the ids of done work were judged against
+	// (Engine.IDChanges; 0: no workflow then).
+	judged int64
 }
 
 // write records a deploy in tx: the workflow, its new version (or
@@ -162,6 +199,9 @@ func (d *deployment) write() error {
 	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
 	if isNew {
 		wf = kt.Workflow{Name: name, CreatedAt: now}
+		if d.judged != 0 {
+			return &overtaken{msg: fmt.Sprintf("%s was judged against its version %d and no longer exists", name, d.judged)}
+		}
 	} else {
 		cur, err := tx.VersionGet(name, wf.ActiveVersion)
 		// A damaged active version (issue 44) is restored by this deploy:
@@ -172,6 +212,9 @@ func (d *deployment) write() error {
 		}
 		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
 			return &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
+		}
+		if wf.ActiveVersion != d.judged {
+			return d.overtakenBy(cur)
 		}
 		if o.KeepTest {
 			v.Test = cur.Test
@@ -215,6 +258,24 @@ func (d *deployment) write() error {
 		return err
 	}
 	return d.reprocess()
+}
+
+// overtakenBy says that cur, the active version, is not the one the
+// deploy was judged against.
+func (d *deployment) overtakenBy(cur kt.Version) error {
+	name := d.res.Workflow
+	if d.judged == 0 {
+		return &overtaken{msg: fmt.Sprintf("version %s of %s was deployed by another deploy while this one was judged as its first version", cur.Label(), name)}
+	}
+	was, err := d.tx.VersionGet(name, d.judged)
+	if err != nil && !kt.IsDamaged(err) {
+		return err
+	}
+	label := was.Label()
+	if err != nil {
+		label = fmt.Sprintf("(damaged, id %d)", d.judged)
+	}
+	return &overtaken{msg: fmt.Sprintf("version %s of %s was deployed by another deploy while this one was judged against version %s", cur.Label(), name, label)}
 }
 
 // reprocess applies a major version's reprocess choice in the deploy's
