@@ -132,9 +132,11 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 }
 
 // deployJudgings bounds how often a deploy overtaken by others is judged
-// again before it is refused: each overtaking deploy committed, so
-// refusing after a few judgings leaves no one waiting forever.
-const deployJudgings = 3
+// again before it is refused. Each overtaking is another deploy's commit
+// of another version, so a deploy is refused only when that many deploys
+// of its workflow committed while it was judged (never when fewer are
+// made at once), and no deploy waits forever behind a stream of others.
+const deployJudgings = 10
 
 // overtaken is a deploy's transaction finding another version active than
 // the one the deploy was judged against (deployment.judged).
