@@ -115,17 +115,16 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 			return res, err
 		}
 		o.idChanges = changes
-		now := e.Now().UnixMilli()
+		now, overtaken := e.Now().UnixMilli(), ""
 		err = e.Update(ctx, name, func(tx store.Tx) error {
-			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged}
+			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged, overtaken: &overtaken}
 			return d.write()
 		})
-		var ot *overtaken
-		if errors.As(err, &ot) {
+		if errors.Is(err, errOvertaken) {
 			if judging < deployJudgings {
 				continue
 			}
-			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time — %s; nothing was deployed: deploy again (it is judged against the version active then)", judging, ot.msg)}
+			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time — %s; nothing was deployed: deploy again (it is judged against the version active then)", judging, overtaken)}
 		}
 		return res, deployError(name, err)
 	}
@@ -138,11 +137,10 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 // made at once), and no deploy waits forever behind a stream of others.
 const deployJudgings = 10
 
-// overtaken is a deploy's transaction finding another version active than
-// the one the deploy was judged against (deployment.judged).
-type overtaken struct{ msg string }
-
-func (o *overtaken) Error() string { return o.msg }
+// errOvertaken is a deploy's transaction finding another version active
+// than the one the deploy was judged against (deployment.judged); the
+// deployment says which (deployment.overtaken).
+var errOvertaken = errors.New("deploy overtaken by another deploy")
 
 // deployError is a deploy's answer for what its transaction returned: a
 // refusal as it is, another error named with the workflow.
@@ -169,8 +167,10 @@ type deployment struct {
 	now          int64
 	res          *kt.DeployResult
 	// judged is the version the ids of done work were judged against
-	// (Engine.IDChanges; 0: no workflow then).
-	judged int64
+	// (Engine.IDChanges; 0: no workflow then); overtaken is set to what
+	// became active instead, with errOvertaken.
+	judged    int64
+	overtaken *string
 }
 
 // write records a deploy in tx: the workflow, its new version (or
@@ -193,17 +193,12 @@ func (d *deployment) write() error {
 	if err != nil && !isNew {
 		return err
 	}
-	if o.Kind == kt.DeployMajor {
-		if err := checkReprocessKeys(tx, name, o.Reprocess); err != nil {
-			return err
-		}
+	if err := d.confirm(wf.ActiveVersion); err != nil {
+		return err
 	}
 	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
 	if isNew {
 		wf = kt.Workflow{Name: name, CreatedAt: now}
-		if d.judged != 0 {
-			return &overtaken{msg: fmt.Sprintf("%s was judged against its version %d and no longer exists", name, d.judged)}
-		}
 	} else {
 		cur, err := tx.VersionGet(name, wf.ActiveVersion)
 		// A damaged active version (issue 44) is restored by this deploy:
@@ -214,9 +209,6 @@ func (d *deployment) write() error {
 		}
 		if o.IfActive != 0 && wf.ActiveVersion != o.IfActive {
 			return &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("version %s of %s was deployed since the repair was checked against another version; nothing was deployed", cur.Label(), name)}
-		}
-		if wf.ActiveVersion != d.judged {
-			return d.overtakenBy(cur)
 		}
 		if o.KeepTest {
 			v.Test = cur.Test
@@ -262,22 +254,32 @@ func (d *deployment) write() error {
 	return d.reprocess()
 }
 
-// overtakenBy says that cur, the active version, is not the one the
-// deploy was judged against.
-func (d *deployment) overtakenBy(cur kt.Version) error {
-	name := d.res.Workflow
-	if d.judged == 0 {
-		return &overtaken{msg: fmt.Sprintf("version %s of %s was deployed by another deploy while this one was judged as its first version", cur.Label(), name)}
+// confirm checks in the transaction what the deploy was judged on before
+// it writes: the active version (active; 0: no workflow) is still the one
+// the ids of done work were judged against (errOvertaken otherwise), and
+// the items a major version's reprocess choice names exist.
+func (d *deployment) confirm(active int64) error {
+	if active != d.judged {
+		*d.overtaken = fmt.Sprintf("%s of %s was deployed by another deploy while this one was judged against %s", d.label(active), d.res.Workflow, d.label(d.judged))
+		return errOvertaken
 	}
-	was, err := d.tx.VersionGet(name, d.judged)
-	if err != nil && !kt.IsDamaged(err) {
-		return err
+	if d.o.Kind == kt.DeployMajor {
+		return checkReprocessKeys(d.tx, d.res.Workflow, d.o.Reprocess)
 	}
-	label := was.Label()
+	return nil
+}
+
+// label names a version of the deployment's workflow by its number, read
+// in the transaction ("no version": the workflow was not deployed yet).
+func (d *deployment) label(id int64) string {
+	if id == 0 {
+		return "no version (its first deploy)"
+	}
+	v, err := d.tx.VersionGet(d.res.Workflow, id)
 	if err != nil {
-		label = fmt.Sprintf("(damaged, id %d)", d.judged)
+		return fmt.Sprintf("its version of id %d (unreadable: %v)", id, err)
 	}
-	return &overtaken{msg: fmt.Sprintf("version %s of %s was deployed by another deploy while this one was judged against version %s", cur.Label(), name, label)}
+	return "version " + v.Label()
 }
 
 // reprocess applies a major version's reprocess choice in the deploy's

@@ -70,6 +70,7 @@ func heldDeploy(e *env, h *heldStore, wf, src string, meanwhile func(n int)) (kt
 	}
 }
 
+// versionCount is how many versions of wf are stored.
 func (e *env) versionCount(wf string) int {
 	e.t.Helper()
 	var n int
