@@ -307,3 +307,39 @@ func TestAPayloadAtItsBoundIsTakenAndOneOverIsRefused(t *testing.T) {
 		t.Errorf("%d inputs, want 1 (the one at the bound)", n)
 	}
 }
+
+// TestAPayloadDeeperThanAHandlerMayReturnIsRefused (issue 41, ak2's
+// finding): the event API took payloads nested 1,000 levels deep while a
+// handler may return values only 200 deep, so a consumer that passes the
+// payload on through prepare failed, every run, as a logic error. A
+// payload is bounded below the handlers' bound (keeptype's
+// MaxPayloadDepth): one at it goes through prepare to the sink; one level
+// deeper is refused naming the payload, its depth and the bound, and
+// nothing is stored.
+func TestAPayloadDeeperThanAHandlerMayReturnIsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "")
+	r.deploy(ordersScript, "orders.js")
+	const path = "/api/v1/workflows/orders/topics/order.placed/events"
+	deep := func(order, depth int) string { // {"order":N,"deep":[[…]]}, depth levels in all
+		return fmt.Sprintf(`{"order":%d,"deep":%s%s}`, order, strings.Repeat("[", depth-1), strings.Repeat("]", depth-1))
+	}
+	code, obj, _ := r.call("POST", path, `{"id":"at","title":"at the bound","payload":`+deep(1, 150)+`}`, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("a payload 150 levels deep: %d %v", code, obj)
+	}
+	r.settle()
+	r.sinkSaw(1, "a payload at the bound passed through prepare:")
+	for _, depth := range []int{151, 201, 1000} {
+		code, obj, _ := r.call("POST", path, fmt.Sprintf(`{"id":"d%d","title":"too deep","payload":%s}`, depth, deep(2, depth)), nil)
+		want := fmt.Sprintf("the payload nests %d levels deep, over keep's bound of 150 levels", depth)
+		if msg := errorMessage(obj); code != http.StatusBadRequest || !strings.Contains(msg, want) {
+			t.Errorf("a payload %d levels deep: %d %q, want 400 saying %q", depth, code, msg, want)
+		}
+	}
+	if n := r.inputCount(); n != 1 {
+		t.Errorf("%d inputs, want 1 (the one at the bound)", n)
+	}
+	r.settle()
+	r.sinkSaw(1, "after the refused posts")
+}

@@ -89,7 +89,7 @@ func TestPublishThroughTheAPI(t *testing.T) {
 		{"NUL in the title", path, map[string]any{"id": "6", "title": "a\x00b"}, http.StatusBadRequest, "the title is not plain text"},
 		// A payload a consumer's sandbox cannot parse would fail every run
 		// of the consumer as its own stack overflow, holding up the topic.
-		{"payload nested too deep", path, `{"id": "7", "title": "t", "payload": ` + strings.Repeat("[", 6000) + strings.Repeat("]", 6000) + `}`, http.StatusBadRequest, "the payload nests 6000 levels deep, over keep's bound of 1000 levels"},
+		{"payload nested too deep", path, `{"id": "7", "title": "t", "payload": ` + strings.Repeat("[", 6000) + strings.Repeat("]", 6000) + `}`, http.StatusBadRequest, "the payload nests 6000 levels deep, over keep's bound of 150 levels"},
 		{"body over the API's bound", path, `{"id": "4", "title": "t", "payload": "` + strings.Repeat("x", 5<<20) + `"}`, http.StatusBadRequest, "too large"},
 	}
 	for _, c := range refused {

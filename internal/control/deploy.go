@@ -102,23 +102,57 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 	if o.Reprocess != "" && kind != kt.DeployMajor {
 		return kt.DeployResult{Problems: problems}, kt.Refuse("--reprocess goes with --major: a minor version keeps all progress; nothing was deployed")
 	}
-	res := kt.DeployResult{Workflow: name, Problems: problems}
-	if o.idChanges, err = e.IDChanges(ctx, name, source); err != nil {
-		return res, err
+	var res kt.DeployResult
+	// The ids of done work are judged against the version active then,
+	// outside the transaction (the replay runs the sandbox); the
+	// transaction confirms that version is still the active one. Another
+	// deploy that overtook this one has its version judged instead, up to
+	// deployJudgings times (issue 41).
+	for judging := 1; ; judging++ {
+		res = kt.DeployResult{Workflow: name, Problems: problems}
+		judged, changes, err := e.IDChanges(ctx, name, source)
+		if err != nil {
+			return res, err
+		}
+		o.idChanges = changes
+		now, overtaken := e.Now().UnixMilli(), ""
+		err = e.Update(ctx, name, func(tx store.Tx) error {
+			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged, overtaken: &overtaken}
+			return d.write()
+		})
+		if errors.Is(err, errOvertaken) {
+			if judging < deployJudgings {
+				continue
+			}
+			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time — %s; nothing was deployed: deploy again (it is judged against the version active then)", judging, overtaken)}
+		}
+		return res, deployError(name, err)
 	}
-	now := e.Now().UnixMilli()
-	err = e.Update(ctx, name, func(tx store.Tx) error {
-		d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res}
-		return d.write()
-	})
+}
+
+// deployJudgings bounds how often a deploy overtaken by others is judged
+// again before it is refused. Each overtaking is another deploy's commit
+// of another version, so a deploy is refused only when that many deploys
+// of its workflow committed while it was judged (never when fewer are
+// made at once), and no deploy waits forever behind a stream of others.
+const deployJudgings = 10
+
+// errOvertaken is a deploy's transaction finding another version active
+// than the one the deploy was judged against (deployment.judged); the
+// deployment says which (deployment.overtaken).
+var errOvertaken = errors.New("deploy overtaken by another deploy")
+
+// deployError is a deploy's answer for what its transaction returned: a
+// refusal as it is, another error named with the workflow.
+func deployError(name string, err error) error {
 	if err != nil {
 		var ae *kt.ActionError
 		if errors.As(err, &ae) {
-			return res, err
+			return err
 		}
-		return res, fmt.Errorf("deploy %s: %w", name, err)
+		return fmt.Errorf("deploy %s: %w", name, err)
 	}
-	return res, nil
+	return nil
 }
 
 // deployment is one deploy inside its transaction: what each of its
@@ -132,6 +166,11 @@ type deployment struct {
 	o            DeployOptions
 	now          int64
 	res          *kt.DeployResult
+	// judged is the version the ids of done work were judged against
+	// (Engine.IDChanges; 0: no workflow then); overtaken is set to what
+	// became active instead, with errOvertaken.
+	judged    int64
+	overtaken *string
 }
 
 // write records a deploy in tx: the workflow, its new version (or
@@ -154,10 +193,8 @@ func (d *deployment) write() error {
 	if err != nil && !isNew {
 		return err
 	}
-	if o.Kind == kt.DeployMajor {
-		if err := checkReprocessKeys(tx, name, o.Reprocess); err != nil {
-			return err
-		}
+	if err := d.confirm(wf.ActiveVersion); err != nil {
+		return err
 	}
 	v := kt.Version{Workflow: name, Major: 1, Minor: 0, Script: source, File: file, Test: o.Test, CreatedAt: now}
 	if isNew {
@@ -215,6 +252,34 @@ func (d *deployment) write() error {
 		return err
 	}
 	return d.reprocess()
+}
+
+// confirm checks in the transaction what the deploy was judged on before
+// it writes: the active version (active; 0: no workflow) is still the one
+// the ids of done work were judged against (errOvertaken otherwise), and
+// the items a major version's reprocess choice names exist.
+func (d *deployment) confirm(active int64) error {
+	if active != d.judged {
+		*d.overtaken = fmt.Sprintf("%s of %s was deployed by another deploy while this one was judged against %s", d.label(active), d.res.Workflow, d.label(d.judged))
+		return errOvertaken
+	}
+	if d.o.Kind == kt.DeployMajor {
+		return checkReprocessKeys(d.tx, d.res.Workflow, d.o.Reprocess)
+	}
+	return nil
+}
+
+// label names a version of the deployment's workflow by its number, read
+// in the transaction ("no version": the workflow was not deployed yet).
+func (d *deployment) label(id int64) string {
+	if id == 0 {
+		return "no version (its first deploy)"
+	}
+	v, err := d.tx.VersionGet(d.res.Workflow, id)
+	if err != nil {
+		return fmt.Sprintf("its version of id %d (unreadable: %v)", id, err)
+	}
+	return "version " + v.Label()
 }
 
 // reprocess applies a major version's reprocess choice in the deploy's

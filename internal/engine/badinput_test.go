@@ -234,3 +234,48 @@ func TestPublishesPerRunAreBounded(t *testing.T) {
 		t.Fatalf("%d events of the failed run were committed", n)
 	}
 }
+
+// A producer's publish is held to the bound the event API holds a posted
+// payload to (kt.MaxPayloadDepth, issue 41): at the bound its consumer
+// passes the payload on through prepare and writes; one level deeper the
+// producer's run fails saying so, and nothing of it is committed — before,
+// it was taken and every run of its consumer failed instead, far from the
+// cause.
+func TestAPublishDeeperThanAConsumerCanPassOnIsRefused(t *testing.T) {
+	t.Parallel()
+	script := func(name string, depth int) string {
+		return `export default Keep.workflow({ name: "` + name + `", topics: { "a": {} },
+  producers: { p: { publishes: ["a"], schedule: { interval: "1h" }, handler: async (ctx) => {
+    const inputId = ctx.registerInput({ source: "system", type: "schedule", id: "x", title: "X" })
+    let v = 0; for (let i = 0; i < ` + fmt.Sprint(depth) + `; i++) v = { v }
+    await ctx.publish("a", { messageId: "deep", inputId, payload: v })
+  } } },
+  consumers: { c: Keep.consumer({ subscribe: ["a"],
+    async prepare(ctx) { const [e] = await ctx.peek("a"); if (!e) return { reservations: [] }; return { reservations: [{ topic: "a", ids: [e.messageId] }], data: e.payload } },
+    async mutate(ctx, p) { await ctx.files.write({ path: "` + name + `/out", content: "passed on" }) },
+  }) } })`
+	}
+	e := newEnv(t)
+	at := e.deploy(script("at", kt.MaxPayloadDepth))
+	over := e.deploy(script("over", kt.MaxPayloadDepth+1))
+	e.settle()
+	if n := len(e.outputs(at)); n != 1 {
+		t.Fatalf("a payload %d levels deep (the bound): %d outputs, want its consumer's one write", kt.MaxPayloadDepth, n)
+	}
+	r := e.open(over)
+	want := fmt.Sprintf("nests %d levels deep, more than keep's bound of %d", kt.MaxPayloadDepth+1, kt.MaxPayloadDepth)
+	if r.Status != kt.StatusFailedLogic || !strings.Contains(r.ErrorMessage, want) {
+		t.Fatalf("the producer's run: %s: %s; want failed:logic saying %q", r.Status, r.ErrorMessage, want)
+	}
+	var n int
+	if err := e.k.Store.View(e.ctx(), func(tx storeTx) error {
+		evs, err := tx.EventsPending(over, "a", 10)
+		n = len(evs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || len(e.outputs(over)) != 0 {
+		t.Fatalf("%d events and %d outputs of the refused publish", n, len(e.outputs(over)))
+	}
+}

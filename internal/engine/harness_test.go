@@ -74,6 +74,17 @@ func newEnvAt(t testing.TB, policy string, atStep func(step string)) *env {
 // data directory).
 func newEnvOn(t testing.TB, policy string, atStep func(step string), storeURL string) *env {
 	t.Helper()
+	return newEnvOver(t, policy, atStep, storeURL, nil)
+}
+
+// newEnvOver is newEnvOn whose engine runs over what over makes of the
+// store opened at storeURL (daemon.Options.Over): a test's store that
+// holds a chosen write back until the test lets it go. nil over: the
+// store itself, opened by daemon.Open. SQLite only when over is set (the
+// engine lock of PostgreSQL is the store's own method, which a wrapper
+// hides).
+func newEnvOver(t testing.TB, policy string, atStep func(step string), storeURL string, over func(store.Store) store.Store) *env {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "keep.toml")
 	// The sink is on 127.0.0.1: keep.toml allows it, as a person would.
@@ -84,6 +95,21 @@ func newEnvOn(t testing.TB, policy string, atStep func(step string), storeURL st
 	}
 	opts := daemon.Options{DataDir: filepath.Join(dir, "data"), Store: storeURL, ConfigFile: cfg, FilesRoot: filepath.Join(dir, "files"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AtDurableStep: atStep}
+	if over != nil {
+		if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		st, err := daemon.OpenStore(opts.DataDir, storeURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := st.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		opts.Over = over(st)
+	}
 	k, err := daemon.Open(opts)
 	if err != nil {
 		t.Fatal(err)

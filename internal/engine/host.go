@@ -549,6 +549,12 @@ func (h *host) publish(raw json.RawMessage) (json.RawMessage, error) {
 	if len(payload) > MaxJSONBytes {
 		return nil, kt.Errorf(kt.ClassLogic, "publish %s: the payload has %d bytes, more than the limit of %d; keep payloads small and pass references", msgID, len(payload), MaxJSONBytes)
 	}
+	// What a consumer is handed must be something it can pass on (the one
+	// bound of JSON keep hands a handler, as the event API's).
+	if d := kt.JSONDepth(payload); d > kt.MaxPayloadDepth {
+		return nil, kt.Errorf(kt.ClassLogic, "publish %s: the payload nests %d levels deep, more than keep's bound of %d (a consumer returns values at most %d levels deep and could not pass it on); publish it flatter",
+			msgID, d, kt.MaxPayloadDepth, kt.MaxJSONDepth)
+	}
 	// Publishes are buffered in the host until the run commits, outside the
 	// sandbox's memory limit, and commit in one transaction: both are
 	// bounded (3,000 × 1 MB events once took 7 GB and starved other workflows).

@@ -7,7 +7,6 @@ import (
 
 	"github.com/keep-run/keep/internal/control"
 	kt "github.com/keep-run/keep/internal/keeptype"
-	"github.com/keep-run/keep/internal/store"
 )
 
 // TestARepairCheckedAgainstAnOvertakenVersionDeploysNothing (the
@@ -34,18 +33,7 @@ func TestARepairCheckedAgainstAnOvertakenVersionDeploysNothing(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != kt.CodeNotApplicable || !strings.Contains(ae.Msg, "1.1") {
 		t.Errorf("a repair of an overtaken version: %v, want a refusal naming 1.1", err)
 	}
-	count := func() int {
-		var n int
-		if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
-			vs, err := tx.VersionList("rep")
-			n = len(vs)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n, a := count(), e.activeVersion("rep"); n != 2 || a != "1.1" {
+	if n, a := e.versionCount("rep"), e.activeVersion("rep"); n != 2 || a != "1.1" {
 		t.Errorf("after the refused repair: %d versions, %s active; want 2, 1.1", n, a)
 	}
 	res, err := control.Deploy(e.ctx(), e.k.Engine, "wf.js", src+"\n// the repair", control.DeployOptions{Name: "rep", Kind: kt.DeployMinor, IfActive: v11.Version.ID, KeepTest: true})

@@ -485,8 +485,10 @@ func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args m
 // the incomplete one it failed in — are work whose ids a minor version
 // keeps, and a repair follows a failed run by nature. This is the one
 // judgement of identity the Maintainer's (ReplayDone with the failed run)
-// and keep deploy share.
-func (e *Engine) IDChanges(ctx context.Context, wf, source string) ([]Difference, error) {
+// and keep deploy share. It returns the id of the version it judged
+// against (0: no workflow yet): the judgement holds while that version is
+// active, and a deploy confirms so in its transaction.
+func (e *Engine) IDChanges(ctx context.Context, wf, source string) (judged int64, _ []Difference, _ error) {
 	var active int64
 	open := ""
 	err := e.store.View(ctx, func(tx store.Tx) error {
@@ -508,7 +510,7 @@ func (e *Engine) IDChanges(ctx context.Context, wf, source string) ([]Difference
 		return err
 	})
 	if err != nil || active == 0 {
-		return nil, err
+		return 0, nil, err
 	}
 	rep, err := e.ReplayDone(ctx, wf, active, source, open)
 	if kt.IsDamaged(err) {
@@ -519,7 +521,7 @@ func (e *Engine) IDChanges(ctx context.Context, wf, source string) ([]Difference
 		rep, err = e.replayDone(ctx, wf, active, source, open)
 	}
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	var out []Difference
 	for _, d := range rep.Differences {
@@ -527,7 +529,7 @@ func (e *Engine) IDChanges(ctx context.Context, wf, source string) ([]Difference
 			out = append(out, d)
 		}
 	}
-	return out, nil
+	return active, out, nil
 }
 
 // ListDifferences names the first ten differences.

@@ -65,9 +65,15 @@ type Delivered struct {
 	Status     kt.DeliveryStatus // "" when nothing was recorded (WhyNotFound)
 	Why        Why
 	DeliveryID string
-	Inputs     int
-	Events     int
-	Message    string
+	// Record is the id of the delivery's record (0 when none was made):
+	// what a sender can quote to the workflow's owner (`keep webhooks WF`).
+	Record int64
+	Inputs int
+	Events int
+	// Message is the owner's text: why, in full (as the record says it).
+	// The listener answers a sender with it only where it says nothing
+	// the sender did not send (hooks).
+	Message string
 	// Reply, when set, is the body the sender must get instead of keep's
 	// answer (WhyChallenge).
 	Reply json.RawMessage
@@ -286,7 +292,8 @@ func DeliveryID(dd script.Dedupe, h Hook) (string, error) {
 // Request is the handler's req: method, headers (lower-case names, the
 // values of a repeated header joined by ", "), query (the first value of
 // each name), json (the body parsed, or null: not JSON, or nested deeper
-// than kt.MaxJSONDepth) and body (its text). A token webhook's token
+// than kt.MaxPayloadDepth, as the event API refuses a payload) and body
+// (its text). A token webhook's token
 // header is left out: it is the secret itself.
 func Request(wh script.Webhook, h Hook) (json.RawMessage, error) {
 	headers := map[string]string{}
@@ -303,7 +310,7 @@ func Request(wh script.Webhook, h Hook) (json.RawMessage, error) {
 		}
 	}
 	var parsed json.RawMessage = []byte("null")
-	if kt.JSONDepth(h.Body) <= kt.MaxJSONDepth && json.Valid(h.Body) {
+	if kt.JSONDepth(h.Body) <= kt.MaxPayloadDepth && json.Valid(h.Body) {
 		parsed = h.Body
 	}
 	return json.Marshal(map[string]any{"method": h.Method, "headers": headers, "query": query, "json": parsed, "body": string(h.Body)})

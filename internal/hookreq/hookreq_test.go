@@ -1,9 +1,12 @@
 package hookreq
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/script"
 )
 
@@ -68,6 +71,33 @@ func TestDeliveryIDReadsJSONNumbersAsSent(t *testing.T) {
 	for _, body := range []string{`{"data":{"id":1e999}}`, `{"data":{"id":1}} x`, `{"data":{"id":[1]}}`} {
 		if got, err := DeliveryID(dd, Hook{Name: "w", Body: []byte(body)}); err == nil {
 			t.Errorf("%s: id %q, want a refusal", body, got)
+		}
+	}
+}
+
+// A webhook's body reaches its handler parsed (req.json) only within the
+// bound the event API holds a payload to (kt.MaxPayloadDepth): a handler
+// that passes it on stays within what it may return. Deeper, req.json is
+// null and the body is there as text.
+func TestRequestParsesABodyOnlyWithinThePayloadBound(t *testing.T) {
+	for _, c := range []struct {
+		depth  int
+		parsed bool
+	}{{kt.MaxPayloadDepth, true}, {kt.MaxPayloadDepth + 1, false}} {
+		body := strings.Repeat("[", c.depth) + strings.Repeat("]", c.depth)
+		raw, err := Request(script.Webhook{Name: "w"}, Hook{Method: "POST", Body: []byte(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req struct {
+			JSON json.RawMessage `json:"json"`
+			Body string          `json:"body"`
+		}
+		if err := json.Unmarshal(raw, &req); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(req.JSON) != "null"; got != c.parsed || req.Body != body {
+			t.Errorf("a body %d levels deep: req.json parsed %v, want %v (body kept: %v)", c.depth, got, c.parsed, req.Body == body)
 		}
 	}
 }

@@ -41,9 +41,12 @@ type Reply struct {
 	OK       bool   `json:"ok"`
 	Status   string `json:"status,omitempty"` // accepted, duplicate, held, refused, failed
 	Delivery string `json:"delivery,omitempty"`
-	Inputs   int    `json:"inputs"`
-	Events   int    `json:"events"`
-	Message  string `json:"message"`
+	// Record is the delivery's record: what the sender quotes to the
+	// workflow's owner, who sees why under it (keep webhooks WF).
+	Record  int64  `json:"record,omitempty"`
+	Inputs  int    `json:"inputs"`
+	Events  int    `json:"events"`
+	Message string `json:"message"`
 }
 
 // codes is what each outcome answers: 2xx only for a delivery whose work
@@ -149,11 +152,6 @@ func deliver(w http.ResponseWriter, r *http.Request, e Deliverer, log *slog.Logg
 		_, _ = w.Write(d.Reply)
 		return
 	}
-	if d.Why == hookreq.WhyNotFound {
-		// Said to anyone who asks: which workflows and webhooks exist is
-		// not theirs to learn here.
-		d.Message = fmt.Sprintf("there is no webhook %s/%s here", h.Workflow, h.Name)
-	}
 	code, ok := codes[d.Why]
 	if !ok {
 		code = http.StatusInternalServerError
@@ -161,7 +159,33 @@ func deliver(w http.ResponseWriter, r *http.Request, e Deliverer, log *slog.Logg
 	if d.Why == hookreq.WhyHeldFull {
 		w.Header().Set("Retry-After", "600")
 	}
-	answer(w, code, Reply{OK: d.Status == kt.DeliveryAccepted || d.Status == kt.DeliveryDuplicate || d.Status == kt.DeliveryHeld, Status: string(d.Status), Delivery: d.DeliveryID, Inputs: d.Inputs, Events: d.Events, Message: d.Message})
+	answer(w, code, Reply{OK: d.Status == kt.DeliveryAccepted || d.Status == kt.DeliveryDuplicate || d.Status == kt.DeliveryHeld, Status: string(d.Status), Delivery: d.DeliveryID, Record: d.Record, Inputs: d.Inputs, Events: d.Events, Message: toldSender(h, d)})
+}
+
+// toldSender is the message a sender is answered for d. The listener's
+// rule: a sender, who may be anyone on the internet and is not verified
+// yet in these cases, learns nothing it did not send. So which workflows
+// and webhooks exist is not said; and a delivery held or refused for a
+// reason of keep's own — a webhook the active version does not declare
+// (the owner's text names the ones it does), a secret not set (it names
+// the secret), the holding full — is answered with what happened and the
+// record under which the workflow's owner sees why (keep webhooks WF, the
+// page): the reason stays the record's. Every other answer is about what
+// the sender sent (its signature, its body, its delivery id) or comes
+// after its signature was verified, and says it in full.
+func toldSender(h hookreq.Hook, d hookreq.Delivered) string {
+	owner := fmt.Sprintf("the workflow's owner sees why under record %d (keep webhooks %s)", d.Record, h.Workflow)
+	switch d.Why {
+	case hookreq.WhyNotFound:
+		return fmt.Sprintf("there is no webhook %s/%s here", h.Workflow, h.Name)
+	case hookreq.WhyHeld:
+		return fmt.Sprintf("webhook %s of %s, delivery %s: held (record %d): keep cannot take it yet for a reason of its own, and takes it once that is done; it need not be sent again; %s", h.Name, h.Workflow, d.DeliveryID, d.Record, owner)
+	case hookreq.WhyHeldFull:
+		return fmt.Sprintf("webhook %s of %s, delivery %s: refused (record %d): keep cannot take it yet for a reason of its own, and holds as many deliveries waiting for it as it holds, so this one was not kept: send it again later; %s", h.Name, h.Workflow, d.DeliveryID, d.Record, owner)
+	case hookreq.WhyNoSecret:
+		return fmt.Sprintf("webhook %s of %s, delivery %s: refused (record %d): keep cannot verify it yet, so nothing of it was kept: send it again later; %s", h.Name, h.Workflow, d.DeliveryID, d.Record, owner)
+	}
+	return d.Message
 }
 
 func answer(w http.ResponseWriter, code int, r Reply) {

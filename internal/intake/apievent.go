@@ -127,8 +127,8 @@ func (ev *APIEvent) check() error {
 	if !json.Valid(ev.Payload) {
 		return bad("%s %q: the payload is not JSON; send a JSON value (an object such as {\"order\": 1042})", where, ev.ID)
 	}
-	if d := kt.JSONDepth(ev.Payload); d > kt.MaxJSONDepth {
-		return bad("%s", kt.OverBound(fmt.Sprintf("%s %q", where, ev.ID), "the payload nests", d, kt.Bound{Max: kt.MaxJSONDepth, Unit: "levels deep"}, "its consumer's sandbox could not read it; send it flatter").Message)
+	if d := kt.JSONDepth(ev.Payload); d > kt.MaxPayloadDepth {
+		return bad("%s", kt.OverBound(fmt.Sprintf("%s %q", where, ev.ID), "the payload nests", d, kt.Bound{Max: kt.MaxPayloadDepth, Unit: "levels deep"}, fmt.Sprintf("a handler returns values at most %d levels deep, and its consumer could not pass it on; send it flatter", kt.MaxJSONDepth)).Message)
 	}
 	return nil
 }

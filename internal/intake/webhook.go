@@ -368,7 +368,7 @@ func deliveryRecord(tx store.Tx, d kt.Delivery, st kt.DeliveryStatus, why hookre
 			return hookreq.Delivered{}, err
 		}
 	}
-	return hookreq.Delivered{Status: st, Why: why, DeliveryID: d.DeliveryID, Inputs: d.Inputs, Events: d.Events,
+	return hookreq.Delivered{Status: st, Why: why, DeliveryID: d.DeliveryID, Record: d.ID, Inputs: d.Inputs, Events: d.Events,
 		Message: fmt.Sprintf("webhook %s of %s, delivery %s: %s: %s", d.Webhook, d.Workflow, d.DeliveryID, st, msg)}, nil
 }
 

@@ -51,9 +51,9 @@ func workflowHeld(heldFor string) bool {
 // damaged settles a delivery to workflow w whose active version's stored
 // script is damaged (the error damage): held until it is restored or
 // another version deployed (its sender answered 202, the damage in its
-// record for a person, not in the sender's answer), or refused when its
-// body was too large to read. If the hold cannot be written, a new one is
-// refused and recorded, the sender answered 503 with Retry-After.
+// record), or refused when its body was too large to read. If the hold
+// cannot be written, a new one is refused and recorded, the sender
+// answered 503 with Retry-After.
 func (k *Webhooks) damaged(ctx context.Context, h hookreq.Hook, d kt.Delivery, w kt.Workflow, damage error) (hookreq.Delivered, error) {
 	if h.TooLarge {
 		return k.record(ctx, d, kt.DeliveryRefused, hookreq.WhyTooLarge, fmt.Sprintf("the body is over the webhook_max_body of %s's [policy]; it was not read", h.Workflow))
@@ -65,18 +65,9 @@ func (k *Webhooks) damaged(ctx context.Context, h hookreq.Hook, d kt.Delivery, w
 		if rerr != nil {
 			return hookreq.Delivered{}, errors.Join(err, rerr)
 		}
-		out.Message = fmt.Sprintf("webhook %s of %s: %s, but the hold could not be written; nothing of it was kept: send it again", h.Name, h.Workflow, said)
 		return out, nil
 	}
-	if err != nil {
-		return out, err
-	}
-	if out.Status == kt.DeliveryHeld {
-		// What is damaged, and where, is for a person (the record), not
-		// for anyone who posts to the URL.
-		out.Message = fmt.Sprintf("webhook %s of %s, delivery %s: held: %s; it is taken once that is done", h.Name, h.Workflow, out.DeliveryID, said)
-	}
-	return out, nil
+	return out, err
 }
 
 // hold keeps d (new, or held before and held again) for the reason
@@ -132,7 +123,7 @@ func holdIn(tx store.Tx, d kt.Delivery, h hookreq.Hook, heldFor, msg string) (ho
 	} else if err := tx.DeliverySettle(&d); err != nil {
 		return hookreq.Delivered{}, err
 	}
-	return hookreq.Delivered{Status: kt.DeliveryHeld, Why: hookreq.WhyHeld, DeliveryID: d.DeliveryID,
+	return hookreq.Delivered{Status: kt.DeliveryHeld, Why: hookreq.WhyHeld, DeliveryID: d.DeliveryID, Record: d.ID,
 		Message: fmt.Sprintf("webhook %s of %s, delivery %s: held (record %d): %s; it is taken once that is done, or by a person (keep webhooks %s --take)", d.Webhook, d.Workflow, d.DeliveryID, d.ID, msg, d.Workflow)}, nil
 }
 

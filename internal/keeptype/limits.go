@@ -41,11 +41,22 @@ const (
 	MaxHostCallBytes = 16 << 20
 	// MaxHostBytesPerRun bounds the sum of those bytes over one run.
 	MaxHostBytesPerRun = 256 << 20
-	// MaxJSONDepth bounds how deep JSON keep hands a handler may nest (an
-	// event API payload, a webhook's req.json): the sandbox parses it on a
-	// bounded stack (about 5,000 levels), and past that every run of the
-	// handler would fail as its own stack overflow.
-	MaxJSONDepth = 1000
+	// MaxJSONDepth bounds how deep the value a handler returns may nest
+	// (its state, a PrepareResult, a task's result, a test's data): the
+	// prelude checks it (the script package puts this value in it), and a
+	// run past it fails as a logic error.
+	MaxJSONDepth = 200
+	// MaxPayloadDepth bounds how deep JSON keep takes from outside for a
+	// handler may nest (an event API payload, refused past it; a webhook's
+	// req.json, null past it): MaxJSONDepth less HandlerWrapDepth levels,
+	// so a handler that returns what it was given inside levels of its own
+	// (a PrepareResult's data, an object around it) stays within the bound
+	// of what it returns, and what keep took never fails the run that
+	// passes it on. One bound: the two cannot drift apart.
+	MaxPayloadDepth = MaxJSONDepth - HandlerWrapDepth
+	// HandlerWrapDepth is the room a handler has around a payload it
+	// passes on (see MaxPayloadDepth).
+	HandlerWrapDepth = 50
 )
 
 // JSONDepth is how deep b's arrays and objects nest (b need not be JSON):

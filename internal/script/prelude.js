@@ -92,6 +92,9 @@
   const cons = Object.freeze({ log, info: log, warn: log, error: log, debug: log });
   Object.defineProperty(globalThis, "console", { value: cons, writable: false, configurable: false });
 
+  // maxDepth is how deep a value a handler returns may nest: keeptype's
+  // MaxJSONDepth, put here when the prelude is loaded (sandbox.go).
+  const maxDepth = KEEP_MAX_JSON_DEPTH;
   // jsonCheck returns a path to the first value JSON cannot carry faithfully, or "".
   const jsonCheck = (v, path, seen) => {
     const t = typeof v;
@@ -102,7 +105,7 @@
     if (t === "bigint") return path + " is a BigInt";
     if (t === "symbol") return path + " is a symbol";
     if (seen.includes(v)) return path + " refers back to itself (a cycle)";
-    if (seen.length > 200) return path + " is nested more than 200 levels deep";
+    if (seen.length >= maxDepth) return path + " is nested more than " + maxDepth + " levels deep";
     seen.push(v);
     if (isArray(v)) {
       for (let i = 0; i < v.length; i++) { const r = jsonCheck(v[i], path + "[" + i + "]", seen); if (r) return r; }

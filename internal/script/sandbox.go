@@ -28,7 +28,13 @@ import (
 )
 
 //go:embed prelude.js
-var preludeSource string
+var preludeJS string
+
+// preludeSource is the prelude with keep's bound put in: how deep a
+// handler's returned value may nest is kt.MaxJSONDepth, defined once (the
+// event API's and a webhook's payload bound is derived from it). The
+// replacement keeps the prelude's lines where they are.
+var preludeSource = strings.ReplaceAll(preludeJS, "KEEP_MAX_JSON_DEPTH", strconv.Itoa(kt.MaxJSONDepth))
 
 var (
 	preludeOnce sync.Once

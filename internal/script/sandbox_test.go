@@ -3,6 +3,7 @@ package script
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,25 @@ func TestSyntaxErrorNamesLine(t *testing.T) {
 	var se *SyntaxError
 	if !errors.As(err, &se) || se.Line != 3 || se.File != "bad.js" {
 		t.Fatalf("want syntax error at bad.js:3, got %v", err)
+	}
+}
+
+// TestAReturnedValueNestsWithinKeepsOneDepthBound: the prelude's bound on
+// a returned value is keeptype's MaxJSONDepth (put in when it is loaded,
+// not a number of its own): a value at it is returned, one level deeper
+// fails as a logic error naming the bound.
+func TestAReturnedValueNestsWithinKeepsOneDepthBound(t *testing.T) {
+	t.Parallel()
+	nested := func(depth int) string { // {"v":[[…]]}, depth levels in all
+		return `return ` + `{"v":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`
+	}
+	nop := func(string, json.RawMessage) (json.RawMessage, error) { return nil, nil }
+	out, err := runWithin(t, nested(kt.MaxJSONDepth), nop, 2*time.Minute)
+	if err != nil || kt.JSONDepth(out.Value) != kt.MaxJSONDepth {
+		t.Fatalf("a value %d levels deep: %v (%d deep returned)", kt.MaxJSONDepth, err, kt.JSONDepth(out.Value))
+	}
+	_, err = runWithin(t, nested(kt.MaxJSONDepth+1), nop, 2*time.Minute)
+	if want := fmt.Sprintf("is nested more than %d levels deep", kt.MaxJSONDepth); err == nil || kt.ClassOf(err) != kt.ClassLogic || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a value %d levels deep: %v, want a logic error saying %q", kt.MaxJSONDepth+1, err, want)
 	}
 }

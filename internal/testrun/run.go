@@ -140,6 +140,10 @@ type suite struct {
 	base  *connector.Registry
 	pol   config.Policy
 	limit time.Duration // one case's bound (Options.CaseLimit)
+	// sandbox is the run's own sandbox runtime (issue 41): a keep test
+	// inside keep serve (the Maintainer's) shares no worker, pool or stop
+	// with the serving engine, and leaves none behind when it ends.
+	sandbox *script.Runtime
 }
 
 func (s suite) run(ctx context.Context, o Options) (*Result, error) {
@@ -150,6 +154,8 @@ func (s suite) run(ctx context.Context, o Options) (*Result, error) {
 	if s.limit == 0 {
 		s.limit = 2 * time.Minute
 	}
+	s.sandbox = script.NewRuntime()
+	defer s.sandbox.Close()
 	res := &Result{File: s.tf.Path, Workflow: s.wf.File, Named: s.tf.Workflow}
 	for i := range s.tf.Cases {
 		c := &s.tf.Cases[i]
@@ -246,7 +252,7 @@ func (s suite) runCase(ctx context.Context, c *Case) (CaseResult, error) {
 	fk := newFakes(c)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var sched *scheduler.Scheduler
-	eng := engine.New(engine.Options{Store: st, Registry: fk.registry(s.base), Policy: &pol, Logger: logger,
+	eng := engine.New(engine.Options{Sandbox: s.sandbox, Store: st, Registry: fk.registry(s.base), Policy: &pol, Logger: logger,
 		OnChange: func(string) { sched.Wake() }, Secret: testSecret})
 	sched = scheduler.New(scheduler.Options{Engine: eng, Logger: logger, Workers: pol.Workers})
 	dep, err := control.Deploy(ctx, eng, s.wf.File, s.wf.Text, control.DeployOptions{FilesRoot: dir, Grant: true})

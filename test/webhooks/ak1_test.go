@@ -42,7 +42,7 @@ func TestAHeldDeliveryIsTakenOnceThroughItsRetryAHandlerFailureAndItsFix(t *test
 	}
 
 	// Held for the deploy of "later"; the version that declares it fails.
-	k.wantHeld(k.to("later", "p1", good), `declares no webhook \"later\"`)
+	k.wantHeld(k.to("later", "p1", good), `declares no webhook "later"`)
 	broken := strings.Replace(k.heldSource(true), `const id = String(req.json.id)
         const inputId = ctx.registerInput({ source: "http", type: "webhook", id, title: "later " + id })`, `throw new Error("a bug in later")`, 1)
 	if !strings.Contains(broken, "a bug in later") {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/keep-run/keep/internal/hooks"
+	kt "github.com/keep-run/keep/internal/keeptype"
 	"github.com/keep-run/keep/internal/testbin"
 )
 
@@ -140,9 +141,10 @@ func TestAHostileSenderIsBoundedByTheListener(t *testing.T) {
 }
 
 // TestADeeplyNestedBodyIsNotParsedForTheHandler: a signed JSON body nested
-// deeper than keep parses for a handler (1,000 levels) reaches the
-// handler as text with req.json null — not as a stack overflow blamed on
-// the script that fails every retry.
+// deeper than keep parses for a handler (kt.MaxPayloadDepth, 150 levels)
+// reaches the handler as text with req.json null — not as a value the
+// handler could not pass on, nor a stack overflow blamed on the script,
+// failing every retry.
 func TestADeeplyNestedBodyIsNotParsedForTheHandler(t *testing.T) {
 	k := attackSetup(t, "")
 	k.serve()
@@ -156,7 +158,7 @@ func TestADeeplyNestedBodyIsNotParsedForTheHandler(t *testing.T) {
 		}
 	}
 	// Nested as deep as a handler takes, it is parsed.
-	ok := []byte(`{"id":"nested","x":` + strings.Repeat("[", 900) + strings.Repeat("]", 900) + `}`)
+	ok := []byte(`{"id":"nested","x":` + strings.Repeat("[", kt.MaxPayloadDepth-1) + strings.Repeat("]", kt.MaxPayloadDepth-1) + `}`)
 	k.expect(k.signed(ok, "deep-2", secrets["GITHUB_SECRET"]), http.StatusOK, `"status":"accepted"`)
 	testbin.WaitFor(t, "the consumer to write the nested delivery", func() bool { return k.writesTo("/write/nested") == 1 }, k.logs)
 }

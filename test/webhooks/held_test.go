@@ -152,12 +152,28 @@ func (v heldView) statusOf(delivery string) (status, reason string) {
 	return "", ""
 }
 
-func (k *keep) wantHeld(a answer, waits string) {
+// wantHeld expects a held to be answered 202 held with its record, under
+// which the owner sees what it waits for (keep webhooks): the sender is
+// not told why (the listener's rule: a sender learns nothing it did not send).
+func (k *keep) wantHeld(a answer, waits string) { k.t.Helper(); k.wantHeldIn("held", a, waits) }
+
+// wantHeldIn is wantHeld of a delivery to workflow wf.
+func (k *keep) wantHeldIn(wf string, a answer, waits string) {
 	k.t.Helper()
 	k.expect(a, http.StatusAccepted, `"status":"held"`)
-	if !strings.Contains(a.body, waits) {
-		k.t.Fatalf("the sender was not told what the delivery waits for (%q): %s", waits, a.body)
+	var r struct{ Record int64 }
+	if err := json.Unmarshal([]byte(a.body), &r); err != nil || r.Record == 0 {
+		k.t.Fatalf("the sender was not given the held delivery's record (%v): %s", err, a.body)
 	}
+	for _, h := range k.heldOf(wf).Held {
+		if h.Record == r.Record {
+			if !strings.Contains(h.Reason, waits) {
+				k.t.Fatalf("held record %d does not say what it waits for (%q): %s", r.Record, waits, h.Reason)
+			}
+			return
+		}
+	}
+	k.t.Fatalf("keep webhooks does not list the held record %d the sender was given", r.Record)
 }
 
 // Issue 40 #1: a correctly signed delivery that comes before its secret is
@@ -203,7 +219,7 @@ func heldUntilTheReasonIsGone(t *testing.T, store string) {
 	// Before the grant: held.
 	k.wantHeld(k.to("gh", "g1", good), "source:http")
 	// Before the deploy that declares it: held.
-	k.wantHeld(k.to("later", "p1", good), `declares no webhook \"later\"`)
+	k.wantHeld(k.to("later", "p1", good), `declares no webhook "later"`)
 	if n := len(k.sink.Writes()); n != 0 {
 		t.Fatalf("%d writes at the sink before the grant", n)
 	}
@@ -327,11 +343,14 @@ func TestPastTheBoundTheSenderHearsAnError(t *testing.T) {
 	k := heldSetup(t)
 	k.serve()
 	for i := 0; i < 100; i++ {
-		k.wantHeld(k.to("gh", fmt.Sprint("b", i), secrets["GITHUB_SECRET"]), "keep secret set GITHUB_SECRET")
+		k.expect(k.to("gh", fmt.Sprint("b", i), secrets["GITHUB_SECRET"]), http.StatusAccepted, `"status":"held"`)
 	}
 	a := k.to("gh", "over", secrets["GITHUB_SECRET"])
-	k.expect(a, http.StatusServiceUnavailable, "keep holds 100 deliveries of webhook gh of held already (0.0 MiB; it holds at most 100, 64 MiB), so this one was not kept")
-	if st, reason := k.held().statusOf("d-over"); st != "refused" || !strings.Contains(reason, "it holds at most 100") {
+	k.expect(a, http.StatusServiceUnavailable, "holds as many deliveries waiting for it as it holds, so this one was not kept: send it again later")
+	if strings.Contains(a.body, "GITHUB_SECRET") {
+		t.Fatalf("the sender past the bound was told the secret's name: %s", a.body)
+	}
+	if st, reason := k.held().statusOf("d-over"); st != "refused" || !strings.Contains(reason, "keep holds 100 deliveries of webhook gh of held already (0.0 MiB; it holds at most 100, 64 MiB), so this one was not kept") {
 		t.Fatalf("the refusal past the bound is not recorded: %s %q", st, reason)
 	}
 	v := k.held()

@@ -1,0 +1,142 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/keep-run/keep/internal/control"
+	kt "github.com/keep-run/keep/internal/keeptype"
+	"github.com/keep-run/keep/internal/store"
+)
+
+// heldStore holds back the writes made with a context heldWrite marks:
+// each such Update tells arrived and waits for release before it begins
+// (before the writers' lock), so a test acts between a deploy's judging
+// and its transaction with no timing.
+type heldStore struct {
+	store.Store
+	arrived, release chan struct{}
+}
+
+type heldWriteKey struct{}
+
+func heldWrite(ctx context.Context) context.Context {
+	return context.WithValue(ctx, heldWriteKey{}, true)
+}
+
+func (h *heldStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if ctx.Value(heldWriteKey{}) != nil {
+		h.arrived <- struct{}{}
+		<-h.release
+	}
+	return h.Store.Update(ctx, fn)
+}
+
+func newHeldEnv(t *testing.T) (*env, *heldStore) {
+	t.Helper()
+	h := &heldStore{arrived: make(chan struct{}), release: make(chan struct{})}
+	e := newEnvOver(t, testPolicy, nil, "", func(st store.Store) store.Store {
+		h.Store = st
+		return h
+	})
+	return e, h
+}
+
+// heldDeploy deploys src as a minor version of wf with its transaction
+// held (heldStore); each time it reaches its transaction, meanwhile runs
+// (the other deploy, the work done under it) before the transaction may
+// begin. It returns the deploy's answer and how often it reached its
+// transaction.
+func heldDeploy(e *env, h *heldStore, wf, src string, meanwhile func(n int)) (kt.DeployResult, error, int) {
+	type answer struct {
+		res kt.DeployResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := control.DeployAndGrant(heldWrite(e.ctx()), e.k.Engine, "wf.js", src, control.DeployOptions{Name: wf, Kind: kt.DeployMinor})
+		done <- answer{res, err}
+	}()
+	for n := 1; ; n++ {
+		select {
+		case <-h.arrived:
+			meanwhile(n)
+			h.release <- struct{}{}
+		case a := <-done:
+			return a.res, a.err, n - 1
+		}
+	}
+}
+
+// versionCount is how many versions of wf are stored.
+func (e *env) versionCount(wf string) int {
+	e.t.Helper()
+	var n int
+	if err := e.k.Store.View(e.ctx(), func(tx store.Tx) error {
+		vs, err := tx.VersionList(wf)
+		n = len(vs)
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// TestAMinorDeployOvertakenIsJudgedAgainstTheActiveVersion: a minor
+// deploy judged against 1.0 (no done work: nothing of its ids to keep)
+// reaches its transaction after another deploy made 1.1 active and 1.1
+// did work whose item id the first one changes (the key's format kept, so
+// the check inside the transaction does not see it). The deploy is judged
+// again against 1.1 and refused as a repair that changes done work's ids;
+// nothing is stored. On the old code it stored 1.2.
+func TestAMinorDeployOvertakenIsJudgedAgainstTheActiveVersion(t *testing.T) {
+	t.Parallel()
+	e, h := newHeldEnv(t)
+	src := itemScript("", `if (ctx.item.isDone) return`)
+	wf := e.deploy(src)
+	changed := strings.Replace(src, `"email:" + id`, `"email:" + id + "-2"`, 1)
+	_, err, reached := heldDeploy(e, h, wf, changed, func(n int) {
+		if n > 1 {
+			return
+		}
+		e.redeploy(src+"\n// another person's repair", kt.DeployMinor)
+		writeInbox(t, e, "a")
+		e.settle()
+		if it := e.inputs(wf); len(it) != 1 || it[0].Key != "email:a" || it[0].Status != "done" {
+			t.Fatalf("the work done under 1.1: %+v", it)
+		}
+	})
+	t.Logf("the overtaken deploy (transaction reached %d times): %v", reached, err)
+	if err == nil || !strings.Contains(err.Error(), "keeps the ids of done work") || !strings.Contains(err.Error(), "email:a") {
+		t.Errorf("a minor deploy judged against 1.0 that changes the ids of 1.1's done work: %v (transaction reached %d times), want the repair's refusal naming email:a", err, reached)
+	}
+	if n, a := e.versionCount(wf), e.activeVersion(wf); n != 2 || a != "1.1" {
+		t.Errorf("after the overtaken deploy: %d versions, %s active; want 2, 1.1", n, a)
+	}
+}
+
+// TestAMinorDeployOvertakenEachTimeIsRefused: a deploy overtaken by
+// another deploy each time it reaches its transaction is judged again a
+// bounded number of times, then refused as a conflict naming the version
+// it was judged against and the active one, saying to deploy again;
+// nothing of it is stored.
+func TestAMinorDeployOvertakenEachTimeIsRefused(t *testing.T) {
+	t.Parallel()
+	e, h := newHeldEnv(t)
+	src := itemScript("", `if (ctx.item.isDone) return`)
+	wf := e.deploy(src)
+	_, err, reached := heldDeploy(e, h, wf, src+"\n// the held repair", func(n int) {
+		e.redeploy(src+"\n// repair "+strings.Repeat("i", n), kt.DeployMinor)
+	})
+	active := e.activeVersion(wf)
+	t.Logf("the deploy overtaken each time (transaction reached %d times): %v", reached, err)
+	var ae *kt.ActionError
+	if !errors.As(err, &ae) || !errors.Is(err, kt.ErrConflict) || !strings.Contains(ae.Msg, active) || !strings.Contains(ae.Msg, "deploy again") {
+		t.Fatalf("a deploy overtaken each time (transaction reached %d times): %v, want a conflict naming %s and saying to deploy again", reached, err, active)
+	}
+	if n := e.versionCount(wf); n != 1+reached {
+		t.Errorf("%d versions after %d overtaking deploys and a refused one; want %d", n, reached, 1+reached)
+	}
+}
