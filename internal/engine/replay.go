@@ -322,10 +322,10 @@ func (e *Engine) doneRuns(ctx context.Context, workflow string, version int64, s
 	}); err != nil {
 		return done, err
 	}
-	done.judged.seen = map[string]bool{}
+	done.judged.seen = map[string]int64{}
 	for _, r := range done.runs {
 		if r.FinishedAt >= done.judged.since {
-			done.judged.seen[r.ID] = true
+			done.judged.seen[r.ID] = r.Rev
 		}
 	}
 	sort.Slice(done.runs, func(i, j int) bool { return done.runs[i].CreatedAt > done.runs[j].CreatedAt })
@@ -359,8 +359,8 @@ func newestDone(tx store.Tx, workflow string, version int64, also string) ([]kt.
 }
 
 // runsSince reads the done runs of j's version committed since j read
-// its own (finished at its mark or later, not among those it read), at
-// most limit.
+// its own (finished at its mark or later, not as it read them), at most
+// limit.
 func runsSince(tx store.Tx, workflow string, j Judged, limit int) ([]kt.Run, error) {
 	rs, err := tx.RunsFinishedSince(workflow, j.Version, kt.StatusCommitted, j.since, limit+len(j.seen))
 	if err != nil {
@@ -368,7 +368,7 @@ func runsSince(tx store.Tx, workflow string, j Judged, limit int) ([]kt.Run, err
 	}
 	out := rs[:0]
 	for _, r := range rs {
-		if !j.seen[r.ID] && len(out) < limit {
+		if rev, ok := j.seen[r.ID]; (!ok || rev != r.Rev) && len(out) < limit {
 			out = append(out, r)
 		}
 	}
@@ -559,9 +559,10 @@ type Judged struct {
 	// since is the engine's clock when the done runs were read: a run
 	// committed after has FinishedAt at since or later.
 	since int64
-	// seen are the runs read that finished at since (the same
-	// millisecond): judged already.
-	seen map[string]bool
+	// seen are the runs read that finished at since or later (the same
+	// millisecond), by id, with the revision read: judged already unless
+	// written since (a quiet poll folded into one, issue 44).
+	seen map[string]int64
 }
 
 // IDChanges replays the done work of wf's active version on source and
