@@ -97,6 +97,18 @@ func (e *env) versionCount(wf string) int {
 // nothing is stored. On the old code it stored 1.2.
 func TestAMinorDeployOvertakenIsJudgedAgainstTheActiveVersion(t *testing.T) {
 	t.Parallel()
+	heldIDChange(t, "1.1", func(e *env, src string) {
+		e.redeploy(src+"\n// another person's repair", kt.DeployMinor)
+	})
+}
+
+// heldIDChange deploys the items workflow at 1.0 with nothing done, then
+// a minor version that changes item ids (the key's format kept) held
+// before its transaction; at its first arrival, before (its own act on
+// the workflow) runs and then the active version finishes item email:a.
+// The deploy must be refused as a repair naming email:a, leaving active
+// the version want, nothing stored.
+func heldIDChange(t *testing.T, want string, before func(e *env, src string)) {
 	e, h := newHeldEnv(t)
 	src := itemScript("", `if (ctx.item.isDone) return`)
 	wf := e.deploy(src)
@@ -105,19 +117,20 @@ func TestAMinorDeployOvertakenIsJudgedAgainstTheActiveVersion(t *testing.T) {
 		if n > 1 {
 			return
 		}
-		e.redeploy(src+"\n// another person's repair", kt.DeployMinor)
+		before(e, src)
 		writeInbox(t, e, "a")
 		e.settle()
 		if it := e.inputs(wf); len(it) != 1 || it[0].Key != "email:a" || it[0].Status != "done" {
-			t.Fatalf("the work done under 1.1: %+v", it)
+			t.Fatalf("the work done under %s meanwhile: %+v", want, it)
 		}
 	})
-	t.Logf("the overtaken deploy (transaction reached %d times): %v", reached, err)
+	t.Logf("the held deploy (transaction reached %d times): %v", reached, err)
 	if err == nil || !strings.Contains(err.Error(), "keeps the ids of done work") || !strings.Contains(err.Error(), "email:a") {
-		t.Errorf("a minor deploy judged against 1.0 that changes the ids of 1.1's done work: %v (transaction reached %d times), want the repair's refusal naming email:a", err, reached)
+		t.Errorf("a minor deploy judged with nothing done that changes the ids of the work %s did meanwhile: %v (transaction reached %d times), want the repair's refusal naming email:a", want, err, reached)
 	}
-	if n, a := e.versionCount(wf), e.activeVersion(wf); n != 2 || a != "1.1" {
-		t.Errorf("after the overtaken deploy: %d versions, %s active; want 2, 1.1", n, a)
+	versions := map[string]int{"1.0": 1, "1.1": 2}[want]
+	if n, a := e.versionCount(wf), e.activeVersion(wf); n != versions || a != want {
+		t.Errorf("after the refused deploy: %d versions, %s active; want %d, %s", n, a, versions, want)
 	}
 }
 
@@ -154,27 +167,7 @@ func TestAMinorDeployOvertakenEachTimeIsRefused(t *testing.T) {
 // which would do email:a again as email:a-2.
 func TestAMinorDeployJudgesTheWorkDoneMeanwhile(t *testing.T) {
 	t.Parallel()
-	e, h := newHeldEnv(t)
-	src := itemScript("", `if (ctx.item.isDone) return`)
-	wf := e.deploy(src)
-	changed := strings.Replace(src, `"email:" + id`, `"email:" + id + "-2"`, 1)
-	_, err, reached := heldDeploy(e, h, wf, changed, func(n int) {
-		if n > 1 {
-			return
-		}
-		writeInbox(t, e, "a")
-		e.settle()
-		if it := e.inputs(wf); len(it) != 1 || it[0].Key != "email:a" || it[0].Status != "done" {
-			t.Fatalf("the work done under 1.0 meanwhile: %+v", it)
-		}
-	})
-	t.Logf("the deploy (transaction reached %d times): %v", reached, err)
-	if err == nil || !strings.Contains(err.Error(), "keeps the ids of done work") || !strings.Contains(err.Error(), "email:a") {
-		t.Errorf("a minor deploy judged with nothing done that changes the ids of work done meanwhile: %v (transaction reached %d times), want the repair's refusal naming email:a", err, reached)
-	}
-	if n, a := e.versionCount(wf), e.activeVersion(wf); n != 1 || a != "1.0" {
-		t.Errorf("after the refused deploy: %d versions, %s active; want 1, 1.0", n, a)
-	}
+	heldIDChange(t, "1.0", func(*env, string) {})
 }
 
 // TestADeployWhoseJudgedWorkStaysIsJudgedOnce: a minor deploy judged on
