@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/keep-run/keep/internal/engine"
 	kt "github.com/keep-run/keep/internal/keeptype"
@@ -105,12 +106,13 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 	var res kt.DeployResult
 	// The ids of done work are judged against the version active then,
 	// outside the transaction (the replay runs the sandbox); the
-	// transaction confirms that version is still the active one. Another
-	// deploy that overtook this one has its version judged instead, up to
-	// deployJudgings times (issue 41).
+	// transaction confirms that version is still the active one and that
+	// no run of it committed since. Another deploy that overtook this one
+	// has its version judged instead, runs committed meanwhile are judged
+	// alone, up to deployJudgings times (issue 41).
+	judged, changes, err := e.IDChanges(ctx, name, source)
 	for judging := 1; ; judging++ {
 		res = kt.DeployResult{Workflow: name, Problems: problems}
-		judged, changes, err := e.IDChanges(ctx, name, source)
 		if err != nil {
 			return res, err
 		}
@@ -120,27 +122,41 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged, overtaken: &overtaken}
 			return d.write()
 		})
-		if errors.Is(err, errOvertaken) {
-			if judging < deployJudgings {
-				continue
-			}
-			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time — %s; nothing was deployed: deploy again (it is judged against the version active then)", judging, overtaken)}
+		meanwhile := errors.Is(err, errDoneMeanwhile)
+		if !meanwhile && !errors.Is(err, errOvertaken) {
+			return res, deployError(name, err)
 		}
-		return res, deployError(name, err)
+		if judging == deployJudgings {
+			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time (the last: %s); nothing was deployed: deploy again (it is judged against the version active then and the work done then)", judging, overtaken)}
+		}
+		if meanwhile {
+			var more []engine.Difference
+			judged, more, err = e.IDChangesSince(ctx, name, source, judged)
+			changes = append(changes, more...)
+		} else {
+			judged, changes, err = e.IDChanges(ctx, name, source)
+		}
 	}
 }
 
-// deployJudgings bounds how often a deploy overtaken by others is judged
-// again before it is refused. Each overtaking is another deploy's commit
-// of another version, so a deploy is refused only when that many deploys
-// of its workflow committed while it was judged (never when fewer are
-// made at once), and no deploy waits forever behind a stream of others.
+// deployJudgings bounds how often a deploy overtaken is judged again
+// before it is refused. Each overtaking is another deploy's commit of
+// another version, or runs of the judged version committed while the
+// runs before them were judged (only those are judged again, so each
+// judging is shorter than the one before): a deploy is refused only when
+// its workflow changed that many times in a row while it was judged, and
+// no deploy waits forever behind a stream of others.
 const deployJudgings = 10
 
 // errOvertaken is a deploy's transaction finding another version active
 // than the one the deploy was judged against (deployment.judged); the
-// deployment says which (deployment.overtaken).
-var errOvertaken = errors.New("deploy overtaken by another deploy")
+// deployment says which (deployment.overtaken). errDoneMeanwhile is its
+// finding runs of that version committed since they were read (the
+// deployment names them).
+var (
+	errOvertaken     = errors.New("deploy overtaken by another deploy")
+	errDoneMeanwhile = errors.New("deploy overtaken by runs committed since its judging")
+)
 
 // deployError is a deploy's answer for what its transaction returned: a
 // refusal as it is, another error named with the workflow.
@@ -166,10 +182,11 @@ type deployment struct {
 	o            DeployOptions
 	now          int64
 	res          *kt.DeployResult
-	// judged is the version the ids of done work were judged against
-	// (Engine.IDChanges; 0: no workflow then); overtaken is set to what
-	// became active instead, with errOvertaken.
-	judged    int64
+	// judged is what the ids of done work were judged on: the version
+	// (Engine.IDChanges; 0: no workflow then) and its done runs read;
+	// overtaken is set to what became active instead, with errOvertaken,
+	// or to the runs committed since, with errDoneMeanwhile.
+	judged    engine.Judged
 	overtaken *string
 }
 
@@ -256,12 +273,22 @@ func (d *deployment) write() error {
 
 // confirm checks in the transaction what the deploy was judged on before
 // it writes: the active version (active; 0: no workflow) is still the one
-// the ids of done work were judged against (errOvertaken otherwise), and
-// the items a major version's reprocess choice names exist.
+// the ids of done work were judged against (errOvertaken otherwise), no
+// run of it committed since its done runs were read (errDoneMeanwhile
+// otherwise: the deploy judges those), and the items a major version's
+// reprocess choice names exist.
 func (d *deployment) confirm(active int64) error {
-	if active != d.judged {
-		*d.overtaken = fmt.Sprintf("%s of %s was deployed by another deploy while this one was judged against %s", d.label(active), d.res.Workflow, d.label(d.judged))
+	if active != d.judged.Version {
+		*d.overtaken = fmt.Sprintf("%s of %s was deployed by another deploy while this one was judged against %s", d.label(active), d.res.Workflow, d.label(d.judged.Version))
 		return errOvertaken
+	}
+	runs, err := engine.DoneSince(d.tx, d.res.Workflow, d.judged, 3)
+	if err != nil {
+		return err
+	}
+	if len(runs) > 0 {
+		*d.overtaken = fmt.Sprintf("%s of %s committed done work (%s) while this one was judged on its done work", d.label(active), d.res.Workflow, strings.Join(runs, ", "))
+		return errDoneMeanwhile
 	}
 	if d.o.Kind == kt.DeployMajor {
 		return checkReprocessKeys(d.tx, d.res.Workflow, d.o.Reprocess)

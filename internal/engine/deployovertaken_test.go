@@ -11,7 +11,8 @@ import (
 	"github.com/keep-run/keep/internal/store"
 )
 
-// heldStore holds back the writes made with a context heldWrite marks:
+// heldStore holds back the writes made with a context heldWrite marks
+// (not the judging's read, made NoSync):
 // each such Update tells arrived and waits for release before it begins
 // (before the writers' lock), so a test acts between a deploy's judging
 // and its transaction with no timing.
@@ -27,7 +28,10 @@ func heldWrite(ctx context.Context) context.Context {
 }
 
 func (h *heldStore) Update(ctx context.Context, fn func(store.Tx) error) error {
-	if ctx.Value(heldWriteKey{}) != nil {
+	// The judging reads the done runs in a transaction that writes
+	// nothing (NoSync, under the writers' lock): only the deploy's
+	// transaction is held.
+	if ctx.Value(heldWriteKey{}) != nil && !store.IsNoSync(ctx) {
 		h.arrived <- struct{}{}
 		<-h.release
 	}
@@ -93,6 +97,18 @@ func (e *env) versionCount(wf string) int {
 // nothing is stored. On the old code it stored 1.2.
 func TestAMinorDeployOvertakenIsJudgedAgainstTheActiveVersion(t *testing.T) {
 	t.Parallel()
+	heldIDChange(t, "1.1", func(e *env, src string) {
+		e.redeploy(src+"\n// another person's repair", kt.DeployMinor)
+	})
+}
+
+// heldIDChange deploys the items workflow at 1.0 with nothing done, then
+// a minor version that changes item ids (the key's format kept) held
+// before its transaction; at its first arrival, before (its own act on
+// the workflow) runs and then the active version finishes item email:a.
+// The deploy must be refused as a repair naming email:a, leaving active
+// the version want, nothing stored.
+func heldIDChange(t *testing.T, want string, before func(e *env, src string)) {
 	e, h := newHeldEnv(t)
 	src := itemScript("", `if (ctx.item.isDone) return`)
 	wf := e.deploy(src)
@@ -101,19 +117,20 @@ func TestAMinorDeployOvertakenIsJudgedAgainstTheActiveVersion(t *testing.T) {
 		if n > 1 {
 			return
 		}
-		e.redeploy(src+"\n// another person's repair", kt.DeployMinor)
+		before(e, src)
 		writeInbox(t, e, "a")
 		e.settle()
 		if it := e.inputs(wf); len(it) != 1 || it[0].Key != "email:a" || it[0].Status != "done" {
-			t.Fatalf("the work done under 1.1: %+v", it)
+			t.Fatalf("the work done under %s meanwhile: %+v", want, it)
 		}
 	})
-	t.Logf("the overtaken deploy (transaction reached %d times): %v", reached, err)
+	t.Logf("the held deploy (transaction reached %d times): %v", reached, err)
 	if err == nil || !strings.Contains(err.Error(), "keeps the ids of done work") || !strings.Contains(err.Error(), "email:a") {
-		t.Errorf("a minor deploy judged against 1.0 that changes the ids of 1.1's done work: %v (transaction reached %d times), want the repair's refusal naming email:a", err, reached)
+		t.Errorf("a minor deploy judged with nothing done that changes the ids of the work %s did meanwhile: %v (transaction reached %d times), want the repair's refusal naming email:a", want, err, reached)
 	}
-	if n, a := e.versionCount(wf), e.activeVersion(wf); n != 2 || a != "1.1" {
-		t.Errorf("after the overtaken deploy: %d versions, %s active; want 2, 1.1", n, a)
+	versions := map[string]int{"1.0": 1, "1.1": 2}[want]
+	if n, a := e.versionCount(wf), e.activeVersion(wf); n != versions || a != want {
+		t.Errorf("after the refused deploy: %d versions, %s active; want %d, %s", n, a, versions, want)
 	}
 }
 
@@ -138,5 +155,63 @@ func TestAMinorDeployOvertakenEachTimeIsRefused(t *testing.T) {
 	}
 	if n := e.versionCount(wf); n != 1+reached {
 		t.Errorf("%d versions after %d overtaking deploys and a refused one; want %d", n, reached, 1+reached)
+	}
+}
+
+// TestAMinorDeployJudgesTheWorkDoneMeanwhile: a minor deploy that changes
+// an item id (the key's format kept) is judged against 1.0 with nothing
+// done and held before its transaction; meanwhile 1.0 itself finishes
+// item email:a (no other version). The deploy judges the runs committed
+// since its judging and is refused as a repair that changes done work's
+// ids, naming email:a; nothing is stored. On the old code it stored 1.1,
+// which would do email:a again as email:a-2.
+func TestAMinorDeployJudgesTheWorkDoneMeanwhile(t *testing.T) {
+	t.Parallel()
+	heldIDChange(t, "1.0", func(*env, string) {})
+}
+
+// TestADeployWhoseJudgedWorkStaysIsJudgedOnce: a minor deploy judged on
+// done work (item email:a, its run committed before the judging) reaches
+// its transaction with no run committed since: it is stored at its first
+// transaction, not judged again.
+func TestADeployWhoseJudgedWorkStaysIsJudgedOnce(t *testing.T) {
+	t.Parallel()
+	e, h := newHeldEnv(t)
+	src := itemScript("", `if (ctx.item.isDone) return`)
+	wf := e.deploy(src)
+	writeInbox(t, e, "a")
+	e.settle()
+	res, err, reached := heldDeploy(e, h, wf, src+"\n// a repair that keeps every id", func(int) {})
+	if err != nil || reached != 1 || res.Version.Label() != "1.1" {
+		t.Fatalf("a deploy with nothing committed between its judging and its transaction: %v, version %s, transaction reached %d times; want 1.1 stored at the first", err, res.Version.Label(), reached)
+	}
+}
+
+// TestADeployWithWorkDoneEachTimeIsRefused: runs of the judged version
+// committed each time the deploy reaches its transaction are judged
+// alone, a bounded number of times, then the deploy is refused as a
+// conflict naming the run committed meanwhile and saying to deploy again;
+// nothing of it is stored.
+func TestADeployWithWorkDoneEachTimeIsRefused(t *testing.T) {
+	t.Parallel()
+	e, h := newHeldEnv(t)
+	src := itemScript("", `if (ctx.item.isDone) return`)
+	wf := e.deploy(src)
+	_, err, reached := heldDeploy(e, h, wf, src+"\n// a repair that keeps every id", func(n int) {
+		writeInbox(t, e, strings.Repeat("a", n))
+		if n > 1 { // the task is due at its first settle, asked to run after
+			if _, err := runNow(e, wf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.settle()
+	})
+	t.Logf("the deploy with work done each time (transaction reached %d times): %v", reached, err)
+	var ae *kt.ActionError
+	if !errors.As(err, &ae) || !errors.Is(err, kt.ErrConflict) || !strings.Contains(ae.Msg, "committed done work") || !strings.Contains(ae.Msg, " run ") || !strings.Contains(ae.Msg, "deploy again") {
+		t.Fatalf("a deploy with work committed each time it reached its transaction (%d times): %v, want a conflict naming the run and saying to deploy again", reached, err)
+	}
+	if n := e.versionCount(wf); n != 1 {
+		t.Errorf("%d versions after a refused deploy; want 1", n)
 	}
 }

@@ -176,21 +176,41 @@ var errDiffers = kt.Errorf(kt.ClassLogic, "dry run: the done work would change")
 // not reproduce itself (a producer whose output depends on the state it
 // had then) is the replay's limit, not a change, and is not counted.
 func (e *Engine) ReplayDone(ctx context.Context, workflow string, version int64, src, also string) (ReplayReport, error) {
+	rep, _, err := e.replayBoth(ctx, workflow, version, src, replaySel{also: also})
+	return rep, err
+}
+
+// replaySel selects the done runs a replay replays: the newest
+// maxReplayRuns of the version and also (the workflow's open run, when an
+// item script's), or, after a judgement (after), only the runs of its
+// version committed since it read them.
+type replaySel struct {
+	also  string
+	after *Judged
+}
+
+// replayBoth replays the done runs sel selects on the version's own
+// script and on src, and keeps what only src does otherwise (ReplayDone).
+func (e *Engine) replayBoth(ctx context.Context, workflow string, version int64, src string, sel replaySel) (ReplayReport, Judged, error) {
 	var v kt.Version
 	if err := e.store.View(ctx, func(tx store.Tx) error {
 		var err error
 		v, err = tx.VersionGet(workflow, version)
 		return err
 	}); err != nil {
-		return ReplayReport{}, err
+		return ReplayReport{}, Judged{}, err
 	}
-	base, err := e.replayDone(ctx, workflow, version, v.Script, also)
+	done, err := e.doneRuns(ctx, workflow, version, sel)
 	if err != nil {
-		return ReplayReport{}, fmt.Errorf("replay version %s itself: %w", v.Label(), err)
+		return ReplayReport{}, Judged{}, err
 	}
-	rep, err := e.replayDone(ctx, workflow, version, src, also)
+	base, err := e.replayRuns(ctx, done, v.Script)
 	if err != nil {
-		return rep, err
+		return ReplayReport{}, Judged{}, fmt.Errorf("replay version %s itself: %w", v.Label(), err)
+	}
+	rep, err := e.replayRuns(ctx, done, src)
+	if err != nil {
+		return rep, Judged{}, err
 	}
 	itself := map[string]bool{}
 	for _, d := range base.Differences {
@@ -203,19 +223,34 @@ func (e *Engine) ReplayDone(ctx context.Context, workflow string, version int64,
 		}
 	}
 	rep.Differences = kept
-	return rep, nil
+	return rep, done.judged, nil
 }
 
-func (e *Engine) replayDone(ctx context.Context, workflow string, version int64, src, also string) (ReplayReport, error) {
+// replayDone replays the done runs sel selects on src alone.
+func (e *Engine) replayDone(ctx context.Context, workflow string, version int64, src string, sel replaySel) (ReplayReport, Judged, error) {
+	done, err := e.doneRuns(ctx, workflow, version, sel)
+	if err != nil {
+		return ReplayReport{}, Judged{}, err
+	}
+	rep, err := e.replayRuns(ctx, done, src)
+	return rep, done.judged, err
+}
+
+// doneWork is what a replay replays: the workflow, its done runs, and
+// the judgement they make (which version, which runs were read).
+type doneWork struct {
+	wf     kt.Workflow
+	runs   []kt.Run
+	judged Judged
+}
+
+func (e *Engine) replayRuns(ctx context.Context, done doneWork, src string) (ReplayReport, error) {
 	var rep ReplayReport
 	prog, err := script.Compile("replay.js", src)
 	if err != nil {
 		return rep, err
 	}
-	wf, runs, err := e.doneRuns(ctx, workflow, version, also)
-	if err != nil {
-		return rep, err
-	}
+	wf, runs := done.wf, done.runs
 	pol, err := e.PolicyFor(wf)
 	if err != nil {
 		return rep, err
@@ -259,50 +294,85 @@ func (e *Engine) replayDone(ctx context.Context, workflow string, version int64,
 	return rep, nil
 }
 
-// doneRuns reads the workflow and the done runs replayDone replays, the
-// newest first: the newest maxReplayRuns of the version, and the run also
-// when it is one of the workflow's item scripts'.
-func (e *Engine) doneRuns(ctx context.Context, workflow string, version int64, also string) (kt.Workflow, []kt.Run, error) {
-	var wf kt.Workflow
-	var runs []kt.Run
-	if err := e.store.View(ctx, func(tx store.Tx) error {
+// doneRuns reads the workflow and the done runs a replay replays (sel),
+// the newest first, and marks what it read (doneWork.judged). It reads
+// under the writers' lock (a transaction that writes nothing, NoSync), so
+// no run is committing then: a run committed after it was stamped after
+// the mark (Judged.since), and a later judgement or a deploy's
+// transaction finds it (Engine.DoneSince).
+func (e *Engine) doneRuns(ctx context.Context, workflow string, version int64, sel replaySel) (doneWork, error) {
+	var done doneWork
+	if err := e.store.Update(store.NoSync(ctx), func(tx store.Tx) error {
 		var err error
-		wf, err = tx.WorkflowGet(workflow)
-		if kt.IsDamaged(err) {
+		done.judged = Judged{Version: version, since: e.NowMs()}
+		if done.wf, err = tx.WorkflowGet(workflow); kt.IsDamaged(err) {
 			// A deploy restoring a damaged workflow row replays under
 			// keep's own policy and root: nothing of the damaged row.
-			wf.FilesRoot, wf.Policy, err = "", "", nil
+			done.wf.FilesRoot, done.wf.Policy, err = "", "", nil
 		}
 		if err != nil {
 			return err
 		}
-		// The newest done runs of the version, read as such: a workflow's
-		// whole history, traces included, grows without bound.
-		if runs, err = tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns); err != nil {
-			return err
+		if sel.after != nil {
+			done.runs, err = runsSince(tx, workflow, *sel.after, maxReplayRuns)
+		} else {
+			done.runs, err = newestDone(tx, workflow, version, sel.also)
 		}
-		if also == "" || slices.ContainsFunc(runs, func(r kt.Run) bool { return r.ID == also }) {
-			return nil
-		}
-		r, err := tx.RunGet(also)
-		switch {
-		case errors.Is(err, kt.ErrNotFound):
-			return nil
-		case err != nil:
-			return err
-		}
-		if r.Workflow == workflow && r.HandlerType == kt.HandlerTask {
-			runs = append(runs, r)
-		}
-		return nil
+		return err
 	}); err != nil {
-		return wf, nil, err
+		return done, err
 	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt > runs[j].CreatedAt })
+	done.judged.seen = map[string]int64{}
+	for _, r := range done.runs {
+		if r.FinishedAt >= done.judged.since {
+			done.judged.seen[r.ID] = r.Rev
+		}
+	}
+	sort.Slice(done.runs, func(i, j int) bool { return done.runs[i].CreatedAt > done.runs[j].CreatedAt })
+	return done, nil
+}
+
+// newestDone reads the newest maxReplayRuns done runs of the version, and
+// the run also when it is one of the workflow's item scripts'.
+func newestDone(tx store.Tx, workflow string, version int64, also string) ([]kt.Run, error) {
+	// The newest done runs of the version, read as such: a workflow's
+	// whole history, traces included, grows without bound.
+	runs, err := tx.RunsOfVersion(workflow, version, kt.StatusCommitted, maxReplayRuns)
+	if err != nil || also == "" || slices.ContainsFunc(runs, func(r kt.Run) bool { return r.ID == also }) {
+		return runs, err
+	}
+	r, err := tx.RunGet(also)
+	switch {
+	case errors.Is(err, kt.ErrNotFound):
+		return runs, nil
+	case err != nil:
+		return nil, err
+	}
+	if r.Workflow == workflow && r.HandlerType == kt.HandlerTask {
+		runs = append(runs, r)
+	}
 	if len(runs) > maxReplayRuns {
+		sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt > runs[j].CreatedAt })
 		runs = runs[:maxReplayRuns]
 	}
-	return wf, runs, nil
+	return runs, nil
+}
+
+// runsSince reads the done runs of j's version committed since j read
+// its own (finished at its mark or later, not as it read them), at most
+// limit.
+func runsSince(tx store.Tx, workflow string, j Judged, limit int) ([]kt.Run, error) {
+	rs, err := tx.RunsFinishedSince(workflow, j.Version, kt.StatusCommitted, j.since, limit+len(j.seen))
+	if err != nil {
+		return nil, err
+	}
+	out := rs[:0]
+	for _, r := range rs {
+		if rev, ok := j.seen[r.ID]; (!ok || rev != r.Rev) && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // handlerState is the run's handler's state as it is now.
@@ -478,6 +548,23 @@ func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args m
 	return hashOf(hi, hs) != hashOf(ni, ns)
 }
 
+// Judged is what a judgement of ids (IDChanges, IDChangesSince) was made
+// on: the version judged against and the done runs read, named by a mark
+// taken under the writers' lock (doneRuns). It holds while that version
+// is active and no run of it committed since (DoneSince): a deploy
+// confirms both in its transaction.
+type Judged struct {
+	// Version is the version judged against (0: no workflow then).
+	Version int64
+	// since is the engine's clock when the done runs were read: a run
+	// committed after has FinishedAt at since or later.
+	since int64
+	// seen are the runs read that finished at since or later (the same
+	// millisecond), by id, with the revision read: judged already unless
+	// written since (a quiet poll folded into one, issue 44).
+	seen map[string]int64
+}
+
 // IDChanges replays the done work of wf's active version on source and
 // keeps the differences of ids (items, events, inputs): what a deploy
 // must not do silently. A new workflow has none. The workflow's open run
@@ -485,10 +572,9 @@ func sameWriteOtherKey(had kt.Mutation, tool string, m *connector.Method, args m
 // the incomplete one it failed in — are work whose ids a minor version
 // keeps, and a repair follows a failed run by nature. This is the one
 // judgement of identity the Maintainer's (ReplayDone with the failed run)
-// and keep deploy share. It returns the id of the version it judged
-// against (0: no workflow yet): the judgement holds while that version is
-// active, and a deploy confirms so in its transaction.
-func (e *Engine) IDChanges(ctx context.Context, wf, source string) (judged int64, _ []Difference, _ error) {
+// and keep deploy share. It returns what it judged (Judged): the version
+// and the done runs read.
+func (e *Engine) IDChanges(ctx context.Context, wf, source string) (Judged, []Difference, error) {
 	var active int64
 	open := ""
 	err := e.store.View(ctx, func(tx store.Tx) error {
@@ -510,18 +596,34 @@ func (e *Engine) IDChanges(ctx context.Context, wf, source string) (judged int64
 		return err
 	})
 	if err != nil || active == 0 {
-		return 0, nil, err
+		return Judged{}, nil, err
 	}
-	rep, err := e.ReplayDone(ctx, wf, active, source, open)
+	return e.judgeIDs(ctx, wf, source, active, replaySel{also: open})
+}
+
+// IDChangesSince judges as IDChanges only the done runs of j's version
+// committed since j read its own (DoneSince names them), and returns
+// what it judged: the runs judged since, added to j's.
+func (e *Engine) IDChangesSince(ctx context.Context, wf, source string, j Judged) (Judged, []Difference, error) {
+	if j.Version == 0 {
+		return j, nil, nil
+	}
+	return e.judgeIDs(ctx, wf, source, j.Version, replaySel{after: &j})
+}
+
+// judgeIDs replays the done runs of version sel selects on source and
+// keeps the differences of ids.
+func (e *Engine) judgeIDs(ctx context.Context, wf, source string, version int64, sel replaySel) (Judged, []Difference, error) {
+	rep, judged, err := e.replayBoth(ctx, wf, version, source, sel)
 	if kt.IsDamaged(err) {
 		// The active version's stored script is damaged (issue 44): the
 		// deploy is its restore step. Its own replay cannot be made, so
 		// the done work is replayed on source alone and every difference
 		// of ids counts: stricter, never looser.
-		rep, err = e.replayDone(ctx, wf, active, source, open)
+		rep, judged, err = e.replayDone(ctx, wf, version, source, sel)
 	}
 	if err != nil {
-		return 0, nil, err
+		return Judged{}, nil, err
 	}
 	var out []Difference
 	for _, d := range rep.Differences {
@@ -529,7 +631,23 @@ func (e *Engine) IDChanges(ctx context.Context, wf, source string) (judged int64
 			out = append(out, d)
 		}
 	}
-	return active, out, nil
+	return judged, out, nil
+}
+
+// DoneSince names, in tx, the done runs of j's version committed since j
+// read its own (at most limit): the work a judgement has not replayed. A
+// deploy's transaction confirms there are none; otherwise the deploy
+// judges them (IDChangesSince).
+func DoneSince(tx store.Tx, wf string, j Judged, limit int) ([]string, error) {
+	if j.Version == 0 {
+		return nil, nil
+	}
+	rs, err := runsSince(tx, wf, j, limit)
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s run %s", r.Handler, shortRun(r.ID)))
+	}
+	return out, err
 }
 
 // ListDifferences names the first ten differences.

@@ -511,6 +511,12 @@ type Tx interface {
 	// the newest first, at most limit: what a deploy replays, read without
 	// the rest of the workflow's history.
 	RunsOfVersion(workflow string, version int64, status kt.Status, limit int) ([]kt.Run, error)
+	// RunsFinishedSince lists the workflow's runs of one version in one
+	// status that finished at or after since (ms), the earliest first, at
+	// most limit: the runs a deploy's judging has not read yet, found
+	// through the index of finished runs (runs_unpruned) without the rest
+	// of the history. A run whose bodies were pruned is not listed.
+	RunsFinishedSince(workflow string, version int64, status kt.Status, since int64, limit int) ([]kt.Run, error)
 	// RunFirstOf returns the workflow's oldest run of one of versions, of
 	// one handler type, in one status (kt.ErrNotFound when there is none).
 	RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error)

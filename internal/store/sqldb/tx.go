@@ -634,6 +634,21 @@ func (t *Tx) RunsOfVersion(workflow string, version int64, status kt.Status, lim
 	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE workflow=? AND version=? AND status='`+string(status)+`' ORDER BY created_at DESC, id DESC LIMIT `+limitSQL(limit), workflow, version)
 }
 
+func (t *Tx) RunsFinishedSince(workflow string, version int64, status kt.Status, since int64, limit int) ([]kt.Run, error) {
+	// As in RunsOfVersion; pruned_at=0 and the range of finished_at are
+	// runs_unpruned's, and workflow and status are compared as
+	// expressions (||''), which no index serves: otherwise SQLite walks
+	// runs_status or runs_workflow, every committed run or the workflow's
+	// whole history, for the few runs finished since.
+	if !slices.Contains(kt.RunStatuses, status) {
+		return nil, fmt.Errorf("list runs of %s version %d finished since %d: %q is not a run status", workflow, version, since, status)
+	}
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	return t.queryRuns(`SELECT `+runCols+` FROM runs WHERE pruned_at=0 AND finished_at>=? AND workflow||''=? AND version=? AND status||''='`+string(status)+`' ORDER BY finished_at, id LIMIT `+limitSQL(limit), since, workflow, version)
+}
+
 func (t *Tx) RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error) {
 	// Status and handler type are written into the statement, as in
 	// RunsOfVersion.

@@ -288,6 +288,11 @@ func (r recordingTx) RunsOfVersion(workflow string, version int64, status kt.Sta
 	return r.tx.RunsOfVersion(workflow, version, status, limit)
 }
 
+func (r recordingTx) RunsFinishedSince(workflow string, version int64, status kt.Status, since int64, limit int) ([]kt.Run, error) {
+	r.c.note("RunsFinishedSince")
+	return r.tx.RunsFinishedSince(workflow, version, status, since, limit)
+}
+
 func (r recordingTx) RunFirstOf(workflow string, versions []int64, handlerType kt.HandlerType, status kt.Status) (kt.Run, error) {
 	r.c.note("RunFirstOf")
 	return r.tx.RunFirstOf(workflow, versions, handlerType, status)

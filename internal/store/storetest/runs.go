@@ -26,7 +26,7 @@ func exerciseRuns(run runCase) {
 				{ID: "e", Workflow: "other", Version: 1, Status: kt.StatusCommitted},
 				{ID: "f", Workflow: "w", Version: 1, Status: kt.StatusCommitted},
 			} {
-				r.Handler, r.HandlerType, r.Phase, r.CreatedAt = "c", kt.HandlerConsumer, kt.PhaseCommitted, int64(i+1)
+				r.Handler, r.HandlerType, r.Phase, r.CreatedAt, r.FinishedAt = "c", kt.HandlerConsumer, kt.PhaseCommitted, int64(i+1), int64(10-i)
 				if err := tx.RunPut(r); err != nil {
 					return err
 				}
@@ -47,6 +47,16 @@ func exerciseRuns(run runCase) {
 			two, err := tx.RunsOfVersion("w", 1, kt.StatusCommitted, 2)
 			if err != nil || fmt.Sprint(ids(two)) != "[f d]" {
 				return fmt.Errorf("the newest 2: %v %v, want [f d]", ids(two), err)
+			}
+			since, err := tx.RunsFinishedSince("w", 1, kt.StatusCommitted, 7, 0)
+			if err != nil || fmt.Sprint(ids(since)) != "[d a]" {
+				return fmt.Errorf("committed runs of version 1 finished at 7 or later: %v %v, want [d a] (the earliest first)", ids(since), err)
+			}
+			if one, err := tx.RunsFinishedSince("w", 1, kt.StatusCommitted, 0, 1); err != nil || fmt.Sprint(ids(one)) != "[f]" {
+				return fmt.Errorf("the earliest finished: %v %v, want [f]", ids(one), err)
+			}
+			if _, err := tx.RunsFinishedSince("w", 1, "committed' OR '1'='1", 0, 0); err == nil {
+				return fmt.Errorf("a status that is none of keep's was put into the statement")
 			}
 			if _, err := tx.RunsOfVersion("w", 1, "committed' OR '1'='1", 0); err == nil {
 				return fmt.Errorf("a status that is none of keep's was put into the statement")
