@@ -154,7 +154,10 @@ func TestADeliveryHeldForADeployInADamagedWorkflowIsHeldForTheDamage(t *testing.
 	_ = k.cmd.Wait()
 	k.flipScript("aaa", "zzzz", "zzzy")
 	k.serve()
-	if !within(func() bool { v := k.heldOf("aaa"); return len(v.Held) == 1 && strings.HasPrefix(v.Held[0].HeldFor, "damaged:") }) {
+	if !within(func() bool {
+		v := k.heldOf("aaa")
+		return len(v.Held) == 1 && strings.HasPrefix(v.Held[0].HeldFor, "damaged:")
+	}) {
 		t.Fatalf("the delivery held for a deploy of a now damaged workflow is not held for the damage: %+v; keep said:\n%s", k.heldOf("aaa").Held, k.logs)
 	}
 	if strings.Contains(k.logs.String(), "take held webhook deliveries") {
