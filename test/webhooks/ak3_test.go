@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -175,5 +176,119 @@ func TestADeliveryHeldForADeployInADamagedWorkflowIsHeldForTheDamage(t *testing.
 	}, k.logs)
 	if n := k.writesTo("/write/early"); n != 0 {
 		t.Fatalf("an unsigned delivery was written %d times", n)
+	}
+}
+
+// A sender that did not hear the answer to a delivery keep held (a kill -9
+// of keep serve between the hold's commit and its answer is that) sends
+// it again: both are held, for the damage of the workflow's stored
+// script; once it is restored the first is accepted, the second a
+// duplicate, and the work is written once.
+func TestADamagedWorkflowsDeliverySentTwiceIsTakenOnce(t *testing.T) {
+	k, good := heldServedWithItsSecret(t)
+	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
+		t.Fatalf("keep grant: %v\n%s", err, out)
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGKILL)
+	_ = k.cmd.Wait()
+	k.flipScript("held", "GITHUB_SECRET", "GITHUB_SECREU")
+	k.serve()
+	a := k.to("gh", "twice", good)
+	k.wantHeld(a, "stored script is damaged")
+	_ = k.cmd.Process.Signal(syscall.SIGKILL) // the sender did not hear it: it sends it again
+	_ = k.cmd.Wait()
+	k.serve()
+	k.wantHeld(k.to("gh", "twice", good), "stored script is damaged")
+	if n := len(k.held().Held); n != 2 {
+		t.Fatalf("%d held, want both copies", n)
+	}
+	k.flipScript("held", "GITHUB_SECREU", "GITHUB_SECRET")
+	testbin.WaitFor(t, "both copies to be taken", func() bool { return len(k.held().Held) == 0 }, k.logs)
+	testbin.WaitFor(t, "its write", func() bool { return k.writesTo("/write/twice") >= 1 }, k.logs)
+	time.Sleep(2 * time.Second)
+	if n := k.writesTo("/write/twice"); n != 1 {
+		t.Fatalf("written %d times", n)
+	}
+	got := map[string]int{}
+	for _, d := range k.held().Deliveries {
+		if d.Delivery == "d-twice" {
+			got[d.Status]++
+		}
+	}
+	if got["accepted"] != 1 || got["duplicate"] != 1 || len(got) != 2 {
+		t.Fatalf("the two copies came to %v, want one accepted and one duplicate", got)
+	}
+}
+
+// Deploys of a workflow one after another while signed deliveries arrive
+// (some overtaken while their handler runs: held for the new version):
+// every delivery is answered 200 or 202, and each is accepted once and
+// written once at the sink — none lost, none doubled.
+func TestADeployStormLosesAndDoublesNoDelivery(t *testing.T) {
+	k, good := heldServedWithItsSecret(t)
+	if out, err := k.keep("", "grant", "held", "--yes"); err != nil {
+		t.Fatalf("keep grant: %v\n%s", err, out)
+	}
+	// Eight deploys, one after another; four senders post signed
+	// deliveries until the last is done.
+	const deploys, senders = 8, 4
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= deploys; i++ {
+			k.write("storm.js", k.heldSource(false)+fmt.Sprintf("\n// storm %d\n", i))
+			if out, err := k.keep("", "deploy", k.path("storm.js")); err != nil {
+				t.Errorf("keep deploy %d: %v\n%s", i, err, out)
+			}
+		}
+	}()
+	sent := make(chan []string, senders)
+	var mu sync.Mutex
+	told := map[string]string{}
+	for s := 0; s < senders; s++ {
+		go func(s int) {
+			var mine []string
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					sent <- mine
+					return
+				default:
+				}
+				mine = append(mine, fmt.Sprintf("s%d-%d", s, i))
+				a := k.to("gh", fmt.Sprintf("s%d-%d", s, i), good)
+				mu.Lock()
+				told[fmt.Sprintf("s%d-%d", s, i)] = fmt.Sprintf("%d %s", a.code, a.body)
+				mu.Unlock()
+				if a.err != nil || (a.code != http.StatusOK && a.code != http.StatusAccepted) {
+					t.Errorf("a delivery during the storm got %d %s (%v)", a.code, a.body, a.err)
+				}
+			}
+		}(s)
+	}
+	var ids []string
+	for s := 0; s < senders; s++ {
+		ids = append(ids, <-sent...)
+	}
+	t.Logf("%d deliveries during %d deploys", len(ids), deploys)
+	testbin.WaitFor(t, "every delivery to be taken", func() bool { return len(k.held().Held) == 0 }, k.logs)
+	for _, id := range ids {
+		if !within(func() bool { return k.writesTo("/write/"+id) >= 1 }) {
+			st, reason := k.held().statusOf("d-" + id)
+			out, _ := k.keep("", "webhooks", "held", "--json", "--limit", "1000")
+			t.Fatalf("delivery %s was never written: the sender was told %s; its record %s %q; keep webhooks held:\n%s", id, told[id], st, reason, out)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	accepted := map[string]int{}
+	for _, d := range k.held().Deliveries {
+		if d.Status == "accepted" {
+			accepted[d.Delivery]++
+		}
+	}
+	for _, id := range ids {
+		if w := k.writesTo("/write/" + id); w != 1 || accepted["d-"+id] != 1 {
+			t.Errorf("delivery %s: written %d times, accepted %d times", id, w, accepted["d-"+id])
+		}
 	}
 }
