@@ -259,11 +259,11 @@ func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, err
 		active = w.ActiveVersion
 		switch kind {
 		case kt.HeldForDeploy:
-			v, err := tx.VersionGet(d.Workflow, w.ActiveVersion)
-			if err != nil {
-				return err
+			prog, err := k.e.Program(ctx, d.Workflow, w.ActiveVersion)
+			if kt.IsDamaged(err) {
+				gone = true // taken, it is held again for the damage (heldForDamaged), saying so
+				return nil
 			}
-			prog, err := k.e.Program(ctx, d.Workflow, v.ID)
 			if err != nil {
 				return err
 			}
@@ -302,9 +302,31 @@ func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, err
 	if !k.e.OpensSecrets() {
 		return false, nil
 	}
+	if still, err := k.verifiesWith(ctx, d, active, what); err != nil || !still {
+		return !still, err
+	}
 	_, err = k.e.OpenSecret(ctx, what)
 	if errors.Is(err, kt.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// verifiesWith says whether the active version (active) of d's workflow
+// still verifies d's webhook with the secret d is held for. When it does
+// not (a version deployed since names another secret, no longer declares
+// the webhook, or its stored script is damaged), d's reason is gone: taken,
+// it is judged by the declaration of the version active now — verified with
+// the secret that one names, or held again for what that one waits for —
+// rather than held for a secret nothing uses any more.
+func (k *Webhooks) verifiesWith(ctx context.Context, d kt.Delivery, active int64, secret string) (bool, error) {
+	prog, err := k.e.Program(ctx, d.Workflow, active)
+	if kt.IsDamaged(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	wh, _, ok := prog.Decl.Webhook(d.Webhook)
+	return ok && wh.Verify.Secret == secret, nil
 }
