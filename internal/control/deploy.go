@@ -111,6 +111,7 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 	// has its version judged instead, runs committed meanwhile are judged
 	// alone, up to deployJudgings times (issue 41).
 	judged, changes, err := e.IDChanges(ctx, name, source)
+	busy := false // the last judgings were overtaken by runs alone
 	for judging := 1; ; judging++ {
 		res = kt.DeployResult{Workflow: name, Problems: problems}
 		if err != nil {
@@ -119,14 +120,15 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 		o.idChanges = changes
 		now, overtaken := e.Now().UnixMilli(), ""
 		err = e.Update(ctx, name, func(tx store.Tx) error {
-			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged, overtaken: &overtaken}
+			d := deployment{e: e, ctx: ctx, tx: tx, file: file, source: source, prog: p, o: o, now: now, res: &res, judged: judged, overtaken: &overtaken, busy: busy && judging >= deployJudgings}
 			return d.write()
 		})
 		meanwhile := errors.Is(err, errDoneMeanwhile)
 		if !meanwhile && !errors.Is(err, errOvertaken) {
 			return res, deployError(name, err)
 		}
-		if judging == deployJudgings {
+		busy = meanwhile
+		if judging >= deployJudgings && !meanwhile {
 			return res, &kt.ActionError{Code: kt.CodeNotApplicable, Msg: fmt.Sprintf("this deploy was judged %d times and overtaken each time (the last: %s); nothing was deployed: deploy again (it is judged against the version active then and the work done then)", judging, overtaken)}
 		}
 		if meanwhile {
@@ -144,8 +146,14 @@ func Deploy(ctx context.Context, e *engine.Engine, file, source string, o Deploy
 // another version, or runs of the judged version committed while the
 // runs before them were judged (only those are judged again, so each
 // judging is shorter than the one before): a deploy is refused only when
-// its workflow changed that many times in a row while it was judged, and
-// no deploy waits forever behind a stream of others.
+// another version was deployed that many times in a row while it was
+// judged, and no deploy waits forever behind a stream of others. A
+// workflow that keeps working commits runs during every judging, however
+// short (webhook deliveries arriving without pause): after as many
+// judgings of the runs committed meanwhile, the deploy is stored, and its
+// warnings name the runs of the last few milliseconds that were not
+// replayed — refusing would leave a busy workflow with no way to take a
+// fix, and every run before them was judged.
 const deployJudgings = 10
 
 // errOvertaken is a deploy's transaction finding another version active
@@ -188,6 +196,10 @@ type deployment struct {
 	// or to the runs committed since, with errDoneMeanwhile.
 	judged    engine.Judged
 	overtaken *string
+	// busy: the deploy was overtaken by runs committed meanwhile at each
+	// of its deployJudgings judgings; the runs committed since its last
+	// are named in its warnings instead of judged (deployJudgings).
+	busy bool
 }
 
 // write records a deploy in tx: the workflow, its new version (or
@@ -286,7 +298,9 @@ func (d *deployment) confirm(active int64) error {
 	if err != nil {
 		return err
 	}
-	if len(runs) > 0 {
+	if len(runs) > 0 && d.busy {
+		d.res.Warnings = append(d.res.Warnings, fmt.Sprintf("%s of %s kept committing work while this deploy was judged (%d judgings): what it committed during the last (%s) was not replayed on the new version; every run before was, without a change of ids", d.label(active), d.res.Workflow, deployJudgings, strings.Join(runs, ", ")))
+	} else if len(runs) > 0 {
 		*d.overtaken = fmt.Sprintf("%s of %s committed done work (%s) while this one was judged on its done work", d.label(active), d.res.Workflow, strings.Join(runs, ", "))
 		return errDoneMeanwhile
 	}
