@@ -378,8 +378,10 @@ type Delivery struct {
 	Events     int    `json:"events"`
 	ReceivedAt string `json:"receivedAt"`
 	// HeldFor, of a held delivery, is what it waits for: "deploy:NAME",
-	// "secret:NAME", "grant:ITEM", "handler:VERSION" (its handler failed:
-	// a new version), "person:WHO" (a person asked to take it).
+	// "secret:NAME", "grant:ITEM@VERSION" (the grant, or a version other
+	// than the one its handler was refused it under), "handler:VERSION"
+	// (its handler failed: a new version), "person:WHO" (a person asked
+	// to take it).
 	HeldFor string `json:"heldFor,omitempty"`
 }
 

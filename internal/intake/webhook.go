@@ -245,8 +245,9 @@ func (k *Webhooks) settle(ctx context.Context, t engine.WebhookTarget, h hookreq
 	if m.HandlerFailed {
 		if m.NeedsGrant != "" {
 			// The input source (or what else the handler reaches) is not
-			// granted yet: keep's reason, not the sender's.
-			return k.hold(ctx, d, h, kt.HeldForGrant+":"+m.NeedsGrant, m.Failed)
+			// granted yet: keep's reason, not the sender's. Held until it
+			// is given, or another version is active.
+			return k.hold(ctx, d, h, heldForGrant(m.NeedsGrant, t.Version), m.Failed)
 		}
 		if d.ID != 0 {
 			// Its sender was answered 202 and will not send it again:

@@ -34,6 +34,25 @@ func heldForVersion(v kt.Version) string {
 	return heldForHandler + ":" + strconv.FormatInt(v.ID, 10)
 }
 
+// heldForGrant is what a delivery whose handler, under version v, was
+// refused the grant item waits for: "grant:ITEM@VERSION" — the grant
+// given, or another version active (taken then, it runs with that one:
+// accepted, or held again for what that one needs). A grant item never
+// holds '@' (kt.CheckGrantItem, which kt.NeededGrant applies).
+func heldForGrant(item string, v kt.Version) string {
+	return kt.HeldForGrant + ":" + item + "@" + strconv.FormatInt(v.ID, 10)
+}
+
+// grantHeld reads what a delivery held for a grant (heldForGrant) waits
+// for: the grant item and the version it was refused under, "" for a hold
+// written before the version was (it waits for the grant alone).
+func grantHeld(what string) (item, version string) {
+	if i := strings.LastIndexByte(what, '@'); i >= 0 {
+		return what[:i], what[i+1:]
+	}
+	return what, ""
+}
+
 // heldForDamaged is what a delivery to a workflow whose active version's
 // stored script is damaged (kt.IsDamaged) waits for: that version's
 // script read again (restored), or another version deployed. Which
@@ -241,8 +260,9 @@ func (k *Webhooks) TakeHeld(ctx context.Context, wf string) (HeldTaken, error) {
 const HeldForPerson = "person"
 
 // heldReasonGone says whether what d waits for is done: the webhook
-// declared by the active version, the secret set, the grant given, another
-// version deployed.
+// declared by the active version, the secret set, the grant given (or
+// another version active than the one its handler was refused it under),
+// another version deployed.
 func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, error) {
 	kind, what, _ := strings.Cut(d.HeldFor, ":")
 	var gone bool
@@ -269,11 +289,16 @@ func (k *Webhooks) heldReasonGone(ctx context.Context, d kt.Delivery) (bool, err
 			}
 			_, _, gone = prog.Decl.Webhook(what)
 		case kt.HeldForGrant:
+			item, under := grantHeld(what)
+			if under != "" && under != strconv.FormatInt(w.ActiveVersion, 10) {
+				gone = true // another version: taken, it runs with that one
+				return nil
+			}
 			gs, err := tx.GrantList(d.Workflow)
 			if err != nil {
 				return err
 			}
-			gone = engine.GrantedIn(gs, what)
+			gone = engine.GrantedIn(gs, item)
 		case heldForHandler:
 			gone = strconv.FormatInt(w.ActiveVersion, 10) != what
 		case HeldForPerson:

@@ -815,7 +815,8 @@ const (
 )
 
 // The reasons a delivery is held (Delivery.HeldFor is one, then ":" and
-// what it waits for: the webhook's name, the secret's, the grant).
+// what it waits for: the webhook's name, the secret's, the grant then "@"
+// and the version its handler was refused it under).
 const (
 	HeldForDeploy = "deploy" // the active version declares no such webhook
 	HeldForSecret = "secret" // keep lacks the secret that verifies it
@@ -832,7 +833,8 @@ type Delivery struct {
 	Status     DeliveryStatus
 	Reason     string // why it was refused or failed, what was done for an accepted one
 	// HeldFor, of a held delivery, is what it waits for (HeldForDeploy,
-	// HeldForSecret, HeldForGrant, then ":" and the name).
+	// HeldForSecret, HeldForGrant, then ":" and the name; a grant's then
+	// "@" and the version).
 	HeldFor string
 	// Request, of a held delivery, is the request as received (engine's
 	// Hook as JSON): taken later, it is delivered as it came.

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -13,18 +14,24 @@ import (
 // handler is: a version whose handler no longer needs that grant takes
 // it (accepted, written once at the sink) — it is not held for ever for
 // a grant nothing asks for any more; one that still needs it holds it
-// again, still saying the grant (issue 41, after ak3).
+// again, still saying the grant (issue 41, after ak3). A hold written
+// before holds named their version ("grant:ITEM" alone) keeps the old
+// rule: held until the grant is given.
 func TestADeliveryHeldForAGrantIsTakenByANewVersion(t *testing.T) {
-	t.Run("no longer needs it", func(t *testing.T) { heldForAGrantThenDeployed(t, false) })
-	t.Run("still needs it", func(t *testing.T) { heldForAGrantThenDeployed(t, true) })
+	t.Run("no longer needs it", func(t *testing.T) { heldForAGrantThenDeployed(t, false, false) })
+	t.Run("still needs it", func(t *testing.T) { heldForAGrantThenDeployed(t, true, false) })
+	t.Run("held before holds named their version", func(t *testing.T) { heldForAGrantThenDeployed(t, false, true) })
 }
 
-func heldForAGrantThenDeployed(t *testing.T, stillNeeds bool) {
+func heldForAGrantThenDeployed(t *testing.T, stillNeeds, old bool) {
 	k, good := heldServedWithItsSecret(t)
 	k.wantHeld(k.to("gh", "g", good), "source:http")
 	first := k.held()
-	if len(first.Held) != 1 || !strings.HasPrefix(first.Held[0].HeldFor, "grant:source:http") {
+	if len(first.Held) != 1 || !strings.HasPrefix(first.Held[0].HeldFor, "grant:source:http@") {
 		t.Fatalf("held before the deploy: %+v", first.Held)
+	}
+	if old {
+		k.heldForAsBefore(first.Held[0].Record, "grant:source:http")
 	}
 	src := k.heldSource(false) + "\n// version 2\n"
 	deploy := []string{"deploy", k.path("wf2.js")}
@@ -61,6 +68,18 @@ func heldForAGrantThenDeployed(t *testing.T, stillNeeds bool) {
 		}
 		return
 	}
+	if old {
+		if within(func() bool { st, _ := k.held().statusOf("d-g"); return st != "held" }) {
+			st, reason := k.held().statusOf("d-g")
+			t.Fatalf("a delivery held grant:source:http (no version) was taken without its grant: %s %q", st, reason)
+		}
+		if v := k.held(); len(v.Held) != 1 || v.Held[0].HeldFor != "grant:source:http" {
+			t.Fatalf("held: %+v", v.Held)
+		}
+		if out, err := k.keep("", "grant", "held", "source:http"); err != nil {
+			t.Fatalf("keep grant: %v\n%s", err, out)
+		}
+	}
 	if !within(func() bool { st, _ := k.held().statusOf("d-g"); return st == "accepted" }) {
 		st, reason := k.held().statusOf("d-g")
 		t.Fatalf("the delivery held for source:http, which the deployed version no longer needs, was not taken: %s %q; held: %+v", st, reason, k.held().Held)
@@ -72,5 +91,23 @@ func heldForAGrantThenDeployed(t *testing.T, stillNeeds bool) {
 	time.Sleep(2 * time.Second) // a second take would write by now
 	if n := k.writesTo("/write/g"); n != 1 {
 		t.Fatalf("written %d times", n)
+	}
+}
+
+// heldForAsBefore writes held_for of held record rec as keep wrote it
+// before holds for a grant named their version.
+func (k *keep) heldForAsBefore(rec int64, heldFor string) {
+	k.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+k.path("data/keep.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Exec(`UPDATE deliveries SET held_for=? WHERE id=? AND status='held'`, heldFor, rec)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		k.t.Fatalf("rewrote %d held deliveries (record %d), want 1", n, rec)
 	}
 }

@@ -213,7 +213,7 @@ func heldUntilTheReasonIsGone(t *testing.T, store string) {
 	}
 	testbin.WaitFor(t, "the good one to wait for the grant", func() bool {
 		v := k.held()
-		return len(v.Held) == 1 && v.Held[0].HeldFor == "grant:source:http"
+		return len(v.Held) == 1 && strings.HasPrefix(v.Held[0].HeldFor, "grant:source:http@")
 	}, k.logs)
 
 	// Before the grant: held.

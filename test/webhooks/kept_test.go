@@ -68,7 +68,7 @@ func TestADeliveryVerifiedOnReceiptIsNotVerifiedAgainAfterTheSecretRotates(t *te
 	}
 	testbin.WaitFor(t, "the delivery held unverified to be verified and held for the grant", func() bool {
 		v := k.held()
-		return len(v.Held) == 1 && v.Held[0].HeldFor == "grant:source:http"
+		return len(v.Held) == 1 && strings.HasPrefix(v.Held[0].HeldFor, "grant:source:http@")
 	}, k.logs)
 	k.wantHeld(k.to("gh", "rot", good), "source:http")
 	if out, err := k.keep("rotated-secret-value", "secret", "set", "GITHUB_SECRET"); err != nil {
