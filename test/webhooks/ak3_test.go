@@ -230,8 +230,10 @@ func TestADeployStormLosesAndDoublesNoDelivery(t *testing.T) {
 		t.Fatalf("keep grant: %v\n%s", err, out)
 	}
 	// Eight deploys, one after another; four senders post signed
-	// deliveries until the last is done.
-	const deploys, senders = 8, 4
+	// deliveries until the last is done, each at most perSender of them:
+	// every record must fit in one listing (keep webhooks --limit 1000),
+	// and a loaded machine deploys slowly (1,310 deliveries once).
+	const deploys, senders, perSender = 8, 4, 200
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -254,6 +256,11 @@ func TestADeployStormLosesAndDoublesNoDelivery(t *testing.T) {
 					sent <- mine
 					return
 				default:
+				}
+				if i == perSender {
+					<-done
+					sent <- mine
+					return
 				}
 				mine = append(mine, fmt.Sprintf("s%d-%d", s, i))
 				a := k.to("gh", fmt.Sprintf("s%d-%d", s, i), good)
